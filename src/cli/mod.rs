@@ -1,0 +1,1 @@
+//! The flower command line.

@@ -1,0 +1,2 @@
+//! `runs/lineage.json`. TODO (issue #4)
+pub struct Lineage;

@@ -1,0 +1,8 @@
+//! What makes a run continue across processes.
+
+pub mod lineage;
+pub mod manifest;
+pub mod resilience;
+pub mod runtime;
+pub mod signals;
+pub mod wake;

@@ -1,0 +1,3 @@
+//! TODO (issue #4)
+pub struct Runtime;
+pub struct RuntimeOptions;

@@ -1,0 +1,3 @@
+//! TODO (issue #4)
+pub struct WakeState;
+pub fn wake_state() {}

@@ -1,0 +1,47 @@
+//! What the engine reports while it runs. The CLI renders these; the engine never
+//! prints anything itself.
+
+use crate::model::Usage;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A session id exists (minted, resumed or forked). Reported before the first request.
+    SessionStarted {
+        agent: String,
+        session_id: String,
+        resumed: bool,
+        /// Depth of sub-agent nesting (0 for the main agent).
+        depth: u32,
+    },
+    TextDelta { text: String, depth: u32 },
+    ThinkingDelta { text: String, depth: u32 },
+    /// A tool call is about to run (after the permission check).
+    ToolCall { name: String, summary: String, depth: u32 },
+    ToolDenied { name: String, message: String, depth: u32 },
+    ToolDone { name: String, is_error: bool, depth: u32 },
+    /// A model turn finished.
+    TurnDone {
+        turn: u32,
+        usage: Usage,
+        /// Context size of this turn, tokens.
+        context: u64,
+        /// Cost of the whole run so far, when the model's price is known.
+        cost_usd: Option<f64>,
+        depth: u32,
+    },
+    /// Resilience: a request failed and will be retried.
+    Retrying { attempt: u32, max_attempts: u32, delay_s: f64, error: String },
+    /// Resilience: the endpoint is unreachable; waiting. Reported at each probe.
+    Offline { waited_s: f64, endpoint: String },
+    /// Resilience: the endpoint answers again.
+    Online,
+}
+
+/// Receives engine events. Must be cheap: it is called for every streamed delta.
+pub type EventSink = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// A sink that drops everything.
+pub fn discard() -> EventSink {
+    Arc::new(|_| {})
+}

@@ -1,0 +1,1 @@
+//! Splitting a shell command line into the simple commands it runs. TODO (issue #2)

@@ -1,0 +1,63 @@
+//! What an agent is: its name, instructions, tools and limits.
+
+use serde::{Deserialize, Serialize};
+
+/// An agent's definition. One run of it is one session.
+///
+/// `allowed_tools` and `disallowed_tools` hold permission rules (`Read`, `Bash(git
+/// status:*)`, `Edit(src/**)` …; see [`super::permissions`]). An empty `allowed_tools`
+/// allows every tool the engine has; deny rules always win.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentSpec {
+    pub name: String,
+    /// The system prompt.
+    pub instructions: String,
+    #[serde(default)]
+    pub allowed_tools: Vec<String>,
+    #[serde(default)]
+    pub disallowed_tools: Vec<String>,
+    /// Turn limit (model requests); `None` means no limit.
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    /// Model override; `None` uses the client's default.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+impl AgentSpec {
+    pub fn new(name: impl Into<String>, instructions: impl Into<String>) -> Self {
+        AgentSpec {
+            name: name.into(),
+            instructions: instructions.into(),
+            ..AgentSpec::default()
+        }
+    }
+
+    pub fn allowed_tools<I, S>(mut self, rules: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allowed_tools = rules.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub fn disallowed_tools<I, S>(mut self, rules: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.disallowed_tools = rules.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub fn max_turns(mut self, turns: u32) -> Self {
+        self.max_turns = Some(turns);
+        self
+    }
+
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+}

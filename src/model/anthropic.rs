@@ -1,0 +1,1 @@
+//! The Anthropic Messages API client (streaming). See issue #2.

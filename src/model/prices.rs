@@ -1,0 +1,1 @@
+//! Per-model prices and cost computation.

@@ -1,0 +1,79 @@
+//! Request and reply types of the Messages API, as flower uses them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// What the engine asks of a model. `messages` are API messages
+/// (`{"role": …, "content": [...]}`) as JSON, because they come straight from stored
+/// transcript entries. The client adds `stream: true` and the `cache_control`
+/// breakpoints; the serialized body is deterministic for the same request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessagesRequest {
+    pub model: String,
+    pub max_tokens: u32,
+    /// The system prompt (may be empty).
+    pub system: String,
+    pub messages: Vec<Value>,
+    pub tools: Vec<ToolDef>,
+}
+
+/// Token usage as the API reports it (`message_start` then cumulative `message_delta`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+impl Usage {
+    /// The context size of a turn: everything the model read plus what it wrote.
+    pub fn context_tokens(&self) -> u64 {
+        self.input_tokens
+            + self.cache_read_input_tokens
+            + self.cache_creation_input_tokens
+            + self.output_tokens
+    }
+
+    /// Adds another turn's usage to a running total.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
+        self.cache_read_input_tokens += other.cache_read_input_tokens;
+    }
+}
+
+/// A finished assistant message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelReply {
+    /// The API's message id (`msg_…`).
+    pub id: String,
+    pub model: String,
+    /// Content blocks exactly as the API sent them (text, thinking with its signature,
+    /// tool_use with its parsed input), ready to be stored and sent back unchanged.
+    pub content: Vec<Value>,
+    pub stop_reason: Option<String>,
+    pub usage: Usage,
+}
+
+/// Progress while a reply streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamDelta<'a> {
+    Text(&'a str),
+    Thinking(&'a str),
+    /// A tool call began; its input is still streaming.
+    ToolUseStart { id: &'a str, name: &'a str },
+}

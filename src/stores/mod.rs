@@ -1,0 +1,70 @@
+//! Session stores: where every transcript lives, and what a resumed session is fed.
+//!
+//! [`SessionStore`] follows the Claude Agent SDK's `SessionStore` protocol (DESIGN.md §4),
+//! so that it means the same as the stores users already know. [`SqliteSessionStore`]
+//! keeps everything verbatim in `runs/sessions.db`; [`PruningSessionStore`] wraps any
+//! store and cleans what `load` feeds back to the model, never what is stored.
+
+pub mod key;
+pub mod prune;
+pub mod sqlite;
+pub mod summary;
+
+pub use key::{SessionKey, project_key};
+pub use prune::{PruneOptions, PruningSessionStore};
+pub use sqlite::SqliteSessionStore;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// A session of a project, as `list_sessions` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: String,
+    /// Last write, epoch milliseconds.
+    pub mtime: i64,
+}
+
+/// A session's summary, as `list_session_summaries` reports it. `data` uses the SDK's
+/// field names (`first_prompt`, `created_at`, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    pub session_id: String,
+    /// Storage time of the summary, epoch milliseconds.
+    pub mtime: i64,
+    pub data: Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("bad session key {key:?}: {why}")]
+    BadKey { key: String, why: String },
+    #[error("{path}: {why}")]
+    Database { path: PathBuf, why: String },
+    #[error("{path} was written by a newer flower (schema version {found}, this build knows up to {known}); upgrade flower to use it")]
+    NewerSchema { path: PathBuf, found: i64, known: i64 },
+    #[error("entry {index} is not a JSON object")]
+    NotAnObject { index: usize },
+    #[error("{0}")]
+    Io(String),
+}
+
+/// The session-store protocol. Entries are opaque JSON objects; `load` returns them
+/// deep-equal and in append order. An entry's `uuid` is an idempotency key within a key.
+pub trait SessionStore: Send + Sync {
+    /// Appends a batch atomically: it lands whole or not at all. `[]` is a no-op.
+    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError>;
+    /// `None` for a key never written.
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError>;
+    /// Main sessions of a project (never subpaths), with mtime in epoch ms.
+    fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError>;
+    fn list_session_summaries(&self, project_key: &str)
+    -> Result<Vec<SessionSummary>, StoreError>;
+    /// Deletes a key; a main key cascades to its subkeys. Unknown keys are fine.
+    fn delete(&self, key: &SessionKey) -> Result<(), StoreError>;
+    /// The subpaths stored under a main key.
+    fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError>;
+    /// Whether a main transcript with this session id exists, in any project.
+    fn has_session(&self, session_id: &str) -> Result<bool, StoreError>;
+}

@@ -1,0 +1,3 @@
+//! TODO (issue #3)
+pub struct PruneOptions;
+pub struct PruningSessionStore;

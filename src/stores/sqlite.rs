@@ -1,0 +1,2 @@
+//! TODO (issue #3)
+pub struct SqliteSessionStore;

@@ -1,0 +1,82 @@
+//! The tools an agent can call. Names and input schemas follow Claude Code's (Read,
+//! Write, Edit, Glob, Grep, Bash), because Claude models are trained on them.
+//!
+//! A tool never panics and never fails the session: a bad input or a failed operation
+//! becomes a [`ToolOutput`] with `is_error: true`, which the model reads and handles.
+//! Tools that need the engine itself (Task, AskUser) live in `engine`.
+
+pub mod bash;
+pub mod edit;
+pub mod glob;
+pub mod grep;
+pub mod paths;
+pub mod read;
+pub mod write;
+
+use crate::BoxFuture;
+use crate::model::ToolDef;
+use serde_json::Value;
+use std::path::PathBuf;
+use tokio_util::sync::CancellationToken;
+
+/// What a tool call may use.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The workspace root (canonical). Writes are confined to it.
+    pub workspace: PathBuf,
+    /// Cancelled when the user interrupts (Ctrl-C once): a long tool stops and says so.
+    pub cancel: CancellationToken,
+}
+
+/// The result of a tool call, as it goes into the `tool_result` block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    pub fn error(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// A tool the model can call.
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Shown to the model.
+    fn description(&self) -> String;
+    /// JSON Schema of the input.
+    fn input_schema(&self) -> Value;
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
+
+    fn definition(&self) -> ToolDef {
+        ToolDef {
+            name: self.name().to_string(),
+            description: self.description(),
+            input_schema: self.input_schema(),
+        }
+    }
+}
+
+/// The built-in file and shell tools, in the order they are offered to the model.
+pub fn builtin() -> Vec<Box<dyn Tool>> {
+    vec![
+        Box::new(read::Read),
+        Box::new(write::Write),
+        Box::new(edit::Edit),
+        Box::new(glob::Glob),
+        Box::new(grep::Grep),
+        Box::new(bash::Bash),
+    ]
+}

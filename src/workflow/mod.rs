@@ -1,0 +1,4 @@
+//! TODO (issue #4)
+pub struct Context;
+pub struct Step;
+pub struct Workflow;
