@@ -24,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 pub struct ToolContext {
     /// The workspace root (canonical). Writes are confined to it.
     pub workspace: PathBuf,
+    /// The run directory (canonical). Reads are confined to the workspace and this
+    /// directory (trimmed tool results are written under it for the model to read back).
+    pub run_dir: PathBuf,
     /// Cancelled when the user interrupts (Ctrl-C once): a long tool stops and says so.
     pub cancel: CancellationToken,
 }
