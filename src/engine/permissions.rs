@@ -16,7 +16,9 @@ pub struct RuleError {
 pub enum Decision {
     Allow,
     /// `message` is the tool_result text the model gets (starts with "Permission to use ").
-    Deny { message: String },
+    Deny {
+        message: String,
+    },
 }
 
 /// Parsed allow and deny rules of one agent.
@@ -31,6 +33,12 @@ impl Permissions {
     /// Whether a tool is offered to the model at all.
     pub fn offers(&self, _tool: &str) -> bool {
         true
+    }
+
+    /// Whether some allow rule names this tool explicitly (tools such as `AskUser` are
+    /// offered only then, never through an empty allow list).
+    pub fn names(&self, _tool: &str) -> bool {
+        false
     }
 
     /// Checks one call. `workspace` resolves relative paths for path rules.
