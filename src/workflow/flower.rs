@@ -1,0 +1,1 @@
+//! flower's default pipeline. TODO
