@@ -14,6 +14,7 @@
 
 pub mod flower;
 pub mod gate;
+pub mod notes;
 
 pub use gate::{Gate, Verdict};
 
