@@ -1,3 +1,34 @@
-fn main() {
-    println!("flower");
+//! The `flower` binary.
+
+mod cli;
+
+use clap::Parser;
+use cli::args::{Cli, Command};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Store(args)) => cli::store::run(args),
+        Some(Command::State(args)) => cli::state::run(args),
+        Some(Command::Once(args)) => block_on(cli::once::run(args)),
+        None => block_on(cli::flow::run(cli.flow)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("flower: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One thread is plenty: the work is waiting on the model and on tools.
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    future: F,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(future)
 }

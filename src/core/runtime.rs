@@ -9,12 +9,13 @@
 use super::lineage::Lineage;
 use super::manifest::{Manifest, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
+use crate::engine::Denial;
 use crate::engine::{
     AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt,
     RunRequest, RunResult, SessionStart, Stop,
 };
-use crate::model::ModelClient;
 use crate::model::anthropic::AnthropicClient;
+use crate::model::{ModelClient, Usage};
 use crate::stores::{
     PruneOptions, PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore, project_key,
 };
@@ -78,6 +79,15 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// What [`Runtime::run_agent`] returns.
+#[derive(Debug, Clone)]
+pub struct AgentOutcome {
+    pub result: StepResult,
+    /// Token usage summed over every attempt (sub-agents included).
+    pub usage: Usage,
+    pub permission_denials: Vec<Denial>,
+}
+
 /// The step attempt in flight, for [`Runtime::rescue`].
 #[derive(Default)]
 struct InFlight {
@@ -114,11 +124,12 @@ impl Runtime {
         options: RuntimeOptions,
     ) -> Result<Self, RuntimeError> {
         let workspace = canonical_workspace(workspace.as_ref())?;
-        let run_dir = prepare_run_dir(run_dir.as_ref())?;
+        // The key is checked before anything is created on disk.
         let client: Arc<dyn ModelClient> = match options.client {
             Some(client) => client,
             None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
         };
+        let run_dir = prepare_run_dir(run_dir.as_ref())?;
         let sqlite = Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?);
         let mut prune = PruneOptions::new(run_dir.join("trimmed"));
         prune.trim = options.trim;
@@ -247,6 +258,22 @@ impl Runtime {
         prompt: &str,
         start: SessionStart,
     ) -> StepResult {
+        let outcome = self.run_agent(step, spec, prompt, start).await;
+        self.record(&outcome.result);
+        outcome.result
+    }
+
+    /// Like [`Runtime::run_step`] but records nothing in the manifest (`flower once`),
+    /// and also returns the run's usage and permission denials.
+    pub async fn run_agent(
+        &self,
+        step: &str,
+        spec: &AgentSpec,
+        prompt: &str,
+        start: SessionStart,
+    ) -> AgentOutcome {
+        let mut usage = Usage::default();
+        let mut denials = Vec::new();
         let mut result = StepResult::started(step);
         result.cost_usd = Some(0.0);
         result.resumed = matches!(start, SessionStart::Resume(_));
@@ -275,6 +302,8 @@ impl Runtime {
                 })
                 .await;
             absorb(&mut result, &run);
+            usage.add(&run.usage);
+            denials.extend(run.permission_denials.iter().cloned());
             result.attempts = attempt;
             self.set_in_flight(Some(result.clone()));
             if run.ok {
@@ -320,8 +349,11 @@ impl Runtime {
         }
         result.finish();
         self.set_in_flight(None);
-        self.record(&result);
-        result
+        AgentOutcome {
+            result,
+            usage,
+            permission_denials: denials,
+        }
     }
 
     /// Records a finished step result (used by gates for judge rows).

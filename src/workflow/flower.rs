@@ -145,8 +145,16 @@ pub fn flower_workflow(workspace: &Path, options: &FlowerOptions) -> Workflow {
         }
     );
     let brief_for_skip = brief.clone();
+    // Resuming a clarification that died: what the user says now is a remark, not a
+    // new request.
+    let clarify_resume = match options.request.as_deref() {
+        Some(said) if !said.trim().is_empty() => {
+            format!("{CLARIFY_RESUME}\n\n用户又说了一句:{said}")
+        }
+        _ => CLARIFY_RESUME.to_string(),
+    };
     let clarify = Step::new(CLARIFY, clarifier(), clarify_prompt)
-        .resume_prompt(CLARIFY_RESUME)
+        .resume_prompt(clarify_resume)
         .skip_when(Arc::new(move |_ctx: &Context| {
             notes::read(&brief_for_skip).filter(|text| notes::brief_complete(text))
         }))
@@ -263,7 +271,7 @@ pub const FAIL_LINE: &str = "判定:未通过";
 pub fn parse_verdict(text: &str) -> bool {
     text.lines()
         .rev()
-        .map(|line| line.replace(':', ":").replace(['`', '*'], ""))
+        .map(|line| line.replace('\u{FF1A}', ":").replace(['`', '*'], ""))
         .find(|line| line.contains("判定:"))
         .is_some_and(|line| line.contains("通过") && !line.contains("未通过"))
 }
