@@ -54,6 +54,9 @@ pub struct Endpoint {
     pub host: String,
     pub port: u16,
 }
+pub fn endpoint_from(_b: &str) -> Endpoint {
+    Endpoint { host: String::new(), port: 0 }
+}
 pub fn endpoint() -> Endpoint {
     Endpoint {
         host: String::new(),

@@ -374,7 +374,10 @@ impl Runtime {
     /// While the endpoint is unreachable, waits (probing) without spending attempts.
     /// `false` when the wait limit passed.
     async fn wait_for_endpoint(&self) -> bool {
-        let endpoint = resilience::endpoint();
+        let Some(base_url) = self.engine.config().model.base_url() else {
+            return true;
+        };
+        let endpoint = resilience::endpoint_from(base_url);
         let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
         if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
             return true;
