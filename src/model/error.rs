@@ -6,7 +6,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
     /// No `ANTHROPIC_API_KEY` in the environment.
-    #[error("ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`")]
+    #[error(
+        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`"
+    )]
     MissingApiKey,
 
     /// The API answered with an error: an HTTP error status with an error body, or an
@@ -32,6 +34,11 @@ pub enum ModelError {
     /// The server sent something that is not the Messages API protocol.
     #[error("API Error: malformed response: {0}")]
     Protocol(String),
+
+    /// flower's own configuration cannot work (e.g. `ANTHROPIC_BASE_URL` is not an
+    /// http(s) URL). Like [`ModelError::MissingApiKey`], retrying cannot help.
+    #[error("configuration error: {0}")]
+    Config(String),
 }
 
 fn api_error_text(status: Option<u16>, kind: &str, message: &str) -> String {
