@@ -757,7 +757,7 @@ mod tests {
     #[test]
     fn stream_cut_before_message_stop_is_incomplete() {
         let cut = RECORDED.find("event: message_stop").unwrap();
-        let (reply, _) = run(&[RECORDED[..cut].as_bytes()]);
+        let (reply, _) = run(&[&RECORDED.as_bytes()[..cut]]);
         match reply {
             Err(ModelError::Incomplete(why)) => assert!(why.contains("stream ended"), "{why}"),
             other => panic!("expected Incomplete, got {other:?}"),
