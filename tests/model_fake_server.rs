@@ -330,3 +330,24 @@ fn configure_points_a_command_at_the_server() {
     assert!(envs.contains(&("ANTHROPIC_API_KEY".into(), Some(FAKE_API_KEY.into()))));
     assert!(envs.contains(&("ANTHROPIC_MODEL".into(), None)));
 }
+
+#[tokio::test]
+async fn async_tests_wait_without_blocking_their_runtime() {
+    let gate = Gate::new();
+    let server = FakeServer::start(vec![Reply::text("released").gate_before(&gate)]);
+    let client = AnthropicClient::new(&server.url(), FAKE_API_KEY, "m").unwrap();
+    let req = request("", "x");
+    let mut ignore = |_: StreamDelta<'_>| {};
+    // The client runs on this test's single-threaded runtime, next to the waits.
+    let (reply, ()) = tokio::join!(client.stream(&req, &mut ignore), async {
+        assert!(server.wait_for_requests_async(1, WAIT).await);
+        assert!(gate.wait_reached_async(WAIT).await);
+        gate.open();
+    });
+    assert_eq!(text_of(&reply.unwrap()), "released");
+    assert!(
+        !server
+            .wait_for_requests_async(2, Duration::from_millis(20))
+            .await
+    );
+}

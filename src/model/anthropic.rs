@@ -24,6 +24,7 @@ use serde::ser::SerializeSeq;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The model used when neither the caller nor `ANTHROPIC_MODEL` names one: Claude
@@ -191,6 +192,7 @@ impl AnthropicClient {
 
         let mut parser = SseParser::new();
         let mut assembler = MessageAssembler::new();
+        let mut drained = 0usize;
         loop {
             // Once the reply is complete, only the end of the body is awaited, briefly.
             let wait = if assembler.is_complete() {
@@ -215,7 +217,12 @@ impl AnthropicClient {
                 }
             };
             if assembler.is_complete() {
-                // Bytes after `message_stop` are not part of this reply.
+                // Bytes after `message_stop` are not part of this reply; a server that
+                // keeps sending is not waited for.
+                drained += chunk.len();
+                if drained > MAX_ERROR_BODY {
+                    break;
+                }
                 continue;
             }
             let mut failed = None;
@@ -294,7 +301,7 @@ impl ModelClient for AnthropicClient {
 
 /// `FLOWER_STREAM_IDLE_TIMEOUT` in seconds (fractions allowed), else
 /// [`DEFAULT_IDLE_TIMEOUT`]. A value that is not a positive number is reported on
-/// stderr and the default is used.
+/// stderr (once per process) and the default is used.
 pub fn idle_timeout_from_env() -> Duration {
     let Ok(raw) = std::env::var("FLOWER_STREAM_IDLE_TIMEOUT") else {
         return DEFAULT_IDLE_TIMEOUT;
@@ -302,6 +309,10 @@ pub fn idle_timeout_from_env() -> Duration {
     match raw.trim().parse::<f64>() {
         Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
         _ => {
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            if WARNED.swap(true, Ordering::Relaxed) {
+                return DEFAULT_IDLE_TIMEOUT;
+            }
             eprintln!(
                 "flower: FLOWER_STREAM_IDLE_TIMEOUT={raw:?} is not a positive number of \
                  seconds; using {}",

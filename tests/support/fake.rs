@@ -199,6 +199,8 @@ struct GateInner {
     open: watch::Sender<bool>,
     reached: Mutex<usize>,
     arrived: Condvar,
+    /// The same count as `reached`, for async waiters.
+    reached_watch: watch::Sender<usize>,
 }
 
 impl Default for Gate {
@@ -222,6 +224,7 @@ impl Gate {
             open: watch::Sender::new(false),
             reached: Mutex::new(0),
             arrived: Condvar::new(),
+            reached_watch: watch::Sender::new(0),
         }))
     }
 
@@ -255,10 +258,20 @@ impl Gate {
         *guard >= n
     }
 
+    /// Like [`Gate::wait_reached`], for async tests (which must not block the runtime
+    /// their client runs on).
+    pub async fn wait_reached_async(&self, timeout: Duration) -> bool {
+        let mut reached = self.0.reached_watch.subscribe();
+        tokio::time::timeout(timeout, reached.wait_for(|n| *n >= 1))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     async fn pass(&self) {
         {
             let mut reached = lock(&self.0.reached);
             *reached += 1;
+            self.0.reached_watch.send_replace(*reached);
             self.0.arrived.notify_all();
         }
         let mut open = self.0.open.subscribe();
@@ -812,6 +825,8 @@ impl Script {
 struct Shared {
     requests: Mutex<Vec<Recorded>>,
     arrived: Condvar,
+    /// The number of requests, for async waiters.
+    count: watch::Sender<usize>,
     script: Mutex<Script>,
     connections: AtomicUsize,
     /// Bumped by `stop_accepting`: idle keep-alive connections close on it.
@@ -862,6 +877,7 @@ impl FakeServer {
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
             arrived: Condvar::new(),
+            count: watch::Sender::new(0),
             script: Mutex::new(script),
             connections: AtomicUsize::new(0),
             epoch: watch::Sender::new(0),
@@ -929,6 +945,15 @@ impl FakeServer {
     /// false on timeout. Event-based, no polling.
     pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
         self.wait_for(|requests| requests.len() >= n, timeout)
+    }
+
+    /// Like [`FakeServer::wait_for_requests`], for async tests: blocking would stall a
+    /// client running on the test's own runtime.
+    pub async fn wait_for_requests_async(&self, n: usize, timeout: Duration) -> bool {
+        let mut count = self.shared.count.subscribe();
+        tokio::time::timeout(timeout, count.wait_for(|c| *c >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Blocks until `done(requests)` holds; false on timeout.
@@ -1139,6 +1164,7 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
                 raw_body: String::from_utf8_lossy(&request.body).into_owned(),
             };
             requests.push(recorded.clone());
+            shared.count.send_replace(requests.len());
             shared.arrived.notify_all();
             recorded
         };
