@@ -18,7 +18,11 @@ async fn main() -> anyhow::Result<()> {
         .allowed_tools(["Read", "Glob"])
         .max_turns(4);
     // continuous is true by default
-    let wf = Workflow::new(vec![Step::new("取词", terse, "读 seed.txt,只回文件里那个词。")]);
+    let wf = Workflow::new(vec![Step::new(
+        "取词",
+        terse,
+        "读 seed.txt,只回文件里那个词。",
+    )]);
     let rt = Runtime::new(".", "runs")?;
     let ctx = wf.run(&rt).await;
     rt.close();

@@ -55,7 +55,10 @@ pub struct Endpoint {
     pub port: u16,
 }
 pub fn endpoint_from(_b: &str) -> Endpoint {
-    Endpoint { host: String::new(), port: 0 }
+    Endpoint {
+        host: String::new(),
+        port: 0,
+    }
 }
 pub fn endpoint() -> Endpoint {
     Endpoint {
