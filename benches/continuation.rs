@@ -13,18 +13,22 @@ fn main() {
 /// A plausible row of another run: a finished step with a paragraph of output.
 fn foreign_row(i: usize) -> serde_json::Value {
     let r = StepResult {
-        step: if i % 3 == 0 { format!("干活#round{}", i % 7) } else { "干活".into() },
+        step: if i.is_multiple_of(3) {
+            format!("干活#round{}", i % 7)
+        } else {
+            "干活".into()
+        },
         session_id: Some(format!("{:08x}-bec7-466e-80cd-f4d60b360235", i)),
-        ok: i % 5 != 0,
+        ok: !i.is_multiple_of(5),
         cost_usd: Some(0.01 * (i % 100) as f64),
         num_turns: (i % 70) as u32,
         text: "已完成:md 转 html 的脚本写好了,支持标题、列表、代码块高亮,测试全过。".repeat(4),
-        error: (i % 5 == 0).then(|| "API Error: 529 overloaded_error: Overloaded".into()),
+        error: i.is_multiple_of(5).then(|| "API Error: 529 overloaded_error: Overloaded".into()),
         started_at: "2026-09-07T01:52:40.123456+08:00".into(),
         ended_at: "2026-09-07T01:55:41.654321+08:00".into(),
         attempts: 1 + (i % 3) as u32,
         errors: vec!["API Error: Can't reach the API server (dns error)".into(); i % 3],
-        resumed: i % 3 != 0,
+        resumed: !i.is_multiple_of(3),
         retired: Vec::new(),
         context: 28_700 + i as u64,
     };
@@ -52,7 +56,7 @@ fn time_records(writers: &mut [Manifest]) -> Vec<Duration> {
         if results.len() <= w {
             results.push(StepResult::started("干活"));
         }
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             results[w] = StepResult::started(&format!("干活#retry{}", round / 2 + 1));
         } else {
             results[w].ok = true;
@@ -66,7 +70,10 @@ fn time_records(writers: &mut [Manifest]) -> Vec<Duration> {
 }
 
 fn report(what: &str, mut samples: Vec<Duration>) {
-    let (min, max) = (*samples.iter().min().expect("samples"), *samples.iter().max().expect("samples"));
+    let (min, max) = (
+        *samples.iter().min().expect("samples"),
+        *samples.iter().max().expect("samples"),
+    );
     let n = samples.len();
     let med = median(&mut samples);
     println!(
@@ -91,9 +98,18 @@ pub fn bench_manifest() {
     );
 
     // Two processes taking turns: every write must re-read and merge the whole file.
-    let mut two = [Manifest::new(&run_dir, new_run_id()), Manifest::new(&run_dir, new_run_id())];
-    report("another process wrote in between (full re-read + merge)", time_records(&mut two));
+    let mut two = [
+        Manifest::new(&run_dir, new_run_id()),
+        Manifest::new(&run_dir, new_run_id()),
+    ];
+    report(
+        "another process wrote in between (full re-read + merge)",
+        time_records(&mut two),
+    );
     // One process, the usual case: the other runs' part is copied in the kernel.
     let mut one = [Manifest::new(&run_dir, new_run_id())];
-    report("this process wrote last (steady state)", time_records(&mut one));
+    report(
+        "this process wrote last (steady state)",
+        time_records(&mut one),
+    );
 }

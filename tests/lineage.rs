@@ -19,7 +19,11 @@ fn fixture() -> Fixture {
     let workspace = tmp.path().join("proj");
     fs::create_dir(&workspace).unwrap();
     let run_dir = workspace.join("runs");
-    Fixture { workspace, run_dir, _tmp: tmp }
+    Fixture {
+        workspace,
+        run_dir,
+        _tmp: tmp,
+    }
 }
 
 fn all_alive(_: &str) -> bool {
@@ -39,7 +43,10 @@ fn round_trip_across_loads() {
     assert_eq!(l.wake(), 1);
     assert!(l.remember("确认需求", "sess-a"));
     assert!(l.remember("干活", "sess-b"));
-    assert!(l.remember("干活", "sess-c"), "a successor replaces the step's session");
+    assert!(
+        l.remember("干活", "sess-c"),
+        "a successor replaces the step's session"
+    );
 
     let again = Lineage::load(&f.run_dir, &f.workspace, all_alive);
     assert_eq!(again.woke(), 1);
@@ -53,7 +60,10 @@ fn round_trip_across_loads() {
     let canonical = fs::canonicalize(&f.workspace).unwrap();
     assert_eq!(json["workspace"], canonical.to_str().unwrap());
     assert_eq!(json["woke"], 1);
-    assert_eq!(json["steps"], serde_json::json!({"确认需求": "sess-a", "干活": "sess-c"}));
+    assert_eq!(
+        json["steps"],
+        serde_json::json!({"确认需求": "sess-a", "干活": "sess-c"})
+    );
     assert_eq!(json.as_object().unwrap().len(), 3);
 
     let read = Lineage::read(&f.run_dir, &f.workspace).unwrap();
@@ -87,14 +97,27 @@ fn saves_are_atomic_and_leave_no_tmp() {
     let f = fixture();
     fs::create_dir_all(&f.run_dir).unwrap();
     // Garbage from a writer killed mid-write must not break loading or the next save.
-    fs::write(f.run_dir.join("lineage.json.tmp"), b"{\"workspace\": \"/x\", \"wo").unwrap();
+    fs::write(
+        f.run_dir.join("lineage.json.tmp"),
+        b"{\"workspace\": \"/x\", \"wo",
+    )
+    .unwrap();
     let mut l = Lineage::load(&f.run_dir, &f.workspace, all_alive);
     assert!(l.steps().is_empty());
     assert!(l.remember("干活", "s1"));
-    assert!(!f.run_dir.join("lineage.json.tmp").exists(), "the tmp file is renamed, not left");
-    let names: Vec<_> = fs::read_dir(&f.run_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(
+        !f.run_dir.join("lineage.json.tmp").exists(),
+        "the tmp file is renamed, not left"
+    );
+    let names: Vec<_> = fs::read_dir(&f.run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("lineage.json")]);
-    assert_eq!(Lineage::load(&f.run_dir, &f.workspace, all_alive).session("干活"), Some("s1"));
+    assert_eq!(
+        Lineage::load(&f.run_dir, &f.workspace, all_alive).session("干活"),
+        Some("s1")
+    );
 }
 
 #[test]
@@ -136,14 +159,22 @@ fn concurrent_saves_never_leave_half_a_file() {
 fn suffixed_names_never_enter() {
     let f = fixture();
     let mut l = Lineage::load(&f.run_dir, &f.workspace, all_alive);
-    for name in [retry_name("干活", 2), round_name("干活", 3), judge_name("干活", 1), String::new()] {
+    for name in [
+        retry_name("干活", 2),
+        round_name("干活", 3),
+        judge_name("干活", 1),
+        String::new(),
+    ] {
         assert!(!is_plain_step_name(&name), "{name}");
         assert!(!l.remember(&name, "s-x"), "{name}");
     }
     assert!(is_plain_step_name("干活"));
     assert!(is_plain_step_name("确认需求"));
     assert!(l.steps().is_empty());
-    assert!(!f.run_dir.join("lineage.json").exists(), "nothing was written for them");
+    assert!(
+        !f.run_dir.join("lineage.json").exists(),
+        "nothing was written for them"
+    );
 
     // A hand-edited file with suffixed names: those are dropped on load.
     fs::create_dir_all(&f.run_dir).unwrap();
@@ -152,8 +183,16 @@ fn suffixed_names_never_enter() {
     steps.insert("干活".to_string(), "s1".to_string());
     steps.insert("干活#retry2".to_string(), "s2".to_string());
     steps.insert("干活·判定#1".to_string(), "s3".to_string());
-    let file = LineageFile { workspace: canonical.to_string_lossy().into(), woke: 2, steps };
-    fs::write(f.run_dir.join("lineage.json"), serde_json::to_vec(&file).unwrap()).unwrap();
+    let file = LineageFile {
+        workspace: canonical.to_string_lossy().into(),
+        woke: 2,
+        steps,
+    };
+    fs::write(
+        f.run_dir.join("lineage.json"),
+        serde_json::to_vec(&file).unwrap(),
+    )
+    .unwrap();
     let l = Lineage::load(&f.run_dir, &f.workspace, all_alive);
     assert_eq!(l.steps().keys().collect::<Vec<_>>(), vec!["干活"]);
     assert_eq!(l.woke(), 2);
@@ -174,7 +213,11 @@ fn dead_sessions_are_dropped() {
     assert_eq!(l.session("确认需求"), Some("alive-1"));
     assert_eq!(l.session("干活"), None);
     assert_eq!(l.woke(), 1, "woke survives; only dead sessions go");
-    assert_eq!(asked.borrow().len(), 2, "every remembered session is checked");
+    assert_eq!(
+        asked.borrow().len(),
+        2,
+        "every remembered session is checked"
+    );
 }
 
 #[test]
@@ -187,7 +230,11 @@ fn another_workspace_means_no_lineage() {
     // The whole directory copied elsewhere: the file now names the old place.
     let copy = f._tmp.path().join("copy");
     fs::create_dir_all(copy.join("runs")).unwrap();
-    fs::copy(f.run_dir.join("lineage.json"), copy.join("runs/lineage.json")).unwrap();
+    fs::copy(
+        f.run_dir.join("lineage.json"),
+        copy.join("runs/lineage.json"),
+    )
+    .unwrap();
     let moved = Lineage::load(&copy.join("runs"), &copy, all_alive);
     assert_eq!(moved.woke(), 0);
     assert!(moved.steps().is_empty());
@@ -197,43 +244,99 @@ fn another_workspace_means_no_lineage() {
     let mut moved = moved;
     assert!(moved.remember("干活", "s9"));
     let json = file_of(&copy.join("runs"));
-    assert_eq!(json["workspace"], fs::canonicalize(&copy).unwrap().to_str().unwrap());
+    assert_eq!(
+        json["workspace"],
+        fs::canonicalize(&copy).unwrap().to_str().unwrap()
+    );
+}
+
+/// Writes `lineage.json` from a template in which `WS` stands for this fixture's
+/// workspace path as a JSON string, so that only the defect a case names is wrong.
+fn write_template(f: &Fixture, template: &[u8]) {
+    fs::create_dir_all(&f.run_dir).unwrap();
+    let ws =
+        serde_json::to_string(fs::canonicalize(&f.workspace).unwrap().to_str().unwrap()).unwrap();
+    let bytes = match std::str::from_utf8(template) {
+        Ok(text) => text.replace("WS", &ws).into_bytes(),
+        Err(_) => template.to_vec(),
+    };
+    fs::write(f.run_dir.join("lineage.json"), bytes).unwrap();
+}
+
+#[test]
+fn a_hand_written_file_of_the_right_shape_loads() {
+    // The control for the broken cases below: the same template, without a defect.
+    let f = fixture();
+    write_template(
+        &f,
+        r#"{"workspace": WS, "woke": 2, "steps": {"干活": "s1"}, "later": 1}"#.as_bytes(),
+    );
+    let l = Lineage::load(&f.run_dir, &f.workspace, all_alive);
+    assert_eq!(l.woke(), 2);
+    assert_eq!(l.session("干活"), Some("s1"));
 }
 
 /// Each broken file loads as an empty lineage, silently, and the next save replaces it.
 #[test]
 fn broken_files_mean_no_lineage() {
-    let ws_json = |f: &Fixture| {
-        serde_json::to_string(fs::canonicalize(&f.workspace).unwrap().to_str().unwrap()).unwrap()
-    };
-    let cases: Vec<(&str, Box<dyn Fn(&Fixture) -> Vec<u8>>)> = vec![
-        ("empty file", Box::new(|_| Vec::new())),
-        ("whitespace", Box::new(|_| b"  \n".to_vec())),
+    let garbage: Vec<u8> = (0..=255u8).rev().cycle().take(4096).collect();
+    let cases: Vec<(&str, &[u8])> = vec![
+        ("empty file", b""),
+        ("whitespace", b"  \n"),
         (
             "truncated",
-            Box::new(move |f| format!("{{\"workspace\": {}, \"woke\": 2, \"steps\": {{\"干活\": \"s", ws_json(f)).into_bytes()),
+            r#"{"workspace": WS, "woke": 2, "steps": {"干活": "s"#.as_bytes(),
         ),
-        ("woke is a string", Box::new(move |f| format!("{{\"workspace\": {}, \"woke\": \"2\", \"steps\": {{}}}}", ws_json(f)).into_bytes())),
-        ("woke negative", Box::new(move |f| format!("{{\"workspace\": {}, \"woke\": -1, \"steps\": {{}}}}", ws_json(f)).into_bytes())),
-        ("steps is a list", Box::new(move |f| format!("{{\"workspace\": {}, \"woke\": 2, \"steps\": [\"s1\"]}}", ws_json(f)).into_bytes())),
-        ("session id a number", Box::new(move |f| format!("{{\"workspace\": {}, \"woke\": 2, \"steps\": {{\"干活\": 7}}}}", ws_json(f)).into_bytes())),
-        ("no workspace", Box::new(|_| r#"{"woke": 2, "steps": {"干活": "s1"}}"#.as_bytes().to_vec())),
-        ("top level array", Box::new(|_| b"[1, 2, 3]".to_vec())),
-        ("null", Box::new(|_| b"null".to_vec())),
-        ("binary garbage", Box::new(|_| (0..=255u8).rev().cycle().take(4096).collect())),
-        ("invalid utf-8 inside", Box::new(|_| b"{\"workspace\": \"\xff\xfe\", \"woke\": 1, \"steps\": {}}".to_vec())),
+        (
+            "woke is a string",
+            br#"{"workspace": WS, "woke": "2", "steps": {}}"#,
+        ),
+        (
+            "woke negative",
+            br#"{"workspace": WS, "woke": -1, "steps": {}}"#,
+        ),
+        (
+            "woke fractional",
+            br#"{"workspace": WS, "woke": 1.5, "steps": {}}"#,
+        ),
+        (
+            "steps is a list",
+            br#"{"workspace": WS, "woke": 2, "steps": ["s1"]}"#,
+        ),
+        (
+            "session id a number",
+            r#"{"workspace": WS, "woke": 2, "steps": {"干活": 7}}"#.as_bytes(),
+        ),
+        (
+            "workspace a number",
+            br#"{"workspace": 7, "woke": 2, "steps": {}}"#,
+        ),
+        (
+            "no workspace",
+            r#"{"woke": 2, "steps": {"干活": "s1"}}"#.as_bytes(),
+        ),
+        ("top level array", b"[1, 2, 3]"),
+        ("null", b"null"),
+        ("binary garbage", &garbage),
+        (
+            "invalid utf-8 inside",
+            b"{\"workspace\": \"\xff\xfe\", \"woke\": 1, \"steps\": {}}",
+        ),
     ];
-    for (name, make) in cases {
+    for (name, template) in cases {
         let f = fixture();
-        fs::create_dir_all(&f.run_dir).unwrap();
-        fs::write(f.run_dir.join("lineage.json"), make(&f)).unwrap();
+        write_template(&f, template);
         let mut l = Lineage::load(&f.run_dir, &f.workspace, all_alive);
         assert_eq!(l.woke(), 0, "{name}");
         assert!(l.steps().is_empty(), "{name}");
         assert!(Lineage::read(&f.run_dir, &f.workspace).is_none(), "{name}");
         assert_eq!(l.wake(), 1, "{name}");
         assert!(l.remember("干活", "fresh"), "{name}: the next save works");
-        assert_eq!(Lineage::load(&f.run_dir, &f.workspace, all_alive).session("干活"), Some("fresh"), "{name}");
+        assert_eq!(
+            Lineage::load(&f.run_dir, &f.workspace, all_alive).session("干活"),
+            Some("fresh"),
+            "{name}"
+        );
     }
 }
 
@@ -246,11 +349,19 @@ fn a_directory_named_lineage_json_is_moved_aside_not_deleted() {
     assert!(l.steps().is_empty());
     assert!(Lineage::read(&f.run_dir, &f.workspace).is_none());
     assert!(l.remember("干活", "s1"), "the next save works");
-    assert_eq!(Lineage::load(&f.run_dir, &f.workspace, all_alive).session("干活"), Some("s1"));
+    assert_eq!(
+        Lineage::load(&f.run_dir, &f.workspace, all_alive).session("干活"),
+        Some("s1")
+    );
     let aside: Vec<_> = fs::read_dir(&f.run_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("lineage.json.corrupt-"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("lineage.json.corrupt-")
+        })
         .collect();
     assert_eq!(aside.len(), 1);
     assert_eq!(fs::read(aside[0].join("keep.txt")).unwrap(), b"mine");
@@ -265,7 +376,10 @@ fn an_unwritable_run_dir_does_not_stop_the_run() {
     let run_dir = blocker.join("runs");
     let mut l = Lineage::load(&run_dir, &f.workspace, all_alive);
     assert_eq!(l.wake(), 1, "wake still counts");
-    assert!(!l.remember("干活", "s1"), "reports that nothing was written");
+    assert!(
+        !l.remember("干活", "s1"),
+        "reports that nothing was written"
+    );
     assert_eq!(l.session("干活"), Some("s1"), "the pair is kept in memory");
     assert!(l.save().is_err(), "save itself does report the error");
 }
@@ -290,7 +404,10 @@ fn read_writes_nothing() {
     let f = fixture();
     assert!(Lineage::read(&f.run_dir, &f.workspace).is_none());
     let _ = Lineage::load(&f.run_dir, &f.workspace, all_alive);
-    assert!(!f.run_dir.exists(), "neither read nor load creates anything");
+    assert!(
+        !f.run_dir.exists(),
+        "neither read nor load creates anything"
+    );
 }
 
 #[test]
@@ -308,18 +425,38 @@ fn archive_moves_the_three_files_and_resets() {
 
     let into = notes.join("archive").join("20260907-015240");
     let missing = notes.join("交接书.md");
-    l.archive(&into, &[notes.join("需求.md"), notes.join("目标.md"), missing]).unwrap();
+    l.archive(
+        &into,
+        &[notes.join("需求.md"), notes.join("目标.md"), missing],
+    )
+    .unwrap();
 
-    assert_eq!(fs::read(into.join("lineage.json")).unwrap(), before, "moved verbatim");
-    assert_eq!(fs::read_to_string(into.join("需求.md")).unwrap(), "## 目标\nx\n");
-    assert_eq!(fs::read_to_string(into.join("目标.md")).unwrap(), "- [ ] a\n");
-    assert!(!into.join("交接书.md").exists(), "missing extras are skipped");
+    assert_eq!(
+        fs::read(into.join("lineage.json")).unwrap(),
+        before,
+        "moved verbatim"
+    );
+    assert_eq!(
+        fs::read_to_string(into.join("需求.md")).unwrap(),
+        "## 目标\nx\n"
+    );
+    assert_eq!(
+        fs::read_to_string(into.join("目标.md")).unwrap(),
+        "- [ ] a\n"
+    );
+    assert!(
+        !into.join("交接书.md").exists(),
+        "missing extras are skipped"
+    );
     assert!(!f.run_dir.join("lineage.json").exists());
     assert!(!notes.join("需求.md").exists());
     assert!(!notes.join("目标.md").exists());
     assert_eq!(l.woke(), 0);
     assert!(l.steps().is_empty());
-    assert!(!f.run_dir.join("lineage.json").exists(), "not re-written until the next write");
+    assert!(
+        !f.run_dir.join("lineage.json").exists(),
+        "not re-written until the next write"
+    );
 
     assert_eq!(l.wake(), 1);
     let fresh = Lineage::load(&f.run_dir, &f.workspace, all_alive);
@@ -348,7 +485,8 @@ fn archive_without_a_file_still_resets() {
     let mut l = Lineage::empty(&f.run_dir, &f.workspace);
     l.wake();
     fs::remove_file(f.run_dir.join("lineage.json")).unwrap();
-    l.archive(&f.workspace.join("notes/archive/y"), &[]).unwrap();
+    l.archive(&f.workspace.join("notes/archive/y"), &[])
+        .unwrap();
     assert_eq!(l.woke(), 0);
     assert!(f.workspace.join("notes/archive/y").is_dir());
 }

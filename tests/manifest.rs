@@ -39,8 +39,10 @@ fn result(step: &str, started_at: &str) -> StepResult {
 }
 
 fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<_> =
-        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     names
 }
@@ -69,10 +71,16 @@ fn a_row_has_exactly_the_spec_fields() {
     let rows = read_rows(tmp.path()).unwrap();
     assert_eq!(rows.len(), 1);
     let row = rows[0].as_object().unwrap();
-    assert_eq!(row.keys().map(String::as_str).collect::<Vec<_>>(), SPEC_FIELDS);
+    assert_eq!(
+        row.keys().map(String::as_str).collect::<Vec<_>>(),
+        SPEC_FIELDS
+    );
     assert_eq!(row["duration_s"], json!(37584.25));
     assert_eq!(row["run"], "20260907-015240-abc123");
-    assert_eq!(row["errors"], json!(["API Error: Can't reach the API server (dns error)"]));
+    assert_eq!(
+        row["errors"],
+        json!(["API Error: Can't reach the API server (dns error)"])
+    );
     assert_eq!(row["cost_usd"], json!(0.41));
     assert_eq!(row["error"], Value::Null);
     // A row reads back as the StepResult it came from (extra fields ignored).
@@ -103,8 +111,15 @@ fn started_and_finish_stamp_local_rfc3339() {
     assert!(!r.ok);
     let start = chrono::DateTime::parse_from_rfc3339(&r.started_at).unwrap();
     let local_offset = chrono::Local::now().offset().local_minus_utc();
-    assert_eq!(start.offset().local_minus_utc(), local_offset, "local time with its offset");
-    assert!(r.started_at.contains('T') && (r.started_at.contains('+') || r.started_at.matches('-').count() == 3));
+    assert_eq!(
+        start.offset().local_minus_utc(),
+        local_offset,
+        "local time with its offset"
+    );
+    assert!(
+        r.started_at.contains('T')
+            && (r.started_at.contains('+') || r.started_at.matches('-').count() == 3)
+    );
     std::thread::sleep(std::time::Duration::from_millis(2));
     r.finish();
     assert!(r.duration_s() > 0.0);
@@ -121,8 +136,14 @@ fn run_id_format() {
         assert_eq!(parts[1].len(), 6, "{id}");
         assert!(parts[1].bytes().all(|b| b.is_ascii_digit()), "{id}");
         assert_eq!(parts[2].len(), 6, "{id}");
-        assert!(parts[2].bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')), "{id}");
-        chrono::NaiveDateTime::parse_from_str(&format!("{}{}", parts[0], parts[1]), "%Y%m%d%H%M%S").unwrap();
+        assert!(
+            parts[2]
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "{id}"
+        );
+        chrono::NaiveDateTime::parse_from_str(&format!("{}{}", parts[0], parts[1]), "%Y%m%d%H%M%S")
+            .unwrap();
     };
     let ids: Vec<String> = (0..50).map(|_| new_run_id()).collect();
     ids.iter().for_each(|id| check(id));
@@ -165,7 +186,11 @@ fn same_attempt_replaces_new_attempt_appends() {
     assert_eq!(rows[1]["started_at"], "2026-09-07T01:05:00.000001+08:00");
     assert_eq!(rows[2]["step"], "干活·判定#1");
     assert_eq!(m.rows().len(), 3);
-    assert_eq!(names_in(tmp.path()), vec!["manifest.json", "manifest.json.lock"], "no tmp left");
+    assert_eq!(
+        names_in(tmp.path()),
+        vec!["manifest.json", "manifest.json.lock"],
+        "no tmp left"
+    );
 }
 
 #[test]
@@ -179,14 +204,22 @@ fn other_runs_rows_are_kept_verbatim() {
         {"step": "no run at all"},
         "not even an object",
     ]);
-    fs::write(tmp.path().join("manifest.json"), serde_json::to_vec_pretty(&foreign).unwrap()).unwrap();
+    fs::write(
+        tmp.path().join("manifest.json"),
+        serde_json::to_vec_pretty(&foreign).unwrap(),
+    )
+    .unwrap();
     let mut m = Manifest::new(tmp.path(), "20260907-000000-cccccc".into());
     m.record(&result("干活", "t1")).unwrap();
     m.record(&result("干活", "t2")).unwrap();
 
     let rows = read_rows(tmp.path()).unwrap();
     assert_eq!(rows.len(), 6);
-    assert_eq!(Value::Array(rows[..4].to_vec()), foreign, "others' rows untouched, in order");
+    assert_eq!(
+        Value::Array(rows[..4].to_vec()),
+        foreign,
+        "others' rows untouched, in order"
+    );
     let keys: Vec<_> = rows[1].as_object().unwrap().keys().cloned().collect();
     assert_eq!(keys, ["run", "zzz", "step"], "key order preserved");
     assert_eq!(rows[4]["started_at"], "t1");
@@ -200,7 +233,11 @@ fn other_runs_rows_are_copied_byte_for_byte() {
     // would change.
     let row_a = r#"{"step":"\u5e72\u6d3b","run":"other","cost_usd":1e-05,"x":1.50,"n":-0}"#;
     let row_b = "{\n      \"step\" : \"b\",  \"run\": \"other\"\n    }";
-    fs::write(tmp.path().join("manifest.json"), format!("[ {row_a},\n\t{row_b} ]")).unwrap();
+    fs::write(
+        tmp.path().join("manifest.json"),
+        format!("[ {row_a},\n\t{row_b} ]"),
+    )
+    .unwrap();
     let mut m = Manifest::new(tmp.path(), "mine".into());
     m.record(&result("a", "t1")).unwrap();
     m.record(&result("a", "t2")).unwrap();
@@ -214,7 +251,11 @@ fn other_runs_rows_are_copied_byte_for_byte() {
 fn the_file_keeps_the_pretty_layout_through_every_kind_of_write() {
     let tmp = tempfile::tempdir().unwrap();
     let seed = json!([{"step": "旧", "run": "old", "ok": true}]);
-    fs::write(tmp.path().join("manifest.json"), serde_json::to_string_pretty(&seed).unwrap()).unwrap();
+    fs::write(
+        tmp.path().join("manifest.json"),
+        serde_json::to_string_pretty(&seed).unwrap(),
+    )
+    .unwrap();
     let mut a = Manifest::new(tmp.path(), "run-a".into());
     let mut b = Manifest::new(tmp.path(), "run-b".into());
     let expect_layout = || {
@@ -247,7 +288,11 @@ fn an_edit_in_place_by_another_tool_is_not_lost() {
     let path = tmp.path().join("manifest.json");
     let mut rows = read_rows(tmp.path()).unwrap();
     rows.insert(0, json!({"step": "hand-added", "run": "someone"}));
-    let mut f = fs::OpenOptions::new().write(true).truncate(true).open(&path).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
     std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&rows).unwrap()).unwrap();
     drop(f);
     m.record(&result("a", "t2")).unwrap();
@@ -298,7 +343,12 @@ fn this_process_rows_are_replaced_by_the_newest_after_others_wrote() {
 #[test]
 fn a_corrupt_manifest_is_moved_aside_never_deleted() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [&[u8]; 4] = [b"[{\"step\": \"a\", \"run\": ", b"{\"step\": \"an object\"}", b"\xff\xfe\x00garbage", b"42"];
+    let cases: [&[u8]; 4] = [
+        b"[{\"step\": \"a\", \"run\": ",
+        b"{\"step\": \"an object\"}",
+        b"\xff\xfe\x00garbage",
+        b"42",
+    ];
     let mut asides = Vec::new();
     for bytes in cases {
         fs::write(tmp.path().join("manifest.json"), bytes).unwrap();
@@ -306,11 +356,18 @@ fn a_corrupt_manifest_is_moved_aside_never_deleted() {
         let outcome = m.record(&result("干活", "t")).unwrap();
         let aside = outcome.moved_aside.expect("reported to the caller");
         assert!(
-            aside.file_name().unwrap().to_string_lossy().starts_with("manifest.json.corrupt-"),
+            aside
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("manifest.json.corrupt-"),
             "{aside:?}"
         );
         assert_eq!(fs::read(&aside).unwrap(), bytes, "kept byte for byte");
-        assert!(!asides.contains(&aside), "a second corrupt file in the same second gets its own name");
+        assert!(
+            !asides.contains(&aside),
+            "a second corrupt file in the same second gets its own name"
+        );
         asides.push(aside);
         let rows = read_rows(tmp.path()).unwrap();
         assert_eq!(rows.len(), 1, "a new manifest was started");
@@ -319,7 +376,10 @@ fn a_corrupt_manifest_is_moved_aside_never_deleted() {
     }
     assert!(read_rows(&tmp.path().join("nowhere")).unwrap().is_empty());
     fs::write(tmp.path().join("manifest.json"), b"not json").unwrap();
-    assert!(read_rows(tmp.path()).is_err(), "read_rows reports, never moves");
+    assert!(
+        read_rows(tmp.path()).is_err(),
+        "read_rows reports, never moves"
+    );
     assert!(tmp.path().join("manifest.json").exists());
 }
 
@@ -378,10 +438,16 @@ fn concurrent_processes_never_lose_a_row() {
     let tmp = tempfile::tempdir().unwrap();
     // Someone else's row, there before the writers start.
     let old = json!([{"step": "旧", "run": "20260101-000000-000000", "ok": true}]);
-    fs::write(tmp.path().join("manifest.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+    fs::write(
+        tmp.path().join("manifest.json"),
+        serde_json::to_vec(&old).unwrap(),
+    )
+    .unwrap();
 
     let exe = std::env::current_exe().unwrap();
-    let runs: Vec<String> = (0..WRITERS).map(|i| format!("20260907-000000-00000{i}")).collect();
+    let runs: Vec<String> = (0..WRITERS)
+        .map(|i| format!("20260907-000000-00000{i}"))
+        .collect();
     let children: Vec<_> = runs
         .iter()
         .map(|run| {

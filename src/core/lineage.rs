@@ -180,7 +180,10 @@ impl Lineage {
             if fs::symlink_metadata(&dest).is_ok() || moves.iter().any(|(_, d)| *d == dest) {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
-                    format!("{} already exists; not overwriting an archive", dest.display()),
+                    format!(
+                        "{} already exists; not overwriting an archive",
+                        dest.display()
+                    ),
                 ));
             }
             moves.push((source, dest));
@@ -201,7 +204,8 @@ impl Lineage {
 fn read_matching(path: &Path, workspace: &str) -> Option<LineageFile> {
     let bytes = fs::read(path).ok()?;
     let file: LineageFile = serde_json::from_slice(&bytes).ok()?;
-    let same = file.workspace == workspace || canonical_string(Path::new(&file.workspace)) == workspace;
+    let same =
+        file.workspace == workspace || canonical_string(Path::new(&file.workspace)) == workspace;
     same.then_some(file)
 }
 
@@ -222,13 +226,20 @@ fn lock_tmp(tmp: &Path) -> io::Result<File> {
     // Each retry means another writer completed a save meanwhile; the bound only guards
     // against a path that never stays put (it would take a pathological filesystem).
     for _ in 0..1000 {
-        let file = OpenOptions::new().write(true).create(true).truncate(false).open(tmp)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(tmp)?;
         file.lock()?;
         if same_file(&file, tmp) {
             return Ok(file);
         }
     }
-    Err(io::Error::other(format!("{} keeps changing under the lock", tmp.display())))
+    Err(io::Error::other(format!(
+        "{} keeps changing under the lock",
+        tmp.display()
+    )))
 }
 
 fn same_file(file: &File, path: &Path) -> bool {
@@ -241,7 +252,12 @@ fn same_file(file: &File, path: &Path) -> bool {
 
 /// Replaces the locked temporary file's content with `bytes`, flushes it to disk and
 /// renames it over `dest`. A directory squatting on `dest` is moved aside, never deleted.
-fn write_locked_and_rename(mut file: File, bytes: &[u8], tmp: &Path, dest: &Path) -> io::Result<()> {
+fn write_locked_and_rename(
+    mut file: File,
+    bytes: &[u8],
+    tmp: &Path,
+    dest: &Path,
+) -> io::Result<()> {
     file.set_len(0)?;
     file.write_all(bytes)?;
     file.sync_all()?;

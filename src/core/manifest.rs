@@ -151,7 +151,10 @@ pub enum ManifestError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
-    move |source| ManifestError::Io { path: path.to_path_buf(), source }
+    move |source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// What a write did, beyond writing.
@@ -258,10 +261,13 @@ impl Manifest {
         let tmp = self.run_dir.join(MANIFEST_TMP_FILE);
         let mut out = File::create(&tmp).map_err(io_err(&tmp))?;
         let mut moved_aside = None;
-        let unchanged = last.as_ref().and_then(|last| open_if_unchanged(&self.path, &lock, last));
+        let unchanged = last
+            .as_ref()
+            .and_then(|last| open_if_unchanged(&self.path, &lock, last));
         let (others_len, others_count) = match (unchanged, last) {
             (Some(old), Some(last)) => {
-                let copied = io::copy(&mut (&old).take(last.others_len), &mut out).map_err(io_err(&tmp))?;
+                let copied =
+                    io::copy(&mut (&old).take(last.others_len), &mut out).map_err(io_err(&tmp))?;
                 if copied != last.others_len {
                     return Err(io_err(&self.path)(io::ErrorKind::UnexpectedEof.into()));
                 }
@@ -280,8 +286,11 @@ impl Manifest {
                     }
                 };
                 let ours = serde_json::to_string(&self.run_id).unwrap_or_default();
-                let others: Vec<&str> =
-                    existing.iter().map(|raw| raw.get()).filter(|raw| !row_has_run(raw, &ours)).collect();
+                let others: Vec<&str> = existing
+                    .iter()
+                    .map(|raw| raw.get())
+                    .filter(|raw| !row_has_run(raw, &ours))
+                    .collect();
                 let len = write_others(&mut out, &others).map_err(io_err(&tmp))?;
                 (len, others.len())
             }
@@ -294,7 +303,11 @@ impl Manifest {
         // itself (seconds), a power cut brings back the previous whole file, never half.
 
         let token = format!("{} {:016x}\n", self.run_id, fastrand::u64(..));
-        if lock.set_len(0).and_then(|()| lock.write_all_at(token.as_bytes(), 0)).is_ok() {
+        if lock
+            .set_len(0)
+            .and_then(|()| lock.write_all_at(token.as_bytes(), 0))
+            .is_ok()
+        {
             use std::os::unix::fs::MetadataExt;
             self.last = Some(Written {
                 token,
@@ -307,7 +320,10 @@ impl Manifest {
             });
         }
         drop(lock);
-        Ok(RecordOutcome { moved_aside, rows: others_count + self.rows.len() })
+        Ok(RecordOutcome {
+            moved_aside,
+            rows: others_count + self.rows.len(),
+        })
     }
 }
 
@@ -337,7 +353,10 @@ pub fn read_rows(run_dir: &Path) -> Result<Vec<Value>, ManifestError> {
     let Some(text) = read_text(&path)? else {
         return Ok(Vec::new());
     };
-    let corrupt = |why: String| ManifestError::Corrupt { path: path.clone(), why };
+    let corrupt = |why: String| ManifestError::Corrupt {
+        path: path.clone(),
+        why,
+    };
     let rows = split_rows(&text).map_err(corrupt)?;
     rows.iter()
         .map(|raw| serde_json::from_str(raw.get()).map_err(|e| corrupt(e.to_string())))
@@ -380,7 +399,8 @@ fn row_has_run(raw: &str, run_json: &str) -> bool {
     }
     // A cheap pre-filter: a row of ours contains the literal; most rows do not.
     raw.contains(run_json)
-        && serde_json::from_str::<RunOnly>(raw).is_ok_and(|r| r.run.is_some_and(|run| run.get() == run_json))
+        && serde_json::from_str::<RunOnly>(raw)
+            .is_ok_and(|r| r.run.is_some_and(|run| run.get() == run_json))
 }
 
 /// Starts the array in `serde_json`'s pretty layout with the other processes' rows,
@@ -406,7 +426,10 @@ fn write_ours(out: File, first: bool, ours: &[Value]) -> io::Result<File> {
     if !ours.is_empty() {
         // The slice pretty-printed is `[\n  {…},\n  {…}\n]`: keep what is inside.
         let text = serde_json::to_string_pretty(ours).map_err(io::Error::other)?;
-        let inner = text.strip_prefix("[\n").and_then(|t| t.strip_suffix("\n]")).unwrap_or(&text);
+        let inner = text
+            .strip_prefix("[\n")
+            .and_then(|t| t.strip_suffix("\n]"))
+            .unwrap_or(&text);
         buf.write_all(if first { b"\n" } else { b",\n" })?;
         buf.write_all(inner.as_bytes())?;
         buf.write_all(b"\n]\n")?;

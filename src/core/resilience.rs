@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use crate::model::ModelError;
 
 /// Sent when a retry resumes the session of an interrupted step. Exactly this text.
-pub const RESUME_PROMPT: &str = "上一轮在中途被打断,没有跑完。检查一下工作台里已经落盘的东西,从中断处接着做,不要重头来过。";
+pub const RESUME_PROMPT: &str =
+    "上一轮在中途被打断,没有跑完。检查一下工作台里已经落盘的东西,从中断处接着做,不要重头来过。";
 
 /// The API the default endpoint stands for.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -79,7 +80,11 @@ impl Resilience {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Resilience, Vec<String>) {
         let mut r = Resilience::default();
         let mut warnings = Vec::new();
-        let get = |name: &str| lookup(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
 
         if let Some(value) = get("FLOWER_MAX_ATTEMPTS") {
             match value.parse::<u32>() {
@@ -115,9 +120,21 @@ impl Resilience {
         };
         seconds("FLOWER_BASE_DELAY", Range::NonNegative, &mut r.base_delay);
         seconds("FLOWER_MAX_DELAY", Range::NonNegative, &mut r.max_delay);
-        seconds("FLOWER_PROBE_TIMEOUT", Range::Positive, &mut r.probe_timeout);
-        seconds("FLOWER_PROBE_INTERVAL", Range::Positive, &mut r.probe_interval);
-        seconds("FLOWER_MAX_OFFLINE_WAIT", Range::NonNegative, &mut r.max_offline_wait);
+        seconds(
+            "FLOWER_PROBE_TIMEOUT",
+            Range::Positive,
+            &mut r.probe_timeout,
+        );
+        seconds(
+            "FLOWER_PROBE_INTERVAL",
+            Range::Positive,
+            &mut r.probe_interval,
+        );
+        seconds(
+            "FLOWER_MAX_OFFLINE_WAIT",
+            Range::NonNegative,
+            &mut r.max_offline_wait,
+        );
 
         if let Some(value) = get("FLOWER_RETRY_UNKNOWN") {
             match value.to_ascii_lowercase().as_str() {
@@ -165,7 +182,11 @@ impl Resilience {
     /// every `probe_interval`, calling `on_wait(waited)` after each failed probe (for the
     /// live status line), until it is reachable (true) or `max_offline_wait` has passed
     /// (false). Waiting spends no attempt: that is the caller's rule.
-    pub async fn wait_until_reachable(&self, ep: &Endpoint, mut on_wait: impl FnMut(Duration)) -> bool {
+    pub async fn wait_until_reachable(
+        &self,
+        ep: &Endpoint,
+        mut on_wait: impl FnMut(Duration),
+    ) -> bool {
         let started = Instant::now();
         let limit = secs(self.max_offline_wait);
         let timeout = secs(self.probe_timeout);
@@ -256,6 +277,8 @@ const TRANSIENT_PHRASES: &[&str] = &[
     "connection closed",
     "connection aborted",
     "connection error",
+    "closed connection",
+    "close_notify",
     "broken pipe",
     "econnrefused",
     "econnreset",
@@ -324,7 +347,8 @@ fn has_code(text: &str, code: &str) -> bool {
     text.match_indices(code).any(|(at, _)| {
         let before = at.checked_sub(1).map(|i| bytes[i]);
         let after = bytes.get(at + code.len()).copied();
-        !before.is_some_and(|b| b.is_ascii_alphanumeric()) && !after.is_some_and(|b| b.is_ascii_alphanumeric())
+        !before.is_some_and(|b| b.is_ascii_alphanumeric())
+            && !after.is_some_and(|b| b.is_ascii_alphanumeric())
     })
 }
 
@@ -339,8 +363,12 @@ pub fn classify_error(err: &ModelError) -> ErrorClass {
                 return class;
             }
             match kind.as_str() {
-                "authentication_error" | "permission_error" | "invalid_request_error" | "not_found_error"
-                | "request_too_large" | "billing_error" => ErrorClass::Fatal,
+                "authentication_error"
+                | "permission_error"
+                | "invalid_request_error"
+                | "not_found_error"
+                | "request_too_large"
+                | "billing_error" => ErrorClass::Fatal,
                 "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error" => {
                     ErrorClass::Transient
                 }
@@ -389,20 +417,31 @@ pub fn endpoint() -> Endpoint {
 /// unparseable URL gives the API's own endpoint.
 pub fn endpoint_from(base_url: &str) -> Endpoint {
     let trimmed = base_url.trim();
-    let default = || Endpoint { host: "api.anthropic.com".into(), port: 443 };
+    let default = || Endpoint {
+        host: "api.anthropic.com".into(),
+        port: 443,
+    };
     if trimmed.is_empty() {
         return default();
     }
-    let with_scheme =
-        if trimmed.contains("://") { trimmed.to_owned() } else { format!("https://{trimmed}") };
+    let with_scheme = if trimmed.contains("://") {
+        trimmed.to_owned()
+    } else {
+        format!("https://{trimmed}")
+    };
     let Ok(url) = reqwest::Url::parse(&with_scheme) else {
         return default();
     };
     let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
         return default();
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-    let port = url.port().unwrap_or(if url.scheme() == "http" { 80 } else { 443 });
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = url
+        .port()
+        .unwrap_or(if url.scheme() == "http" { 80 } else { 443 });
     Endpoint { host, port }
 }
 
