@@ -231,7 +231,9 @@ fn lock_tmp(tmp: &Path) -> io::Result<File> {
             .create(true)
             .truncate(false)
             .open(tmp)?;
-        file.lock()?;
+        // A filesystem without flock (some network mounts) still gets its lineage: the
+        // lock only matters when two processes save at the same instant.
+        let _ = file.lock();
         if same_file(&file, tmp) {
             return Ok(file);
         }

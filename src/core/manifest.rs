@@ -6,8 +6,15 @@
 //! id, `YYYYmmdd-HHMMSS-<6 hex>`). Writes never overwrite other processes' work: each
 //! write takes an exclusive lock on `manifest.json.lock`, re-reads the file, replaces
 //! only this process's rows by its current ones and keeps every other row exactly as it
-//! was, then renames a fully written `manifest.json.tmp` over the file. So several flower
-//! processes may share one run dir.
+//! was, then renames a fully written (fsynced) `manifest.json.tmp` over the file. So
+//! several flower processes may share one run dir.
+//!
+//! Other rows are copied as their exact source bytes, never re-serialised: unknown
+//! fields, key order and number spellings survive, and a write with 10,000 rows in the
+//! file needs no tree of them. When nobody else has written since this process did (the
+//! file's identity and a token in the lock file say so), even the parse is skipped and
+//! the other rows are copied in the kernel. An unparseable file is moved aside to
+//! `manifest.json.corrupt-<YYYYmmdd-HHMMSS>`, never deleted, and a new one started.
 
 use chrono::SecondsFormat;
 use serde::{Deserialize, Serialize};
@@ -254,9 +261,11 @@ impl Manifest {
             .truncate(false)
             .open(&lock_path)
             .map_err(io_err(&lock_path))?;
-        lock.lock().map_err(io_err(&lock_path))?;
+        // Without flock (some network mounts) the write still happens, merged as well as
+        // it can be; only the shortcut, which relies on the lock, is off.
+        let locked = lock.lock().is_ok();
         // Until this write completes, what we knew about the file is void.
-        let last = self.last.take();
+        let last = self.last.take().filter(|_| locked);
 
         let tmp = self.run_dir.join(MANIFEST_TMP_FILE);
         let mut out = File::create(&tmp).map_err(io_err(&tmp))?;
@@ -303,10 +312,11 @@ impl Manifest {
         // itself (seconds), a power cut brings back the previous whole file, never half.
 
         let token = format!("{} {:016x}\n", self.run_id, fastrand::u64(..));
-        if lock
-            .set_len(0)
-            .and_then(|()| lock.write_all_at(token.as_bytes(), 0))
-            .is_ok()
+        if locked
+            && lock
+                .set_len(0)
+                .and_then(|()| lock.write_all_at(token.as_bytes(), 0))
+                .is_ok()
         {
             use std::os::unix::fs::MetadataExt;
             self.last = Some(Written {

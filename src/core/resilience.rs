@@ -97,16 +97,15 @@ impl Resilience {
         }
         let mut seconds = |name: &str, range: Range, field: &mut f64| {
             let Some(value) = get(name) else { return };
-            let ok = match value.parse::<f64>() {
-                Ok(x) if x.is_finite() => match range {
-                    Range::NonNegative => x >= 0.0,
-                    Range::Positive => x > 0.0,
-                },
-                _ => false,
-            };
-            if ok {
-                // Parsed and checked just above.
-                *field = value.parse().unwrap_or(*field);
+            let valid = value.parse::<f64>().ok().filter(|x| {
+                x.is_finite()
+                    && match range {
+                        Range::NonNegative => *x >= 0.0,
+                        Range::Positive => *x > 0.0,
+                    }
+            });
+            if let Some(x) = valid {
+                *field = x;
             } else {
                 let want = match range {
                     Range::NonNegative => "≥ 0",
@@ -158,8 +157,9 @@ impl Resilience {
     }
 
     /// The backoff before the next attempt: [`base_delay_for`](Self::base_delay_for)
-    /// times a uniform jitter in [0.75, 1.25], so that many clients do not retry in step.
-    /// A server's `retry-after` wins when given (capped at `max_offline_wait`, so a
+    /// times a uniform jitter in [0.75, 1.25], so that many clients do not retry in step
+    /// (the cap applies before the jitter, as the spec's formula has it).
+    /// A server's `retry-after` wins when given (capped at `max_offline_wait`, so an
     /// absurd header cannot park the run for days).
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         if let Some(after) = retry_after {
