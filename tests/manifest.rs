@@ -116,13 +116,29 @@ fn started_and_finish_stamp_local_rfc3339() {
         local_offset,
         "local time with its offset"
     );
-    assert!(
-        r.started_at.contains('T')
-            && (r.started_at.contains('+') || r.started_at.matches('-').count() == 3)
+    // `YYYY-mm-ddTHH:MM:SS.ffffff±HH:MM`: microseconds and an explicit offset.
+    let b = r.started_at.as_bytes();
+    assert_eq!(b.len(), 32, "{}", r.started_at);
+    assert_eq!(
+        (b[10], b[19], b[29]),
+        (b'T', b'.', b':'),
+        "{}",
+        r.started_at
     );
-    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(matches!(b[26], b'+' | b'-'), "{}", r.started_at);
+
+    // finish() stamps the current time, never earlier than the start.
+    r.ended_at = "not yet".into();
     r.finish();
-    assert!(r.duration_s() > 0.0);
+    let end = chrono::DateTime::parse_from_rfc3339(&r.ended_at).unwrap();
+    assert!(end >= start);
+    assert!(
+        end.signed_duration_since(chrono::Local::now())
+            .num_seconds()
+            .abs()
+            < 60
+    );
+    assert!(r.duration_s() >= 0.0);
     assert!(r.duration_s() < 60.0);
 }
 
