@@ -2,8 +2,8 @@
 //! environment, the endpoint, and the loopback-only reachability probe and offline wait.
 
 use flower::core::resilience::{
-    Endpoint, ErrorClass, RESUME_PROMPT, Resilience, classify, classify_error, endpoint,
-    endpoint_from, reachable,
+    DEFAULT_BASE_URL, Endpoint, ErrorClass, RESUME_PROMPT, Resilience, classify, classify_error,
+    endpoint, endpoint_from, reachable,
 };
 use flower::model::ModelError;
 use std::collections::HashMap;
@@ -466,6 +466,7 @@ fn endpoint_table() {
         );
     }
     assert_eq!(endpoint_from("").to_string(), "api.anthropic.com:443");
+    assert_eq!(endpoint_from(DEFAULT_BASE_URL), endpoint_from(""));
     assert_eq!(
         endpoint_from("http://127.0.0.1:5000").to_string(),
         "127.0.0.1:5000"
