@@ -23,7 +23,9 @@ fn foreign_row(i: usize) -> serde_json::Value {
         cost_usd: Some(0.01 * (i % 100) as f64),
         num_turns: (i % 70) as u32,
         text: "已完成:md 转 html 的脚本写好了,支持标题、列表、代码块高亮,测试全过。".repeat(4),
-        error: i.is_multiple_of(5).then(|| "API Error: 529 overloaded_error: Overloaded".into()),
+        error: i
+            .is_multiple_of(5)
+            .then(|| "API Error: 529 overloaded_error: Overloaded".into()),
         started_at: "2026-09-07T01:52:40.123456+08:00".into(),
         ended_at: "2026-09-07T01:55:41.654321+08:00".into(),
         attempts: 1 + (i % 3) as u32,
