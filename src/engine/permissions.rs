@@ -502,6 +502,8 @@ fn glob_base(path: &Path, pattern: &str) -> PathBuf {
     let parts: Vec<&str> = pattern.split('/').collect();
     let mut base = if pattern.starts_with('/') {
         PathBuf::from("/")
+    } else if path == Path::new(".") {
+        PathBuf::new()
     } else {
         path.to_path_buf()
     };
@@ -512,6 +514,9 @@ fn glob_base(path: &Path, pattern: &str) -> PathBuf {
         if !part.is_empty() {
             base.push(part);
         }
+    }
+    if base.as_os_str().is_empty() {
+        base.push(".");
     }
     base
 }

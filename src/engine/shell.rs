@@ -564,7 +564,10 @@ impl Parser {
         let start = self.i;
         let mut w = Word::new();
         let mut plain = true;
-        let mut brace_open = false;
+        // Unquoted `[` seen (a following `]` makes a glob); unquoted `{` seen, and
+        // whether a `,` or `..` followed it (a `}` then makes a brace expansion).
+        let mut bracket_open = false;
+        let mut brace: Option<bool> = None;
         while let Some(c) = self.peek() {
             match c {
                 '<' | '>' if self.peek_at(1) == Some('(') => {
@@ -634,30 +637,37 @@ impl Parser {
                     self.i += 1;
                 }
                 '[' => {
-                    // A glob only if a `]` follows in the word.
-                    if self.s[self.i + 1..]
-                        .iter()
-                        .take_while(|c| !is_meta(**c))
-                        .any(|c| *c == ']')
-                    {
-                        w.dynamic = true;
-                    }
+                    bracket_open = true;
+                    w.text.push(c);
+                    self.i += 1;
+                }
+                ']' if bracket_open => {
+                    // `[…]` is a glob.
+                    w.dynamic = true;
                     w.text.push(c);
                     self.i += 1;
                 }
                 '{' => {
-                    brace_open = true;
+                    brace = Some(false);
                     w.text.push(c);
                     self.i += 1;
                 }
-                '}' if brace_open => {
+                ',' if brace.is_some() => {
+                    brace = Some(true);
+                    w.text.push(c);
+                    self.i += 1;
+                }
+                '.' if brace.is_some() && self.peek_at(1) == Some('.') => {
+                    brace = Some(true);
+                    w.text.push_str("..");
+                    self.i += 2;
+                }
+                '}' if brace.is_some() => {
                     // `{a,b}` or `{1..3}` expand into several words.
-                    if let Some(open) = w.text.rfind('{') {
-                        let inner = &w.text[open + 1..];
-                        if inner.contains(',') || inner.contains("..") {
-                            w.dynamic = true;
-                        }
+                    if brace == Some(true) {
+                        w.dynamic = true;
                     }
+                    brace = None;
                     w.text.push(c);
                     self.i += 1;
                 }
