@@ -34,6 +34,8 @@ pub const TAIL_BYTES: usize = 15_000;
 /// After the shell exits, how long output from leftover background processes is
 /// still read.
 const GRACE: Duration = Duration::from_millis(300);
+/// A cut point moves to a line end at most this many bytes away.
+const LINE_SNAP: usize = 2000;
 
 pub struct Bash;
 
@@ -334,23 +336,45 @@ impl Capture {
             all.extend_from_slice(&tail);
             return String::from_utf8_lossy(&all).into_owned();
         }
-        // Cut points may fall inside a multi-byte character: trim to whole characters.
-        let head = match std::str::from_utf8(&self.head) {
-            Err(e) if e.error_len().is_none() => &self.head[..e.valid_up_to()],
-            _ => &self.head[..],
-        };
-        let skip = tail
-            .iter()
-            .take(3)
-            .take_while(|&&b| (0x80..0xc0).contains(&b))
-            .count();
+        // Cut at line ends when one is near, else at a character boundary.
+        let mut head: &[u8] = &self.head;
+        let mut tail: &[u8] = &tail;
+        let mut cut_bytes = self.cut_bytes;
+        let mut cut_lines = self.cut_lines;
+        if let Some(nl) = head.iter().rposition(|&b| b == b'\n')
+            && head.len() - nl <= LINE_SNAP
+        {
+            cut_bytes += (head.len() - nl - 1) as u64;
+            head = &head[..=nl];
+        } else if let Err(e) = std::str::from_utf8(head)
+            && e.error_len().is_none()
+        {
+            cut_bytes += (head.len() - e.valid_up_to()) as u64;
+            head = &head[..e.valid_up_to()];
+        }
+        if let Some(nl) = tail.iter().position(|&b| b == b'\n')
+            && nl < LINE_SNAP
+            && nl + 1 < tail.len()
+        {
+            cut_bytes += (nl + 1) as u64;
+            cut_lines += 1;
+            tail = &tail[nl + 1..];
+        } else {
+            let skip = tail
+                .iter()
+                .take(3)
+                .take_while(|&&b| (0x80..0xc0).contains(&b))
+                .count();
+            cut_bytes += skip as u64;
+            tail = &tail[skip..];
+        }
         let mut out = String::from_utf8_lossy(head).into_owned();
         out.push_str(&format!(
-            "\n\n[… {} bytes ({} lines) of output cut here; {} bytes in total. Redirect the \
-             output to a file and search it, or narrow the command, to see it …]\n\n",
-            self.cut_bytes, self.cut_lines, self.total
+            "\n[… {cut_bytes} bytes ({cut_lines} lines) of output cut here; {} bytes in total. \
+             Redirect the output to a file and search it, or narrow the command, to see it …]\n\n",
+            self.total
         ));
-        out.push_str(&String::from_utf8_lossy(&tail[skip..]));
+        out.push_str(&String::from_utf8_lossy(tail));
         out
     }
 }
