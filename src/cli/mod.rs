@@ -1,1 +1,3 @@
 //! The flower command line.
+
+pub mod store;
