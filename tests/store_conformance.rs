@@ -424,7 +424,7 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
     assert_eq!(loaded[0], first);
     // The same uuid under another key is another entry.
     assert_eq!(
-        s.append_counted(&sub("subagents/a"), &[first.clone()])
+        s.append_counted(&sub("subagents/a"), std::slice::from_ref(&first))
             .unwrap(),
         1
     );

@@ -9,6 +9,7 @@ use crate::stores::prune::{PruneOptions, default_trim_dir, prune};
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -28,13 +29,19 @@ pub struct StoreArgs {
     pub command: StoreCommand,
 }
 
-/// KEY is `project_key/session_id[/subpath]`.
+/// KEY is `project_key/session_id[/subpath]`. Project keys start with `-`
+/// (`-home-me-proj`), so keys and project keys are taken even when they look like
+/// options.
 #[derive(Debug, Clone, Subcommand)]
 pub enum StoreCommand {
     /// Append entries read from stdin (a JSON array, or JSON Lines) to KEY, as one batch.
-    Append { key: String },
+    Append {
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
     /// Print the transcript of KEY as a JSON array (`null` if never written).
     Load {
+        #[arg(allow_hyphen_values = true)]
         key: String,
         /// Print what a resumed session is fed (pruned) instead of what is stored.
         #[arg(long)]
@@ -45,13 +52,25 @@ pub enum StoreCommand {
         trim: bool,
     },
     /// List the sessions of a project (session_id, mtime in epoch ms), newest first.
-    Sessions { project_key: String },
+    Sessions {
+        #[arg(allow_hyphen_values = true)]
+        project_key: String,
+    },
     /// List the summaries of a project's sessions, newest first.
-    Summaries { project_key: String },
+    Summaries {
+        #[arg(allow_hyphen_values = true)]
+        project_key: String,
+    },
     /// List the subpaths stored under KEY's session.
-    Subkeys { key: String },
+    Subkeys {
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
     /// Delete KEY (a main key takes its subkeys with it).
-    Delete { key: String },
+    Delete {
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
     /// Import a Claude Code transcript (`~/.claude/projects/<key>/<session>.jsonl`).
     Import {
         file: PathBuf,
@@ -312,8 +331,23 @@ fn import(
         )
     })?;
     let store = open_rw(db)?;
+    // Lines with a uuid are deduplicated by the store; the others (summary, titles) are
+    // skipped when already stored verbatim, so importing a file twice stores it once.
+    let existing: HashSet<String> = store
+        .load(&key)
+        .map_err(|e| describe(&e, db))?
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e.get("uuid").is_none())
+        .map(Value::to_string)
+        .collect();
+    let fresh: Vec<Value> = taken
+        .iter()
+        .filter(|e| e.get("uuid").is_some() || !existing.contains(&e.to_string()))
+        .cloned()
+        .collect();
     let stored = store
-        .append_counted(&key, &taken)
+        .append_counted(&key, &fresh)
         .map_err(|e| describe(&e, db))?;
     Ok(json!({
         "key": key.to_string(),

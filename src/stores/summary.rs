@@ -132,10 +132,10 @@ fn fold_first_prompt(data: &mut Map<String, Value>, entry: &Map<String, Value>) 
             continue;
         }
         if let Some(command) = command_name(text) {
-            if !data
+            if data
                 .get("command_fallback")
                 .and_then(Value::as_str)
-                .is_some_and(|c| !c.is_empty())
+                .is_none_or(str::is_empty)
             {
                 data.insert("command_fallback".into(), Value::from(command));
             }

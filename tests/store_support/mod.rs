@@ -71,7 +71,11 @@ pub fn snapshot(dir: &Path) -> Snapshot {
         .map(|e| {
             let e = e.unwrap();
             let meta = e.metadata().unwrap();
-            let bytes = if meta.is_file() { std::fs::read(e.path()).unwrap() } else { Vec::new() };
+            let bytes = if meta.is_file() {
+                std::fs::read(e.path()).unwrap()
+            } else {
+                Vec::new()
+            };
             (
                 e.file_name().to_string_lossy().into_owned(),
                 (bytes, meta.modified().unwrap()),
@@ -85,7 +89,10 @@ pub fn snapshot(dir: &Path) -> Snapshot {
 pub fn to_messages(entries: &[Value]) -> Vec<(String, Vec<Value>)> {
     let mut messages: Vec<(String, Vec<Value>)> = Vec::new();
     for e in entries {
-        let Some(role) = e["type"].as_str().filter(|t| *t == "user" || *t == "assistant") else {
+        let Some(role) = e["type"]
+            .as_str()
+            .filter(|t| *t == "user" || *t == "assistant")
+        else {
             continue;
         };
         let blocks = match &e["message"]["content"] {
@@ -109,7 +116,10 @@ pub fn assert_api_valid(entries: &[Value]) {
     if messages.is_empty() {
         return;
     }
-    assert_eq!(messages[0].0, "user", "first message must be user: {entries:#?}");
+    assert_eq!(
+        messages[0].0, "user",
+        "first message must be user: {entries:#?}"
+    );
     for (i, (role, blocks)) in messages.iter().enumerate() {
         assert!(!blocks.is_empty(), "empty message {i}");
         if i > 0 {
@@ -162,7 +172,11 @@ pub fn assert_api_valid(entries: &[Value]) {
 pub fn assert_single_chain(entries: &[Value]) {
     let chain: Vec<&Value> = entries.iter().filter(|e| e["uuid"].is_string()).collect();
     for (i, e) in chain.iter().enumerate() {
-        let expected = if i == 0 { Value::Null } else { chain[i - 1]["uuid"].clone() };
+        let expected = if i == 0 {
+            Value::Null
+        } else {
+            chain[i - 1]["uuid"].clone()
+        };
         assert_eq!(
             e["parentUuid"], expected,
             "entry {i} ({}) is not linked to the one before it",
