@@ -9,7 +9,12 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Store(args)) => cli::store::run(args),
+        Some(Command::Store(args)) => {
+            return cli::store::run(args).unwrap_or_else(|e| {
+                eprintln!("flower store: {e:#}");
+                ExitCode::FAILURE
+            });
+        }
         Some(Command::State(args)) => cli::state::run(args),
         Some(Command::Once(args)) => block_on(cli::once::run(args)),
         None => block_on(cli::flow::run(cli.flow)),

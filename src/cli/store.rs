@@ -1,6 +1,381 @@
-//! STUB: `flower store` (branch wt-store replaces this).
-#[derive(Debug, clap::Args)]
-pub struct StoreArgs {}
-pub fn run(_args: StoreArgs) -> anyhow::Result<std::process::ExitCode> {
-    Ok(std::process::ExitCode::SUCCESS)
+//! `flower store`: inspect and move the transcripts in `sessions.db`.
+//!
+//! Every subcommand prints JSON on stdout. A failure prints one line on stderr
+//! (`flower store <command>: <what is wrong, naming the file>`) and exits non-zero;
+//! a failed write leaves the database as it was. Reading commands open the database
+//! read-only and never create it.
+
+use flower::stores::prune::{PruneOptions, default_trim_dir, prune};
+use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// `flower store [--db PATH] <command>`.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// The session database.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "runs/sessions.db",
+        global = true
+    )]
+    pub db: PathBuf,
+    #[command(subcommand)]
+    pub command: StoreCommand,
+}
+
+/// KEY is `project_key/session_id[/subpath]`. Project keys start with `-`
+/// (`-home-me-proj`), so keys and project keys are taken even when they look like
+/// options.
+#[derive(Debug, Clone, Subcommand)]
+pub enum StoreCommand {
+    /// Append entries read from stdin (a JSON array, or JSON Lines) to KEY, as one batch.
+    Append {
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
+    /// Print the transcript of KEY as a JSON array (`null` if never written).
+    Load {
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+        /// Print what a resumed session is fed (pruned) instead of what is stored.
+        #[arg(long)]
+        pruned: bool,
+        /// With --pruned: also trim old large tool results (written under
+        /// `<db dir>/trimmed`).
+        #[arg(long, requires = "pruned")]
+        trim: bool,
+    },
+    /// List the sessions of a project (session_id, mtime in epoch ms), newest first.
+    Sessions {
+        #[arg(allow_hyphen_values = true)]
+        project_key: String,
+    },
+    /// List the summaries of a project's sessions, newest first.
+    Summaries {
+        #[arg(allow_hyphen_values = true)]
+        project_key: String,
+    },
+    /// List the subpaths stored under KEY's session.
+    Subkeys {
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
+    /// Delete KEY (a main key takes its subkeys with it).
+    Delete {
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
+    /// Import a Claude Code transcript (`~/.claude/projects/<key>/<session>.jsonl`).
+    Import {
+        file: PathBuf,
+        /// Default: the project key of the transcript's first `cwd`, else the name of
+        /// the directory holding the file.
+        #[arg(long)]
+        project_key: Option<String>,
+        /// Default: the file name without `.jsonl`.
+        #[arg(long)]
+        session_id: Option<String>,
+    },
+}
+
+impl StoreCommand {
+    fn name(&self) -> &'static str {
+        match self {
+            StoreCommand::Append { .. } => "append",
+            StoreCommand::Load { .. } => "load",
+            StoreCommand::Sessions { .. } => "sessions",
+            StoreCommand::Summaries { .. } => "summaries",
+            StoreCommand::Subkeys { .. } => "subkeys",
+            StoreCommand::Delete { .. } => "delete",
+            StoreCommand::Import { .. } => "import",
+        }
+    }
+}
+
+/// Line types of a Claude Code transcript that `import` takes besides the chain
+/// (`user`, `assistant`, `system` entries with a uuid): they feed the session summary.
+const IMPORTED_META_TYPES: [&str; 5] =
+    ["summary", "custom-title", "ai-title", "tag", "last-prompt"];
+
+/// Runs `flower store`. Errors are printed here, as one line; the exit code says
+/// whether it worked.
+pub fn run(args: StoreArgs) -> anyhow::Result<ExitCode> {
+    let name = args.command.name();
+    match execute(&args) {
+        Ok(output) => match print_json(&output) {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+            Err(e) => {
+                eprintln!("flower store {name}: cannot write to stdout: {e}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        Err(message) => {
+            eprintln!("flower store {name}: {}", one_line(&message));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn print_json(value: &Value) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    serde_json::to_writer_pretty(&mut out, value)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+fn execute(args: &StoreArgs) -> Result<Value, String> {
+    let db = args.db.as_path();
+    let key = |text: &str| {
+        SessionKey::parse(text).map_err(|e| format!("{e} (database {})", db.display()))
+    };
+    match &args.command {
+        StoreCommand::Append { key: text } => {
+            let key = key(text)?;
+            let mut input = Vec::new();
+            std::io::stdin().read_to_end(&mut input).map_err(|e| {
+                format!(
+                    "cannot read stdin: {e}; nothing written to {}",
+                    db.display()
+                )
+            })?;
+            let entries = parse_entries(&input)
+                .map_err(|e| format!("<stdin>: {e}; nothing written to {}", db.display()))?;
+            if entries.is_empty() {
+                return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
+            }
+            let store = open_rw(db)?;
+            let stored = store
+                .append_counted(&key, &entries)
+                .map_err(|e| describe(&e, db))?;
+            Ok(json!({"key": key.to_string(), "received": entries.len(), "stored": stored}))
+        }
+        StoreCommand::Load {
+            key: text,
+            pruned,
+            trim,
+        } => {
+            let key = key(text)?;
+            let Some(store) = open_ro(db)? else {
+                return Ok(Value::Null);
+            };
+            let Some(entries) = store.load(&key).map_err(|e| describe(&e, db))? else {
+                return Ok(Value::Null);
+            };
+            if !pruned {
+                return Ok(Value::Array(entries));
+            }
+            let run_dir = db.parent().unwrap_or(Path::new("."));
+            let mut options = PruneOptions::new(default_trim_dir(run_dir));
+            options.trim = *trim;
+            Ok(Value::Array(prune(entries, &options)))
+        }
+        StoreCommand::Sessions { project_key } => match open_ro(db)? {
+            None => Ok(json!([])),
+            Some(store) => {
+                let sessions = store
+                    .list_sessions(project_key)
+                    .map_err(|e| describe(&e, db))?;
+                serde_json::to_value(sessions).map_err(|e| e.to_string())
+            }
+        },
+        StoreCommand::Summaries { project_key } => match open_ro(db)? {
+            None => Ok(json!([])),
+            Some(store) => {
+                let summaries = store
+                    .list_session_summaries(project_key)
+                    .map_err(|e| describe(&e, db))?;
+                serde_json::to_value(summaries).map_err(|e| e.to_string())
+            }
+        },
+        StoreCommand::Subkeys { key: text } => {
+            let key = key(text)?.main_key();
+            match open_ro(db)? {
+                None => Ok(json!([])),
+                Some(store) => Ok(json!(
+                    store.list_subkeys(&key).map_err(|e| describe(&e, db))?
+                )),
+            }
+        }
+        StoreCommand::Delete { key: text } => {
+            let key = key(text)?;
+            // Deleting from a database that does not exist deletes nothing; don't create it.
+            if open_ro(db)?.is_none() {
+                return Ok(json!({"key": key.to_string(), "deleted_entries": 0}));
+            }
+            let store = open_rw(db)?;
+            let deleted = store.delete_counted(&key).map_err(|e| describe(&e, db))?;
+            Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
+        }
+        StoreCommand::Import {
+            file,
+            project_key: project,
+            session_id,
+        } => import(db, file, project.as_deref(), session_id.as_deref()),
+    }
+}
+
+fn open_rw(db: &Path) -> Result<SqliteSessionStore, String> {
+    SqliteSessionStore::open(db).map_err(|e| describe(&e, db))
+}
+
+fn open_ro(db: &Path) -> Result<Option<SqliteSessionStore>, String> {
+    SqliteSessionStore::open_read_only(db).map_err(|e| describe(&e, db))
+}
+
+/// A store error as one line that names the database file.
+fn describe(e: &StoreError, db: &Path) -> String {
+    match e {
+        StoreError::Database { .. } | StoreError::NewerSchema { .. } => e.to_string(),
+        _ => format!("{e} (database {})", db.display()),
+    }
+}
+
+/// Reads a JSON array, or JSON Lines (one entry per non-blank line). Every entry must
+/// be a JSON object.
+fn parse_entries(input: &[u8]) -> Result<Vec<Value>, String> {
+    let text = std::str::from_utf8(input).map_err(|e| format!("not UTF-8 text ({e})"))?;
+    if text.trim_start().starts_with('[') {
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| format!("malformed JSON array: {e}"))?;
+        let Value::Array(entries) = value else {
+            return Err("expected a JSON array".into());
+        };
+        if let Some(index) = entries.iter().position(|e| !e.is_object()) {
+            return Err(format!("entry {index} of the array is not a JSON object"));
+        }
+        return Ok(entries);
+    }
+    let mut entries = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: Value = serde_json::from_str(line)
+            .map_err(|e| format!("line {}: malformed JSON: {e}", n + 1))?;
+        if !value.is_object() {
+            return Err(format!("line {}: the entry is not a JSON object", n + 1));
+        }
+        entries.push(value);
+    }
+    Ok(entries)
+}
+
+fn import(
+    db: &Path,
+    file: &Path,
+    project: Option<&str>,
+    session_id: Option<&str>,
+) -> Result<Value, String> {
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (mut lines, mut malformed, mut skipped) = (0usize, 0usize, 0usize);
+    let mut taken = Vec::new();
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        lines += 1;
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            // A Claude Code process killed mid-write leaves a torn last line.
+            malformed += 1;
+            continue;
+        };
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let chain = matches!(kind, "user" | "assistant" | "system")
+            && value.get("uuid").and_then(Value::as_str).is_some();
+        if chain || IMPORTED_META_TYPES.contains(&kind) {
+            taken.push(value);
+        } else {
+            skipped += 1;
+        }
+    }
+    if taken.is_empty() {
+        return Err(format!(
+            "{}: no transcript lines to import ({lines} lines: {malformed} malformed, {skipped} \
+             of other types); nothing written to {}",
+            file.display(),
+            db.display()
+        ));
+    }
+    let project = match project {
+        Some(p) => p.to_string(),
+        None => default_project_key(file, &taken),
+    };
+    let session = match session_id {
+        Some(s) => s.to_string(),
+        None => file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let key = SessionKey::main(project, session);
+    key.validate().map_err(|e| {
+        format!(
+            "{e} (importing {}; give --project-key / --session-id)",
+            file.display()
+        )
+    })?;
+    let store = open_rw(db)?;
+    // Lines with a uuid are deduplicated by the store; the others (summary, titles) are
+    // skipped when already stored verbatim, so importing a file twice stores it once.
+    let existing: HashSet<String> = store
+        .load(&key)
+        .map_err(|e| describe(&e, db))?
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e.get("uuid").is_none())
+        .map(Value::to_string)
+        .collect();
+    let fresh: Vec<Value> = taken
+        .iter()
+        .filter(|e| e.get("uuid").is_some() || !existing.contains(&e.to_string()))
+        .cloned()
+        .collect();
+    let stored = store
+        .append_counted(&key, &fresh)
+        .map_err(|e| describe(&e, db))?;
+    Ok(json!({
+        "key": key.to_string(),
+        "file": file.display().to_string(),
+        "lines": lines,
+        "taken": taken.len(),
+        "stored": stored,
+        "skipped": skipped,
+        "malformed": malformed,
+    }))
+}
+
+/// The project key of the transcript's first `cwd`, else the name of the directory
+/// holding the file (Claude Code's `projects/<key>/`).
+fn default_project_key(file: &Path, entries: &[Value]) -> String {
+    if let Some(cwd) = entries
+        .iter()
+        .find_map(|e| e.get("cwd").and_then(Value::as_str))
+        .filter(|c| !c.is_empty())
+    {
+        return project_key(Path::new(cwd));
+    }
+    std::fs::canonicalize(file)
+        .ok()
+        .and_then(|p| {
+            p.parent()
+                .and_then(Path::file_name)
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default()
 }

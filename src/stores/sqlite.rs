@@ -1,39 +1,618 @@
-//! STUB with the agreed API; replaced by branch wt-store.
+//! The SQLite session store: every transcript flower writes, verbatim, in one file
+//! (`runs/sessions.db`) that several flower processes share.
+//!
+//! Layout (schema version [`SCHEMA_VERSION`]):
+//! - `meta(key, value)`: `schema_version`, the version of the newest migration applied;
+//! - `entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`: one
+//!   row per transcript entry, `data` the entry's JSON text; `subpath` is `''` for a
+//!   main transcript; `id` orders a key's entries; a partial unique index on
+//!   `(project_key, session_id, subpath, uuid)` makes `uuid` an idempotency key;
+//! - `summaries(project_key, session_id, mtime, data)`: one row per main transcript,
+//!   folded inside `append` (see [`super::summary`]); `mtime` (epoch ms, storage time)
+//!   is also what `list_sessions` reports, so the two always agree.
+//!
+//! The file is in WAL mode with `synchronous=NORMAL`: a commit is in the WAL (the OS
+//! page cache) when `append` returns, so it survives the process being killed; only a
+//! power loss or kernel crash can lose the last commits, never corrupt the file.
+//! Writers take the write lock up front (`BEGIN IMMEDIATE`) and wait up to
+//! [`BUSY_TIMEOUT`] for each other.
+
+use super::summary::fold_session_summary;
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
-use std::path::Path;
-pub struct SqliteSessionStore;
-impl SqliteSessionStore {
-    pub fn open(_path: &Path) -> Result<Self, StoreError> {
-        Ok(SqliteSessionStore)
-    }
-    pub fn open_read_only(_path: &Path) -> Result<Option<Self>, StoreError> {
-        Ok(None)
-    }
-    pub fn last_assistant_usage(&self, _key: &SessionKey) -> Result<Option<Value>, StoreError> {
-        Ok(None)
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The schema version this build writes and the newest it can read.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a writer waits for another process's write lock.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Migration `i` brings the schema from version `i` to `i + 1`. Append only: a shipped
+/// migration is never edited.
+const MIGRATIONS: [&str; 1] = ["
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE entries (
+        id          INTEGER PRIMARY KEY,
+        project_key TEXT    NOT NULL,
+        session_id  TEXT    NOT NULL,
+        subpath     TEXT    NOT NULL DEFAULT '',
+        uuid        TEXT,
+        type        TEXT,
+        stored_at   INTEGER NOT NULL,
+        data        TEXT    NOT NULL
+    );
+    CREATE INDEX entries_by_key ON entries (project_key, session_id, subpath, id);
+    CREATE UNIQUE INDEX entries_uuid ON entries (project_key, session_id, subpath, uuid)
+        WHERE uuid IS NOT NULL;
+    CREATE TABLE summaries (
+        project_key TEXT    NOT NULL,
+        session_id  TEXT    NOT NULL,
+        mtime       INTEGER NOT NULL,
+        data        TEXT    NOT NULL,
+        PRIMARY KEY (project_key, session_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX summaries_by_session ON summaries (session_id);
+"];
+
+/// The SQLite [`SessionStore`]. `Send + Sync`: one connection behind a mutex.
+pub struct SqliteSessionStore {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+    read_only: bool,
+}
+
+impl std::fmt::Debug for SqliteSessionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteSessionStore")
+            .field("path", &self.path)
+            .field("read_only", &self.read_only)
+            .finish()
     }
 }
+
+impl SqliteSessionStore {
+    /// Opens the store for reading and writing, creating the file (and its parent
+    /// directory) when needed, and applies pending migrations.
+    ///
+    /// Errors name the file: not a SQLite file or corrupt, written by a newer schema
+    /// ([`StoreError::NewerSchema`]), a SQLite file that is not a flower store, or a
+    /// directory or file that cannot be written.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if path.is_dir() {
+            return Err(database(path, "is a directory, not a database file"));
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+            && !parent.exists()
+        {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                database(
+                    path,
+                    format!("cannot create the directory {}: {e}", parent.display()),
+                )
+            })?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| sql_error(path, e))?;
+        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+            return Err(database(
+                path,
+                "cannot open for writing: the file is read-only",
+            ));
+        }
+        // Check the version before changing anything, so a newer file is left alone.
+        let found = schema_version(&conn, path)?;
+        if found > SCHEMA_VERSION {
+            return Err(newer(path, found));
+        }
+        set_wal(&conn, path)?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL")
+            .map_err(|e| sql_error(path, e))?;
+        migrate(&conn, path)?;
+        Ok(SqliteSessionStore {
+            conn: Mutex::new(conn),
+            path: path.to_path_buf(),
+            read_only: false,
+        })
+    }
+
+    /// Opens an existing store without writing one byte anywhere: no file is created
+    /// (no `-wal`, `-shm` or `-journal`), no file's content or mtime changes, not even
+    /// when a killed writer left a `-wal` and `-shm` behind. `Ok(None)` when the file
+    /// does not exist or holds no flower store yet.
+    ///
+    /// How: without a `-wal` the file is opened `immutable` (SQLite takes no locks and
+    /// touches nothing); with a `-wal` and a `-shm` it is opened `mode=ro` with
+    /// `readonly_shm`, so committed transactions still in the WAL are seen while the
+    /// shared-memory index is only read. The store then refuses every write.
+    pub fn open_read_only(path: &Path) -> Result<Option<Self>, StoreError> {
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(database(path, format!("cannot read: {e}"))),
+            Ok(meta) if meta.is_dir() => {
+                return Err(database(path, "is a directory, not a database file"));
+            }
+            Ok(_) => {}
+        }
+        let wal = sibling(path, "-wal");
+        let shm = sibling(path, "-shm");
+        let wal_len = std::fs::metadata(&wal).map(|m| m.len()).ok();
+        let mode = match wal_len {
+            // A WAL with content needs its index; without a -shm SQLite would create one.
+            Some(len) if len > 0 && !shm.exists() => {
+                return Err(database(
+                    path,
+                    "has a write-ahead log but no -shm index; open it read-write once (any \
+                     flower store command that writes) to recover it",
+                ));
+            }
+            Some(len) if len > 0 => "mode=ro&readonly_shm=1",
+            _ => "mode=ro&immutable=1",
+        };
+        let uri = format!("file:{}?{mode}", uri_escape(path));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&uri, flags).map_err(|e| sql_error(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| sql_error(path, e))?;
+        let found = schema_version(&conn, path)?;
+        if found > SCHEMA_VERSION {
+            return Err(newer(path, found));
+        }
+        if found == 0 {
+            return Ok(None);
+        }
+        Ok(Some(SqliteSessionStore {
+            conn: Mutex::new(conn),
+            path: path.to_path_buf(),
+            read_only: true,
+        }))
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether this store was opened with [`SqliteSessionStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// [`SessionStore::append`], returning how many entries were stored (entries whose
+    /// `uuid` is already stored under the key are skipped).
+    pub fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
+        key.validate()?;
+        let mut rows = Vec::with_capacity(entries.len());
+        for (index, entry) in entries.iter().enumerate() {
+            let Some(object) = entry.as_object() else {
+                return Err(StoreError::NotAnObject { index });
+            };
+            let uuid = object.get("uuid").and_then(Value::as_str);
+            let kind = object.get("type").and_then(Value::as_str);
+            let data = serde_json::to_string(entry)
+                .map_err(|e| StoreError::Io(format!("entry {index}: {e}")))?;
+            rows.push((uuid, kind, data));
+        }
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        self.writable()?;
+        let subpath = key.subpath.as_deref().unwrap_or("");
+        let mut conn = self.lock();
+        let run = |conn: &mut Connection| -> rusqlite::Result<usize> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let mut stored = Vec::new();
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT OR IGNORE INTO entries \
+                     (project_key, session_id, subpath, uuid, type, stored_at, data) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?;
+                for (index, (uuid, kind, data)) in rows.iter().enumerate() {
+                    let n = insert.execute(params![
+                        key.project_key,
+                        key.session_id,
+                        subpath,
+                        uuid,
+                        kind,
+                        now,
+                        data
+                    ])?;
+                    if n == 1 {
+                        stored.push(index);
+                    }
+                }
+            }
+            if key.subpath.is_none() && !stored.is_empty() {
+                let prev: Option<(i64, String)> = tx
+                    .prepare_cached(
+                        "SELECT mtime, data FROM summaries WHERE project_key = ?1 AND session_id = ?2",
+                    )?
+                    .query_row(params![key.project_key, key.session_id], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
+                    .optional()?;
+                let (prev_mtime, prev_data) = match prev {
+                    Some((mtime, text)) => (mtime, serde_json::from_str(&text).ok()),
+                    None => (0, None),
+                };
+                let data = fold_session_summary(prev_data, stored.iter().map(|&i| &entries[i]));
+                // Storage time, never older than before (the clock may step back).
+                let mtime = now.max(prev_mtime);
+                tx.prepare_cached(
+                    "INSERT INTO summaries (project_key, session_id, mtime, data) \
+                     VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (project_key, session_id) \
+                     DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
+                )?
+                .execute(params![
+                    key.project_key,
+                    key.session_id,
+                    mtime,
+                    data.to_string()
+                ])?;
+            }
+            tx.commit()?;
+            Ok(stored.len())
+        };
+        run(&mut conn).map_err(|e| sql_error(&self.path, e))
+    }
+
+    /// [`SessionStore::delete`], returning how many entries were removed.
+    pub fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
+        key.validate()?;
+        self.writable()?;
+        let mut conn = self.lock();
+        let run = |conn: &mut Connection| -> rusqlite::Result<usize> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let removed = match &key.subpath {
+                None => {
+                    tx.execute(
+                        "DELETE FROM summaries WHERE project_key = ?1 AND session_id = ?2",
+                        params![key.project_key, key.session_id],
+                    )?;
+                    tx.execute(
+                        "DELETE FROM entries WHERE project_key = ?1 AND session_id = ?2",
+                        params![key.project_key, key.session_id],
+                    )?
+                }
+                Some(sub) => tx.execute(
+                    "DELETE FROM entries WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+                    params![key.project_key, key.session_id, sub],
+                )?,
+            };
+            tx.commit()?;
+            Ok(removed)
+        };
+        run(&mut conn).map_err(|e| sql_error(&self.path, e))
+    }
+
+    /// `message.usage` of the newest `assistant` entry of a key that has a usage and is
+    /// not a synthetic API error: the context size of the session's last turn, for the
+    /// wake banner. Reads rows newest first and stops at the first match, so it costs
+    /// one or two rows however long the session is.
+    pub fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+        key.validate()?;
+        let subpath = key.subpath.as_deref().unwrap_or("");
+        let conn = self.lock();
+        let run = || -> rusqlite::Result<Option<Value>> {
+            let mut stmt = conn.prepare_cached(
+                "SELECT data FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 AND type = 'assistant' \
+                 ORDER BY id DESC",
+            )?;
+            let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
+            while let Some(row) = rows.next()? {
+                let Ok(entry) = serde_json::from_slice::<Value>(row.get_ref(0)?.as_bytes()?) else {
+                    continue;
+                };
+                if entry.get("isApiErrorMessage") == Some(&Value::Bool(true)) {
+                    continue;
+                }
+                let Some(message) = entry.get("message") else {
+                    continue;
+                };
+                if message.get("model").and_then(Value::as_str) == Some("<synthetic>") {
+                    continue;
+                }
+                if let Some(usage) = message.get("usage").filter(|u| u.is_object()) {
+                    return Ok(Some(usage.clone()));
+                }
+            }
+            Ok(None)
+        };
+        run().map_err(|e| sql_error(&self.path, e))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave a transaction open (rusqlite
+        // rolls back on drop), so the connection is still sound.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(database(&self.path, "opened read-only; writes are refused"));
+        }
+        Ok(())
+    }
+
+    fn query<T>(
+        &self,
+        run: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let conn = self.lock();
+        run(&conn).map_err(|e| sql_error(&self.path, e))
+    }
+}
+
 impl SessionStore for SqliteSessionStore {
-    fn append(&self, _key: &SessionKey, _entries: &[Value]) -> Result<(), StoreError> {
-        Ok(())
+    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+        self.append_counted(key, entries).map(|_| ())
     }
-    fn load(&self, _key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        Ok(None)
+
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
+        key.validate()?;
+        let subpath = key.subpath.as_deref().unwrap_or("");
+        let mut bad_row = None;
+        let entries = self.query(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, data FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
+            )?;
+            let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
+            let mut entries = Vec::new();
+            while let Some(row) = rows.next()? {
+                match serde_json::from_slice::<Value>(row.get_ref(1)?.as_bytes()?) {
+                    Ok(entry) => entries.push(entry),
+                    Err(e) => {
+                        bad_row = Some((row.get::<_, i64>(0)?, e));
+                        break;
+                    }
+                }
+            }
+            Ok(entries)
+        })?;
+        if let Some((id, e)) = bad_row {
+            return Err(database(
+                &self.path,
+                format!("entry row {id} is not valid JSON: {e}"),
+            ));
+        }
+        Ok((!entries.is_empty()).then_some(entries))
     }
-    fn list_sessions(&self, _p: &str) -> Result<Vec<SessionInfo>, StoreError> {
-        Ok(vec![])
+
+    fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError> {
+        self.query(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT session_id, mtime FROM summaries WHERE project_key = ?1 \
+                 ORDER BY mtime DESC, session_id",
+            )?;
+            stmt.query_map([project_key], |r| {
+                Ok(SessionInfo {
+                    session_id: r.get(0)?,
+                    mtime: r.get(1)?,
+                })
+            })?
+            .collect()
+        })
     }
-    fn list_session_summaries(&self, _p: &str) -> Result<Vec<SessionSummary>, StoreError> {
-        Ok(vec![])
+
+    fn list_session_summaries(&self, project_key: &str) -> Result<Vec<SessionSummary>, StoreError> {
+        let rows: Vec<(String, i64, String)> = self.query(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT session_id, mtime, data FROM summaries WHERE project_key = ?1 \
+                 ORDER BY mtime DESC, session_id",
+            )?;
+            stmt.query_map([project_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
+        })?;
+        rows.into_iter()
+            .map(|(session_id, mtime, data)| {
+                let data = serde_json::from_str(&data).map_err(|e| {
+                    database(
+                        &self.path,
+                        format!("summary of {session_id} is not valid JSON: {e}"),
+                    )
+                })?;
+                Ok(SessionSummary {
+                    session_id,
+                    mtime,
+                    data,
+                })
+            })
+            .collect()
     }
-    fn delete(&self, _key: &SessionKey) -> Result<(), StoreError> {
-        Ok(())
+
+    fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.delete_counted(key).map(|_| ())
     }
-    fn list_subkeys(&self, _key: &SessionKey) -> Result<Vec<String>, StoreError> {
-        Ok(vec![])
+
+    fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError> {
+        key.validate()?;
+        self.query(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT DISTINCT subpath FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' ORDER BY subpath",
+            )?;
+            stmt.query_map(params![key.project_key, key.session_id], |r| r.get(0))?
+                .collect()
+        })
     }
-    fn has_session(&self, _id: &str) -> Result<bool, StoreError> {
-        Ok(false)
+
+    fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
+        self.query(|conn| {
+            conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM summaries WHERE session_id = ?1)")?
+                .query_row([session_id], |r| r.get(0))
+        })
     }
+}
+
+/// The schema version recorded in the file: 0 for a file without flower's tables.
+fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .map_err(|e| sql_error(path, e))?;
+    if !tables.iter().any(|t| t == "meta") {
+        if tables.iter().any(|t| !t.starts_with("sqlite_")) {
+            return Err(database(
+                path,
+                "is a SQLite database but not a flower session store (no meta table)",
+            ));
+        }
+        return Ok(0);
+    }
+    let value: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| sql_error(path, e))?;
+    match value {
+        None => Ok(0),
+        Some(v) => v.trim().parse().map_err(|_| {
+            database(
+                path,
+                format!("has an unreadable schema_version {v:?} in its meta table"),
+            )
+        }),
+    }
+}
+
+fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let run = || -> Result<(), StoreError> {
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| sql_error(path, e))?;
+        // Re-read under the write lock: another process may have migrated meanwhile.
+        let found = schema_version(conn, path)?;
+        if found > SCHEMA_VERSION {
+            return Err(newer(path, found));
+        }
+        for (from, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            conn.execute_batch(sql).map_err(|e| sql_error(path, e))?;
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?1) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [(from as i64 + 1).to_string()],
+            )
+            .map_err(|e| sql_error(path, e))?;
+        }
+        conn.execute_batch("COMMIT").map_err(|e| sql_error(path, e))
+    };
+    let result = run();
+    if result.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    result
+}
+
+/// Switches to WAL. The switch needs a moment without other connections' transactions
+/// and SQLite does not always wait for that itself, so retry within the busy timeout.
+fn set_wal(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let result: rusqlite::Result<String> =
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0));
+        match result {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => {
+                return Err(database(
+                    path,
+                    format!("cannot switch to WAL mode (journal mode stays {mode})"),
+                ));
+            }
+            Err(e) if is_busy(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(sql_error(path, e)),
+        }
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Percent-escapes a path for a `file:` URI (everything but unreserved bytes and `/`).
+fn uri_escape(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn database(path: &Path, why: impl Into<String>) -> StoreError {
+    StoreError::Database {
+        path: path.to_path_buf(),
+        why: why.into(),
+    }
+}
+
+fn newer(path: &Path, found: i64) -> StoreError {
+    StoreError::NewerSchema {
+        path: path.to_path_buf(),
+        found,
+        known: SCHEMA_VERSION,
+    }
+}
+
+/// Turns a SQLite error into one line that says what is wrong with the file.
+fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
+    let detail = e.to_string();
+    let why = match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => "not a SQLite database (or encrypted)".to_string(),
+        Some(ErrorCode::DatabaseCorrupt) => format!("the database is corrupt ({detail})"),
+        Some(ErrorCode::CannotOpen) => {
+            format!("cannot open or create the database ({detail}); is its directory writable?")
+        }
+        Some(ErrorCode::ReadOnly) => {
+            format!("cannot write ({detail}); is the file or its directory read-only?")
+        }
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => format!(
+            "still locked by another process after {} s ({detail})",
+            BUSY_TIMEOUT.as_secs()
+        ),
+        Some(ErrorCode::DiskFull) => "the disk is full".to_string(),
+        Some(ErrorCode::PermissionDenied) => format!("permission denied ({detail})"),
+        _ => detail,
+    };
+    database(path, why)
 }

@@ -1,0 +1,636 @@
+//! The 14 contracts of the Claude Agent SDK's session-store conformance suite
+//! (`claude_agent_sdk.testing.run_session_store_conformance`), plus flower's own:
+//! uuid idempotency, summary fields, keys and project keys.
+//!
+//! Every contract runs against the SQLite store and against the pruning store wrapping
+//! it (entries of type "x" are not chain entries, so pruning passes them through).
+
+use flower::stores::prune::PruneOptions;
+use flower::stores::{
+    PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key,
+};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use tempfile::TempDir;
+
+type Fresh = fn() -> (TempDir, Box<dyn SessionStore>);
+
+fn sqlite() -> (TempDir, Box<dyn SessionStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteSessionStore::open(&dir.path().join("runs/sessions.db")).unwrap();
+    (dir, Box::new(store))
+}
+
+fn pruning() -> (TempDir, Box<dyn SessionStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = SqliteSessionStore::open(&dir.path().join("sessions.db")).unwrap();
+    let options = PruneOptions::new(dir.path().join("trimmed"));
+    (
+        dir,
+        Box::new(PruningSessionStore::new(Arc::new(inner), options)),
+    )
+}
+
+const STORES: [(&str, Fresh); 2] = [("sqlite", sqlite), ("pruning", pruning)];
+
+fn e(fields: Value) -> Value {
+    let mut entry = json!({"type": "x"});
+    entry
+        .as_object_mut()
+        .unwrap()
+        .extend(fields.as_object().unwrap().clone());
+    entry
+}
+
+fn key() -> SessionKey {
+    SessionKey::main("proj", "sess")
+}
+
+fn sub(name: &str) -> SessionKey {
+    key().sub(name).unwrap()
+}
+
+#[test]
+fn c01_append_then_load_returns_the_same_entries_in_order() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        let entries = vec![
+            e(json!({"uuid": "b", "n": 1, "nested": {"z": [1, 2, {"k": null}], "a": "ü"}})),
+            e(json!({"uuid": "a", "n": 2})),
+        ];
+        s.append(&key(), &entries).unwrap();
+        assert_eq!(s.load(&key()).unwrap(), Some(entries), "{name}");
+    }
+}
+
+#[test]
+fn c02_unknown_key_and_unknown_subpath_load_as_none() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        assert_eq!(
+            s.load(&SessionKey::main("proj", "nope")).unwrap(),
+            None,
+            "{name}"
+        );
+        s.append(&key(), &[e(json!({"uuid": "x"}))]).unwrap();
+        assert_eq!(s.load(&sub("nope")).unwrap(), None, "{name}");
+    }
+}
+
+#[test]
+fn c03_several_appends_keep_call_order() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        s.append(&key(), &[e(json!({"uuid": "z", "n": 1}))])
+            .unwrap();
+        s.append(
+            &key(),
+            &[
+                e(json!({"uuid": "a", "n": 2})),
+                e(json!({"uuid": "m", "n": 3})),
+            ],
+        )
+        .unwrap();
+        s.append(&key(), &[e(json!({"uuid": "b", "n": 4}))])
+            .unwrap();
+        let ns: Vec<i64> = s
+            .load(&key())
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|x| x["n"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ns, [1, 2, 3, 4], "{name}");
+    }
+}
+
+#[test]
+fn c04_append_of_nothing_is_a_no_op() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        s.append(&key(), &[]).unwrap();
+        assert_eq!(
+            s.load(&key()).unwrap(),
+            None,
+            "{name}: [] must not create the key"
+        );
+        assert!(s.list_sessions("proj").unwrap().is_empty(), "{name}");
+        s.append(&key(), &[e(json!({"uuid": "a"}))]).unwrap();
+        s.append(&key(), &[]).unwrap();
+        assert_eq!(s.load(&key()).unwrap().unwrap().len(), 1, "{name}");
+    }
+}
+
+#[test]
+fn c05_subpath_keys_are_stored_apart_from_the_main_transcript() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        s.append(&key(), &[e(json!({"uuid": "m"}))]).unwrap();
+        s.append(&sub("subagents/agent-1"), &[e(json!({"uuid": "s"}))])
+            .unwrap();
+        assert_eq!(
+            s.load(&key()).unwrap(),
+            Some(vec![e(json!({"uuid": "m"}))]),
+            "{name}"
+        );
+        assert_eq!(
+            s.load(&sub("subagents/agent-1")).unwrap(),
+            Some(vec![e(json!({"uuid": "s"}))]),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn c06_project_keys_are_isolated() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        let a = SessionKey::main("A", "s1");
+        let b = SessionKey::main("B", "s1");
+        s.append(&a, &[e(json!({"from": "A"}))]).unwrap();
+        s.append(&b, &[e(json!({"from": "B"}))]).unwrap();
+        assert_eq!(
+            s.load(&a).unwrap(),
+            Some(vec![e(json!({"from": "A"}))]),
+            "{name}"
+        );
+        assert_eq!(
+            s.load(&b).unwrap(),
+            Some(vec![e(json!({"from": "B"}))]),
+            "{name}"
+        );
+        assert_eq!(s.list_sessions("A").unwrap().len(), 1, "{name}");
+        assert_eq!(s.list_sessions("B").unwrap().len(), 1, "{name}");
+    }
+}
+
+#[test]
+fn c07_list_sessions_reports_a_projects_sessions_with_mtime_in_ms() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        s.append(&SessionKey::main("proj", "a"), &[e(json!({"n": 1}))])
+            .unwrap();
+        s.append(&SessionKey::main("proj", "b"), &[e(json!({"n": 1}))])
+            .unwrap();
+        s.append(&SessionKey::main("other", "c"), &[e(json!({"n": 1}))])
+            .unwrap();
+        let sessions = s.list_sessions("proj").unwrap();
+        let mut ids: Vec<&str> = sessions.iter().map(|x| x.session_id.as_str()).collect();
+        ids.sort();
+        assert_eq!(ids, ["a", "b"], "{name}");
+        assert!(
+            sessions.iter().all(|x| x.mtime > 1_000_000_000_000),
+            "{name}: mtime in ms"
+        );
+        assert!(
+            s.list_sessions("never-appended-project")
+                .unwrap()
+                .is_empty(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn c08_list_sessions_excludes_subpaths() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        let main = SessionKey::main("proj", "main");
+        s.append(&main, &[e(json!({"n": 1}))]).unwrap();
+        s.append(
+            &main.sub("subagents/agent-1").unwrap(),
+            &[e(json!({"n": 1}))],
+        )
+        .unwrap();
+        // A session that only has a subkey has no main transcript to list.
+        let orphan = SessionKey::main("proj", "only-sub");
+        s.append(
+            &orphan.sub("subagents/agent-1").unwrap(),
+            &[e(json!({"n": 1}))],
+        )
+        .unwrap();
+        let ids: Vec<String> = s
+            .list_sessions("proj")
+            .unwrap()
+            .into_iter()
+            .map(|x| x.session_id)
+            .collect();
+        assert_eq!(ids, ["main"], "{name}");
+    }
+}
+
+#[test]
+fn c09_delete_main_then_load_is_none_and_unknown_deletes_are_fine() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        s.delete(&SessionKey::main("proj", "never-written"))
+            .unwrap();
+        s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
+        s.delete(&key()).unwrap();
+        assert_eq!(s.load(&key()).unwrap(), None, "{name}");
+    }
+}
+
+#[test]
+fn c10_deleting_a_main_key_cascades_to_its_subkeys_only() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        let other = SessionKey::main("proj", "sess2");
+        let other_proj = SessionKey::main("other-proj", "sess");
+        for k in [
+            key(),
+            sub("subagents/agent-1"),
+            sub("subagents/agent-2"),
+            other.clone(),
+            other_proj.clone(),
+        ] {
+            s.append(&k, &[e(json!({"n": 1}))]).unwrap();
+        }
+        s.delete(&key()).unwrap();
+        assert_eq!(s.load(&key()).unwrap(), None, "{name}");
+        assert_eq!(s.load(&sub("subagents/agent-1")).unwrap(), None, "{name}");
+        assert_eq!(s.load(&sub("subagents/agent-2")).unwrap(), None, "{name}");
+        assert_eq!(s.load(&other).unwrap().unwrap().len(), 1, "{name}");
+        assert_eq!(s.load(&other_proj).unwrap().unwrap().len(), 1, "{name}");
+        assert!(s.list_subkeys(&key()).unwrap().is_empty(), "{name}");
+        assert!(
+            !s.list_sessions("proj")
+                .unwrap()
+                .iter()
+                .any(|x| x.session_id == "sess"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn c11_deleting_a_subpath_removes_only_that_subkey() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        for k in [key(), sub("subagents/agent-1"), sub("subagents/agent-2")] {
+            s.append(&k, &[e(json!({"n": 1}))]).unwrap();
+        }
+        s.delete(&sub("subagents/agent-1")).unwrap();
+        assert_eq!(s.load(&sub("subagents/agent-1")).unwrap(), None, "{name}");
+        assert_eq!(
+            s.load(&sub("subagents/agent-2")).unwrap().unwrap().len(),
+            1,
+            "{name}"
+        );
+        assert_eq!(s.load(&key()).unwrap().unwrap().len(), 1, "{name}");
+        assert_eq!(
+            s.list_subkeys(&key()).unwrap(),
+            ["subagents/agent-2"],
+            "{name}"
+        );
+        assert!(
+            s.has_session("sess").unwrap(),
+            "{name}: the main transcript stays"
+        );
+    }
+}
+
+#[test]
+fn c12_list_subkeys_returns_that_sessions_subpaths() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
+        s.append(&sub("subagents/agent-1"), &[e(json!({"n": 1}))])
+            .unwrap();
+        s.append(&sub("subagents/agent-2"), &[e(json!({"n": 1}))])
+            .unwrap();
+        let x = SessionKey::main("proj", "other-sess")
+            .sub("subagents/agent-x")
+            .unwrap();
+        s.append(&x, &[e(json!({"n": 1}))]).unwrap();
+        let mut subkeys = s.list_subkeys(&key()).unwrap();
+        subkeys.sort();
+        assert_eq!(
+            subkeys,
+            ["subagents/agent-1", "subagents/agent-2"],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn c13_list_subkeys_excludes_the_main_transcript_and_is_empty_for_unknown() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
+        assert!(s.list_subkeys(&key()).unwrap().is_empty(), "{name}");
+        assert!(
+            s.list_subkeys(&SessionKey::main("proj", "never-appended"))
+                .unwrap()
+                .is_empty(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn c14_summaries_are_maintained_by_append_and_removed_by_delete() {
+    for (name, fresh) in STORES {
+        let (_d, s) = fresh();
+        let k = SessionKey::main("proj", "summ-sess");
+        s.append(
+            &k,
+            &[
+                e(json!({"timestamp": "2024-01-01T00:00:00.000Z", "customTitle": "first"})),
+                e(json!({"timestamp": "2024-01-01T00:00:01.000Z"})),
+            ],
+        )
+        .unwrap();
+        s.append(
+            &k,
+            &[e(
+                json!({"timestamp": "2024-01-01T00:00:02.000Z", "customTitle": "second"}),
+            )],
+        )
+        .unwrap();
+        s.append(
+            &SessionKey::main("other", "elsewhere"),
+            &[e(json!({"timestamp": "2024-01-01T00:00:00.000Z"}))],
+        )
+        .unwrap();
+        let summaries = s.list_session_summaries("proj").unwrap();
+        assert_eq!(summaries.len(), 1, "{name}");
+        let summ = &summaries[0];
+        assert_eq!(summ.session_id, "summ-sess");
+        assert!(summ.mtime > 1_000_000_000_000, "{name}: mtime in ms");
+        let listed = s.list_sessions("proj").unwrap();
+        assert!(
+            summ.mtime >= listed[0].mtime,
+            "{name}: summary mtime >= list_sessions mtime"
+        );
+        assert_eq!(summ.data["custom_title"], "second", "{name}: last wins");
+        assert_eq!(
+            summ.data["created_at"], 1_704_067_200_000i64,
+            "{name}: first timestamp"
+        );
+        assert!(summ.data.is_object());
+
+        s.append(
+            &k.sub("subagents/agent-1").unwrap(),
+            &[e(
+                json!({"timestamp": "2024-01-01T00:00:09.000Z", "customTitle": "subagent"}),
+            )],
+        )
+        .unwrap();
+        let after = s.list_session_summaries("proj").unwrap();
+        assert_eq!(
+            after[0].data, summ.data,
+            "{name}: a subpath append must not touch the summary"
+        );
+        assert_eq!(after[0].mtime, summ.mtime, "{name}");
+        assert!(
+            s.list_session_summaries("never-appended-project")
+                .unwrap()
+                .is_empty()
+        );
+        s.delete(&k).unwrap();
+        assert!(
+            s.list_session_summaries("proj").unwrap().is_empty(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_stored_uuid_is_an_idempotency_key_per_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
+    let first = e(json!({"uuid": "u1", "v": 1}));
+    assert_eq!(
+        s.append_counted(&key(), &[first.clone(), e(json!({"v": "no uuid"}))])
+            .unwrap(),
+        2
+    );
+    // Same uuid again (even with other content) is ignored; entries without uuid always land.
+    let n = s
+        .append_counted(
+            &key(),
+            &[
+                e(json!({"uuid": "u1", "v": 2})),
+                e(json!({"v": "no uuid"})),
+                e(json!({"uuid": "u2"})),
+            ],
+        )
+        .unwrap();
+    assert_eq!(n, 2);
+    let loaded = s.load(&key()).unwrap().unwrap();
+    assert_eq!(loaded.len(), 4);
+    assert_eq!(loaded[0], first);
+    // The same uuid under another key is another entry.
+    assert_eq!(
+        s.append_counted(&sub("subagents/a"), std::slice::from_ref(&first))
+            .unwrap(),
+        1
+    );
+    // A batch of only duplicates changes nothing, not even the session's mtime.
+    let before = s.list_sessions("proj").unwrap();
+    assert_eq!(s.append_counted(&key(), &[first]).unwrap(), 0);
+    assert_eq!(s.list_sessions("proj").unwrap(), before);
+}
+
+#[test]
+fn has_session_sees_main_transcripts_in_any_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
+    assert!(!s.has_session("sess").unwrap());
+    s.append(
+        &SessionKey::main("p", "sub-only")
+            .sub("subagents/a")
+            .unwrap(),
+        &[e(json!({}))],
+    )
+    .unwrap();
+    assert!(
+        !s.has_session("sub-only").unwrap(),
+        "a subkey alone is not a session"
+    );
+    s.append(&SessionKey::main("elsewhere", "sess"), &[e(json!({}))])
+        .unwrap();
+    assert!(s.has_session("sess").unwrap());
+    s.delete(&SessionKey::main("elsewhere", "sess")).unwrap();
+    assert!(!s.has_session("sess").unwrap());
+}
+
+#[test]
+fn an_entry_that_is_not_an_object_fails_the_whole_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
+    let err = s
+        .append(&key(), &[e(json!({"uuid": "ok"})), json!([1, 2])])
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotAnObject { index: 1 }), "{err}");
+    assert_eq!(
+        s.load(&key()).unwrap(),
+        None,
+        "nothing of the batch may land"
+    );
+}
+
+#[test]
+fn summary_fields_follow_the_sdk_names_and_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
+    let long = "长".repeat(250);
+    s.append(
+        &key(),
+        &[
+            json!({"type": "system", "timestamp": "not a time", "cwd": ""}),
+            json!({"type": "user", "isSidechain": false, "timestamp": "2024-05-01T10:00:00.500Z", "cwd": "/w",
+                   "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]}}),
+            json!({"type": "user", "isMeta": true, "message": {"content": "meta text"}}),
+            json!({"type": "user", "message": {"content": "[Request interrupted by user]"}}),
+            json!({"type": "user", "cwd": "/later", "gitBranch": "main",
+                   "message": {"content": [{"type": "text", "text": format!("  {long}\nmore")}]}}),
+            json!({"type": "tag", "tag": "keep"}),
+        ],
+    )
+    .unwrap();
+    s.append(
+        &key(),
+        &[
+            json!({"type": "user", "message": {"content": "second prompt"}, "lastPrompt": "lp", "gitBranch": "dev"}),
+            json!({"type": "summary", "summary": "what happened"}),
+            json!({"type": "ai-title", "aiTitle": "Ai"}),
+        ],
+    )
+    .unwrap();
+    let data = &s.list_session_summaries("proj").unwrap()[0].data;
+    assert_eq!(data["is_sidechain"], false);
+    assert_eq!(data["created_at"], 1_714_557_600_500i64);
+    assert_eq!(data["cwd"], "/w");
+    let expected: String = "长".repeat(200) + "\u{2026}";
+    assert_eq!(data["first_prompt"], Value::from(expected));
+    assert_eq!(data["first_prompt_locked"], true);
+    assert_eq!(data["git_branch"], "dev");
+    assert_eq!(data["last_prompt"], "lp");
+    assert_eq!(data["summary_hint"], "what happened");
+    assert_eq!(data["ai_title"], "Ai");
+    assert_eq!(data["tag"], "keep");
+    s.append(&key(), &[json!({"type": "tag", "tag": ""})])
+        .unwrap();
+    assert!(
+        s.list_session_summaries("proj").unwrap()[0]
+            .data
+            .get("tag")
+            .is_none(),
+        "an empty tag clears it"
+    );
+}
+
+#[test]
+fn keys_parse_and_print_back() {
+    let k = SessionKey::parse("-work-proj/abc-123/subagents/agent-7").unwrap();
+    assert_eq!(k.project_key, "-work-proj");
+    assert_eq!(k.session_id, "abc-123");
+    assert_eq!(k.subpath.as_deref(), Some("subagents/agent-7"));
+    assert_eq!(k.to_string(), "-work-proj/abc-123/subagents/agent-7");
+    let main = SessionKey::parse("p/s").unwrap();
+    assert_eq!(main, SessionKey::main("p", "s"));
+    assert_eq!(
+        main.sub("subagents/x").unwrap().to_string(),
+        "p/s/subagents/x"
+    );
+}
+
+#[test]
+fn bad_keys_and_subpaths_are_rejected_with_a_reason() {
+    for bad in [
+        "",
+        "p",
+        "/s",
+        "p/",
+        "p/s/",
+        "p/s//x",
+        "p/s/../x",
+        "p/s/a/./b",
+        "p/s/a/..",
+        "p/s/x\0y",
+        "p/../s",
+    ] {
+        let err = SessionKey::parse(bad).unwrap_err();
+        assert!(matches!(err, StoreError::BadKey { .. }), "{bad:?}: {err}");
+    }
+    let main = SessionKey::main("p", "s");
+    for bad in [
+        "",
+        "/etc/passwd",
+        "\\share",
+        "\\\\server\\x",
+        "C:\\x",
+        "c:x",
+        "a\0b",
+        "..",
+        ".",
+        "a/../b",
+        "a\\..\\b",
+        "a//b",
+        "a/",
+    ] {
+        let err = main.sub(bad).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("subpath"), "{bad:?}: {text}");
+    }
+}
+
+#[test]
+fn nothing_is_written_under_a_bad_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
+    let bad = SessionKey {
+        project_key: "p".into(),
+        session_id: "s".into(),
+        subpath: Some("../escape".into()),
+    };
+    assert!(matches!(
+        s.append(&bad, &[json!({"n": 1})]),
+        Err(StoreError::BadKey { .. })
+    ));
+    assert!(
+        s.list_subkeys(&SessionKey::main("p", "s"))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(s.list_sessions("p").unwrap().is_empty());
+}
+
+#[test]
+fn project_key_matches_the_sdk_vectors() {
+    let cases = [
+        ("/Users/you/proj", "-Users-you-proj".to_string()),
+        ("/home/用户/项目_a.b", "-home-------a-b".to_string()),
+        ("/work/my_proj.v2/sub-dir", "-work-my-proj-v2-sub-dir".to_string()),
+        (
+            "LONG",
+            "-srv-very-long-directory-name-very-long-directory-name-very-long-directory-name-very-long-directory-name-very-long-directory-name-very-long-directory-name-very-long-directory-name-very-long-directory--2rsv64".to_string(),
+        ),
+    ];
+    let long = format!("/srv/{}end", "very-long-directory-name/".repeat(10));
+    for (path, expected) in cases {
+        let path = if path == "LONG" { long.as_str() } else { path };
+        assert_eq!(project_key(Path::new(path)), expected, "{path}");
+    }
+}
+
+#[test]
+fn project_key_resolves_symlinks_and_normalizes_to_nfc() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(
+        project_key(&link),
+        project_key(&real.canonicalize().unwrap())
+    );
+    // "é" decomposed (e + U+0301) and composed give the same key: one dash, not two.
+    assert_eq!(project_key(Path::new("/x/e\u{301}")), "-x--");
+    assert_eq!(project_key(Path::new("/x/\u{e9}")), "-x--");
+    // A character outside the BMP is two UTF-16 code units, as in Claude Code.
+    assert_eq!(project_key(Path::new("/x/😀")), "-x---");
+}
