@@ -110,7 +110,12 @@ impl Script {
     }
 
     fn count(&self, agent: Agent) -> usize {
-        self.seen.lock().unwrap().iter().filter(|a| **a == agent).count()
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| **a == agent)
+            .count()
     }
 }
 
@@ -203,7 +208,14 @@ fn a_complete_run_then_two_wakes() {
     assert_eq!(project.read("hello.txt"), "hello");
     assert_eq!(
         project.steps(),
-        ["确认需求", "设定目标", "干活", "干活·判定#1", "干活#round2", "干活·判定#2"]
+        [
+            "确认需求",
+            "设定目标",
+            "干活",
+            "干活·判定#1",
+            "干活#round2",
+            "干活·判定#2"
+        ]
     );
     let stdout = lines(&out);
     for header in [
@@ -211,17 +223,26 @@ fn a_complete_run_then_two_wakes() {
         "== 设定目标 ==========================  2/3",
         "== 干活 ==============================  3/3",
     ] {
-        assert!(stdout.iter().any(|l| l == header), "missing {header:?} in {stdout:#?}");
+        assert!(
+            stdout.iter().any(|l| l == header),
+            "missing {header:?} in {stdout:#?}"
+        );
     }
     // The clarifier could not ask (stdin is not a terminal) and was told so.
     let clarify = &server.requests()[0];
     assert!(clarify.last_user_text().contains("写个 hello 脚本"));
-    assert!(!clarify.tool_names().contains(&"AskUser".to_string()) || clarify.last_user_text().contains("不是终端"));
+    assert!(
+        !clarify.tool_names().contains(&"AskUser".to_string())
+            || clarify.last_user_text().contains("不是终端")
+    );
 
     // Lineage has the three steps and nothing of the judge.
     let lineage = project.json("runs/lineage.json");
     let steps = lineage["steps"].as_object().unwrap();
-    assert_eq!(steps.keys().collect::<Vec<_>>(), ["干活", "确认需求", "设定目标"]);
+    assert_eq!(
+        steps.keys().collect::<Vec<_>>(),
+        ["干活", "确认需求", "设定目标"]
+    );
     assert_eq!(lineage["woke"], 1);
     let work_id = steps["干活"].as_str().unwrap().to_string();
 
@@ -229,8 +250,18 @@ fn a_complete_run_then_two_wakes() {
     let store = SqliteSessionStore::open(&project.dir.join("runs/sessions.db")).unwrap();
     let key = SessionKey::main(project_key(&project.dir), &work_id);
     let subkeys = store.list_subkeys(&key).unwrap();
-    assert_eq!(subkeys.len(), 1);
-    assert!(subkeys[0].starts_with("subagents/agent-"), "{subkeys:?}");
+    assert_eq!(
+        subkeys.len(),
+        2,
+        "one sub-agent per work round: {subkeys:?}"
+    );
+    assert!(
+        subkeys.iter().all(|k| k.starts_with("subagents/agent-")),
+        "{subkeys:?}"
+    );
+    let sub = store.load(&key.sub(&subkeys[0]).unwrap()).unwrap().unwrap();
+    assert!(sub.iter().all(|e| e["isSidechain"] == true));
+    assert!(Value::Array(sub).to_string().contains("hello.txt"));
     drop(store);
 
     // Second wake, saying nothing: nothing appended, nothing re-derived, 干活 resumes.
@@ -245,16 +276,31 @@ fn a_complete_run_then_two_wakes() {
         "{banner:?}"
     );
     assert!(
-        stdout.iter().any(|l| l == "== 干活 ==============================  3/3  <- 接上次 · 第 2 次唤醒"),
+        stdout
+            .iter()
+            .any(|l| l == "== 干活 ==============================  3/3  <- 接上次 · 第 2 次唤醒"),
         "{stdout:#?}"
     );
     assert_eq!(project.read("notes/需求.md"), BRIEF, "nothing appended");
-    assert_eq!(script.count(Agent::GoalSetter), 2, "no goal-setting request");
+    assert_eq!(
+        script.count(Agent::GoalSetter),
+        2,
+        "no goal-setting request"
+    );
     let resumed = &server.requests()[requests_before];
     assert_eq!(agent_of(resumed), Agent::Coordinator);
-    assert_eq!(resumed.last_user_text(), flower::workflow::flower::WORK_RESUME);
-    assert!(resumed.messages().len() > 3, "the whole earlier conversation is there");
-    assert_eq!(project.json("runs/lineage.json")["steps"]["干活"], work_id.as_str());
+    assert_eq!(
+        resumed.last_user_text(),
+        flower::workflow::flower::WORK_RESUME
+    );
+    assert!(
+        resumed.messages().len() > 3,
+        "the whole earlier conversation is there"
+    );
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["干活"],
+        work_id.as_str()
+    );
 
     // Third wake, saying something: appended, re-derived, and it is the work prompt.
     let requests_before = server.request_count();
@@ -293,7 +339,13 @@ fn a_complete_run_then_two_wakes() {
     assert_eq!(unique.len(), judges.len(), "every judge is a new session");
     let lineage = project.json("runs/lineage.json");
     for id in judges {
-        assert!(!lineage["steps"].as_object().unwrap().values().any(|v| v == id));
+        assert!(
+            !lineage["steps"]
+                .as_object()
+                .unwrap()
+                .values()
+                .any(|v| v == id)
+        );
     }
 }
 
@@ -306,7 +358,14 @@ fn rounds_running_out_exits_1() {
     assert_eq!(out.status.code(), Some(1), "stderr: {}", text(&out.stderr));
     assert_eq!(
         project.steps(),
-        ["确认需求", "设定目标", "干活", "干活·判定#1", "干活#round2", "干活·判定#2"]
+        [
+            "确认需求",
+            "设定目标",
+            "干活",
+            "干活·判定#1",
+            "干活#round2",
+            "干活·判定#2"
+        ]
     );
     // --rounds starts afresh on the next wake.
     let out = project.run(&server, &["--rounds", "1"]);
@@ -319,7 +378,11 @@ fn usage_errors_exit_2() {
     let project = Project::new();
     let server = FakeServer::start(vec![]);
     let out = project.run(&server, &[]);
-    assert_eq!(out.status.code(), Some(2), "fresh directory, no prompt, no terminal");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "fresh directory, no prompt, no terminal"
+    );
     assert!(text(&out.stderr).contains("要做什么"));
     let out = project.run(&server, &["x", "--rounds", "0"]);
     assert_eq!(out.status.code(), Some(2));
@@ -341,11 +404,25 @@ fn new_archives_lineage_brief_and_goal_together() {
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(archive.len(), 1);
-    let stamp = archive[0].file_name().unwrap().to_str().unwrap().to_string();
+    let stamp = archive[0]
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
     assert_eq!(stamp.len(), 15, "YYYYmmdd-HHMMSS: {stamp}");
-    assert_eq!(std::fs::read_to_string(archive[0].join("lineage.json")).unwrap(), old_lineage);
-    assert_eq!(std::fs::read_to_string(archive[0].join("需求.md")).unwrap(), BRIEF);
-    assert_eq!(std::fs::read_to_string(archive[0].join("目标.md")).unwrap(), GOAL);
+    assert_eq!(
+        std::fs::read_to_string(archive[0].join("lineage.json")).unwrap(),
+        old_lineage
+    );
+    assert_eq!(
+        std::fs::read_to_string(archive[0].join("需求.md")).unwrap(),
+        BRIEF
+    );
+    assert_eq!(
+        std::fs::read_to_string(archive[0].join("目标.md")).unwrap(),
+        GOAL
+    );
     // The new run started from scratch: woke 1, a new clarification of the new request.
     let lineage = project.json("runs/lineage.json");
     assert_eq!(lineage["woke"], 1);
@@ -359,7 +436,13 @@ fn new_archives_lineage_brief_and_goal_together() {
     assert_eq!(clarify.messages().len(), 1);
     // sessions.db is the archive of transcripts: untouched by --new.
     let store = SqliteSessionStore::open(&project.dir.join("runs/sessions.db")).unwrap();
-    assert!(store.list_sessions(&project_key(&project.dir)).unwrap().len() >= 7);
+    assert!(
+        store
+            .list_sessions(&project_key(&project.dir))
+            .unwrap()
+            .len()
+            >= 7
+    );
 }
 
 /// Kills the process while `agent` is waiting for its first reply, then wakes.
@@ -380,7 +463,10 @@ fn kill_in(agent: Agent) -> (Project, FakeServer, Arc<Script>, Arc<AtomicUsize>)
         })
     };
     let mut child = project.spawn(&server, &["写个 hello 脚本"]);
-    assert!(gate.wait_reached(Duration::from_secs(60)), "{agent:?} was never asked");
+    assert!(
+        gate.wait_reached(Duration::from_secs(60)),
+        "{agent:?} was never asked"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     (project, server, script, held)
@@ -390,32 +476,65 @@ fn kill_in(agent: Agent) -> (Project, FakeServer, Arc<Script>, Arc<AtomicUsize>)
 fn killed_inside_clarify_resumes_the_clarification() {
     let (project, server, _script, _) = kill_in(Agent::Clarifier);
     let lineage = project.json("runs/lineage.json");
-    let id = lineage["steps"]["确认需求"].as_str().expect("written before the reply").to_string();
+    let id = lineage["steps"]["确认需求"]
+        .as_str()
+        .expect("written before the reply")
+        .to_string();
     let before = server.request_count();
     let out = project.run(&server, &[]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    assert!(lines(&out)[0].contains("需求确认到一半"), "{:?}", lines(&out));
+    assert!(
+        lines(&out)[0].contains("需求确认到一半"),
+        "{:?}",
+        lines(&out)
+    );
     let resumed = &server.requests()[before];
     assert_eq!(agent_of(resumed), Agent::Clarifier);
     // Killed before any reply: the resume prompt joins the unanswered request.
-    assert!(resumed.last_user_text().ends_with(flower::workflow::flower::CLARIFY_RESUME));
+    assert!(
+        resumed
+            .last_user_text()
+            .ends_with(flower::workflow::flower::CLARIFY_RESUME)
+    );
     // The original request is in the history: nothing is asked again from scratch.
-    assert!(resumed.messages()[0].to_string().contains("写个 hello 脚本"));
-    assert_eq!(project.json("runs/lineage.json")["steps"]["确认需求"], id.as_str());
+    assert!(
+        resumed.messages()[0]
+            .to_string()
+            .contains("写个 hello 脚本")
+    );
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["确认需求"],
+        id.as_str()
+    );
 }
 
 #[test]
 fn killed_inside_set_goal_skips_clarify_and_resumes_the_goal() {
     let (project, server, script, _) = kill_in(Agent::GoalSetter);
+    let id = project.json("runs/lineage.json")["steps"]["设定目标"]
+        .as_str()
+        .expect("written before the reply")
+        .to_string();
     let before = server.request_count();
     let out = project.run(&server, &[]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    assert_eq!(script.count(Agent::Clarifier), 2, "确认需求 is frozen and skipped");
+    assert_eq!(
+        script.count(Agent::Clarifier),
+        2,
+        "确认需求 is frozen and skipped"
+    );
     let resumed = &server.requests()[before];
     assert_eq!(agent_of(resumed), Agent::GoalSetter);
-    // Re-deriving wants the whole brief again.
+    // The same session, sent the whole brief again (no resume_prompt for this step);
+    // it joins the unanswered first prompt.
+    let blocks = resumed.messages()[0]["content"].as_array().unwrap().clone();
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    assert_eq!(blocks[0]["text"], blocks[1]["text"]);
     assert!(resumed.last_user_text().contains("## 验收"));
-    assert!(resumed.messages().len() > 1);
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["设定目标"],
+        id.as_str()
+    );
 }
 
 #[test]
@@ -430,7 +549,14 @@ fn killed_inside_work_resumes_the_work_session() {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let resumed = &server.requests()[before];
     assert_eq!(agent_of(resumed), Agent::Coordinator);
-    assert!(resumed.last_user_text().ends_with(flower::workflow::flower::WORK_RESUME));
-    assert_eq!(project.json("runs/lineage.json")["steps"]["干活"], id.as_str());
+    assert!(
+        resumed
+            .last_user_text()
+            .ends_with(flower::workflow::flower::WORK_RESUME)
+    );
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["干活"],
+        id.as_str()
+    );
     assert_eq!(project.read("hello.txt"), "hello");
 }

@@ -27,8 +27,13 @@ fn stderr(output: &Output) -> String {
 }
 
 fn json_of(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", stdout(output), stderr(output)))
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            stdout(output),
+            stderr(output)
+        )
+    })
 }
 
 /// The spec's minimal example: the model reads seed.txt, then answers with its word.
@@ -43,7 +48,13 @@ fn reads_the_seed_and_prints_the_word() {
     let out = flower(
         &server,
         dir.path(),
-        &["once", "读 seed.txt,只回文件里那个词。", "--allowed-tools", "Read", "Glob"],
+        &[
+            "once",
+            "读 seed.txt,只回文件里那个词。",
+            "--allowed-tools",
+            "Read",
+            "Glob",
+        ],
     );
     assert!(out.status.success(), "stderr: {}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "向日葵");
@@ -69,7 +80,11 @@ fn reads_the_seed_and_prints_the_word() {
 fn json_output_has_every_field() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("好的").usage(120, 7)]);
-    let out = flower(&server, dir.path(), &["once", "说好的", "--json"]);
+    let out = flower(
+        &server,
+        dir.path(),
+        &["once", "说好的", "--json", "--model", "claude-unknown-9"],
+    );
     assert!(out.status.success(), "stderr: {}", stderr(&out));
     let v = json_of(&out);
     for field in [
@@ -90,7 +105,7 @@ fn json_output_has_every_field() {
     assert_eq!(v["usage"]["input_tokens"], 120);
     assert_eq!(v["usage"]["output_tokens"], 7);
     assert!(uuid::Uuid::parse_str(v["session_id"].as_str().unwrap()).is_ok());
-    // The fake echoes an unknown model, so the cost is unknown, not guessed.
+    // An unknown model's cost is unknown, not guessed.
     assert_eq!(v["total_cost_usd"], Value::Null);
 }
 
@@ -106,7 +121,10 @@ fn known_model_has_a_cost() {
     assert!(out.status.success(), "stderr: {}", stderr(&out));
     let v = json_of(&out);
     let cost = v["total_cost_usd"].as_f64().expect("a cost");
-    assert!((cost - 3.0).abs() < 1e-9, "1M input tokens of Sonnet 4.5 cost $3, got {cost}");
+    assert!(
+        (cost - 3.0).abs() < 1e-9,
+        "1M input tokens of Sonnet 4.5 cost $3, got {cost}"
+    );
     assert_eq!(server.requests()[0].model(), "claude-sonnet-4-5");
 }
 
@@ -122,7 +140,11 @@ fn resume_continues_the_same_session_and_fork_leaves_it_alone() {
     let first = json_of(&flower(&server, dir.path(), &["once", "一", "--json"]));
     let id = first["session_id"].as_str().unwrap().to_string();
 
-    let second = json_of(&flower(&server, dir.path(), &["once", "二", "--json", "--resume", &id]));
+    let second = json_of(&flower(
+        &server,
+        dir.path(),
+        &["once", "二", "--json", "--resume", &id],
+    ));
     assert_eq!(second["session_id"], id.as_str());
     let sent = server.requests()[1].messages().to_vec();
     assert_eq!(sent.len(), 3, "history + the new prompt: {sent:?}");
@@ -140,7 +162,11 @@ fn resume_continues_the_same_session_and_fork_leaves_it_alone() {
     assert_eq!(server.requests()[2].messages().len(), 5);
 
     // The original never saw the fork's turn.
-    json_of(&flower(&server, dir.path(), &["once", "三", "--json", "--resume", &id]));
+    json_of(&flower(
+        &server,
+        dir.path(),
+        &["once", "三", "--json", "--resume", &id],
+    ));
     let sent = server.requests()[3].messages().to_vec();
     assert_eq!(sent.len(), 5, "{sent:?}");
     assert!(!Value::Array(sent).to_string().contains("分叉"));
@@ -156,7 +182,13 @@ fn denied_calls_are_reported_and_the_session_goes_on() {
     let out = flower(
         &server,
         dir.path(),
-        &["once", "看看状态", "--json", "--allowed-tools", "Bash(git status:*)"],
+        &[
+            "once",
+            "看看状态",
+            "--json",
+            "--allowed-tools",
+            "Bash(git status:*)",
+        ],
     );
     let v = json_of(&out);
     assert_eq!(v["is_error"], false);
@@ -165,7 +197,12 @@ fn denied_calls_are_reported_and_the_session_goes_on() {
     assert_eq!(denials[0]["tool_name"], "Bash");
     let results = server.requests()[1].tool_results();
     assert_eq!(results[0]["is_error"], true);
-    assert!(results[0]["content"].as_str().unwrap().starts_with("Permission to use "));
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Permission to use ")
+    );
 }
 
 #[test]
@@ -176,7 +213,11 @@ fn max_turns_stops_and_says_so() {
         Reply::tool_use("Glob", json!({"pattern": "*"})),
         Reply::text("never reached"),
     ]);
-    let out = flower(&server, dir.path(), &["once", "loop", "--json", "--max-turns", "2"]);
+    let out = flower(
+        &server,
+        dir.path(),
+        &["once", "loop", "--json", "--max-turns", "2"],
+    );
     assert!(!out.status.success());
     let v = json_of(&out);
     assert_eq!(v["is_error"], true);
@@ -198,9 +239,16 @@ fn missing_api_key_is_a_clear_error_before_any_network_use() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("ANTHROPIC_API_KEY"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ANTHROPIC_API_KEY"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(server.connections(), 0);
-    assert!(!dir.path().join("runs").exists(), "nothing is created without a key");
+    assert!(
+        !dir.path().join("runs").exists(),
+        "nothing is created without a key"
+    );
 }
 
 #[test]
@@ -213,6 +261,10 @@ fn a_fatal_api_error_fails_with_its_message() {
     )]);
     let out = flower(&server, dir.path(), &["once", "hi"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("invalid x-api-key"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid x-api-key"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(server.request_count(), 1);
 }

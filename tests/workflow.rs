@@ -16,8 +16,8 @@ use support::{FakeServer, Reply};
 use tempfile::TempDir;
 
 fn runtime(dir: &Path, server: &FakeServer) -> Runtime {
-    let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake")
-        .expect("client");
+    let client =
+        AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").expect("client");
     let options = RuntimeOptions {
         client: Some(Arc::new(client)),
         resilience: Some(Resilience {
@@ -36,7 +36,11 @@ fn terse() -> AgentSpec {
 }
 
 fn seed_workflow() -> Workflow {
-    Workflow::new(vec![Step::new("取词", terse(), "读 seed.txt,只回文件里那个词。")])
+    Workflow::new(vec![Step::new(
+        "取词",
+        terse(),
+        "读 seed.txt,只回文件里那个词。",
+    )])
 }
 
 fn lineage(dir: &Path) -> Value {
@@ -134,7 +138,10 @@ async fn resume_from_continues_and_fork_branches() {
     ])
     .continuous(false);
     let ctx = run(dir.path(), &server, &wf).await;
-    assert_eq!(ctx.sessions["一"], ctx.sessions["二"], "resume_from continues");
+    assert_eq!(
+        ctx.sessions["一"], ctx.sessions["二"],
+        "resume_from continues"
+    );
     assert_ne!(ctx.sessions["三"], ctx.sessions["一"], "fork branches");
     let requests = server.requests();
     assert_eq!(requests[1].messages().len(), 3);
@@ -154,7 +161,10 @@ async fn lineage_is_on_disk_before_the_first_reply() {
         assert!(gate.wait_reached_async(Duration::from_secs(20)).await);
         // The request is in flight and unanswered: the session id is already written.
         let file = lineage(dir.path());
-        let id = file["steps"]["取词"].as_str().expect("step in lineage").to_string();
+        let id = file["steps"]["取词"]
+            .as_str()
+            .expect("step in lineage")
+            .to_string();
         gate.open();
         id
     };
@@ -184,14 +194,19 @@ async fn mismatched_lineage_means_a_fresh_start() {
                 let _ = std::fs::remove_file(d.join("runs").join(f));
             }
         }),
-        ("empty lineage", |d| std::fs::write(d.join("runs/lineage.json"), "").unwrap()),
+        ("empty lineage", |d| {
+            std::fs::write(d.join("runs/lineage.json"), "").unwrap()
+        }),
         ("truncated lineage", |d| {
             let text = std::fs::read_to_string(d.join("runs/lineage.json")).unwrap();
             std::fs::write(d.join("runs/lineage.json"), &text[..text.len() / 2]).unwrap();
         }),
         ("wrong types", |d| {
-            std::fs::write(d.join("runs/lineage.json"), r#"{"workspace": 3, "woke": "x", "steps": []}"#)
-                .unwrap()
+            std::fs::write(
+                d.join("runs/lineage.json"),
+                r#"{"workspace": 3, "woke": "x", "steps": []}"#,
+            )
+            .unwrap()
         }),
         ("binary garbage", |d| {
             std::fs::write(d.join("runs/lineage.json"), [0u8, 159, 146, 150, 255]).unwrap()
@@ -209,8 +224,16 @@ async fn mismatched_lineage_means_a_fresh_start() {
         break_it(dir.path());
         let second = run(dir.path(), &server, &seed_workflow()).await;
         assert_ne!(first.sessions["取词"], second.sessions["取词"], "{what}");
-        assert_eq!(server.requests()[1].messages().len(), 1, "{what}: fresh history");
-        assert_eq!(lineage(dir.path())["steps"]["取词"], second.sessions["取词"].as_str(), "{what}");
+        assert_eq!(
+            server.requests()[1].messages().len(),
+            1,
+            "{what}: fresh history"
+        );
+        assert_eq!(
+            lineage(dir.path())["steps"]["取词"],
+            second.sessions["取词"].as_str(),
+            "{what}"
+        );
     }
 }
 
@@ -287,7 +310,14 @@ async fn gate_rounds_use_suffixed_rows_and_judges_never_enter_lineage() {
         .collect();
     assert_eq!(
         steps,
-        ["干活", "干活·判定#1", "干活#round2", "干活·判定#2", "干活#round3", "干活·判定#3"]
+        [
+            "干活",
+            "干活·判定#1",
+            "干活#round2",
+            "干活·判定#2",
+            "干活#round3",
+            "干活·判定#3"
+        ]
     );
     let rows = manifest(dir.path());
     let work_id = first.sessions["干活"].clone();
@@ -303,7 +333,10 @@ async fn gate_rounds_use_suffixed_rows_and_judges_never_enter_lineage() {
     assert_eq!(file["steps"].as_object().unwrap().len(), 1);
     assert_eq!(file["steps"]["干活"], work_id.as_str());
     // All rounds continued the one work session.
-    for row in rows.iter().filter(|r| r["step"].as_str().unwrap().starts_with("干活#")) {
+    for row in rows
+        .iter()
+        .filter(|r| r["step"].as_str().unwrap().starts_with("干活#"))
+    {
         assert_eq!(row["session_id"], work_id.as_str());
     }
 }
@@ -324,7 +357,11 @@ async fn wake_state_reports_and_writes_nothing() {
         "## 目标\n做个脚本\n## 范围\n一个文件\n## 约束\n无\n## 验收\n能跑\n",
     )
     .unwrap();
-    std::fs::write(dir.path().join("notes/目标.md"), "- [ ] 能跑\n- [ ] 有测试\n").unwrap();
+    std::fs::write(
+        dir.path().join("notes/目标.md"),
+        "- [ ] 能跑\n- [ ] 有测试\n",
+    )
+    .unwrap();
 
     let snapshot = tree_snapshot(dir.path());
     let state = wake_state(dir.path(), dir.path().join("runs"));
