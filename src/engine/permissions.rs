@@ -57,6 +57,18 @@
 //!   known at run time (`$CMD x`, `$(…) x`, `r*m`) is denied when any `Bash(…)` deny
 //!   rule exists, since it cannot be shown not to match. Allow rules are the
 //!   boundary to rely on.
+//! - Deny path rules also cover the sibling tools: `Read(…)` deny rules apply to Glob and
+//!   Grep, `Edit(…)` and `Write(…)` deny rules to each other, so a denied file cannot be
+//!   read with Grep or changed with Write instead. A Grep (or a Glob, for `Glob(…)`
+//!   rules) whose search would reach into what a deny rule names (`Read(.env)` and a
+//!   Grep of the whole workspace) is denied, since the tool cannot leave that part out;
+//!   the message says to search a narrower path. Patterns with no literal start
+//!   (`**/*.pem`) only deny the paths they match.
+//! - Bash evaluates some *values* as code (an array subscript `a[$(cmd)]` inside
+//!   arithmetic or a variable name, `${!x}`, `${x@P}`), and `for x in '…'` sets a
+//!   value without any rule; the splitter refuses those evaluation points (arithmetic
+//!   on variables, `read`/`printf -v`/`test -v`/`declare` with non-plain names …),
+//!   see [`super::shell`].
 //! - A call whose path or command field is missing or not a string is let through to
 //!   the tool if the tool is allowed at all: the tool rejects it without touching
 //!   anything, and the model learns what is wrong with its input rather than seeing a

@@ -13,6 +13,13 @@
 //! `${…}` (where bash's quoting rules differ between contexts), and anything inside an
 //! arithmetic expansion other than plain arithmetic.
 //!
+//! It also refuses the places where bash evaluates a *value* as code, because a value
+//! like `a[$(cmd)]` runs `cmd` there and values are easy to choose without any rule
+//! (`for x in 'a[$(cmd)]'`, a file name from a glob): arithmetic on variables
+//! (`$((x))`, `((x))`, `${a[x]}`, `${s:x}`, `[[ x -eq 1 ]]`), indirection `${!x}`,
+//! transformations `${x@P}`, and builtins given a name that is not a plain variable
+//! name (`read`, `mapfile`, `printf -v`, `test -v`, `declare`/`local`, `let`).
+//!
 //! It is not a full bash parser: it only has to agree with bash on *where commands
 //! are*, and on the literal text of their words.
 

@@ -237,6 +237,12 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
         Ok(m) => m,
         Err(_) => return ToolOutput::error(format!("Path does not exist: {}", root.display())),
     };
+    if !meta.is_file() && !meta.is_dir() {
+        return ToolOutput::error(format!(
+            "{} is not a regular file or directory (a FIFO, socket or device).",
+            root.display()
+        ));
+    }
     let single_file = meta.is_file();
 
     let mut mb = RegexMatcherBuilder::new();
