@@ -53,7 +53,8 @@
 //!   program's directory stripped (`/bin/rm` → `rm`), with wrappers stripped
 //!   (`sudo`, `env`, `nohup`, `timeout`, `xargs`, `command`, `exec`, `nice`, …; their
 //!   options are skipped generously), with `find -exec`'s command, and with the
-//!   script of `bash -c`/`sh -c`/`eval` parsed in turn. A part whose program is only
+//!   scripts of `bash -c`/`sh -c`, `eval`, `trap`, `watch`, `su -c` and `env -S`
+//!   parsed in turn. A part whose program is only
 //!   known at run time (`$CMD x`, `$(…) x`, `r*m`) is denied when any `Bash(…)` deny
 //!   rule exists, since it cannot be shown not to match. Allow rules are the
 //!   boundary to rely on.
@@ -881,22 +882,38 @@ fn deny_candidates(part: &SimpleCommand, depth: usize) -> Result<Vec<Vec<Word>>,
                 }
             }
         }
-        let script = if base == "eval" {
-            Some(
-                args.iter()
-                    .map(|w| w.text.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            )
-        } else if SHELLS.contains(&base.as_str()) {
+        let joined = |from: usize| {
+            args[from.min(args.len())..]
+                .iter()
+                .map(|w| w.text.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let after_flag = |is_flag: &dyn Fn(&str) -> bool| {
             args.iter()
-                .position(|a| {
-                    a.text.starts_with('-') && !a.text.starts_with("--") && a.text.contains('c')
-                })
+                .position(|a| is_flag(&a.text))
                 .and_then(|k| args.get(k + 1))
                 .map(|w| w.text.clone())
-        } else {
-            None
+        };
+        // Strings that these programs run as shell commands.
+        let script = match base.as_str() {
+            "eval" => Some(joined(0)),
+            // `trap 'cmd' SIGNAL`: the first operand runs later.
+            "trap" => args
+                .iter()
+                .find(|a| !a.text.starts_with('-'))
+                .map(|w| w.text.clone()),
+            // `watch` runs its arguments with `sh -c`.
+            "watch" => {
+                let first = args.iter().position(|a| !a.text.starts_with('-'));
+                first.map(joined)
+            }
+            "su" => after_flag(&|t| t == "-c" || t == "--command"),
+            "env" => after_flag(&|t| t == "-S" || t == "--split-string"),
+            b if SHELLS.contains(&b) => {
+                after_flag(&|t| t.starts_with('-') && !t.starts_with("--") && t.contains('c'))
+            }
+            _ => None,
         };
         if let Some(script) = script {
             if depth > 8 {
