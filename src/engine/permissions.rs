@@ -131,7 +131,12 @@ pub enum Decision {
 enum BashPattern {
     Exact(SimpleCommand),
     Prefix(SimpleCommand),
-    Wildcard(String),
+    /// `*` matches anything. With `or_arguments` (from `P:*` where `P` has a `*`), the
+    /// pattern also matches when followed by a space and any arguments.
+    Wildcard {
+        pattern: String,
+        or_arguments: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -650,12 +655,18 @@ fn parse_bash(rule: &str, content: &str) -> Result<BashPattern, RuleError> {
         let prefix = prefix.trim();
         if prefix.contains('*') {
             // A wildcard that may also end at the prefix: `P` or `P *`.
-            return Ok(BashPattern::Wildcard(format!("{}\u{0}", squash(prefix))));
+            return Ok(BashPattern::Wildcard {
+                pattern: squash(prefix),
+                or_arguments: true,
+            });
         }
         return Ok(BashPattern::Prefix(one_command(rule, prefix)?));
     }
     if content.contains('*') {
-        return Ok(BashPattern::Wildcard(squash(content)));
+        return Ok(BashPattern::Wildcard {
+            pattern: squash(content),
+            or_arguments: false,
+        });
     }
     Ok(BashPattern::Exact(one_command(rule, content)?))
 }
@@ -773,11 +784,24 @@ impl BashPattern {
                     && part.words.len() >= c.words.len()
                     && part.words.iter().zip(&c.words).all(|(a, b)| a == b)
             }
-            BashPattern::Wildcard(p) => {
+            BashPattern::Wildcard { .. } => {
                 !part.writes_file()
                     && part.assignments.is_empty()
-                    && wildcard_rule(p, &part.normalized())
+                    && self.wildcard_matches(&part.normalized())
             }
+        }
+    }
+
+    fn wildcard_matches(&self, text: &str) -> bool {
+        match self {
+            BashPattern::Wildcard {
+                pattern,
+                or_arguments,
+            } => {
+                wildcard(pattern, text)
+                    || (*or_arguments && wildcard(&format!("{pattern} *"), text))
+            }
+            _ => false,
         }
     }
 
@@ -793,22 +817,13 @@ impl BashPattern {
                 words.len() >= c.words.len()
                     && words.iter().zip(&c.words).all(|(a, b)| a.text == b.text)
             }
-            BashPattern::Wildcard(p) => wildcard_rule(p, &shell::normalize_words(words)),
+            BashPattern::Wildcard { .. } => self.wildcard_matches(&shell::normalize_words(words)),
         }
     }
 }
 
-/// A wildcard rule; one ending in NUL came from `P:*` with a `*` in `P` and matches
-/// `P` alone or `P` followed by a space and anything.
-fn wildcard_rule(pattern: &str, text: &str) -> bool {
-    match pattern.strip_suffix('\u{0}') {
-        Some(p) => wildcard(p, text) || wildcard(&format!("{p} *"), text),
-        None => wildcard(pattern, text),
-    }
-}
-
 /// `*` matches any run of characters (including none); everything else is literal.
-pub fn wildcard(pattern: &str, text: &str) -> bool {
+fn wildcard(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     let (mut pi, mut ti) = (0usize, 0usize);
