@@ -54,6 +54,5 @@ impl fmt::Display for SessionKey {
 /// The project key of a directory, the same Claude Code uses for
 /// `~/.claude/projects/<key>/` (DESIGN.md §4).
 pub fn project_key(dir: &Path) -> String {
-    dir.to_string_lossy()
-        .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+    dir.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric(), "-")
 }

@@ -42,14 +42,8 @@ pub enum StoreError {
     BadKey { key: String, why: String },
     #[error("{path}: {why}")]
     Database { path: PathBuf, why: String },
-    #[error(
-        "{path} was written by a newer flower (schema version {found}, this build knows up to {known}); upgrade flower to use it"
-    )]
-    NewerSchema {
-        path: PathBuf,
-        found: i64,
-        known: i64,
-    },
+    #[error("{path} was written by a newer flower (schema version {found}, this build knows up to {known}); upgrade flower to use it")]
+    NewerSchema { path: PathBuf, found: i64, known: i64 },
     #[error("entry {index} is not a JSON object")]
     NotAnObject { index: usize },
     #[error("{0}")]
@@ -65,7 +59,8 @@ pub trait SessionStore: Send + Sync {
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError>;
     /// Main sessions of a project (never subpaths), with mtime in epoch ms.
     fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError>;
-    fn list_session_summaries(&self, project_key: &str) -> Result<Vec<SessionSummary>, StoreError>;
+    fn list_session_summaries(&self, project_key: &str)
+    -> Result<Vec<SessionSummary>, StoreError>;
     /// Deletes a key; a main key cascades to its subkeys. Unknown keys are fine.
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError>;
     /// The subpaths stored under a main key.
