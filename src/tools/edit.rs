@@ -101,6 +101,14 @@ impl Tool for Edit {
 
 fn edit_file(path: &Path, old: &str, new: &str, replace_all: bool) -> ToolOutput {
     let shown = path.display();
+    if let Ok(m) = std::fs::metadata(path)
+        && !m.is_file()
+        && !m.is_dir()
+    {
+        return ToolOutput::error(format!(
+            "{shown} is not a regular file (a FIFO, socket or device); Edit only changes text files."
+        ));
+    }
     let bytes = match std::fs::read(path) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

@@ -80,6 +80,11 @@ fn write_file(path: &Path, content: &str) -> ToolOutput {
                 "{shown} is a directory; cannot write a file there."
             ));
         }
+        Ok(m) if !m.is_file() => {
+            return ToolOutput::error(format!(
+                "{shown} is not a regular file (a FIFO, socket or device); refusing to write it."
+            ));
+        }
         Ok(_) => true,
         Err(_) => false,
     };
