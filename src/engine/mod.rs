@@ -556,6 +556,15 @@ impl Engine {
         totals: &mut Totals,
     ) -> ToolOutput {
         let depth = conv.depth;
+        if let Some(why) = input
+            .get(crate::model::types::INVALID_TOOL_INPUT)
+            .and_then(Value::as_str)
+        {
+            return ToolOutput::error(format!(
+                "The input of this {name} call was not valid JSON ({why}); nothing was run. \
+                 Send the call again with a complete JSON object."
+            ));
+        }
         if let Decision::Deny { message } = permissions.check(name, input, &self.config.workspace) {
             self.emit(Event::ToolDenied {
                 name: name.to_string(),
