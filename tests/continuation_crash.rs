@@ -564,3 +564,47 @@ fn several_flowers_at_once_in_one_directory() {
         .unwrap();
     assert_eq!(check, "ok");
 }
+
+/// A reader that went away (`flower state | head -0`) is not a crash: no panic, exit 0,
+/// whether the pipe closed before the first byte or not.
+#[test]
+fn state_into_a_closed_pipe_is_not_a_crash() {
+    let project = Project::new();
+    std::fs::create_dir(project.dir.join("notes")).unwrap();
+    std::fs::write(project.dir.join("notes/需求.md"), BRIEF).unwrap();
+    for json in [true, false] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe() fills two fresh descriptors; each is owned by exactly one File.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (read, write) = unsafe {
+            use std::os::fd::FromRawFd;
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        drop(read); // every write into the pipe now fails with EPIPE
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        cmd.current_dir(&project.dir)
+            .arg("state")
+            .env("HOME", &project.home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::piped());
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "json={json}: stderr: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            !text(&out.stderr).contains("panicked"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
