@@ -350,7 +350,9 @@ fn a_deleted_sessions_db_starts_fresh() {
 /// exits 0, says nothing on stderr, and leaves a sound lineage.json behind.
 #[test]
 fn a_corrupt_lineage_starts_fresh() {
-    let cases: [(&str, fn(&str) -> Vec<u8>); 9] = [
+    /// Turns the good file's text into a broken one.
+    type Corrupt = fn(&str) -> Vec<u8>;
+    let cases: [(&str, Corrupt); 9] = [
         ("empty", |_| Vec::new()),
         ("truncated", |good| {
             good.as_bytes()[..good.len() / 2].to_vec()
