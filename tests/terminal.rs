@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -78,7 +79,18 @@ struct Pty {
 }
 
 impl Pty {
-    fn spawn(command: Command) -> Pty {
+    fn spawn(mut command: Command) -> Pty {
+        // As an interactive shell starts a foreground job: SIGINT and SIGQUIT at their
+        // default action, whatever this test process inherited (a non-interactive shell
+        // starts background jobs with SIGINT ignored, and exec keeps "ignored").
+        // SAFETY: signal() is async-signal-safe; the closure touches no other state.
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         let mut process = PtyProcess::new(command).expect("start flower on a pty");
         // If a test fails with the process still running, dropping it ends it.
         process.set_kill_timeout(Some(5_000));
