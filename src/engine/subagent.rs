@@ -144,7 +144,15 @@ impl Engine {
             return ToolOutput::error("AskUser: missing required field `question`");
         };
         let answer = match &self.config.asker {
-            Some(asker) => asker.ask(question).await,
+            // A Ctrl-C cancels the question like any running tool; the line reader is
+            // cancel-safe, so the next line goes to the after-interrupt prompt.
+            Some(asker) => tokio::select! {
+                biased;
+                _ = self.config.interrupt.wait() => {
+                    return ToolOutput::error(super::transcript::INTERRUPTED_TOOL_RESULT);
+                }
+                answer = asker.ask(question) => answer,
+            },
             None => None,
         };
         match answer {
