@@ -529,3 +529,62 @@ fn max_offline_wait_from_the_environment() {
     assert!(all.contains("FLOWER_PROBE_TIMEOUT"), "{all}");
     assert!(all.contains("Can't reach the API server"), "{all}");
 }
+
+/// The checker the tests above rely on rejects what the API rejects.
+#[test]
+fn the_messages_checker_rejects_what_the_api_rejects() {
+    let request = |messages: Value| Recorded {
+        index: 0,
+        connection: 0,
+        method: "POST".into(),
+        path: "/v1/messages".into(),
+        headers: Vec::new(),
+        raw_body: String::new(),
+        body: json!({"messages": messages}),
+    };
+    let call = json!({"role": "assistant", "content": [
+        {"type": "text", "text": "看看"},
+        {"type": "tool_use", "id": "t1", "name": "Read", "input": {}},
+        {"type": "tool_use", "id": "t2", "name": "Read", "input": {}},
+    ]});
+    let result = |id: &str| json!({"type": "tool_result", "tool_use_id": id, "content": "x"});
+    let user = |content: Value| json!({"role": "user", "content": content});
+    let good = request(json!([
+        user(json!("读")),
+        call,
+        user(json!([result("t2"), result("t1"), {"type": "text", "text": "接着"}])),
+    ]));
+    assert_eq!(check_messages(&good), Ok(()));
+    let bad = [
+        json!([]),
+        json!([{"role": "assistant", "content": "先说"}, user(json!("读"))]),
+        json!([user(json!("读")), call]),
+        json!([user(json!("读")), user(json!("再读"))]),
+        json!([user(json!("读")), call, user(json!([result("t1")]))]),
+        json!([
+            user(json!("读")),
+            call,
+            user(json!([result("t1"), result("t2"), result("t3")]))
+        ]),
+        json!([
+            user(json!("读")),
+            call,
+            user(json!([result("t1"), result("t1"), result("t2")]))
+        ]),
+        json!([
+            user(json!("读")),
+            call,
+            user(json!([{"type": "text", "text": "先"}, result("t1"), result("t2")]))
+        ]),
+        json!([user(json!([result("t1")]))]),
+        json!([user(json!(""))]),
+        json!([user(json!([{"type": "text", "text": ""}]))]),
+        json!([user(json!("读")), call, user(json!("没有结果"))]),
+    ];
+    for messages in bad {
+        assert!(
+            check_messages(&request(messages.clone())).is_err(),
+            "accepted {messages:#}"
+        );
+    }
+}
