@@ -605,3 +605,46 @@ fn the_messages_checker_rejects_what_the_api_rejects() {
         );
     }
 }
+
+/// The other side of the sub-agent rule: an error retrying cannot fix (its prompt is too
+/// long) is the coordinator's to handle, as the Task's result; the step goes on.
+#[test]
+fn a_fatal_sub_agent_error_is_reported_to_the_coordinator() {
+    let project = Project::new();
+    project.freeze_notes();
+    let server = FakeServer::with_handler(|req, _| match agent_of(req) {
+        Agent::Worker => Reply::error(
+            400,
+            "invalid_request_error",
+            "prompt is too long: 250000 tokens > 200000 maximum",
+        ),
+        _ => simple_reply(req),
+    });
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let requests = server.requests();
+    assert_valid(&requests);
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| agent_of(r) == Agent::Worker)
+            .count(),
+        1
+    );
+    let told = requests
+        .iter()
+        .find(|r| agent_of(r) == Agent::Coordinator && turn_of(r) == 1)
+        .unwrap();
+    let result = &told.tool_results()[0];
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("sub-agent failed: API Error: 400"),
+        "{result:#}"
+    );
+    let row = work_row(&project);
+    assert_eq!(row["attempts"], 1);
+    assert_eq!(row["ok"], true);
+}

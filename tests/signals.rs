@@ -449,3 +449,32 @@ fn sigkill_at_random_moments_fifty_times_never_loses_the_session() {
     let rows = project.rows("干活");
     assert!(rows.last().is_some_and(|r: &Value| r["ok"] == true));
 }
+
+/// `flower once` has no manifest row to write, but dies by SIGTERM all the same, and
+/// does not leave its running command behind.
+#[test]
+fn sigterm_in_once_dies_by_it_and_stops_the_command() {
+    let project = Project::new();
+    let pid_file = project.dir.join("tool.pid");
+    let server = FakeServer::with_handler(|_, _| {
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "echo $$ > tool.pid.tmp && mv tool.pid.tmp tool.pid && exec sleep 30"}),
+        )
+    });
+    let (mut child, stderr) = project.spawn(&server, &["once", "睡一会"]);
+    wait_for_file(&pid_file, &mut child, &stderr);
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, PATIENCE);
+    let group = read_pid(&pid_file);
+    let stopped = gone(group);
+    kill_group(group);
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGTERM),
+        "{status:?}: {}",
+        stderr.all()
+    );
+    assert!(stopped, "the command outlived flower");
+    assert!(!project.dir.join("runs/manifest.json").exists());
+}

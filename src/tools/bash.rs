@@ -143,7 +143,7 @@ fn running() -> std::sync::MutexGuard<'static, Vec<i32>> {
 pub fn kill_running() {
     for pgid in running().drain(..) {
         // SAFETY: killpg only sends a signal; every pgid here belongs to a shell this
-        // process spawned and has not reaped yet (it is removed before the reap).
+        // process spawned (it is removed as soon as the shell is reaped).
         unsafe {
             libc::killpg(pgid, libc::SIGKILL);
         }
