@@ -332,8 +332,7 @@ fn sigkill_at_random_moments_fifty_times_never_loses_the_session() {
         let _ = std::fs::remove_file(&pid_file);
         // A directory that has nothing to wake is asked for the task again.
         let state = project.state();
-        let fresh =
-            state["waking"] != true && state["steps"].as_object().is_none_or(|s| s.is_empty());
+        let fresh = !state.waking && state.steps.is_empty();
         let args: &[&str] = if fresh { &[REQUEST] } else { &[] };
         let context = format!("run {run} (seed {seed}, kill {kill:?})");
 
@@ -430,10 +429,10 @@ fn sigkill_at_random_moments_fifty_times_never_loses_the_session() {
             }
         }
         let state = project.state();
-        let now = state["steps"]["干活"].as_str().map(str::to_string);
+        let now = state.steps.get("干活").cloned();
         match (&work_id, now) {
             (Some(was), Some(now)) => assert_eq!(was, &now, "{context}: 干活 changed session"),
-            (Some(was), None) => panic!("{context}: 干活 {was} was forgotten: {state:#}"),
+            (Some(was), None) => panic!("{context}: 干活 {was} was forgotten: {state:#?}"),
             (None, now) => work_id = now,
         }
     }

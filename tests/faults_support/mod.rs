@@ -238,14 +238,11 @@ impl Project {
             .unwrap_or_default()
     }
 
-    /// `flower state --json`.
-    pub fn state(&self) -> Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_flower"))
-            .current_dir(&self.dir)
-            .args(["state", "--json"])
-            .output()
-            .expect("run flower state");
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    /// What `flower state --json` says, read in-process through the library's
+    /// read-only probe (`wake_state`): steps only count while their session is in
+    /// sessions.db.
+    pub fn state(&self) -> flower::WakeState {
+        flower::wake_state(&self.dir, self.dir.join("runs"))
     }
 }
 
