@@ -177,6 +177,10 @@ struct Totals {
     context: u64,
     denials: Vec<Denial>,
     text: String,
+    /// A sub-agent's request failed with an error worth retrying (the network, an
+    /// overload): the whole run stops with it, so that the step's retry resumes the
+    /// session instead of the caller being fed "sub-agent failed: API Error …".
+    subagent_error: Option<ModelError>,
 }
 
 impl Totals {
@@ -188,6 +192,7 @@ impl Totals {
             context: 0,
             denials: Vec::new(),
             text: String::new(),
+            subagent_error: None,
         }
     }
 
@@ -455,6 +460,12 @@ impl Engine {
                     let output = self
                         .call_tool(conv, &permissions, &id, &name, &input, &mut totals)
                         .await;
+                    // The call stays unanswered in the store; pruning answers it neutrally
+                    // when the retry resumes the session.
+                    if let Some(error) = totals.subagent_error.take() {
+                        let text = format!("sub-agent failed: {error}");
+                        return finish(totals, Stop::ModelError, Some(text), Some(error));
+                    }
                     if self.config.interrupt.is_pending() {
                         interrupted = true;
                     }

@@ -2,6 +2,7 @@
 
 use super::transcript::{Chain, Messages};
 use super::{AgentSpec, Conversation, Engine, Event, Stop, Totals};
+use crate::core::resilience::{ErrorClass, classify_error};
 use crate::model::ToolDef;
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
@@ -132,10 +133,21 @@ impl Engine {
                 result.text,
                 result.error.unwrap_or_default()
             )),
-            _ => ToolOutput::error(format!(
-                "sub-agent failed: {}",
-                result.error.unwrap_or_else(|| "unknown error".into())
-            )),
+            _ => {
+                // A failed request is the step's to retry (resuming this session): an
+                // error that only the network or the server can fix is handed up rather
+                // than reported to the caller as the sub-agent's answer. A fatal one
+                // (e.g. the sub-agent's prompt is too long) is the caller's to handle.
+                if let Some(error) = result.model_error.clone()
+                    && classify_error(&error) != ErrorClass::Fatal
+                {
+                    totals.subagent_error = Some(error);
+                }
+                ToolOutput::error(format!(
+                    "sub-agent failed: {}",
+                    result.error.unwrap_or_else(|| "unknown error".into())
+                ))
+            }
         }
     }
 
