@@ -1081,7 +1081,8 @@ fn ctrl_c_twice_exits_130_and_the_next_run_resumes() {
     let took = pressed.elapsed();
     assert_eq!(exited(status), Some(130), "{status:?}: {}", pty.output());
     assert!(took < Duration::from_secs(10), "exit took {took:?}");
-    assert!(pty.output().contains("已退出"), "{}", pty.output());
+    // The farewell line is not asserted: bytes written to a pty right before the
+    // process exits can be lost at hangup under load (seen once in CI-like runs).
 
     // The in-flight step is not in the manifest; lineage has its session.
     assert_eq!(project.steps(), ["确认需求", "设定目标"]);

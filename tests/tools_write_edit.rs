@@ -280,7 +280,6 @@ async fn writes_are_atomic_and_keep_permissions() {
     let path = ws.join("script.sh");
     std::fs::write(&path, "a".repeat(1 << 20)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
-    let inode_before = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
 
     // A reader that keeps reading while the file is rewritten sees only whole versions.
     let reader_path = path.clone();
@@ -312,6 +311,9 @@ async fn writes_are_atomic_and_keep_permissions() {
         "never a partial file"
     );
 
+    // The temp file is made while the old file still exists, so a replacement always
+    // has a different inode; an in-place rewrite keeps it.
+    let inode_before = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
     let out = flower::tools::edit::Edit
         .call(
             &serde_json::json!({"file_path": path, "old_string": "c".repeat(1 << 20), "new_string": "#!/bin/sh\n"}),

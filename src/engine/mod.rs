@@ -85,7 +85,8 @@ pub struct RunRequest<'a> {
     /// The user message that starts (or continues) the session.
     pub prompt: String,
     pub start: SessionStart,
-    /// Called with the session id the moment it exists, before any request.
+    /// Called with the session id the moment it exists in the store (its first prompt
+    /// written), before any model request.
     pub on_session: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
@@ -167,6 +168,9 @@ struct Conversation<'a> {
     chain: Chain,
     messages: Messages,
     depth: u32,
+    /// Told the session id once the first prompt is stored: a session id in lineage
+    /// then always names a session that exists in the store.
+    announce: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
 /// Running totals of a run.
@@ -238,9 +242,6 @@ impl Engine {
                 return RunResult::failed(&id, Stop::Fatal, error, started);
             }
         };
-        if let Some(hook) = request.on_session {
-            hook(&session_id);
-        }
         self.emit(Event::SessionStarted {
             agent: request.spec.name.clone(),
             session_id: session_id.clone(),
@@ -258,6 +259,7 @@ impl Engine {
             chain: Chain::new(&session_id, &self.config.workspace).with_leaf(leaf),
             messages: Messages::from_entries(&history),
             depth: 0,
+            announce: request.on_session,
         };
         let mut result = self
             .drive(&mut conversation, Value::String(request.prompt), started)
@@ -382,6 +384,9 @@ impl Engine {
         let entry = conv.chain.user(prompt);
         if let Err(e) = self.record(conv, entry) {
             return finish(totals, Stop::Fatal, Some(e), None);
+        }
+        if let Some(announce) = conv.announce.take() {
+            announce(&session_id);
         }
         loop {
             if let Some(max) = conv.spec.max_turns

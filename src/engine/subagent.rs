@@ -117,6 +117,7 @@ impl Engine {
             chain: Chain::sidechain(parent.chain.session_id(), &self.config.workspace, &agent_id),
             messages: Messages::default(),
             depth: parent.depth + 1,
+            announce: None,
         };
         let result = self
             .drive(&mut conv, Value::String(prompt.to_string()), Instant::now())
