@@ -147,6 +147,10 @@ fn bench_appends(dir: &std::path::Path, level: Synchronous, label: &str) {
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     println!("flower session store benchmark (release build)");
+    // Wall-clock figures on a shared machine mean little without its load.
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average at start: {}", load.trim());
+    }
 
     println!("appends:");
     bench_appends(
@@ -253,4 +257,7 @@ fn main() {
         .map(|_| timed(|| black_box(store.has_session("session-0500").unwrap())).0)
         .collect();
     println!("  has_session: median {:.3} ms", ms(median(samples)));
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        println!("load average at end: {}", load.trim());
+    }
 }

@@ -5,7 +5,7 @@
 //! a failed write leaves the database as it was. Reading commands open the database
 //! read-only and never create it.
 
-use crate::stores::prune::{PruneOptions, default_trim_dir, prune};
+use crate::stores::prune::{PruneOptions, default_trim_dir};
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -170,16 +170,17 @@ fn execute(args: &StoreArgs) -> Result<Value, String> {
             let Some(store) = open_ro(db)? else {
                 return Ok(Value::Null);
             };
-            let Some(entries) = store.load(&key).map_err(|e| describe(&e, db))? else {
-                return Ok(Value::Null);
+            let entries = if *pruned {
+                let run_dir = db.parent().unwrap_or(Path::new("."));
+                let mut options = PruneOptions::new(default_trim_dir(run_dir));
+                options.trim = *trim;
+                store.load_pruned(&key, &options)
+            } else {
+                store.load(&key)
             };
-            if !pruned {
-                return Ok(Value::Array(entries));
-            }
-            let run_dir = db.parent().unwrap_or(Path::new("."));
-            let mut options = PruneOptions::new(default_trim_dir(run_dir));
-            options.trim = *trim;
-            Ok(Value::Array(prune(entries, &options)))
+            Ok(entries
+                .map_err(|e| describe(&e, db))?
+                .map_or(Value::Null, Value::Array))
         }
         StoreCommand::Sessions { project_key } => match open_ro(db)? {
             None => Ok(json!([])),

@@ -17,10 +17,10 @@
 //! Writers take the write lock up front (`BEGIN IMMEDIATE`) and wait up to
 //! [`BUSY_TIMEOUT`] for each other.
 
-use super::par;
 use super::prune::{self, PruneOptions};
 use super::summary::fold_session_summary;
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use super::{json, par};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -527,8 +527,9 @@ impl Batch {
     fn parse<T>(&self, map: &impl Fn(Value) -> T) -> Result<Vec<T>, ParseError> {
         let mut start = 0;
         let mut out = Vec::with_capacity(self.ends.len());
+        let mut scratch = json::Scratch::default();
         for (&end, &id) in self.ends.iter().zip(&self.ids) {
-            let entry = serde_json::from_slice(&self.bytes[start..end]).map_err(|e| (id, e))?;
+            let entry = json::parse(&self.bytes[start..end], &mut scratch).map_err(|e| (id, e))?;
             out.push(map(entry));
             start = end;
         }
