@@ -144,7 +144,42 @@ fn bench_appends(dir: &std::path::Path, level: Synchronous, label: &str) {
     );
 }
 
+/// Set in the child processes that time one load of a fresh process.
+const CHILD: &str = "FLOWER_BENCH_CHILD";
+
+/// Times one load in this fresh process and prints the nanoseconds.
+fn child(mode: &str) {
+    let db = std::path::PathBuf::from(std::env::var("FLOWER_BENCH_DB").unwrap());
+    let key = SessionKey::main("proj", "long");
+    let store = SqliteSessionStore::open(&db).unwrap();
+    let options = PruneOptions::new(db.with_file_name("trimmed"));
+    let took = match mode {
+        "rows" => {
+            let conn = rusqlite::Connection::open(&db).unwrap();
+            timed(|| {
+                let mut stmt = conn
+                    .prepare(
+                        "SELECT data FROM entries WHERE project_key = 'proj' \
+                         AND session_id = 'long' AND subpath = '' ORDER BY id",
+                    )
+                    .unwrap();
+                let mut rows = stmt.query([]).unwrap();
+                while let Some(row) = rows.next().unwrap() {
+                    black_box(row.get_ref(0).unwrap().as_bytes().unwrap());
+                }
+            })
+            .0
+        }
+        "raw" => timed(|| std::mem::forget(store.load(&key).unwrap())).0,
+        _ => timed(|| std::mem::forget(store.load_pruned(&key, &options).unwrap())).0,
+    };
+    println!("{}", took.as_nanos());
+}
+
 fn main() {
+    if let Ok(mode) = std::env::var(CHILD) {
+        return child(&mode);
+    }
     let dir = tempfile::tempdir().unwrap();
     println!("flower session store benchmark (release build)");
     // Wall-clock figures on a shared machine mean little without its load.
@@ -174,31 +209,53 @@ fn main() {
         ms(took)
     );
     drop(session);
+    drop(store);
+
+    // A resume is a fresh process loading once: time that, in child processes.
+    let runs = 15;
+    let fresh = |mode: &str| -> Vec<Duration> {
+        (0..runs)
+            .map(|_| {
+                let out = std::process::Command::new(std::env::current_exe().unwrap())
+                    .env(CHILD, mode)
+                    .env("FLOWER_BENCH_DB", &db)
+                    .output()
+                    .unwrap();
+                let text = String::from_utf8(out.stdout).unwrap();
+                Duration::from_nanos(
+                    text.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("child: {text}")),
+                )
+            })
+            .collect()
+    };
+    let (sql, raw, pruned) = (fresh("rows"), fresh("raw"), fresh("pruned"));
+    let min = |v: &[Duration]| v.iter().copied().min().unwrap_or_default();
+    let show = |label: &str, v: &[Duration]| {
+        println!(
+            "  {label}: median {:.1} ms, min {:.1} ms",
+            ms(median(v.to_vec())),
+            ms(min(v))
+        );
+    };
+    println!("  fresh process, one load each ({runs} runs; min = least disturbed by other load):");
+    show("rows only (SQLite, no JSON parsing)", &sql);
+    show("load raw   ", &raw);
+    show("load pruned", &pruned);
+    println!(
+        "  pruned / raw: {:.2}× (medians)",
+        median(pruned).as_secs_f64() / median(raw).as_secs_f64()
+    );
+
+    // The same, repeated in one process (a warm heap).
+    let store = Arc::new(SqliteSessionStore::open(&db).unwrap());
     let pruning =
         PruningSessionStore::new(store.clone(), PruneOptions::new(dir.path().join("trimmed")));
-    let runs = 15;
-    let (mut sql, mut raw, mut pruned, mut prune_only) = (vec![], vec![], vec![], vec![]);
+    let (mut raw, mut pruned, mut prune_only) = (vec![], vec![], vec![]);
     let mut out_len = 0;
-    let conn = rusqlite::Connection::open(&db).unwrap();
     for _ in 0..runs {
-        // The rows alone, as SQLite hands them over (no JSON parsing).
-        let (t, bytes) = timed(|| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT data FROM entries WHERE project_key = 'proj' AND session_id = 'long' \
-                     AND subpath = '' ORDER BY id",
-                )
-                .unwrap();
-            let mut rows = stmt.query([]).unwrap();
-            let mut total = 0;
-            while let Some(row) = rows.next().unwrap() {
-                total += black_box(row.get_ref(0).unwrap().as_bytes().unwrap()).len();
-            }
-            total
-        });
-        sql.push(t);
-        black_box(bytes);
-        // Loads are timed without dropping what they return, as a resume keeps it.
+        // Timed without dropping what they return, as a resume keeps it.
         let (t, entries) = timed(|| store.load(&key).unwrap().unwrap());
         raw.push(t);
         let (t, fed) = timed(|| pruning.load(&key).unwrap().unwrap());
@@ -209,18 +266,10 @@ fn main() {
         prune_only.push(t);
         drop(fed);
     }
-    let (raw_m, pruned_m) = (median(raw), median(pruned));
-    println!(
-        "  rows only (SQLite, no JSON parsing): median {:.1} ms",
-        ms(median(sql))
-    );
-    println!("  load raw:    median {:.1} ms ({runs} runs)", ms(raw_m));
-    println!(
-        "  load pruned: median {:.1} ms = {:.2}× raw ({out_len} entries fed back); prune step alone {:.1} ms",
-        ms(pruned_m),
-        pruned_m.as_secs_f64() / raw_m.as_secs_f64(),
-        ms(median(prune_only))
-    );
+    println!("  in one process, repeated ({out_len} of the entries are fed back):");
+    show("load raw   ", &raw);
+    show("load pruned", &pruned);
+    show("prune() alone on loaded entries", &prune_only);
     let samples: Vec<Duration> = (0..200)
         .map(|_| timed(|| black_box(store.last_assistant_usage(&key).unwrap())).0)
         .collect();

@@ -212,7 +212,7 @@ fn execute(args: &StoreArgs) -> Result<Value, String> {
         StoreCommand::Delete { key: text } => {
             let key = key(text)?;
             // Deleting from a database that does not exist deletes nothing; don't create it.
-            if open_ro(db)?.is_none() {
+            if !db.exists() {
                 return Ok(json!({"key": key.to_string(), "deleted_entries": 0}));
             }
             let store = open_rw(db)?;

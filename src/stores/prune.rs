@@ -525,10 +525,26 @@ impl Slot {
 /// Below this many entries a transcript is pruned on the calling thread.
 const PARALLEL_MIN_ENTRIES: usize = 2000;
 
-/// A maximal run of user (or assistant) entries: one API message.
-struct Group {
-    role: Role,
+/// The maximal runs of user (or assistant) entries: the API messages. Kept flat (one
+/// index list, spans into it): a long transcript has thousands of messages.
+struct Groups {
     members: Vec<usize>,
+    spans: Vec<(Role, usize, usize)>,
+}
+
+impl Groups {
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn role(&self, g: usize) -> Role {
+        self.spans[g].0
+    }
+
+    fn members(&self, g: usize) -> &[usize] {
+        let (_, start, end) = self.spans[g];
+        &self.members[start..end]
+    }
 }
 
 struct Pruner {
@@ -568,35 +584,49 @@ impl Pruner {
         }
     }
 
-    fn groups(&self) -> Vec<Group> {
-        let mut groups: Vec<Group> = Vec::new();
+    fn groups(&self) -> Groups {
+        let mut groups = Groups {
+            members: Vec::with_capacity(self.slots.len()),
+            spans: Vec::new(),
+        };
         for (i, slot) in self.alive() {
             let Some(role) = slot.role else { continue };
-            match groups.last_mut() {
-                Some(g) if g.role == role => g.members.push(i),
-                _ => groups.push(Group {
-                    role,
-                    members: vec![i],
-                }),
+            groups.members.push(i);
+            let end = groups.members.len();
+            match groups.spans.last_mut() {
+                Some(span) if span.0 == role => span.2 = end,
+                _ => groups.spans.push((role, end - 1, end)),
             }
         }
         groups
     }
 
-    /// Ids of the `tool_use` blocks of a group, in order, without repeats.
-    fn call_ids(&self, group: &Group) -> Vec<&str> {
-        let mut seen = HashSet::new();
-        let mut ids = Vec::new();
-        for &i in &group.members {
+    /// Ids of the `tool_use` blocks of some entries, in order, without repeats. A
+    /// message has a handful, so a list beats a set.
+    fn call_ids(&self, members: &[usize]) -> Vec<&str> {
+        let mut ids: Vec<&str> = Vec::new();
+        for &i in members {
             for block in &self.slots[i].blocks {
                 if let Block::ToolUse { id, .. } = block
-                    && seen.insert(id.as_str())
+                    && !ids.contains(&id.as_str())
                 {
-                    ids.push(id.as_str());
+                    ids.push(id);
                 }
             }
         }
         ids
+    }
+
+    /// Ids of the `tool_result` blocks of some entries, in order.
+    fn result_ids(&self, members: &[usize]) -> Vec<&str> {
+        members
+            .iter()
+            .flat_map(|&i| &self.slots[i].blocks)
+            .filter_map(|b| match b {
+                Block::ToolResult { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Removes content blocks given as (slot, block index).
@@ -642,17 +672,17 @@ impl Pruner {
         let groups = self.groups();
         let mut unsendable = Vec::new();
         let mut seen_user = false;
-        for g in &groups {
-            match g.role {
+        for g in 0..groups.len() {
+            match groups.role(g) {
                 Role::User => seen_user = true,
                 Role::Assistant => {
-                    let only_thinking = g.members.iter().all(|&i| {
+                    let only_thinking = groups.members(g).iter().all(|&i| {
                         let slot = &self.slots[i];
                         slot.content == Content::Blocks
                             && slot.blocks.iter().all(|b| matches!(b, Block::Thinking))
                     });
                     if !seen_user || only_thinking {
-                        unsendable.extend(&g.members);
+                        unsendable.extend(groups.members(g));
                     }
                 }
             }
@@ -664,49 +694,45 @@ impl Pruner {
 
         let mut stray = Vec::new();
         let mut missing: Vec<(usize, Vec<String>)> = Vec::new();
-        for (gi, g) in groups.iter().enumerate() {
-            match g.role {
+        for g in 0..groups.len() {
+            let members = groups.members(g);
+            match groups.role(g) {
                 Role::User => {
-                    let allowed: HashSet<&str> = match gi.checked_sub(1) {
-                        Some(prev) => self.call_ids(&groups[prev]).into_iter().collect(),
-                        None => HashSet::new(),
+                    let allowed = match g.checked_sub(1) {
+                        Some(prev) => self.call_ids(groups.members(prev)),
+                        None => Vec::new(),
                     };
-                    let mut answered = HashSet::new();
-                    for &i in &g.members {
+                    let mut answered: Vec<&str> = Vec::new();
+                    for &i in members {
                         for (b, block) in self.slots[i].blocks.iter().enumerate() {
-                            if let Block::ToolResult { id, .. } = block
-                                && (!allowed.contains(id.as_str()) || !answered.insert(id.as_str()))
-                            {
+                            let Block::ToolResult { id, .. } = block else {
+                                continue;
+                            };
+                            if allowed.contains(&id.as_str()) && !answered.contains(&id.as_str()) {
+                                answered.push(id);
+                            } else {
                                 stray.push((i, b));
                             }
                         }
                     }
                 }
                 Role::Assistant => {
-                    let calls = self.call_ids(g);
+                    let calls = self.call_ids(members);
                     if calls.is_empty() {
                         continue;
                     }
-                    let answered: HashSet<&str> = groups
-                        .get(gi + 1)
-                        .map(|next| {
-                            next.members
-                                .iter()
-                                .flat_map(|&i| &self.slots[i].blocks)
-                                .filter_map(|b| match b {
-                                    Block::ToolResult { id, .. } => Some(id.as_str()),
-                                    _ => None,
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let answered = if g + 1 < groups.len() {
+                        self.result_ids(groups.members(g + 1))
+                    } else {
+                        Vec::new()
+                    };
                     let unanswered: Vec<String> = calls
                         .into_iter()
                         .filter(|id| !answered.contains(id))
                         .map(str::to_string)
                         .collect();
                     if !unanswered.is_empty()
-                        && let Some(&last) = g.members.last()
+                        && let Some(&last) = members.last()
                     {
                         missing.push((last, unanswered));
                     }
@@ -848,19 +874,12 @@ impl Pruner {
         let groups = self.groups();
         let mut recent = HashSet::new();
         let mut turns = 0;
-        for g in groups.iter().rev() {
+        for g in (0..groups.len()).rev() {
             if turns == TRIM_KEEP_RECENT_TURNS {
                 break;
             }
-            let carries_results = g.role == Role::User
-                && g.members.iter().any(|&i| {
-                    self.slots[i]
-                        .blocks
-                        .iter()
-                        .any(|b| matches!(b, Block::ToolResult { .. }))
-                });
-            if carries_results {
-                recent.extend(g.members.iter().copied());
+            if groups.role(g) == Role::User && !self.result_ids(groups.members(g)).is_empty() {
+                recent.extend(groups.members(g).iter().copied());
                 turns += 1;
             }
         }
