@@ -16,9 +16,7 @@ pub struct RuleError {
 pub enum Decision {
     Allow,
     /// `message` is the tool_result text the model gets (starts with "Permission to use ").
-    Deny {
-        message: String,
-    },
+    Deny { message: String },
 }
 
 /// Parsed allow and deny rules of one agent.
