@@ -148,6 +148,28 @@ pub fn is_synthetic_error(entry: &Value) -> bool {
             == Some("<synthetic>")
 }
 
+/// Whether an entry is a result [`prune`] synthesized for a call that never got one
+/// (its uuid is derived from the call's id). A caller resuming a session can append
+/// these, so that the chain continues from them; appending one twice is harmless,
+/// since its uuid is an idempotency key.
+pub fn is_synthesized_result(entry: &Value) -> bool {
+    let Some(uuid) = str_field(entry, "uuid") else {
+        return false;
+    };
+    let blocks = entry
+        .get("message")
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_array);
+    match blocks.map(Vec::as_slice) {
+        Some([block]) => {
+            block_type(block) == Some("tool_result")
+                && block.get("content").and_then(Value::as_str) == Some(INTERRUPTED_BODY)
+                && str_field(block, "tool_use_id").is_some_and(|id| synthetic_uuid(id) == uuid)
+        }
+        _ => false,
+    }
+}
+
 /// The normalized command line if `command` is a snapshot command
 /// ([`SNAPSHOT_COMMANDS`]), else `None`.
 pub fn snapshot_command(command: &str) -> Option<String> {
