@@ -8,9 +8,9 @@
 //! - [`core`]: what makes a run continue across processes: runtime, lineage, manifest,
 //!   resilience, signals, the wake probe;
 //! - [`workflow`]: steps and workflows, and flower's default pipeline;
-//! - [`cli`]: the `flower` command line.
+//!
+//! The `flower` command line lives in the binary (`src/main.rs`, `src/cli/`).
 
-pub mod cli;
 pub mod core;
 pub mod engine;
 pub mod model;

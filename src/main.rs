@@ -1,27 +1,39 @@
-//! The flower command line. Minimal for now: only `flower store` (the full CLI replaces
-//! this file and keeps calling `flower::cli::store::run` the same way).
+//! The `flower` binary.
 
-use clap::{Parser, Subcommand};
+mod cli;
+
+use clap::Parser;
+use cli::args::{Cli, Command};
 use std::process::ExitCode;
 
-#[derive(Parser)]
-#[command(name = "flower", version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Inspect and move the transcripts in sessions.db.
-    Store(flower::cli::store::StoreArgs),
-}
-
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Store(args) => flower::cli::store::run(args).unwrap_or_else(|e| {
-            eprintln!("flower store: {e:#}");
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Store(args)) => {
+            return cli::store::run(args).unwrap_or_else(|e| {
+                eprintln!("flower store: {e:#}");
+                ExitCode::FAILURE
+            });
+        }
+        Some(Command::State(args)) => cli::state::run(args),
+        Some(Command::Once(args)) => block_on(cli::once::run(args)),
+        None => block_on(cli::flow::run(cli.flow)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("flower: {error:#}");
             ExitCode::FAILURE
-        }),
+        }
     }
+}
+
+/// One thread is plenty: the work is waiting on the model and on tools.
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    future: F,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(future)
 }

@@ -5,9 +5,9 @@
 //! a failed write leaves the database as it was. Reading commands open the database
 //! read-only and never create it.
 
-use crate::stores::prune::{PruneOptions, default_trim_dir};
-use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
 use clap::{Args, Subcommand};
+use flower::stores::prune::{PruneOptions, default_trim_dir};
+use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::io::{Read, Write};

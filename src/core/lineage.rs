@@ -1,2 +1,311 @@
-//! `runs/lineage.json`. TODO (issue #4)
-pub struct Lineage;
+//! `runs/lineage.json`: which session each step of a workflow used, so that the next
+//! process continues the same conversations (spec 接续.md, 血缘; DESIGN.md §3).
+//!
+//! ```json
+//! {"workspace": "/abs/proj", "woke": 3, "steps": {"干活": "47395075-…"}}
+//! ```
+//!
+//! Two invariants drive this module:
+//! - **Written the moment a session id exists**, atomically (`lineage.json.tmp`, fsync,
+//!   rename), because a process killed by SIGHUP or SIGKILL runs no cleanup at all. A
+//!   write error is swallowed by [`Lineage::remember`] and [`Lineage::wake`]: continuation
+//!   is a bonus and must never stop a run.
+//! - **What does not match counts as absent**: another workspace path (the directory was
+//!   copied or moved), a session no longer in `sessions.db`, or an unreadable file all
+//!   load as an empty lineage, silently.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The file name inside the run dir.
+pub const LINEAGE_FILE: &str = "lineage.json";
+/// The temporary file a write goes through before it is renamed over [`LINEAGE_FILE`].
+pub const LINEAGE_TMP_FILE: &str = "lineage.json.tmp";
+
+/// Exactly what `lineage.json` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineageFile {
+    /// The canonical absolute path of the workspace the steps ran in: the guard against a
+    /// copied or moved directory, whose old session ids mean nothing at the new place.
+    pub workspace: String,
+    /// How many processes have run the workflow here (wakes).
+    pub woke: u64,
+    /// Plain step name → the session id that step last used.
+    pub steps: BTreeMap<String, String>,
+}
+
+/// The lineage of one workspace and run dir, loaded once per process and kept current on
+/// disk. Plain data, `Send + Sync`: share it as `Arc<Mutex<Lineage>>`.
+#[derive(Debug, Clone)]
+pub struct Lineage {
+    run_dir: PathBuf,
+    path: PathBuf,
+    workspace: String,
+    woke: u64,
+    steps: BTreeMap<String, String>,
+}
+
+/// Whether `name` is a plain step name, the only kind lineage remembers. Attempt names
+/// carry a suffix (`#retry<N>`, `#round<N>`, `·判定#<N>`), and every one of those has a
+/// `#`, so any `#` disqualifies the name. An empty name is not a step either.
+pub fn is_plain_step_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('#')
+}
+
+impl Lineage {
+    /// An empty lineage (woke 0, no steps) for `workspace`, writing to
+    /// `run_dir/lineage.json`. Nothing is read or written.
+    pub fn empty(run_dir: &Path, workspace: &Path) -> Lineage {
+        Lineage {
+            run_dir: run_dir.to_path_buf(),
+            path: run_dir.join(LINEAGE_FILE),
+            workspace: canonical_string(workspace),
+            woke: 0,
+            steps: BTreeMap::new(),
+        }
+    }
+
+    /// Loads `run_dir/lineage.json` for `workspace`. Never fails: a missing, unreadable,
+    /// corrupt, truncated or wrongly typed file, or one written for another workspace,
+    /// loads as [`Lineage::empty`]. Each remembered session is kept only if
+    /// `is_alive(session_id)` (it is still in `sessions.db`): resuming a session that is
+    /// gone would only fail later, deep inside a run. Writes nothing.
+    pub fn load(run_dir: &Path, workspace: &Path, is_alive: impl Fn(&str) -> bool) -> Lineage {
+        let mut lineage = Lineage::empty(run_dir, workspace);
+        if let Some(file) = read_matching(&lineage.path, &lineage.workspace) {
+            lineage.woke = file.woke;
+            lineage.steps = file
+                .steps
+                .into_iter()
+                .filter(|(step, id)| is_plain_step_name(step) && !id.is_empty() && is_alive(id))
+                .collect();
+        }
+        lineage
+    }
+
+    /// The parsed `run_dir/lineage.json` when it is readable and was written for this
+    /// `workspace`; `None` otherwise. Strictly read-only (the wake probe relies on that);
+    /// sessions are not checked against the store.
+    pub fn read(run_dir: &Path, workspace: &Path) -> Option<LineageFile> {
+        read_matching(&run_dir.join(LINEAGE_FILE), &canonical_string(workspace))
+    }
+
+    /// How many processes have woken this workflow (0 before the first [`Lineage::wake`]).
+    pub fn woke(&self) -> u64 {
+        self.woke
+    }
+
+    /// Plain step name → session id.
+    pub fn steps(&self) -> &BTreeMap<String, String> {
+        &self.steps
+    }
+
+    /// The session `step` last used, if it is remembered.
+    pub fn session(&self, step: &str) -> Option<&str> {
+        self.steps.get(step).map(String::as_str)
+    }
+
+    /// `run_dir/lineage.json`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The canonical workspace path this lineage is for (what the file's `workspace`
+    /// field holds).
+    pub fn workspace(&self) -> &str {
+        &self.workspace
+    }
+
+    /// Records that `step` uses `session_id`, and writes the file at once. Suffixed
+    /// attempt names never enter (see [`is_plain_step_name`]); the caller passes the
+    /// step's own name. A write error is swallowed so that the run goes on.
+    ///
+    /// Returns whether the file now holds this pair (false for a suffixed name or a
+    /// failed write; the pair is still kept in memory after a failed write).
+    pub fn remember(&mut self, step: &str, session_id: &str) -> bool {
+        if !is_plain_step_name(step) || session_id.is_empty() {
+            return false;
+        }
+        self.steps.insert(step.to_owned(), session_id.to_owned());
+        self.save().is_ok()
+    }
+
+    /// Counts one more wake (once per process that runs the workflow) and writes the
+    /// file, swallowing a write error. Returns the new count.
+    pub fn wake(&mut self) -> u64 {
+        self.woke += 1;
+        let _ = self.save();
+        self.woke
+    }
+
+    /// Writes the lineage atomically: `lineage.json.tmp`, fsync, rename over
+    /// `lineage.json`, creating the run dir if needed. A reader (or a process killed
+    /// mid-write) never sees half a file.
+    pub fn save(&self) -> io::Result<()> {
+        fs::create_dir_all(&self.run_dir)?;
+        let file = LineageFile {
+            workspace: self.workspace.clone(),
+            woke: self.woke,
+            steps: self.steps.clone(),
+        };
+        let mut bytes = serde_json::to_vec_pretty(&file).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        let tmp = self.run_dir.join(LINEAGE_TMP_FILE);
+        let locked = lock_tmp(&tmp)?;
+        write_locked_and_rename(locked, &bytes, &tmp, &self.path)?;
+        sync_dir(&self.run_dir);
+        Ok(())
+    }
+
+    /// Starts over (`/new`): moves `lineage.json` and each existing `extra` file (需求.md,
+    /// 目标.md) into the directory `into` (created if needed), keeping their file names,
+    /// then resets steps and woke. Nothing is deleted; a file already at a destination
+    /// is an error (`AlreadyExists`) and nothing moves. Missing files are skipped. The
+    /// reset lineage is not written until the next [`remember`](Lineage::remember) or
+    /// [`wake`](Lineage::wake).
+    pub fn archive(&mut self, into: &Path, extra: &[PathBuf]) -> io::Result<()> {
+        let mut moves: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let sources = std::iter::once(self.path.clone()).chain(extra.iter().cloned());
+        for source in sources {
+            if fs::symlink_metadata(&source).is_err() {
+                continue;
+            }
+            let Some(name) = source.file_name() else {
+                continue;
+            };
+            let dest = into.join(name);
+            if fs::symlink_metadata(&dest).is_ok() || moves.iter().any(|(_, d)| *d == dest) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} already exists; not overwriting an archive",
+                        dest.display()
+                    ),
+                ));
+            }
+            moves.push((source, dest));
+        }
+        fs::create_dir_all(into)?;
+        for (source, dest) in &moves {
+            move_file(source, dest)?;
+        }
+        sync_dir(into);
+        sync_dir(&self.run_dir);
+        self.steps.clear();
+        self.woke = 0;
+        Ok(())
+    }
+}
+
+/// Reads and parses `path`, returning it only when it is for `workspace`.
+fn read_matching(path: &Path, workspace: &str) -> Option<LineageFile> {
+    let bytes = fs::read(path).ok()?;
+    let file: LineageFile = serde_json::from_slice(&bytes).ok()?;
+    let same =
+        file.workspace == workspace || canonical_string(Path::new(&file.workspace)) == workspace;
+    same.then_some(file)
+}
+
+/// The canonical absolute form of `path`; for a path that does not exist (so cannot be
+/// canonicalized), its absolute form.
+fn canonical_string(path: &Path) -> String {
+    let resolved = fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf());
+    resolved.to_string_lossy().into_owned()
+}
+
+/// Opens the shared temporary file and takes an exclusive lock on it, so that two
+/// processes saving at once cannot interleave their bytes in it. After the lock is
+/// granted the path must still name the same file: the previous holder may have renamed
+/// it away (then we would be writing into the live file) — if so, start again.
+fn lock_tmp(tmp: &Path) -> io::Result<File> {
+    // Each retry means another writer completed a save meanwhile; the bound only guards
+    // against a path that never stays put (it would take a pathological filesystem).
+    for _ in 0..1000 {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(tmp)?;
+        // A filesystem without flock (some network mounts) still gets its lineage: the
+        // lock only matters when two processes save at the same instant.
+        let _ = file.lock();
+        if same_file(&file, tmp) {
+            return Ok(file);
+        }
+    }
+    Err(io::Error::other(format!(
+        "{} keeps changing under the lock",
+        tmp.display()
+    )))
+}
+
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Replaces the locked temporary file's content with `bytes`, flushes it to disk and
+/// renames it over `dest`. A directory squatting on `dest` is moved aside, never deleted.
+fn write_locked_and_rename(
+    mut file: File,
+    bytes: &[u8],
+    tmp: &Path,
+    dest: &Path,
+) -> io::Result<()> {
+    file.set_len(0)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    if let Err(err) = fs::rename(tmp, dest) {
+        if !fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+            return Err(err);
+        }
+        fs::rename(dest, aside_path(dest))?;
+        fs::rename(tmp, dest)?;
+    }
+    // The lock goes with the file handle, after the rename: a waiting writer then finds
+    // that the path names another file and reopens it.
+    drop(file);
+    Ok(())
+}
+
+/// `<path>.corrupt-<YYYYmmdd-HHMMSS>`, with `-N` added if that name is taken.
+pub(crate) fn aside_path(path: &Path) -> PathBuf {
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    let base = format!("{}.corrupt-{stamp}", path.to_string_lossy());
+    let mut candidate = PathBuf::from(&base);
+    let mut n = 1;
+    while fs::symlink_metadata(&candidate).is_ok() {
+        candidate = PathBuf::from(format!("{base}-{n}"));
+        n += 1;
+    }
+    candidate
+}
+
+/// Renames `from` to `to`; across filesystems, copies and then removes the original.
+fn move_file(from: &Path, to: &Path) -> io::Result<()> {
+    match fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::CrossesDevices => {
+            fs::copy(from, to)?;
+            File::open(to)?.sync_all()?;
+            fs::remove_file(from)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Makes a rename in `dir` durable. Best effort: some filesystems refuse to fsync a
+/// directory, and the rename itself already happened.
+pub(crate) fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}

@@ -1,1 +1,454 @@
-//! TODO
+//! `runs/manifest.json`: the run list, accumulated across processes, one row per step
+//! attempt (spec 接续.md; DESIGN.md §3). It is the one place to look up a step's
+//! session id after the fact.
+//!
+//! A row is every field of [`StepResult`] plus `duration_s` and `run` (the process's run
+//! id, `YYYYmmdd-HHMMSS-<6 hex>`). Writes never overwrite other processes' work: each
+//! write takes an exclusive lock on `manifest.json.lock`, re-reads the file, replaces
+//! only this process's rows by its current ones and keeps every other row exactly as it
+//! was, then renames a fully written (fsynced) `manifest.json.tmp` over the file. So
+//! several flower processes may share one run dir.
+//!
+//! Other rows are copied as their exact source bytes, never re-serialised: unknown
+//! fields, key order and number spellings survive, and a write with 10,000 rows in the
+//! file needs no tree of them. When nobody else has written since this process did (the
+//! file's identity and a token in the lock file say so), even the parse is skipped and
+//! the other rows are copied in the kernel. An unparseable file is moved aside to
+//! `manifest.json.corrupt-<YYYYmmdd-HHMMSS>`, never deleted, and a new one started.
+
+use chrono::SecondsFormat;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::lineage::aside_path;
+
+/// The file name inside the run dir.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// The temporary file a write goes through.
+pub const MANIFEST_TMP_FILE: &str = "manifest.json.tmp";
+/// The sidecar file whose `flock` serialises writers across processes.
+pub const MANIFEST_LOCK_FILE: &str = "manifest.json.lock";
+
+/// What one attempt of one step came to: a manifest row without `duration_s` and `run`.
+///
+/// Field names and order are the contract (spec 接续.md). Timestamps are RFC 3339 in
+/// local time with the offset, microsecond precision.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct StepResult {
+    /// The attempt's name: `name`, `name#retry<N>`, `name#round<N>` or `name·判定#<N>`.
+    pub step: String,
+    pub session_id: Option<String>,
+    pub ok: bool,
+    pub cost_usd: Option<f64>,
+    pub num_turns: u32,
+    /// The step's final output text.
+    pub text: String,
+    pub error: Option<String>,
+    pub started_at: String,
+    pub ended_at: String,
+    /// Requests made for this step, the first included.
+    pub attempts: u32,
+    /// Every error met on the way, oldest first (also those that a retry got past).
+    pub errors: Vec<String>,
+    /// Whether a retry resumed the step's session instead of starting over.
+    pub resumed: bool,
+    /// Sessions that handed over to a successor (generation handoff), oldest first.
+    pub retired: Vec<String>,
+    /// Context size (tokens) of the session's last turn.
+    pub context: u64,
+}
+
+impl StepResult {
+    /// A result for a step that starts now: `started_at` = `ended_at` = now, one attempt,
+    /// not ok until the caller says so.
+    pub fn started(step: &str) -> Self {
+        let now = now_rfc3339();
+        StepResult {
+            step: step.to_owned(),
+            started_at: now.clone(),
+            ended_at: now,
+            attempts: 1,
+            ..StepResult::default()
+        }
+    }
+
+    /// Stamps `ended_at` with the current time.
+    pub fn finish(&mut self) {
+        self.ended_at = now_rfc3339();
+    }
+
+    /// Seconds from `started_at` to `ended_at`; 0 when either does not parse (never
+    /// negative). Derived, not stored: the manifest row adds it as `duration_s`.
+    pub fn duration_s(&self) -> f64 {
+        let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s).ok();
+        match (parse(&self.started_at), parse(&self.ended_at)) {
+            (Some(start), Some(end)) => {
+                let micros = (end - start).num_microseconds().unwrap_or(0);
+                (micros.max(0) as f64) / 1e6
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// The manifest row: every field, then `duration_s`, then `run`.
+    pub fn to_row(&self, run: &str) -> Value {
+        let mut row = match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            // A struct of plain fields always serialises to an object.
+            _ => serde_json::Map::new(),
+        };
+        row.insert("duration_s".into(), Value::from(self.duration_s()));
+        row.insert("run".into(), Value::from(run));
+        Value::Object(row)
+    }
+}
+
+/// The current local time as RFC 3339 with the offset and microseconds
+/// (`2026-09-07T01:52:40.123456+08:00`).
+pub fn now_rfc3339() -> String {
+    chrono::Local::now().to_rfc3339_opts(SecondsFormat::Micros, false)
+}
+
+/// A fresh run id: `YYYYmmdd-HHMMSS-<6 lowercase hex>`, local time plus 24 random bits.
+/// A process uses one for all its rows; see [`process_run_id`].
+pub fn new_run_id() -> String {
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    // Mix the pid in: processes started in the same second must not share an id.
+    let salt = std::process::id().wrapping_mul(0x9E37_79B9);
+    format!("{stamp}-{:06x}", (fastrand::u32(..) ^ salt) & 0x00FF_FFFF)
+}
+
+/// This process's run id, made on first use and the same ever after.
+pub fn process_run_id() -> &'static str {
+    static RUN_ID: OnceLock<String> = OnceLock::new();
+    RUN_ID.get_or_init(new_run_id)
+}
+
+/// `<step>#retry<N>`: the N-th plain retry of a step.
+pub fn retry_name(step: &str, n: u32) -> String {
+    format!("{step}#retry{n}")
+}
+
+/// `<step>#round<N>`: the step sent back for round N after a failed judgement.
+pub fn round_name(step: &str, n: u32) -> String {
+    format!("{step}#round{n}")
+}
+
+/// `<step>·判定#<N>`: the judge's N-th round on a step.
+pub fn judge_name(step: &str, n: u32) -> String {
+    format!("{step}·判定#{n}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{} is not a JSON array of rows: {why}", path.display())]
+    Corrupt { path: PathBuf, why: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
+    move |source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What a write did, beyond writing.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecordOutcome {
+    /// Where an unparseable `manifest.json` was moved before a new one was started: the
+    /// caller should warn the user.
+    pub moved_aside: Option<PathBuf>,
+    /// Rows in the file after the write, all processes'.
+    pub rows: usize,
+}
+
+/// This process's view of `run_dir/manifest.json`: its own rows, kept in memory and
+/// merged into the file on every write.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    run_dir: PathBuf,
+    path: PathBuf,
+    run_id: String,
+    /// This process's rows in order of first record, each with its `run` set.
+    rows: Vec<Value>,
+    /// What this writer's last write left on disk, while it may still be current.
+    last: Option<Written>,
+}
+
+/// The identity and layout of the file this writer last wrote. When both the file and
+/// the lock file's token are still exactly as it left them, nobody else has written
+/// since, so the next write copies the other processes' part of the file over in the
+/// kernel instead of parsing 10,000 rows again.
+#[derive(Debug, Clone, PartialEq)]
+struct Written {
+    /// Also written into the lock file: another writer replaces it.
+    token: String,
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    /// Bytes of `[` plus the other processes' rows, where this process's part begins.
+    others_len: u64,
+    others_count: usize,
+}
+
+impl Manifest {
+    /// A manifest writer for `run_dir`, stamping rows with `run_id` (normally
+    /// [`process_run_id`]). Touches no file.
+    pub fn new(run_dir: &Path, run_id: String) -> Self {
+        Manifest {
+            run_dir: run_dir.to_path_buf(),
+            path: run_dir.join(MANIFEST_FILE),
+            run_id,
+            rows: Vec::new(),
+            last: None,
+        }
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// `run_dir/manifest.json`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// This process's rows, as they are (or will be) in the file.
+    pub fn rows(&self) -> &[Value] {
+        &self.rows
+    }
+
+    /// Records one attempt and writes the file. An attempt is identified by its step
+    /// name and `started_at`: recording it again (e.g. finished, or rescued on a signal)
+    /// replaces its row; a new attempt appends one.
+    ///
+    /// Synchronous and short, so that a signal handler's task may call it. On error
+    /// the row is still kept in memory and goes out with the next successful write.
+    pub fn record(&mut self, result: &StepResult) -> Result<RecordOutcome, ManifestError> {
+        let row = result.to_row(&self.run_id);
+        let same_attempt = |r: &Value| {
+            r.get("step").and_then(Value::as_str) == Some(result.step.as_str())
+                && r.get("started_at").and_then(Value::as_str) == Some(result.started_at.as_str())
+        };
+        match self.rows.iter_mut().find(|r| same_attempt(r)) {
+            Some(existing) => *existing = row,
+            None => self.rows.push(row),
+        }
+        self.write()
+    }
+
+    /// Merges this process's rows into the file (see the module doc).
+    pub fn write(&mut self) -> Result<RecordOutcome, ManifestError> {
+        fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
+        let lock_path = self.run_dir.join(MANIFEST_LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        // Without flock (some network mounts) the write still happens, merged as well as
+        // it can be; only the shortcut, which relies on the lock, is off.
+        let locked = lock.lock().is_ok();
+        // Until this write completes, what we knew about the file is void.
+        let last = self.last.take().filter(|_| locked);
+
+        let tmp = self.run_dir.join(MANIFEST_TMP_FILE);
+        let mut out = File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut moved_aside = None;
+        let unchanged = last
+            .as_ref()
+            .and_then(|last| open_if_unchanged(&self.path, &lock, last));
+        let (others_len, others_count) = match (unchanged, last) {
+            (Some(old), Some(last)) => {
+                let copied =
+                    io::copy(&mut (&old).take(last.others_len), &mut out).map_err(io_err(&tmp))?;
+                if copied != last.others_len {
+                    return Err(io_err(&self.path)(io::ErrorKind::UnexpectedEof.into()));
+                }
+                (last.others_len, last.others_count)
+            }
+            _ => {
+                let text = read_text(&self.path)?;
+                let existing = match text.as_deref().map(split_rows) {
+                    None => Vec::new(),
+                    Some(Ok(rows)) => rows,
+                    Some(Err(_)) => {
+                        let aside = aside_path(&self.path);
+                        fs::rename(&self.path, &aside).map_err(io_err(&self.path))?;
+                        moved_aside = Some(aside);
+                        Vec::new()
+                    }
+                };
+                let ours = serde_json::to_string(&self.run_id).unwrap_or_default();
+                let others: Vec<&str> = existing
+                    .iter()
+                    .map(|raw| raw.get())
+                    .filter(|raw| !row_has_run(raw, &ours))
+                    .collect();
+                let len = write_others(&mut out, &others).map_err(io_err(&tmp))?;
+                (len, others.len())
+            }
+        };
+        let out = write_ours(out, others_count == 0, &self.rows).map_err(io_err(&tmp))?;
+        let meta = out.metadata().map_err(io_err(&tmp))?;
+        fs::rename(&tmp, &self.path).map_err(io_err(&self.path))?;
+        // No fsync of the directory: it costs a second journal commit (it doubled the
+        // write time with 10,000 rows). Until the filesystem commits the rename by
+        // itself (seconds), a power cut brings back the previous whole file, never half.
+
+        let token = format!("{} {:016x}\n", self.run_id, fastrand::u64(..));
+        if locked
+            && lock
+                .set_len(0)
+                .and_then(|()| lock.write_all_at(token.as_bytes(), 0))
+                .is_ok()
+        {
+            use std::os::unix::fs::MetadataExt;
+            self.last = Some(Written {
+                token,
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                mtime: (meta.mtime(), meta.mtime_nsec()),
+                others_len,
+                others_count,
+            });
+        }
+        drop(lock);
+        Ok(RecordOutcome {
+            moved_aside,
+            rows: others_count + self.rows.len(),
+        })
+    }
+}
+
+/// The manifest, opened, if it is still the very file `last` describes and no other
+/// writer has taken the lock since (its token is still ours).
+fn open_if_unchanged(path: &Path, lock: &File, last: &Written) -> Option<File> {
+    use std::os::unix::fs::MetadataExt;
+    let mut token = vec![0u8; last.token.len() + 1];
+    let n = lock.read_at(&mut token, 0).ok()?;
+    if &token[..n] != last.token.as_bytes() {
+        return None;
+    }
+    let file = File::open(path).ok()?;
+    let m = file.metadata().ok()?;
+    let same = m.dev() == last.dev
+        && m.ino() == last.ino
+        && m.len() == last.len
+        && (m.mtime(), m.mtime_nsec()) == last.mtime
+        && last.others_len < last.len;
+    same.then_some(file)
+}
+
+/// Every row of `run_dir/manifest.json`, all processes'; empty when there is no file.
+/// An unparseable file is reported as [`ManifestError::Corrupt`] and left where it is.
+pub fn read_rows(run_dir: &Path) -> Result<Vec<Value>, ManifestError> {
+    let path = run_dir.join(MANIFEST_FILE);
+    let Some(text) = read_text(&path)? else {
+        return Ok(Vec::new());
+    };
+    let corrupt = |why: String| ManifestError::Corrupt {
+        path: path.clone(),
+        why,
+    };
+    let rows = split_rows(&text).map_err(corrupt)?;
+    rows.iter()
+        .map(|raw| serde_json::from_str(raw.get()).map_err(|e| corrupt(e.to_string())))
+        .collect()
+}
+
+/// The file's text. `None` when it is missing or blank; `Some("")` (which does not
+/// parse) when it is not UTF-8 or is a directory, so that it gets moved aside.
+fn read_text(path: &Path) -> Result<Option<String>, ManifestError> {
+    match fs::read(path) {
+        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(None),
+        Ok(bytes) => Ok(Some(String::from_utf8(bytes).unwrap_or_default())),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(_) if fs::metadata(path).is_ok_and(|m| m.is_dir()) => Ok(Some(String::new())),
+        Err(err) => Err(io_err(path)(err)),
+    }
+}
+
+/// The top-level array's elements, each as its exact source text. Validates the whole
+/// document but builds no tree: other processes' rows are copied back byte for byte,
+/// and a write stays fast with 10,000 rows in the file.
+fn split_rows(text: &str) -> Result<Vec<&RawValue>, String> {
+    serde_json::from_str::<Vec<&RawValue>>(text).map_err(|e| {
+        if e.classify() == serde_json::error::Category::Data {
+            format!("not a JSON array of rows ({e})")
+        } else {
+            e.to_string()
+        }
+    })
+}
+
+/// Whether the row's `run` field is exactly `run_json` (a JSON string literal). Rows
+/// that are not objects, or whose `run` is missing or not a string, belong to nobody
+/// we know and are kept.
+fn row_has_run(raw: &str, run_json: &str) -> bool {
+    #[derive(Deserialize)]
+    struct RunOnly<'a> {
+        #[serde(borrow, default)]
+        run: Option<&'a RawValue>,
+    }
+    // A cheap pre-filter: a row of ours contains the literal; most rows do not.
+    raw.contains(run_json)
+        && serde_json::from_str::<RunOnly>(raw)
+            .is_ok_and(|r| r.run.is_some_and(|run| run.get() == run_json))
+}
+
+/// Starts the array in `serde_json`'s pretty layout with the other processes' rows,
+/// verbatim. Returns the bytes written: where this process's part will begin.
+fn write_others(out: &mut File, others: &[&str]) -> io::Result<u64> {
+    let mut buf = BufWriter::with_capacity(1 << 16, out);
+    let mut written = 1;
+    buf.write_all(b"[")?;
+    for (i, raw) in others.iter().enumerate() {
+        let sep: &[u8] = if i == 0 { b"\n  " } else { b",\n  " };
+        buf.write_all(sep)?;
+        buf.write_all(raw.as_bytes())?;
+        written += (sep.len() + raw.len()) as u64;
+    }
+    buf.flush()?;
+    Ok(written)
+}
+
+/// Ends the array with this process's rows and flushes the file to disk. Rows written
+/// by flower come back out of a later merge exactly as they went in.
+fn write_ours(out: File, first: bool, ours: &[Value]) -> io::Result<File> {
+    let mut buf = BufWriter::with_capacity(1 << 16, out);
+    if !ours.is_empty() {
+        // The slice pretty-printed is `[\n  {…},\n  {…}\n]`: keep what is inside.
+        let text = serde_json::to_string_pretty(ours).map_err(io::Error::other)?;
+        let inner = text
+            .strip_prefix("[\n")
+            .and_then(|t| t.strip_suffix("\n]"))
+            .unwrap_or(&text);
+        buf.write_all(if first { b"\n" } else { b",\n" })?;
+        buf.write_all(inner.as_bytes())?;
+        buf.write_all(b"\n]\n")?;
+    } else if first {
+        buf.write_all(b"]\n")?;
+    } else {
+        buf.write_all(b"\n]\n")?;
+    }
+    let file = buf.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(file)
+}

@@ -1,1 +1,491 @@
-//! TODO
+//! Resilience: wait out the network, back off, and tell what to wait for from what to stop
+//! at (spec 接续.md, 韧性; the numbers are DESIGN.md §6).
+//!
+//! The pieces the retry loop is built from:
+//! - [`reachable`] probes with DNS + one TCP connect only: no HTTP, no credentials, no
+//!   cost. [`endpoint`] says what to probe: the gateway in `ANTHROPIC_BASE_URL`, if any.
+//! - [`classify`] / [`classify_error`]: transient (wait and retry), fatal (stop and tell
+//!   the user what to fix), unknown. Fatal is checked first: a 401 text often mentions
+//!   "connection" too.
+//! - [`Resilience`]: the numbers, overridable from the environment, with the backoff
+//!   delay and the offline wait.
+//! - [`RESUME_PROMPT`]: what a retry that resumes its session says. It names no error:
+//!   the model needs to know it was interrupted, not whether it was ENOTFOUND or a 503.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::model::ModelError;
+
+/// Sent when a retry resumes the session of an interrupted step. Exactly this text.
+pub const RESUME_PROMPT: &str =
+    "上一轮在中途被打断,没有跑完。检查一下工作台里已经落盘的东西,从中断处接着做,不要重头来过。";
+
+/// The API the default endpoint stands for.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// Retry and offline-wait settings. Seconds are `f64`, as in the environment variables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resilience {
+    /// Attempts per step, the first included. `FLOWER_MAX_ATTEMPTS`, default 6.
+    pub max_attempts: u32,
+    /// Backoff before retry 1; doubles per attempt. `FLOWER_BASE_DELAY`, default 4.0.
+    pub base_delay: f64,
+    /// Backoff cap (before jitter). `FLOWER_MAX_DELAY`, default 120.0.
+    pub max_delay: f64,
+    /// One reachability probe's time limit. `FLOWER_PROBE_TIMEOUT`, default 5.0.
+    pub probe_timeout: f64,
+    /// Between probes while offline. `FLOWER_PROBE_INTERVAL`, default 15.0.
+    pub probe_interval: f64,
+    /// How long to wait for the network before giving up. `FLOWER_MAX_OFFLINE_WAIT`,
+    /// default 3600.0 (an hour).
+    pub max_offline_wait: f64,
+    /// Whether an error that is neither transient nor fatal is retried.
+    /// `FLOWER_RETRY_UNKNOWN`, default true.
+    pub retry_unknown: bool,
+}
+
+impl Default for Resilience {
+    fn default() -> Self {
+        Resilience {
+            max_attempts: 6,
+            base_delay: 4.0,
+            max_delay: 120.0,
+            probe_timeout: 5.0,
+            probe_interval: 15.0,
+            max_offline_wait: 3600.0,
+            retry_unknown: true,
+        }
+    }
+}
+
+/// What a seconds setting may be.
+#[derive(Clone, Copy)]
+enum Range {
+    /// ≥ 0
+    NonNegative,
+    /// > 0 (a zero probe timeout or interval would make probing meaningless or spin)
+    Positive,
+}
+
+impl Resilience {
+    /// The defaults overridden by the `FLOWER_*` environment variables. Bad values are
+    /// ignored (the default stays) and each yields one warning line for the user.
+    pub fn from_env() -> (Resilience, Vec<String>) {
+        Resilience::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// [`Resilience::from_env`] reading variables through `lookup`, so that tests need
+    /// not touch the process environment. An empty value counts as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Resilience, Vec<String>) {
+        let mut r = Resilience::default();
+        let mut warnings = Vec::new();
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+
+        if let Some(value) = get("FLOWER_MAX_ATTEMPTS") {
+            match value.parse::<u32>() {
+                Ok(n) if n >= 1 => r.max_attempts = n,
+                _ => warnings.push(format!(
+                    "ignoring FLOWER_MAX_ATTEMPTS={value:?}: expected a whole number ≥ 1 (attempts, the first included); using {}",
+                    r.max_attempts
+                )),
+            }
+        }
+        let mut seconds = |name: &str, range: Range, field: &mut f64| {
+            let Some(value) = get(name) else { return };
+            let valid = value.parse::<f64>().ok().filter(|x| {
+                x.is_finite()
+                    && match range {
+                        Range::NonNegative => *x >= 0.0,
+                        Range::Positive => *x > 0.0,
+                    }
+            });
+            if let Some(x) = valid {
+                *field = x;
+            } else {
+                let want = match range {
+                    Range::NonNegative => "≥ 0",
+                    Range::Positive => "> 0",
+                };
+                warnings.push(format!(
+                    "ignoring {name}={value:?}: expected seconds as a decimal number {want}; using {}",
+                    field
+                ));
+            }
+        };
+        seconds("FLOWER_BASE_DELAY", Range::NonNegative, &mut r.base_delay);
+        seconds("FLOWER_MAX_DELAY", Range::NonNegative, &mut r.max_delay);
+        seconds(
+            "FLOWER_PROBE_TIMEOUT",
+            Range::Positive,
+            &mut r.probe_timeout,
+        );
+        seconds(
+            "FLOWER_PROBE_INTERVAL",
+            Range::Positive,
+            &mut r.probe_interval,
+        );
+        seconds(
+            "FLOWER_MAX_OFFLINE_WAIT",
+            Range::NonNegative,
+            &mut r.max_offline_wait,
+        );
+
+        if let Some(value) = get("FLOWER_RETRY_UNKNOWN") {
+            match value.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => r.retry_unknown = true,
+                "false" | "0" | "no" | "off" => r.retry_unknown = false,
+                _ => warnings.push(format!(
+                    "ignoring FLOWER_RETRY_UNKNOWN={value:?}: expected true/false/1/0; using {}",
+                    r.retry_unknown
+                )),
+            }
+        }
+        (r, warnings)
+    }
+
+    /// The backoff before retrying after failed attempt number `attempt` (1-based),
+    /// without jitter: `min(base_delay · 2^(attempt−1), max_delay)`.
+    pub fn base_delay_for(&self, attempt: u32) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(1023) as i32;
+        let raw = self.base_delay * 2f64.powi(exponent);
+        secs(raw.min(self.max_delay))
+    }
+
+    /// The backoff before the next attempt: [`base_delay_for`](Self::base_delay_for)
+    /// times a uniform jitter in [0.75, 1.25], so that many clients do not retry in step
+    /// (the cap applies before the jitter, as the spec's formula has it).
+    /// A server's `retry-after` wins when given (capped at `max_offline_wait`, so an
+    /// absurd header cannot park the run for days).
+    pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(after) = retry_after {
+            return after.min(secs(self.max_offline_wait));
+        }
+        let jitter = 0.75 + 0.5 * fastrand::f64();
+        secs(self.base_delay_for(attempt).as_secs_f64() * jitter)
+    }
+
+    /// Whether an error of this class is worth another attempt.
+    pub fn should_retry(&self, class: ErrorClass) -> bool {
+        match class {
+            ErrorClass::Transient => true,
+            ErrorClass::Fatal => false,
+            ErrorClass::Unknown => self.retry_unknown,
+        }
+    }
+
+    /// Waits for the network: true at once if `ep` is reachable now; otherwise probes
+    /// every `probe_interval`, calling `on_wait(waited)` after each failed probe (for the
+    /// live status line), until it is reachable (true) or `max_offline_wait` has passed
+    /// (false). Waiting spends no attempt: that is the caller's rule.
+    pub async fn wait_until_reachable(
+        &self,
+        ep: &Endpoint,
+        mut on_wait: impl FnMut(Duration),
+    ) -> bool {
+        let started = Instant::now();
+        let limit = secs(self.max_offline_wait);
+        let timeout = secs(self.probe_timeout);
+        loop {
+            if reachable(&ep.host, ep.port, timeout).await {
+                return true;
+            }
+            let waited = started.elapsed();
+            on_wait(waited);
+            if waited >= limit {
+                return false;
+            }
+            let pause = secs(self.probe_interval).min(limit - waited);
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// Seconds to a `Duration`, saturating: negative or NaN → 0, too large → the maximum.
+fn secs(s: f64) -> Duration {
+    if s.is_nan() || s <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+    }
+}
+
+/// What to do about an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The network or the server will likely recover: wait, back off, retry.
+    Transient,
+    /// Retrying cannot help (a bad key, no credit, a request that is too large): stop
+    /// and tell the user what to fix.
+    Fatal,
+    /// Neither; retried only if `retry_unknown`.
+    Unknown,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Fatal => "fatal",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Phrases (lowercase) that mean retrying cannot help.
+const FATAL_PHRASES: &[&str] = &[
+    "authentication",
+    "invalid x-api-key",
+    "x-api-key",
+    "api key",
+    "api_key",
+    "unauthorized",
+    "permission",
+    "forbidden",
+    "invalid_request_error",
+    "bad request",
+    "not_found",
+    "model not found",
+    "billing",
+    "credit balance",
+    "prompt is too long",
+    "context length",
+    "context_length",
+    "context window",
+    "request_too_large",
+    "request too large",
+    "payload too large",
+];
+
+/// HTTP statuses that are fatal when they stand as a number of their own in a text.
+const FATAL_CODES: &[&str] = &["400", "401", "403", "404", "413"];
+
+/// Phrases (lowercase) of errors the network or the server recovers from.
+const TRANSIENT_PHRASES: &[&str] = &[
+    "connection refused",
+    "connection reset",
+    "connection closed",
+    "connection aborted",
+    "connection error",
+    "closed connection",
+    "close_notify",
+    "broken pipe",
+    "econnrefused",
+    "econnreset",
+    "econnaborted",
+    "epipe",
+    "ehostunreach",
+    "enetunreach",
+    "enetdown",
+    "host is unreachable",
+    "no route to host",
+    "network is unreachable",
+    "network is down",
+    "enotfound",
+    "eai_again",
+    "failed to lookup address",
+    "dns error",
+    "name resolution",
+    "name or service not known",
+    "timed out",
+    "timeout",
+    "etimedout",
+    "deadline has elapsed",
+    "can't reach the api server",
+    "cannot reach the api server",
+    "error sending request",
+    "rate_limit_error",
+    "rate limit",
+    "too many requests",
+    "api_error",
+    "internal server error",
+    "bad gateway",
+    "service unavailable",
+    "gateway timeout",
+    "overloaded",
+    "message_stop",
+    "incomplete",
+    "unexpected eof",
+    "unexpected end of file",
+    "error decoding response body",
+];
+
+/// HTTP statuses that are transient when they stand as a number of their own.
+const TRANSIENT_CODES: &[&str] = &["408", "409", "429", "500", "502", "503", "504", "529"];
+
+/// Classifies an error by its text, case-insensitively. Fatal is checked before
+/// transient: an authentication failure's text often says "connection" as well, and
+/// waiting on it would wait forever.
+pub fn classify(text: &str) -> ErrorClass {
+    let lower = text.to_lowercase();
+    let matches = |phrases: &[&str], codes: &[&str]| {
+        phrases.iter().any(|p| lower.contains(p)) || codes.iter().any(|c| has_code(&lower, c))
+    };
+    if matches(FATAL_PHRASES, FATAL_CODES) {
+        ErrorClass::Fatal
+    } else if matches(TRANSIENT_PHRASES, TRANSIENT_CODES) {
+        ErrorClass::Transient
+    } else {
+        ErrorClass::Unknown
+    }
+}
+
+/// Whether `code` occurs in `text` as a number of its own: not inside a longer number or
+/// an id (`req_011C4013…`, port `5000`, `30400ms`).
+fn has_code(text: &str, code: &str) -> bool {
+    let bytes = text.as_bytes();
+    text.match_indices(code).any(|(at, _)| {
+        let before = at.checked_sub(1).map(|i| bytes[i]);
+        let after = bytes.get(at + code.len()).copied();
+        !before.is_some_and(|b| b.is_ascii_alphanumeric())
+            && !after.is_some_and(|b| b.is_ascii_alphanumeric())
+    })
+}
+
+/// Classifies a model error, trusting its typed status and kind before its text.
+pub fn classify_error(err: &ModelError) -> ErrorClass {
+    match err {
+        ModelError::MissingApiKey | ModelError::Config(_) => ErrorClass::Fatal,
+        ModelError::Connection(_) | ModelError::Incomplete(_) => ErrorClass::Transient,
+        ModelError::Protocol(_) => ErrorClass::Unknown,
+        ModelError::Api { status, kind, .. } => {
+            if let Some(class) = status.and_then(classify_status) {
+                return class;
+            }
+            match kind.as_str() {
+                "authentication_error"
+                | "permission_error"
+                | "invalid_request_error"
+                | "not_found_error"
+                | "request_too_large"
+                | "billing_error" => ErrorClass::Fatal,
+                "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error" => {
+                    ErrorClass::Transient
+                }
+                _ => classify(&err.to_string()),
+            }
+        }
+    }
+}
+
+/// What the user has to fix after a fatal error, when flower can tell: a rejected key, a
+/// key without access, an exhausted balance, an unknown model or endpoint.
+pub fn fatal_hint(err: &ModelError) -> Option<&'static str> {
+    let ModelError::Api { status, kind, .. } = err else {
+        return None;
+    };
+    let text = err.to_string().to_lowercase();
+    if *status == Some(401) || kind == "authentication_error" {
+        Some(
+            "The API rejected the key: check ANTHROPIC_API_KEY (wrong, revoked, or not an Anthropic key) and export a valid one, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`, then run flower again.",
+        )
+    } else if kind == "billing_error" || text.contains("credit balance") || text.contains("billing")
+    {
+        Some(
+            "The account of ANTHROPIC_API_KEY cannot pay for requests: add credit (or use another key), then run flower again.",
+        )
+    } else if *status == Some(403) || kind == "permission_error" {
+        Some(
+            "ANTHROPIC_API_KEY has no access to this: check the key's permissions and the model (--model / ANTHROPIC_MODEL).",
+        )
+    } else if *status == Some(404) || kind == "not_found_error" {
+        Some("Not found: check the model name (--model / ANTHROPIC_MODEL) and ANTHROPIC_BASE_URL.")
+    } else {
+        None
+    }
+}
+
+fn classify_status(status: u16) -> Option<ErrorClass> {
+    match status {
+        400 | 401 | 403 | 404 | 413 => Some(ErrorClass::Fatal),
+        408 | 409 | 429 | 500..=599 => Some(ErrorClass::Transient),
+        _ => None,
+    }
+}
+
+/// Where the model API lives, for the reachability probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// A host name or an IP address (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    /// `host:port`; `[v6]:port` for an IPv6 address.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The endpoint of `ANTHROPIC_BASE_URL`, or of the API itself when it is unset or
+/// empty. A gateway must be probed: the API being reachable says nothing about it.
+pub fn endpoint() -> Endpoint {
+    let base = std::env::var("ANTHROPIC_BASE_URL").unwrap_or_default();
+    endpoint_from(&base)
+}
+
+/// The endpoint of a base URL: its host, and its explicit port, else 443 (80 for
+/// `http`). The path is ignored; a URL without a scheme is taken as https. An empty or
+/// unparseable URL gives the API's own endpoint.
+pub fn endpoint_from(base_url: &str) -> Endpoint {
+    let trimmed = base_url.trim();
+    let default = || Endpoint {
+        host: "api.anthropic.com".into(),
+        port: 443,
+    };
+    if trimmed.is_empty() {
+        return default();
+    }
+    let with_scheme = if trimmed.contains("://") {
+        trimmed.to_owned()
+    } else {
+        format!("https://{trimmed}")
+    };
+    let Ok(url) = reqwest::Url::parse(&with_scheme) else {
+        return default();
+    };
+    let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
+        return default();
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = url
+        .port()
+        .unwrap_or(if url.scheme() == "http" { 80 } else { 443 });
+    Endpoint { host, port }
+}
+
+/// Whether `host:port` answers a TCP handshake within `timeout`: name resolution, then
+/// a connect to each resolved address in turn until one accepts. No byte is sent; any
+/// error means unreachable.
+pub async fn reachable(host: &str, port: u16, timeout: Duration) -> bool {
+    let probe = async {
+        let Ok(addrs) = tokio::net::lookup_host((host, port)).await else {
+            return false;
+        };
+        for addr in addrs {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return true;
+            }
+        }
+        false
+    };
+    tokio::time::timeout(timeout, probe).await.unwrap_or(false)
+}

@@ -1,3 +1,510 @@
-//! TODO (issue #4)
-pub struct Runtime;
-pub struct RuntimeOptions;
+//! The runtime: one workspace, one run directory, one session store, one model.
+//!
+//! A [`Runtime`] runs agent sessions as steps: each [`Runtime::run_step`] is one step
+//! attempt, retried through [`Resilience`] (waiting out an outage, resuming the same
+//! session), and recorded as a row of `runs/manifest.json`. The store is always the
+//! [`PruningSessionStore`] over `runs/sessions.db`, so a resumed session is never fed
+//! the errors of a retry storm.
+
+use super::lineage::Lineage;
+use super::manifest::{Manifest, StepResult, new_run_id};
+use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
+use crate::engine::Denial;
+use crate::engine::{
+    AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt,
+    RunRequest, RunResult, SessionStart, Stop,
+};
+use crate::model::anthropic::AnthropicClient;
+use crate::model::{ModelClient, Usage};
+use crate::stores::{
+    PruneOptions, PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore, project_key,
+};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A hook called with a step's session id the moment it exists.
+pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("workspace {path}: {why}")]
+    Workspace { path: PathBuf, why: String },
+    #[error("run directory {path}: {why}")]
+    RunDir { path: PathBuf, why: String },
+    #[error(transparent)]
+    Store(#[from] crate::stores::StoreError),
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+}
+
+/// How a runtime is set up. `Default` gives the library's defaults: `trim` off,
+/// `ephemeral` on, `keep_denials` 1, the Anthropic client from the environment.
+pub struct RuntimeOptions {
+    /// Replace old large tool results by file pointers when a session is resumed.
+    pub trim: bool,
+    /// Mark results of one-shot snapshot commands stale once they were run again.
+    pub ephemeral: bool,
+    /// How many denied tool calls a resumed session still sees.
+    pub keep_denials: usize,
+    /// Model override (else `ANTHROPIC_MODEL`, else the client's default).
+    pub model: Option<String>,
+    /// The model client; `None` builds an [`AnthropicClient`] from the environment.
+    pub client: Option<Arc<dyn ModelClient>>,
+    /// Retry policy; `None` reads the defaults and `FLOWER_*` overrides.
+    pub resilience: Option<Resilience>,
+    pub events: EventSink,
+    pub asker: Option<Arc<dyn Asker>>,
+    pub interrupt: Interrupt,
+    pub on_interrupt: Option<InterruptPrompt>,
+    /// Agents the `Task` tool can start.
+    pub subagents: Vec<AgentSpec>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            trim: false,
+            ephemeral: true,
+            keep_denials: 1,
+            model: None,
+            client: None,
+            resilience: None,
+            events: crate::engine::events::discard(),
+            asker: None,
+            interrupt: Interrupt::new(),
+            on_interrupt: None,
+            subagents: Vec::new(),
+        }
+    }
+}
+
+/// What [`Runtime::run_agent`] returns.
+#[derive(Debug, Clone)]
+pub struct AgentOutcome {
+    pub result: StepResult,
+    /// Token usage summed over every attempt (sub-agents included).
+    pub usage: Usage,
+    pub permission_denials: Vec<Denial>,
+}
+
+/// The step attempt in flight, for [`Runtime::rescue`].
+#[derive(Default)]
+struct InFlight {
+    result: Option<StepResult>,
+}
+
+pub struct Runtime {
+    workspace: PathBuf,
+    run_dir: PathBuf,
+    engine: Engine,
+    sqlite: Arc<SqliteSessionStore>,
+    lineage: Arc<Mutex<Lineage>>,
+    manifest: Arc<Mutex<Manifest>>,
+    resilience: Resilience,
+    events: EventSink,
+    on_session: Mutex<Option<SessionHook>>,
+    in_flight: Arc<Mutex<InFlight>>,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl Runtime {
+    /// A runtime with the library defaults. `run_dir` is relative to the current
+    /// directory, not to the workspace.
+    pub fn new(
+        workspace: impl AsRef<Path>,
+        run_dir: impl AsRef<Path>,
+    ) -> Result<Self, RuntimeError> {
+        Runtime::with_options(workspace, run_dir, RuntimeOptions::default())
+    }
+
+    pub fn with_options(
+        workspace: impl AsRef<Path>,
+        run_dir: impl AsRef<Path>,
+        options: RuntimeOptions,
+    ) -> Result<Self, RuntimeError> {
+        let workspace = canonical_workspace(workspace.as_ref())?;
+        // The key is checked before anything is created on disk.
+        let client: Arc<dyn ModelClient> = match options.client {
+            Some(client) => client,
+            None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
+        };
+        let run_dir = prepare_run_dir(run_dir.as_ref())?;
+        let sqlite = Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?);
+        let mut prune = PruneOptions::new(run_dir.join("trimmed"));
+        prune.trim = options.trim;
+        prune.ephemeral = options.ephemeral;
+        prune.keep_denials = options.keep_denials;
+        let store = Arc::new(PruningSessionStore::new(sqlite.clone(), prune));
+        let mut warnings = Vec::new();
+        let resilience = match options.resilience {
+            Some(resilience) => resilience,
+            None => {
+                let (resilience, bad) = Resilience::from_env();
+                warnings.extend(bad);
+                resilience
+            }
+        };
+        let max_tokens = std::env::var("FLOWER_MAX_TOKENS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS);
+        let engine = Engine::new(EngineConfig {
+            model: client,
+            store: store.clone(),
+            project_key: project_key(&workspace),
+            workspace: workspace.clone(),
+            run_dir: run_dir.clone(),
+            events: options.events.clone(),
+            max_tokens,
+            subagents: options.subagents,
+            asker: options.asker,
+            interrupt: options.interrupt,
+            on_interrupt: options.on_interrupt,
+        });
+        let lineage = Lineage::load(&run_dir, &workspace, |id| {
+            sqlite.has_session(id).unwrap_or(false)
+        });
+        let manifest = Manifest::new(&run_dir, new_run_id());
+        Ok(Runtime {
+            workspace,
+            run_dir,
+            engine,
+            sqlite,
+            lineage: Arc::new(Mutex::new(lineage)),
+            manifest: Arc::new(Mutex::new(manifest)),
+            resilience,
+            events: options.events,
+            on_session: Mutex::new(None),
+            in_flight: Arc::new(Mutex::new(InFlight::default())),
+            warnings: Mutex::new(warnings),
+        })
+    }
+
+    /// The canonical workspace path.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The absolute run directory.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    pub fn project_key(&self) -> &str {
+        &self.engine.config().project_key
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The raw SQLite store (for reading transcripts; writes go through the engine).
+    pub fn sqlite(&self) -> &Arc<SqliteSessionStore> {
+        &self.sqlite
+    }
+
+    /// Whether a session still exists in `sessions.db`.
+    pub fn has_session(&self, session_id: &str) -> bool {
+        self.sqlite.has_session(session_id).unwrap_or(false)
+    }
+
+    /// The lineage, as loaded (and validated) when this runtime was created.
+    pub fn lineage(&self) -> MutexGuard<'_, Lineage> {
+        lock(&self.lineage)
+    }
+
+    /// A shareable handle on the lineage, for hooks that outlive a borrow.
+    pub fn lineage_handle(&self) -> SharedLineage {
+        SharedLineage(self.lineage.clone())
+    }
+
+    /// Warnings collected so far (bad `FLOWER_*` values, a manifest moved aside); drained.
+    pub fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.warnings))
+    }
+
+    /// Sets (or, with `None`, removes) the hook that gets each step's session id the
+    /// moment it exists. It covers only `run_step`; remove it before any gate, so a judge
+    /// using the same runtime never lands in the step's lineage.
+    pub fn set_on_session(&self, hook: Option<SessionHook>) {
+        *lock(&self.on_session) = hook;
+    }
+
+    /// The in-flight step's row, marked `killed-by-signal`, written to the manifest.
+    /// Called from the SIGTERM/SIGHUP handler before the process dies.
+    pub fn rescue(&self) {
+        self.rescuer().rescue();
+    }
+
+    /// A handle that does [`Runtime::rescue`]'s work from elsewhere (a signal task)
+    /// without borrowing the runtime.
+    pub fn rescuer(&self) -> Rescuer {
+        Rescuer {
+            in_flight: self.in_flight.clone(),
+            manifest: self.manifest.clone(),
+        }
+    }
+
+    /// Closes the runtime. Everything is already on disk; this only drops the store.
+    pub fn close(self) {}
+
+    /// Runs one step attempt: the agent's session from `start`, with `prompt`, retried
+    /// per [`Resilience`], recorded in the manifest under `step`.
+    pub async fn run_step(
+        &self,
+        step: &str,
+        spec: &AgentSpec,
+        prompt: &str,
+        start: SessionStart,
+    ) -> StepResult {
+        let outcome = self.run_agent(step, spec, prompt, start).await;
+        self.record(&outcome.result);
+        outcome.result
+    }
+
+    /// Like [`Runtime::run_step`] but records nothing in the manifest (`flower once`),
+    /// and also returns the run's usage and permission denials.
+    pub async fn run_agent(
+        &self,
+        step: &str,
+        spec: &AgentSpec,
+        prompt: &str,
+        start: SessionStart,
+    ) -> AgentOutcome {
+        let mut usage = Usage::default();
+        let mut denials = Vec::new();
+        let mut result = StepResult::started(step);
+        result.cost_usd = Some(0.0);
+        result.resumed = matches!(start, SessionStart::Resume(_));
+        self.set_in_flight(Some(result.clone()));
+        let mut start = start;
+        let mut prompt = prompt.to_string();
+        let mut attempt: u32 = 1;
+        loop {
+            let in_flight = self.in_flight.clone();
+            let hook = lock(&self.on_session).clone();
+            let on_session = move |id: &str| {
+                if let Some(result) = lock(&in_flight).result.as_mut() {
+                    result.session_id = Some(id.to_string());
+                }
+                if let Some(hook) = &hook {
+                    hook(id);
+                }
+            };
+            let run = self
+                .engine
+                .run(RunRequest {
+                    spec,
+                    prompt: prompt.clone(),
+                    start: start.clone(),
+                    on_session: Some(&on_session),
+                })
+                .await;
+            absorb(&mut result, &run);
+            usage.add(&run.usage);
+            denials.extend(run.permission_denials.iter().cloned());
+            result.attempts = attempt;
+            self.set_in_flight(Some(result.clone()));
+            if run.ok {
+                result.ok = true;
+                result.error = None;
+                break;
+            }
+            let error = run.error.clone().unwrap_or_else(|| "unknown error".into());
+            result.errors.push(error.clone());
+            result.error = Some(error.clone());
+            let class = match (&run.model_error, run.stop) {
+                (Some(model_error), _) => resilience::classify_error(model_error),
+                _ => ErrorClass::Fatal,
+            };
+            let retry = match class {
+                ErrorClass::Transient => true,
+                ErrorClass::Unknown => self.resilience.retry_unknown,
+                ErrorClass::Fatal => false,
+            };
+            if !retry || attempt >= self.resilience.max_attempts {
+                // Retrying cannot help: say what the user has to fix.
+                if class == ErrorClass::Fatal
+                    && let Some(hint) = run.model_error.as_ref().and_then(resilience::fatal_hint)
+                {
+                    result.error = Some(format!("{error}\n{hint}"));
+                }
+                break;
+            }
+            if !self.wait_for_endpoint().await {
+                result.errors.push("gave up waiting for the network".into());
+                break;
+            }
+            let retry_after = run.model_error.as_ref().and_then(|e| e.retry_after());
+            let delay = self.resilience.delay(attempt, retry_after);
+            self.emit(Event::Retrying {
+                attempt: attempt + 1,
+                max_attempts: self.resilience.max_attempts,
+                delay_s: delay.as_secs_f64(),
+                error,
+            });
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+            // Whatever was already spent is not redone: continue the same session.
+            if let Some(id) = result.session_id.clone() {
+                start = SessionStart::Resume(id);
+                prompt = RESUME_PROMPT.to_string();
+                result.resumed = true;
+            }
+        }
+        result.finish();
+        self.set_in_flight(None);
+        AgentOutcome {
+            result,
+            usage,
+            permission_denials: denials,
+        }
+    }
+
+    /// Records a finished step result (used by gates for judge rows).
+    pub fn record(&self, result: &StepResult) {
+        match lock(&self.manifest).record(result) {
+            Ok(outcome) => {
+                if let Some(aside) = outcome.moved_aside {
+                    lock(&self.warnings).push(format!(
+                        "manifest.json 无法解析,已移到 {} 并重新开始",
+                        aside.display()
+                    ));
+                }
+            }
+            Err(e) => lock(&self.warnings).push(format!("写 manifest.json 失败:{e}")),
+        }
+    }
+
+    /// While the endpoint is unreachable, waits (probing) without spending attempts.
+    /// `false` when the wait limit passed.
+    async fn wait_for_endpoint(&self) -> bool {
+        let Some(base_url) = self.engine.config().model.base_url() else {
+            return true;
+        };
+        let endpoint = resilience::endpoint_from(base_url);
+        let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
+        if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
+            return true;
+        }
+        let shown = format!("{}:{}", endpoint.host, endpoint.port);
+        let events = self.events.clone();
+        let online = self
+            .resilience
+            .wait_until_reachable(&endpoint, |waited| {
+                events(&Event::Offline {
+                    waited_s: waited.as_secs_f64(),
+                    endpoint: shown.clone(),
+                })
+            })
+            .await;
+        if online {
+            self.emit(Event::Online);
+        }
+        online
+    }
+
+    fn set_in_flight(&self, result: Option<StepResult>) {
+        lock(&self.in_flight).result = result;
+    }
+
+    /// Reports an event to the runtime's sink (the CLI renders them).
+    pub fn emit(&self, event: Event) {
+        (self.events)(&event);
+    }
+
+    /// The context size (tokens) of the last turn of a session, from the store.
+    pub fn last_context(&self, session_id: &str) -> Option<u64> {
+        let key = SessionKey::main(self.project_key(), session_id);
+        let usage = self.sqlite.last_assistant_usage(&key).ok()??;
+        let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
+        Some(usage.context_tokens())
+    }
+}
+
+/// The runtime's lineage, shared with the on-session hook.
+#[derive(Clone)]
+pub struct SharedLineage(Arc<Mutex<Lineage>>);
+
+impl SharedLineage {
+    /// Remembers a step's session id; written to disk at once (errors swallowed).
+    pub fn remember(&self, step: &str, session_id: &str) {
+        lock(&self.0).remember(step, session_id);
+    }
+}
+
+/// Writes the in-flight step's row on a fatal signal; see [`Runtime::rescue`].
+#[derive(Clone)]
+pub struct Rescuer {
+    in_flight: Arc<Mutex<InFlight>>,
+    manifest: Arc<Mutex<Manifest>>,
+}
+
+impl Rescuer {
+    /// Writes the in-flight step's row (if any) with `error = "killed-by-signal"`.
+    pub fn rescue(&self) {
+        let Some(mut result) = lock(&self.in_flight).result.take() else {
+            return;
+        };
+        result.error = Some("killed-by-signal".into());
+        result.ok = false;
+        result.finish();
+        // Dying anyway: a failed write has nobody left to tell.
+        let _ = lock(&self.manifest).record(&result);
+    }
+}
+
+/// Folds one engine run into the step's result.
+fn absorb(result: &mut StepResult, run: &RunResult) {
+    if !run.session_id.is_empty() {
+        result.session_id = Some(run.session_id.clone());
+    }
+    result.num_turns += run.num_turns;
+    result.cost_usd = match (result.cost_usd, run.cost_usd) {
+        (Some(a), Some(b)) => Some(a + b),
+        _ => None,
+    };
+    if !run.text.is_empty() {
+        result.text = run.text.clone();
+    }
+    if run.num_turns > 0 {
+        result.context = run.context;
+    }
+    if run.stop == Stop::MaxTurns {
+        result.text = run.text.clone();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere must not take continuation down with it: use the data anyway.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
+    let canonical = path.canonicalize().map_err(|e| RuntimeError::Workspace {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    if !canonical.is_dir() {
+        return Err(RuntimeError::Workspace {
+            path: path.to_path_buf(),
+            why: "not a directory".into(),
+        });
+    }
+    Ok(canonical)
+}
+
+/// Creates the run directory and returns its absolute (canonical) path.
+fn prepare_run_dir(path: &Path) -> Result<PathBuf, RuntimeError> {
+    std::fs::create_dir_all(path).map_err(|e| RuntimeError::RunDir {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    path.canonicalize().map_err(|e| RuntimeError::RunDir {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })
+}

@@ -1,1 +1,64 @@
-//! TODO
+//! Signals: what Ctrl-C, SIGTERM and SIGHUP do to a running flower.
+//!
+//! | event            | behaviour                                                          |
+//! |------------------|--------------------------------------------------------------------|
+//! | Ctrl-C once      | cooperative interrupt at the next message boundary (see [`Interrupt`]) |
+//! | Ctrl-C twice     | exit at once with status 130 (running commands stopped); lineage is already on disk |
+//! | SIGTERM / SIGHUP | rescue: write the in-flight step's row (`killed-by-signal`), stop running commands, then die by that signal |
+//! | SIGKILL          | nothing runs; the next run resumes all the same                    |
+
+use super::runtime::Rescuer;
+use crate::engine::Interrupt;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Exit status after a double Ctrl-C.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Installs the handlers on the current tokio runtime. `on_exit` runs before a double
+/// Ctrl-C exits (close the store, restore the terminal).
+pub fn install(
+    rescuer: Option<Rescuer>,
+    interrupt: Interrupt,
+    on_exit: impl Fn() + Send + Sync + 'static,
+) -> std::io::Result<()> {
+    // Without a rescuer (`flower once`) there is no row to write; the running commands
+    // are still stopped before the process dies by the signal.
+    for kind in [SignalKind::terminate(), SignalKind::hangup()] {
+        let mut stream = signal(kind)?;
+        let rescuer = rescuer.clone();
+        tokio::spawn(async move {
+            if stream.recv().await.is_some() {
+                if let Some(rescuer) = rescuer {
+                    rescuer.rescue();
+                }
+                crate::tools::bash::kill_running();
+                die_by(kind.as_raw_value());
+            }
+        });
+    }
+    let mut sigint = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        while sigint.recv().await.is_some() {
+            if interrupt.is_pending() {
+                on_exit();
+                crate::tools::bash::kill_running();
+                std::process::exit(EXIT_INTERRUPTED);
+            }
+            interrupt.trigger();
+        }
+    });
+    Ok(())
+}
+
+/// Restores the default action of `signal` and raises it, so the process dies by it
+/// (its parent sees the signal, not an exit code).
+fn die_by(signal: i32) -> ! {
+    // SAFETY: resetting a disposition to SIG_DFL and raising a signal are
+    // async-signal-safe and touch no Rust state; we are in a normal task, not a handler.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    // The default action of SIGTERM/SIGHUP terminates; should it not, exit like a shell.
+    std::process::exit(128 + signal)
+}

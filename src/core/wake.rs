@@ -1,3 +1,60 @@
-//! TODO (issue #4)
-pub struct WakeState;
-pub fn wake_state() {}
+//! `wake_state`: the read-only probe that says whether a directory can be woken.
+
+use super::lineage::Lineage;
+use crate::stores::{SessionStore, SqliteSessionStore};
+use crate::workflow::notes;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What `wake_state` sees (the spec's `{"waking", "brief", "goal", "checks", "woke", "steps"}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WakeState {
+    /// `notes/需求.md` exists with all four sections filled.
+    pub waking: bool,
+    /// The text of `notes/需求.md`.
+    pub brief: Option<String>,
+    /// The text of `notes/目标.md`.
+    pub goal: Option<String>,
+    /// Checklist items in `目标.md`.
+    pub checks: usize,
+    /// How many times this directory was woken (lineage's `woke`).
+    pub woke: u64,
+    /// Step name → session id, only those still in `sessions.db`.
+    pub steps: BTreeMap<String, String>,
+}
+
+/// Probes `workspace` with `run_dir` (relative to the current directory). Writes not
+/// one byte anywhere: the database is opened read-only and immutable where possible.
+/// Anything that does not fit (another workspace's lineage, a corrupt file) reads as
+/// absent, like the runtime would treat it.
+pub fn wake_state(workspace: impl AsRef<Path>, run_dir: impl AsRef<Path>) -> WakeState {
+    let workspace = workspace.as_ref();
+    let run_dir = run_dir.as_ref();
+    let canonical = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let brief = notes::read(&notes::brief_path(&canonical));
+    let goal = notes::read(&notes::goal_path(&canonical));
+    let mut state = WakeState {
+        waking: brief.as_deref().is_some_and(notes::brief_complete),
+        checks: goal.as_deref().map_or(0, notes::count_checks),
+        brief,
+        goal,
+        ..WakeState::default()
+    };
+    if let Some(file) = Lineage::read(run_dir, &canonical) {
+        state.woke = file.woke;
+        let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))
+            .ok()
+            .flatten();
+        if let Some(store) = store {
+            state.steps = file
+                .steps
+                .into_iter()
+                .filter(|(_, id)| store.has_session(id).unwrap_or(false))
+                .collect();
+        }
+    }
+    state
+}

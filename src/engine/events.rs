@@ -36,6 +36,21 @@ pub enum Event {
     Offline { waited_s: f64, endpoint: String },
     /// Resilience: the endpoint answers again.
     Online,
+    /// Workflow: a step (or a gate round of it) begins. `index`/`total` count the
+    /// workflow's steps (0/0 for a round). `resumed`: it continues its own earlier session.
+    StepStarted {
+        step: String,
+        index: usize,
+        total: usize,
+        resumed: bool,
+        woke: u64,
+    },
+    /// Workflow: a step was skipped because its output is already frozen on disk.
+    StepSkipped {
+        step: String,
+        index: usize,
+        total: usize,
+    },
 }
 
 /// Receives engine events. Must be cheap: it is called for every streamed delta.

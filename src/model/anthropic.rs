@@ -1,1 +1,586 @@
-//! The Anthropic Messages API client (streaming). See issue #2.
+//! The Anthropic Messages API client (streaming).
+//!
+//! One request is one `POST {base}/v1/messages` with `"stream": true`, read as
+//! server-sent events (see [`crate::model::sse`]). The client reports precisely what
+//! happened and never retries: retrying belongs to `core::resilience`.
+//!
+//! Configuration ([`AnthropicClient::from_env`]):
+//! - `ANTHROPIC_API_KEY` (required);
+//! - `ANTHROPIC_BASE_URL`, default [`DEFAULT_BASE_URL`] (a gateway or the test server);
+//! - the model: the caller's override (`--model`), else `ANTHROPIC_MODEL`, else
+//!   [`DEFAULT_MODEL`];
+//! - `FLOWER_STREAM_IDLE_TIMEOUT`: seconds without a byte from the server (while waiting
+//!   for the response headers, or inside the stream) after which the request fails as a
+//!   [`ModelError::Connection`]; default 300. A server that stops answering must not
+//!   hang a run forever.
+//!
+//! Requests must run inside a tokio runtime with I/O and time enabled.
+
+use crate::BoxFuture;
+use crate::model::sse::{MessageAssembler, SseParser, snippet};
+use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
+use serde::Serialize;
+use serde::ser::SerializeSeq;
+use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The model used when neither the caller nor `ANTHROPIC_MODEL` names one: Claude
+/// Sonnet 4.5, the balanced current model for agentic coding (an alias that follows
+/// the newest snapshot of that model).
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+
+/// The API's address when `ANTHROPIC_BASE_URL` is not set.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The `anthropic-version` header sent with every request.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// The idle timeout when `FLOWER_STREAM_IDLE_TIMEOUT` is not set.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The API allows at most this many `cache_control` breakpoints per request.
+pub const MAX_CACHE_BREAKPOINTS: usize = 4;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Error bodies longer than this are cut (they are only shown to a human).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// After `message_stop`, how long to wait for the end of the HTTP body, so that the
+/// connection can be reused; the reply is complete either way.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A streaming client of the Anthropic Messages API.
+#[derive(Clone)]
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    base_url: String,
+    endpoint: String,
+    api_key: String,
+    default_model: String,
+    idle_timeout: Duration,
+}
+
+impl fmt::Debug for AnthropicClient {
+    // By hand, so that the API key never lands in a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicClient")
+            .field("base_url", &self.base_url)
+            .field("default_model", &self.default_model)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AnthropicClient {
+    /// A client for `base_url` (e.g. `https://api.anthropic.com`; a trailing `/` is
+    /// tolerated). Does no network I/O. The idle timeout comes from
+    /// `FLOWER_STREAM_IDLE_TIMEOUT` (see the module docs).
+    ///
+    /// Errors: [`ModelError::MissingApiKey`] for an empty key, [`ModelError::Config`]
+    /// for a base URL that is not http(s).
+    pub fn new(base_url: &str, api_key: &str, default_model: &str) -> Result<Self, ModelError> {
+        if api_key.trim().is_empty() {
+            return Err(ModelError::MissingApiKey);
+        }
+        let base_url = base_url.trim().trim_end_matches('/').to_string();
+        let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
+            ModelError::Config(format!(
+                "ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"
+            ))
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(ModelError::Config(format!(
+                "ANTHROPIC_BASE_URL {base_url:?} must be an http:// or https:// URL"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("flower/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ModelError::Config(format!("cannot set up HTTP: {}", error_chain(&e))))?;
+        Ok(AnthropicClient {
+            http,
+            endpoint: format!("{base_url}/v1/messages"),
+            base_url,
+            api_key: api_key.trim().to_string(),
+            default_model: default_model.to_string(),
+            idle_timeout: idle_timeout_from_env(),
+        })
+    }
+
+    /// A client configured from the environment (see the module docs).
+    /// `model_override` (`--model`) wins over `ANTHROPIC_MODEL`.
+    /// Fails with [`ModelError::MissingApiKey`] before any network use.
+    pub fn from_env(model_override: Option<&str>) -> Result<Self, ModelError> {
+        let nonempty = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let api_key = nonempty("ANTHROPIC_API_KEY").ok_or(ModelError::MissingApiKey)?;
+        let base_url = nonempty("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.into());
+        let model = model_override
+            .filter(|m| !m.trim().is_empty())
+            .map(str::to_string)
+            .or_else(|| nonempty("ANTHROPIC_MODEL"))
+            .unwrap_or_else(|| DEFAULT_MODEL.into());
+        AnthropicClient::new(&base_url, &api_key, model.trim())
+    }
+
+    /// The base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// How long the client waits without a byte from the server.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// Overrides the idle timeout (tests; callers with their own setting).
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    async fn stream_impl(
+        &self,
+        request: &MessagesRequest,
+        on_delta: &mut (dyn FnMut(StreamDelta<'_>) + Send),
+    ) -> Result<ModelReply, ModelError> {
+        let model = if request.model.is_empty() {
+            &self.default_model
+        } else {
+            &request.model
+        };
+        let body = body_with_model(request, model);
+        let send = self
+            .http
+            .post(&self.endpoint)
+            .header("x-api-key", &self.api_key)
+            .header("anthropic-version", API_VERSION)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body)
+            .send();
+        let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
+            Err(_) => {
+                return Err(ModelError::Connection(format!(
+                    "timed out after {} waiting for the response",
+                    seconds(self.idle_timeout)
+                )));
+            }
+        };
+        if !response.status().is_success() {
+            return Err(self.api_error(response).await);
+        }
+        if let Some(kind) = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            && !kind.contains("event-stream")
+        {
+            let kind = kind.to_string();
+            let body = self.read_body(&mut response).await;
+            return Err(ModelError::Protocol(format!(
+                "expected text/event-stream, got {kind}: {}",
+                snippet(&body)
+            )));
+        }
+
+        let mut parser = SseParser::new();
+        let mut assembler = MessageAssembler::new();
+        let mut drained = 0usize;
+        loop {
+            // Once the reply is complete, only the end of the body is awaited, briefly.
+            let wait = if assembler.is_complete() {
+                DRAIN_TIMEOUT.min(self.idle_timeout)
+            } else {
+                self.idle_timeout
+            };
+            let chunk = match tokio::time::timeout(wait, response.chunk()).await {
+                Ok(Ok(Some(chunk))) => chunk,
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => {
+                    return assembler.finish(&format!("connection lost ({})", error_chain(&e)));
+                }
+                Err(_) if assembler.is_complete() => break,
+                Err(_) => {
+                    return Err(ModelError::Connection(format!(
+                        "timed out: no data from the server for {} while streaming \
+                         (after {} events)",
+                        seconds(self.idle_timeout),
+                        assembler.events_seen()
+                    )));
+                }
+            };
+            if assembler.is_complete() {
+                // Bytes after `message_stop` are not part of this reply; a server that
+                // keeps sending is not waited for.
+                drained += chunk.len();
+                if drained > MAX_ERROR_BODY {
+                    break;
+                }
+                continue;
+            }
+            let mut failed = None;
+            parser.feed_with(&chunk, |event| {
+                if failed.is_none() && !assembler.is_complete() {
+                    failed = assembler.handle(&event, on_delta).err();
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
+        assembler.finish("the stream ended")
+    }
+
+    /// The typed error for a non-2xx response.
+    async fn api_error(&self, mut response: reqwest::Response) -> ModelError {
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        let body = self.read_body(&mut response).await;
+        let parsed: Option<Value> = serde_json::from_str(&body).ok();
+        let error = parsed.as_ref().and_then(|v| v.get("error"));
+        let field = |k: &str| error.and_then(|e| e.get(k)).and_then(Value::as_str);
+        let kind = field("type")
+            .map(str::to_string)
+            .unwrap_or_else(|| documented_kind(status.as_u16()).to_string());
+        let message = match field("message") {
+            Some(m) => m.to_string(),
+            None if !body.trim().is_empty() => snippet(&body),
+            None => status
+                .canonical_reason()
+                .unwrap_or("no error body")
+                .to_string(),
+        };
+        ModelError::Api {
+            status: Some(status.as_u16()),
+            kind,
+            message,
+            retry_after,
+        }
+    }
+
+    /// Reads a (short) body as text, up to [`MAX_ERROR_BODY`] bytes; best effort.
+    async fn read_body(&self, response: &mut reqwest::Response) -> String {
+        let mut bytes = Vec::new();
+        while bytes.len() < MAX_ERROR_BODY {
+            match tokio::time::timeout(self.idle_timeout, response.chunk()).await {
+                Ok(Ok(Some(chunk))) => bytes.extend_from_slice(&chunk),
+                _ => break,
+            }
+        }
+        bytes.truncate(MAX_ERROR_BODY);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl ModelClient for AnthropicClient {
+    fn stream<'a>(
+        &'a self,
+        request: &'a MessagesRequest,
+        on_delta: &'a mut (dyn FnMut(StreamDelta<'_>) + Send),
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(self.stream_impl(request, on_delta))
+    }
+
+    fn default_model(&self) -> &str {
+        &self.default_model
+    }
+
+    fn base_url(&self) -> Option<&str> {
+        Some(&self.base_url)
+    }
+}
+
+/// `FLOWER_STREAM_IDLE_TIMEOUT` in seconds (fractions allowed), else
+/// [`DEFAULT_IDLE_TIMEOUT`]. A value that is not a positive number is reported on
+/// stderr (once per process) and the default is used.
+pub fn idle_timeout_from_env() -> Duration {
+    let Ok(raw) = std::env::var("FLOWER_STREAM_IDLE_TIMEOUT") else {
+        return DEFAULT_IDLE_TIMEOUT;
+    };
+    match raw.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
+        _ => {
+            static WARNED: AtomicBool = AtomicBool::new(false);
+            if WARNED.swap(true, Ordering::Relaxed) {
+                return DEFAULT_IDLE_TIMEOUT;
+            }
+            eprintln!(
+                "flower: FLOWER_STREAM_IDLE_TIMEOUT={raw:?} is not a positive number of \
+                 seconds; using {}",
+                seconds(DEFAULT_IDLE_TIMEOUT)
+            );
+            DEFAULT_IDLE_TIMEOUT
+        }
+    }
+}
+
+/// The exact JSON body sent for `request` (`"stream": true`, with the prompt-caching
+/// breakpoints). Deterministic: the same request gives the same bytes in any process,
+/// so a resumed session reads the same cached prefix. The caller's messages are not
+/// modified.
+///
+/// Breakpoints (`cache_control: {"type": "ephemeral"}`), at most
+/// [`MAX_CACHE_BREAKPOINTS`] in all: the last tool, the system prompt, and the last
+/// cacheable block of the newest message (a string content becomes one text block for
+/// that; thinking blocks and empty text cannot carry one). Breakpoints already present
+/// in the messages are kept, except the oldest ones when the total would pass the limit.
+pub fn request_body(request: &MessagesRequest) -> Vec<u8> {
+    body_with_model(request, &request.model)
+}
+
+fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        model: &'a str,
+        max_tokens: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        system: Option<[Value; 1]>,
+        messages: Messages<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tools: Option<Tools<'a>>,
+        stream: bool,
+    }
+
+    let system = (!request.system.is_empty())
+        .then(|| [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})]);
+    let tools = (!request.tools.is_empty()).then_some(Tools(&request.tools));
+    let own = usize::from(system.is_some()) + usize::from(tools.is_some());
+    let body = Body {
+        model,
+        max_tokens: request.max_tokens,
+        system,
+        messages: Messages::new(&request.messages, MAX_CACHE_BREAKPOINTS - own),
+        tools,
+        stream: true,
+    };
+    // Serializing `Value`s and plain structs into a Vec cannot fail.
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// The tools, borrowed, with a breakpoint on the last one.
+struct Tools<'a>(&'a [crate::model::ToolDef]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            name: &'a str,
+            description: &'a str,
+            input_schema: &'a Value,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cache_control: Option<Value>,
+        }
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for (i, tool) in self.0.iter().enumerate() {
+            seq.serialize_element(&Tool {
+                name: &tool.name,
+                description: &tool.description,
+                input_schema: &tool.input_schema,
+                cache_control: (i + 1 == self.0.len()).then(ephemeral),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+/// The messages as sent: borrowed, except the few that get a breakpoint added or an
+/// old one removed (so a long history is not copied on every turn).
+struct Messages<'a>(Vec<Cow<'a, Value>>);
+
+impl<'a> Messages<'a> {
+    fn new(messages: &'a [Value], budget: usize) -> Self {
+        let mut out: Vec<Cow<'a, Value>> = messages.iter().map(Cow::Borrowed).collect();
+        let mut used = 0;
+        if let Some(last) = out.last_mut()
+            && let Some(marked) = with_breakpoint(last.as_ref())
+        {
+            *last = Cow::Owned(marked);
+            used = 1;
+        }
+        // Breakpoints the caller put in the history: drop the oldest past the budget.
+        // The newest message's block marked above is counted once, by `used`.
+        let last_index = out.len().saturating_sub(1);
+        let existing: usize = out
+            .iter()
+            .enumerate()
+            .map(|(i, m)| count_breakpoints(m, i == last_index && used == 1))
+            .sum();
+        let mut excess = (existing + used).saturating_sub(budget);
+        for (i, message) in out.iter_mut().enumerate() {
+            if excess == 0 {
+                break;
+            }
+            let skip_last = i == last_index && used == 1;
+            if count_breakpoints(message, skip_last) == 0 {
+                continue;
+            }
+            excess -= strip_breakpoints(message.to_mut(), excess, skip_last);
+        }
+        Messages(out)
+    }
+}
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for message in &self.0 {
+            seq.serialize_element(message.as_ref())?;
+        }
+        seq.end()
+    }
+}
+
+/// A copy of `message` with a breakpoint on its last cacheable content block, or
+/// `None` when it has none.
+fn with_breakpoint(message: &Value) -> Option<Value> {
+    let mut message = message.clone();
+    let obj = message.as_object_mut()?;
+    match obj.get_mut("content")? {
+        Value::String(text) if !text.is_empty() => {
+            let text = std::mem::take(text);
+            obj.insert(
+                "content".into(),
+                json!([{"type": "text", "text": text, "cache_control": ephemeral()}]),
+            );
+        }
+        Value::Array(blocks) => {
+            let block = blocks.iter_mut().rev().find(|b| cacheable(b))?;
+            block
+                .as_object_mut()?
+                .insert("cache_control".into(), ephemeral());
+        }
+        _ => return None,
+    }
+    Some(message)
+}
+
+fn cacheable(block: &Value) -> bool {
+    match block.get("type").and_then(Value::as_str) {
+        Some("thinking" | "redacted_thinking") | None => false,
+        Some("text") => block
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(|t| !t.is_empty()),
+        Some(_) => block.is_object(),
+    }
+}
+
+/// The blocks of a message that carry a breakpoint, including blocks nested in a
+/// `tool_result`, in document order.
+fn breakpoint_blocks(message: &Value) -> Vec<(usize, Option<usize>)> {
+    let mut found = Vec::new();
+    let Some(blocks) = message.get("content").and_then(Value::as_array) else {
+        return found;
+    };
+    for (i, block) in blocks.iter().enumerate() {
+        if let Some(inner) = block.get("content").and_then(Value::as_array) {
+            for (j, nested) in inner.iter().enumerate() {
+                if nested.get("cache_control").is_some() {
+                    found.push((i, Some(j)));
+                }
+            }
+        }
+        if block.get("cache_control").is_some() {
+            found.push((i, None));
+        }
+    }
+    found
+}
+
+/// The marked block of the newest message is its last breakpoint; `skip_last` leaves it
+/// out of the count.
+fn count_breakpoints(message: &Value, skip_last: bool) -> usize {
+    let n = breakpoint_blocks(message).len();
+    if skip_last { n.saturating_sub(1) } else { n }
+}
+
+/// Removes up to `max` breakpoints from `message`, oldest first; returns how many.
+fn strip_breakpoints(message: &mut Value, max: usize, skip_last: bool) -> usize {
+    let mut found = breakpoint_blocks(message);
+    if skip_last {
+        found.pop();
+    }
+    found.truncate(max);
+    let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for (i, nested) in found {
+        let target = match nested {
+            None => blocks.get_mut(i),
+            Some(j) => blocks
+                .get_mut(i)
+                .and_then(|b| b.get_mut("content"))
+                .and_then(Value::as_array_mut)
+                .and_then(|inner| inner.get_mut(j)),
+        };
+        if let Some(Value::Object(block)) = target
+            && block.shift_remove("cache_control").is_some()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The error type the API documents for a status, for error bodies without one
+/// (a proxy's HTML page, an empty body).
+fn documented_kind(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        500 => "api_error",
+        529 => "overloaded_error",
+        _ => "http_error",
+    }
+}
+
+/// An error and its sources, joined: reqwest's own text ("error sending request") says
+/// nothing about why; the cause (connection refused, DNS) is in the chain.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
+}
+
+/// The model's reply text (all text blocks, concatenated): a convenience for callers.
+pub fn reply_text(reply: &ModelReply) -> String {
+    reply
+        .content
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect()
+}

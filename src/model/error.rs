@@ -32,6 +32,11 @@ pub enum ModelError {
     /// The server sent something that is not the Messages API protocol.
     #[error("API Error: malformed response: {0}")]
     Protocol(String),
+
+    /// flower's own configuration cannot work (e.g. `ANTHROPIC_BASE_URL` is not an
+    /// http(s) URL). Like [`ModelError::MissingApiKey`], retrying cannot help.
+    #[error("configuration error: {0}")]
+    Config(String),
 }
 
 fn api_error_text(status: Option<u16>, kind: &str, message: &str) -> String {

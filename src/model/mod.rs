@@ -26,4 +26,10 @@ pub trait ModelClient: Send + Sync {
 
     /// The model used when a request names none.
     fn default_model(&self) -> &str;
+
+    /// The base URL requests go to, so that an outage can be probed where the requests
+    /// actually go (a gateway, not api.anthropic.com). `None`: nothing to probe.
+    fn base_url(&self) -> Option<&str> {
+        None
+    }
 }

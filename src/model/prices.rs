@@ -1,1 +1,223 @@
 //! Per-model prices and cost computation.
+//!
+//! The built-in table is `src/model/prices.json`, compiled into the binary. Its prices
+//! are Anthropic's published list prices (platform.claude.com, "Pricing"), in USD per
+//! million tokens; `cache_write` is the price of a 5-minute cache write (the only kind
+//! flower asks for).
+//!
+//! # The price file format
+//!
+//! One JSON object mapping a model id to its four prices, USD per million tokens:
+//!
+//! ```json
+//! {
+//!   "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.3},
+//!   "my-gateway-model":  {"input": 1.0, "output": 2.0,  "cache_write": 1.25, "cache_read": 0.1}
+//! }
+//! ```
+//!
+//! All four fields are required, non-negative numbers; unknown fields are refused (a
+//! typo must not silently price something at 0).
+//!
+//! # Overriding
+//!
+//! `FLOWER_PRICES=/path/to/prices.json` names a file of that format; its entries are
+//! merged over the built-in table (a model it names gets its prices, the others keep
+//! the built-in ones). A file that cannot be read or parsed is reported once on stderr
+//! and the built-in table is used.
+//!
+//! # Lookup
+//!
+//! An exact id first; else a dated or `-latest` id is matched to its base
+//! (`claude-sonnet-4-5-20250929` → `claude-sonnet-4-5`). An unknown model has no
+//! price: its cost is `None`, never a guess.
+
+use crate::model::Usage;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+const BUILTIN: &str = include_str!("prices.json");
+
+/// One model's prices, USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    pub input: f64,
+    pub output: f64,
+    /// Writing the prompt cache (5-minute).
+    pub cache_write: f64,
+    /// Reading the prompt cache.
+    pub cache_read: f64,
+}
+
+impl ModelPrice {
+    /// The cost of `usage` at these prices, USD.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        (usage.input_tokens as f64 * self.input
+            + usage.output_tokens as f64 * self.output
+            + usage.cache_creation_input_tokens as f64 * self.cache_write
+            + usage.cache_read_input_tokens as f64 * self.cache_read)
+            / 1_000_000.0
+    }
+}
+
+/// A price file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("price table {source_name}: {why}")]
+pub struct PriceError {
+    /// The file's path, or "built-in".
+    pub source_name: String,
+    pub why: String,
+}
+
+/// A table of model prices.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PriceTable {
+    models: HashMap<String, ModelPrice>,
+}
+
+impl PriceTable {
+    /// The table compiled into flower.
+    pub fn builtin() -> PriceTable {
+        // The embedded file is checked by a unit test; an empty table (no costs) is the
+        // harmless outcome should it ever be broken.
+        PriceTable::from_json(BUILTIN, "built-in").unwrap_or_default()
+    }
+
+    /// Parses a table in the documented format. `source_name` names it in errors.
+    pub fn from_json(text: &str, source_name: &str) -> Result<PriceTable, PriceError> {
+        let error = |why: String| PriceError {
+            source_name: source_name.to_string(),
+            why,
+        };
+        let models: HashMap<String, ModelPrice> =
+            serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
+        for (model, p) in &models {
+            let all = [p.input, p.output, p.cache_write, p.cache_read];
+            if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                return Err(error(format!(
+                    "{model}: prices must be non-negative numbers"
+                )));
+            }
+        }
+        Ok(PriceTable { models })
+    }
+
+    /// Reads and parses a price file.
+    pub fn from_file(path: &Path) -> Result<PriceTable, PriceError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| PriceError {
+            source_name: name.clone(),
+            why: e.to_string(),
+        })?;
+        PriceTable::from_json(&text, &name)
+    }
+
+    /// The built-in table with `override_file` merged over it.
+    pub fn with_override(override_file: &Path) -> Result<PriceTable, PriceError> {
+        let mut table = PriceTable::builtin();
+        table.merge(PriceTable::from_file(override_file)?);
+        Ok(table)
+    }
+
+    /// Adds `other`'s entries, replacing those of the same model.
+    pub fn merge(&mut self, other: PriceTable) {
+        self.models.extend(other.models);
+    }
+
+    /// A model's prices: the exact id, else its base id without a date (or `-latest`)
+    /// suffix; `None` for an unknown model.
+    pub fn get(&self, model: &str) -> Option<ModelPrice> {
+        if let Some(p) = self.models.get(model) {
+            return Some(*p);
+        }
+        self.models.get(base_model_id(model)?).copied()
+    }
+
+    /// The cost of `usage` on `model`, USD; `None` for an unknown model.
+    pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
+        self.get(model).map(|p| p.cost(usage))
+    }
+
+    /// The model ids in the table, sorted.
+    pub fn models(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = self.models.keys().map(String::as_str).collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+/// `claude-x-20250929` → `claude-x`, `claude-x-latest` → `claude-x`; `None` when the id
+/// has no such suffix.
+fn base_model_id(model: &str) -> Option<&str> {
+    if let Some(base) = model.strip_suffix("-latest") {
+        return Some(base);
+    }
+    let (base, suffix) = model.rsplit_once('-')?;
+    (suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_digit())).then_some(base)
+}
+
+/// The process-wide table: built-in, with `FLOWER_PRICES` merged over it (read once).
+pub fn table() -> &'static PriceTable {
+    static TABLE: OnceLock<PriceTable> = OnceLock::new();
+    TABLE.get_or_init(|| match std::env::var_os("FLOWER_PRICES") {
+        Some(path) if !path.is_empty() => match PriceTable::with_override(Path::new(&path)) {
+            Ok(table) => table,
+            Err(e) => {
+                eprintln!("flower: FLOWER_PRICES ignored, using the built-in prices: {e}");
+                PriceTable::builtin()
+            }
+        },
+        _ => PriceTable::builtin(),
+    })
+}
+
+/// A model's prices from the process-wide [`table`].
+pub fn price(model: &str) -> Option<ModelPrice> {
+    table().get(model)
+}
+
+/// The cost of `usage` on `model`, USD, from the process-wide [`table`]; `None` for an
+/// unknown model (never a guess).
+pub fn cost_usd(model: &str, usage: &Usage) -> Option<f64> {
+    table().cost_usd(model, usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_table_parses_and_has_the_current_models() {
+        let table = PriceTable::from_json(BUILTIN, "built-in").unwrap();
+        for model in [
+            "claude-opus-4-5",
+            "claude-opus-4-1",
+            "claude-opus-4",
+            "claude-sonnet-4-5",
+            "claude-sonnet-4",
+            "claude-3-7-sonnet",
+            "claude-haiku-4-5",
+            "claude-3-5-haiku",
+        ] {
+            assert!(table.get(model).is_some(), "{model} missing");
+        }
+    }
+
+    #[test]
+    fn base_ids() {
+        assert_eq!(
+            base_model_id("claude-opus-4-20250514"),
+            Some("claude-opus-4")
+        );
+        assert_eq!(
+            base_model_id("claude-3-7-sonnet-latest"),
+            Some("claude-3-7-sonnet")
+        );
+        assert_eq!(base_model_id("claude-sonnet-4-5"), None);
+        assert_eq!(base_model_id("model-2025092"), None);
+        assert_eq!(base_model_id("nodash"), None);
+    }
+}

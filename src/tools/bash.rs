@@ -1,22 +1,416 @@
-//! The `Bash` tool. TODO (issue #2)
+//! The `Bash` tool: `bash -c COMMAND` in the workspace.
+//!
+//! The command runs in its own process group, with stdin from `/dev/null` and stdout
+//! and stderr sent into one pipe, so their interleaving is kept. On timeout, on
+//! cancellation (`ctx.cancel`) or when the call is dropped, the whole group is killed
+//! with SIGKILL; grandchildren the command started go with it. When the shell exits on
+//! its own, processes it left running in the background are not killed (a server
+//! started with `&` keeps running); their later output is not waited for beyond a
+//! short grace period.
+//!
+//! Output is capped while it is read: the first and the last
+//! [`HEAD_BYTES`]/[`TAIL_BYTES`] bytes are kept (a fixed buffer and a ring buffer),
+//! whatever the command prints in between is counted and dropped, so `yes` for ten
+//! minutes costs 30 KB of memory.
 
+use super::input;
 use super::{Tool, ToolContext, ToolOutput};
 use crate::BoxFuture;
 use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+/// Timeout when the model gives none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// The longest timeout the model may ask for.
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+/// Bytes kept from the start of the output.
+pub const HEAD_BYTES: usize = 15_000;
+/// Bytes kept from the end of the output.
+pub const TAIL_BYTES: usize = 15_000;
+/// After the shell exits, how long output from leftover background processes is
+/// still read.
+const GRACE: Duration = Duration::from_millis(300);
+/// A cut point moves to a line end at most this many bytes away.
+const LINE_SNAP: usize = 2000;
 
 pub struct Bash;
+
+const DESCRIPTION: &str = "Executes a given bash command with `bash -c` in the workspace \
+directory, with an optional timeout.
+
+Usage notes:
+- The command argument is required.
+- You can specify an optional timeout in milliseconds (up to 600000ms / 10 minutes). If not \
+specified, commands will timeout after 120000ms (2 minutes). On timeout the command and \
+every process it started are killed.
+- It is very helpful if you write a clear, concise description of what this command does in \
+5-10 words.
+- Each call runs in a fresh shell: `cd` and variables do not carry over between calls. \
+Standard input is empty (/dev/null), so interactive commands fail; pass flags that avoid \
+prompts.
+- stdout and stderr are returned together. If the output exceeds 30000 characters, the middle \
+is cut and the beginning and the end are kept. A non-zero exit code is reported.
+- Avoid using Bash with the `find`, `grep`, `cat`, `head`, `tail`, `sed`, `awk`, or `echo` \
+commands, unless explicitly instructed or when these commands are truly necessary for the \
+task. Instead, always prefer using the dedicated tools for these commands:
+  - File search: Use Glob (NOT find or ls)
+  - Content search: Use Grep (NOT grep or rg)
+  - Read files: Use Read (NOT cat/head/tail)
+  - Edit files: Use Edit (NOT sed/awk)
+  - Write files: Use Write (NOT echo >/cat <<EOF)
+- When issuing multiple commands, use the ';' or '&&' operator to separate them. DO NOT use \
+newlines to separate commands (newlines are ok in quoted strings).
+- Always quote file paths that contain spaces with double quotes.
+- Commands may be checked against permission rules, which look at every command in a \
+pipeline or list; writing a file with `>` needs broader permission than running the command.";
 
 impl Tool for Bash {
     fn name(&self) -> &'static str {
         "Bash"
     }
+
     fn description(&self) -> String {
-        String::new()
+        DESCRIPTION.to_string()
     }
+
     fn input_schema(&self) -> Value {
-        json!({"type": "object"})
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {
+                    "type": "string",
+                    "description": "The command to execute"
+                },
+                "timeout": {
+                    "type": "number",
+                    "description": "Optional timeout in milliseconds (max 600000)"
+                },
+                "description": {
+                    "type": "string",
+                    "description": "Clear, concise description of what this command does in 5-10 words, in active voice. Examples:\nInput: ls\nOutput: List files in current directory\n\nInput: git status\nOutput: Show working tree status\n\nInput: npm install\nOutput: Install package dependencies\n\nInput: mkdir foo\nOutput: Create directory 'foo'"
+                }
+            },
+            "required": ["command"],
+            "additionalProperties": false,
+            "$schema": "http://json-schema.org/draft-07/schema#"
+        })
     }
-    fn call<'a>(&'a self, _input: &'a Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(async { ToolOutput::error("not implemented") })
+
+    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            let command = match input::required_str("Bash", input, "command") {
+                Ok(c) => c,
+                Err(e) => return e,
+            };
+            let timeout = match input::optional_u64("Bash", input, "timeout") {
+                Ok(t) => t,
+                Err(e) => return e,
+            };
+            if let Err(e) = input::optional_str("Bash", input, "description") {
+                return e;
+            }
+            if timeout == Some(0) {
+                return ToolOutput::error(
+                    "Invalid input for Bash: \"timeout\" must be at least 1 millisecond.",
+                );
+            }
+            if command.trim().is_empty() {
+                return ToolOutput::error("Invalid input for Bash: \"command\" is empty.");
+            }
+            let timeout_ms = timeout.unwrap_or(DEFAULT_TIMEOUT_MS).min(MAX_TIMEOUT_MS);
+            run(command, timeout_ms, ctx).await
+        })
+    }
+}
+
+/// The process groups of the commands running now, for [`kill_running`].
+static RUNNING: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Kills (SIGKILL) the process group of every command still running. For a process
+/// about to die without unwinding (SIGTERM, SIGHUP, a double Ctrl-C): the commands run
+/// in their own process groups, so nothing else would stop them, and a build or a
+/// server the agent started would outlive flower.
+pub fn kill_running() {
+    for pgid in running().drain(..) {
+        // SAFETY: killpg only sends a signal; every pgid here belongs to a shell this
+        // process spawned (it is removed as soon as the shell is reaped).
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills the process group on drop unless disarmed: a dropped call leaves nothing
+/// running.
+struct GroupGuard {
+    pgid: Option<i32>,
+}
+
+impl GroupGuard {
+    fn new(pgid: Option<i32>) -> Self {
+        if let Some(pgid) = pgid {
+            running().push(pgid);
+        }
+        GroupGuard { pgid }
+    }
+
+    /// The shell was reaped: its group is not ours to kill any more.
+    fn disarm(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            running().retain(|&p| p != pgid);
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            running().retain(|&p| p != pgid);
+            // SAFETY: killpg only sends a signal; pgid is the id of the group this call
+            // created (the shell's pid, not yet reaped, so not reused).
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+enum End {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
+    let (reader, writer) = match std::io::pipe() {
+        Ok(p) => p,
+        Err(e) => return ToolOutput::error(format!("Cannot run the command: pipe: {e}")),
+    };
+    let writer2 = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return ToolOutput::error(format!("Cannot run the command: pipe: {e}")),
+    };
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(&ctx.workspace)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
+        .process_group(0)
+        .kill_on_drop(true);
+    let spawned = cmd.spawn();
+    // The Command holds our copies of the pipe's write end; they must close, or the
+    // pipe never reports end of file.
+    drop(cmd);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(format!("Cannot run bash: {e}")),
+    };
+    let mut guard = GroupGuard::new(child.id().and_then(|id| i32::try_from(id).ok()));
+    let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader)) {
+        Ok(p) => p,
+        Err(e) => return ToolOutput::error(format!("Cannot read the command's output: {e}")),
+    };
+
+    let mut capture = Capture::default();
+    let mut buf = vec![0u8; 16 * 1024];
+    let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
+    tokio::pin!(deadline);
+    let mut eof = false;
+    let end = loop {
+        tokio::select! {
+            r = pipe.read(&mut buf), if !eof => match r {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => capture.push(&buf[..n]),
+            },
+            s = child.wait() => match s {
+                Ok(s) => {
+                    // The shell is gone (and reaped): what it left in the background
+                    // keeps running.
+                    guard.disarm();
+                    if !eof {
+                        drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
+                    }
+                    break End::Exited(s);
+                }
+                Err(e) => return ToolOutput::error(format!("Waiting for bash failed: {e}")),
+            },
+            _ = &mut deadline => break End::TimedOut,
+            _ = ctx.cancel.cancelled() => break End::Cancelled,
+        }
+    };
+    if !matches!(end, End::Exited(_)) {
+        guard.kill();
+        let _ = child.wait().await;
+        drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
+    }
+    render(&capture, &end, timeout_ms)
+}
+
+/// Reads what is left in the pipe until end of file or `grace` has passed (a process
+/// that escaped the group may hold the pipe open forever).
+async fn drain(
+    pipe: &mut tokio::net::unix::pipe::Receiver,
+    buf: &mut [u8],
+    capture: &mut Capture,
+    grace: Duration,
+) {
+    let _ = tokio::time::timeout(grace, async {
+        loop {
+            match pipe.read(buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => capture.push(&buf[..n]),
+            }
+        }
+    })
+    .await;
+}
+
+fn render(capture: &Capture, end: &End, timeout_ms: u64) -> ToolOutput {
+    let mut text = capture.text();
+    let trailer = match end {
+        End::Exited(s) => {
+            use std::os::unix::process::ExitStatusExt as _;
+            match (s.code(), s.signal()) {
+                (Some(0), _) => None,
+                (Some(code), _) => Some(format!("Exit code: {code}")),
+                (None, Some(sig)) => Some(format!("Killed by signal {sig}")),
+                (None, None) => Some("Exited abnormally".to_string()),
+            }
+        }
+        End::TimedOut => Some(format!(
+            "Command timed out after {timeout_ms} ms; it and every process it started were killed."
+        )),
+        End::Cancelled => Some(
+            "Command was interrupted (cancelled); it and every process it started were killed."
+                .to_string(),
+        ),
+    };
+    match trailer {
+        None => {
+            if text.is_empty() {
+                text = "(no output)".to_string();
+            }
+            ToolOutput::ok(text)
+        }
+        Some(t) => {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&t);
+            ToolOutput::error(text)
+        }
+    }
+}
+
+/// The output, bounded: a head, a ring-buffer tail, and counts of what fell between.
+#[derive(Default)]
+pub struct Capture {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+    cut_bytes: u64,
+    cut_lines: u64,
+}
+
+impl Capture {
+    pub fn push(&mut self, mut data: &[u8]) {
+        self.total += data.len() as u64;
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(data.len());
+            self.head.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        if data.len() >= TAIL_BYTES {
+            // Everything in the ring and the start of `data` falls out.
+            let (drop, keep) = data.split_at(data.len() - TAIL_BYTES);
+            self.evict(self.tail.len());
+            self.count_cut(drop);
+            self.tail.extend(keep);
+            return;
+        }
+        let overflow = (self.tail.len() + data.len()).saturating_sub(TAIL_BYTES);
+        self.evict(overflow);
+        self.tail.extend(data);
+    }
+
+    fn evict(&mut self, n: usize) {
+        let lines = self.tail.range(..n).filter(|&&b| b == b'\n').count() as u64;
+        self.tail.drain(..n);
+        self.cut_bytes += n as u64;
+        self.cut_lines += lines;
+    }
+
+    fn count_cut(&mut self, data: &[u8]) {
+        self.cut_bytes += data.len() as u64;
+        self.cut_lines += data.iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+
+    /// The kept output as text (lossy UTF-8), with a note where the middle was cut.
+    pub fn text(&self) -> String {
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        if self.cut_bytes == 0 {
+            let mut all = self.head.clone();
+            all.extend_from_slice(&tail);
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        // Cut at line ends when one is near, else at a character boundary.
+        let mut head: &[u8] = &self.head;
+        let mut tail: &[u8] = &tail;
+        let mut cut_bytes = self.cut_bytes;
+        let mut cut_lines = self.cut_lines;
+        if let Some(nl) = head.iter().rposition(|&b| b == b'\n')
+            && head.len() - nl <= LINE_SNAP
+        {
+            cut_bytes += (head.len() - nl - 1) as u64;
+            head = &head[..=nl];
+        } else if let Err(e) = std::str::from_utf8(head)
+            && e.error_len().is_none()
+        {
+            cut_bytes += (head.len() - e.valid_up_to()) as u64;
+            head = &head[..e.valid_up_to()];
+        }
+        if let Some(nl) = tail.iter().position(|&b| b == b'\n')
+            && nl < LINE_SNAP
+            && nl + 1 < tail.len()
+        {
+            cut_bytes += (nl + 1) as u64;
+            cut_lines += 1;
+            tail = &tail[nl + 1..];
+        } else {
+            let skip = tail
+                .iter()
+                .take(3)
+                .take_while(|&&b| (0x80..0xc0).contains(&b))
+                .count();
+            cut_bytes += skip as u64;
+            tail = &tail[skip..];
+        }
+        let mut out = String::from_utf8_lossy(head).into_owned();
+        out.push_str(&format!(
+            "\n[… {cut_bytes} bytes ({cut_lines} lines) of output cut here; {} bytes in total. \
+             Redirect the output to a file and search it, or narrow the command, to see it …]\n\n",
+            self.total
+        ));
+        out.push_str(&String::from_utf8_lossy(tail));
+        out
     }
 }

@@ -9,8 +9,10 @@ pub mod bash;
 pub mod edit;
 pub mod glob;
 pub mod grep;
+pub mod input;
 pub mod paths;
 pub mod read;
+pub mod walk;
 pub mod write;
 
 use crate::BoxFuture;

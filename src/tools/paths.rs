@@ -1,1 +1,208 @@
-//! Workspace path confinement. TODO
+//! Workspace path confinement.
+//!
+//! Every path a tool touches is resolved the way the kernel would follow it: relative
+//! to the workspace, every existing symbolic link replaced by its target, `.` and `..`
+//! applied to the resolved prefix (so `link/..` is the parent of the link's *target*,
+//! as the kernel sees it). Then the result must lie inside the workspace (writes) or
+//! inside the workspace or the run directory (reads). A symlink inside the workspace
+//! that points outside therefore does not let a tool out.
+//!
+//! Not covered: a race where a directory is replaced by a symlink between the check and
+//! the use, and hard links (which cannot be told from ordinary files). Tools run in the
+//! agent's own workspace, not against an adversary racing them.
+
+use super::ToolContext;
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
+
+/// Symlinks followed while resolving one path before giving up (Linux uses 40 too).
+const MAX_SYMLINKS: usize = 40;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("the path is empty")]
+    Empty,
+    #[error("too many levels of symbolic links while resolving {0}")]
+    SymlinkLoop(PathBuf),
+}
+
+/// Resolves `path` against `base` like `realpath -m`: the result is absolute, free of
+/// `.`, `..` and symlinks in its existing part; components that do not exist yet are
+/// kept as written (they cannot be links).
+pub fn resolve(base: &Path, path: &Path) -> Result<PathBuf, PathError> {
+    if path.as_os_str().is_empty() {
+        return Err(PathError::Empty);
+    }
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    };
+    let mut pending: VecDeque<OsString> = components(&joined);
+    let mut out = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = pending.pop_front() {
+        if c == "." {
+            continue;
+        }
+        if c == ".." {
+            out.pop();
+            continue;
+        }
+        let candidate = out.join(&c);
+        match std::fs::symlink_metadata(&candidate) {
+            Ok(m) if m.file_type().is_symlink() => {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(PathError::SymlinkLoop(joined));
+                }
+                let Ok(target) = std::fs::read_link(&candidate) else {
+                    out = candidate;
+                    continue;
+                };
+                if target.is_absolute() {
+                    out = PathBuf::from("/");
+                }
+                let mut next = components(&target);
+                next.extend(pending);
+                pending = next;
+            }
+            _ => out = candidate,
+        }
+    }
+    Ok(out)
+}
+
+/// The lexical absolute form of `path` (joined to `base`, `.` and `..` applied without
+/// looking at the file system). Used where the written path matters as much as the
+/// resolved one (deny rules).
+pub fn lexical(base: &Path, path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    };
+    let mut out = PathBuf::from("/");
+    for c in components(&joined) {
+        if c == ".." {
+            out.pop();
+        } else if c != "." {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn components(p: &Path) -> VecDeque<OsString> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::CurDir => Some(OsString::from(".")),
+            Component::RootDir | Component::Prefix(_) => None,
+        })
+        .collect()
+}
+
+/// The canonical form of a root directory (workspace, run dir); as given if it cannot
+/// be resolved.
+pub fn root(dir: &Path) -> PathBuf {
+    resolve(Path::new("/"), dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+fn check_input(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("The path is empty.".into());
+    }
+    if path.starts_with('~') {
+        return Err(format!(
+            "The path {path:?} starts with `~`, which is not expanded. Give an absolute path \
+             or a path relative to the workspace."
+        ));
+    }
+    if path.contains('\0') {
+        return Err(format!("The path {path:?} contains a NUL byte."));
+    }
+    Ok(())
+}
+
+/// Resolves a path a tool is about to write. Relative paths are relative to the
+/// workspace. The error text is ready for the model.
+pub fn resolve_for_write(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+    check_input(path)?;
+    let ws = root(&ctx.workspace);
+    let resolved = resolve(&ws, Path::new(path)).map_err(|e| e.to_string())?;
+    if resolved.starts_with(&ws) {
+        return Ok(resolved);
+    }
+    let via_link = lexical(&ws, Path::new(path)).starts_with(&ws);
+    Err(format!(
+        "Refusing to write {path:?}: it resolves to {}{}, which is outside the workspace {}. \
+         Writes are confined to the workspace.",
+        resolved.display(),
+        if via_link {
+            " through a symbolic link"
+        } else {
+            ""
+        },
+        ws.display()
+    ))
+}
+
+/// Resolves a path a tool is about to read. Relative paths are relative to the
+/// workspace; the result must be inside the workspace or the run directory.
+pub fn resolve_for_read(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+    check_input(path)?;
+    let ws = root(&ctx.workspace);
+    let run = root(&ctx.run_dir);
+    let resolved = resolve(&ws, Path::new(path)).map_err(|e| e.to_string())?;
+    if resolved.starts_with(&ws) || resolved.starts_with(&run) {
+        return Ok(resolved);
+    }
+    let lex = lexical(&ws, Path::new(path));
+    let via_link = lex.starts_with(&ws) || lex.starts_with(&run);
+    Err(format!(
+        "Refusing to read {path:?}: it resolves to {}{}, which is outside the workspace {} \
+         and the run directory {}. Reads are confined to those two directories.",
+        resolved.display(),
+        if via_link {
+            " through a symbolic link"
+        } else {
+            ""
+        },
+        ws.display(),
+        run.display()
+    ))
+}
+
+/// Replaces a file's content atomically: the bytes go to a temporary file beside it,
+/// which is then renamed over the target. A kill mid-write, or another process reading
+/// at the same moment, sees the old content or the new one, never half of it. An
+/// existing file keeps its permissions.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.flower-{}-{:08x}.tmp",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            file.set_permissions(meta.permissions())?;
+        }
+        drop(file);
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

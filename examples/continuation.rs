@@ -1,0 +1,33 @@
+//! The spec's minimal example (接续.md, 怎么用), in Rust.
+//!
+//! Run it twice in the same directory: the first run prints `1`, the second `2`, and
+//! the `取词` step has the same session id both times: it continued the session of the
+//! last run instead of opening a new one.
+//!
+//! ```sh
+//! echo 向日葵 > seed.txt
+//! cargo run --example continuation
+//! cargo run --example continuation
+//! ```
+
+use flower::{AgentSpec, Runtime, Step, Workflow};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let terse = AgentSpec::new("terse", "回答极简,一行以内,不解释不寒暄。")
+        .allowed_tools(["Read", "Glob"])
+        .max_turns(4);
+    // continuous is true by default
+    let wf = Workflow::new(vec![Step::new(
+        "取词",
+        terse,
+        "读 seed.txt,只回文件里那个词。",
+    )]);
+    let rt = Runtime::new(".", "runs")?;
+    let ctx = wf.run(&rt).await;
+    rt.close();
+    let ctx = ctx?;
+    println!("{}", ctx.woke); // which wake this is; 1 on the first run
+    println!("{}", serde_json::to_string(&ctx.sessions)?); // {"取词": "<session_id>"}
+    Ok(())
+}

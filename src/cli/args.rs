@@ -1,0 +1,104 @@
+//! Command-line arguments.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// flower: an LLM coding agent that never loses the conversation.
+///
+/// Run it in a directory with a task. Run it again in the same directory, after Ctrl-C,
+/// a killed terminal or a reboot, and it continues the same conversation.
+#[derive(Debug, Parser)]
+#[command(name = "flower", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub flow: FlowArgs,
+}
+
+/// The default command: clarify → set goal → work → judge, continuing the last run.
+#[derive(Debug, Args)]
+pub struct FlowArgs {
+    /// What to do (first run), or something to add (on waking). Nothing = carry on.
+    pub prompt: Vec<String>,
+
+    /// Archive the last run (lineage, 需求.md, 目标.md) and start something new.
+    #[arg(long)]
+    pub new: bool,
+
+    /// Do not trim old large tool results when resuming (on by default here).
+    #[arg(long)]
+    pub no_trim: bool,
+
+    /// Total 干活 rounds of this wake (the judge may send the work back rounds-1 times).
+    #[arg(long, default_value_t = flower::workflow::flower::DEFAULT_ROUNDS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+
+    /// Run directory, relative to the current directory.
+    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
+    pub run_dir: PathBuf,
+
+    /// Model (else ANTHROPIC_MODEL, else the built-in default).
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One agent, one session, outside any workflow (no lineage, no manifest).
+    Once(OnceArgs),
+    /// Whether this directory can be woken (read-only).
+    State(StateArgs),
+    /// Inspect and move transcripts in sessions.db.
+    Store(super::store::StoreArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OnceArgs {
+    /// The prompt.
+    pub prompt: String,
+
+    /// Continue this session.
+    #[arg(long, value_name = "SESSION_ID")]
+    pub resume: Option<String>,
+
+    /// With --resume: branch into a new session, leaving the original untouched.
+    #[arg(long, requires = "resume")]
+    pub fork: bool,
+
+    /// Permission rules that allow calls, e.g. Read "Bash(git status:*)". Default: all tools.
+    #[arg(long, num_args = 1.., value_name = "RULE")]
+    pub allowed_tools: Vec<String>,
+
+    /// Permission rules that deny calls (they win over allow rules).
+    #[arg(long, num_args = 1.., value_name = "RULE")]
+    pub disallowed_tools: Vec<String>,
+
+    /// Stop after this many model turns.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+
+    /// Model (else ANTHROPIC_MODEL, else the built-in default).
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// Print one JSON object instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Run directory, relative to the current directory.
+    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
+    pub run_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Run directory, relative to the current directory.
+    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
+    pub run_dir: PathBuf,
+}

@@ -1,0 +1,225 @@
+//! The default command: `flower ["…"] [--new]` in a directory.
+//!
+//! A fresh directory asks what to do; a used one reports where it stands (the banner)
+//! and continues the same conversation. What the user says on waking is appended to
+//! 需求.md, re-derives 目标.md, and is the prompt of the resumed 干活 session.
+
+use super::args::FlowArgs;
+use super::input::{self, TerminalAsker};
+use super::once::after_interrupt;
+use super::render::{self, Renderer};
+use super::tilde;
+use flower::core::lineage::Lineage;
+use flower::core::runtime::{Runtime, RuntimeOptions};
+use flower::core::signals;
+use flower::engine::Interrupt;
+use flower::model::ModelClient;
+use flower::model::anthropic::AnthropicClient;
+use flower::stores::{SessionKey, SqliteSessionStore, project_key};
+use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
+use flower::workflow::{WorkflowError, notes};
+use flower::{WakeState, wake_state};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+pub const ASK_TASK: &str = "要做什么? 一句话就够,回车开始(Ctrl-C 退出)";
+pub const ASK_WAKE: &str =
+    "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)";
+
+/// Exit status for usage errors.
+const EXIT_USAGE: u8 = 2;
+
+/// What this invocation is about.
+enum Intent {
+    /// A new task.
+    Fresh { request: String },
+    /// Continue; `utterance` is what the user said, if anything.
+    Wake { utterance: Option<String> },
+    /// The last run died inside 确认需求: continue the clarification.
+    ResumeClarify { said: Option<String> },
+}
+
+pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
+    let workspace = std::env::current_dir()?.canonicalize()?;
+    let interactive = input::interactive();
+    let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
+    // The key is checked before anyone is asked anything.
+    let client: Arc<dyn ModelClient> = Arc::new(AnthropicClient::from_env(args.model.as_deref())?);
+    let renderer = Renderer::new(true);
+
+    if args.new {
+        archive(&workspace, &args.run_dir)?;
+    }
+    let state = wake_state(&workspace, &args.run_dir);
+    let intent = if state.waking {
+        renderer.line(&banner(&workspace, &args.run_dir, &state));
+        match said {
+            Some(text) => Intent::Wake {
+                utterance: Some(text),
+            },
+            None if interactive => match input::ask_line(ASK_WAKE).await {
+                Some(line) if line.trim() == "/new" => {
+                    archive(&workspace, &args.run_dir)?;
+                    match ask_task().await {
+                        Some(request) => Intent::Fresh { request },
+                        None => return Ok(ExitCode::from(EXIT_USAGE)),
+                    }
+                }
+                Some(line) if !line.trim().is_empty() => Intent::Wake {
+                    utterance: Some(line.trim().to_string()),
+                },
+                _ => Intent::Wake { utterance: None },
+            },
+            None => Intent::Wake { utterance: None },
+        }
+    } else if !state.steps.is_empty() {
+        renderer.line(&format!(
+            "<- 在 {} 接上上次  需求确认到一半 · 第 {} 次唤醒",
+            tilde(&workspace),
+            state.woke + 1
+        ));
+        Intent::ResumeClarify { said }
+    } else {
+        match said {
+            Some(request) => Intent::Fresh { request },
+            None if interactive => match ask_task().await {
+                Some(request) => Intent::Fresh { request },
+                None => return Ok(ExitCode::from(EXIT_USAGE)),
+            },
+            None => {
+                eprintln!(
+                    "flower: 要做什么? 在命令行上给一句话,例如:flower \"写个 md 转 html 的脚本\""
+                );
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
+        }
+    };
+
+    let mut options = FlowerOptions {
+        rounds: args.rounds,
+        interactive,
+        ..FlowerOptions::default()
+    };
+    match intent {
+        Intent::Fresh { request } => options.request = Some(request),
+        Intent::ResumeClarify { said } => options.request = said,
+        Intent::Wake { utterance } => {
+            if let Some(text) = &utterance {
+                notes::append_wake_note(&workspace, text)?;
+            }
+            options.utterance = utterance;
+        }
+    }
+
+    let interrupt = Interrupt::new();
+    let runtime_options = RuntimeOptions {
+        trim: !args.no_trim,
+        model: args.model.clone(),
+        client: Some(client),
+        events: renderer.sink(),
+        asker: interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>),
+        interrupt: interrupt.clone(),
+        on_interrupt: interactive.then(after_interrupt),
+        subagents: vec![worker()],
+        ..RuntimeOptions::default()
+    };
+    let runtime = Runtime::with_options(&workspace, &args.run_dir, runtime_options)?;
+    for warning in runtime.take_warnings() {
+        renderer.note(&format!("flower: {warning}"));
+    }
+    let exit_renderer = renderer.clone();
+    signals::install(Some(runtime.rescuer()), interrupt, move || {
+        exit_renderer.finish();
+        eprintln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
+    })?;
+
+    let workflow = flower_workflow(&workspace, &options);
+    let outcome = workflow.run(&runtime).await;
+    renderer.finish();
+    for warning in runtime.take_warnings() {
+        renderer.note(&format!("flower: {warning}"));
+    }
+    match outcome {
+        Ok(ctx) => {
+            if ctx.passed.get(WORK).copied().unwrap_or(false) {
+                renderer.note("== 判定通过 ==");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                renderer.note(&format!(
+                    "== 这次唤醒的 {} 轮用完了,判定还没通过。再跑 flower 接着做 ==",
+                    args.rounds
+                ));
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        Err(WorkflowError::StepFailed { step, error, .. }) => {
+            renderer.note(&format!(
+                "flower: 步骤 {step} 没跑完:{error}\n再跑一次 flower 就从这里接着做。"
+            ));
+            Ok(ExitCode::FAILURE)
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+async fn ask_task() -> Option<String> {
+    loop {
+        let line = input::ask_line(ASK_TASK).await?;
+        let line = line.trim();
+        if !line.is_empty() {
+            return Some(line.to_string());
+        }
+    }
+}
+
+/// `--new` / `/new`: lineage.json, 需求.md and 目标.md move together into
+/// `notes/archive/<YYYYmmdd-HHMMSS>/`; steps and woke reset. sessions.db is untouched.
+pub fn archive(workspace: &Path, run_dir: &Path) -> anyhow::Result<()> {
+    let extra = [notes::brief_path(workspace), notes::goal_path(workspace)];
+    let lineage_file = run_dir.join("lineage.json");
+    if !lineage_file.exists() && !extra.iter().any(|p| p.exists()) {
+        return Ok(());
+    }
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
+    let mut into = workspace
+        .join(notes::NOTES_DIR)
+        .join("archive")
+        .join(&stamp);
+    let mut n = 1;
+    while into.exists() {
+        n += 1;
+        into = workspace
+            .join(notes::NOTES_DIR)
+            .join("archive")
+            .join(format!("{stamp}-{n}"));
+    }
+    let mut lineage = Lineage::load(run_dir, workspace, |_| true);
+    lineage.archive(&into, &extra)?;
+    eprintln!("已归档到 {}", tilde(&into));
+    Ok(())
+}
+
+/// `<- 在 ~/proj 接上上次  需求已确认 · 目标 15 条 · 干活上下文 80.2K · 第 3 次唤醒`
+pub fn banner(workspace: &Path, run_dir: &Path, state: &WakeState) -> String {
+    let mut parts = vec!["需求已确认".to_string()];
+    if state.checks > 0 {
+        parts.push(format!("目标 {} 条", state.checks));
+    }
+    if let Some(context) = work_context(workspace, run_dir, state) {
+        parts.push(format!("干活上下文 {}", render::tokens(context)));
+    }
+    parts.push(format!("第 {} 次唤醒", state.woke + 1));
+    format!("<- 在 {} 接上上次  {}", tilde(workspace), parts.join(" · "))
+}
+
+/// The context size of the last turn of the 干活 session, read-only from sessions.db.
+fn work_context(workspace: &Path, run_dir: &Path, state: &WakeState) -> Option<u64> {
+    let session = state.steps.get(WORK)?;
+    let db: PathBuf = run_dir.join("sessions.db");
+    let store = SqliteSessionStore::open_read_only(&db).ok()??;
+    let key = SessionKey::main(project_key(workspace), session);
+    let usage = store.last_assistant_usage(&key).ok()??;
+    let usage: flower::model::Usage = serde_json::from_value(usage).ok()?;
+    Some(usage.context_tokens()).filter(|&c| c > 0)
+}

@@ -1,0 +1,89 @@
+//! `flower once`: one agent, one session, outside any workflow. No lineage, no
+//! manifest rows; continuing it takes an explicit `--resume <session_id>`.
+
+use super::args::OnceArgs;
+use super::input;
+use super::render::{self, Renderer};
+use flower::core::runtime::{Runtime, RuntimeOptions};
+use flower::core::signals;
+use flower::engine::{AgentSpec, Interrupt, SessionStart};
+use serde_json::json;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's workspace \
+(the current directory). Use the tools to read, search, change and run things there; check \
+your work before you say it is done. Be concise: say what you did and what you found.";
+
+pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
+    let renderer = Renderer::new(false);
+    let interrupt = Interrupt::new();
+    let interactive = input::interactive();
+    let options = RuntimeOptions {
+        model: args.model.clone(),
+        events: if args.json {
+            flower::engine::events::discard()
+        } else {
+            renderer.sink()
+        },
+        interrupt: interrupt.clone(),
+        on_interrupt: interactive.then(after_interrupt),
+        ..RuntimeOptions::default()
+    };
+    let runtime = Runtime::with_options(".", &args.run_dir, options)?;
+    for warning in runtime.take_warnings() {
+        eprintln!("flower: {warning}");
+    }
+    signals::install(None, interrupt, || {})?;
+
+    let spec = AgentSpec {
+        name: "once".into(),
+        instructions: INSTRUCTIONS.into(),
+        allowed_tools: args.allowed_tools.clone(),
+        disallowed_tools: args.disallowed_tools.clone(),
+        max_turns: args.max_turns,
+        model: args.model.clone(),
+    };
+    let start = match (&args.resume, args.fork) {
+        (Some(id), true) => SessionStart::Fork(id.clone()),
+        (Some(id), false) => SessionStart::Resume(id.clone()),
+        (None, _) => SessionStart::New,
+    };
+    let outcome = runtime.run_agent("once", &spec, &args.prompt, start).await;
+    renderer.finish();
+    let result = &outcome.result;
+    let session_id = result.session_id.clone().unwrap_or_default();
+    if args.json {
+        let object = json!({
+            "session_id": session_id,
+            "result": if result.ok { result.text.clone() } else { result.error.clone().unwrap_or_default() },
+            "is_error": !result.ok,
+            "num_turns": result.num_turns,
+            "total_cost_usd": result.cost_usd,
+            "usage": outcome.usage,
+            "permission_denials": outcome.permission_denials,
+            "duration_ms": (result.duration_s() * 1000.0).round() as u64,
+        });
+        println!("{object}");
+    } else {
+        if let Some(error) = &result.error {
+            eprintln!("flower: {error}");
+        }
+        eprintln!(
+            "-- 会话 {session_id} · {} 轮 · {} · 上下文 {}",
+            result.num_turns,
+            render::cost(result.cost_usd),
+            render::tokens(result.context)
+        );
+    }
+    Ok(if result.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// After a Ctrl-C: ask for a line on the terminal.
+pub fn after_interrupt() -> flower::engine::InterruptPrompt {
+    Arc::new(|| Box::pin(input::ask_line(input::AFTER_INTERRUPT)))
+}

@@ -1,0 +1,310 @@
+//! Rendering engine events for a person: the assistant's text streams to stdout, one
+//! short line per tool call goes to stderr, and on a terminal a live status line (step,
+//! turn, context, cost) is redrawn in place. `NO_COLOR` and non-terminal output are
+//! respected: no colours, no redrawn lines.
+
+use flower::engine::{Event, EventSink};
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+
+/// Formats a token count the way the banner shows it: one decimal, K or M.
+pub fn tokens(count: u64) -> String {
+    if count >= 1_000_000 {
+        format!("{:.1}M", count as f64 / 1_000_000.0)
+    } else {
+        format!("{:.1}K", count as f64 / 1_000.0)
+    }
+}
+
+/// Formats a cost, or `?` when the model's price is unknown.
+pub fn cost(cost: Option<f64>) -> String {
+    match cost {
+        Some(c) => format!("${c:.4}"),
+        None => "$?".into(),
+    }
+}
+
+/// Terminal display width: CJK and fullwidth characters take two columns.
+pub fn display_width(text: &str) -> usize {
+    text.chars()
+        .map(|c| {
+            let c = c as u32;
+            let wide = (0x1100..=0x115F).contains(&c)
+                || (0x2E80..=0xA4CF).contains(&c)
+                || (0xAC00..=0xD7A3).contains(&c)
+                || (0xF900..=0xFAFF).contains(&c)
+                || (0xFE30..=0xFE4F).contains(&c)
+                || (0xFF00..=0xFF60).contains(&c)
+                || (0xFFE0..=0xFFE6).contains(&c)
+                || (0x20000..=0x3FFFD).contains(&c);
+            if wide { 2 } else { 1 }
+        })
+        .sum()
+}
+
+/// Width of a step header up to the step counter: `== 干活 ` plus 30 `=`.
+const HEADER_WIDTH: usize = 38;
+
+/// `== 干活 ==============================  3/3  <- 接上次 · 第 3 次唤醒`.
+pub fn step_header(step: &str, index: usize, total: usize, resumed: bool, woke: u64) -> String {
+    let head = format!("== {step} ");
+    let fill = HEADER_WIDTH.saturating_sub(display_width(&head)).max(3);
+    let mut line = format!("{head}{}", "=".repeat(fill));
+    if total > 0 {
+        line.push_str(&format!("  {index}/{total}"));
+    }
+    if resumed {
+        line.push_str(&format!("  <- 接上次 · 第 {woke} 次唤醒"));
+    }
+    line
+}
+
+#[derive(Default)]
+struct State {
+    step: String,
+    turn: u32,
+    context: u64,
+    cost: Option<f64>,
+    /// stdout ended without a newline (text mid-stream).
+    mid_line: bool,
+    /// A status line is drawn on stderr.
+    status_shown: bool,
+}
+
+/// Renders events; shared by the event sink.
+pub struct Renderer {
+    color: bool,
+    live: bool,
+    /// Whether step headers are printed (the workflow) or not (`flower once`).
+    headers: bool,
+    state: Mutex<State>,
+}
+
+impl Renderer {
+    pub fn new(headers: bool) -> Arc<Self> {
+        let err_tty = std::io::stderr().is_terminal();
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Arc::new(Renderer {
+            color: err_tty && !no_color,
+            live: err_tty,
+            headers,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The event sink that renders through this renderer.
+    pub fn sink(self: &Arc<Self>) -> EventSink {
+        let renderer = self.clone();
+        Arc::new(move |event| renderer.render(event))
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+
+    /// Prints a line on stdout (banner, headers), ending any text mid-line first.
+    pub fn line(&self, text: &str) {
+        let mut state = self.lock();
+        self.clear_status(&mut state);
+        let mut out = std::io::stdout().lock();
+        if state.mid_line {
+            let _ = writeln!(out);
+            state.mid_line = false;
+        }
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+
+    /// Prints a note on stderr.
+    pub fn note(&self, text: &str) {
+        let mut state = self.lock();
+        self.clear_status(&mut state);
+        self.end_text_line(&mut state);
+        eprintln!("{text}");
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn clear_status(&self, state: &mut State) {
+        if state.status_shown {
+            eprint!("\r\x1b[2K");
+            state.status_shown = false;
+        }
+    }
+
+    fn end_text_line(&self, state: &mut State) {
+        if state.mid_line {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out);
+            let _ = out.flush();
+            state.mid_line = false;
+        }
+    }
+
+    fn draw_status(&self, state: &mut State, text: &str) {
+        if !self.live {
+            return;
+        }
+        self.clear_status(state);
+        eprint!("{}", self.paint("2", text));
+        let _ = std::io::stderr().flush();
+        state.status_shown = true;
+    }
+
+    fn status_text(state: &State) -> String {
+        let step = if state.step.is_empty() {
+            String::new()
+        } else {
+            format!("[{}] ", state.step)
+        };
+        format!(
+            "{step}第 {} 轮 · 上下文 {} · {}",
+            state.turn,
+            tokens(state.context),
+            cost(state.cost)
+        )
+    }
+
+    pub fn render(&self, event: &Event) {
+        let mut state = self.lock();
+        match event {
+            Event::TextDelta { text, depth: 0 } => {
+                self.clear_status(&mut state);
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+                state.mid_line = !text.ends_with('\n');
+            }
+            Event::TextDelta { .. } | Event::ThinkingDelta { .. } => {}
+            Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}",
+                    self.paint("2", &format!("{}↳ 子代理 {agent}", indent(*depth - 1)))
+                );
+            }
+            Event::SessionStarted { .. } => {}
+            Event::ToolCall {
+                name,
+                summary,
+                depth,
+            } => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}{} {}",
+                    indent(*depth),
+                    self.paint("36", &format!("⏺ {name}")),
+                    summary
+                );
+            }
+            Event::ToolDenied { name, depth, .. } => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}{}",
+                    indent(*depth),
+                    self.paint("33", &format!("✗ {name} 被拒(权限规则)"))
+                );
+            }
+            Event::ToolDone {
+                name,
+                is_error: true,
+                depth,
+            } => {
+                self.clear_status(&mut state);
+                eprintln!(
+                    "{}{}",
+                    indent(*depth),
+                    self.paint("2", &format!("  {name} 出错"))
+                );
+            }
+            Event::ToolDone { .. } => {}
+            Event::TurnDone {
+                turn,
+                context,
+                cost_usd,
+                depth: 0,
+                ..
+            } => {
+                state.turn = *turn;
+                state.context = *context;
+                state.cost = *cost_usd;
+                let text = Self::status_text(&state);
+                if !state.mid_line {
+                    self.draw_status(&mut state, &text);
+                }
+            }
+            Event::TurnDone { .. } => {}
+            Event::Retrying {
+                attempt,
+                max_attempts,
+                delay_s,
+                error,
+            } => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}",
+                    self.paint(
+                        "33",
+                        &format!("  ↻ {delay_s:.0}s 后第 {attempt}/{max_attempts} 次尝试({error})")
+                    )
+                );
+            }
+            Event::Offline { waited_s, endpoint } => {
+                self.end_text_line(&mut state);
+                let text = format!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
+                if self.live {
+                    self.draw_status(&mut state, &text);
+                } else {
+                    eprintln!("{text}");
+                }
+            }
+            Event::Online => {
+                self.clear_status(&mut state);
+                eprintln!("  网络恢复,接着跑");
+            }
+            Event::StepStarted {
+                step,
+                index,
+                total,
+                resumed,
+                woke,
+            } => {
+                state.step = step.clone();
+                state.turn = 0;
+                if self.headers {
+                    drop(state);
+                    self.line(&step_header(step, *index, *total, *resumed, *woke));
+                }
+            }
+            Event::StepSkipped { step, index, total } => {
+                if self.headers {
+                    drop(state);
+                    let mut line = step_header(step, *index, *total, false, 0);
+                    line.push_str("  <- 已冻结,跳过");
+                    self.line(&line);
+                }
+            }
+        }
+    }
+
+    /// Ends the output cleanly (final newline, no status line left behind).
+    pub fn finish(&self) {
+        let mut state = self.lock();
+        self.clear_status(&mut state);
+        self.end_text_line(&mut state);
+    }
+}
+
+fn indent(depth: u32) -> String {
+    "  ".repeat(depth as usize + 1)
+}

@@ -1,0 +1,239 @@
+//! Transcript entries in Claude Code's JSONL shape (DESIGN.md §4), and how a
+//! transcript becomes the `messages` of a Messages API request.
+//!
+//! Every entry links to its predecessor through `parentUuid`, making one chain from the
+//! first prompt to the newest entry (the leaf). [`Chain`] mints entries and tracks the leaf.
+
+use serde_json::{Map, Value, json};
+use std::path::Path;
+
+/// The text a tool result gets when the user interrupted the tool (Claude Code's
+/// wording, which the pruning layer recognises).
+pub const INTERRUPTED_TOOL_RESULT: &str = "[Request interrupted by user for tool use]";
+
+/// The user entry written when the user interrupted a streaming reply.
+pub const INTERRUPTED_TURN: &str = "[Request interrupted by user]";
+
+/// Mints the entries of one transcript (a session's main chain, or a sub-agent's).
+#[derive(Debug, Clone)]
+pub struct Chain {
+    session_id: String,
+    cwd: String,
+    leaf: Option<String>,
+    /// Sub-agent transcripts are side chains, as in Claude Code.
+    sidechain: bool,
+    agent_id: Option<String>,
+}
+
+impl Chain {
+    pub fn new(session_id: &str, cwd: &Path) -> Self {
+        Chain {
+            session_id: session_id.to_string(),
+            cwd: cwd.to_string_lossy().into_owned(),
+            leaf: None,
+            sidechain: false,
+            agent_id: None,
+        }
+    }
+
+    /// A side chain for a sub-agent (`isSidechain: true`, `agentId`).
+    pub fn sidechain(session_id: &str, cwd: &Path, agent_id: &str) -> Self {
+        Chain {
+            sidechain: true,
+            agent_id: Some(agent_id.to_string()),
+            ..Chain::new(session_id, cwd)
+        }
+    }
+
+    /// Continues after an existing entry.
+    pub fn with_leaf(mut self, leaf: Option<String>) -> Self {
+        self.leaf = leaf;
+        self
+    }
+
+    pub fn leaf(&self) -> Option<&str> {
+        self.leaf.as_deref()
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// A user entry with the given content (a string or blocks).
+    pub fn user(&mut self, content: Value) -> Value {
+        self.entry(
+            "user",
+            json!({"role": "user", "content": content}),
+            Map::new(),
+        )
+    }
+
+    /// A user entry holding one tool result.
+    pub fn tool_result(&mut self, tool_use_id: &str, content: &str, is_error: bool) -> Value {
+        let block = json!({
+            "type": "tool_result",
+            "tool_use_id": tool_use_id,
+            "content": content,
+            "is_error": is_error,
+        });
+        self.user(Value::Array(vec![block]))
+    }
+
+    /// An assistant entry for a finished model reply.
+    pub fn assistant(&mut self, reply: &crate::model::ModelReply) -> Value {
+        let message = json!({
+            "id": reply.id,
+            "type": "message",
+            "role": "assistant",
+            "model": reply.model,
+            "content": reply.content,
+            "stop_reason": reply.stop_reason,
+            "usage": reply.usage,
+        });
+        self.entry("assistant", message, Map::new())
+    }
+
+    /// The synthetic assistant entry Claude Code writes when a request failed. It stays
+    /// in the database; the pruning layer keeps it out of what is fed back.
+    pub fn api_error(&mut self, text: &str) -> Value {
+        let message = json!({
+            "id": format!("msg_synthetic_{}", uuid::Uuid::new_v4().simple()),
+            "type": "message",
+            "role": "assistant",
+            "model": "<synthetic>",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "stop_sequence",
+            "usage": crate::model::Usage::default(),
+        });
+        let mut extra = Map::new();
+        extra.insert("isApiErrorMessage".into(), Value::Bool(true));
+        self.entry("assistant", message, extra)
+    }
+
+    fn entry(&mut self, kind: &str, message: Value, extra: Map<String, Value>) -> Value {
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let mut entry = Map::new();
+        entry.insert("type".into(), kind.into());
+        entry.insert("uuid".into(), uuid.clone().into());
+        entry.insert(
+            "parentUuid".into(),
+            self.leaf.clone().map_or(Value::Null, Value::String),
+        );
+        entry.insert("sessionId".into(), self.session_id.clone().into());
+        entry.insert("timestamp".into(), now_timestamp().into());
+        entry.insert("cwd".into(), self.cwd.clone().into());
+        entry.insert("isSidechain".into(), self.sidechain.into());
+        if let Some(agent) = &self.agent_id {
+            entry.insert("agentId".into(), agent.clone().into());
+        }
+        entry.extend(extra);
+        entry.insert("message".into(), message);
+        self.leaf = Some(uuid);
+        Value::Object(entry)
+    }
+}
+
+/// `2026-12-02T10:58:16.123Z`, as Claude Code writes timestamps.
+pub fn now_timestamp() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// The uuid of an entry, if it has one.
+pub fn uuid_of(entry: &Value) -> Option<&str> {
+    entry.get("uuid").and_then(Value::as_str)
+}
+
+/// Builds API messages from transcript entries, incrementally: consecutive entries of
+/// the same role merge into one message (Claude Code stores one tool result per entry,
+/// and may split one assistant message over several entries).
+#[derive(Debug, Clone, Default)]
+pub struct Messages {
+    messages: Vec<Value>,
+}
+
+impl Messages {
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a Value>) -> Self {
+        let mut messages = Messages::default();
+        for entry in entries {
+            messages.push(entry);
+        }
+        messages
+    }
+
+    /// Adds one entry; entries that are not user or assistant messages are skipped.
+    pub fn push(&mut self, entry: &Value) {
+        let kind = entry.get("type").and_then(Value::as_str);
+        if !matches!(kind, Some("user" | "assistant")) {
+            return;
+        }
+        let Some(message) = entry.get("message") else {
+            return;
+        };
+        let Some(role) = message.get("role").and_then(Value::as_str) else {
+            return;
+        };
+        let blocks = match message.get("content") {
+            Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+            Some(Value::Array(blocks)) => blocks.clone(),
+            _ => return,
+        };
+        if blocks.is_empty() {
+            return;
+        }
+        if let Some(last) = self.messages.last_mut()
+            && last.get("role").and_then(Value::as_str) == Some(role)
+            && let Some(Value::Array(content)) = last.get_mut("content")
+        {
+            content.extend(blocks);
+            return;
+        }
+        self.messages
+            .push(json!({"role": role, "content": Value::Array(blocks)}));
+    }
+
+    pub fn as_slice(&self) -> &[Value] {
+        &self.messages
+    }
+
+    pub fn to_vec(&self) -> Vec<Value> {
+        self.messages.clone()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+}
+
+/// The `tool_use` blocks of an assistant message's content.
+pub fn tool_uses(content: &[Value]) -> Vec<(String, String, Value)> {
+    content
+        .iter()
+        .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_use"))
+        .map(|block| {
+            let text = |key: &str| {
+                block
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+            (text("id"), text("name"), input)
+        })
+        .collect()
+}
+
+/// The concatenated text blocks of an assistant message's content.
+pub fn text_of(content: &[Value]) -> String {
+    let mut text = String::new();
+    for block in content {
+        if block.get("type").and_then(Value::as_str) == Some("text")
+            && let Some(part) = block.get("text").and_then(Value::as_str)
+        {
+            text.push_str(part);
+        }
+    }
+    text
+}

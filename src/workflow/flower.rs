@@ -1,0 +1,325 @@
+//! flower's default pipeline: 确认需求 → 设定目标 → 干活, with a judge gating 干活.
+//!
+//! Each step leaves its output in a file (`notes/需求.md`, `notes/目标.md`, the work in
+//! the workspace); transcripts are not the backup. Frozen steps are skipped: a complete
+//! brief skips 确认需求, a non-empty checklist skips 设定目标 (unless the user said
+//! something on waking, which re-derives it so the judge judges the new request too).
+
+use super::gate::{Gate, Verdict};
+use super::notes;
+use super::{Context, Prompt, Step, Workflow};
+use crate::BoxFuture;
+use crate::core::manifest::judge_name;
+use crate::core::runtime::Runtime;
+use crate::engine::{AgentSpec, SessionStart};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const CLARIFY: &str = "确认需求";
+pub const SET_GOAL: &str = "设定目标";
+pub const WORK: &str = "干活";
+
+/// Said to the clarifier when its step resumes after a crash: continue the unfinished
+/// clarification, do not start over.
+pub const CLARIFY_RESUME: &str = "接着刚才那次没问完的需求确认继续 —— 不是重新开始。已经问过、答过的不要再问;还缺什么就接着问,都清楚了就把 notes/需求.md 写完整。";
+
+/// Said to the coordinator when 干活 resumes and the user said nothing new.
+pub const WORK_RESUME: &str = "接着上次的活继续。先看一眼工作区里已经落盘的东西和 notes/ 下的确认书、清单,从上次停下的地方接着做,不要重头来过。";
+
+/// Work rounds per wake when `--rounds` is not given: the first round plus two more
+/// after a failed verdict.
+pub const DEFAULT_ROUNDS: u32 = 3;
+
+/// How the pipeline is set up for this process.
+#[derive(Debug, Clone)]
+pub struct FlowerOptions {
+    /// The task, on a first run (sent to the clarifier).
+    pub request: Option<String>,
+    /// What the user said on waking: the prompt of the resumed 干活, and a reason to
+    /// re-derive 目标.md.
+    pub utterance: Option<String>,
+    /// Total 干活 rounds this wake (the judge's budget).
+    pub rounds: u32,
+    /// Whether someone can answer the clarifier's questions (stdin is a terminal).
+    pub interactive: bool,
+}
+
+impl Default for FlowerOptions {
+    fn default() -> Self {
+        FlowerOptions {
+            request: None,
+            utterance: None,
+            rounds: DEFAULT_ROUNDS,
+            interactive: false,
+        }
+    }
+}
+
+const CLARIFIER: &str = "你是需求确认者。你的唯一产出是 notes/需求.md,一份需求确认书。\n\
+它必须有四段,每段一个二级标题,都不能空:`## 目标`、`## 范围`、`## 约束`、`## 验收`。\n\
+- 先读工作区(Read/Glob/Grep),弄清已经有什么。\n\
+- 有拿不准、会影响做法的地方,用 AskUser 一次问一件事,并给出你的建议答案让人可以直接确认。问题要少而准。\n\
+- 如果 AskUser 说没有人能回答,就不要再问:按最合理的理解定下来,把假设写进 `## 约束`。\n\
+- 确认书写完整后,用一两句话说明你定下了什么,然后结束。不要动工作区里别的文件。";
+
+const GOAL_SETTER: &str = "你是目标设定者。读需求确认书,推导一份陌生人也能逐条验证的判定清单,写进 notes/目标.md。\n\
+- 每条一行,格式 `- [ ] …`,一条只查一件事,写清楚怎么验(跑什么命令、看哪个文件、期望什么结果)。\n\
+- 覆盖确认书的 `## 验收` 和 `## 唤醒时追加` 里的每一件事;不要加确认书里没有的要求。\n\
+- 整个文件重写,不要保留旧清单里已经不适用的条目。写完就结束。";
+
+const COORDINATOR: &str = "你是协调者,负责把需求确认书里的事做完,达到判定清单的每一条。\n\
+- 你自己不写代码:用 Task 把具体的活派给子代理,一次一件,prompt 里写清楚它需要知道的一切(它看不到这段对话)。\n\
+- 子代理交回后,自己用 Read/Glob/Grep 和只读的 git 命令检查结果,不对就再派。\n\
+- 决定、进度和没解决的问题写进工作区的文件,不要只留在对话里。\n\
+- 判定清单的每一条都做到了,就简短总结做了什么,然后结束。";
+
+const WORKER: &str = "你是协调者派来的子代理。在工作区里把交给你的这件事做完,用你有的工具,做完自己检查一遍(能跑测试就跑)。\n\
+最后简短报告:做了什么、改了哪些文件、验证结果、还有什么没做。协调者只能看到这份报告。";
+
+const JUDGE: &str = "你是判定者。你只根据工作区的实际状态判定,不听任何人的解释。\n\
+- 逐条读 notes/目标.md 的判定清单,每一条都亲自去验:读文件、跑命令(可以跑测试),给出判定和证据(命令及输出、文件及行)。\n\
+- 不要修改任何文件。\n\
+- 最后一行只写结论:全部达成写 `判定:通过`,否则写 `判定:未通过`,并在前面列出没达成的条目和原因。";
+
+/// The clarifier: reads the workspace, asks through AskUser, writes only the notes.
+pub fn clarifier() -> AgentSpec {
+    AgentSpec::new("clarifier", CLARIFIER).allowed_tools([
+        "Read",
+        "Glob",
+        "Grep",
+        "AskUser",
+        "Write(notes/**)",
+        "Edit(notes/**)",
+    ])
+}
+
+pub fn goal_setter() -> AgentSpec {
+    AgentSpec::new("goal-setter", GOAL_SETTER).allowed_tools([
+        "Read",
+        "Glob",
+        "Grep",
+        "Write(notes/**)",
+        "Edit(notes/**)",
+    ])
+}
+
+/// The coordinator: delegates through Task; its own Bash is read-only git.
+pub fn coordinator() -> AgentSpec {
+    AgentSpec::new("coordinator", COORDINATOR).allowed_tools([
+        "Read",
+        "Glob",
+        "Grep",
+        "Task",
+        "Write(notes/**)",
+        "Edit(notes/**)",
+        "Bash(git status:*)",
+        "Bash(git diff:*)",
+        "Bash(git log:*)",
+        "Bash(git show:*)",
+    ])
+}
+
+/// The sub-agent the coordinator's Task starts: every file and shell tool.
+pub fn worker() -> AgentSpec {
+    AgentSpec::new("general-purpose", WORKER)
+        .allowed_tools(["Read", "Write", "Edit", "Glob", "Grep", "Bash"])
+}
+
+/// The judge: read-only tools, and Bash to run tests.
+pub fn judge() -> AgentSpec {
+    AgentSpec::new("judge", JUDGE).allowed_tools(["Read", "Glob", "Grep", "Bash"])
+}
+
+/// Builds the pipeline for `workspace` (canonical).
+pub fn flower_workflow(workspace: &Path, options: &FlowerOptions) -> Workflow {
+    let brief = notes::brief_path(workspace);
+    let goal = notes::goal_path(workspace);
+
+    let request = options.request.clone().unwrap_or_default();
+    let clarify_prompt = format!(
+        "用户的诉求:\n\n{request}\n\n{}",
+        if options.interactive {
+            "有拿不准的地方用 AskUser 问用户。"
+        } else {
+            "这次没有人能回答问题(不是终端):不要问,把你的假设写进确认书。"
+        }
+    );
+    let brief_for_skip = brief.clone();
+    // Resuming a clarification that died: what the user says now is a remark, not a
+    // new request.
+    let clarify_resume = match options.request.as_deref() {
+        Some(said) if !said.trim().is_empty() => {
+            format!("{CLARIFY_RESUME}\n\n用户又说了一句:{said}")
+        }
+        _ => CLARIFY_RESUME.to_string(),
+    };
+    let clarify = Step::new(CLARIFY, clarifier(), clarify_prompt)
+        .resume_prompt(clarify_resume)
+        .skip_when(Arc::new(move |_ctx: &Context| {
+            notes::read(&brief_for_skip).filter(|text| notes::brief_complete(text))
+        }))
+        .gate(Arc::new(FileGate::brief(brief.clone())));
+
+    let rederive = options.utterance.is_some();
+    let brief_for_goal = brief.clone();
+    let goal_for_skip = goal.clone();
+    let set_goal = Step::new(
+        SET_GOAL,
+        goal_setter(),
+        Prompt::Dynamic(Arc::new(move |_ctx: &Context| {
+            let text = notes::read(&brief_for_goal).unwrap_or_default();
+            format!("照这份需求确认书(notes/需求.md)推导判定清单,写进 notes/目标.md:\n\n{text}")
+        })),
+    )
+    .skip_when(Arc::new(move |_ctx: &Context| {
+        if rederive {
+            return None;
+        }
+        notes::read(&goal_for_skip).filter(|text| notes::count_checks(text) > 0)
+    }))
+    .gate(Arc::new(FileGate::goal(goal.clone())));
+
+    let (brief_for_work, goal_for_work) = (brief.clone(), goal.clone());
+    let work_resume = options
+        .utterance
+        .clone()
+        .unwrap_or_else(|| WORK_RESUME.to_string());
+    let work = Step::new(
+        WORK,
+        coordinator(),
+        Prompt::Dynamic(Arc::new(move |_ctx: &Context| {
+            let brief = notes::read(&brief_for_work).unwrap_or_default();
+            let goal = notes::read(&goal_for_work).unwrap_or_default();
+            format!(
+                "照这份需求做(notes/需求.md):\n\n{brief}\n\n做完要经得起这份判定清单(notes/目标.md)逐条检验:\n\n{goal}"
+            )
+        })),
+    )
+    .resume_prompt(work_resume)
+    .gate(Arc::new(GoalGate {
+        goal: goal.clone(),
+        rounds: options.rounds.max(1),
+    }));
+
+    Workflow::new(vec![clarify, set_goal, work])
+}
+
+/// Sends a note-writing step back until its file is there and well-formed. Runs no
+/// session, so it costs nothing.
+struct FileGate {
+    path: PathBuf,
+    check: fn(&str) -> bool,
+    feedback: &'static str,
+}
+
+impl FileGate {
+    fn brief(path: PathBuf) -> Self {
+        FileGate {
+            path,
+            check: notes::brief_complete,
+            feedback: "notes/需求.md 还不完整:它必须有 `## 目标`、`## 范围`、`## 约束`、`## 验收` 四段,每段都不能空。把它写完整。",
+        }
+    }
+
+    fn goal(path: PathBuf) -> Self {
+        FileGate {
+            path,
+            check: |text| notes::count_checks(text) > 0,
+            feedback: "notes/目标.md 里还没有判定清单:每条一行 `- [ ] …`。把它写出来。",
+        }
+    }
+}
+
+impl Gate for FileGate {
+    fn rounds(&self) -> u32 {
+        3
+    }
+
+    fn check<'a>(
+        &'a self,
+        _rt: &'a Runtime,
+        _step: &'a Step,
+        _round: u32,
+        _ctx: &'a Context,
+    ) -> BoxFuture<'a, Verdict> {
+        let done = notes::read(&self.path).is_some_and(|text| (self.check)(&text));
+        Box::pin(async move {
+            if done {
+                Verdict::Pass
+            } else {
+                Verdict::Fail {
+                    feedback: self.feedback.to_string(),
+                }
+            }
+        })
+    }
+}
+
+/// The judge (`with_goal`): after each 干活 round, a *new* session reads 目标.md and
+/// checks the workspace. It is never a step and never resumed: every round and every
+/// wake, a fresh pair of eyes that does not know how hard the worker tried.
+pub struct GoalGate {
+    pub goal: PathBuf,
+    pub rounds: u32,
+}
+
+/// The verdict line the judge ends with.
+pub const PASS_LINE: &str = "判定:通过";
+pub const FAIL_LINE: &str = "判定:未通过";
+
+/// Reads the judge's verdict from its final text: the last line that carries one.
+pub fn parse_verdict(text: &str) -> bool {
+    text.lines()
+        .rev()
+        .map(|line| line.replace('\u{FF1A}', ":").replace(['`', '*'], ""))
+        .find(|line| line.contains("判定:"))
+        .is_some_and(|line| line.contains("通过") && !line.contains("未通过"))
+}
+
+impl Gate for GoalGate {
+    fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    fn check<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        step: &'a Step,
+        round: u32,
+        _ctx: &'a Context,
+    ) -> BoxFuture<'a, Verdict> {
+        Box::pin(async move {
+            let goal = notes::read(&self.goal).unwrap_or_default();
+            let prompt = format!(
+                "判定清单(notes/目标.md):\n\n{goal}\n\n逐条到工作区里验证,最后一行写 `{PASS_LINE}` 或 `{FAIL_LINE}`。"
+            );
+            let name = judge_name(&step.name, round);
+            rt.emit(crate::engine::Event::StepStarted {
+                step: name.clone(),
+                index: 0,
+                total: 0,
+                resumed: false,
+                woke: 0,
+            });
+            let result = rt
+                .run_step(&name, &judge(), &prompt, SessionStart::New)
+                .await;
+            if result.ok && parse_verdict(&result.text) {
+                return Verdict::Pass;
+            }
+            let findings = if result.ok {
+                result.text
+            } else {
+                format!(
+                    "判定者这一轮没能跑完({}),按未通过处理。",
+                    result.error.unwrap_or_default()
+                )
+            };
+            Verdict::Fail {
+                feedback: format!(
+                    "判定没过。判定者的意见:\n\n{findings}\n\n照这些意见把没做到的做完,做完再结束。"
+                ),
+            }
+        })
+    }
+}

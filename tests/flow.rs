@@ -1,0 +1,577 @@
+//! The `flower` command end to end: clarify → set goal → work (with a sub-agent) →
+//! judge, then wakes with and without an utterance, `--new`, and kills in each step.
+//!
+//! The fake model plays every agent, routed by the system prompt.
+
+mod support;
+
+use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{FakeServer, Recorded, Reply};
+use tempfile::TempDir;
+
+const BRIEF: &str = "## 目标\n写一个 hello 脚本\n## 范围\n一个文件 hello.txt\n## 约束\n无\n## 验收\nhello.txt 内容是 hello\n";
+const GOAL: &str = "- [ ] hello.txt 存在\n- [ ] hello.txt 的内容是 hello\n";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Agent {
+    Clarifier,
+    GoalSetter,
+    Coordinator,
+    Worker,
+    Judge,
+}
+
+fn agent_of(req: &Recorded) -> Agent {
+    let system = req.system();
+    if system.contains("需求确认者") {
+        Agent::Clarifier
+    } else if system.contains("目标设定者") {
+        Agent::GoalSetter
+    } else if system.contains("协调者派来的子代理") {
+        Agent::Worker
+    } else if system.contains("协调者") {
+        Agent::Coordinator
+    } else if system.contains("判定者") {
+        Agent::Judge
+    } else {
+        panic!("unknown agent: {system}")
+    }
+}
+
+/// Whether the newest user message answers a tool call (the agent's second turn).
+fn after_tool(req: &Recorded) -> bool {
+    req.messages()
+        .last()
+        .and_then(|m| m["content"].as_array())
+        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
+}
+
+/// A scripted model for the whole pipeline. `judge_fails` verdicts fail before one passes.
+struct Script {
+    judge_fails: usize,
+    judged: AtomicUsize,
+    /// Requests per agent, in arrival order.
+    seen: Mutex<Vec<Agent>>,
+}
+
+impl Script {
+    fn new(judge_fails: usize) -> Arc<Script> {
+        Arc::new(Script {
+            judge_fails,
+            judged: AtomicUsize::new(0),
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn reply(&self, req: &Recorded) -> Reply {
+        let agent = agent_of(req);
+        self.seen.lock().unwrap().push(agent);
+        if after_tool(req) {
+            return match agent {
+                Agent::Clarifier => Reply::text("确认好了。"),
+                Agent::GoalSetter => Reply::text("清单写好了。"),
+                // A known context size, so the banner can be checked verbatim.
+                Agent::Coordinator => Reply::text("做完了。").usage(80_000, 200),
+                Agent::Worker => Reply::text("写好了 hello.txt。"),
+                Agent::Judge => unreachable!("the judge uses no tools here"),
+            };
+        }
+        match agent {
+            Agent::Clarifier => Reply::tool_use(
+                "Write",
+                json!({"file_path": "notes/需求.md", "content": BRIEF}),
+            ),
+            Agent::GoalSetter => Reply::tool_use(
+                "Write",
+                json!({"file_path": "notes/目标.md", "content": GOAL}),
+            ),
+            Agent::Coordinator => Reply::tool_use(
+                "Task",
+                json!({"description": "写 hello", "prompt": "在工作区写 hello.txt,内容 hello"}),
+            ),
+            Agent::Worker => Reply::tool_use(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "hello"}),
+            ),
+            Agent::Judge => {
+                let n = self.judged.fetch_add(1, Ordering::SeqCst);
+                if n < self.judge_fails {
+                    Reply::text("1. hello.txt 存在:是\n2. 内容:不对\n判定:未通过")
+                } else {
+                    Reply::text("1. hello.txt 存在:是\n2. 内容是 hello:是\n判定:通过")
+                }
+            }
+        }
+    }
+
+    fn count(&self, agent: Agent) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| **a == agent)
+            .count()
+    }
+}
+
+fn serve(script: &Arc<Script>) -> FakeServer {
+    let script = script.clone();
+    FakeServer::with_handler(move |req, _| script.reply(req))
+}
+
+/// A home with a project in it, so the banner can show `~/proj`.
+struct Project {
+    _home: TempDir,
+    home: PathBuf,
+    dir: PathBuf,
+}
+
+impl Project {
+    fn new() -> Project {
+        let home = TempDir::new().unwrap();
+        let path = home.path().canonicalize().unwrap();
+        let dir = path.join("proj");
+        std::fs::create_dir(&dir).unwrap();
+        Project {
+            home: path,
+            dir,
+            _home: home,
+        }
+    }
+
+    fn command(&self, server: &FakeServer, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        server.configure(&mut cmd);
+        cmd.current_dir(&self.dir)
+            .args(args)
+            .env("HOME", &self.home)
+            .env("NO_COLOR", "1")
+            .env("FLOWER_MAX_ATTEMPTS", "1")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
+        self.command(server, args).output().expect("run flower")
+    }
+
+    fn spawn(&self, server: &FakeServer, args: &[&str]) -> Child {
+        self.command(server, args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn flower")
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
+    }
+
+    fn json(&self, rel: &str) -> Value {
+        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
+    }
+
+    fn steps(&self) -> Vec<String> {
+        self.json("runs/manifest.json")
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn lines(output: &Output) -> Vec<String> {
+    text(&output.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_complete_run_then_two_wakes() {
+    let project = Project::new();
+    let script = Script::new(1);
+    let server = serve(&script);
+
+    // First run: every step, one failed verdict, one round back, then a pass.
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(project.read("notes/需求.md"), BRIEF);
+    assert_eq!(project.read("notes/目标.md"), GOAL);
+    assert_eq!(project.read("hello.txt"), "hello");
+    assert_eq!(
+        project.steps(),
+        [
+            "确认需求",
+            "设定目标",
+            "干活",
+            "干活·判定#1",
+            "干活#round2",
+            "干活·判定#2"
+        ]
+    );
+    let stdout = lines(&out);
+    for header in [
+        "== 确认需求 ==========================  1/3",
+        "== 设定目标 ==========================  2/3",
+        "== 干活 ==============================  3/3",
+    ] {
+        assert!(
+            stdout.iter().any(|l| l == header),
+            "missing {header:?} in {stdout:#?}"
+        );
+    }
+    // The clarifier could not ask (stdin is not a terminal) and was told so.
+    let clarify = &server.requests()[0];
+    assert!(clarify.last_user_text().contains("写个 hello 脚本"));
+    assert!(
+        !clarify.tool_names().contains(&"AskUser".to_string())
+            || clarify.last_user_text().contains("不是终端")
+    );
+
+    // Lineage has the three steps and nothing of the judge.
+    let lineage = project.json("runs/lineage.json");
+    let steps = lineage["steps"].as_object().unwrap();
+    assert_eq!(
+        steps.keys().collect::<Vec<_>>(),
+        ["干活", "确认需求", "设定目标"]
+    );
+    assert_eq!(lineage["woke"], 1);
+    let work_id = steps["干活"].as_str().unwrap().to_string();
+
+    // The sub-agent's transcript lives under the work session's subpath.
+    let store = SqliteSessionStore::open(&project.dir.join("runs/sessions.db")).unwrap();
+    let key = SessionKey::main(project_key(&project.dir), &work_id);
+    let subkeys = store.list_subkeys(&key).unwrap();
+    assert_eq!(
+        subkeys.len(),
+        2,
+        "one sub-agent per work round: {subkeys:?}"
+    );
+    assert!(
+        subkeys.iter().all(|k| k.starts_with("subagents/agent-")),
+        "{subkeys:?}"
+    );
+    let sub = store.load(&key.sub(&subkeys[0]).unwrap()).unwrap().unwrap();
+    assert!(sub.iter().all(|e| e["isSidechain"] == true));
+    assert!(Value::Array(sub).to_string().contains("hello.txt"));
+    drop(store);
+
+    // Second wake, saying nothing: nothing appended, nothing re-derived, 干活 resumes.
+    let requests_before = server.request_count();
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = lines(&out);
+    assert_eq!(
+        stdout[0],
+        "<- 在 ~/proj 接上上次  需求已确认 · 目标 2 条 · 干活上下文 80.2K · 第 2 次唤醒"
+    );
+    assert!(
+        stdout
+            .iter()
+            .any(|l| l == "== 干活 ==============================  3/3  <- 接上次 · 第 2 次唤醒"),
+        "{stdout:#?}"
+    );
+    assert_eq!(project.read("notes/需求.md"), BRIEF, "nothing appended");
+    assert_eq!(
+        script.count(Agent::GoalSetter),
+        2,
+        "no goal-setting request"
+    );
+    let resumed = &server.requests()[requests_before];
+    assert_eq!(agent_of(resumed), Agent::Coordinator);
+    assert_eq!(
+        resumed.last_user_text(),
+        flower::workflow::flower::WORK_RESUME
+    );
+    assert!(
+        resumed.messages().len() > 3,
+        "the whole earlier conversation is there"
+    );
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["干活"],
+        work_id.as_str()
+    );
+
+    // Third wake, saying something: appended, re-derived, and it is the work prompt.
+    let requests_before = server.request_count();
+    let out = project.run(&server, &["顺便支持代码块高亮"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = lines(&out);
+    assert_eq!(
+        stdout[0],
+        "<- 在 ~/proj 接上上次  需求已确认 · 目标 2 条 · 干活上下文 80.2K · 第 3 次唤醒"
+    );
+    assert!(
+        stdout
+            .iter()
+            .any(|l| l == "== 干活 ==============================  3/3  <- 接上次 · 第 3 次唤醒"),
+        "{stdout:#?}"
+    );
+    // 设定目标 re-derives in its own session, resumed: its header says so too.
+    assert!(
+        stdout
+            .iter()
+            .any(|l| l == "== 设定目标 ==========================  2/3  <- 接上次 · 第 3 次唤醒"),
+        "{stdout:#?}"
+    );
+    let brief = project.read("notes/需求.md");
+    assert!(brief.starts_with(BRIEF));
+    assert!(brief.contains("## 唤醒时追加"));
+    assert!(brief.contains("顺便支持代码块高亮"));
+    let later = &server.requests()[requests_before..];
+    let goal_request = later
+        .iter()
+        .find(|r| agent_of(r) == Agent::GoalSetter)
+        .expect("目标.md is re-derived");
+    assert!(goal_request.last_user_text().contains("顺便支持代码块高亮"));
+    let work_request = later
+        .iter()
+        .find(|r| agent_of(r) == Agent::Coordinator)
+        .unwrap();
+    assert_eq!(work_request.last_user_text(), "顺便支持代码块高亮");
+    assert_eq!(project.json("runs/lineage.json")["woke"], 3);
+
+    // No judge session was ever reused or remembered.
+    let rows = project.json("runs/manifest.json");
+    let judges: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["step"].as_str().unwrap().contains("·判定#"))
+        .map(|r| r["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(judges.len(), 4);
+    let unique: std::collections::HashSet<_> = judges.iter().collect();
+    assert_eq!(unique.len(), judges.len(), "every judge is a new session");
+    let lineage = project.json("runs/lineage.json");
+    for id in judges {
+        assert!(
+            !lineage["steps"]
+                .as_object()
+                .unwrap()
+                .values()
+                .any(|v| v == id)
+        );
+    }
+}
+
+#[test]
+fn rounds_running_out_exits_1() {
+    let project = Project::new();
+    let script = Script::new(usize::MAX);
+    let server = serve(&script);
+    let out = project.run(&server, &["写个 hello 脚本", "--rounds", "2"]);
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        project.steps(),
+        [
+            "确认需求",
+            "设定目标",
+            "干活",
+            "干活·判定#1",
+            "干活#round2",
+            "干活·判定#2"
+        ]
+    );
+    // --rounds starts afresh on the next wake.
+    let out = project.run(&server, &["--rounds", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(script.count(Agent::Judge), 3);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let project = Project::new();
+    let server = FakeServer::start(vec![]);
+    let out = project.run(&server, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "fresh directory, no prompt, no terminal"
+    );
+    assert!(text(&out.stderr).contains("要做什么"));
+    let out = project.run(&server, &["x", "--rounds", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(server.request_count(), 0);
+}
+
+#[test]
+fn new_archives_lineage_brief_and_goal_together() {
+    let project = Project::new();
+    let script = Script::new(0);
+    let server = serve(&script);
+    assert!(project.run(&server, &["写个 hello 脚本"]).status.success());
+    let old_lineage = project.read("runs/lineage.json");
+
+    let out = project.run(&server, &["--new", "另一件事"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let archive: Vec<PathBuf> = std::fs::read_dir(project.dir.join("notes/archive"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(archive.len(), 1);
+    let stamp = archive[0]
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(stamp.len(), 15, "YYYYmmdd-HHMMSS: {stamp}");
+    assert_eq!(
+        std::fs::read_to_string(archive[0].join("lineage.json")).unwrap(),
+        old_lineage
+    );
+    assert_eq!(
+        std::fs::read_to_string(archive[0].join("需求.md")).unwrap(),
+        BRIEF
+    );
+    assert_eq!(
+        std::fs::read_to_string(archive[0].join("目标.md")).unwrap(),
+        GOAL
+    );
+    // The new run started from scratch: woke 1, a new clarification of the new request.
+    let lineage = project.json("runs/lineage.json");
+    assert_eq!(lineage["woke"], 1);
+    let clarify = server
+        .requests()
+        .into_iter()
+        .filter(|r| agent_of(r) == Agent::Clarifier)
+        .nth(2)
+        .unwrap();
+    assert!(clarify.last_user_text().contains("另一件事"));
+    assert_eq!(clarify.messages().len(), 1);
+    // sessions.db is the archive of transcripts: untouched by --new.
+    let store = SqliteSessionStore::open(&project.dir.join("runs/sessions.db")).unwrap();
+    assert!(
+        store
+            .list_sessions(&project_key(&project.dir))
+            .unwrap()
+            .len()
+            >= 7
+    );
+}
+
+/// Kills the process while `agent` is waiting for its first reply, then wakes.
+fn kill_in(agent: Agent) -> (Project, FakeServer, Arc<Script>, Arc<AtomicUsize>) {
+    let project = Project::new();
+    let script = Script::new(0);
+    let gate = support::Gate::new();
+    let held = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let script = script.clone();
+        let gate = gate.clone();
+        let held = held.clone();
+        FakeServer::with_handler(move |req, _| {
+            if agent_of(req) == agent && held.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Reply::text("never delivered").gate_before(&gate);
+            }
+            script.reply(req)
+        })
+    };
+    let mut child = project.spawn(&server, &["写个 hello 脚本"]);
+    assert!(
+        gate.wait_reached(Duration::from_secs(60)),
+        "{agent:?} was never asked"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    (project, server, script, held)
+}
+
+#[test]
+fn killed_inside_clarify_resumes_the_clarification() {
+    let (project, server, _script, _) = kill_in(Agent::Clarifier);
+    let lineage = project.json("runs/lineage.json");
+    let id = lineage["steps"]["确认需求"]
+        .as_str()
+        .expect("written before the reply")
+        .to_string();
+    let before = server.request_count();
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(
+        lines(&out)[0].contains("需求确认到一半"),
+        "{:?}",
+        lines(&out)
+    );
+    let resumed = &server.requests()[before];
+    assert_eq!(agent_of(resumed), Agent::Clarifier);
+    // Killed before any reply: the resume prompt joins the unanswered request.
+    assert!(
+        resumed
+            .last_user_text()
+            .ends_with(flower::workflow::flower::CLARIFY_RESUME)
+    );
+    // The original request is in the history: nothing is asked again from scratch.
+    assert!(
+        resumed.messages()[0]
+            .to_string()
+            .contains("写个 hello 脚本")
+    );
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["确认需求"],
+        id.as_str()
+    );
+}
+
+#[test]
+fn killed_inside_set_goal_skips_clarify_and_resumes_the_goal() {
+    let (project, server, script, _) = kill_in(Agent::GoalSetter);
+    let id = project.json("runs/lineage.json")["steps"]["设定目标"]
+        .as_str()
+        .expect("written before the reply")
+        .to_string();
+    let before = server.request_count();
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        script.count(Agent::Clarifier),
+        2,
+        "确认需求 is frozen and skipped"
+    );
+    let resumed = &server.requests()[before];
+    assert_eq!(agent_of(resumed), Agent::GoalSetter);
+    // The same session, sent the whole brief again (no resume_prompt for this step);
+    // it joins the unanswered first prompt.
+    let blocks = resumed.messages()[0]["content"].as_array().unwrap().clone();
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    assert_eq!(blocks[0]["text"], blocks[1]["text"]);
+    assert!(resumed.last_user_text().contains("## 验收"));
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["设定目标"],
+        id.as_str()
+    );
+}
+
+#[test]
+fn killed_inside_work_resumes_the_work_session() {
+    let (project, server, _script, _) = kill_in(Agent::Coordinator);
+    let id = project.json("runs/lineage.json")["steps"]["干活"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = server.request_count();
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let resumed = &server.requests()[before];
+    assert_eq!(agent_of(resumed), Agent::Coordinator);
+    assert!(
+        resumed
+            .last_user_text()
+            .ends_with(flower::workflow::flower::WORK_RESUME)
+    );
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["干活"],
+        id.as_str()
+    );
+    assert_eq!(project.read("hello.txt"), "hello");
+}

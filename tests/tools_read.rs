@@ -1,0 +1,264 @@
+//! The Read tool, through the `Tool` trait.
+
+use flower::tools::read::Read;
+use flower::tools::{Tool, ToolContext, ToolOutput};
+use serde_json::{Value, json};
+use std::fs;
+use std::os::unix::fs::symlink;
+use tokio_util::sync::CancellationToken;
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    ctx: ToolContext,
+}
+
+fn env() -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    let ws = root.join("ws");
+    let run = root.join("runs");
+    fs::create_dir_all(&ws).unwrap();
+    fs::create_dir_all(&run).unwrap();
+    Env {
+        _tmp: tmp,
+        ctx: ToolContext {
+            workspace: ws,
+            run_dir: run,
+            cancel: CancellationToken::new(),
+        },
+    }
+}
+
+async fn read(e: &Env, input: Value) -> ToolOutput {
+    Read.call(&input, &e.ctx).await
+}
+
+#[tokio::test]
+async fn numbers_lines_like_cat_n() {
+    let e = env();
+    fs::write(e.ctx.workspace.join("a.txt"), "first\n\tsecond\r\nthird").unwrap();
+    let out = read(&e, json!({"file_path": "a.txt"})).await;
+    assert!(!out.is_error, "{}", out.content);
+    assert_eq!(
+        out.content,
+        "     1\tfirst\n     2\t\tsecond\n     3\tthird\n"
+    );
+    // Absolute paths too.
+    let abs = e.ctx.workspace.join("a.txt");
+    let out = read(&e, json!({"file_path": abs})).await;
+    assert_eq!(
+        out.content,
+        "     1\tfirst\n     2\t\tsecond\n     3\tthird\n"
+    );
+}
+
+#[tokio::test]
+async fn offset_and_limit_select_lines_and_say_how_to_read_more() {
+    let e = env();
+    let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    fs::write(e.ctx.workspace.join("a.txt"), text).unwrap();
+    let out = read(&e, json!({"file_path": "a.txt", "offset": 4, "limit": 2})).await;
+    assert!(!out.is_error);
+    assert!(
+        out.content.starts_with("     4\tline 4\n     5\tline 5\n"),
+        "{}",
+        out.content
+    );
+    assert!(!out.content.contains("line 6"));
+    assert!(
+        out.content.contains("Showing lines 4-5 of 10"),
+        "{}",
+        out.content
+    );
+    assert!(out.content.contains("offset=6"), "{}", out.content);
+    // Numbers sent as strings or floats are accepted.
+    let out = read(
+        &e,
+        json!({"file_path": "a.txt", "offset": "9", "limit": 5.0}),
+    )
+    .await;
+    assert!(
+        out.content.starts_with("     9\tline 9\n    10\tline 10\n"),
+        "{}",
+        out.content
+    );
+    let out = read(&e, json!({"file_path": "a.txt", "offset": 50})).await;
+    assert!(out.content.contains("has only 10 lines"), "{}", out.content);
+}
+
+#[tokio::test]
+async fn reads_at_most_2000_lines_by_default() {
+    let e = env();
+    let text: String = (1..=2500).map(|i| format!("{i}\n")).collect();
+    fs::write(e.ctx.workspace.join("big.txt"), text).unwrap();
+    let out = read(&e, json!({"file_path": "big.txt"})).await;
+    assert!(out.content.contains("  2000\t2000\n"));
+    assert!(!out.content.contains("\t2001\n"));
+    assert!(
+        out.content.contains("Showing lines 1-2000 of 2500"),
+        "{}",
+        tail(&out)
+    );
+    assert!(out.content.contains("offset=2001"));
+}
+
+#[tokio::test]
+async fn long_lines_are_cut_with_a_note() {
+    let e = env();
+    let long = "é".repeat(5000);
+    fs::write(
+        e.ctx.workspace.join("long.txt"),
+        format!("short\n{long}\nend\n"),
+    )
+    .unwrap();
+    let out = read(&e, json!({"file_path": "long.txt"})).await;
+    let line2 = out.content.lines().nth(1).unwrap();
+    assert_eq!(line2, format!("     2\t{}", "é".repeat(2000)));
+    assert!(out.content.contains("     3\tend"));
+    assert!(
+        out.content
+            .contains("1 line(s) longer than 2000 characters"),
+        "{}",
+        tail(&out)
+    );
+}
+
+#[tokio::test]
+async fn a_huge_single_line_costs_little() {
+    let e = env();
+    fs::write(e.ctx.workspace.join("one.txt"), "x".repeat(20 << 20)).unwrap();
+    let out = read(&e, json!({"file_path": "one.txt"})).await;
+    assert!(!out.is_error);
+    assert!(out.content.len() < 3000, "{}", out.content.len());
+}
+
+#[tokio::test]
+async fn output_stays_bounded_for_wide_files() {
+    let e = env();
+    let text: String = (0..2000)
+        .map(|_| format!("{}\n", "y".repeat(1500)))
+        .collect();
+    fs::write(e.ctx.workspace.join("wide.txt"), text).unwrap();
+    let out = read(&e, json!({"file_path": "wide.txt"})).await;
+    assert!(out.content.len() <= 101_000, "{}", out.content.len());
+    assert!(out.content.contains("Use offset="), "{}", tail(&out));
+}
+
+#[tokio::test]
+async fn empty_files_say_so() {
+    let e = env();
+    fs::write(e.ctx.workspace.join("empty"), "").unwrap();
+    let out = read(&e, json!({"file_path": "empty"})).await;
+    assert!(!out.is_error);
+    assert!(
+        out.content.contains("exists but is empty"),
+        "{}",
+        out.content
+    );
+}
+
+#[tokio::test]
+async fn binary_files_and_images_are_described_not_dumped() {
+    let e = env();
+    let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\0\x03\0\0\0\x02".to_vec();
+    png.extend_from_slice(&[0u8; 100]);
+    fs::write(e.ctx.workspace.join("pic.png"), &png).unwrap();
+    let out = read(&e, json!({"file_path": "pic.png"})).await;
+    assert!(!out.is_error);
+    assert!(out.content.contains("PNG image, 3x2"), "{}", out.content);
+    assert!(out.content.contains("bytes"), "{}", out.content);
+
+    fs::write(e.ctx.workspace.join("blob.bin"), b"abc\0def\x01\x02").unwrap();
+    let out = read(&e, json!({"file_path": "blob.bin"})).await;
+    assert!(out.content.contains("binary"), "{}", out.content);
+    assert!(!out.content.contains("def"), "{}", out.content);
+}
+
+#[tokio::test]
+async fn directories_and_missing_files_are_errors() {
+    let e = env();
+    fs::create_dir(e.ctx.workspace.join("dir")).unwrap();
+    let out = read(&e, json!({"file_path": "dir"})).await;
+    assert!(out.is_error);
+    assert!(out.content.contains("is a directory"), "{}", out.content);
+    assert!(out.content.contains("Glob"), "{}", out.content);
+
+    let out = read(&e, json!({"file_path": "nope.txt"})).await;
+    assert!(out.is_error);
+    assert!(out.content.contains("does not exist"), "{}", out.content);
+    assert!(out.content.contains("nope.txt"), "{}", out.content);
+}
+
+#[tokio::test]
+async fn reads_are_confined_to_workspace_and_run_dir() {
+    let e = env();
+    let root = e.ctx.workspace.parent().unwrap().to_path_buf();
+    fs::write(root.join("outside.txt"), "secret").unwrap();
+    fs::write(e.ctx.run_dir.join("trimmed.txt"), "kept").unwrap();
+    symlink(root.join("outside.txt"), e.ctx.workspace.join("link")).unwrap();
+
+    for path in [
+        json!("../outside.txt"),
+        json!(root.join("outside.txt")),
+        json!("link"),
+        json!("/etc/passwd"),
+    ] {
+        let out = read(&e, json!({ "file_path": path })).await;
+        assert!(out.is_error, "{path}: {}", out.content);
+        assert!(!out.content.contains("secret"));
+        assert!(
+            out.content.contains("outside the workspace"),
+            "{}",
+            out.content
+        );
+        assert!(
+            out.content.contains(&e.ctx.workspace.display().to_string()),
+            "names the workspace: {}",
+            out.content
+        );
+    }
+    let out = read(
+        &e,
+        json!({ "file_path": e.ctx.run_dir.join("trimmed.txt") }),
+    )
+    .await;
+    assert!(!out.is_error, "{}", out.content);
+    assert!(out.content.contains("kept"));
+}
+
+#[tokio::test]
+async fn bad_input_names_the_field() {
+    let e = env();
+    for (input, field) in [
+        (json!({}), "file_path"),
+        (json!({"file_path": 3}), "file_path"),
+        (json!({"file_path": "a", "offset": "abc"}), "offset"),
+        (json!({"file_path": "a", "limit": -1}), "limit"),
+        (json!({"file_path": "a", "limit": 0}), "limit"),
+    ] {
+        let out = read(&e, input.clone()).await;
+        assert!(out.is_error, "{input}");
+        assert!(out.content.contains(field), "{input}: {}", out.content);
+    }
+    let out = read(&e, json!("not an object")).await;
+    assert!(out.is_error);
+}
+
+#[test]
+fn definition_follows_claude_code() {
+    let d = Read.definition();
+    assert_eq!(d.name, "Read");
+    assert_eq!(d.input_schema["required"], json!(["file_path"]));
+    assert!(d.input_schema["properties"]["offset"].is_object());
+    assert!(d.input_schema["properties"]["limit"].is_object());
+    assert!(!d.description.is_empty());
+}
+
+fn tail(o: &ToolOutput) -> &str {
+    let n = o.content.len();
+    let mut start = n.saturating_sub(400);
+    while !o.content.is_char_boundary(start) {
+        start += 1;
+    }
+    &o.content[start..]
+}
