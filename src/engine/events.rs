@@ -14,12 +14,30 @@ pub enum Event {
         /// Depth of sub-agent nesting (0 for the main agent).
         depth: u32,
     },
-    TextDelta { text: String, depth: u32 },
-    ThinkingDelta { text: String, depth: u32 },
+    TextDelta {
+        text: String,
+        depth: u32,
+    },
+    ThinkingDelta {
+        text: String,
+        depth: u32,
+    },
     /// A tool call is about to run (after the permission check).
-    ToolCall { name: String, summary: String, depth: u32 },
-    ToolDenied { name: String, message: String, depth: u32 },
-    ToolDone { name: String, is_error: bool, depth: u32 },
+    ToolCall {
+        name: String,
+        summary: String,
+        depth: u32,
+    },
+    ToolDenied {
+        name: String,
+        message: String,
+        depth: u32,
+    },
+    ToolDone {
+        name: String,
+        is_error: bool,
+        depth: u32,
+    },
     /// A model turn finished.
     TurnDone {
         turn: u32,
@@ -31,9 +49,17 @@ pub enum Event {
         depth: u32,
     },
     /// Resilience: a request failed and will be retried.
-    Retrying { attempt: u32, max_attempts: u32, delay_s: f64, error: String },
+    Retrying {
+        attempt: u32,
+        max_attempts: u32,
+        delay_s: f64,
+        error: String,
+    },
     /// Resilience: the endpoint is unreachable; waiting. Reported at each probe.
-    Offline { waited_s: f64, endpoint: String },
+    Offline {
+        waited_s: f64,
+        endpoint: String,
+    },
     /// Resilience: the endpoint answers again.
     Online,
     /// Workflow: a step (or a gate round of it) begins. `index`/`total` count the

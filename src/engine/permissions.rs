@@ -122,7 +122,9 @@ pub struct RuleError {
 pub enum Decision {
     Allow,
     /// `message` is the tool_result text the model gets (starts with "Permission to use ").
-    Deny { message: String },
+    Deny {
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone)]

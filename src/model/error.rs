@@ -6,7 +6,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
     /// No `ANTHROPIC_API_KEY` in the environment.
-    #[error("ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`")]
+    #[error(
+        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`"
+    )]
     MissingApiKey,
 
     /// The API answered with an error: an HTTP error status with an error body, or an

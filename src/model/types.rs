@@ -80,5 +80,8 @@ pub enum StreamDelta<'a> {
     Text(&'a str),
     Thinking(&'a str),
     /// A tool call began; its input is still streaming.
-    ToolUseStart { id: &'a str, name: &'a str },
+    ToolUseStart {
+        id: &'a str,
+        name: &'a str,
+    },
 }
