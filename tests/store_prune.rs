@@ -8,7 +8,7 @@ mod store_support;
 
 use flower::stores::prune::{
     INTERRUPTED_BODY, PruneOptions, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text,
-    is_interruption_text, prune, snapshot_command,
+    is_interruption_text, is_synthesized_result, prune, snapshot_command,
 };
 use flower::stores::{PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore};
 use proptest::prelude::*;
@@ -291,9 +291,11 @@ fn a_call_without_result_gets_one_right_after_its_assistant_message() {
     assert_eq!(synth_t3["parentUuid"], "a2");
     assert_eq!(synth_t3["message"]["content"][0]["tool_use_id"], "t3");
     assert_eq!(synth_t3["sessionId"], "sess");
-    // Same input, same synthesized uuids.
+    // Same input, same synthesized uuids; they can be told apart from stored entries.
     let again = pruned(out.clone(), &options());
     assert_eq!(again, out);
+    let synthesized: Vec<&Value> = out.iter().filter(|e| is_synthesized_result(e)).collect();
+    assert_eq!(synthesized, [synth_t1, synth_t3]);
 }
 
 #[test]

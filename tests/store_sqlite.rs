@@ -522,3 +522,78 @@ fn the_store_is_send_and_sync() {
     assert_send_sync::<SqliteSessionStore>();
     assert_send_sync::<flower::stores::PruningSessionStore>();
 }
+
+/// Big enough to be parsed in several batches on several threads.
+fn long_transcript(turns: usize) -> Vec<Value> {
+    let mut t = vec![user_text("u", None, "go")];
+    let mut parent = "u".to_string();
+    for n in 0..turns {
+        let (a, r, id) = (format!("a{n}"), format!("r{n}"), format!("t{n}"));
+        let command = if n % 3 == 0 {
+            "git status"
+        } else {
+            "cargo build"
+        };
+        t.push(assistant(
+            &a,
+            Some(&parent),
+            vec![store_support::bash(&id, command)],
+        ));
+        let (body, error) = if n % 10 == 9 {
+            ("Permission to use Bash has been denied".to_string(), true)
+        } else {
+            (format!("{n}:{}", "output line\n".repeat(200)), false)
+        };
+        t.push(store_support::user_blocks(
+            &r,
+            Some(&a),
+            vec![store_support::tool_result(&id, &body, error)],
+        ));
+        parent = r;
+        if n % 25 == 24 {
+            let e = format!("e{n}");
+            t.push(store_support::api_error(&e, Some(&parent)));
+            parent = e;
+        }
+    }
+    t
+}
+
+#[test]
+fn a_long_transcript_loads_whole_and_in_order_and_prunes_like_prune() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
+    let key = SessionKey::parse("p/long").unwrap();
+    let input = long_transcript(1500);
+    assert!(serde_json::to_string(&input).unwrap().len() > 3_000_000);
+    store.append(&key, &input).unwrap();
+    assert_eq!(store.load(&key).unwrap().unwrap(), input);
+    let options = flower::stores::PruneOptions::new(dir.path().join("trimmed"));
+    let fused = store.load_pruned(&key, &options).unwrap().unwrap();
+    assert_eq!(fused, flower::stores::prune::prune(input, &options));
+}
+
+#[test]
+fn a_row_that_is_not_json_is_reported_by_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let key = SessionKey::parse("p/long").unwrap();
+    {
+        let store = SqliteSessionStore::open(&db).unwrap();
+        store.append(&key, &long_transcript(600)).unwrap();
+    }
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch("UPDATE entries SET data = '{\"broken' WHERE id = 1000")
+        .unwrap();
+    let store = SqliteSessionStore::open(&db).unwrap();
+    for result in [
+        store.load(&key).map(|_| ()),
+        store
+            .load_pruned(&key, &flower::stores::PruneOptions::new(dir.path()))
+            .map(|_| ()),
+    ] {
+        let err = result.unwrap_err().to_string();
+        assert!(err.contains("s.db") && err.contains("row 1000"), "{err}");
+    }
+}

@@ -6,7 +6,7 @@
 //! read-only and never create it.
 
 use clap::{Args, Subcommand};
-use flower::stores::prune::{PruneOptions, default_trim_dir, prune};
+use flower::stores::prune::{PruneOptions, default_trim_dir};
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -170,16 +170,17 @@ fn execute(args: &StoreArgs) -> Result<Value, String> {
             let Some(store) = open_ro(db)? else {
                 return Ok(Value::Null);
             };
-            let Some(entries) = store.load(&key).map_err(|e| describe(&e, db))? else {
-                return Ok(Value::Null);
+            let entries = if *pruned {
+                let run_dir = db.parent().unwrap_or(Path::new("."));
+                let mut options = PruneOptions::new(default_trim_dir(run_dir));
+                options.trim = *trim;
+                store.load_pruned(&key, &options)
+            } else {
+                store.load(&key)
             };
-            if !pruned {
-                return Ok(Value::Array(entries));
-            }
-            let run_dir = db.parent().unwrap_or(Path::new("."));
-            let mut options = PruneOptions::new(default_trim_dir(run_dir));
-            options.trim = *trim;
-            Ok(Value::Array(prune(entries, &options)))
+            Ok(entries
+                .map_err(|e| describe(&e, db))?
+                .map_or(Value::Null, Value::Array))
         }
         StoreCommand::Sessions { project_key } => match open_ro(db)? {
             None => Ok(json!([])),
@@ -211,7 +212,7 @@ fn execute(args: &StoreArgs) -> Result<Value, String> {
         StoreCommand::Delete { key: text } => {
             let key = key(text)?;
             // Deleting from a database that does not exist deletes nothing; don't create it.
-            if open_ro(db)?.is_none() {
+            if !db.exists() {
                 return Ok(json!({"key": key.to_string(), "deleted_entries": 0}));
             }
             let store = open_rw(db)?;

@@ -5,7 +5,9 @@
 //! keeps everything verbatim in `runs/sessions.db`; [`PruningSessionStore`] wraps any
 //! store and cleans what `load` feeds back to the model, never what is stored.
 
+mod json;
 pub mod key;
+mod par;
 pub mod prune;
 pub mod sqlite;
 pub mod summary;
@@ -72,4 +74,16 @@ pub trait SessionStore: Send + Sync {
     fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError>;
     /// Whether a main transcript with this session id exists, in any project.
     fn has_session(&self, session_id: &str) -> Result<bool, StoreError>;
+
+    /// What a resumed session is fed: `load` then [`prune::prune`]. A store may do both
+    /// in one pass; the SQLite store reads each entry's facts right after parsing it.
+    fn load_pruned(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Value>>, StoreError> {
+        Ok(self
+            .load(key)?
+            .map(|entries| prune::prune(entries, options)))
+    }
 }

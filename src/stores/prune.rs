@@ -38,7 +38,7 @@
 //!
 //! `prune(prune(x)) == prune(x)` for every transcript.
 
-use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -148,6 +148,28 @@ pub fn is_synthetic_error(entry: &Value) -> bool {
             == Some("<synthetic>")
 }
 
+/// Whether an entry is a result [`prune`] synthesized for a call that never got one
+/// (its uuid is derived from the call's id). A caller resuming a session can append
+/// these, so that the chain continues from them; appending one twice is harmless,
+/// since its uuid is an idempotency key.
+pub fn is_synthesized_result(entry: &Value) -> bool {
+    let Some(uuid) = str_field(entry, "uuid") else {
+        return false;
+    };
+    let blocks = entry
+        .get("message")
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_array);
+    match blocks.map(Vec::as_slice) {
+        Some([block]) => {
+            block_type(block) == Some("tool_result")
+                && block.get("content").and_then(Value::as_str) == Some(INTERRUPTED_BODY)
+                && str_field(block, "tool_use_id").is_some_and(|id| synthetic_uuid(id) == uuid)
+        }
+        _ => false,
+    }
+}
+
 /// The normalized command line if `command` is a snapshot command
 /// ([`SNAPSHOT_COMMANDS`]), else `None`.
 pub fn snapshot_command(command: &str) -> Option<String> {
@@ -171,7 +193,25 @@ pub fn snapshot_command(command: &str) -> Option<String> {
 /// writes each trimmed result to a file under `opts.trim_dir` once; a result whose file
 /// cannot be written is left whole.
 pub fn prune(entries: Vec<Value>, opts: &PruneOptions) -> Vec<Value> {
-    let mut p = Pruner::new(entries);
+    // Reading the facts is a cold pass over every entry: the one part of pruning
+    // worth spreading across cores.
+    prune_prepared(par::map(entries, PARALLEL_MIN_ENTRIES, prepare), opts)
+}
+
+/// An entry with the facts pruning needs read out of it (see [`prepare`]).
+pub struct PreparedEntry(Slot);
+
+/// Reads the facts pruning needs from an entry. A store that parses entries itself
+/// calls this right after parsing each one (while it is in cache) and hands the
+/// results to [`prune_prepared`]: on a long transcript that costs a fraction of a
+/// separate pass.
+pub fn prepare(entry: Value) -> PreparedEntry {
+    PreparedEntry(Slot::new(entry))
+}
+
+/// [`prune`] of entries read with [`prepare`].
+pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<Value> {
+    let mut p = Pruner::new(entries.into_iter().map(|e| e.0).collect());
     p.drop_synthetic_errors();
     p.repair();
     p.drop_old_denials(opts.keep_denials);
@@ -228,10 +268,16 @@ impl SessionStore for PruningSessionStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        Ok(self
-            .inner
-            .load(key)?
-            .map(|entries| prune(entries, &self.options)))
+        self.inner.load_pruned(key, &self.options)
+    }
+
+    /// Prunes the stored transcript with `options` (not this store's).
+    fn load_pruned(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Value>>, StoreError> {
+        self.inner.load_pruned(key, options)
     }
 
     fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError> {
@@ -261,28 +307,6 @@ enum Role {
     Assistant,
 }
 
-fn role(entry: &Value) -> Option<Role> {
-    match entry.get("type")?.as_str()? {
-        "user" => Some(Role::User),
-        "assistant" => Some(Role::Assistant),
-        _ => None,
-    }
-}
-
-fn content(entry: &Value) -> Option<&Value> {
-    entry.get("message")?.get("content")
-}
-
-fn blocks(entry: &Value) -> &[Value] {
-    content(entry)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-fn blocks_mut(entry: &mut Value) -> Option<&mut Vec<Value>> {
-    entry.get_mut("message")?.get_mut("content")?.as_array_mut()
-}
-
 fn block_type(block: &Value) -> Option<&str> {
     block.get("type")?.as_str()
 }
@@ -307,19 +331,6 @@ fn result_text(block: &Value) -> Cow<'_, str> {
     }
 }
 
-fn is_denial(block: &Value) -> bool {
-    block.get("is_error") == Some(&Value::Bool(true)) && is_denial_text(&result_text(block))
-}
-
-/// A user or assistant entry that gives the API nothing valid to send.
-fn is_empty_message(entry: &Value) -> bool {
-    match content(entry) {
-        Some(Value::String(text)) => text.trim().is_empty(),
-        Some(Value::Array(blocks)) => blocks.is_empty(),
-        _ => true,
-    }
-}
-
 /// A uuid-shaped id derived from a tool_use id (two FNV-1a hashes), so the result
 /// synthesized for a call has the same uuid every time the transcript is pruned.
 fn synthetic_uuid(tool_use_id: &str) -> String {
@@ -329,7 +340,7 @@ fn synthetic_uuid(tool_use_id: &str) -> String {
         })
     };
     let hi = fnv(0xcbf2_9ce4_8422_2325);
-    let lo = fnv(0x84222325_cbf29ce4);
+    let lo = fnv(0x8422_2325_cbf2_9ce4);
     let n = (u128::from(hi) << 64) | u128::from(lo);
     // Version nibble 8 (custom), RFC 4122 variant.
     let n = (n & !(0xf << 76) & !(0x3 << 62)) | (0x8 << 76) | (0x2 << 62);
@@ -344,17 +355,218 @@ fn synthetic_uuid(tool_use_id: &str) -> String {
     )
 }
 
+/// What a tool result's body is, as far as the rules care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    /// Output of a run.
+    Output,
+    /// `is_error` with a denial text.
+    Denial,
+    /// Left by an interruption, not yet neutralized.
+    Interruption,
+    /// [`INTERRUPTED_BODY`].
+    Interrupted,
+    /// [`STALE_BODY`].
+    Stale,
+    /// A trim pointer.
+    Pointer,
+}
+
+impl Body {
+    /// Whether the result carries output of a run (that can supersede or be stale).
+    fn is_output(self) -> bool {
+        matches!(self, Body::Output | Body::Pointer)
+    }
+}
+
+/// The facts about one content block the rules use.
+#[derive(Debug)]
+enum Block {
+    ToolUse {
+        id: String,
+        /// The normalized command line, for a `Bash` call of a snapshot command.
+        snapshot: Option<String>,
+    },
+    ToolResult {
+        id: String,
+        body: Body,
+        /// Bytes of text, when the content is only text (so it can be trimmed).
+        text_len: Option<usize>,
+    },
+    Thinking,
+    Other,
+}
+
+impl Block {
+    fn read(block: &Value) -> Block {
+        match block_type(block) {
+            Some("tool_use") => Block::ToolUse {
+                id: str_field(block, "id").unwrap_or_default().to_string(),
+                snapshot: (str_field(block, "name") == Some("Bash"))
+                    .then(|| {
+                        block
+                            .get("input")
+                            .and_then(|input| str_field(input, "command"))
+                            .and_then(snapshot_command)
+                    })
+                    .flatten(),
+            },
+            Some("tool_result") => {
+                let text = result_text(block);
+                let is_error = block.get("is_error") == Some(&Value::Bool(true));
+                let body = if is_error && is_denial_text(&text) {
+                    Body::Denial
+                } else if text == INTERRUPTED_BODY {
+                    Body::Interrupted
+                } else if text == STALE_BODY {
+                    Body::Stale
+                } else if text.starts_with(TRIM_POINTER_PREFIX) {
+                    Body::Pointer
+                } else if is_interruption_text(&text) {
+                    Body::Interruption
+                } else {
+                    Body::Output
+                };
+                let only_text = match block.get("content") {
+                    Some(Value::String(_)) => true,
+                    Some(Value::Array(parts)) => {
+                        parts.iter().all(|p| block_type(p) == Some("text"))
+                    }
+                    _ => false,
+                };
+                Block::ToolResult {
+                    id: str_field(block, "tool_use_id")
+                        .unwrap_or_default()
+                        .to_string(),
+                    body,
+                    text_len: only_text.then_some(text.len()),
+                }
+            }
+            Some("thinking" | "redacted_thinking") => Block::Thinking,
+            _ => Block::Other,
+        }
+    }
+}
+
+/// What a user or assistant entry's `message.content` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Content {
+    /// Missing, not a string or array, or a blank string: nothing the API accepts.
+    Unusable,
+    Text,
+    Blocks,
+}
+
+/// One entry and the facts about it, read once: the rules work on these facts and
+/// touch an entry's JSON only to change it (a cold pass over 20 MB of entries costs
+/// more than all the rules together).
 struct Slot {
     entry: Value,
+    role: Option<Role>,
+    uuid: Option<String>,
+    parent: Option<String>,
+    synthetic_error: bool,
+    content: Content,
+    /// Parallel to the content array (empty unless `content` is `Blocks`).
+    blocks: Vec<Block>,
     removed: bool,
     /// Inserted by this prune (a result for a call that had none).
     synthesized: bool,
 }
 
-/// A maximal run of user (or assistant) entries: one API message.
-struct Group {
-    role: Role,
+impl Slot {
+    fn new(entry: Value) -> Slot {
+        let role = match str_field(&entry, "type") {
+            Some("user") => Some(Role::User),
+            Some("assistant") => Some(Role::Assistant),
+            _ => None,
+        };
+        let (content, blocks) = match role.and_then(|_| entry.get("message")?.get("content")) {
+            Some(Value::String(text)) if !text.trim().is_empty() => (Content::Text, Vec::new()),
+            Some(Value::Array(list)) => (Content::Blocks, list.iter().map(Block::read).collect()),
+            _ => (Content::Unusable, Vec::new()),
+        };
+        Slot {
+            role,
+            uuid: str_field(&entry, "uuid").map(str::to_string),
+            parent: str_field(&entry, "parentUuid").map(str::to_string),
+            synthetic_error: role == Some(Role::Assistant) && is_synthetic_error(&entry),
+            content,
+            blocks,
+            removed: false,
+            synthesized: false,
+            entry,
+        }
+    }
+
+    /// A user or assistant entry that gives the API nothing to send.
+    fn is_empty_message(&self) -> bool {
+        self.role.is_some()
+            && match self.content {
+                Content::Unusable => true,
+                Content::Text => false,
+                Content::Blocks => self.blocks.is_empty(),
+            }
+    }
+
+    fn content_array(&mut self) -> Option<&mut Vec<Value>> {
+        self.entry
+            .get_mut("message")?
+            .get_mut("content")?
+            .as_array_mut()
+    }
+
+    fn delete_block(&mut self, b: usize) {
+        if b < self.blocks.len() {
+            self.blocks.remove(b);
+            if let Some(list) = self.content_array()
+                && b < list.len()
+            {
+                list.remove(b);
+            }
+        }
+    }
+
+    fn set_result_body(&mut self, b: usize, text: String, body: Body) {
+        let len = text.len();
+        if let Some(Block::ToolResult {
+            body: old,
+            text_len,
+            ..
+        }) = self.blocks.get_mut(b)
+        {
+            *old = body;
+            *text_len = Some(len);
+        }
+        if let Some(Value::Object(block)) = self.content_array().and_then(|l| l.get_mut(b)) {
+            block.insert("content".into(), Value::from(text));
+        }
+    }
+}
+
+/// Below this many entries a transcript is pruned on the calling thread.
+const PARALLEL_MIN_ENTRIES: usize = 2000;
+
+/// The maximal runs of user (or assistant) entries: the API messages. Kept flat (one
+/// index list, spans into it): a long transcript has thousands of messages.
+struct Groups {
     members: Vec<usize>,
+    spans: Vec<(Role, usize, usize)>,
+}
+
+impl Groups {
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn role(&self, g: usize) -> Role {
+        self.spans[g].0
+    }
+
+    fn members(&self, g: usize) -> &[usize] {
+        let (_, start, end) = self.spans[g];
+        &self.members[start..end]
+    }
 }
 
 struct Pruner {
@@ -367,27 +579,20 @@ struct Pruner {
 }
 
 impl Pruner {
-    fn new(entries: Vec<Value>) -> Self {
+    fn new(slots: Vec<Slot>) -> Self {
         Pruner {
-            slots: entries
-                .into_iter()
-                .map(|entry| Slot {
-                    entry,
-                    removed: false,
-                    synthesized: false,
-                })
-                .collect(),
+            slots,
             removed_links: HashMap::new(),
             redirects: HashMap::new(),
         }
     }
 
-    fn alive(&self) -> impl Iterator<Item = (usize, &Value)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.removed)
-            .map(|(i, s)| (i, &s.entry))
+    fn alive(&self) -> impl Iterator<Item = (usize, &Slot)> {
+        self.slots.iter().enumerate().filter(|(_, s)| !s.removed)
+    }
+
+    fn alive_with_role(&self, role: Role) -> impl Iterator<Item = (usize, &Slot)> {
+        self.alive().filter(move |(_, s)| s.role == Some(role))
     }
 
     fn remove(&mut self, i: usize) {
@@ -396,65 +601,54 @@ impl Pruner {
             return;
         }
         slot.removed = true;
-        if let Some(uuid) = str_field(&slot.entry, "uuid") {
-            let parent = str_field(&slot.entry, "parentUuid").map(str::to_string);
-            self.removed_links.insert(uuid.to_string(), parent);
+        if let Some(uuid) = &slot.uuid {
+            self.removed_links.insert(uuid.clone(), slot.parent.clone());
         }
     }
 
-    fn groups(&self) -> Vec<Group> {
-        let mut groups: Vec<Group> = Vec::new();
-        for (i, entry) in self.alive() {
-            let Some(role) = role(entry) else { continue };
-            match groups.last_mut() {
-                Some(g) if g.role == role => g.members.push(i),
-                _ => groups.push(Group {
-                    role,
-                    members: vec![i],
-                }),
+    fn groups(&self) -> Groups {
+        let mut groups = Groups {
+            members: Vec::with_capacity(self.slots.len()),
+            spans: Vec::new(),
+        };
+        for (i, slot) in self.alive() {
+            let Some(role) = slot.role else { continue };
+            groups.members.push(i);
+            let end = groups.members.len();
+            match groups.spans.last_mut() {
+                Some(span) if span.0 == role => span.2 = end,
+                _ => groups.spans.push((role, end - 1, end)),
             }
         }
         groups
     }
 
-    /// Ids of the `tool_use` blocks of a group, in order, without repeats.
-    fn call_ids(&self, group: &Group) -> Vec<String> {
-        let mut seen = HashSet::new();
-        let mut ids = Vec::new();
-        for &i in &group.members {
-            for block in blocks(&self.slots[i].entry) {
-                if block_type(block) == Some("tool_use")
-                    && let Some(id) = str_field(block, "id")
-                    && seen.insert(id)
+    /// Ids of the `tool_use` blocks of some entries, in order, without repeats. A
+    /// message has a handful, so a list beats a set.
+    fn call_ids(&self, members: &[usize]) -> Vec<&str> {
+        let mut ids: Vec<&str> = Vec::new();
+        for &i in members {
+            for block in &self.slots[i].blocks {
+                if let Block::ToolUse { id, .. } = block
+                    && !ids.contains(&id.as_str())
                 {
-                    ids.push(id.to_string());
+                    ids.push(id);
                 }
             }
         }
         ids
     }
 
-    /// Where each `tool_result` of the alive user entries is, by tool_use id (the first
-    /// one when repeated).
-    fn result_locations(&self) -> HashMap<String, (usize, usize)> {
-        let mut at = HashMap::new();
-        for (i, entry) in self.alive() {
-            if role(entry) != Some(Role::User) {
-                continue;
-            }
-            for (b, block) in blocks(entry).iter().enumerate() {
-                if block_type(block) == Some("tool_result")
-                    && let Some(id) = str_field(block, "tool_use_id")
-                {
-                    at.entry(id.to_string()).or_insert((i, b));
-                }
-            }
-        }
-        at
-    }
-
-    fn block_mut(&mut self, (i, b): (usize, usize)) -> Option<&mut Value> {
-        blocks_mut(&mut self.slots[i].entry)?.get_mut(b)
+    /// Ids of the `tool_result` blocks of some entries, in order.
+    fn result_ids(&self, members: &[usize]) -> Vec<&str> {
+        members
+            .iter()
+            .flat_map(|&i| &self.slots[i].blocks)
+            .filter_map(|b| match b {
+                Block::ToolResult { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Removes content blocks given as (slot, block index).
@@ -462,18 +656,13 @@ impl Pruner {
         at.sort_unstable();
         at.dedup();
         for &(i, b) in at.iter().rev() {
-            if let Some(list) = blocks_mut(&mut self.slots[i].entry)
-                && b < list.len()
-            {
-                list.remove(b);
-            }
+            self.slots[i].delete_block(b);
         }
     }
 
     fn drop_synthetic_errors(&mut self) {
         for i in 0..self.slots.len() {
-            let entry = &self.slots[i].entry;
-            if role(entry) == Some(Role::Assistant) && is_synthetic_error(entry) {
+            if self.slots[i].synthetic_error {
                 self.remove(i);
             }
         }
@@ -494,7 +683,7 @@ impl Pruner {
     fn repair_round(&mut self) -> bool {
         let empty: Vec<usize> = self
             .alive()
-            .filter(|(_, e)| role(e).is_some() && is_empty_message(e))
+            .filter(|(_, s)| s.is_empty_message())
             .map(|(i, _)| i)
             .collect();
         if !empty.is_empty() {
@@ -505,19 +694,17 @@ impl Pruner {
         let groups = self.groups();
         let mut unsendable = Vec::new();
         let mut seen_user = false;
-        for g in &groups {
-            match g.role {
+        for g in 0..groups.len() {
+            match groups.role(g) {
                 Role::User => seen_user = true,
                 Role::Assistant => {
-                    let only_thinking = g.members.iter().all(|&i| {
-                        let entry = &self.slots[i].entry;
-                        content(entry).is_some_and(Value::is_array)
-                            && blocks(entry).iter().all(|b| {
-                                matches!(block_type(b), Some("thinking" | "redacted_thinking"))
-                            })
+                    let only_thinking = groups.members(g).iter().all(|&i| {
+                        let slot = &self.slots[i];
+                        slot.content == Content::Blocks
+                            && slot.blocks.iter().all(|b| matches!(b, Block::Thinking))
                     });
                     if !seen_user || only_thinking {
-                        unsendable.extend(&g.members);
+                        unsendable.extend(groups.members(g));
                     }
                 }
             }
@@ -529,48 +716,45 @@ impl Pruner {
 
         let mut stray = Vec::new();
         let mut missing: Vec<(usize, Vec<String>)> = Vec::new();
-        for (gi, g) in groups.iter().enumerate() {
-            match g.role {
+        for g in 0..groups.len() {
+            let members = groups.members(g);
+            match groups.role(g) {
                 Role::User => {
-                    let allowed: HashSet<String> = match gi.checked_sub(1) {
-                        Some(prev) => self.call_ids(&groups[prev]).into_iter().collect(),
-                        None => HashSet::new(),
+                    let allowed = match g.checked_sub(1) {
+                        Some(prev) => self.call_ids(groups.members(prev)),
+                        None => Vec::new(),
                     };
-                    let mut answered = HashSet::new();
-                    for &i in &g.members {
-                        for (b, block) in blocks(&self.slots[i].entry).iter().enumerate() {
-                            if block_type(block) != Some("tool_result") {
+                    let mut answered: Vec<&str> = Vec::new();
+                    for &i in members {
+                        for (b, block) in self.slots[i].blocks.iter().enumerate() {
+                            let Block::ToolResult { id, .. } = block else {
                                 continue;
-                            }
-                            let id = str_field(block, "tool_use_id").unwrap_or_default();
-                            if !allowed.contains(id) || !answered.insert(id) {
+                            };
+                            if allowed.contains(&id.as_str()) && !answered.contains(&id.as_str()) {
+                                answered.push(id);
+                            } else {
                                 stray.push((i, b));
                             }
                         }
                     }
                 }
                 Role::Assistant => {
-                    let calls = self.call_ids(g);
+                    let calls = self.call_ids(members);
                     if calls.is_empty() {
                         continue;
                     }
-                    let answered: HashSet<&str> = groups
-                        .get(gi + 1)
-                        .map(|next| {
-                            next.members
-                                .iter()
-                                .flat_map(|&i| blocks(&self.slots[i].entry))
-                                .filter(|b| block_type(b) == Some("tool_result"))
-                                .filter_map(|b| str_field(b, "tool_use_id"))
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let answered = if g + 1 < groups.len() {
+                        self.result_ids(groups.members(g + 1))
+                    } else {
+                        Vec::new()
+                    };
                     let unanswered: Vec<String> = calls
                         .into_iter()
-                        .filter(|id| !answered.contains(id.as_str()))
+                        .filter(|id| !answered.contains(id))
+                        .map(str::to_string)
                         .collect();
                     if !unanswered.is_empty()
-                        && let Some(&last) = g.members.last()
+                        && let Some(&last) = members.last()
                     {
                         missing.push((last, unanswered));
                     }
@@ -590,20 +774,17 @@ impl Pruner {
     fn insert_missing_results(&mut self, missing: Vec<(usize, Vec<String>)>) {
         let mut after: BTreeMap<usize, Vec<Slot>> = BTreeMap::new();
         for (i, ids) in missing {
-            let assistant = &self.slots[i].entry;
-            let assistant_uuid = str_field(assistant, "uuid").map(str::to_string);
-            let mut parent = assistant_uuid.clone();
+            let assistant = &self.slots[i];
+            let mut parent = assistant.uuid.clone();
             let mut made = Vec::new();
             for id in ids {
-                let entry = synthesized_result(assistant, &id, parent.as_deref());
-                parent = str_field(&entry, "uuid").map(str::to_string);
-                made.push(Slot {
-                    entry,
-                    removed: false,
-                    synthesized: true,
-                });
+                let mut slot =
+                    Slot::new(synthesized_result(&assistant.entry, &id, parent.as_deref()));
+                slot.synthesized = true;
+                parent = slot.uuid.clone();
+                made.push(slot);
             }
-            if let (Some(from), Some(to)) = (assistant_uuid, parent) {
+            if let (Some(from), Some(to)) = (assistant.uuid.clone(), parent) {
                 self.redirects.insert(from, to);
             }
             after.insert(i, made);
@@ -621,28 +802,22 @@ impl Pruner {
 
     fn drop_old_denials(&mut self, keep: usize) {
         let mut calls: HashMap<&str, (usize, usize)> = HashMap::new();
-        for (i, entry) in self.alive() {
-            if role(entry) != Some(Role::Assistant) {
-                continue;
-            }
-            for (b, block) in blocks(entry).iter().enumerate() {
-                if block_type(block) == Some("tool_use")
-                    && let Some(id) = str_field(block, "id")
-                {
-                    calls.entry(id).or_insert((i, b));
+        for (i, slot) in self.alive_with_role(Role::Assistant) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolUse { id, .. } = block {
+                    calls.entry(id.as_str()).or_insert((i, b));
                 }
             }
         }
         let mut pairs = Vec::new();
-        for (i, entry) in self.alive() {
-            if role(entry) != Some(Role::User) {
-                continue;
-            }
-            for (b, block) in blocks(entry).iter().enumerate() {
-                if block_type(block) == Some("tool_result")
-                    && is_denial(block)
-                    && let Some(&call) =
-                        str_field(block, "tool_use_id").and_then(|id| calls.get(id))
+        for (i, slot) in self.alive_with_role(Role::User) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolResult {
+                    id,
+                    body: Body::Denial,
+                    ..
+                } = block
+                    && let Some(&call) = calls.get(id.as_str())
                 {
                     pairs.push((call, (i, b)));
                 }
@@ -659,76 +834,61 @@ impl Pruner {
 
     fn neutralize_interruptions(&mut self) {
         let mut hits = Vec::new();
-        for (i, entry) in self.alive() {
-            if role(entry) != Some(Role::User) {
-                continue;
-            }
-            for (b, block) in blocks(entry).iter().enumerate() {
-                if block_type(block) == Some("tool_result")
-                    && block.get("content").and_then(Value::as_str) != Some(INTERRUPTED_BODY)
-                    && is_interruption_text(&result_text(block))
+        for (i, slot) in self.alive_with_role(Role::User) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolResult {
+                    body: Body::Interruption,
+                    ..
+                } = block
                 {
                     hits.push((i, b));
                 }
             }
         }
-        for at in hits {
-            self.set_result_body(at, Value::from(INTERRUPTED_BODY));
-        }
-    }
-
-    fn set_result_body(&mut self, at: (usize, usize), body: Value) {
-        if let Some(Value::Object(block)) = self.block_mut(at) {
-            block.insert("content".into(), body);
+        for (i, b) in hits {
+            self.slots[i].set_result_body(b, INTERRUPTED_BODY.into(), Body::Interrupted);
         }
     }
 
     fn mark_stale_snapshots(&mut self) {
-        let mut runs: Vec<(String, String)> = Vec::new();
-        for (_, entry) in self.alive() {
-            if role(entry) != Some(Role::Assistant) {
-                continue;
-            }
-            for block in blocks(entry) {
-                if block_type(block) == Some("tool_use")
-                    && str_field(block, "name") == Some("Bash")
-                    && let Some(id) = str_field(block, "id")
-                    && let Some(command) = block
-                        .get("input")
-                        .and_then(|input| str_field(input, "command"))
-                        .and_then(snapshot_command)
+        let mut runs: Vec<(&str, &str)> = Vec::new();
+        for (_, slot) in self.alive_with_role(Role::Assistant) {
+            for block in &slot.blocks {
+                if let Block::ToolUse {
+                    id,
+                    snapshot: Some(command),
+                } = block
                 {
-                    runs.push((id.to_string(), command));
+                    runs.push((id, command));
                 }
             }
         }
         if runs.is_empty() {
             return;
         }
-        let results = self.result_locations();
+        let mut results: HashMap<&str, (usize, usize, Body)> = HashMap::new();
+        for (i, slot) in self.alive_with_role(Role::User) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolResult { id, body, .. } = block {
+                    results.entry(id.as_str()).or_insert((i, b, *body));
+                }
+            }
+        }
         let mut newest_seen = HashSet::new();
         let mut stale = Vec::new();
         for (id, command) in runs.iter().rev() {
-            let Some(&at) = results.get(id) else { continue };
-            let (i, b) = at;
-            let block = &blocks(&self.slots[i].entry)[b];
-            let text = result_text(block);
             // Only a run that produced output supersedes or can be superseded.
-            let real = !is_denial(block)
-                && text != INTERRUPTED_BODY
-                && text != STALE_BODY
-                && !is_interruption_text(&text);
-            if !real {
+            let Some(&(i, b, _)) = results.get(id).filter(|r| r.2.is_output()) else {
                 continue;
-            }
-            if newest_seen.contains(command.as_str()) {
-                stale.push(at);
+            };
+            if newest_seen.contains(command) {
+                stale.push((i, b));
             } else {
-                newest_seen.insert(command.as_str());
+                newest_seen.insert(*command);
             }
         }
-        for at in stale {
-            self.set_result_body(at, Value::from(STALE_BODY));
+        for (i, b) in stale {
+            self.slots[i].set_result_body(b, STALE_BODY.into(), Body::Stale);
         }
     }
 
@@ -736,58 +896,49 @@ impl Pruner {
         let groups = self.groups();
         let mut recent = HashSet::new();
         let mut turns = 0;
-        for g in groups.iter().rev() {
+        for g in (0..groups.len()).rev() {
             if turns == TRIM_KEEP_RECENT_TURNS {
                 break;
             }
-            let carries_results = g.role == Role::User
-                && g.members.iter().any(|&i| {
-                    blocks(&self.slots[i].entry)
-                        .iter()
-                        .any(|b| block_type(b) == Some("tool_result"))
-                });
-            if carries_results {
-                recent.extend(g.members.iter().copied());
+            if groups.role(g) == Role::User && !self.result_ids(groups.members(g)).is_empty() {
+                recent.extend(groups.members(g).iter().copied());
                 turns += 1;
             }
         }
         let mut trims = Vec::new();
-        for (i, entry) in self.alive() {
-            if role(entry) != Some(Role::User) || recent.contains(&i) {
+        for (i, slot) in self.alive_with_role(Role::User) {
+            if recent.contains(&i) {
                 continue;
             }
-            let session = str_field(entry, "sessionId").unwrap_or("session");
-            for (b, block) in blocks(entry).iter().enumerate() {
-                if block_type(block) != Some("tool_result") {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                let Block::ToolResult {
+                    id,
+                    body: Body::Output,
+                    text_len: Some(len),
+                } = block
+                else {
                     continue;
-                }
-                let only_text = match block.get("content") {
-                    Some(Value::String(_)) => true,
-                    Some(Value::Array(parts)) => {
-                        parts.iter().all(|p| block_type(p) == Some("text"))
-                    }
-                    _ => false,
                 };
-                let text = result_text(block);
-                if !only_text
-                    || text.len() <= opts.trim_threshold_bytes
-                    || text.starts_with(TRIM_POINTER_PREFIX)
-                {
+                if *len <= opts.trim_threshold_bytes {
                     continue;
                 }
-                let id = str_field(block, "tool_use_id").unwrap_or("result");
+                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
+                let Some(value) = slot.entry["message"]["content"].get(b) else {
+                    continue;
+                };
+                let text = result_text(value);
                 if let Ok(path) = write_trimmed(&opts.trim_dir, session, id, &text) {
                     let pointer = format!(
                         "{TRIM_POINTER_PREFIX}:原结果共 {} 字节,全文在 {} ,需要时用 Read 读取]",
                         text.len(),
                         path.display()
                     );
-                    trims.push(((i, b), pointer));
+                    trims.push((i, b, pointer));
                 }
             }
         }
-        for (at, pointer) in trims {
-            self.set_result_body(at, Value::from(pointer));
+        for (i, b, pointer) in trims {
+            self.slots[i].set_result_body(b, pointer, Body::Pointer);
         }
     }
 
@@ -822,7 +973,9 @@ impl Pruner {
                 continue;
             }
             let mut entry = slot.entry;
-            if let Some(parent) = str_field(&entry, "parentUuid") {
+            if let Some(parent) = slot.parent.as_deref()
+                && (removed_links.contains_key(parent) || redirects.contains_key(parent))
+            {
                 let linked = resolve(parent, slot.synthesized);
                 if linked.as_deref() != Some(parent)
                     && let Some(object) = entry.as_object_mut()

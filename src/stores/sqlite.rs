@@ -17,12 +17,14 @@
 //! Writers take the write lock up front (`BEGIN IMMEDIATE`) and wait up to
 //! [`BUSY_TIMEOUT`] for each other.
 
+use super::prune::{self, PruneOptions};
 use super::summary::fold_session_summary;
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use super::{json, par};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The schema version this build writes and the newest it can read.
@@ -60,6 +62,16 @@ const MIGRATIONS: [&str; 1] = ["
     ) WITHOUT ROWID;
     CREATE INDEX summaries_by_session ON summaries (session_id);
 "];
+
+/// When a commit reaches the disk (SQLite's `synchronous` in WAL mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// The WAL is written at each commit and synced at checkpoints: a commit survives
+    /// the process being killed, not necessarily a power loss. The default.
+    Normal,
+    /// The WAL is also synced at each commit: a commit survives a power loss.
+    Full,
+}
 
 /// The SQLite [`SessionStore`]. `Send + Sync`: one connection behind a mutex.
 pub struct SqliteSessionStore {
@@ -178,6 +190,17 @@ impl SqliteSessionStore {
             path: path.to_path_buf(),
             read_only: true,
         }))
+    }
+
+    /// Chooses when a commit reaches the disk. The default, [`Synchronous::Normal`],
+    /// survives a killed process; [`Synchronous::Full`] also survives a power loss, at
+    /// the price of an fsync per append (measured in `benches/store.rs`).
+    pub fn set_synchronous(&self, level: Synchronous) -> Result<(), StoreError> {
+        let sql = match level {
+            Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+            Synchronous::Full => "PRAGMA synchronous = FULL",
+        };
+        self.query(|conn| conn.execute_batch(sql))
     }
 
     /// The database file.
@@ -337,6 +360,31 @@ impl SqliteSessionStore {
         run().map_err(|e| sql_error(&self.path, e))
     }
 
+    /// The entries of a key, each `map`ped right after it is parsed.
+    fn load_mapped<T: Send>(
+        &self,
+        key: &SessionKey,
+        map: impl Fn(Value) -> T + Sync,
+    ) -> Result<Option<Vec<T>>, StoreError> {
+        key.validate()?;
+        let subpath = key.subpath.as_deref().unwrap_or("");
+        let parsed = self.query(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, data FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
+            )?;
+            let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
+            parse_rows(&mut rows, map)
+        })?;
+        match parsed {
+            Ok(entries) => Ok((!entries.is_empty()).then_some(entries)),
+            Err((id, e)) => Err(database(
+                &self.path,
+                format!("entry row {id} is not valid JSON: {e}"),
+            )),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave a transaction open (rusqlite
         // rolls back on drop), so the connection is still sound.
@@ -365,34 +413,18 @@ impl SessionStore for SqliteSessionStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        key.validate()?;
-        let subpath = key.subpath.as_deref().unwrap_or("");
-        let mut bad_row = None;
-        let entries = self.query(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
-            )?;
-            let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
-            let mut entries = Vec::new();
-            while let Some(row) = rows.next()? {
-                match serde_json::from_slice::<Value>(row.get_ref(1)?.as_bytes()?) {
-                    Ok(entry) => entries.push(entry),
-                    Err(e) => {
-                        bad_row = Some((row.get::<_, i64>(0)?, e));
-                        break;
-                    }
-                }
-            }
-            Ok(entries)
-        })?;
-        if let Some((id, e)) = bad_row {
-            return Err(database(
-                &self.path,
-                format!("entry row {id} is not valid JSON: {e}"),
-            ));
-        }
-        Ok((!entries.is_empty()).then_some(entries))
+        self.load_mapped(key, |entry| entry)
+    }
+
+    fn load_pruned(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Value>>, StoreError> {
+        // Each entry's facts are read right after it is parsed, while it is in cache.
+        Ok(self
+            .load_mapped(key, prune::prepare)?
+            .map(|prepared| prune::prune_prepared(prepared, options)))
     }
 
     fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError> {
@@ -459,6 +491,125 @@ impl SessionStore for SqliteSessionStore {
                 .query_row([session_id], |r| r.get(0))
         })
     }
+}
+
+/// Entry rows copied out of SQLite, their JSON texts back to back.
+struct Batch {
+    /// Index of the first row in the whole result.
+    first: usize,
+    ids: Vec<i64>,
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+/// Rows are handed to parser threads in batches of about this many bytes; a
+/// transcript smaller than one batch is parsed on the calling thread.
+const BATCH_BYTES: usize = 512 * 1024;
+
+type ParseError = (i64, serde_json::Error);
+
+impl Batch {
+    fn new(first: usize, capacity: usize) -> Self {
+        Batch {
+            first,
+            ids: Vec::new(),
+            bytes: Vec::with_capacity(capacity),
+            ends: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, id: i64, data: &[u8]) {
+        self.ids.push(id);
+        self.bytes.extend_from_slice(data);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn parse<T>(&self, map: &impl Fn(Value) -> T) -> Result<Vec<T>, ParseError> {
+        let mut start = 0;
+        let mut out = Vec::with_capacity(self.ends.len());
+        let mut scratch = json::Scratch::default();
+        for (&end, &id) in self.ends.iter().zip(&self.ids) {
+            let entry = json::parse(&self.bytes[start..end], &mut scratch).map_err(|e| (id, e))?;
+            out.push(map(entry));
+            start = end;
+        }
+        Ok(out)
+    }
+}
+
+/// Reads a query's `(id, data)` rows and parses each `data` as JSON then `map`s it, in
+/// row order. Parsing is most of the cost of a long transcript, so once there is more
+/// than one batch, batches go to parser threads (one per core) while SQLite is still
+/// reading; the calling thread joins the parsing when the rows are read.
+fn parse_rows<T: Send>(
+    rows: &mut rusqlite::Rows<'_>,
+    map: impl Fn(Value) -> T + Sync,
+) -> rusqlite::Result<Result<Vec<T>, ParseError>> {
+    // Most transcripts fit in one batch: grow it as needed.
+    let mut batch = Batch::new(0, 0);
+    while batch.bytes.len() < BATCH_BYTES {
+        let Some(row) = rows.next()? else {
+            return Ok(batch.parse(&map));
+        };
+        batch.push(row.get(0)?, row.get_ref(1)?.as_bytes()?);
+    }
+    let map = &map;
+    let (tx, rx) = mpsc::channel::<Batch>();
+    let queue = Mutex::new(rx);
+    std::thread::scope(|scope| {
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                let Ok(batch) = next else { return done };
+                done.push((batch.first, batch.parse(map)));
+            }
+        };
+        let helpers: Vec<_> = (1..par::threads())
+            .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, work).ok())
+            .collect();
+        let mut count = batch.ids.len();
+        let mut here = Vec::new();
+        let mut hand_over = |full: Batch| {
+            // The receiver lives as long as this scope, but never lose a batch.
+            if let Err(mpsc::SendError(full)) = tx.send(full) {
+                here.push((full.first, full.parse(map)));
+            }
+        };
+        let read_result = (|| -> rusqlite::Result<()> {
+            while let Some(row) = rows.next()? {
+                if batch.bytes.len() >= BATCH_BYTES {
+                    let next = Batch::new(count, BATCH_BYTES + BATCH_BYTES / 4);
+                    hand_over(std::mem::replace(&mut batch, next));
+                }
+                batch.push(row.get(0)?, row.get_ref(1)?.as_bytes()?);
+                count += 1;
+            }
+            Ok(())
+        })();
+        hand_over(batch);
+        drop(tx);
+        // With no helper thread, every batch waits here for the calling thread.
+        let mut done = work();
+        done.append(&mut here);
+        for helper in helpers {
+            done.extend(
+                helper
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            );
+        }
+        read_result?;
+        done.sort_unstable_by_key(|(first, _)| *first);
+        let mut out = Vec::with_capacity(count);
+        for (_, part) in done {
+            match part {
+                Ok(part) => out.extend(part),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(Ok(out))
+    })
 }
 
 /// The schema version recorded in the file: 0 for a file without flower's tables.
