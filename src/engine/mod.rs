@@ -26,7 +26,6 @@ use crate::tools::{Tool, ToolContext, ToolOutput};
 use permissions::{Decision, Permissions};
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -314,17 +313,17 @@ impl Engine {
     /// so they are written, and the chain continues from them.
     fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, String> {
         let store = &self.config.store;
-        let raw = store
-            .load_raw(key)
+        // One pass: parsing and pruning fused in the store, no copy of the raw transcript.
+        let pruned = store
+            .load(key)
             .map_err(|e| format!("cannot read session {}: {e}", key.session_id))?
             .ok_or_else(|| format!("no session {} in the store", key.session_id))?;
-        let known: HashSet<&str> = raw.iter().filter_map(transcript::uuid_of).collect();
-        let pruned = crate::stores::prune::prune(raw.clone(), store.options());
         let added: Vec<Value> = pruned
             .iter()
-            .filter(|e| transcript::uuid_of(e).is_some_and(|u| !known.contains(u)))
+            .filter(|e| crate::stores::prune::is_synthesized_result(e))
             .cloned()
             .collect();
+        // Their uuids are idempotency keys: appending one that is already stored is a no-op.
         if !added.is_empty() {
             store
                 .append(key, &added)
