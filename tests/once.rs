@@ -268,3 +268,57 @@ fn a_fatal_api_error_fails_with_its_message() {
     );
     assert_eq!(server.request_count(), 1);
 }
+
+/// A tool call whose streamed input is not valid JSON (a reply cut by max_tokens
+/// mid-call) becomes an error result; the session goes on.
+#[test]
+fn a_tool_call_with_broken_json_input_gets_an_error_result() {
+    let dir = TempDir::new().unwrap();
+    let event = |name: &str, data: Value| (name.to_string(), data.to_string());
+    let broken = Reply::events(vec![
+        event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                "model": "claude-fake", "content": [], "stop_reason": null,
+                "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        ),
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Write", "input": {}}}),
+        ),
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": "{\"file_path\": \"a.txt\", \"content\": \"hal"}}),
+        ),
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        event(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 5}}),
+        ),
+        event("message_stop", json!({"type": "message_stop"})),
+    ]);
+    let server = FakeServer::start(vec![broken, Reply::text("我重来")]);
+    let out = flower(&server, dir.path(), &["once", "写 a.txt", "--json"]);
+    let v = json_of(&out);
+    assert_eq!(v["is_error"], false, "{v}");
+    assert_eq!(v["result"], "我重来");
+    assert!(!dir.path().join("a.txt").exists(), "nothing was run");
+    let second = &server.requests()[1];
+    let results = second.tool_results();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["tool_use_id"], "toolu_1");
+    assert_eq!(results[0]["is_error"], true);
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON")
+    );
+    // The call itself went back to the API as an object, so the request is valid.
+    assert!(second.messages()[1]["content"][0]["input"].is_object());
+}

@@ -213,6 +213,62 @@ fn here_documents() {
     );
 }
 
+/// Bash evaluates some values as code: an array subscript in a name or in arithmetic
+/// (`a[$(cmd)]`), `${!x}`, `${x@P}`. A `for` loop lets the command pick the value
+/// without any rule, so these evaluation points are refused.
+#[test]
+fn code_hidden_in_values_is_refused() {
+    let allow = [
+        "Bash(echo:*)",
+        "Bash(test:*)",
+        "Bash([:*)",
+        "Bash(printf:*)",
+        "Bash(read:*)",
+        "Bash(declare:*)",
+        "Bash(git status:*)",
+    ];
+    table(
+        &allow,
+        &[],
+        &[
+            ("for x in 'a[$(rm y)]'; do echo $((x)); done", false),
+            ("for x in 'a[$(rm y)]'; do ((x)); done", false),
+            ("for x in 'a[$(rm y)]'; do git status; ((x)); done", false),
+            ("for x in '$(rm y)'; do echo ${x@P}; done", false),
+            ("for x in 'a[$(rm y)]'; do echo ${!x}; done", false),
+            ("for x in 'a[$(rm y)]'; do echo ${arr[x]}; done", false),
+            ("for x in 'a[$(rm y)]'; do echo ${s:x}; done", false),
+            ("for x in *; do test -v \"$x\"; done", false),
+            ("for x in *; do [ -v \"$x\" ]; done", false),
+            ("printf -v 'a[$(rm y)]' x", false),
+            ("read 'a[$(rm y)]' <<< x", false),
+            ("declare 'a[$(rm y)]=1'", false),
+            ("declare -i n='a[$(rm y)]'", false),
+            ("echo $((1 + 2))", true),
+            ("for x in a b; do echo $x; done", true),
+            ("for x in a b; do echo ${x}; done", true),
+            ("test -f x", true),
+            ("[ -d src ]", true),
+            ("printf '%s\\n' x", true),
+            ("read -r line < f", true),
+            ("declare x=1", true),
+        ],
+    );
+    // Under deny rules too: the `rm` runs although no part names it.
+    table(
+        &[],
+        &["Bash(rm:*)"],
+        &[
+            ("for x in 'a[$(rm y)]'; do ((x)); done", false),
+            (
+                "for x in 'a[$(rm y)]'; do [[ 1 -eq 1 && 2 -eq x ]]; done",
+                false,
+            ),
+            ("[[ 1 -eq 1 ]]", true),
+        ],
+    );
+}
+
 #[test]
 fn pipelines_need_every_part() {
     table(
@@ -355,6 +411,13 @@ fn deny_rules_win_and_are_hard_to_sidestep() {
             ("bash -lc 'rm x'", false),
             ("eval rm x", false),
             ("eval 'rm x'", false),
+            ("trap 'rm x' EXIT", false),
+            ("watch -n 1 rm x", false),
+            ("watch 'rm x'", false),
+            ("su -c 'rm x' root", false),
+            ("env -S 'rm x'", false),
+            ("timeout 5 sh -c 'rm x'", false),
+            ("xargs -I{} sh -c 'rm {}'", false),
             ("if true; then rm x; fi", false),
             ("(rm x)", false),
             ("{ rm x; }", false),

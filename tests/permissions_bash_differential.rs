@@ -118,8 +118,45 @@ fn command() -> impl Strategy<Value = String> {
         1 => Just("X=1 ".to_string()),
         1 => Just("$((".to_string()),
         1 => Just("))".to_string()),
+        2 => Just("for x in 'a[$(rm)]' '$(curl)'; do ".to_string()),
+        1 => Just("for x in 'a[`rm`]'\n do ".to_string()),
+        2 => Just("; done".to_string()),
+        1 => Just("((x))".to_string()),
+        1 => Just("$((x))".to_string()),
+        1 => Just("${!x}".to_string()),
+        1 => Just("${x@P}".to_string()),
+        1 => Just("${a[x]}".to_string()),
+        1 => Just("[[ 1 -eq x ]]".to_string()),
+        1 => Just("test -v x".to_string()),
     ];
-    prop::collection::vec(atoms, 1..14).prop_map(|v| v.concat())
+    let random = prop::collection::vec(atoms, 1..14).prop_map(|v| v.concat());
+    // Loops that put a chosen value into a variable, then use it somewhere bash might
+    // evaluate it.
+    let value = prop::sample::select(vec![
+        "'a[$(rm)]'",
+        "'$(curl)'",
+        "\"a[\\$(rm)]\"",
+        "$'a[\\x24(rm)]'",
+        "a",
+        "*",
+    ]);
+    let sink = prop::sample::select(vec![
+        "((x))",
+        "echo $((x))",
+        "git status $((x + 1))",
+        "npm run ${!x}",
+        "npm run ${x@P}",
+        "npm run ${a[x]}",
+        "npm run ${y:x}",
+        "[[ 1 -eq x ]]",
+        "[[ -v $x ]]",
+        "test -v \"$x\"",
+        "git status \"$x\"",
+        "npm run $x",
+    ]);
+    let structured = (value, sink, prop::sample::select(vec!["; ", "\n", " && "]))
+        .prop_map(|(v, k, sep)| format!("for x in {v}; do git status{sep}{k}; done"));
+    prop_oneof![3 => random, 1 => structured]
 }
 
 /// Generates `n` commands, keeps those `p` allows, runs them in bash and checks each
@@ -183,7 +220,7 @@ fn bash_never_runs_what_deny_rules_deny() {
         ],
     )
     .unwrap();
-    let ran = differential(&p, 800, |line| {
+    let ran = differential(&p, 1000, |line| {
         let program = line.split(' ').next().unwrap_or("");
         !["rm", "curl"].contains(&program) && line != "evil "
     })

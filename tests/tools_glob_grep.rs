@@ -237,6 +237,15 @@ async fn grep_count_glob_type_and_head_limit() {
     let out = grep(&e, json!({"pattern": "needle", "type": "nosuchtype"})).await;
     assert!(out.is_error, "{}", out.content);
 
+    let out = grep(&e, json!({"pattern": "needle", "head_limit": 1})).await;
+    assert_eq!(
+        out.content,
+        format!(
+            "Found 3 files\n{}\n\n(Showing 1 of 3 files. Use head_limit, a narrower path, glob \
+             or pattern to see others.)",
+            ws.join("src/b.rs").display()
+        )
+    );
     let out = grep(
         &e,
         json!({"pattern": "e", "output_mode": "content", "path": "notes.txt", "head_limit": 2}),

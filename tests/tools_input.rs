@@ -100,3 +100,44 @@ async fn malformed_inputs_become_errors() {
         }
     }
 }
+
+/// Opening a FIFO blocks until someone opens the other end: the tools refuse
+/// non-regular files instead of hanging.
+#[tokio::test]
+async fn fifos_are_refused_not_waited_on() {
+    let (_tmp, ctx) = ctx();
+    let fifo = ctx.workspace.join("pipe");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let inputs = [
+        ("Read", json!({"file_path": "pipe"})),
+        ("Write", json!({"file_path": "pipe", "content": "x"})),
+        (
+            "Edit",
+            json!({"file_path": "pipe", "old_string": "a", "new_string": "b"}),
+        ),
+        ("Grep", json!({"pattern": "x", "path": "pipe"})),
+    ];
+    for tool in builtin() {
+        for (name, input) in &inputs {
+            if tool.name() == *name {
+                let out = tool.call(input, &ctx).await;
+                assert!(out.is_error, "{name}: {}", out.content);
+                assert!(
+                    out.content.contains("not a regular file"),
+                    "{name}: {}",
+                    out.content
+                );
+            }
+        }
+    }
+    // A directory walk skips it.
+    let grep = builtin().into_iter().find(|t| t.name() == "Grep").unwrap();
+    let out = grep.call(&json!({"pattern": "x"}), &ctx).await;
+    assert!(!out.is_error, "{}", out.content);
+}

@@ -264,3 +264,74 @@ async fn edit_matches_lf_text_in_a_crlf_file() {
     assert!(!out.is_error, "{}", out.content);
     assert_eq!(fs::read_to_string(&f).unwrap(), "1\r\n2\r\nthree\r\n");
 }
+
+/// Write and Edit replace a file atomically (temp file + rename): a concurrent reader
+/// never sees half of it, no temp file is left behind, and permissions are kept.
+#[tokio::test]
+async fn writes_are_atomic_and_keep_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::TempDir::new().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let ctx = flower::tools::ToolContext {
+        workspace: ws.clone(),
+        run_dir: ws.join("runs"),
+        cancel: tokio_util::sync::CancellationToken::new(),
+    };
+    let path = ws.join("script.sh");
+    std::fs::write(&path, "a".repeat(1 << 20)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
+
+    // A reader that keeps reading while the file is rewritten sees only whole versions.
+    let reader_path = path.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader_stop = stop.clone();
+    let reader = std::thread::spawn(move || {
+        let mut seen = std::collections::HashSet::new();
+        while !reader_stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let text = std::fs::read_to_string(&reader_path).unwrap();
+            seen.insert(text.len());
+        }
+        seen
+    });
+    for round in 0..20 {
+        let content = if round % 2 == 0 { "b" } else { "c" }.repeat(1 << 20);
+        let out = flower::tools::write::Write
+            .call(
+                &serde_json::json!({"file_path": path, "content": content}),
+                &ctx,
+            )
+            .await;
+        assert!(!out.is_error, "{}", out.content);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = reader.join().unwrap();
+    assert_eq!(
+        seen,
+        std::collections::HashSet::from([1 << 20]),
+        "never a partial file"
+    );
+
+    // The temp file is made while the old file still exists, so a replacement always
+    // has a different inode; an in-place rewrite keeps it.
+    let inode_before = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+    let out = flower::tools::edit::Edit
+        .call(
+            &serde_json::json!({"file_path": path, "old_string": "c".repeat(1 << 20), "new_string": "#!/bin/sh\n"}),
+            &ctx,
+        )
+        .await;
+    assert!(!out.is_error, "{}", out.content);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o750);
+    assert_ne!(
+        std::os::unix::fs::MetadataExt::ino(&meta),
+        inode_before,
+        "replaced, not rewritten in place"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -2,25 +2,38 @@
 
 use super::args::StateArgs;
 use flower::wake_state;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
     let state = wake_state(".", &args.run_dir);
+    let mut out = String::new();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&state)?);
-        return Ok(ExitCode::SUCCESS);
+        out.push_str(&serde_json::to_string_pretty(&state)?);
+        out.push('\n');
+    } else {
+        let brief = match (&state.brief, state.waking) {
+            (Some(_), true) => "已确认(四段齐全)",
+            (Some(_), false) => "不完整",
+            (None, _) => "没有",
+        };
+        writeln!(out, "接得上:{}", if state.waking { "是" } else { "否" })?;
+        writeln!(out, "需求.md:{brief}")?;
+        writeln!(out, "目标:{} 条", state.checks)?;
+        writeln!(out, "已唤醒:{} 次", state.woke)?;
+        for (step, session) in &state.steps {
+            writeln!(out, "步骤 {step}:{session}")?;
+        }
     }
-    let brief = match (&state.brief, state.waking) {
-        (Some(_), true) => "已确认(四段齐全)",
-        (Some(_), false) => "不完整",
-        (None, _) => "没有",
-    };
-    println!("接得上:{}", if state.waking { "是" } else { "否" });
-    println!("需求.md:{brief}");
-    println!("目标:{} 条", state.checks);
-    println!("已唤醒:{} 次", state.woke);
-    for (step, session) in &state.steps {
-        println!("步骤 {step}:{session}");
+    // `println!` would panic when the reader is gone (`flower state | head -0`); a
+    // reader that stopped listening is not an error of the probe.
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(ExitCode::SUCCESS),
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -378,6 +378,33 @@ pub fn classify_error(err: &ModelError) -> ErrorClass {
     }
 }
 
+/// What the user has to fix after a fatal error, when flower can tell: a rejected key, a
+/// key without access, an exhausted balance, an unknown model or endpoint.
+pub fn fatal_hint(err: &ModelError) -> Option<&'static str> {
+    let ModelError::Api { status, kind, .. } = err else {
+        return None;
+    };
+    let text = err.to_string().to_lowercase();
+    if *status == Some(401) || kind == "authentication_error" {
+        Some(
+            "The API rejected the key: check ANTHROPIC_API_KEY (wrong, revoked, or not an Anthropic key) and export a valid one, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`, then run flower again.",
+        )
+    } else if kind == "billing_error" || text.contains("credit balance") || text.contains("billing")
+    {
+        Some(
+            "The account of ANTHROPIC_API_KEY cannot pay for requests: add credit (or use another key), then run flower again.",
+        )
+    } else if *status == Some(403) || kind == "permission_error" {
+        Some(
+            "ANTHROPIC_API_KEY has no access to this: check the key's permissions and the model (--model / ANTHROPIC_MODEL).",
+        )
+    } else if *status == Some(404) || kind == "not_found_error" {
+        Some("Not found: check the model name (--model / ANTHROPIC_MODEL) and ANTHROPIC_BASE_URL.")
+    } else {
+        None
+    }
+}
+
 fn classify_status(status: u16) -> Option<ErrorClass> {
     match status {
         400 | 401 | 403 | 404 | 413 => Some(ErrorClass::Fatal),

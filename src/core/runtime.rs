@@ -324,6 +324,12 @@ impl Runtime {
                 ErrorClass::Fatal => false,
             };
             if !retry || attempt >= self.resilience.max_attempts {
+                // Retrying cannot help: say what the user has to fix.
+                if class == ErrorClass::Fatal
+                    && let Some(hint) = run.model_error.as_ref().and_then(resilience::fatal_hint)
+                {
+                    result.error = Some(format!("{error}\n{hint}"));
+                }
                 break;
             }
             if !self.wait_for_endpoint().await {

@@ -3,8 +3,8 @@
 //! | event            | behaviour                                                          |
 //! |------------------|--------------------------------------------------------------------|
 //! | Ctrl-C once      | cooperative interrupt at the next message boundary (see [`Interrupt`]) |
-//! | Ctrl-C twice     | exit at once with status 130; lineage is already on disk           |
-//! | SIGTERM / SIGHUP | rescue: write the in-flight step's row (`killed-by-signal`), then die by that signal |
+//! | Ctrl-C twice     | exit at once with status 130 (running commands stopped); lineage is already on disk |
+//! | SIGTERM / SIGHUP | rescue: write the in-flight step's row (`killed-by-signal`), stop running commands, then die by that signal |
 //! | SIGKILL          | nothing runs; the next run resumes all the same                    |
 
 use super::runtime::Rescuer;
@@ -21,24 +21,27 @@ pub fn install(
     interrupt: Interrupt,
     on_exit: impl Fn() + Send + Sync + 'static,
 ) -> std::io::Result<()> {
-    // Without a rescuer (`flower once`), SIGTERM and SIGHUP keep their default action.
-    if let Some(rescuer) = rescuer {
-        for kind in [SignalKind::terminate(), SignalKind::hangup()] {
-            let mut stream = signal(kind)?;
-            let rescuer = rescuer.clone();
-            tokio::spawn(async move {
-                if stream.recv().await.is_some() {
+    // Without a rescuer (`flower once`) there is no row to write; the running commands
+    // are still stopped before the process dies by the signal.
+    for kind in [SignalKind::terminate(), SignalKind::hangup()] {
+        let mut stream = signal(kind)?;
+        let rescuer = rescuer.clone();
+        tokio::spawn(async move {
+            if stream.recv().await.is_some() {
+                if let Some(rescuer) = rescuer {
                     rescuer.rescue();
-                    die_by(kind.as_raw_value());
                 }
-            });
-        }
+                crate::tools::bash::kill_running();
+                die_by(kind.as_raw_value());
+            }
+        });
     }
     let mut sigint = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
         while sigint.recv().await.is_some() {
             if interrupt.is_pending() {
                 on_exit();
+                crate::tools::bash::kill_running();
                 std::process::exit(EXIT_INTERRUPTED);
             }
             interrupt.trigger();

@@ -85,7 +85,8 @@ pub struct RunRequest<'a> {
     /// The user message that starts (or continues) the session.
     pub prompt: String,
     pub start: SessionStart,
-    /// Called with the session id the moment it exists, before any request.
+    /// Called with the session id the moment it exists in the store (its first prompt
+    /// written), before any model request.
     pub on_session: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
@@ -167,6 +168,9 @@ struct Conversation<'a> {
     chain: Chain,
     messages: Messages,
     depth: u32,
+    /// Told the session id once the first prompt is stored: a session id in lineage
+    /// then always names a session that exists in the store.
+    announce: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
 /// Running totals of a run.
@@ -177,6 +181,10 @@ struct Totals {
     context: u64,
     denials: Vec<Denial>,
     text: String,
+    /// A sub-agent's request failed with an error worth retrying (the network, an
+    /// overload): the whole run stops with it, so that the step's retry resumes the
+    /// session instead of the caller being fed "sub-agent failed: API Error …".
+    subagent_error: Option<ModelError>,
 }
 
 impl Totals {
@@ -188,6 +196,7 @@ impl Totals {
             context: 0,
             denials: Vec::new(),
             text: String::new(),
+            subagent_error: None,
         }
     }
 
@@ -233,9 +242,6 @@ impl Engine {
                 return RunResult::failed(&id, Stop::Fatal, error, started);
             }
         };
-        if let Some(hook) = request.on_session {
-            hook(&session_id);
-        }
         self.emit(Event::SessionStarted {
             agent: request.spec.name.clone(),
             session_id: session_id.clone(),
@@ -253,6 +259,7 @@ impl Engine {
             chain: Chain::new(&session_id, &self.config.workspace).with_leaf(leaf),
             messages: Messages::from_entries(&history),
             depth: 0,
+            announce: request.on_session,
         };
         let mut result = self
             .drive(&mut conversation, Value::String(request.prompt), started)
@@ -391,6 +398,9 @@ impl Engine {
         if let Err(e) = self.record(conv, entry) {
             return finish(totals, Stop::Fatal, Some(e), None);
         }
+        if let Some(announce) = conv.announce.take() {
+            announce(&session_id);
+        }
         loop {
             if let Some(max) = conv.spec.max_turns
                 && totals.num_turns >= max
@@ -468,6 +478,12 @@ impl Engine {
                     let output = self
                         .call_tool(conv, &permissions, &id, &name, &input, &mut totals)
                         .await;
+                    // The call stays unanswered in the store; pruning answers it neutrally
+                    // when the retry resumes the session.
+                    if let Some(error) = totals.subagent_error.take() {
+                        let text = format!("sub-agent failed: {error}");
+                        return finish(totals, Stop::ModelError, Some(text), Some(error));
+                    }
                     if self.config.interrupt.is_pending() {
                         interrupted = true;
                     }
@@ -569,6 +585,15 @@ impl Engine {
         totals: &mut Totals,
     ) -> ToolOutput {
         let depth = conv.depth;
+        if let Some(why) = input
+            .get(crate::model::types::INVALID_TOOL_INPUT)
+            .and_then(Value::as_str)
+        {
+            return ToolOutput::error(format!(
+                "The input of this {name} call was not valid JSON ({why}); nothing was run. \
+                 Send the call again with a complete JSON object."
+            ));
+        }
         if let Decision::Deny { message } = permissions.check(name, input, &self.config.workspace) {
             self.emit(Event::ToolDenied {
                 name: name.to_string(),

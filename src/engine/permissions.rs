@@ -53,10 +53,23 @@
 //!   program's directory stripped (`/bin/rm` → `rm`), with wrappers stripped
 //!   (`sudo`, `env`, `nohup`, `timeout`, `xargs`, `command`, `exec`, `nice`, …; their
 //!   options are skipped generously), with `find -exec`'s command, and with the
-//!   script of `bash -c`/`sh -c`/`eval` parsed in turn. A part whose program is only
+//!   scripts of `bash -c`/`sh -c`, `eval`, `trap`, `watch`, `su -c` and `env -S`
+//!   parsed in turn. A part whose program is only
 //!   known at run time (`$CMD x`, `$(…) x`, `r*m`) is denied when any `Bash(…)` deny
 //!   rule exists, since it cannot be shown not to match. Allow rules are the
 //!   boundary to rely on.
+//! - Deny path rules also cover the sibling tools: `Read(…)` deny rules apply to Glob and
+//!   Grep, `Edit(…)` and `Write(…)` deny rules to each other, so a denied file cannot be
+//!   read with Grep or changed with Write instead. A Grep (or a Glob, for `Glob(…)`
+//!   rules) whose search would reach into what a deny rule names (`Read(.env)` and a
+//!   Grep of the whole workspace) is denied, since the tool cannot leave that part out;
+//!   the message says to search a narrower path. Patterns with no literal start
+//!   (`**/*.pem`) only deny the paths they match.
+//! - Bash evaluates some *values* as code (an array subscript `a[$(cmd)]` inside
+//!   arithmetic or a variable name, `${!x}`, `${x@P}`), and `for x in '…'` sets a
+//!   value without any rule; the splitter refuses those evaluation points (arithmetic
+//!   on variables, `read`/`printf -v`/`test -v`/`declare` with non-plain names …),
+//!   see [`super::shell`].
 //! - A call whose path or command field is missing or not a string is let through to
 //!   the tool if the tool is allowed at all: the tool rejects it without touching
 //!   anything, and the model learns what is wrong with its input rather than seeing a
@@ -118,7 +131,12 @@ pub enum Decision {
 enum BashPattern {
     Exact(SimpleCommand),
     Prefix(SimpleCommand),
-    Wildcard(String),
+    /// `*` matches anything. With `or_arguments` (from `P:*` where `P` has a `*`), the
+    /// pattern also matches when followed by a space and any arguments.
+    Wildcard {
+        pattern: String,
+        or_arguments: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -644,12 +662,18 @@ fn parse_bash(rule: &str, content: &str) -> Result<BashPattern, RuleError> {
         let prefix = prefix.trim();
         if prefix.contains('*') {
             // A wildcard that may also end at the prefix: `P` or `P *`.
-            return Ok(BashPattern::Wildcard(format!("{}\u{0}", squash(prefix))));
+            return Ok(BashPattern::Wildcard {
+                pattern: squash(prefix),
+                or_arguments: true,
+            });
         }
         return Ok(BashPattern::Prefix(one_command(rule, prefix)?));
     }
     if content.contains('*') {
-        return Ok(BashPattern::Wildcard(squash(content)));
+        return Ok(BashPattern::Wildcard {
+            pattern: squash(content),
+            or_arguments: false,
+        });
     }
     Ok(BashPattern::Exact(one_command(rule, content)?))
 }
@@ -767,11 +791,24 @@ impl BashPattern {
                     && part.words.len() >= c.words.len()
                     && part.words.iter().zip(&c.words).all(|(a, b)| a == b)
             }
-            BashPattern::Wildcard(p) => {
+            BashPattern::Wildcard { .. } => {
                 !part.writes_file()
                     && part.assignments.is_empty()
-                    && wildcard_rule(p, &part.normalized())
+                    && self.wildcard_matches(&part.normalized())
             }
+        }
+    }
+
+    fn wildcard_matches(&self, text: &str) -> bool {
+        match self {
+            BashPattern::Wildcard {
+                pattern,
+                or_arguments,
+            } => {
+                wildcard(pattern, text)
+                    || (*or_arguments && wildcard(&format!("{pattern} *"), text))
+            }
+            _ => false,
         }
     }
 
@@ -787,22 +824,13 @@ impl BashPattern {
                 words.len() >= c.words.len()
                     && words.iter().zip(&c.words).all(|(a, b)| a.text == b.text)
             }
-            BashPattern::Wildcard(p) => wildcard_rule(p, &shell::normalize_words(words)),
+            BashPattern::Wildcard { .. } => self.wildcard_matches(&shell::normalize_words(words)),
         }
     }
 }
 
-/// A wildcard rule; one ending in NUL came from `P:*` with a `*` in `P` and matches
-/// `P` alone or `P` followed by a space and anything.
-fn wildcard_rule(pattern: &str, text: &str) -> bool {
-    match pattern.strip_suffix('\u{0}') {
-        Some(p) => wildcard(p, text) || wildcard(&format!("{p} *"), text),
-        None => wildcard(pattern, text),
-    }
-}
-
 /// `*` matches any run of characters (including none); everything else is literal.
-pub fn wildcard(pattern: &str, text: &str) -> bool {
+fn wildcard(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     let (mut pi, mut ti) = (0usize, 0usize);
@@ -876,22 +904,38 @@ fn deny_candidates(part: &SimpleCommand, depth: usize) -> Result<Vec<Vec<Word>>,
                 }
             }
         }
-        let script = if base == "eval" {
-            Some(
-                args.iter()
-                    .map(|w| w.text.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            )
-        } else if SHELLS.contains(&base.as_str()) {
+        let joined = |from: usize| {
+            args[from.min(args.len())..]
+                .iter()
+                .map(|w| w.text.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let after_flag = |is_flag: &dyn Fn(&str) -> bool| {
             args.iter()
-                .position(|a| {
-                    a.text.starts_with('-') && !a.text.starts_with("--") && a.text.contains('c')
-                })
+                .position(|a| is_flag(&a.text))
                 .and_then(|k| args.get(k + 1))
                 .map(|w| w.text.clone())
-        } else {
-            None
+        };
+        // Strings that these programs run as shell commands.
+        let script = match base.as_str() {
+            "eval" => Some(joined(0)),
+            // `trap 'cmd' SIGNAL`: the first operand runs later.
+            "trap" => args
+                .iter()
+                .find(|a| !a.text.starts_with('-'))
+                .map(|w| w.text.clone()),
+            // `watch` runs its arguments with `sh -c`.
+            "watch" => {
+                let first = args.iter().position(|a| !a.text.starts_with('-'));
+                first.map(joined)
+            }
+            "su" => after_flag(&|t| t == "-c" || t == "--command"),
+            "env" => after_flag(&|t| t == "-S" || t == "--split-string"),
+            b if SHELLS.contains(&b) => {
+                after_flag(&|t| t.starts_with('-') && !t.starts_with("--") && t.contains('c'))
+            }
+            _ => None,
         };
         if let Some(script) = script {
             if depth > 8 {

@@ -13,6 +13,13 @@
 //! `${…}` (where bash's quoting rules differ between contexts), and anything inside an
 //! arithmetic expansion other than plain arithmetic.
 //!
+//! It also refuses the places where bash evaluates a *value* as code, because a value
+//! like `a[$(cmd)]` runs `cmd` there and values are easy to choose without any rule
+//! (`for x in 'a[$(cmd)]'`, a file name from a glob): arithmetic on variables
+//! (`$((x))`, `((x))`, `${a[x]}`, `${s:x}`, `[[ x -eq 1 ]]`), indirection `${!x}`,
+//! transformations `${x@P}`, and builtins given a name that is not a plain variable
+//! name (`read`, `mapfile`, `printf -v`, `test -v`, `declare`/`local`, `let`).
+//!
 //! It is not a full bash parser: it only has to agree with bash on *where commands
 //! are*, and on the literal text of their words.
 
@@ -242,6 +249,23 @@ struct Parser {
     depth: usize,
     out: Vec<SimpleCommand>,
     heredocs: Vec<Heredoc>,
+    /// Inside `[[ … ]]` (which `&&`/`||` split into several parts).
+    dbracket: DBracket,
+}
+
+/// What `[[ … ]]` expects next: its arithmetic comparisons and `-v` evaluate their
+/// operands (`x -eq 1` evaluates the value of `x`, which may hold `a[$(cmd)]`).
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum DBracket {
+    #[default]
+    Outside,
+    Inside {
+        /// The previous word was a literal number.
+        prev_number: bool,
+        /// The previous word was an operator whose right operand must be a number
+        /// (`Some(true)`) or a plain name (`Some(false)`).
+        need: Option<bool>,
+    },
 }
 
 fn is_name_start(c: char) -> bool {
@@ -267,6 +291,7 @@ impl Parser {
             depth,
             out: Vec::new(),
             heredocs: Vec::new(),
+            dbracket: DBracket::Outside,
         }
     }
 
@@ -307,21 +332,24 @@ impl Parser {
         }
     }
 
-    fn finish(&mut self, b: &mut Builder) {
+    fn finish(&mut self, b: &mut Builder) -> Result<(), ShellError> {
         let b = std::mem::take(b);
         if b.header {
-            return;
+            return Ok(());
         }
         if b.words.is_empty() && b.assignments.is_empty() && b.redirects.is_empty() {
-            return;
+            return Ok(());
         }
         let start = b.start.unwrap_or(b.end);
-        self.out.push(SimpleCommand {
+        let cmd = SimpleCommand {
             source: self.slice(start, b.end).trim().to_string(),
             assignments: b.assignments,
             words: b.words,
             redirects: b.redirects,
-        });
+        };
+        check_name_arguments(&cmd)?;
+        self.out.push(cmd);
+        Ok(())
     }
 
     /// Parses a list of commands up to the end of input (`close == None`) or up to and
@@ -334,7 +362,7 @@ impl Parser {
                 if close.is_some() {
                     return Err(ShellError::Unterminated("parenthesis"));
                 }
-                self.finish(&mut b);
+                self.finish(&mut b)?;
                 return Ok(());
             };
             match c {
@@ -344,7 +372,7 @@ impl Parser {
                     }
                 }
                 '\n' => {
-                    self.finish(&mut b);
+                    self.finish(&mut b)?;
                     self.i += 1;
                     self.read_heredocs()?;
                 }
@@ -352,16 +380,16 @@ impl Parser {
                     if self.peek_at(1) == Some(';') {
                         return Err(ShellError::Unsupported("`;;` outside case".into()));
                     }
-                    self.finish(&mut b);
+                    self.finish(&mut b)?;
                     self.i += 1;
                 }
                 '&' if self.peek_at(1) == Some('>') => self.redirect(None, &mut b)?,
                 '&' => {
-                    self.finish(&mut b);
+                    self.finish(&mut b)?;
                     self.i += if self.peek_at(1) == Some('&') { 2 } else { 1 };
                 }
                 '|' => {
-                    self.finish(&mut b);
+                    self.finish(&mut b)?;
                     self.i += if matches!(self.peek_at(1), Some('|' | '&')) {
                         2
                     } else {
@@ -370,7 +398,7 @@ impl Parser {
                 }
                 ')' => {
                     if close == Some(')') {
-                        self.finish(&mut b);
+                        self.finish(&mut b)?;
                         self.i += 1;
                         return Ok(());
                     }
@@ -459,6 +487,7 @@ impl Parser {
             return Err(ShellError::Unexpected(format!("word {:?}", w.word.text)));
         }
         b.after_time = false;
+        self.track_dbracket(&w, b)?;
         b.touch(w.start, w.end);
         if b.words.is_empty() && is_assignment(&self.s[w.start..w.end]) {
             if self.peek() == Some('(') {
@@ -467,6 +496,56 @@ impl Parser {
             b.assignments.push(w.word);
         } else {
             b.words.push(w.word);
+        }
+        Ok(())
+    }
+
+    fn track_dbracket(&mut self, w: &WordRead, b: &Builder) -> Result<(), ShellError> {
+        let text = w.word.text.as_str();
+        let number = !w.word.dynamic && {
+            let t = text.strip_prefix('-').unwrap_or(text);
+            !t.is_empty() && t.chars().all(|c| c.is_ascii_digit())
+        };
+        match self.dbracket {
+            DBracket::Outside => {
+                if w.plain && text == "[[" && b.at_command_position() {
+                    self.dbracket = DBracket::Inside {
+                        prev_number: false,
+                        need: None,
+                    };
+                }
+            }
+            DBracket::Inside { prev_number, need } => {
+                let unsupported = || {
+                    Err(ShellError::Unsupported(
+                        "`[[ … ]]` comparing or testing something other than literal numbers \
+                         and plain names (operands are evaluated and can run code)"
+                            .into(),
+                    ))
+                };
+                match need {
+                    Some(true) if !number => return unsupported(),
+                    Some(false) if w.word.dynamic || !is_plain_name(text) => return unsupported(),
+                    _ => {}
+                }
+                let mut next_need = None;
+                if w.plain && matches!(text, "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge") {
+                    if !prev_number {
+                        return unsupported();
+                    }
+                    next_need = Some(true);
+                } else if w.plain && matches!(text, "-v" | "-R") {
+                    next_need = Some(false);
+                }
+                self.dbracket = if w.plain && text == "]]" {
+                    DBracket::Outside
+                } else {
+                    DBracket::Inside {
+                        prev_number: number,
+                        need: next_need,
+                    }
+                };
+            }
         }
         Ok(())
     }
@@ -781,6 +860,7 @@ impl Parser {
     /// treats them differently inside and outside double quotes, and a mistake here
     /// could hide a command substitution.
     fn parameter_expansion(&mut self) -> Result<(), ShellError> {
+        self.check_parameter_head()?;
         self.enter()?;
         let mut dummy = Word::new();
         loop {
@@ -804,6 +884,71 @@ impl Parser {
         Ok(())
     }
 
+    /// Refuses the forms of `${…}` that evaluate a variable's value as code: indirection
+    /// `${!x}`, transformations `${x@P}`, array subscripts and substring offsets (both
+    /// arithmetic) other than literal numbers, `@` and `*`.
+    fn check_parameter_head(&self) -> Result<(), ShellError> {
+        let unsupported = |what: &str| {
+            Err(ShellError::Unsupported(format!(
+                "{what} in `${{…}}` (it can run code held in a variable)"
+            )))
+        };
+        let mut j = self.i;
+        let at = |k: usize| self.s.get(k).copied();
+        match at(j) {
+            Some('!') => return unsupported("indirection `!`"),
+            Some('#') if at(j + 1) != Some('}') => j += 1,
+            _ => {}
+        }
+        match at(j) {
+            Some(c) if is_name_start(c) => {
+                while at(j).is_some_and(is_name_char) {
+                    j += 1;
+                }
+            }
+            Some(c) if c.is_ascii_digit() => {
+                while at(j).is_some_and(|c| c.is_ascii_digit()) {
+                    j += 1;
+                }
+            }
+            Some(c) if "@*#?$!-".contains(c) => j += 1,
+            _ => return Err(ShellError::Unsupported("bad `${…}` substitution".into())),
+        }
+        if at(j) == Some('[') {
+            let close = self.s[j..].iter().position(|&c| c == ']').map(|k| j + k);
+            let Some(close) = close else {
+                return Err(ShellError::Unterminated("array subscript"));
+            };
+            let sub: String = self.s[j + 1..close].iter().collect();
+            if !(sub == "@"
+                || sub == "*"
+                || (!sub.is_empty() && sub.chars().all(|c| c.is_ascii_digit())))
+            {
+                return unsupported("a computed array subscript");
+            }
+            j = close + 1;
+        }
+        match at(j) {
+            Some('@') => unsupported("a `@` transformation"),
+            Some(':') if !at(j + 1).is_some_and(|c| "-=?+".contains(c)) => {
+                // Substring: offsets are arithmetic; literal numbers only.
+                let end = self.s[j..]
+                    .iter()
+                    .position(|&c| c == '}')
+                    .map_or(self.s.len(), |k| j + k);
+                if self.s[j + 1..end]
+                    .iter()
+                    .all(|c| c.is_ascii_digit() || matches!(c, ' ' | ':' | '-'))
+                {
+                    Ok(())
+                } else {
+                    unsupported("a computed substring offset")
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// At `$((`, `((` or `$[` (the opener is `skip` characters long): decides, as bash
     /// does, whether this is arithmetic. `((…))` / `$((…))` is arithmetic when the first
     /// `)` at depth zero is immediately followed by another `)`; otherwise it is a
@@ -812,9 +957,12 @@ impl Parser {
     /// substitutions or backticks inside, so that bash and this scanner cannot disagree.
     fn arithmetic(&mut self, skip: usize, close: char) -> Result<bool, ShellError> {
         let open = if close == ')' { '(' } else { '[' };
-        let mut j = self.i + skip;
+        let start = self.i + skip;
+        let mut j = start;
         let mut depth = 0usize;
-        let end = loop {
+        // First find where it ends, as bash does; quotes could make bash see a different
+        // end, so they are refused outright.
+        let (content_end, end) = loop {
             let Some(&c) = self.s.get(j) else {
                 return Err(ShellError::Unterminated("arithmetic expression"));
             };
@@ -823,20 +971,15 @@ impl Parser {
                     "quotes, backslashes or backticks in arithmetic".into(),
                 ));
             }
-            if c == '$' && self.s.get(j + 1) == Some(&'(') {
-                return Err(ShellError::Unsupported(
-                    "command substitution inside arithmetic".into(),
-                ));
-            }
             if c == open {
                 depth += 1;
             } else if c == close {
                 if depth == 0 {
                     if close == ']' {
-                        break j + 1;
+                        break (j, j + 1);
                     }
                     if self.s.get(j + 1) == Some(&')') {
-                        break j + 2;
+                        break (j, j + 2);
                     }
                     return Ok(false);
                 }
@@ -844,6 +987,25 @@ impl Parser {
             }
             j += 1;
         };
+        // Bash evaluates a variable's *value* as arithmetic, and a value like
+        // `a[$(cmd)]` runs `cmd`; values can come from anywhere (`for x in …`, file
+        // names), so only arithmetic on literal numbers (and `$#`, `$?`, `$$`, `$!`,
+        // positional parameters) is accepted.
+        let content = &self.s[start..content_end];
+        for (k, &c) in content.iter().enumerate() {
+            let next = content.get(k + 1).copied();
+            if c == '$' && next == Some('(') {
+                return Err(ShellError::Unsupported(
+                    "command substitution inside arithmetic".into(),
+                ));
+            }
+            let special = |n: char| "#?$!".contains(n) || n.is_ascii_digit();
+            if c.is_alphabetic() || c == '_' || (c == '$' && !next.is_some_and(special)) {
+                return Err(ShellError::Unsupported(
+                    "variables in arithmetic (a variable's value could run code)".into(),
+                ));
+            }
+        }
         self.i = end;
         Ok(true)
     }
@@ -968,6 +1130,91 @@ impl Parser {
             }
         }
     }
+}
+
+/// A plain variable name: what builtins that take a name may be given.
+fn is_plain_name(text: &str) -> bool {
+    text.chars().next().is_some_and(is_name_start) && text.chars().all(is_name_char)
+}
+
+/// Builtins that take a variable *name* evaluate an array subscript in it as
+/// arithmetic, so `read 'a[$(cmd)]'` or `test -v "$name"` can run a command hidden in a
+/// literal or in a variable's value. Their name operands must be plain names (a
+/// dynamic word's text keeps its `$…`, so it never is one), and the options that
+/// evaluate values or run code (`declare -i`, namerefs `-n`, `mapfile -C`) are refused.
+fn check_name_arguments(c: &SimpleCommand) -> Result<(), ShellError> {
+    let Some(first) = c.words.first() else {
+        return Ok(());
+    };
+    if first.dynamic {
+        return Ok(());
+    }
+    let args = &c.words[1..];
+    let refuse = |what: &str| {
+        Err(ShellError::Unsupported(format!(
+            "`{}` with {what} (a name like a[$(cmd)] runs cmd)",
+            first.text
+        )))
+    };
+    let not_plain = "a name that is not a plain variable name";
+    match first.text.as_str() {
+        "let" => return refuse("arguments (they are arithmetic)"),
+        "declare" | "typeset" | "local" | "readonly" => {
+            for a in args {
+                if a.text.starts_with('-') || a.text.starts_with('+') {
+                    if a.text.contains(['i', 'n']) {
+                        return refuse("-i or -n");
+                    }
+                    continue;
+                }
+                let name = a.text.split_once('=').map_or(a.text.as_str(), |(n, _)| n);
+                let name = name.strip_suffix('+').unwrap_or(name);
+                if !is_plain_name(name) {
+                    return refuse(not_plain);
+                }
+            }
+        }
+        "read" | "mapfile" | "readarray" => {
+            // Options whose next word is a value, not a name.
+            let takes_value = |c: char| "dinNptuOsc".contains(c);
+            let mut k = 0;
+            while k < args.len() {
+                let t = &args[k].text;
+                if let Some(opts) = t.strip_prefix('-').filter(|o| !o.is_empty()) {
+                    if opts.contains('C') {
+                        return refuse("a callback (-C)");
+                    }
+                    let last = opts.chars().last().unwrap_or('-');
+                    if last == 'a' {
+                        if args.get(k + 1).is_some_and(|n| !is_plain_name(&n.text)) {
+                            return refuse(not_plain);
+                        }
+                        k += 2;
+                        continue;
+                    }
+                    if takes_value(last) {
+                        k += 2;
+                        continue;
+                    }
+                    k += 1;
+                    continue;
+                }
+                if !is_plain_name(t) {
+                    return refuse(not_plain);
+                }
+                k += 1;
+            }
+        }
+        "printf" | "test" | "["
+            if args
+                .windows(2)
+                .any(|w| w[0].text == "-v" && !is_plain_name(&w[1].text)) =>
+        {
+            return refuse(not_plain);
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// `NAME=…` or `NAME+=…` with an unquoted name: an assignment when it precedes the

@@ -2,6 +2,7 @@
 
 use super::transcript::{Chain, Messages};
 use super::{AgentSpec, Conversation, Engine, Event, Stop, Totals};
+use crate::core::resilience::{ErrorClass, classify_error};
 use crate::model::ToolDef;
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
@@ -116,6 +117,7 @@ impl Engine {
             chain: Chain::sidechain(parent.chain.session_id(), &self.config.workspace, &agent_id),
             messages: Messages::default(),
             depth: parent.depth + 1,
+            announce: None,
         };
         let result = self
             .drive(&mut conv, Value::String(prompt.to_string()), Instant::now())
@@ -132,10 +134,21 @@ impl Engine {
                 result.text,
                 result.error.unwrap_or_default()
             )),
-            _ => ToolOutput::error(format!(
-                "sub-agent failed: {}",
-                result.error.unwrap_or_else(|| "unknown error".into())
-            )),
+            _ => {
+                // A failed request is the step's to retry (resuming this session): an
+                // error that only the network or the server can fix is handed up rather
+                // than reported to the caller as the sub-agent's answer. A fatal one
+                // (e.g. the sub-agent's prompt is too long) is the caller's to handle.
+                if let Some(error) = result.model_error.clone()
+                    && classify_error(&error) != ErrorClass::Fatal
+                {
+                    totals.subagent_error = Some(error);
+                }
+                ToolOutput::error(format!(
+                    "sub-agent failed: {}",
+                    result.error.unwrap_or_else(|| "unknown error".into())
+                ))
+            }
         }
     }
 
@@ -144,7 +157,15 @@ impl Engine {
             return ToolOutput::error("AskUser: missing required field `question`");
         };
         let answer = match &self.config.asker {
-            Some(asker) => asker.ask(question).await,
+            // A Ctrl-C cancels the question like any running tool; the line reader is
+            // cancel-safe, so the next line goes to the after-interrupt prompt.
+            Some(asker) => tokio::select! {
+                biased;
+                _ = self.config.interrupt.wait() => {
+                    return ToolOutput::error(super::transcript::INTERRUPTED_TOOL_RESULT);
+                }
+                answer = asker.ask(question) => answer,
+            },
             None => None,
         };
         match answer {

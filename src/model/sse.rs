@@ -164,6 +164,17 @@ enum Block {
     Done(Value),
 }
 
+/// The input of a tool call whose streamed JSON could not be used; see
+/// [`crate::model::types::INVALID_TOOL_INPUT`].
+fn invalid_input(why: &str, json: &str) -> Value {
+    let mut m = Map::new();
+    m.insert(
+        crate::model::types::INVALID_TOOL_INPUT.into(),
+        format!("{why}: {}", snippet(json)).into(),
+    );
+    Value::Object(m)
+}
+
 impl Block {
     fn start(block: &Value) -> Block {
         let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
@@ -219,16 +230,18 @@ impl Block {
                 Value::Object(m)
             }
             Block::ToolUse { start, json } => {
+                // Input that is not a JSON object (a reply cut by max_tokens mid-call)
+                // is the model's mistake, not the stream's: the call is kept, its input
+                // replaced by a marker object the engine answers with an error result,
+                // and the session goes on.
                 let input = if json.trim().is_empty() {
                     Value::Object(Map::new())
                 } else {
-                    serde_json::from_str(&json).map_err(|e| {
-                        let name = start.get("name").and_then(Value::as_str).unwrap_or("?");
-                        ModelError::Protocol(format!(
-                            "tool_use {name}: input is not valid JSON ({e}): {}",
-                            snippet(&json)
-                        ))
-                    })?
+                    match serde_json::from_str::<Value>(&json) {
+                        Ok(value @ Value::Object(_)) => value,
+                        Ok(_) => invalid_input("not a JSON object", &json),
+                        Err(e) => invalid_input(&e.to_string(), &json),
+                    }
                 };
                 let mut m = Map::new();
                 // Canonical key order (type, id, name, input), whatever the server sent.
@@ -805,7 +818,7 @@ mod tests {
     }
 
     #[test]
-    fn tool_input_empty_is_an_empty_object_and_invalid_is_protocol() {
+    fn tool_input_empty_is_an_empty_object_and_invalid_is_marked() {
         let tool = |json_pieces: &[&str]| {
             let mut list = vec![
                 start(),
@@ -833,10 +846,13 @@ mod tests {
             vec![json!({"type":"tool_use","id":"t","name":"Glob","input":{}})]
         );
         assert_eq!(tool(&[""]).unwrap().content[0]["input"], json!({}));
-        match tool(&["{\"pattern\": ", "\"*.rs\""]) {
-            Err(ModelError::Protocol(m)) => assert!(m.contains("Glob"), "{m}"),
-            other => panic!("expected Protocol, got {other:?}"),
-        }
+        let broken = tool(&["{\"pattern\": ", "\"*.rs\""]).unwrap();
+        let marker = &broken.content[0]["input"][crate::model::types::INVALID_TOOL_INPUT];
+        assert!(marker.as_str().unwrap().contains("*.rs"), "{marker}");
+        let not_object = tool(&["[1]"]).unwrap();
+        assert!(
+            not_object.content[0]["input"][crate::model::types::INVALID_TOOL_INPUT].is_string()
+        );
     }
 
     #[test]

@@ -3,6 +3,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The key of the marker object that replaces a tool call's input when the streamed
+/// JSON was not a valid object: `{"<key>": "<why>: <snippet>"}`. The engine answers
+/// such a call with an error result instead of running it.
+pub const INVALID_TOOL_INPUT: &str = "_flower_invalid_input";
+
 /// A tool offered to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDef {

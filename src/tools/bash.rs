@@ -127,6 +127,29 @@ impl Tool for Bash {
     }
 }
 
+/// The process groups of the commands running now, for [`kill_running`].
+static RUNNING: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Kills (SIGKILL) the process group of every command still running. For a process
+/// about to die without unwinding (SIGTERM, SIGHUP, a double Ctrl-C): the commands run
+/// in their own process groups, so nothing else would stop them, and a build or a
+/// server the agent started would outlive flower.
+pub fn kill_running() {
+    for pgid in running().drain(..) {
+        // SAFETY: killpg only sends a signal; every pgid here belongs to a shell this
+        // process spawned (it is removed as soon as the shell is reaped).
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
 /// Kills the process group on drop unless disarmed: a dropped call leaves nothing
 /// running.
 struct GroupGuard {
@@ -134,8 +157,23 @@ struct GroupGuard {
 }
 
 impl GroupGuard {
+    fn new(pgid: Option<i32>) -> Self {
+        if let Some(pgid) = pgid {
+            running().push(pgid);
+        }
+        GroupGuard { pgid }
+    }
+
+    /// The shell was reaped: its group is not ours to kill any more.
+    fn disarm(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            running().retain(|&p| p != pgid);
+        }
+    }
+
     fn kill(&mut self) {
         if let Some(pgid) = self.pgid.take() {
+            running().retain(|&p| p != pgid);
             // SAFETY: killpg only sends a signal; pgid is the id of the group this call
             // created (the shell's pid, not yet reaped, so not reused).
             unsafe {
@@ -183,9 +221,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         Ok(c) => c,
         Err(e) => return ToolOutput::error(format!("Cannot run bash: {e}")),
     };
-    let mut guard = GroupGuard {
-        pgid: child.id().and_then(|id| i32::try_from(id).ok()),
-    };
+    let mut guard = GroupGuard::new(child.id().and_then(|id| i32::try_from(id).ok()));
     let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader)) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(format!("Cannot read the command's output: {e}")),
@@ -206,7 +242,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
                 Ok(s) => {
                     // The shell is gone (and reaped): what it left in the background
                     // keeps running.
-                    guard.pgid = None;
+                    guard.disarm();
                     if !eof {
                         drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
                     }

@@ -101,6 +101,14 @@ impl Tool for Edit {
 
 fn edit_file(path: &Path, old: &str, new: &str, replace_all: bool) -> ToolOutput {
     let shown = path.display();
+    if let Ok(m) = std::fs::metadata(path)
+        && !m.is_file()
+        && !m.is_dir()
+    {
+        return ToolOutput::error(format!(
+            "{shown} is not a regular file (a FIFO, socket or device); Edit only changes text files."
+        ));
+    }
     let bytes = match std::fs::read(path) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -155,7 +163,7 @@ fn edit_file(path: &Path, old: &str, new: &str, replace_all: bool) -> ToolOutput
     } else {
         content.replacen(old.as_str(), &new, 1)
     };
-    if let Err(e) = std::fs::write(path, &updated) {
+    if let Err(e) = super::paths::write_atomically(path, updated.as_bytes()) {
         return ToolOutput::error(format!("Cannot write {shown}: {e}"));
     }
     let what = if count == 1 {
@@ -178,7 +186,7 @@ fn create(path: &Path, content: &str) -> ToolOutput {
             parent.display()
         ));
     }
-    match std::fs::write(path, content) {
+    match super::paths::write_atomically(path, content.as_bytes()) {
         Ok(()) => ToolOutput::ok(format!(
             "File created successfully at: {} ({} lines).",
             path.display(),

@@ -1,7 +1,7 @@
 //! The `Glob` tool: files matching a glob pattern, newest first.
 
 use super::input;
-use super::walk::walker;
+use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
 use globset::GlobBuilder;
@@ -119,7 +119,7 @@ fn glob(root: &Path, rest: &str, original: &str, cancel: &CancellationToken) -> 
         Ok(g) => g.compile_matcher(),
         Err(e) => return ToolOutput::error(format!("Invalid glob pattern {original:?}: {e}")),
     };
-    let mut found: Vec<(SystemTime, PathBuf)> = Vec::new();
+    let mut found = Newest::new(MAX_RESULTS);
     for (k, entry) in walker(root).build().enumerate() {
         if k % 1024 == 0 && cancel.is_cancelled() {
             return ToolOutput::error("Glob was interrupted.");
@@ -140,17 +140,16 @@ fn glob(root: &Path, rest: &str, original: &str, cancel: &CancellationToken) -> 
             continue;
         }
         let mtime = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-        found.push((mtime, path.to_path_buf()));
+        found.push(mtime, path.to_path_buf());
     }
-    if found.is_empty() {
+    let total = found.total();
+    if total == 0 {
         return ToolOutput::ok("No files found");
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let total = found.len();
     let mut out: Vec<String> = found
+        .into_sorted()
         .iter()
-        .take(MAX_RESULTS)
-        .map(|(_, p)| p.display().to_string())
+        .map(|p| p.display().to_string())
         .collect();
     if total > MAX_RESULTS {
         out.push(format!(

@@ -5,7 +5,7 @@
 //! stops the search early) so a broad pattern cannot flood the context or memory.
 
 use super::input;
-use super::walk::walker;
+use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
 use grep_regex::RegexMatcherBuilder;
@@ -16,12 +16,15 @@ use ignore::overrides::OverrideBuilder;
 use ignore::types::TypesBuilder;
 use serde_json::{Value, json};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 /// The result stays under this many characters; the search stops when it is reached.
 pub const MAX_OUTPUT_CHARS: usize = 30_000;
+/// files_with_matches keeps at most this many paths (newest first); the output cap
+/// shows fewer anyway.
+const MAX_LISTED_FILES: usize = 5000;
 /// Longer matching lines are cut (minified files).
 pub const MAX_LINE_CHARS: usize = 1000;
 /// A file is searched with at most this much buffer (a giant line or a multiline
@@ -237,6 +240,12 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
         Ok(m) => m,
         Err(_) => return ToolOutput::error(format!("Path does not exist: {}", root.display())),
     };
+    if !meta.is_file() && !meta.is_dir() {
+        return ToolOutput::error(format!(
+            "{} is not a regular file or directory (a FIFO, socket or device).",
+            root.display()
+        ));
+    }
     let single_file = meta.is_file();
 
     let mut mb = RegexMatcherBuilder::new();
@@ -308,7 +317,7 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
         cut_by_head: false,
         cut_by_size: false,
     };
-    let mut files: Vec<(SystemTime, PathBuf)> = Vec::new();
+    let mut files = Newest::new(MAX_LISTED_FILES);
     let mut total_count: u64 = 0;
     let mut files_matched: u64 = 0;
     for entry in wb.build() {
@@ -330,7 +339,7 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
                         .ok()
                         .and_then(|m| m.modified().ok())
                         .unwrap_or(SystemTime::UNIX_EPOCH);
-                    files.push((mtime, path.to_path_buf()));
+                    files.push(mtime, path.to_path_buf());
                 }
             }
             Mode::Count => {
@@ -364,15 +373,17 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
     }
 
     if o.mode == Mode::Files {
-        if files.is_empty() {
+        let total = files.total();
+        if total == 0 {
             return ToolOutput::ok("No files found");
         }
-        files.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        let total = files.len();
-        for (_, p) in &files {
+        for p in files.into_sorted() {
             if !out.push(p.display().to_string()) {
                 break;
             }
+        }
+        if total > MAX_LISTED_FILES && !out.full() {
+            out.cut_by_size = true;
         }
         let mut text = format!("Found {total} file{}\n", if total == 1 { "" } else { "s" });
         text.push_str(&out.lines.join("\n"));

@@ -80,6 +80,11 @@ fn write_file(path: &Path, content: &str) -> ToolOutput {
                 "{shown} is a directory; cannot write a file there."
             ));
         }
+        Ok(m) if !m.is_file() => {
+            return ToolOutput::error(format!(
+                "{shown} is not a regular file (a FIFO, socket or device); refusing to write it."
+            ));
+        }
         Ok(_) => true,
         Err(_) => false,
     };
@@ -91,7 +96,7 @@ fn write_file(path: &Path, content: &str) -> ToolOutput {
             parent.display()
         ));
     }
-    if let Err(e) = std::fs::write(path, content) {
+    if let Err(e) = super::paths::write_atomically(path, content.as_bytes()) {
         return ToolOutput::error(format!("Cannot write {shown}: {e}"));
     }
     let lines = content.lines().count();

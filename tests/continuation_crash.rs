@@ -1,0 +1,610 @@
+//! Continuation of the `flower` pipeline across real processes that die hard: SIGKILL
+//! right after a model reply, `flower state` as a strictly read-only probe (also over
+//! the `-wal`/`-shm` a killed writer leaves), and several `flower` processes at once in
+//! one directory.
+//!
+//! The fake model plays every agent, routed by the system prompt; each agent's reply
+//! depends only on how many turns its session already has, so a resumed session simply
+//! goes on where it stopped.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+use support::{FakeServer, Gate, Recorded, Reply};
+use tempfile::TempDir;
+
+const BRIEF: &str = "## 目标\n写一个 hello 脚本\n## 范围\n一个文件 hello.txt\n## 约束\n无\n## 验收\nhello.txt 内容是 hello\n";
+const GOAL: &str = "- [ ] hello.txt 存在\n- [ ] hello.txt 的内容是 hello\n";
+/// Only reached when something is broken.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Agent {
+    Clarifier,
+    GoalSetter,
+    Coordinator,
+    Worker,
+    Judge,
+}
+
+fn agent_of(req: &Recorded) -> Agent {
+    let system = req.system();
+    if system.contains("需求确认者") {
+        Agent::Clarifier
+    } else if system.contains("目标设定者") {
+        Agent::GoalSetter
+    } else if system.contains("协调者派来的子代理") {
+        Agent::Worker
+    } else if system.contains("协调者") {
+        Agent::Coordinator
+    } else if system.contains("判定者") {
+        Agent::Judge
+    } else {
+        panic!("unknown agent: {system}")
+    }
+}
+
+/// How many turns the session of this request has had: its assistant messages.
+fn turns(req: &Recorded) -> usize {
+    req.messages()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .count()
+}
+
+/// Each agent's script, by turn. The goal setter reads the brief first, so that a kill
+/// after its first reply leaves 目标.md unwritten (the step is not frozen, it resumes).
+fn reply(req: &Recorded) -> Reply {
+    let turn = turns(req);
+    let done = |text: &str| Reply::text(text);
+    match (agent_of(req), turn) {
+        (Agent::Clarifier, 0) => Reply::tool_use(
+            "Write",
+            json!({"file_path": "notes/需求.md", "content": BRIEF}),
+        ),
+        (Agent::Clarifier, _) => done("确认好了。"),
+        (Agent::GoalSetter, 0) => Reply::tool_use("Read", json!({"file_path": "notes/需求.md"})),
+        (Agent::GoalSetter, 1) => Reply::tool_use(
+            "Write",
+            json!({"file_path": "notes/目标.md", "content": GOAL}),
+        ),
+        (Agent::GoalSetter, _) => done("清单写好了。"),
+        (Agent::Coordinator, 0) => Reply::tool_use(
+            "Task",
+            json!({"description": "写 hello", "prompt": "在工作区写 hello.txt,内容 hello"}),
+        ),
+        (Agent::Coordinator, _) => done("做完了。"),
+        (Agent::Worker, 0) => Reply::tool_use(
+            "Write",
+            json!({"file_path": "hello.txt", "content": "hello"}),
+        ),
+        (Agent::Worker, _) => done("写好了 hello.txt。"),
+        (Agent::Judge, _) => done("1. hello.txt 存在:是\n2. 内容是 hello:是\n判定:通过"),
+    }
+}
+
+/// A home with a project in it.
+struct Project {
+    _home: TempDir,
+    home: PathBuf,
+    dir: PathBuf,
+}
+
+impl Project {
+    fn new() -> Project {
+        let home = TempDir::new().unwrap();
+        let path = home.path().canonicalize().unwrap();
+        let dir = path.join("proj");
+        std::fs::create_dir(&dir).unwrap();
+        Project {
+            home: path,
+            dir,
+            _home: home,
+        }
+    }
+
+    fn command(&self, server: &FakeServer, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        server.configure(&mut cmd);
+        cmd.current_dir(&self.dir)
+            .args(args)
+            .env("HOME", &self.home)
+            .env("NO_COLOR", "1")
+            .env("FLOWER_MAX_ATTEMPTS", "1")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
+        self.command(server, args).output().expect("run flower")
+    }
+
+    fn spawn(&self, server: &FakeServer, args: &[&str]) -> Child {
+        self.command(server, args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn flower")
+    }
+
+    /// `flower state [--json]`, which needs no server at all.
+    fn state(&self, json: bool) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        cmd.current_dir(&self.dir)
+            .arg("state")
+            .env("HOME", &self.home)
+            .env_remove("ANTHROPIC_API_KEY")
+            .stdin(Stdio::null());
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().expect("run flower state")
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
+    }
+
+    fn json(&self, rel: &str) -> Value {
+        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
+    }
+
+    fn rows(&self) -> Vec<Value> {
+        match self.json("runs/manifest.json") {
+            Value::Array(rows) => rows,
+            other => panic!("manifest.json is not an array: {other}"),
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Messages without their prompt-cache markers (which move to the newest message).
+fn plain(messages: &[Value]) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                map.remove("cache_control");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut v = Value::Array(messages.to_vec());
+    strip(&mut v);
+    v
+}
+
+/// Every entry under `dir` (directories too): path, size, mtime, inode and content.
+type Snapshot = BTreeMap<String, (u64, SystemTime, u64, Option<Vec<u8>>)>;
+
+fn snapshot(dir: &Path) -> Snapshot {
+    let mut out = Snapshot::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let content = if meta.is_dir() {
+                stack.push(path.clone());
+                None
+            } else {
+                Some(std::fs::read(&path).unwrap())
+            };
+            out.insert(
+                path.display().to_string(),
+                (meta.len(), meta.modified().unwrap(), meta.ino(), content),
+            );
+        }
+    }
+    // The directory itself: creating or removing anything in it changes its mtime.
+    let meta = std::fs::metadata(dir).unwrap();
+    out.insert(
+        ".".into(),
+        (meta.len(), meta.modified().unwrap(), meta.ino(), None),
+    );
+    out
+}
+
+fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
+    let names = |s: &Snapshot| s.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(after),
+        names(before),
+        "{what}: files created or removed"
+    );
+    for (path, was) in before {
+        let now = &after[path];
+        assert!(
+            was.0 == now.0 && was.1 == now.1 && was.2 == now.2 && was.3 == now.3,
+            "{what}: {path} changed (size {} -> {}, mtime {:?} -> {:?})",
+            was.0,
+            now.0,
+            was.1,
+            now.1
+        );
+    }
+}
+
+/// `flower state --json`, checked to write nothing, parsed.
+fn probe(project: &Project) -> Value {
+    let before = snapshot(&project.dir);
+    let out = project.state(true);
+    assert_same(&before, &snapshot(&project.dir), "flower state --json");
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let state: Value = serde_json::from_slice(&out.stdout).expect("state is JSON");
+    let keys: BTreeSet<&str> = state
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from(["waking", "brief", "goal", "checks", "woke", "steps"]),
+        "exactly the spec's fields"
+    );
+    // The human form reads the same and writes nothing either.
+    let before = snapshot(&project.dir);
+    let human = project.state(false);
+    assert_same(&before, &snapshot(&project.dir), "flower state");
+    assert!(human.status.success());
+    let human = text(&human.stdout);
+    assert!(
+        human.contains(&format!("已唤醒:{} 次", state["woke"])),
+        "{human}"
+    );
+    state
+}
+
+/// What a run in `kill_after_goal_setters_first_reply` left.
+struct Killed {
+    project: Project,
+    server: FakeServer,
+    /// The goal setter's request that was held when the process died.
+    held: Recorded,
+}
+
+/// Runs `flower "写个 hello 脚本"` until 设定目标's first reply (a Read of the brief) was
+/// handled and the next request is on its way, then SIGKILLs it. 确认需求 is done by
+/// then (its manifest row written); 设定目标 is in the middle of its session.
+fn kill_after_goal_setters_first_reply() -> Killed {
+    let project = Project::new();
+    let gate = Gate::new();
+    let holding = gate.clone();
+    let held_once = Arc::new(AtomicBool::new(false));
+    let server = FakeServer::with_handler(move |req, _| {
+        if agent_of(req) == Agent::GoalSetter
+            && turns(req) == 1
+            && !held_once.swap(true, Ordering::SeqCst)
+        {
+            return Reply::text("never delivered").gate_before(&holding);
+        }
+        reply(req)
+    });
+    let mut child = project.spawn(&server, &["写个 hello 脚本"]);
+    assert!(
+        gate.wait_reached(TIMEOUT),
+        "设定目标 never sent its second request"
+    );
+    child.kill().expect("SIGKILL");
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    let held = server
+        .requests()
+        .into_iter()
+        .rfind(|r| agent_of(r) == Agent::GoalSetter)
+        .unwrap();
+    Killed {
+        project,
+        server,
+        held,
+    }
+}
+
+#[test]
+fn killed_after_a_reply_the_next_run_resumes_that_session_and_keeps_the_rows() {
+    let Killed {
+        project,
+        server,
+        held,
+    } = kill_after_goal_setters_first_reply();
+
+    // What the killed process left: lineage with both steps, 确认需求's row only.
+    let lineage = project.json("runs/lineage.json");
+    assert_eq!(lineage["woke"], 1);
+    let clarify_id = lineage["steps"]["确认需求"].as_str().unwrap().to_string();
+    let goal_id = lineage["steps"]["设定目标"]
+        .as_str()
+        .expect("设定目标's session was on disk")
+        .to_string();
+    let rows = project.rows();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let first_row = rows[0].clone();
+    assert_eq!(first_row["step"], "确认需求");
+    assert_eq!(first_row["ok"], true);
+    assert_eq!(first_row["session_id"], clarify_id.as_str());
+    let first_run = first_row["run"].as_str().unwrap().to_string();
+    assert!(!project.dir.join("notes/目标.md").exists());
+
+    // Wake, saying nothing.
+    let before = server.request_count();
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("== 设定目标 ") && l.ends_with("2/3  <- 接上次 · 第 2 次唤醒")),
+        "{stdout}"
+    );
+
+    // The very next request is the goal setter's, in the same session: everything the
+    // killed request carried (its prompt, the Read call and its result) is there.
+    let requests = server.requests();
+    let resumed = &requests[before];
+    assert_eq!(agent_of(resumed), Agent::GoalSetter, "确认需求 is frozen");
+    assert_eq!(
+        plain(&resumed.messages()[..2]),
+        plain(&held.messages()[..2]),
+        "the earlier history"
+    );
+    let last = resumed.messages().last().unwrap().to_string();
+    assert!(
+        last.contains("tool_result") && last.contains("## 验收"),
+        "the Read result survived the kill: {last}"
+    );
+    assert_eq!(project.read("notes/目标.md"), GOAL);
+
+    let lineage = project.json("runs/lineage.json");
+    assert_eq!(lineage["woke"], 2);
+    assert_eq!(lineage["steps"]["设定目标"], goal_id.as_str());
+    assert_eq!(lineage["steps"]["确认需求"], clarify_id.as_str());
+
+    // The killed process's row is still there, untouched; this process added its own.
+    let rows = project.rows();
+    assert_eq!(rows[0], first_row);
+    let steps: Vec<&str> = rows.iter().map(|r| r["step"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["确认需求", "设定目标", "干活", "干活·判定#1"]);
+    let second_run = rows[1]["run"].as_str().unwrap();
+    assert_ne!(second_run, first_run);
+    assert!(rows[1..].iter().all(|r| r["run"] == second_run));
+    assert_eq!(rows[1]["session_id"], goal_id.as_str());
+    assert_eq!(rows[1]["resumed"], true);
+}
+
+#[test]
+fn state_is_read_only_and_reports_the_spec_fields() {
+    // A fresh directory: nothing there, nothing created.
+    let project = Project::new();
+    let state = probe(&project);
+    assert_eq!(
+        state,
+        json!({"waking": false, "brief": null, "goal": null, "checks": 0, "woke": 0, "steps": {}})
+    );
+    assert!(!project.dir.join("runs").exists());
+
+    // After a writer was SIGKILLed: its WAL and shared-memory index are still there,
+    // holding commits the probe must see without touching either file.
+    let Killed {
+        project, server, ..
+    } = kill_after_goal_setters_first_reply();
+    let runs = project.dir.join("runs");
+    let wal = std::fs::metadata(runs.join("sessions.db-wal")).expect("the killed writer's WAL");
+    assert!(wal.len() > 0);
+    assert!(runs.join("sessions.db-shm").exists());
+    let lineage = project.json("runs/lineage.json");
+    for _ in 0..3 {
+        let state = probe(&project);
+        assert_eq!(
+            state,
+            json!({
+                "waking": true,
+                "brief": BRIEF,
+                "goal": null,
+                "checks": 0,
+                "woke": 1,
+                "steps": lineage["steps"],
+            })
+        );
+        assert_eq!(state["steps"].as_object().unwrap().len(), 2);
+    }
+
+    // After a complete wake.
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let lineage = project.json("runs/lineage.json");
+    let state = probe(&project);
+    assert_eq!(
+        state,
+        json!({
+            "waking": true,
+            "brief": BRIEF,
+            "goal": GOAL,
+            "checks": 2,
+            "woke": 2,
+            "steps": lineage["steps"],
+        })
+    );
+    assert_eq!(
+        state["steps"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["干活", "确认需求", "设定目标"]
+    );
+}
+
+/// 同一个目录并行跑多个 flower 是安全的: three `flower` processes at once in one
+/// directory and run dir. They are held at their first request until all three are
+/// there, so their runs really overlap; afterwards manifest.json holds every process's
+/// rows and sessions.db holds every session and is sound.
+#[test]
+fn several_flowers_at_once_in_one_directory() {
+    const PROCESSES: usize = 3;
+    let project = Project::new();
+    let gate = Gate::new();
+    let holding = gate.clone();
+    let server = FakeServer::with_handler(move |req, _| {
+        let first = reply(req);
+        if agent_of(req) == Agent::Clarifier && turns(req) == 0 {
+            return first.gate_before(&holding);
+        }
+        first
+    });
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| {
+            project
+                .command(&server, &["写个 hello 脚本"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn flower")
+        })
+        .collect();
+    assert!(
+        gate.wait_reached_n(PROCESSES, TIMEOUT),
+        "not every process reached its first request ({} did)",
+        gate.reached()
+    );
+    gate.open();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "stdout: {}\nstderr: {}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+
+    // Every process's rows, each under its own run id, none lost.
+    let rows = project.rows();
+    let mut by_run: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for row in &rows {
+        by_run
+            .entry(row["run"].as_str().unwrap().to_string())
+            .or_default()
+            .push(row["step"].as_str().unwrap());
+        assert_eq!(row["ok"], true, "{row}");
+    }
+    assert_eq!(by_run.len(), PROCESSES, "{rows:#?}");
+    for (run, steps) in &by_run {
+        // 设定目标 is skipped by a process that finds another's 目标.md already there. A
+        // note gate may also catch another process in the middle of writing the same
+        // note and send its step one round back (`#round2`).
+        let firsts: Vec<&str> = steps
+            .iter()
+            .copied()
+            .filter(|s| !s.contains("#round"))
+            .collect();
+        assert!(
+            firsts == ["确认需求", "设定目标", "干活", "干活·判定#1"]
+                || firsts == ["确认需求", "干活", "干活·判定#1"],
+            "{run}: {steps:?}"
+        );
+        for round in steps.iter().filter(|s| s.contains("#round")) {
+            let step = round.split('#').next().unwrap();
+            assert!(firsts.contains(&step), "{run}: {steps:?}");
+        }
+    }
+    let runs = project.dir.join("runs");
+    let leftovers: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp") || n.contains("corrupt"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // sessions.db: every session of every row is listed by `flower store sessions`.
+    let key = flower::stores::project_key(&project.dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+        .current_dir(&project.dir)
+        .args(["store", "sessions", &key])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed: BTreeSet<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    let used: BTreeSet<&str> = rows
+        .iter()
+        .map(|r| r["session_id"].as_str().unwrap())
+        .collect();
+    assert!(used.is_subset(&listed), "used {used:?}, listed {listed:?}");
+    let judges = rows.iter().filter(|r| r["step"] == "干活·判定#1").count();
+    assert_eq!(judges, PROCESSES);
+    // And the file is sound.
+    let db = rusqlite::Connection::open_with_flags(
+        runs.join("sessions.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let check: String = db
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+/// A reader that went away (`flower state | head -0`) is not a crash: no panic, exit 0,
+/// whether the pipe closed before the first byte or not.
+#[test]
+fn state_into_a_closed_pipe_is_not_a_crash() {
+    let project = Project::new();
+    std::fs::create_dir(project.dir.join("notes")).unwrap();
+    std::fs::write(project.dir.join("notes/需求.md"), BRIEF).unwrap();
+    for json in [true, false] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe() fills two fresh descriptors; each is owned by exactly one File.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (read, write) = unsafe {
+            use std::os::fd::FromRawFd;
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        drop(read); // every write into the pipe now fails with EPIPE
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        cmd.current_dir(&project.dir)
+            .arg("state")
+            .env("HOME", &project.home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::piped());
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "json={json}: stderr: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            !text(&out.stderr).contains("panicked"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
