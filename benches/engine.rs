@@ -1,1 +1,505 @@
-fn main() {}
+//! Engine benchmarks (issue #2, "Performance"). Prints figures next to their goals;
+//! asserts none. Run with `cargo bench --bench engine`.
+//!
+//! Everything runs the real release `flower` binary (`CARGO_BIN_EXE_flower`, which
+//! `cargo bench` builds with the release profile) as a child process against the fake
+//! Messages API server of `tests/support/`, which answers at once:
+//!
+//! 1. one-turn `flower once`: whole-process wall time (spawn to exit, median and p95)
+//!    and peak RSS. Goals: ≤ 30 ms, ≤ 20 MiB.
+//! 2. a 200-turn session (200 `Read` calls of a small file, then a final text): the
+//!    harness overhead per turn, i.e. the wall time minus the fake server's share, over
+//!    the number of model turns. Goal: ≤ 2 ms per turn.
+//! 3. resuming that session for one more turn (`flower once --resume ID`): wall time
+//!    and peak RSS.
+//!
+//! Peak RSS is the child's own `ru_maxrss`, read with `wait4(pid)` (libc) by a small
+//! helper process (see [`measure`]); CPU time is its user + system time.
+//!
+//! The figures are only as quiet as the machine: on a loaded 2-core machine wall times
+//! include waiting for a CPU, and fsync latency varies a lot. The CPU times printed
+//! next to them are steadier.
+//!
+//! For scale (DESIGN.md §7): Claude Code 2.1.327 takes 0.42 s and 216 MiB for the
+//! one-turn job, about 33 ms of harness time per turn over 301 turns, and 0.54 s and
+//! 267 MiB to resume a 301-turn session for one more turn.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use serde_json::json;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{FakeServer, Recorded, Reply};
+
+/// Runs of the one-turn job.
+const ONE_TURN_RUNS: usize = 20;
+/// Tool-call turns of the long session (a final text turn follows).
+const TOOL_TURNS: usize = 200;
+/// Runs of the long session.
+const SESSION_RUNS: usize = 5;
+/// Runs of the resume job.
+const RESUME_RUNS: usize = 10;
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--measure-child") {
+        return measure_child(&args[1..]);
+    }
+    // `FLOWER_BENCH_BIN=/path/to/flower` measures another build (e.g. before a change).
+    let bin = std::env::var("FLOWER_BENCH_BIN").ok();
+    let flower = bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_flower"));
+    if !flower.contains("/release/") && bin.is_none() {
+        println!("warning: {flower} is not a release build; run `cargo bench`");
+    }
+    // `cargo bench --bench engine -- one` runs only the one-turn part (`session`: the
+    // long session, `resume`: the long session and its resume).
+    let wanted: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    let run = |part: &str| wanted.is_empty() || wanted.contains(&part);
+    println!("engine: {flower}, against the fake server answering at once");
+    if run("one") {
+        one_turn(flower);
+    }
+    if run("session") || run("resume") {
+        let session = long_session(flower);
+        if run("resume") {
+            resume(flower, &session);
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// What one child process cost.
+struct Usage {
+    wall: Duration,
+    /// Peak resident set size, bytes.
+    max_rss: u64,
+    /// User + system CPU time.
+    cpu: Duration,
+}
+
+/// Runs `cmd` to its end and measures it: wall time from spawn to reaping, peak RSS and
+/// CPU time. Panics when it fails (a benchmark of a failing run measures nothing).
+/// Returns the child's stdout.
+///
+/// Why a helper process: Linux carries a process's peak RSS across `exec` (the
+/// spawning process's high-water mark is folded into the child's `ru_maxrss`), and this
+/// bench process grows large (it keeps every request of the long session). So the
+/// command is run by a fresh copy of this small bench executable (`--measure-child`),
+/// which spawns it, reaps it with `wait4` and prints its rusage; `getrusage`'s
+/// `RUSAGE_CHILDREN` would also do for one child, but `wait4` is per child.
+///
+/// `FLOWER_BENCH_WRAP="perf record -g -o /tmp/p.data"` (or `strace -f -c`…) runs flower
+/// under a profiler instead; the figures then include the profiler.
+fn measure(cmd: Command, dir: &Path) -> (Usage, String) {
+    let stdout_path = dir.join(".bench-stdout");
+    let stderr_path = dir.join(".bench-stderr");
+    let mut helper = Command::new(std::env::current_exe().expect("bench executable"));
+    helper
+        .arg("--measure-child")
+        .arg(&stdout_path)
+        .arg(&stderr_path)
+        .arg("--");
+    if let Ok(wrap) = std::env::var("FLOWER_BENCH_WRAP") {
+        helper.args(wrap.split_whitespace());
+    }
+    helper.arg(cmd.get_program()).args(cmd.get_args());
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(value) => helper.env(name, value),
+            None => helper.env_remove(name),
+        };
+    }
+    if let Some(cwd) = cmd.get_current_dir() {
+        helper.current_dir(cwd);
+    }
+    let out = helper
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the helper");
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "flower failed ({})\nstdout: {stdout}\nstderr: {stderr}\nhelper: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().expect("helper figure"))
+        .collect();
+    let [wall_ns, max_rss_kib, cpu_ns] = figures[..] else {
+        panic!("helper printed {figures:?}");
+    };
+    let usage = Usage {
+        wall: Duration::from_nanos(wall_ns),
+        max_rss: max_rss_kib * 1024,
+        cpu: Duration::from_nanos(cpu_ns),
+    };
+    (usage, stdout)
+}
+
+/// The `--measure-child STDOUT STDERR -- PROGRAM ARGS…` mode: runs the program with
+/// its output in those files, reaps it with `wait4`, and prints `wall_ns max_rss_kib
+/// cpu_ns`; exits non-zero when the program failed.
+fn measure_child(args: &[String]) -> std::process::ExitCode {
+    let [stdout_path, stderr_path, dashes, program, rest @ ..] = args else {
+        eprintln!("usage: --measure-child STDOUT STDERR -- PROGRAM [ARGS…]");
+        return std::process::ExitCode::from(2);
+    };
+    assert_eq!(dashes, "--");
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(stdout_path).expect("stdout file"))
+        .stderr(std::fs::File::create(stderr_path).expect("stderr file"));
+    let start = Instant::now();
+    let child = cmd.spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: a zeroed rusage is a valid value; wait4 fills it for our own child.
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    let reaped = loop {
+        // SAFETY: plain FFI call with pointers to live locals.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut rusage) };
+        if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        break r;
+    };
+    let wall = start.elapsed();
+    // Reaped: `Child` must not be waited on again (dropping it does not wait).
+    drop(child);
+    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    // Linux reports ru_maxrss in KiB.
+    println!(
+        "{} {} {}",
+        wall.as_nanos(),
+        rusage.ru_maxrss,
+        ns(rusage.ru_utime) + ns(rusage.ru_stime)
+    );
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        eprintln!("status {status:#x}");
+        std::process::ExitCode::FAILURE
+    }
+}
+
+fn flower_cmd(flower: &str, server: &FakeServer, dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(flower);
+    server.configure(&mut cmd);
+    cmd.current_dir(dir)
+        .args(args)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The value at quantile `q` (nearest rank) of `samples`.
+fn quantile<T: Copy + Ord>(samples: &[T], q: f64) -> T {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "meets the goal"
+    } else {
+        "MISSES the goal"
+    }
+}
+
+/// Part 1: one prompt, one text turn, whole process. In a new directory (the first
+/// `flower once` of a project creates `runs/sessions.db`: WAL switch, migrations) and
+/// in a directory whose database already exists (every later run).
+fn one_turn(flower: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = FakeServer::with_handler(|_, _| Reply::text("好的。").usage(1200, 5));
+    // One unmeasured run first: page cache, the binary's pages.
+    let warm = flower_cmd(flower, &server, dir.path(), &["once", "说好的"]);
+    measure(warm, dir.path());
+    println!();
+    println!("one-turn `flower once` (n={ONE_TURN_RUNS} each):");
+    for existing in [false, true] {
+        let mut walls = Vec::new();
+        let mut rss = Vec::new();
+        let mut cpu = Vec::new();
+        for i in 0..ONE_TURN_RUNS {
+            let run = if existing {
+                dir.path().to_path_buf()
+            } else {
+                let run = dir.path().join(format!("new{i}"));
+                std::fs::create_dir(&run).expect("run dir");
+                run
+            };
+            let cmd = flower_cmd(flower, &server, &run, &["once", "说好的"]);
+            let (usage, _) = measure(cmd, &run);
+            walls.push(usage.wall);
+            rss.push(usage.max_rss);
+            cpu.push(usage.cpu);
+        }
+        let wall_med = quantile(&walls, 0.5);
+        let rss_max = quantile(&rss, 1.0);
+        println!(
+            "  {}:",
+            if existing {
+                "sessions.db already there (every run but a project's first)"
+            } else {
+                "new directory (creates runs/sessions.db)"
+            }
+        );
+        println!(
+            "    wall: median {:.1} ms, p95 {:.1} ms (CPU median {:.1} ms); goal <= 30 ms: {}; Claude Code 420 ms",
+            ms(wall_med),
+            ms(quantile(&walls, 0.95)),
+            ms(quantile(&cpu, 0.5)),
+            verdict(wall_med <= Duration::from_millis(30))
+        );
+        println!(
+            "    peak RSS: median {:.1} MiB, max {:.1} MiB; goal <= 20 MiB: {}; Claude Code 216 MiB",
+            mib(quantile(&rss, 0.5)),
+            mib(rss_max),
+            verdict(rss_max <= 20 * 1024 * 1024)
+        );
+    }
+}
+
+/// The long session a resume measurement continues.
+struct Session {
+    dir: tempfile::TempDir,
+    id: String,
+}
+
+/// Part 2: 200 `Read` tool calls, then a final text: the harness overhead per turn.
+///
+/// Method: harness time = wall − the fake server's share. The server's share is
+/// measured separately by replaying the very requests flower sent (their recorded
+/// bodies, byte for byte, on one keep-alive connection like flower's) against a fresh
+/// fake server with a minimal blocking HTTP client, timing each round trip from the
+/// first byte written to the last byte of the streamed reply read. That round trip is
+/// what flower spends waiting on the server (the server reads and parses the growing
+/// body, records it, streams the reply over loopback); everything else in the wall time
+/// (process start, SQLite, request serialization, SSE parsing, the tools, the
+/// transcript appends) is the harness's. Caveats: the replay client's own (tiny) work
+/// counts in the server's share, and the replay runs the server warm and alone, so
+/// the subtraction is an estimate, good to a few tens of microseconds per turn. Process
+/// start and exit are in the harness's time, spread over the turns.
+fn long_session(flower: &str) -> Session {
+    let mut kept: Option<Session> = None;
+    let mut runs: Vec<SessionRun> = Vec::new();
+    let mut body_bytes = 0;
+    for _ in 0..SESSION_RUNS {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(
+            dir.path().join("notes.txt"),
+            "a small file\nof three lines\nto read again and again\n",
+        )
+        .expect("seed file");
+        let server = FakeServer::start(session_script());
+        let cmd = flower_cmd(
+            flower,
+            &server,
+            dir.path(),
+            &[
+                "once",
+                "Read notes.txt 200 times, then say done.",
+                "--json",
+                "--allowed-tools",
+                "Read",
+            ],
+        );
+        let (usage, stdout) = measure(cmd, dir.path());
+        let out: serde_json::Value = serde_json::from_str(&stdout).expect("--json output");
+        assert_eq!(out["num_turns"], json!(TOOL_TURNS + 1), "{out}");
+        assert_eq!(out["is_error"], json!(false), "{out}");
+        let requests = server.requests();
+        assert_eq!(requests.len(), TOOL_TURNS + 1);
+        body_bytes = requests.last().map_or(0, |r| r.raw_body.len());
+        let server_share = replay(&requests);
+        runs.push(SessionRun {
+            harness: usage.wall.saturating_sub(server_share),
+            server: server_share,
+            usage,
+        });
+        let id = out["session_id"].as_str().expect("session id").to_string();
+        kept = Some(Session { dir, id });
+    }
+    let turns = (TOOL_TURNS + 1) as u32;
+    runs.sort_by_key(|r| r.harness);
+    let median = &runs[runs.len() / 2];
+    let per_turn = median.harness / turns;
+    println!();
+    println!(
+        "{TOOL_TURNS}-turn session ({TOOL_TURNS} Read calls + a final text = {turns} model turns; last request body {:.0} KB; n={SESSION_RUNS}):",
+        body_bytes as f64 / 1e3
+    );
+    println!(
+        "  median run: wall {:.0} ms = server share {:.0} ms + harness {:.0} ms (process start and exit included); flower CPU {:.0} ms; peak RSS {:.1} MiB",
+        ms(median.usage.wall),
+        ms(median.server),
+        ms(median.harness),
+        ms(median.usage.cpu),
+        mib(median.usage.max_rss),
+    );
+    println!(
+        "  harness overhead: {:.2} ms/turn (runs: {:.2} to {:.2}), flower CPU {:.2} ms/turn; goal <= 2 ms/turn: {}; Claude Code ~33 ms/turn",
+        ms(per_turn),
+        ms(runs[0].harness / turns),
+        ms(runs[runs.len() - 1].harness / turns),
+        ms(median.usage.cpu / turns),
+        verdict(per_turn <= Duration::from_millis(2))
+    );
+    kept.expect("at least one run")
+}
+
+/// One run of the long session.
+struct SessionRun {
+    usage: Usage,
+    server: Duration,
+    harness: Duration,
+}
+
+fn session_script() -> Vec<Reply> {
+    let mut replies: Vec<Reply> = (0..TOOL_TURNS)
+        .map(|_| Reply::tool_use("Read", json!({"file_path": "notes.txt"})).usage(2000, 30))
+        .collect();
+    replies.push(Reply::text("done").usage(2000, 2));
+    replies
+}
+
+/// Sends `requests` again, in order, on one keep-alive connection to a fresh fake
+/// server answering the same script; returns the summed round-trip time.
+fn replay(requests: &[Recorded]) -> Duration {
+    let server = FakeServer::start(session_script());
+    let stream = TcpStream::connect(("127.0.0.1", server.port())).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut writer = stream.try_clone().expect("clone stream");
+    let mut reader = BufReader::new(stream);
+    let mut total = Duration::ZERO;
+    for request in requests {
+        let mut message = format!(
+            "POST {} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            request.path,
+            request.raw_body.len()
+        )
+        .into_bytes();
+        message.extend_from_slice(request.raw_body.as_bytes());
+        let start = Instant::now();
+        writer.write_all(&message).expect("send");
+        read_chunked_response(&mut reader);
+        total += start.elapsed();
+    }
+    total
+}
+
+/// Reads one HTTP/1.1 response with a chunked body to its end.
+fn read_chunked_response(reader: &mut BufReader<TcpStream>) {
+    let mut line = String::new();
+    let mut chunked = false;
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("response head");
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if line
+            .to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+        {
+            chunked = true;
+        }
+    }
+    assert!(chunked, "the fake streams chunked replies");
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("chunk size");
+        let size = usize::from_str_radix(line.trim(), 16).expect("hex chunk size");
+        let mut data = vec![0; size + 2];
+        reader.read_exact(&mut data).expect("chunk data");
+        if size == 0 {
+            return;
+        }
+    }
+}
+
+/// Part 3: the 201-turn session continued for one more turn.
+fn resume(flower: &str, session: &Session) {
+    let runs = session.dir.path().join("runs");
+    let pristine = session.dir.path().join("runs.pristine");
+    copy_dir(&runs, &pristine);
+    let server = FakeServer::with_handler(|_, _| Reply::text("还在。").usage(30_000, 4));
+    let mut walls = Vec::new();
+    let mut rss = Vec::new();
+    let mut cpu = Vec::new();
+    let mut messages = 0;
+    for _ in 0..RESUME_RUNS {
+        // Always the same 201-turn session, not one that grows by a turn per run.
+        std::fs::remove_dir_all(&runs).expect("remove runs");
+        copy_dir(&pristine, &runs);
+        let before = server.request_count();
+        let cmd = flower_cmd(
+            flower,
+            &server,
+            session.dir.path(),
+            &["once", "再读一次?", "--resume", &session.id],
+        );
+        let (usage, _) = measure(cmd, session.dir.path());
+        let requests = server.requests();
+        assert_eq!(requests.len(), before + 1);
+        messages = requests.last().map_or(0, |r| r.messages().len());
+        walls.push(usage.wall);
+        rss.push(usage.max_rss);
+        cpu.push(usage.cpu);
+    }
+    let db = std::fs::metadata(pristine.join("sessions.db")).map_or(0, |m| m.len());
+    println!();
+    println!(
+        "resume the {}-turn session for one more turn ({messages} messages sent, sessions.db {:.1} MB; n={RESUME_RUNS}):",
+        TOOL_TURNS + 1,
+        db as f64 / 1e6
+    );
+    println!(
+        "  wall: median {:.1} ms, p95 {:.1} ms (CPU median {:.1} ms); Claude Code 540 ms (301 turns)",
+        ms(quantile(&walls, 0.5)),
+        ms(quantile(&walls, 0.95)),
+        ms(quantile(&cpu, 0.5))
+    );
+    println!(
+        "  peak RSS: median {:.1} MiB, max {:.1} MiB; Claude Code 267 MiB",
+        mib(quantile(&rss, 0.5)),
+        mib(quantile(&rss, 1.0))
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}

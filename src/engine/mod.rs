@@ -357,12 +357,20 @@ impl Engine {
                     return RunResult::failed(&session_id, Stop::Fatal, e.to_string(), started);
                 }
             };
-        let tool_defs = self.offered_tools(&permissions, conv.depth);
         let model = conv
             .spec
             .model
             .clone()
             .unwrap_or_else(|| self.config.model.default_model().to_string());
+        // Built once: each turn lends it the history (moved in and back out, see below),
+        // so no turn copies the tools, the system prompt or the whole conversation.
+        let mut request = MessagesRequest {
+            model: model.clone(),
+            max_tokens: self.config.max_tokens,
+            system: conv.spec.instructions.clone(),
+            messages: Vec::new(),
+            tools: self.offered_tools(&permissions, conv.depth),
+        };
         let mut totals = Totals::new();
         let finish = |totals: Totals, stop: Stop, error: Option<String>, model_error| RunResult {
             session_id: session_id.clone(),
@@ -394,14 +402,14 @@ impl Engine {
                 let error = format!("max_turns reached ({max})");
                 return finish(totals, Stop::MaxTurns, Some(error), None);
             }
-            let request = MessagesRequest {
-                model: model.clone(),
-                max_tokens: self.config.max_tokens,
-                system: conv.spec.instructions.clone(),
-                messages: conv.messages.to_vec(),
-                tools: tool_defs.clone(),
-            };
-            let reply = match self.request(&request, conv.depth).await {
+            // The history is moved into the request, not cloned: a deep copy of every
+            // message on every turn made a long session quadratic (most of the harness's
+            // CPU time per turn at 200 turns). It goes back before anything else happens;
+            // if this future is dropped mid-request, the conversation is dropped with it.
+            request.messages = conv.messages.take();
+            let turn = self.request(&request, conv.depth).await;
+            conv.messages.restore(std::mem::take(&mut request.messages));
+            let reply = match turn {
                 Turn::Reply(reply) => reply,
                 Turn::Interrupted => {
                     let entry = conv

@@ -201,6 +201,17 @@ impl Messages {
         self.messages.clone()
     }
 
+    /// Moves the messages out (leaving none), e.g. into a request, without copying
+    /// them; give them back with [`Messages::restore`].
+    pub fn take(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.messages)
+    }
+
+    /// Puts back what [`Messages::take`] took.
+    pub fn restore(&mut self, messages: Vec<Value>) {
+        self.messages = messages;
+    }
+
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }
