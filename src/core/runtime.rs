@@ -12,7 +12,7 @@ use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use crate::engine::Denial;
 use crate::engine::{
     AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt,
-    RunRequest, RunResult, SessionStart, Stop,
+    RunRequest, RunResult, SessionStart,
 };
 use crate::model::anthropic::AnthropicClient;
 use crate::model::{ModelClient, Usage};
@@ -470,9 +470,6 @@ fn absorb(result: &mut StepResult, run: &RunResult) {
     }
     if run.num_turns > 0 {
         result.context = run.context;
-    }
-    if run.stop == Stop::MaxTurns {
-        result.text = run.text.clone();
     }
 }
 

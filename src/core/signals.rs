@@ -11,6 +11,9 @@ use super::runtime::Rescuer;
 use crate::engine::Interrupt;
 use tokio::signal::unix::{SignalKind, signal};
 
+/// Two Ctrl-C within this long count as twice, even if the first was already handled.
+pub const DOUBLE_PRESS: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Exit status after a double Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
 
@@ -38,8 +41,13 @@ pub fn install(
     }
     let mut sigint = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
+        let mut last: Option<std::time::Instant> = None;
         while sigint.recv().await.is_some() {
-            if interrupt.is_pending() {
+            // Twice: while the first is still being handled, or (when nobody can be
+            // asked and the first was handled at once) within a moment of it.
+            let soon = last.is_some_and(|at| at.elapsed() < DOUBLE_PRESS);
+            last = Some(std::time::Instant::now());
+            if interrupt.is_pending() || soon {
                 on_exit();
                 crate::tools::bash::kill_running();
                 std::process::exit(EXIT_INTERRUPTED);
