@@ -129,7 +129,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         renderer.note(&format!("flower: {warning}"));
     }
     let exit_renderer = renderer.clone();
-    signals::install(Some(runtime.rescuer()), interrupt, move || {
+    signals::install(Some(runtime.rescuer()), interrupt, interactive, move || {
         exit_renderer.finish();
         eprintln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
     })?;

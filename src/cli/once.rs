@@ -34,7 +34,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
     }
-    signals::install(None, interrupt, || {})?;
+    signals::install(None, interrupt, interactive, || {})?;
 
     let spec = AgentSpec {
         name: "once".into(),

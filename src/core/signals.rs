@@ -11,17 +11,19 @@ use super::runtime::Rescuer;
 use crate::engine::Interrupt;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// Two Ctrl-C within this long count as twice, even if the first was already handled.
+/// Without a terminal to ask, two Ctrl-C within this long count as twice.
 pub const DOUBLE_PRESS: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Exit status after a double Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
 
-/// Installs the handlers on the current tokio runtime. `on_exit` runs before a double
-/// Ctrl-C exits (close the store, restore the terminal).
+/// Installs the handlers on the current tokio runtime. `asks_after_interrupt`: the user
+/// is asked for a line after a Ctrl-C (stdin is a terminal). `on_exit` runs before a
+/// double Ctrl-C exits (close the store, restore the terminal).
 pub fn install(
     rescuer: Option<Rescuer>,
     interrupt: Interrupt,
+    asks_after_interrupt: bool,
     on_exit: impl Fn() + Send + Sync + 'static,
 ) -> std::io::Result<()> {
     // Without a rescuer (`flower once`) there is no row to write; the running commands
@@ -43,9 +45,10 @@ pub fn install(
     tokio::spawn(async move {
         let mut last: Option<std::time::Instant> = None;
         while sigint.recv().await.is_some() {
-            // Twice: while the first is still being handled, or (when nobody can be
-            // asked and the first was handled at once) within a moment of it.
-            let soon = last.is_some_and(|at| at.elapsed() < DOUBLE_PRESS);
+            // Twice: while the first is still being handled (the user is being asked),
+            // or, when nobody can be asked and the first was handled at once, within a
+            // moment of it.
+            let soon = !asks_after_interrupt && last.is_some_and(|at| at.elapsed() < DOUBLE_PRESS);
             last = Some(std::time::Instant::now());
             if interrupt.is_pending() || soon {
                 on_exit();
