@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod fake;
+pub mod pipeline;
 pub mod workspace;
 
 pub use fake::{Block, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
