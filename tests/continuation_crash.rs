@@ -12,148 +12,54 @@ mod support;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
+use support::pipeline::{
+    Agent, BRIEF, GOAL, Project, agent_of, plain, simple_reply, text, turn_of,
+};
 use support::{FakeServer, Gate, Recorded, Reply};
-use tempfile::TempDir;
 
-const BRIEF: &str = "## 目标\n写一个 hello 脚本\n## 范围\n一个文件 hello.txt\n## 约束\n无\n## 验收\nhello.txt 内容是 hello\n";
-const GOAL: &str = "- [ ] hello.txt 存在\n- [ ] hello.txt 的内容是 hello\n";
 /// Only reached when something is broken.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Agent {
-    Clarifier,
-    GoalSetter,
-    Coordinator,
-    Worker,
-    Judge,
-}
-
-fn agent_of(req: &Recorded) -> Agent {
-    let system = req.system();
-    if system.contains("需求确认者") {
-        Agent::Clarifier
-    } else if system.contains("目标设定者") {
-        Agent::GoalSetter
-    } else if system.contains("协调者派来的子代理") {
-        Agent::Worker
-    } else if system.contains("协调者") {
-        Agent::Coordinator
-    } else if system.contains("判定者") {
-        Agent::Judge
-    } else {
-        panic!("unknown agent: {system}")
-    }
-}
-
-/// How many turns the session of this request has had: its assistant messages.
-fn turns(req: &Recorded) -> usize {
-    req.messages()
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .count()
-}
-
-/// Each agent's script, by turn. The goal setter reads the brief first, so that a kill
-/// after its first reply leaves 目标.md unwritten (the step is not frozen, it resumes).
+/// Each agent's script, by turn: [`simple_reply`]'s, but the goal setter reads the
+/// brief first, so that a kill after its first reply leaves 目标.md unwritten (the step
+/// is not frozen, it resumes).
 fn reply(req: &Recorded) -> Reply {
-    let turn = turns(req);
-    let done = |text: &str| Reply::text(text);
-    match (agent_of(req), turn) {
-        (Agent::Clarifier, 0) => Reply::tool_use(
-            "Write",
-            json!({"file_path": "notes/需求.md", "content": BRIEF}),
-        ),
-        (Agent::Clarifier, _) => done("确认好了。"),
+    match (agent_of(req), turn_of(req)) {
         (Agent::GoalSetter, 0) => Reply::tool_use("Read", json!({"file_path": "notes/需求.md"})),
         (Agent::GoalSetter, 1) => Reply::tool_use(
             "Write",
             json!({"file_path": "notes/目标.md", "content": GOAL}),
         ),
-        (Agent::GoalSetter, _) => done("清单写好了。"),
-        (Agent::Coordinator, 0) => Reply::tool_use(
-            "Task",
-            json!({"description": "写 hello", "prompt": "在工作区写 hello.txt,内容 hello"}),
-        ),
-        (Agent::Coordinator, _) => done("做完了。"),
-        (Agent::Worker, 0) => Reply::tool_use(
-            "Write",
-            json!({"file_path": "hello.txt", "content": "hello"}),
-        ),
-        (Agent::Worker, _) => done("写好了 hello.txt。"),
-        (Agent::Judge, _) => done("1. hello.txt 存在:是\n2. 内容是 hello:是\n判定:通过"),
+        (Agent::GoalSetter, _) => Reply::text("清单写好了。"),
+        _ => simple_reply(req),
     }
-}
-
-/// A home with a project in it.
-struct Project {
-    _home: TempDir,
-    home: PathBuf,
-    dir: PathBuf,
 }
 
 impl Project {
-    fn new() -> Project {
-        let home = TempDir::new().unwrap();
-        let path = home.path().canonicalize().unwrap();
-        let dir = path.join("proj");
-        std::fs::create_dir(&dir).unwrap();
-        Project {
-            home: path,
-            dir,
-            _home: home,
-        }
-    }
-
-    fn command(&self, server: &FakeServer, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
-        cmd.current_dir(&self.dir)
-            .args(args)
-            .env("HOME", &self.home)
-            .env("NO_COLOR", "1")
-            .env("FLOWER_MAX_ATTEMPTS", "1")
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
-        self.command(server, args).output().expect("run flower")
-    }
-
-    fn spawn(&self, server: &FakeServer, args: &[&str]) -> Child {
-        self.command(server, args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn flower")
-    }
-
     /// `flower state [--json]`, which needs no server at all.
-    fn state(&self, json: bool) -> Output {
+    fn state_command(&self, json: bool) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
         cmd.current_dir(&self.dir)
             .arg("state")
             .env("HOME", &self.home)
-            .env_remove("ANTHROPIC_API_KEY")
             .stdin(Stdio::null());
         if json {
             cmd.arg("--json");
         }
-        cmd.output().expect("run flower state")
+        cmd
     }
 
-    fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
-    }
-
-    fn json(&self, rel: &str) -> Value {
-        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
+    /// `flower state [--json]` without an API key, run to the end.
+    fn state(&self, json: bool) -> Output {
+        self.state_command(json)
+            .env_remove("ANTHROPIC_API_KEY")
+            .output()
+            .expect("run flower state")
     }
 
     fn rows(&self) -> Vec<Value> {
@@ -162,27 +68,6 @@ impl Project {
             other => panic!("manifest.json is not an array: {other}"),
         }
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Messages without their prompt-cache markers (which move to the newest message).
-fn plain(messages: &[Value]) -> Value {
-    fn strip(v: &mut Value) {
-        match v {
-            Value::Object(map) => {
-                map.remove("cache_control");
-                map.values_mut().for_each(strip);
-            }
-            Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
-    let mut v = Value::Array(messages.to_vec());
-    strip(&mut v);
-    v
 }
 
 /// Every entry under `dir` (directories too): path, size, mtime, inode and content.
@@ -285,7 +170,7 @@ fn kill_after_goal_setters_first_reply() -> Killed {
     let held_once = Arc::new(AtomicBool::new(false));
     let server = FakeServer::with_handler(move |req, _| {
         if agent_of(req) == Agent::GoalSetter
-            && turns(req) == 1
+            && turn_of(req) == 1
             && !held_once.swap(true, Ordering::SeqCst)
         {
             return Reply::text("never delivered").gate_before(&holding);
@@ -461,7 +346,7 @@ fn several_flowers_at_once_in_one_directory() {
     let holding = gate.clone();
     let server = FakeServer::with_handler(move |req, _| {
         let first = reply(req);
-        if agent_of(req) == Agent::Clarifier && turns(req) == 0 {
+        if agent_of(req) == Agent::Clarifier && turn_of(req) == 0 {
             return first.gate_before(&holding);
         }
         first
@@ -584,17 +469,12 @@ fn state_into_a_closed_pipe_is_not_a_crash() {
             )
         };
         drop(read); // every write into the pipe now fails with EPIPE
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        cmd.current_dir(&project.dir)
-            .arg("state")
-            .env("HOME", &project.home)
-            .stdin(Stdio::null())
+        let out = project
+            .state_command(json)
             .stdout(Stdio::from(write))
-            .stderr(Stdio::piped());
-        if json {
-            cmd.arg("--json");
-        }
-        let out = cmd.output().unwrap();
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
         assert_eq!(
             out.status.code(),
             Some(0),

@@ -9,9 +9,10 @@ mod support;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
+use support::pipeline::{plain, text};
 use support::{FakeServer, Gate, Recorded, Reply};
 use tempfile::TempDir;
 
@@ -93,10 +94,6 @@ struct Printed {
     id: String,
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// Runs the example to its end; it must succeed and print exactly its two lines.
 fn run(server: &FakeServer, dir: &Path) -> Printed {
     let out = command(server, dir).output().expect("run the example");
@@ -143,21 +140,28 @@ fn lineage(dir: &Path) -> Value {
     serde_json::from_str(&text).expect("lineage.json is JSON")
 }
 
-/// Messages without their prompt-cache markers (which move to the newest message).
-fn plain(messages: &[Value]) -> Value {
-    fn strip(v: &mut Value) {
-        match v {
-            Value::Object(map) => {
-                map.remove("cache_control");
-                map.values_mut().for_each(strip);
-            }
-            Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
+/// Runs the example against [`model`], except that request `held` is held at a gate and
+/// never answered; once it is there (else fails with `what`), SIGKILLs the process and
+/// reaps it.
+fn killed_at_request(dir: &Path, held: usize, what: &str) -> (FakeServer, ExitStatus) {
+    let gate = Gate::new();
+    let holding = gate.clone();
+    let server = FakeServer::with_handler(move |req, i| {
+        if i == held {
+            Reply::text("never delivered").gate_before(&holding)
+        } else {
+            model(req, i)
         }
-    }
-    let mut v = Value::Array(messages.to_vec());
-    strip(&mut v);
-    v
+    });
+    let mut child = command(&server, dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the example");
+    assert!(gate.wait_reached(TIMEOUT), "{what}");
+    child.kill().expect("SIGKILL");
+    let status = child.wait().unwrap();
+    (server, status)
 }
 
 /// Whether a request carries no history: just the one prompt of a new session.
@@ -203,20 +207,7 @@ fn run_twice_continues_the_same_session() {
 #[test]
 fn killed_after_the_first_reply_resumes_with_its_history() {
     let dir = project();
-    let gate = Gate::new();
-    let held = gate.clone();
-    let server = FakeServer::with_handler(move |req, i| match i {
-        1 => Reply::text("never delivered").gate_before(&held),
-        _ => model(req, i),
-    });
-    let mut child = command(&server, dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the example");
-    assert!(gate.wait_reached(TIMEOUT), "the second request never came");
-    child.kill().expect("SIGKILL");
-    let status = child.wait().unwrap();
+    let (server, status) = killed_at_request(dir.path(), 1, "the second request never came");
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(libc::SIGKILL)
@@ -249,20 +240,7 @@ fn killed_after_the_first_reply_resumes_with_its_history() {
 #[test]
 fn killed_during_the_first_request_resumes() {
     let dir = project();
-    let gate = Gate::new();
-    let held = gate.clone();
-    let server = FakeServer::with_handler(move |req, i| match i {
-        0 => Reply::text("never delivered").gate_before(&held),
-        _ => model(req, i),
-    });
-    let mut child = command(&server, dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the example");
-    assert!(gate.wait_reached(TIMEOUT), "the first request never came");
-    child.kill().expect("SIGKILL");
-    child.wait().unwrap();
+    let (server, _) = killed_at_request(dir.path(), 0, "the first request never came");
     let killed_id = lineage(dir.path())["steps"]["取词"]
         .as_str()
         .expect("written before the first request")

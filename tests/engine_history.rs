@@ -7,41 +7,17 @@
 mod support;
 
 use serde_json::{Value, json};
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+use support::pipeline::{flower_in as flower, without_cache_marks};
 use support::{FakeServer, Recorded, Reply};
 use tempfile::TempDir;
-
-fn flower(server: &FakeServer, dir: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
-    cmd.current_dir(dir)
-        .args(args)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .output()
-        .expect("run flower")
-}
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// `v` without the prompt-caching breakpoints (which move to the newest message).
-fn without_breakpoints(v: &Value) -> Value {
-    match v {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| k.as_str() != "cache_control")
-                .map(|(k, v)| (k.clone(), without_breakpoints(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(without_breakpoints).collect()),
-        other => other.clone(),
-    }
-}
-
 fn messages(request: &Recorded) -> Vec<Value> {
-    request.messages().iter().map(without_breakpoints).collect()
+    request.messages().iter().map(without_cache_marks).collect()
 }
 
 fn role(message: &Value) -> &str {

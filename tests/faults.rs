@@ -68,7 +68,7 @@ fn api_error_entries(entries: &[Value]) -> Vec<&Value> {
 /// comes back. Returns the project, the server, and the index of the request whose
 /// reply preceded the outage.
 fn outage_during(victim: Agent, until: &str, lines: usize) -> (Project, FakeServer, usize) {
-    let project = Project::new();
+    let project = Project::resilient();
     let gate = Gate::new();
     let outage = Arc::new(AtomicBool::new(false));
     let held = Arc::new(AtomicUsize::new(usize::MAX));
@@ -99,7 +99,7 @@ fn outage_during(victim: Agent, until: &str, lines: usize) -> (Project, FakeServ
             reply
         })
     };
-    let (mut child, stderr) = project.spawn(&server, &[REQUEST]);
+    let (mut child, stderr) = project.spawn_watched(&server, &[REQUEST]);
     assert!(gate.wait_reached(PATIENCE), "{victim:?} was never asked");
     server.stop_accepting();
     outage.store(true, Ordering::SeqCst);
@@ -226,7 +226,7 @@ fn an_outage_inside_a_sub_agent_resumes_the_step_without_the_error() {
 /// 529 three times, then an answer: four attempts, each retry resuming the session.
 #[test]
 fn overloaded_three_times_then_success_takes_four_attempts() {
-    let project = Project::new();
+    let project = Project::resilient();
     project.freeze_notes();
     let server = FakeServer::with_handler(|req, _| {
         let agent = agent_of(req);
@@ -276,7 +276,7 @@ fn overloaded_three_times_then_success_takes_four_attempts() {
 /// backoff.
 #[test]
 fn rate_limited_with_retry_after_waits_that_long() {
-    let project = Project::new();
+    let project = Project::resilient();
     let arrivals = Arrivals::default();
     let server = {
         let arrivals = arrivals.clone();
@@ -308,7 +308,7 @@ fn rate_limited_with_retry_after_waits_that_long() {
 /// fix.
 #[test]
 fn unauthorized_is_fatal_after_one_attempt_and_names_the_key() {
-    let project = Project::new();
+    let project = Project::resilient();
     let server = FakeServer::with_handler(|_, _| {
         Reply::error(401, "authentication_error", "invalid x-api-key")
     });
@@ -347,7 +347,7 @@ fn unauthorized_is_fatal_after_one_attempt_and_names_the_key() {
 /// transient: the session is resumed, with the tool turn kept and the broken reply and
 /// its error left out.
 fn broken_stream_is_resumed(broken: Reply) {
-    let project = Project::new();
+    let project = Project::resilient();
     std::fs::write(project.dir.join("seed.txt"), "向日葵\n").unwrap();
     let server = FakeServer::with_handler(move |_, index| match index {
         0 => Reply::tool_use("Read", json!({"file_path": "seed.txt"})),
@@ -392,7 +392,7 @@ fn an_error_event_inside_a_200_stream_is_resumed() {
 /// transcript stays valid over further resumes.
 #[test]
 fn a_tool_call_orphaned_by_a_kill_never_reaches_the_api_unanswered() {
-    let project = Project::new();
+    let project = Project::resilient();
     let pid_file = project.dir.join("started.pid");
     let server = FakeServer::with_handler(|_, index| {
         match index {
@@ -403,7 +403,7 @@ fn a_tool_call_orphaned_by_a_kill_never_reaches_the_api_unanswered() {
         _ => Reply::text("接着做完了。"),
     }
     });
-    let (mut child, stderr) = project.spawn(&server, &["once", "跑两条命令"]);
+    let (mut child, stderr) = project.spawn_watched(&server, &["once", "跑两条命令"]);
     let deadline = std::time::Instant::now() + PATIENCE;
     while !pid_file.exists() {
         assert!(
@@ -473,7 +473,7 @@ fn a_tool_call_orphaned_by_a_kill_never_reaches_the_api_unanswered() {
 
 /// `flower once --json` with `env`, against replies that always fail with `reply`.
 fn failing_once(reply: Reply, env: &[(&str, &str)]) -> (std::process::Output, usize) {
-    let project = Project::new();
+    let project = Project::resilient();
     let server = FakeServer::with_handler(move |_, _| reply.clone());
     let mut cmd = project.command(&server, &["once", "hi", "--json"]);
     for (k, v) in env {
@@ -530,7 +530,7 @@ fn retry_unknown_from_the_environment() {
 /// would wait an hour), and a bad probe interval falls back with a warning.
 #[test]
 fn max_offline_wait_from_the_environment() {
-    let project = Project::new();
+    let project = Project::resilient();
     let server = FakeServer::with_handler(|_, _| Reply::text("never"));
     server.stop_accepting();
     let mut cmd = project.command(&server, &["once", "hi"]);
@@ -610,7 +610,7 @@ fn the_messages_checker_rejects_what_the_api_rejects() {
 /// long) is the coordinator's to handle, as the Task's result; the step goes on.
 #[test]
 fn a_fatal_sub_agent_error_is_reported_to_the_coordinator() {
-    let project = Project::new();
+    let project = Project::resilient();
     project.freeze_notes();
     let server = FakeServer::with_handler(|req, _| match agent_of(req) {
         Agent::Worker => Reply::error(

@@ -8,41 +8,12 @@ mod support;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::pipeline::{Agent, BRIEF, GOAL, Project, agent_of, text};
 use support::{FakeServer, Recorded, Reply};
-use tempfile::TempDir;
-
-const BRIEF: &str = "## 目标\n写一个 hello 脚本\n## 范围\n一个文件 hello.txt\n## 约束\n无\n## 验收\nhello.txt 内容是 hello\n";
-const GOAL: &str = "- [ ] hello.txt 存在\n- [ ] hello.txt 的内容是 hello\n";
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Agent {
-    Clarifier,
-    GoalSetter,
-    Coordinator,
-    Worker,
-    Judge,
-}
-
-fn agent_of(req: &Recorded) -> Agent {
-    let system = req.system();
-    if system.contains("需求确认者") {
-        Agent::Clarifier
-    } else if system.contains("目标设定者") {
-        Agent::GoalSetter
-    } else if system.contains("协调者派来的子代理") {
-        Agent::Worker
-    } else if system.contains("协调者") {
-        Agent::Coordinator
-    } else if system.contains("判定者") {
-        Agent::Judge
-    } else {
-        panic!("unknown agent: {system}")
-    }
-}
 
 /// Whether the newest user message answers a tool call (the agent's second turn).
 fn after_tool(req: &Recorded) -> bool {
@@ -80,6 +51,7 @@ impl Script {
                 Agent::Coordinator => Reply::text("做完了。").usage(80_000, 200),
                 Agent::Worker => Reply::text("写好了 hello.txt。"),
                 Agent::Judge => unreachable!("the judge uses no tools here"),
+                Agent::Once => unreachable!("agent_of never says Once"),
             };
         }
         match agent {
@@ -107,6 +79,7 @@ impl Script {
                     Reply::text("1. hello.txt 存在:是\n2. 内容是 hello:是\n判定:通过")
                 }
             }
+            Agent::Once => unreachable!("agent_of never says Once"),
         }
     }
 
@@ -123,72 +96,6 @@ impl Script {
 fn serve(script: &Arc<Script>) -> FakeServer {
     let script = script.clone();
     FakeServer::with_handler(move |req, _| script.reply(req))
-}
-
-/// A home with a project in it, so the banner can show `~/proj`.
-struct Project {
-    _home: TempDir,
-    home: PathBuf,
-    dir: PathBuf,
-}
-
-impl Project {
-    fn new() -> Project {
-        let home = TempDir::new().unwrap();
-        let path = home.path().canonicalize().unwrap();
-        let dir = path.join("proj");
-        std::fs::create_dir(&dir).unwrap();
-        Project {
-            home: path,
-            dir,
-            _home: home,
-        }
-    }
-
-    fn command(&self, server: &FakeServer, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
-        cmd.current_dir(&self.dir)
-            .args(args)
-            .env("HOME", &self.home)
-            .env("NO_COLOR", "1")
-            .env("FLOWER_MAX_ATTEMPTS", "1")
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
-        self.command(server, args).output().expect("run flower")
-    }
-
-    fn spawn(&self, server: &FakeServer, args: &[&str]) -> Child {
-        self.command(server, args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn flower")
-    }
-
-    fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
-    }
-
-    fn json(&self, rel: &str) -> Value {
-        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
-    }
-
-    fn steps(&self) -> Vec<String> {
-        self.json("runs/manifest.json")
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["step"].as_str().unwrap().to_string())
-            .collect()
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn lines(output: &Output) -> Vec<String> {

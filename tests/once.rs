@@ -3,20 +3,10 @@
 mod support;
 
 use serde_json::{Value, json};
-use std::path::Path;
 use std::process::{Command, Output};
+use support::pipeline::flower_in as flower;
 use support::{FakeServer, Reply};
 use tempfile::TempDir;
-
-fn flower(server: &FakeServer, dir: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
-    cmd.current_dir(dir)
-        .args(args)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .output()
-        .expect("run flower")
-}
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

@@ -36,7 +36,7 @@ fn first_text(req: &Recorded) -> String {
 /// Bash command) is in flight; the process must die by that signal after writing the
 /// step's row, and the next run must continue the same 干活 session to the end.
 fn killed_mid_step_by(sig: i32, in_tool: bool) {
-    let project = Project::new();
+    let project = Project::resilient();
     let pid_file = project.dir.join("tool.pid");
     let gate = Gate::new();
     let held = Arc::new(AtomicBool::new(false));
@@ -60,7 +60,7 @@ fn killed_mid_step_by(sig: i32, in_tool: bool) {
             simple_reply(req)
         })
     };
-    let (mut child, stderr) = project.spawn(&server, &[REQUEST]);
+    let (mut child, stderr) = project.spawn_watched(&server, &[REQUEST]);
     if in_tool {
         wait_for_file(&pid_file, &mut child, &stderr);
     } else {
@@ -272,7 +272,7 @@ fn sigkill_at_random_moments_fifty_times_never_loses_the_session() {
     eprintln!("FLOWER_KILL_SEED={seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
 
-    let project = Project::new();
+    let project = Project::resilient();
     let pid_file = project.dir.join("tool.pid");
     let plan = Arc::new(Mutex::new(Plan {
         hold: None,
@@ -336,7 +336,7 @@ fn sigkill_at_random_moments_fifty_times_never_loses_the_session() {
         let args: &[&str] = if fresh { &[REQUEST] } else { &[] };
         let context = format!("run {run} (seed {seed}, kill {kill:?})");
 
-        let (mut child, stderr) = project.spawn(&server, args);
+        let (mut child, stderr) = project.spawn_watched(&server, args);
         match kill {
             None => {
                 let status = wait_exit(&mut child, PATIENCE);
@@ -456,7 +456,7 @@ fn sigkill_at_random_moments_fifty_times_never_loses_the_session() {
 /// does not leave its running command behind.
 #[test]
 fn sigterm_in_once_dies_by_it_and_stops_the_command() {
-    let project = Project::new();
+    let project = Project::resilient();
     let pid_file = project.dir.join("tool.pid");
     let server = FakeServer::with_handler(|_, _| {
         Reply::tool_use(
@@ -464,7 +464,7 @@ fn sigterm_in_once_dies_by_it_and_stops_the_command() {
             json!({"command": "echo $$ > tool.pid.tmp && mv tool.pid.tmp tool.pid && exec sleep 30"}),
         )
     });
-    let (mut child, stderr) = project.spawn(&server, &["once", "睡一会"]);
+    let (mut child, stderr) = project.spawn_watched(&server, &["once", "睡一会"]);
     wait_for_file(&pid_file, &mut child, &stderr);
     signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, PATIENCE);

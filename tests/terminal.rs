@@ -24,8 +24,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use support::pipeline::{Agent, BRIEF, Env, Project, agent_of, text, without_cache_marks};
 use support::{FakeServer, Gate, Recorded, Reply};
-use tempfile::TempDir;
 
 /// Only ever reached when something is wrong.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -41,7 +41,6 @@ const TOOL_INTERRUPTED: &str = "[Request interrupted by user for tool use]";
 const TURN_INTERRUPTED: &str = "[Request interrupted by user]";
 
 const TASK: &str = "写个 hello 脚本";
-const BRIEF: &str = "## 目标\n写一个 hello 脚本\n## 范围\n一个文件 hello.txt\n## 约束\n无\n## 验收\nhello.txt 内容是 hello\n";
 
 /// A checklist of `n` items (the spec's banner shows `目标 15 条`).
 fn goal(n: usize) -> String {
@@ -295,32 +294,6 @@ fn has_line(lines: &[String], wanted: &str) -> bool {
 // The scripted model
 // ---------------------------------------------------------------------------------
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Agent {
-    Clarifier,
-    GoalSetter,
-    Coordinator,
-    Worker,
-    Judge,
-}
-
-fn agent_of(req: &Recorded) -> Agent {
-    let system = req.system();
-    if system.contains("需求确认者") {
-        Agent::Clarifier
-    } else if system.contains("目标设定者") {
-        Agent::GoalSetter
-    } else if system.contains("协调者派来的子代理") {
-        Agent::Worker
-    } else if system.contains("协调者") {
-        Agent::Coordinator
-    } else if system.contains("判定者") {
-        Agent::Judge
-    } else {
-        panic!("unknown agent: {system}")
-    }
-}
-
 /// The tool the agent called last, when the newest message answers it.
 fn answered_tool(req: &Recorded) -> Option<String> {
     let messages = req.messages();
@@ -375,6 +348,7 @@ fn default_reply(req: &Recorded) -> Reply {
             None => Reply::tool_use("Bash", json!({"command": "echo hello > hello.txt"})),
         },
         Agent::Judge => Reply::text("1. hello.txt 存在:是\n判定:通过"),
+        Agent::Once => unreachable!("agent_of never says Once"),
     }
 }
 
@@ -405,42 +379,21 @@ fn held_prefix(text: &str) -> String {
 // The project
 // ---------------------------------------------------------------------------------
 
-/// A home directory with a project in it, so the banner can show `~/…`.
-struct Project {
-    _home: TempDir,
-    home: PathBuf,
-    dir: PathBuf,
-}
+/// What every `flower` of these tests gets: a terminal type and small retry settings.
+/// Retries stay enabled (6 attempts) so that an interrupt mistaken for a failure would
+/// show as a second attempt.
+const TERMINAL_ENV: Env = &[
+    ("TERM", Some("xterm")),
+    ("FLOWER_BASE_DELAY", Some("0.05")),
+    ("FLOWER_MAX_DELAY", Some("0.2")),
+    ("FLOWER_PROBE_INTERVAL", Some("0.05")),
+    ("FLOWER_PROBE_TIMEOUT", Some("0.5")),
+];
 
 impl Project {
-    fn new(rel: &str) -> Project {
-        let home = TempDir::new().unwrap();
-        let path = home.path().canonicalize().unwrap();
-        let dir = path.join(rel);
-        std::fs::create_dir_all(&dir).unwrap();
-        Project {
-            home: path,
-            dir,
-            _home: home,
-        }
-    }
-
-    /// `flower ARGS` in the project, pointed at `server`, with small retry settings.
-    /// Retries stay enabled (6 attempts) so that an interrupt mistaken for a failure
-    /// would show as a second attempt.
-    fn flower(&self, server: &FakeServer, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
-        cmd.current_dir(&self.dir)
-            .args(args)
-            .env("HOME", &self.home)
-            .env("NO_COLOR", "1")
-            .env("TERM", "xterm")
-            .env("FLOWER_BASE_DELAY", "0.05")
-            .env("FLOWER_MAX_DELAY", "0.2")
-            .env("FLOWER_PROBE_INTERVAL", "0.05")
-            .env("FLOWER_PROBE_TIMEOUT", "0.5");
-        cmd
+    /// `~/REL` in a fresh home, its commands with [`TERMINAL_ENV`].
+    fn terminal(rel: &str) -> Project {
+        Project::with(rel, TERMINAL_ENV)
     }
 
     /// `flower ARGS` on a pseudo-terminal.
@@ -456,31 +409,9 @@ impl Project {
             .expect("run flower")
     }
 
-    fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
-    }
-
-    fn json(&self, rel: &str) -> Value {
-        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
-    }
-
-    fn rows(&self) -> Vec<Value> {
-        self.json("runs/manifest.json")
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    fn steps(&self) -> Vec<String> {
-        self.rows()
-            .iter()
-            .map(|r| r["step"].as_str().unwrap().to_string())
-            .collect()
-    }
-
     fn row(&self, step: &str) -> Value {
         let rows: Vec<Value> = self
-            .rows()
+            .manifest()
             .into_iter()
             .filter(|r| r["step"] == step)
             .collect();
@@ -503,29 +434,10 @@ impl Project {
     }
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 fn exited(status: WaitStatus) -> Option<i32> {
     match status {
         WaitStatus::Exited(_, code) => Some(code),
         _ => None,
-    }
-}
-
-/// A request's messages without the prompt-cache markers (they move to the newest
-/// message on every turn).
-fn without_cache_marks(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| *k != "cache_control")
-                .map(|(k, v)| (k.clone(), without_cache_marks(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(without_cache_marks).collect()),
-        other => other.clone(),
     }
 }
 
@@ -555,7 +467,7 @@ fn user_text(text: &str) -> Value {
 
 #[test]
 fn fresh_directory_asks_what_to_do_and_the_answer_starts_the_pipeline() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let server = FakeServer::with_handler(|req, _| default_reply(req));
     let mut pty = project.pty(&server, &[]);
 
@@ -591,7 +503,7 @@ fn fresh_directory_asks_what_to_do_and_the_answer_starts_the_pipeline() {
 
 #[test]
 fn ctrl_c_at_the_first_prompt_exits_and_leaves_nothing_behind() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let server = FakeServer::with_handler(|req, _| default_reply(req));
     let mut pty = project.pty(&server, &[]);
     pty.expect(&format!("{ASK_TASK}\r\n> "));
@@ -620,7 +532,7 @@ const ANSWER: &str = "就放根目录,文件名用 hello.txt";
 
 #[test]
 fn ask_user_on_a_terminal_and_a_killed_clarification_is_not_asked_again() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let hold = Gate::new();
     let server = {
         let hold = hold.clone();
@@ -700,7 +612,7 @@ fn ask_user_on_a_terminal_and_a_killed_clarification_is_not_asked_again() {
 #[test]
 fn wake_prompt_enter_continues_text_is_said_and_new_starts_over() {
     // The spec's directory, so that the banner is the spec's line to the byte.
-    let project = Project::new("explore/test-ide");
+    let project = Project::terminal("explore/test-ide");
     let server = FakeServer::with_handler(|req, _| default_reply(req));
     let out = project.piped(&server, &[TASK]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -843,7 +755,7 @@ fn wake_prompt_enter_continues_text_is_said_and_new_starts_over() {
 
 #[test]
 fn ctrl_c_once_while_a_reply_streams_continues_the_same_session() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let (first_hold, second_hold) = (Gate::new(), Gate::new());
     let first_text = "我先看看工作区里有什么,然后再决定怎么写这个脚本。";
     let second_text = "好的,接着刚才的思路,先把文件列出来。";
@@ -956,7 +868,7 @@ fn wait_until_within(what: &str, within: Duration, mut done: impl FnMut() -> boo
 
 #[test]
 fn ctrl_c_once_while_a_tool_runs_cancels_it() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let command = "echo $$ > pgid.txt; sleep 30 & sleep 30; wait";
     let server = FakeServer::with_handler(move |req, _| match agent_of(req) {
         Agent::Coordinator => delegating_coordinator(req),
@@ -1015,7 +927,7 @@ fn ctrl_c_once_while_a_tool_runs_cancels_it() {
 
 #[test]
 fn ctrl_c_once_while_a_question_waits_cancels_the_question() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let server = FakeServer::with_handler(|req, i| match i {
         0 => Reply::tool_use("AskUser", json!({"question": QUESTION})),
         _ => default_reply(req),
@@ -1058,7 +970,7 @@ fn ctrl_c_once_while_a_question_waits_cancels_the_question() {
 
 #[test]
 fn ctrl_c_twice_exits_130_and_the_next_run_resumes() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let hold = Gate::new();
     let reply_text = "先看看工作区,再派人去写 hello.txt。";
     let server = {
@@ -1129,7 +1041,7 @@ fn busy_server() -> FakeServer {
 
 #[test]
 fn no_color_on_a_terminal_paints_nothing() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let server = busy_server();
     let mut pty = project.pty(&server, &[TASK]);
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
@@ -1141,7 +1053,7 @@ fn no_color_on_a_terminal_paints_nothing() {
     assert!(output.contains("⏺ Task"), "{output:?}");
 
     // Without NO_COLOR the same run is painted: the check above can fail.
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let server = busy_server();
     let mut command = project.flower(&server, &[TASK]);
     command.env_remove("NO_COLOR");
@@ -1156,7 +1068,7 @@ fn no_color_on_a_terminal_paints_nothing() {
 
 #[test]
 fn plain_pipes_get_no_redraws_and_no_escape_codes() {
-    let project = Project::new("proj");
+    let project = Project::terminal("proj");
     let server = busy_server();
     let mut command = project.flower(&server, &[TASK]);
     // Not even NO_COLOR: pipes alone must be enough.

@@ -1,35 +1,15 @@
 //! The Glob and Grep tools on a real tree: ordering, .gitignore, caps, output formats.
 
+mod support;
+
 use flower::tools::glob::Glob;
 use flower::tools::grep::Grep;
-use flower::tools::{Tool, ToolContext, ToolOutput};
+use flower::tools::{Tool, ToolOutput};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
-use tokio_util::sync::CancellationToken;
-
-struct Env {
-    _tmp: tempfile::TempDir,
-    ctx: ToolContext,
-}
-
-fn env() -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = fs::canonicalize(tmp.path()).unwrap();
-    let ws = root.join("ws");
-    let run = root.join("runs");
-    fs::create_dir_all(&ws).unwrap();
-    fs::create_dir_all(&run).unwrap();
-    Env {
-        _tmp: tmp,
-        ctx: ToolContext {
-            workspace: ws,
-            run_dir: run,
-            cancel: CancellationToken::new(),
-        },
-    }
-}
+use support::{ToolEnv, tool_env};
 
 fn put(ws: &Path, rel: &str, content: &str, age_s: u64) -> PathBuf {
     let p = ws.join(rel);
@@ -45,17 +25,17 @@ fn put(ws: &Path, rel: &str, content: &str, age_s: u64) -> PathBuf {
     p
 }
 
-async fn glob(e: &Env, input: Value) -> ToolOutput {
+async fn glob(e: &ToolEnv, input: Value) -> ToolOutput {
     Glob.call(&input, &e.ctx).await
 }
 
-async fn grep(e: &Env, input: Value) -> ToolOutput {
+async fn grep(e: &ToolEnv, input: Value) -> ToolOutput {
     Grep.call(&input, &e.ctx).await
 }
 
 #[tokio::test]
 async fn glob_lists_newest_first_and_honours_gitignore() {
-    let e = env();
+    let e = tool_env();
     let ws = &e.ctx.workspace;
     let old = put(ws, "src/old.rs", "", 300);
     let new = put(ws, "src/deep/new.rs", "", 10);
@@ -92,7 +72,7 @@ async fn glob_lists_newest_first_and_honours_gitignore() {
 
 #[tokio::test]
 async fn glob_caps_results_with_a_note() {
-    let e = env();
+    let e = tool_env();
     for i in 0..150 {
         put(&e.ctx.workspace, &format!("f{i:03}.txt"), "", i);
     }
@@ -106,7 +86,7 @@ async fn glob_caps_results_with_a_note() {
 
 #[tokio::test]
 async fn glob_is_confined_and_checks_its_input() {
-    let e = env();
+    let e = tool_env();
     let out = glob(&e, json!({"pattern": "*", "path": "/etc"})).await;
     assert!(out.is_error);
     assert!(
@@ -125,7 +105,7 @@ async fn glob_is_confined_and_checks_its_input() {
     assert!(out.content.contains("not a directory"), "{}", out.content);
 }
 
-fn tree(e: &Env) {
+fn tree(e: &ToolEnv) {
     let ws = &e.ctx.workspace;
     put(ws, "src/a.rs", "fn main() {\n    let Needle = 1;\n}\n", 30);
     put(ws, "src/b.rs", "// needle here\nfn b() {}\n", 10);
@@ -143,7 +123,7 @@ fn tree(e: &Env) {
 
 #[tokio::test]
 async fn grep_lists_files_newest_first_by_default() {
-    let e = env();
+    let e = tool_env();
     tree(&e);
     let ws = &e.ctx.workspace;
     let out = grep(&e, json!({"pattern": "needle"})).await;
@@ -168,7 +148,7 @@ async fn grep_lists_files_newest_first_by_default() {
 
 #[tokio::test]
 async fn grep_content_mode_prints_like_ripgrep() {
-    let e = env();
+    let e = tool_env();
     tree(&e);
     let ws = &e.ctx.workspace;
     let out = grep(
@@ -200,7 +180,7 @@ async fn grep_content_mode_prints_like_ripgrep() {
 
 #[tokio::test]
 async fn grep_count_glob_type_and_head_limit() {
-    let e = env();
+    let e = tool_env();
     tree(&e);
     let ws = &e.ctx.workspace;
     let out = grep(
@@ -262,7 +242,7 @@ async fn grep_count_glob_type_and_head_limit() {
 
 #[tokio::test]
 async fn grep_multiline_and_bad_regex() {
-    let e = env();
+    let e = tool_env();
     tree(&e);
     let out = grep(
         &e,
@@ -290,7 +270,7 @@ async fn grep_multiline_and_bad_regex() {
 
 #[tokio::test]
 async fn grep_output_is_capped() {
-    let e = env();
+    let e = tool_env();
     let text: String = (0..20_000).map(|i| format!("match line {i}\n")).collect();
     put(&e.ctx.workspace, "big.txt", &text, 0);
     let out = grep(&e, json!({"pattern": "match", "output_mode": "content"})).await;
@@ -304,7 +284,7 @@ async fn grep_output_is_capped() {
 
 #[tokio::test]
 async fn grep_is_confined() {
-    let e = env();
+    let e = tool_env();
     let out = grep(&e, json!({"pattern": "root", "path": "/etc/passwd"})).await;
     assert!(out.is_error);
     assert!(

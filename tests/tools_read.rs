@@ -1,41 +1,21 @@
 //! The Read tool, through the `Tool` trait.
 
+mod support;
+
 use flower::tools::read::Read;
-use flower::tools::{Tool, ToolContext, ToolOutput};
+use flower::tools::{Tool, ToolOutput};
 use serde_json::{Value, json};
 use std::fs;
 use std::os::unix::fs::symlink;
-use tokio_util::sync::CancellationToken;
+use support::{ToolEnv, tool_env};
 
-struct Env {
-    _tmp: tempfile::TempDir,
-    ctx: ToolContext,
-}
-
-fn env() -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = fs::canonicalize(tmp.path()).unwrap();
-    let ws = root.join("ws");
-    let run = root.join("runs");
-    fs::create_dir_all(&ws).unwrap();
-    fs::create_dir_all(&run).unwrap();
-    Env {
-        _tmp: tmp,
-        ctx: ToolContext {
-            workspace: ws,
-            run_dir: run,
-            cancel: CancellationToken::new(),
-        },
-    }
-}
-
-async fn read(e: &Env, input: Value) -> ToolOutput {
+async fn read(e: &ToolEnv, input: Value) -> ToolOutput {
     Read.call(&input, &e.ctx).await
 }
 
 #[tokio::test]
 async fn numbers_lines_like_cat_n() {
-    let e = env();
+    let e = tool_env();
     fs::write(e.ctx.workspace.join("a.txt"), "first\n\tsecond\r\nthird").unwrap();
     let out = read(&e, json!({"file_path": "a.txt"})).await;
     assert!(!out.is_error, "{}", out.content);
@@ -54,7 +34,7 @@ async fn numbers_lines_like_cat_n() {
 
 #[tokio::test]
 async fn offset_and_limit_select_lines_and_say_how_to_read_more() {
-    let e = env();
+    let e = tool_env();
     let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
     fs::write(e.ctx.workspace.join("a.txt"), text).unwrap();
     let out = read(&e, json!({"file_path": "a.txt", "offset": 4, "limit": 2})).await;
@@ -88,7 +68,7 @@ async fn offset_and_limit_select_lines_and_say_how_to_read_more() {
 
 #[tokio::test]
 async fn reads_at_most_2000_lines_by_default() {
-    let e = env();
+    let e = tool_env();
     let text: String = (1..=2500).map(|i| format!("{i}\n")).collect();
     fs::write(e.ctx.workspace.join("big.txt"), text).unwrap();
     let out = read(&e, json!({"file_path": "big.txt"})).await;
@@ -104,7 +84,7 @@ async fn reads_at_most_2000_lines_by_default() {
 
 #[tokio::test]
 async fn long_lines_are_cut_with_a_note() {
-    let e = env();
+    let e = tool_env();
     let long = "é".repeat(5000);
     fs::write(
         e.ctx.workspace.join("long.txt"),
@@ -125,7 +105,7 @@ async fn long_lines_are_cut_with_a_note() {
 
 #[tokio::test]
 async fn a_huge_single_line_costs_little() {
-    let e = env();
+    let e = tool_env();
     fs::write(e.ctx.workspace.join("one.txt"), "x".repeat(20 << 20)).unwrap();
     let out = read(&e, json!({"file_path": "one.txt"})).await;
     assert!(!out.is_error);
@@ -134,7 +114,7 @@ async fn a_huge_single_line_costs_little() {
 
 #[tokio::test]
 async fn output_stays_bounded_for_wide_files() {
-    let e = env();
+    let e = tool_env();
     let text: String = (0..2000)
         .map(|_| format!("{}\n", "y".repeat(1500)))
         .collect();
@@ -146,7 +126,7 @@ async fn output_stays_bounded_for_wide_files() {
 
 #[tokio::test]
 async fn empty_files_say_so() {
-    let e = env();
+    let e = tool_env();
     fs::write(e.ctx.workspace.join("empty"), "").unwrap();
     let out = read(&e, json!({"file_path": "empty"})).await;
     assert!(!out.is_error);
@@ -159,7 +139,7 @@ async fn empty_files_say_so() {
 
 #[tokio::test]
 async fn binary_files_and_images_are_described_not_dumped() {
-    let e = env();
+    let e = tool_env();
     let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\0\x03\0\0\0\x02".to_vec();
     png.extend_from_slice(&[0u8; 100]);
     fs::write(e.ctx.workspace.join("pic.png"), &png).unwrap();
@@ -176,7 +156,7 @@ async fn binary_files_and_images_are_described_not_dumped() {
 
 #[tokio::test]
 async fn directories_and_missing_files_are_errors() {
-    let e = env();
+    let e = tool_env();
     fs::create_dir(e.ctx.workspace.join("dir")).unwrap();
     let out = read(&e, json!({"file_path": "dir"})).await;
     assert!(out.is_error);
@@ -191,7 +171,7 @@ async fn directories_and_missing_files_are_errors() {
 
 #[tokio::test]
 async fn reads_are_confined_to_workspace_and_run_dir() {
-    let e = env();
+    let e = tool_env();
     let root = e.ctx.workspace.parent().unwrap().to_path_buf();
     fs::write(root.join("outside.txt"), "secret").unwrap();
     fs::write(e.ctx.run_dir.join("trimmed.txt"), "kept").unwrap();
@@ -228,7 +208,7 @@ async fn reads_are_confined_to_workspace_and_run_dir() {
 
 #[tokio::test]
 async fn bad_input_names_the_field() {
-    let e = env();
+    let e = tool_env();
     for (input, field) in [
         (json!({}), "file_path"),
         (json!({"file_path": 3}), "file_path"),

@@ -1,41 +1,18 @@
 //! The Write and Edit tools: confinement to the workspace, exact-match editing.
 
+mod support;
+
+use flower::tools::Tool;
 use flower::tools::edit::Edit;
 use flower::tools::write::Write;
-use flower::tools::{Tool, ToolContext};
 use serde_json::json;
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::path::PathBuf;
-use tokio_util::sync::CancellationToken;
-
-struct Env {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    ctx: ToolContext,
-}
-
-fn env() -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = fs::canonicalize(tmp.path()).unwrap();
-    let ws = root.join("ws");
-    let run = root.join("runs");
-    fs::create_dir_all(&ws).unwrap();
-    fs::create_dir_all(&run).unwrap();
-    Env {
-        _tmp: tmp,
-        root,
-        ctx: ToolContext {
-            workspace: ws,
-            run_dir: run,
-            cancel: CancellationToken::new(),
-        },
-    }
-}
+use support::{ToolEnv, tool_env};
 
 #[tokio::test]
 async fn write_creates_parent_directories() {
-    let e = env();
+    let e = tool_env();
     let out = Write
         .call(
             &json!({"file_path": "a/b/c.txt", "content": "hello\n"}),
@@ -59,7 +36,7 @@ async fn write_creates_parent_directories() {
 
 #[tokio::test]
 async fn writes_cannot_leave_the_workspace() {
-    let e = env();
+    let e = tool_env();
     let outside = e.root.join("outside");
     fs::create_dir(&outside).unwrap();
     symlink(&outside, e.ctx.workspace.join("escape")).unwrap();
@@ -105,7 +82,7 @@ async fn writes_cannot_leave_the_workspace() {
 
 #[tokio::test]
 async fn a_symlink_inside_the_workspace_is_followed() {
-    let e = env();
+    let e = tool_env();
     fs::create_dir(e.ctx.workspace.join("real")).unwrap();
     symlink(e.ctx.workspace.join("real"), e.ctx.workspace.join("alias")).unwrap();
     let out = Write
@@ -118,13 +95,13 @@ async fn a_symlink_inside_the_workspace_is_followed() {
     );
 }
 
-async fn edit(e: &Env, input: serde_json::Value) -> flower::tools::ToolOutput {
+async fn edit(e: &ToolEnv, input: serde_json::Value) -> flower::tools::ToolOutput {
     Edit.call(&input, &e.ctx).await
 }
 
 #[tokio::test]
 async fn edit_replaces_a_unique_match() {
-    let e = env();
+    let e = tool_env();
     let f = e.ctx.workspace.join("m.rs");
     fs::write(&f, "fn a() {}\nfn b() {}\nfn c() {}\n").unwrap();
     let out = edit(
@@ -146,7 +123,7 @@ async fn edit_replaces_a_unique_match() {
 
 #[tokio::test]
 async fn edit_refuses_zero_or_several_matches_with_the_count() {
-    let e = env();
+    let e = tool_env();
     let f = e.ctx.workspace.join("t.txt");
     fs::write(&f, "x = 1\nx = 1\ny = 2\n").unwrap();
     let out = edit(
@@ -182,7 +159,7 @@ async fn edit_refuses_zero_or_several_matches_with_the_count() {
 
 #[tokio::test]
 async fn edit_errors() {
-    let e = env();
+    let e = tool_env();
     fs::write(e.ctx.workspace.join("f.txt"), "abc").unwrap();
     let out = edit(
         &e,
@@ -238,7 +215,7 @@ async fn edit_errors() {
 
 #[tokio::test]
 async fn edit_with_empty_old_string_creates_a_file() {
-    let e = env();
+    let e = tool_env();
     let out = edit(
         &e,
         json!({"file_path": "new/n.txt", "old_string": "", "new_string": "hi\n"}),
@@ -253,7 +230,7 @@ async fn edit_with_empty_old_string_creates_a_file() {
 
 #[tokio::test]
 async fn edit_matches_lf_text_in_a_crlf_file() {
-    let e = env();
+    let e = tool_env();
     let f = e.ctx.workspace.join("w.txt");
     fs::write(&f, "one\r\ntwo\r\nthree\r\n").unwrap();
     let out = edit(

@@ -1,65 +1,26 @@
-//! Shared by `tests/faults.rs` and `tests/signals.rs`: a project directory to run the
-//! real binary in (with small resilience settings), a scripted model for the `flower`
-//! pipeline (routed by the agent's system prompt), a watcher on the child's stderr, and a
-//! checker of request bodies against the Messages API's rules for `messages`.
+//! Shared by `tests/faults.rs` and `tests/signals.rs`, on top of `support::pipeline`
+//! (agents, the simple scripted pipeline, the project directory): small resilience
+//! settings for the project's commands, a watcher on the child's stderr, and a checker of
+//! request bodies against the Messages API's rules for `messages`.
 #![allow(dead_code)]
 
-use crate::support::{FakeServer, Recorded, Reply};
+use crate::support::pipeline::Env;
+use crate::support::{FakeServer, Recorded};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, ChildStderr, Command, Output, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use tempfile::TempDir;
 
 /// How long a test waits for an event that must happen; only reached on failure.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
-pub const REQUEST: &str = "写个 hello 脚本";
-pub const BRIEF: &str = "## 目标\n写一个 hello 脚本\n## 范围\n一个文件 hello.txt\n## 约束\n无\n## 验收\nhello.txt 内容是 hello\n";
-pub const GOAL: &str = "- [ ] hello.txt 存在\n- [ ] hello.txt 的内容是 hello\n";
-
-// ---------------------------------------------------------------------------------
-// Agents of the pipeline
-// ---------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Agent {
-    Clarifier,
-    GoalSetter,
-    Coordinator,
-    Worker,
-    Judge,
-    /// `flower once`.
-    Once,
-}
-
-pub fn agent_of(req: &Recorded) -> Agent {
-    let system = req.system();
-    if system.contains("需求确认者") {
-        Agent::Clarifier
-    } else if system.contains("目标设定者") {
-        Agent::GoalSetter
-    } else if system.contains("协调者派来的子代理") {
-        Agent::Worker
-    } else if system.contains("协调者") {
-        Agent::Coordinator
-    } else if system.contains("判定者") {
-        Agent::Judge
-    } else {
-        Agent::Once
-    }
-}
-
-/// How many assistant messages the request carries: the agent's turn number, from 0.
-pub fn turn_of(req: &Recorded) -> usize {
-    req.messages()
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .count()
-}
+/// A pipeline request here may also be a `flower once` one, so `agent_of` says
+/// [`Agent::Once`] for any system prompt that is not a pipeline agent's.
+pub use crate::support::pipeline::{
+    Agent, BRIEF, GOAL, Project, REQUEST, agent_or_once as agent_of, simple_reply, text, turn_of,
+};
 
 /// The text blocks of the newest message (a user message), in order.
 pub fn last_texts(req: &Recorded) -> Vec<String> {
@@ -87,94 +48,31 @@ pub fn tool_use_ids(req: &Recorded) -> Vec<String> {
         .collect()
 }
 
-/// The simplest complete pipeline: the clarifier writes the brief, the goal setter the
-/// checklist, the coordinator sends one sub-agent that writes hello.txt, the judge passes.
-pub fn simple_reply(req: &Recorded) -> Reply {
-    let agent = agent_of(req);
-    let turn = turn_of(req);
-    match (agent, turn) {
-        (Agent::Clarifier, 0) => Reply::tool_use(
-            "Write",
-            json!({"file_path": "notes/需求.md", "content": BRIEF}),
-        ),
-        (Agent::Clarifier, _) => Reply::text("确认好了。"),
-        (Agent::GoalSetter, 0) => Reply::tool_use(
-            "Write",
-            json!({"file_path": "notes/目标.md", "content": GOAL}),
-        ),
-        (Agent::GoalSetter, _) => Reply::text("清单写好了。"),
-        (Agent::Coordinator, 0) => Reply::tool_use(
-            "Task",
-            json!({"description": "写 hello", "prompt": "在工作区写 hello.txt,内容 hello"}),
-        ),
-        (Agent::Coordinator, _) => Reply::text("做完了。"),
-        (Agent::Worker, 0) => Reply::tool_use(
-            "Write",
-            json!({"file_path": "hello.txt", "content": "hello"}),
-        ),
-        (Agent::Worker, _) => Reply::text("写好了 hello.txt。"),
-        (Agent::Judge, _) => Reply::text("1. hello.txt 存在:是\n2. 内容是 hello:是\n判定:通过"),
-        (Agent::Once, _) => Reply::text("好的。"),
-    }
-}
-
 // ---------------------------------------------------------------------------------
 // A project to run the binary in
 // ---------------------------------------------------------------------------------
 
-/// A temporary home with a project directory in it.
-pub struct Project {
-    _home: TempDir,
-    pub home: PathBuf,
-    pub dir: PathBuf,
-}
-
-impl Default for Project {
-    fn default() -> Self {
-        Project::new()
-    }
-}
+/// Small resilience settings (a test overrides any of them with `.env(…)` on the
+/// command), and none of the retry knobs a test run might inherit.
+pub const RESILIENT: Env = &[
+    ("FLOWER_BASE_DELAY", Some("0.05")),
+    ("FLOWER_MAX_DELAY", Some("0.2")),
+    ("FLOWER_PROBE_INTERVAL", Some("0.05")),
+    ("FLOWER_PROBE_TIMEOUT", Some("0.5")),
+    ("FLOWER_MAX_OFFLINE_WAIT", Some("30")),
+    ("FLOWER_MAX_ATTEMPTS", None),
+    ("FLOWER_RETRY_UNKNOWN", None),
+    ("FLOWER_STREAM_IDLE_TIMEOUT", None),
+];
 
 impl Project {
-    pub fn new() -> Project {
-        let home = TempDir::new().unwrap();
-        let path = home.path().canonicalize().unwrap();
-        let dir = path.join("proj");
-        std::fs::create_dir(&dir).unwrap();
-        Project {
-            home: path,
-            dir,
-            _home: home,
-        }
-    }
-
-    /// `flower ARGS` in the project, against `server`, with small resilience settings
-    /// (a test overrides any of them with `.env(…)` on the returned command).
-    pub fn command(&self, server: &FakeServer, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
-        cmd.current_dir(&self.dir)
-            .args(args)
-            .env("HOME", &self.home)
-            .env("NO_COLOR", "1")
-            .env("FLOWER_BASE_DELAY", "0.05")
-            .env("FLOWER_MAX_DELAY", "0.2")
-            .env("FLOWER_PROBE_INTERVAL", "0.05")
-            .env("FLOWER_PROBE_TIMEOUT", "0.5")
-            .env("FLOWER_MAX_OFFLINE_WAIT", "30")
-            .env_remove("FLOWER_MAX_ATTEMPTS")
-            .env_remove("FLOWER_RETRY_UNKNOWN")
-            .env_remove("FLOWER_STREAM_IDLE_TIMEOUT")
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    pub fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
-        self.command(server, args).output().expect("run flower")
+    /// A temporary home with `~/proj` in it, its commands with [`RESILIENT`] settings.
+    pub fn resilient() -> Project {
+        Project::with("proj", RESILIENT)
     }
 
     /// Spawns `flower ARGS` with stdout discarded and stderr watched.
-    pub fn spawn(&self, server: &FakeServer, args: &[&str]) -> (Child, StderrWatch) {
+    pub fn spawn_watched(&self, server: &FakeServer, args: &[&str]) -> (Child, StderrWatch) {
         spawn_watched(self.command(server, args))
     }
 
@@ -183,22 +81,6 @@ impl Project {
         std::fs::create_dir_all(self.dir.join("notes")).unwrap();
         std::fs::write(self.dir.join("notes/需求.md"), BRIEF).unwrap();
         std::fs::write(self.dir.join("notes/目标.md"), GOAL).unwrap();
-    }
-
-    pub fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.dir.join(rel)).unwrap_or_default()
-    }
-
-    pub fn json(&self, rel: &str) -> Value {
-        serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
-    }
-
-    /// The rows of `runs/manifest.json` (empty when there is none).
-    pub fn manifest(&self) -> Vec<Value> {
-        self.json("runs/manifest.json")
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
     }
 
     /// The manifest rows of one step name, in order.
@@ -244,10 +126,6 @@ impl Project {
     pub fn state(&self) -> flower::WakeState {
         flower::wake_state(&self.dir, self.dir.join("runs"))
     }
-}
-
-pub fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 // ---------------------------------------------------------------------------------

@@ -6,5 +6,8 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod fake;
+pub mod pipeline;
+pub mod workspace;
 
 pub use fake::{Block, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
+pub use workspace::{ToolEnv, tool_env};
