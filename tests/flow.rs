@@ -482,3 +482,70 @@ fn killed_inside_work_resumes_the_work_session() {
     );
     assert_eq!(project.read("hello.txt"), "hello");
 }
+
+/// `flower` trims old large tool results when it resumes (a file pointer instead of the
+/// content, the content kept on disk); `--no-trim` feeds them back whole.
+#[test]
+fn waking_trims_old_large_results_unless_no_trim() {
+    use support::pipeline::{simple_reply, turn_of};
+    const MARK: &str = "大文件的一行内容";
+    let project = Project::new();
+    std::fs::write(
+        project.dir.join("big.txt"),
+        format!("{MARK}\n").repeat(2_000),
+    )
+    .unwrap();
+    let server = FakeServer::with_handler(|req, _| match (agent_of(req), turn_of(req)) {
+        // The coordinator reads the big file, then looks around, then is done.
+        (Agent::Coordinator, 0) => Reply::tool_use("Read", json!({"file_path": "big.txt"})),
+        (Agent::Coordinator, 1) => Reply::tool_use("Glob", json!({"pattern": "*.txt"})),
+        (Agent::Coordinator, _) => Reply::text("做完了。"),
+        _ => simple_reply(req),
+    });
+    assert!(project.run(&server, &["读大文件"]).status.success());
+    let read_result = server
+        .requests()
+        .into_iter()
+        .find(|r| agent_of(r) == Agent::Coordinator && turn_of(r) == 1)
+        .unwrap();
+    assert!(
+        read_result.raw_body.contains(MARK),
+        "the first run sees the content"
+    );
+
+    let resumed_coordinator = |server: &FakeServer, before: usize| {
+        server.requests()[before..]
+            .iter()
+            .find(|r| agent_of(r) == Agent::Coordinator)
+            .cloned()
+            .expect("干活 resumed")
+    };
+    let before = server.request_count();
+    assert!(project.run(&server, &[]).status.success());
+    let trimmed = resumed_coordinator(&server, before);
+    assert!(
+        !trimmed.raw_body.contains(MARK),
+        "trimmed by default on waking"
+    );
+    assert!(
+        trimmed
+            .raw_body
+            .contains(flower::stores::prune::TRIM_POINTER_PREFIX)
+    );
+    let kept: Vec<_> = std::fs::read_dir(project.dir.join("runs/trimmed"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(
+        kept.iter().any(|t| t.contains(MARK)),
+        "the content is kept on disk"
+    );
+
+    let before = server.request_count();
+    assert!(project.run(&server, &["--no-trim"]).status.success());
+    let whole = resumed_coordinator(&server, before);
+    assert!(
+        whole.raw_body.contains(MARK),
+        "--no-trim feeds it back whole"
+    );
+}
