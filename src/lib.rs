@@ -11,6 +11,7 @@
 //!
 //! The `flower` command line lives in the binary (`src/main.rs`, `src/cli/`).
 
+pub mod atomic;
 pub mod core;
 pub mod engine;
 pub mod model;

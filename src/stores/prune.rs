@@ -1040,12 +1040,7 @@ fn write_trimmed(dir: &Path, session: &str, id: &str, text: &str) -> std::io::Re
         return Ok(path);
     }
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    if let Err(e) = std::fs::rename(&tmp, &path) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
+    crate::atomic::write(&path, text.as_bytes())?;
     Ok(path)
 }
 

@@ -163,7 +163,7 @@ fn edit_file(path: &Path, old: &str, new: &str, replace_all: bool) -> ToolOutput
     } else {
         content.replacen(old.as_str(), &new, 1)
     };
-    if let Err(e) = super::paths::write_atomically(path, updated.as_bytes()) {
+    if let Err(e) = crate::atomic::write(path, updated.as_bytes()) {
         return ToolOutput::error(format!("Cannot write {shown}: {e}"));
     }
     let what = if count == 1 {
@@ -186,7 +186,7 @@ fn create(path: &Path, content: &str) -> ToolOutput {
             parent.display()
         ));
     }
-    match super::paths::write_atomically(path, content.as_bytes()) {
+    match crate::atomic::write(path, content.as_bytes()) {
         Ok(()) => ToolOutput::ok(format!(
             "File created successfully at: {} ({} lines).",
             path.display(),

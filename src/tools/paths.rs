@@ -175,34 +175,3 @@ pub fn resolve_for_read(ctx: &ToolContext, path: &str) -> Result<PathBuf, String
         run.display()
     ))
 }
-
-/// Replaces a file's content atomically: the bytes go to a temporary file beside it,
-/// which is then renamed over the target. A kill mid-write, or another process reading
-/// at the same moment, sees the old content or the new one, never half of it. An
-/// existing file keeps its permissions.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.flower-{}-{:08x}.tmp",
-        std::process::id(),
-        fastrand::u32(..)
-    ));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            file.set_permissions(meta.permissions())?;
-        }
-        drop(file);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}

@@ -96,7 +96,7 @@ fn write_file(path: &Path, content: &str) -> ToolOutput {
             parent.display()
         ));
     }
-    if let Err(e) = super::paths::write_atomically(path, content.as_bytes()) {
+    if let Err(e) = crate::atomic::write(path, content.as_bytes()) {
         return ToolOutput::error(format!("Cannot write {shown}: {e}"));
     }
     let lines = content.lines().count();

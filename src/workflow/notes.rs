@@ -74,17 +74,8 @@ pub fn append_wake_note(workspace: &Path, utterance: &str) -> std::io::Result<()
     }
     let now = chrono::Local::now().format("%Y-%m-%d %H:%M");
     text.push_str(&format!("\n- {now}:{}\n", utterance.trim()));
-    write_atomically(&path, &text)
-}
-
-/// Writes a file through `.tmp` + rename so a kill never leaves half of it.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    crate::atomic::write(&path, text.as_bytes())
 }
