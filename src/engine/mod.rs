@@ -630,16 +630,28 @@ impl Engine {
             run_dir: self.config.run_dir.clone(),
             cancel: cancel.clone(),
         };
-        let call = tool.call(input, &ctx);
+        self.until_interrupted(tool.call(input, &ctx), &cancel)
+            .await
+    }
+
+    /// Runs a tool call until it finishes or the user presses Ctrl-C. On an interrupt,
+    /// `cancel` fires and the call gets a moment to clean up (kill its process group);
+    /// its result then says it was interrupted. Sub-agents (Task) are not wrapped: their
+    /// own model requests and tools see the interrupt.
+    async fn until_interrupted(
+        &self,
+        call: impl std::future::Future<Output = ToolOutput>,
+        cancel: &CancellationToken,
+    ) -> ToolOutput {
         tokio::pin!(call);
         tokio::select! {
-            output = &mut call => output,
+            biased;
             _ = self.config.interrupt.wait() => {
                 cancel.cancel();
-                // Let the tool clean up (kill its process group) before we go on.
                 let _ = tokio::time::timeout(Duration::from_secs(5), &mut call).await;
                 ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
             }
+            output = &mut call => output,
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::model::ToolDef;
 use crate::tools::ToolOutput;
 use serde_json::{Value, json};
 use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 pub const TASK: &str = "Task";
 pub const ASK_USER: &str = "AskUser";
@@ -156,21 +157,17 @@ impl Engine {
         let Some(question) = input.get("question").and_then(Value::as_str) else {
             return ToolOutput::error("AskUser: missing required field `question`");
         };
-        let answer = match &self.config.asker {
-            // A Ctrl-C cancels the question like any running tool; the line reader is
-            // cancel-safe, so the next line goes to the after-interrupt prompt.
-            Some(asker) => tokio::select! {
-                biased;
-                _ = self.config.interrupt.wait() => {
-                    return ToolOutput::error(super::transcript::INTERRUPTED_TOOL_RESULT);
-                }
-                answer = asker.ask(question) => answer,
-            },
-            None => None,
+        let Some(asker) = &self.config.asker else {
+            return ToolOutput::ok(NOBODY_TO_ASK);
         };
-        match answer {
-            Some(answer) => ToolOutput::ok(answer),
-            None => ToolOutput::ok(NOBODY_TO_ASK),
-        }
+        // A Ctrl-C cancels the question like any running tool; the line reader is
+        // cancel-safe, so the next line goes to the after-interrupt prompt.
+        let ask = async {
+            match asker.ask(question).await {
+                Some(answer) => ToolOutput::ok(answer),
+                None => ToolOutput::ok(NOBODY_TO_ASK),
+            }
+        };
+        self.until_interrupted(ask, &CancellationToken::new()).await
     }
 }
