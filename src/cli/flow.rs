@@ -12,14 +12,14 @@ use super::tilde;
 use flower::core::lineage::Lineage;
 use flower::core::runtime::{Runtime, RuntimeOptions};
 use flower::core::signals;
+use flower::core::wake::session_context;
 use flower::engine::Interrupt;
 use flower::model::ModelClient;
 use flower::model::anthropic::AnthropicClient;
-use flower::stores::{SessionKey, SqliteSessionStore, project_key};
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
 use flower::workflow::{WorkflowError, notes};
 use flower::{WakeState, wake_state};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -206,20 +206,10 @@ pub fn banner(workspace: &Path, run_dir: &Path, state: &WakeState) -> String {
     if state.checks > 0 {
         parts.push(format!("目标 {} 条", state.checks));
     }
-    if let Some(context) = work_context(workspace, run_dir, state) {
+    let work = state.steps.get(WORK);
+    if let Some(context) = work.and_then(|id| session_context(workspace, run_dir, id)) {
         parts.push(format!("干活上下文 {}", render::tokens(context)));
     }
     parts.push(format!("第 {} 次唤醒", state.woke + 1));
     format!("<- 在 {} 接上上次  {}", tilde(workspace), parts.join(" · "))
-}
-
-/// The context size of the last turn of the 干活 session, read-only from sessions.db.
-fn work_context(workspace: &Path, run_dir: &Path, state: &WakeState) -> Option<u64> {
-    let session = state.steps.get(WORK)?;
-    let db: PathBuf = run_dir.join("sessions.db");
-    let store = SqliteSessionStore::open_read_only(&db).ok()??;
-    let key = SessionKey::main(project_key(workspace), session);
-    let usage = store.last_assistant_usage(&key).ok()??;
-    let usage: flower::model::Usage = serde_json::from_value(usage).ok()?;
-    Some(usage.context_tokens()).filter(|&c| c > 0)
 }

@@ -17,7 +17,7 @@ use crate::engine::{
 use crate::model::anthropic::AnthropicClient;
 use crate::model::{ModelClient, Usage};
 use crate::stores::{
-    PruneOptions, PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore, project_key,
+    PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
 };
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -412,14 +412,6 @@ impl Runtime {
     /// Reports an event to the runtime's sink (the CLI renders them).
     pub fn emit(&self, event: Event) {
         (self.events)(&event);
-    }
-
-    /// The context size (tokens) of the last turn of a session, from the store.
-    pub fn last_context(&self, session_id: &str) -> Option<u64> {
-        let key = SessionKey::main(self.project_key(), session_id);
-        let usage = self.sqlite.last_assistant_usage(&key).ok()??;
-        let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
-        Some(usage.context_tokens())
     }
 }
 

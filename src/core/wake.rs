@@ -1,7 +1,7 @@
 //! `wake_state`: the read-only probe that says whether a directory can be woken.
 
 use super::lineage::Lineage;
-use crate::stores::{SessionStore, SqliteSessionStore};
+use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use crate::workflow::notes;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -57,4 +57,14 @@ pub fn wake_state(workspace: impl AsRef<Path>, run_dir: impl AsRef<Path>) -> Wak
         }
     }
     state
+}
+
+/// The context size (tokens) of the last turn of a session, read-only from
+/// `run_dir/sessions.db` (the wake banner's `干活上下文`). `None` when it cannot be read.
+pub fn session_context(workspace: &Path, run_dir: &Path, session_id: &str) -> Option<u64> {
+    let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db")).ok()??;
+    let key = SessionKey::main(project_key(workspace), session_id);
+    let usage = store.last_assistant_usage(&key).ok()??;
+    let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
+    Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
 }
