@@ -89,10 +89,7 @@ pub struct AgentOutcome {
 }
 
 /// The step attempt in flight, for [`Runtime::rescue`].
-#[derive(Default)]
-struct InFlight {
-    result: Option<StepResult>,
-}
+type InFlight = Option<StepResult>;
 
 pub struct Runtime {
     workspace: PathBuf,
@@ -176,7 +173,7 @@ impl Runtime {
             resilience,
             events: options.events,
             on_session: Mutex::new(None),
-            in_flight: Arc::new(Mutex::new(InFlight::default())),
+            in_flight: Arc::new(Mutex::new(None)),
             warnings: Mutex::new(warnings),
         })
     }
@@ -285,7 +282,7 @@ impl Runtime {
             let in_flight = self.in_flight.clone();
             let hook = lock(&self.on_session).clone();
             let on_session = move |id: &str| {
-                if let Some(result) = lock(&in_flight).result.as_mut() {
+                if let Some(result) = lock(&in_flight).as_mut() {
                     result.session_id = Some(id.to_string());
                 }
                 if let Some(hook) = &hook {
@@ -406,7 +403,7 @@ impl Runtime {
     }
 
     fn set_in_flight(&self, result: Option<StepResult>) {
-        lock(&self.in_flight).result = result;
+        *lock(&self.in_flight) = result;
     }
 
     /// Reports an event to the runtime's sink (the CLI renders them).
@@ -436,7 +433,7 @@ pub struct Rescuer {
 impl Rescuer {
     /// Writes the in-flight step's row (if any) with `error = "killed-by-signal"`.
     pub fn rescue(&self) {
-        let Some(mut result) = lock(&self.in_flight).result.take() else {
+        let Some(mut result) = lock(&self.in_flight).take() else {
             return;
         };
         result.error = Some("killed-by-signal".into());

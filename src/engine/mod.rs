@@ -551,7 +551,8 @@ impl Engine {
     }
 
     /// The tool definitions an agent is offered. `Task` only at the top level (no
-    /// nested sub-agents); `AskUser` only when a rule names it explicitly.
+    /// nested sub-agents); `AskUser` only when a rule names it explicitly and there is
+    /// someone to ask.
     fn offered_tools(&self, permissions: &Permissions, depth: u32) -> Vec<ToolDef> {
         let mut defs: Vec<ToolDef> = self
             .tools
@@ -562,7 +563,8 @@ impl Engine {
         if depth == 0 && permissions.offers(subagent::TASK) {
             defs.push(subagent::task_definition(&self.config.subagents));
         }
-        if permissions.names(subagent::ASK_USER) {
+        // Only when someone can answer: a tool that can never work is noise.
+        if self.config.asker.is_some() && permissions.names(subagent::ASK_USER) {
             defs.push(subagent::ask_user_definition());
         }
         defs
