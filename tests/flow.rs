@@ -547,3 +547,31 @@ fn waking_trims_old_large_results_unless_no_trim() {
         "--no-trim feeds it back whole"
     );
 }
+
+/// A manifest.json that cannot be parsed is moved aside, never deleted, the user is
+/// told, and the run goes on with a new manifest.
+#[test]
+fn a_corrupt_manifest_is_moved_aside_with_a_warning() {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| support::pipeline::simple_reply(req));
+    std::fs::create_dir_all(project.dir.join("runs")).unwrap();
+    std::fs::write(project.dir.join("runs/manifest.json"), "[{\"step\": \"半截").unwrap();
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("manifest.json 无法解析"),
+        "{}",
+        text(&out.stderr)
+    );
+    let aside: Vec<PathBuf> = std::fs::read_dir(project.dir.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("manifest.json.corrupt"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(
+        std::fs::read_to_string(&aside[0]).unwrap(),
+        "[{\"step\": \"半截"
+    );
+    assert_eq!(project.steps()[0], "确认需求");
+}
