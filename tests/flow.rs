@@ -365,16 +365,27 @@ fn new_archives_lineage_brief_and_goal_together() {
     );
 }
 
-/// Kills the process while `agent` is waiting for its first reply, then wakes.
-fn kill_in(agent: Agent) -> (Project, FakeServer, Arc<Script>, Arc<AtomicUsize>) {
+/// What a wake after a kill inside one step saw.
+struct Woken {
+    project: Project,
+    script: Arc<Script>,
+    out: Output,
+    /// The first request of the wake.
+    resumed: Recorded,
+}
+
+/// Kills the first run while `agent` waits for its first reply, then wakes the
+/// directory saying nothing. Checks what every such wake must hold: `step`'s session
+/// was in lineage before the reply, the wake exits 0, its first request is `agent`'s,
+/// and lineage still names the same session afterwards.
+fn wake_after_kill_in(agent: Agent, step: &str) -> Woken {
     let project = Project::new();
     let script = Script::new(0);
     let gate = support::Gate::new();
-    let held = Arc::new(AtomicUsize::new(0));
     let server = {
         let script = script.clone();
         let gate = gate.clone();
-        let held = held.clone();
+        let held = AtomicUsize::new(0);
         FakeServer::with_handler(move |req, _| {
             if agent_of(req) == agent && held.fetch_add(1, Ordering::SeqCst) == 0 {
                 return Reply::text("never delivered").gate_before(&gate);
@@ -389,27 +400,33 @@ fn kill_in(agent: Agent) -> (Project, FakeServer, Arc<Script>, Arc<AtomicUsize>)
     );
     child.kill().unwrap();
     child.wait().unwrap();
-    (project, server, script, held)
-}
 
-#[test]
-fn killed_inside_clarify_resumes_the_clarification() {
-    let (project, server, _script, _) = kill_in(Agent::Clarifier);
-    let lineage = project.json("runs/lineage.json");
-    let id = lineage["steps"]["确认需求"]
+    let id = project.json("runs/lineage.json")["steps"][step]
         .as_str()
         .expect("written before the reply")
         .to_string();
     let before = server.request_count();
     let out = project.run(&server, &[]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    assert!(
-        lines(&out)[0].contains("需求确认到一半"),
-        "{:?}",
-        lines(&out)
+    let resumed = server.requests()[before].clone();
+    assert_eq!(agent_of(&resumed), agent);
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"][step],
+        id.as_str()
     );
-    let resumed = &server.requests()[before];
-    assert_eq!(agent_of(resumed), Agent::Clarifier);
+    Woken {
+        project,
+        script,
+        out,
+        resumed,
+    }
+}
+
+#[test]
+fn killed_inside_clarify_resumes_the_clarification() {
+    let woken = wake_after_kill_in(Agent::Clarifier, "确认需求");
+    let (out, resumed) = (&woken.out, &woken.resumed);
+    assert!(lines(out)[0].contains("需求确认到一半"), "{:?}", lines(out));
     // Killed before any reply: the resume prompt joins the unanswered request.
     assert!(
         resumed
@@ -422,63 +439,37 @@ fn killed_inside_clarify_resumes_the_clarification() {
             .to_string()
             .contains("写个 hello 脚本")
     );
-    assert_eq!(
-        project.json("runs/lineage.json")["steps"]["确认需求"],
-        id.as_str()
-    );
 }
 
 #[test]
 fn killed_inside_set_goal_skips_clarify_and_resumes_the_goal() {
-    let (project, server, script, _) = kill_in(Agent::GoalSetter);
-    let id = project.json("runs/lineage.json")["steps"]["设定目标"]
-        .as_str()
-        .expect("written before the reply")
-        .to_string();
-    let before = server.request_count();
-    let out = project.run(&server, &[]);
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let woken = wake_after_kill_in(Agent::GoalSetter, "设定目标");
     assert_eq!(
-        script.count(Agent::Clarifier),
+        woken.script.count(Agent::Clarifier),
         2,
         "确认需求 is frozen and skipped"
     );
-    let resumed = &server.requests()[before];
-    assert_eq!(agent_of(resumed), Agent::GoalSetter);
     // The same session, sent the whole brief again (no resume_prompt for this step);
     // it joins the unanswered first prompt.
-    let blocks = resumed.messages()[0]["content"].as_array().unwrap().clone();
+    let blocks = woken.resumed.messages()[0]["content"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(blocks.len(), 2, "{blocks:?}");
     assert_eq!(blocks[0]["text"], blocks[1]["text"]);
-    assert!(resumed.last_user_text().contains("## 验收"));
-    assert_eq!(
-        project.json("runs/lineage.json")["steps"]["设定目标"],
-        id.as_str()
-    );
+    assert!(woken.resumed.last_user_text().contains("## 验收"));
 }
 
 #[test]
 fn killed_inside_work_resumes_the_work_session() {
-    let (project, server, _script, _) = kill_in(Agent::Coordinator);
-    let id = project.json("runs/lineage.json")["steps"]["干活"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let before = server.request_count();
-    let out = project.run(&server, &[]);
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    let resumed = &server.requests()[before];
-    assert_eq!(agent_of(resumed), Agent::Coordinator);
+    let woken = wake_after_kill_in(Agent::Coordinator, "干活");
     assert!(
-        resumed
+        woken
+            .resumed
             .last_user_text()
             .ends_with(flower::workflow::flower::WORK_RESUME)
     );
-    assert_eq!(
-        project.json("runs/lineage.json")["steps"]["干活"],
-        id.as_str()
-    );
-    assert_eq!(project.read("hello.txt"), "hello");
+    assert_eq!(woken.project.read("hello.txt"), "hello");
 }
 
 /// `flower` trims old large tool results when it resumes (a file pointer instead of the
