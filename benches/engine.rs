@@ -3,7 +3,7 @@
 //!
 //! Everything runs the real release `flower` binary (`CARGO_BIN_EXE_flower`, which
 //! `cargo bench` builds with the release profile) as a child process against the fake
-//! Messages API server of `tests/support/`, which answers at once:
+//! Messages API server of `tests/it/support/`, which answers at once:
 //!
 //! 1. one-turn `flower once`: whole-process wall time (spawn to exit, median and p95)
 //!    and peak RSS. Goals: ≤ 30 ms, ≤ 20 MiB.
@@ -23,8 +23,9 @@
 //! For scale (DESIGN.md §7): Claude Code 2.1.327 takes 0.42 s and 216 MiB for the
 //! one-turn job, about 33 ms of harness time per turn over 301 turns, and 0.54 s and
 //! 267 MiB to resume a 301-turn session for one more turn.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use serde_json::json;

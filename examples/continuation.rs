@@ -9,6 +9,7 @@
 //! cargo run --example continuation
 //! cargo run --example continuation
 //! ```
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::{AgentSpec, Runtime, Step, Workflow};
 

@@ -1,5 +1,6 @@
 //! `AnthropicClient::from_env`: the environment variables and their precedence.
 //! One test in its own binary, because it changes the process environment.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::model::ModelClient;
 use flower::model::ModelError;

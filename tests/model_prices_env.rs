@@ -1,5 +1,6 @@
 //! `FLOWER_PRICES` overrides the process-wide price table. One test in its own binary:
 //! the table is read once per process, from the environment.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::model::Usage;
 use flower::model::prices;

@@ -4,7 +4,7 @@
 //! Tests that need another process re-run this test binary with `FLOWER_STORE_ROLE`
 //! set; [`child_process_entry_point`] then plays that role instead of testing.
 
-mod store_support;
+use crate::store_support;
 
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError};
 use serde_json::{Value, json};
@@ -23,7 +23,7 @@ fn entry(id: &str) -> Value {
 fn spawn_role(role: &str, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
-            "child_process_entry_point",
+            "store_sqlite::child_process_entry_point",
             "--exact",
             "--nocapture",
             "--test-threads=1",

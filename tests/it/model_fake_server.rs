@@ -2,7 +2,7 @@
 //! its HTTP framing, recording, scripting, gates and outages are checked here, partly
 //! at the byte level with a plain TCP client.
 
-mod support;
+use crate::support;
 
 use flower::model::anthropic::AnthropicClient;
 use flower::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};

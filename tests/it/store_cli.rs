@@ -1,7 +1,7 @@
 //! `flower store …` through the real binary: output, import, and bad input (one line
 //! on stderr naming the problem and the file, non-zero exit, nothing written).
 
-mod store_support;
+use crate::store_support;
 
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};

@@ -468,7 +468,13 @@ fn concurrent_processes_never_lose_a_row() {
         .iter()
         .map(|run| {
             Command::new(&exe)
-                .args(["--exact", "writer_role", "--test-threads", "1", "--quiet"])
+                .args([
+                    "--exact",
+                    "manifest::writer_role",
+                    "--test-threads",
+                    "1",
+                    "--quiet",
+                ])
                 .env(WRITER_DIR, tmp.path())
                 .env(WRITER_RUN, run)
                 .stdout(std::process::Stdio::null())

@@ -5,8 +5,8 @@
 //! Every wait is on an event (a request arrived, a gate was reached, a line appeared on
 //! stderr, a file appeared); the timeouts are only reached when something is broken.
 
-mod faults_support;
-mod support;
+use crate::faults_support;
+use crate::support;
 
 use faults_support::*;
 use flower::core::resilience::RESUME_PROMPT;

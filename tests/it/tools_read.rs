@@ -1,6 +1,6 @@
 //! The Read tool, through the `Tool` trait.
 
-mod support;
+use crate::support;
 
 use flower::tools::read::Read;
 use flower::tools::{Tool, ToolOutput};

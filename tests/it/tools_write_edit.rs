@@ -1,6 +1,6 @@
 //! The Write and Edit tools: confinement to the workspace, exact-match editing.
 
-mod support;
+use crate::support;
 
 use flower::tools::Tool;
 use flower::tools::edit::Edit;

@@ -7,7 +7,7 @@
 //! depends only on how many turns its session already has, so a resumed session simply
 //! goes on where it stopped.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -55,14 +55,14 @@ impl Project {
     }
 
     /// `flower state [--json]` without an API key, run to the end.
-    fn state(&self, json: bool) -> Output {
+    fn state_output(&self, json: bool) -> Output {
         self.state_command(json)
             .env_remove("ANTHROPIC_API_KEY")
             .output()
             .expect("run flower state")
     }
 
-    fn rows(&self) -> Vec<Value> {
+    fn all_rows(&self) -> Vec<Value> {
         match self.json("runs/manifest.json") {
             Value::Array(rows) => rows,
             other => panic!("manifest.json is not an array: {other}"),
@@ -124,7 +124,7 @@ fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
 /// `flower state --json`, checked to write nothing, parsed.
 fn probe(project: &Project) -> Value {
     let before = snapshot(&project.dir);
-    let out = project.state(true);
+    let out = project.state_output(true);
     assert_same(&before, &snapshot(&project.dir), "flower state --json");
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let state: Value = serde_json::from_slice(&out.stdout).expect("state is JSON");
@@ -141,7 +141,7 @@ fn probe(project: &Project) -> Value {
     );
     // The human form reads the same and writes nothing either.
     let before = snapshot(&project.dir);
-    let human = project.state(false);
+    let human = project.state_output(false);
     assert_same(&before, &snapshot(&project.dir), "flower state");
     assert!(human.status.success());
     let human = text(&human.stdout);
@@ -216,7 +216,7 @@ fn killed_after_a_reply_the_next_run_resumes_that_session_and_keeps_the_rows() {
         .as_str()
         .expect("设定目标's session was on disk")
         .to_string();
-    let rows = project.rows();
+    let rows = project.all_rows();
     assert_eq!(rows.len(), 1, "{rows:#?}");
     let first_row = rows[0].clone();
     assert_eq!(first_row["step"], "确认需求");
@@ -260,7 +260,7 @@ fn killed_after_a_reply_the_next_run_resumes_that_session_and_keeps_the_rows() {
     assert_eq!(lineage["steps"]["确认需求"], clarify_id.as_str());
 
     // The killed process's row is still there, untouched; this process added its own.
-    let rows = project.rows();
+    let rows = project.all_rows();
     assert_eq!(rows[0], first_row);
     let steps: Vec<&str> = rows.iter().map(|r| r["step"].as_str().unwrap()).collect();
     assert_eq!(steps, ["确认需求", "设定目标", "干活", "干活·判定#1"]);
@@ -379,7 +379,7 @@ fn several_flowers_at_once_in_one_directory() {
     }
 
     // Every process's rows, each under its own run id, none lost.
-    let rows = project.rows();
+    let rows = project.all_rows();
     let mut by_run: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for row in &rows {
         by_run

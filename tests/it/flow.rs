@@ -3,7 +3,7 @@
 //!
 //! The fake model plays every agent, routed by the system prompt.
 
-mod support;
+use crate::support;
 
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};

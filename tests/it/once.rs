@@ -1,6 +1,6 @@
 //! `flower once` against the fake Messages API: the real binary, end to end.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::process::{Command, Output};

@@ -6,8 +6,8 @@
 //! Kill points are events: a reply held at a gate, the n-th request arriving, a tool's
 //! process having started; a random delay is only ever added after such an event.
 
-mod faults_support;
-mod support;
+use crate::faults_support;
+use crate::support;
 
 use faults_support::*;
 use flower::workflow::flower::WORK_RESUME;

@@ -4,7 +4,7 @@
 //! Every pruned transcript is checked for the three invariants: one unbroken
 //! `parentUuid` chain, a conversation the Messages API accepts, and idempotence.
 
-mod store_support;
+use crate::store_support;
 
 use flower::stores::prune::{
     INTERRUPTED_BODY, PruneOptions, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text,

@@ -1,7 +1,7 @@
 //! The Anthropic client against the fake Messages API server: replies, streaming,
 //! the request it sends, and every way a request can fail.
 
-mod support;
+use crate::support;
 
 use flower::model::anthropic::{AnthropicClient, MAX_CACHE_BREAKPOINTS, request_body};
 use flower::model::{

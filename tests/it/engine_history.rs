@@ -4,7 +4,7 @@
 //! every request holds the whole history so far, and a sub-agent's own requests neither
 //! see nor disturb the parent's.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::process::Output;

@@ -1,6 +1,6 @@
 //! The Glob and Grep tools on a real tree: ordering, .gitignore, caps, output formats.
 
-mod support;
+use crate::support;
 
 use flower::tools::glob::Glob;
 use flower::tools::grep::Grep;

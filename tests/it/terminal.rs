@@ -10,7 +10,7 @@
 //! terminal, the server seeing a request, a gate reached, a file appearing), never on
 //! sleeps alone.
 
-mod support;
+use crate::support;
 
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use flower::workflow::flower::{CLARIFY_RESUME, WORK_RESUME};

@@ -5,7 +5,7 @@
 //!
 //! The example prints `woke` on one line, then the sessions map as JSON.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

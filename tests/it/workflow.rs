@@ -1,7 +1,7 @@
 //! Continuation through the library API: Runtime, Workflow, Step, lineage.json,
 //! manifest.json, wake_state. Each `Runtime` stands for one process.
 
-mod support;
+use crate::support;
 
 use flower::core::resilience::Resilience;
 use flower::core::runtime::RuntimeOptions;

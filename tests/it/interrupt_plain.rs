@@ -1,7 +1,7 @@
 //! Ctrl-C when nobody can be asked (stdin is not a terminal): the first interrupt
 //! restarts the turn at once, so "twice" also means two presses within a moment.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
