@@ -6,7 +6,7 @@
 //!   when `runs/manifest.json` already holds 10,000 rows of other runs. Goal ≤ 20 ms.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use flower::core::manifest::{Manifest, StepResult, new_run_id};
+use flower::continuity::manifest::{Manifest, StepResult, new_run_id};
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Replacing a file atomically: the one way flower writes files that others may read
 //! while it writes, or that a kill must never leave half-written (the agent's Write and
 //! Edit, the notes, trimmed tool results). `lineage.json` and `manifest.json` add their
-//! own locking on top (see `core::lineage`, `core::manifest`).
+//! own locking on top (see `continuity::lineage`, `continuity::manifest`).
 
 use std::io::Write as _;
 use std::path::Path;

@@ -12,11 +12,13 @@
 //! The `flower` command line lives in the binary (`src/main.rs`, `src/cli/`).
 
 pub mod atomic;
-pub mod core;
+pub mod continuity;
 pub mod engine;
+pub mod events;
 pub mod model;
 pub mod stores;
 pub mod tools;
+pub mod transcript;
 pub mod workflow;
 
 use std::future::Future;
@@ -26,8 +28,8 @@ use std::pin::Pin;
 /// ([`model::ModelClient`], [`tools::Tool`]).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-pub use crate::core::lineage::Lineage;
-pub use crate::core::runtime::{Runtime, RuntimeOptions};
-pub use crate::core::wake::{WakeState, wake_state};
+pub use crate::continuity::lineage::Lineage;
+pub use crate::continuity::runtime::{Runtime, RuntimeOptions};
+pub use crate::continuity::wake::{WakeState, wake_state};
 pub use crate::engine::spec::AgentSpec;
 pub use crate::workflow::{Context, Step, Workflow};

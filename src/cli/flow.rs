@@ -9,15 +9,16 @@ use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
-use flower::core::lineage::Lineage;
-use flower::core::runtime::{Runtime, RuntimeOptions};
-use flower::core::signals;
-use flower::core::wake::session_context;
+use flower::continuity::lineage::Lineage;
+use flower::continuity::notes;
+use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::signals;
+use flower::continuity::wake::session_context;
 use flower::engine::Interrupt;
 use flower::model::ModelClient;
 use flower::model::anthropic::AnthropicClient;
+use flower::workflow::WorkflowError;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
-use flower::workflow::{WorkflowError, notes};
 use flower::{WakeState, wake_state};
 use std::path::Path;
 use std::process::ExitCode;
@@ -104,12 +105,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     match intent {
         Intent::Fresh { request } => options.request = Some(request),
         Intent::ResumeClarify { said } => options.request = said,
-        Intent::Wake { utterance } => {
-            if let Some(text) = &utterance {
-                notes::append_wake_note(&workspace, text)?;
-            }
-            options.utterance = utterance;
-        }
+        Intent::Wake { utterance } => options.utterance = utterance,
     }
 
     let interrupt = Interrupt::new();
@@ -125,14 +121,25 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         ..RuntimeOptions::default()
     };
     let runtime = Runtime::with_options(&workspace, &args.run_dir, runtime_options)?;
+    // Only once the run can be opened (its lineage checked against the store) is
+    // anything written: a run that cannot start leaves the notes as they were.
+    if let Some(text) = &options.utterance {
+        notes::append_wake_note(&workspace, text)?;
+    }
     for warning in runtime.take_warnings() {
         renderer.note(&format!("flower: {warning}"));
     }
     let exit_renderer = renderer.clone();
-    signals::install(Some(runtime.rescuer()), interrupt, interactive, move || {
-        exit_renderer.finish();
-        eprintln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
-    })?;
+    signals::install(
+        Some(runtime.rescuer()),
+        runtime.processes().clone(),
+        interrupt,
+        interactive,
+        move || {
+            exit_renderer.finish();
+            eprintln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
+        },
+    )?;
 
     let workflow = flower_workflow(&workspace, &options);
     let outcome = workflow.run(&runtime).await;

@@ -4,8 +4,8 @@
 use super::args::OnceArgs;
 use super::input;
 use super::render::{self, Renderer};
-use flower::core::runtime::{Runtime, RuntimeOptions};
-use flower::core::signals;
+use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use serde_json::json;
 use std::process::ExitCode;
@@ -22,7 +22,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     let options = RuntimeOptions {
         model: args.model.clone(),
         events: if args.json {
-            flower::engine::events::discard()
+            flower::events::discard()
         } else {
             renderer.sink()
         },
@@ -34,7 +34,13 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
     }
-    signals::install(None, interrupt, interactive, || {})?;
+    signals::install(
+        None,
+        runtime.processes().clone(),
+        interrupt,
+        interactive,
+        || {},
+    )?;
 
     let spec = AgentSpec {
         name: "once".into(),

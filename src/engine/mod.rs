@@ -7,22 +7,21 @@
 //! its stream completes, each tool result when its tool finishes. A SIGKILL loses at most
 //! the reply still streaming.
 
-pub mod events;
 pub mod interrupt;
 pub mod permissions;
 pub mod shell;
 pub mod spec;
 mod subagent;
-pub mod transcript;
 
-pub use events::{Event, EventSink};
+pub use crate::events::{Event, EventSink};
 pub use interrupt::Interrupt;
 pub use spec::AgentSpec;
 
 use crate::BoxFuture;
 use crate::model::{MessagesRequest, ModelClient, ModelError, StreamDelta, ToolDef, Usage};
 use crate::stores::{PruningSessionStore, SessionKey, SessionStore};
-use crate::tools::{Tool, ToolContext, ToolOutput};
+use crate::tools::{ProcessGroups, Tool, ToolContext, ToolOutput};
+use crate::transcript::{self, Chain, Messages};
 use permissions::{Decision, Permissions};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -30,7 +29,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use transcript::{Chain, Messages};
 
 /// Default `max_tokens` of a request; `FLOWER_MAX_TOKENS` overrides it.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
@@ -64,6 +62,8 @@ pub struct EngineConfig {
     pub asker: Option<Arc<dyn Asker>>,
     pub interrupt: Interrupt,
     pub on_interrupt: Option<InterruptPrompt>,
+    /// Where the Bash tool registers running commands (killed on a fatal signal).
+    pub processes: ProcessGroups,
 }
 
 /// How a run gets its session.
@@ -631,6 +631,7 @@ impl Engine {
             workspace: self.config.workspace.clone(),
             run_dir: self.config.run_dir.clone(),
             cancel: cancel.clone(),
+            processes: self.config.processes.clone(),
         };
         self.until_interrupted(tool.call(input, &ctx), &cancel)
             .await

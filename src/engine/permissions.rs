@@ -82,8 +82,7 @@ use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// Every denial message starts with this; the pruning layer recognises denials by it.
-pub const DENIAL_PREFIX: &str = "Permission to use ";
+pub use crate::transcript::markers::DENIAL_PREFIX;
 
 /// The tools whose rules are path globs, and the input field holding the path.
 const PATH_TOOLS: [(&str, &str); 5] = [

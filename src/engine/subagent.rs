@@ -1,10 +1,10 @@
 //! The tools that need the engine itself: `Task` (a sub-agent session) and `AskUser`.
 
-use super::transcript::{Chain, Messages};
 use super::{AgentSpec, Conversation, Engine, Event, Stop, Totals};
-use crate::core::resilience::{ErrorClass, classify_error};
 use crate::model::ToolDef;
+use crate::model::classify::{ErrorClass, classify_error};
 use crate::tools::ToolOutput;
+use crate::transcript::{Chain, Messages};
 use serde_json::{Value, json};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -2,7 +2,7 @@
 //!
 //! One request is one `POST {base}/v1/messages` with `"stream": true`, read as
 //! server-sent events (see [`crate::model::sse`]). The client reports precisely what
-//! happened and never retries: retrying belongs to `core::resilience`.
+//! happened and never retries: retrying belongs to `continuity::resilience`.
 //!
 //! Configuration ([`AnthropicClient::from_env`]):
 //! - `ANTHROPIC_API_KEY` (required);

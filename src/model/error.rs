@@ -1,5 +1,5 @@
 //! Errors a model request can end with. Retrying is not decided here (see
-//! `core::resilience`); these only report precisely what happened.
+//! `continuity::resilience`); these only report precisely what happened.
 
 use std::time::Duration;
 

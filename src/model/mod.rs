@@ -2,6 +2,7 @@
 //! other providers (an OpenAI-compatible client for local models) can plug in later.
 
 pub mod anthropic;
+pub mod classify;
 pub mod error;
 pub mod prices;
 pub mod sse;

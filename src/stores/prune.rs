@@ -45,15 +45,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The body of a tool result that an interruption left, or that never came.
-pub const INTERRUPTED_BODY: &str = "[上一轮在此处被中断,该工具结果未产生]";
-
-/// The body of a snapshot command's result that a later run of the same command made
-/// stale.
-pub const STALE_BODY: &str = "[过期:这条命令之后又跑过一次,以最新那次为准]";
-
-/// How a trim pointer starts; a result that starts with it is never trimmed again.
-pub const TRIM_POINTER_PREFIX: &str = "[结果过大,已移出上下文";
+pub use crate::transcript::markers::{
+    INTERRUPTED_BODY, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text, is_interruption_text,
+    is_synthetic_error,
+};
 
 /// Default size above which an old tool result is trimmed (with `trim` on).
 pub const DEFAULT_TRIM_THRESHOLD_BYTES: usize = 16 * 1024;
@@ -119,33 +114,6 @@ impl PruneOptions {
 /// which the Read tool may read).
 pub fn default_trim_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("trimmed")
-}
-
-/// Whether a tool result's text is a permission denial: flower's ("Permission to use
-/// …") or Claude Code's ("… requested permissions to use …", "… needs approval …",
-/// "… has been denied …"). Only results with `is_error: true` count as denials.
-pub fn is_denial_text(text: &str) -> bool {
-    text.trim_start().starts_with("Permission to use ")
-        || text.contains("requested permissions to use")
-        || text.contains("needs approval")
-        || text.contains("has been denied")
-}
-
-/// Whether a tool result's text was left by an interruption
-/// (`[Request interrupted by user for tool use]` and its kin).
-pub fn is_interruption_text(text: &str) -> bool {
-    text.trim_start()
-        .starts_with("[Request interrupted by user")
-}
-
-/// Whether an entry is a synthetic API-error message written by a harness.
-pub fn is_synthetic_error(entry: &Value) -> bool {
-    entry.get("isApiErrorMessage") == Some(&Value::Bool(true))
-        || entry
-            .get("message")
-            .and_then(|m| m.get("model"))
-            .and_then(Value::as_str)
-            == Some("<synthetic>")
 }
 
 /// Whether an entry is a result [`prune`] synthesized for a call that never got one

@@ -346,13 +346,16 @@ impl SqliteSessionStore {
                 let Ok(entry) = serde_json::from_slice::<Value>(row.get_ref(0)?.as_bytes()?) else {
                     continue;
                 };
-                if entry.get("isApiErrorMessage") == Some(&Value::Bool(true)) {
+                if entry.get(crate::transcript::markers::API_ERROR_FLAG) == Some(&Value::Bool(true))
+                {
                     continue;
                 }
                 let Some(message) = entry.get("message") else {
                     continue;
                 };
-                if message.get("model").and_then(Value::as_str) == Some("<synthetic>") {
+                if message.get("model").and_then(Value::as_str)
+                    == Some(crate::transcript::markers::SYNTHETIC_MODEL)
+                {
                     continue;
                 }
                 if let Some(usage) = message.get("usage").filter(|u| u.is_object()) {

@@ -14,7 +14,7 @@
 //! minutes costs 30 KB of memory.
 
 use super::input;
-use super::{Tool, ToolContext, ToolOutput};
+use super::{ProcessGroups, Tool, ToolContext, ToolOutput};
 use crate::BoxFuture;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -127,53 +127,34 @@ impl Tool for Bash {
     }
 }
 
-/// The process groups of the commands running now, for [`kill_running`].
-static RUNNING: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
-
-fn running() -> std::sync::MutexGuard<'static, Vec<i32>> {
-    RUNNING
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Kills (SIGKILL) the process group of every command still running. For a process
-/// about to die without unwinding (SIGTERM, SIGHUP, a double Ctrl-C): the commands run
-/// in their own process groups, so nothing else would stop them, and a build or a
-/// server the agent started would outlive flower.
-pub fn kill_running() {
-    for pgid in running().drain(..) {
-        // SAFETY: killpg only sends a signal; every pgid here belongs to a shell this
-        // process spawned (it is removed as soon as the shell is reaped).
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
-    }
-}
-
 /// Kills the process group on drop unless disarmed: a dropped call leaves nothing
 /// running.
 struct GroupGuard {
     pgid: Option<i32>,
+    groups: ProcessGroups,
 }
 
 impl GroupGuard {
-    fn new(pgid: Option<i32>) -> Self {
+    fn new(pgid: Option<i32>, groups: &ProcessGroups) -> Self {
         if let Some(pgid) = pgid {
-            running().push(pgid);
+            groups.add(pgid);
         }
-        GroupGuard { pgid }
+        GroupGuard {
+            pgid,
+            groups: groups.clone(),
+        }
     }
 
     /// The shell was reaped: its group is not ours to kill any more.
     fn disarm(&mut self) {
         if let Some(pgid) = self.pgid.take() {
-            running().retain(|&p| p != pgid);
+            self.groups.remove(pgid);
         }
     }
 
     fn kill(&mut self) {
         if let Some(pgid) = self.pgid.take() {
-            running().retain(|&p| p != pgid);
+            self.groups.remove(pgid);
             // SAFETY: killpg only sends a signal; pgid is the id of the group this call
             // created (the shell's pid, not yet reaped, so not reused).
             unsafe {
@@ -221,7 +202,10 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         Ok(c) => c,
         Err(e) => return ToolOutput::error(format!("Cannot run bash: {e}")),
     };
-    let mut guard = GroupGuard::new(child.id().and_then(|id| i32::try_from(id).ok()));
+    let mut guard = GroupGuard::new(
+        child.id().and_then(|id| i32::try_from(id).ok()),
+        &ctx.processes,
+    );
     let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader)) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(format!("Cannot read the command's output: {e}")),

@@ -11,8 +11,11 @@ pub mod glob;
 pub mod grep;
 pub mod input;
 pub mod paths;
+pub mod process;
 pub mod read;
 pub mod walk;
+
+pub use process::ProcessGroups;
 pub mod write;
 
 use crate::BoxFuture;
@@ -31,6 +34,8 @@ pub struct ToolContext {
     pub run_dir: PathBuf,
     /// Cancelled when the user interrupts (Ctrl-C once): a long tool stops and says so.
     pub cancel: CancellationToken,
+    /// Where Bash registers the process groups it starts, for the signal handlers.
+    pub processes: ProcessGroups,
 }
 
 /// The result of a tool call, as it goes into the `tool_result` block.

@@ -6,11 +6,11 @@
 //! something on waking, which re-derives it so the judge judges the new request too).
 
 use super::gate::{Gate, Verdict};
-use super::notes;
 use super::{Context, Prompt, Step, Workflow};
 use crate::BoxFuture;
-use crate::core::manifest::judge_name;
-use crate::core::runtime::Runtime;
+use crate::continuity::manifest::judge_name;
+use crate::continuity::notes;
+use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, SessionStart};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

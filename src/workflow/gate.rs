@@ -6,7 +6,7 @@
 
 use super::{Context, Step};
 use crate::BoxFuture;
-use crate::core::runtime::Runtime;
+use crate::continuity::runtime::Runtime;
 
 /// The outcome of one gate round.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,15 +14,14 @@
 
 pub mod flower;
 pub mod gate;
-pub mod notes;
 
 pub use gate::{Gate, Verdict};
 
 use crate::BoxFuture;
-use crate::core::lineage::is_plain_step_name;
-use crate::core::manifest::{StepResult, retry_name, round_name};
-use crate::core::resilience::RESUME_PROMPT;
-use crate::core::runtime::Runtime;
+use crate::continuity::lineage::is_plain_step_name;
+use crate::continuity::manifest::{StepResult, retry_name, round_name};
+use crate::continuity::resilience::RESUME_PROMPT;
+use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, Event, SessionStart};
 use std::collections::BTreeMap;
 use std::sync::Arc;

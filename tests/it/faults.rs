@@ -9,7 +9,7 @@ use crate::faults_support;
 use crate::support;
 
 use faults_support::*;
-use flower::core::resilience::RESUME_PROMPT;
+use flower::continuity::resilience::RESUME_PROMPT;
 use flower::stores::prune::INTERRUPTED_BODY;
 use serde_json::{Value, json};
 use std::sync::Arc;

@@ -566,3 +566,69 @@ fn a_corrupt_manifest_is_moved_aside_with_a_warning() {
     );
     assert_eq!(project.steps()[0], "确认需求");
 }
+
+/// A database error while lineage is checked is an error the user sees, never a fresh
+/// start: lineage, the notes and the conversation are all still there once the lock is
+/// gone, and the next run continues the same 干活 session.
+#[test]
+fn a_locked_store_stops_the_run_and_forgets_nothing() {
+    let project = Project::new();
+    let script = Script::new(0);
+    let server = serve(&script);
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let lineage_before = project.read("runs/lineage.json");
+    let brief_before = project.read("notes/需求.md");
+    let work_id = project.json("runs/lineage.json")["steps"]["干活"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Another program holds the database exclusively (WAL without shared memory).
+    let holder = rusqlite::Connection::open(project.dir.join("runs/sessions.db")).unwrap();
+    holder
+        .execute_batch("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE IF NOT EXISTS held(x); INSERT INTO held VALUES (1);")
+        .unwrap();
+    let requests_before = server.request_count();
+    let out = project
+        .command(&server, &["顺便加一行注释"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert!(stderr.contains("sessions.db"), "stderr: {stderr}");
+    assert_eq!(project.read("runs/lineage.json"), lineage_before);
+    assert_eq!(project.read("notes/需求.md"), brief_before);
+    assert_eq!(server.request_count(), requests_before, "no model request");
+    drop(holder);
+
+    // The database opens, but asking it whether lineage's sessions exist fails.
+    let db = rusqlite::Connection::open(project.dir.join("runs/sessions.db")).unwrap();
+    db.execute_batch(
+        "ALTER TABLE summaries RENAME TO summaries_saved; \
+         CREATE VIEW summaries AS SELECT session_id FROM nowhere;",
+    )
+    .unwrap();
+    let out = project.run(&server, &["顺便加一行注释"]);
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert!(
+        stderr.contains("lineage.json") && stderr.contains("Nothing was changed"),
+        "stderr: {stderr}"
+    );
+    assert_eq!(project.read("runs/lineage.json"), lineage_before);
+    assert_eq!(project.read("notes/需求.md"), brief_before);
+    assert_eq!(server.request_count(), requests_before, "no model request");
+    db.execute_batch("DROP VIEW summaries; ALTER TABLE summaries_saved RENAME TO summaries;")
+        .unwrap();
+    drop(db);
+
+    // The lock gone, the same conversation continues.
+    let out = project.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["干活"],
+        work_id.as_str()
+    );
+    assert_eq!(project.json("runs/lineage.json")["woke"], 2);
+}

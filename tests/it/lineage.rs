@@ -1,8 +1,8 @@
 //! `runs/lineage.json`: round trip, atomic writes, plain names only, "对不上就当没有",
 //! swallowed write errors, and `/new`'s archive.
 
-use flower::core::lineage::{Lineage, LineageFile, is_plain_step_name};
-use flower::core::manifest::{judge_name, retry_name, round_name};
+use flower::continuity::lineage::{Lineage, LineageFile, is_plain_step_name};
+use flower::continuity::manifest::{judge_name, retry_name, round_name};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};

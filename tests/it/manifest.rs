@@ -1,7 +1,7 @@
 //! `runs/manifest.json`: the row shape, run ids, replace-vs-append, merging with other
 //! processes (real ones, concurrently), and corrupt files moved aside.
 
-use flower::core::manifest::{
+use flower::continuity::manifest::{
     Manifest, StepResult, judge_name, new_run_id, process_run_id, read_rows, retry_name, round_name,
 };
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! Resilience primitives: error classes on real error texts, backoff, settings from the
 //! environment, the endpoint, and the loopback-only reachability probe and offline wait.
 
-use flower::core::resilience::{
+use flower::continuity::resilience::{
     DEFAULT_BASE_URL, Endpoint, ErrorClass, RESUME_PROMPT, Resilience, classify, classify_error,
     endpoint, endpoint_from, reachable,
 };

@@ -22,6 +22,7 @@ fn env() -> Env {
             workspace: ws.clone(),
             run_dir: ws.join("runs"),
             cancel: CancellationToken::new(),
+            processes: flower::tools::ProcessGroups::new(),
         },
         _tmp: tmp,
     }

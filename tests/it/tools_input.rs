@@ -13,6 +13,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext) {
         workspace: ws.clone(),
         run_dir: ws.join("runs"),
         cancel: CancellationToken::new(),
+        processes: flower::tools::ProcessGroups::new(),
     };
     (tmp, ctx)
 }

@@ -3,8 +3,8 @@
 
 use crate::support;
 
-use flower::core::resilience::Resilience;
-use flower::core::runtime::RuntimeOptions;
+use flower::continuity::resilience::Resilience;
+use flower::continuity::runtime::RuntimeOptions;
 use flower::model::anthropic::AnthropicClient;
 use flower::workflow::{Gate, Verdict};
 use flower::{AgentSpec, Context, Runtime, Step, Workflow, wake_state};
@@ -271,7 +271,7 @@ impl Gate for Judge {
         _ctx: &'a Context,
     ) -> flower::BoxFuture<'a, Verdict> {
         Box::pin(async move {
-            let name = flower::core::manifest::judge_name(&step.name, round);
+            let name = flower::continuity::manifest::judge_name(&step.name, round);
             let judge = AgentSpec::new("judge", "判定").allowed_tools(["Read"]);
             let result = rt
                 .run_step(&name, &judge, "判定", flower::engine::SessionStart::New)

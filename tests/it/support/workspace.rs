@@ -27,6 +27,7 @@ pub fn tool_env() -> ToolEnv {
             workspace: ws,
             run_dir: run,
             cancel: CancellationToken::new(),
+            processes: flower::tools::ProcessGroups::new(),
         },
     }
 }

@@ -9,6 +9,7 @@
 
 use super::runtime::Rescuer;
 use crate::engine::Interrupt;
+use crate::tools::ProcessGroups;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// Without a terminal to ask, two Ctrl-C within this long count as twice.
@@ -22,6 +23,7 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 /// double Ctrl-C exits (close the store, restore the terminal).
 pub fn install(
     rescuer: Option<Rescuer>,
+    processes: ProcessGroups,
     interrupt: Interrupt,
     asks_after_interrupt: bool,
     on_exit: impl Fn() + Send + Sync + 'static,
@@ -31,12 +33,13 @@ pub fn install(
     for kind in [SignalKind::terminate(), SignalKind::hangup()] {
         let mut stream = signal(kind)?;
         let rescuer = rescuer.clone();
+        let processes = processes.clone();
         tokio::spawn(async move {
             if stream.recv().await.is_some() {
                 if let Some(rescuer) = rescuer {
                     rescuer.rescue();
                 }
-                crate::tools::bash::kill_running();
+                processes.kill_all();
                 die_by(kind.as_raw_value());
             }
         });
@@ -52,7 +55,7 @@ pub fn install(
             last = Some(std::time::Instant::now());
             if interrupt.is_pending() || soon {
                 on_exit();
-                crate::tools::bash::kill_running();
+                processes.kill_all();
                 std::process::exit(EXIT_INTERRUPTED);
             }
             interrupt.trigger();

@@ -3,16 +3,17 @@
 //!
 //! Every entry links to its predecessor through `parentUuid`, making one chain from the
 //! first prompt to the newest entry (the leaf). [`Chain`] mints entries and tracks the leaf.
+//!
+//! This is the one owner of the entry format and its marker strings ([`markers`]): the
+//! engine writes entries, the stores and pruning read them, and neither spells a marker
+//! of its own.
 
 use serde_json::{Map, Value, json};
 use std::path::Path;
 
-/// The text a tool result gets when the user interrupted the tool (Claude Code's
-/// wording, which the pruning layer recognises).
-pub const INTERRUPTED_TOOL_RESULT: &str = "[Request interrupted by user for tool use]";
+pub mod markers;
 
-/// The user entry written when the user interrupted a streaming reply.
-pub const INTERRUPTED_TURN: &str = "[Request interrupted by user]";
+pub use markers::{INTERRUPTED_TOOL_RESULT, INTERRUPTED_TURN};
 
 /// Mints the entries of one transcript (a session's main chain, or a sub-agent's).
 #[derive(Debug, Clone)]
@@ -100,13 +101,13 @@ impl Chain {
             "id": format!("msg_synthetic_{}", uuid::Uuid::new_v4().simple()),
             "type": "message",
             "role": "assistant",
-            "model": "<synthetic>",
+            "model": markers::SYNTHETIC_MODEL,
             "content": [{"type": "text", "text": text}],
             "stop_reason": "stop_sequence",
             "usage": crate::model::Usage::default(),
         });
         let mut extra = Map::new();
-        extra.insert("isApiErrorMessage".into(), Value::Bool(true));
+        extra.insert(markers::API_ERROR_FLAG.into(), Value::Bool(true));
         self.entry("assistant", message, extra)
     }
 

@@ -19,6 +19,7 @@ use crate::model::{ModelClient, Usage};
 use crate::stores::{
     PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
 };
+use crate::tools::ProcessGroups;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -34,6 +35,15 @@ pub enum RuntimeError {
     RunDir { path: PathBuf, why: String },
     #[error(transparent)]
     Store(#[from] crate::stores::StoreError),
+    /// The store could not say whether lineage's sessions still exist. Nothing was
+    /// written: the conversation is still there once the database can be read again.
+    #[error(
+        "could not check the sessions named in {path} against sessions.db: {source}\nNothing was changed. Make the database readable (is another program holding a lock on it?) and run flower again."
+    )]
+    LineageCheck {
+        path: PathBuf,
+        source: crate::stores::StoreError,
+    },
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
 }
@@ -59,6 +69,8 @@ pub struct RuntimeOptions {
     pub on_interrupt: Option<InterruptPrompt>,
     /// Agents the `Task` tool can start.
     pub subagents: Vec<AgentSpec>,
+    /// Where running shell commands are registered, for the signal handlers.
+    pub processes: ProcessGroups,
 }
 
 impl Default for RuntimeOptions {
@@ -70,11 +82,12 @@ impl Default for RuntimeOptions {
             model: None,
             client: None,
             resilience: None,
-            events: crate::engine::events::discard(),
+            events: crate::events::discard(),
             asker: None,
             interrupt: Interrupt::new(),
             on_interrupt: None,
             subagents: Vec::new(),
+            processes: ProcessGroups::new(),
         }
     }
 }
@@ -92,10 +105,7 @@ pub struct AgentOutcome {
 type InFlight = Option<StepResult>;
 
 pub struct Runtime {
-    workspace: PathBuf,
-    run_dir: PathBuf,
     engine: Engine,
-    sqlite: Arc<SqliteSessionStore>,
     lineage: Arc<Mutex<Lineage>>,
     manifest: Arc<Mutex<Manifest>>,
     resilience: Resilience,
@@ -158,16 +168,16 @@ impl Runtime {
             asker: options.asker,
             interrupt: options.interrupt,
             on_interrupt: options.on_interrupt,
+            processes: options.processes,
         });
-        let lineage = Lineage::load(&run_dir, &workspace, |id| {
-            sqlite.has_session(id).unwrap_or(false)
-        });
+        let lineage = Lineage::try_load(&run_dir, &workspace, |id| sqlite.has_session(id))
+            .map_err(|source| RuntimeError::LineageCheck {
+                path: run_dir.join(super::lineage::LINEAGE_FILE),
+                source,
+            })?;
         let manifest = Manifest::new(&run_dir, new_run_id());
         Ok(Runtime {
-            workspace,
-            run_dir,
             engine,
-            sqlite,
             lineage: Arc::new(Mutex::new(lineage)),
             manifest: Arc::new(Mutex::new(manifest)),
             resilience,
@@ -178,37 +188,14 @@ impl Runtime {
         })
     }
 
-    /// The canonical workspace path.
-    pub fn workspace(&self) -> &Path {
-        &self.workspace
-    }
-
-    /// The absolute run directory.
-    pub fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-
-    pub fn project_key(&self) -> &str {
-        &self.engine.config().project_key
-    }
-
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
-    /// The raw SQLite store (for reading transcripts; writes go through the engine).
-    pub fn sqlite(&self) -> &Arc<SqliteSessionStore> {
-        &self.sqlite
-    }
-
-    /// Whether a session still exists in `sessions.db`.
-    pub fn has_session(&self, session_id: &str) -> bool {
-        self.sqlite.has_session(session_id).unwrap_or(false)
-    }
-
     /// The lineage, as loaded (and validated) when this runtime was created.
     pub fn lineage(&self) -> MutexGuard<'_, Lineage> {
         lock(&self.lineage)
+    }
+
+    /// The running shell commands of this runtime's agents.
+    pub fn processes(&self) -> &ProcessGroups {
+        &self.engine.config().processes
     }
 
     /// A shareable handle on the lineage, for hooks that outlive a borrow.
@@ -243,7 +230,9 @@ impl Runtime {
         }
     }
 
-    /// Closes the runtime. Everything is already on disk; this only drops the store.
+    /// Closes the runtime: its store connection is closed. Everything it wrote is
+    /// already on disk (each entry and row is durable when written), so dropping the
+    /// runtime does the same; this names the moment.
     pub fn close(self) {}
 
     /// Runs one step attempt: the agent's session from `start`, with `prompt`, retried

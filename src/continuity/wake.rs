@@ -1,8 +1,8 @@
 //! `wake_state`: the read-only probe that says whether a directory can be woken.
 
 use super::lineage::Lineage;
+use crate::continuity::notes;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
-use crate::workflow::notes;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,5 +1,7 @@
-//! What the engine reports while it runs. The CLI renders these; the engine never
-//! prints anything itself.
+//! What a run reports while it goes: the engine (text, tools, turns), the runtime
+//! (retries, outages) and the workflow (steps). The CLI renders these; nothing below it
+//! prints anything itself. Its own module, below all of them, so none imports another
+//! for its vocabulary.
 
 use crate::model::Usage;
 use std::sync::Arc;

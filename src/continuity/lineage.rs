@@ -74,16 +74,33 @@ impl Lineage {
     /// `is_alive(session_id)` (it is still in `sessions.db`): resuming a session that is
     /// gone would only fail later, deep inside a run. Writes nothing.
     pub fn load(run_dir: &Path, workspace: &Path, is_alive: impl Fn(&str) -> bool) -> Lineage {
+        match Lineage::try_load(run_dir, workspace, |id| {
+            Ok::<_, std::convert::Infallible>(is_alive(id))
+        }) {
+            Ok(lineage) => lineage,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Like [`Lineage::load`], but asking the store can fail: an error reading it is
+    /// returned, never read as "the session is gone". The silent fallback is for a
+    /// session that really is gone; forgetting a live conversation because the database
+    /// was busy or unreadable for a moment would lose it.
+    pub fn try_load<E>(
+        run_dir: &Path,
+        workspace: &Path,
+        is_alive: impl Fn(&str) -> Result<bool, E>,
+    ) -> Result<Lineage, E> {
         let mut lineage = Lineage::empty(run_dir, workspace);
         if let Some(file) = read_matching(&lineage.path, &lineage.workspace) {
             lineage.woke = file.woke;
-            lineage.steps = file
-                .steps
-                .into_iter()
-                .filter(|(step, id)| is_plain_step_name(step) && !id.is_empty() && is_alive(id))
-                .collect();
+            for (step, id) in file.steps {
+                if is_plain_step_name(&step) && !id.is_empty() && is_alive(&id)? {
+                    lineage.steps.insert(step, id);
+                }
+            }
         }
-        lineage
+        Ok(lineage)
     }
 
     /// The parsed `run_dir/lineage.json` when it is readable and was written for this

@@ -2,6 +2,7 @@
 
 pub mod lineage;
 pub mod manifest;
+pub mod notes;
 pub mod resilience;
 pub mod runtime;
 pub mod signals;
