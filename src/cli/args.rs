@@ -52,6 +52,12 @@ pub enum Command {
     State(StateArgs),
     /// Inspect and move transcripts in sessions.db.
     Store(super::store::StoreArgs),
+    /// What happened in this run: one line per step attempt, then totals (read-only).
+    Log(super::log::LogArgs),
+    /// A session's transcript, readable (read-only).
+    Show(super::show::ShowArgs),
+    /// One self-contained HTML page with the run's charts and transcripts.
+    Report(super::report::ReportArgs),
 }
 
 #[derive(Debug, Args)]

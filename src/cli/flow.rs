@@ -151,12 +151,14 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         Ok(ctx) => {
             if ctx.passed.get(WORK).copied().unwrap_or(false) {
                 renderer.note("== 判定通过 ==");
+                renderer.summary("判定通过");
                 Ok(ExitCode::SUCCESS)
             } else {
                 renderer.note(&format!(
                     "== 这次唤醒的 {} 轮用完了,判定还没通过。再跑 flower 接着做 ==",
                     args.rounds
                 ));
+                renderer.summary("判定未通过");
                 Ok(ExitCode::FAILURE)
             }
         }
@@ -164,6 +166,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
             renderer.note(&format!(
                 "flower: 步骤 {step} 没跑完:{error}\n再跑一次 flower 就从这里接着做。"
             ));
+            renderer.summary(&format!("{step} 没跑完"));
             Ok(ExitCode::FAILURE)
         }
         Err(other) => Err(other.into()),

@@ -3,6 +3,7 @@
 //! turn, context, cost) is redrawn in place. `NO_COLOR` and non-terminal output are
 //! respected: no colours, no redrawn lines.
 
+use super::status::{self, Status};
 use flower::engine::{Event, EventSink};
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
@@ -61,10 +62,8 @@ pub fn step_header(step: &str, index: usize, total: usize, resumed: bool, woke: 
 
 #[derive(Default)]
 struct State {
-    step: String,
-    turn: u32,
-    context: u64,
-    cost: Option<f64>,
+    /// What the live status line says (`status.rs`).
+    status: Status,
     /// stdout ended without a newline (text mid-stream).
     mid_line: bool,
     /// A status line is drawn on stderr.
@@ -84,9 +83,10 @@ impl Renderer {
     pub fn new(headers: bool) -> Arc<Self> {
         let err_tty = std::io::stderr().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let term = std::env::var("TERM").ok();
         Arc::new(Renderer {
             color: err_tty && !no_color,
-            live: err_tty,
+            live: status::live(std::io::stdout().is_terminal(), err_tty, term.as_deref()),
             headers,
             state: Mutex::new(State::default()),
         })
@@ -157,22 +157,9 @@ impl Renderer {
         state.status_shown = true;
     }
 
-    fn status_text(state: &State) -> String {
-        let step = if state.step.is_empty() {
-            String::new()
-        } else {
-            format!("[{}] ", state.step)
-        };
-        format!(
-            "{step}第 {} 轮 · 上下文 {} · {}",
-            state.turn,
-            tokens(state.context),
-            cost(state.cost)
-        )
-    }
-
     pub fn render(&self, event: &Event) {
         let mut state = self.lock();
+        state.status.observe(event);
         match event {
             Event::TextDelta { text, depth: 0 } => {
                 self.clear_status(&mut state);
@@ -227,17 +214,9 @@ impl Renderer {
                 );
             }
             Event::ToolDone { .. } => {}
-            Event::TurnDone {
-                turn,
-                context,
-                cost_usd,
-                depth: 0,
-                ..
-            } => {
-                state.turn = *turn;
-                state.context = *context;
-                state.cost = *cost_usd;
-                let text = Self::status_text(&state);
+            Event::TurnDone { depth: 0, .. } => {
+                let text = state.status.line();
+                // Never into streamed text: the line waits for the text's line end.
                 if !state.mid_line {
                     self.draw_status(&mut state, &text);
                 }
@@ -261,11 +240,11 @@ impl Renderer {
             }
             Event::Offline { waited_s, endpoint } => {
                 self.end_text_line(&mut state);
-                let text = format!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
                 if self.live {
+                    let text = format!("  {}(探测 {endpoint})", state.status.line());
                     self.draw_status(&mut state, &text);
                 } else {
-                    eprintln!("{text}");
+                    eprintln!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
                 }
             }
             Event::Online => {
@@ -279,8 +258,6 @@ impl Renderer {
                 resumed,
                 woke,
             } => {
-                state.step = step.clone();
-                state.turn = 0;
                 if self.headers {
                     drop(state);
                     self.line(&step_header(step, *index, *total, *resumed, *woke));
@@ -295,6 +272,20 @@ impl Renderer {
                 }
             }
         }
+    }
+
+    /// On a live terminal, the one summary line of the finished pipeline (verdict,
+    /// wall time, cost, turns, peak context, handoffs) on stderr; nothing otherwise, so
+    /// plain output stays as it was.
+    pub fn summary(&self, verdict: &str) {
+        if !self.live {
+            return;
+        }
+        let mut state = self.lock();
+        self.clear_status(&mut state);
+        self.end_text_line(&mut state);
+        let line = state.status.summary(verdict);
+        eprintln!("{}", self.paint("1", &line));
     }
 
     /// Ends the output cleanly (final newline, no status line left behind).
