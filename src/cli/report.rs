@@ -212,9 +212,9 @@ fn axis(h: &mut String, s: &Scale, y_label: impl Fn(f64) -> String, x_label: &st
     for i in 0..=4 {
         let v = s.y1 * i as f64 / 4.0;
         let y = s.y(v);
-        let _ = write!(
+        let _ = writeln!(
             h,
-            "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#e4e4e4\"/><text x=\"4\" y=\"{:.1}\">{}</text>\n",
+            "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#e4e4e4\"/><text x=\"4\" y=\"{:.1}\">{}</text>",
             WIDTH - RIGHT,
             y + 4.0,
             esc(&y_label(v))
