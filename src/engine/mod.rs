@@ -667,14 +667,7 @@ enum Turn {
 
 /// A short, one-line description of a tool call for progress output.
 pub fn summarize_input(name: &str, input: &Value) -> String {
-    let field = match name {
-        "Read" | "Write" | "Edit" => "file_path",
-        "Glob" | "Grep" => "pattern",
-        "Bash" => "command",
-        "Task" => "description",
-        "AskUser" => "question",
-        _ => "",
-    };
+    let field = crate::tools::names::info_of(name).map_or("", |t| t.summary_field);
     let text = input
         .get(field)
         .and_then(Value::as_str)

@@ -370,7 +370,7 @@ impl Block {
         match block_type(block) {
             Some("tool_use") => Block::ToolUse {
                 id: str_field(block, "id").unwrap_or_default().to_string(),
-                snapshot: (str_field(block, "name") == Some("Bash"))
+                snapshot: (str_field(block, "name") == Some(crate::transcript::tools::BASH))
                     .then(|| {
                         block
                             .get("input")

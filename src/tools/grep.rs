@@ -5,6 +5,7 @@
 //! stops the search early) so a broad pattern cannot flood the context or memory.
 
 use super::input;
+use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
@@ -72,8 +73,8 @@ struct Options {
 }
 
 impl Tool for Grep {
-    fn name(&self) -> &'static str {
-        "Grep"
+    fn info(&self) -> &'static names::ToolInfo {
+        &names::GREP_INFO
     }
 
     fn description(&self) -> String {
@@ -151,13 +152,13 @@ impl Tool for Grep {
                 Err(e) => return ToolOutput::error(e),
             };
             let cancel = ctx.cancel.clone();
-            input::blocking("Grep", move || search(&root, &opts, &cancel)).await
+            input::blocking(names::GREP, move || search(&root, &opts, &cancel)).await
         })
     }
 }
 
 fn parse(input: &Value) -> Result<(Options, Option<String>), ToolOutput> {
-    const T: &str = "Grep";
+    const T: &str = names::GREP;
     let pattern = input::required_str(T, input, "pattern")?.to_string();
     let path = input::optional_str(T, input, "path")?
         .filter(|p| !p.is_empty() && *p != "undefined" && *p != "null")

@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use std::path::Path;
 
 pub mod markers;
+pub mod tools;
 
 pub use markers::{INTERRUPTED_TOOL_RESULT, INTERRUPTED_TURN};
 
