@@ -71,6 +71,9 @@ pub struct RuntimeOptions {
     pub subagents: Vec<AgentSpec>,
     /// Where running shell commands are registered, for the signal handlers.
     pub processes: ProcessGroups,
+    /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
+    /// [`crate::engine::DEFAULT_MAX_TOKENS`].
+    pub max_tokens: Option<u32>,
 }
 
 impl Default for RuntimeOptions {
@@ -88,6 +91,7 @@ impl Default for RuntimeOptions {
             on_interrupt: None,
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
+            max_tokens: None,
         }
     }
 }
@@ -152,10 +156,12 @@ impl Runtime {
                 resilience
             }
         };
-        let max_tokens = std::env::var("FLOWER_MAX_TOKENS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS);
+        let max_tokens = options.max_tokens.unwrap_or_else(|| {
+            std::env::var("FLOWER_MAX_TOKENS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
+        });
         let engine = Engine::new(EngineConfig {
             model: client,
             store: store.clone(),
