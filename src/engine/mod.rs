@@ -248,10 +248,7 @@ impl Engine {
             depth: 0,
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
-        let leaf = history
-            .last()
-            .and_then(transcript::uuid_of)
-            .map(str::to_string);
+        let leaf = transcript::resume_leaf(&history).map(str::to_string);
         let mut conversation = Conversation {
             spec: request.spec,
             key,
