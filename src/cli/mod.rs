@@ -2,6 +2,7 @@
 //! and the read-only views of a run: `log`, `show`, `report`.
 
 pub mod args;
+pub mod config;
 pub mod flow;
 pub mod input;
 pub mod log;

@@ -297,14 +297,16 @@ fn result_text(content: Option<&Value>) -> String {
 
 /// The one field that says what a call does, else the input as compact JSON; cut.
 pub fn summarise_input(name: &str, input: &Value) -> String {
-    let field = match name {
-        "Bash" => "command",
-        "Read" | "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => "file_path",
-        "Glob" | "Grep" => "pattern",
-        "Task" => "description",
-        "AskUser" | "AskUserQuestion" => "question",
-        "WebFetch" => "url",
-        _ => "",
+    // flower's tools from their one description; Claude Code's others (imported
+    // transcripts) by the field that names their target.
+    let field = match flower::transcript::tools::info_of(name) {
+        Some(info) => info.summary_field,
+        None => match name {
+            "MultiEdit" | "NotebookEdit" => "file_path",
+            "AskUserQuestion" => "question",
+            "WebFetch" => "url",
+            _ => "",
+        },
     };
     let text = input
         .get(field)

@@ -9,6 +9,7 @@
 //! not fit (a corrupt manifest, a lineage naming a session that is gone) is reported as
 //! an [`InspectError`] or kept as a marked gap, never a panic.
 
+use crate::continuity::attempt::AttemptName;
 use crate::continuity::lineage::{LINEAGE_FILE, LineageFile};
 use crate::continuity::manifest::{self, ManifestError};
 use crate::model::Usage;
@@ -43,7 +44,8 @@ pub enum InspectError {
     NothingRun,
 }
 
-/// How an attempt name relates to its step (the four forms of a manifest `step`).
+/// How an attempt name relates to its step (the four forms of a manifest `step`), as
+/// `flower log --json` prints it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "n", rename_all = "snake_case")]
 pub enum AttemptKind {
@@ -57,26 +59,19 @@ pub enum AttemptKind {
     Judge(u32),
 }
 
-/// Splits an attempt name into the plain step and its kind. A name that fits no form
-/// is a plain step.
+/// Splits an attempt name into the plain step and its kind (through
+/// [`AttemptName`], the one owner of the four forms). A name that fits no form is a
+/// plain step.
 pub fn parse_step_name(name: &str) -> (String, AttemptKind) {
-    let number = |s: &str| s.parse::<u32>().ok();
-    if let Some((base, n)) = name.rsplit_once("·判定#")
-        && let Some(n) = number(n)
-    {
-        return (base.to_owned(), AttemptKind::Judge(n));
-    }
-    if let Some((base, n)) = name.rsplit_once("#retry")
-        && let Some(n) = number(n)
-    {
-        return (base.to_owned(), AttemptKind::Retry(n));
-    }
-    if let Some((base, n)) = name.rsplit_once("#round")
-        && let Some(n) = number(n)
-    {
-        return (base.to_owned(), AttemptKind::Round(n));
-    }
-    (name.to_owned(), AttemptKind::First)
+    use crate::continuity::attempt::AttemptKind as K;
+    let parsed = AttemptName::parse(name);
+    let kind = match parsed.kind() {
+        K::First => AttemptKind::First,
+        K::Retry(n) => AttemptKind::Retry(n),
+        K::Round(n) => AttemptKind::Round(n),
+        K::Judge(n) => AttemptKind::Judge(n),
+    };
+    (parsed.step().to_owned(), kind)
 }
 
 /// One manifest row, read leniently: a missing or mistyped field reads as empty.
