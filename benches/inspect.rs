@@ -37,7 +37,7 @@ fn main() {
                     "{}",
                     String::from_utf8_lossy(&out.stderr)
                 );
-                start.elapsed()
+                (start.elapsed(), children_cpu() - cpu)
             })
             .collect();
         times.sort();
@@ -49,7 +49,7 @@ fn main() {
         ms(median(&small, &["log"]))
     );
     println!(
-        "  flower log --json     {:>8.1} ms",
+        "  flower log --json     {:>30}",
         ms(median(&small, &["log", "--json"]))
     );
     println!(
@@ -57,7 +57,7 @@ fn main() {
         ms(median(&small, &["show", "干活"]))
     );
     println!(
-        "  flower show --pruned  {:>8.1} ms",
+        "  flower show --pruned  {:>30}",
         ms(median(&small, &["show", "干活", "--pruned"]))
     );
     println!("inspect: 10,000-turn run (20,000 entries in the main sessions)");
