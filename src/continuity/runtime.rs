@@ -292,17 +292,18 @@ impl Runtime {
             denials.extend(run.permission_denials.iter().cloned());
             result.attempts = attempt;
             self.set_in_flight(Some(result.clone()));
-            if run.ok {
+            let Err(run_error) = &run.outcome else {
                 result.ok = true;
                 result.error = None;
                 break;
-            }
-            let error = run.error.clone().unwrap_or_else(|| "unknown error".into());
+            };
+            let error = run_error.to_string();
             result.errors.push(error.clone());
             result.error = Some(error.clone());
-            let class = match (&run.model_error, run.stop) {
-                (Some(model_error), _) => resilience::classify_error(model_error),
-                _ => ErrorClass::Fatal,
+            let model_error = run_error.model_error();
+            let class = match model_error {
+                Some(model_error) => resilience::classify_error(model_error),
+                None => ErrorClass::Fatal,
             };
             let retry = match class {
                 ErrorClass::Transient => true,
@@ -312,7 +313,7 @@ impl Runtime {
             if !retry || attempt >= self.resilience.max_attempts {
                 // Retrying cannot help: say what the user has to fix.
                 if class == ErrorClass::Fatal
-                    && let Some(hint) = run.model_error.as_ref().and_then(resilience::fatal_hint)
+                    && let Some(hint) = model_error.and_then(resilience::fatal_hint)
                 {
                     result.error = Some(format!("{error}\n{hint}"));
                 }
@@ -322,7 +323,7 @@ impl Runtime {
                 result.errors.push("gave up waiting for the network".into());
                 break;
             }
-            let retry_after = run.model_error.as_ref().and_then(|e| e.retry_after());
+            let retry_after = model_error.and_then(|e| e.retry_after());
             let delay = self.resilience.delay(attempt, retry_after);
             self.emit(Event::Retrying {
                 attempt: attempt + 1,

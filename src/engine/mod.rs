@@ -18,8 +18,10 @@ pub use interrupt::Interrupt;
 pub use spec::AgentSpec;
 
 use crate::BoxFuture;
-use crate::model::{MessagesRequest, ModelClient, ModelError, StreamDelta, ToolDef, Usage};
-use crate::stores::{PruningSessionStore, SessionKey, SessionStore};
+use crate::model::{
+    MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, ToolDef, Usage,
+};
+use crate::stores::{PruningSessionStore, SessionKey, SessionStore, StoreError};
 use crate::tools::{ProcessGroups, Tool, ToolContext, ToolOutput};
 use crate::transcript::{self, Chain, Messages};
 use permissions::{Decision, Permissions};
@@ -89,18 +91,52 @@ pub struct RunRequest<'a> {
     pub on_session: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
-/// Why a run stopped.
+/// How a run ended well.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// The model ended its turn without tool calls.
     EndTurn,
+}
+
+/// Why a run could not end well. Each variant keeps its source.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
     /// `max_turns` was reached.
-    MaxTurns,
-    /// A model request failed; `RunResult::model_error` says how.
-    ModelError,
-    /// Something else made the run impossible (store, bad rules, unknown session).
-    Fatal,
+    #[error("max_turns reached ({0})")]
+    MaxTurns(u32),
+    /// A model request failed.
+    #[error(transparent)]
+    Model(ModelError),
+    /// A sub-agent's request failed with an error worth retrying: the whole run stops
+    /// with it, so that the step's retry resumes the session.
+    #[error("sub-agent failed: {0}")]
+    SubAgent(ModelError),
+    /// The agent's permission rules do not parse.
+    #[error(transparent)]
+    Rules(#[from] permissions::RuleError),
+    #[error("cannot write the transcript: {0}")]
+    Transcript(#[source] StoreError),
+    #[error("cannot read session {id}: {source}")]
+    ReadSession { id: String, source: StoreError },
+    #[error("cannot write session {id}: {source}")]
+    WriteSession { id: String, source: StoreError },
+    #[error("no session {0} in the store")]
+    NoSession(String),
+    #[error("no session {0} to fork in the store")]
+    NoForkSource(String),
+    #[error("cannot write the fork: {0}")]
+    WriteFork(#[source] StoreError),
+}
+
+impl RunError {
+    /// The model error behind this failure, if a model request failed.
+    pub fn model_error(&self) -> Option<&ModelError> {
+        match self {
+            RunError::Model(error) | RunError::SubAgent(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// A tool call the permission rules refused.
@@ -112,15 +148,12 @@ pub struct Denial {
 }
 
 /// The outcome of one run.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RunResult {
     pub session_id: String,
     /// The final assistant text (of the last turn that had text).
     pub text: String,
-    pub ok: bool,
-    pub error: Option<String>,
-    pub model_error: Option<ModelError>,
-    pub stop: Stop,
+    pub outcome: Result<Stop, RunError>,
     pub num_turns: u32,
     /// Summed over all turns, sub-agents included.
     pub usage: Usage,
@@ -135,14 +168,21 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    fn failed(session_id: &str, stop: Stop, error: String, started: Instant) -> Self {
+    /// Whether the run ended well.
+    pub fn ok(&self) -> bool {
+        self.outcome.is_ok()
+    }
+
+    /// The error, when the run failed.
+    pub fn error(&self) -> Option<&RunError> {
+        self.outcome.as_ref().err()
+    }
+
+    fn failed(session_id: &str, error: RunError, started: Instant) -> Self {
         RunResult {
             session_id: session_id.to_string(),
             text: String::new(),
-            ok: false,
-            error: Some(error),
-            model_error: None,
-            stop,
+            outcome: Err(error),
             num_turns: 0,
             usage: Usage::default(),
             cost_usd: Some(0.0),
@@ -199,6 +239,26 @@ impl Totals {
         }
     }
 
+    fn into_result(
+        self,
+        session_id: &str,
+        outcome: Result<Stop, RunError>,
+        started: Instant,
+    ) -> RunResult {
+        RunResult {
+            session_id: session_id.to_string(),
+            text: self.text,
+            outcome,
+            num_turns: self.num_turns,
+            usage: self.usage,
+            cost_usd: self.cost_usd,
+            context: self.context,
+            permission_denials: self.denials,
+            duration: started.elapsed(),
+            resumed: false,
+        }
+    }
+
     fn add_cost(&mut self, cost: Option<f64>) {
         self.cost_usd = match (self.cost_usd, cost) {
             (Some(total), Some(cost)) => Some(total + cost),
@@ -238,7 +298,7 @@ impl Engine {
                     SessionStart::Resume(id) | SessionStart::Fork(id) => id.clone(),
                     SessionStart::New => String::new(),
                 };
-                return RunResult::failed(&id, Stop::Fatal, error, started);
+                return RunResult::failed(&id, error, started);
             }
         };
         self.emit(Event::SessionStarted {
@@ -269,7 +329,7 @@ impl Engine {
 
     /// Finds or creates the session: its id, the (pruned) history to continue from, and
     /// whether it is a continuation.
-    fn open_session(&self, start: &SessionStart) -> Result<(String, Vec<Value>, bool), String> {
+    fn open_session(&self, start: &SessionStart) -> Result<(String, Vec<Value>, bool), RunError> {
         let project = &self.config.project_key;
         match start {
             SessionStart::New => Ok((uuid::Uuid::new_v4().to_string(), Vec::new(), false)),
@@ -279,45 +339,57 @@ impl Engine {
                 Ok((id.clone(), history, true))
             }
             SessionStart::Fork(id) => {
-                let source = SessionKey::main(project, id);
-                let raw = self
-                    .config
-                    .store
-                    .load_raw(&source)
-                    .map_err(|e| format!("cannot read session {id}: {e}"))?
-                    .ok_or_else(|| format!("no session {id} to fork in the store"))?;
-                let new_id = uuid::Uuid::new_v4().to_string();
-                let copied: Vec<Value> = raw
-                    .into_iter()
-                    .map(|mut entry| {
-                        if let Some(obj) = entry.as_object_mut() {
-                            obj.insert("sessionId".into(), new_id.clone().into());
-                            obj.insert("forkedFrom".into(), id.clone().into());
-                        }
-                        entry
-                    })
-                    .collect();
+                let new_id = self.fork(id)?;
                 let key = SessionKey::main(project, &new_id);
-                self.config
-                    .store
-                    .append(&key, &copied)
-                    .map_err(|e| format!("cannot write the fork: {e}"))?;
                 let history = self.load_for_resume(&key)?;
                 Ok((new_id, history, false))
             }
         }
     }
 
+    /// Copies session `id` into a new session; returns the new id.
+    fn fork(&self, id: &str) -> Result<String, RunError> {
+        let project = &self.config.project_key;
+        let source = SessionKey::main(project, id);
+        let raw = self
+            .config
+            .store
+            .load_raw(&source)
+            .map_err(|source| RunError::ReadSession {
+                id: id.to_string(),
+                source,
+            })?
+            .ok_or_else(|| RunError::NoForkSource(id.to_string()))?;
+        let new_id = uuid::Uuid::new_v4().to_string();
+        let copied: Vec<Value> = raw
+            .into_iter()
+            .map(|mut entry| {
+                if let Some(obj) = entry.as_object_mut() {
+                    obj.insert("sessionId".into(), new_id.clone().into());
+                    obj.insert("forkedFrom".into(), id.into());
+                }
+                entry
+            })
+            .collect();
+        let key = SessionKey::main(project, &new_id);
+        self.config
+            .store
+            .append(&key, &copied)
+            .map_err(RunError::WriteFork)?;
+        Ok(new_id)
+    }
+
     /// Loads what a resumed session is fed. Entries the pruning layer had to add (a
     /// result for a tool call that never got one) become part of the conversation now,
     /// so they are written, and the chain continues from them.
-    fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, String> {
+    fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, RunError> {
         let store = &self.config.store;
+        let id = || key.session_id.clone();
         // One pass: parsing and pruning fused in the store, no copy of the raw transcript.
         let pruned = store
             .load(key)
-            .map_err(|e| format!("cannot read session {}: {e}", key.session_id))?
-            .ok_or_else(|| format!("no session {} in the store", key.session_id))?;
+            .map_err(|source| RunError::ReadSession { id: id(), source })?
+            .ok_or_else(|| RunError::NoSession(id()))?;
         let added: Vec<Value> = pruned
             .iter()
             .filter(|e| crate::stores::prune::is_synthesized_result(e))
@@ -327,7 +399,7 @@ impl Engine {
         if !added.is_empty() {
             store
                 .append(key, &added)
-                .map_err(|e| format!("cannot write session {}: {e}", key.session_id))?;
+                .map_err(|source| RunError::WriteSession { id: id(), source })?;
         }
         Ok(pruned)
     }
@@ -340,30 +412,30 @@ impl Engine {
         prompt: Value,
         started: Instant,
     ) -> BoxFuture<'a, RunResult> {
-        Box::pin(self.drive_inner(conv, prompt, started))
+        Box::pin(async move {
+            let mut totals = Totals::new();
+            let outcome = self.converse(conv, prompt, &mut totals).await;
+            totals.into_result(conv.chain.session_id(), outcome, started)
+        })
     }
 
-    async fn drive_inner(
+    /// The conversation loop: one model turn, then its tool calls, until the model
+    /// ends its turn or something stops the run.
+    async fn converse(
         &self,
         conv: &mut Conversation<'_>,
         prompt: Value,
-        started: Instant,
-    ) -> RunResult {
-        let session_id = conv.chain.session_id().to_string();
-        let permissions =
-            match Permissions::new(&conv.spec.allowed_tools, &conv.spec.disallowed_tools) {
-                Ok(p) => p,
-                Err(e) => {
-                    return RunResult::failed(&session_id, Stop::Fatal, e.to_string(), started);
-                }
-            };
+        totals: &mut Totals,
+    ) -> Result<Stop, RunError> {
+        let permissions = Permissions::new(&conv.spec.allowed_tools, &conv.spec.disallowed_tools)?;
         let model = conv
             .spec
             .model
             .clone()
             .unwrap_or_else(|| self.config.model.default_model().to_string());
-        // Built once: each turn lends it the history (moved in and back out, see below),
-        // so no turn copies the tools, the system prompt or the whole conversation.
+        // Built once: each turn lends it the history (moved in and back out, see
+        // `take_turn`), so no turn copies the tools, the system prompt or the whole
+        // conversation.
         let mut request = MessagesRequest {
             model: model.clone(),
             max_tokens: self.config.max_tokens,
@@ -371,143 +443,143 @@ impl Engine {
             messages: Vec::new(),
             tools: self.offered_tools(&permissions, conv.depth),
         };
-        let mut totals = Totals::new();
-        let finish = |totals: Totals, stop: Stop, error: Option<String>, model_error| RunResult {
-            session_id: session_id.clone(),
-            text: totals.text,
-            ok: error.is_none(),
-            error,
-            model_error,
-            stop,
-            num_turns: totals.num_turns,
-            usage: totals.usage,
-            cost_usd: totals.cost_usd,
-            context: totals.context,
-            permission_denials: totals.denials,
-            duration: started.elapsed(),
-            resumed: false,
-        };
-
         let entry = conv.chain.user(prompt);
-        if let Err(e) = self.record(conv, entry) {
-            return finish(totals, Stop::Fatal, Some(e), None);
-        }
+        self.record(conv, entry)?;
         if let Some(announce) = conv.announce.take() {
-            announce(&session_id);
+            announce(conv.chain.session_id());
         }
         loop {
             if let Some(max) = conv.spec.max_turns
                 && totals.num_turns >= max
             {
-                let error = format!("max_turns reached ({max})");
-                return finish(totals, Stop::MaxTurns, Some(error), None);
+                return Err(RunError::MaxTurns(max));
             }
-            // The history is moved into the request, not cloned: a deep copy of every
-            // message on every turn made a long session quadratic (most of the harness's
-            // CPU time per turn at 200 turns). It goes back before anything else happens;
-            // if this future is dropped mid-request, the conversation is dropped with it.
-            request.messages = conv.messages.take();
-            let turn = self.request(&request, conv.depth).await;
-            conv.messages.restore(std::mem::take(&mut request.messages));
-            let reply = match turn {
+            let reply = match self.take_turn(conv, &mut request).await {
                 Turn::Reply(reply) => reply,
                 Turn::Interrupted => {
-                    let entry = conv
-                        .chain
-                        .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));
-                    if let Err(e) = self.record(conv, entry) {
-                        return finish(totals, Stop::Fatal, Some(e), None);
-                    }
-                    let line = self.ask_after_interrupt().await;
-                    let text = if line.is_empty() {
-                        CONTINUE_AFTER_INTERRUPT.to_string()
-                    } else {
-                        line
-                    };
-                    let entry = conv.chain.user(Value::String(text));
-                    if let Err(e) = self.record(conv, entry) {
-                        return finish(totals, Stop::Fatal, Some(e), None);
-                    }
+                    self.after_interrupted_reply(conv).await?;
                     continue;
                 }
                 Turn::Failed(error) => {
-                    let text = error.to_string();
-                    let entry = conv.chain.api_error(&text);
+                    let entry = conv.chain.api_error(&error.to_string());
                     // The failure is what we report; a store error on top changes nothing.
                     let _ = self.record(conv, entry);
-                    return finish(totals, Stop::ModelError, Some(text), Some(error));
+                    return Err(RunError::Model(error));
                 }
             };
-            let entry = conv.chain.assistant(&reply);
-            if let Err(e) = self.record(conv, entry) {
-                return finish(totals, Stop::Fatal, Some(e), None);
-            }
-            totals.num_turns += 1;
-            totals.usage.add(&reply.usage);
-            totals.add_cost(crate::model::prices::cost_usd(&model, &reply.usage));
-            if conv.depth == 0 {
-                totals.context = reply.usage.context_tokens();
-            }
-            let text = transcript::text_of(&reply.content);
-            if !text.is_empty() {
-                totals.text = text;
-            }
-            self.emit(Event::TurnDone {
-                turn: totals.num_turns,
-                usage: reply.usage,
-                context: reply.usage.context_tokens(),
-                cost_usd: totals.cost_usd,
-                depth: conv.depth,
-            });
-
+            self.record_reply(conv, &model, &reply, totals)?;
             let calls = transcript::tool_uses(&reply.content);
             if calls.is_empty() {
-                return finish(totals, Stop::EndTurn, None, None);
+                return Ok(Stop::EndTurn);
             }
-            let mut interrupted = false;
-            for (id, name, input) in calls {
-                let output = if interrupted {
-                    ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
-                } else {
-                    let output = self
-                        .call_tool(conv, &permissions, &id, &name, &input, &mut totals)
-                        .await;
-                    // The call stays unanswered in the store; pruning answers it neutrally
-                    // when the retry resumes the session.
-                    if let Some(error) = totals.subagent_error.take() {
-                        let text = format!("sub-agent failed: {error}");
-                        return finish(totals, Stop::ModelError, Some(text), Some(error));
-                    }
-                    if self.config.interrupt.is_pending() {
-                        interrupted = true;
-                    }
-                    output
-                };
-                let entry = conv
-                    .chain
-                    .tool_result(&id, &output.content, output.is_error);
-                if let Err(e) = self.record(conv, entry) {
-                    return finish(totals, Stop::Fatal, Some(e), None);
-                }
-            }
-            if interrupted {
-                let line = self.ask_after_interrupt().await;
-                if !line.is_empty() {
-                    let entry = conv.chain.user(Value::String(line));
-                    if let Err(e) = self.record(conv, entry) {
-                        return finish(totals, Stop::Fatal, Some(e), None);
-                    }
-                }
-            }
+            self.answer_calls(conv, &permissions, calls, totals).await?;
         }
     }
 
+    /// One model request over the conversation so far.
+    async fn take_turn(&self, conv: &mut Conversation<'_>, request: &mut MessagesRequest) -> Turn {
+        // The history is moved into the request, not cloned: a deep copy of every
+        // message on every turn made a long session quadratic (most of the harness's
+        // CPU time per turn at 200 turns). It goes back before anything else happens;
+        // if this future is dropped mid-request, the conversation is dropped with it.
+        request.messages = conv.messages.take();
+        let turn = self.request(request, conv.depth).await;
+        conv.messages.restore(std::mem::take(&mut request.messages));
+        turn
+    }
+
+    /// A reply was interrupted: record that, then what the user said (or "continue").
+    async fn after_interrupted_reply(&self, conv: &mut Conversation<'_>) -> Result<(), RunError> {
+        let entry = conv
+            .chain
+            .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));
+        self.record(conv, entry)?;
+        let line = self.ask_after_interrupt().await;
+        let text = if line.is_empty() {
+            CONTINUE_AFTER_INTERRUPT.to_string()
+        } else {
+            line
+        };
+        let entry = conv.chain.user(Value::String(text));
+        self.record(conv, entry)
+    }
+
+    /// Stores a finished reply and counts it.
+    fn record_reply(
+        &self,
+        conv: &mut Conversation<'_>,
+        model: &str,
+        reply: &ModelReply,
+        totals: &mut Totals,
+    ) -> Result<(), RunError> {
+        let entry = conv.chain.assistant(reply);
+        self.record(conv, entry)?;
+        totals.num_turns += 1;
+        totals.usage.add(&reply.usage);
+        totals.add_cost(crate::model::prices::cost_usd(model, &reply.usage));
+        if conv.depth == 0 {
+            totals.context = reply.usage.context_tokens();
+        }
+        let text = transcript::text_of(&reply.content);
+        if !text.is_empty() {
+            totals.text = text;
+        }
+        self.emit(Event::TurnDone {
+            turn: totals.num_turns,
+            usage: reply.usage,
+            context: reply.usage.context_tokens(),
+            cost_usd: totals.cost_usd,
+            depth: conv.depth,
+        });
+        Ok(())
+    }
+
+    /// Runs a reply's tool calls in order and stores each result. After a Ctrl-C the
+    /// remaining calls are answered as interrupted and the user is asked what to say.
+    async fn answer_calls(
+        &self,
+        conv: &mut Conversation<'_>,
+        permissions: &Permissions,
+        calls: Vec<(String, String, Value)>,
+        totals: &mut Totals,
+    ) -> Result<(), RunError> {
+        let mut interrupted = false;
+        for (id, name, input) in calls {
+            let output = if interrupted {
+                ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
+            } else {
+                let output = self
+                    .call_tool(conv, permissions, &id, &name, &input, totals)
+                    .await;
+                // The call stays unanswered in the store; pruning answers it neutrally
+                // when the retry resumes the session.
+                if let Some(error) = totals.subagent_error.take() {
+                    return Err(RunError::SubAgent(error));
+                }
+                interrupted = self.config.interrupt.is_pending();
+                output
+            };
+            let entry = conv
+                .chain
+                .tool_result(&id, &output.content, output.is_error);
+            self.record(conv, entry)?;
+        }
+        if interrupted {
+            let line = self.ask_after_interrupt().await;
+            if !line.is_empty() {
+                let entry = conv.chain.user(Value::String(line));
+                self.record(conv, entry)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Appends an entry to the store and to the conversation's messages.
-    fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), String> {
+    fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), RunError> {
         self.config
             .store
             .append(&conv.key, std::slice::from_ref(&entry))
-            .map_err(|e| format!("cannot write the transcript: {e}"))?;
+            .map_err(RunError::Transcript)?;
         conv.messages.push(&entry);
         Ok(())
     }
@@ -660,7 +732,7 @@ impl Engine {
 }
 
 enum Turn {
-    Reply(crate::model::ModelReply),
+    Reply(ModelReply),
     Interrupted,
     Failed(ModelError),
 }
