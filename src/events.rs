@@ -64,6 +64,11 @@ pub enum Event {
     },
     /// Resilience: the endpoint answers again.
     Online,
+    /// Something the user should know that does not stop the run (an unknown
+    /// `stop_reason`, a model without a price).
+    Warning {
+        message: String,
+    },
     /// Workflow: a step (or a gate round of it) begins. `index`/`total` count the
     /// workflow's steps (0/0 for a round). `resumed`: it continues its own earlier session.
     StepStarted {

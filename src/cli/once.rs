@@ -64,6 +64,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
             "session_id": session_id,
             "result": if result.ok { result.text.clone() } else { result.error.clone().unwrap_or_default() },
             "is_error": !result.ok,
+            "stop_reason": outcome.stop_reason,
             "num_turns": result.num_turns,
             "total_cost_usd": result.cost_usd,
             "usage": outcome.usage,

@@ -268,6 +268,11 @@ impl Renderer {
                     eprintln!("{text}");
                 }
             }
+            Event::Warning { message } => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!("{}", self.paint("33", &format!("flower: {message}")));
+            }
             Event::Online => {
                 self.clear_status(&mut state);
                 eprintln!("  网络恢复,接着跑");

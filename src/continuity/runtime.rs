@@ -99,6 +99,8 @@ pub struct AgentOutcome {
     /// Token usage summed over every attempt (sub-agents included).
     pub usage: Usage,
     pub permission_denials: Vec<Denial>,
+    /// The API's `stop_reason` of the last reply of the last attempt.
+    pub stop_reason: Option<String>,
 }
 
 /// The step attempt in flight, for [`Runtime::rescue`].
@@ -260,6 +262,7 @@ impl Runtime {
     ) -> AgentOutcome {
         let mut usage = Usage::default();
         let mut denials = Vec::new();
+        let mut stop_reason = None;
         let mut result = StepResult::started(step);
         result.cost_usd = Some(0.0);
         result.resumed = matches!(start, SessionStart::Resume(_));
@@ -290,6 +293,9 @@ impl Runtime {
             absorb(&mut result, &run);
             usage.add(&run.usage);
             denials.extend(run.permission_denials.iter().cloned());
+            if run.stop_reason.is_some() {
+                stop_reason = run.stop_reason.clone();
+            }
             result.attempts = attempt;
             self.set_in_flight(Some(result.clone()));
             let Err(run_error) = &run.outcome else {
@@ -346,6 +352,7 @@ impl Runtime {
             result,
             usage,
             permission_denials: denials,
+            stop_reason,
         }
     }
 

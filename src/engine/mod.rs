@@ -91,12 +91,22 @@ pub struct RunRequest<'a> {
     pub on_session: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
+/// How many times in a row a reply cut by `max_tokens` is continued (each
+/// continuation is its own stored turn) before the run ends with what it has.
+pub const MAX_CONTINUATIONS: u32 = 3;
+
+/// How many `pause_turn` stops in a row are sent back to continue.
+pub const MAX_PAUSE_CONTINUATIONS: u32 = 10;
+
 /// How a run ended well.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// The model ended its turn without tool calls.
     EndTurn,
+    /// The reply was still cut by `max_tokens` after [`MAX_CONTINUATIONS`]
+    /// continuations; the text so far is the result.
+    MaxTokens,
 }
 
 /// Why a run could not end well. Each variant keeps its source.
@@ -127,6 +137,25 @@ pub enum RunError {
     NoForkSource(String),
     #[error("cannot write the fork: {0}")]
     WriteFork(#[source] StoreError),
+    /// The model declined (`stop_reason: refusal`). Retrying the same request on the
+    /// same model gives the same answer, so this is never retried; the refusal is
+    /// pruned from what a resume feeds.
+    #[error("the model refused to answer (stop_reason refusal){}", refusal_details(.0))]
+    Refusal(Option<Value>),
+    /// The context window is full (`stop_reason: model_context_window_exceeded`): the
+    /// conversation cannot go on in this session.
+    #[error(
+        "the context window of {model} is full (stop_reason model_context_window_exceeded); \
+         start a fresh session with `flower --new`"
+    )]
+    ContextWindowFull { model: String },
+}
+
+fn refusal_details(details: &Option<Value>) -> String {
+    match details {
+        Some(details) => format!(": {details}"),
+        None => String::new(),
+    }
 }
 
 impl RunError {
@@ -154,6 +183,8 @@ pub struct RunResult {
     /// The final assistant text (of the last turn that had text).
     pub text: String,
     pub outcome: Result<Stop, RunError>,
+    /// The API's `stop_reason` of the last reply (`None` before any reply).
+    pub stop_reason: Option<String>,
     pub num_turns: u32,
     /// Summed over all turns, sub-agents included.
     pub usage: Usage,
@@ -183,6 +214,7 @@ impl RunResult {
             session_id: session_id.to_string(),
             text: String::new(),
             outcome: Err(error),
+            stop_reason: None,
             num_turns: 0,
             usage: Usage::default(),
             cost_usd: Some(0.0),
@@ -224,6 +256,11 @@ struct Totals {
     /// overload): the whole run stops with it, so that the step's retry resumes the
     /// session instead of the caller being fed "sub-agent failed: API Error …".
     subagent_error: Option<ModelError>,
+    /// The last reply's `stop_reason`.
+    stop_reason: Option<String>,
+    /// The next reply continues the last one (after `max_tokens` or `pause_turn`): its
+    /// text is appended to the result, not a new result.
+    continuing: bool,
 }
 
 impl Totals {
@@ -236,6 +273,8 @@ impl Totals {
             denials: Vec::new(),
             text: String::new(),
             subagent_error: None,
+            stop_reason: None,
+            continuing: false,
         }
     }
 
@@ -249,6 +288,7 @@ impl Totals {
             session_id: session_id.to_string(),
             text: self.text,
             outcome,
+            stop_reason: self.stop_reason,
             num_turns: self.num_turns,
             usage: self.usage,
             cost_usd: self.cost_usd,
@@ -448,6 +488,7 @@ impl Engine {
         if let Some(announce) = conv.announce.take() {
             announce(conv.chain.session_id());
         }
+        let mut continuations = Continuations::default();
         loop {
             if let Some(max) = conv.spec.max_turns
                 && totals.num_turns >= max
@@ -467,12 +508,59 @@ impl Engine {
                     return Err(RunError::Model(error));
                 }
             };
+            let reply = trim_for_continuation(reply);
             self.record_reply(conv, &model, &reply, totals)?;
             let calls = transcript::tool_uses(&reply.content);
-            if calls.is_empty() {
-                return Ok(Stop::EndTurn);
+            match self.after_reply(&reply, &model, calls.is_empty(), &mut continuations)? {
+                Next::Stop(stop) => return Ok(stop),
+                Next::Continue => totals.continuing = true,
+                Next::Tools => {
+                    continuations = Continuations::default();
+                    self.answer_calls(conv, &permissions, calls, totals).await?;
+                }
             }
-            self.answer_calls(conv, &permissions, calls, totals).await?;
+        }
+    }
+
+    /// What the stop reason of a stored reply means for the conversation.
+    fn after_reply(
+        &self,
+        reply: &ModelReply,
+        model: &str,
+        no_calls: bool,
+        continuations: &mut Continuations,
+    ) -> Result<Next, RunError> {
+        match reply.stop_reason.as_deref() {
+            // A reply cut inside a tool call still gets its calls answered (the cut
+            // input is answered with an error result, see `call_tool`).
+            _ if !no_calls => Ok(Next::Tools),
+            Some("max_tokens") => {
+                continuations.max_tokens += 1;
+                if continuations.max_tokens > MAX_CONTINUATIONS {
+                    return Ok(Next::Stop(Stop::MaxTokens));
+                }
+                Ok(Next::Continue)
+            }
+            Some("pause_turn") => {
+                continuations.pause += 1;
+                if continuations.pause > MAX_PAUSE_CONTINUATIONS {
+                    return Ok(Next::Stop(Stop::EndTurn));
+                }
+                Ok(Next::Continue)
+            }
+            Some("refusal") => Err(RunError::Refusal(reply.stop_details.clone())),
+            Some("model_context_window_exceeded") => Err(RunError::ContextWindowFull {
+                model: model.to_string(),
+            }),
+            None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
+            Some(other) => {
+                self.emit(Event::Warning {
+                    message: format!(
+                        "unknown stop_reason {other:?} from the API; treated as the end of the turn"
+                    ),
+                });
+                Ok(Next::Stop(Stop::EndTurn))
+            }
         }
     }
 
@@ -521,9 +609,12 @@ impl Engine {
             totals.context = reply.usage.context_tokens();
         }
         let text = transcript::text_of(&reply.content);
-        if !text.is_empty() {
+        if std::mem::take(&mut totals.continuing) {
+            totals.text.push_str(&text);
+        } else if !text.is_empty() {
             totals.text = text;
         }
+        totals.stop_reason = reply.stop_reason.clone();
         self.emit(Event::TurnDone {
             turn: totals.num_turns,
             usage: reply.usage,
@@ -729,6 +820,42 @@ impl Engine {
             output = &mut call => output,
         }
     }
+}
+
+/// What comes after a stored reply.
+enum Next {
+    Stop(Stop),
+    /// Send the conversation back as it is: the model continues its own turn.
+    Continue,
+    /// Answer the reply's tool calls, then ask again.
+    Tools,
+}
+
+/// Continuations in a row, by cause; reset once tools run.
+#[derive(Default)]
+struct Continuations {
+    max_tokens: u32,
+    pause: u32,
+}
+
+/// A reply cut by `max_tokens` is sent back as the start of the assistant turn; the API
+/// refuses a final assistant block that ends in whitespace, so that is trimmed before
+/// the reply is stored (the stored and the sent turn stay the same bytes).
+fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
+    if reply.stop_reason.as_deref() != Some("max_tokens") {
+        return reply;
+    }
+    if let Some(Value::Object(last)) = reply.content.last_mut()
+        && last.get("type").and_then(Value::as_str) == Some("text")
+        && let Some(Value::String(text)) = last.get_mut("text")
+    {
+        let trimmed = text.trim_end().len();
+        text.truncate(trimmed);
+        if trimmed == 0 {
+            reply.content.pop();
+        }
+    }
+    reply
 }
 
 enum Turn {

@@ -71,6 +71,8 @@ pub struct ModelReply {
     /// tool_use with its parsed input), ready to be stored and sent back unchanged.
     pub content: Vec<Value>,
     pub stop_reason: Option<String>,
+    /// The API's `stop_details` (e.g. why a `refusal` happened), when it sent some.
+    pub stop_details: Option<Value>,
     pub usage: Usage,
 }
 

@@ -3,8 +3,9 @@
 //! The database keeps every entry verbatim; [`prune`] cleans only what is sent back to
 //! the model. In order:
 //! 1. drop synthetic API-error entries (`isApiErrorMessage: true` or
-//!    `message.model == "<synthetic>"`): a retry storm must not read as something the
-//!    model said;
+//!    `message.model == "<synthetic>"`) and replies that ended in `stop_reason: refusal`:
+//!    a retry storm must not read as something the model said, and a replayed refusal
+//!    only invites another;
 //! 2. repair the structure (see below), so the rules work on well-formed turns;
 //! 3. of the denied tool calls (a `tool_use` whose `tool_result` has `is_error: true`
 //!    and a denial text, [`is_denial_text`]), keep only the newest `keep_denials`
@@ -47,7 +48,7 @@ use std::sync::Arc;
 
 pub use crate::transcript::markers::{
     INTERRUPTED_BODY, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text, is_interruption_text,
-    is_synthetic_error,
+    is_refusal, is_synthetic_error,
 };
 
 /// Default size above which an old tool result is trimmed (with `trim` on).
@@ -458,7 +459,8 @@ impl Slot {
             role,
             uuid: str_field(&entry, "uuid").map(str::to_string),
             parent: str_field(&entry, "parentUuid").map(str::to_string),
-            synthetic_error: role == Some(Role::Assistant) && is_synthetic_error(&entry),
+            synthetic_error: role == Some(Role::Assistant)
+                && (is_synthetic_error(&entry) || is_refusal(&entry)),
             content,
             blocks,
             removed: false,

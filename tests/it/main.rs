@@ -25,6 +25,7 @@ mod permissions_proptest;
 mod permissions_shell;
 mod resilience;
 mod signals;
+mod stop_reasons;
 mod store_cli;
 mod store_conformance;
 mod store_create;

@@ -338,6 +338,7 @@ struct Message {
     model: Option<String>,
     blocks: Vec<Block>,
     stop_reason: Option<String>,
+    stop_details: Option<Value>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     cache_creation: u64,
@@ -514,8 +515,16 @@ impl Reply {
 
     // --- message details --------------------------------------------------------
 
+    /// Any `stop_reason`, known to the API or not (`max_tokens` with a partial text
+    /// makes a cut reply, `refusal`, `pause_turn`, `model_context_window_exceeded` …).
     pub fn stop_reason(mut self, reason: impl Into<String>) -> Reply {
         self.message_mut().stop_reason = Some(reason.into());
+        self
+    }
+
+    /// `stop_details` sent next to the stop reason in `message_delta`.
+    pub fn stop_details(mut self, details: Value) -> Reply {
+        self.message_mut().stop_details = Some(details);
         self
     }
 
@@ -775,9 +784,13 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
     } else {
         json!({"output_tokens": output_tokens})
     };
+    let mut delta = json!({"stop_reason": stop_reason, "stop_sequence": null});
+    if let Some(details) = &m.stop_details {
+        delta["stop_details"] = details.clone();
+    }
     push(
         "message_delta",
-        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": usage}),
+        json!({"type": "message_delta", "delta": delta, "usage": usage}),
     );
     push("message_stop", json!({"type": "message_stop"}));
     events
@@ -912,7 +925,11 @@ impl FakeServer {
     pub fn configure<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
         cmd.env("ANTHROPIC_BASE_URL", self.url())
             .env("ANTHROPIC_API_KEY", FAKE_API_KEY)
-            .env_remove("ANTHROPIC_MODEL");
+            .env_remove("ANTHROPIC_MODEL")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env_remove("ANTHROPIC_CUSTOM_HEADERS")
+            .env_remove("ANTHROPIC_BETAS")
+            .env_remove("MAX_THINKING_TOKENS");
         for var in [
             "HTTP_PROXY",
             "HTTPS_PROXY",
