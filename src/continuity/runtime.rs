@@ -17,7 +17,7 @@ use crate::engine::{
 use crate::model::anthropic::AnthropicClient;
 use crate::model::{ModelClient, Usage};
 use crate::stores::{
-    PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
+    CacheWindow, PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
 };
 use crate::tools::ProcessGroups;
 use std::path::{Path, PathBuf};
@@ -57,6 +57,9 @@ pub struct RuntimeOptions {
     pub ephemeral: bool,
     /// How many denied tool calls a resumed session still sees.
     pub keep_denials: usize,
+    /// The prompt cache's lifetime: a resume within it sends the prefix the cache
+    /// holds (prefix-changing pruning waits until it is cold). `None`: always prune.
+    pub cache_ttl: Option<Duration>,
     /// Model override (else `ANTHROPIC_MODEL`, else the client's default).
     pub model: Option<String>,
     /// The model client; `None` builds an [`AnthropicClient`] from the environment.
@@ -79,6 +82,7 @@ impl Default for RuntimeOptions {
             trim: false,
             ephemeral: true,
             keep_denials: 1,
+            cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             model: None,
             client: None,
             resilience: None,
@@ -144,6 +148,7 @@ impl Runtime {
         prune.trim = options.trim;
         prune.ephemeral = options.ephemeral;
         prune.keep_denials = options.keep_denials;
+        prune.cache = options.cache_ttl.map(CacheWindow::new);
         let store = Arc::new(PruningSessionStore::new(sqlite.clone(), prune));
         let mut warnings = Vec::new();
         let resilience = match options.resilience {
