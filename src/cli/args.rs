@@ -39,9 +39,33 @@ pub struct FlowArgs {
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default).
+    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
+    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
     #[arg(long)]
     pub model: Option<String>,
+
+    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
+    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
+    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
+    pub thinking: Option<Option<u32>>,
+}
+
+impl FlowArgs {
+    pub fn model_flags(&self) -> super::model_config::ModelFlags {
+        super::model_config::ModelFlags {
+            model: self.model.clone(),
+            thinking: self.thinking,
+        }
+    }
+}
+
+impl OnceArgs {
+    pub fn model_flags(&self) -> super::model_config::ModelFlags {
+        super::model_config::ModelFlags {
+            model: self.model.clone(),
+            thinking: self.thinking,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,9 +103,15 @@ pub struct OnceArgs {
     #[arg(long)]
     pub max_turns: Option<u32>,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default).
+    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
+    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
     #[arg(long)]
     pub model: Option<String>,
+
+    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
+    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
+    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
+    pub thinking: Option<Option<u32>>,
 
     /// Print one JSON object instead of streaming text.
     #[arg(long)]

@@ -6,6 +6,7 @@
 
 use super::args::FlowArgs;
 use super::input::{self, TerminalAsker};
+use super::model_config;
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
@@ -15,8 +16,6 @@ use flower::continuity::runtime::{Runtime, RuntimeOptions};
 use flower::continuity::signals;
 use flower::continuity::wake::session_context;
 use flower::engine::Interrupt;
-use flower::model::ModelClient;
-use flower::model::anthropic::AnthropicClient;
 use flower::workflow::WorkflowError;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
 use flower::{WakeState, wake_state};
@@ -45,8 +44,11 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let workspace = std::env::current_dir()?.canonicalize()?;
     let interactive = input::interactive();
     let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
-    // The key is checked before anyone is asked anything.
-    let client: Arc<dyn ModelClient> = Arc::new(AnthropicClient::from_env(args.model.as_deref())?);
+    // The key and every model setting are checked before anyone is asked anything.
+    let settings = match model_config::or_exit(&args.model_flags())? {
+        Ok(settings) => settings,
+        Err(code) => return Ok(code),
+    };
     let renderer = Renderer::new(true);
 
     if args.new {
@@ -109,10 +111,8 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     }
 
     let interrupt = Interrupt::new();
-    let runtime_options = RuntimeOptions {
+    let mut runtime_options = RuntimeOptions {
         trim: !args.no_trim,
-        model: args.model.clone(),
-        client: Some(client),
         events: renderer.sink(),
         asker: interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>),
         interrupt: interrupt.clone(),
@@ -120,6 +120,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         subagents: vec![worker()],
         ..RuntimeOptions::default()
     };
+    settings.apply(&mut runtime_options)?;
     let runtime = Runtime::with_options(&workspace, &args.run_dir, runtime_options)?;
     // Only once the run can be opened (its lineage checked against the store) is
     // anything written: a run that cannot start leaves the notes as they were.

@@ -3,6 +3,7 @@
 
 use super::args::OnceArgs;
 use super::input;
+use super::model_config;
 use super::render::{self, Renderer};
 use flower::continuity::runtime::{Runtime, RuntimeOptions};
 use flower::continuity::signals;
@@ -16,11 +17,14 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
+    let settings = match model_config::or_exit(&args.model_flags())? {
+        Ok(settings) => settings,
+        Err(code) => return Ok(code),
+    };
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let options = RuntimeOptions {
-        model: args.model.clone(),
+    let mut options = RuntimeOptions {
         events: if args.json {
             flower::events::discard()
         } else {
@@ -30,6 +34,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         on_interrupt: interactive.then(after_interrupt),
         ..RuntimeOptions::default()
     };
+    settings.apply(&mut options)?;
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
@@ -48,7 +53,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         allowed_tools: args.allowed_tools.clone(),
         disallowed_tools: args.disallowed_tools.clone(),
         max_turns: args.max_turns,
-        model: args.model.clone(),
+        model: settings.model_flag.clone(),
     };
     let start = match (&args.resume, args.fork) {
         (Some(id), true) => SessionStart::Fork(id.clone()),

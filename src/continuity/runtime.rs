@@ -62,6 +62,11 @@ pub struct RuntimeOptions {
     pub cache_ttl: Option<Duration>,
     /// Model override (else `ANTHROPIC_MODEL`, else the client's default).
     pub model: Option<String>,
+    /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
+    /// [`crate::engine::DEFAULT_MAX_TOKENS`].
+    pub max_tokens: Option<u32>,
+    /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
+    pub thinking_budget: Option<u32>,
     /// The model client; `None` builds an [`AnthropicClient`] from the environment.
     pub client: Option<Arc<dyn ModelClient>>,
     /// Retry policy; `None` reads the defaults and `FLOWER_*` overrides.
@@ -84,6 +89,8 @@ impl Default for RuntimeOptions {
             keep_denials: 1,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             model: None,
+            max_tokens: None,
+            thinking_budget: None,
             client: None,
             resilience: None,
             events: crate::events::discard(),
@@ -159,10 +166,12 @@ impl Runtime {
                 resilience
             }
         };
-        let max_tokens = std::env::var("FLOWER_MAX_TOKENS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS);
+        let max_tokens = options.max_tokens.unwrap_or_else(|| {
+            std::env::var("FLOWER_MAX_TOKENS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
+        });
         let engine = Engine::new(EngineConfig {
             model: client,
             store: store.clone(),
@@ -171,6 +180,7 @@ impl Runtime {
             run_dir: run_dir.clone(),
             events: options.events.clone(),
             max_tokens,
+            thinking_budget: options.thinking_budget,
             subagents: options.subagents,
             asker: options.asker,
             interrupt: options.interrupt,

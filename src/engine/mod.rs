@@ -19,7 +19,7 @@ pub use spec::AgentSpec;
 
 use crate::BoxFuture;
 use crate::model::{
-    MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, ToolDef, Usage,
+    MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Thinking, ToolDef, Usage,
 };
 use crate::stores::{PruningSessionStore, SessionKey, SessionStore, StoreError};
 use crate::tools::{ProcessGroups, Tool, ToolContext, ToolOutput};
@@ -58,6 +58,9 @@ pub struct EngineConfig {
     pub run_dir: PathBuf,
     pub events: EventSink,
     pub max_tokens: u32,
+    /// Extended thinking budget (tokens, ≥ 1024, below `max_tokens`); `None`: off. A
+    /// model that only thinks adaptively is asked to think adaptively instead.
+    pub thinking_budget: Option<u32>,
     /// Agents the `Task` tool can start, by name (`subagent_type`); the first is the
     /// default. Empty: a general-purpose agent with the file and shell tools.
     pub subagents: Vec<AgentSpec>,
@@ -482,6 +485,13 @@ impl Engine {
             system: conv.spec.instructions.clone(),
             messages: Vec::new(),
             tools: self.offered_tools(&permissions, conv.depth),
+            thinking: self.config.thinking_budget.map(|budget| {
+                if crate::model::models::adaptive_thinking_only(&model) {
+                    Thinking::Adaptive
+                } else {
+                    Thinking::Budget(budget)
+                }
+            }),
         };
         let entry = conv.chain.user(prompt);
         self.record(conv, entry)?;
@@ -604,7 +614,7 @@ impl Engine {
         self.record(conv, entry)?;
         totals.num_turns += 1;
         totals.usage.add(&reply.usage);
-        totals.add_cost(crate::model::prices::cost_usd(model, &reply.usage));
+        totals.add_cost(crate::model::prices::request_cost_usd(model, &reply.usage));
         if conv.depth == 0 {
             totals.context = reply.usage.context_tokens();
         }
