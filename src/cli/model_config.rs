@@ -52,11 +52,12 @@ pub fn model_settings(
     flags: &ModelFlags,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<ModelSettings, SettingsError> {
-    let client = ClientConfig::from_lookup(&lookup, flags.model.as_deref()).map_err(|e| match e {
-        ModelError::MissingApiKey => SettingsError::Credential(e),
-        ModelError::Config(why) => SettingsError::Usage(why),
-        other => SettingsError::Usage(other.to_string()),
-    })?;
+    let client =
+        ClientConfig::from_lookup(&lookup, flags.model.as_deref()).map_err(|e| match e {
+            ModelError::MissingApiKey => SettingsError::Credential(e),
+            ModelError::Config(why) => SettingsError::Usage(why),
+            other => SettingsError::Usage(other.to_string()),
+        })?;
     let usage = |why: String| SettingsError::Usage(why);
     let model_flag = flags.model.as_ref().map(|_| client.default_model.clone());
 
@@ -142,7 +143,9 @@ pub fn from_env(flags: &ModelFlags) -> Result<ModelSettings, SettingsError> {
 }
 
 /// The settings, or the exit code of a usage error (after saying what is wrong).
-pub fn or_exit(flags: &ModelFlags) -> anyhow::Result<Result<ModelSettings, std::process::ExitCode>> {
+pub fn or_exit(
+    flags: &ModelFlags,
+) -> anyhow::Result<Result<ModelSettings, std::process::ExitCode>> {
     match from_env(flags) {
         Ok(settings) => {
             for warning in &settings.warnings {

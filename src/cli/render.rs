@@ -69,6 +69,8 @@ struct State {
     mid_line: bool,
     /// A status line is drawn on stderr.
     status_shown: bool,
+    /// The thinking marker of the current reply was shown.
+    thinking_shown: bool,
 }
 
 /// Renders events; shared by the event sink.
@@ -175,11 +177,22 @@ impl Renderer {
         let mut state = self.lock();
         match event {
             Event::TextDelta { text, depth: 0 } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(text.as_bytes());
                 let _ = out.flush();
                 state.mid_line = !text.ends_with('\n');
+            }
+            // Thinking is never mixed into the answer: one dim line on stderr per block.
+            Event::ThinkingDelta { depth, .. } if !state.thinking_shown => {
+                state.thinking_shown = true;
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}",
+                    self.paint("2", &format!("{}✻ 思考中…", indent(*depth)))
+                );
             }
             Event::TextDelta { .. } | Event::ThinkingDelta { .. } => {}
             Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
@@ -196,6 +209,7 @@ impl Renderer {
                 summary,
                 depth,
             } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 self.end_text_line(&mut state);
                 eprintln!(
@@ -234,6 +248,7 @@ impl Renderer {
                 depth: 0,
                 ..
             } => {
+                state.thinking_shown = false;
                 state.turn = *turn;
                 state.context = *context;
                 state.cost = *cost_usd;

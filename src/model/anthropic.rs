@@ -101,7 +101,10 @@ impl ClientConfig {
         model_override: Option<&str>,
     ) -> Result<ClientConfig, ModelError> {
         let nonempty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let credential = match (nonempty("ANTHROPIC_AUTH_TOKEN"), nonempty("ANTHROPIC_API_KEY")) {
+        let credential = match (
+            nonempty("ANTHROPIC_AUTH_TOKEN"),
+            nonempty("ANTHROPIC_API_KEY"),
+        ) {
             (Some(token), _) => Credential::Bearer(token.trim().to_string()),
             (None, Some(key)) => Credential::ApiKey(key.trim().to_string()),
             (None, None) => return Err(ModelError::MissingApiKey),
@@ -112,8 +115,8 @@ impl ClientConfig {
             .map(str::to_string)
             .or_else(|| nonempty("ANTHROPIC_MODEL"))
             .unwrap_or_else(|| DEFAULT_MODEL.into());
-        let default_model = crate::model::models::resolve(&model)
-            .map_err(|e| ModelError::Config(e.to_string()))?;
+        let default_model =
+            crate::model::models::resolve(&model).map_err(|e| ModelError::Config(e.to_string()))?;
         let headers = match lookup("ANTHROPIC_CUSTOM_HEADERS") {
             Some(text) => parse_custom_headers(&text)?,
             None => Vec::new(),

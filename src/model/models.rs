@@ -78,7 +78,10 @@ pub fn resolve(name: &str) -> Result<String, ModelNameError> {
     if base.is_empty() {
         return Err(ModelNameError::Empty);
     }
-    if let Some((_, id)) = ALIASES.iter().find(|(alias, _)| alias.eq_ignore_ascii_case(base)) {
+    if let Some((_, id)) = ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(base))
+    {
         return Ok(format!("{id}{suffix}"));
     }
     if base.chars().all(|c| c.is_ascii_alphabetic()) {
@@ -122,9 +125,18 @@ mod tests {
         assert_eq!(resolve("sonnet").unwrap(), "claude-sonnet-5-5");
         assert_eq!(resolve("opus[1m]").unwrap(), "claude-opus-5-5[1m]");
         assert_eq!(resolve("claude-x-9").unwrap(), "claude-x-9");
-        assert!(matches!(resolve("sonet"), Err(ModelNameError::UnknownAlias(_))));
-        assert_eq!(context_window("claude-sonnet-4-5[1m]"), LARGE_CONTEXT_WINDOW);
+        assert!(matches!(
+            resolve("sonet"),
+            Err(ModelNameError::UnknownAlias(_))
+        ));
+        assert_eq!(
+            context_window("claude-sonnet-4-5[1m]"),
+            LARGE_CONTEXT_WINDOW
+        );
         assert_eq!(context_window("claude-sonnet-4-5"), STANDARD_CONTEXT_WINDOW);
-        assert_eq!(wire_id("claude-sonnet-4-5[1m]"), ("claude-sonnet-4-5", true));
+        assert_eq!(
+            wire_id("claude-sonnet-4-5[1m]"),
+            ("claude-sonnet-4-5", true)
+        );
     }
 }

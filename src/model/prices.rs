@@ -217,7 +217,12 @@ impl PriceTable {
 
     /// A model's 1-hour cache write and long-context prices.
     pub fn extras(&self, model: &str) -> Option<ExtraPrices> {
-        Some(self.extras.get(self.key(model)?).copied().unwrap_or_default())
+        Some(
+            self.extras
+                .get(self.key(model)?)
+                .copied()
+                .unwrap_or_default(),
+        )
     }
 
     /// The cost of one request's `usage` on `model`, USD, with the long-context rates
@@ -225,9 +230,8 @@ impl PriceTable {
     /// is larger than that); `None` for an unknown model.
     pub fn request_cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
         let base = self.get(model)?;
-        let prompt = usage.input_tokens
-            + usage.cache_read_input_tokens
-            + usage.cache_creation_input_tokens;
+        let prompt =
+            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens;
         // A prompt over the threshold only exists where the window is larger (Sonnet 4.5
         // with `[1m]`); usage reported beyond a model's window is priced as it comes.
         let window = crate::model::models::context_window(model);

@@ -17,6 +17,7 @@ mod manifest;
 mod model_client;
 mod model_fake_server;
 mod model_prices;
+mod model_settings;
 mod once;
 mod permissions;
 mod permissions_bash_differential;
