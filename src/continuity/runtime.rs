@@ -340,12 +340,18 @@ impl Runtime {
                 }
                 break;
             }
-            if !self.wait_for_endpoint().await {
+            let Some(waited) = self.wait_for_endpoint().await else {
                 result.errors.push("gave up waiting for the network".into());
                 break;
-            }
+            };
             let retry_after = model_error.and_then(|e| e.retry_after());
-            let delay = self.resilience.delay(attempt, retry_after);
+            // After an outage the wait was the backoff: the endpoint answers again, so
+            // the retry goes out at once (while the prompt cache may still be warm).
+            let delay = if waited {
+                Duration::ZERO
+            } else {
+                self.resilience.delay(attempt, retry_after)
+            };
             self.emit(Event::Retrying {
                 attempt: attempt + 1,
                 max_attempts: self.resilience.max_attempts,
@@ -387,15 +393,15 @@ impl Runtime {
     }
 
     /// While the endpoint is unreachable, waits (probing) without spending attempts.
-    /// `false` when the wait limit passed.
-    async fn wait_for_endpoint(&self) -> bool {
+    /// `None` when the wait limit passed, else whether there was an outage to wait out.
+    async fn wait_for_endpoint(&self) -> Option<bool> {
         let Some(base_url) = self.engine.config().model.base_url() else {
-            return true;
+            return Some(false);
         };
         let endpoint = resilience::endpoint_from(base_url);
         let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
         if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
-            return true;
+            return Some(false);
         }
         let shown = format!("{}:{}", endpoint.host, endpoint.port);
         let events = self.events.clone();
@@ -411,7 +417,7 @@ impl Runtime {
         if online {
             self.emit(Event::Online);
         }
-        online
+        online.then_some(true)
     }
 
     fn set_in_flight(&self, result: Option<StepResult>) {

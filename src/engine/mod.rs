@@ -363,9 +363,12 @@ impl Engine {
             depth: 0,
             announce: request.on_session,
         };
-        let mut result = self
-            .drive(&mut conversation, Value::String(request.prompt), started)
-            .await;
+        // A retry resumes with the same prompt the failed attempt left unanswered: it is
+        // already the tail of the history, so it is not stacked again (and the request
+        // stays byte-identical to the failed one, whose prefix the cache holds).
+        let prompt = (!(resumed && ends_with_prompt(&history, &request.prompt)))
+            .then_some(Value::String(request.prompt));
+        let mut result = self.drive_from(&mut conversation, prompt, started).await;
         result.resumed = resumed;
         result
     }
@@ -455,6 +458,16 @@ impl Engine {
         prompt: Value,
         started: Instant,
     ) -> BoxFuture<'a, RunResult> {
+        self.drive_from(conv, Some(prompt), started)
+    }
+
+    /// [`Engine::drive`]; `None`: the history already ends with the prompt.
+    fn drive_from<'a>(
+        &'a self,
+        conv: &'a mut Conversation<'_>,
+        prompt: Option<Value>,
+        started: Instant,
+    ) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
             let mut totals = Totals::new();
             let outcome = self.converse(conv, prompt, &mut totals).await;
@@ -467,7 +480,7 @@ impl Engine {
     async fn converse(
         &self,
         conv: &mut Conversation<'_>,
-        prompt: Value,
+        prompt: Option<Value>,
         totals: &mut Totals,
     ) -> Result<Stop, RunError> {
         let permissions = Permissions::new(&conv.spec.allowed_tools, &conv.spec.disallowed_tools)?;
@@ -493,8 +506,10 @@ impl Engine {
                 }
             }),
         };
-        let entry = conv.chain.user(prompt);
-        self.record(conv, entry)?;
+        if let Some(prompt) = prompt {
+            let entry = conv.chain.user(prompt);
+            self.record(conv, entry)?;
+        }
         if let Some(announce) = conv.announce.take() {
             announce(conv.chain.session_id());
         }
@@ -829,6 +844,29 @@ impl Engine {
             }
             output = &mut call => output,
         }
+    }
+}
+
+/// Whether the last user or assistant entry of `history` is a user entry that says
+/// exactly `prompt` (and so is still unanswered).
+fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
+    let last = history.iter().rev().find(|e| {
+        matches!(
+            e.get("type").and_then(Value::as_str),
+            Some("user" | "assistant")
+        )
+    });
+    let Some(last) = last else { return false };
+    if last.get("type").and_then(Value::as_str) != Some("user") {
+        return false;
+    }
+    match last.pointer("/message/content") {
+        Some(Value::String(text)) => text == prompt,
+        Some(Value::Array(blocks)) => {
+            matches!(blocks.as_slice(), [block] if block.get("type").and_then(Value::as_str) == Some("text")
+                && block.get("text").and_then(Value::as_str) == Some(prompt))
+        }
+        _ => false,
     }
 }
 

@@ -496,9 +496,10 @@ pub fn idle_timeout_from_env() -> Duration {
 /// modified.
 ///
 /// Breakpoints (`cache_control: {"type": "ephemeral"}`), at most
-/// [`MAX_CACHE_BREAKPOINTS`] in all: the last tool, the system prompt, and the last
+/// [`MAX_CACHE_BREAKPOINTS`] in all: the last tool, the system prompt, the last
 /// cacheable block of the newest message (a string content becomes one text block for
-/// that; thinking blocks and empty text cannot carry one). Breakpoints already present
+/// that; thinking blocks and empty text cannot carry one), and, when the newest turn has
+/// [`CACHE_LOOKBACK_BLOCKS`] blocks or more, the end of the previous turn. Breakpoints already present
 /// in the messages are kept, except the oldest ones when the total would pass the limit.
 pub fn request_body(request: &MessagesRequest) -> Vec<u8> {
     body_with_model(request, &request.model)
@@ -572,8 +573,33 @@ impl Serialize for Tools<'_> {
 /// old one removed (so a long history is not copied on every turn).
 struct Messages<'a>(Vec<Cow<'a, Value>>);
 
+/// The API looks for an earlier cache entry at most this many blocks before a
+/// breakpoint.
+pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
+
+/// The message that ended the previous request (the one before the newest assistant
+/// turn), when the newest turn is too long for the cache's lookback to reach back to
+/// it from the newest breakpoint (many parallel tool calls): marking it too makes the
+/// cache entry the previous request wrote there a hit.
+fn previous_turn_end(messages: &[Value]) -> Option<usize> {
+    let n = messages.len();
+    if n < 3 || messages[n - 2].get("role").and_then(Value::as_str) != Some("assistant") {
+        return None;
+    }
+    let blocks = |m: &Value| {
+        m.get("content")
+            .and_then(Value::as_array)
+            .map_or(1, Vec::len)
+    };
+    let between = blocks(&messages[n - 2]) + blocks(&messages[n - 1]);
+    (between >= CACHE_LOOKBACK_BLOCKS).then_some(n - 3)
+}
+
 impl<'a> Messages<'a> {
     fn new(messages: &'a [Value], budget: usize) -> Self {
+        let previous = previous_turn_end(messages)
+            .filter(|&i| budget >= 2 && with_breakpoint(&messages[i]).is_some());
+        let budget = budget - usize::from(previous.is_some());
         let mut out: Vec<Cow<'a, Value>> = messages.iter().map(Cow::Borrowed).collect();
         let mut used = 0;
         if let Some(last) = out.last_mut()
@@ -600,6 +626,17 @@ impl<'a> Messages<'a> {
                 continue;
             }
             excess -= strip_breakpoints(message.to_mut(), excess, skip_last);
+        }
+        if let Some(i) = previous
+            && let Some(marked) = with_breakpoint(out[i].as_ref())
+        {
+            // Its own old marks were counted against the budget above; one more block
+            // marked on top of them stays within four only if none was there, so any
+            // other mark in it goes.
+            let mut marked = marked;
+            let keep = breakpoint_blocks(&marked).len().saturating_sub(1);
+            strip_breakpoints(&mut marked, keep, true);
+            out[i] = Cow::Owned(marked);
         }
         Messages(out)
     }

@@ -558,6 +558,7 @@ fn the_messages_checker_rejects_what_the_api_rejects() {
         headers: Vec::new(),
         raw_body: String::new(),
         body: json!({"messages": messages}),
+        cache: None,
     };
     let call = json!({"role": "assistant", "content": [
         {"type": "text", "text": "看看"},

@@ -24,6 +24,7 @@ mod permissions_bash_differential;
 mod permissions_paths;
 mod permissions_proptest;
 mod permissions_shell;
+mod prompt_cache;
 mod resilience;
 mod signals;
 mod stop_reasons;

@@ -84,6 +84,104 @@ pub struct Recorded {
     pub body: Value,
     /// The body as received (lossy UTF-8).
     pub raw_body: String,
+    /// With [`FakeServer::simulate_cache`]: how the prompt cache saw this request.
+    pub cache: Option<CacheUsage>,
+}
+
+/// The fake's prompt-cache accounting of one request, tokens (≈ bytes / 4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// The prompt read from the cache.
+    pub read: u64,
+    /// Written to the cache (from the read point to the last breakpoint).
+    pub written: u64,
+    /// The rest of the prompt, uncached.
+    pub uncached: u64,
+}
+
+impl CacheUsage {
+    pub fn prompt(&self) -> u64 {
+        self.read + self.written + self.uncached
+    }
+}
+
+/// A model of the API's prompt cache (documented on [`FakeServer::simulate_cache`]).
+#[derive(Debug, Default)]
+struct CacheModel {
+    /// Hashes of the prefixes written so far (at every breakpoint of every request).
+    entries: std::collections::HashSet<u64>,
+}
+
+/// The API's lookback from a breakpoint.
+const CACHE_LOOKBACK: usize = 20;
+
+impl CacheModel {
+    /// Accounts one request body and remembers what it wrote.
+    fn account(&mut self, body: &Value) -> CacheUsage {
+        use std::hash::{Hash, Hasher};
+        // The prefix in the API's order: model, tools, system, messages; one unit per
+        // tool, system block and message content block, without the marks themselves.
+        let mut units: Vec<(String, bool)> = Vec::new();
+        let strip = |v: &Value| -> (String, bool) {
+            let mut v = v.clone();
+            let marked = v
+                .as_object_mut()
+                .and_then(|o| o.remove("cache_control"))
+                .is_some();
+            (v.to_string(), marked)
+        };
+        units.push((format!("model:{}", body["model"]), false));
+        for tool in body["tools"].as_array().into_iter().flatten() {
+            units.push(strip(tool));
+        }
+        match &body["system"] {
+            Value::Array(blocks) => blocks.iter().for_each(|b| units.push(strip(b))),
+            Value::String(text) => units.push((text.clone(), false)),
+            _ => {}
+        }
+        for message in body["messages"].as_array().into_iter().flatten() {
+            let role = message["role"].as_str().unwrap_or("");
+            match &message["content"] {
+                Value::Array(blocks) => {
+                    for block in blocks {
+                        let (text, marked) = strip(block);
+                        units.push((format!("{role}:{text}"), marked));
+                    }
+                }
+                other => units.push((format!("{role}:{other}"), false)),
+            }
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut hashes = Vec::with_capacity(units.len());
+        let mut ends = Vec::with_capacity(units.len());
+        let mut total = 0u64;
+        for (text, _) in &units {
+            text.hash(&mut hasher);
+            hashes.push(hasher.finish());
+            total += text.len() as u64;
+            ends.push(total);
+        }
+        let marks: Vec<usize> = (0..units.len()).filter(|&i| units[i].1).collect();
+        let mut read = 0;
+        for &mark in &marks {
+            for i in (mark.saturating_sub(CACHE_LOOKBACK - 1)..=mark).rev() {
+                if self.entries.contains(&hashes[i]) {
+                    read = read.max(ends[i]);
+                    break;
+                }
+            }
+        }
+        let last_mark = marks.last().map_or(0, |&m| ends[m]);
+        let written = last_mark.saturating_sub(read);
+        for &mark in &marks {
+            self.entries.insert(hashes[mark]);
+        }
+        CacheUsage {
+            read: read / 4,
+            written: written / 4,
+            uncached: total.saturating_sub(read + written) / 4,
+        }
+    }
 }
 
 impl Recorded {
@@ -666,9 +764,20 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
             model.to_string()
         }
     });
-    let input_tokens = m
-        .input_tokens
-        .unwrap_or_else(|| (request.raw_body.len() as u64 / 4).max(1));
+    // A simulated cache splits the prompt; scripted numbers win.
+    let simulated = request
+        .cache
+        .filter(|_| m.input_tokens.is_none() && m.cache_creation == 0 && m.cache_read == 0);
+    let input_tokens = match simulated {
+        Some(cache) => cache.uncached,
+        None => m
+            .input_tokens
+            .unwrap_or_else(|| (request.raw_body.len() as u64 / 4).max(1)),
+    };
+    let (cache_creation, cache_read) = match simulated {
+        Some(cache) => (cache.written, cache.read),
+        None => (m.cache_creation, m.cache_read),
+    };
     let content_chars: usize = m
         .blocks
         .iter()
@@ -700,8 +809,8 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
             "stop_sequence": null,
             "usage": {
                 "input_tokens": input_tokens,
-                "cache_creation_input_tokens": m.cache_creation,
-                "cache_read_input_tokens": m.cache_read,
+                "cache_creation_input_tokens": cache_creation,
+                "cache_read_input_tokens": cache_read,
                 "output_tokens": 1,
             },
         }}),
@@ -777,8 +886,8 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
     let usage = if m.full_usage_in_delta {
         json!({
             "input_tokens": input_tokens,
-            "cache_creation_input_tokens": m.cache_creation,
-            "cache_read_input_tokens": m.cache_read,
+            "cache_creation_input_tokens": cache_creation,
+            "cache_read_input_tokens": cache_read,
             "output_tokens": output_tokens,
         })
     } else {
@@ -844,6 +953,8 @@ struct Shared {
     connections: AtomicUsize,
     /// Bumped by `stop_accepting`: idle keep-alive connections close on it.
     epoch: watch::Sender<u64>,
+    /// Set by `simulate_cache`.
+    cache: Mutex<Option<CacheModel>>,
 }
 
 enum Control {
@@ -894,6 +1005,7 @@ impl FakeServer {
             script: Mutex::new(script),
             connections: AtomicUsize::new(0),
             epoch: watch::Sender::new(0),
+            cache: Mutex::new(None),
         });
         let (control, control_rx) = mpsc::unbounded_channel();
         let thread_shared = shared.clone();
@@ -941,6 +1053,18 @@ impl FakeServer {
             cmd.env_remove(var);
         }
         cmd
+    }
+
+    /// From now on, account the prompt cache like the API and report it in each reply's
+    /// usage (unless the reply scripts its own numbers): every request writes a cache
+    /// entry at each of its `cache_control` breakpoints (the prefix up to that block:
+    /// model, tools, system, message blocks, marks ignored); a request reads the longest
+    /// written prefix that ends within [`CACHE_LOOKBACK`] blocks before one of its
+    /// breakpoints. Tokens are bytes / 4; entries never expire (tests are short).
+    /// `cache_read_input_tokens` is the read prefix, `cache_creation_input_tokens` the
+    /// rest up to the last breakpoint, `input_tokens` what follows it.
+    pub fn simulate_cache(&self) {
+        *lock(&self.shared.cache) = Some(CacheModel::default());
     }
 
     /// A copy of every request received so far, in arrival order.
@@ -1179,7 +1303,14 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
                 headers: request.headers.clone(),
                 body: serde_json::from_slice(&request.body).unwrap_or(Value::Null),
                 raw_body: String::from_utf8_lossy(&request.body).into_owned(),
+                cache: None,
             };
+            let mut recorded = recorded;
+            if let Some(model) = lock(&shared.cache).as_mut()
+                && recorded.body.is_object()
+            {
+                recorded.cache = Some(model.account(&recorded.body));
+            }
             requests.push(recorded.clone());
             shared.count.send_replace(requests.len());
             shared.arrived.notify_all();
