@@ -303,6 +303,7 @@ impl Runtime {
                     prompt: prompt.clone(),
                     start: start.clone(),
                     on_session: Some(&on_session),
+                    retry: attempt > 1,
                 })
                 .await;
             absorb(&mut result, &run);

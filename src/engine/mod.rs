@@ -92,6 +92,10 @@ pub struct RunRequest<'a> {
     /// Called with the session id the moment it exists in the store (its first prompt
     /// written), before any model request.
     pub on_session: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// This run retries a failed attempt of the same session with the same prompt: when
+    /// the history still ends with that prompt unanswered, it is reused instead of
+    /// stacked again (so the retry repeats the failed request byte for byte).
+    pub retry: bool,
 }
 
 /// How many times in a row a reply cut by `max_tokens` is continued (each
@@ -363,11 +367,11 @@ impl Engine {
             depth: 0,
             announce: request.on_session,
         };
-        // A retry resumes with the same prompt the failed attempt left unanswered: it is
+        // A retry resumes with the prompt the failed attempt left unanswered: it is
         // already the tail of the history, so it is not stacked again (and the request
         // stays byte-identical to the failed one, whose prefix the cache holds).
-        let prompt = (!(resumed && ends_with_prompt(&history, &request.prompt)))
-            .then_some(Value::String(request.prompt));
+        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
+        let prompt = (!reuse).then_some(Value::String(request.prompt));
         let mut result = self.drive_from(&mut conversation, prompt, started).await;
         result.resumed = resumed;
         result

@@ -46,7 +46,7 @@
 //! connections ([`FakeServer::stop_accepting`] / [`FakeServer::resume_accepting`]).
 
 use serde_json::{Value, json};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 use std::process::Command;
@@ -108,16 +108,27 @@ impl CacheUsage {
 /// A model of the API's prompt cache (documented on [`FakeServer::simulate_cache`]).
 #[derive(Debug, Default)]
 struct CacheModel {
-    /// Hashes of the prefixes written so far (at every breakpoint of every request).
+    /// Hashes of the prefixes written so far (at every breakpoint of every answered
+    /// request).
     entries: std::collections::HashSet<u64>,
+    /// What each request would write, by request index, until it is answered.
+    pending: HashMap<usize, Vec<u64>>,
 }
 
 /// The API's lookback from a breakpoint.
 const CACHE_LOOKBACK: usize = 20;
 
 impl CacheModel {
-    /// Accounts one request body and remembers what it wrote.
-    fn account(&mut self, body: &Value) -> CacheUsage {
+    /// A request was answered with a message: what it would write is now cached (an
+    /// error answer, like the API's, writes nothing).
+    fn commit(&mut self, index: usize) {
+        if let Some(hashes) = self.pending.remove(&index) {
+            self.entries.extend(hashes);
+        }
+    }
+
+    /// Accounts request `index`'s body; what it writes waits for [`CacheModel::commit`].
+    fn account(&mut self, index: usize, body: &Value) -> CacheUsage {
         use std::hash::{Hash, Hasher};
         // The prefix in the API's order: model, tools, system, messages; one unit per
         // tool, system block and message content block, without the marks themselves.
@@ -173,9 +184,8 @@ impl CacheModel {
         }
         let last_mark = marks.last().map_or(0, |&m| ends[m]);
         let written = last_mark.saturating_sub(read);
-        for &mark in &marks {
-            self.entries.insert(hashes[mark]);
-        }
+        self.pending
+            .insert(index, marks.iter().map(|&m| hashes[m]).collect());
         CacheUsage {
             read: read / 4,
             written: written / 4,
@@ -1309,7 +1319,7 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
             if let Some(model) = lock(&shared.cache).as_mut()
                 && recorded.body.is_object()
             {
-                recorded.cache = Some(model.account(&recorded.body));
+                recorded.cache = Some(model.account(recorded.index, &recorded.body));
             }
             requests.push(recorded.clone());
             shared.count.send_replace(requests.len());
@@ -1326,6 +1336,11 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
                 format!("fake server: no route {} {}", request.method, request.path),
             )
         };
+        if matches!(reply.body, Body::Message(_))
+            && let Some(model) = lock(&shared.cache).as_mut()
+        {
+            model.commit(recorded.index);
+        }
         let keep_alive = answer(&mut stream, reply, &recorded, close).await;
         if !keep_alive || close {
             let _ = stream.shutdown().await;
