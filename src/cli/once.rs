@@ -1,10 +1,12 @@
 //! `flower once`: one agent, one session, outside any workflow. No lineage, no
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
-use super::args::OnceArgs;
+use super::args::{EXIT_LOCKED, OnceArgs};
+use super::flow::session_busy;
 use super::input;
 use super::render::{self, Renderer};
-use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::lock::{self, Probe, RunLocking};
+use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use serde_json::json;
@@ -16,6 +18,14 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
+    // A session someone else appends to (a running pipeline's, another `once --resume`)
+    // is neither continued nor forked: refused before anything is opened.
+    if let Some(id) = &args.resume
+        && let Probe::Held(holder) = lock::probe_session(&args.run_dir, id)
+    {
+        eprintln!("flower: {}", session_busy(id, &holder));
+        return Ok(ExitCode::from(EXIT_LOCKED));
+    }
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
@@ -28,9 +38,23 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         },
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
+        // No lineage, no manifest: only its own session, locked in `run_agent`. A running
+        // pipeline in this run directory neither blocks it nor is blocked by it.
+        run_lock: RunLocking::Unlocked,
         ..RuntimeOptions::default()
     };
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
+    // Held from here to the end, so that the probe above cannot be overtaken.
+    if let (Some(id), false) = (&args.resume, args.fork) {
+        match runtime.claim_session(id) {
+            Ok(()) => {}
+            Err(RuntimeError::SessionBusy { session_id, holder }) => {
+                eprintln!("flower: {}", session_busy(&session_id, &holder));
+                return Ok(ExitCode::from(EXIT_LOCKED));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
     }
