@@ -10,7 +10,7 @@ use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
 use flower::continuity::lineage::Lineage;
-use flower::continuity::lock::{Holder, LockError, RunLock, RunLocking};
+use flower::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use flower::continuity::notes;
 use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
@@ -64,6 +64,18 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let Some(run_lock) = take_run_lock(&args.run_dir, args.wait)? else {
         return Ok(ExitCode::from(EXIT_LOCKED));
     };
+    // A session of this run that someone else appends to (`flower once --resume`): no
+    // banner, no wake. The runtime claims them for real below.
+    if !args.new
+        && let Some(file) = Lineage::read(&args.run_dir, &workspace)
+    {
+        for id in file.steps.values() {
+            if let Probe::Held(holder) = lock::probe_session(&args.run_dir, id) {
+                eprintln!("flower: {}", session_busy(id, &holder));
+                return Ok(ExitCode::from(EXIT_LOCKED));
+            }
+        }
+    }
 
     if args.new {
         archive(&workspace, &args.run_dir)?;
