@@ -45,19 +45,21 @@ enum Intent {
 pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let workspace = std::env::current_dir()?.canonicalize()?;
     let interactive = input::interactive();
-    let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
+    let mut said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     // The key is checked before anyone is asked anything.
     let client: Arc<dyn ModelClient> = Arc::new(AnthropicClient::from_env(args.model.as_deref())?);
     let renderer = Renderer::new(true);
 
-    // Nothing to do and nobody to ask in a fresh directory: say so without creating the
-    // run directory (its lock) first. Checked again under the lock below.
-    if said.is_none()
-        && !interactive
-        && !args.new
-        && !resumable(&wake_state(&workspace, &args.run_dir))
-    {
-        return Ok(no_task());
+    // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
+    // the run directory, its lock included, is created. Decided again under the lock.
+    if said.is_none() && !args.new && !resumable(&wake_state(&workspace, &args.run_dir)) {
+        if !interactive {
+            return Ok(no_task());
+        }
+        match ask_task().await {
+            Some(request) => said = Some(request),
+            None => return Ok(ExitCode::from(EXIT_USAGE)),
+        }
     }
     // One run, one process: before anything is read for the wake or written, this
     // process holds the run directory (until it exits, however it exits).
