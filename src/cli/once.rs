@@ -2,6 +2,7 @@
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
 use super::args::{EXIT_LOCKED, OnceArgs};
+use super::config::Config;
 use super::flow::session_busy;
 use super::input;
 use super::render::{self, Renderer};
@@ -18,6 +19,11 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
+    let renderer = Renderer::new(false);
+    let interrupt = Interrupt::new();
+    let interactive = input::interactive();
+    let config = Config::from_env(args.model.as_deref())?;
+    let base_options = config.runtime_options()?;
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
     if let Some(id) = &args.resume
@@ -26,11 +32,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         eprintln!("flower: {}", session_busy(id, &holder));
         return Ok(ExitCode::from(EXIT_LOCKED));
     }
-    let renderer = Renderer::new(false);
-    let interrupt = Interrupt::new();
-    let interactive = input::interactive();
     let options = RuntimeOptions {
-        model: args.model.clone(),
         events: if args.json {
             flower::events::discard()
         } else {
@@ -41,7 +43,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         // No lineage, no manifest: only its own session, locked in `run_agent`. A running
         // pipeline in this run directory neither blocks it nor is blocked by it.
         run_lock: RunLocking::Unlocked,
-        ..RuntimeOptions::default()
+        ..base_options
     };
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
     // Held from here to the end, so that the probe above cannot be overtaken.

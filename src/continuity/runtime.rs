@@ -30,10 +30,18 @@ pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("workspace {path}: {why}")]
-    Workspace { path: PathBuf, why: String },
-    #[error("run directory {path}: {why}")]
-    RunDir { path: PathBuf, why: String },
+    #[error("workspace {path}: {source}")]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("run directory {path}: {source}")]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] crate::stores::StoreError),
     /// The store could not say whether lineage's sessions still exist. Nothing was
@@ -111,6 +119,9 @@ pub struct RuntimeOptions {
     pub subagents: Vec<AgentSpec>,
     /// Where running shell commands are registered, for the signal handlers.
     pub processes: ProcessGroups,
+    /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
+    /// [`crate::engine::DEFAULT_MAX_TOKENS`].
+    pub max_tokens: Option<u32>,
     /// The run lock: taken when the runtime opens the run directory (the default).
     pub run_lock: RunLocking,
 }
@@ -130,6 +141,7 @@ impl Default for RuntimeOptions {
             on_interrupt: None,
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
+            max_tokens: None,
             run_lock: RunLocking::Take,
         }
     }
@@ -204,10 +216,12 @@ impl Runtime {
                 resilience
             }
         };
-        let max_tokens = std::env::var("FLOWER_MAX_TOKENS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS);
+        let max_tokens = options.max_tokens.unwrap_or_else(|| {
+            std::env::var("FLOWER_MAX_TOKENS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
+        });
         let engine = Engine::new(EngineConfig {
             model: client,
             store: store.clone(),
@@ -548,14 +562,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
-    let canonical = path.canonicalize().map_err(|e| RuntimeError::Workspace {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
+    let canonical = path
+        .canonicalize()
+        .map_err(|source| RuntimeError::Workspace {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if !canonical.is_dir() {
         return Err(RuntimeError::Workspace {
             path: path.to_path_buf(),
-            why: "not a directory".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
         });
     }
     Ok(canonical)
@@ -563,12 +579,10 @@ fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
 
 /// Creates the run directory and returns its absolute (canonical) path.
 fn prepare_run_dir(path: &Path) -> Result<PathBuf, RuntimeError> {
-    std::fs::create_dir_all(path).map_err(|e| RuntimeError::RunDir {
+    let run_dir_error = |source| RuntimeError::RunDir {
         path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
-    path.canonicalize().map_err(|e| RuntimeError::RunDir {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
+        source,
+    };
+    std::fs::create_dir_all(path).map_err(run_dir_error)?;
+    path.canonicalize().map_err(run_dir_error)
 }
