@@ -3,6 +3,9 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+/// Exit status when another process holds the run directory (or the session).
+pub const EXIT_LOCKED: u8 = 3;
+
 /// flower: an LLM coding agent that never loses the conversation.
 ///
 /// Run it in a directory with a task. Run it again in the same directory, after Ctrl-C,
@@ -48,6 +51,11 @@ pub struct FlowArgs {
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
     pub thinking: Option<Option<u32>>,
+
+    /// If another flower is running in this run directory, wait for it to end instead of
+    /// exiting with status 3.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 impl FlowArgs {

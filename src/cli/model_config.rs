@@ -1,8 +1,7 @@
-//! Model settings from flags and environment, parsed and validated in one place before
-//! any request (to be folded into the one `Config`): the client's configuration
-//! (credential, headers, betas, model), `max_tokens`, extended thinking and the prompt
-//! cache's lifetime. A bad value is a [`UsageError`]: exit 2 with a clear message that
-//! never quotes a credential or a header value.
+//! The model part of [`super::config::Config`]: the client's configuration (credential,
+//! headers, betas, model), `max_tokens`, extended thinking and the prompt cache's
+//! lifetime, from flags and environment. A bad value is a [`SettingsError::Usage`]
+//! (exit 2) with a clear message that never quotes a credential or a header value.
 
 use flower::model::ModelError;
 use flower::model::anthropic::ClientConfig;
@@ -17,8 +16,6 @@ pub const DEFAULT_THINKING_BUDGET: u32 = 10_000;
 #[derive(Debug)]
 pub struct ModelSettings {
     pub client: ClientConfig,
-    /// The resolved `--model`, when one was given (the agent's model).
-    pub model_flag: Option<String>,
     pub max_tokens: u32,
     pub thinking_budget: Option<u32>,
     /// `None`: every resume prunes as if the cache were cold.
@@ -59,7 +56,6 @@ pub fn model_settings(
             other => SettingsError::Usage(other.to_string()),
         })?;
     let usage = |why: String| SettingsError::Usage(why);
-    let model_flag = flags.model.as_ref().map(|_| client.default_model.clone());
 
     let explicit_max = match lookup("FLOWER_MAX_TOKENS").filter(|v| !v.trim().is_empty()) {
         Some(raw) => Some(
@@ -69,7 +65,7 @@ pub fn model_settings(
                 .filter(|n| *n > 0)
                 .ok_or_else(|| {
                     usage(format!(
-                        "FLOWER_MAX_TOKENS={raw:?} is not a positive whole number of tokens"
+                        "FLOWER_MAX_TOKENS={raw:?}: expected a whole number ≥ 1"
                     ))
                 })?,
         ),
@@ -129,49 +125,9 @@ pub fn model_settings(
     }
     Ok(ModelSettings {
         client,
-        model_flag,
         max_tokens,
         thinking_budget,
         cache_ttl,
         warnings,
     })
-}
-
-/// [`model_settings`] from the process environment.
-pub fn from_env(flags: &ModelFlags) -> Result<ModelSettings, SettingsError> {
-    model_settings(flags, |name| std::env::var(name).ok())
-}
-
-/// The settings, or the exit code of a usage error (after saying what is wrong).
-pub fn or_exit(
-    flags: &ModelFlags,
-) -> anyhow::Result<Result<ModelSettings, std::process::ExitCode>> {
-    match from_env(flags) {
-        Ok(settings) => {
-            for warning in &settings.warnings {
-                eprintln!("flower: {warning}");
-            }
-            Ok(Ok(settings))
-        }
-        Err(SettingsError::Usage(why)) => {
-            eprintln!("flower: {why}");
-            Ok(Err(std::process::ExitCode::from(2)))
-        }
-        Err(SettingsError::Credential(e)) => Err(e.into()),
-    }
-}
-
-impl ModelSettings {
-    /// Puts these settings into runtime options (the client built from them).
-    pub fn apply(
-        &self,
-        options: &mut flower::continuity::runtime::RuntimeOptions,
-    ) -> Result<(), ModelError> {
-        let client = flower::model::anthropic::AnthropicClient::with_config(self.client.clone())?;
-        options.client = Some(std::sync::Arc::new(client));
-        options.max_tokens = Some(self.max_tokens);
-        options.thinking_budget = self.thinking_budget;
-        options.cache_ttl = self.cache_ttl;
-        Ok(())
-    }
 }

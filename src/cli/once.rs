@@ -1,11 +1,13 @@
 //! `flower once`: one agent, one session, outside any workflow. No lineage, no
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
-use super::args::OnceArgs;
+use super::args::{EXIT_LOCKED, OnceArgs};
+use super::config::Config;
+use super::flow::session_busy;
 use super::input;
-use super::model_config;
 use super::render::{self, Renderer};
-use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::lock::{self, Probe, RunLocking};
+use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use serde_json::json;
@@ -17,14 +19,23 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
-    let settings = match model_config::or_exit(&args.model_flags())? {
-        Ok(settings) => settings,
-        Err(code) => return Ok(code),
-    };
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let mut options = RuntimeOptions {
+    let config = Config::from_env(&args.model_flags())?;
+    for warning in &config.warnings {
+        eprintln!("flower: {warning}");
+    }
+    let base_options = config.runtime_options()?;
+    // A session someone else appends to (a running pipeline's, another `once --resume`)
+    // is neither continued nor forked: refused before anything is opened.
+    if let Some(id) = &args.resume
+        && let Probe::Held(holder) = lock::probe_session(&args.run_dir, id)
+    {
+        eprintln!("flower: {}", session_busy(id, &holder));
+        return Ok(ExitCode::from(EXIT_LOCKED));
+    }
+    let options = RuntimeOptions {
         events: if args.json {
             flower::events::discard()
         } else {
@@ -32,10 +43,23 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         },
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
-        ..RuntimeOptions::default()
+        // No lineage, no manifest: only its own session, locked in `run_agent`. A running
+        // pipeline in this run directory neither blocks it nor is blocked by it.
+        run_lock: RunLocking::Unlocked,
+        ..base_options
     };
-    settings.apply(&mut options)?;
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
+    // Held from here to the end, so that the probe above cannot be overtaken.
+    if let (Some(id), false) = (&args.resume, args.fork) {
+        match runtime.claim_session(id) {
+            Ok(()) => {}
+            Err(RuntimeError::SessionBusy { session_id, holder }) => {
+                eprintln!("flower: {}", session_busy(&session_id, &holder));
+                return Ok(ExitCode::from(EXIT_LOCKED));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
     }
@@ -53,7 +77,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         allowed_tools: args.allowed_tools.clone(),
         disallowed_tools: args.disallowed_tools.clone(),
         max_turns: args.max_turns,
-        model: settings.model_flag.clone(),
+        model: config.model.model.clone(),
     };
     let start = match (&args.resume, args.fork) {
         (Some(id), true) => SessionStart::Fork(id.clone()),

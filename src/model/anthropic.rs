@@ -77,8 +77,9 @@ impl fmt::Debug for Credential {
     }
 }
 
-/// Everything an [`AnthropicClient`] is built from (values, not environment).
-#[derive(Debug, Clone, PartialEq)]
+/// Everything an [`AnthropicClient`] is built from (values, not environment). Its
+/// `Debug` shows neither the credential nor header values.
+#[derive(Clone, PartialEq)]
 pub struct ClientConfig {
     pub base_url: String,
     pub credential: Credential,
@@ -88,6 +89,20 @@ pub struct ClientConfig {
     /// Beta names sent in `anthropic-beta` with every request (`ANTHROPIC_BETAS`).
     pub betas: Vec<String>,
     pub idle_timeout: Duration,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("ClientConfig")
+            .field("base_url", &self.base_url)
+            .field("credential", &self.credential)
+            .field("default_model", &self.default_model)
+            .field("headers", &header_names)
+            .field("betas", &self.betas)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
 }
 
 impl ClientConfig {

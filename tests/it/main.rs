@@ -6,6 +6,8 @@ mod faults_support;
 mod store_support;
 mod support;
 
+mod claude_code_import;
+mod config;
 mod continuation_crash;
 mod continuation_example;
 mod engine_history;
@@ -26,6 +28,7 @@ mod permissions_proptest;
 mod permissions_shell;
 mod prompt_cache;
 mod resilience;
+mod run_lock;
 mod signals;
 mod stop_reasons;
 mod store_cli;

@@ -1,0 +1,149 @@
+//! One configuration, read once.
+//!
+//! Every knob of a run (flags and environment variables) is read here, validated, and
+//! turned into the values that build the runtime and the engine. Nothing below the
+//! binary reads the environment for a run the binary starts: a bad value is caught
+//! here, before any request, and the user gets exit status 2 and a message saying
+//! which variable and what it should look like (ripgrep's model: low-level arguments
+//! become one validated high-level config, which then builds everything else).
+
+use super::model_config::{ModelFlags, SettingsError, model_settings};
+use flower::continuity::resilience::Resilience;
+use flower::continuity::runtime::RuntimeOptions;
+use flower::model::ModelClient;
+use flower::model::anthropic::{AnthropicClient, ClientConfig, DEFAULT_IDLE_TIMEOUT};
+use flower::model::prices::{self, PriceTable};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Exit status for usage errors: bad flags, bad environment values.
+pub const EXIT_USAGE: u8 = 2;
+
+/// A setting that cannot be used. Printed as `flower: {message}`, exit 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+/// Everything a run of the pipeline or of `flower once` is configured by.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub model: ModelConfig,
+    /// Retry and offline-wait numbers (`FLOWER_MAX_ATTEMPTS` …).
+    pub resilience: Resilience,
+    /// `max_tokens` of each request (`FLOWER_MAX_TOKENS`; above the thinking budget).
+    pub max_tokens: u32,
+    /// Extended thinking budget (`--thinking`, `MAX_THINKING_TOKENS`).
+    pub thinking_budget: Option<u32>,
+    /// The prompt cache's lifetime pruning respects (`FLOWER_CACHE_TTL`); `None`: every
+    /// resume prunes as if the cache were cold.
+    pub cache_ttl: Option<Duration>,
+    /// Worth a line on stderr, not worth stopping for (an unpriced model).
+    pub warnings: Vec<String>,
+}
+
+/// How to reach the model. Its `Debug` never shows a credential or a header value.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// Credential, base URL, default model (aliases resolved), custom headers, betas,
+    /// idle timeout (`FLOWER_STREAM_IDLE_TIMEOUT`).
+    pub client: ClientConfig,
+    /// The resolved `--model`, else `ANTHROPIC_MODEL`, when one was named.
+    pub model: Option<String>,
+    /// `FLOWER_PRICES`: a price table merged over the built-in one.
+    pub prices: Option<PathBuf>,
+}
+
+impl Config {
+    /// The configuration from the process environment and the model flags.
+    pub fn from_env(flags: &ModelFlags) -> Result<Config, ConfigError> {
+        Config::from_lookup(flags, |name| std::env::var(name).ok())
+    }
+
+    /// The configuration from `lookup` (an environment) and the model flags. Empty
+    /// values count as unset. Every bad value is an error naming the variable.
+    pub fn from_lookup(
+        flags: &ModelFlags,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let settings = model_settings(flags, &lookup).map_err(|e| match e {
+            SettingsError::Credential(_) => ConfigError(
+                "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. \
+                 `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), \
+                 then run flower again."
+                    .into(),
+            ),
+            SettingsError::Usage(why) => ConfigError(why),
+        })?;
+        let idle_timeout = match get("FLOWER_STREAM_IDLE_TIMEOUT") {
+            None => DEFAULT_IDLE_TIMEOUT,
+            Some(raw) => match raw.parse::<f64>() {
+                Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
+                _ => {
+                    return Err(ConfigError(format!(
+                        "FLOWER_STREAM_IDLE_TIMEOUT={raw:?}: expected seconds as a number > 0"
+                    )));
+                }
+            },
+        };
+        let (resilience, bad) = Resilience::from_lookup(&lookup);
+        if let Some(first) = bad.first() {
+            // The library ignores a bad value with a warning; a run started here refuses
+            // it, so that a typo never silently becomes the default.
+            let first = first.strip_prefix("ignoring ").unwrap_or(first);
+            return Err(ConfigError(first.to_string()));
+        }
+        let mut client = settings.client;
+        client.idle_timeout = idle_timeout;
+        let model = flags
+            .model
+            .as_ref()
+            .or(get("ANTHROPIC_MODEL").as_ref())
+            .map(|_| client.default_model.clone());
+        Ok(Config {
+            model: ModelConfig {
+                client,
+                model,
+                prices: get("FLOWER_PRICES").map(PathBuf::from),
+            },
+            resilience,
+            max_tokens: settings.max_tokens,
+            thinking_budget: settings.thinking_budget,
+            cache_ttl: settings.cache_ttl,
+            warnings: settings.warnings,
+        })
+    }
+
+    /// The model client this configuration describes; also installs the price table.
+    /// Errors (a base URL that is not one, a price file that cannot be read) are
+    /// configuration errors: nothing has been sent yet.
+    pub fn client(&self) -> Result<Arc<dyn ModelClient>, ConfigError> {
+        if let Some(path) = &self.model.prices {
+            let table = PriceTable::with_override(path)
+                .map_err(|e| ConfigError(format!("FLOWER_PRICES={}: {e}", path.display())))?;
+            prices::install(table);
+        }
+        let client = AnthropicClient::with_config(self.model.client.clone())
+            .map_err(|e| ConfigError(e.to_string()))?;
+        Ok(Arc::new(client))
+    }
+
+    /// Runtime options with this configuration's client, retry policy and limits; the
+    /// caller fills in events, prompts and sub-agents.
+    pub fn runtime_options(&self) -> Result<RuntimeOptions, ConfigError> {
+        Ok(RuntimeOptions {
+            model: self.model.model.clone(),
+            client: Some(self.client()?),
+            resilience: Some(self.resilience.clone()),
+            max_tokens: Some(self.max_tokens),
+            thinking_budget: self.thinking_budget,
+            cache_ttl: self.cache_ttl,
+            ..RuntimeOptions::default()
+        })
+    }
+}
