@@ -42,6 +42,11 @@ pub struct FlowArgs {
     /// Model (else ANTHROPIC_MODEL, else the built-in default).
     #[arg(long)]
     pub model: Option<String>,
+
+    /// When a step's session hands off to a successor (换代): a token count (120000,
+    /// 120K) or a percentage of the context window (60%). Else FLOWER_HANDOFF_AT, else 60%.
+    #[arg(long, value_name = "TOKENS|PERCENT")]
+    pub handoff_at: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

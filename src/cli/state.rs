@@ -1,13 +1,18 @@
 //! `flower state`: the read-only wake probe, for people and scripts.
 
 use super::args::StateArgs;
+use flower::continuity::wake::{session_context, session_generation};
 use flower::wake_state;
+use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 
 pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
     let state = wake_state(".", &args.run_dir);
+    let workspace = std::path::Path::new(".")
+        .canonicalize()
+        .unwrap_or_else(|_| ".".into());
     let mut out = String::new();
     if args.json {
         out.push_str(&serde_json::to_string_pretty(&state)?);
@@ -24,6 +29,13 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "已唤醒:{} 次", state.woke)?;
         for (step, session) in &state.steps {
             writeln!(out, "步骤 {step}:{session}")?;
+        }
+        // The current generation's figure: after a handoff, the successor's.
+        if let Some(work) = state.steps.get(WORK) {
+            let context = session_context(&workspace, &args.run_dir, work);
+            let generation = session_generation(&args.run_dir, work);
+            let context = context.map_or("未知".to_string(), super::render::tokens);
+            writeln!(out, "{WORK}上下文:{context} · 第 {generation} 代")?;
         }
     }
     // `println!` would panic when the reader is gone (`flower state | head -0`); a
