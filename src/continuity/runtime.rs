@@ -409,8 +409,12 @@ impl Runtime {
                     context_limit: limit,
                 })
                 .await;
-            if retiring.is_some() && !run.session_id.is_empty() {
-                retiring = None;
+            // The hook changed the in-flight copy; the attempt's own result learns it here.
+            if !run.session_id.is_empty()
+                && let Some(old) = retiring.take_if(|old| *old != run.session_id)
+                && !result.retired.contains(&old)
+            {
+                result.retired.push(old);
             }
             absorb(&mut result, &run);
             usage.add(&run.usage);
