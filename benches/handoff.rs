@@ -23,9 +23,7 @@
 use flower::continuity::handoff::{DEFAULT_WINDOW, SECTIONS};
 use flower::continuity::runtime::{Runtime, RuntimeOptions};
 use flower::engine::{AgentSpec, Event};
-use flower::model::{
-    MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Usage,
-};
+use flower::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Usage};
 use flower::{BoxFuture, Step, Workflow};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -169,10 +167,8 @@ fn main() {
         ..RuntimeOptions::default()
     };
     let runtime = Runtime::with_options(&workspace, workspace.join("runs"), options).unwrap();
-    let coordinator = AgentSpec::new("coordinator", "你是协调者。").allowed_tools([
-        "Read",
-        "Write(notes/**)",
-    ]);
+    let coordinator =
+        AgentSpec::new("coordinator", "你是协调者。").allowed_tools(["Read", "Write(notes/**)"]);
     let workflow = Workflow::new(vec![Step::new("干活", coordinator, "做这件事。")]);
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()

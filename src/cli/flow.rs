@@ -5,6 +5,7 @@
 //! 需求.md, re-derives 目标.md, and is the prompt of the resumed 干活 session.
 
 use super::args::FlowArgs;
+use super::config::Config;
 use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
@@ -16,8 +17,6 @@ use flower::continuity::runtime::{Runtime, RuntimeOptions};
 use flower::continuity::signals;
 use flower::continuity::wake::{session_context, session_generation};
 use flower::engine::Interrupt;
-use flower::model::ModelClient;
-use flower::model::anthropic::AnthropicClient;
 use flower::workflow::WorkflowError;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
 use flower::{WakeState, wake_state};
@@ -29,8 +28,7 @@ pub const ASK_TASK: &str = "要做什么? 一句话就够,回车开始(Ctrl-C �
 pub const ASK_WAKE: &str =
     "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)";
 
-/// Exit status for usage errors.
-const EXIT_USAGE: u8 = 2;
+use super::config::EXIT_USAGE;
 
 /// What this invocation is about.
 enum Intent {
@@ -46,12 +44,17 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let workspace = std::env::current_dir()?.canonicalize()?;
     let interactive = input::interactive();
     let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
-    // The key is checked before anyone is asked anything.
-    let client: Arc<dyn ModelClient> = Arc::new(AnthropicClient::from_env(args.model.as_deref())?);
+    // Every setting is checked before anyone is asked anything.
+    let config = Config::from_env(args.model.as_deref())?;
+    let base_options = config.runtime_options()?;
+    let model = base_options
+        .client
+        .as_ref()
+        .map_or(String::new(), |c| c.default_model().to_string());
     let handoff = match handoff_options(
         args.handoff_at.as_deref(),
         |name| std::env::var(name).ok(),
-        client.default_model(),
+        &model,
     ) {
         Ok(handoff) => handoff,
         Err(message) => {
@@ -123,15 +126,13 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let interrupt = Interrupt::new();
     let runtime_options = RuntimeOptions {
         trim: !args.no_trim,
-        model: args.model.clone(),
-        client: Some(client),
         events: renderer.sink(),
         asker: interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>),
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
         subagents: vec![worker()],
         handoff,
-        ..RuntimeOptions::default()
+        ..base_options
     };
     let runtime = Runtime::with_options(&workspace, &args.run_dir, runtime_options)?;
     // Only once the run can be opened (its lineage checked against the store) is

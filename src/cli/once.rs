@@ -2,6 +2,7 @@
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
 use super::args::OnceArgs;
+use super::config::Config;
 use super::input;
 use super::render::{self, Renderer};
 use flower::continuity::runtime::{Runtime, RuntimeOptions};
@@ -19,8 +20,9 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
+    let config = Config::from_env(args.model.as_deref())?;
+    let base_options = config.runtime_options()?;
     let options = RuntimeOptions {
-        model: args.model.clone(),
         events: if args.json {
             flower::events::discard()
         } else {
@@ -28,7 +30,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         },
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
-        ..RuntimeOptions::default()
+        ..base_options
     };
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
     for warning in runtime.take_warnings() {

@@ -1,5 +1,6 @@
 //! What makes a run continue across processes.
 
+pub mod attempt;
 pub mod handoff;
 pub mod lineage;
 pub mod manifest;

@@ -34,10 +34,18 @@ pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("workspace {path}: {why}")]
-    Workspace { path: PathBuf, why: String },
-    #[error("run directory {path}: {why}")]
-    RunDir { path: PathBuf, why: String },
+    #[error("workspace {path}: {source}")]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("run directory {path}: {source}")]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] crate::stores::StoreError),
     /// The store could not say whether lineage's sessions still exist. Nothing was
@@ -81,6 +89,9 @@ pub struct RuntimeOptions {
     /// 换代: when a step's main session hands off to a successor (window, threshold).
     /// Checked by [`Runtime::with_options`]: a threshold above the window is an error.
     pub handoff: HandoffOptions,
+    /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
+    /// [`crate::engine::DEFAULT_MAX_TOKENS`].
+    pub max_tokens: Option<u32>,
 }
 
 impl Default for RuntimeOptions {
@@ -99,6 +110,7 @@ impl Default for RuntimeOptions {
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
             handoff: HandoffOptions::default(),
+            max_tokens: None,
         }
     }
 }
@@ -167,10 +179,12 @@ impl Runtime {
                 resilience
             }
         };
-        let max_tokens = std::env::var("FLOWER_MAX_TOKENS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS);
+        let max_tokens = options.max_tokens.unwrap_or_else(|| {
+            std::env::var("FLOWER_MAX_TOKENS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
+        });
         let engine = Engine::new(EngineConfig {
             model: client,
             store: store.clone(),
@@ -803,14 +817,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
-    let canonical = path.canonicalize().map_err(|e| RuntimeError::Workspace {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
+    let canonical = path
+        .canonicalize()
+        .map_err(|source| RuntimeError::Workspace {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if !canonical.is_dir() {
         return Err(RuntimeError::Workspace {
             path: path.to_path_buf(),
-            why: "not a directory".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
         });
     }
     Ok(canonical)
@@ -818,12 +834,10 @@ fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
 
 /// Creates the run directory and returns its absolute (canonical) path.
 fn prepare_run_dir(path: &Path) -> Result<PathBuf, RuntimeError> {
-    std::fs::create_dir_all(path).map_err(|e| RuntimeError::RunDir {
+    let run_dir_error = |source| RuntimeError::RunDir {
         path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
-    path.canonicalize().map_err(|e| RuntimeError::RunDir {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
+        source,
+    };
+    std::fs::create_dir_all(path).map_err(run_dir_error)?;
+    path.canonicalize().map_err(run_dir_error)
 }

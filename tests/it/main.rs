@@ -6,6 +6,8 @@ mod faults_support;
 mod store_support;
 mod support;
 
+mod claude_code_import;
+mod config;
 mod continuation_crash;
 mod continuation_example;
 mod engine_history;
