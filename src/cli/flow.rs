@@ -10,12 +10,13 @@ use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
+use flower::continuity::handoff::{self, HandoffOptions, Threshold};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use flower::continuity::notes;
 use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
-use flower::continuity::wake::session_context;
+use flower::continuity::wake::{session_context, session_generation};
 use flower::engine::Interrupt;
 use flower::workflow::WorkflowError;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
@@ -47,6 +48,21 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     // Every setting is checked before anyone is asked anything.
     let config = Config::from_env(args.model.as_deref())?;
     let base_options = config.runtime_options()?;
+    let model = base_options
+        .client
+        .as_ref()
+        .map_or(String::new(), |c| c.default_model().to_string());
+    let handoff = match handoff_options(
+        args.handoff_at.as_deref(),
+        |name| std::env::var(name).ok(),
+        &model,
+    ) {
+        Ok(handoff) => handoff,
+        Err(message) => {
+            eprintln!("flower: {message}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
     let renderer = Renderer::new(true);
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
@@ -141,6 +157,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         on_interrupt: interactive.then(after_interrupt),
         subagents: vec![worker()],
         run_lock: RunLocking::Held(run_lock),
+        handoff,
         ..base_options
     };
     let runtime = match Runtime::with_options(&workspace, &args.run_dir, runtime_options) {
@@ -259,6 +276,37 @@ pub fn who(holder: &Option<Holder>) -> String {
     }
 }
 
+/// The handoff settings from `--handoff-at`, `FLOWER_HANDOFF_AT` and
+/// `FLOWER_CONTEXT_WINDOW` (read through `env`), checked against the model's window.
+/// An error is a message for the user: the run stops before any request (exit 2).
+pub fn handoff_options(
+    flag: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+    model: &str,
+) -> Result<HandoffOptions, String> {
+    let mut options = HandoffOptions::default();
+    let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.trim().is_empty());
+    let window = env("FLOWER_CONTEXT_WINDOW");
+    if set(&window) {
+        let value = window.unwrap_or_default();
+        options.window =
+            Some(handoff::parse_window(&value).map_err(|e| format!("FLOWER_CONTEXT_WINDOW: {e}"))?);
+    }
+    let (source, at) = match flag {
+        Some(value) => ("--handoff-at", Some(value.to_string())),
+        None => ("FLOWER_HANDOFF_AT", env("FLOWER_HANDOFF_AT")),
+    };
+    if let Some(value) = at.filter(|v| flag.is_some() || !v.trim().is_empty()) {
+        options.at = value
+            .parse::<Threshold>()
+            .map_err(|e| format!("{source}: {e}"))?;
+    }
+    options
+        .limit_for(model)
+        .map_err(|e| format!("{source}: {e}"))?;
+    Ok(options)
+}
+
 async fn ask_task() -> Option<String> {
     loop {
         let line = input::ask_line(ASK_TASK).await?;
@@ -269,10 +317,15 @@ async fn ask_task() -> Option<String> {
     }
 }
 
-/// `--new` / `/new`: lineage.json, 需求.md and 目标.md move together into
+/// `--new` / `/new`: lineage.json, 需求.md, 目标.md and the handoff documents
+/// (`notes/交接/`) move together into
 /// `notes/archive/<YYYYmmdd-HHMMSS>/`; steps and woke reset. sessions.db is untouched.
 pub fn archive(workspace: &Path, run_dir: &Path) -> anyhow::Result<()> {
-    let extra = [notes::brief_path(workspace), notes::goal_path(workspace)];
+    let extra = [
+        notes::brief_path(workspace),
+        notes::goal_path(workspace),
+        handoff::handoff_dir(workspace),
+    ];
     let lineage_file = run_dir.join("lineage.json");
     if !lineage_file.exists() && !extra.iter().any(|p| p.exists()) {
         return Ok(());
@@ -305,6 +358,12 @@ pub fn banner(workspace: &Path, run_dir: &Path, state: &WakeState) -> String {
     let work = state.steps.get(WORK);
     if let Some(context) = work.and_then(|id| session_context(workspace, run_dir, id)) {
         parts.push(format!("干活上下文 {}", render::tokens(context)));
+    }
+    if let Some(generation) = work
+        .map(|id| session_generation(run_dir, id))
+        .filter(|&g| g > 1)
+    {
+        parts.push(format!("第 {generation} 代"));
     }
     parts.push(format!("第 {} 次唤醒", state.woke + 1));
     format!("<- 在 {} 接上上次  {}", tilde(workspace), parts.join(" · "))

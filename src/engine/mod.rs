@@ -33,6 +33,18 @@ use tokio_util::sync::CancellationToken;
 /// Default `max_tokens` of a request; `FLOWER_MAX_TOKENS` overrides it.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
 
+/// Said to a sub-agent whose context reached the limit: it does not hand off, it wraps up.
+pub const SUBAGENT_FINISH_NOW: &str = "上下文快满了。不要再开新的活:现在就停下,简短报告做了什么、改了哪些文件、验证结果、还有什么没做完。";
+
+/// The API's `stop_reason` when a reply was cut because the context window is full.
+pub const WINDOW_EXCEEDED_STOP: &str = "model_context_window_exceeded";
+
+/// Whether a reply says the model's context window is full. One small function, so
+/// that a typed stop reason from the model layer can replace it.
+pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
+    reply.stop_reason.as_deref() == Some(WINDOW_EXCEEDED_STOP)
+}
+
 /// What is sent when the user interrupted a reply and then just pressed Enter.
 pub const CONTINUE_AFTER_INTERRUPT: &str = "继续。";
 
@@ -87,6 +99,11 @@ pub struct RunRequest<'a> {
     /// Called with the session id the moment it exists in the store (its first prompt
     /// written), before any model request.
     pub on_session: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// Context size (tokens) at which the run stops at the next clean boundary (after a
+    /// model turn whose tool calls all have their results stored) with
+    /// [`Stop::ContextFull`], so that the caller can hand the session off. Sub-agents
+    /// that reach it are asked once to finish and report now. `None`: no limit.
+    pub context_limit: Option<u64>,
 }
 
 /// Why a run stopped.
@@ -101,6 +118,12 @@ pub enum Stop {
     ModelError,
     /// Something else made the run impossible (store, bad rules, unknown session).
     Fatal,
+    /// The main session's context reached `RunRequest::context_limit`; it stopped at a
+    /// clean boundary (every tool call answered) and can be handed off.
+    ContextFull,
+    /// The model's context window was hit anyway (`stop_reason`
+    /// `model_context_window_exceeded`): the session cannot usefully go on.
+    WindowExceeded,
 }
 
 /// A tool call the permission rules refused.
@@ -170,6 +193,8 @@ struct Conversation<'a> {
     /// Told the session id once the first prompt is stored: a session id in lineage
     /// then always names a session that exists in the store.
     announce: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// See [`RunRequest::context_limit`].
+    context_limit: Option<u64>,
 }
 
 /// Running totals of a run.
@@ -256,6 +281,7 @@ impl Engine {
             messages: Messages::from_entries(&history),
             depth: 0,
             announce: request.on_session,
+            context_limit: request.context_limit,
         };
         let mut result = self
             .drive(&mut conversation, Value::String(request.prompt), started)
@@ -457,10 +483,19 @@ impl Engine {
                 depth: conv.depth,
             });
 
+            if conv.depth == 0 && window_exceeded(&reply) {
+                let error = format!(
+                    "the model's context window is full ({} tokens)",
+                    totals.context
+                );
+                return finish(totals, Stop::WindowExceeded, Some(error), None);
+            }
             let calls = transcript::tool_uses(&reply.content);
             if calls.is_empty() {
                 return finish(totals, Stop::EndTurn, None, None);
             }
+            let context = reply.usage.context_tokens();
+            let full = conv.context_limit.is_some_and(|limit| context >= limit);
             let mut interrupted = false;
             for (id, name, input) in calls {
                 let output = if interrupted {
@@ -494,6 +529,19 @@ impl Engine {
                     if let Err(e) = self.record(conv, entry) {
                         return finish(totals, Stop::Fatal, Some(e), None);
                     }
+                }
+            }
+            if full {
+                if conv.depth == 0 {
+                    // A clean boundary: every call of this turn has its result stored.
+                    let error = format!("context {context} reached the handoff threshold");
+                    return finish(totals, Stop::ContextFull, Some(error), None);
+                }
+                // Sub-agents do not hand off: asked once to wrap up, then on their own.
+                conv.context_limit = None;
+                let entry = conv.chain.user(Value::String(SUBAGENT_FINISH_NOW.into()));
+                if let Err(e) = self.record(conv, entry) {
+                    return finish(totals, Stop::Fatal, Some(e), None);
                 }
             }
         }
