@@ -7,6 +7,7 @@
 //! which variable and what it should look like (ripgrep's model: low-level arguments
 //! become one validated high-level config, which then builds everything else).
 
+use flower::continuity::handoff::{self, HandoffOptions, Threshold};
 use flower::continuity::resilience::Resilience;
 use flower::continuity::runtime::RuntimeOptions;
 use flower::engine::DEFAULT_MAX_TOKENS;
@@ -33,6 +34,18 @@ pub struct Config {
     pub resilience: Resilience,
     /// `max_tokens` of each request (`FLOWER_MAX_TOKENS`).
     pub max_tokens: u32,
+    /// When a step's session hands off (换代): `FLOWER_HANDOFF_AT`, `FLOWER_CONTEXT_WINDOW`,
+    /// and for the pipeline `--handoff-at` ([`Config::with_handoff_flag`]).
+    pub handoff: HandoffOptions,
+    /// The raw `FLOWER_HANDOFF_AT`, kept so that a flag given later can replace it.
+    handoff_env: HandoffEnv,
+}
+
+/// The handoff variables as read, for [`Config::with_handoff_flag`].
+#[derive(Debug, Clone, Default)]
+struct HandoffEnv {
+    at: Option<String>,
+    window: Option<String>,
 }
 
 /// How to reach the model.
@@ -127,11 +140,36 @@ impl Config {
             idle_timeout,
             prices: get("FLOWER_PRICES").map(PathBuf::from),
         };
+        let handoff_env = HandoffEnv {
+            at: lookup("FLOWER_HANDOFF_AT"),
+            window: lookup("FLOWER_CONTEXT_WINDOW"),
+        };
+        let model_name = model
+            .model
+            .clone()
+            .unwrap_or_else(|| flower::model::anthropic::DEFAULT_MODEL.to_string());
+        let handoff = handoff_options(None, &handoff_env, &model_name).map_err(ConfigError)?;
         Ok(Config {
             model,
             resilience,
             max_tokens,
+            handoff,
+            handoff_env,
         })
+    }
+
+    /// The pipeline's `--handoff-at`, which wins over `FLOWER_HANDOFF_AT`; checked
+    /// against the model's window like the variable.
+    pub fn with_handoff_flag(mut self, flag: Option<&str>) -> Result<Config, ConfigError> {
+        if flag.is_some() {
+            let model = self
+                .model
+                .model
+                .clone()
+                .unwrap_or_else(|| flower::model::anthropic::DEFAULT_MODEL.to_string());
+            self.handoff = handoff_options(flag, &self.handoff_env, &model).map_err(ConfigError)?;
+        }
+        Ok(self)
     }
 
     /// The model client this configuration describes; also installs the price table.
@@ -162,7 +200,39 @@ impl Config {
             client: Some(self.client()?),
             resilience: Some(self.resilience.clone()),
             max_tokens: Some(self.max_tokens),
+            handoff: self.handoff.clone(),
             ..RuntimeOptions::default()
         })
     }
+}
+
+/// The handoff settings from `--handoff-at`, `FLOWER_HANDOFF_AT` and
+/// `FLOWER_CONTEXT_WINDOW` (as read into `env`), checked against the model's window.
+/// An error is a message for the user: the run stops before any request (exit 2).
+fn handoff_options(
+    flag: Option<&str>,
+    env: &HandoffEnv,
+    model: &str,
+) -> Result<HandoffOptions, String> {
+    let mut options = HandoffOptions::default();
+    let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.trim().is_empty());
+    let window = env.window.clone();
+    if set(&window) {
+        let value = window.unwrap_or_default();
+        options.window =
+            Some(handoff::parse_window(&value).map_err(|e| format!("FLOWER_CONTEXT_WINDOW: {e}"))?);
+    }
+    let (source, at) = match flag {
+        Some(value) => ("--handoff-at", Some(value.to_string())),
+        None => ("FLOWER_HANDOFF_AT", env.at.clone()),
+    };
+    if let Some(value) = at.filter(|v| flag.is_some() || !v.trim().is_empty()) {
+        options.at = value
+            .parse::<Threshold>()
+            .map_err(|e| format!("{source}: {e}"))?;
+    }
+    options
+        .limit_for(model)
+        .map_err(|e| format!("{source}: {e}"))?;
+    Ok(options)
 }

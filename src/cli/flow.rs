@@ -10,7 +10,7 @@ use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
-use flower::continuity::handoff::{self, HandoffOptions, Threshold};
+use flower::continuity::handoff;
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use flower::continuity::notes;
@@ -46,23 +46,9 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let interactive = input::interactive();
     let mut said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     // Every setting is checked before anyone is asked anything.
-    let config = Config::from_env(args.model.as_deref())?;
+    let config =
+        Config::from_env(args.model.as_deref())?.with_handoff_flag(args.handoff_at.as_deref())?;
     let base_options = config.runtime_options()?;
-    let model = base_options
-        .client
-        .as_ref()
-        .map_or(String::new(), |c| c.default_model().to_string());
-    let handoff = match handoff_options(
-        args.handoff_at.as_deref(),
-        |name| std::env::var(name).ok(),
-        &model,
-    ) {
-        Ok(handoff) => handoff,
-        Err(message) => {
-            eprintln!("flower: {message}");
-            return Ok(ExitCode::from(EXIT_USAGE));
-        }
-    };
     let renderer = Renderer::new(true);
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
@@ -157,7 +143,6 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         on_interrupt: interactive.then(after_interrupt),
         subagents: vec![worker()],
         run_lock: RunLocking::Held(run_lock),
-        handoff,
         ..base_options
     };
     let runtime = match Runtime::with_options(&workspace, &args.run_dir, runtime_options) {
@@ -274,37 +259,6 @@ pub fn who(holder: &Option<Holder>) -> String {
         Some(holder) => format!("pid {},{} 起", holder.pid, holder.clock()),
         None => "pid 不详".into(),
     }
-}
-
-/// The handoff settings from `--handoff-at`, `FLOWER_HANDOFF_AT` and
-/// `FLOWER_CONTEXT_WINDOW` (read through `env`), checked against the model's window.
-/// An error is a message for the user: the run stops before any request (exit 2).
-pub fn handoff_options(
-    flag: Option<&str>,
-    env: impl Fn(&str) -> Option<String>,
-    model: &str,
-) -> Result<HandoffOptions, String> {
-    let mut options = HandoffOptions::default();
-    let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.trim().is_empty());
-    let window = env("FLOWER_CONTEXT_WINDOW");
-    if set(&window) {
-        let value = window.unwrap_or_default();
-        options.window =
-            Some(handoff::parse_window(&value).map_err(|e| format!("FLOWER_CONTEXT_WINDOW: {e}"))?);
-    }
-    let (source, at) = match flag {
-        Some(value) => ("--handoff-at", Some(value.to_string())),
-        None => ("FLOWER_HANDOFF_AT", env("FLOWER_HANDOFF_AT")),
-    };
-    if let Some(value) = at.filter(|v| flag.is_some() || !v.trim().is_empty()) {
-        options.at = value
-            .parse::<Threshold>()
-            .map_err(|e| format!("{source}: {e}"))?;
-    }
-    options
-        .limit_for(model)
-        .map_err(|e| format!("{source}: {e}"))?;
-    Ok(options)
 }
 
 async fn ask_task() -> Option<String> {
