@@ -78,6 +78,16 @@ pub enum Event {
         resumed: bool,
         woke: u64,
     },
+    /// Runtime: a step's session hands off to a successor (换代). Reported when the
+    /// handoff begins; `generation` is the successor's (2 for the first handoff),
+    /// `context` the retiring session's context, tokens. `mechanical`: the window was
+    /// hit, so the handoff document is written without asking the session.
+    Handoff {
+        step: String,
+        generation: u32,
+        context: u64,
+        mechanical: bool,
+    },
     /// Workflow: a step was skipped because its output is already frozen on disk.
     StepSkipped {
         step: String,

@@ -56,6 +56,10 @@ pub struct FlowArgs {
     /// exiting with status 3.
     #[arg(long)]
     pub wait: bool,
+    /// When a step's session hands off to a successor (换代): a token count (120000,
+    /// 120K) or a percentage of the context window (60%). Else FLOWER_HANDOFF_AT, else 60%.
+    #[arg(long, value_name = "TOKENS|PERCENT")]
+    pub handoff_at: Option<String>,
 }
 
 impl FlowArgs {

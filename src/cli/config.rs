@@ -8,6 +8,7 @@
 //! become one validated high-level config, which then builds everything else).
 
 use super::model_config::{ModelFlags, SettingsError, model_settings};
+use flower::continuity::handoff::{self, HandoffOptions, Threshold};
 use flower::continuity::resilience::Resilience;
 use flower::continuity::runtime::RuntimeOptions;
 use flower::model::ModelClient;
@@ -40,6 +41,18 @@ pub struct Config {
     pub cache_ttl: Option<Duration>,
     /// Worth a line on stderr, not worth stopping for (an unpriced model).
     pub warnings: Vec<String>,
+    /// When a step's session hands off (换代): `FLOWER_HANDOFF_AT`, `FLOWER_CONTEXT_WINDOW`,
+    /// and for the pipeline `--handoff-at` ([`Config::with_handoff_flag`]).
+    pub handoff: HandoffOptions,
+    /// The raw `FLOWER_HANDOFF_AT`, kept so that a flag given later can replace it.
+    handoff_env: HandoffEnv,
+}
+
+/// The handoff variables as read, for [`Config::with_handoff_flag`].
+#[derive(Debug, Clone, Default)]
+struct HandoffEnv {
+    at: Option<String>,
+    window: Option<String>,
 }
 
 /// How to reach the model. Its `Debug` never shows a credential or a header value.
@@ -105,6 +118,12 @@ impl Config {
             .as_ref()
             .or(get("ANTHROPIC_MODEL").as_ref())
             .map(|_| client.default_model.clone());
+        let handoff_env = HandoffEnv {
+            at: lookup("FLOWER_HANDOFF_AT"),
+            window: lookup("FLOWER_CONTEXT_WINDOW"),
+        };
+        let handoff =
+            handoff_options(None, &handoff_env, &client.default_model).map_err(ConfigError)?;
         Ok(Config {
             model: ModelConfig {
                 client,
@@ -116,7 +135,23 @@ impl Config {
             thinking_budget: settings.thinking_budget,
             cache_ttl: settings.cache_ttl,
             warnings: settings.warnings,
+            handoff,
+            handoff_env,
         })
+    }
+
+    /// The pipeline's `--handoff-at`, which wins over `FLOWER_HANDOFF_AT`; checked
+    /// against the model's window like the variable.
+    pub fn with_handoff_flag(mut self, flag: Option<&str>) -> Result<Config, ConfigError> {
+        if flag.is_some() {
+            let model = self
+                .model
+                .model
+                .clone()
+                .unwrap_or_else(|| flower::model::anthropic::DEFAULT_MODEL.to_string());
+            self.handoff = handoff_options(flag, &self.handoff_env, &model).map_err(ConfigError)?;
+        }
+        Ok(self)
     }
 
     /// The model client this configuration describes; also installs the price table.
@@ -143,7 +178,39 @@ impl Config {
             max_tokens: Some(self.max_tokens),
             thinking_budget: self.thinking_budget,
             cache_ttl: self.cache_ttl,
+            handoff: self.handoff.clone(),
             ..RuntimeOptions::default()
         })
     }
+}
+
+/// The handoff settings from `--handoff-at`, `FLOWER_HANDOFF_AT` and
+/// `FLOWER_CONTEXT_WINDOW` (as read into `env`), checked against the model's window.
+/// An error is a message for the user: the run stops before any request (exit 2).
+fn handoff_options(
+    flag: Option<&str>,
+    env: &HandoffEnv,
+    model: &str,
+) -> Result<HandoffOptions, String> {
+    let mut options = HandoffOptions::default();
+    let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.trim().is_empty());
+    let window = env.window.clone();
+    if set(&window) {
+        let value = window.unwrap_or_default();
+        options.window =
+            Some(handoff::parse_window(&value).map_err(|e| format!("FLOWER_CONTEXT_WINDOW: {e}"))?);
+    }
+    let (source, at) = match flag {
+        Some(value) => ("--handoff-at", Some(value.to_string())),
+        None => ("FLOWER_HANDOFF_AT", env.at.clone()),
+    };
+    if let Some(value) = at.filter(|v| flag.is_some() || !v.trim().is_empty()) {
+        options.at = value
+            .parse::<Threshold>()
+            .map_err(|e| format!("{source}: {e}"))?;
+    }
+    options
+        .limit_for(model)
+        .map_err(|e| format!("{source}: {e}"))?;
+    Ok(options)
 }

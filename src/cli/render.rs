@@ -59,6 +59,18 @@ pub fn step_header(step: &str, index: usize, total: usize, resumed: bool, woke: 
     line
 }
 
+/// `== 干活 换代 → 第 2 代 (上下文 121.4K) ==`: a step's session hands off.
+pub fn handoff_line(step: &str, generation: u32, context: u64) -> String {
+    format!(
+        "== {step} 换代 → 第 {generation} 代 (上下文 {}) ==",
+        tokens(context)
+    )
+}
+
+/// Under the handoff line when the window was hit and nobody was asked.
+pub const MECHANICAL_NOTE: &str =
+    "  上下文撞到了窗口:交接书由 flower 从现有材料机械拼出,没有再问那条会话";
+
 #[derive(Default)]
 struct State {
     step: String,
@@ -304,6 +316,20 @@ impl Renderer {
                 if self.headers {
                     drop(state);
                     self.line(&step_header(step, *index, *total, *resumed, *woke));
+                }
+            }
+            Event::Handoff {
+                step,
+                generation,
+                context,
+                mechanical,
+            } => {
+                state.turn = 0;
+                state.context = 0;
+                drop(state);
+                self.line(&handoff_line(step, *generation, *context));
+                if *mechanical {
+                    self.note(MECHANICAL_NOTE);
                 }
             }
             Event::StepSkipped { step, index, total } => {

@@ -35,6 +35,18 @@ use tokio_util::sync::CancellationToken;
 /// Default `max_tokens` of a request; `FLOWER_MAX_TOKENS` overrides it.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
 
+/// Said to a sub-agent whose context reached the limit: it does not hand off, it wraps up.
+pub const SUBAGENT_FINISH_NOW: &str = "上下文快满了。不要再开新的活:现在就停下,简短报告做了什么、改了哪些文件、验证结果、还有什么没做完。";
+
+/// The API's `stop_reason` when a reply was cut because the context window is full.
+pub const WINDOW_EXCEEDED_STOP: &str = "model_context_window_exceeded";
+
+/// Whether a reply says the model's context window is full. One small function, so
+/// that a typed stop reason from the model layer can replace it.
+pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
+    reply.stop_reason.as_deref() == Some(WINDOW_EXCEEDED_STOP)
+}
+
 /// What is sent when the user interrupted a reply and then just pressed Enter.
 pub const CONTINUE_AFTER_INTERRUPT: &str = "继续。";
 
@@ -96,6 +108,11 @@ pub struct RunRequest<'a> {
     /// the history still ends with that prompt unanswered, it is reused instead of
     /// stacked again (so the retry repeats the failed request byte for byte).
     pub retry: bool,
+    /// Context size (tokens) at which the run stops at the next clean boundary (after a
+    /// model turn whose tool calls all have their results stored) with
+    /// [`Stop::ContextFull`], so that the caller can hand the session off. Sub-agents
+    /// that reach it are asked once to finish and report now. `None`: no limit.
+    pub context_limit: Option<u64>,
 }
 
 /// How many times in a row a reply cut by `max_tokens` is continued (each
@@ -114,6 +131,9 @@ pub enum Stop {
     /// The reply was still cut by `max_tokens` after [`MAX_CONTINUATIONS`]
     /// continuations; the text so far is the result.
     MaxTokens,
+    /// The main session's context reached `RunRequest::context_limit`; it stopped at a
+    /// clean boundary (every tool call answered) and can be handed off.
+    ContextFull,
 }
 
 /// Why a run could not end well. Each variant keeps its source.
@@ -249,6 +269,8 @@ struct Conversation<'a> {
     /// Told the session id once the first prompt is stored: a session id in lineage
     /// then always names a session that exists in the store.
     announce: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// See [`RunRequest::context_limit`].
+    context_limit: Option<u64>,
 }
 
 /// Running totals of a run.
@@ -363,6 +385,7 @@ impl Engine {
             messages: Messages::from_entries(&history),
             depth: 0,
             announce: request.on_session,
+            context_limit: request.context_limit,
         };
         // A retry resumes with the prompt the failed attempt left unanswered: it is
         // already the tail of the history, so it is not stacked again (and the request
@@ -542,7 +565,19 @@ impl Engine {
                 Next::Continue => totals.continuing = true,
                 Next::Tools => {
                     continuations = Continuations::default();
+                    let context = reply.usage.context_tokens();
+                    let full = conv.context_limit.is_some_and(|limit| context >= limit);
                     self.answer_calls(conv, &permissions, calls, totals).await?;
+                    if full {
+                        if conv.depth == 0 {
+                            // A clean boundary: every call of this turn has its result stored.
+                            return Ok(Stop::ContextFull);
+                        }
+                        // Sub-agents do not hand off: asked once to wrap up, then on their own.
+                        conv.context_limit = None;
+                        let entry = conv.chain.user(Value::String(SUBAGENT_FINISH_NOW.into()));
+                        self.record(conv, entry)?;
+                    }
                 }
             }
         }
@@ -557,6 +592,10 @@ impl Engine {
         continuations: &mut Continuations,
     ) -> Result<Next, RunError> {
         match reply.stop_reason.as_deref() {
+            // The window is full whatever the reply holds: the caller hands off.
+            Some(WINDOW_EXCEEDED_STOP) => Err(RunError::ContextWindowFull {
+                model: model.to_string(),
+            }),
             // A reply cut inside a tool call still gets its calls answered (the cut
             // input is answered with an error result, see `call_tool`).
             _ if !no_calls => Ok(Next::Tools),
@@ -575,9 +614,6 @@ impl Engine {
                 Ok(Next::Continue)
             }
             Some("refusal") => Err(RunError::Refusal(reply.stop_details.clone())),
-            Some("model_context_window_exceeded") => Err(RunError::ContextWindowFull {
-                model: model.to_string(),
-            }),
             None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
             Some(other) => {
                 self.emit(Event::Warning {

@@ -118,6 +118,7 @@ impl Engine {
             messages: Messages::default(),
             depth: parent.depth + 1,
             announce: None,
+            context_limit: parent.context_limit,
         };
         let result = self
             .drive(&mut conv, Value::String(prompt.to_string()), Instant::now())

@@ -13,6 +13,7 @@ mod continuation_example;
 mod engine_history;
 mod faults;
 mod flow;
+mod handoff;
 mod interrupt_plain;
 mod lineage;
 mod manifest;
