@@ -6,6 +6,7 @@ pub mod config;
 pub mod flow;
 pub mod input;
 pub mod log;
+pub mod model_config;
 pub mod once;
 pub mod render;
 pub mod report;

@@ -60,6 +60,18 @@ pub fn step_header(step: &str, index: usize, total: usize, resumed: bool, woke: 
     line
 }
 
+/// `== 干活 换代 → 第 2 代 (上下文 121.4K) ==`: a step's session hands off.
+pub fn handoff_line(step: &str, generation: u32, context: u64) -> String {
+    format!(
+        "== {step} 换代 → 第 {generation} 代 (上下文 {}) ==",
+        tokens(context)
+    )
+}
+
+/// Under the handoff line when the window was hit and nobody was asked.
+pub const MECHANICAL_NOTE: &str =
+    "  上下文撞到了窗口:交接书由 flower 从现有材料机械拼出,没有再问那条会话";
+
 #[derive(Default)]
 struct State {
     /// What the live status line says (`status.rs`).
@@ -68,6 +80,8 @@ struct State {
     mid_line: bool,
     /// A status line is drawn on stderr.
     status_shown: bool,
+    /// The thinking marker of the current reply was shown.
+    thinking_shown: bool,
 }
 
 /// Renders events; shared by the event sink.
@@ -162,11 +176,22 @@ impl Renderer {
         state.status.observe(event);
         match event {
             Event::TextDelta { text, depth: 0 } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(text.as_bytes());
                 let _ = out.flush();
                 state.mid_line = !text.ends_with('\n');
+            }
+            // Thinking is never mixed into the answer: one dim line on stderr per block.
+            Event::ThinkingDelta { depth, .. } if !state.thinking_shown => {
+                state.thinking_shown = true;
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}",
+                    self.paint("2", &format!("{}✻ 思考中…", indent(*depth)))
+                );
             }
             Event::TextDelta { .. } | Event::ThinkingDelta { .. } => {}
             Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
@@ -183,6 +208,7 @@ impl Renderer {
                 summary,
                 depth,
             } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 self.end_text_line(&mut state);
                 eprintln!(
@@ -215,6 +241,7 @@ impl Renderer {
             }
             Event::ToolDone { .. } => {}
             Event::TurnDone { depth: 0, .. } => {
+                state.thinking_shown = false;
                 let text = state.status.line();
                 // Never into streamed text: the line waits for the text's line end.
                 if !state.mid_line {
@@ -247,6 +274,11 @@ impl Renderer {
                     eprintln!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
                 }
             }
+            Event::Warning { message } => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!("{}", self.paint("33", &format!("flower: {message}")));
+            }
             Event::Online => {
                 self.clear_status(&mut state);
                 eprintln!("  网络恢复,接着跑");
@@ -263,6 +295,19 @@ impl Renderer {
                     self.line(&step_header(step, *index, *total, *resumed, *woke));
                 }
             }
+            Event::Handoff {
+                step,
+                generation,
+                context,
+                mechanical,
+            } => {
+                // The status folded it in (a new generation starts at turn 0).
+                drop(state);
+                self.line(&handoff_line(step, *generation, *context));
+                if *mechanical {
+                    self.note(MECHANICAL_NOTE);
+                }
+            }
             Event::StepSkipped { step, index, total } => {
                 if self.headers {
                     drop(state);
@@ -272,6 +317,11 @@ impl Renderer {
                 }
             }
         }
+    }
+
+    /// The context window the status line shows context against.
+    pub fn set_window(&self, window: u64) {
+        self.lock().status.window = Some(window);
     }
 
     /// On a live terminal, the one summary line of the finished pipeline (verdict,

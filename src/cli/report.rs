@@ -13,6 +13,7 @@ use super::log::{clock, kind_label, outcome, totals_line};
 use super::render::{cost, tokens};
 use super::{duration, open_run};
 use clap::Args;
+use flower::continuity::handoff::{self, HandoffOptions};
 use flower::inspect::{AttemptKind, DEFAULT_WINDOW_TOKENS, MarkKind, Run, Session, Totals};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,9 +22,6 @@ use std::process::ExitCode;
 
 /// Points per curve above which it is downsampled.
 pub const MAX_POINTS: usize = 1200;
-/// Where the handoff threshold line is drawn, as a share of the window, until the
-/// handoff work records the real threshold (seam: [`ReportOptions::handoff_threshold`]).
-pub const DEFAULT_HANDOFF_SHARE: f64 = 0.8;
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 300.0;
@@ -46,18 +44,34 @@ pub struct ReportArgs {
     pub run_dir: PathBuf,
 }
 
-/// What the charts assume about the model (seams for the handoff work).
+/// Where the window and handoff-threshold lines go.
 #[derive(Debug, Clone, Copy)]
 pub struct ReportOptions {
     pub window: u64,
     pub handoff_threshold: u64,
 }
 
-impl Default for ReportOptions {
-    fn default() -> Self {
+impl ReportOptions {
+    /// From the handoff settings (flags and environment as the pipeline reads them)
+    /// and the model the run's sessions used.
+    pub fn for_run(handoff: &HandoffOptions, sessions: &[Session]) -> ReportOptions {
+        let model = sessions
+            .iter()
+            .rev()
+            .find_map(|s| s.model.clone())
+            .unwrap_or_default();
+        let window = if model.is_empty() {
+            handoff.window.unwrap_or(DEFAULT_WINDOW_TOKENS)
+        } else {
+            handoff.window_for(&model)
+        };
+        let threshold = handoff
+            .at
+            .resolve(window)
+            .unwrap_or((window as f64 * handoff::DEFAULT_PERCENT / 100.0) as u64);
         ReportOptions {
-            window: DEFAULT_WINDOW_TOKENS,
-            handoff_threshold: (DEFAULT_WINDOW_TOKENS as f64 * DEFAULT_HANDOFF_SHARE) as u64,
+            window,
+            handoff_threshold: threshold,
         }
     }
 }
@@ -67,7 +81,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let output = args
         .output
         .unwrap_or_else(|| args.run_dir.join("report.html"));
-    let html = render(&run, &ReportOptions::default());
+    let html = render(&run, &HandoffOptions::default());
     write_report(&output, &html)?;
     eprintln!("报告已写到 {}({} 字节)", output.display(), html.len());
     Ok(ExitCode::SUCCESS)
@@ -79,8 +93,9 @@ fn write_report(path: &Path, html: &str) -> anyhow::Result<()> {
 }
 
 /// The whole page.
-pub fn render(run: &Run, options: &ReportOptions) -> String {
+pub fn render(run: &Run, handoff: &HandoffOptions) -> String {
     let sessions = run.sessions();
+    let options = &ReportOptions::for_run(handoff, &sessions);
     let totals = run.totals(&sessions);
     let mut h = String::with_capacity(1 << 20);
     h.push_str(concat!(

@@ -21,12 +21,12 @@ pub struct Status {
     pub turn: u32,
     pub context: u64,
     pub cost: Option<f64>,
-    /// Seam for the handoff work: the model's context window, when an event says it.
+    /// The model's context window (set by the pipeline from its handoff settings).
     pub window: Option<u64>,
-    /// Seam for the handoff work: the session generation (1 = the first session of
-    /// the step), when an event says it.
+    /// The session generation of the step (1 = its first session), once a handoff
+    /// said it; the step's own counter, so a new step starts again unknown.
     pub generation: Option<u32>,
-    /// Handoffs seen (seam: counted once a handoff event exists).
+    /// Handoffs seen (`Event::Handoff`).
     pub handoffs: u32,
     /// Seconds waited so far while the network is down.
     pub offline_s: Option<f64>,
@@ -77,10 +77,24 @@ impl Status {
                 self.offline_s = None;
             }
             Event::StepStarted { step, .. } => {
+                if *step != self.step {
+                    self.generation = None;
+                }
                 self.step = step.clone();
                 self.turn = 0;
             }
             Event::Offline { waited_s, .. } => self.offline_s = Some(*waited_s),
+            Event::Handoff {
+                generation,
+                context,
+                ..
+            } => {
+                self.handoffs += 1;
+                self.generation = Some(*generation);
+                self.peak_context = self.peak_context.max(*context);
+                self.context = 0;
+                self.turn = 0;
+            }
             Event::Online => self.offline_s = None,
             _ => {}
         }

@@ -22,9 +22,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The context window the charts and the status line assume while nothing on disk
-/// says otherwise (the handoff work will record the real one).
-pub const DEFAULT_WINDOW_TOKENS: u64 = 200_000;
+/// The context window assumed for a session whose model is unknown.
+pub const DEFAULT_WINDOW_TOKENS: u64 = crate::continuity::handoff::DEFAULT_WINDOW;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -222,6 +221,8 @@ pub struct Session {
     pub missing: bool,
     /// A judge's session (`name·判定#<N>`), not one of the step's own.
     pub judge: bool,
+    /// The model of its newest turn.
+    pub model: Option<String>,
 }
 
 /// Totals over the whole run.
@@ -483,6 +484,7 @@ impl Run {
                         subagents: Vec::new(),
                         missing: true,
                         judge,
+                        model: None,
                     },
                 };
                 session.judge = judge;
@@ -572,6 +574,7 @@ pub fn session_of(id: &str, step: &str, entries: &[Value]) -> Session {
         subagents: Vec::new(),
         missing: false,
         judge: false,
+        model: None,
     };
     let mut pending_error: Option<(usize, Option<i64>, String)> = None;
     for entry in entries {
@@ -606,6 +609,9 @@ pub fn session_of(id: &str, step: &str, entries: &[Value]) -> Session {
             s.marks.push(mark);
         }
         let model = message.get("model").and_then(Value::as_str).unwrap_or("");
+        if s.model.as_deref() != Some(model) && !model.is_empty() {
+            s.model = Some(model.to_owned());
+        }
         let cost = crate::model::prices::cost_usd(model, &usage);
         if let Some(c) = cost {
             *s.cost_usd.get_or_insert(0.0) += c;
