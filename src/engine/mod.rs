@@ -9,7 +9,7 @@
 
 pub mod interrupt;
 pub mod permissions;
-pub mod shell;
+pub mod bash_rules;
 pub mod spec;
 mod subagent;
 

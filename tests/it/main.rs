@@ -21,8 +21,9 @@ mod once;
 mod permissions;
 mod permissions_bash_differential;
 mod permissions_paths;
+mod permissions_parse;
 mod permissions_proptest;
-mod permissions_shell;
+
 mod resilience;
 mod signals;
 mod store_cli;
