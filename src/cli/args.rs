@@ -1,6 +1,7 @@
 //! Command-line arguments.
 
 use clap::{Args, Parser, Subcommand};
+use flower::tools::sandbox::SandboxPolicy;
 use std::path::PathBuf;
 
 /// flower: an LLM coding agent that never loses the conversation.
@@ -42,6 +43,87 @@ pub struct FlowArgs {
     /// Model (else ANTHROPIC_MODEL, else the built-in default).
     #[arg(long)]
     pub model: Option<String>,
+
+    /// Also print the sandbox state under the banner.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// The sandbox around Bash commands (see the README's Sandbox section).
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// Bash commands get no network (a new, empty network namespace).
+    /// Setting: FLOWER_NETWORK=off.
+    #[arg(long)]
+    pub no_network: bool,
+
+    /// Refuse to run Bash commands when the kernel cannot sandbox them (no Landlock).
+    /// Setting: FLOWER_SANDBOX=require.
+    #[arg(long, conflicts_with = "no_sandbox")]
+    pub require_sandbox: bool,
+
+    /// Run Bash commands without the sandbox. Setting: FLOWER_SANDBOX=off.
+    #[arg(long)]
+    pub no_sandbox: bool,
+}
+
+impl SandboxArgs {
+    /// The sandbox policy from the flags and the `FLOWER_SANDBOX` (`on`, `off`,
+    /// `require`) and `FLOWER_NETWORK` (`on`, `off`) settings; flags win. A bad
+    /// setting is an error (exit 2), checked before any model request.
+    pub fn policy(&self) -> Result<SandboxPolicy, String> {
+        self.policy_from(
+            std::env::var("FLOWER_SANDBOX").ok().as_deref(),
+            std::env::var("FLOWER_NETWORK").ok().as_deref(),
+        )
+    }
+
+    fn policy_from(
+        &self,
+        sandbox: Option<&str>,
+        network: Option<&str>,
+    ) -> Result<SandboxPolicy, String> {
+        let mut policy = SandboxPolicy::standard();
+        match sandbox.map(str::trim) {
+            None | Some("" | "on") => {}
+            Some("off") => policy.enabled = false,
+            Some("require") => policy.required = true,
+            Some(other) => {
+                return Err(format!(
+                    "FLOWER_SANDBOX={other:?} is not one of on, off, require"
+                ));
+            }
+        }
+        match network.map(str::trim) {
+            None | Some("" | "on") => {}
+            Some("off") => policy.network = false,
+            Some(other) => {
+                return Err(format!("FLOWER_NETWORK={other:?} is not one of on, off"));
+            }
+        }
+        if self.no_network {
+            policy.network = false;
+        }
+        if self.no_sandbox {
+            policy.enabled = false;
+            policy.required = false;
+        }
+        if self.require_sandbox {
+            policy.enabled = true;
+            policy.required = true;
+        }
+        if !policy.enabled && !policy.network {
+            return Err(
+                "--no-network needs the sandbox; it cannot be combined with --no-sandbox or \
+                 FLOWER_SANDBOX=off"
+                    .into(),
+            );
+        }
+        Ok(policy)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -86,6 +168,9 @@ pub struct OnceArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]

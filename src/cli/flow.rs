@@ -42,6 +42,17 @@ enum Intent {
 }
 
 pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
+    let sandbox = match args.sandbox.policy() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("flower: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    if let Some(why) = super::once::sandbox_refused(&sandbox) {
+        eprintln!("flower: {why}");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
     let workspace = std::env::current_dir()?.canonicalize()?;
     let interactive = input::interactive();
     let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
@@ -55,6 +66,9 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let state = wake_state(&workspace, &args.run_dir);
     let intent = if state.waking {
         renderer.line(&banner(&workspace, &args.run_dir, &state));
+        if args.verbose {
+            eprintln!("{}", super::once::sandbox_line(&sandbox, &worker()));
+        }
         match said {
             Some(text) => Intent::Wake {
                 utterance: Some(text),
@@ -118,6 +132,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
         subagents: vec![worker()],
+        sandbox: sandbox.clone(),
         ..RuntimeOptions::default()
     };
     let runtime = Runtime::with_options(&workspace, &args.run_dir, runtime_options)?;

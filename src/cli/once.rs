@@ -8,6 +8,8 @@ use flower::continuity::runtime::{Runtime, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use serde_json::json;
+use flower::tools::sandbox::{self, SandboxPolicy, Support};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -15,7 +17,21 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 (the current directory). Use the tools to read, search, change and run things there; check \
 your work before you say it is done. Be concise: say what you did and what you found.";
 
+/// Exit status for usage errors.
+const EXIT_USAGE: u8 = 2;
+
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
+    let sandbox = match args.sandbox.policy() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("flower: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    if let Some(why) = sandbox_refused(&sandbox) {
+        eprintln!("flower: {why}");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
@@ -28,6 +44,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         },
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
+        sandbox: sandbox.clone(),
         ..RuntimeOptions::default()
     };
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
@@ -50,6 +67,9 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         max_turns: args.max_turns,
         model: args.model.clone(),
     };
+    if !args.json {
+        eprintln!("{}", sandbox_line(&sandbox, &spec));
+    }
     let start = match (&args.resume, args.fork) {
         (Some(id), true) => SessionStart::Fork(id.clone()),
         (Some(id), false) => SessionStart::Resume(id.clone()),
@@ -87,6 +107,27 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `--require-sandbox` on a kernel without Landlock: why nothing may run.
+pub fn sandbox_refused(policy: &SandboxPolicy) -> Option<String> {
+    match sandbox::support() {
+        Support::Missing(why) if policy.enabled && policy.required => Some(format!(
+            "沙箱不可用({why}),--require-sandbox 不允许不受限地运行命令"
+        )),
+        _ => None,
+    }
+}
+
+/// The sandbox line: `flower: 沙箱 landlock(工作区可写) · 网络 开`, for this agent.
+pub fn sandbox_line(policy: &SandboxPolicy, spec: &AgentSpec) -> String {
+    let agent = flower::engine::permissions::Permissions::new(
+        &spec.allowed_tools,
+        &spec.disallowed_tools,
+    )
+    .map(|p| p.sandbox(policy, Path::new(".")))
+    .unwrap_or_else(|_| policy.clone());
+    format!("flower: {}", agent.describe())
 }
 
 /// After a Ctrl-C: ask for a line on the terminal.

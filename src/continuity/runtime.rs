@@ -71,6 +71,8 @@ pub struct RuntimeOptions {
     pub subagents: Vec<AgentSpec>,
     /// Where running shell commands are registered, for the signal handlers.
     pub processes: ProcessGroups,
+    /// The sandbox of Bash commands (off by default in the library).
+    pub sandbox: crate::tools::sandbox::SandboxPolicy,
 }
 
 impl Default for RuntimeOptions {
@@ -88,6 +90,7 @@ impl Default for RuntimeOptions {
             on_interrupt: None,
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
+            sandbox: Default::default(),
         }
     }
 }
@@ -169,6 +172,7 @@ impl Runtime {
             interrupt: options.interrupt,
             on_interrupt: options.on_interrupt,
             processes: options.processes,
+            sandbox: options.sandbox,
         });
         let lineage = Lineage::try_load(&run_dir, &workspace, |id| sqlite.has_session(id))
             .map_err(|source| RuntimeError::LineageCheck {

@@ -66,6 +66,7 @@
 
 use super::bash_rules::{self, DenyView, NotPlain, Part};
 use crate::tools::paths;
+use crate::tools::sandbox::SandboxPolicy;
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -183,6 +184,31 @@ impl Permissions {
                 .deny
                 .iter()
                 .any(|r| r.tool == tool && matches!(r.content, Content::Whole))
+    }
+
+    /// Whether a path rule of an allow rule for `tool` (not a whole-tool rule) names
+    /// `path`: such a rule grants what the sandbox otherwise keeps read-only
+    /// (`Edit(.git/hooks/**)`).
+    pub fn names_path(&self, tool: &str, path: &Path, workspace: &Path) -> bool {
+        self.allow.iter().any(|r| {
+            r.tool == tool && matches!(&r.content, Content::Path(p) if p.matches(path, workspace))
+        })
+    }
+
+    /// The sandbox for this agent's Bash commands: the workspace is writable only for
+    /// an agent offered Write or Edit, and the git files stay protected unless a
+    /// Write or Edit rule names them.
+    pub fn sandbox(&self, base: &SandboxPolicy, workspace: &Path) -> SandboxPolicy {
+        let writes = self.offers("Write") || self.offers("Edit");
+        let git_granted = [".git/hooks/pre-commit", ".git/config"].iter().any(|p| {
+            let p = workspace.join(p);
+            self.names_path("Write", &p, workspace) || self.names_path("Edit", &p, workspace)
+        });
+        SandboxPolicy {
+            workspace_writable: base.workspace_writable && writes,
+            protect_git: base.protect_git && !git_granted,
+            ..base.clone()
+        }
     }
 
     /// Checks one call. `workspace` resolves relative paths for path rules.

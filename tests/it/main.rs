@@ -25,6 +25,7 @@ mod permissions_parse;
 mod permissions_proptest;
 
 mod resilience;
+mod sandbox;
 mod signals;
 mod store_cli;
 mod store_conformance;
