@@ -597,6 +597,70 @@ fn heredoc_lines(root: Node, src: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A here-document is checked against bash's own rules rather than the grammar's
+/// reading of it (which misses backquotes in bodies, among others): the body ends at
+/// the first line that is exactly the delimiter (leading tabs stripped for `<<-`),
+/// that line must be where the grammar ends it, and an unquoted body may hold no
+/// substitution.
+fn check_heredoc(node: Node, src: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("a here-document {why}, so it cannot be checked"));
+    let mut c = node.walk();
+    let children: Vec<Node> = node.children(&mut c).collect();
+    let strip_tabs = children.iter().any(|n| n.kind() == "<<-");
+    let Some(start) = children.iter().find(|n| n.kind() == "heredoc_start") else {
+        return bad("has no delimiter");
+    };
+    let Some(end) = children.iter().find(|n| n.kind() == "heredoc_end") else {
+        return bad("has no end line");
+    };
+    let raw = text(*start, src);
+    let quoted = raw.contains(['\'', '"', '\\']);
+    let delimiter: String = raw.chars().filter(|c| !matches!(c, '\'' | '"' | '\\')).collect();
+    let line = |l: &str| -> String {
+        if strip_tabs {
+            l.trim_start_matches('\t').to_string()
+        } else {
+            l.to_string()
+        }
+    };
+    // The end line as bash reads it.
+    let line_start = src[..end.start_byte()].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = src[end.start_byte()..]
+        .find('\n')
+        .map_or(src.len(), |i| end.start_byte() + i);
+    if line(&src[line_start..line_end]) != delimiter {
+        return bad("ends on a line bash does not take as its end");
+    }
+    let body = children
+        .iter()
+        .find(|n| n.kind() == "heredoc_body")
+        .map_or("", |b| text(*b, src));
+    if body.split('\n').any(|l| line(l) == delimiter) {
+        return bad("holds its delimiter line early");
+    }
+    if !quoted && has_substitution(body) {
+        return bad("that is not quoted holds a substitution");
+    }
+    Ok(())
+}
+
+/// Whether text read like a double-quoted string (an unquoted here-document body)
+/// holds a substitution or a non-plain expansion.
+fn has_substitution(body: &str) -> bool {
+    let mut chars = body.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '`' => return true,
+            '$' if matches!(chars.peek(), Some('(' | '{' | '[')) => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
 struct DenyWalk<'a, 'v> {
     src: &'a str,
     depth: usize,
@@ -671,6 +735,16 @@ impl DenyWalk<'_, '_> {
                     return Err(evaluates(node, src));
                 }
             }
+            "heredoc_redirect" => {
+                check_heredoc(node, src)?;
+                let mut c = node.walk();
+                for ch in node.children(&mut c).collect::<Vec<_>>() {
+                    if !matches!(ch.kind(), "heredoc_body" | "heredoc_start" | "heredoc_end") {
+                        self.walk(ch)?;
+                    }
+                }
+                return Ok(());
+            }
             "file_redirect" => {
                 // Bash expands the target of `>&word` twice when it is not a number.
                 let dup = {
@@ -694,9 +768,7 @@ impl DenyWalk<'_, '_> {
             }
             "program" | "list" | "pipeline" | "subshell" | "if_statement" | "elif_clause"
             | "else_clause" | "while_statement" | "do_group" | "case_statement" | "case_item"
-            | "redirected_statement" | "heredoc_redirect"
-            | "heredoc_body" | "heredoc_content" | "heredoc_start" | "heredoc_end"
-            | "herestring_redirect" | "negated_command" | "comment" | "command_name"
+            | "redirected_statement" | "herestring_redirect" | "negated_command" | "comment" | "command_name"
             | "word" | "string" | "string_content" | "raw_string" | "concatenation"
             | "number" | "variable_name" | "special_variable_name" | "simple_expansion"
             | "command_substitution" | "process_substitution" | "file_descriptor"

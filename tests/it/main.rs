@@ -20,6 +20,7 @@ mod model_prices;
 mod once;
 mod permissions;
 mod permissions_bash_differential;
+mod permissions_corpus;
 mod permissions_paths;
 mod permissions_parse;
 mod permissions_proptest;
