@@ -53,6 +53,16 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         eprintln!("flower: {why}");
         return Ok(ExitCode::from(EXIT_USAGE));
     }
+    // Without Landlock, say so once (the verbose banner says it anyway).
+    if sandbox.enabled
+        && !args.verbose
+        && matches!(
+            flower::tools::sandbox::support(),
+            flower::tools::sandbox::Support::Missing(_)
+        )
+    {
+        eprintln!("flower: {}", sandbox.describe());
+    }
     let workspace = std::env::current_dir()?.canonicalize()?;
     let interactive = input::interactive();
     let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());

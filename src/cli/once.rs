@@ -7,8 +7,8 @@ use super::render::{self, Renderer};
 use flower::continuity::runtime::{Runtime, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
-use serde_json::json;
 use flower::tools::sandbox::{self, SandboxPolicy, Support};
+use serde_json::json;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,6 +30,19 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(why) = sandbox_refused(&sandbox) {
         eprintln!("flower: {why}");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let spec = AgentSpec {
+        name: "once".into(),
+        instructions: INSTRUCTIONS.into(),
+        allowed_tools: args.allowed_tools.clone(),
+        disallowed_tools: args.disallowed_tools.clone(),
+        max_turns: args.max_turns,
+        model: args.model.clone(),
+    };
+    // A malformed rule is a usage error, before any request.
+    if let Err(e) = spec.permissions() {
+        eprintln!("flower: {e}");
         return Ok(ExitCode::from(EXIT_USAGE));
     }
     let renderer = Renderer::new(false);
@@ -59,14 +72,6 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         || {},
     )?;
 
-    let spec = AgentSpec {
-        name: "once".into(),
-        instructions: INSTRUCTIONS.into(),
-        allowed_tools: args.allowed_tools.clone(),
-        disallowed_tools: args.disallowed_tools.clone(),
-        max_turns: args.max_turns,
-        model: args.model.clone(),
-    };
     if !args.json {
         eprintln!("{}", sandbox_line(&sandbox, &spec));
     }
@@ -121,12 +126,10 @@ pub fn sandbox_refused(policy: &SandboxPolicy) -> Option<String> {
 
 /// The sandbox line: `flower: 沙箱 landlock(工作区可写) · 网络 开`, for this agent.
 pub fn sandbox_line(policy: &SandboxPolicy, spec: &AgentSpec) -> String {
-    let agent = flower::engine::permissions::Permissions::new(
-        &spec.allowed_tools,
-        &spec.disallowed_tools,
-    )
-    .map(|p| p.sandbox(policy, Path::new(".")))
-    .unwrap_or_else(|_| policy.clone());
+    let agent = spec
+        .permissions()
+        .map(|p| p.sandbox(policy, Path::new(".")))
+        .unwrap_or_else(|_| policy.clone());
     format!("flower: {}", agent.describe())
 }
 

@@ -70,7 +70,10 @@ pub struct Part {
 pub enum NotPlain {
     Parse(ParseError),
     /// What construct, and the text where it is.
-    Construct { what: String, at: String },
+    Construct {
+        what: String,
+        at: String,
+    },
 }
 
 impl std::fmt::Display for NotPlain {
@@ -364,7 +367,10 @@ fn not_plain(node: Node, src: &str) -> NotPlain {
         "subshell" => "a subshell",
         "compound_statement" => "a compound command",
         "function_definition" => "a function definition",
-        "if_statement" | "case_statement" | "while_statement" | "for_statement"
+        "if_statement"
+        | "case_statement"
+        | "while_statement"
+        | "for_statement"
         | "c_style_for_statement" => "a compound command (if, case, loop)",
         "negated_command" => "`!`",
         "test_command" => "a [[ … ]] test",
@@ -458,8 +464,20 @@ fn plain_statement(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), Not
 /// Builtins that take a variable name and evaluate a subscript in it as arithmetic
 /// (`printf -v 'a[$(cmd)]'` runs `cmd`).
 const NAME_BUILTINS: [&str; 14] = [
-    "printf", "read", "mapfile", "readarray", "test", "unset", "getopts", "wait", "let",
-    "declare", "typeset", "local", "export", "readonly",
+    "printf",
+    "read",
+    "mapfile",
+    "readarray",
+    "test",
+    "unset",
+    "getopts",
+    "wait",
+    "let",
+    "declare",
+    "typeset",
+    "local",
+    "export",
+    "readonly",
 ];
 
 /// A redirection that writes nothing and reads nothing: to or from `/dev/null`, or
@@ -586,7 +604,10 @@ fn heredoc_lines(root: Node, src: &str) -> Result<(), String> {
         let Some(nl) = src[p..].find('\n').map(|i| p + i) else {
             continue;
         };
-        if all.iter().any(|r| r.start >= p && r.start < nl && r.end > nl) {
+        if all
+            .iter()
+            .any(|r| r.start >= p && r.start < nl && r.end > nl)
+        {
             return Err(
                 "a here-document starts on a line whose next part runs past the line end, \
                  so its body cannot be located"
@@ -615,7 +636,10 @@ fn check_heredoc(node: Node, src: &str) -> Result<(), String> {
     };
     let raw = text(*start, src);
     let quoted = raw.contains(['\'', '"', '\\']);
-    let delimiter: String = raw.chars().filter(|c| !matches!(c, '\'' | '"' | '\\')).collect();
+    let delimiter: String = raw
+        .chars()
+        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+        .collect();
     let line = |l: &str| -> String {
         if strip_tabs {
             l.trim_start_matches('\t').to_string()
@@ -749,7 +773,8 @@ impl DenyWalk<'_, '_> {
                 // Bash expands the target of `>&word` twice when it is not a number.
                 let dup = {
                     let mut c = node.walk();
-                    node.children(&mut c).any(|n| matches!(n.kind(), ">&" | "<&"))
+                    node.children(&mut c)
+                        .any(|n| matches!(n.kind(), ">&" | "<&"))
                 };
                 if dup && !harmless_redirect(node, src) {
                     return Err(format!(
@@ -766,15 +791,45 @@ impl DenyWalk<'_, '_> {
                     ));
                 }
             }
-            "program" | "list" | "pipeline" | "subshell" | "if_statement" | "elif_clause"
-            | "else_clause" | "while_statement" | "do_group" | "case_statement" | "case_item"
-            | "redirected_statement" | "herestring_redirect" | "negated_command" | "comment" | "command_name"
-            | "word" | "string" | "string_content" | "raw_string" | "concatenation"
-            | "number" | "variable_name" | "special_variable_name" | "simple_expansion"
-            | "command_substitution" | "process_substitution" | "file_descriptor"
-            | "function_definition" | "brace_expression" | "array" | "translated_string"
-            | "variable_assignments" | "binary_expression" | "unary_expression"
-            | "parenthesized_expression" | "test_operator" | "regex" | "extglob_pattern" => {}
+            "program"
+            | "list"
+            | "pipeline"
+            | "subshell"
+            | "if_statement"
+            | "elif_clause"
+            | "else_clause"
+            | "while_statement"
+            | "do_group"
+            | "case_statement"
+            | "case_item"
+            | "redirected_statement"
+            | "herestring_redirect"
+            | "negated_command"
+            | "comment"
+            | "command_name"
+            | "word"
+            | "string"
+            | "string_content"
+            | "raw_string"
+            | "concatenation"
+            | "number"
+            | "variable_name"
+            | "special_variable_name"
+            | "simple_expansion"
+            | "command_substitution"
+            | "process_substitution"
+            | "file_descriptor"
+            | "function_definition"
+            | "brace_expression"
+            | "array"
+            | "translated_string"
+            | "variable_assignments"
+            | "binary_expression"
+            | "unary_expression"
+            | "parenthesized_expression"
+            | "test_operator"
+            | "regex"
+            | "extglob_pattern" => {}
             _ => {
                 return Err(format!(
                     "it uses {} ({}), which cannot be checked",
@@ -828,9 +883,8 @@ impl DenyWalk<'_, '_> {
         let mut c = node.walk();
         for ch in node.named_children(&mut c).collect::<Vec<_>>() {
             let t = text(ch, src);
-            let flag_evaluates = ch.kind() == "word"
-                && t.starts_with(['-', '+'])
-                && t.contains(['i', 'n']);
+            let flag_evaluates =
+                ch.kind() == "word" && t.starts_with(['-', '+']) && t.contains(['i', 'n']);
             let name_ok = match ch.kind() {
                 "variable_assignment" => true,
                 "variable_name" => !special_variable(t),
@@ -873,10 +927,7 @@ impl DenyWalk<'_, '_> {
             }
             if base == "find" {
                 for (k, a) in args.iter().enumerate() {
-                    if matches!(
-                        a.as_deref(),
-                        Some("-exec" | "-execdir" | "-ok" | "-okdir")
-                    ) {
+                    if matches!(a.as_deref(), Some("-exec" | "-execdir" | "-ok" | "-okdir")) {
                         queue.push(start + 2 + k);
                     }
                 }
@@ -920,10 +971,16 @@ fn evaluation_builtin(base: &str, args: &[DenyWord], source: &str) -> Result<(),
             .iter()
             .any(|a| a.as_ref().is_none_or(|a| a.contains('['))),
         "printf" | "test" | "[" => {
-            let flags: &[&str] = if base == "printf" { &["-v"] } else { &["-v", "-R"] };
+            let flags: &[&str] = if base == "printf" {
+                &["-v"]
+            } else {
+                &["-v", "-R"]
+            };
             args.iter()
                 .any(|a| a.as_deref().is_some_and(|t| flags.contains(&t)))
-                && args.iter().any(|a| a.as_ref().is_none_or(|a| a.contains('[')))
+                && args
+                    .iter()
+                    .any(|a| a.as_ref().is_none_or(|a| a.contains('[')))
         }
         _ => false,
     };
@@ -939,12 +996,7 @@ fn evaluation_builtin(base: &str, args: &[DenyWord], source: &str) -> Result<(),
 
 /// The strings a program runs as shell code.
 fn scripts_of(base: &str, args: &[DenyWord], source: &str) -> Result<Vec<String>, String> {
-    let unknown = || {
-        format!(
-            "the script of {} is only known when it runs",
-            short(source)
-        )
-    };
+    let unknown = || format!("the script of {} is only known when it runs", short(source));
     let known = |w: &DenyWord| w.clone().ok_or_else(unknown);
     let mut out = Vec::new();
     match base {

@@ -7,9 +7,9 @@
 //! its stream completes, each tool result when its tool finishes. A SIGKILL loses at most
 //! the reply still streaming.
 
+pub mod bash_rules;
 pub mod interrupt;
 pub mod permissions;
-pub mod bash_rules;
 pub mod spec;
 mod subagent;
 
@@ -353,13 +353,12 @@ impl Engine {
         started: Instant,
     ) -> RunResult {
         let session_id = conv.chain.session_id().to_string();
-        let permissions =
-            match Permissions::new(&conv.spec.allowed_tools, &conv.spec.disallowed_tools) {
-                Ok(p) => p,
-                Err(e) => {
-                    return RunResult::failed(&session_id, Stop::Fatal, e.to_string(), started);
-                }
-            };
+        let permissions = match conv.spec.permissions() {
+            Ok(p) => p,
+            Err(e) => {
+                return RunResult::failed(&session_id, Stop::Fatal, e.to_string(), started);
+            }
+        };
         let model = conv
             .spec
             .model

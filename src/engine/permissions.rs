@@ -114,10 +114,7 @@ enum BashPattern {
     Prefix(Vec<String>),
     /// `*` matches anything. With `or_arguments` (from `P:*` where `P` has a `*`), the
     /// pattern also matches when followed by a space and any arguments.
-    Wildcard {
-        pattern: String,
-        or_arguments: bool,
-    },
+    Wildcard { pattern: String, or_arguments: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -282,18 +279,14 @@ impl Applicable<'_> {
             let Content::Path(p) = &d.content else {
                 continue;
             };
-            if resolved.is_some_and(|r| p.matches(r, workspace)) || p.matches(lexical, workspace)
-            {
+            if resolved.is_some_and(|r| p.matches(r, workspace)) || p.matches(lexical, workspace) {
                 return Some(format!("it matches the deny rule {}", d.text));
             }
             // Grep reads contents, so a deny rule reaching inside its search denies
             // it; Glob only lists names, so only its own rules do.
             let searches = tool == "Grep" || (tool == "Glob" && d.tool == "Glob");
             let root = resolved.unwrap_or(lexical);
-            if let Some(inside) = searches
-                .then(|| p.inside_search(root, workspace))
-                .flatten()
-            {
+            if let Some(inside) = searches.then(|| p.inside_search(root, workspace)).flatten() {
                 return Some(format!(
                     "the search would reach {}, which the deny rule {} covers; \
                      search a narrower path",
@@ -826,11 +819,19 @@ impl BashPattern {
         match self {
             BashPattern::Exact(c) => {
                 words.len() == c.len()
-                    && words.iter().zip(c).enumerate().all(|(i, (w, r))| word_eq(i, w, r))
+                    && words
+                        .iter()
+                        .zip(c)
+                        .enumerate()
+                        .all(|(i, (w, r))| word_eq(i, w, r))
             }
             BashPattern::Prefix(c) => {
                 words.len() >= c.len()
-                    && words.iter().zip(c).enumerate().all(|(i, (w, r))| word_eq(i, w, r))
+                    && words
+                        .iter()
+                        .zip(c)
+                        .enumerate()
+                        .all(|(i, (w, r))| word_eq(i, w, r))
             }
             BashPattern::Wildcard { .. } => {
                 if words.iter().any(Option::is_none) {

@@ -271,9 +271,13 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
     let mut output = render(&capture, &end, timeout_ms);
     if sandboxed
         && output.is_error
-        && ["Permission denied", "Read-only file system", "Device or resource busy"]
-            .iter()
-            .any(|e| output.content.contains(e))
+        && [
+            "Permission denied",
+            "Read-only file system",
+            "Device or resource busy",
+        ]
+        .iter()
+        .any(|e| output.content.contains(e))
     {
         output.content.push_str("\n");
         output.content.push_str(SANDBOX_NOTE);

@@ -325,7 +325,9 @@ pub fn prepare_with(
         _ => landlock_ruleset(policy, workspace)?,
     };
     if ruleset.is_none() && policy.required && !matches!(support, Support::Missing(_)) {
-        return Err(SandboxError::Unavailable("Landlock refused the ruleset".into()));
+        return Err(SandboxError::Unavailable(
+            "Landlock refused the ruleset".into(),
+        ));
     }
     let read_only: Vec<(CString, libc::c_ulong)> = if policy.protect_git {
         git_paths(workspace)

@@ -21,8 +21,8 @@ mod once;
 mod permissions;
 mod permissions_bash_differential;
 mod permissions_corpus;
-mod permissions_paths;
 mod permissions_parse;
+mod permissions_paths;
 mod permissions_proptest;
 
 mod resilience;

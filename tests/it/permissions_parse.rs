@@ -17,9 +17,11 @@ fn words(cmd: &str) -> Vec<Vec<String>> {
 
 fn check(allow: &[&str], deny: &[&str], cmd: &str) -> Decision {
     let s = |v: &[&str]| v.iter().map(|r| r.to_string()).collect::<Vec<_>>();
-    Permissions::new(&s(allow), &s(deny))
-        .unwrap()
-        .check("Bash", &json!({ "command": cmd }), Path::new("/ws"))
+    Permissions::new(&s(allow), &s(deny)).unwrap().check(
+        "Bash",
+        &json!({ "command": cmd }),
+        Path::new("/ws"),
+    )
 }
 
 #[test]
@@ -106,7 +108,11 @@ fn the_forms_that_beat_the_lexer_are_denied() {
         "git status >&\"\\$(touch m)\"",
     ];
     for cmd in forms {
-        for allow in [&["Bash(git status)"][..], &["Bash(git status:*)"], &["Bash(git *)"]] {
+        for allow in [
+            &["Bash(git status)"][..],
+            &["Bash(git status:*)"],
+            &["Bash(git *)"],
+        ] {
             assert!(
                 matches!(check(allow, &[], cmd), Decision::Deny { .. }),
                 "{cmd:?} allowed under {allow:?}"
@@ -137,11 +143,7 @@ fn the_forms_that_beat_the_lexer_are_denied() {
 #[test]
 fn deny_view_sees_every_command_without_a_cap() {
     let v = deny_view("a $(b) | (c; { d; }) && e <(f) \"$(g)\"").unwrap();
-    let programs: Vec<String> = v
-        .commands
-        .iter()
-        .map(|c| c[0].clone().unwrap())
-        .collect();
+    let programs: Vec<String> = v.commands.iter().map(|c| c[0].clone().unwrap()).collect();
     for p in ["a", "b", "c", "d", "e", "f", "g"] {
         assert!(programs.iter().any(|x| x == p), "{p} missing: {programs:?}");
     }
@@ -194,10 +196,7 @@ fn huge_and_deep_commands_are_denied_with_a_reason() {
     let deeper = format!("{}git status{}", "(".repeat(40_000), ")".repeat(40_000));
     assert!(deeper.len() < MAX_COMMAND_BYTES);
     denied_quickly_any(&deeper, &["nests deeper than", "longer than 500 ms"]);
-    assert!(matches!(
-        plain_parts(&deep),
-        Err(NotPlain::Parse(_))
-    ));
+    assert!(matches!(plain_parts(&deep), Err(NotPlain::Parse(_))));
     // A bare Bash rule with no deny rule needs no analysis.
     assert_eq!(check(&["Bash"], &[], &mega), Decision::Allow);
 }

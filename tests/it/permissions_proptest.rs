@@ -1,7 +1,7 @@
 //! Properties of the Bash matcher over generated commands.
 
-use flower::engine::permissions::{Decision, Permissions};
 use flower::engine::bash_rules::deny_view;
+use flower::engine::permissions::{Decision, Permissions};
 use proptest::prelude::*;
 use serde_json::json;
 use std::path::Path;

@@ -112,12 +112,17 @@ fn an_allowed_command_cannot_write_outside_the_workspace() {
         "rm -f .git/config".to_string(),
         "echo x >> \"$HOME/.gitconfig\"".to_string(),
         // A child process is confined too.
-        format!("python3 -c 'open(\"{}/py\", \"w\")' || sh -c 'echo x > {}/py'", s.root.display(), s.root.display()),
+        format!(
+            "python3 -c 'open(\"{}/py\", \"w\")' || sh -c 'echo x > {}/py'",
+            s.root.display(),
+            s.root.display()
+        ),
     ];
     let mut commands: Vec<String> = forbidden.to_vec();
     commands.push("echo inside > inside.txt && mkdir -p sub && echo y > sub/f".to_string());
     commands.push("echo x > .git/HEAD.lock && rm .git/HEAD.lock && echo git-ok".to_string());
-    let tmp_marker = std::env::temp_dir().join(format!("flower-sandbox-tmp-{}", std::process::id()));
+    let tmp_marker =
+        std::env::temp_dir().join(format!("flower-sandbox-tmp-{}", std::process::id()));
     commands.push(format!("echo t > {}", tmp_marker.display()));
     let (out, results) = run_commands(&s, &commands, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -131,9 +136,13 @@ fn an_allowed_command_cannot_write_outside_the_workspace() {
         let text = content(r);
         assert_eq!(r["is_error"], json!(true), "{cmd:?} succeeded: {text}");
         assert!(
-            ["Permission denied", "Read-only file system", "Device or resource busy"]
-                .iter()
-                .any(|e| text.contains(e)),
+            [
+                "Permission denied",
+                "Read-only file system",
+                "Device or resource busy"
+            ]
+            .iter()
+            .any(|e| text.contains(e)),
             "{cmd:?}: {text}"
         );
         assert!(text.contains(SANDBOX_NOTE), "{cmd:?}: {text}");
@@ -156,10 +165,24 @@ fn an_allowed_command_cannot_write_outside_the_workspace() {
     );
     // What is allowed works.
     let n = forbidden.len();
-    assert_eq!(results[n]["is_error"], json!(false), "{}", content(&results[n]));
+    assert_eq!(
+        results[n]["is_error"],
+        json!(false),
+        "{}",
+        content(&results[n])
+    );
     assert_eq!(fs::read_to_string(s.ws.join("sub/f")).unwrap(), "y\n");
-    assert!(content(&results[n + 1]).contains("git-ok"), "{}", content(&results[n + 1]));
-    assert_eq!(results[n + 2]["is_error"], json!(false), "{}", content(&results[n + 2]));
+    assert!(
+        content(&results[n + 1]).contains("git-ok"),
+        "{}",
+        content(&results[n + 1])
+    );
+    assert_eq!(
+        results[n + 2]["is_error"],
+        json!(false),
+        "{}",
+        content(&results[n + 2])
+    );
     assert_eq!(fs::read_to_string(&tmp_marker).unwrap(), "t\n");
     let _ = fs::remove_file(&tmp_marker);
 }
@@ -175,7 +198,10 @@ fn an_agent_without_write_rights_gets_a_read_only_workspace() {
     assert!(policy.enabled);
     let worker = flower::workflow::flower::worker();
     let p = Permissions::new(&worker.allowed_tools, &worker.disallowed_tools).unwrap();
-    assert!(p.sandbox(&SandboxPolicy::standard(), Path::new("/ws")).workspace_writable);
+    assert!(
+        p.sandbox(&SandboxPolicy::standard(), Path::new("/ws"))
+            .workspace_writable
+    );
 
     if !landlock_or_skip("an_agent_without_write_rights_gets_a_read_only_workspace") {
         return;
@@ -204,7 +230,10 @@ fn an_agent_without_write_rights_gets_a_read_only_workspace() {
     assert!(content(&results[4]).contains("keep"));
     assert!(!s.ws.join("new.txt").exists());
     assert!(!s.ws.join("d").exists());
-    assert_eq!(fs::read_to_string(s.ws.join("existing.txt")).unwrap(), "keep\n");
+    assert_eq!(
+        fs::read_to_string(s.ws.join("existing.txt")).unwrap(),
+        "keep\n"
+    );
 }
 
 /// A rule that names the git files grants them.
@@ -214,7 +243,10 @@ fn an_explicit_rule_grants_the_git_files() {
     let policy = p.sandbox(&SandboxPolicy::standard(), Path::new("/ws"));
     assert!(!policy.protect_git);
     let p = Permissions::new(&["Bash".into(), "Edit".into()], &[]).unwrap();
-    assert!(p.sandbox(&SandboxPolicy::standard(), Path::new("/ws")).protect_git);
+    assert!(
+        p.sandbox(&SandboxPolicy::standard(), Path::new("/ws"))
+            .protect_git
+    );
 }
 
 #[test]
@@ -296,4 +328,25 @@ fn a_kernel_without_landlock_falls_back_or_refuses() {
         let p = sandbox::prepare(&policy, &s.ws).unwrap().unwrap();
         assert!(p.landlocked());
     }
+}
+
+/// A typo in a rule fails before any model request, with the rule named.
+#[test]
+fn a_malformed_rule_fails_before_any_request() {
+    let s = setup();
+    let server = FakeServer::start(vec![Reply::text("never")]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(&s.ws)
+        .args(["once", "hi", "--allowed-tools", "Bash(git status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bad permission rule \"Bash(git status\""),
+        "{stderr}"
+    );
+    assert_eq!(server.request_count(), 0);
 }
