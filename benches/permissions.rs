@@ -3,6 +3,8 @@
 //!
 //! `cargo bench --bench permissions`
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../tests/data/bash_corpus.rs"]
 #[allow(dead_code)]
 mod data;

@@ -279,7 +279,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         .iter()
         .any(|e| output.content.contains(e))
     {
-        output.content.push_str("\n");
+        output.content.push('\n');
         output.content.push_str(SANDBOX_NOTE);
     }
     output

@@ -377,7 +377,7 @@ impl Prepared {
             // system calls on strings prepared before fork.
             let entered = unsafe { libc::unshare(self.namespaces) } == 0;
             if entered {
-                write_file(&self.setgroups_path(), &self.setgroups)?;
+                write_file(self.setgroups_path(), &self.setgroups)?;
                 write_file(&self.uid_map_path, &self.uid_map)?;
                 write_file(&self.gid_map_path, &self.gid_map)?;
                 if self.namespaces & libc::CLONE_NEWNS != 0 {
