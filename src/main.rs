@@ -23,7 +23,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("flower: {error:#}");
-            ExitCode::FAILURE
+            if error.downcast_ref::<cli::config::ConfigError>().is_some() {
+                ExitCode::from(cli::config::EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

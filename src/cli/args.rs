@@ -1,8 +1,10 @@
 //! Command-line arguments.
 
 use clap::{Args, Parser, Subcommand};
-use flower::tools::sandbox::SandboxPolicy;
 use std::path::PathBuf;
+
+/// Exit status when another process holds the run directory (or the session).
+pub const EXIT_LOCKED: u8 = 3;
 
 /// flower: an LLM coding agent that never loses the conversation.
 ///
@@ -50,9 +52,16 @@ pub struct FlowArgs {
 
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+
+    /// If another flower is running in this run directory, wait for it to end instead of
+    /// exiting with status 3.
+    #[arg(long)]
+    pub wait: bool,
 }
 
-/// The sandbox around Bash commands (see the README's Sandbox section).
+/// The sandbox around Bash commands (see the README's "Permissions and sandbox");
+/// folded into the [`super::config::Config`] with the `FLOWER_SANDBOX` and
+/// `FLOWER_NETWORK` settings.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
     /// Bash commands get no network (a new, empty network namespace).
@@ -68,62 +77,6 @@ pub struct SandboxArgs {
     /// Run Bash commands without the sandbox. Setting: FLOWER_SANDBOX=off.
     #[arg(long)]
     pub no_sandbox: bool,
-}
-
-impl SandboxArgs {
-    /// The sandbox policy from the flags and the `FLOWER_SANDBOX` (`on`, `off`,
-    /// `require`) and `FLOWER_NETWORK` (`on`, `off`) settings; flags win. A bad
-    /// setting is an error (exit 2), checked before any model request.
-    pub fn policy(&self) -> Result<SandboxPolicy, String> {
-        self.policy_from(
-            std::env::var("FLOWER_SANDBOX").ok().as_deref(),
-            std::env::var("FLOWER_NETWORK").ok().as_deref(),
-        )
-    }
-
-    fn policy_from(
-        &self,
-        sandbox: Option<&str>,
-        network: Option<&str>,
-    ) -> Result<SandboxPolicy, String> {
-        let mut policy = SandboxPolicy::standard();
-        match sandbox.map(str::trim) {
-            None | Some("" | "on") => {}
-            Some("off") => policy.enabled = false,
-            Some("require") => policy.required = true,
-            Some(other) => {
-                return Err(format!(
-                    "FLOWER_SANDBOX={other:?} is not one of on, off, require"
-                ));
-            }
-        }
-        match network.map(str::trim) {
-            None | Some("" | "on") => {}
-            Some("off") => policy.network = false,
-            Some(other) => {
-                return Err(format!("FLOWER_NETWORK={other:?} is not one of on, off"));
-            }
-        }
-        if self.no_network {
-            policy.network = false;
-        }
-        if self.no_sandbox {
-            policy.enabled = false;
-            policy.required = false;
-        }
-        if self.require_sandbox {
-            policy.enabled = true;
-            policy.required = true;
-        }
-        if !policy.enabled && !policy.network {
-            return Err(
-                "--no-network needs the sandbox; it cannot be combined with --no-sandbox or \
-                 FLOWER_SANDBOX=off"
-                    .into(),
-            );
-        }
-        Ok(policy)
-    }
 }
 
 #[derive(Debug, Subcommand)]

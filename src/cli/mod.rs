@@ -1,6 +1,7 @@
 //! The flower command line: the default command (the workflow), `once`, `state`, `store`.
 
 pub mod args;
+pub mod config;
 pub mod flow;
 pub mod input;
 pub mod once;

@@ -1,13 +1,16 @@
 //! `flower once`: one agent, one session, outside any workflow. No lineage, no
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
-use super::args::OnceArgs;
+use super::args::{EXIT_LOCKED, OnceArgs};
+use super::config::Config;
+use super::flow::session_busy;
 use super::input;
 use super::render::{self, Renderer};
-use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::lock::{self, Probe, RunLocking};
+use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
-use flower::tools::sandbox::{self, SandboxPolicy, Support};
+use flower::tools::sandbox::SandboxPolicy;
 use serde_json::json;
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,21 +20,7 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 (the current directory). Use the tools to read, search, change and run things there; check \
 your work before you say it is done. Be concise: say what you did and what you found.";
 
-/// Exit status for usage errors.
-const EXIT_USAGE: u8 = 2;
-
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = match args.sandbox.policy() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("flower: {e}");
-            return Ok(ExitCode::from(EXIT_USAGE));
-        }
-    };
-    if let Some(why) = sandbox_refused(&sandbox) {
-        eprintln!("flower: {why}");
-        return Ok(ExitCode::from(EXIT_USAGE));
-    }
     let spec = AgentSpec {
         name: "once".into(),
         instructions: INSTRUCTIONS.into(),
@@ -43,13 +32,23 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     // A malformed rule is a usage error, before any request.
     if let Err(e) = spec.permissions() {
         eprintln!("flower: {e}");
-        return Ok(ExitCode::from(EXIT_USAGE));
+        return Ok(ExitCode::from(super::config::EXIT_USAGE));
     }
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
+    let config = Config::from_env(args.model.as_deref())?.with_sandbox_flags(&args.sandbox)?;
+    let sandbox = config.sandbox.clone();
+    let base_options = config.runtime_options()?;
+    // A session someone else appends to (a running pipeline's, another `once --resume`)
+    // is neither continued nor forked: refused before anything is opened.
+    if let Some(id) = &args.resume
+        && let Probe::Held(holder) = lock::probe_session(&args.run_dir, id)
+    {
+        eprintln!("flower: {}", session_busy(id, &holder));
+        return Ok(ExitCode::from(EXIT_LOCKED));
+    }
     let options = RuntimeOptions {
-        model: args.model.clone(),
         events: if args.json {
             flower::events::discard()
         } else {
@@ -57,10 +56,23 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         },
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
-        sandbox: sandbox.clone(),
-        ..RuntimeOptions::default()
+        // No lineage, no manifest: only its own session, locked in `run_agent`. A running
+        // pipeline in this run directory neither blocks it nor is blocked by it.
+        run_lock: RunLocking::Unlocked,
+        ..base_options
     };
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
+    // Held from here to the end, so that the probe above cannot be overtaken.
+    if let (Some(id), false) = (&args.resume, args.fork) {
+        match runtime.claim_session(id) {
+            Ok(()) => {}
+            Err(RuntimeError::SessionBusy { session_id, holder }) => {
+                eprintln!("flower: {}", session_busy(&session_id, &holder));
+                return Ok(ExitCode::from(EXIT_LOCKED));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
     }
@@ -112,16 +124,6 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// `--require-sandbox` on a kernel without Landlock: why nothing may run.
-pub fn sandbox_refused(policy: &SandboxPolicy) -> Option<String> {
-    match sandbox::support() {
-        Support::Missing(why) if policy.enabled && policy.required => Some(format!(
-            "沙箱不可用({why}),--require-sandbox 不允许不受限地运行命令"
-        )),
-        _ => None,
-    }
 }
 
 /// The sandbox line: `flower: 沙箱 landlock(工作区可写) · 网络 开`, for this agent.

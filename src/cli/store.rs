@@ -71,7 +71,9 @@ pub enum StoreCommand {
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
-    /// Import a Claude Code transcript (`~/.claude/projects/<key>/<session>.jsonl`).
+    /// Import a Claude Code transcript (`~/.claude/projects/<key>/<session>.jsonl`):
+    /// every line with a uuid (the parentUuid chain, `attachment` and `system` lines
+    /// included) and the summary lines (`summary`, titles, `tag`, `last-prompt`).
     Import {
         file: PathBuf,
         /// Default: the project key of the transcript's first `cwd`, else the name of
@@ -98,8 +100,10 @@ impl StoreCommand {
     }
 }
 
-/// Line types of a Claude Code transcript that `import` takes besides the chain
-/// (`user`, `assistant`, `system` entries with a uuid): they feed the session summary.
+/// Line types without a uuid that `import` takes besides the chain: they feed the
+/// session summary. Every line that has a uuid is taken whatever its type (`user`,
+/// `assistant`, `system`, `attachment`, …): each is a link of the `parentUuid` chain,
+/// and skipping one would leave its children pointing at nothing.
 const IMPORTED_META_TYPES: [&str; 5] =
     ["summary", "custom-title", "ai-title", "tag", "last-prompt"];
 
@@ -297,9 +301,8 @@ fn import(
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let chain = matches!(kind, "user" | "assistant" | "system")
-            && value.get("uuid").and_then(Value::as_str).is_some();
-        if chain || IMPORTED_META_TYPES.contains(&kind) {
+        let chain_link = value.get("uuid").and_then(Value::as_str).is_some();
+        if chain_link || IMPORTED_META_TYPES.contains(&kind) {
             taken.push(value);
         } else {
             skipped += 1;

@@ -14,6 +14,7 @@
 //!   copied or moved), a session no longer in `sessions.db`, or an unreadable file all
 //!   load as an empty lineage, silently.
 
+use super::attempt::AttemptName;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -48,11 +49,11 @@ pub struct Lineage {
     steps: BTreeMap<String, String>,
 }
 
-/// Whether `name` is a plain step name, the only kind lineage remembers. Attempt names
-/// carry a suffix (`#retry<N>`, `#round<N>`, `·判定#<N>`), and every one of those has a
-/// `#`, so any `#` disqualifies the name. An empty name is not a step either.
+/// Whether `name` is a plain step name, the only kind lineage remembers: not an attempt
+/// name (`#retry<N>`, `#round<N>`, `·判定#<N>`; see [`AttemptName`]) and not empty.
+/// A step whose own name ends like an attempt name is never remembered.
 pub fn is_plain_step_name(name: &str) -> bool {
-    !name.is_empty() && !name.contains('#')
+    !name.is_empty() && AttemptName::parse(name).is_first()
 }
 
 impl Lineage {

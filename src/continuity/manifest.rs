@@ -26,6 +26,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::attempt::{AttemptKind, AttemptName};
 use super::lineage::aside_path;
 
 /// The file name inside the run dir.
@@ -52,7 +53,8 @@ pub struct StepResult {
     pub error: Option<String>,
     pub started_at: String,
     pub ended_at: String,
-    /// Requests made for this step, the first included.
+    /// Engine runs this attempt took, the first included: a retry after an error (which
+    /// resumes the same session) is one more. Not model requests: a run makes one per turn.
     pub attempts: u32,
     /// Every error met on the way, oldest first (also those that a retry got past).
     pub errors: Vec<String>,
@@ -116,7 +118,9 @@ pub fn now_rfc3339() -> String {
 }
 
 /// A fresh run id: `YYYYmmdd-HHMMSS-<6 lowercase hex>`, local time plus 24 random bits.
-/// A process uses one for all its rows; see [`process_run_id`].
+/// Each `Runtime` makes one for all its rows (the CLI has one runtime per process, so
+/// one per process there); two runtimes in one process must not share an id, or each
+/// would replace the other's rows on merge.
 pub fn new_run_id() -> String {
     let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
     // Mix the pid in: processes started in the same second must not share an id.
@@ -124,7 +128,8 @@ pub fn new_run_id() -> String {
     format!("{stamp}-{:06x}", (fastrand::u32(..) ^ salt) & 0x00FF_FFFF)
 }
 
-/// This process's run id, made on first use and the same ever after.
+/// One run id for the whole process, made on first use and the same ever after: for a
+/// program that writes one manifest from several places. `Runtime` does not use it.
 pub fn process_run_id() -> &'static str {
     static RUN_ID: OnceLock<String> = OnceLock::new();
     RUN_ID.get_or_init(new_run_id)
@@ -132,17 +137,17 @@ pub fn process_run_id() -> &'static str {
 
 /// `<step>#retry<N>`: the N-th plain retry of a step.
 pub fn retry_name(step: &str, n: u32) -> String {
-    format!("{step}#retry{n}")
+    AttemptName::new(step, AttemptKind::Retry(n)).to_string()
 }
 
 /// `<step>#round<N>`: the step sent back for round N after a failed judgement.
 pub fn round_name(step: &str, n: u32) -> String {
-    format!("{step}#round{n}")
+    AttemptName::new(step, AttemptKind::Round(n)).to_string()
 }
 
 /// `<step>·判定#<N>`: the judge's N-th round on a step.
 pub fn judge_name(step: &str, n: u32) -> String {
-    format!("{step}·判定#{n}")
+    AttemptName::new(step, AttemptKind::Judge(n)).to_string()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -205,8 +210,8 @@ struct Written {
 }
 
 impl Manifest {
-    /// A manifest writer for `run_dir`, stamping rows with `run_id` (normally
-    /// [`process_run_id`]). Touches no file.
+    /// A manifest writer for `run_dir`, stamping rows with `run_id` (a `Runtime` passes
+    /// its own [`new_run_id`]). Touches no file.
     pub fn new(run_dir: &Path, run_id: String) -> Self {
         Manifest {
             run_dir: run_dir.to_path_buf(),

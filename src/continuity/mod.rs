@@ -1,6 +1,8 @@
 //! What makes a run continue across processes.
 
+pub mod attempt;
 pub mod lineage;
+pub mod lock;
 pub mod manifest;
 pub mod notes;
 pub mod resilience;

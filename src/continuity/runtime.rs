@@ -7,6 +7,7 @@
 //! the errors of a retry storm.
 
 use super::lineage::Lineage;
+use super::lock::{Holder, LockError, RunLock, RunLocking, SessionLocks};
 use super::manifest::{Manifest, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use crate::engine::Denial;
@@ -29,10 +30,18 @@ pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("workspace {path}: {why}")]
-    Workspace { path: PathBuf, why: String },
-    #[error("run directory {path}: {why}")]
-    RunDir { path: PathBuf, why: String },
+    #[error("workspace {path}: {source}")]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("run directory {path}: {source}")]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] crate::stores::StoreError),
     /// The store could not say whether lineage's sessions still exist. Nothing was
@@ -46,6 +55,45 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    /// Another runtime, in this process or another, holds the run directory. Nothing was
+    /// written.
+    #[error(
+        "run directory {path} is in use by another flower ({})",
+        holder_text(holder)
+    )]
+    Locked {
+        path: PathBuf,
+        holder: Option<Holder>,
+    },
+    /// Another process appends to (or forks) a session this runtime would continue.
+    #[error(
+        "session {session_id} is in use by another flower ({})",
+        holder_text(holder)
+    )]
+    SessionBusy {
+        session_id: String,
+        holder: Option<Holder>,
+    },
+    #[error(transparent)]
+    Lock(LockError),
+}
+
+fn holder_text(holder: &Option<Holder>) -> String {
+    holder
+        .as_ref()
+        .map_or_else(|| "pid unknown".into(), Holder::to_string)
+}
+
+impl RuntimeError {
+    fn of_session(session_id: &str, error: LockError) -> RuntimeError {
+        match error {
+            LockError::Held { holder, .. } => RuntimeError::SessionBusy {
+                session_id: session_id.to_string(),
+                holder,
+            },
+            other => RuntimeError::Lock(other),
+        }
+    }
 }
 
 /// How a runtime is set up. `Default` gives the library's defaults: `trim` off,
@@ -73,6 +121,11 @@ pub struct RuntimeOptions {
     pub processes: ProcessGroups,
     /// The sandbox of Bash commands (off by default in the library).
     pub sandbox: crate::tools::sandbox::SandboxPolicy,
+    /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
+    /// [`crate::engine::DEFAULT_MAX_TOKENS`].
+    pub max_tokens: Option<u32>,
+    /// The run lock: taken when the runtime opens the run directory (the default).
+    pub run_lock: RunLocking,
 }
 
 impl Default for RuntimeOptions {
@@ -91,6 +144,8 @@ impl Default for RuntimeOptions {
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
             sandbox: Default::default(),
+            max_tokens: None,
+            run_lock: RunLocking::Take,
         }
     }
 }
@@ -116,6 +171,10 @@ pub struct Runtime {
     on_session: Mutex<Option<SessionHook>>,
     in_flight: Arc<Mutex<InFlight>>,
     warnings: Mutex<Vec<String>>,
+    /// Sessions this runtime appends to, locked until it is dropped.
+    sessions: Arc<SessionLocks>,
+    /// Held for the runtime's whole life; `None` with [`RunLocking::Unlocked`].
+    _run_lock: Option<RunLock>,
 }
 
 impl Runtime {
@@ -140,6 +199,11 @@ impl Runtime {
             None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
         };
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
+        // Before the store is opened or anything read: a second runtime touches nothing.
+        let run_lock = options.run_lock.resolve(&run_dir).map_err(|e| match e {
+            LockError::Held { path, holder } => RuntimeError::Locked { path, holder },
+            other => RuntimeError::Lock(other),
+        })?;
         let sqlite = Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?);
         let mut prune = PruneOptions::new(run_dir.join("trimmed"));
         prune.trim = options.trim;
@@ -155,10 +219,12 @@ impl Runtime {
                 resilience
             }
         };
-        let max_tokens = std::env::var("FLOWER_MAX_TOKENS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS);
+        let max_tokens = options.max_tokens.unwrap_or_else(|| {
+            std::env::var("FLOWER_MAX_TOKENS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
+        });
         let engine = Engine::new(EngineConfig {
             model: client,
             store: store.clone(),
@@ -179,6 +245,16 @@ impl Runtime {
                 path: run_dir.join(super::lineage::LINEAGE_FILE),
                 source,
             })?;
+        let sessions = Arc::new(SessionLocks::new(&run_dir));
+        if run_lock.is_some() {
+            // The run's sessions are this run's while it lives: nobody resumes or forks
+            // one from outside, and none is still being appended to from outside.
+            for id in lineage.steps().values() {
+                sessions
+                    .claim(id)
+                    .map_err(|e| RuntimeError::of_session(id, e))?;
+            }
+        }
         let manifest = Manifest::new(&run_dir, new_run_id());
         Ok(Runtime {
             engine,
@@ -189,7 +265,18 @@ impl Runtime {
             on_session: Mutex::new(None),
             in_flight: Arc::new(Mutex::new(None)),
             warnings: Mutex::new(warnings),
+            sessions,
+            _run_lock: run_lock,
         })
+    }
+
+    /// Takes the exclusive lock on session `id` (kept until the runtime is dropped), so
+    /// that nobody else appends to it or forks it meanwhile. [`Runtime::run_agent`] does
+    /// this itself; a caller claims first to refuse early, before any output.
+    pub fn claim_session(&self, id: &str) -> Result<(), RuntimeError> {
+        self.sessions
+            .claim(id)
+            .map_err(|e| RuntimeError::of_session(id, e))
     }
 
     /// The lineage, as loaded (and validated) when this runtime was created.
@@ -267,6 +354,20 @@ impl Runtime {
         let mut result = StepResult::started(step);
         result.cost_usd = Some(0.0);
         result.resumed = matches!(start, SessionStart::Resume(_));
+        // Session locks (see `lock`): refused before anything is read or sent.
+        let lease = match self.sessions.begin(&start) {
+            Ok(lease) => lease,
+            Err(e) => {
+                result.error = Some(e.to_string());
+                result.errors.push(e.to_string());
+                result.finish();
+                return AgentOutcome {
+                    result,
+                    usage,
+                    permission_denials: denials,
+                };
+            }
+        };
         self.set_in_flight(Some(result.clone()));
         let mut start = start;
         let mut prompt = prompt.to_string();
@@ -274,7 +375,9 @@ impl Runtime {
         loop {
             let in_flight = self.in_flight.clone();
             let hook = lock(&self.on_session).clone();
+            let lease = lease.clone();
             let on_session = move |id: &str| {
+                lease.started(id);
                 if let Some(result) = lock(&in_flight).as_mut() {
                     result.session_id = Some(id.to_string());
                 }
@@ -463,14 +566,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
-    let canonical = path.canonicalize().map_err(|e| RuntimeError::Workspace {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
+    let canonical = path
+        .canonicalize()
+        .map_err(|source| RuntimeError::Workspace {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if !canonical.is_dir() {
         return Err(RuntimeError::Workspace {
             path: path.to_path_buf(),
-            why: "not a directory".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
         });
     }
     Ok(canonical)
@@ -478,12 +583,10 @@ fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {
 
 /// Creates the run directory and returns its absolute (canonical) path.
 fn prepare_run_dir(path: &Path) -> Result<PathBuf, RuntimeError> {
-    std::fs::create_dir_all(path).map_err(|e| RuntimeError::RunDir {
+    let run_dir_error = |source| RuntimeError::RunDir {
         path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
-    path.canonicalize().map_err(|e| RuntimeError::RunDir {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
+        source,
+    };
+    std::fs::create_dir_all(path).map_err(run_dir_error)?;
+    path.canonicalize().map_err(run_dir_error)
 }

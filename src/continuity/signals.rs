@@ -20,7 +20,8 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Installs the handlers on the current tokio runtime. `asks_after_interrupt`: the user
 /// is asked for a line after a Ctrl-C (stdin is a terminal). `on_exit` runs before a
-/// double Ctrl-C exits (close the store, restore the terminal).
+/// double Ctrl-C exits (finish the progress output, say how to continue). The store
+/// needs no closing: every append is durable when it returns.
 pub fn install(
     rescuer: Option<Rescuer>,
     processes: ProcessGroups,

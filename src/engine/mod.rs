@@ -251,10 +251,7 @@ impl Engine {
             depth: 0,
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
-        let leaf = history
-            .last()
-            .and_then(transcript::uuid_of)
-            .map(str::to_string);
+        let leaf = transcript::resume_leaf(&history).map(str::to_string);
         let mut conversation = Conversation {
             spec: request.spec,
             key,
@@ -678,14 +675,7 @@ enum Turn {
 
 /// A short, one-line description of a tool call for progress output.
 pub fn summarize_input(name: &str, input: &Value) -> String {
-    let field = match name {
-        "Read" | "Write" | "Edit" => "file_path",
-        "Glob" | "Grep" => "pattern",
-        "Bash" => "command",
-        "Task" => "description",
-        "AskUser" => "question",
-        _ => "",
-    };
+    let field = crate::tools::names::info_of(name).map_or("", |t| t.summary_field);
     let text = input
         .get(field)
         .and_then(Value::as_str)

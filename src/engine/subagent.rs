@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub const TASK: &str = "Task";
-pub const ASK_USER: &str = "AskUser";
+pub use crate::tools::names::{ASK_USER, TASK};
 
 /// What `AskUser` returns when nobody can answer (stdin is not a terminal).
 pub const NOBODY_TO_ASK: &str =

@@ -159,9 +159,18 @@ fn base_model_id(model: &str) -> Option<&str> {
     (suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_digit())).then_some(base)
 }
 
-/// The process-wide table: built-in, with `FLOWER_PRICES` merged over it (read once).
+static TABLE: OnceLock<PriceTable> = OnceLock::new();
+
+/// Makes `table` the process-wide table, before anything priced a request (the binary's
+/// configuration does this, having validated `FLOWER_PRICES`). `false` when a table was
+/// already in use; it stays.
+pub fn install(table: PriceTable) -> bool {
+    TABLE.set(table).is_ok()
+}
+
+/// The process-wide table: the [`install`]ed one, else built-in with `FLOWER_PRICES`
+/// merged over it (read once).
 pub fn table() -> &'static PriceTable {
-    static TABLE: OnceLock<PriceTable> = OnceLock::new();
     TABLE.get_or_init(|| match std::env::var_os("FLOWER_PRICES") {
         Some(path) if !path.is_empty() => match PriceTable::with_override(Path::new(&path)) {
             Ok(table) => table,

@@ -31,10 +31,13 @@
 //!
 //! Every removed entry's children are re-linked to its nearest surviving ancestor, and
 //! the entry after a synthesized result is linked to it, so the `parentUuid` chain stays
-//! one unbroken chain. Entries that are not `user`/`assistant` (`system`, and the
-//! non-chain lines of imported Claude Code transcripts: `summary`,
-//! `file-history-snapshot`, …) pass through unchanged but for that re-link; the engine
-//! does not send them to the API.
+//! one unbroken chain. Entries that are not `user`/`assistant` pass through unchanged
+//! but for that re-link: chain links of other types (`system` lines such as Claude
+//! Code's `api_error` retries and `turn_duration`, `attachment` lines) and lines without
+//! a uuid (`summary`, `last-prompt`, titles). The engine does not send them to the API
+//! ([`crate::transcript::Messages`] takes only user and assistant messages), and a
+//! resume continues from the last entry that has a uuid
+//! ([`crate::transcript::resume_leaf`]).
 //!
 //! `prune(prune(x)) == prune(x)` for every transcript.
 
@@ -370,7 +373,7 @@ impl Block {
         match block_type(block) {
             Some("tool_use") => Block::ToolUse {
                 id: str_field(block, "id").unwrap_or_default().to_string(),
-                snapshot: (str_field(block, "name") == Some("Bash"))
+                snapshot: (str_field(block, "name") == Some(crate::transcript::tools::BASH))
                     .then(|| {
                         block
                             .get("input")

@@ -80,8 +80,8 @@ newlines to separate commands (newlines are ok in quoted strings).
 pipeline or list; writing a file with `>` needs broader permission than running the command.";
 
 impl Tool for Bash {
-    fn name(&self) -> &'static str {
-        "Bash"
+    fn info(&self) -> &'static super::names::ToolInfo {
+        &super::names::BASH_INFO
     }
 
     fn description(&self) -> String {

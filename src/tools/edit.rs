@@ -1,6 +1,7 @@
 //! The `Edit` tool: exact string replacement in a file inside the workspace.
 
 use super::input::{self, numbered_line};
+use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
 use serde_json::{Value, json};
@@ -35,8 +36,8 @@ useful if you want to rename a variable for instance.
 or be empty).";
 
 impl Tool for Edit {
-    fn name(&self) -> &'static str {
-        "Edit"
+    fn info(&self) -> &'static names::ToolInfo {
+        &names::EDIT_INFO
     }
 
     fn description(&self) -> String {
@@ -75,10 +76,10 @@ impl Tool for Edit {
         Box::pin(async move {
             let parsed = (|| {
                 Ok::<_, ToolOutput>((
-                    input::required_str("Edit", input, "file_path")?,
-                    input::required_str("Edit", input, "old_string")?.to_string(),
-                    input::required_str("Edit", input, "new_string")?.to_string(),
-                    input::optional_bool("Edit", input, "replace_all")?.unwrap_or(false),
+                    input::required_str(names::EDIT, input, "file_path")?,
+                    input::required_str(names::EDIT, input, "old_string")?.to_string(),
+                    input::required_str(names::EDIT, input, "new_string")?.to_string(),
+                    input::optional_bool(names::EDIT, input, "replace_all")?.unwrap_or(false),
                 ))
             })();
             let (path, old, new, all) = match parsed {
@@ -94,7 +95,7 @@ impl Tool for Edit {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e),
             };
-            input::blocking("Edit", move || edit_file(&resolved, &old, &new, all)).await
+            input::blocking(names::EDIT, move || edit_file(&resolved, &old, &new, all)).await
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The `Glob` tool: files matching a glob pattern, newest first.
 
 use super::input;
+use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
@@ -24,8 +25,8 @@ const DESCRIPTION: &str = "- Fast file pattern matching tool that works with any
 perform multiple searches in parallel if they are potentially useful.";
 
 impl Tool for Glob {
-    fn name(&self) -> &'static str {
-        "Glob"
+    fn info(&self) -> &'static names::ToolInfo {
+        &names::GLOB_INFO
     }
 
     fn description(&self) -> String {
@@ -53,11 +54,11 @@ impl Tool for Glob {
 
     fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let pattern = match input::required_str("Glob", input, "pattern") {
+            let pattern = match input::required_str(names::GLOB, input, "pattern") {
                 Ok(p) => p.to_string(),
                 Err(e) => return e,
             };
-            let path = match input::optional_str("Glob", input, "path") {
+            let path = match input::optional_str(names::GLOB, input, "path") {
                 Ok(p) => p.filter(|p| !p.is_empty() && *p != "undefined" && *p != "null"),
                 Err(e) => return e,
             };
@@ -74,7 +75,7 @@ impl Tool for Glob {
                 Err(e) => return ToolOutput::error(e),
             };
             let cancel = ctx.cancel.clone();
-            input::blocking("Glob", move || glob(&root, &rest, &pattern, &cancel)).await
+            input::blocking(names::GLOB, move || glob(&root, &rest, &pattern, &cancel)).await
         })
     }
 }

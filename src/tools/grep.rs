@@ -5,6 +5,7 @@
 //! stops the search early) so a broad pattern cannot flood the context or memory.
 
 use super::input;
+use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
@@ -72,8 +73,8 @@ struct Options {
 }
 
 impl Tool for Grep {
-    fn name(&self) -> &'static str {
-        "Grep"
+    fn info(&self) -> &'static names::ToolInfo {
+        &names::GREP_INFO
     }
 
     fn description(&self) -> String {
@@ -151,13 +152,13 @@ impl Tool for Grep {
                 Err(e) => return ToolOutput::error(e),
             };
             let cancel = ctx.cancel.clone();
-            input::blocking("Grep", move || search(&root, &opts, &cancel)).await
+            input::blocking(names::GREP, move || search(&root, &opts, &cancel)).await
         })
     }
 }
 
 fn parse(input: &Value) -> Result<(Options, Option<String>), ToolOutput> {
-    const T: &str = "Grep";
+    const T: &str = names::GREP;
     let pattern = input::required_str(T, input, "pattern")?.to_string();
     let path = input::optional_str(T, input, "path")?
         .filter(|p| !p.is_empty() && *p != "undefined" && *p != "null")
@@ -236,18 +237,35 @@ impl Collector {
 }
 
 fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
-    let meta = match std::fs::metadata(root) {
-        Ok(m) => m,
+    let single_file = match std::fs::metadata(root) {
         Err(_) => return ToolOutput::error(format!("Path does not exist: {}", root.display())),
+        Ok(meta) if !meta.is_file() && !meta.is_dir() => {
+            return ToolOutput::error(format!(
+                "{} is not a regular file or directory (a FIFO, socket or device).",
+                root.display()
+            ));
+        }
+        Ok(meta) => meta.is_file(),
     };
-    if !meta.is_file() && !meta.is_dir() {
-        return ToolOutput::error(format!(
-            "{} is not a regular file or directory (a FIFO, socket or device).",
-            root.display()
-        ));
+    let matcher = match build_matcher(o) {
+        Ok(m) => m,
+        Err(error) => return error,
+    };
+    let walker = match build_walker(root, o, single_file) {
+        Ok(w) => w,
+        Err(error) => return error,
+    };
+    let mut found = Found::new(o.head_limit);
+    if !walk(walker, &matcher, o, single_file, cancel, &mut found) {
+        return ToolOutput::error("Grep was interrupted.");
     }
-    let single_file = meta.is_file();
+    match o.mode {
+        Mode::Files => found.files_report(),
+        Mode::Count | Mode::Content => found.lines_report(o.mode),
+    }
+}
 
+fn build_matcher(o: &Options) -> Result<grep_regex::RegexMatcher, ToolOutput> {
     let mut mb = RegexMatcherBuilder::new();
     mb.case_insensitive(o.case_insensitive).multi_line(true);
     if o.multiline {
@@ -255,21 +273,16 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
     } else {
         mb.line_terminator(Some(b'\n'));
     }
-    let matcher = match mb.build(&o.pattern) {
-        Ok(m) => m,
-        Err(e) => {
-            return ToolOutput::error(format!("Invalid regex {:?}: {e}", o.pattern));
-        }
-    };
-    let mut searcher = SearcherBuilder::new()
-        .line_number(true)
-        .multi_line(o.multiline)
-        .before_context(if o.mode == Mode::Content { o.before } else { 0 })
-        .after_context(if o.mode == Mode::Content { o.after } else { 0 })
-        .binary_detection(BinaryDetection::quit(0))
-        .heap_limit(Some(HEAP_LIMIT))
-        .build();
+    mb.build(&o.pattern)
+        .map_err(|e| ToolOutput::error(format!("Invalid regex {:?}: {e}", o.pattern)))
+}
 
+/// The walk over `root` with the file-type and glob filters of `o`.
+fn build_walker(
+    root: &Path,
+    o: &Options,
+    single_file: bool,
+) -> Result<ignore::WalkBuilder, ToolOutput> {
     let mut wb = walker(root);
     wb.sort_by_file_name(|a, b| a.cmp(b));
     if let Some(t) = &o.file_type {
@@ -278,17 +291,13 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
         for name in t.split([',', ' ']).filter(|s| !s.is_empty()) {
             tb.select(name);
         }
-        match tb.build() {
-            Ok(types) => {
-                wb.types(types);
-            }
-            Err(e) => {
-                return ToolOutput::error(format!(
-                    "Invalid file type {t:?}: {e}. Common types: js, ts, py, rust, go, java, c, \
-                     cpp, rb, sh, md, json, yaml, toml."
-                ));
-            }
-        }
+        let types = tb.build().map_err(|e| {
+            ToolOutput::error(format!(
+                "Invalid file type {t:?}: {e}. Common types: js, ts, py, rust, go, java, c, \
+                 cpp, rb, sh, md, json, yaml, toml."
+            ))
+        })?;
+        wb.types(types);
     }
     if let Some(g) = &o.glob {
         let base = if single_file {
@@ -298,86 +307,50 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
         };
         let mut ob = OverrideBuilder::new(base);
         for pat in split_globs(g) {
-            if let Err(e) = ob.add(&pat) {
-                return ToolOutput::error(format!("Invalid glob {pat:?}: {e}"));
-            }
+            ob.add(&pat)
+                .map_err(|e| ToolOutput::error(format!("Invalid glob {pat:?}: {e}")))?;
         }
-        match ob.build() {
-            Ok(ov) => {
-                wb.overrides(ov);
-            }
-            Err(e) => return ToolOutput::error(format!("Invalid glob {g:?}: {e}")),
+        let overrides = ob
+            .build()
+            .map_err(|e| ToolOutput::error(format!("Invalid glob {g:?}: {e}")))?;
+        wb.overrides(overrides);
+    }
+    Ok(wb)
+}
+
+/// What a search found so far.
+struct Found {
+    out: Collector,
+    /// `files_with_matches`: the newest files.
+    files: Newest,
+    /// `count`: matching lines and files.
+    total_count: u64,
+    files_matched: u64,
+}
+
+impl Found {
+    fn new(head_limit: Option<usize>) -> Self {
+        Found {
+            out: Collector {
+                lines: Vec::new(),
+                chars: 0,
+                head_limit,
+                cut_by_head: false,
+                cut_by_size: false,
+            },
+            files: Newest::new(MAX_LISTED_FILES),
+            total_count: 0,
+            files_matched: 0,
         }
     }
 
-    let mut out = Collector {
-        lines: Vec::new(),
-        chars: 0,
-        head_limit: o.head_limit,
-        cut_by_head: false,
-        cut_by_size: false,
-    };
-    let mut files = Newest::new(MAX_LISTED_FILES);
-    let mut total_count: u64 = 0;
-    let mut files_matched: u64 = 0;
-    for entry in wb.build() {
-        if cancel.is_cancelled() {
-            return ToolOutput::error("Grep was interrupted.");
-        }
-        let Ok(entry) = entry else { continue };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let path = entry.path();
-        let shown = path.display().to_string();
-        match o.mode {
-            Mode::Files => {
-                let mut sink = FirstMatch(false);
-                if searcher.search_path(&matcher, path, &mut sink).is_ok() && sink.0 {
-                    let mtime = entry
-                        .metadata()
-                        .ok()
-                        .and_then(|m| m.modified().ok())
-                        .unwrap_or(SystemTime::UNIX_EPOCH);
-                    files.push(mtime, path.to_path_buf());
-                }
-            }
-            Mode::Count => {
-                let mut sink = CountLines(0);
-                if searcher.search_path(&matcher, path, &mut sink).is_ok() && sink.0 > 0 {
-                    total_count += sink.0;
-                    files_matched += 1;
-                    let line = if single_file {
-                        sink.0.to_string()
-                    } else {
-                        format!("{shown}:{}", sink.0)
-                    };
-                    out.push(line);
-                }
-            }
-            Mode::Content => {
-                let context = o.before > 0 || o.after > 0;
-                let mut sink = ContentSink {
-                    out: &mut out,
-                    prefix: if single_file { None } else { Some(shown) },
-                    line_numbers: o.line_numbers,
-                    context,
-                    any: false,
-                };
-                let _ = searcher.search_path(&matcher, path, &mut sink);
-            }
-        }
-        if out.full() {
-            break;
-        }
-    }
-
-    if o.mode == Mode::Files {
-        let total = files.total();
+    fn files_report(mut self) -> ToolOutput {
+        let out = &mut self.out;
+        let total = self.files.total();
         if total == 0 {
             return ToolOutput::ok("No files found");
         }
-        for p in files.into_sorted() {
+        for p in self.files.into_sorted() {
             if !out.push(p.display().to_string()) {
                 break;
             }
@@ -394,31 +367,111 @@ fn search(root: &Path, o: &Options, cancel: &CancellationToken) -> ToolOutput {
                 out.lines.len()
             ));
         }
-        return ToolOutput::ok(text);
+        ToolOutput::ok(text)
     }
-    if out.lines.is_empty() {
-        return ToolOutput::ok("No matches found");
+
+    fn lines_report(self, mode: Mode) -> ToolOutput {
+        let out = &self.out;
+        if out.lines.is_empty() {
+            return ToolOutput::ok("No matches found");
+        }
+        let mut text = out.lines.join("\n");
+        if mode == Mode::Count && !out.full() {
+            let (lines, files) = (self.total_count, self.files_matched);
+            text.push_str(&format!(
+                "\n\nFound {lines} matching line{} across {files} file{}.",
+                if lines == 1 { "" } else { "s" },
+                if files == 1 { "" } else { "s" }
+            ));
+        }
+        if out.cut_by_head {
+            text.push_str(&format!(
+                "\n\n(Output limited to the first {} lines by head_limit; more results exist.)",
+                out.lines.len()
+            ));
+        } else if out.cut_by_size {
+            text.push_str(&format!(
+                "\n\n(Output cut at about {MAX_OUTPUT_CHARS} characters and the search stopped; \
+                 more results exist. Narrow the path, glob or pattern, or page with head_limit.)"
+            ));
+        }
+        ToolOutput::ok(text)
     }
-    let mut text = out.lines.join("\n");
-    if o.mode == Mode::Count && !out.full() {
-        text.push_str(&format!(
-            "\n\nFound {total_count} matching line{} across {files_matched} file{}.",
-            if total_count == 1 { "" } else { "s" },
-            if files_matched == 1 { "" } else { "s" }
-        ));
+}
+
+/// Searches every file of the walk into `found`, until the output is full. `false` when
+/// cancelled.
+fn walk(
+    walker: ignore::WalkBuilder,
+    matcher: &grep_regex::RegexMatcher,
+    o: &Options,
+    single_file: bool,
+    cancel: &CancellationToken,
+    found: &mut Found,
+) -> bool {
+    let content_context = if o.mode == Mode::Content {
+        (o.before, o.after)
+    } else {
+        (0, 0)
+    };
+    let mut searcher = SearcherBuilder::new()
+        .line_number(true)
+        .multi_line(o.multiline)
+        .before_context(content_context.0)
+        .after_context(content_context.1)
+        .binary_detection(BinaryDetection::quit(0))
+        .heap_limit(Some(HEAP_LIMIT))
+        .build();
+    for entry in walker.build() {
+        if cancel.is_cancelled() {
+            return false;
+        }
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = entry.path();
+        match o.mode {
+            Mode::Files => {
+                let mut sink = FirstMatch(false);
+                if searcher.search_path(matcher, path, &mut sink).is_ok() && sink.0 {
+                    let mtime = entry
+                        .metadata()
+                        .ok()
+                        .and_then(|m| m.modified().ok())
+                        .unwrap_or(SystemTime::UNIX_EPOCH);
+                    found.files.push(mtime, path.to_path_buf());
+                }
+            }
+            Mode::Count => {
+                let mut sink = CountLines(0);
+                if searcher.search_path(matcher, path, &mut sink).is_ok() && sink.0 > 0 {
+                    found.total_count += sink.0;
+                    found.files_matched += 1;
+                    let line = if single_file {
+                        sink.0.to_string()
+                    } else {
+                        format!("{}:{}", path.display(), sink.0)
+                    };
+                    found.out.push(line);
+                }
+            }
+            Mode::Content => {
+                let mut sink = ContentSink {
+                    out: &mut found.out,
+                    prefix: (!single_file).then(|| path.display().to_string()),
+                    line_numbers: o.line_numbers,
+                    context: o.before > 0 || o.after > 0,
+                    any: false,
+                };
+                let _ = searcher.search_path(matcher, path, &mut sink);
+            }
+        }
+        if found.out.full() {
+            break;
+        }
     }
-    if out.cut_by_head {
-        text.push_str(&format!(
-            "\n\n(Output limited to the first {} lines by head_limit; more results exist.)",
-            out.lines.len()
-        ));
-    } else if out.cut_by_size {
-        text.push_str(&format!(
-            "\n\n(Output cut at about {MAX_OUTPUT_CHARS} characters and the search stopped; \
-             more results exist. Narrow the path, glob or pattern, or page with head_limit.)"
-        ));
-    }
-    ToolOutput::ok(text)
+    true
 }
 
 /// `"*.rs *.toml"` → two globs; commas separate too, except inside `{…}`.

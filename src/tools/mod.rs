@@ -10,6 +10,7 @@ pub mod edit;
 pub mod glob;
 pub mod grep;
 pub mod input;
+pub use crate::transcript::tools as names;
 pub mod paths;
 pub mod process;
 pub mod read;
@@ -66,7 +67,11 @@ impl ToolOutput {
 
 /// A tool the model can call.
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
+    /// What the harness knows about this tool (name, summary and path fields).
+    fn info(&self) -> &'static names::ToolInfo;
+    fn name(&self) -> &'static str {
+        self.info().name
+    }
     /// Shown to the model.
     fn description(&self) -> String;
     /// JSON Schema of the input.

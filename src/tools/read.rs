@@ -5,6 +5,7 @@
 //! get a one-line description (kind, size) instead of bytes.
 
 use super::input::{self, numbered_line};
+use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
 use serde_json::{Value, json};
@@ -44,8 +45,8 @@ read multiple potentially useful files in parallel.
 - If you read a file that exists but has empty contents you will receive a note saying so.";
 
 impl Tool for Read {
-    fn name(&self) -> &'static str {
-        "Read"
+    fn info(&self) -> &'static names::ToolInfo {
+        &names::READ_INFO
     }
 
     fn description(&self) -> String {
@@ -78,9 +79,9 @@ impl Tool for Read {
     fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let parsed = (|| {
-                let path = input::required_str("Read", input, "file_path")?;
-                let offset = input::optional_u64("Read", input, "offset")?;
-                let limit = input::optional_u64("Read", input, "limit")?;
+                let path = input::required_str(names::READ, input, "file_path")?;
+                let offset = input::optional_u64(names::READ, input, "offset")?;
+                let limit = input::optional_u64(names::READ, input, "limit")?;
                 Ok::<_, ToolOutput>((path, offset, limit))
             })();
             let (path, offset, limit) = match parsed {
@@ -96,7 +97,7 @@ impl Tool for Read {
             };
             let first = offset.unwrap_or(1).max(1);
             let limit = limit.unwrap_or(DEFAULT_LIMIT);
-            input::blocking("Read", move || read_file(&resolved, first, limit)).await
+            input::blocking(names::READ, move || read_file(&resolved, first, limit)).await
         })
     }
 }

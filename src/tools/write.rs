@@ -1,6 +1,7 @@
 //! The `Write` tool: creates or overwrites a file inside the workspace.
 
 use super::input;
+use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
 use crate::BoxFuture;
 use serde_json::{Value, json};
@@ -26,8 +27,8 @@ documentation files if explicitly requested by the User.
 asked.";
 
 impl Tool for Write {
-    fn name(&self) -> &'static str {
-        "Write"
+    fn info(&self) -> &'static names::ToolInfo {
+        &names::WRITE_INFO
     }
 
     fn description(&self) -> String {
@@ -55,11 +56,11 @@ impl Tool for Write {
 
     fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let path = match input::required_str("Write", input, "file_path") {
+            let path = match input::required_str(names::WRITE, input, "file_path") {
                 Ok(p) => p,
                 Err(e) => return e,
             };
-            let content = match input::required_str("Write", input, "content") {
+            let content = match input::required_str(names::WRITE, input, "content") {
                 Ok(c) => c.to_string(),
                 Err(e) => return e,
             };
@@ -67,7 +68,7 @@ impl Tool for Write {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e),
             };
-            input::blocking("Write", move || write_file(&resolved, &content)).await
+            input::blocking(names::WRITE, move || write_file(&resolved, &content)).await
         })
     }
 }

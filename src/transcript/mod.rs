@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use std::path::Path;
 
 pub mod markers;
+pub mod tools;
 
 pub use markers::{INTERRUPTED_TOOL_RESULT, INTERRUPTED_TURN};
 
@@ -144,6 +145,20 @@ pub fn now_timestamp() -> String {
 /// The uuid of an entry, if it has one.
 pub fn uuid_of(entry: &Value) -> Option<&str> {
     entry.get("uuid").and_then(Value::as_str)
+}
+
+/// The uuid a resumed main session continues from: that of the last entry that has a
+/// uuid and is not on a side chain. A Claude Code transcript ends with lines that have
+/// none (`last-prompt`, titles, `file-history-snapshot`), and may hold old sub-agent
+/// entries (`isSidechain: true`); continuing from either would break the chain that
+/// Claude Code walks back from the leaf. Entries of other types with a uuid
+/// (`attachment`, `system`) are links of that chain, so they can be the leaf.
+pub fn resume_leaf(entries: &[Value]) -> Option<&str> {
+    entries
+        .iter()
+        .rev()
+        .filter(|e| e.get("isSidechain") != Some(&Value::Bool(true)))
+        .find_map(uuid_of)
 }
 
 /// Builds API messages from transcript entries, incrementally: consecutive entries of

@@ -12,6 +12,7 @@ use crate::continuity::manifest::judge_name;
 use crate::continuity::notes;
 use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, SessionStart};
+use crate::tools::names::{ASK_USER, BASH, EDIT, GLOB, GREP, READ, TASK, WRITE};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -84,10 +85,10 @@ const JUDGE: &str = "你是判定者。你只根据工作区的实际状态判�
 /// The clarifier: reads the workspace, asks through AskUser, writes only the notes.
 pub fn clarifier() -> AgentSpec {
     AgentSpec::new("clarifier", CLARIFIER).allowed_tools([
-        "Read",
-        "Glob",
-        "Grep",
-        "AskUser",
+        READ,
+        GLOB,
+        GREP,
+        ASK_USER,
         "Write(notes/**)",
         "Edit(notes/**)",
     ])
@@ -95,9 +96,9 @@ pub fn clarifier() -> AgentSpec {
 
 pub fn goal_setter() -> AgentSpec {
     AgentSpec::new("goal-setter", GOAL_SETTER).allowed_tools([
-        "Read",
-        "Glob",
-        "Grep",
+        READ,
+        GLOB,
+        GREP,
         "Write(notes/**)",
         "Edit(notes/**)",
     ])
@@ -106,10 +107,10 @@ pub fn goal_setter() -> AgentSpec {
 /// The coordinator: delegates through Task; its own Bash is read-only git.
 pub fn coordinator() -> AgentSpec {
     AgentSpec::new("coordinator", COORDINATOR).allowed_tools([
-        "Read",
-        "Glob",
-        "Grep",
-        "Task",
+        READ,
+        GLOB,
+        GREP,
+        TASK,
         "Write(notes/**)",
         "Edit(notes/**)",
         "Bash(git status:*)",
@@ -121,13 +122,12 @@ pub fn coordinator() -> AgentSpec {
 
 /// The sub-agent the coordinator's Task starts: every file and shell tool.
 pub fn worker() -> AgentSpec {
-    AgentSpec::new("general-purpose", WORKER)
-        .allowed_tools(["Read", "Write", "Edit", "Glob", "Grep", "Bash"])
+    AgentSpec::new("general-purpose", WORKER).allowed_tools([READ, WRITE, EDIT, GLOB, GREP, BASH])
 }
 
 /// The judge: read-only tools, and Bash to run tests.
 pub fn judge() -> AgentSpec {
-    AgentSpec::new("judge", JUDGE).allowed_tools(["Read", "Glob", "Grep", "Bash"])
+    AgentSpec::new("judge", JUDGE).allowed_tools([READ, GLOB, GREP, BASH])
 }
 
 /// Builds the pipeline for `workspace` (canonical).

@@ -491,10 +491,11 @@ fn max_attempts_from_the_environment() {
     assert_eq!(requests, 2);
     assert!(text(&out.stderr).trim().is_empty(), "{}", text(&out.stderr));
 
-    // A bad value: one warning, and the default of six.
+    // A bad value is refused up front (it used to be a warning and the default of six):
+    // exit 2, no request.
     let (out, requests) = failing_once(server_error, &[("FLOWER_MAX_ATTEMPTS", "zwei")]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(requests, 6);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(requests, 0);
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("FLOWER_MAX_ATTEMPTS") && stderr.contains("zwei"),
@@ -522,20 +523,28 @@ fn retry_unknown_from_the_environment() {
             ("FLOWER_RETRY_UNKNOWN", "maybe"),
         ],
     );
-    assert_eq!(requests, 3, "a bad value keeps the default");
+    assert_eq!(requests, 0, "a bad value is refused before any request");
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("FLOWER_RETRY_UNKNOWN"));
 }
 
 /// With the server gone for good, `FLOWER_MAX_OFFLINE_WAIT` bounds the wait (the default
-/// would wait an hour), and a bad probe interval falls back with a warning.
+/// would wait an hour); a bad probe timeout is refused before anything happens.
 #[test]
 fn max_offline_wait_from_the_environment() {
     let project = Project::resilient();
     let server = FakeServer::with_handler(|_, _| Reply::text("never"));
     server.stop_accepting();
+    let bad = project
+        .command(&server, &["once", "hi"])
+        .env("FLOWER_MAX_OFFLINE_WAIT", "0.3")
+        .env("FLOWER_PROBE_TIMEOUT", "-1")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("FLOWER_PROBE_TIMEOUT"));
     let mut cmd = project.command(&server, &["once", "hi"]);
-    cmd.env("FLOWER_MAX_OFFLINE_WAIT", "0.3")
-        .env("FLOWER_PROBE_TIMEOUT", "-1");
+    cmd.env("FLOWER_MAX_OFFLINE_WAIT", "0.3");
     let (mut child, stderr) = spawn_watched(cmd);
     let status = wait_exit(&mut child, Duration::from_secs(30));
     assert!(stderr.wait_closed(PATIENCE));
@@ -543,7 +552,6 @@ fn max_offline_wait_from_the_environment() {
     assert_eq!(status.code(), Some(1), "{all}");
     assert_eq!(server.request_count(), 0);
     assert!(all.contains("网络不通"), "{all}");
-    assert!(all.contains("FLOWER_PROBE_TIMEOUT"), "{all}");
     assert!(all.contains("Can't reach the API server"), "{all}");
 }
 

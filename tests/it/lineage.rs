@@ -497,3 +497,29 @@ fn lineage_is_send_and_sync() {
     shareable::<Lineage>();
     shareable::<std::sync::Arc<std::sync::Mutex<Lineage>>>();
 }
+
+/// Attempt names print and parse in the spec's four forms, and only the plain form is
+/// a step name; a `#` alone does not make an attempt name.
+#[test]
+fn attempt_names_round_trip() {
+    use flower::continuity::attempt::{AttemptKind, AttemptName};
+    for (name, step, kind) in [
+        ("干活", "干活", AttemptKind::First),
+        ("干活#retry2", "干活", AttemptKind::Retry(2)),
+        ("干活#round3", "干活", AttemptKind::Round(3)),
+        ("干活·判定#1", "干活", AttemptKind::Judge(1)),
+        ("C#", "C#", AttemptKind::First),
+        ("写 C# 代码#retry10", "写 C# 代码", AttemptKind::Retry(10)),
+        ("干活#retry", "干活#retry", AttemptKind::First),
+        ("干活#retryx", "干活#retryx", AttemptKind::First),
+    ] {
+        let parsed = AttemptName::parse(name);
+        assert_eq!((parsed.step(), parsed.kind()), (step, kind), "{name}");
+        assert_eq!(parsed.to_string(), name);
+        assert_eq!(
+            is_plain_step_name(name),
+            kind == AttemptKind::First,
+            "{name}"
+        );
+    }
+}

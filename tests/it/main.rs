@@ -6,6 +6,8 @@ mod faults_support;
 mod store_support;
 mod support;
 
+mod claude_code_import;
+mod config;
 mod continuation_crash;
 mod continuation_example;
 mod engine_history;
@@ -24,8 +26,8 @@ mod permissions_corpus;
 mod permissions_parse;
 mod permissions_paths;
 mod permissions_proptest;
-
 mod resilience;
+mod run_lock;
 mod sandbox;
 mod signals;
 mod store_cli;

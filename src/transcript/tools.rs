@@ -1,0 +1,74 @@
+//! Tool names (they appear in every `tool_use` block of a transcript) and what the
+//! harness needs to know about each tool besides its code:
+//! spelled once, here. The names and input fields follow Claude Code's (models are
+//! trained on them), so they are part of the contract with the model.
+
+/// Reads a file.
+pub const READ: &str = "Read";
+/// Creates or replaces a file.
+pub const WRITE: &str = "Write";
+/// Replaces a string in a file.
+pub const EDIT: &str = "Edit";
+/// Finds files by glob.
+pub const GLOB: &str = "Glob";
+/// Searches file contents.
+pub const GREP: &str = "Grep";
+/// Runs a shell command.
+pub const BASH: &str = "Bash";
+/// Starts a sub-agent (the engine's, not a `tools::Tool`).
+pub const TASK: &str = "Task";
+/// Asks the user a question (the engine's, not a `tools::Tool`).
+pub const ASK_USER: &str = "AskUser";
+
+/// What the harness knows about a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolInfo {
+    pub name: &'static str,
+    /// The input field that says what a call is about, for one-line progress output.
+    pub summary_field: &'static str,
+    /// The input field holding the path the call works on, if any: path rules
+    /// (`Read(src/**)`) match it, and it is confined to the workspace.
+    pub path_field: Option<&'static str>,
+    /// Whether the tool changes files (the agents without it get a read-only workspace).
+    pub writes_files: bool,
+}
+
+pub const READ_INFO: ToolInfo = info(READ, "file_path", Some("file_path"), false);
+pub const WRITE_INFO: ToolInfo = info(WRITE, "file_path", Some("file_path"), true);
+pub const EDIT_INFO: ToolInfo = info(EDIT, "file_path", Some("file_path"), true);
+pub const GLOB_INFO: ToolInfo = info(GLOB, "pattern", Some("path"), false);
+pub const GREP_INFO: ToolInfo = info(GREP, "pattern", Some("path"), false);
+pub const BASH_INFO: ToolInfo = info(BASH, "command", None, false);
+pub const TASK_INFO: ToolInfo = info(TASK, "description", None, false);
+pub const ASK_USER_INFO: ToolInfo = info(ASK_USER, "question", None, false);
+
+/// Every tool an agent can be given, built-in and engine-level, in offer order.
+pub const ALL: [ToolInfo; 8] = [
+    READ_INFO,
+    WRITE_INFO,
+    EDIT_INFO,
+    GLOB_INFO,
+    GREP_INFO,
+    BASH_INFO,
+    TASK_INFO,
+    ASK_USER_INFO,
+];
+
+const fn info(
+    name: &'static str,
+    summary_field: &'static str,
+    path_field: Option<&'static str>,
+    writes_files: bool,
+) -> ToolInfo {
+    ToolInfo {
+        name,
+        summary_field,
+        path_field,
+        writes_files,
+    }
+}
+
+/// What the harness knows about the tool called `name`; `None` for an unknown tool.
+pub fn info_of(name: &str) -> Option<&'static ToolInfo> {
+    ALL.iter().find(|t| t.name == name)
+}
