@@ -329,9 +329,17 @@ pub fn prepare_with(
             "Landlock refused the ruleset".into(),
         ));
     }
+    // Only what Landlock would let the command write needs the mount (and its cost:
+    // a user and a mount namespace, several milliseconds).
+    let roots = if ruleset.is_some() {
+        writable(policy, workspace)
+    } else {
+        vec![PathBuf::from("/")]
+    };
     let read_only: Vec<(CString, libc::c_ulong)> = if policy.protect_git {
         git_paths(workspace)
             .into_iter()
+            .filter(|p| roots.iter().any(|r| p.starts_with(r)))
             .filter_map(|p| Some((cstring(&p).ok()?, locked_flags(&p))))
             .collect()
     } else {

@@ -404,11 +404,7 @@ async fn a_malformed_rule_fails_before_the_first_step() {
     let rt = runtime(dir.path(), &server);
     let wf = Workflow::new(vec![
         Step::new("一", terse(), "hi"),
-        Step::new(
-            "二",
-            terse().allowed_tools(["Bash(git status"]),
-            "hi",
-        ),
+        Step::new("二", terse().allowed_tools(["Bash(git status"]), "hi"),
     ]);
     let err = wf.run(&rt).await.expect_err("a bad rule");
     assert!(
