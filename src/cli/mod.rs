@@ -4,6 +4,7 @@ pub mod args;
 pub mod config;
 pub mod flow;
 pub mod input;
+pub mod model_config;
 pub mod once;
 pub mod render;
 pub mod state;

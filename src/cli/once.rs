@@ -21,7 +21,7 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
-    let spec = AgentSpec {
+    let mut spec = AgentSpec {
         name: "once".into(),
         instructions: INSTRUCTIONS.into(),
         allowed_tools: args.allowed_tools.clone(),
@@ -37,8 +37,13 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let config = Config::from_env(args.model.as_deref())?.with_sandbox_flags(&args.sandbox)?;
+    let config = Config::from_env(&args.model_flags())?.with_sandbox_flags(&args.sandbox)?;
     let sandbox = config.sandbox.clone();
+    // The model as the configuration resolved it (aliases, `[1m]`).
+    spec.model = config.model.model.clone();
+    for warning in &config.warnings {
+        eprintln!("flower: {warning}");
+    }
     let base_options = config.runtime_options()?;
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
@@ -101,6 +106,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
             "session_id": session_id,
             "result": if result.ok { result.text.clone() } else { result.error.clone().unwrap_or_default() },
             "is_error": !result.ok,
+            "stop_reason": outcome.stop_reason,
             "num_turns": result.num_turns,
             "total_cost_usd": result.cost_usd,
             "usage": outcome.usage,

@@ -59,6 +59,18 @@ pub fn step_header(step: &str, index: usize, total: usize, resumed: bool, woke: 
     line
 }
 
+/// `== 干活 换代 → 第 2 代 (上下文 121.4K) ==`: a step's session hands off.
+pub fn handoff_line(step: &str, generation: u32, context: u64) -> String {
+    format!(
+        "== {step} 换代 → 第 {generation} 代 (上下文 {}) ==",
+        tokens(context)
+    )
+}
+
+/// Under the handoff line when the window was hit and nobody was asked.
+pub const MECHANICAL_NOTE: &str =
+    "  上下文撞到了窗口:交接书由 flower 从现有材料机械拼出,没有再问那条会话";
+
 #[derive(Default)]
 struct State {
     step: String,
@@ -69,6 +81,8 @@ struct State {
     mid_line: bool,
     /// A status line is drawn on stderr.
     status_shown: bool,
+    /// The thinking marker of the current reply was shown.
+    thinking_shown: bool,
 }
 
 /// Renders events; shared by the event sink.
@@ -175,11 +189,22 @@ impl Renderer {
         let mut state = self.lock();
         match event {
             Event::TextDelta { text, depth: 0 } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(text.as_bytes());
                 let _ = out.flush();
                 state.mid_line = !text.ends_with('\n');
+            }
+            // Thinking is never mixed into the answer: one dim line on stderr per block.
+            Event::ThinkingDelta { depth, .. } if !state.thinking_shown => {
+                state.thinking_shown = true;
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}",
+                    self.paint("2", &format!("{}✻ 思考中…", indent(*depth)))
+                );
             }
             Event::TextDelta { .. } | Event::ThinkingDelta { .. } => {}
             Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
@@ -196,6 +221,7 @@ impl Renderer {
                 summary,
                 depth,
             } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 self.end_text_line(&mut state);
                 eprintln!(
@@ -234,6 +260,7 @@ impl Renderer {
                 depth: 0,
                 ..
             } => {
+                state.thinking_shown = false;
                 state.turn = *turn;
                 state.context = *context;
                 state.cost = *cost_usd;
@@ -268,6 +295,11 @@ impl Renderer {
                     eprintln!("{text}");
                 }
             }
+            Event::Warning { message } => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!("{}", self.paint("33", &format!("flower: {message}")));
+            }
             Event::Online => {
                 self.clear_status(&mut state);
                 eprintln!("  网络恢复,接着跑");
@@ -284,6 +316,20 @@ impl Renderer {
                 if self.headers {
                     drop(state);
                     self.line(&step_header(step, *index, *total, *resumed, *woke));
+                }
+            }
+            Event::Handoff {
+                step,
+                generation,
+                context,
+                mechanical,
+            } => {
+                state.turn = 0;
+                state.context = 0;
+                drop(state);
+                self.line(&handoff_line(step, *generation, *context));
+                if *mechanical {
+                    self.note(MECHANICAL_NOTE);
                 }
             }
             Event::StepSkipped { step, index, total } => {

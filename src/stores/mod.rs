@@ -13,7 +13,7 @@ pub mod sqlite;
 pub mod summary;
 
 pub use key::{SessionKey, project_key};
-pub use prune::{PruneOptions, PruningSessionStore};
+pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
 use serde::{Deserialize, Serialize};
