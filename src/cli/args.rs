@@ -47,6 +47,12 @@ pub struct FlowArgs {
     #[arg(long)]
     pub model: Option<String>,
 
+    /// Also print the sandbox state under the banner.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
@@ -78,6 +84,26 @@ impl OnceArgs {
             thinking: self.thinking,
         }
     }
+}
+
+/// The sandbox around Bash commands (see the README's "Permissions and sandbox");
+/// folded into the [`super::config::Config`] with the `FLOWER_SANDBOX` and
+/// `FLOWER_NETWORK` settings.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// Bash commands get no network (a new, empty network namespace).
+    /// Setting: FLOWER_NETWORK=off.
+    #[arg(long)]
+    pub no_network: bool,
+
+    /// Refuse to run Bash commands when the kernel cannot sandbox them (no Landlock).
+    /// Setting: FLOWER_SANDBOX=require.
+    #[arg(long, conflicts_with = "no_sandbox")]
+    pub require_sandbox: bool,
+
+    /// Run Bash commands without the sandbox. Setting: FLOWER_SANDBOX=off.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,6 +160,9 @@ pub struct OnceArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]

@@ -7,6 +7,7 @@
 //! which variable and what it should look like (ripgrep's model: low-level arguments
 //! become one validated high-level config, which then builds everything else).
 
+use super::args::SandboxArgs;
 use super::model_config::{ModelFlags, SettingsError, model_settings};
 use flower::continuity::handoff::{self, HandoffOptions, Threshold};
 use flower::continuity::resilience::Resilience;
@@ -14,6 +15,7 @@ use flower::continuity::runtime::RuntimeOptions;
 use flower::model::ModelClient;
 use flower::model::anthropic::{AnthropicClient, ClientConfig, DEFAULT_IDLE_TIMEOUT};
 use flower::model::prices::{self, PriceTable};
+use flower::tools::sandbox::{self, SandboxPolicy, Support};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +36,9 @@ pub struct Config {
     pub resilience: Resilience,
     /// `max_tokens` of each request (`FLOWER_MAX_TOKENS`; above the thinking budget).
     pub max_tokens: u32,
+    /// The sandbox of Bash commands (`FLOWER_SANDBOX`, `FLOWER_NETWORK`, and the
+    /// flags through [`Config::with_sandbox_flags`]).
+    pub sandbox: SandboxPolicy,
     /// Extended thinking budget (`--thinking`, `MAX_THINKING_TOKENS`).
     pub thinking_budget: Option<u32>,
     /// The prompt cache's lifetime pruning respects (`FLOWER_CACHE_TTL`); `None`: every
@@ -122,6 +127,26 @@ impl Config {
             at: lookup("FLOWER_HANDOFF_AT"),
             window: lookup("FLOWER_CONTEXT_WINDOW"),
         };
+        let mut sandbox = SandboxPolicy::standard();
+        match get("FLOWER_SANDBOX").as_deref() {
+            None | Some("on") => {}
+            Some("off") => sandbox.enabled = false,
+            Some("require") => sandbox.required = true,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "FLOWER_SANDBOX={other:?}: expected on, off or require"
+                )));
+            }
+        }
+        match get("FLOWER_NETWORK").as_deref() {
+            None | Some("on") => {}
+            Some("off") => sandbox.network = false,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "FLOWER_NETWORK={other:?}: expected on or off"
+                )));
+            }
+        }
         let handoff =
             handoff_options(None, &handoff_env, &client.default_model).map_err(ConfigError)?;
         Ok(Config {
@@ -132,12 +157,46 @@ impl Config {
             },
             resilience,
             max_tokens: settings.max_tokens,
+            sandbox,
             thinking_budget: settings.thinking_budget,
             cache_ttl: settings.cache_ttl,
             warnings: settings.warnings,
             handoff,
             handoff_env,
         })
+    }
+
+    /// Applies the sandbox flags (they win over the settings) and checks the result:
+    /// no network needs the sandbox, and a required sandbox needs Landlock.
+    pub fn with_sandbox_flags(mut self, flags: &SandboxArgs) -> Result<Config, ConfigError> {
+        let s = &mut self.sandbox;
+        if flags.no_network {
+            s.network = false;
+        }
+        if flags.no_sandbox {
+            s.enabled = false;
+            s.required = false;
+        }
+        if flags.require_sandbox {
+            s.enabled = true;
+            s.required = true;
+        }
+        if !s.enabled && !s.network {
+            return Err(ConfigError(
+                "--no-network (FLOWER_NETWORK=off) needs the sandbox; it cannot be combined \
+                 with --no-sandbox or FLOWER_SANDBOX=off"
+                    .into(),
+            ));
+        }
+        if s.enabled
+            && s.required
+            && let Support::Missing(why) = sandbox::support()
+        {
+            return Err(ConfigError(format!(
+                "沙箱不可用({why}),--require-sandbox 不允许不受限地运行命令"
+            )));
+        }
+        Ok(self)
     }
 
     /// The pipeline's `--handoff-at`, which wins over `FLOWER_HANDOFF_AT`; checked
@@ -176,6 +235,7 @@ impl Config {
             client: Some(self.client()?),
             resilience: Some(self.resilience.clone()),
             max_tokens: Some(self.max_tokens),
+            sandbox: self.sandbox.clone(),
             thinking_budget: self.thinking_budget,
             cache_ttl: self.cache_ttl,
             handoff: self.handoff.clone(),

@@ -46,8 +46,21 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let interactive = input::interactive();
     let mut said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     // Every setting is checked before anyone is asked anything.
-    let config =
-        Config::from_env(&args.model_flags())?.with_handoff_flag(args.handoff_at.as_deref())?;
+    let config = Config::from_env(&args.model_flags())?
+        .with_handoff_flag(args.handoff_at.as_deref())?
+        .with_sandbox_flags(&args.sandbox)?;
+    let sandbox = config.sandbox.clone();
+    // Without Landlock, say so once (the verbose banner says it anyway).
+    if sandbox.enabled
+        && !args.verbose
+        && matches!(
+            flower::tools::sandbox::support(),
+            flower::tools::sandbox::Support::Missing(_)
+        )
+    {
+        eprintln!("flower: {}", sandbox.describe());
+    }
+
     for warning in &config.warnings {
         eprintln!("flower: {warning}");
     }
@@ -94,6 +107,9 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let state = wake_state(&workspace, &args.run_dir);
     let intent = if state.waking {
         renderer.line(&banner(&workspace, &args.run_dir, &state));
+        if args.verbose {
+            eprintln!("{}", super::once::sandbox_line(&sandbox, &worker()));
+        }
         match said {
             Some(text) => Intent::Wake {
                 utterance: Some(text),

@@ -131,6 +131,8 @@ pub struct RuntimeOptions {
     pub subagents: Vec<AgentSpec>,
     /// Where running shell commands are registered, for the signal handlers.
     pub processes: ProcessGroups,
+    /// The sandbox of Bash commands (off by default in the library).
+    pub sandbox: crate::tools::sandbox::SandboxPolicy,
     /// 换代: when a step's main session hands off to a successor (window, threshold).
     /// Checked by [`Runtime::with_options`]: a threshold above the window is an error.
     pub handoff: HandoffOptions,
@@ -158,6 +160,7 @@ impl Default for RuntimeOptions {
             on_interrupt: None,
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
+            sandbox: Default::default(),
             handoff: HandoffOptions::default(),
             max_tokens: None,
             run_lock: RunLocking::Take,
@@ -261,6 +264,7 @@ impl Runtime {
             interrupt: options.interrupt,
             on_interrupt: options.on_interrupt,
             processes: options.processes,
+            sandbox: options.sandbox,
         });
         let lineage = Lineage::try_load(&run_dir, &workspace, |id| sqlite.has_session(id))
             .map_err(|source| RuntimeError::LineageCheck {
