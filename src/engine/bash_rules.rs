@@ -105,6 +105,12 @@ fn parse(cmd: &str) -> Result<Tree, ParseError> {
     if cmd.len() > MAX_COMMAND_BYTES {
         return Err(ParseError::TooLong(cmd.len()));
     }
+    // Refused before the C parser sees it: a grammar's deep nesting is where a parser
+    // written in C can recurse, and a test thread's stack is small. Brackets in quotes
+    // count too, which only ever refuses more.
+    if bracket_depth(cmd) > MAX_DEPTH {
+        return Err(ParseError::TooDeep);
+    }
     let mut parser = Parser::new();
     parser
         .set_language(&tree_sitter_bash::LANGUAGE.into())
@@ -125,6 +131,22 @@ fn parse(cmd: &str) -> Result<Tree, ParseError> {
         .ok_or(ParseError::TimedOut)?;
     check_depth(&tree)?;
     Ok(tree)
+}
+
+/// The deepest nesting of `(`, `{` and `[`, read as bytes.
+fn bracket_depth(cmd: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for byte in cmd.bytes() {
+        match byte {
+            b'(' | b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Walks the tree without recursion: too deep is an error (the later walks recurse).
