@@ -8,11 +8,13 @@
 mod json;
 pub mod key;
 mod par;
+pub mod postgres;
 pub mod prune;
 pub mod sqlite;
 pub mod summary;
 
 pub use key::{SessionKey, project_key};
+pub use self::postgres::{PostgresStore, PostgresUrl};
 pub use prune::{PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
