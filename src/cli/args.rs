@@ -42,6 +42,11 @@ pub struct FlowArgs {
     /// Model (else ANTHROPIC_MODEL, else the built-in default).
     #[arg(long)]
     pub model: Option<String>,
+
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -90,6 +95,11 @@ pub struct OnceArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -13,6 +13,7 @@ use flower::engine::DEFAULT_MAX_TOKENS;
 use flower::model::ModelClient;
 use flower::model::anthropic::{AnthropicClient, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT};
 use flower::model::prices::{self, PriceTable};
+use flower::stores::{PostgresStore, PostgresUrl, SessionStore};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,9 @@ pub struct Config {
     pub resilience: Resilience,
     /// `max_tokens` of each request (`FLOWER_MAX_TOKENS`).
     pub max_tokens: u32,
+    /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in
+    /// `runs/sessions.db`.
+    pub store: Option<PostgresUrl>,
 }
 
 /// How to reach the model.
@@ -120,6 +124,11 @@ impl Config {
             let first = first.strip_prefix("ignoring ").unwrap_or(first);
             return Err(ConfigError(first.to_string()));
         }
+        let store = match get("FLOWER_STORE") {
+            None => None,
+            Some(raw) => parse_store(&raw)
+                .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw))))?,
+        };
         let model = ModelConfig {
             api_key,
             base_url: get("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.into()),
@@ -131,7 +140,29 @@ impl Config {
             model,
             resilience,
             max_tokens,
+            store,
         })
+    }
+
+    /// This configuration with `--store` (which wins over `FLOWER_STORE`) applied.
+    pub fn with_store_flag(mut self, flag: Option<&str>) -> Result<Config, ConfigError> {
+        if let Some(raw) = flag {
+            self.store = parse_store(raw)
+                .map_err(|why| ConfigError(format!("--store {}: {why}", shown_store(raw))))?;
+        }
+        Ok(self)
+    }
+
+    /// Opens the chosen store: `None` for the default SQLite store (the runtime opens
+    /// it). Connects, checks credentials and the schema now, before any model request.
+    pub fn open_store(&self) -> anyhow::Result<Option<Arc<dyn SessionStore>>> {
+        let Some(url) = &self.store else {
+            return Ok(None);
+        };
+        let store = PostgresStore::open(url).map_err(|e| {
+            anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+        })?;
+        Ok(Some(Arc::new(store)))
     }
 
     /// The model client this configuration describes; also installs the price table.
@@ -164,5 +195,23 @@ impl Config {
             max_tokens: Some(self.max_tokens),
             ..RuntimeOptions::default()
         })
+    }
+}
+
+/// `sqlite` (the default store) → `None`; a PostgreSQL URL → `Some`.
+fn parse_store(raw: &str) -> Result<Option<PostgresUrl>, String> {
+    let raw = raw.trim();
+    if raw == "sqlite" {
+        return Ok(None);
+    }
+    raw.parse::<PostgresUrl>().map(Some)
+}
+
+/// A store value as an error message shows it: a password is never repeated.
+fn shown_store(raw: &str) -> String {
+    match raw.parse::<PostgresUrl>() {
+        Ok(url) => url.to_string(),
+        Err(_) if raw.contains('@') => "<a URL with credentials, not shown>".into(),
+        Err(_) => format!("{raw:?}"),
     }
 }

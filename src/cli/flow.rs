@@ -44,8 +44,9 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let interactive = input::interactive();
     let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     // Every setting is checked before anyone is asked anything.
-    let config = Config::from_env(args.model.as_deref())?;
-    let base_options = config.runtime_options()?;
+    let config = Config::from_env(args.model.as_deref())?.with_store_flag(args.store.as_deref())?;
+    let mut base_options = config.runtime_options()?;
+    base_options.store = config.open_store()?;
     let renderer = Renderer::new(true);
 
     if args.new {

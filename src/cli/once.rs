@@ -20,8 +20,9 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let config = Config::from_env(args.model.as_deref())?;
-    let base_options = config.runtime_options()?;
+    let config = Config::from_env(args.model.as_deref())?.with_store_flag(args.store.as_deref())?;
+    let mut base_options = config.runtime_options()?;
+    base_options.store = config.open_store()?;
     let options = RuntimeOptions {
         events: if args.json {
             flower::events::discard()

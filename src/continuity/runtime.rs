@@ -82,6 +82,9 @@ pub struct RuntimeOptions {
     /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
     /// [`crate::engine::DEFAULT_MAX_TOKENS`].
     pub max_tokens: Option<u32>,
+    /// Where transcripts live; `None`: the SQLite store in `run_dir/sessions.db`.
+    /// Either way the runtime wraps it in a [`PruningSessionStore`].
+    pub store: Option<Arc<dyn SessionStore>>,
 }
 
 impl Default for RuntimeOptions {
@@ -100,6 +103,7 @@ impl Default for RuntimeOptions {
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
             max_tokens: None,
+            store: None,
         }
     }
 }
@@ -149,7 +153,10 @@ impl Runtime {
             None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
         };
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
-        let sqlite = Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?);
+        let sqlite: Arc<dyn SessionStore> = match options.store {
+            Some(store) => store,
+            None => Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?),
+        };
         let mut prune = PruneOptions::new(run_dir.join("trimmed"));
         prune.trim = options.trim;
         prune.ephemeral = options.ephemeral;

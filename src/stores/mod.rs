@@ -13,8 +13,8 @@ pub mod prune;
 pub mod sqlite;
 pub mod summary;
 
-pub use key::{SessionKey, project_key};
 pub use self::postgres::{PostgresStore, PostgresUrl};
+pub use key::{SessionKey, project_key};
 pub use prune::{PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 

@@ -19,7 +19,7 @@
 //! Durability: `append` returns after PostgreSQL committed the transaction (with the
 //! server's default `synchronous_commit`, the commit is flushed to its WAL), so an
 //! acknowledged append survives this process and the server being killed.
-//! Appends to one key take a transaction-scoped advisory lock on the key, so batches
+//! Appends to one session take a transaction-scoped advisory lock on it (keys never hold `/`), so batches
 //! from several processes never interleave within a transcript.
 
 use super::summary::fold_session_summary;
@@ -98,8 +98,8 @@ impl FromStr for PostgresUrl {
         else {
             return Err("expected a URL starting with postgres:// or postgresql://".into());
         };
-        let config = ::postgres::Config::from_str(text)
-            .map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+        let config =
+            ::postgres::Config::from_str(text).map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
         if config.get_hosts().is_empty() {
             return Err("the URL names no host".into());
         }
@@ -320,7 +320,7 @@ impl PostgresStore {
             let subpath = key.subpath.clone().unwrap_or_default();
             let mut tx = c.transaction()?;
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(0) || $2, 0))",
+                "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
                 &[&key.project_key, &key.session_id],
             )?;
             let insert = tx.prepare(
@@ -413,7 +413,8 @@ impl Drop for PostgresStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        let threads =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
         for thread in threads {
             let _ = thread.join();
         }

@@ -30,6 +30,7 @@ mod signals;
 mod store_cli;
 mod store_conformance;
 mod store_create;
+mod store_postgres;
 mod store_prune;
 mod store_sqlite;
 mod terminal;
