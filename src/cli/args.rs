@@ -111,4 +111,9 @@ pub struct StateArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }

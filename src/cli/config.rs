@@ -198,6 +198,31 @@ impl Config {
     }
 }
 
+/// The store chosen by `--store` (`flag`), else `FLOWER_STORE`, for commands that need
+/// no model (`flower state`); `None`: the default SQLite store.
+pub fn store_from_env(flag: Option<&str>) -> Result<Option<PostgresUrl>, ConfigError> {
+    if let Some(raw) = flag {
+        return parse_store(raw)
+            .map_err(|why| ConfigError(format!("--store {}: {why}", shown_store(raw))));
+    }
+    match std::env::var("FLOWER_STORE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        None => Ok(None),
+        Some(raw) => parse_store(&raw)
+            .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw)))),
+    }
+}
+
+/// Opens a chosen PostgreSQL store (connects, checks credentials and schema).
+pub fn open_postgres(url: &PostgresUrl) -> anyhow::Result<Arc<dyn SessionStore>> {
+    let store = PostgresStore::open(url).map_err(|e| {
+        anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+    })?;
+    Ok(Arc::new(store))
+}
+
 /// `sqlite` (the default store) → `None`; a PostgreSQL URL → `Some`.
 fn parse_store(raw: &str) -> Result<Option<PostgresUrl>, String> {
     let raw = raw.trim();

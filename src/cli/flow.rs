@@ -18,7 +18,7 @@ use flower::continuity::wake::session_context;
 use flower::engine::Interrupt;
 use flower::workflow::WorkflowError;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
-use flower::{WakeState, wake_state};
+use flower::{WakeState, wake_state_in};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,13 +46,14 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     // Every setting is checked before anyone is asked anything.
     let config = Config::from_env(args.model.as_deref())?.with_store_flag(args.store.as_deref())?;
     let mut base_options = config.runtime_options()?;
-    base_options.store = config.open_store()?;
+    let store = config.open_store()?;
+    base_options.store = store.clone();
     let renderer = Renderer::new(true);
 
     if args.new {
         archive(&workspace, &args.run_dir)?;
     }
-    let state = wake_state(&workspace, &args.run_dir);
+    let state = wake_state_in(&workspace, &args.run_dir, store.as_deref());
     let intent = if state.waking {
         renderer.line(&banner(&workspace, &args.run_dir, &state));
         match said {

@@ -1,13 +1,18 @@
 //! `flower state`: the read-only wake probe, for people and scripts.
 
 use super::args::StateArgs;
-use flower::wake_state;
+use super::config;
+use flower::wake_state_in;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 
 pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
-    let state = wake_state(".", &args.run_dir);
+    let store = match config::store_from_env(args.store.as_deref())? {
+        Some(url) => Some(config::open_postgres(&url)?),
+        None => None,
+    };
+    let state = wake_state_in(".", &args.run_dir, store.as_deref());
     let mut out = String::new();
     if args.json {
         out.push_str(&serde_json::to_string_pretty(&state)?);

@@ -177,7 +177,7 @@ fn eight_concurrent_writers_lose_nothing_and_never_interleave() {
 /// `runs/sessions.db` is made, and `--resume` continues it after `runs/` is gone (a
 /// container's ephemeral file system).
 #[test]
-fn once_keeps_its_transcript_in_postgres_and_resumes_from_elsewhere() {
+fn once_keeps_its_transcript_in_postgres_and_resumes_without_runs_dir() {
     let Some(url) = pg::fresh_url() else { return };
     let a = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("第一"), Reply::text("第二")]);
@@ -216,4 +216,78 @@ fn once_keeps_its_transcript_in_postgres_and_resumes_from_elsewhere() {
     assert_eq!(requests.len(), 2);
     let sent = serde_json::to_string(&requests[1].body["messages"]).unwrap();
     assert!(sent.contains("记住 42") && sent.contains("第一"), "{sent}");
+}
+
+/// The pipeline on a PostgreSQL store, killed inside 干活 and woken: the wake resumes
+/// the same 干活 session from the database (no `runs/sessions.db` anywhere), and
+/// `flower state --store` sees the step's session there.
+#[test]
+fn the_pipeline_killed_inside_work_resumes_from_postgres() {
+    use crate::flow::Script;
+    use crate::support::Gate;
+    use crate::support::pipeline::{Agent, Project, agent_of};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    let Some(url) = pg::fresh_url() else { return };
+    let project = Project::new();
+    let script = Script::new(0);
+    let gate = Gate::new();
+    let server = {
+        let script = script.clone();
+        let gate = gate.clone();
+        let held = AtomicUsize::new(0);
+        FakeServer::with_handler(move |req, _| {
+            if agent_of(req) == Agent::Coordinator && held.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Reply::text("never delivered").gate_before(&gate);
+            }
+            script.reply(req)
+        })
+    };
+    let mut child = project
+        .command(&server, &["写个 hello 脚本", "--store", &url])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        gate.wait_reached(Duration::from_secs(60)),
+        "干活 was never asked"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let id = project.json("runs/lineage.json")["steps"]["干活"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let state = project
+        .command(&server, &["state", "--json"])
+        .env("FLOWER_STORE", &url)
+        .output()
+        .unwrap();
+    assert!(state.status.success(), "{state:?}");
+    let state: Value = serde_json::from_slice(&state.stdout).unwrap();
+    assert_eq!(state["steps"]["干活"], id.as_str());
+
+    let before = server.request_count();
+    let out = project
+        .command(&server, &[])
+        .env("FLOWER_STORE", &url)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resumed = server.requests()[before].clone();
+    assert_eq!(agent_of(&resumed), Agent::Coordinator);
+    assert_eq!(
+        project.json("runs/lineage.json")["steps"]["干活"],
+        id.as_str()
+    );
+    assert_eq!(project.read("hello.txt"), "hello");
+    assert!(!project.dir.join("runs/sessions.db").exists());
 }
