@@ -291,3 +291,43 @@ fn the_pipeline_killed_inside_work_resumes_from_postgres() {
     assert_eq!(project.read("hello.txt"), "hello");
     assert!(!project.dir.join("runs/sessions.db").exists());
 }
+
+/// The server drops every connection of the store (a restart, a failover): appends it
+/// acknowledged are all there, the call that meets the dead connection fails with an
+/// error naming the database, and the next one reconnects by itself.
+#[test]
+fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
+    let Some(url) = pg::fresh_url() else { return };
+    let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let key = SessionKey::main("p", "s");
+    for i in 0..10 {
+        store
+            .append(&key, &[json!({"type": "x", "uuid": format!("u{i}")})])
+            .unwrap();
+    }
+    pg::execute(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE pid <> pg_backend_pid() AND application_name = '' \
+         AND query NOT ILIKE '%pg_stat_activity%' AND datname = current_database() \
+         AND backend_type = 'client backend'",
+    );
+    // Every pooled connection may meet its dead socket once; then it reconnects.
+    let mut failures = 0;
+    let loaded = loop {
+        match store.load(&key) {
+            Ok(loaded) => break loaded.unwrap(),
+            Err(e) => {
+                assert!(e.to_string().contains("postgres://"), "{e}");
+                failures += 1;
+                assert!(failures <= flower::stores::postgres::POOL_SIZE, "{e}");
+            }
+        }
+    };
+    assert_eq!(loaded.len(), 10);
+    store
+        .append(&key, &[json!({"type": "x", "uuid": "after"})])
+        .or_else(|_| store.append(&key, &[json!({"type": "x", "uuid": "after"})]))
+        .unwrap();
+    assert_eq!(store.load(&key).unwrap().unwrap().len(), 11);
+}
