@@ -116,7 +116,10 @@ fn measure(store: &dyn SessionStore, dir: &Path, pg: Option<&dyn SessionStore>) 
     for step in ["确认需求", "设定目标", "干活"] {
         let id = format!("s-{step}");
         store
-            .append(&SessionKey::main(project_key(&workspace), &id), &[entry(0, 10)])
+            .append(
+                &SessionKey::main(project_key(&workspace), &id),
+                &[entry(0, 10)],
+            )
             .unwrap();
         lineage.remember(step, &id);
     }

@@ -3,6 +3,9 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+/// Exit status when another process holds the run directory (or the session).
+pub const EXIT_LOCKED: u8 = 3;
+
 /// flower: an LLM coding agent that never loses the conversation.
 ///
 /// Run it in a directory with a task. Run it again in the same directory, after Ctrl-C,
@@ -47,6 +50,11 @@ pub struct FlowArgs {
     /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+
+    /// If another flower is running in this run directory, wait for it to end instead of
+    /// exiting with status 3.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,15 +4,16 @@
 //! and continues the same conversation. What the user says on waking is appended to
 //! 需求.md, re-derives 目标.md, and is the prompt of the resumed 干活 session.
 
-use super::args::FlowArgs;
+use super::args::{EXIT_LOCKED, FlowArgs};
 use super::config::Config;
 use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
 use flower::continuity::lineage::Lineage;
+use flower::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use flower::continuity::notes;
-use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::continuity::wake::session_context;
 use flower::engine::Interrupt;
@@ -42,13 +43,45 @@ enum Intent {
 pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let workspace = std::env::current_dir()?.canonicalize()?;
     let interactive = input::interactive();
-    let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
+    let mut said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     // Every setting is checked before anyone is asked anything.
     let config = Config::from_env(args.model.as_deref())?.with_store_flag(args.store.as_deref())?;
     let mut base_options = config.runtime_options()?;
     let store = config.open_store()?;
     base_options.store = store.clone();
     let renderer = Renderer::new(true);
+
+    // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
+    // the run directory, its lock included, is created. Decided again under the lock.
+    if said.is_none()
+        && !args.new
+        && !resumable(&wake_state_in(&workspace, &args.run_dir, store.as_deref()))
+    {
+        if !interactive {
+            return Ok(no_task());
+        }
+        match ask_task().await {
+            Some(request) => said = Some(request),
+            None => return Ok(ExitCode::from(EXIT_USAGE)),
+        }
+    }
+    // One run, one process: before anything is read for the wake or written, this
+    // process holds the run directory (until it exits, however it exits).
+    let Some(run_lock) = take_run_lock(&args.run_dir, args.wait)? else {
+        return Ok(ExitCode::from(EXIT_LOCKED));
+    };
+    // A session of this run that someone else appends to (`flower once --resume`): no
+    // banner, no wake. The runtime claims them for real below.
+    if !args.new
+        && let Some(file) = Lineage::read(&args.run_dir, &workspace)
+    {
+        for id in file.steps.values() {
+            if let Probe::Held(holder) = lock::probe_session(&args.run_dir, id) {
+                eprintln!("flower: {}", session_busy(id, &holder));
+                return Ok(ExitCode::from(EXIT_LOCKED));
+            }
+        }
+    }
 
     if args.new {
         archive(&workspace, &args.run_dir)?;
@@ -89,12 +122,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
                 Some(request) => Intent::Fresh { request },
                 None => return Ok(ExitCode::from(EXIT_USAGE)),
             },
-            None => {
-                eprintln!(
-                    "flower: 要做什么? 在命令行上给一句话,例如:flower \"写个 md 转 html 的脚本\""
-                );
-                return Ok(ExitCode::from(EXIT_USAGE));
-            }
+            None => return Ok(no_task()),
         }
     };
 
@@ -117,9 +145,17 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
         subagents: vec![worker()],
+        run_lock: RunLocking::Held(run_lock),
         ..base_options
     };
-    let runtime = Runtime::with_options(&workspace, &args.run_dir, runtime_options)?;
+    let runtime = match Runtime::with_options(&workspace, &args.run_dir, runtime_options) {
+        Ok(runtime) => runtime,
+        Err(RuntimeError::SessionBusy { session_id, holder }) => {
+            eprintln!("flower: {}", session_busy(&session_id, &holder));
+            return Ok(ExitCode::from(EXIT_LOCKED));
+        }
+        Err(e) => return Err(e.into()),
+    };
     // Only once the run can be opened (its lineage checked against the store) is
     // anything written: a run that cannot start leaves the notes as they were.
     if let Some(text) = &options.utterance {
@@ -166,6 +202,65 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
         Err(other) => Err(other.into()),
+    }
+}
+
+/// Whether `state` is something `flower` without a prompt continues.
+fn resumable(state: &WakeState) -> bool {
+    state.waking || !state.steps.is_empty()
+}
+
+fn no_task() -> ExitCode {
+    eprintln!("flower: 要做什么? 在命令行上给一句话,例如:flower \"写个 md 转 html 的脚本\"");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// The run lock of `run_dir`; `None` (the line printed) when another process holds it
+/// and `wait` is off. With `wait`, says that it waits, and waits.
+fn take_run_lock(run_dir: &Path, wait: bool) -> anyhow::Result<Option<RunLock>> {
+    match RunLock::acquire(run_dir) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Held { holder, .. }) if wait => {
+            eprintln!("flower: {},等它结束……", running_here(&holder));
+            Ok(Some(RunLock::wait(run_dir)?))
+        }
+        Err(LockError::Held { holder, .. }) => {
+            let stop = holder
+                .as_ref()
+                .map(|h| format!(";停下它:kill {}", h.pid))
+                .unwrap_or_default();
+            eprintln!(
+                "flower: {}。等它跑完再接着做:flower --wait{stop}",
+                running_here(&holder)
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `另一个 flower 正在这里运行(pid N,HH:MM 起)`
+pub fn running_here(holder: &Option<Holder>) -> String {
+    format!("另一个 flower 正在这里运行({})", who(holder))
+}
+
+/// The line for a session another process appends to or reads.
+pub fn session_busy(session_id: &str, holder: &Option<Holder>) -> String {
+    let stop = holder
+        .as_ref()
+        .map(|h| format!(";停下它:kill {}", h.pid))
+        .unwrap_or_default();
+    format!(
+        "另一个 flower 正在用会话 {session_id}({})。等它跑完再来{stop}",
+        who(holder)
+    )
+}
+
+/// `pid N,HH:MM 起`
+pub fn who(holder: &Option<Holder>) -> String {
+    match holder {
+        Some(holder) => format!("pid {},{} 起", holder.pid, holder.clock()),
+        None => "pid 不详".into(),
     }
 }
 

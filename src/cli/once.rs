@@ -1,11 +1,13 @@
 //! `flower once`: one agent, one session, outside any workflow. No lineage, no
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
-use super::args::OnceArgs;
+use super::args::{EXIT_LOCKED, OnceArgs};
 use super::config::Config;
+use super::flow::session_busy;
 use super::input;
 use super::render::{self, Renderer};
-use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::lock::{self, Probe, RunLocking};
+use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use serde_json::json;
@@ -22,6 +24,14 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     let interactive = input::interactive();
     let config = Config::from_env(args.model.as_deref())?.with_store_flag(args.store.as_deref())?;
     let mut base_options = config.runtime_options()?;
+    // A session someone else appends to (a running pipeline's, another `once --resume`)
+    // is neither continued nor forked: refused before anything is opened.
+    if let Some(id) = &args.resume
+        && let Probe::Held(holder) = lock::probe_session(&args.run_dir, id)
+    {
+        eprintln!("flower: {}", session_busy(id, &holder));
+        return Ok(ExitCode::from(EXIT_LOCKED));
+    }
     base_options.store = config.open_store()?;
     let options = RuntimeOptions {
         events: if args.json {
@@ -31,9 +41,23 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         },
         interrupt: interrupt.clone(),
         on_interrupt: interactive.then(after_interrupt),
+        // No lineage, no manifest: only its own session, locked in `run_agent`. A running
+        // pipeline in this run directory neither blocks it nor is blocked by it.
+        run_lock: RunLocking::Unlocked,
         ..base_options
     };
     let runtime = Runtime::with_options(".", &args.run_dir, options)?;
+    // Held from here to the end, so that the probe above cannot be overtaken.
+    if let (Some(id), false) = (&args.resume, args.fork) {
+        match runtime.claim_session(id) {
+            Ok(()) => {}
+            Err(RuntimeError::SessionBusy { session_id, holder }) => {
+                eprintln!("flower: {}", session_busy(&session_id, &holder));
+                return Ok(ExitCode::from(EXIT_LOCKED));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
     }

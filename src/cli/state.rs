@@ -2,6 +2,8 @@
 
 use super::args::StateArgs;
 use super::config;
+use super::flow::who;
+use flower::continuity::lock::{self, Probe};
 use flower::wake_state_in;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -13,9 +15,22 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let state = wake_state_in(".", &args.run_dir, store.as_deref());
+    // Asked without taking the lock (nothing created, nothing written, no waiting).
+    let running = lock::probe_run(&args.run_dir);
     let mut out = String::new();
     if args.json {
-        out.push_str(&serde_json::to_string_pretty(&state)?);
+        let mut value = serde_json::to_value(&state)?;
+        // Only while a run holds the directory: the spec's fields stay exactly as they are.
+        if let (Probe::Held(holder), Some(object)) = (&running, value.as_object_mut()) {
+            object.insert(
+                "running".into(),
+                serde_json::json!({
+                    "pid": holder.as_ref().map(|h| h.pid),
+                    "since": holder.as_ref().map(|h| h.since.to_rfc3339()),
+                }),
+            );
+        }
+        out.push_str(&serde_json::to_string_pretty(&value)?);
         out.push('\n');
     } else {
         let brief = match (&state.brief, state.waking) {
@@ -29,6 +44,10 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "已唤醒:{} 次", state.woke)?;
         for (step, session) in &state.steps {
             writeln!(out, "步骤 {step}:{session}")?;
+        }
+        match &running {
+            Probe::Held(holder) => writeln!(out, "正在运行:是({})", who(holder))?,
+            Probe::Free => writeln!(out, "正在运行:否")?,
         }
     }
     // `println!` would panic when the reader is gone (`flower state | head -0`); a

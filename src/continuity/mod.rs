@@ -2,6 +2,7 @@
 
 pub mod attempt;
 pub mod lineage;
+pub mod lock;
 pub mod manifest;
 pub mod notes;
 pub mod resilience;

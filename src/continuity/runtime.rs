@@ -7,6 +7,7 @@
 //! the errors of a retry storm.
 
 use super::lineage::Lineage;
+use super::lock::{Holder, LockError, RunLock, RunLocking, SessionLocks};
 use super::manifest::{Manifest, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use crate::engine::Denial;
@@ -54,6 +55,45 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    /// Another runtime, in this process or another, holds the run directory. Nothing was
+    /// written.
+    #[error(
+        "run directory {path} is in use by another flower ({})",
+        holder_text(holder)
+    )]
+    Locked {
+        path: PathBuf,
+        holder: Option<Holder>,
+    },
+    /// Another process appends to (or forks) a session this runtime would continue.
+    #[error(
+        "session {session_id} is in use by another flower ({})",
+        holder_text(holder)
+    )]
+    SessionBusy {
+        session_id: String,
+        holder: Option<Holder>,
+    },
+    #[error(transparent)]
+    Lock(LockError),
+}
+
+fn holder_text(holder: &Option<Holder>) -> String {
+    holder
+        .as_ref()
+        .map_or_else(|| "pid unknown".into(), Holder::to_string)
+}
+
+impl RuntimeError {
+    fn of_session(session_id: &str, error: LockError) -> RuntimeError {
+        match error {
+            LockError::Held { holder, .. } => RuntimeError::SessionBusy {
+                session_id: session_id.to_string(),
+                holder,
+            },
+            other => RuntimeError::Lock(other),
+        }
+    }
 }
 
 /// How a runtime is set up. `Default` gives the library's defaults: `trim` off,
@@ -85,6 +125,8 @@ pub struct RuntimeOptions {
     /// Where transcripts live; `None`: the SQLite store in `run_dir/sessions.db`.
     /// Either way the runtime wraps it in a [`PruningSessionStore`].
     pub store: Option<Arc<dyn SessionStore>>,
+    /// The run lock: taken when the runtime opens the run directory (the default).
+    pub run_lock: RunLocking,
 }
 
 impl Default for RuntimeOptions {
@@ -104,6 +146,7 @@ impl Default for RuntimeOptions {
             processes: ProcessGroups::new(),
             max_tokens: None,
             store: None,
+            run_lock: RunLocking::Take,
         }
     }
 }
@@ -129,6 +172,10 @@ pub struct Runtime {
     on_session: Mutex<Option<SessionHook>>,
     in_flight: Arc<Mutex<InFlight>>,
     warnings: Mutex<Vec<String>>,
+    /// Sessions this runtime appends to, locked until it is dropped.
+    sessions: Arc<SessionLocks>,
+    /// Held for the runtime's whole life; `None` with [`RunLocking::Unlocked`].
+    _run_lock: Option<RunLock>,
 }
 
 impl Runtime {
@@ -153,6 +200,11 @@ impl Runtime {
             None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
         };
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
+        // Before the store is opened or anything read: a second runtime touches nothing.
+        let run_lock = options.run_lock.resolve(&run_dir).map_err(|e| match e {
+            LockError::Held { path, holder } => RuntimeError::Locked { path, holder },
+            other => RuntimeError::Lock(other),
+        })?;
         let sqlite: Arc<dyn SessionStore> = match options.store {
             Some(store) => store,
             None => Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?),
@@ -196,6 +248,16 @@ impl Runtime {
                 path: run_dir.join(super::lineage::LINEAGE_FILE),
                 source,
             })?;
+        let sessions = Arc::new(SessionLocks::new(&run_dir));
+        if run_lock.is_some() {
+            // The run's sessions are this run's while it lives: nobody resumes or forks
+            // one from outside, and none is still being appended to from outside.
+            for id in lineage.steps().values() {
+                sessions
+                    .claim(id)
+                    .map_err(|e| RuntimeError::of_session(id, e))?;
+            }
+        }
         let manifest = Manifest::new(&run_dir, new_run_id());
         Ok(Runtime {
             engine,
@@ -206,7 +268,18 @@ impl Runtime {
             on_session: Mutex::new(None),
             in_flight: Arc::new(Mutex::new(None)),
             warnings: Mutex::new(warnings),
+            sessions,
+            _run_lock: run_lock,
         })
+    }
+
+    /// Takes the exclusive lock on session `id` (kept until the runtime is dropped), so
+    /// that nobody else appends to it or forks it meanwhile. [`Runtime::run_agent`] does
+    /// this itself; a caller claims first to refuse early, before any output.
+    pub fn claim_session(&self, id: &str) -> Result<(), RuntimeError> {
+        self.sessions
+            .claim(id)
+            .map_err(|e| RuntimeError::of_session(id, e))
     }
 
     /// The lineage, as loaded (and validated) when this runtime was created.
@@ -284,6 +357,20 @@ impl Runtime {
         let mut result = StepResult::started(step);
         result.cost_usd = Some(0.0);
         result.resumed = matches!(start, SessionStart::Resume(_));
+        // Session locks (see `lock`): refused before anything is read or sent.
+        let lease = match self.sessions.begin(&start) {
+            Ok(lease) => lease,
+            Err(e) => {
+                result.error = Some(e.to_string());
+                result.errors.push(e.to_string());
+                result.finish();
+                return AgentOutcome {
+                    result,
+                    usage,
+                    permission_denials: denials,
+                };
+            }
+        };
         self.set_in_flight(Some(result.clone()));
         let mut start = start;
         let mut prompt = prompt.to_string();
@@ -291,7 +378,9 @@ impl Runtime {
         loop {
             let in_flight = self.in_flight.clone();
             let hook = lock(&self.on_session).clone();
+            let lease = lease.clone();
             let on_session = move |id: &str| {
+                lease.started(id);
                 if let Some(result) = lock(&in_flight).as_mut() {
                     result.session_id = Some(id.to_string());
                 }

@@ -334,10 +334,12 @@ fn state_is_read_only_and_reports_the_spec_fields() {
     );
 }
 
-/// 同一个目录并行跑多个 flower 是安全的: three `flower` processes at once in one
-/// directory and run dir. They are held at their first request until all three are
-/// there, so their runs really overlap; afterwards manifest.json holds every process's
-/// rows and sessions.db holds every session and is sound.
+/// 同一个目录并行跑多个 flower 是安全的: three `flower --wait` processes at once in one
+/// directory and run dir. One holds the run directory (it is held at its first request
+/// until the other two say that they wait); the others wait their turn and each wakes
+/// what the one before left. Afterwards manifest.json holds every process's rows, their
+/// runs never overlap, and sessions.db holds every session and is sound. (Without
+/// `--wait` the others are refused: `run_lock::two_flowers_started_together_…`.)
 #[test]
 fn several_flowers_at_once_in_one_directory() {
     const PROCESSES: usize = 3;
@@ -351,63 +353,92 @@ fn several_flowers_at_once_in_one_directory() {
         }
         first
     });
+    let (said, lines) = std::sync::mpsc::channel();
     let children: Vec<Child> = (0..PROCESSES)
         .map(|_| {
-            project
-                .command(&server, &["写个 hello 脚本"])
+            let mut child = project
+                .command(&server, &["--wait", "写个 hello 脚本"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
-                .expect("spawn flower")
+                .expect("spawn flower");
+            let stderr = child.stderr.take().unwrap();
+            let said = said.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                let lines: Vec<String> = std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                    .inspect(|line| {
+                        let _ = said.send(line.clone());
+                    })
+                    .collect();
+                lines.join("\n")
+            });
+            child
         })
         .collect();
-    assert!(
-        gate.wait_reached_n(PROCESSES, TIMEOUT),
-        "not every process reached its first request ({} did)",
-        gate.reached()
-    );
+    assert!(gate.wait_reached(TIMEOUT), "nobody reached a first request");
+    let mut waiting = 0;
+    while waiting < PROCESSES - 1 {
+        let line = lines
+            .recv_timeout(TIMEOUT)
+            .expect("the others say that they wait");
+        if line.contains("等它结束") {
+            waiting += 1;
+        }
+    }
+    assert_eq!(gate.reached(), 1, "one process at a time");
     gate.open();
     for child in children {
         let out = child.wait_with_output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "stdout: {}\nstderr: {}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
+        assert_eq!(out.status.code(), Some(0), "stdout: {}", text(&out.stdout),);
     }
 
     // Every process's rows, each under its own run id, none lost.
     let rows = project.all_rows();
     let mut by_run: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    let mut spans: BTreeMap<String, (String, String)> = BTreeMap::new();
     for row in &rows {
+        let run = row["run"].as_str().unwrap().to_string();
         by_run
-            .entry(row["run"].as_str().unwrap().to_string())
+            .entry(run.clone())
             .or_default()
             .push(row["step"].as_str().unwrap());
+        let (started, ended) = (
+            row["started_at"].as_str().unwrap().to_string(),
+            row["ended_at"].as_str().unwrap().to_string(),
+        );
+        let span = spans.entry(run).or_insert((started.clone(), ended.clone()));
+        span.0 = span.0.clone().min(started);
+        span.1 = span.1.clone().max(ended);
         assert_eq!(row["ok"], true, "{row}");
     }
     assert_eq!(by_run.len(), PROCESSES, "{rows:#?}");
+    // The first run clarifies; each later one wakes it (its words re-derive the goal).
+    let firsts: Vec<&Vec<&str>> = by_run
+        .values()
+        .filter(|steps| steps.contains(&"确认需求"))
+        .collect();
+    assert_eq!(firsts.len(), 1, "{by_run:?}");
+    assert_eq!(
+        firsts[0].as_slice(),
+        ["确认需求", "设定目标", "干活", "干活·判定#1"]
+    );
     for (run, steps) in &by_run {
-        // 设定目标 is skipped by a process that finds another's 目标.md already there. A
-        // note gate may also catch another process in the middle of writing the same
-        // note and send its step one round back (`#round2`).
-        let firsts: Vec<&str> = steps
-            .iter()
-            .copied()
-            .filter(|s| !s.contains("#round"))
-            .collect();
         assert!(
-            firsts == ["确认需求", "设定目标", "干活", "干活·判定#1"]
-                || firsts == ["确认需求", "干活", "干活·判定#1"],
+            steps.as_slice() == ["确认需求", "设定目标", "干活", "干活·判定#1"]
+                || steps.as_slice() == ["设定目标", "干活", "干活·判定#1"],
             "{run}: {steps:?}"
         );
-        for round in steps.iter().filter(|s| s.contains("#round")) {
-            let step = round.split('#').next().unwrap();
-            assert!(firsts.contains(&step), "{run}: {steps:?}");
-        }
     }
+    // One after the other: no run began before the one before it had ended.
+    let mut spans: Vec<(String, String)> = spans.into_values().collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "runs overlap: {spans:?}");
+    }
+    assert_eq!(project.json("runs/lineage.json")["woke"], PROCESSES);
     let runs = project.dir.join("runs");
     let leftovers: Vec<String> = std::fs::read_dir(&runs)
         .unwrap()

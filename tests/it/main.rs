@@ -26,6 +26,7 @@ mod permissions_paths;
 mod permissions_proptest;
 mod permissions_shell;
 mod resilience;
+mod run_lock;
 mod signals;
 mod store_cli;
 mod store_conformance;
