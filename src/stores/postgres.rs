@@ -34,6 +34,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The schema version this build writes and the newest it can read.
 pub const SCHEMA_VERSION: i64 = 1;
 
+/// How long a connection attempt may take unless the URL says (`connect_timeout=`).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How many connections (threads) a store keeps.
 pub const POOL_SIZE: usize = 2;
 
