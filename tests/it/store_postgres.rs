@@ -334,3 +334,24 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
         .unwrap();
     assert_eq!(store.load(&key).unwrap().unwrap().len(), 11);
 }
+
+/// `--store sqlite` (and `FLOWER_STORE=sqlite`) name the default store explicitly.
+#[test]
+fn store_sqlite_is_the_default_store() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![Reply::text("好的"), Reply::text("好的")]);
+    let out = flower_in(&server, dir.path(), &["once", "hi", "--store", "sqlite"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(dir.path().join("runs/sessions.db").exists());
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(dir.path())
+        .args(["state", "--json"])
+        .env("FLOWER_STORE", "sqlite")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let state: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state["woke"], 0);
+}
