@@ -13,6 +13,14 @@
 //! 3. resuming that session for one more turn (`flower once --resume ID`): wall time
 //!    and peak RSS.
 //!
+//! 4. the prompt cache across faults: a 50-turn session that fails five times (three
+//!    overloads, two of them in a row, and two streams cut mid-reply; each retried) and
+//!    is woken twice (the process ends at `--max-turns 11` and `once --resume` continues
+//!    it), against the fake server's model of the prompt cache
+//!    (`FakeServer::simulate_cache`): the share of all prompt tokens it counts as cache
+//!    reads. Goal: ≥ 90 %. A property of the request bytes, not of speed: any build
+//!    gives the same figure (`FLOWER_BENCH_BIN` for another one).
+//!
 //! Peak RSS is the child's own `ru_maxrss`, read with `wait4(pid)` (libc) by a small
 //! helper process (see [`measure`]); CPU time is its user + system time.
 //!
@@ -57,7 +65,8 @@ fn main() -> std::process::ExitCode {
         println!("warning: {flower} is not a release build; run `cargo bench`");
     }
     // `cargo bench --bench engine -- one` runs only the one-turn part (`session`: the
-    // long session, `resume`: the long session and its resume).
+    // long session, `resume`: the long session and its resume, `cache`: the prompt
+    // cache across faults).
     let wanted: Vec<&str> = args
         .iter()
         .filter(|a| !a.starts_with("--"))
@@ -67,6 +76,9 @@ fn main() -> std::process::ExitCode {
     println!("engine: {flower}, against the fake server answering at once");
     if run("one") {
         one_turn(flower);
+    }
+    if run("cache") {
+        cache_share(flower);
     }
     if run("session") || run("resume") {
         let session = long_session(flower);
@@ -503,4 +515,95 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), &target).expect("copy file");
         }
     }
+}
+
+/// Tool turns of the cache job (a final text turn follows).
+const CACHE_TOOL_TURNS: usize = 50;
+
+/// Part 4: the share of prompt tokens read from the cache over a session with faults
+/// and wakes. The session does what makes pruning change old history: `ls` twice (the
+/// older result goes stale), denied calls (older ones are dropped), a turn of 21
+/// parallel reads; the faults come two in a row (a stacked resume prompt) and alone.
+fn cache_share(flower: &str) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(
+        dir.path().join("notes.txt"),
+        "a small file\nto read again\n",
+    )
+    .unwrap();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let count = answered.clone();
+    let server = FakeServer::with_handler(move |_, i| match i {
+        7 | 8 | 33 => Reply::overloaded(),
+        21 | 44 => {
+            Reply::tool_use("Read", json!({"file_path": "notes.txt"})).cut_after(Reply::FIRST_DELTA)
+        }
+        _ => {
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            match n {
+                n if n >= CACHE_TOOL_TURNS => Reply::text("done"),
+                n if n % 10 == 3 => Reply::tool_use("Bash", json!({"command": "rm notes.bak"})),
+                n if n % 5 == 1 => Reply::tool_use("Bash", json!({"command": "ls"})),
+                25 => {
+                    let mut many = Reply::tool_use("Read", json!({"file_path": "notes.txt"}));
+                    for _ in 0..20 {
+                        many = many.then_tool_use("Read", json!({"file_path": "notes.txt"}));
+                    }
+                    many
+                }
+                _ => Reply::tool_use("Read", json!({"file_path": "notes.txt"})),
+            }
+        }
+    });
+    server.simulate_cache();
+    let run = |args: &[&str]| {
+        let mut cmd = flower_cmd(flower, &server, dir.path(), args);
+        cmd.env("FLOWER_MAX_ATTEMPTS", "4")
+            .env("FLOWER_BASE_DELAY", "0")
+            .env("FLOWER_MAX_DELAY", "0");
+        let out = cmd.output().expect("run flower");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("--json output")
+    };
+    let base = [
+        "--json",
+        "--max-turns",
+        "11",
+        "--allowed-tools",
+        "Read",
+        "Bash(ls)",
+    ];
+    let mut args = vec!["once", "Read notes.txt 50 times, then say done."];
+    args.extend(base);
+    let first = run(&args);
+    let id = first["session_id"]
+        .as_str()
+        .expect("session id")
+        .to_string();
+    let mut wakes = 0;
+    while answered.load(Ordering::SeqCst) <= CACHE_TOOL_TURNS && wakes < 6 {
+        let mut args = vec!["once", "continue", "--resume", &id];
+        args.extend(base);
+        run(&args);
+        wakes += 1;
+    }
+    let requests = server.requests();
+    let (read, prompt) = requests
+        .iter()
+        .filter_map(|r| r.cache)
+        .fold((0, 0), |(read, prompt), c| {
+            (read + c.read, prompt + c.prompt())
+        });
+    let share = read as f64 / prompt.max(1) as f64;
+    println!();
+    println!(
+        "prompt cache over {CACHE_TOOL_TURNS} tool turns, 5 faults retried, {wakes} wakes ({} requests, {prompt} prompt tokens as the fake counts them):",
+        requests.len()
+    );
+    println!(
+        "  cache reads {:.1} % of prompt tokens; goal >= 90 %: {}",
+        share * 100.0,
+        verdict(share >= 0.9)
+    );
 }

@@ -64,6 +64,11 @@ pub enum Event {
     },
     /// Resilience: the endpoint answers again.
     Online,
+    /// Something the user should know that does not stop the run (an unknown
+    /// `stop_reason`, a model without a price).
+    Warning {
+        message: String,
+    },
     /// Workflow: a step (or a gate round of it) begins. `index`/`total` count the
     /// workflow's steps (0/0 for a round). `resumed`: it continues its own earlier session.
     StepStarted {
@@ -72,6 +77,16 @@ pub enum Event {
         total: usize,
         resumed: bool,
         woke: u64,
+    },
+    /// Runtime: a step's session hands off to a successor (换代). Reported when the
+    /// handoff begins; `generation` is the successor's (2 for the first handoff),
+    /// `context` the retiring session's context, tokens. `mechanical`: the window was
+    /// hit, so the handoff document is written without asking the session.
+    Handoff {
+        step: String,
+        generation: u32,
+        context: u64,
+        mechanical: bool,
     },
     /// Workflow: a step was skipped because its output is already frozen on disk.
     StepSkipped {

@@ -15,6 +15,7 @@ pub mod atomic;
 pub mod continuity;
 pub mod engine;
 pub mod events;
+pub mod inspect;
 pub mod model;
 pub mod stores;
 pub mod tools;

@@ -16,6 +16,9 @@ fn main() -> ExitCode {
             });
         }
         Some(Command::State(args)) => cli::state::run(args),
+        Some(Command::Log(args)) => cli::log::run(args),
+        Some(Command::Show(args)) => cli::show::run(args),
+        Some(Command::Report(args)) => cli::report::run(args),
         Some(Command::Once(args)) => block_on(cli::once::run(args)),
         None => block_on(cli::flow::run(cli.flow)),
     };

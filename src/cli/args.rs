@@ -42,7 +42,8 @@ pub struct FlowArgs {
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default).
+    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
+    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
     #[arg(long)]
     pub model: Option<String>,
 
@@ -51,10 +52,37 @@ pub struct FlowArgs {
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 
+    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
+    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
+    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
+    pub thinking: Option<Option<u32>>,
+
     /// If another flower is running in this run directory, wait for it to end instead of
     /// exiting with status 3.
     #[arg(long)]
     pub wait: bool,
+    /// When a step's session hands off to a successor (换代): a token count (120000,
+    /// 120K) or a percentage of the context window (60%). Else FLOWER_HANDOFF_AT, else 60%.
+    #[arg(long, value_name = "TOKENS|PERCENT")]
+    pub handoff_at: Option<String>,
+}
+
+impl FlowArgs {
+    pub fn model_flags(&self) -> super::model_config::ModelFlags {
+        super::model_config::ModelFlags {
+            model: self.model.clone(),
+            thinking: self.thinking,
+        }
+    }
+}
+
+impl OnceArgs {
+    pub fn model_flags(&self) -> super::model_config::ModelFlags {
+        super::model_config::ModelFlags {
+            model: self.model.clone(),
+            thinking: self.thinking,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +93,12 @@ pub enum Command {
     State(StateArgs),
     /// Inspect and move transcripts in sessions.db.
     Store(super::store::StoreArgs),
+    /// What happened in this run: one line per step attempt, then totals (read-only).
+    Log(super::log::LogArgs),
+    /// A session's transcript, readable (read-only).
+    Show(super::show::ShowArgs),
+    /// One self-contained HTML page with the run's charts and transcripts.
+    Report(super::report::ReportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -92,9 +126,15 @@ pub struct OnceArgs {
     #[arg(long)]
     pub max_turns: Option<u32>,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default).
+    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
+    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
     #[arg(long)]
     pub model: Option<String>,
+
+    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
+    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
+    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
+    pub thinking: Option<Option<u32>>,
 
     /// Print one JSON object instead of streaming text.
     #[arg(long)]

@@ -7,11 +7,12 @@
 //! which variable and what it should look like (ripgrep's model: low-level arguments
 //! become one validated high-level config, which then builds everything else).
 
+use super::model_config::{ModelFlags, SettingsError, model_settings};
+use flower::continuity::handoff::{self, HandoffOptions, Threshold};
 use flower::continuity::resilience::Resilience;
 use flower::continuity::runtime::RuntimeOptions;
-use flower::engine::DEFAULT_MAX_TOKENS;
 use flower::model::ModelClient;
-use flower::model::anthropic::{AnthropicClient, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT};
+use flower::model::anthropic::{AnthropicClient, ClientConfig, DEFAULT_IDLE_TIMEOUT};
 use flower::model::prices::{self, PriceTable};
 use flower::stores::{PostgresStore, PostgresUrl, SessionStore};
 use std::path::PathBuf;
@@ -32,50 +33,54 @@ pub struct Config {
     pub model: ModelConfig,
     /// Retry and offline-wait numbers (`FLOWER_MAX_ATTEMPTS` …).
     pub resilience: Resilience,
-    /// `max_tokens` of each request (`FLOWER_MAX_TOKENS`).
+    /// `max_tokens` of each request (`FLOWER_MAX_TOKENS`; above the thinking budget).
     pub max_tokens: u32,
     /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in
     /// `runs/sessions.db`.
     pub store: Option<PostgresUrl>,
+    /// Extended thinking budget (`--thinking`, `MAX_THINKING_TOKENS`).
+    pub thinking_budget: Option<u32>,
+    /// The prompt cache's lifetime pruning respects (`FLOWER_CACHE_TTL`); `None`: every
+    /// resume prunes as if the cache were cold.
+    pub cache_ttl: Option<Duration>,
+    /// Worth a line on stderr, not worth stopping for (an unpriced model).
+    pub warnings: Vec<String>,
+    /// When a step's session hands off (换代): `FLOWER_HANDOFF_AT`, `FLOWER_CONTEXT_WINDOW`,
+    /// and for the pipeline `--handoff-at` ([`Config::with_handoff_flag`]).
+    pub handoff: HandoffOptions,
+    /// The raw `FLOWER_HANDOFF_AT`, kept so that a flag given later can replace it.
+    handoff_env: HandoffEnv,
 }
 
-/// How to reach the model.
-#[derive(Clone)]
+/// The handoff variables as read, for [`Config::with_handoff_flag`].
+#[derive(Debug, Clone, Default)]
+struct HandoffEnv {
+    at: Option<String>,
+    window: Option<String>,
+}
+
+/// How to reach the model. Its `Debug` never shows a credential or a header value.
+#[derive(Debug, Clone)]
 pub struct ModelConfig {
-    pub api_key: String,
-    pub base_url: String,
-    /// `--model`, else `ANTHROPIC_MODEL`, else the client's default.
+    /// Credential, base URL, default model (aliases resolved), custom headers, betas,
+    /// idle timeout (`FLOWER_STREAM_IDLE_TIMEOUT`).
+    pub client: ClientConfig,
+    /// The resolved `--model`, else `ANTHROPIC_MODEL`, when one was named.
     pub model: Option<String>,
-    /// Silence after which a streaming request counts as lost
-    /// (`FLOWER_STREAM_IDLE_TIMEOUT`).
-    pub idle_timeout: Duration,
     /// `FLOWER_PRICES`: a price table merged over the built-in one.
     pub prices: Option<PathBuf>,
 }
 
-impl std::fmt::Debug for ModelConfig {
-    // The key is never printed, not even in a debug dump.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelConfig")
-            .field("api_key", &"<redacted>")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("prices", &self.prices)
-            .finish()
-    }
-}
-
 impl Config {
-    /// The configuration from the process environment and the `--model` flag.
-    pub fn from_env(model_flag: Option<&str>) -> Result<Config, ConfigError> {
-        Config::from_lookup(model_flag, |name| std::env::var(name).ok())
+    /// The configuration from the process environment and the model flags.
+    pub fn from_env(flags: &ModelFlags) -> Result<Config, ConfigError> {
+        Config::from_lookup(flags, |name| std::env::var(name).ok())
     }
 
-    /// The configuration from `lookup` (an environment) and the `--model` flag. Empty
+    /// The configuration from `lookup` (an environment) and the model flags. Empty
     /// values count as unset. Every bad value is an error naming the variable.
     pub fn from_lookup(
-        model_flag: Option<&str>,
+        flags: &ModelFlags,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         let get = |name: &str| {
@@ -83,18 +88,15 @@ impl Config {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
-        let api_key = get("ANTHROPIC_API_KEY").ok_or_else(|| {
-            ConfigError(
+        let settings = model_settings(flags, &lookup).map_err(|e| match e {
+            SettingsError::Credential(_) => ConfigError(
                 "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. \
-                 `export ANTHROPIC_API_KEY=sk-ant-…`, then run flower again."
+                 `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), \
+                 then run flower again."
                     .into(),
-            )
+            ),
+            SettingsError::Usage(why) => ConfigError(why),
         })?;
-        let model = model_flag
-            .map(str::trim)
-            .filter(|m| !m.is_empty())
-            .map(str::to_string)
-            .or_else(|| get("ANTHROPIC_MODEL"));
         let idle_timeout = match get("FLOWER_STREAM_IDLE_TIMEOUT") {
             None => DEFAULT_IDLE_TIMEOUT,
             Some(raw) => match raw.parse::<f64>() {
@@ -102,17 +104,6 @@ impl Config {
                 _ => {
                     return Err(ConfigError(format!(
                         "FLOWER_STREAM_IDLE_TIMEOUT={raw:?}: expected seconds as a number > 0"
-                    )));
-                }
-            },
-        };
-        let max_tokens = match get("FLOWER_MAX_TOKENS") {
-            None => DEFAULT_MAX_TOKENS,
-            Some(raw) => match raw.parse::<u32>() {
-                Ok(n) if n >= 1 => n,
-                _ => {
-                    return Err(ConfigError(format!(
-                        "FLOWER_MAX_TOKENS={raw:?}: expected a whole number ≥ 1"
                     )));
                 }
             },
@@ -129,19 +120,48 @@ impl Config {
             Some(raw) => parse_store(&raw)
                 .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw))))?,
         };
-        let model = ModelConfig {
-            api_key,
-            base_url: get("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.into()),
-            model,
-            idle_timeout,
-            prices: get("FLOWER_PRICES").map(PathBuf::from),
+        let mut client = settings.client;
+        client.idle_timeout = idle_timeout;
+        let model = flags
+            .model
+            .as_ref()
+            .or(get("ANTHROPIC_MODEL").as_ref())
+            .map(|_| client.default_model.clone());
+        let handoff_env = HandoffEnv {
+            at: lookup("FLOWER_HANDOFF_AT"),
+            window: lookup("FLOWER_CONTEXT_WINDOW"),
         };
+        let handoff =
+            handoff_options(None, &handoff_env, &client.default_model).map_err(ConfigError)?;
         Ok(Config {
-            model,
+            model: ModelConfig {
+                client,
+                model,
+                prices: get("FLOWER_PRICES").map(PathBuf::from),
+            },
             resilience,
-            max_tokens,
+            max_tokens: settings.max_tokens,
+            thinking_budget: settings.thinking_budget,
+            cache_ttl: settings.cache_ttl,
+            warnings: settings.warnings,
+            handoff,
+            handoff_env,
             store,
         })
+    }
+
+    /// The pipeline's `--handoff-at`, which wins over `FLOWER_HANDOFF_AT`; checked
+    /// against the model's window like the variable.
+    pub fn with_handoff_flag(mut self, flag: Option<&str>) -> Result<Config, ConfigError> {
+        if flag.is_some() {
+            let model = self
+                .model
+                .model
+                .clone()
+                .unwrap_or_else(|| flower::model::anthropic::DEFAULT_MODEL.to_string());
+            self.handoff = handoff_options(flag, &self.handoff_env, &model).map_err(ConfigError)?;
+        }
+        Ok(self)
     }
 
     /// This configuration with `--store` (which wins over `FLOWER_STORE`) applied.
@@ -174,14 +194,8 @@ impl Config {
                 .map_err(|e| ConfigError(format!("FLOWER_PRICES={}: {e}", path.display())))?;
             prices::install(table);
         }
-        let model = self
-            .model
-            .model
-            .as_deref()
-            .unwrap_or(flower::model::anthropic::DEFAULT_MODEL);
-        let client = AnthropicClient::new(&self.model.base_url, &self.model.api_key, model)
-            .map_err(|e| ConfigError(e.to_string()))?
-            .with_idle_timeout(self.model.idle_timeout);
+        let client = AnthropicClient::with_config(self.model.client.clone())
+            .map_err(|e| ConfigError(e.to_string()))?;
         Ok(Arc::new(client))
     }
 
@@ -193,6 +207,9 @@ impl Config {
             client: Some(self.client()?),
             resilience: Some(self.resilience.clone()),
             max_tokens: Some(self.max_tokens),
+            thinking_budget: self.thinking_budget,
+            cache_ttl: self.cache_ttl,
+            handoff: self.handoff.clone(),
             ..RuntimeOptions::default()
         })
     }
@@ -239,4 +256,35 @@ fn shown_store(raw: &str) -> String {
         Err(_) if raw.contains('@') => "<a URL with credentials, not shown>".into(),
         Err(_) => format!("{raw:?}"),
     }
+}
+
+/// The handoff settings from `--handoff-at`, `FLOWER_HANDOFF_AT` and
+/// `FLOWER_CONTEXT_WINDOW` (as read into `env`), checked against the model's window.
+/// An error is a message for the user: the run stops before any request (exit 2).
+fn handoff_options(
+    flag: Option<&str>,
+    env: &HandoffEnv,
+    model: &str,
+) -> Result<HandoffOptions, String> {
+    let mut options = HandoffOptions::default();
+    let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.trim().is_empty());
+    let window = env.window.clone();
+    if set(&window) {
+        let value = window.unwrap_or_default();
+        options.window =
+            Some(handoff::parse_window(&value).map_err(|e| format!("FLOWER_CONTEXT_WINDOW: {e}"))?);
+    }
+    let (source, at) = match flag {
+        Some(value) => ("--handoff-at", Some(value.to_string())),
+        None => ("FLOWER_HANDOFF_AT", env.at.clone()),
+    };
+    if let Some(value) = at.filter(|v| flag.is_some() || !v.trim().is_empty()) {
+        options.at = value
+            .parse::<Threshold>()
+            .map_err(|e| format!("{source}: {e}"))?;
+    }
+    options
+        .limit_for(model)
+        .map_err(|e| format!("{source}: {e}"))?;
+    Ok(options)
 }

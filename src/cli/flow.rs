@@ -10,12 +10,13 @@ use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
+use flower::continuity::handoff;
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use flower::continuity::notes;
 use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
-use flower::continuity::wake::session_context;
+use flower::continuity::wake::{session_context, session_generation};
 use flower::engine::Interrupt;
 use flower::workflow::WorkflowError;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
@@ -45,11 +46,21 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let interactive = input::interactive();
     let mut said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     // Every setting is checked before anyone is asked anything.
-    let config = Config::from_env(args.model.as_deref())?.with_store_flag(args.store.as_deref())?;
+    let config = Config::from_env(&args.model_flags())?
+        .with_handoff_flag(args.handoff_at.as_deref())?
+        .with_store_flag(args.store.as_deref())?;
+    for warning in &config.warnings {
+        eprintln!("flower: {warning}");
+    }
     let mut base_options = config.runtime_options()?;
     let store = config.open_store()?;
     base_options.store = store.clone();
     let renderer = Renderer::new(true);
+    renderer.set_window(
+        config
+            .handoff
+            .window_for(&config.model.client.default_model),
+    );
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
     // the run directory, its lock included, is created. Decided again under the lock.
@@ -186,12 +197,14 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         Ok(ctx) => {
             if ctx.passed.get(WORK).copied().unwrap_or(false) {
                 renderer.note("== 判定通过 ==");
+                renderer.summary("判定通过");
                 Ok(ExitCode::SUCCESS)
             } else {
                 renderer.note(&format!(
                     "== 这次唤醒的 {} 轮用完了,判定还没通过。再跑 flower 接着做 ==",
                     args.rounds
                 ));
+                renderer.summary("判定未通过");
                 Ok(ExitCode::FAILURE)
             }
         }
@@ -199,6 +212,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
             renderer.note(&format!(
                 "flower: 步骤 {step} 没跑完:{error}\n再跑一次 flower 就从这里接着做。"
             ));
+            renderer.summary(&format!("{step} 没跑完"));
             Ok(ExitCode::FAILURE)
         }
         Err(other) => Err(other.into()),
@@ -274,10 +288,15 @@ async fn ask_task() -> Option<String> {
     }
 }
 
-/// `--new` / `/new`: lineage.json, 需求.md and 目标.md move together into
+/// `--new` / `/new`: lineage.json, 需求.md, 目标.md and the handoff documents
+/// (`notes/交接/`) move together into
 /// `notes/archive/<YYYYmmdd-HHMMSS>/`; steps and woke reset. sessions.db is untouched.
 pub fn archive(workspace: &Path, run_dir: &Path) -> anyhow::Result<()> {
-    let extra = [notes::brief_path(workspace), notes::goal_path(workspace)];
+    let extra = [
+        notes::brief_path(workspace),
+        notes::goal_path(workspace),
+        handoff::handoff_dir(workspace),
+    ];
     let lineage_file = run_dir.join("lineage.json");
     if !lineage_file.exists() && !extra.iter().any(|p| p.exists()) {
         return Ok(());
@@ -310,6 +329,12 @@ pub fn banner(workspace: &Path, run_dir: &Path, state: &WakeState) -> String {
     let work = state.steps.get(WORK);
     if let Some(context) = work.and_then(|id| session_context(workspace, run_dir, id)) {
         parts.push(format!("干活上下文 {}", render::tokens(context)));
+    }
+    if let Some(generation) = work
+        .map(|id| session_generation(run_dir, id))
+        .filter(|&g| g > 1)
+    {
+        parts.push(format!("第 {generation} 代"));
     }
     parts.push(format!("第 {} 次唤醒", state.woke + 1));
     format!("<- 在 {} 接上上次  {}", tilde(workspace), parts.join(" · "))

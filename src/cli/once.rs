@@ -22,7 +22,10 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let config = Config::from_env(args.model.as_deref())?.with_store_flag(args.store.as_deref())?;
+    let config = Config::from_env(&args.model_flags())?.with_store_flag(args.store.as_deref())?;
+    for warning in &config.warnings {
+        eprintln!("flower: {warning}");
+    }
     let mut base_options = config.runtime_options()?;
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
@@ -75,7 +78,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         allowed_tools: args.allowed_tools.clone(),
         disallowed_tools: args.disallowed_tools.clone(),
         max_turns: args.max_turns,
-        model: args.model.clone(),
+        model: config.model.model.clone(),
     };
     let start = match (&args.resume, args.fork) {
         (Some(id), true) => SessionStart::Fork(id.clone()),
@@ -91,6 +94,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
             "session_id": session_id,
             "result": if result.ok { result.text.clone() } else { result.error.clone().unwrap_or_default() },
             "is_error": !result.ok,
+            "stop_reason": outcome.stop_reason,
             "num_turns": result.num_turns,
             "total_cost_usd": result.cost_usd,
             "usage": outcome.usage,

@@ -3,6 +3,7 @@
 //! turn, context, cost) is redrawn in place. `NO_COLOR` and non-terminal output are
 //! respected: no colours, no redrawn lines.
 
+use super::status::{self, Status};
 use flower::engine::{Event, EventSink};
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
@@ -59,16 +60,28 @@ pub fn step_header(step: &str, index: usize, total: usize, resumed: bool, woke: 
     line
 }
 
+/// `== 干活 换代 → 第 2 代 (上下文 121.4K) ==`: a step's session hands off.
+pub fn handoff_line(step: &str, generation: u32, context: u64) -> String {
+    format!(
+        "== {step} 换代 → 第 {generation} 代 (上下文 {}) ==",
+        tokens(context)
+    )
+}
+
+/// Under the handoff line when the window was hit and nobody was asked.
+pub const MECHANICAL_NOTE: &str =
+    "  上下文撞到了窗口:交接书由 flower 从现有材料机械拼出,没有再问那条会话";
+
 #[derive(Default)]
 struct State {
-    step: String,
-    turn: u32,
-    context: u64,
-    cost: Option<f64>,
+    /// What the live status line says (`status.rs`).
+    status: Status,
     /// stdout ended without a newline (text mid-stream).
     mid_line: bool,
     /// A status line is drawn on stderr.
     status_shown: bool,
+    /// The thinking marker of the current reply was shown.
+    thinking_shown: bool,
 }
 
 /// Renders events; shared by the event sink.
@@ -84,9 +97,10 @@ impl Renderer {
     pub fn new(headers: bool) -> Arc<Self> {
         let err_tty = std::io::stderr().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let term = std::env::var("TERM").ok();
         Arc::new(Renderer {
             color: err_tty && !no_color,
-            live: err_tty,
+            live: status::live(std::io::stdout().is_terminal(), err_tty, term.as_deref()),
             headers,
             state: Mutex::new(State::default()),
         })
@@ -157,29 +171,27 @@ impl Renderer {
         state.status_shown = true;
     }
 
-    fn status_text(state: &State) -> String {
-        let step = if state.step.is_empty() {
-            String::new()
-        } else {
-            format!("[{}] ", state.step)
-        };
-        format!(
-            "{step}第 {} 轮 · 上下文 {} · {}",
-            state.turn,
-            tokens(state.context),
-            cost(state.cost)
-        )
-    }
-
     pub fn render(&self, event: &Event) {
         let mut state = self.lock();
+        state.status.observe(event);
         match event {
             Event::TextDelta { text, depth: 0 } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(text.as_bytes());
                 let _ = out.flush();
                 state.mid_line = !text.ends_with('\n');
+            }
+            // Thinking is never mixed into the answer: one dim line on stderr per block.
+            Event::ThinkingDelta { depth, .. } if !state.thinking_shown => {
+                state.thinking_shown = true;
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!(
+                    "{}",
+                    self.paint("2", &format!("{}✻ 思考中…", indent(*depth)))
+                );
             }
             Event::TextDelta { .. } | Event::ThinkingDelta { .. } => {}
             Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
@@ -196,6 +208,7 @@ impl Renderer {
                 summary,
                 depth,
             } => {
+                state.thinking_shown = false;
                 self.clear_status(&mut state);
                 self.end_text_line(&mut state);
                 eprintln!(
@@ -227,17 +240,10 @@ impl Renderer {
                 );
             }
             Event::ToolDone { .. } => {}
-            Event::TurnDone {
-                turn,
-                context,
-                cost_usd,
-                depth: 0,
-                ..
-            } => {
-                state.turn = *turn;
-                state.context = *context;
-                state.cost = *cost_usd;
-                let text = Self::status_text(&state);
+            Event::TurnDone { depth: 0, .. } => {
+                state.thinking_shown = false;
+                let text = state.status.line();
+                // Never into streamed text: the line waits for the text's line end.
                 if !state.mid_line {
                     self.draw_status(&mut state, &text);
                 }
@@ -261,12 +267,17 @@ impl Renderer {
             }
             Event::Offline { waited_s, endpoint } => {
                 self.end_text_line(&mut state);
-                let text = format!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
                 if self.live {
+                    let text = format!("  {}(探测 {endpoint})", state.status.line());
                     self.draw_status(&mut state, &text);
                 } else {
-                    eprintln!("{text}");
+                    eprintln!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
                 }
+            }
+            Event::Warning { message } => {
+                self.clear_status(&mut state);
+                self.end_text_line(&mut state);
+                eprintln!("{}", self.paint("33", &format!("flower: {message}")));
             }
             Event::Online => {
                 self.clear_status(&mut state);
@@ -279,11 +290,22 @@ impl Renderer {
                 resumed,
                 woke,
             } => {
-                state.step = step.clone();
-                state.turn = 0;
                 if self.headers {
                     drop(state);
                     self.line(&step_header(step, *index, *total, *resumed, *woke));
+                }
+            }
+            Event::Handoff {
+                step,
+                generation,
+                context,
+                mechanical,
+            } => {
+                // The status folded it in (a new generation starts at turn 0).
+                drop(state);
+                self.line(&handoff_line(step, *generation, *context));
+                if *mechanical {
+                    self.note(MECHANICAL_NOTE);
                 }
             }
             Event::StepSkipped { step, index, total } => {
@@ -295,6 +317,25 @@ impl Renderer {
                 }
             }
         }
+    }
+
+    /// The context window the status line shows context against.
+    pub fn set_window(&self, window: u64) {
+        self.lock().status.window = Some(window);
+    }
+
+    /// On a live terminal, the one summary line of the finished pipeline (verdict,
+    /// wall time, cost, turns, peak context, handoffs) on stderr; nothing otherwise, so
+    /// plain output stays as it was.
+    pub fn summary(&self, verdict: &str) {
+        if !self.live {
+            return;
+        }
+        let mut state = self.lock();
+        self.clear_status(&mut state);
+        self.end_text_line(&mut state);
+        let line = state.status.summary(verdict);
+        eprintln!("{}", self.paint("1", &line));
     }
 
     /// Ends the output cleanly (final newline, no status line left behind).

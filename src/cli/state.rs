@@ -4,7 +4,9 @@ use super::args::StateArgs;
 use super::config;
 use super::flow::who;
 use flower::continuity::lock::{self, Probe};
+use flower::continuity::wake::{session_context, session_generation};
 use flower::wake_state_in;
+use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -17,6 +19,9 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
     let state = wake_state_in(".", &args.run_dir, store.as_deref());
     // Asked without taking the lock (nothing created, nothing written, no waiting).
     let running = lock::probe_run(&args.run_dir);
+    let workspace = std::path::Path::new(".")
+        .canonicalize()
+        .unwrap_or_else(|_| ".".into());
     let mut out = String::new();
     if args.json {
         let mut value = serde_json::to_value(&state)?;
@@ -48,6 +53,13 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
         match &running {
             Probe::Held(holder) => writeln!(out, "正在运行:是({})", who(holder))?,
             Probe::Free => writeln!(out, "正在运行:否")?,
+        }
+        // The current generation's figure: after a handoff, the successor's.
+        if let Some(work) = state.steps.get(WORK) {
+            let context = session_context(&workspace, &args.run_dir, work);
+            let generation = session_generation(&args.run_dir, work);
+            let context = context.map_or("未知".to_string(), super::render::tokens);
+            writeln!(out, "{WORK}上下文:{context} · 第 {generation} 代")?;
         }
     }
     // `println!` would panic when the reader is gone (`flower state | head -0`); a

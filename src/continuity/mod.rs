@@ -1,6 +1,7 @@
 //! What makes a run continue across processes.
 
 pub mod attempt;
+pub mod handoff;
 pub mod lineage;
 pub mod lock;
 pub mod manifest;

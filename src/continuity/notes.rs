@@ -24,8 +24,8 @@ pub fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-/// The body of each `## ` section, by heading.
-fn sections(text: &str) -> Vec<(String, String)> {
+/// The body of each `## ` section, by heading, in order.
+pub fn sections(text: &str) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for line in text.lines() {
         if let Some(heading) = line.strip_prefix("## ") {

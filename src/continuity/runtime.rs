@@ -6,24 +6,29 @@
 //! [`PruningSessionStore`] over `runs/sessions.db`, so a resumed session is never fed
 //! the errors of a retry storm.
 
+use super::handoff::{self, HandoffOptions, MechanicalInput};
 use super::lineage::Lineage;
 use super::lock::{Holder, LockError, RunLock, RunLocking, SessionLocks};
 use super::manifest::{Manifest, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use crate::engine::Denial;
 use crate::engine::{
-    AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt,
-    RunRequest, RunResult, SessionStart,
+    AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt, RunError,
+    RunRequest, RunResult, SessionStart, Stop,
 };
 use crate::model::anthropic::AnthropicClient;
 use crate::model::{ModelClient, Usage};
 use crate::stores::{
-    PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
+    CacheWindow, PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
 };
 use crate::tools::ProcessGroups;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+/// Said to a successor that reached the threshold before doing anything: handing off
+/// again cannot help, so it goes on.
+pub const CONTINUE_WITHOUT_HANDOFF: &str = "继续。";
 
 /// A hook called with a step's session id the moment it exists.
 pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
@@ -55,6 +60,8 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    #[error(transparent)]
+    Handoff(#[from] handoff::HandoffError),
     /// Another runtime, in this process or another, holds the run directory. Nothing was
     /// written.
     #[error(
@@ -105,8 +112,13 @@ pub struct RuntimeOptions {
     pub ephemeral: bool,
     /// How many denied tool calls a resumed session still sees.
     pub keep_denials: usize,
+    /// The prompt cache's lifetime: a resume within it sends the prefix the cache
+    /// holds (prefix-changing pruning waits until it is cold). `None`: always prune.
+    pub cache_ttl: Option<Duration>,
     /// Model override (else `ANTHROPIC_MODEL`, else the client's default).
     pub model: Option<String>,
+    /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
+    pub thinking_budget: Option<u32>,
     /// The model client; `None` builds an [`AnthropicClient`] from the environment.
     pub client: Option<Arc<dyn ModelClient>>,
     /// Retry policy; `None` reads the defaults and `FLOWER_*` overrides.
@@ -119,6 +131,9 @@ pub struct RuntimeOptions {
     pub subagents: Vec<AgentSpec>,
     /// Where running shell commands are registered, for the signal handlers.
     pub processes: ProcessGroups,
+    /// 换代: when a step's main session hands off to a successor (window, threshold).
+    /// Checked by [`Runtime::with_options`]: a threshold above the window is an error.
+    pub handoff: HandoffOptions,
     /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
     /// [`crate::engine::DEFAULT_MAX_TOKENS`].
     pub max_tokens: Option<u32>,
@@ -135,7 +150,9 @@ impl Default for RuntimeOptions {
             trim: false,
             ephemeral: true,
             keep_denials: 1,
+            cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             model: None,
+            thinking_budget: None,
             client: None,
             resilience: None,
             events: crate::events::discard(),
@@ -144,6 +161,7 @@ impl Default for RuntimeOptions {
             on_interrupt: None,
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
+            handoff: HandoffOptions::default(),
             max_tokens: None,
             store: None,
             run_lock: RunLocking::Take,
@@ -158,6 +176,8 @@ pub struct AgentOutcome {
     /// Token usage summed over every attempt (sub-agents included).
     pub usage: Usage,
     pub permission_denials: Vec<Denial>,
+    /// The API's `stop_reason` of the last reply of the last attempt.
+    pub stop_reason: Option<String>,
 }
 
 /// The step attempt in flight, for [`Runtime::rescue`].
@@ -176,6 +196,7 @@ pub struct Runtime {
     sessions: Arc<SessionLocks>,
     /// Held for the runtime's whole life; `None` with [`RunLocking::Unlocked`].
     _run_lock: Option<RunLock>,
+    handoff: HandoffOptions,
 }
 
 impl Runtime {
@@ -199,6 +220,9 @@ impl Runtime {
             Some(client) => client,
             None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
         };
+        if options.handoff.enabled {
+            options.handoff.limit_for(client.default_model())?;
+        }
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
         // Before the store is opened or anything read: a second runtime touches nothing.
         let run_lock = options.run_lock.resolve(&run_dir).map_err(|e| match e {
@@ -213,6 +237,7 @@ impl Runtime {
         prune.trim = options.trim;
         prune.ephemeral = options.ephemeral;
         prune.keep_denials = options.keep_denials;
+        prune.cache = options.cache_ttl.map(CacheWindow::new);
         let store = Arc::new(PruningSessionStore::new(sqlite.clone(), prune));
         let mut warnings = Vec::new();
         let resilience = match options.resilience {
@@ -237,6 +262,7 @@ impl Runtime {
             run_dir: run_dir.clone(),
             events: options.events.clone(),
             max_tokens,
+            thinking_budget: options.thinking_budget,
             subagents: options.subagents,
             asker: options.asker,
             interrupt: options.interrupt,
@@ -270,6 +296,7 @@ impl Runtime {
             warnings: Mutex::new(warnings),
             sessions,
             _run_lock: run_lock,
+            handoff: options.handoff,
         })
     }
 
@@ -330,7 +357,8 @@ impl Runtime {
     pub fn close(self) {}
 
     /// Runs one step attempt: the agent's session from `start`, with `prompt`, retried
-    /// per [`Resilience`], recorded in the manifest under `step`.
+    /// per [`Resilience`], recorded in the manifest under `step`. No handoff: the judge
+    /// and other one-off sessions run this way (see [`Runtime::run_step_handing_off`]).
     pub async fn run_step(
         &self,
         step: &str,
@@ -338,7 +366,32 @@ impl Runtime {
         prompt: &str,
         start: SessionStart,
     ) -> StepResult {
-        let outcome = self.run_agent(step, spec, prompt, start).await;
+        let outcome = self.run_attempt(step, None, spec, prompt, start).await;
+        self.record(&outcome.result);
+        outcome.result
+    }
+
+    /// [`Runtime::run_step`] for a step's main session, which hands off (换代) when its
+    /// context reaches the threshold of [`RuntimeOptions::handoff`]: at the next clean
+    /// boundary it is asked to write `notes/交接/<handoff_step>-<generation>.md` (gated,
+    /// asked at most [`handoff::MAX_ASKS`] times, else a mechanical document), and a
+    /// successor session with the same spec continues the attempt from that document.
+    /// When the window is hit anyway (or a wake finds the session already over the
+    /// threshold) the document is mechanical and the session is not asked anything.
+    ///
+    /// The on-session hook sees the successor's id once its first prompt is stored; the
+    /// retired ids go into the row's `retired[]`, and the row is written at that moment.
+    /// `handoff_step` is the plain step name (`row_name` may carry `#retry`/`#round`).
+    pub async fn run_step_handing_off(
+        &self,
+        row_name: &str,
+        handoff_step: &str,
+        spec: &AgentSpec,
+        prompt: &str,
+        start: SessionStart,
+    ) -> StepResult {
+        let step = self.handoff.enabled.then_some(handoff_step);
+        let outcome = self.run_attempt(row_name, step, spec, prompt, start).await;
         self.record(&outcome.result);
         outcome.result
     }
@@ -352,8 +405,34 @@ impl Runtime {
         prompt: &str,
         start: SessionStart,
     ) -> AgentOutcome {
+        self.run_attempt(step, None, spec, prompt, start).await
+    }
+
+    /// The handoff threshold for an agent, tokens.
+    fn handoff_limit(&self, spec: &AgentSpec) -> u64 {
+        let model = spec
+            .model
+            .as_deref()
+            .unwrap_or_else(|| self.engine.config().model.default_model());
+        let window = self.handoff.window_for(model);
+        // Checked for the default model at construction; a spec's own model with a
+        // smaller window falls back to the default share of it.
+        self.handoff
+            .limit_for(model)
+            .unwrap_or_else(|_| (window as f64 * handoff::DEFAULT_PERCENT / 100.0) as u64)
+    }
+
+    async fn run_attempt(
+        &self,
+        step: &str,
+        handoff_step: Option<&str>,
+        spec: &AgentSpec,
+        prompt: &str,
+        start: SessionStart,
+    ) -> AgentOutcome {
         let mut usage = Usage::default();
         let mut denials = Vec::new();
+        let mut stop_reason = None;
         let mut result = StepResult::started(step);
         result.cost_usd = Some(0.0);
         result.resumed = matches!(start, SessionStart::Resume(_));
@@ -368,21 +447,76 @@ impl Runtime {
                     result,
                     usage,
                     permission_denials: denials,
+                    stop_reason: None,
                 };
             }
         };
         self.set_in_flight(Some(result.clone()));
         let mut start = start;
         let mut prompt = prompt.to_string();
+        let step_prompt = prompt.clone();
+        let mut limit = handoff_step.map(|_| self.handoff_limit(spec));
+        let mut generation = match (&start, handoff_step) {
+            (SessionStart::Resume(id), Some(_)) => self.generation_of(id),
+            _ => 1,
+        };
+        // The session that is handing over, until its successor's first prompt is stored.
+        let mut retiring: Option<String> = None;
+        // A wake into a session already over the threshold: it is not asked anything.
+        if let (Some(name), Some(limit), SessionStart::Resume(id)) = (handoff_step, limit, &start)
+            && let Some(context) = self.session_context(id)
+            && context >= limit
+        {
+            let id = id.clone();
+            result.session_id = Some(id.clone());
+            let reason =
+                format!("唤醒时这条会话的上下文已经到了 {context} tokens,过了换代阈值 {limit}");
+            prompt = self
+                .hand_off(
+                    name,
+                    spec,
+                    &id,
+                    generation,
+                    context,
+                    Some(reason),
+                    &step_prompt,
+                    &mut result,
+                    &mut usage,
+                )
+                .await;
+            start = SessionStart::New;
+            generation += 1;
+            retiring = Some(id);
+        }
         let mut attempt: u32 = 1;
         loop {
             let in_flight = self.in_flight.clone();
+            let manifest = self.manifest.clone();
             let hook = lock(&self.on_session).clone();
             let lease = lease.clone();
+            let handing_over = retiring.clone();
             let on_session = move |id: &str| {
                 lease.started(id);
+                let mut row = None;
                 if let Some(result) = lock(&in_flight).as_mut() {
+                    if let Some(old) = &handing_over
+                        && old != id
+                        && !result.retired.contains(old)
+                    {
+                        result.retired.push(old.clone());
+                        result.context = 0;
+                        row = Some(result.clone());
+                    }
                     result.session_id = Some(id.to_string());
+                    if let Some(row) = row.as_mut() {
+                        row.session_id = Some(id.to_string());
+                        row.finish();
+                    }
+                }
+                // The row goes to disk before lineage names the successor: whoever finds
+                // the successor in lineage can count its generation from the manifest.
+                if let Some(row) = row {
+                    let _ = lock(&manifest).record(&row);
                 }
                 if let Some(hook) = &hook {
                     hook(id);
@@ -395,24 +529,85 @@ impl Runtime {
                     prompt: prompt.clone(),
                     start: start.clone(),
                     on_session: Some(&on_session),
+                    retry: attempt > 1,
+                    context_limit: limit,
                 })
                 .await;
+            // The hook changed the in-flight copy; the attempt's own result learns it here.
+            if !run.session_id.is_empty()
+                && let Some(old) = retiring.take_if(|old| *old != run.session_id)
+                && !result.retired.contains(&old)
+            {
+                result.retired.push(old);
+            }
             absorb(&mut result, &run);
             usage.add(&run.usage);
             denials.extend(run.permission_denials.iter().cloned());
+            if run.stop_reason.is_some() {
+                stop_reason = run.stop_reason.clone();
+            }
             result.attempts = attempt;
             self.set_in_flight(Some(result.clone()));
-            if run.ok {
+            if let Some(name) = handoff_step
+                && !run.session_id.is_empty()
+                && let Some(reason) = handoff_needed(&run)
+            {
+                let old = run.session_id.clone();
+                // A successor that is full before it got anything done would hand off
+                // forever (a threshold below what a fresh session needs): it goes on
+                // without a threshold instead; the window's own limit still applies.
+                if reason.is_none()
+                    && matches!(start, SessionStart::New)
+                    && generation > 1
+                    && run.num_turns <= 1
+                {
+                    limit = None;
+                    start = SessionStart::Resume(old);
+                    prompt = CONTINUE_WITHOUT_HANDOFF.to_string();
+                    continue;
+                }
+                if let Some(reason) = &reason {
+                    result.errors.push(
+                        run.error()
+                            .map_or_else(|| reason.clone(), ToString::to_string),
+                    );
+                }
+                let context = if run.context > 0 {
+                    run.context
+                } else {
+                    self.session_context(&old).unwrap_or(0)
+                };
+                prompt = self
+                    .hand_off(
+                        name,
+                        spec,
+                        &old,
+                        generation,
+                        context,
+                        reason,
+                        &step_prompt,
+                        &mut result,
+                        &mut usage,
+                    )
+                    .await;
+                start = SessionStart::New;
+                generation += 1;
+                retiring = Some(old);
+                self.set_in_flight(Some(result.clone()));
+                continue;
+            }
+            let Err(run_error) = &run.outcome else {
                 result.ok = true;
                 result.error = None;
                 break;
-            }
-            let error = run.error.clone().unwrap_or_else(|| "unknown error".into());
+            };
+            let error = run_error.to_string();
             result.errors.push(error.clone());
             result.error = Some(error.clone());
-            let class = match (&run.model_error, run.stop) {
-                (Some(model_error), _) => resilience::classify_error(model_error),
-                _ => ErrorClass::Fatal,
+            let model_error = run_error.model_error();
+            let class = match model_error {
+                Some(model_error) => resilience::classify_error(model_error),
+                None => ErrorClass::Fatal,
             };
             let retry = match class {
                 ErrorClass::Transient => true,
@@ -422,18 +617,24 @@ impl Runtime {
             if !retry || attempt >= self.resilience.max_attempts {
                 // Retrying cannot help: say what the user has to fix.
                 if class == ErrorClass::Fatal
-                    && let Some(hint) = run.model_error.as_ref().and_then(resilience::fatal_hint)
+                    && let Some(hint) = model_error.and_then(resilience::fatal_hint)
                 {
                     result.error = Some(format!("{error}\n{hint}"));
                 }
                 break;
             }
-            if !self.wait_for_endpoint().await {
+            let Some(waited) = self.wait_for_endpoint().await else {
                 result.errors.push("gave up waiting for the network".into());
                 break;
-            }
-            let retry_after = run.model_error.as_ref().and_then(|e| e.retry_after());
-            let delay = self.resilience.delay(attempt, retry_after);
+            };
+            let retry_after = model_error.and_then(|e| e.retry_after());
+            // After an outage the wait was the backoff: the endpoint answers again, so
+            // the retry goes out at once (while the prompt cache may still be warm).
+            let delay = if waited {
+                Duration::ZERO
+            } else {
+                self.resilience.delay(attempt, retry_after)
+            };
             self.emit(Event::Retrying {
                 attempt: attempt + 1,
                 max_attempts: self.resilience.max_attempts,
@@ -455,7 +656,143 @@ impl Runtime {
             result,
             usage,
             permission_denials: denials,
+            stop_reason,
         }
+    }
+
+    /// The generation of a step's session, counted from the manifest's `retired[]`.
+    fn generation_of(&self, session_id: &str) -> u32 {
+        let run_dir = &self.engine.config().run_dir;
+        let rows = super::manifest::read_rows(run_dir).unwrap_or_default();
+        handoff::generation_of(&rows, session_id)
+    }
+
+    /// The context of a session's last turn, from the store; `None` when unknown.
+    fn session_context(&self, session_id: &str) -> Option<u64> {
+        let config = self.engine.config();
+        super::wake::session_context(&config.workspace, &config.run_dir, session_id)
+    }
+
+    /// Writes the handoff document of `generation` for the session `old` and returns the
+    /// successor's first prompt. `mechanical = Some(reason)`: the session is not asked
+    /// (it is over-long); otherwise it is asked, gated, at most [`handoff::MAX_ASKS`]
+    /// times, then the mechanical fallback. A complete document already written for this
+    /// generation (since `old` began) is reused as it is.
+    #[allow(clippy::too_many_arguments)]
+    async fn hand_off(
+        &self,
+        step: &str,
+        spec: &AgentSpec,
+        old: &str,
+        generation: u32,
+        context: u64,
+        mechanical: Option<String>,
+        step_prompt: &str,
+        result: &mut StepResult,
+        usage: &mut Usage,
+    ) -> String {
+        self.emit(Event::Handoff {
+            step: step.to_string(),
+            generation: generation + 1,
+            context,
+            mechanical: mechanical.is_some(),
+        });
+        let config = self.engine.config();
+        let workspace = config.workspace.clone();
+        let rel = handoff::doc_rel(step, generation);
+        let path = handoff::doc_path(&workspace, step, generation);
+        let key = crate::stores::SessionKey::main(&config.project_key, old);
+        let entries = config
+            .store
+            .load_raw(&key)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let began = entries.first().and_then(entry_time);
+        let reusable = |path: &Path| -> Option<String> {
+            let text = super::notes::read(path).filter(|t| handoff::doc_complete(t))?;
+            let written = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
+            match began {
+                Some(began) if written < began => None,
+                _ => Some(text),
+            }
+        };
+        if let Some(doc) = reusable(&path) {
+            return handoff::successor_prompt(generation + 1, &rel, &doc);
+        }
+        let mut reason = mechanical;
+        if reason.is_none() {
+            let mut writer = spec.clone();
+            writer.max_turns = Some(handoff::ASK_TURNS);
+            for ask in 0..handoff::MAX_ASKS {
+                let prompt = if ask == 0 {
+                    handoff::handoff_prompt(&rel, generation)
+                } else {
+                    let text = super::notes::read(&path).unwrap_or_default();
+                    handoff::retry_prompt(&rel, &handoff::missing_sections(&text))
+                };
+                let run = self
+                    .engine
+                    .run(RunRequest {
+                        spec: &writer,
+                        prompt,
+                        start: SessionStart::Resume(old.to_string()),
+                        on_session: None,
+                        context_limit: None,
+                        retry: false,
+                    })
+                    .await;
+                result.num_turns += run.num_turns;
+                result.cost_usd = match (result.cost_usd, run.cost_usd) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    _ => None,
+                };
+                usage.add(&run.usage);
+                if let Some(text) = super::notes::read(&path).filter(|t| handoff::doc_complete(t)) {
+                    return handoff::successor_prompt(generation + 1, &rel, &text);
+                }
+                if let Some(error) = run.error()
+                    && (matches!(error, RunError::ContextWindowFull { .. })
+                        || error.model_error().is_some_and(handoff::is_window_error))
+                {
+                    result.errors.push(error.to_string());
+                    reason = Some("写交接书时上下文撞到了窗口".into());
+                    break;
+                }
+            }
+            if reason.is_none() {
+                reason = Some(format!("问了 {} 次,交接书还是不完整", handoff::MAX_ASKS));
+            }
+        }
+        let subagents: Vec<Vec<serde_json::Value>> = config
+            .store
+            .inner()
+            .list_subkeys(&key)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|sub| key.sub(&sub).ok())
+            .filter_map(|sub| config.store.load_raw(&sub).ok().flatten())
+            .collect();
+        let doc = handoff::mechanical_doc(&MechanicalInput {
+            step,
+            generation,
+            session_id: old,
+            reason: reason.as_deref().unwrap_or_default(),
+            prompt: step_prompt,
+            brief: super::notes::read(&super::notes::brief_path(&workspace)),
+            goal: super::notes::read(&super::notes::goal_path(&workspace)),
+            entries: &entries,
+            subagents: &subagents,
+        });
+        // The successor gets the document in its prompt either way; a failed write only
+        // costs the person the file.
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(e) = crate::atomic::write(&path, doc.as_bytes()) {
+            lock(&self.warnings).push(format!("写交接书 {rel} 失败:{e}"));
+        }
+        handoff::successor_prompt(generation + 1, &rel, &doc)
     }
 
     /// Records a finished step result (used by gates for judge rows).
@@ -474,15 +811,15 @@ impl Runtime {
     }
 
     /// While the endpoint is unreachable, waits (probing) without spending attempts.
-    /// `false` when the wait limit passed.
-    async fn wait_for_endpoint(&self) -> bool {
+    /// `None` when the wait limit passed, else whether there was an outage to wait out.
+    async fn wait_for_endpoint(&self) -> Option<bool> {
         let Some(base_url) = self.engine.config().model.base_url() else {
-            return true;
+            return Some(false);
         };
         let endpoint = resilience::endpoint_from(base_url);
         let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
         if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
-            return true;
+            return Some(false);
         }
         let shown = format!("{}:{}", endpoint.host, endpoint.port);
         let events = self.events.clone();
@@ -498,7 +835,7 @@ impl Runtime {
         if online {
             self.emit(Event::Online);
         }
-        online
+        online.then_some(true)
     }
 
     fn set_in_flight(&self, result: Option<StepResult>) {
@@ -541,6 +878,31 @@ impl Rescuer {
         // Dying anyway: a failed write has nobody left to tell.
         let _ = lock(&self.manifest).record(&result);
     }
+}
+
+/// Whether a run ended in a way that calls for a handoff: `Some(None)` at the threshold
+/// (the session is asked to write the document), `Some(Some(why))` when the window was
+/// hit anyway (mechanical: the over-long session is not asked anything).
+fn handoff_needed(run: &RunResult) -> Option<Option<String>> {
+    match &run.outcome {
+        Ok(Stop::ContextFull) => Some(None),
+        Err(RunError::ContextWindowFull { .. }) => Some(Some(
+            "模型的回复因上下文窗口已满被截断(model_context_window_exceeded)".into(),
+        )),
+        Err(error) if error.model_error().is_some_and(handoff::is_window_error) => Some(Some(
+            "请求超出了模型的上下文窗口(prompt is too long)".into(),
+        )),
+        _ => None,
+    }
+}
+
+/// When a transcript entry was written.
+fn entry_time(entry: &serde_json::Value) -> Option<std::time::SystemTime> {
+    let stamp = entry.get("timestamp")?.as_str()?;
+    let time = chrono::DateTime::parse_from_rfc3339(stamp).ok()?;
+    let millis = u64::try_from(time.timestamp_millis()).ok()?;
+    // Transcript stamps have millisecond precision: compare at that grain.
+    Some(std::time::UNIX_EPOCH + Duration::from_millis(millis))
 }
 
 /// Folds one engine run into the step's result.

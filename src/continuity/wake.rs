@@ -82,3 +82,11 @@ pub fn session_context(workspace: &Path, run_dir: &Path, session_id: &str) -> Op
     let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
     Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
 }
+
+/// The generation of a step's session (换代): 1, plus one per predecessor that
+/// `run_dir/manifest.json` lists in `retired[]`. Read-only; an unreadable manifest
+/// counts as no handoff.
+pub fn session_generation(run_dir: &Path, session_id: &str) -> u32 {
+    let rows = super::manifest::read_rows(run_dir).unwrap_or_default();
+    super::handoff::generation_of(&rows, session_id)
+}

@@ -18,8 +18,10 @@ pub use interrupt::Interrupt;
 pub use spec::AgentSpec;
 
 use crate::BoxFuture;
-use crate::model::{MessagesRequest, ModelClient, ModelError, StreamDelta, ToolDef, Usage};
-use crate::stores::{PruningSessionStore, SessionKey, SessionStore};
+use crate::model::{
+    MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Thinking, ToolDef, Usage,
+};
+use crate::stores::{PruningSessionStore, SessionKey, SessionStore, StoreError};
 use crate::tools::{ProcessGroups, Tool, ToolContext, ToolOutput};
 use crate::transcript::{self, Chain, Messages};
 use permissions::{Decision, Permissions};
@@ -32,6 +34,18 @@ use tokio_util::sync::CancellationToken;
 
 /// Default `max_tokens` of a request; `FLOWER_MAX_TOKENS` overrides it.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
+
+/// Said to a sub-agent whose context reached the limit: it does not hand off, it wraps up.
+pub const SUBAGENT_FINISH_NOW: &str = "上下文快满了。不要再开新的活:现在就停下,简短报告做了什么、改了哪些文件、验证结果、还有什么没做完。";
+
+/// The API's `stop_reason` when a reply was cut because the context window is full.
+pub const WINDOW_EXCEEDED_STOP: &str = "model_context_window_exceeded";
+
+/// Whether a reply says the model's context window is full. One small function, so
+/// that a typed stop reason from the model layer can replace it.
+pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
+    reply.stop_reason.as_deref() == Some(WINDOW_EXCEEDED_STOP)
+}
 
 /// What is sent when the user interrupted a reply and then just pressed Enter.
 pub const CONTINUE_AFTER_INTERRUPT: &str = "继续。";
@@ -56,6 +70,9 @@ pub struct EngineConfig {
     pub run_dir: PathBuf,
     pub events: EventSink,
     pub max_tokens: u32,
+    /// Extended thinking budget (tokens, ≥ 1024, below `max_tokens`); `None`: off. A
+    /// model that only thinks adaptively is asked to think adaptively instead.
+    pub thinking_budget: Option<u32>,
     /// Agents the `Task` tool can start, by name (`subagent_type`); the first is the
     /// default. Empty: a general-purpose agent with the file and shell tools.
     pub subagents: Vec<AgentSpec>,
@@ -87,20 +104,95 @@ pub struct RunRequest<'a> {
     /// Called with the session id the moment it exists in the store (its first prompt
     /// written), before any model request.
     pub on_session: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// This run retries a failed attempt of the same session with the same prompt: when
+    /// the history still ends with that prompt unanswered, it is reused instead of
+    /// stacked again (so the retry repeats the failed request byte for byte).
+    pub retry: bool,
+    /// Context size (tokens) at which the run stops at the next clean boundary (after a
+    /// model turn whose tool calls all have their results stored) with
+    /// [`Stop::ContextFull`], so that the caller can hand the session off. Sub-agents
+    /// that reach it are asked once to finish and report now. `None`: no limit.
+    pub context_limit: Option<u64>,
 }
 
-/// Why a run stopped.
+/// How many times in a row a reply cut by `max_tokens` is continued (each
+/// continuation is its own stored turn) before the run ends with what it has.
+pub const MAX_CONTINUATIONS: u32 = 3;
+
+/// How many `pause_turn` stops in a row are sent back to continue.
+pub const MAX_PAUSE_CONTINUATIONS: u32 = 10;
+
+/// How a run ended well.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// The model ended its turn without tool calls.
     EndTurn,
+    /// The reply was still cut by `max_tokens` after [`MAX_CONTINUATIONS`]
+    /// continuations; the text so far is the result.
+    MaxTokens,
+    /// The main session's context reached `RunRequest::context_limit`; it stopped at a
+    /// clean boundary (every tool call answered) and can be handed off.
+    ContextFull,
+}
+
+/// Why a run could not end well. Each variant keeps its source.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
     /// `max_turns` was reached.
-    MaxTurns,
-    /// A model request failed; `RunResult::model_error` says how.
-    ModelError,
-    /// Something else made the run impossible (store, bad rules, unknown session).
-    Fatal,
+    #[error("max_turns reached ({0})")]
+    MaxTurns(u32),
+    /// A model request failed.
+    #[error(transparent)]
+    Model(ModelError),
+    /// A sub-agent's request failed with an error worth retrying: the whole run stops
+    /// with it, so that the step's retry resumes the session.
+    #[error("sub-agent failed: {0}")]
+    SubAgent(ModelError),
+    /// The agent's permission rules do not parse.
+    #[error(transparent)]
+    Rules(#[from] permissions::RuleError),
+    #[error("cannot write the transcript: {0}")]
+    Transcript(#[source] StoreError),
+    #[error("cannot read session {id}: {source}")]
+    ReadSession { id: String, source: StoreError },
+    #[error("cannot write session {id}: {source}")]
+    WriteSession { id: String, source: StoreError },
+    #[error("no session {0} in the store")]
+    NoSession(String),
+    #[error("no session {0} to fork in the store")]
+    NoForkSource(String),
+    #[error("cannot write the fork: {0}")]
+    WriteFork(#[source] StoreError),
+    /// The model declined (`stop_reason: refusal`). Retrying the same request on the
+    /// same model gives the same answer, so this is never retried; the refusal is
+    /// pruned from what a resume feeds.
+    #[error("the model refused to answer (stop_reason refusal){}", refusal_details(.0))]
+    Refusal(Option<Value>),
+    /// The context window is full (`stop_reason: model_context_window_exceeded`): the
+    /// conversation cannot go on in this session.
+    #[error(
+        "the context window of {model} is full (stop_reason model_context_window_exceeded); \
+         start a fresh session with `flower --new`"
+    )]
+    ContextWindowFull { model: String },
+}
+
+fn refusal_details(details: &Option<Value>) -> String {
+    match details {
+        Some(details) => format!(": {details}"),
+        None => String::new(),
+    }
+}
+
+impl RunError {
+    /// The model error behind this failure, if a model request failed.
+    pub fn model_error(&self) -> Option<&ModelError> {
+        match self {
+            RunError::Model(error) | RunError::SubAgent(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// A tool call the permission rules refused.
@@ -112,15 +204,14 @@ pub struct Denial {
 }
 
 /// The outcome of one run.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RunResult {
     pub session_id: String,
     /// The final assistant text (of the last turn that had text).
     pub text: String,
-    pub ok: bool,
-    pub error: Option<String>,
-    pub model_error: Option<ModelError>,
-    pub stop: Stop,
+    pub outcome: Result<Stop, RunError>,
+    /// The API's `stop_reason` of the last reply (`None` before any reply).
+    pub stop_reason: Option<String>,
     pub num_turns: u32,
     /// Summed over all turns, sub-agents included.
     pub usage: Usage,
@@ -135,14 +226,22 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    fn failed(session_id: &str, stop: Stop, error: String, started: Instant) -> Self {
+    /// Whether the run ended well.
+    pub fn ok(&self) -> bool {
+        self.outcome.is_ok()
+    }
+
+    /// The error, when the run failed.
+    pub fn error(&self) -> Option<&RunError> {
+        self.outcome.as_ref().err()
+    }
+
+    fn failed(session_id: &str, error: RunError, started: Instant) -> Self {
         RunResult {
             session_id: session_id.to_string(),
             text: String::new(),
-            ok: false,
-            error: Some(error),
-            model_error: None,
-            stop,
+            outcome: Err(error),
+            stop_reason: None,
             num_turns: 0,
             usage: Usage::default(),
             cost_usd: Some(0.0),
@@ -170,6 +269,8 @@ struct Conversation<'a> {
     /// Told the session id once the first prompt is stored: a session id in lineage
     /// then always names a session that exists in the store.
     announce: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// See [`RunRequest::context_limit`].
+    context_limit: Option<u64>,
 }
 
 /// Running totals of a run.
@@ -184,6 +285,11 @@ struct Totals {
     /// overload): the whole run stops with it, so that the step's retry resumes the
     /// session instead of the caller being fed "sub-agent failed: API Error …".
     subagent_error: Option<ModelError>,
+    /// The last reply's `stop_reason`.
+    stop_reason: Option<String>,
+    /// The next reply continues the last one (after `max_tokens` or `pause_turn`): its
+    /// text is appended to the result, not a new result.
+    continuing: bool,
 }
 
 impl Totals {
@@ -196,6 +302,29 @@ impl Totals {
             denials: Vec::new(),
             text: String::new(),
             subagent_error: None,
+            stop_reason: None,
+            continuing: false,
+        }
+    }
+
+    fn into_result(
+        self,
+        session_id: &str,
+        outcome: Result<Stop, RunError>,
+        started: Instant,
+    ) -> RunResult {
+        RunResult {
+            session_id: session_id.to_string(),
+            text: self.text,
+            outcome,
+            stop_reason: self.stop_reason,
+            num_turns: self.num_turns,
+            usage: self.usage,
+            cost_usd: self.cost_usd,
+            context: self.context,
+            permission_denials: self.denials,
+            duration: started.elapsed(),
+            resumed: false,
         }
     }
 
@@ -238,7 +367,7 @@ impl Engine {
                     SessionStart::Resume(id) | SessionStart::Fork(id) => id.clone(),
                     SessionStart::New => String::new(),
                 };
-                return RunResult::failed(&id, Stop::Fatal, error, started);
+                return RunResult::failed(&id, error, started);
             }
         };
         self.emit(Event::SessionStarted {
@@ -256,17 +385,21 @@ impl Engine {
             messages: Messages::from_entries(&history),
             depth: 0,
             announce: request.on_session,
+            context_limit: request.context_limit,
         };
-        let mut result = self
-            .drive(&mut conversation, Value::String(request.prompt), started)
-            .await;
+        // A retry resumes with the prompt the failed attempt left unanswered: it is
+        // already the tail of the history, so it is not stacked again (and the request
+        // stays byte-identical to the failed one, whose prefix the cache holds).
+        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
+        let prompt = (!reuse).then_some(Value::String(request.prompt));
+        let mut result = self.drive_from(&mut conversation, prompt, started).await;
         result.resumed = resumed;
         result
     }
 
     /// Finds or creates the session: its id, the (pruned) history to continue from, and
     /// whether it is a continuation.
-    fn open_session(&self, start: &SessionStart) -> Result<(String, Vec<Value>, bool), String> {
+    fn open_session(&self, start: &SessionStart) -> Result<(String, Vec<Value>, bool), RunError> {
         let project = &self.config.project_key;
         match start {
             SessionStart::New => Ok((uuid::Uuid::new_v4().to_string(), Vec::new(), false)),
@@ -276,45 +409,57 @@ impl Engine {
                 Ok((id.clone(), history, true))
             }
             SessionStart::Fork(id) => {
-                let source = SessionKey::main(project, id);
-                let raw = self
-                    .config
-                    .store
-                    .load_raw(&source)
-                    .map_err(|e| format!("cannot read session {id}: {e}"))?
-                    .ok_or_else(|| format!("no session {id} to fork in the store"))?;
-                let new_id = uuid::Uuid::new_v4().to_string();
-                let copied: Vec<Value> = raw
-                    .into_iter()
-                    .map(|mut entry| {
-                        if let Some(obj) = entry.as_object_mut() {
-                            obj.insert("sessionId".into(), new_id.clone().into());
-                            obj.insert("forkedFrom".into(), id.clone().into());
-                        }
-                        entry
-                    })
-                    .collect();
+                let new_id = self.fork(id)?;
                 let key = SessionKey::main(project, &new_id);
-                self.config
-                    .store
-                    .append(&key, &copied)
-                    .map_err(|e| format!("cannot write the fork: {e}"))?;
                 let history = self.load_for_resume(&key)?;
                 Ok((new_id, history, false))
             }
         }
     }
 
+    /// Copies session `id` into a new session; returns the new id.
+    fn fork(&self, id: &str) -> Result<String, RunError> {
+        let project = &self.config.project_key;
+        let source = SessionKey::main(project, id);
+        let raw = self
+            .config
+            .store
+            .load_raw(&source)
+            .map_err(|source| RunError::ReadSession {
+                id: id.to_string(),
+                source,
+            })?
+            .ok_or_else(|| RunError::NoForkSource(id.to_string()))?;
+        let new_id = uuid::Uuid::new_v4().to_string();
+        let copied: Vec<Value> = raw
+            .into_iter()
+            .map(|mut entry| {
+                if let Some(obj) = entry.as_object_mut() {
+                    obj.insert("sessionId".into(), new_id.clone().into());
+                    obj.insert("forkedFrom".into(), id.into());
+                }
+                entry
+            })
+            .collect();
+        let key = SessionKey::main(project, &new_id);
+        self.config
+            .store
+            .append(&key, &copied)
+            .map_err(RunError::WriteFork)?;
+        Ok(new_id)
+    }
+
     /// Loads what a resumed session is fed. Entries the pruning layer had to add (a
     /// result for a tool call that never got one) become part of the conversation now,
     /// so they are written, and the chain continues from them.
-    fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, String> {
+    fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, RunError> {
         let store = &self.config.store;
+        let id = || key.session_id.clone();
         // One pass: parsing and pruning fused in the store, no copy of the raw transcript.
         let pruned = store
             .load(key)
-            .map_err(|e| format!("cannot read session {}: {e}", key.session_id))?
-            .ok_or_else(|| format!("no session {} in the store", key.session_id))?;
+            .map_err(|source| RunError::ReadSession { id: id(), source })?
+            .ok_or_else(|| RunError::NoSession(id()))?;
         let added: Vec<Value> = pruned
             .iter()
             .filter(|e| crate::stores::prune::is_synthesized_result(e))
@@ -324,7 +469,7 @@ impl Engine {
         if !added.is_empty() {
             store
                 .append(key, &added)
-                .map_err(|e| format!("cannot write session {}: {e}", key.session_id))?;
+                .map_err(|source| RunError::WriteSession { id: id(), source })?;
         }
         Ok(pruned)
     }
@@ -337,174 +482,257 @@ impl Engine {
         prompt: Value,
         started: Instant,
     ) -> BoxFuture<'a, RunResult> {
-        Box::pin(self.drive_inner(conv, prompt, started))
+        self.drive_from(conv, Some(prompt), started)
     }
 
-    async fn drive_inner(
+    /// [`Engine::drive`]; `None`: the history already ends with the prompt.
+    fn drive_from<'a>(
+        &'a self,
+        conv: &'a mut Conversation<'_>,
+        prompt: Option<Value>,
+        started: Instant,
+    ) -> BoxFuture<'a, RunResult> {
+        Box::pin(async move {
+            let mut totals = Totals::new();
+            let outcome = self.converse(conv, prompt, &mut totals).await;
+            totals.into_result(conv.chain.session_id(), outcome, started)
+        })
+    }
+
+    /// The conversation loop: one model turn, then its tool calls, until the model
+    /// ends its turn or something stops the run.
+    async fn converse(
         &self,
         conv: &mut Conversation<'_>,
-        prompt: Value,
-        started: Instant,
-    ) -> RunResult {
-        let session_id = conv.chain.session_id().to_string();
-        let permissions =
-            match Permissions::new(&conv.spec.allowed_tools, &conv.spec.disallowed_tools) {
-                Ok(p) => p,
-                Err(e) => {
-                    return RunResult::failed(&session_id, Stop::Fatal, e.to_string(), started);
-                }
-            };
+        prompt: Option<Value>,
+        totals: &mut Totals,
+    ) -> Result<Stop, RunError> {
+        let permissions = Permissions::new(&conv.spec.allowed_tools, &conv.spec.disallowed_tools)?;
         let model = conv
             .spec
             .model
             .clone()
             .unwrap_or_else(|| self.config.model.default_model().to_string());
-        // Built once: each turn lends it the history (moved in and back out, see below),
-        // so no turn copies the tools, the system prompt or the whole conversation.
+        // Built once: each turn lends it the history (moved in and back out, see
+        // `take_turn`), so no turn copies the tools, the system prompt or the whole
+        // conversation.
         let mut request = MessagesRequest {
             model: model.clone(),
             max_tokens: self.config.max_tokens,
             system: conv.spec.instructions.clone(),
             messages: Vec::new(),
             tools: self.offered_tools(&permissions, conv.depth),
+            thinking: self.config.thinking_budget.map(|budget| {
+                if crate::model::models::adaptive_thinking_only(&model) {
+                    Thinking::Adaptive
+                } else {
+                    Thinking::Budget(budget)
+                }
+            }),
         };
-        let mut totals = Totals::new();
-        let finish = |totals: Totals, stop: Stop, error: Option<String>, model_error| RunResult {
-            session_id: session_id.clone(),
-            text: totals.text,
-            ok: error.is_none(),
-            error,
-            model_error,
-            stop,
-            num_turns: totals.num_turns,
-            usage: totals.usage,
-            cost_usd: totals.cost_usd,
-            context: totals.context,
-            permission_denials: totals.denials,
-            duration: started.elapsed(),
-            resumed: false,
-        };
-
-        let entry = conv.chain.user(prompt);
-        if let Err(e) = self.record(conv, entry) {
-            return finish(totals, Stop::Fatal, Some(e), None);
+        if let Some(prompt) = prompt {
+            let entry = conv.chain.user(prompt);
+            self.record(conv, entry)?;
         }
         if let Some(announce) = conv.announce.take() {
-            announce(&session_id);
+            announce(conv.chain.session_id());
         }
+        let mut continuations = Continuations::default();
         loop {
             if let Some(max) = conv.spec.max_turns
                 && totals.num_turns >= max
             {
-                let error = format!("max_turns reached ({max})");
-                return finish(totals, Stop::MaxTurns, Some(error), None);
+                return Err(RunError::MaxTurns(max));
             }
-            // The history is moved into the request, not cloned: a deep copy of every
-            // message on every turn made a long session quadratic (most of the harness's
-            // CPU time per turn at 200 turns). It goes back before anything else happens;
-            // if this future is dropped mid-request, the conversation is dropped with it.
-            request.messages = conv.messages.take();
-            let turn = self.request(&request, conv.depth).await;
-            conv.messages.restore(std::mem::take(&mut request.messages));
-            let reply = match turn {
+            let reply = match self.take_turn(conv, &mut request).await {
                 Turn::Reply(reply) => reply,
                 Turn::Interrupted => {
-                    let entry = conv
-                        .chain
-                        .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));
-                    if let Err(e) = self.record(conv, entry) {
-                        return finish(totals, Stop::Fatal, Some(e), None);
-                    }
-                    let line = self.ask_after_interrupt().await;
-                    let text = if line.is_empty() {
-                        CONTINUE_AFTER_INTERRUPT.to_string()
-                    } else {
-                        line
-                    };
-                    let entry = conv.chain.user(Value::String(text));
-                    if let Err(e) = self.record(conv, entry) {
-                        return finish(totals, Stop::Fatal, Some(e), None);
-                    }
+                    self.after_interrupted_reply(conv).await?;
                     continue;
                 }
                 Turn::Failed(error) => {
-                    let text = error.to_string();
-                    let entry = conv.chain.api_error(&text);
+                    let entry = conv.chain.api_error(&error.to_string());
                     // The failure is what we report; a store error on top changes nothing.
                     let _ = self.record(conv, entry);
-                    return finish(totals, Stop::ModelError, Some(text), Some(error));
+                    return Err(RunError::Model(error));
                 }
             };
-            let entry = conv.chain.assistant(&reply);
-            if let Err(e) = self.record(conv, entry) {
-                return finish(totals, Stop::Fatal, Some(e), None);
-            }
-            totals.num_turns += 1;
-            totals.usage.add(&reply.usage);
-            totals.add_cost(crate::model::prices::cost_usd(&model, &reply.usage));
-            if conv.depth == 0 {
-                totals.context = reply.usage.context_tokens();
-            }
-            let text = transcript::text_of(&reply.content);
-            if !text.is_empty() {
-                totals.text = text;
-            }
-            self.emit(Event::TurnDone {
-                turn: totals.num_turns,
-                usage: reply.usage,
-                context: reply.usage.context_tokens(),
-                cost_usd: totals.cost_usd,
-                depth: conv.depth,
-            });
-
+            let reply = trim_for_continuation(reply);
+            self.record_reply(conv, &model, &reply, totals)?;
             let calls = transcript::tool_uses(&reply.content);
-            if calls.is_empty() {
-                return finish(totals, Stop::EndTurn, None, None);
-            }
-            let mut interrupted = false;
-            for (id, name, input) in calls {
-                let output = if interrupted {
-                    ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
-                } else {
-                    let output = self
-                        .call_tool(conv, &permissions, &id, &name, &input, &mut totals)
-                        .await;
-                    // The call stays unanswered in the store; pruning answers it neutrally
-                    // when the retry resumes the session.
-                    if let Some(error) = totals.subagent_error.take() {
-                        let text = format!("sub-agent failed: {error}");
-                        return finish(totals, Stop::ModelError, Some(text), Some(error));
-                    }
-                    if self.config.interrupt.is_pending() {
-                        interrupted = true;
-                    }
-                    output
-                };
-                let entry = conv
-                    .chain
-                    .tool_result(&id, &output.content, output.is_error);
-                if let Err(e) = self.record(conv, entry) {
-                    return finish(totals, Stop::Fatal, Some(e), None);
-                }
-            }
-            if interrupted {
-                let line = self.ask_after_interrupt().await;
-                if !line.is_empty() {
-                    let entry = conv.chain.user(Value::String(line));
-                    if let Err(e) = self.record(conv, entry) {
-                        return finish(totals, Stop::Fatal, Some(e), None);
+            match self.after_reply(&reply, &model, calls.is_empty(), &mut continuations)? {
+                Next::Stop(stop) => return Ok(stop),
+                Next::Continue => totals.continuing = true,
+                Next::Tools => {
+                    continuations = Continuations::default();
+                    let context = reply.usage.context_tokens();
+                    let full = conv.context_limit.is_some_and(|limit| context >= limit);
+                    self.answer_calls(conv, &permissions, calls, totals).await?;
+                    if full {
+                        if conv.depth == 0 {
+                            // A clean boundary: every call of this turn has its result stored.
+                            return Ok(Stop::ContextFull);
+                        }
+                        // Sub-agents do not hand off: asked once to wrap up, then on their own.
+                        conv.context_limit = None;
+                        let entry = conv.chain.user(Value::String(SUBAGENT_FINISH_NOW.into()));
+                        self.record(conv, entry)?;
                     }
                 }
             }
         }
     }
 
+    /// What the stop reason of a stored reply means for the conversation.
+    fn after_reply(
+        &self,
+        reply: &ModelReply,
+        model: &str,
+        no_calls: bool,
+        continuations: &mut Continuations,
+    ) -> Result<Next, RunError> {
+        match reply.stop_reason.as_deref() {
+            // The window is full whatever the reply holds: the caller hands off.
+            Some(WINDOW_EXCEEDED_STOP) => Err(RunError::ContextWindowFull {
+                model: model.to_string(),
+            }),
+            // A reply cut inside a tool call still gets its calls answered (the cut
+            // input is answered with an error result, see `call_tool`).
+            _ if !no_calls => Ok(Next::Tools),
+            Some("max_tokens") => {
+                continuations.max_tokens += 1;
+                if continuations.max_tokens > MAX_CONTINUATIONS {
+                    return Ok(Next::Stop(Stop::MaxTokens));
+                }
+                Ok(Next::Continue)
+            }
+            Some("pause_turn") => {
+                continuations.pause += 1;
+                if continuations.pause > MAX_PAUSE_CONTINUATIONS {
+                    return Ok(Next::Stop(Stop::EndTurn));
+                }
+                Ok(Next::Continue)
+            }
+            Some("refusal") => Err(RunError::Refusal(reply.stop_details.clone())),
+            None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
+            Some(other) => {
+                self.emit(Event::Warning {
+                    message: format!(
+                        "unknown stop_reason {other:?} from the API; treated as the end of the turn"
+                    ),
+                });
+                Ok(Next::Stop(Stop::EndTurn))
+            }
+        }
+    }
+
+    /// One model request over the conversation so far.
+    async fn take_turn(&self, conv: &mut Conversation<'_>, request: &mut MessagesRequest) -> Turn {
+        // The history is moved into the request, not cloned: a deep copy of every
+        // message on every turn made a long session quadratic (most of the harness's
+        // CPU time per turn at 200 turns). It goes back before anything else happens;
+        // if this future is dropped mid-request, the conversation is dropped with it.
+        request.messages = conv.messages.take();
+        let turn = self.request(request, conv.depth).await;
+        conv.messages.restore(std::mem::take(&mut request.messages));
+        turn
+    }
+
+    /// A reply was interrupted: record that, then what the user said (or "continue").
+    async fn after_interrupted_reply(&self, conv: &mut Conversation<'_>) -> Result<(), RunError> {
+        let entry = conv
+            .chain
+            .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));
+        self.record(conv, entry)?;
+        let line = self.ask_after_interrupt().await;
+        let text = if line.is_empty() {
+            CONTINUE_AFTER_INTERRUPT.to_string()
+        } else {
+            line
+        };
+        let entry = conv.chain.user(Value::String(text));
+        self.record(conv, entry)
+    }
+
+    /// Stores a finished reply and counts it.
+    fn record_reply(
+        &self,
+        conv: &mut Conversation<'_>,
+        model: &str,
+        reply: &ModelReply,
+        totals: &mut Totals,
+    ) -> Result<(), RunError> {
+        let entry = conv.chain.assistant(reply);
+        self.record(conv, entry)?;
+        totals.num_turns += 1;
+        totals.usage.add(&reply.usage);
+        totals.add_cost(crate::model::prices::request_cost_usd(model, &reply.usage));
+        if conv.depth == 0 {
+            totals.context = reply.usage.context_tokens();
+        }
+        let text = transcript::text_of(&reply.content);
+        if std::mem::take(&mut totals.continuing) {
+            totals.text.push_str(&text);
+        } else if !text.is_empty() {
+            totals.text = text;
+        }
+        totals.stop_reason = reply.stop_reason.clone();
+        self.emit(Event::TurnDone {
+            turn: totals.num_turns,
+            usage: reply.usage,
+            context: reply.usage.context_tokens(),
+            cost_usd: totals.cost_usd,
+            depth: conv.depth,
+        });
+        Ok(())
+    }
+
+    /// Runs a reply's tool calls in order and stores each result. After a Ctrl-C the
+    /// remaining calls are answered as interrupted and the user is asked what to say.
+    async fn answer_calls(
+        &self,
+        conv: &mut Conversation<'_>,
+        permissions: &Permissions,
+        calls: Vec<(String, String, Value)>,
+        totals: &mut Totals,
+    ) -> Result<(), RunError> {
+        let mut interrupted = false;
+        for (id, name, input) in calls {
+            let output = if interrupted {
+                ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
+            } else {
+                let output = self
+                    .call_tool(conv, permissions, &id, &name, &input, totals)
+                    .await;
+                // The call stays unanswered in the store; pruning answers it neutrally
+                // when the retry resumes the session.
+                if let Some(error) = totals.subagent_error.take() {
+                    return Err(RunError::SubAgent(error));
+                }
+                interrupted = self.config.interrupt.is_pending();
+                output
+            };
+            let entry = conv
+                .chain
+                .tool_result(&id, &output.content, output.is_error);
+            self.record(conv, entry)?;
+        }
+        if interrupted {
+            let line = self.ask_after_interrupt().await;
+            if !line.is_empty() {
+                let entry = conv.chain.user(Value::String(line));
+                self.record(conv, entry)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Appends an entry to the store and to the conversation's messages.
-    fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), String> {
+    fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), RunError> {
         self.config
             .store
             .append(&conv.key, std::slice::from_ref(&entry))
-            .map_err(|e| format!("cannot write the transcript: {e}"))?;
+            .map_err(RunError::Transcript)?;
         conv.messages.push(&entry);
         Ok(())
     }
@@ -656,8 +884,67 @@ impl Engine {
     }
 }
 
+/// Whether the last user or assistant entry of `history` is a user entry that says
+/// exactly `prompt` (and so is still unanswered).
+fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
+    let last = history.iter().rev().find(|e| {
+        matches!(
+            e.get("type").and_then(Value::as_str),
+            Some("user" | "assistant")
+        )
+    });
+    let Some(last) = last else { return false };
+    if last.get("type").and_then(Value::as_str) != Some("user") {
+        return false;
+    }
+    match last.pointer("/message/content") {
+        Some(Value::String(text)) => text == prompt,
+        Some(Value::Array(blocks)) => {
+            matches!(blocks.as_slice(), [block] if block.get("type").and_then(Value::as_str) == Some("text")
+                && block.get("text").and_then(Value::as_str) == Some(prompt))
+        }
+        _ => false,
+    }
+}
+
+/// What comes after a stored reply.
+enum Next {
+    Stop(Stop),
+    /// Send the conversation back as it is: the model continues its own turn.
+    Continue,
+    /// Answer the reply's tool calls, then ask again.
+    Tools,
+}
+
+/// Continuations in a row, by cause; reset once tools run.
+#[derive(Default)]
+struct Continuations {
+    max_tokens: u32,
+    pause: u32,
+}
+
+/// A reply cut by `max_tokens` is sent back as the start of the assistant turn; the API
+/// refuses a final assistant block that ends in whitespace, so that is trimmed before
+/// the reply is stored (the stored and the sent turn stay the same bytes).
+fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
+    if reply.stop_reason.as_deref() != Some("max_tokens") {
+        return reply;
+    }
+    if let Some(Value::Object(last)) = reply.content.last_mut()
+        && last.get("type").and_then(Value::as_str) == Some("text")
+        && let Some(Value::String(text)) = last.get_mut("text")
+    {
+        let trimmed = text.trim_end().len();
+        text.truncate(trimmed);
+        if trimmed == 0 {
+            reply.content.pop();
+        }
+    }
+    reply
+}
+
 enum Turn {
-    Reply(crate::model::ModelReply),
+    Reply(ModelReply),
     Interrupted,
     Failed(ModelError),
 }

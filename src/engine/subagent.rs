@@ -1,6 +1,6 @@
 //! The tools that need the engine itself: `Task` (a sub-agent session) and `AskUser`.
 
-use super::{AgentSpec, Conversation, Engine, Event, Stop, Totals};
+use super::{AgentSpec, Conversation, Engine, Event, RunError, Totals};
 use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};
 use crate::tools::ToolOutput;
@@ -118,6 +118,7 @@ impl Engine {
             messages: Messages::default(),
             depth: parent.depth + 1,
             announce: None,
+            context_limit: parent.context_limit,
         };
         let result = self
             .drive(&mut conv, Value::String(prompt.to_string()), Instant::now())
@@ -127,27 +128,22 @@ impl Engine {
         totals
             .denials
             .extend(result.permission_denials.iter().cloned());
-        match (result.ok, result.stop) {
-            (true, _) => ToolOutput::ok(result.text),
-            (false, Stop::MaxTurns) if !result.text.is_empty() => ToolOutput::ok(format!(
-                "{}\n\n[sub-agent stopped: {}]",
-                result.text,
-                result.error.unwrap_or_default()
-            )),
-            _ => {
+        match &result.outcome {
+            Ok(_) => ToolOutput::ok(result.text),
+            Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => {
+                ToolOutput::ok(format!("{}\n\n[sub-agent stopped: {error}]", result.text))
+            }
+            Err(error) => {
                 // A failed request is the step's to retry (resuming this session): an
                 // error that only the network or the server can fix is handed up rather
                 // than reported to the caller as the sub-agent's answer. A fatal one
                 // (e.g. the sub-agent's prompt is too long) is the caller's to handle.
-                if let Some(error) = result.model_error.clone()
-                    && classify_error(&error) != ErrorClass::Fatal
+                if let Some(model_error) = error.model_error()
+                    && classify_error(model_error) != ErrorClass::Fatal
                 {
-                    totals.subagent_error = Some(error);
+                    totals.subagent_error = Some(model_error.clone());
                 }
-                ToolOutput::error(format!(
-                    "sub-agent failed: {}",
-                    result.error.unwrap_or_else(|| "unknown error".into())
-                ))
+                ToolOutput::error(format!("sub-agent failed: {error}"))
             }
         }
     }

@@ -4,11 +4,17 @@
 //! server-sent events (see [`crate::model::sse`]). The client reports precisely what
 //! happened and never retries: retrying belongs to `continuity::resilience`.
 //!
-//! Configuration ([`AnthropicClient::from_env`]):
-//! - `ANTHROPIC_API_KEY` (required);
+//! Configuration ([`AnthropicClient::from_env`], [`ClientConfig::from_lookup`]):
+//! - the credential: `ANTHROPIC_AUTH_TOKEN` (sent as `Authorization: Bearer …`, for
+//!   gateways) or `ANTHROPIC_API_KEY` (sent as `x-api-key`); one is required. With both
+//!   set, the auth token wins, as in Claude Code, and only it is sent;
 //! - `ANTHROPIC_BASE_URL`, default [`DEFAULT_BASE_URL`] (a gateway or the test server);
+//! - `ANTHROPIC_CUSTOM_HEADERS`: extra headers, one `Name: value` per line;
+//! - `ANTHROPIC_BETAS`: a comma-separated list of beta names, sent as `anthropic-beta`
+//!   (with the betas flower adds itself: the 1M window for a `[1m]` model, interleaved
+//!   thinking when thinking meets tools);
 //! - the model: the caller's override (`--model`), else `ANTHROPIC_MODEL`, else
-//!   [`DEFAULT_MODEL`];
+//!   [`DEFAULT_MODEL`]; aliases (`sonnet`) are resolved, see [`crate::model::models`];
 //! - `FLOWER_STREAM_IDLE_TIMEOUT`: seconds without a byte from the server (while waiting
 //!   for the response headers, or inside the stream) after which the request fails as a
 //!   [`ModelError::Connection`]; default 300. A server that stops answering must not
@@ -27,10 +33,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// The model used when neither the caller nor `ANTHROPIC_MODEL` names one: Claude
-/// Sonnet 4.5, the balanced current model for agentic coding (an alias that follows
-/// the newest snapshot of that model).
-pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+/// The model used when neither the caller nor `ANTHROPIC_MODEL` names one: the current
+/// Sonnet, the balanced model for agentic coding.
+pub const DEFAULT_MODEL: &str = crate::model::models::DEFAULT_MODEL;
 
 /// The API's address when `ANTHROPIC_BASE_URL` is not set.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -53,22 +58,155 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// connection can be reused; the reply is complete either way.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How requests prove who sends them.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// `x-api-key: …` (`ANTHROPIC_API_KEY`).
+    ApiKey(String),
+    /// `Authorization: Bearer …` (`ANTHROPIC_AUTH_TOKEN`: gateways, compatible vendors).
+    Bearer(String),
+}
+
+impl fmt::Debug for Credential {
+    // By hand, so that a credential never lands in a log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Credential::ApiKey(_) => "ApiKey(…)",
+            Credential::Bearer(_) => "Bearer(…)",
+        })
+    }
+}
+
+/// Everything an [`AnthropicClient`] is built from (values, not environment). Its
+/// `Debug` shows neither the credential nor header values.
+#[derive(Clone, PartialEq)]
+pub struct ClientConfig {
+    pub base_url: String,
+    pub credential: Credential,
+    pub default_model: String,
+    /// Extra headers sent with every request (`ANTHROPIC_CUSTOM_HEADERS`).
+    pub headers: Vec<(String, String)>,
+    /// Beta names sent in `anthropic-beta` with every request (`ANTHROPIC_BETAS`).
+    pub betas: Vec<String>,
+    pub idle_timeout: Duration,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("ClientConfig")
+            .field("base_url", &self.base_url)
+            .field("credential", &self.credential)
+            .field("default_model", &self.default_model)
+            .field("headers", &header_names)
+            .field("betas", &self.betas)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
+}
+
+impl ClientConfig {
+    /// The configuration from variables read through `lookup` (the process environment
+    /// for [`AnthropicClient::from_env`]); see the module docs. `model_override` wins over
+    /// `ANTHROPIC_MODEL`. Errors: no credential, an unknown alias, a malformed
+    /// `ANTHROPIC_CUSTOM_HEADERS` line. No error message quotes a credential or a
+    /// header value.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        model_override: Option<&str>,
+    ) -> Result<ClientConfig, ModelError> {
+        let nonempty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let credential = match (
+            nonempty("ANTHROPIC_AUTH_TOKEN"),
+            nonempty("ANTHROPIC_API_KEY"),
+        ) {
+            (Some(token), _) => Credential::Bearer(token.trim().to_string()),
+            (None, Some(key)) => Credential::ApiKey(key.trim().to_string()),
+            (None, None) => return Err(ModelError::MissingApiKey),
+        };
+        let base_url = nonempty("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.into());
+        let model = model_override
+            .filter(|m| !m.trim().is_empty())
+            .map(str::to_string)
+            .or_else(|| nonempty("ANTHROPIC_MODEL"))
+            .unwrap_or_else(|| DEFAULT_MODEL.into());
+        let default_model =
+            crate::model::models::resolve(&model).map_err(|e| ModelError::Config(e.to_string()))?;
+        let headers = match lookup("ANTHROPIC_CUSTOM_HEADERS") {
+            Some(text) => parse_custom_headers(&text)?,
+            None => Vec::new(),
+        };
+        let betas = lookup("ANTHROPIC_BETAS")
+            .map(|list| parse_betas(&list))
+            .unwrap_or_default();
+        Ok(ClientConfig {
+            base_url,
+            credential,
+            default_model,
+            headers,
+            betas,
+            idle_timeout: idle_timeout_from_env(),
+        })
+    }
+}
+
+/// `ANTHROPIC_CUSTOM_HEADERS`: one `Name: value` per line; blank lines are skipped. A
+/// line without a colon, with a name that is not a header name, or a value that cannot
+/// be sent is an error naming the line (never its value: it may be a credential).
+pub fn parse_custom_headers(text: &str) -> Result<Vec<(String, String)>, ModelError> {
+    let mut headers = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |why: &str| {
+            ModelError::Config(format!(
+                "ANTHROPIC_CUSTOM_HEADERS line {}: {why} (expected `Name: value`)",
+                n + 1
+            ))
+        };
+        let (name, value) = line.split_once(':').ok_or_else(|| bad("no colon"))?;
+        let name = name.trim();
+        let value = value.trim();
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(bad("not a header name"));
+        }
+        if reqwest::header::HeaderValue::from_str(value).is_err() {
+            return Err(bad("the value has characters a header cannot carry"));
+        }
+        headers.push((name.to_string(), value.to_string()));
+    }
+    Ok(headers)
+}
+
+/// `ANTHROPIC_BETAS`: comma-separated names, blanks dropped.
+pub fn parse_betas(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// A streaming client of the Anthropic Messages API.
 #[derive(Clone)]
 pub struct AnthropicClient {
     http: reqwest::Client,
     base_url: String,
     endpoint: String,
-    api_key: String,
+    credential: Credential,
+    headers: Vec<(String, String)>,
+    betas: Vec<String>,
     default_model: String,
     idle_timeout: Duration,
 }
 
 impl fmt::Debug for AnthropicClient {
-    // By hand, so that the API key never lands in a log.
+    // By hand, so that the credential and header values never land in a log.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AnthropicClient")
             .field("base_url", &self.base_url)
+            .field("credential", &self.credential)
             .field("default_model", &self.default_model)
             .field("idle_timeout", &self.idle_timeout)
             .finish_non_exhaustive()
@@ -83,10 +221,28 @@ impl AnthropicClient {
     /// Errors: [`ModelError::MissingApiKey`] for an empty key, [`ModelError::Config`]
     /// for a base URL that is not http(s).
     pub fn new(base_url: &str, api_key: &str, default_model: &str) -> Result<Self, ModelError> {
-        if api_key.trim().is_empty() {
-            return Err(ModelError::MissingApiKey);
-        }
-        let base_url = base_url.trim().trim_end_matches('/').to_string();
+        AnthropicClient::with_config(ClientConfig {
+            base_url: base_url.to_string(),
+            credential: Credential::ApiKey(api_key.to_string()),
+            default_model: default_model.to_string(),
+            headers: Vec::new(),
+            betas: Vec::new(),
+            idle_timeout: idle_timeout_from_env(),
+        })
+    }
+
+    /// A client from explicit values. Errors as [`AnthropicClient::new`].
+    pub fn with_config(config: ClientConfig) -> Result<Self, ModelError> {
+        let credential = match config.credential {
+            Credential::ApiKey(key) if !key.trim().is_empty() => {
+                Credential::ApiKey(key.trim().to_string())
+            }
+            Credential::Bearer(token) if !token.trim().is_empty() => {
+                Credential::Bearer(token.trim().to_string())
+            }
+            _ => return Err(ModelError::MissingApiKey),
+        };
+        let base_url = config.base_url.trim().trim_end_matches('/').to_string();
         let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
             ModelError::Config(format!(
                 "ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"
@@ -106,9 +262,11 @@ impl AnthropicClient {
             http,
             endpoint: format!("{base_url}/v1/messages"),
             base_url,
-            api_key: api_key.trim().to_string(),
-            default_model: default_model.to_string(),
-            idle_timeout: idle_timeout_from_env(),
+            credential,
+            headers: config.headers,
+            betas: config.betas,
+            default_model: config.default_model.trim().to_string(),
+            idle_timeout: config.idle_timeout,
         })
     }
 
@@ -116,15 +274,26 @@ impl AnthropicClient {
     /// `model_override` (`--model`) wins over `ANTHROPIC_MODEL`.
     /// Fails with [`ModelError::MissingApiKey`] before any network use.
     pub fn from_env(model_override: Option<&str>) -> Result<Self, ModelError> {
-        let nonempty = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let api_key = nonempty("ANTHROPIC_API_KEY").ok_or(ModelError::MissingApiKey)?;
-        let base_url = nonempty("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.into());
-        let model = model_override
-            .filter(|m| !m.trim().is_empty())
-            .map(str::to_string)
-            .or_else(|| nonempty("ANTHROPIC_MODEL"))
-            .unwrap_or_else(|| DEFAULT_MODEL.into());
-        AnthropicClient::new(&base_url, &api_key, model.trim())
+        let config = ClientConfig::from_lookup(|name| std::env::var(name).ok(), model_override)?;
+        AnthropicClient::with_config(config)
+    }
+
+    /// The `anthropic-beta` header of a request: the configured betas, then those the
+    /// request needs, each once.
+    fn betas_for(&self, request: &MessagesRequest, model: &str) -> Vec<String> {
+        let mut betas = self.betas.clone();
+        let mut add = |beta: &str| {
+            if !betas.iter().any(|b| b == beta) {
+                betas.push(beta.to_string());
+            }
+        };
+        if crate::model::models::wire_id(model).1 {
+            add(crate::model::models::CONTEXT_1M_BETA);
+        }
+        if request.thinking.is_some() && !request.tools.is_empty() {
+            add(crate::model::models::INTERLEAVED_THINKING_BETA);
+        }
+        betas
     }
 
     /// The base URL, without a trailing `/`.
@@ -154,10 +323,19 @@ impl AnthropicClient {
             &request.model
         };
         let body = body_with_model(request, model);
-        let send = self
-            .http
-            .post(&self.endpoint)
-            .header("x-api-key", &self.api_key)
+        let mut post = self.http.post(&self.endpoint);
+        post = match &self.credential {
+            Credential::ApiKey(key) => post.header("x-api-key", key),
+            Credential::Bearer(token) => post.bearer_auth(token),
+        };
+        for (name, value) in &self.headers {
+            post = post.header(name.as_str(), value.as_str());
+        }
+        let betas = self.betas_for(request, model);
+        if !betas.is_empty() {
+            post = post.header("anthropic-beta", betas.join(","));
+        }
+        let send = post
             .header("anthropic-version", API_VERSION)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "text/event-stream")
@@ -333,9 +511,10 @@ pub fn idle_timeout_from_env() -> Duration {
 /// modified.
 ///
 /// Breakpoints (`cache_control: {"type": "ephemeral"}`), at most
-/// [`MAX_CACHE_BREAKPOINTS`] in all: the last tool, the system prompt, and the last
+/// [`MAX_CACHE_BREAKPOINTS`] in all: the last tool, the system prompt, the last
 /// cacheable block of the newest message (a string content becomes one text block for
-/// that; thinking blocks and empty text cannot carry one). Breakpoints already present
+/// that; thinking blocks and empty text cannot carry one), and, when the newest turn has
+/// [`CACHE_LOOKBACK_BLOCKS`] blocks or more, the end of the previous turn. Breakpoints already present
 /// in the messages are kept, except the oldest ones when the total would pass the limit.
 pub fn request_body(request: &MessagesRequest) -> Vec<u8> {
     body_with_model(request, &request.model)
@@ -351,8 +530,12 @@ fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
         messages: Messages<'a>,
         #[serde(skip_serializing_if = "Option::is_none")]
         tools: Option<Tools<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        thinking: Option<Value>,
         stream: bool,
     }
+    // `claude-…[1m]` is asked for with a beta header; the id goes out without it.
+    let model = crate::model::models::wire_id(model).0;
 
     let system = (!request.system.is_empty())
         .then(|| [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})]);
@@ -364,6 +547,7 @@ fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
         system,
         messages: Messages::new(&request.messages, MAX_CACHE_BREAKPOINTS - own),
         tools,
+        thinking: request.thinking.map(crate::model::Thinking::to_json),
         stream: true,
     };
     // Serializing `Value`s and plain structs into a Vec cannot fail.
@@ -404,8 +588,33 @@ impl Serialize for Tools<'_> {
 /// old one removed (so a long history is not copied on every turn).
 struct Messages<'a>(Vec<Cow<'a, Value>>);
 
+/// The API looks for an earlier cache entry at most this many blocks before a
+/// breakpoint.
+pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
+
+/// The message that ended the previous request (the one before the newest assistant
+/// turn), when the newest turn is too long for the cache's lookback to reach back to
+/// it from the newest breakpoint (many parallel tool calls): marking it too makes the
+/// cache entry the previous request wrote there a hit.
+fn previous_turn_end(messages: &[Value]) -> Option<usize> {
+    let n = messages.len();
+    if n < 3 || messages[n - 2].get("role").and_then(Value::as_str) != Some("assistant") {
+        return None;
+    }
+    let blocks = |m: &Value| {
+        m.get("content")
+            .and_then(Value::as_array)
+            .map_or(1, Vec::len)
+    };
+    let between = blocks(&messages[n - 2]) + blocks(&messages[n - 1]);
+    (between >= CACHE_LOOKBACK_BLOCKS).then_some(n - 3)
+}
+
 impl<'a> Messages<'a> {
     fn new(messages: &'a [Value], budget: usize) -> Self {
+        let previous = previous_turn_end(messages)
+            .filter(|&i| budget >= 2 && with_breakpoint(&messages[i]).is_some());
+        let budget = budget - usize::from(previous.is_some());
         let mut out: Vec<Cow<'a, Value>> = messages.iter().map(Cow::Borrowed).collect();
         let mut used = 0;
         if let Some(last) = out.last_mut()
@@ -432,6 +641,17 @@ impl<'a> Messages<'a> {
                 continue;
             }
             excess -= strip_breakpoints(message.to_mut(), excess, skip_last);
+        }
+        if let Some(i) = previous
+            && let Some(marked) = with_breakpoint(out[i].as_ref())
+        {
+            // Its own old marks were counted against the budget above; one more block
+            // marked on top of them stays within four only if none was there, so any
+            // other mark in it goes.
+            let mut marked = marked;
+            let keep = breakpoint_blocks(&marked).len().saturating_sub(1);
+            strip_breakpoints(&mut marked, keep, true);
+            out[i] = Cow::Owned(marked);
         }
         Messages(out)
     }

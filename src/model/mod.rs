@@ -4,12 +4,13 @@
 pub mod anthropic;
 pub mod classify;
 pub mod error;
+pub mod models;
 pub mod prices;
 pub mod sse;
 pub mod types;
 
 pub use error::ModelError;
-pub use types::{MessagesRequest, ModelReply, StreamDelta, ToolDef, Usage};
+pub use types::{MessagesRequest, ModelReply, StreamDelta, Thinking, ToolDef, Usage};
 
 use crate::BoxFuture;
 

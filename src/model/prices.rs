@@ -1,9 +1,11 @@
 //! Per-model prices and cost computation.
 //!
 //! The built-in table is `src/model/prices.json`, compiled into the binary. Its prices
-//! are Anthropic's published list prices (platform.claude.com, "Pricing"), in USD per
-//! million tokens; `cache_write` is the price of a 5-minute cache write (the only kind
-//! flower asks for).
+//! are Anthropic's published list prices (platform.claude.com, "Pricing" and the model
+//! overview pages, read 2026-12-02), in USD per million tokens, for every id of the
+//! official SDK's model list (anthropic-sdk-python `types/model_param.py`, 2026-08-07)
+//! and the models released since. `cache_write` is the price of a 5-minute cache write
+//! (what flower asks for), `cache_write_1h` of a 1-hour one.
 //!
 //! # The price file format
 //!
@@ -17,7 +19,11 @@
 //! ```
 //!
 //! All four fields are required, non-negative numbers; unknown fields are refused (a
-//! typo must not silently price something at 0).
+//! typo must not silently price something at 0). Optional: `cache_write_1h`, and
+//! `long_context`: `{"above_tokens": N, "input": …, "output": …, "cache_write": …,
+//! "cache_read": …}`, the prices of a request whose prompt (input + cache reads + cache
+//! writes) is over N tokens, for every token of that request (Sonnet 4/4.5 above 200K,
+//! Haiku 5.5 above 100K).
 //!
 //! # Overriding
 //!
@@ -28,9 +34,13 @@
 //!
 //! # Lookup
 //!
-//! An exact id first; else a dated or `-latest` id is matched to its base
-//! (`claude-sonnet-4-5-20250929` → `claude-sonnet-4-5`). An unknown model has no
-//! price: its cost is `None`, never a guess.
+//! The `[1m]` suffix is ignored; then an exact id first; else a dated or `-latest` id is
+//! matched to its base (`claude-sonnet-4-5-20250929` → `claude-sonnet-4-5`). An unknown
+//! model has no price: its cost is `None`, never a guess.
+//!
+//! [`PriceTable::cost_usd`] prices tokens at the base rates (right for usage summed over
+//! many requests); [`PriceTable::request_cost_usd`] prices one request and applies the
+//! long-context rates when its prompt is over the threshold.
 
 use crate::model::Usage;
 use serde::{Deserialize, Serialize};
@@ -63,6 +73,41 @@ impl ModelPrice {
     }
 }
 
+/// The prices of a request whose prompt is over `above_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LongContextPrice {
+    pub above_tokens: u64,
+    pub input: f64,
+    pub output: f64,
+    pub cache_write: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h: Option<f64>,
+    pub cache_read: f64,
+}
+
+/// One row of the price file (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Row {
+    input: f64,
+    output: f64,
+    cache_write: f64,
+    #[serde(default)]
+    cache_write_1h: Option<f64>,
+    cache_read: f64,
+    #[serde(default)]
+    long_context: Option<LongContextPrice>,
+}
+
+/// What a model costs beyond its base prices.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExtraPrices {
+    /// A 1-hour cache write, USD per million tokens.
+    pub cache_write_1h: Option<f64>,
+    pub long_context: Option<LongContextPrice>,
+}
+
 /// A price file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("price table {source_name}: {why}")]
@@ -76,6 +121,7 @@ pub struct PriceError {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PriceTable {
     models: HashMap<String, ModelPrice>,
+    extras: HashMap<String, ExtraPrices>,
 }
 
 impl PriceTable {
@@ -92,17 +138,39 @@ impl PriceTable {
             source_name: source_name.to_string(),
             why,
         };
-        let models: HashMap<String, ModelPrice> =
+        let rows: HashMap<String, Row> =
             serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
-        for (model, p) in &models {
-            let all = [p.input, p.output, p.cache_write, p.cache_read];
+        let mut table = PriceTable::default();
+        for (model, p) in rows {
+            let mut all = vec![p.input, p.output, p.cache_write, p.cache_read];
+            all.extend(p.cache_write_1h);
+            if let Some(l) = &p.long_context {
+                all.extend([l.input, l.output, l.cache_write, l.cache_read]);
+                all.extend(l.cache_write_1h);
+            }
             if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(error(format!(
                     "{model}: prices must be non-negative numbers"
                 )));
             }
+            table.models.insert(
+                model.clone(),
+                ModelPrice {
+                    input: p.input,
+                    output: p.output,
+                    cache_write: p.cache_write,
+                    cache_read: p.cache_read,
+                },
+            );
+            table.extras.insert(
+                model,
+                ExtraPrices {
+                    cache_write_1h: p.cache_write_1h,
+                    long_context: p.long_context,
+                },
+            );
         }
-        Ok(PriceTable { models })
+        Ok(table)
     }
 
     /// Reads and parses a price file.
@@ -124,16 +192,59 @@ impl PriceTable {
 
     /// Adds `other`'s entries, replacing those of the same model.
     pub fn merge(&mut self, other: PriceTable) {
+        for model in other.models.keys() {
+            self.extras.remove(model);
+        }
         self.models.extend(other.models);
+        self.extras.extend(other.extras);
+    }
+
+    /// The id a model is priced under: `[1m]` dropped, then the exact id, else its base
+    /// id without a date (or `-latest`) suffix.
+    fn key<'m>(&self, model: &'m str) -> Option<&'m str> {
+        let model = crate::model::models::wire_id(model).0;
+        if self.models.contains_key(model) {
+            return Some(model);
+        }
+        base_model_id(model).filter(|base| self.models.contains_key(*base))
     }
 
     /// A model's prices: the exact id, else its base id without a date (or `-latest`)
     /// suffix; `None` for an unknown model.
     pub fn get(&self, model: &str) -> Option<ModelPrice> {
-        if let Some(p) = self.models.get(model) {
-            return Some(*p);
-        }
-        self.models.get(base_model_id(model)?).copied()
+        self.models.get(self.key(model)?).copied()
+    }
+
+    /// A model's 1-hour cache write and long-context prices.
+    pub fn extras(&self, model: &str) -> Option<ExtraPrices> {
+        Some(
+            self.extras
+                .get(self.key(model)?)
+                .copied()
+                .unwrap_or_default(),
+        )
+    }
+
+    /// The cost of one request's `usage` on `model`, USD, with the long-context rates
+    /// when its prompt is over their threshold (and the model's window, `[1m]` included,
+    /// is larger than that); `None` for an unknown model.
+    pub fn request_cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
+        let base = self.get(model)?;
+        let prompt =
+            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens;
+        // A prompt over the threshold only exists where the window is larger (Sonnet 4.5
+        // with `[1m]`); usage reported beyond a model's window is priced as it comes.
+        let window = crate::model::models::context_window(model);
+        let price = match self.extras(model).and_then(|e| e.long_context) {
+            Some(long) if prompt > long.above_tokens && window > long.above_tokens => ModelPrice {
+                input: long.input,
+                output: long.output,
+                cache_write: long.cache_write,
+                cache_read: long.cache_read,
+            },
+            _ => base,
+        };
+        Some(price.cost(usage))
     }
 
     /// The cost of `usage` on `model`, USD; `None` for an unknown model.
@@ -192,6 +303,12 @@ pub fn price(model: &str) -> Option<ModelPrice> {
 /// unknown model (never a guess).
 pub fn cost_usd(model: &str, usage: &Usage) -> Option<f64> {
     table().cost_usd(model, usage)
+}
+
+/// The cost of one request on `model` ([`PriceTable::request_cost_usd`]) from the
+/// process-wide [`table`].
+pub fn request_cost_usd(model: &str, usage: &Usage) -> Option<f64> {
+    table().request_cost_usd(model, usage)
 }
 
 #[cfg(test)]

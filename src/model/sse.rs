@@ -274,6 +274,7 @@ pub struct MessageAssembler {
     /// Indexed by the API's block `index`.
     blocks: Vec<Option<Block>>,
     stop_reason: Option<String>,
+    stop_details: Option<Value>,
     usage: Usage,
     started: bool,
     stopped: bool,
@@ -341,6 +342,10 @@ impl MessageAssembler {
             "message_delta" => {
                 if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop_reason = Some(reason.to_string());
+                }
+                if let Some(details) = data.pointer("/delta/stop_details").filter(|d| !d.is_null())
+                {
+                    self.stop_details = Some(details.clone());
                 }
                 if let Some(usage) = data.get("usage") {
                     merge_usage(&mut self.usage, usage);
@@ -522,6 +527,7 @@ impl MessageAssembler {
             model: self.model,
             content,
             stop_reason: self.stop_reason,
+            stop_details: self.stop_details,
             usage: self.usage,
         })
     }
@@ -669,6 +675,7 @@ mod tests {
                 json!({"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"file_path": "/tmp/é.txt", "limit": 5}}),
             ],
             stop_reason: Some("tool_use".into()),
+            stop_details: None,
             usage: Usage {
                 input_tokens: 25,
                 output_tokens: 42,

@@ -28,6 +28,29 @@ pub struct MessagesRequest {
     pub system: String,
     pub messages: Vec<Value>,
     pub tools: Vec<ToolDef>,
+    /// Extended thinking; `None` sends no `thinking` field.
+    pub thinking: Option<Thinking>,
+}
+
+/// How the model is asked to think before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thinking {
+    /// `{"type": "enabled", "budget_tokens": N}`; N ≥ 1024 and below `max_tokens`.
+    Budget(u32),
+    /// `{"type": "adaptive"}`: models that choose their own budget.
+    Adaptive,
+}
+
+impl Thinking {
+    /// The request's `thinking` field.
+    pub fn to_json(self) -> Value {
+        match self {
+            Thinking::Budget(budget) => {
+                serde_json::json!({"type": "enabled", "budget_tokens": budget})
+            }
+            Thinking::Adaptive => serde_json::json!({"type": "adaptive"}),
+        }
+    }
 }
 
 /// Token usage as the API reports it (`message_start` then cumulative `message_delta`).
@@ -71,6 +94,8 @@ pub struct ModelReply {
     /// tool_use with its parsed input), ready to be stored and sent back unchanged.
     pub content: Vec<Value>,
     pub stop_reason: Option<String>,
+    /// The API's `stop_details` (e.g. why a `refusal` happened), when it sent some.
+    pub stop_details: Option<Value>,
     pub usage: Usage,
 }
 

@@ -15,7 +15,7 @@ pub mod summary;
 
 pub use self::postgres::{PostgresStore, PostgresUrl};
 pub use key::{SessionKey, project_key};
-pub use prune::{PruneOptions, PruningSessionStore};
+pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
 use serde::{Deserialize, Serialize};

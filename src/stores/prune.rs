@@ -3,8 +3,9 @@
 //! The database keeps every entry verbatim; [`prune`] cleans only what is sent back to
 //! the model. In order:
 //! 1. drop synthetic API-error entries (`isApiErrorMessage: true` or
-//!    `message.model == "<synthetic>"`): a retry storm must not read as something the
-//!    model said;
+//!    `message.model == "<synthetic>"`) and replies that ended in `stop_reason: refusal`:
+//!    a retry storm must not read as something the model said, and a replayed refusal
+//!    only invites another;
 //! 2. repair the structure (see below), so the rules work on well-formed turns;
 //! 3. of the denied tool calls (a `tool_use` whose `tool_result` has `is_error: true`
 //!    and a denial text, [`is_denial_text`]), keep only the newest `keep_denials`
@@ -39,6 +40,18 @@
 //! resume continues from the last entry that has a uuid
 //! ([`crate::transcript::resume_leaf`]).
 //!
+//! # A prompt cache that survives (`PruneOptions::cache`)
+//!
+//! Rules 3–6 change what was already sent, so they make the next request miss the
+//! prompt cache. With a [`CacheWindow`], they are applied only while the cache has gone
+//! cold anyway: a load within `ttl` of the session's last reply (the last assistant
+//! entry's `timestamp`) is *warm*, and then the transcript is fed exactly as it was last
+//! sent. What was last sent is the transcript as pruned at the last cold load plus
+//! everything appended since, so in warm mode rules 3–6 see only the entries before the
+//! last cold load (the first user prompt written more than `ttl` after the reply before
+//! it) and everything after stays verbatim; only the tail repairs (rules 1, 2, 7) apply
+//! to all of it. A cold load applies every rule to everything, as without a window.
+//!
 //! `prune(prune(x)) == prune(x)` for every transcript.
 
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
@@ -50,7 +63,7 @@ use std::sync::Arc;
 
 pub use crate::transcript::markers::{
     INTERRUPTED_BODY, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text, is_interruption_text,
-    is_synthetic_error,
+    is_refusal, is_synthetic_error,
 };
 
 /// Default size above which an old tool result is trimmed (with `trim` on).
@@ -98,6 +111,27 @@ pub struct PruneOptions {
     pub trim_threshold_bytes: usize,
     /// Where trimmed results are written (see [`default_trim_dir`]).
     pub trim_dir: PathBuf,
+    /// Keep the prompt cache warm (see the module docs). `None`: every load is cold.
+    pub cache: Option<CacheWindow>,
+}
+
+/// The prompt cache's lifetime, for [`PruneOptions::cache`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheWindow {
+    /// How long the cache lives after a request: 5 minutes, or 1 hour with the
+    /// 1-hour cache.
+    pub ttl: std::time::Duration,
+    /// The time of the load; `None` is the clock at load time (tests set it).
+    pub now: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl CacheWindow {
+    /// The API's default cache lifetime.
+    pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+    pub fn new(ttl: std::time::Duration) -> Self {
+        CacheWindow { ttl, now: None }
+    }
 }
 
 impl PruneOptions {
@@ -109,6 +143,7 @@ impl PruneOptions {
             trim: false,
             trim_threshold_bytes: DEFAULT_TRIM_THRESHOLD_BYTES,
             trim_dir: trim_dir.into(),
+            cache: None,
         }
     }
 }
@@ -183,6 +218,9 @@ pub fn prepare(entry: Value) -> PreparedEntry {
 /// [`prune`] of entries read with [`prepare`].
 pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<Value> {
     let mut p = Pruner::new(entries.into_iter().map(|e| e.0).collect());
+    if let Some(window) = &opts.cache {
+        p.mark_warm_tail(window);
+    }
     p.drop_synthetic_errors();
     p.repair();
     p.drop_old_denials(opts.keep_denials);
@@ -276,6 +314,13 @@ impl SessionStore for PruningSessionStore {
 enum Role {
     User,
     Assistant,
+}
+
+fn timestamp(entry: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+    let text = str_field(entry, "timestamp")?;
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
 }
 
 fn block_type(block: &Value) -> Option<&str> {
@@ -443,6 +488,8 @@ struct Slot {
     removed: bool,
     /// Inserted by this prune (a result for a call that had none).
     synthesized: bool,
+    /// Appended since the last cold load while the cache is warm: sent verbatim.
+    warm: bool,
 }
 
 impl Slot {
@@ -461,12 +508,27 @@ impl Slot {
             role,
             uuid: str_field(&entry, "uuid").map(str::to_string),
             parent: str_field(&entry, "parentUuid").map(str::to_string),
-            synthetic_error: role == Some(Role::Assistant) && is_synthetic_error(&entry),
+            synthetic_error: role == Some(Role::Assistant)
+                && (is_synthetic_error(&entry) || is_refusal(&entry)),
             content,
             blocks,
             removed: false,
             synthesized: false,
+            warm: false,
             entry,
+        }
+    }
+
+    /// A user entry a person or the runtime wrote (text, no tool results): what a
+    /// load is followed by.
+    fn is_prompt(&self) -> bool {
+        match self.content {
+            Content::Text => true,
+            Content::Blocks => !self
+                .blocks
+                .iter()
+                .any(|b| matches!(b, Block::ToolResult { .. })),
+            Content::Unusable => false,
         }
     }
 
@@ -564,6 +626,38 @@ impl Pruner {
 
     fn alive_with_role(&self, role: Role) -> impl Iterator<Item = (usize, &Slot)> {
         self.alive().filter(move |(_, s)| s.role == Some(role))
+    }
+
+    /// The entries the prefix-changing rules may touch (all but a warm tail).
+    fn ruled_with_role(&self, role: Role) -> impl Iterator<Item = (usize, &Slot)> {
+        self.alive_with_role(role).filter(|(_, s)| !s.warm)
+    }
+
+    /// With the cache warm, marks the entries appended since the last cold load (see
+    /// the module docs). A cold load marks nothing.
+    fn mark_warm_tail(&mut self, window: &CacheWindow) {
+        let ttl = chrono::Duration::from_std(window.ttl).unwrap_or(chrono::Duration::MAX);
+        let now = window.now.unwrap_or_else(chrono::Utc::now);
+        let mut last_reply: Option<chrono::DateTime<chrono::Utc>> = None;
+        let mut boundary = 0;
+        for (i, slot) in self.slots.iter().enumerate() {
+            let Some(role) = slot.role else { continue };
+            let Some(at) = timestamp(&slot.entry) else {
+                continue;
+            };
+            match role {
+                Role::Assistant if !slot.synthetic_error => last_reply = Some(at),
+                Role::User if slot.is_prompt() && last_reply.is_some_and(|r| at - r > ttl) => {
+                    boundary = i;
+                }
+                _ => {}
+            }
+        }
+        if last_reply.is_some_and(|r| now - r <= ttl) {
+            for slot in &mut self.slots[boundary..] {
+                slot.warm = true;
+            }
+        }
     }
 
     fn remove(&mut self, i: usize) {
@@ -752,6 +846,7 @@ impl Pruner {
                 let mut slot =
                     Slot::new(synthesized_result(&assistant.entry, &id, parent.as_deref()));
                 slot.synthesized = true;
+                slot.warm = assistant.warm;
                 parent = slot.uuid.clone();
                 made.push(slot);
             }
@@ -773,7 +868,7 @@ impl Pruner {
 
     fn drop_old_denials(&mut self, keep: usize) {
         let mut calls: HashMap<&str, (usize, usize)> = HashMap::new();
-        for (i, slot) in self.alive_with_role(Role::Assistant) {
+        for (i, slot) in self.ruled_with_role(Role::Assistant) {
             for (b, block) in slot.blocks.iter().enumerate() {
                 if let Block::ToolUse { id, .. } = block {
                     calls.entry(id.as_str()).or_insert((i, b));
@@ -781,7 +876,7 @@ impl Pruner {
             }
         }
         let mut pairs = Vec::new();
-        for (i, slot) in self.alive_with_role(Role::User) {
+        for (i, slot) in self.ruled_with_role(Role::User) {
             for (b, block) in slot.blocks.iter().enumerate() {
                 if let Block::ToolResult {
                     id,
@@ -805,7 +900,7 @@ impl Pruner {
 
     fn neutralize_interruptions(&mut self) {
         let mut hits = Vec::new();
-        for (i, slot) in self.alive_with_role(Role::User) {
+        for (i, slot) in self.ruled_with_role(Role::User) {
             for (b, block) in slot.blocks.iter().enumerate() {
                 if let Block::ToolResult {
                     body: Body::Interruption,
@@ -823,7 +918,7 @@ impl Pruner {
 
     fn mark_stale_snapshots(&mut self) {
         let mut runs: Vec<(&str, &str)> = Vec::new();
-        for (_, slot) in self.alive_with_role(Role::Assistant) {
+        for (_, slot) in self.ruled_with_role(Role::Assistant) {
             for block in &slot.blocks {
                 if let Block::ToolUse {
                     id,
@@ -838,7 +933,7 @@ impl Pruner {
             return;
         }
         let mut results: HashMap<&str, (usize, usize, Body)> = HashMap::new();
-        for (i, slot) in self.alive_with_role(Role::User) {
+        for (i, slot) in self.ruled_with_role(Role::User) {
             for (b, block) in slot.blocks.iter().enumerate() {
                 if let Block::ToolResult { id, body, .. } = block {
                     results.entry(id.as_str()).or_insert((i, b, *body));
@@ -871,13 +966,17 @@ impl Pruner {
             if turns == TRIM_KEEP_RECENT_TURNS {
                 break;
             }
-            if groups.role(g) == Role::User && !self.result_ids(groups.members(g)).is_empty() {
+            let warm = groups.members(g).iter().any(|&i| self.slots[i].warm);
+            if !warm
+                && groups.role(g) == Role::User
+                && !self.result_ids(groups.members(g)).is_empty()
+            {
                 recent.extend(groups.members(g).iter().copied());
                 turns += 1;
             }
         }
         let mut trims = Vec::new();
-        for (i, slot) in self.alive_with_role(Role::User) {
+        for (i, slot) in self.ruled_with_role(Role::User) {
             if recent.contains(&i) {
                 continue;
             }

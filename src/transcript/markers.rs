@@ -48,6 +48,16 @@ pub fn is_interruption_text(text: &str) -> bool {
     text.trim_start().starts_with(INTERRUPTION_PREFIX)
 }
 
+/// Whether an entry is an assistant reply that ended in `stop_reason: refusal`: it is
+/// kept in the database but never fed back (replaying it only invites another refusal).
+pub fn is_refusal(entry: &Value) -> bool {
+    entry
+        .get("message")
+        .and_then(|m| m.get("stop_reason"))
+        .and_then(Value::as_str)
+        == Some("refusal")
+}
+
 /// Whether an entry is a synthetic API-error message written by a harness.
 pub fn is_synthetic_error(entry: &Value) -> bool {
     entry.get(API_ERROR_FLAG) == Some(&Value::Bool(true))

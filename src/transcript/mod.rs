@@ -83,7 +83,7 @@ impl Chain {
 
     /// An assistant entry for a finished model reply.
     pub fn assistant(&mut self, reply: &crate::model::ModelReply) -> Value {
-        let message = json!({
+        let mut message = json!({
             "id": reply.id,
             "type": "message",
             "role": "assistant",
@@ -92,6 +92,9 @@ impl Chain {
             "stop_reason": reply.stop_reason,
             "usage": reply.usage,
         });
+        if let (Some(details), Some(obj)) = (&reply.stop_details, message.as_object_mut()) {
+            obj.insert("stop_details".into(), details.clone());
+        }
         self.entry("assistant", message, Map::new())
     }
 

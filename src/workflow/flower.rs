@@ -263,6 +263,17 @@ pub struct GoalGate {
     pub rounds: u32,
 }
 
+/// Whether the judge's run failed because its context did not fit the window. The judge
+/// never hands off (it is fresh every round): such a round is a clear failed verdict.
+fn judge_overflowed(result: &crate::continuity::manifest::StepResult) -> bool {
+    result.errors.iter().any(|e| {
+        let e = e.to_ascii_lowercase();
+        e.contains("prompt is too long")
+            || e.contains(crate::engine::WINDOW_EXCEEDED_STOP)
+            || e.contains("context window is full")
+    })
+}
+
 /// The verdict line the judge ends with.
 pub const PASS_LINE: &str = "判定:通过";
 pub const FAIL_LINE: &str = "判定:未通过";
@@ -309,6 +320,11 @@ impl Gate for GoalGate {
             }
             let findings = if result.ok {
                 result.text
+            } else if judge_overflowed(&result) {
+                format!(
+                    "判定者的上下文超出了模型窗口,这一轮没能判完({}),按未通过处理。把工作区里无关的大文件、大输出收一收,判定者才看得完。",
+                    result.error.unwrap_or_default()
+                )
             } else {
                 format!(
                     "判定者这一轮没能跑完({}),按未通过处理。",

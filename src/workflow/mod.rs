@@ -354,7 +354,11 @@ impl Workflow {
                 lineage.remember(&name, id);
             })));
         }
-        let result = rt.run_step(row_name, &step.agent, prompt, start).await;
+        // The step's main session hands off (换代) near the end of its window; its
+        // documents are named by the plain step name, whatever this attempt's row is.
+        let result = rt
+            .run_step_handing_off(row_name, &step.name, &step.agent, prompt, start)
+            .await;
         rt.set_on_session(None);
         if let Some(id) = &result.session_id {
             ctx.sessions.insert(step.name.clone(), id.clone());

@@ -510,7 +510,16 @@ fn waking_trims_old_large_results_unless_no_trim() {
             .expect("干活 resumed")
     };
     let before = server.request_count();
-    assert!(project.run(&server, &[]).status.success());
+    // Trimming changes the prefix, so it waits until the prompt cache is cold:
+    // FLOWER_CACHE_TTL=0 stands for a wake after the cache expired.
+    let cold = |args: &[&str]| {
+        project
+            .command(&server, args)
+            .env("FLOWER_CACHE_TTL", "0")
+            .output()
+            .unwrap()
+    };
+    assert!(cold(&[]).status.success());
     let trimmed = resumed_coordinator(&server, before);
     assert!(
         !trimmed.raw_body.contains(MARK),
@@ -531,7 +540,7 @@ fn waking_trims_old_large_results_unless_no_trim() {
     );
 
     let before = server.request_count();
-    assert!(project.run(&server, &["--no-trim"]).status.success());
+    assert!(cold(&["--no-trim"]).status.success());
     let whole = resumed_coordinator(&server, before);
     assert!(
         whole.raw_body.contains(MARK),

@@ -46,6 +46,7 @@ fn request() -> MessagesRequest {
         system: "You are a careful engineer.".into(),
         messages: vec![json!({"role": "user", "content": "Read seed.txt and tell me the word."})],
         tools: vec![tool("Read"), tool("Glob")],
+        thinking: None,
     }
 }
 

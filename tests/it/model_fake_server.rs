@@ -21,6 +21,7 @@ fn request(system: &str, user: &str) -> MessagesRequest {
         system: system.into(),
         messages: vec![json!({"role": "user", "content": user})],
         tools: Vec::new(),
+        thinking: None,
     }
 }
 

@@ -1091,3 +1091,63 @@ fn plain_pipes_get_no_redraws_and_no_escape_codes() {
     assert!(stderr.contains("⏺ Task"), "{stderr}");
     assert!(stderr.contains("== 判定通过 =="), "{stderr}");
 }
+
+// ---------------------------------------------------------------------------------
+// 7. The live status line and the summary line (issue #12)
+// ---------------------------------------------------------------------------------
+
+/// The status lines drawn: each is erased by `\r\x1b[2K` (or ends at a newline);
+/// escape codes stripped, starting at the step.
+fn status_draws(raw: &str) -> Vec<String> {
+    let plain = strip_escapes(raw);
+    plain
+        .split(['\r', '\n'])
+        .filter_map(|part| part.find("[干活] 第 ").map(|i| part[i..].to_string()))
+        .collect()
+}
+
+#[test]
+fn the_status_line_shows_step_turn_context_cost_and_time_then_a_summary() {
+    let project = Project::terminal("proj");
+    let server = busy_server();
+    let mut pty = project.pty(&server, &[TASK]);
+    assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
+    let output = pty.output();
+    let draws = status_draws(&output);
+    // The coordinator's turns: its step, the turn, the context, the cost and the time.
+    assert!(
+        draws
+            .iter()
+            .any(|d| d.starts_with("[干活] 第 1 轮 · 上下文 ") && d.contains(" · 用时 ")),
+        "{draws:#?}"
+    );
+    // Never drawn into streamed text: every line a person sees is whole.
+    let lines = pty.lines();
+    assert!(has_line(&lines, "做完了。"), "{lines:#?}");
+    // One summary line when the pipeline ends.
+    let summary: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("== 判定通过 · 用时 "))
+        .collect();
+    assert_eq!(summary.len(), 1, "{lines:#?}");
+    assert!(
+        summary[0].contains(" 轮 · 峰值上下文 ") && summary[0].ends_with(" · 换代 0 =="),
+        "{}",
+        summary[0]
+    );
+}
+
+#[test]
+fn a_dumb_terminal_gets_no_status_line_and_no_summary() {
+    let project = Project::terminal("proj");
+    let server = busy_server();
+    let mut command = project.flower(&server, &[TASK]);
+    command.env("TERM", "dumb");
+    let mut pty = Pty::spawn(command);
+    assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
+    let output = pty.output();
+    assert!(!output.contains("\x1b[2K"), "{output:?}");
+    assert!(!output.contains(" · 用时 "), "{output:?}");
+    assert!(output.contains("== 判定通过 =="), "{output:?}");
+    assert!(output.contains("做完了。"), "{output:?}");
+}

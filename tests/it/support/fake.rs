@@ -46,7 +46,7 @@
 //! connections ([`FakeServer::stop_accepting`] / [`FakeServer::resume_accepting`]).
 
 use serde_json::{Value, json};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 use std::process::Command;
@@ -84,6 +84,114 @@ pub struct Recorded {
     pub body: Value,
     /// The body as received (lossy UTF-8).
     pub raw_body: String,
+    /// With [`FakeServer::simulate_cache`]: how the prompt cache saw this request.
+    pub cache: Option<CacheUsage>,
+}
+
+/// The fake's prompt-cache accounting of one request, tokens (≈ bytes / 4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// The prompt read from the cache.
+    pub read: u64,
+    /// Written to the cache (from the read point to the last breakpoint).
+    pub written: u64,
+    /// The rest of the prompt, uncached.
+    pub uncached: u64,
+}
+
+impl CacheUsage {
+    pub fn prompt(&self) -> u64 {
+        self.read + self.written + self.uncached
+    }
+}
+
+/// A model of the API's prompt cache (documented on [`FakeServer::simulate_cache`]).
+#[derive(Debug, Default)]
+struct CacheModel {
+    /// Hashes of the prefixes written so far (at every breakpoint of every answered
+    /// request).
+    entries: std::collections::HashSet<u64>,
+    /// What each request would write, by request index, until it is answered.
+    pending: HashMap<usize, Vec<u64>>,
+}
+
+/// The API's lookback from a breakpoint.
+const CACHE_LOOKBACK: usize = 20;
+
+impl CacheModel {
+    /// A request was answered with a message: what it would write is now cached (an
+    /// error answer, like the API's, writes nothing).
+    fn commit(&mut self, index: usize) {
+        if let Some(hashes) = self.pending.remove(&index) {
+            self.entries.extend(hashes);
+        }
+    }
+
+    /// Accounts request `index`'s body; what it writes waits for [`CacheModel::commit`].
+    fn account(&mut self, index: usize, body: &Value) -> CacheUsage {
+        use std::hash::{Hash, Hasher};
+        // The prefix in the API's order: model, tools, system, messages; one unit per
+        // tool, system block and message content block, without the marks themselves.
+        let mut units: Vec<(String, bool)> = Vec::new();
+        let strip = |v: &Value| -> (String, bool) {
+            let mut v = v.clone();
+            let marked = v
+                .as_object_mut()
+                .and_then(|o| o.remove("cache_control"))
+                .is_some();
+            (v.to_string(), marked)
+        };
+        units.push((format!("model:{}", body["model"]), false));
+        for tool in body["tools"].as_array().into_iter().flatten() {
+            units.push(strip(tool));
+        }
+        match &body["system"] {
+            Value::Array(blocks) => blocks.iter().for_each(|b| units.push(strip(b))),
+            Value::String(text) => units.push((text.clone(), false)),
+            _ => {}
+        }
+        for message in body["messages"].as_array().into_iter().flatten() {
+            let role = message["role"].as_str().unwrap_or("");
+            match &message["content"] {
+                Value::Array(blocks) => {
+                    for block in blocks {
+                        let (text, marked) = strip(block);
+                        units.push((format!("{role}:{text}"), marked));
+                    }
+                }
+                other => units.push((format!("{role}:{other}"), false)),
+            }
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut hashes = Vec::with_capacity(units.len());
+        let mut ends = Vec::with_capacity(units.len());
+        let mut total = 0u64;
+        for (text, _) in &units {
+            text.hash(&mut hasher);
+            hashes.push(hasher.finish());
+            total += text.len() as u64;
+            ends.push(total);
+        }
+        let marks: Vec<usize> = (0..units.len()).filter(|&i| units[i].1).collect();
+        let mut read = 0;
+        for &mark in &marks {
+            for i in (mark.saturating_sub(CACHE_LOOKBACK - 1)..=mark).rev() {
+                if self.entries.contains(&hashes[i]) {
+                    read = read.max(ends[i]);
+                    break;
+                }
+            }
+        }
+        let last_mark = marks.last().map_or(0, |&m| ends[m]);
+        let written = last_mark.saturating_sub(read);
+        self.pending
+            .insert(index, marks.iter().map(|&m| hashes[m]).collect());
+        CacheUsage {
+            read: read / 4,
+            written: written / 4,
+            uncached: total.saturating_sub(read + written) / 4,
+        }
+    }
 }
 
 impl Recorded {
@@ -338,6 +446,7 @@ struct Message {
     model: Option<String>,
     blocks: Vec<Block>,
     stop_reason: Option<String>,
+    stop_details: Option<Value>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     cache_creation: u64,
@@ -514,8 +623,16 @@ impl Reply {
 
     // --- message details --------------------------------------------------------
 
+    /// Any `stop_reason`, known to the API or not (`max_tokens` with a partial text
+    /// makes a cut reply, `refusal`, `pause_turn`, `model_context_window_exceeded` …).
     pub fn stop_reason(mut self, reason: impl Into<String>) -> Reply {
         self.message_mut().stop_reason = Some(reason.into());
+        self
+    }
+
+    /// `stop_details` sent next to the stop reason in `message_delta`.
+    pub fn stop_details(mut self, details: Value) -> Reply {
+        self.message_mut().stop_details = Some(details);
         self
     }
 
@@ -657,9 +774,20 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
             model.to_string()
         }
     });
-    let input_tokens = m
-        .input_tokens
-        .unwrap_or_else(|| (request.raw_body.len() as u64 / 4).max(1));
+    // A simulated cache splits the prompt; scripted numbers win.
+    let simulated = request
+        .cache
+        .filter(|_| m.input_tokens.is_none() && m.cache_creation == 0 && m.cache_read == 0);
+    let input_tokens = match simulated {
+        Some(cache) => cache.uncached,
+        None => m
+            .input_tokens
+            .unwrap_or_else(|| (request.raw_body.len() as u64 / 4).max(1)),
+    };
+    let (cache_creation, cache_read) = match simulated {
+        Some(cache) => (cache.written, cache.read),
+        None => (m.cache_creation, m.cache_read),
+    };
     let content_chars: usize = m
         .blocks
         .iter()
@@ -691,8 +819,8 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
             "stop_sequence": null,
             "usage": {
                 "input_tokens": input_tokens,
-                "cache_creation_input_tokens": m.cache_creation,
-                "cache_read_input_tokens": m.cache_read,
+                "cache_creation_input_tokens": cache_creation,
+                "cache_read_input_tokens": cache_read,
                 "output_tokens": 1,
             },
         }}),
@@ -768,16 +896,20 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
     let usage = if m.full_usage_in_delta {
         json!({
             "input_tokens": input_tokens,
-            "cache_creation_input_tokens": m.cache_creation,
-            "cache_read_input_tokens": m.cache_read,
+            "cache_creation_input_tokens": cache_creation,
+            "cache_read_input_tokens": cache_read,
             "output_tokens": output_tokens,
         })
     } else {
         json!({"output_tokens": output_tokens})
     };
+    let mut delta = json!({"stop_reason": stop_reason, "stop_sequence": null});
+    if let Some(details) = &m.stop_details {
+        delta["stop_details"] = details.clone();
+    }
     push(
         "message_delta",
-        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": usage}),
+        json!({"type": "message_delta", "delta": delta, "usage": usage}),
     );
     push("message_stop", json!({"type": "message_stop"}));
     events
@@ -831,6 +963,8 @@ struct Shared {
     connections: AtomicUsize,
     /// Bumped by `stop_accepting`: idle keep-alive connections close on it.
     epoch: watch::Sender<u64>,
+    /// Set by `simulate_cache`.
+    cache: Mutex<Option<CacheModel>>,
 }
 
 enum Control {
@@ -881,6 +1015,7 @@ impl FakeServer {
             script: Mutex::new(script),
             connections: AtomicUsize::new(0),
             epoch: watch::Sender::new(0),
+            cache: Mutex::new(None),
         });
         let (control, control_rx) = mpsc::unbounded_channel();
         let thread_shared = shared.clone();
@@ -912,7 +1047,11 @@ impl FakeServer {
     pub fn configure<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
         cmd.env("ANTHROPIC_BASE_URL", self.url())
             .env("ANTHROPIC_API_KEY", FAKE_API_KEY)
-            .env_remove("ANTHROPIC_MODEL");
+            .env_remove("ANTHROPIC_MODEL")
+            .env_remove("ANTHROPIC_AUTH_TOKEN")
+            .env_remove("ANTHROPIC_CUSTOM_HEADERS")
+            .env_remove("ANTHROPIC_BETAS")
+            .env_remove("MAX_THINKING_TOKENS");
         for var in [
             "HTTP_PROXY",
             "HTTPS_PROXY",
@@ -924,6 +1063,18 @@ impl FakeServer {
             cmd.env_remove(var);
         }
         cmd
+    }
+
+    /// From now on, account the prompt cache like the API and report it in each reply's
+    /// usage (unless the reply scripts its own numbers): every request writes a cache
+    /// entry at each of its `cache_control` breakpoints (the prefix up to that block:
+    /// model, tools, system, message blocks, marks ignored); a request reads the longest
+    /// written prefix that ends within [`CACHE_LOOKBACK`] blocks before one of its
+    /// breakpoints. Tokens are bytes / 4; entries never expire (tests are short).
+    /// `cache_read_input_tokens` is the read prefix, `cache_creation_input_tokens` the
+    /// rest up to the last breakpoint, `input_tokens` what follows it.
+    pub fn simulate_cache(&self) {
+        *lock(&self.shared.cache) = Some(CacheModel::default());
     }
 
     /// A copy of every request received so far, in arrival order.
@@ -1162,7 +1313,14 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
                 headers: request.headers.clone(),
                 body: serde_json::from_slice(&request.body).unwrap_or(Value::Null),
                 raw_body: String::from_utf8_lossy(&request.body).into_owned(),
+                cache: None,
             };
+            let mut recorded = recorded;
+            if let Some(model) = lock(&shared.cache).as_mut()
+                && recorded.body.is_object()
+            {
+                recorded.cache = Some(model.account(recorded.index, &recorded.body));
+            }
             requests.push(recorded.clone());
             shared.count.send_replace(requests.len());
             shared.arrived.notify_all();
@@ -1178,6 +1336,11 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
                 format!("fake server: no route {} {}", request.method, request.path),
             )
         };
+        if matches!(reply.body, Body::Message(_))
+            && let Some(model) = lock(&shared.cache).as_mut()
+        {
+            model.commit(recorded.index);
+        }
         let keep_alive = answer(&mut stream, reply, &recorded, close).await;
         if !keep_alive || close {
             let _ = stream.shutdown().await;

@@ -10,5 +10,5 @@ pub mod pipeline;
 pub mod postgres;
 pub mod workspace;
 
-pub use fake::{Block, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
+pub use fake::{Block, CacheUsage, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
 pub use workspace::{ToolEnv, tool_env};

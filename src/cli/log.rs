@@ -1,0 +1,148 @@
+//! `flower log`: one line per step attempt of manifest.json, in time order, then the
+//! run's totals. Read-only.
+
+use super::render::{cost, tokens};
+use super::{duration, open_run, print_out};
+use clap::Args;
+use flower::inspect::{Attempt, AttemptKind, Run, Totals};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Print one JSON document (`{"attempts": […], "totals": {…}}`).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Run directory, relative to the current directory.
+    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
+    pub run_dir: PathBuf,
+}
+
+pub fn run(args: LogArgs) -> anyhow::Result<ExitCode> {
+    let run = open_run(&args.run_dir)?;
+    let sessions = run.sessions();
+    let totals = run.totals(&sessions);
+    let out = if args.json {
+        let doc = serde_json::json!({
+            "attempts": run.attempts,
+            "totals": totals,
+        });
+        format!("{}\n", serde_json::to_string_pretty(&doc)?)
+    } else {
+        text(&run, &totals)
+    };
+    print_out(&out)
+}
+
+/// What kind of attempt a step name is, in words.
+pub fn kind_label(kind: AttemptKind) -> String {
+    match kind {
+        AttemptKind::First => String::new(),
+        AttemptKind::Retry(n) => format!("重试 {n}"),
+        AttemptKind::Round(n) => format!("第 {n} 轮返工"),
+        AttemptKind::Judge(n) => format!("判定 {n}"),
+    }
+}
+
+/// `2026-09-07 01:52:40` from an RFC 3339 stamp (as written, local time).
+pub fn clock(stamp: &str) -> String {
+    match chrono::DateTime::parse_from_rfc3339(stamp) {
+        Ok(t) => t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => "????-??-?? ??:??:??".into(),
+    }
+}
+
+/// The outcome column: `ok`, or `出错:<first line of the error>`.
+pub fn outcome(a: &Attempt) -> String {
+    if a.ok {
+        return "ok".into();
+    }
+    let error = a.error.as_deref().unwrap_or("没跑完");
+    let first = error.lines().next().unwrap_or("");
+    let mut short: String = first.chars().take(60).collect();
+    if short.len() < first.len() {
+        short.push('…');
+    }
+    format!("出错:{short}")
+}
+
+fn text(run: &Run, t: &Totals) -> String {
+    let mut out = String::new();
+    if run.attempts.is_empty() {
+        out.push_str("manifest.json 里还没有任何步骤记录。\n");
+    }
+    let width = run
+        .attempts
+        .iter()
+        .map(|a| super::render::display_width(&a.step))
+        .max()
+        .unwrap_or(0);
+    let mut wakes = 0;
+    for a in &run.attempts {
+        if a.wake {
+            wakes += 1;
+            let _ = writeln!(out, "── 唤醒 #{wakes}(进程 {})──", a.run);
+        }
+        let pad = width.saturating_sub(super::render::display_width(&a.step));
+        let kind = kind_label(a.kind);
+        let kind = if kind.is_empty() {
+            String::new()
+        } else {
+            format!(" ({kind})")
+        };
+        let _ = write!(
+            out,
+            "{}  {}{}  {:>7}  请求 {}  {}  {}  上下文 {}{}",
+            clock(&a.started_at),
+            a.step,
+            " ".repeat(pad),
+            duration(a.duration_s),
+            a.attempts,
+            cost(a.cost_usd),
+            outcome(a),
+            tokens(a.context),
+            kind,
+        );
+        if a.resumed {
+            out.push_str("  接上次会话");
+        }
+        if !a.retired.is_empty() {
+            let _ = write!(
+                out,
+                "  换代 {} 次:{}",
+                a.retired.len(),
+                a.retired.join(" → ")
+            );
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "{}", totals_line(t));
+    out
+}
+
+/// The totals line of `flower log`.
+pub fn totals_line(t: &Totals) -> String {
+    let partial = if t.cost_partial {
+        "(部分价格未知)"
+    } else {
+        ""
+    };
+    format!(
+        "合计:用时 {} · {}{partial} · {} 轮 · tokens 输入 {} 输出 {} 缓存写 {} 缓存读 {} · 峰值上下文 {} · 换代 {} · 唤醒 {} · 重试 {} · 断网 {} 次共等 {}",
+        duration(t.wall_s),
+        cost(Some(t.cost_usd)),
+        t.turns,
+        tokens(t.tokens.input),
+        tokens(t.tokens.output),
+        tokens(t.tokens.cache_creation),
+        tokens(t.tokens.cache_read),
+        tokens(t.peak_context),
+        t.handoffs,
+        t.wakes,
+        t.retries,
+        t.outages,
+        duration(t.outage_waited_s),
+    )
+}

@@ -1,0 +1,707 @@
+//! The read-only model of a run, for `flower log`, `flower show` and `flower report`:
+//! the attempts of `manifest.json` in time order, the lineage, the sessions in
+//! `sessions.db` and, per main session, its turn series (context, usage, cost per
+//! turn) with the events a person wants to see on a curve (wakes, retries, outages,
+//! handoffs).
+//!
+//! Nothing here writes one byte: the database is opened with
+//! [`SqliteSessionStore::open_read_only`], the JSON files are only read. Whatever does
+//! not fit (a corrupt manifest, a lineage naming a session that is gone) is reported as
+//! an [`InspectError`] or kept as a marked gap, never a panic.
+
+use crate::continuity::attempt::AttemptName;
+use crate::continuity::lineage::{LINEAGE_FILE, LineageFile};
+use crate::continuity::manifest::{self, ManifestError};
+use crate::model::Usage;
+use crate::stores::prune::{self, PruneOptions};
+use crate::stores::summary::iso_to_epoch_ms;
+use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
+use crate::transcript::markers;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The context window assumed for a session whose model is unknown.
+pub const DEFAULT_WINDOW_TOKENS: u64 = crate::continuity::handoff::DEFAULT_WINDOW;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("{} 不存在:这里还没有跑过 flower(或用 -r 指定运行目录)", path.display())]
+    NoRunDir { path: PathBuf },
+    #[error("{0}")]
+    Manifest(#[from] ManifestError),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("会话 {id} 在 sessions.db 里不存在")]
+    UnknownSession { id: String },
+    #[error("步骤 {step} 在 lineage.json 里没有记录,也不是已知的会话 id")]
+    UnknownStep { step: String },
+    #[error("lineage.json 里 {step} 指向的会话 {id} 已不在 sessions.db 里")]
+    GoneSession { step: String, id: String },
+    #[error("还没有任何步骤跑过(manifest.json 和 lineage.json 都是空的)")]
+    NothingRun,
+}
+
+/// How an attempt name relates to its step (the four forms of a manifest `step`), as
+/// `flower log --json` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "n", rename_all = "snake_case")]
+pub enum AttemptKind {
+    /// `name`
+    First,
+    /// `name#retry<N>`
+    Retry(u32),
+    /// `name#round<N>`
+    Round(u32),
+    /// `name·判定#<N>`
+    Judge(u32),
+}
+
+/// Splits an attempt name into the plain step and its kind (through
+/// [`AttemptName`], the one owner of the four forms). A name that fits no form is a
+/// plain step.
+pub fn parse_step_name(name: &str) -> (String, AttemptKind) {
+    use crate::continuity::attempt::AttemptKind as K;
+    let parsed = AttemptName::parse(name);
+    let kind = match parsed.kind() {
+        K::First => AttemptKind::First,
+        K::Retry(n) => AttemptKind::Retry(n),
+        K::Round(n) => AttemptKind::Round(n),
+        K::Judge(n) => AttemptKind::Judge(n),
+    };
+    (parsed.step().to_owned(), kind)
+}
+
+/// One manifest row, read leniently: a missing or mistyped field reads as empty.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attempt {
+    pub step: String,
+    /// The plain step this attempt belongs to.
+    pub base: String,
+    pub kind: AttemptKind,
+    pub session_id: Option<String>,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub errors: Vec<String>,
+    pub cost_usd: Option<f64>,
+    pub num_turns: u64,
+    pub started_at: String,
+    pub ended_at: String,
+    pub duration_s: f64,
+    pub attempts: u64,
+    pub resumed: bool,
+    pub retired: Vec<String>,
+    pub context: u64,
+    /// The process (run id) that wrote the row.
+    pub run: String,
+    /// The first row of a later process: the run was woken here.
+    pub wake: bool,
+    /// `started_at` in epoch milliseconds, when it parses.
+    #[serde(skip)]
+    pub started_ms: Option<i64>,
+    #[serde(skip)]
+    pub ended_ms: Option<i64>,
+}
+
+impl Attempt {
+    fn from_row(row: &Value) -> Attempt {
+        let s = |k: &str| row.get(k).and_then(Value::as_str).map(str::to_owned);
+        let u = |k: &str| row.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let list = |k: &str| -> Vec<String> {
+            row.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let step = s("step").unwrap_or_else(|| "?".into());
+        let (base, kind) = parse_step_name(&step);
+        let started_at = s("started_at").unwrap_or_default();
+        let ended_at = s("ended_at").unwrap_or_default();
+        Attempt {
+            base,
+            kind,
+            session_id: s("session_id").filter(|id| !id.is_empty()),
+            ok: row.get("ok").and_then(Value::as_bool).unwrap_or(false),
+            error: s("error"),
+            errors: list("errors"),
+            cost_usd: row.get("cost_usd").and_then(Value::as_f64),
+            num_turns: u("num_turns"),
+            duration_s: row.get("duration_s").and_then(Value::as_f64).unwrap_or(0.0),
+            attempts: u("attempts"),
+            resumed: row.get("resumed").and_then(Value::as_bool).unwrap_or(false),
+            retired: list("retired"),
+            context: u("context"),
+            run: s("run").unwrap_or_default(),
+            wake: false,
+            started_ms: iso_to_epoch_ms(&started_at),
+            ended_ms: iso_to_epoch_ms(&ended_at),
+            started_at,
+            ended_at,
+            step,
+        }
+    }
+}
+
+/// Token counts by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub cache_creation: u64,
+    pub cache_read: u64,
+}
+
+impl Tokens {
+    pub fn add(&mut self, usage: &Usage) {
+        self.input += usage.input_tokens;
+        self.output += usage.output_tokens;
+        self.cache_creation += usage.cache_creation_input_tokens;
+        self.cache_read += usage.cache_read_input_tokens;
+    }
+}
+
+/// What a point on a context curve marks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkKind {
+    /// A later process continued the session here.
+    Wake,
+    /// A request failed and was retried (a synthetic API-error entry).
+    Retry,
+    /// A failed request that looks like the network was gone.
+    Outage,
+    /// The session handed over to a successor (换代).
+    Handoff,
+}
+
+/// An event on a session's timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mark {
+    pub kind: MarkKind,
+    /// Epoch ms, when known.
+    pub at_ms: Option<i64>,
+    /// The turn index (0-based, into [`Session::turns`]) the mark sits before.
+    pub turn: usize,
+    /// For an outage: seconds until the session went on.
+    pub waited_s: f64,
+    pub text: String,
+}
+
+/// One model turn of a session.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Turn {
+    pub at_ms: Option<i64>,
+    pub context: u64,
+    pub usage: Tokens,
+    /// USD, when the model's price is known.
+    pub cost_usd: Option<f64>,
+}
+
+/// A main session of the run with its turn series.
+#[derive(Debug, Clone, Serialize)]
+pub struct Session {
+    pub session_id: String,
+    /// The plain step it served.
+    pub step: String,
+    /// Entries stored (main chain only).
+    pub entries: usize,
+    pub turns: Vec<Turn>,
+    pub marks: Vec<Mark>,
+    pub tokens: Tokens,
+    pub cost_usd: Option<f64>,
+    pub peak_context: u64,
+    /// Sub-agent transcripts stored under it.
+    pub subagents: Vec<String>,
+    /// The session is named by the manifest but gone from the store.
+    pub missing: bool,
+    /// A judge's session (`name·判定#<N>`), not one of the step's own.
+    pub judge: bool,
+    /// The model of its newest turn.
+    pub model: Option<String>,
+}
+
+/// Totals over the whole run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    /// From the first attempt's start to the last attempt's end.
+    pub wall_s: f64,
+    pub cost_usd: f64,
+    /// Some attempt's cost is unknown (the model's price is not in the table).
+    pub cost_partial: bool,
+    pub turns: u64,
+    pub tokens: Tokens,
+    pub handoffs: usize,
+    pub wakes: usize,
+    pub retries: usize,
+    pub outages: usize,
+    pub outage_waited_s: f64,
+    pub peak_context: u64,
+}
+
+/// A run directory, read.
+pub struct Run {
+    pub run_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub project_key: String,
+    /// Manifest rows in time order.
+    pub attempts: Vec<Attempt>,
+    /// `lineage.json`, when it is readable and for this workspace.
+    pub lineage: Option<LineageFile>,
+    store: Option<SqliteSessionStore>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("run_dir", &self.run_dir)
+            .field("attempts", &self.attempts.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Run {
+    /// Reads `run_dir` (relative to the current directory) of `workspace`. Fails only
+    /// when the directory is missing, the manifest does not parse or the store cannot
+    /// be opened; a missing manifest or store reads as empty.
+    pub fn open(workspace: &Path, run_dir: &Path) -> Result<Run, InspectError> {
+        if !run_dir.is_dir() {
+            return Err(InspectError::NoRunDir {
+                path: run_dir.to_path_buf(),
+            });
+        }
+        let workspace = workspace
+            .canonicalize()
+            .unwrap_or_else(|_| workspace.to_path_buf());
+        let mut attempts: Vec<Attempt> = manifest::read_rows(run_dir)?
+            .iter()
+            .map(Attempt::from_row)
+            .collect();
+        // Stable: rows of one process keep their order when stamps tie or do not parse.
+        attempts.sort_by_key(|a| a.started_ms.unwrap_or(i64::MIN));
+        let mut last_run: Option<&str> = None;
+        let mut wakes = Vec::new();
+        for (i, a) in attempts.iter().enumerate() {
+            if last_run.is_some_and(|r| r != a.run) {
+                wakes.push(i);
+            }
+            last_run = Some(&a.run);
+        }
+        for i in wakes {
+            attempts[i].wake = true;
+        }
+        let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
+        let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))?;
+        Ok(Run {
+            run_dir: run_dir.to_path_buf(),
+            project_key: project_key(&workspace),
+            workspace,
+            attempts,
+            lineage,
+            store,
+        })
+    }
+
+    /// The key of a main session of this workspace.
+    pub fn key(&self, session_id: &str) -> SessionKey {
+        SessionKey::main(self.project_key.clone(), session_id)
+    }
+
+    /// A session's stored entries; `None` when it is not in the store.
+    pub fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, InspectError> {
+        match &self.store {
+            Some(store) => Ok(store.load(key)?),
+            None => Ok(None),
+        }
+    }
+
+    /// What a resume would feed the model: the entries pruned exactly as the runtime's
+    /// [`crate::stores::PruningSessionStore`] does (`trim` as given). Trimming writes
+    /// each large result to a file; here those files go to a private temporary
+    /// directory, removed afterwards, and the pointers are rewritten to name the run's
+    /// own `trimmed/` directory, where a resume would put them. Nothing in the run dir
+    /// is written.
+    pub fn load_pruned(
+        &self,
+        key: &SessionKey,
+        trim: bool,
+    ) -> Result<Option<Vec<Value>>, InspectError> {
+        let Some(entries) = self.load(key)? else {
+            return Ok(None);
+        };
+        let real_dir = prune::default_trim_dir(&canonical(&self.run_dir));
+        let scratch = std::env::temp_dir().join(format!(
+            "flower-show-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        let mut options = PruneOptions::new(scratch.clone());
+        options.trim = trim;
+        let pruned = prune::prune(entries, &options);
+        let _ = std::fs::remove_dir_all(&scratch);
+        if !trim {
+            return Ok(Some(pruned));
+        }
+        let from = scratch.display().to_string();
+        let to = real_dir.display().to_string();
+        Ok(Some(
+            pruned
+                .into_iter()
+                .map(|e| rewrite_strings(e, &from, &to))
+                .collect(),
+        ))
+    }
+
+    /// Whether the store holds this main session.
+    pub fn has_session(&self, session_id: &str) -> bool {
+        self.store
+            .as_ref()
+            .is_some_and(|s| s.has_session(session_id).unwrap_or(false))
+    }
+
+    /// Sub-agent subpaths stored under a main session.
+    pub fn subagents(&self, key: &SessionKey) -> Vec<String> {
+        self.store
+            .as_ref()
+            .and_then(|s| s.list_subkeys(key).ok())
+            .unwrap_or_default()
+    }
+
+    /// `STEP | SESSION_ID | nothing` → the session to show: a plain step through
+    /// lineage.json, then through the manifest's newest row of that step; a session id
+    /// as given; nothing = the step of the newest attempt.
+    pub fn resolve(&self, target: Option<&str>) -> Result<(String, Option<String>), InspectError> {
+        let lineage_steps = self.lineage.as_ref().map(|l| &l.steps);
+        let by_step = |step: &str| -> Option<String> {
+            lineage_steps
+                .and_then(|s| s.get(step).cloned())
+                .or_else(|| {
+                    self.attempts
+                        .iter()
+                        .rev()
+                        .find(|a| {
+                            a.step == step
+                                || (a.base == step && !matches!(a.kind, AttemptKind::Judge(_)))
+                        })
+                        .and_then(|a| a.session_id.clone())
+                })
+        };
+        let (step, id) = match target {
+            Some(t) => match by_step(t) {
+                Some(id) => (Some(t.to_owned()), id),
+                None if self.has_session(t) => return Ok((t.to_owned(), None)),
+                None if self.lineage_names_step(t) || self.attempts.iter().any(|a| a.step == t) => {
+                    return Err(InspectError::UnknownStep { step: t.into() });
+                }
+                None if looks_like_id(t) => {
+                    return Err(InspectError::UnknownSession { id: t.into() });
+                }
+                None => return Err(InspectError::UnknownStep { step: t.into() }),
+            },
+            None => {
+                let last = self
+                    .attempts
+                    .iter()
+                    .rev()
+                    .find(|a| a.session_id.is_some())
+                    .and_then(|a| a.session_id.clone().map(|id| (a.step.clone(), id)))
+                    .or_else(|| {
+                        lineage_steps
+                            .and_then(|s| s.iter().next_back().map(|(k, v)| (k.clone(), v.clone())))
+                    });
+                match last {
+                    Some((step, id)) => (Some(step), id),
+                    None => return Err(InspectError::NothingRun),
+                }
+            }
+        };
+        if !self.has_session(&id) {
+            return Err(InspectError::GoneSession {
+                step: step.unwrap_or_default(),
+                id,
+            });
+        }
+        Ok((id, step))
+    }
+
+    fn lineage_names_step(&self, step: &str) -> bool {
+        self.lineage
+            .as_ref()
+            .is_some_and(|l| l.steps.contains_key(step))
+    }
+
+    /// The main sessions of the run (those the manifest and lineage name), each with
+    /// its turn series, in order of first use.
+    pub fn sessions(&self) -> Vec<Session> {
+        let mut order: Vec<(String, String, bool)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for a in &self.attempts {
+            let ids = a.retired.iter().chain(a.session_id.iter());
+            for id in ids {
+                if seen.insert(id.clone()) {
+                    let judge = matches!(a.kind, AttemptKind::Judge(_));
+                    order.push((id.clone(), a.base.clone(), judge));
+                }
+            }
+        }
+        if let Some(lineage) = &self.lineage {
+            for (step, id) in &lineage.steps {
+                if seen.insert(id.clone()) {
+                    order.push((id.clone(), step.clone(), false));
+                }
+            }
+        }
+        // Where each session was woken: the start of a wake row using it.
+        let mut wakes: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        let mut handoffs: BTreeMap<&str, Option<i64>> = BTreeMap::new();
+        for a in &self.attempts {
+            if let (true, Some(id), Some(at)) = (a.wake, &a.session_id, a.started_ms) {
+                wakes.entry(id).or_default().push(at);
+            }
+            for id in &a.retired {
+                handoffs.insert(id, a.ended_ms);
+            }
+        }
+        order
+            .into_iter()
+            .map(|(id, step, judge)| {
+                let entries = self.load(&self.key(&id)).ok().flatten();
+                let mut session = match &entries {
+                    Some(entries) => session_of(&id, &step, entries),
+                    None => Session {
+                        session_id: id.clone(),
+                        step,
+                        entries: 0,
+                        turns: Vec::new(),
+                        marks: Vec::new(),
+                        tokens: Tokens::default(),
+                        cost_usd: None,
+                        peak_context: 0,
+                        subagents: Vec::new(),
+                        missing: true,
+                        judge,
+                        model: None,
+                    },
+                };
+                session.judge = judge;
+                for at in wakes.get(id.as_str()).into_iter().flatten() {
+                    let turn = session
+                        .turns
+                        .iter()
+                        .position(|t| t.at_ms.is_some_and(|t| t >= *at))
+                        .unwrap_or(session.turns.len());
+                    session.marks.push(Mark {
+                        kind: MarkKind::Wake,
+                        at_ms: Some(*at),
+                        turn,
+                        waited_s: 0.0,
+                        text: "唤醒".into(),
+                    });
+                }
+                if let Some(at) = handoffs.get(id.as_str()) {
+                    session.marks.push(Mark {
+                        kind: MarkKind::Handoff,
+                        at_ms: *at,
+                        turn: session.turns.len(),
+                        waited_s: 0.0,
+                        text: "换代".into(),
+                    });
+                }
+                session.marks.sort_by_key(|m| m.turn);
+                if !session.missing {
+                    session.subagents = self.subagents(&self.key(&id));
+                }
+                session
+            })
+            .collect()
+    }
+
+    /// Totals over the attempts and the given sessions.
+    pub fn totals(&self, sessions: &[Session]) -> Totals {
+        let mut t = Totals::default();
+        let first = self.attempts.iter().filter_map(|a| a.started_ms).min();
+        let last = self.attempts.iter().filter_map(|a| a.ended_ms).max();
+        if let (Some(a), Some(b)) = (first, last) {
+            t.wall_s = ((b - a).max(0) as f64) / 1000.0;
+        }
+        for a in &self.attempts {
+            match a.cost_usd {
+                Some(c) => t.cost_usd += c,
+                None if a.num_turns > 0 => t.cost_partial = true,
+                None => {}
+            }
+            t.turns += a.num_turns;
+            t.handoffs += a.retired.len();
+            t.wakes += usize::from(a.wake);
+            t.peak_context = t.peak_context.max(a.context);
+        }
+        for s in sessions {
+            t.tokens.input += s.tokens.input;
+            t.tokens.output += s.tokens.output;
+            t.tokens.cache_creation += s.tokens.cache_creation;
+            t.tokens.cache_read += s.tokens.cache_read;
+            t.peak_context = t.peak_context.max(s.peak_context);
+            for m in &s.marks {
+                match m.kind {
+                    MarkKind::Retry => t.retries += 1,
+                    MarkKind::Outage => {
+                        t.outages += 1;
+                        t.outage_waited_s += m.waited_s;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        t
+    }
+}
+
+/// The turn series of one transcript.
+pub fn session_of(id: &str, step: &str, entries: &[Value]) -> Session {
+    let mut s = Session {
+        session_id: id.to_owned(),
+        step: step.to_owned(),
+        entries: entries.len(),
+        turns: Vec::new(),
+        marks: Vec::new(),
+        tokens: Tokens::default(),
+        cost_usd: None,
+        peak_context: 0,
+        subagents: Vec::new(),
+        missing: false,
+        judge: false,
+        model: None,
+    };
+    let mut pending_error: Option<(usize, Option<i64>, String)> = None;
+    for entry in entries {
+        let at = entry
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .and_then(iso_to_epoch_ms);
+        if entry.get("type").and_then(Value::as_str) != Some("assistant") {
+            continue;
+        }
+        if markers::is_synthetic_error(entry) {
+            if let Some(mark) = close_error(&mut pending_error, at, s.turns.len()) {
+                s.marks.push(mark);
+            }
+            let text = entry
+                .pointer("/message/content/0/text")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            pending_error = Some((s.turns.len(), at, text.to_owned()));
+            continue;
+        }
+        let Some(message) = entry.get("message") else {
+            continue;
+        };
+        let Some(usage) = message
+            .get("usage")
+            .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok())
+        else {
+            continue;
+        };
+        if let Some(mark) = close_error(&mut pending_error, at, s.turns.len()) {
+            s.marks.push(mark);
+        }
+        let model = message.get("model").and_then(Value::as_str).unwrap_or("");
+        if s.model.as_deref() != Some(model) && !model.is_empty() {
+            s.model = Some(model.to_owned());
+        }
+        let cost = crate::model::prices::cost_usd(model, &usage);
+        if let Some(c) = cost {
+            *s.cost_usd.get_or_insert(0.0) += c;
+        }
+        let context = usage.context_tokens();
+        s.peak_context = s.peak_context.max(context);
+        let mut tokens = Tokens::default();
+        tokens.add(&usage);
+        s.tokens.add(&usage);
+        s.turns.push(Turn {
+            at_ms: at,
+            context,
+            usage: tokens,
+            cost_usd: cost,
+        });
+    }
+    if let Some(mark) = close_error(&mut pending_error, None, s.turns.len()) {
+        s.marks.push(mark);
+    }
+    s
+}
+
+/// Phrases of an error text that mean the endpoint was unreachable.
+const OUTAGE_PHRASES: &[&str] = &[
+    "connect",
+    "network",
+    "dns",
+    "unreachable",
+    "timed out",
+    "timeout",
+    "broken pipe",
+    "reset by peer",
+];
+
+/// Turns a pending synthetic error into a mark once the next entry's time is known.
+fn close_error(
+    pending: &mut Option<(usize, Option<i64>, String)>,
+    next_at: Option<i64>,
+    _turn: usize,
+) -> Option<Mark> {
+    let (turn, at, text) = pending.take()?;
+    let lower = text.to_lowercase();
+    let outage = OUTAGE_PHRASES.iter().any(|p| lower.contains(p));
+    let waited_s = match (at, next_at) {
+        (Some(a), Some(b)) if b > a => (b - a) as f64 / 1000.0,
+        _ => 0.0,
+    };
+    Some(Mark {
+        kind: if outage {
+            MarkKind::Outage
+        } else {
+            MarkKind::Retry
+        },
+        at_ms: at,
+        turn,
+        waited_s: if outage { waited_s } else { 0.0 },
+        text,
+    })
+}
+
+fn looks_like_id(text: &str) -> bool {
+    text.len() >= 8 && text.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// The run dir as the runtime names it (canonical), for trim pointers.
+fn canonical(path: &Path) -> PathBuf {
+    path.canonicalize()
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Replaces `from` by `to` in every string of a JSON value.
+fn rewrite_strings(value: Value, from: &str, to: &str) -> Value {
+    match value {
+        Value::String(s) if s.contains(from) => Value::String(s.replace(from, to)),
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .map(|v| rewrite_strings(v, from, to))
+                .collect(),
+        ),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (k, rewrite_strings(v, from, to)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// The file lineage lives in, for messages.
+pub fn lineage_path(run_dir: &Path) -> PathBuf {
+    run_dir.join(LINEAGE_FILE)
+}

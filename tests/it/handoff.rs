@@ -1,0 +1,567 @@
+//! 换代 (generation handoff) through the real `flower` binary against the fake API: a
+//! 干活 session whose context passes the threshold writes `notes/交接/干活-1.md` and a
+//! successor takes over; the gate asks again, then falls back to a mechanical document;
+//! a window hit anyway (a 400 "prompt is too long", or a wake into an over-long session)
+//! never asks the over-long session anything; bad settings stop before any request; and
+//! SIGKILL at every phase of a handoff leaves a run the next `flower` continues.
+//!
+//! The fake plays every agent by its system prompt. The coordinator's first session
+//! reports a context of 130.1K (over 60 % of 200K) on its first turn; its successor is
+//! told apart by its first prompt.
+
+use crate::support;
+
+use flower::continuity::handoff::{MECHANICAL_MARK, SECTIONS};
+use serde_json::{Value, json};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use support::pipeline::{Agent, Project, agent_of, simple_reply, text, turn_of};
+use support::{FakeServer, Gate, Recorded, Reply};
+
+/// Only reached when something is broken.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The first coordinator session's context after its first turn: 130,000 + 100.
+const FULL_INPUT: u64 = 130_000;
+const DOC: &str = "notes/交接/干活-1.md";
+
+/// A complete handoff document, as the model writes it.
+fn model_doc() -> String {
+    let mut doc = String::from("# 交接书\n\n");
+    for section in SECTIONS {
+        doc.push_str(&format!("## {section}\n模型写的「{section}」。\n\n"));
+    }
+    doc
+}
+
+/// The text of the first user message of a request: its session's first prompt.
+fn first_prompt(req: &Recorded) -> String {
+    let first = &req.messages()[0]["content"];
+    match first {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn is_successor(req: &Recorded) -> bool {
+    agent_of(req) == Agent::Coordinator && first_prompt(req).contains("你接手这一步")
+}
+
+/// A request that carries the handoff prompt (the retiring session is being asked).
+fn asks_for_handoff(req: &Recorded) -> bool {
+    req.messages()
+        .iter()
+        .any(|m| m["role"] == "user" && m["content"].to_string().contains("这一步要换代"))
+}
+
+/// The pipeline with a 干活 that fills up: the first coordinator session sends a worker
+/// (who writes hello.txt) at 130.1K context; asked to hand off, it writes `doc`; the
+/// successor reads the checklist, then is done; the judge passes.
+fn script(req: &Recorded, doc: &str) -> Reply {
+    match agent_of(req) {
+        Agent::Coordinator if is_successor(req) => match turn_of(req) {
+            0 => Reply::tool_use("Read", json!({"file_path": "notes/目标.md"})).usage(4_000, 100),
+            _ => Reply::text("接手后做完了。").usage(5_000, 100),
+        },
+        Agent::Coordinator if asks_for_handoff(req) => {
+            if req.last_user_text().contains("这一步要换代")
+                || req.last_user_text().contains("还不完整")
+            {
+                Reply::tool_use("Write", json!({"file_path": DOC, "content": doc}))
+                    .usage(FULL_INPUT + 2_000, 100)
+            } else {
+                Reply::text("交接书写好了。").usage(FULL_INPUT + 3_000, 100)
+            }
+        }
+        Agent::Coordinator => match turn_of(req) {
+            0 => Reply::tool_use(
+                "Task",
+                json!({"description": "写 hello", "prompt": "在工作区写 hello.txt,内容 hello"}),
+            )
+            .usage(FULL_INPUT, 100),
+            _ => Reply::text("做完了。").usage(FULL_INPUT + 1_000, 100),
+        },
+        _ => simple_reply(req),
+    }
+}
+
+fn coordinator_requests(server: &FakeServer) -> Vec<Recorded> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| agent_of(r) == Agent::Coordinator)
+        .collect()
+}
+
+impl Project {
+    fn work_row(&self) -> Value {
+        self.manifest()
+            .into_iter()
+            .rfind(|r| r["step"] == "干活")
+            .expect("a 干活 row")
+    }
+
+    fn work_session(&self) -> String {
+        self.json("runs/lineage.json")["steps"]["干活"]
+            .as_str()
+            .expect("干活 in lineage")
+            .to_string()
+    }
+
+    /// Session ids listed in sessions.db.
+    fn stored_sessions(&self) -> Vec<String> {
+        let key = flower::stores::project_key(&self.dir);
+        let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+            .current_dir(&self.dir)
+            .args(["store", "sessions", &key])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["session_id"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+#[test]
+fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
+    let project = Project::new();
+    let doc = model_doc();
+    let server = {
+        let doc = doc.clone();
+        FakeServer::with_handler(move |req, _| script(req, &doc))
+    };
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "== 干活 换代 → 第 2 代 (上下文 130.1K) =="),
+        "{stdout}"
+    );
+
+    // The document is the model's, gated once; the successor got it in full.
+    assert_eq!(project.read(DOC), doc);
+    let coordinator = coordinator_requests(&server);
+    let asked = coordinator
+        .iter()
+        .filter(|r| r.last_user_text().contains("这一步要换代"))
+        .count();
+    assert_eq!(asked, 1);
+    let successor = coordinator.iter().find(|r| is_successor(r)).unwrap();
+    let prompt = first_prompt(successor);
+    assert!(prompt.contains("第 2 代"), "{prompt}");
+    assert!(prompt.contains(doc.trim_end()), "{prompt}");
+    assert!(prompt.contains("notes/需求.md") && prompt.contains("notes/目标.md"));
+    assert!(prompt.contains("先检查工作区"), "{prompt}");
+    // The successor starts clean: nothing of the first session's history.
+    assert_eq!(successor.messages().len(), 1);
+
+    // The worker's file is there; lineage names the successor; the row lists the
+    // retired session, which stays in sessions.db; the row's context is the successor's.
+    assert_eq!(project.read("hello.txt"), "hello");
+    let row = project.work_row();
+    let successor_id = project.work_session();
+    assert_eq!(row["session_id"], successor_id.as_str());
+    assert_eq!(row["ok"], true);
+    let retired: Vec<String> = serde_json::from_value(row["retired"].clone()).unwrap();
+    assert_eq!(retired.len(), 1);
+    assert_ne!(retired[0], successor_id);
+    assert_eq!(row["context"], 5_100);
+    let stored = project.stored_sessions();
+    assert!(stored.contains(&retired[0]) && stored.contains(&successor_id));
+
+    // The next wake reports the successor's figure and generation, and continues the
+    // successor: never the retired session.
+    let before = server.request_count();
+    let out = project.run(&server, &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let banner = stdout.lines().next().unwrap();
+    assert!(
+        banner.contains("干活上下文 5.1K · 第 2 代 · 第 2 次唤醒"),
+        "{banner}"
+    );
+    let resumed = server.requests()[before..]
+        .iter()
+        .find(|r| agent_of(r) == Agent::Coordinator)
+        .cloned()
+        .unwrap();
+    assert!(is_successor(&resumed), "woke into the retired session");
+    assert_eq!(project.work_session(), successor_id);
+
+    // `flower state` shows the current generation's figure.
+    let state = Command::new(env!("CARGO_BIN_EXE_flower"))
+        .current_dir(&project.dir)
+        .arg("state")
+        .output()
+        .unwrap();
+    let state = text(&state.stdout);
+    assert!(state.contains("干活上下文:5.1K · 第 2 代"), "{state}");
+
+    // `flower --new` archives the handoff documents with the other notes.
+    let out = project.run(&server, &["--new", "另一件事"]);
+    assert!(out.status.code().is_some(), "{}", text(&out.stderr));
+    let archive = project.dir.join("notes/archive");
+    let archived: Vec<_> = std::fs::read_dir(&archive)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("交接/干活-1.md"))
+        .collect();
+    assert!(archived.iter().any(|p| p.exists()), "{archived:?}");
+}
+
+#[test]
+fn an_incomplete_document_is_asked_for_twice_more_then_written_mechanically() {
+    let project = Project::new();
+    let server =
+        FakeServer::with_handler(|req, _| script(req, "## 目标与完成标准\n写 hello\n## 死路\n"));
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let coordinator = coordinator_requests(&server);
+    let first = coordinator
+        .iter()
+        .filter(|r| r.last_user_text().contains("这一步要换代"))
+        .count();
+    let again = coordinator
+        .iter()
+        .filter(|r| r.last_user_text().contains("还不完整"))
+        .count();
+    assert_eq!(
+        (first, again),
+        (1, 2),
+        "asked once, then at most twice more"
+    );
+    let doc = project.read(DOC);
+    assert!(doc.contains(MECHANICAL_MARK), "{doc}");
+    for section in SECTIONS {
+        assert!(doc.contains(&format!("## {section}\n")), "{section}: {doc}");
+    }
+    // What flower had without a model: the brief, the last words, the files touched.
+    assert!(doc.contains("## 目标\n写一个 hello 脚本"), "{doc}");
+    assert!(doc.contains("hello.txt"), "{doc}");
+    let successor = coordinator.iter().find(|r| is_successor(r)).unwrap();
+    assert!(first_prompt(successor).contains(doc.trim_end()));
+    assert_eq!(project.work_row()["ok"], true);
+}
+
+#[test]
+fn a_prompt_too_long_answer_hands_off_mechanically_without_asking() {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| {
+        // The first session's second request does not fit the window any more.
+        if agent_of(req) == Agent::Coordinator && !is_successor(req) && turn_of(req) == 1 {
+            return Reply::error(
+                400,
+                "invalid_request_error",
+                "prompt is too long: 210000 tokens > 200000 maximum",
+            );
+        }
+        script(req, &model_doc())
+    });
+    // A threshold the session never reaches by itself.
+    let out = project.run(&server, &["写个 hello 脚本", "--handoff-at", "99%"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("== 干活 换代 → 第 2 代 (上下文 130.1K) =="),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).contains("机械"), "{}", text(&out.stderr));
+    assert!(
+        !server.requests().iter().any(asks_for_handoff),
+        "the over-long session was asked"
+    );
+    assert!(project.read(DOC).contains(MECHANICAL_MARK));
+    let row = project.work_row();
+    assert_eq!(row["ok"], true);
+    assert_eq!(row["retired"].as_array().unwrap().len(), 1);
+    assert!(
+        row["errors"].to_string().contains("prompt is too long"),
+        "{row}"
+    );
+}
+
+#[test]
+fn a_wake_into_a_session_over_the_threshold_hands_off_before_any_request() {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| script(req, &model_doc()));
+    // First run: a threshold above the session's context, so no handoff.
+    let out = project.run(&server, &["写个 hello 脚本", "--handoff-at", "150K"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!project.dir.join(DOC).exists());
+    let first = project.work_session();
+
+    // Waking with the default threshold (120K): the session is over it.
+    let before = server.request_count();
+    let out = project.run(&server, &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("== 干活 换代 → 第 2 代 (上下文 131.1K) =="),
+        "{stdout}"
+    );
+    let next = server.requests()[before..]
+        .iter()
+        .find(|r| agent_of(r) == Agent::Coordinator)
+        .cloned()
+        .unwrap();
+    assert!(is_successor(&next), "the over-long session got a request");
+    assert!(!server.requests().iter().any(asks_for_handoff));
+    assert!(project.read(DOC).contains(MECHANICAL_MARK));
+    let row = project.work_row();
+    assert_eq!(row["retired"], json!([first]));
+    assert_ne!(project.work_session(), first);
+}
+
+/// Flags, one environment variable, and what the error must say.
+type BadCase = (
+    &'static [&'static str],
+    Option<(&'static str, &'static str)>,
+    &'static str,
+);
+
+#[test]
+fn bad_handoff_settings_stop_before_any_request() {
+    let project = Project::new();
+    let server = FakeServer::start(vec![]);
+    let cases: [BadCase; 6] = [
+        (&["--handoff-at", "0"], None, "more than 0"),
+        (&["--handoff-at", "150%"], None, "100%"),
+        (&["--handoff-at", "abc"], None, "not a token count"),
+        (&[], Some(("FLOWER_HANDOFF_AT", "abc")), "FLOWER_HANDOFF_AT"),
+        (
+            &["--handoff-at", "120000"],
+            Some(("FLOWER_CONTEXT_WINDOW", "100000")),
+            "smaller than the handoff threshold",
+        ),
+        (
+            &[],
+            Some(("FLOWER_CONTEXT_WINDOW", "lots")),
+            "FLOWER_CONTEXT_WINDOW",
+        ),
+    ];
+    for (flags, env, says) in cases {
+        let mut args = vec!["写个 hello 脚本"];
+        args.extend_from_slice(flags);
+        let mut cmd = project.command(&server, &args);
+        if let Some((name, value)) = env {
+            cmd.env(name, value);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?} {env:?}: {stderr}");
+    }
+    assert_eq!(server.request_count(), 0);
+    assert!(!project.dir.join("runs").exists());
+}
+
+/// Runs `flower "写个 hello 脚本"` with the handoff script until `hold` matches a
+/// request (the first one only), then SIGKILLs it there.
+fn kill_at(hold: fn(&Recorded) -> bool) -> (Project, FakeServer) {
+    let project = Project::new();
+    let gate = Gate::new();
+    let holding = gate.clone();
+    let held = Arc::new(AtomicBool::new(false));
+    let server = FakeServer::with_handler(move |req, _| {
+        if hold(req) && !held.swap(true, Ordering::SeqCst) {
+            return Reply::text("never delivered").gate_before(&holding);
+        }
+        script(req, &model_doc())
+    });
+    let mut child = project.spawn(&server, &["写个 hello 脚本"]);
+    assert!(gate.wait_reached(TIMEOUT), "the held request never came");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    (project, server)
+}
+
+/// The next `flower` after a kill: exit 0, the work done, one handoff in all, 干活
+/// finished by a second-generation session that lineage names.
+fn wake_and_check(project: &Project, server: &FakeServer) -> String {
+    let out = project.run(server, &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(project.read("hello.txt"), "hello", "lost work");
+    let successor = project.work_session();
+    let rows = project.manifest();
+    let retired: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["step"] == "干活")
+        .flat_map(|r| r["retired"].as_array().unwrap().iter())
+        .collect();
+    assert_eq!(retired.len(), 1, "one handoff: {rows:#?}");
+    assert_ne!(retired[0], successor.as_str());
+    assert!(project.stored_sessions().contains(&successor));
+    let doc = project.read(DOC);
+    assert!(SECTIONS.iter().all(|s| doc.contains(&format!("## {s}"))));
+    stdout
+}
+
+#[test]
+fn killed_before_the_document_the_wake_hands_off_mechanically() {
+    let (project, server) = kill_at(|r| r.last_user_text().contains("这一步要换代"));
+    assert!(!project.dir.join(DOC).exists());
+    let asked = server
+        .requests()
+        .iter()
+        .filter(|r| asks_for_handoff(r))
+        .count();
+    wake_and_check(&project, &server);
+    // The over-long session was not asked again.
+    assert_eq!(
+        server
+            .requests()
+            .iter()
+            .filter(|r| asks_for_handoff(r))
+            .count(),
+        asked
+    );
+    assert!(project.read(DOC).contains(MECHANICAL_MARK));
+}
+
+#[test]
+fn killed_after_the_document_the_wake_reuses_it() {
+    // Held: the request after the Write of the document (its result is stored).
+    let (project, server) =
+        kill_at(|r| asks_for_handoff(r) && !r.last_user_text().contains("这一步要换代"));
+    assert_eq!(
+        project.read(DOC),
+        model_doc(),
+        "the model's document is there"
+    );
+    wake_and_check(&project, &server);
+    assert_eq!(project.read(DOC), model_doc(), "reused, not rewritten");
+    let successor = server.requests().into_iter().find(is_successor).unwrap();
+    assert!(first_prompt(&successor).contains(model_doc().trim_end()));
+}
+
+#[test]
+fn killed_after_the_successors_first_prompt_the_wake_continues_the_successor() {
+    let (project, server) = kill_at(|r| is_successor(r) && turn_of(r) == 0);
+    // Lineage names the successor already, and the row says whom it retired.
+    let successor = project.work_session();
+    let row = project.work_row();
+    assert_eq!(row["session_id"], successor.as_str());
+    assert_eq!(row["retired"].as_array().unwrap().len(), 1);
+    let before = server.request_count();
+    let stdout = wake_and_check(&project, &server);
+    assert!(
+        stdout.lines().next().unwrap().contains("第 2 代"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("换代"), "handed off twice: {stdout}");
+    let next = server.requests()[before..]
+        .iter()
+        .find(|r| agent_of(r) == Agent::Coordinator)
+        .cloned()
+        .unwrap();
+    assert!(is_successor(&next), "woke into the retired session");
+    assert_eq!(project.work_session(), successor);
+}
+
+#[test]
+fn killed_during_the_successors_first_turn_the_wake_continues_the_successor() {
+    let (project, server) = kill_at(|r| is_successor(r) && turn_of(r) == 1);
+    let successor = project.work_session();
+    let before = server.request_count();
+    let stdout = wake_and_check(&project, &server);
+    assert!(!stdout.contains("换代"), "handed off twice: {stdout}");
+    let next = server.requests()[before..]
+        .iter()
+        .find(|r| agent_of(r) == Agent::Coordinator)
+        .cloned()
+        .unwrap();
+    assert!(is_successor(&next));
+    // Its Read of the checklist survived the kill.
+    assert!(
+        next.messages()
+            .iter()
+            .any(|m| m.to_string().contains("tool_result"))
+    );
+    assert_eq!(project.work_session(), successor);
+}
+
+#[test]
+fn a_full_sub_agent_is_asked_to_report_now_and_the_judge_fails_clearly() {
+    let project = Project::new();
+    let judged = Arc::new(AtomicBool::new(false));
+    let server = FakeServer::with_handler(move |req, _| match (agent_of(req), turn_of(req)) {
+        // The worker fills up while writing; it does not hand off.
+        (Agent::Worker, 0) => Reply::tool_use(
+            "Write",
+            json!({"file_path": "hello.txt", "content": "hello"}),
+        )
+        .usage(FULL_INPUT, 100),
+        // The judge's first round does not fit the window; the second passes.
+        (Agent::Judge, 0) if !judged.swap(true, Ordering::SeqCst) => Reply::error(
+            400,
+            "invalid_request_error",
+            "prompt is too long: 250000 tokens > 200000 maximum",
+        ),
+        _ => simple_reply(req),
+    });
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let requests = server.requests();
+    let worker_next = requests
+        .iter()
+        .find(|r| agent_of(r) == Agent::Worker && turn_of(r) == 1)
+        .unwrap();
+    assert!(
+        worker_next
+            .last_user_text()
+            .contains(flower::engine::SUBAGENT_FINISH_NOW),
+        "{}",
+        worker_next.last_user_text()
+    );
+    assert!(
+        !text(&out.stdout).contains("换代"),
+        "only main sessions hand off"
+    );
+    // The judge's overflow came back to 干活 as a clear failed verdict.
+    let round2 = requests.iter().find(|r| {
+        agent_of(r) == Agent::Coordinator
+            && r.last_user_text().contains("判定者的上下文超出了模型窗口")
+    });
+    assert!(round2.is_some(), "no clear verdict reached 干活");
+    let steps = project.steps();
+    assert!(steps.contains(&"干活#round2".to_string()), "{steps:?}");
+}

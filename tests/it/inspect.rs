@@ -1,0 +1,603 @@
+//! `flower log`, `flower show` and `flower report`: what they say about a run, that they
+//! never write to it (snapshot of the directory, `-wal`/`-shm` included, before and
+//! after), what they do with bad input, and the report in a real browser (headless
+//! Chromium, skipped with a note when it is not installed).
+//!
+//! Most tests build the run directly through the library (a store, a manifest, a
+//! lineage), so that the numbers they check are known exactly; one runs the real
+//! pipeline against the fake server.
+
+use crate::support;
+
+use flower::continuity::lineage::Lineage;
+use flower::continuity::manifest::{Manifest, StepResult};
+use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::SystemTime;
+use support::FakeServer;
+use support::pipeline::{Project, simple_reply, text};
+
+// ---------------------------------------------------------------------------------
+// A run built through the library
+// ---------------------------------------------------------------------------------
+
+/// Session ids of the built run.
+const A1: &str = "aaaaaaaa-0000-4000-8000-000000000001";
+const A2: &str = "aaaaaaaa-0000-4000-8000-000000000002";
+const B1: &str = "bbbbbbbb-0000-4000-8000-000000000001";
+const J1: &str = "cccccccc-0000-4000-8000-000000000001";
+
+fn stamp(base_s: i64, offset_s: i64) -> String {
+    let t = chrono::DateTime::from_timestamp(base_s + offset_s, 0).unwrap();
+    t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+fn local(base_s: i64, offset_s: i64) -> String {
+    let t = chrono::DateTime::from_timestamp(base_s + offset_s, 0).unwrap();
+    t.with_timezone(&chrono::Local)
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, false)
+}
+
+const T0: i64 = 1_780_000_000;
+
+/// A transcript of `turns` turns, each a Bash call and its result, context growing by
+/// 1000 tokens a turn; `errors` are (after turn, text) synthetic API errors.
+pub fn transcript(id: &str, start_s: i64, turns: usize, errors: &[(usize, &str)]) -> Vec<Value> {
+    let mut entries = Vec::new();
+    let mut parent = Value::Null;
+    let mut n = 0;
+    let mut push = |entries: &mut Vec<Value>, mut e: Value, at: i64| {
+        n += 1;
+        let uuid = format!("{id}-{n:06}");
+        e["uuid"] = json!(uuid);
+        e["parentUuid"] = parent.clone();
+        e["sessionId"] = json!(id);
+        e["timestamp"] = json!(stamp(start_s, at));
+        e["cwd"] = json!("/w");
+        e["isSidechain"] = json!(false);
+        parent = json!(uuid);
+        entries.push(e);
+    };
+    push(
+        &mut entries,
+        json!({"type": "user", "message": {"role": "user", "content": "写个 hello 脚本"}}),
+        0,
+    );
+    for t in 0..turns {
+        let at = (t as i64 + 1) * 10;
+        push(
+            &mut entries,
+            json!({"type": "assistant", "message": {
+                "id": format!("msg_{t}"), "type": "message", "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": format!("第 {t} 步")},
+                            {"type": "tool_use", "id": format!("toolu_{t}"), "name": "Bash",
+                             "input": {"command": format!("echo {t}")}}],
+                "stop_reason": "tool_use",
+                "usage": {"input_tokens": 100, "output_tokens": 50,
+                          "cache_creation_input_tokens": 850,
+                          "cache_read_input_tokens": (t as u64) * 1000}}}),
+            at,
+        );
+        push(
+            &mut entries,
+            json!({"type": "user", "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("toolu_{t}"),
+                 "content": format!("line1\nline2\nline3\nline4\nline5\nout {t}"), "is_error": false}]}}),
+            at + 1,
+        );
+        for (after, error) in errors {
+            if *after == t {
+                push(
+                    &mut entries,
+                    json!({"type": "assistant", "isApiErrorMessage": true, "message": {
+                        "id": "msg_synthetic_x", "type": "message", "role": "assistant",
+                        "model": "<synthetic>", "content": [{"type": "text", "text": error}],
+                        "stop_reason": "stop_sequence", "usage": {}}}),
+                    at + 2,
+                );
+            }
+        }
+    }
+    entries
+}
+
+/// What [`build_run`] made.
+pub struct Built {
+    pub dir: PathBuf,
+    pub _tmp: tempfile::TempDir,
+}
+
+/// A run in a fresh directory: step 干活 with a handoff (A1 retired, A2 its successor),
+/// one outage and one retry in A1; its judge J1; then, woken by a second process, step
+/// 复查 (B1). Curves: 干活 and 复查 (the judge is not a main session); markers: outage,
+/// retry, handoff, wake.
+pub fn build_run(turns_per_session: usize) -> Built {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let dir = tmp.path().canonicalize().unwrap().join("proj");
+    std::fs::create_dir_all(&dir).unwrap();
+    let run_dir = dir.join("runs");
+    let store = SqliteSessionStore::open(&run_dir.join("sessions.db")).unwrap();
+    let key = |id: &str| SessionKey::main(project_key(&dir), id);
+    let n = turns_per_session;
+    let span = n as i64 * 10 + 20;
+    store
+        .append(
+            &key(A1),
+            &transcript(
+                A1,
+                T0,
+                n,
+                &[
+                    (0, "error sending request: connection refused"),
+                    (1, "overloaded_error: Overloaded"),
+                ],
+            ),
+        )
+        .unwrap();
+    store
+        .append(&key(A2), &transcript(A2, T0 + span, n, &[]))
+        .unwrap();
+    store
+        .append(&key(J1), &transcript(J1, T0 + 2 * span, 1, &[]))
+        .unwrap();
+    store
+        .append(&key(B1), &transcript(B1, T0 + 3 * span, n, &[]))
+        .unwrap();
+    let row = |step: &str, id: &str, from: i64, to: i64, ok: bool| StepResult {
+        step: step.into(),
+        session_id: Some(id.into()),
+        ok,
+        cost_usd: Some(0.25),
+        num_turns: n as u32,
+        text: String::new(),
+        error: (!ok).then(|| "overloaded_error: Overloaded".into()),
+        started_at: local(T0, from),
+        ended_at: local(T0, to),
+        attempts: if ok { 1 } else { 2 },
+        errors: Vec::new(),
+        resumed: false,
+        retired: Vec::new(),
+        context: 0,
+    };
+    let mut first = Manifest::new(&run_dir, "20260101-000000-aaaaaa".into());
+    first.record(&row("干活", A1, 0, span - 5, false)).unwrap();
+    let mut retry = row("干活#retry1", A2, span, 2 * span - 5, true);
+    retry.retired = vec![A1.into()];
+    first.record(&retry).unwrap();
+    let mut judge = row("干活·判定#1", J1, 2 * span, 2 * span + 15, true);
+    judge.num_turns = 1;
+    first.record(&judge).unwrap();
+    let mut second = Manifest::new(&run_dir, "20260101-010000-bbbbbb".into());
+    second
+        .record(&row("复查", B1, 3 * span, 4 * span - 5, true))
+        .unwrap();
+    let mut lineage = Lineage::empty(&run_dir, &dir);
+    lineage.remember("干活", A2);
+    lineage.remember("复查", B1);
+    lineage.wake();
+    drop(store);
+    Built { dir, _tmp: tmp }
+}
+
+fn flower(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flower"))
+        .current_dir(dir)
+        .args(args)
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run flower")
+}
+
+// ---------------------------------------------------------------------------------
+// Read-only, as `flower state` is
+// ---------------------------------------------------------------------------------
+
+type Snapshot = BTreeMap<String, (u64, SystemTime, u64, Option<Vec<u8>>)>;
+
+fn snapshot(dir: &Path) -> Snapshot {
+    let mut out = Snapshot::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let content = if meta.is_dir() {
+                stack.push(path.clone());
+                None
+            } else {
+                Some(std::fs::read(&path).unwrap())
+            };
+            out.insert(
+                path.display().to_string(),
+                (meta.len(), meta.modified().unwrap(), meta.ino(), content),
+            );
+        }
+    }
+    let meta = std::fs::metadata(dir).unwrap();
+    out.insert(
+        ".".into(),
+        (meta.len(), meta.modified().unwrap(), meta.ino(), None),
+    );
+    out
+}
+
+fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "{what}: files created or removed"
+    );
+    for (path, was) in before {
+        assert!(after[path] == *was, "{what}: {path} changed");
+    }
+}
+
+/// Runs `flower ARGS` in `dir` and checks that nothing under `dir` changed.
+fn read_only(dir: &Path, args: &[&str]) -> Output {
+    let before = snapshot(dir);
+    let out = flower(dir, args);
+    assert_same(
+        &before,
+        &snapshot(dir),
+        &format!("flower {}", args.join(" ")),
+    );
+    out
+}
+
+#[test]
+fn log_show_and_report_write_nothing_even_over_a_live_wal() {
+    let built = build_run(5);
+    let dir = &built.dir;
+    // A writer holds the store open with a commit still in its WAL: -wal and -shm
+    // exist, as while flower runs or after it was killed.
+    let writer = SqliteSessionStore::open(&dir.join("runs/sessions.db")).unwrap();
+    let late = transcript("dddddddd-0000-4000-8000-000000000001", T0, 1, &[]);
+    writer
+        .append(
+            &SessionKey::main(project_key(dir), "dddddddd-0000-4000-8000-000000000001"),
+            &late,
+        )
+        .unwrap();
+    assert!(dir.join("runs/sessions.db-wal").exists());
+    assert!(dir.join("runs/sessions.db-shm").exists());
+
+    let out = read_only(dir, &["log"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = text(&out.stdout);
+    let lines: Vec<&str> = log.lines().collect();
+    // Four attempts, one wake marker, one totals line.
+    assert_eq!(lines.len(), 6, "{log}");
+    assert!(
+        lines[0].contains("干活 ") && lines[0].contains("出错:overloaded_error"),
+        "{log}"
+    );
+    assert!(
+        lines[1].contains("干活#retry1") && lines[1].contains("(重试 1)"),
+        "{log}"
+    );
+    assert!(lines[1].contains(&format!("换代 1 次:{A1}")), "{log}");
+    assert!(
+        lines[2].contains("干活·判定#1") && lines[2].contains("(判定 1)"),
+        "{log}"
+    );
+    assert!(lines[3].starts_with("── 唤醒 #1"), "{log}");
+    assert!(
+        lines[4].contains("复查") && lines[4].contains(" ok "),
+        "{log}"
+    );
+    let totals = lines[5];
+    assert!(totals.starts_with("合计:"), "{log}");
+    assert!(totals.contains("$1.0000"), "{totals}");
+    // 5+5+1+5 turns; tokens summed over the four sessions' assistant entries.
+    assert!(totals.contains(" 16 轮"), "{totals}");
+    assert!(totals.contains("输入 1.6K 输出 0.8K"), "{totals}");
+    assert!(
+        totals.contains("换代 1 · 唤醒 1 · 重试 1 · 断网 1 次"),
+        "{totals}"
+    );
+
+    let out = read_only(dir, &["log", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let attempts = doc["attempts"].as_array().unwrap();
+    let steps: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["干活", "干活#retry1", "干活·判定#1", "复查"]);
+    assert_eq!(attempts[1]["kind"], json!({"kind": "retry", "n": 1}));
+    assert_eq!(attempts[3]["wake"], true);
+    assert_eq!(doc["totals"]["turns"], 16);
+    assert_eq!(doc["totals"]["tokens"]["input"], 1600);
+    assert_eq!(doc["totals"]["handoffs"], 1);
+    // The outage lasted from the error (t+12s) to the next turn (t+20s).
+    assert_eq!(doc["totals"]["outage_waited_s"], 8.0);
+
+    // The default is the last step run; a step resolves through lineage.json.
+    let out = read_only(dir, &["show"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with(&format!("会话 {B1} · 步骤 复查")),
+        "{shown}"
+    );
+    let out = read_only(dir, &["show", "干活"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.starts_with(&format!("会话 {A2} · 步骤 干活")),
+        "{shown}"
+    );
+    assert!(shown.contains("── 第 5 轮 · 助手"), "{shown}");
+    assert!(shown.contains("⏺ Bash echo 4"), "{shown}");
+    // Results cut to four lines with the byte count.
+    assert!(
+        shown.contains(
+            "⎿ Bash 结果(35 字节)\n    line1\n    line2\n    line3\n    line4\n    … 还有 2 行"
+        ),
+        "{shown}"
+    );
+
+    // A session id; its synthetic errors are marked, and gone from the pruned view.
+    let out = read_only(dir, &["show", A1]);
+    let raw = text(&out.stdout);
+    assert_eq!(raw.matches("[合成的 API 错误").count(), 2, "{raw}");
+    let out = read_only(dir, &["show", A1, "--pruned"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let pruned = text(&out.stdout);
+    assert!(pruned.contains("续跑时喂给模型的样子"), "{pruned}");
+    assert!(!pruned.contains("[合成的 API 错误"), "{pruned}");
+    let out = read_only(dir, &["show", A1, "--pruned", "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["entries"].as_array().unwrap().len(), 11);
+
+    // The report goes elsewhere: the project is not touched.
+    let out_dir = tempfile::TempDir::new().unwrap();
+    let report = out_dir.path().join("r.html");
+    let out = read_only(dir, &["report", "-o", report.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("data-chart=\"context\" data-curves=\"2\" data-markers=\"4\""));
+    assert!(!html.contains("<script src"), "no external script");
+    assert!(!html.contains("<link"), "no external style");
+    drop(writer);
+}
+
+#[test]
+fn report_defaults_to_runs_report_html() {
+    let built = build_run(3);
+    let out = flower(&built.dir, &["report"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(built.dir.join("runs/report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    // Every session one click away, collapsed.
+    assert_eq!(html.matches("<details class=\"transcript\"").count(), 4);
+    assert!(html.contains(&format!("id=\"s-{B1}\"")));
+}
+
+// ---------------------------------------------------------------------------------
+// Bad input
+// ---------------------------------------------------------------------------------
+
+fn fails_with(dir: &Path, args: &[&str], wanted: &str) {
+    let out = read_only(dir, args);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(wanted), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_input_gets_a_clear_message_and_nothing_is_written() {
+    // No runs/ at all.
+    let tmp = tempfile::TempDir::new().unwrap();
+    for args in [&["log"][..], &["show"], &["report"]] {
+        fails_with(tmp.path(), args, "runs 不存在");
+    }
+
+    let built = build_run(2);
+    let dir = &built.dir;
+    // An unknown session id, an unknown step.
+    fails_with(
+        dir,
+        &["show", "0123abcd-0000-4000-8000-00000000dead"],
+        "在 sessions.db 里不存在",
+    );
+    fails_with(
+        dir,
+        &["show", "没有这步"],
+        "步骤 没有这步 在 lineage.json 里没有记录",
+    );
+
+    // Lineage naming a session that is gone (and no manifest row to fall back on).
+    let lineage = dir.join("runs/lineage.json");
+    let mut file: Value =
+        serde_json::from_str(&std::fs::read_to_string(&lineage).unwrap()).unwrap();
+    file["steps"]["验收"] = json!("eeeeeeee-0000-4000-8000-000000000009");
+    std::fs::write(&lineage, serde_json::to_vec(&file).unwrap()).unwrap();
+    fails_with(dir, &["show", "验收"], "已不在 sessions.db 里");
+
+    // Entries the renderer does not know: a marked placeholder.
+    let store = SqliteSessionStore::open(&dir.join("runs/sessions.db")).unwrap();
+    store
+        .append(
+            &SessionKey::main(project_key(dir), B1),
+            &[
+                json!({"type": "file-history-snapshot", "uuid": "odd-1"}),
+                json!({"type": "assistant", "uuid": "odd-2", "message": {"role": "assistant",
+                     "content": [{"type": "hologram"}]}}),
+            ],
+        )
+        .unwrap();
+    drop(store);
+    let out = read_only(dir, &["show", "复查"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("[未知条目:type=file-history-snapshot]"),
+        "{shown}"
+    );
+    assert!(shown.contains("[未知内容块:hologram]"), "{shown}");
+    let out = read_only(dir, &["log"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // An empty manifest: no rows, said so.
+    let manifest = dir.join("runs/manifest.json");
+    std::fs::write(&manifest, "").unwrap();
+    let out = read_only(dir, &["log"]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).starts_with("manifest.json 里还没有任何步骤记录。"));
+
+    // A corrupt one: named, and left where it is.
+    std::fs::write(&manifest, "[{\"step\": ").unwrap();
+    for args in [&["log"][..], &["log", "--json"], &["report"]] {
+        fails_with(dir, args, "manifest.json is not a JSON array of rows");
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// A real pipeline
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn a_real_run_reads_back_step_by_step() {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| simple_reply(req));
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let rows = project.manifest();
+    let out = read_only(&project.dir, &["log", "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["attempts"].as_array().unwrap().len(), rows.len());
+    let turns: u64 = rows.iter().map(|r| r["num_turns"].as_u64().unwrap()).sum();
+    assert_eq!(doc["totals"]["turns"], turns);
+    let out = read_only(&project.dir, &["show", "干活", "--subagents"]);
+    let shown = text(&out.stdout);
+    assert!(shown.contains("⏺ Task 写 hello"), "{shown}");
+    assert!(shown.contains("════ 子代理"), "{shown}");
+    assert!(shown.contains("⏺ Write hello.txt"), "{shown}");
+}
+
+// ---------------------------------------------------------------------------------
+// The report in a browser
+// ---------------------------------------------------------------------------------
+
+/// Headless Chromium, if installed.
+fn chromium() -> Option<PathBuf> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+fn headless(browser: &Path, profile: &Path) -> Command {
+    let mut cmd = Command::new(browser);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--enable-logging=stderr",
+        "--v=0",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .stdin(Stdio::null());
+    cmd
+}
+
+/// The `<tag …>` start tags in `dom` that contain `needle`.
+fn tags_with<'a>(dom: &'a str, tag: &str, needle: &str) -> Vec<&'a str> {
+    dom.match_indices(&format!("<{tag} "))
+        .map(|(i, _)| &dom[i..i + dom[i..].find('>').unwrap_or(0)])
+        .filter(|t| t.contains(needle))
+        .collect()
+}
+
+#[test]
+fn the_report_loads_in_a_browser_with_its_curves_and_markers() {
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "SKIPPED the_report_loads_in_a_browser…: no chromium at /usr/bin/chromium (.ci/run installs it)"
+        );
+        return;
+    };
+    let built = build_run(40);
+    let out = flower(&built.dir, &["report"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = built.dir.join("runs/report.html");
+    let profile = tempfile::TempDir::new().unwrap();
+    let out = headless(&browser, profile.path())
+        .arg("--dump-dom")
+        .arg(format!("file://{}", report.display()))
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium: {}", text(&out.stderr));
+    let dom = text(&out.stdout);
+    let log = text(&out.stderr);
+    let html_tag = &dom[dom.find("<html").expect("an html element")..];
+    let html_tag = &html_tag[..html_tag.find('>').unwrap()];
+    assert!(
+        !html_tag.contains("data-js-errors"),
+        "script errors: {html_tag}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains(":CONSOLE(") || l.contains("Uncaught")),
+        "console errors: {log}"
+    );
+    // The browser parsed the charts into SVG elements with what the test expects.
+    let context = &dom[dom.find("data-chart=\"context\"").expect("context chart")..];
+    let context = &context[..context.find("</svg>").unwrap()];
+    assert_eq!(tags_with(context, "polyline", "class=\"curve\"").len(), 2);
+    let markers = tags_with(context, "circle", "class=\"marker\"");
+    let kinds: Vec<&str> = markers
+        .iter()
+        .map(|t| {
+            t.split("data-kind=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    let mut sorted = kinds.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["handoff", "outage", "retry", "wake"], "{kinds:?}");
+    assert_eq!(tags_with(context, "line", "class=\"window\"").len(), 1);
+    assert_eq!(tags_with(context, "line", "class=\"threshold\"").len(), 1);
+    let cost = &dom[dom.find("data-chart=\"cost\"").expect("cost chart")..];
+    let cost = &cost[..cost.find("</svg>").unwrap()];
+    assert_eq!(tags_with(cost, "polyline", "class=\"curve\"").len(), 2);
+    let timeline = &dom[dom.find("data-chart=\"timeline\"").expect("timeline")..];
+    let timeline = &timeline[..timeline.find("</svg>").unwrap()];
+    assert_eq!(
+        tags_with(timeline, "rect", "data-kind=\"attempt\"").len(),
+        4
+    );
+    assert_eq!(tags_with(timeline, "rect", "data-kind=\"outage\"").len(), 1);
+
+    // And it paints: a screenshot that is a real PNG.
+    let shot = profile.path().join("shot.png");
+    let out = headless(&browser, profile.path())
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg("--window-size=1100,1400")
+        .arg(format!("file://{}", report.display()))
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium: {}", text(&out.stderr));
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000);
+    if let Some(dest) = std::env::var_os("FLOWER_REPORT_SCREENSHOT") {
+        std::fs::copy(&shot, dest).unwrap();
+    }
+}

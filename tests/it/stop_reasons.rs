@@ -1,0 +1,202 @@
+//! Every stop reason of the Messages API, through the real binary against the fake
+//! server. (A tool call cut by `max_tokens` keeps its error result: see
+//! `once::a_tool_call_with_broken_json_input_gets_an_error_result`.)
+
+use crate::support;
+
+use serde_json::{Value, json};
+use std::process::Output;
+use support::pipeline::flower_in as flower;
+use support::{FakeServer, Reply};
+use tempfile::TempDir;
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn once_json(server: &FakeServer, dir: &TempDir, extra: &[&str]) -> (Output, Value) {
+    let mut args = vec!["once", "写一首诗", "--json"];
+    args.extend_from_slice(extra);
+    let out = flower(server, dir.path(), &args);
+    let v = json_of(&out);
+    (out, v)
+}
+
+/// The last message of a request, as (role, its text blocks joined).
+fn last_message(request: &support::Recorded) -> (String, String) {
+    let last = request.messages().last().cloned().unwrap_or(Value::Null);
+    let text = last["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    (last["role"].as_str().unwrap_or("").to_string(), text)
+}
+
+#[test]
+fn end_turn_tool_use_and_stop_sequence_end_as_today() {
+    let dir = TempDir::new().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "甲").unwrap();
+    let server = FakeServer::start(vec![
+        Reply::tool_use("Read", json!({"file_path": "a.txt"})),
+        Reply::text("读完了").stop_reason("stop_sequence"),
+    ]);
+    let (out, v) = once_json(&server, &dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(v["result"], "读完了");
+    assert_eq!(v["stop_reason"], "stop_sequence");
+    assert_eq!(v["num_turns"], 2);
+
+    let server = FakeServer::start(vec![Reply::text("好")]);
+    let (_, v) = once_json(&server, &dir, &[]);
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["is_error"], false);
+}
+
+/// A text reply cut by max_tokens is sent back as the start of the assistant turn and
+/// the model asked for the rest; each part is its own turn; the result is the whole.
+#[test]
+fn max_tokens_on_text_continues_the_reply() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::text("床前明月光,").stop_reason("max_tokens"),
+        // Trailing whitespace: the API refuses a final assistant block ending in it.
+        Reply::text("疑是地上霜。 \n").stop_reason("max_tokens"),
+        Reply::text("举头望明月。"),
+    ]);
+    let (out, v) = once_json(&server, &dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(v["result"], "床前明月光,疑是地上霜。举头望明月。");
+    assert_eq!(v["num_turns"], 3);
+    assert_eq!(v["stop_reason"], "end_turn");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        last_message(&requests[1]),
+        ("assistant".to_string(), "床前明月光,".to_string())
+    );
+    // The partial turn goes back whole, both parts, whitespace trimmed at the end.
+    assert_eq!(
+        last_message(&requests[2]),
+        (
+            "assistant".to_string(),
+            "床前明月光,疑是地上霜。".to_string()
+        )
+    );
+    // No user message was added between the parts.
+    assert_eq!(requests[2].messages().len(), 2);
+}
+
+#[test]
+fn max_tokens_continuations_are_bounded() {
+    let dir = TempDir::new().unwrap();
+    let cut = || Reply::text("又一段").stop_reason("max_tokens");
+    let server = FakeServer::start(vec![cut(), cut(), cut(), cut(), Reply::text("不该到这")]);
+    let (out, v) = once_json(&server, &dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The first reply and three continuations, then the run ends with what it has.
+    assert_eq!(server.request_count(), 4);
+    assert_eq!(v["stop_reason"], "max_tokens");
+    assert_eq!(v["result"], "又一段又一段又一段又一段");
+    assert_eq!(v["is_error"], false);
+}
+
+#[test]
+fn refusal_fails_quoting_stop_details_is_not_retried_and_not_replayed() {
+    let dir = TempDir::new().unwrap();
+    let details = json!({"type": "refusal", "category": "cyber", "explanation": "policy 7"});
+    let server = FakeServer::start(vec![
+        Reply::text("我不能")
+            .stop_reason("refusal")
+            .stop_details(details),
+        Reply::text("续上了"),
+    ]);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    // Retries allowed: a refusal must still not be retried.
+    let out = cmd
+        .current_dir(dir.path())
+        .args(["once", "写一首诗", "--json"])
+        .env("FLOWER_MAX_ATTEMPTS", "3")
+        .env("FLOWER_BASE_DELAY", "0")
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert!(!out.status.success());
+    assert_eq!(v["is_error"], true);
+    assert_eq!(v["stop_reason"], "refusal");
+    let message = v["result"].as_str().unwrap();
+    assert!(message.contains("refus"), "{message}");
+    assert!(message.contains("policy 7"), "{message}");
+    assert_eq!(server.request_count(), 1, "a refusal is not retried");
+
+    // A resume does not feed the refusal back.
+    let id = v["session_id"].as_str().unwrap().to_string();
+    let out = flower(
+        &server,
+        dir.path(),
+        &["once", "换个话题", "--json", "--resume", &id],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let resumed = &server.requests()[1];
+    let body = resumed.raw_body.clone();
+    assert!(!body.contains("我不能"), "refusal replayed: {body}");
+    assert!(resumed.messages().iter().all(|m| m["role"] == "user"));
+}
+
+#[test]
+fn context_window_exceeded_is_a_clear_error_naming_new() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::text("").stop_reason("model_context_window_exceeded"),
+    ]);
+    let out = flower(&server, dir.path(), &["once", "继续"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("context window"), "{err}");
+    assert!(err.contains("--new"), "{err}");
+    assert_eq!(server.request_count(), 1);
+}
+
+#[test]
+fn pause_turn_sends_the_turn_back_to_continue() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::text("先查一下").stop_reason("pause_turn"),
+        Reply::text("查完了"),
+    ]);
+    let (out, v) = once_json(&server, &dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.request_count(), 2);
+    assert_eq!(
+        last_message(&server.requests()[1]),
+        ("assistant".to_string(), "先查一下".to_string())
+    );
+    assert_eq!(v["result"], "先查一下查完了");
+    assert_eq!(v["num_turns"], 2);
+}
+
+#[test]
+fn an_unknown_stop_reason_ends_the_turn_with_one_warning() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![Reply::text("好了").stop_reason("brand_new_reason")]);
+    let out = flower(&server, dir.path(), &["once", "hi"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.matches("brand_new_reason").count(), 1, "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "好了");
+}
