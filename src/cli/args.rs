@@ -53,6 +53,11 @@ pub struct FlowArgs {
 
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+
     /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
@@ -167,6 +172,11 @@ pub struct OnceArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -178,4 +188,9 @@ pub struct StateArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }

@@ -15,6 +15,7 @@ use flower::continuity::runtime::RuntimeOptions;
 use flower::model::ModelClient;
 use flower::model::anthropic::{AnthropicClient, ClientConfig, DEFAULT_IDLE_TIMEOUT};
 use flower::model::prices::{self, PriceTable};
+use flower::stores::{PostgresStore, PostgresUrl, SessionStore};
 use flower::tools::sandbox::{self, SandboxPolicy, Support};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,6 +40,9 @@ pub struct Config {
     /// The sandbox of Bash commands (`FLOWER_SANDBOX`, `FLOWER_NETWORK`, and the
     /// flags through [`Config::with_sandbox_flags`]).
     pub sandbox: SandboxPolicy,
+    /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in
+    /// `runs/sessions.db`.
+    pub store: Option<PostgresUrl>,
     /// Extended thinking budget (`--thinking`, `MAX_THINKING_TOKENS`).
     pub thinking_budget: Option<u32>,
     /// The prompt cache's lifetime pruning respects (`FLOWER_CACHE_TTL`); `None`: every
@@ -116,6 +120,11 @@ impl Config {
             let first = first.strip_prefix("ignoring ").unwrap_or(first);
             return Err(ConfigError(first.to_string()));
         }
+        let store = match get("FLOWER_STORE") {
+            None => None,
+            Some(raw) => parse_store(&raw)
+                .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw))))?,
+        };
         let mut client = settings.client;
         client.idle_timeout = idle_timeout;
         let model = flags
@@ -163,6 +172,7 @@ impl Config {
             warnings: settings.warnings,
             handoff,
             handoff_env,
+            store,
         })
     }
 
@@ -213,6 +223,27 @@ impl Config {
         Ok(self)
     }
 
+    /// This configuration with `--store` (which wins over `FLOWER_STORE`) applied.
+    pub fn with_store_flag(mut self, flag: Option<&str>) -> Result<Config, ConfigError> {
+        if let Some(raw) = flag {
+            self.store = parse_store(raw)
+                .map_err(|why| ConfigError(format!("--store {}: {why}", shown_store(raw))))?;
+        }
+        Ok(self)
+    }
+
+    /// Opens the chosen store: `None` for the default SQLite store (the runtime opens
+    /// it). Connects, checks credentials and the schema now, before any model request.
+    pub fn open_store(&self) -> anyhow::Result<Option<Arc<dyn SessionStore>>> {
+        let Some(url) = &self.store else {
+            return Ok(None);
+        };
+        let store = PostgresStore::open(url).map_err(|e| {
+            anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+        })?;
+        Ok(Some(Arc::new(store)))
+    }
+
     /// The model client this configuration describes; also installs the price table.
     /// Errors (a base URL that is not one, a price file that cannot be read) are
     /// configuration errors: nothing has been sent yet.
@@ -241,6 +272,49 @@ impl Config {
             handoff: self.handoff.clone(),
             ..RuntimeOptions::default()
         })
+    }
+}
+
+/// The store chosen by `--store` (`flag`), else `FLOWER_STORE`, for commands that need
+/// no model (`flower state`); `None`: the default SQLite store.
+pub fn store_from_env(flag: Option<&str>) -> Result<Option<PostgresUrl>, ConfigError> {
+    if let Some(raw) = flag {
+        return parse_store(raw)
+            .map_err(|why| ConfigError(format!("--store {}: {why}", shown_store(raw))));
+    }
+    match std::env::var("FLOWER_STORE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        None => Ok(None),
+        Some(raw) => parse_store(&raw)
+            .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw)))),
+    }
+}
+
+/// Opens a chosen PostgreSQL store (connects, checks credentials and schema).
+pub fn open_postgres(url: &PostgresUrl) -> anyhow::Result<Arc<dyn SessionStore>> {
+    let store = PostgresStore::open(url).map_err(|e| {
+        anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+    })?;
+    Ok(Arc::new(store))
+}
+
+/// `sqlite` (the default store) → `None`; a PostgreSQL URL → `Some`.
+fn parse_store(raw: &str) -> Result<Option<PostgresUrl>, String> {
+    let raw = raw.trim();
+    if raw == "sqlite" {
+        return Ok(None);
+    }
+    raw.parse::<PostgresUrl>().map(Some)
+}
+
+/// A store value as an error message shows it: a password is never repeated.
+fn shown_store(raw: &str) -> String {
+    match raw.parse::<PostgresUrl>() {
+        Ok(url) => url.to_string(),
+        Err(_) if raw.contains('@') => "<a URL with credentials, not shown>".into(),
+        Err(_) => format!("{raw:?}"),
     }
 }
 

@@ -37,14 +37,16 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let config = Config::from_env(&args.model_flags())?.with_sandbox_flags(&args.sandbox)?;
+    let config = Config::from_env(&args.model_flags())?
+        .with_sandbox_flags(&args.sandbox)?
+        .with_store_flag(args.store.as_deref())?;
     let sandbox = config.sandbox.clone();
     // The model as the configuration resolved it (aliases, `[1m]`).
     spec.model = config.model.model.clone();
     for warning in &config.warnings {
         eprintln!("flower: {warning}");
     }
-    let base_options = config.runtime_options()?;
+    let mut base_options = config.runtime_options()?;
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
     if let Some(id) = &args.resume
@@ -53,6 +55,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         eprintln!("flower: {}", session_busy(id, &holder));
         return Ok(ExitCode::from(EXIT_LOCKED));
     }
+    base_options.store = config.open_store()?;
     let options = RuntimeOptions {
         events: if args.json {
             flower::events::discard()

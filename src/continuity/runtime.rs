@@ -139,6 +139,9 @@ pub struct RuntimeOptions {
     /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
     /// [`crate::engine::DEFAULT_MAX_TOKENS`].
     pub max_tokens: Option<u32>,
+    /// Where transcripts live; `None`: the SQLite store in `run_dir/sessions.db`.
+    /// Either way the runtime wraps it in a [`PruningSessionStore`].
+    pub store: Option<Arc<dyn SessionStore>>,
     /// The run lock: taken when the runtime opens the run directory (the default).
     pub run_lock: RunLocking,
 }
@@ -163,6 +166,7 @@ impl Default for RuntimeOptions {
             sandbox: Default::default(),
             handoff: HandoffOptions::default(),
             max_tokens: None,
+            store: None,
             run_lock: RunLocking::Take,
         }
     }
@@ -228,7 +232,10 @@ impl Runtime {
             LockError::Held { path, holder } => RuntimeError::Locked { path, holder },
             other => RuntimeError::Lock(other),
         })?;
-        let sqlite = Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?);
+        let sqlite: Arc<dyn SessionStore> = match options.store {
+            Some(store) => store,
+            None => Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?),
+        };
         let mut prune = PruneOptions::new(run_dir.join("trimmed"));
         prune.trim = options.trim;
         prune.ephemeral = options.ephemeral;

@@ -38,6 +38,7 @@ mod stop_reasons;
 mod store_cli;
 mod store_conformance;
 mod store_create;
+mod store_postgres;
 mod store_prune;
 mod store_sqlite;
 mod terminal;
