@@ -8,7 +8,7 @@
 
 use super::handoff::{self, HandoffOptions, MechanicalInput};
 use super::lineage::Lineage;
-use super::lock::{Holder, LockError, RunLock, RunLocking, SessionLocks};
+use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
 use super::manifest::{Manifest, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use crate::engine::Denial;
@@ -181,6 +181,52 @@ pub struct AgentOutcome {
     pub permission_denials: Vec<Denial>,
     /// The API's `stop_reason` of the last reply of the last attempt.
     pub stop_reason: Option<String>,
+}
+
+/// One step attempt's state, carried across its engine runs, retries and handoffs.
+struct Attempt {
+    result: StepResult,
+    usage: Usage,
+    denials: Vec<Denial>,
+    stop_reason: Option<String>,
+    start: SessionStart,
+    prompt: String,
+    /// The step's own prompt, quoted by a mechanical handoff document.
+    step_prompt: String,
+    /// The handoff threshold; `None` when this attempt does not (or no longer) hands off.
+    limit: Option<u64>,
+    generation: u32,
+    /// The session that is handing over, until its successor's first prompt is stored.
+    retiring: Option<String>,
+    /// 1-based count of tries (the first run and each retry).
+    number: u32,
+}
+
+impl Attempt {
+    fn new(result: StepResult, prompt: &str, start: SessionStart) -> Attempt {
+        Attempt {
+            result,
+            usage: Usage::default(),
+            denials: Vec::new(),
+            stop_reason: None,
+            start,
+            prompt: prompt.to_string(),
+            step_prompt: prompt.to_string(),
+            limit: None,
+            generation: 1,
+            retiring: None,
+            number: 1,
+        }
+    }
+
+    fn outcome(self) -> AgentOutcome {
+        AgentOutcome {
+            result: self.result,
+            usage: self.usage,
+            permission_denials: self.denials,
+            stop_reason: self.stop_reason,
+        }
+    }
 }
 
 /// The step attempt in flight, for [`Runtime::rescue`].
@@ -434,9 +480,6 @@ impl Runtime {
         prompt: &str,
         start: SessionStart,
     ) -> AgentOutcome {
-        let mut usage = Usage::default();
-        let mut denials = Vec::new();
-        let mut stop_reason = None;
         let mut result = StepResult::started(step);
         result.cost_usd = Some(0.0);
         result.resumed = matches!(start, SessionStart::Resume(_));
@@ -447,221 +490,256 @@ impl Runtime {
                 result.error = Some(e.to_string());
                 result.errors.push(e.to_string());
                 result.finish();
-                return AgentOutcome {
-                    result,
-                    usage,
-                    permission_denials: denials,
-                    stop_reason: None,
-                };
+                return Attempt::new(result, prompt, start).outcome();
             }
         };
         self.set_in_flight(Some(result.clone()));
-        let mut start = start;
-        let mut prompt = prompt.to_string();
-        let step_prompt = prompt.clone();
-        let mut limit = handoff_step.map(|_| self.handoff_limit(spec));
-        let mut generation = match (&start, handoff_step) {
-            (SessionStart::Resume(id), Some(_)) => self.generation_of(id),
-            _ => 1,
-        };
-        // The session that is handing over, until its successor's first prompt is stored.
-        let mut retiring: Option<String> = None;
-        // A wake into a session already over the threshold: it is not asked anything.
-        if let (Some(name), Some(limit), SessionStart::Resume(id)) = (handoff_step, limit, &start)
-            && let Some(context) = self.session_context(id)
-            && context >= limit
-        {
-            let id = id.clone();
-            result.session_id = Some(id.clone());
-            let reason =
-                format!("唤醒时这条会话的上下文已经到了 {context} tokens,过了换代阈值 {limit}");
-            prompt = self
-                .hand_off(
-                    name,
-                    spec,
-                    &id,
-                    generation,
-                    context,
-                    Some(reason),
-                    &step_prompt,
-                    &mut result,
-                    &mut usage,
-                )
-                .await;
-            start = SessionStart::New;
-            generation += 1;
-            retiring = Some(id);
+        let mut attempt = Attempt::new(result, prompt, start);
+        attempt.limit = handoff_step.map(|_| self.handoff_limit(spec));
+        if let (SessionStart::Resume(id), Some(_)) = (&attempt.start, handoff_step) {
+            attempt.generation = self.generation_of(id);
         }
-        let mut attempt: u32 = 1;
+        if let Some(name) = handoff_step {
+            self.hand_off_on_wake(name, spec, &mut attempt).await;
+        }
         loop {
-            let in_flight = self.in_flight.clone();
-            let manifest = self.manifest.clone();
-            let hook = lock(&self.on_session).clone();
-            let lease = lease.clone();
-            let handing_over = retiring.clone();
-            let on_session = move |id: &str| {
-                lease.started(id);
-                let mut row = None;
-                if let Some(result) = lock(&in_flight).as_mut() {
-                    if let Some(old) = &handing_over
-                        && old != id
-                        && !result.retired.contains(old)
-                    {
-                        result.retired.push(old.clone());
-                        result.context = 0;
-                        row = Some(result.clone());
-                    }
-                    result.session_id = Some(id.to_string());
-                    if let Some(row) = row.as_mut() {
-                        row.session_id = Some(id.to_string());
-                        row.finish();
-                    }
-                }
-                // The row goes to disk before lineage names the successor: whoever finds
-                // the successor in lineage can count its generation from the manifest.
-                if let Some(row) = row {
-                    let _ = lock(&manifest).record(&row);
-                }
-                if let Some(hook) = &hook {
-                    hook(id);
-                }
-            };
+            let on_session = self.session_hook(lease.clone(), attempt.retiring.clone());
             let run = self
                 .engine
                 .run(RunRequest {
                     spec,
-                    prompt: prompt.clone(),
-                    start: start.clone(),
+                    prompt: attempt.prompt.clone(),
+                    start: attempt.start.clone(),
                     on_session: Some(&on_session),
-                    retry: attempt > 1,
-                    context_limit: limit,
+                    retry: attempt.number > 1,
+                    context_limit: attempt.limit,
                 })
                 .await;
-            // The hook changed the in-flight copy; the attempt's own result learns it here.
-            if !run.session_id.is_empty()
-                && let Some(old) = retiring.take_if(|old| *old != run.session_id)
-                && !result.retired.contains(&old)
-            {
-                result.retired.push(old);
-            }
-            absorb(&mut result, &run);
-            usage.add(&run.usage);
-            denials.extend(run.permission_denials.iter().cloned());
-            if run.stop_reason.is_some() {
-                stop_reason = run.stop_reason.clone();
-            }
-            result.attempts = attempt;
-            self.set_in_flight(Some(result.clone()));
+            self.fold_run(&mut attempt, &run);
             if let Some(name) = handoff_step
                 && !run.session_id.is_empty()
                 && let Some(reason) = handoff_needed(&run)
             {
-                let old = run.session_id.clone();
-                // A successor that is full before it got anything done would hand off
-                // forever (a threshold below what a fresh session needs): it goes on
-                // without a threshold instead; the window's own limit still applies.
-                if reason.is_none()
-                    && matches!(start, SessionStart::New)
-                    && generation > 1
-                    && run.num_turns <= 1
-                {
-                    limit = None;
-                    start = SessionStart::Resume(old);
-                    prompt = CONTINUE_WITHOUT_HANDOFF.to_string();
-                    continue;
-                }
-                if let Some(reason) = &reason {
-                    result.errors.push(
-                        run.error()
-                            .map_or_else(|| reason.clone(), ToString::to_string),
-                    );
-                }
-                let context = if run.context > 0 {
-                    run.context
-                } else {
-                    self.session_context(&old).unwrap_or(0)
-                };
-                prompt = self
-                    .hand_off(
-                        name,
-                        spec,
-                        &old,
-                        generation,
-                        context,
-                        reason,
-                        &step_prompt,
-                        &mut result,
-                        &mut usage,
-                    )
+                self.hand_off_when_full(name, spec, &run, reason, &mut attempt)
                     .await;
-                start = SessionStart::New;
-                generation += 1;
-                retiring = Some(old);
-                self.set_in_flight(Some(result.clone()));
                 continue;
             }
             let Err(run_error) = &run.outcome else {
-                result.ok = true;
-                result.error = None;
+                attempt.result.ok = true;
+                attempt.result.error = None;
                 break;
             };
-            let error = run_error.to_string();
-            result.errors.push(error.clone());
-            result.error = Some(error.clone());
-            let model_error = run_error.model_error();
-            let class = match model_error {
-                Some(model_error) => resilience::classify_error(model_error),
-                None => ErrorClass::Fatal,
-            };
-            let retry = match class {
-                ErrorClass::Transient => true,
-                ErrorClass::Unknown => self.resilience.retry_unknown,
-                ErrorClass::Fatal => false,
-            };
-            if !retry || attempt >= self.resilience.max_attempts {
-                // Retrying cannot help: say what the user has to fix.
-                if class == ErrorClass::Fatal
-                    && let Some(hint) = model_error.and_then(resilience::fatal_hint)
-                {
-                    result.error = Some(format!("{error}\n{hint}"));
-                }
+            if !self.retry_after(run_error, &mut attempt).await {
                 break;
-            }
-            let Some(waited) = self.wait_for_endpoint().await else {
-                result.errors.push("gave up waiting for the network".into());
-                break;
-            };
-            let retry_after = model_error.and_then(|e| e.retry_after());
-            // After an outage the wait was the backoff: the endpoint answers again, so
-            // the retry goes out at once (while the prompt cache may still be warm).
-            let delay = if waited {
-                Duration::ZERO
-            } else {
-                self.resilience.delay(attempt, retry_after)
-            };
-            self.emit(Event::Retrying {
-                attempt: attempt + 1,
-                max_attempts: self.resilience.max_attempts,
-                delay_s: delay.as_secs_f64(),
-                error,
-            });
-            tokio::time::sleep(delay).await;
-            attempt += 1;
-            // Whatever was already spent is not redone: continue the same session.
-            if let Some(id) = result.session_id.clone() {
-                start = SessionStart::Resume(id);
-                prompt = RESUME_PROMPT.to_string();
-                result.resumed = true;
             }
         }
-        result.finish();
+        attempt.result.finish();
         self.set_in_flight(None);
-        AgentOutcome {
-            result,
-            usage,
-            permission_denials: denials,
-            stop_reason,
+        attempt.outcome()
+    }
+
+    /// The on-session hook of one engine run: it keeps the in-flight row current and,
+    /// once a successor's first prompt is stored, retires `handing_over` in the manifest.
+    fn session_hook(
+        &self,
+        lease: Arc<Lease>,
+        handing_over: Option<String>,
+    ) -> impl Fn(&str) + Send + Sync + use<> {
+        let in_flight = self.in_flight.clone();
+        let manifest = self.manifest.clone();
+        let hook = lock(&self.on_session).clone();
+        move |id: &str| {
+            lease.started(id);
+            let mut row = None;
+            if let Some(result) = lock(&in_flight).as_mut() {
+                if let Some(old) = &handing_over
+                    && old != id
+                    && !result.retired.contains(old)
+                {
+                    result.retired.push(old.clone());
+                    result.context = 0;
+                    row = Some(result.clone());
+                }
+                result.session_id = Some(id.to_string());
+                if let Some(row) = row.as_mut() {
+                    row.session_id = Some(id.to_string());
+                    row.finish();
+                }
+            }
+            // The row goes to disk before lineage names the successor: whoever finds
+            // the successor in lineage can count its generation from the manifest.
+            if let Some(row) = row {
+                let _ = lock(&manifest).record(&row);
+            }
+            if let Some(hook) = &hook {
+                hook(id);
+            }
         }
+    }
+
+    /// Folds one engine run into the attempt and publishes it as the in-flight row.
+    fn fold_run(&self, attempt: &mut Attempt, run: &RunResult) {
+        // The hook changed the in-flight copy; the attempt's own result learns it here.
+        if !run.session_id.is_empty()
+            && let Some(old) = attempt.retiring.take_if(|old| *old != run.session_id)
+            && !attempt.result.retired.contains(&old)
+        {
+            attempt.result.retired.push(old);
+        }
+        absorb(&mut attempt.result, run);
+        attempt.usage.add(&run.usage);
+        attempt
+            .denials
+            .extend(run.permission_denials.iter().cloned());
+        if run.stop_reason.is_some() {
+            attempt.stop_reason = run.stop_reason.clone();
+        }
+        attempt.result.attempts = attempt.number;
+        self.set_in_flight(Some(attempt.result.clone()));
+    }
+
+    /// A wake into a session already over the threshold hands off before any run: the
+    /// session is not asked anything.
+    async fn hand_off_on_wake(&self, step: &str, spec: &AgentSpec, attempt: &mut Attempt) {
+        let (Some(limit), SessionStart::Resume(id)) = (attempt.limit, &attempt.start) else {
+            return;
+        };
+        let Some(context) = self.session_context(id).filter(|c| *c >= limit) else {
+            return;
+        };
+        let id = id.clone();
+        attempt.result.session_id = Some(id.clone());
+        let reason =
+            format!("唤醒时这条会话的上下文已经到了 {context} tokens,过了换代阈值 {limit}");
+        self.hand_off_to_successor(step, spec, id, context, Some(reason), attempt)
+            .await;
+    }
+
+    /// A run that reached the threshold (or hit the window) hands off to a successor;
+    /// `reason` as from [`handoff_needed`].
+    async fn hand_off_when_full(
+        &self,
+        step: &str,
+        spec: &AgentSpec,
+        run: &RunResult,
+        reason: Option<String>,
+        attempt: &mut Attempt,
+    ) {
+        let old = run.session_id.clone();
+        // A successor that is full before it got anything done would hand off
+        // forever (a threshold below what a fresh session needs): it goes on
+        // without a threshold instead; the window's own limit still applies.
+        if reason.is_none()
+            && matches!(attempt.start, SessionStart::New)
+            && attempt.generation > 1
+            && run.num_turns <= 1
+        {
+            attempt.limit = None;
+            attempt.start = SessionStart::Resume(old);
+            attempt.prompt = CONTINUE_WITHOUT_HANDOFF.to_string();
+            return;
+        }
+        if let Some(reason) = &reason {
+            attempt.result.errors.push(
+                run.error()
+                    .map_or_else(|| reason.clone(), ToString::to_string),
+            );
+        }
+        let context = if run.context > 0 {
+            run.context
+        } else {
+            self.session_context(&old).unwrap_or(0)
+        };
+        self.hand_off_to_successor(step, spec, old, context, reason, attempt)
+            .await;
+        self.set_in_flight(Some(attempt.result.clone()));
+    }
+
+    /// Writes the handoff document for `old` and points the attempt at a new session of
+    /// the next generation, with the document as its prompt.
+    async fn hand_off_to_successor(
+        &self,
+        step: &str,
+        spec: &AgentSpec,
+        old: String,
+        context: u64,
+        mechanical: Option<String>,
+        attempt: &mut Attempt,
+    ) {
+        attempt.prompt = self
+            .hand_off(
+                step,
+                spec,
+                &old,
+                attempt.generation,
+                context,
+                mechanical,
+                &attempt.step_prompt,
+                &mut attempt.result,
+                &mut attempt.usage,
+            )
+            .await;
+        attempt.start = SessionStart::New;
+        attempt.generation += 1;
+        attempt.retiring = Some(old);
+    }
+
+    /// Records a failed run's error and decides whether to retry; when it does, waits
+    /// (out an outage, then the backoff) and points the attempt at the same session.
+    async fn retry_after(&self, run_error: &RunError, attempt: &mut Attempt) -> bool {
+        let result = &mut attempt.result;
+        let error = run_error.to_string();
+        result.errors.push(error.clone());
+        result.error = Some(error.clone());
+        let model_error = run_error.model_error();
+        let class = match model_error {
+            Some(model_error) => resilience::classify_error(model_error),
+            None => ErrorClass::Fatal,
+        };
+        let retry = match class {
+            ErrorClass::Transient => true,
+            ErrorClass::Unknown => self.resilience.retry_unknown,
+            ErrorClass::Fatal => false,
+        };
+        if !retry || attempt.number >= self.resilience.max_attempts {
+            // Retrying cannot help: say what the user has to fix.
+            if class == ErrorClass::Fatal
+                && let Some(hint) = model_error.and_then(resilience::fatal_hint)
+            {
+                result.error = Some(format!("{error}\n{hint}"));
+            }
+            return false;
+        }
+        let Some(waited) = self.wait_for_endpoint().await else {
+            attempt
+                .result
+                .errors
+                .push("gave up waiting for the network".into());
+            return false;
+        };
+        let retry_after = model_error.and_then(|e| e.retry_after());
+        // After an outage the wait was the backoff: the endpoint answers again, so
+        // the retry goes out at once (while the prompt cache may still be warm).
+        let delay = if waited {
+            Duration::ZERO
+        } else {
+            self.resilience.delay(attempt.number, retry_after)
+        };
+        self.emit(Event::Retrying {
+            attempt: attempt.number + 1,
+            max_attempts: self.resilience.max_attempts,
+            delay_s: delay.as_secs_f64(),
+            error,
+        });
+        tokio::time::sleep(delay).await;
+        attempt.number += 1;
+        // Whatever was already spent is not redone: continue the same session.
+        if let Some(id) = attempt.result.session_id.clone() {
+            attempt.start = SessionStart::Resume(id);
+            attempt.prompt = RESUME_PROMPT.to_string();
+            attempt.result.resumed = true;
+        }
+        true
     }
 
     /// The generation of a step's session, counted from the manifest's `retired[]`.
