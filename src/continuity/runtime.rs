@@ -780,9 +780,8 @@ impl Runtime {
             mechanical: mechanical.is_some(),
         });
         let config = self.engine.config();
-        let workspace = config.workspace.clone();
         let rel = handoff::doc_rel(step, generation);
-        let path = handoff::doc_path(&workspace, step, generation);
+        let path = handoff::doc_path(&config.workspace, step, generation);
         let key = crate::stores::SessionKey::main(&config.project_key, old);
         let entries = config
             .store
@@ -791,81 +790,31 @@ impl Runtime {
             .flatten()
             .unwrap_or_default();
         let began = entries.first().and_then(entry_time);
-        let reusable = |path: &Path| -> Option<String> {
-            let text = super::notes::read(path).filter(|t| handoff::doc_complete(t))?;
-            let written = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
-            match began {
-                Some(began) if written < began => None,
-                _ => Some(text),
-            }
-        };
-        if let Some(doc) = reusable(&path) {
+        if let Some(doc) = reusable_doc(&path, began) {
             return handoff::successor_prompt(generation + 1, &rel, &doc);
         }
-        let mut reason = mechanical;
-        if reason.is_none() {
-            let mut writer = spec.clone();
-            writer.max_turns = Some(handoff::ASK_TURNS);
-            for ask in 0..handoff::MAX_ASKS {
-                let prompt = if ask == 0 {
-                    handoff::handoff_prompt(&rel, generation)
-                } else {
-                    let text = super::notes::read(&path).unwrap_or_default();
-                    handoff::retry_prompt(&rel, &handoff::missing_sections(&text))
-                };
-                let run = self
-                    .engine
-                    .run(RunRequest {
-                        spec: &writer,
-                        prompt,
-                        start: SessionStart::Resume(old.to_string()),
-                        on_session: None,
-                        context_limit: None,
-                        retry: false,
-                    })
-                    .await;
-                result.num_turns += run.num_turns;
-                result.cost_usd = match (result.cost_usd, run.cost_usd) {
-                    (Some(a), Some(b)) => Some(a + b),
-                    _ => None,
-                };
-                usage.add(&run.usage);
-                if let Some(text) = super::notes::read(&path).filter(|t| handoff::doc_complete(t)) {
-                    return handoff::successor_prompt(generation + 1, &rel, &text);
-                }
-                if let Some(error) = run.error()
-                    && (matches!(error, RunError::ContextWindowFull { .. })
-                        || error.model_error().is_some_and(handoff::is_window_error))
-                {
-                    result.errors.push(error.to_string());
-                    reason = Some("写交接书时上下文撞到了窗口".into());
-                    break;
-                }
-            }
-            if reason.is_none() {
-                reason = Some(format!("问了 {} 次,交接书还是不完整", handoff::MAX_ASKS));
-            }
-        }
-        let subagents: Vec<Vec<serde_json::Value>> = config
-            .store
-            .inner()
-            .list_subkeys(&key)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|sub| key.sub(&sub).ok())
-            .filter_map(|sub| config.store.load_raw(&sub).ok().flatten())
-            .collect();
-        let doc = handoff::mechanical_doc(&MechanicalInput {
+        let reason = match mechanical {
+            Some(reason) => reason,
+            None => match self
+                .ask_for_handoff_doc(spec, step, old, generation, result, usage)
+                .await
+            {
+                Ok(doc) => return handoff::successor_prompt(generation + 1, &rel, &doc),
+                Err(reason) => reason,
+            },
+        };
+        let input = MechanicalInput {
             step,
             generation,
             session_id: old,
-            reason: reason.as_deref().unwrap_or_default(),
+            reason: &reason,
             prompt: step_prompt,
-            brief: super::notes::read(&super::notes::brief_path(&workspace)),
-            goal: super::notes::read(&super::notes::goal_path(&workspace)),
+            brief: super::notes::read(&super::notes::brief_path(&config.workspace)),
+            goal: super::notes::read(&super::notes::goal_path(&config.workspace)),
             entries: &entries,
-            subagents: &subagents,
-        });
+            subagents: &self.subagent_entries(&key),
+        };
+        let doc = handoff::mechanical_doc(&input);
         // The successor gets the document in its prompt either way; a failed write only
         // costs the person the file.
         if let Some(dir) = path.parent() {
@@ -875,6 +824,73 @@ impl Runtime {
             lock(&self.warnings).push(format!("写交接书 {rel} 失败:{e}"));
         }
         handoff::successor_prompt(generation + 1, &rel, &doc)
+    }
+
+    /// Asks the session `old` to write its handoff document, gated, at most
+    /// [`handoff::MAX_ASKS`] times: `Ok(doc)` once it is complete, else `Err(why)` for
+    /// the mechanical fallback (the window was hit, or the asks ran out).
+    async fn ask_for_handoff_doc(
+        &self,
+        spec: &AgentSpec,
+        step: &str,
+        old: &str,
+        generation: u32,
+        result: &mut StepResult,
+        usage: &mut Usage,
+    ) -> Result<String, String> {
+        let rel = handoff::doc_rel(step, generation);
+        let path = handoff::doc_path(&self.engine.config().workspace, step, generation);
+        let mut writer = spec.clone();
+        writer.max_turns = Some(handoff::ASK_TURNS);
+        for ask in 0..handoff::MAX_ASKS {
+            let prompt = if ask == 0 {
+                handoff::handoff_prompt(&rel, generation)
+            } else {
+                let text = super::notes::read(&path).unwrap_or_default();
+                handoff::retry_prompt(&rel, &handoff::missing_sections(&text))
+            };
+            let run = self
+                .engine
+                .run(RunRequest {
+                    spec: &writer,
+                    prompt,
+                    start: SessionStart::Resume(old.to_string()),
+                    on_session: None,
+                    context_limit: None,
+                    retry: false,
+                })
+                .await;
+            result.num_turns += run.num_turns;
+            result.cost_usd = match (result.cost_usd, run.cost_usd) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+            usage.add(&run.usage);
+            if let Some(text) = super::notes::read(&path).filter(|t| handoff::doc_complete(t)) {
+                return Ok(text);
+            }
+            if let Some(error) = run.error()
+                && (matches!(error, RunError::ContextWindowFull { .. })
+                    || error.model_error().is_some_and(handoff::is_window_error))
+            {
+                result.errors.push(error.to_string());
+                return Err("写交接书时上下文撞到了窗口".into());
+            }
+        }
+        Err(format!("问了 {} 次,交接书还是不完整", handoff::MAX_ASKS))
+    }
+
+    /// The stored transcripts of a session's sub-agents, for the mechanical document.
+    fn subagent_entries(&self, key: &crate::stores::SessionKey) -> Vec<Vec<serde_json::Value>> {
+        let store = &self.engine.config().store;
+        store
+            .inner()
+            .list_subkeys(key)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|sub| key.sub(&sub).ok())
+            .filter_map(|sub| store.load_raw(&sub).ok().flatten())
+            .collect()
     }
 
     /// Records a finished step result (used by gates for judge rows).
@@ -975,6 +991,17 @@ fn handoff_needed(run: &RunResult) -> Option<Option<String>> {
             "请求超出了模型的上下文窗口(prompt is too long)".into(),
         )),
         _ => None,
+    }
+}
+
+/// A complete handoff document at `path` written since the session `began`: a wake
+/// after the document was written reuses it instead of asking again.
+fn reusable_doc(path: &Path, began: Option<std::time::SystemTime>) -> Option<String> {
+    let text = super::notes::read(path).filter(|t| handoff::doc_complete(t))?;
+    let written = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    match began {
+        Some(began) if written < began => None,
+        _ => Some(text),
     }
 }
 
