@@ -31,6 +31,6 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub use crate::continuity::lineage::Lineage;
 pub use crate::continuity::runtime::{Runtime, RuntimeOptions};
-pub use crate::continuity::wake::{WakeState, wake_state};
+pub use crate::continuity::wake::{WakeState, wake_state, wake_state_in};
 pub use crate::engine::spec::AgentSpec;
 pub use crate::workflow::{Context, Step, Workflow};

@@ -47,6 +47,17 @@ pub struct FlowArgs {
     #[arg(long)]
     pub model: Option<String>,
 
+    /// Also print the sandbox state under the banner.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+
     /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
@@ -78,6 +89,26 @@ impl OnceArgs {
             thinking: self.thinking,
         }
     }
+}
+
+/// The sandbox around Bash commands (see the README's "Permissions and sandbox");
+/// folded into the [`super::config::Config`] with the `FLOWER_SANDBOX` and
+/// `FLOWER_NETWORK` settings.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// Bash commands get no network (a new, empty network namespace).
+    /// Setting: FLOWER_NETWORK=off.
+    #[arg(long)]
+    pub no_network: bool,
+
+    /// Refuse to run Bash commands when the kernel cannot sandbox them (no Landlock).
+    /// Setting: FLOWER_SANDBOX=require.
+    #[arg(long, conflicts_with = "no_sandbox")]
+    pub require_sandbox: bool,
+
+    /// Run Bash commands without the sandbox. Setting: FLOWER_SANDBOX=off.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,9 +166,17 @@ pub struct OnceArgs {
     #[arg(long)]
     pub json: bool,
 
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -149,4 +188,9 @@ pub struct StateArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }

@@ -7,6 +7,7 @@
 //! which variable and what it should look like (ripgrep's model: low-level arguments
 //! become one validated high-level config, which then builds everything else).
 
+use super::args::SandboxArgs;
 use super::model_config::{ModelFlags, SettingsError, model_settings};
 use flower::continuity::handoff::{self, HandoffOptions, Threshold};
 use flower::continuity::resilience::Resilience;
@@ -14,6 +15,8 @@ use flower::continuity::runtime::RuntimeOptions;
 use flower::model::ModelClient;
 use flower::model::anthropic::{AnthropicClient, ClientConfig, DEFAULT_IDLE_TIMEOUT};
 use flower::model::prices::{self, PriceTable};
+use flower::stores::{PostgresStore, PostgresUrl, SessionStore};
+use flower::tools::sandbox::{self, SandboxPolicy, Support};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +37,12 @@ pub struct Config {
     pub resilience: Resilience,
     /// `max_tokens` of each request (`FLOWER_MAX_TOKENS`; above the thinking budget).
     pub max_tokens: u32,
+    /// The sandbox of Bash commands (`FLOWER_SANDBOX`, `FLOWER_NETWORK`, and the
+    /// flags through [`Config::with_sandbox_flags`]).
+    pub sandbox: SandboxPolicy,
+    /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in
+    /// `runs/sessions.db`.
+    pub store: Option<PostgresUrl>,
     /// Extended thinking budget (`--thinking`, `MAX_THINKING_TOKENS`).
     pub thinking_budget: Option<u32>,
     /// The prompt cache's lifetime pruning respects (`FLOWER_CACHE_TTL`); `None`: every
@@ -111,6 +120,11 @@ impl Config {
             let first = first.strip_prefix("ignoring ").unwrap_or(first);
             return Err(ConfigError(first.to_string()));
         }
+        let store = match get("FLOWER_STORE") {
+            None => None,
+            Some(raw) => parse_store(&raw)
+                .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw))))?,
+        };
         let mut client = settings.client;
         client.idle_timeout = idle_timeout;
         let model = flags
@@ -122,6 +136,26 @@ impl Config {
             at: lookup("FLOWER_HANDOFF_AT"),
             window: lookup("FLOWER_CONTEXT_WINDOW"),
         };
+        let mut sandbox = SandboxPolicy::standard();
+        match get("FLOWER_SANDBOX").as_deref() {
+            None | Some("on") => {}
+            Some("off") => sandbox.enabled = false,
+            Some("require") => sandbox.required = true,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "FLOWER_SANDBOX={other:?}: expected on, off or require"
+                )));
+            }
+        }
+        match get("FLOWER_NETWORK").as_deref() {
+            None | Some("on") => {}
+            Some("off") => sandbox.network = false,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "FLOWER_NETWORK={other:?}: expected on or off"
+                )));
+            }
+        }
         let handoff =
             handoff_options(None, &handoff_env, &client.default_model).map_err(ConfigError)?;
         Ok(Config {
@@ -132,12 +166,47 @@ impl Config {
             },
             resilience,
             max_tokens: settings.max_tokens,
+            sandbox,
             thinking_budget: settings.thinking_budget,
             cache_ttl: settings.cache_ttl,
             warnings: settings.warnings,
             handoff,
             handoff_env,
+            store,
         })
+    }
+
+    /// Applies the sandbox flags (they win over the settings) and checks the result:
+    /// no network needs the sandbox, and a required sandbox needs Landlock.
+    pub fn with_sandbox_flags(mut self, flags: &SandboxArgs) -> Result<Config, ConfigError> {
+        let s = &mut self.sandbox;
+        if flags.no_network {
+            s.network = false;
+        }
+        if flags.no_sandbox {
+            s.enabled = false;
+            s.required = false;
+        }
+        if flags.require_sandbox {
+            s.enabled = true;
+            s.required = true;
+        }
+        if !s.enabled && !s.network {
+            return Err(ConfigError(
+                "--no-network (FLOWER_NETWORK=off) needs the sandbox; it cannot be combined \
+                 with --no-sandbox or FLOWER_SANDBOX=off"
+                    .into(),
+            ));
+        }
+        if s.enabled
+            && s.required
+            && let Support::Missing(why) = sandbox::support()
+        {
+            return Err(ConfigError(format!(
+                "沙箱不可用({why}),--require-sandbox 不允许不受限地运行命令"
+            )));
+        }
+        Ok(self)
     }
 
     /// The pipeline's `--handoff-at`, which wins over `FLOWER_HANDOFF_AT`; checked
@@ -152,6 +221,27 @@ impl Config {
             self.handoff = handoff_options(flag, &self.handoff_env, &model).map_err(ConfigError)?;
         }
         Ok(self)
+    }
+
+    /// This configuration with `--store` (which wins over `FLOWER_STORE`) applied.
+    pub fn with_store_flag(mut self, flag: Option<&str>) -> Result<Config, ConfigError> {
+        if let Some(raw) = flag {
+            self.store = parse_store(raw)
+                .map_err(|why| ConfigError(format!("--store {}: {why}", shown_store(raw))))?;
+        }
+        Ok(self)
+    }
+
+    /// Opens the chosen store: `None` for the default SQLite store (the runtime opens
+    /// it). Connects, checks credentials and the schema now, before any model request.
+    pub fn open_store(&self) -> anyhow::Result<Option<Arc<dyn SessionStore>>> {
+        let Some(url) = &self.store else {
+            return Ok(None);
+        };
+        let store = PostgresStore::open(url).map_err(|e| {
+            anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+        })?;
+        Ok(Some(Arc::new(store)))
     }
 
     /// The model client this configuration describes; also installs the price table.
@@ -176,11 +266,55 @@ impl Config {
             client: Some(self.client()?),
             resilience: Some(self.resilience.clone()),
             max_tokens: Some(self.max_tokens),
+            sandbox: self.sandbox.clone(),
             thinking_budget: self.thinking_budget,
             cache_ttl: self.cache_ttl,
             handoff: self.handoff.clone(),
             ..RuntimeOptions::default()
         })
+    }
+}
+
+/// The store chosen by `--store` (`flag`), else `FLOWER_STORE`, for commands that need
+/// no model (`flower state`); `None`: the default SQLite store.
+pub fn store_from_env(flag: Option<&str>) -> Result<Option<PostgresUrl>, ConfigError> {
+    if let Some(raw) = flag {
+        return parse_store(raw)
+            .map_err(|why| ConfigError(format!("--store {}: {why}", shown_store(raw))));
+    }
+    match std::env::var("FLOWER_STORE")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        None => Ok(None),
+        Some(raw) => parse_store(&raw)
+            .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw)))),
+    }
+}
+
+/// Opens a chosen PostgreSQL store (connects, checks credentials and schema).
+pub fn open_postgres(url: &PostgresUrl) -> anyhow::Result<Arc<dyn SessionStore>> {
+    let store = PostgresStore::open(url).map_err(|e| {
+        anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+    })?;
+    Ok(Arc::new(store))
+}
+
+/// `sqlite` (the default store) → `None`; a PostgreSQL URL → `Some`.
+fn parse_store(raw: &str) -> Result<Option<PostgresUrl>, String> {
+    let raw = raw.trim();
+    if raw == "sqlite" {
+        return Ok(None);
+    }
+    raw.parse::<PostgresUrl>().map(Some)
+}
+
+/// A store value as an error message shows it: a password is never repeated.
+fn shown_store(raw: &str) -> String {
+    match raw.parse::<PostgresUrl>() {
+        Ok(url) => url.to_string(),
+        Err(_) if raw.contains('@') => "<a URL with credentials, not shown>".into(),
+        Err(_) => format!("{raw:?}"),
     }
 }
 

@@ -20,7 +20,7 @@ use flower::continuity::wake::{session_context, session_generation};
 use flower::engine::Interrupt;
 use flower::workflow::WorkflowError;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
-use flower::{WakeState, wake_state};
+use flower::{WakeState, wake_state_in};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,12 +46,28 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let interactive = input::interactive();
     let mut said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     // Every setting is checked before anyone is asked anything.
-    let config =
-        Config::from_env(&args.model_flags())?.with_handoff_flag(args.handoff_at.as_deref())?;
+    let config = Config::from_env(&args.model_flags())?
+        .with_handoff_flag(args.handoff_at.as_deref())?
+        .with_sandbox_flags(&args.sandbox)?
+        .with_store_flag(args.store.as_deref())?;
+    let sandbox = config.sandbox.clone();
+    // Without Landlock, say so once (the verbose banner says it anyway).
+    if sandbox.enabled
+        && !args.verbose
+        && matches!(
+            flower::tools::sandbox::support(),
+            flower::tools::sandbox::Support::Missing(_)
+        )
+    {
+        eprintln!("flower: {}", sandbox.describe());
+    }
+
     for warning in &config.warnings {
         eprintln!("flower: {warning}");
     }
-    let base_options = config.runtime_options()?;
+    let mut base_options = config.runtime_options()?;
+    let store = config.open_store()?;
+    base_options.store = store.clone();
     let renderer = Renderer::new(true);
     renderer.set_window(
         config
@@ -61,7 +77,10 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
     // the run directory, its lock included, is created. Decided again under the lock.
-    if said.is_none() && !args.new && !resumable(&wake_state(&workspace, &args.run_dir)) {
+    if said.is_none()
+        && !args.new
+        && !resumable(&wake_state_in(&workspace, &args.run_dir, store.as_deref()))
+    {
         if !interactive {
             return Ok(no_task());
         }
@@ -91,9 +110,12 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     if args.new {
         archive(&workspace, &args.run_dir)?;
     }
-    let state = wake_state(&workspace, &args.run_dir);
+    let state = wake_state_in(&workspace, &args.run_dir, store.as_deref());
     let intent = if state.waking {
         renderer.line(&banner(&workspace, &args.run_dir, &state));
+        if args.verbose {
+            eprintln!("{}", super::once::sandbox_line(&sandbox, &worker()));
+        }
         match said {
             Some(text) => Intent::Wake {
                 utterance: Some(text),

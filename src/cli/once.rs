@@ -10,7 +10,9 @@ use flower::continuity::lock::{self, Probe, RunLocking};
 use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
+use flower::tools::sandbox::SandboxPolicy;
 use serde_json::json;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -19,14 +21,32 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
+    let mut spec = AgentSpec {
+        name: "once".into(),
+        instructions: INSTRUCTIONS.into(),
+        allowed_tools: args.allowed_tools.clone(),
+        disallowed_tools: args.disallowed_tools.clone(),
+        max_turns: args.max_turns,
+        model: args.model.clone(),
+    };
+    // A malformed rule is a usage error, before any request.
+    if let Err(e) = spec.permissions() {
+        eprintln!("flower: {e}");
+        return Ok(ExitCode::from(super::config::EXIT_USAGE));
+    }
     let renderer = Renderer::new(false);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let config = Config::from_env(&args.model_flags())?;
+    let config = Config::from_env(&args.model_flags())?
+        .with_sandbox_flags(&args.sandbox)?
+        .with_store_flag(args.store.as_deref())?;
+    let sandbox = config.sandbox.clone();
+    // The model as the configuration resolved it (aliases, `[1m]`).
+    spec.model = config.model.model.clone();
     for warning in &config.warnings {
         eprintln!("flower: {warning}");
     }
-    let base_options = config.runtime_options()?;
+    let mut base_options = config.runtime_options()?;
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
     if let Some(id) = &args.resume
@@ -35,6 +55,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         eprintln!("flower: {}", session_busy(id, &holder));
         return Ok(ExitCode::from(EXIT_LOCKED));
     }
+    base_options.store = config.open_store()?;
     let options = RuntimeOptions {
         events: if args.json {
             flower::events::discard()
@@ -71,14 +92,9 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         || {},
     )?;
 
-    let spec = AgentSpec {
-        name: "once".into(),
-        instructions: INSTRUCTIONS.into(),
-        allowed_tools: args.allowed_tools.clone(),
-        disallowed_tools: args.disallowed_tools.clone(),
-        max_turns: args.max_turns,
-        model: config.model.model.clone(),
-    };
+    if !args.json {
+        eprintln!("{}", sandbox_line(&sandbox, &spec));
+    }
     let start = match (&args.resume, args.fork) {
         (Some(id), true) => SessionStart::Fork(id.clone()),
         (Some(id), false) => SessionStart::Resume(id.clone()),
@@ -117,6 +133,15 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The sandbox line: `flower: 沙箱 landlock(工作区可写) · 网络 开`, for this agent.
+pub fn sandbox_line(policy: &SandboxPolicy, spec: &AgentSpec) -> String {
+    let agent = spec
+        .permissions()
+        .map(|p| p.sandbox(policy, Path::new(".")))
+        .unwrap_or_else(|_| policy.clone());
+    format!("flower: {}", agent.describe())
 }
 
 /// After a Ctrl-C: ask for a line on the terminal.

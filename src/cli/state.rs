@@ -1,17 +1,22 @@
 //! `flower state`: the read-only wake probe, for people and scripts.
 
 use super::args::StateArgs;
+use super::config;
 use super::flow::who;
 use flower::continuity::lock::{self, Probe};
 use flower::continuity::wake::{session_context, session_generation};
-use flower::wake_state;
+use flower::wake_state_in;
 use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 
 pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
-    let state = wake_state(".", &args.run_dir);
+    let store = match config::store_from_env(args.store.as_deref())? {
+        Some(url) => Some(config::open_postgres(&url)?),
+        None => None,
+    };
+    let state = wake_state_in(".", &args.run_dir, store.as_deref());
     // Asked without taking the lock (nothing created, nothing written, no waiting).
     let running = lock::probe_run(&args.run_dir);
     let workspace = std::path::Path::new(".")

@@ -131,12 +131,17 @@ pub struct RuntimeOptions {
     pub subagents: Vec<AgentSpec>,
     /// Where running shell commands are registered, for the signal handlers.
     pub processes: ProcessGroups,
+    /// The sandbox of Bash commands (off by default in the library).
+    pub sandbox: crate::tools::sandbox::SandboxPolicy,
     /// 换代: when a step's main session hands off to a successor (window, threshold).
     /// Checked by [`Runtime::with_options`]: a threshold above the window is an error.
     pub handoff: HandoffOptions,
     /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
     /// [`crate::engine::DEFAULT_MAX_TOKENS`].
     pub max_tokens: Option<u32>,
+    /// Where transcripts live; `None`: the SQLite store in `run_dir/sessions.db`.
+    /// Either way the runtime wraps it in a [`PruningSessionStore`].
+    pub store: Option<Arc<dyn SessionStore>>,
     /// The run lock: taken when the runtime opens the run directory (the default).
     pub run_lock: RunLocking,
 }
@@ -158,8 +163,10 @@ impl Default for RuntimeOptions {
             on_interrupt: None,
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
+            sandbox: Default::default(),
             handoff: HandoffOptions::default(),
             max_tokens: None,
+            store: None,
             run_lock: RunLocking::Take,
         }
     }
@@ -225,7 +232,10 @@ impl Runtime {
             LockError::Held { path, holder } => RuntimeError::Locked { path, holder },
             other => RuntimeError::Lock(other),
         })?;
-        let sqlite = Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?);
+        let sqlite: Arc<dyn SessionStore> = match options.store {
+            Some(store) => store,
+            None => Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?),
+        };
         let mut prune = PruneOptions::new(run_dir.join("trimmed"));
         prune.trim = options.trim;
         prune.ephemeral = options.ephemeral;
@@ -261,6 +271,7 @@ impl Runtime {
             interrupt: options.interrupt,
             on_interrupt: options.on_interrupt,
             processes: options.processes,
+            sandbox: options.sandbox,
         });
         let lineage = Lineage::try_load(&run_dir, &workspace, |id| sqlite.has_session(id))
             .map_err(|source| RuntimeError::LineageCheck {

@@ -29,6 +29,16 @@ pub struct WakeState {
 /// Anything that does not fit (another workspace's lineage, a corrupt file) reads as
 /// absent, like the runtime would treat it.
 pub fn wake_state(workspace: impl AsRef<Path>, run_dir: impl AsRef<Path>) -> WakeState {
+    wake_state_in(workspace, run_dir, None)
+}
+
+/// [`wake_state`] for a run whose transcripts live in `store` (a shared database)
+/// rather than `run_dir/sessions.db`; `None` is `run_dir/sessions.db`.
+pub fn wake_state_in(
+    workspace: impl AsRef<Path>,
+    run_dir: impl AsRef<Path>,
+    store: Option<&dyn SessionStore>,
+) -> WakeState {
     let workspace = workspace.as_ref();
     let run_dir = run_dir.as_ref();
     let canonical = workspace
@@ -45,9 +55,13 @@ pub fn wake_state(workspace: impl AsRef<Path>, run_dir: impl AsRef<Path>) -> Wak
     };
     if let Some(file) = Lineage::read(run_dir, &canonical) {
         state.woke = file.woke;
-        let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))
-            .ok()
-            .flatten();
+        let sqlite = match store {
+            Some(_) => None,
+            None => SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))
+                .ok()
+                .flatten(),
+        };
+        let store = store.or(sqlite.as_ref().map(|s| s as &dyn SessionStore));
         if let Some(store) = store {
             state.steps = file
                 .steps

@@ -7,9 +7,9 @@
 //! its stream completes, each tool result when its tool finishes. A SIGKILL loses at most
 //! the reply still streaming.
 
+pub mod bash_rules;
 pub mod interrupt;
 pub mod permissions;
-pub mod shell;
 pub mod spec;
 mod subagent;
 
@@ -81,6 +81,9 @@ pub struct EngineConfig {
     pub on_interrupt: Option<InterruptPrompt>,
     /// Where the Bash tool registers running commands (killed on a fatal signal).
     pub processes: ProcessGroups,
+    /// The sandbox of Bash commands; each agent gets it narrowed by its rights
+    /// ([`Permissions::sandbox`]).
+    pub sandbox: crate::tools::sandbox::SandboxPolicy,
 }
 
 /// How a run gets its session.
@@ -507,7 +510,7 @@ impl Engine {
         prompt: Option<Value>,
         totals: &mut Totals,
     ) -> Result<Stop, RunError> {
-        let permissions = Permissions::new(&conv.spec.allowed_tools, &conv.spec.disallowed_tools)?;
+        let permissions = conv.spec.permissions()?;
         let model = conv
             .spec
             .model
@@ -837,7 +840,10 @@ impl Engine {
             subagent::TASK if depth == 0 => self.run_subagent(conv, input, totals).await,
             subagent::ASK_USER => self.ask_user(input).await,
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
-                Some(tool) => self.run_tool(tool.as_ref(), input).await,
+                Some(tool) => {
+                    let sandbox = permissions.sandbox(&self.config.sandbox, &self.config.workspace);
+                    self.run_tool(tool.as_ref(), input, sandbox).await
+                }
                 None => ToolOutput::error(format!("No such tool available: {name}")),
             },
         };
@@ -850,13 +856,19 @@ impl Engine {
     }
 
     /// Runs a built-in tool; a Ctrl-C cancels it and its result says so.
-    async fn run_tool(&self, tool: &dyn Tool, input: &Value) -> ToolOutput {
+    async fn run_tool(
+        &self,
+        tool: &dyn Tool,
+        input: &Value,
+        sandbox: crate::tools::sandbox::SandboxPolicy,
+    ) -> ToolOutput {
         let cancel = CancellationToken::new();
         let ctx = ToolContext {
             workspace: self.config.workspace.clone(),
             run_dir: self.config.run_dir.clone(),
             cancel: cancel.clone(),
             processes: self.config.processes.clone(),
+            sandbox,
         };
         self.until_interrupted(tool.call(input, &ctx), &cancel)
             .await

@@ -28,36 +28,30 @@
 //! Deny rules win over allow rules. An empty allow list allows every tool (deny rules
 //! still apply); a non-empty one allows only calls some allow rule matches.
 //!
-//! A shell command is split into every simple command it runs
-//! ([`super::shell::split_commands`]): lists, pipelines, substitutions (also inside
-//! double quotes and here-documents), subshells, groups. It is allowed only if *every*
-//! part is allowed, and denied if *any* part matches a deny rule. A command the
-//! splitter cannot analyse is denied (unless `Bash` is allowed whole and no `Bash(…)`
-//! deny rule exists: then nothing needs analysing).
-//!
-//! Conservative choices where the rules above leave room:
-//! - A part that redirects output to a file (`>`, `>>`, `>|`, `&>`, `<>`, `>&file`;
-//!   not `/dev/null` nor a descriptor like `2>&1`) or to bash's `/dev/tcp`/`/dev/udp`
-//!   is never allowed by a prefix or wildcard rule: `Bash(git status:*)` is meant for
-//!   a read-only command, and `git status > x` writes `x`. An exact rule that spells
-//!   the redirection out, or the whole tool, allows it.
-//! - A part with leading variable assignments (`FOO=1 git status`) is never allowed by
-//!   a prefix or wildcard rule either (`PATH=…`, `GIT_DIR=…`, `LD_PRELOAD=…` change what
-//!   runs); an exact rule spelling them out does. An assignment alone (`X=1`) is a part
-//!   too and needs such a rule.
-//! - A part with no words whose only redirections read (`< file`, the rest of
-//!   `while …; done < file`) runs nothing and needs no rule; one that writes
-//!   (`> file`, `( … ) > log`) needs the whole tool or an exact rule.
-//! - Deny rules on `Bash` are a blacklist and can never be complete (`/bin/rm`,
-//!   `find -delete`, a script …), but they try: a part is also checked with its
-//!   program's directory stripped (`/bin/rm` → `rm`), with wrappers stripped
-//!   (`sudo`, `env`, `nohup`, `timeout`, `xargs`, `command`, `exec`, `nice`, …; their
-//!   options are skipped generously), with `find -exec`'s command, and with the
-//!   scripts of `bash -c`/`sh -c`, `eval`, `trap`, `watch`, `su -c` and `env -S`
-//!   parsed in turn. A part whose program is only
-//!   known at run time (`$CMD x`, `$(…) x`, `r*m`) is denied when any `Bash(…)` deny
-//!   rule exists, since it cannot be shown not to match. Allow rules are the
-//!   boundary to rely on.
+//! A shell command is parsed with a real bash grammar ([`super::bash_rules`]):
+//! - A prefix, exact or wildcard rule allows a command only when all of it lies in a
+//!   plain subset (simple commands of literal words and quoted strings joined by `&&`,
+//!   `||`, `;`, `|` and newlines; redirections only to `/dev/null` or between
+//!   descriptors), and every simple command in it matches some rule. Anything else
+//!   (substitutions, here-documents, expansions, assignments, loops, subshells, `&`,
+//!   file redirections, parse errors) is allowed only by a bare `Bash` rule. A rule's
+//!   own command must lie in the plain subset too, else the rule is an error.
+//! - Deny rules look at every simple command anywhere in the tree. Deny rules on
+//!   `Bash` are a blacklist and can never be complete (`/bin/rm`, `find -delete`, a
+//!   script …), but they try: a command is also checked with its program's directory
+//!   stripped (`/bin/rm` → `rm`), from every word after a wrapper (`sudo`, `env`,
+//!   `nohup`, `timeout`, `xargs`, `command`, `exec`, `nice`, …), with `find -exec`'s
+//!   command, and with the scripts of `bash -c`/`sh -c`, `eval`, `trap`, `watch`,
+//!   `su -c` and `env -S` parsed in turn. A word only known at run time matches any
+//!   word of a rule. When a deny rule exists and a command cannot be checked (a
+//!   program only known at run time such as `$CMD x` or `r*m`, a place where bash
+//!   evaluates a value as code such as `$((x))` or `${!x}`, a parse error), it is
+//!   denied. There is no cap on the work: a longer command costs more, never passes
+//!   unchecked. Allow rules are the boundary to rely on, with the sandbox
+//!   ([`crate::tools::sandbox`]) under them.
+//! - Bad input (a command over 100,000 bytes, nesting deeper than 400 levels, a parse
+//!   over 500 ms) is denied with the reason, unless nothing needs analysing (a bare
+//!   `Bash` allow and no `Bash(…)` deny rule).
 //! - Deny path rules also cover the sibling tools: `Read(…)` deny rules apply to Glob and
 //!   Grep, `Edit(…)` and `Write(…)` deny rules to each other, so a denied file cannot be
 //!   read with Grep or changed with Write instead. A Grep (or a Glob, for `Glob(…)`
@@ -65,18 +59,14 @@
 //!   Grep of the whole workspace) is denied, since the tool cannot leave that part out;
 //!   the message says to search a narrower path. Patterns with no literal start
 //!   (`**/*.pem`) only deny the paths they match.
-//! - Bash evaluates some *values* as code (an array subscript `a[$(cmd)]` inside
-//!   arithmetic or a variable name, `${!x}`, `${x@P}`), and `for x in '…'` sets a
-//!   value without any rule; the splitter refuses those evaluation points (arithmetic
-//!   on variables, `read`/`printf -v`/`test -v`/`declare` with non-plain names …),
-//!   see [`super::shell`].
 //! - A call whose path or command field is missing or not a string is let through to
 //!   the tool if the tool is allowed at all: the tool rejects it without touching
 //!   anything, and the model learns what is wrong with its input rather than seeing a
 //!   permission denial.
 
-use super::shell::{self, ShellError, SimpleCommand, Word};
+use super::bash_rules::{self, DenyView, NotPlain, Part};
 use crate::tools::paths;
+use crate::tools::sandbox::SandboxPolicy;
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -95,16 +85,6 @@ const PATH_TOOLS: [(&str, &str); 5] = [
 
 /// For other tools: the input field a content rule is matched against.
 const CONTENT_FIELDS: [(&str, &str); 1] = [("Task", "subagent_type")];
-
-/// Wrappers that run their arguments as a command (for deny matching).
-const WRAPPERS: [&str; 20] = [
-    "command", "builtin", "exec", "nohup", "time", "env", "sudo", "doas", "nice", "ionice",
-    "timeout", "stdbuf", "xargs", "setsid", "chrt", "taskset", "unbuffer", "chroot", "watch",
-    "flock",
-];
-
-/// Shells whose `-c` script (and `eval`, whose arguments) run as commands.
-const SHELLS: [&str; 7] = ["bash", "sh", "zsh", "dash", "ksh", "fish", "busybox"];
 
 /// Message length at which a command quoted in a denial is shortened.
 const MAX_QUOTED: usize = 300;
@@ -128,14 +108,13 @@ pub enum Decision {
 
 #[derive(Debug, Clone)]
 enum BashPattern {
-    Exact(SimpleCommand),
-    Prefix(SimpleCommand),
+    /// Exactly these words.
+    Exact(Vec<String>),
+    /// These words and any after them.
+    Prefix(Vec<String>),
     /// `*` matches anything. With `or_arguments` (from `P:*` where `P` has a `*`), the
     /// pattern also matches when followed by a space and any arguments.
-    Wildcard {
-        pattern: String,
-        or_arguments: bool,
-    },
+    Wildcard { pattern: String, or_arguments: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -204,6 +183,31 @@ impl Permissions {
                 .any(|r| r.tool == tool && matches!(r.content, Content::Whole))
     }
 
+    /// Whether a path rule of an allow rule for `tool` (not a whole-tool rule) names
+    /// `path`: such a rule grants what the sandbox otherwise keeps read-only
+    /// (`Edit(.git/hooks/**)`).
+    pub fn names_path(&self, tool: &str, path: &Path, workspace: &Path) -> bool {
+        self.allow.iter().any(|r| {
+            r.tool == tool && matches!(&r.content, Content::Path(p) if p.matches(path, workspace))
+        })
+    }
+
+    /// The sandbox for this agent's Bash commands: the workspace is writable only for
+    /// an agent offered Write or Edit, and the git files stay protected unless a
+    /// Write or Edit rule names them.
+    pub fn sandbox(&self, base: &SandboxPolicy, workspace: &Path) -> SandboxPolicy {
+        let writes = self.offers("Write") || self.offers("Edit");
+        let git_granted = [".git/hooks/pre-commit", ".git/config"].iter().any(|p| {
+            let p = workspace.join(p);
+            self.names_path("Write", &p, workspace) || self.names_path("Edit", &p, workspace)
+        });
+        SandboxPolicy {
+            workspace_writable: base.workspace_writable && writes,
+            protect_git: base.protect_git && !git_granted,
+            ..base.clone()
+        }
+    }
+
     /// Checks one call. `workspace` resolves relative paths for path rules.
     pub fn check(&self, tool: &str, input: &Value, workspace: &Path) -> Decision {
         let subject = Subject::of(tool, input, workspace);
@@ -220,196 +224,186 @@ impl Permissions {
                 list(self.allow.iter())
             ));
         }
-        let deny: Vec<&Rule> = self
-            .deny
-            .iter()
-            .filter(|r| deny_applies(&r.tool, tool))
-            .collect();
-        let allow: Vec<&Rule> = self.allow.iter().filter(|r| r.tool == tool).collect();
-        let allow_whole =
-            self.allow.is_empty() || allow.iter().any(|r| matches!(r.content, Content::Whole));
-        match &subject.target {
-            Target::Missing => Decision::Allow,
-            Target::Command(cmd) => self.check_bash(&subject, cmd, &allow, &deny, allow_whole),
+        let rules = Applicable {
+            deny: self
+                .deny
+                .iter()
+                .filter(|r| deny_applies(&r.tool, tool))
+                .collect(),
+            allow: self.allow.iter().filter(|r| r.tool == tool).collect(),
+            allow_whole: self.allow.is_empty()
+                || self
+                    .allow
+                    .iter()
+                    .any(|r| r.tool == tool && matches!(r.content, Content::Whole)),
+        };
+        let why = match &subject.target {
+            Target::Missing => None,
+            Target::Command(cmd) => rules.check_bash(cmd),
             Target::Path { resolved, lexical } => {
-                for d in &deny {
-                    // Grep reads contents, so a deny rule reaching inside its search
-                    // denies it; Glob only lists names, so only its own rules do.
-                    let searches = tool == "Grep" || (tool == "Glob" && d.tool == "Glob");
-                    if let Content::Path(p) = &d.content {
-                        let hit = match resolved {
-                            Some(r) => p.matches(r, &subject.workspace),
-                            None => false,
-                        } || p.matches(lexical, &subject.workspace);
-                        if hit {
-                            return subject.deny(&format!("it matches the deny rule {}", d.text));
-                        }
-                        let root = resolved.as_ref().unwrap_or(lexical);
-                        if let Some(inside) = searches
-                            .then(|| p.inside_search(root, &subject.workspace))
-                            .flatten()
-                        {
-                            return subject.deny(&format!(
-                                "the search would reach {}, which the deny rule {} covers; \
-                                 search a narrower path",
-                                inside.display(),
-                                d.text
-                            ));
-                        }
-                    }
-                }
-                if allow_whole {
-                    return Decision::Allow;
-                }
-                let Some(resolved) = resolved else {
-                    return subject.deny(&format!(
-                        "the path cannot be resolved, so no allow rule can match (allowed: {})",
-                        list(allow.iter().copied())
-                    ));
-                };
-                if allow.iter().any(|r| match &r.content {
-                    Content::Path(p) => p.matches(resolved, &subject.workspace),
-                    _ => false,
-                }) {
-                    return Decision::Allow;
-                }
-                subject.deny(&format!(
-                    "no allow rule matches (allowed: {})",
-                    list(allow.iter().copied())
-                ))
+                rules.check_path(tool, resolved.as_deref(), lexical, &subject.workspace)
             }
-            Target::Other { field } => {
-                for d in &deny {
-                    if let Content::Other(pat) = &d.content {
-                        let hit = match field {
-                            Some(v) => wildcard(pat, v),
-                            None => string_values(input).iter().any(|v| wildcard(pat, v)),
-                        };
-                        if hit {
-                            return subject.deny(&format!("it matches the deny rule {}", d.text));
-                        }
-                    }
-                }
-                if allow_whole
-                    || allow.iter().any(|r| match (&r.content, field) {
-                        (Content::Other(pat), Some(v)) => wildcard(pat, v),
-                        _ => false,
-                    })
-                {
-                    return Decision::Allow;
-                }
-                subject.deny(&format!(
-                    "no allow rule matches (allowed: {})",
-                    list(allow.iter().copied())
-                ))
-            }
+            Target::Other { field } => rules.check_other(field.as_deref(), input),
+        };
+        match why {
+            None => Decision::Allow,
+            Some(why) => subject.deny(&why),
         }
     }
+}
 
-    fn check_bash(
+/// The rules that apply to one call; each check returns why the call is denied.
+struct Applicable<'a> {
+    deny: Vec<&'a Rule>,
+    allow: Vec<&'a Rule>,
+    /// A whole-tool allow rule (or an empty allow list).
+    allow_whole: bool,
+}
+
+impl Applicable<'_> {
+    fn no_allow_rule(&self) -> String {
+        format!(
+            "no allow rule matches (allowed: {})",
+            list(self.allow.iter().copied())
+        )
+    }
+
+    fn check_path(
         &self,
-        subject: &Subject,
-        cmd: &str,
-        allow: &[&Rule],
-        deny: &[&Rule],
-        allow_whole: bool,
-    ) -> Decision {
-        let deny_patterns: Vec<(&Rule, &BashPattern)> = deny
+        tool: &str,
+        resolved: Option<&Path>,
+        lexical: &Path,
+        workspace: &Path,
+    ) -> Option<String> {
+        for d in &self.deny {
+            let Content::Path(p) = &d.content else {
+                continue;
+            };
+            if resolved.is_some_and(|r| p.matches(r, workspace)) || p.matches(lexical, workspace) {
+                return Some(format!("it matches the deny rule {}", d.text));
+            }
+            // Grep reads contents, so a deny rule reaching inside its search denies
+            // it; Glob only lists names, so only its own rules do.
+            let searches = tool == "Grep" || (tool == "Glob" && d.tool == "Glob");
+            let root = resolved.unwrap_or(lexical);
+            if let Some(inside) = searches.then(|| p.inside_search(root, workspace)).flatten() {
+                return Some(format!(
+                    "the search would reach {}, which the deny rule {} covers; \
+                     search a narrower path",
+                    inside.display(),
+                    d.text
+                ));
+            }
+        }
+        if self.allow_whole {
+            return None;
+        }
+        let Some(resolved) = resolved else {
+            return Some(format!(
+                "the path cannot be resolved, so no allow rule can match (allowed: {})",
+                list(self.allow.iter().copied())
+            ));
+        };
+        let allowed = self.allow.iter().any(|r| match &r.content {
+            Content::Path(p) => p.matches(resolved, workspace),
+            _ => false,
+        });
+        (!allowed).then(|| self.no_allow_rule())
+    }
+
+    fn check_other(&self, field: Option<&str>, input: &Value) -> Option<String> {
+        for d in &self.deny {
+            if let Content::Other(pat) = &d.content {
+                let hit = match field {
+                    Some(v) => wildcard(pat, v),
+                    None => string_values(input).iter().any(|v| wildcard(pat, v)),
+                };
+                if hit {
+                    return Some(format!("it matches the deny rule {}", d.text));
+                }
+            }
+        }
+        let allowed = self.allow_whole
+            || self.allow.iter().any(|r| match (&r.content, field) {
+                (Content::Other(pat), Some(v)) => wildcard(pat, v),
+                _ => false,
+            });
+        (!allowed).then(|| self.no_allow_rule())
+    }
+
+    fn check_bash(&self, cmd: &str) -> Option<String> {
+        let deny: Vec<(&Rule, &BashPattern)> = self
+            .deny
             .iter()
             .filter_map(|r| match &r.content {
                 Content::Bash(p) => Some((*r, p)),
                 _ => None,
             })
             .collect();
-        if allow_whole && deny_patterns.is_empty() {
-            return Decision::Allow;
+        if !deny.is_empty() {
+            let view = match bash_rules::deny_view(cmd) {
+                Ok(v) => v,
+                Err(why) => {
+                    return Some(format!(
+                        "it cannot be checked against the deny rules ({}): {why}",
+                        list(deny.iter().map(|(r, _)| *r))
+                    ));
+                }
+            };
+            if let Some(why) = deny_hit(&view, &deny) {
+                return Some(why);
+            }
         }
-        let parts = match shell::split_commands(cmd) {
-            Ok(p) => p,
+        if self.allow_whole {
+            return None;
+        }
+        let parts = match bash_rules::plain_parts(cmd) {
+            Ok(parts) => parts,
+            Err(NotPlain::Parse(e)) => {
+                return Some(format!(
+                    "the command could not be analysed safely ({e}), so it cannot be \
+                     checked against the permission rules"
+                ));
+            }
             Err(e) => {
-                return subject.deny(&format!(
-                    "the command could not be analysed safely ({e}), so it cannot be checked \
-                     against the permission rules"
+                return Some(format!(
+                    "{} (allowed: {}); it uses {e}, which only a bare `Bash` rule allows",
+                    "no allow rule matches",
+                    list(self.allow.iter().copied())
                 ));
             }
         };
         let compound = parts.len() > 1;
-        let part_name = |p: &SimpleCommand| {
-            if compound {
-                format!("its part {} ", quote(&p.source))
-            } else {
-                String::new()
-            }
-        };
-        if !deny_patterns.is_empty() {
-            for part in &parts {
-                match deny_candidates(part, 0) {
-                    Ok(cands) => {
-                        for c in &cands {
-                            if let Some((rule, _)) =
-                                deny_patterns.iter().find(|(_, p)| p.matches_for_deny(c))
-                            {
-                                return subject.deny(&format!(
-                                    "{}matches the deny rule {}",
-                                    if compound {
-                                        part_name(part)
-                                    } else {
-                                        "it ".into()
-                                    },
-                                    rule.text
-                                ));
-                            }
-                        }
-                    }
-                    Err(why) => {
-                        return subject.deny(&format!(
-                            "{}cannot be checked against the deny rules ({}): {why}",
-                            if compound {
-                                part_name(part)
-                            } else {
-                                "it ".into()
-                            },
-                            list(deny_patterns.iter().map(|(r, _)| *r))
-                        ));
-                    }
-                }
-            }
-        }
-        if allow_whole {
-            return Decision::Allow;
-        }
-        for part in &parts {
-            let runs_nothing =
-                part.words.is_empty() && part.assignments.is_empty() && !part.writes_file();
-            if runs_nothing {
-                continue;
-            }
-            let ok = allow.iter().any(|r| match &r.content {
+        let unmatched = parts.iter().find(|part| {
+            !self.allow.iter().any(|r| match &r.content {
                 Content::Bash(p) => p.matches_for_allow(part),
                 _ => false,
-            });
-            if ok {
-                continue;
-            }
-            let mut why = String::from("no allow rule matches");
-            if compound {
-                let _ = write!(why, " its part {}", quote(&part.source));
-            }
-            let _ = write!(why, " (allowed: {})", list(allow.iter().copied()));
-            if part.writes_file() {
-                why.push_str(
-                    "; it redirects output to a file, which prefix and wildcard rules never allow",
-                );
-            } else if !part.assignments.is_empty() {
-                why.push_str(
-                    "; it starts with variable assignments, which prefix and wildcard rules \
-                     never allow",
-                );
-            }
-            return subject.deny(&why);
+            })
+        })?;
+        let mut why = String::from("no allow rule matches");
+        if compound {
+            let _ = write!(why, " its part {}", quote(&unmatched.source));
         }
-        Decision::Allow
+        let _ = write!(why, " (allowed: {})", list(self.allow.iter().copied()));
+        Some(why)
     }
+}
+
+/// The first deny rule some command of the view matches, as a reason.
+fn deny_hit(view: &DenyView, deny: &[(&Rule, &BashPattern)]) -> Option<String> {
+    let compound = view.commands.len() > 1;
+    for &(index, start) in &view.starts {
+        let words = &view.commands[index][start..];
+        if let Some((rule, _)) = deny.iter().find(|(_, p)| p.matches_for_deny(words)) {
+            let who = if compound {
+                format!("its part {} ", quote(&view.sources[index]))
+            } else {
+                "it ".into()
+            };
+            return Some(format!("{who}matches the deny rule {}", rule.text));
+        }
+    }
+    None
 }
 
 /// What a call is about, for matching and for the message.
@@ -643,11 +637,15 @@ fn parse_rule(text: &str) -> Result<Rule, RuleError> {
     })
 }
 
-fn one_command(rule: &str, text: &str) -> Result<SimpleCommand, RuleError> {
-    let mut cmds = shell::split_commands(text)
-        .map_err(|e: ShellError| rule_error(rule, format!("cannot parse the command: {e}")))?;
+fn one_command(rule: &str, text: &str) -> Result<Vec<String>, RuleError> {
+    let mut cmds = bash_rules::plain_parts(text).map_err(|e| {
+        rule_error(
+            rule,
+            format!("the command is not a plain simple command: {e}"),
+        )
+    })?;
     match cmds.len() {
-        1 => Ok(cmds.remove(0)),
+        1 => Ok(cmds.remove(0).words),
         0 => Err(rule_error(rule, "no command")),
         _ => Err(rule_error(
             rule,
@@ -781,19 +779,13 @@ impl PathPattern {
 }
 
 impl BashPattern {
-    fn matches_for_allow(&self, part: &SimpleCommand) -> bool {
+    fn matches_for_allow(&self, part: &Part) -> bool {
         match self {
-            BashPattern::Exact(c) => c == part,
-            BashPattern::Prefix(c) => {
-                !part.writes_file()
-                    && part.assignments == c.assignments
-                    && part.words.len() >= c.words.len()
-                    && part.words.iter().zip(&c.words).all(|(a, b)| a == b)
-            }
+            BashPattern::Exact(c) => &part.words == c,
+            BashPattern::Prefix(c) => part.words.starts_with(c),
             BashPattern::Wildcard { .. } => {
-                !part.writes_file()
-                    && part.assignments.is_empty()
-                    && self.wildcard_matches(&part.normalized())
+                let words: Vec<&str> = part.words.iter().map(String::as_str).collect();
+                self.wildcard_matches(&bash_rules::normalize(&words))
             }
         }
     }
@@ -811,19 +803,47 @@ impl BashPattern {
         }
     }
 
-    /// Deny matching looks at the words only: assignments and redirections do not
-    /// make a forbidden command acceptable.
-    fn matches_for_deny(&self, words: &[Word]) -> bool {
+    /// Deny matching of the words from one start: a word only known at run time
+    /// (`None`) may be anything, so it matches any word of the rule, and a wildcard
+    /// rule matches any command holding one. The first word also counts with its
+    /// directory stripped.
+    fn matches_for_deny(&self, words: &[Option<String>]) -> bool {
+        let Some(Some(first)) = words.first() else {
+            return false;
+        };
+        let base = first.rsplit('/').next().unwrap_or(first);
+        let word_eq = |i: usize, w: &Option<String>, r: &String| match w {
+            None => true,
+            Some(w) => w == r || (i == 0 && base == r),
+        };
         match self {
             BashPattern::Exact(c) => {
-                words.len() == c.words.len()
-                    && words.iter().zip(&c.words).all(|(a, b)| a.text == b.text)
+                words.len() == c.len()
+                    && words
+                        .iter()
+                        .zip(c)
+                        .enumerate()
+                        .all(|(i, (w, r))| word_eq(i, w, r))
             }
             BashPattern::Prefix(c) => {
-                words.len() >= c.words.len()
-                    && words.iter().zip(&c.words).all(|(a, b)| a.text == b.text)
+                words.len() >= c.len()
+                    && words
+                        .iter()
+                        .zip(c)
+                        .enumerate()
+                        .all(|(i, (w, r))| word_eq(i, w, r))
             }
-            BashPattern::Wildcard { .. } => self.wildcard_matches(&shell::normalize_words(words)),
+            BashPattern::Wildcard { .. } => {
+                if words.iter().any(Option::is_none) {
+                    return true;
+                }
+                let mut texts: Vec<&str> = words.iter().flatten().map(String::as_str).collect();
+                if self.wildcard_matches(&bash_rules::normalize(&texts)) {
+                    return true;
+                }
+                texts[0] = base;
+                self.wildcard_matches(&bash_rules::normalize(&texts))
+            }
         }
     }
 }
@@ -850,102 +870,4 @@ fn wildcard(pattern: &str, text: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&c| c == '*')
-}
-
-/// The word lists a deny rule is tried against for one part: the part itself, with
-/// the program's directory stripped, with wrappers stripped, and the commands of
-/// `bash -c`/`eval` scripts and `find -exec`. `Err` when the program is only known
-/// at run time.
-fn deny_candidates(part: &SimpleCommand, depth: usize) -> Result<Vec<Vec<Word>>, String> {
-    let mut out = Vec::new();
-    let mut queue: Vec<Vec<Word>> = vec![part.words.clone()];
-    let mut seen = 0;
-    while let Some(words) = queue.pop() {
-        seen += 1;
-        if seen > 64 {
-            break;
-        }
-        let Some(first) = words.first() else { continue };
-        if first.dynamic {
-            return Err(format!(
-                "its program {} is only known when it runs",
-                quote(&first.text)
-            ));
-        }
-        let base = first
-            .text
-            .rsplit('/')
-            .next()
-            .unwrap_or(&first.text)
-            .to_string();
-        out.push(words.clone());
-        if base != first.text {
-            let mut w = words.clone();
-            w[0].text = base.clone();
-            queue.push(w);
-        }
-        let args = &words[1..];
-        if WRAPPERS.contains(&base.as_str()) {
-            // Options and their values are skipped generously: try the command
-            // starting at each of the next few words.
-            for k in 0..args.len().min(6) {
-                if !args[k].text.starts_with('-') || k > 0 {
-                    queue.push(args[k..].to_vec());
-                }
-            }
-        }
-        if base == "find" {
-            for (k, a) in args.iter().enumerate() {
-                if matches!(a.text.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir")
-                    && k + 1 < args.len()
-                {
-                    queue.push(args[k + 1..].to_vec());
-                }
-            }
-        }
-        let joined = |from: usize| {
-            args[from.min(args.len())..]
-                .iter()
-                .map(|w| w.text.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let after_flag = |is_flag: &dyn Fn(&str) -> bool| {
-            args.iter()
-                .position(|a| is_flag(&a.text))
-                .and_then(|k| args.get(k + 1))
-                .map(|w| w.text.clone())
-        };
-        // Strings that these programs run as shell commands.
-        let script = match base.as_str() {
-            "eval" => Some(joined(0)),
-            // `trap 'cmd' SIGNAL`: the first operand runs later.
-            "trap" => args
-                .iter()
-                .find(|a| !a.text.starts_with('-'))
-                .map(|w| w.text.clone()),
-            // `watch` runs its arguments with `sh -c`.
-            "watch" => {
-                let first = args.iter().position(|a| !a.text.starts_with('-'));
-                first.map(joined)
-            }
-            "su" => after_flag(&|t| t == "-c" || t == "--command"),
-            "env" => after_flag(&|t| t == "-S" || t == "--split-string"),
-            b if SHELLS.contains(&b) => {
-                after_flag(&|t| t.starts_with('-') && !t.starts_with("--") && t.contains('c'))
-            }
-            _ => None,
-        };
-        if let Some(script) = script {
-            if depth > 8 {
-                return Err("shell scripts nested too deeply".into());
-            }
-            let inner = shell::split_commands(&script)
-                .map_err(|e| format!("its script cannot be analysed ({e})"))?;
-            for c in &inner {
-                out.extend(deny_candidates(c, depth + 1)?);
-            }
-        }
-    }
-    Ok(out)
 }

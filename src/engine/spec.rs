@@ -1,5 +1,6 @@
 //! What an agent is: its name, instructions, tools and limits.
 
+use super::permissions::{Permissions, RuleError};
 use serde::{Deserialize, Serialize};
 
 /// An agent's definition. One run of it is one session.
@@ -59,5 +60,13 @@ impl AgentSpec {
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
         self
+    }
+
+    /// The parsed permission rules; the first malformed rule is the error. Callers
+    /// check this before starting anything (the workflow checks every step's agent
+    /// before its first step, `flower once` before any request), so a typo in a rule
+    /// fails up front, never in the middle of a run.
+    pub fn permissions(&self) -> Result<Permissions, RuleError> {
+        Permissions::new(&self.allowed_tools, &self.disallowed_tools)
     }
 }

@@ -8,10 +8,12 @@
 mod json;
 pub mod key;
 mod par;
+pub mod postgres;
 pub mod prune;
 pub mod sqlite;
 pub mod summary;
 
+pub use self::postgres::{PostgresStore, PostgresUrl};
 pub use key::{SessionKey, project_key};
 pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;

@@ -12,8 +12,12 @@
 //! [`HEAD_BYTES`]/[`TAIL_BYTES`] bytes are kept (a fixed buffer and a ring buffer),
 //! whatever the command prints in between is counted and dropped, so `yes` for ten
 //! minutes costs 30 KB of memory.
+//!
+//! With `ctx.sandbox` enabled the command runs confined ([`super::sandbox`]); when it
+//! fails on a write the sandbox forbids, its result says so.
 
 use super::input;
+use super::sandbox;
 use super::{ProcessGroups, Tool, ToolContext, ToolOutput};
 use crate::BoxFuture;
 use serde_json::{Value, json};
@@ -34,6 +38,13 @@ pub const TAIL_BYTES: usize = 15_000;
 /// After the shell exits, how long output from leftover background processes is
 /// still read.
 const GRACE: Duration = Duration::from_millis(300);
+/// Added to the result of a sandboxed command that failed on a forbidden write.
+pub const SANDBOX_NOTE: &str = "(This command ran in flower's sandbox: it may write only in \
+the workspace, the temp directory and /dev/null, and .git/hooks, .git/config and the git \
+config files are read-only. A write elsewhere fails with \"Permission denied\", \
+\"Read-only file system\" or, for a rename over a protected file, \"Device or resource \
+busy\".)";
+
 /// A cut point moves to a line end at most this many bytes away.
 const LINE_SNAP: usize = 2000;
 
@@ -185,6 +196,11 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         Ok(w) => w,
         Err(e) => return ToolOutput::error(format!("Cannot run the command: pipe: {e}")),
     };
+    let prepared = match sandbox::prepare(&ctx.sandbox, &ctx.workspace) {
+        Ok(p) => p,
+        Err(e) => return ToolOutput::error(format!("Cannot run the command: {e}")),
+    };
+    let sandboxed = prepared.is_some();
     let mut cmd = tokio::process::Command::new("bash");
     cmd.arg("-c")
         .arg(command)
@@ -194,12 +210,21 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         .stderr(Stdio::from(writer2))
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(prepared) = prepared {
+        // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
+        unsafe {
+            cmd.pre_exec(move || prepared.apply_in_child());
+        }
+    }
     let spawned = cmd.spawn();
     // The Command holds our copies of the pipe's write end; they must close, or the
     // pipe never reports end of file.
     drop(cmd);
     let mut child = match spawned {
         Ok(c) => c,
+        Err(e) if sandboxed => {
+            return ToolOutput::error(format!("Cannot run bash in the sandbox: {e}"));
+        }
         Err(e) => return ToolOutput::error(format!("Cannot run bash: {e}")),
     };
     let mut guard = GroupGuard::new(
@@ -243,7 +268,21 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         let _ = child.wait().await;
         drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
     }
-    render(&capture, &end, timeout_ms)
+    let mut output = render(&capture, &end, timeout_ms);
+    if sandboxed
+        && output.is_error
+        && [
+            "Permission denied",
+            "Read-only file system",
+            "Device or resource busy",
+        ]
+        .iter()
+        .any(|e| output.content.contains(e))
+    {
+        output.content.push('\n');
+        output.content.push_str(SANDBOX_NOTE);
+    }
+    output
 }
 
 /// Reads what is left in the pipe until end of file or `grace` has passed (a process

@@ -14,6 +14,7 @@ pub use crate::transcript::tools as names;
 pub mod paths;
 pub mod process;
 pub mod read;
+pub mod sandbox;
 pub mod walk;
 
 pub use process::ProcessGroups;
@@ -37,6 +38,8 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Where Bash registers the process groups it starts, for the signal handlers.
     pub processes: ProcessGroups,
+    /// How Bash commands are confined (off by default in the library).
+    pub sandbox: sandbox::SandboxPolicy,
 }
 
 /// The result of a tool call, as it goes into the `tool_result` block.

@@ -160,6 +160,12 @@ pub enum WorkflowError {
     },
     #[error("step {step}: resume_from names {from:?}, which has no session yet")]
     NoSessionToResume { step: String, from: String },
+    #[error("step {step}: {source}")]
+    BadRule {
+        step: String,
+        #[source]
+        source: crate::engine::permissions::RuleError,
+    },
 }
 
 /// Steps run in order on a runtime.
@@ -190,6 +196,15 @@ impl Workflow {
     }
 
     async fn run_inner(&self, rt: &Runtime) -> Result<Context, WorkflowError> {
+        // Every agent's rules parse before the first step starts.
+        for step in &self.steps {
+            step.agent
+                .permissions()
+                .map_err(|source| WorkflowError::BadRule {
+                    step: step.name.clone(),
+                    source,
+                })?;
+        }
         let mut ctx = Context {
             woke: if self.continuous {
                 rt.lineage().wake()

@@ -24,7 +24,7 @@ fn after_tool(req: &Recorded) -> bool {
 }
 
 /// A scripted model for the whole pipeline. `judge_fails` verdicts fail before one passes.
-struct Script {
+pub(crate) struct Script {
     judge_fails: usize,
     judged: AtomicUsize,
     /// Requests per agent, in arrival order.
@@ -32,7 +32,7 @@ struct Script {
 }
 
 impl Script {
-    fn new(judge_fails: usize) -> Arc<Script> {
+    pub(crate) fn new(judge_fails: usize) -> Arc<Script> {
         Arc::new(Script {
             judge_fails,
             judged: AtomicUsize::new(0),
@@ -40,7 +40,7 @@ impl Script {
         })
     }
 
-    fn reply(&self, req: &Recorded) -> Reply {
+    pub(crate) fn reply(&self, req: &Recorded) -> Reply {
         let agent = agent_of(req);
         self.seen.lock().unwrap().push(agent);
         if after_tool(req) {

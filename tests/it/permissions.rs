@@ -88,31 +88,31 @@ fn prefix_rules_and_compound_commands() {
             ("git status '$(rm x)'", true),
             ("git status '`rm x`'", true),
             ("git status \"\\$(rm x)\"", true),
-            ("git status $'a\\'b'", true),
+            ("git status $'a\\'b'", false),
             ("git status $'a'; rm x", false),
             ("git status # ; rm x", true),
             ("git status\n# rm x", true),
             ("git status; git diff", true),
             ("git status && git diff --stat || git status", true),
             ("git status | git diff", true),
-            ("git status &", true),
+            ("git status &", false),
             ("git status ;", true),
-            ("(git status)", true),
+            ("(git status)", false),
             ("(git status; rm x)", false),
-            ("{ git status; }", true),
+            ("{ git status; }", false),
             ("{ git status; rm x; }", false),
-            ("if git status; then git diff; fi", true),
+            ("if git status; then git diff; fi", false),
             ("if git status; then rm x; fi", false),
             ("if git status; then git diff; else rm x; fi", false),
-            ("while git status; do git diff; done", true),
+            ("while git status; do git diff; done", false),
             ("until rm x; do git diff; done", false),
-            ("for f in a b; do git diff $f; done", true),
+            ("for f in a b; do git diff $f; done", false),
             ("for f in $(rm x); do git diff; done", false),
-            ("! git status", true),
-            ("time git status", true),
-            ("git status $((1 + 2))", true),
+            ("! git status", false),
+            ("time git status", false),
+            ("git status $((1 + 2))", false),
             ("git status $((echo hi);(rm x))", false),
-            ("git status ${HOME}", true),
+            ("git status ${HOME}", false),
             ("git status ${x:-$(rm y)}", false),
             ("git status \"${x:-'$(rm y)'}\"", false),
             ("git status ${x:-'}'$(rm y)'}'}", false),
@@ -146,8 +146,8 @@ fn redirections_and_assignments() {
             ("git status >/dev/null 2>&1", true),
             ("git status &>/dev/null", true),
             ("git status >&-", true),
-            ("git status < input.txt", true),
-            ("git status <<< 'here'", true),
+            ("git status < input.txt", false),
+            ("git status <<< 'here'", false),
             ("git status > out.txt", false),
             ("git status >> out.txt", false),
             ("git status >| out.txt", false),
@@ -170,8 +170,8 @@ fn redirections_and_assignments() {
             ("(git status) > log", false),
             ("{ git status; } > log", false),
             ("if git status; then git status; fi > log", false),
-            ("while git status; do git status; done < list.txt", true),
-            ("< list.txt", true),
+            ("while git status; do git status; done < list.txt", false),
+            ("< list.txt", false),
             ("git status 1>/dev/null", true),
         ],
     );
@@ -183,19 +183,19 @@ fn here_documents() {
         &["Bash(cat:*)", "Bash(git commit:*)"],
         &[],
         &[
-            ("cat <<EOF\nhello\nEOF", true),
+            ("cat <<EOF\nhello\nEOF", false),
             ("cat <<EOF\n$(rm x)\nEOF", false),
             ("cat <<EOF\n`rm x`\nEOF", false),
-            ("cat <<EOF\n\\$(rm x)\nEOF", true),
-            ("cat <<'EOF'\n$(rm x)\nEOF", true),
-            ("cat <<\"EOF\"\n$(rm x)\nEOF", true),
+            ("cat <<EOF\n\\$(rm x)\nEOF", false),
+            ("cat <<'EOF'\n$(rm x)\nEOF", false),
+            ("cat <<\"EOF\"\n$(rm x)\nEOF", false),
             ("cat <<-EOF\n\t$(rm x)\n\tEOF", false),
             ("cat <<EOF; rm x\nbody\nEOF", false),
             ("cat <<EOF\nbody\nEOF\nrm x", false),
-            ("cat <<'EOF'\nbody; rm x\nEOF\ncat", true),
+            ("cat <<'EOF'\nbody; rm x\nEOF\ncat", false),
             (
                 "git commit -m \"$(cat <<'EOF'\nFix the thing\n\nDetails $(rm x)\nEOF\n)\"",
-                true,
+                false, // a substitution: only a bare `Bash` rule allows it
             ),
             (
                 "git commit -m \"$(cat <<EOF\nFix the thing $(rm x)\nEOF\n)\"",
@@ -221,10 +221,8 @@ fn code_hidden_in_values_is_refused() {
     let allow = [
         "Bash(echo:*)",
         "Bash(test:*)",
-        "Bash([:*)",
         "Bash(printf:*)",
         "Bash(read:*)",
-        "Bash(declare:*)",
         "Bash(git status:*)",
     ];
     table(
@@ -244,14 +242,14 @@ fn code_hidden_in_values_is_refused() {
             ("read 'a[$(rm y)]' <<< x", false),
             ("declare 'a[$(rm y)]=1'", false),
             ("declare -i n='a[$(rm y)]'", false),
-            ("echo $((1 + 2))", true),
-            ("for x in a b; do echo $x; done", true),
-            ("for x in a b; do echo ${x}; done", true),
+            ("echo $((1 + 2))", false),
+            ("for x in a b; do echo $x; done", false),
+            ("for x in a b; do echo ${x}; done", false),
             ("test -f x", true),
-            ("[ -d src ]", true),
+            ("[ -d src ]", false), // a test command `[ … ]` is not plain
             ("printf '%s\\n' x", true),
-            ("read -r line < f", true),
-            ("declare x=1", true),
+            ("read -r line < f", false),
+            ("declare x=1", false), // a declaration builtin is not plain
         ],
     );
     // Under deny rules too: the `rm` runs although no part names it.
@@ -329,11 +327,7 @@ fn wildcard_rules() {
 #[test]
 fn exact_rules() {
     table(
-        &[
-            "Bash(git status)",
-            "Bash(make > build.log)",
-            "Bash(FOO=1 make:*)",
-        ],
+        &["Bash(git status)", "Bash(make 2>/dev/null)"],
         &[],
         &[
             ("git status", true),
@@ -341,14 +335,12 @@ fn exact_rules() {
             ("git status -s", false),
             ("git status > x", false),
             ("git", false),
-            ("make > build.log", true),
-            ("make >build.log", true),
-            ("make > other.log", false),
-            ("make", false),
-            ("FOO=1 make all", true),
-            ("FOO=1 make", true),
-            ("FOO=2 make", false),
-            ("BAR=1 FOO=1 make", false),
+            // Redirections to /dev/null and between descriptors do not count.
+            ("make", true),
+            ("make 2>/dev/null", true),
+            ("make > build.log", false),
+            ("make all", false),
+            ("FOO=1 make", false),
         ],
     );
 }
@@ -467,11 +459,11 @@ fn denial_messages_name_tool_command_and_rules() {
                 .into()
         }
     );
-    let Decision::Deny { message } = bash(&p, "git status; rm -rf ~") else {
+    let Decision::Deny { message } = bash(&p, "git status; rm -rf /") else {
         panic!("must be denied")
     };
-    assert!(message.contains("\"git status; rm -rf ~\""), "{message}");
-    assert!(message.contains("its part \"rm -rf ~\""), "{message}");
+    assert!(message.contains("\"git status; rm -rf /\""), "{message}");
+    assert!(message.contains("its part \"rm -rf /\""), "{message}");
     assert!(
         message.contains("Bash(git status:*), Bash(git diff:*)"),
         "{message}"
@@ -486,7 +478,7 @@ fn denial_messages_name_tool_command_and_rules() {
         panic!("must be denied")
     };
     assert!(message.contains("could not be analysed"), "{message}");
-    assert!(message.contains("unterminated single quote"), "{message}");
+    assert!(message.contains("syntax error"), "{message}");
 
     let p = perms(&[], &["Bash(rm:*)"]);
     let Decision::Deny { message } = bash(&p, "ls && sudo rm -rf /") else {
@@ -568,6 +560,11 @@ fn malformed_rules_are_errors() {
         "Read(../x/**)",
         "Read(src/../../x)",
         "Read([)",
+        // Rules name plain commands only (issue 13): no redirection to a file, no
+        // assignment, no substitution.
+        "Bash(make > build.log)",
+        "Bash(FOO=1 make:*)",
+        "Bash(echo $(date))",
     ];
     for r in bad {
         let e = Permissions::new(&[r.to_string()], &[]);

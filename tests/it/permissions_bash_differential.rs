@@ -128,6 +128,22 @@ fn command() -> impl Strategy<Value = String> {
         1 => Just("${a[x]}".to_string()),
         1 => Just("[[ 1 -eq x ]]".to_string()),
         1 => Just("test -v x".to_string()),
+        // The forms that beat the hand-written lexer (issue 13).
+        1 => Just("<<EOF $(git status\nrm\nEOF\n)".to_string()),
+        1 => Just("<<EOF\nx\nEO\\\nF\nrm\nEOF\n".to_string()),
+        1 => Just("$'\\c'; rm; #'".to_string()),
+        1 => Just("\"$\\\n(rm)\"".to_string()),
+        1 => Just("for OPTIND in 'a[$(rm)]'; do ".to_string()),
+        1 => Just("for x do ".to_string()),
+        1 => Just("bash -c -- 'rm'".to_string()),
+        1 => Just("env -S'rm x'".to_string()),
+        1 => Just("sudo -a -b -c -d -e -f -g -h rm".to_string()),
+        1 => Just("printf -v 'a[$(rm)]' x".to_string()),
+        1 => Just("\r".to_string()),
+        1 => Just("|&".to_string()),
+        1 => Just(">x".to_string()),
+        1 => Just("~".to_string()),
+        1 => Just("*".to_string()),
     ];
     let random = prop::collection::vec(atoms, 1..14).prop_map(|v| v.concat());
     // Loops that put a chosen value into a variable, then use it somewhere bash might
@@ -156,7 +172,31 @@ fn command() -> impl Strategy<Value = String> {
     ]);
     let structured = (value, sink, prop::sample::select(vec!["; ", "\n", " && "]))
         .prop_map(|(v, k, sep)| format!("for x in {v}; do git status{sep}{k}; done"));
-    prop_oneof![3 => random, 1 => structured]
+    // Mostly plain pieces, so that many commands are allowed and really run.
+    let plain_atoms = prop_oneof![
+        4 => Just("git status".to_string()),
+        3 => Just("npm run x".to_string()),
+        2 => Just("rm".to_string()),
+        1 => Just("curl".to_string()),
+        4 => Just(" ".to_string()),
+        2 => Just(";".to_string()),
+        1 => Just("&&".to_string()),
+        1 => Just("||".to_string()),
+        1 => Just("|".to_string()),
+        1 => Just("\n".to_string()),
+        1 => Just("'a;rm'".to_string()),
+        1 => Just("\"b|rm\"".to_string()),
+        1 => Just("\\;".to_string()),
+        1 => Just("\\\"".to_string()),
+        1 => Just("#".to_string()),
+        1 => Just("2>&1".to_string()),
+        1 => Just(">/dev/null".to_string()),
+        1 => Just("\"\\$(rm)\"".to_string()),
+        1 => Just("$'".to_string()),
+        1 => Just("'".to_string()),
+    ];
+    let plain = prop::collection::vec(plain_atoms, 1..10).prop_map(|v| v.concat());
+    prop_oneof![3 => random, 1 => structured, 3 => plain]
 }
 
 /// Generates `n` commands, keeps those `p` allows, runs them in bash and checks each

@@ -2,12 +2,16 @@
 //! (`claude_agent_sdk.testing.run_session_store_conformance`), plus flower's own:
 //! uuid idempotency, summary fields, keys and project keys.
 //!
-//! Every contract runs against the SQLite store and against the pruning store wrapping
-//! it (entries of type "x" are not chain entries, so pruning passes them through).
+//! Every contract runs against the SQLite store, the PostgreSQL store (when
+//! `FLOWER_TEST_POSTGRES_URL` names a server; else it is skipped with a printed reason)
+//! and the pruning store wrapping each (entries of type "x" are not chain entries, so
+//! pruning passes them through).
 
+use crate::support::postgres as pg;
 use flower::stores::prune::PruneOptions;
 use flower::stores::{
-    PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key,
+    PostgresStore, PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore, StoreError,
+    project_key,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -32,7 +36,37 @@ fn pruning() -> (TempDir, Box<dyn SessionStore>) {
     )
 }
 
-const STORES: [(&str, Fresh); 2] = [("sqlite", sqlite), ("pruning", pruning)];
+/// A store on a new schema of the test server; `None` without one.
+pub fn postgres_store() -> Option<PostgresStore> {
+    let url = pg::fresh_url()?;
+    Some(PostgresStore::open(&url.parse().unwrap()).unwrap())
+}
+
+fn postgres() -> (TempDir, Box<dyn SessionStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    (dir, Box::new(postgres_store().unwrap()))
+}
+
+fn postgres_pruning() -> (TempDir, Box<dyn SessionStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = postgres_store().unwrap();
+    let options = PruneOptions::new(dir.path().join("trimmed"));
+    (
+        dir,
+        Box::new(PruningSessionStore::new(Arc::new(inner), options)),
+    )
+}
+
+/// Every backend the suite runs against: one suite, parameterised by how a fresh,
+/// empty store is made.
+fn stores() -> Vec<(&'static str, Fresh)> {
+    let mut stores: Vec<(&'static str, Fresh)> = vec![("sqlite", sqlite), ("pruning", pruning)];
+    if pg::url().is_some() {
+        stores.push(("postgres", postgres));
+        stores.push(("postgres+pruning", postgres_pruning));
+    }
+    stores
+}
 
 fn e(fields: Value) -> Value {
     let mut entry = json!({"type": "x"});
@@ -53,7 +87,7 @@ fn sub(name: &str) -> SessionKey {
 
 #[test]
 fn c01_append_then_load_returns_the_same_entries_in_order() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let entries = vec![
             e(json!({"uuid": "b", "n": 1, "nested": {"z": [1, 2, {"k": null}], "a": "ü"}})),
@@ -66,7 +100,7 @@ fn c01_append_then_load_returns_the_same_entries_in_order() {
 
 #[test]
 fn c02_unknown_key_and_unknown_subpath_load_as_none() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         assert_eq!(
             s.load(&SessionKey::main("proj", "nope")).unwrap(),
@@ -80,7 +114,7 @@ fn c02_unknown_key_and_unknown_subpath_load_as_none() {
 
 #[test]
 fn c03_several_appends_keep_call_order() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         s.append(&key(), &[e(json!({"uuid": "z", "n": 1}))])
             .unwrap();
@@ -107,7 +141,7 @@ fn c03_several_appends_keep_call_order() {
 
 #[test]
 fn c04_append_of_nothing_is_a_no_op() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         s.append(&key(), &[]).unwrap();
         assert_eq!(
@@ -124,7 +158,7 @@ fn c04_append_of_nothing_is_a_no_op() {
 
 #[test]
 fn c05_subpath_keys_are_stored_apart_from_the_main_transcript() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         s.append(&key(), &[e(json!({"uuid": "m"}))]).unwrap();
         s.append(&sub("subagents/agent-1"), &[e(json!({"uuid": "s"}))])
@@ -144,7 +178,7 @@ fn c05_subpath_keys_are_stored_apart_from_the_main_transcript() {
 
 #[test]
 fn c06_project_keys_are_isolated() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let a = SessionKey::main("A", "s1");
         let b = SessionKey::main("B", "s1");
@@ -167,7 +201,7 @@ fn c06_project_keys_are_isolated() {
 
 #[test]
 fn c07_list_sessions_reports_a_projects_sessions_with_mtime_in_ms() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         s.append(&SessionKey::main("proj", "a"), &[e(json!({"n": 1}))])
             .unwrap();
@@ -194,7 +228,7 @@ fn c07_list_sessions_reports_a_projects_sessions_with_mtime_in_ms() {
 
 #[test]
 fn c08_list_sessions_excludes_subpaths() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let main = SessionKey::main("proj", "main");
         s.append(&main, &[e(json!({"n": 1}))]).unwrap();
@@ -222,7 +256,7 @@ fn c08_list_sessions_excludes_subpaths() {
 
 #[test]
 fn c09_delete_main_then_load_is_none_and_unknown_deletes_are_fine() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         s.delete(&SessionKey::main("proj", "never-written"))
             .unwrap();
@@ -234,7 +268,7 @@ fn c09_delete_main_then_load_is_none_and_unknown_deletes_are_fine() {
 
 #[test]
 fn c10_deleting_a_main_key_cascades_to_its_subkeys_only() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let other = SessionKey::main("proj", "sess2");
         let other_proj = SessionKey::main("other-proj", "sess");
@@ -266,7 +300,7 @@ fn c10_deleting_a_main_key_cascades_to_its_subkeys_only() {
 
 #[test]
 fn c11_deleting_a_subpath_removes_only_that_subkey() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         for k in [key(), sub("subagents/agent-1"), sub("subagents/agent-2")] {
             s.append(&k, &[e(json!({"n": 1}))]).unwrap();
@@ -293,7 +327,7 @@ fn c11_deleting_a_subpath_removes_only_that_subkey() {
 
 #[test]
 fn c12_list_subkeys_returns_that_sessions_subpaths() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
         s.append(&sub("subagents/agent-1"), &[e(json!({"n": 1}))])
@@ -316,7 +350,7 @@ fn c12_list_subkeys_returns_that_sessions_subpaths() {
 
 #[test]
 fn c13_list_subkeys_excludes_the_main_transcript_and_is_empty_for_unknown() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
         assert!(s.list_subkeys(&key()).unwrap().is_empty(), "{name}");
@@ -331,7 +365,7 @@ fn c13_list_subkeys_excludes_the_main_transcript_and_is_empty_for_unknown() {
 
 #[test]
 fn c14_summaries_are_maintained_by_append_and_removed_by_delete() {
-    for (name, fresh) in STORES {
+    for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let k = SessionKey::main("proj", "summ-sess");
         s.append(
@@ -436,40 +470,78 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
 
 #[test]
 fn has_session_sees_main_transcripts_in_any_project() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
-    assert!(!s.has_session("sess").unwrap());
-    s.append(
-        &SessionKey::main("p", "sub-only")
-            .sub("subagents/a")
-            .unwrap(),
-        &[e(json!({}))],
-    )
-    .unwrap();
-    assert!(
-        !s.has_session("sub-only").unwrap(),
-        "a subkey alone is not a session"
-    );
-    s.append(&SessionKey::main("elsewhere", "sess"), &[e(json!({}))])
+    for (name, fresh) in stores() {
+        let (_d, s) = fresh();
+        assert!(!s.has_session("sess").unwrap(), "{name}");
+        s.append(
+            &SessionKey::main("p", "sub-only")
+                .sub("subagents/a")
+                .unwrap(),
+            &[e(json!({}))],
+        )
         .unwrap();
-    assert!(s.has_session("sess").unwrap());
-    s.delete(&SessionKey::main("elsewhere", "sess")).unwrap();
-    assert!(!s.has_session("sess").unwrap());
+        assert!(
+            !s.has_session("sub-only").unwrap(),
+            "{name}: a subkey alone is not a session"
+        );
+        s.append(&SessionKey::main("elsewhere", "sess"), &[e(json!({}))])
+            .unwrap();
+        assert!(s.has_session("sess").unwrap(), "{name}");
+        s.delete(&SessionKey::main("elsewhere", "sess")).unwrap();
+        assert!(!s.has_session("sess").unwrap(), "{name}");
+    }
 }
 
 #[test]
 fn an_entry_that_is_not_an_object_fails_the_whole_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
-    let err = s
-        .append(&key(), &[e(json!({"uuid": "ok"})), json!([1, 2])])
-        .unwrap_err();
-    assert!(matches!(err, StoreError::NotAnObject { index: 1 }), "{err}");
-    assert_eq!(
-        s.load(&key()).unwrap(),
-        None,
-        "nothing of the batch may land"
-    );
+    for (name, fresh) in stores() {
+        let (_d, s) = fresh();
+        let err = s
+            .append(&key(), &[e(json!({"uuid": "ok"})), json!([1, 2])])
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::NotAnObject { index: 1 }),
+            "{name}: {err}"
+        );
+        assert_eq!(
+            s.load(&key()).unwrap(),
+            None,
+            "{name}: nothing of the batch may land"
+        );
+    }
+}
+
+#[test]
+fn a_stored_uuid_is_an_idempotency_key_through_the_trait() {
+    for (name, fresh) in stores() {
+        let (_d, s) = fresh();
+        let first = e(json!({"uuid": "u1", "v": 1}));
+        s.append(&key(), &[first.clone(), e(json!({"v": "no uuid"}))])
+            .unwrap();
+        s.append(
+            &key(),
+            &[
+                e(json!({"uuid": "u1", "v": 2})),
+                e(json!({"v": "no uuid"})),
+                e(json!({"uuid": "u2"})),
+            ],
+        )
+        .unwrap();
+        let loaded = s.load(&key()).unwrap().unwrap();
+        assert_eq!(loaded.len(), 4, "{name}");
+        assert_eq!(loaded[0], first, "{name}");
+        assert_eq!(loaded[3], e(json!({"uuid": "u2"})), "{name}");
+        s.append(&sub("subagents/a"), std::slice::from_ref(&first))
+            .unwrap();
+        assert_eq!(
+            s.load(&sub("subagents/a")).unwrap().unwrap(),
+            vec![first.clone()],
+            "{name}"
+        );
+        let before = s.list_sessions("proj").unwrap();
+        s.append(&key(), &[first]).unwrap();
+        assert_eq!(s.list_sessions("proj").unwrap(), before, "{name}");
+    }
 }
 
 #[test]

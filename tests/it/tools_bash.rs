@@ -23,6 +23,7 @@ fn env() -> Env {
             run_dir: ws.join("runs"),
             cancel: CancellationToken::new(),
             processes: flower::tools::ProcessGroups::new(),
+            sandbox: Default::default(),
         },
         _tmp: tmp,
     }

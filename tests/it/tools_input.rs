@@ -14,6 +14,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext) {
         run_dir: ws.join("runs"),
         cancel: CancellationToken::new(),
         processes: flower::tools::ProcessGroups::new(),
+        sandbox: Default::default(),
     };
     (tmp, ctx)
 }

@@ -394,3 +394,23 @@ fn tree_snapshot(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
     out.sort();
     out
 }
+
+/// A malformed rule in a later step's agent fails the run before its first step
+/// sends anything.
+#[tokio::test(flavor = "current_thread")]
+async fn a_malformed_rule_fails_before_the_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(vec![Reply::text("never")]);
+    let rt = runtime(dir.path(), &server);
+    let wf = Workflow::new(vec![
+        Step::new("一", terse(), "hi"),
+        Step::new("二", terse().allowed_tools(["Bash(git status"]), "hi"),
+    ]);
+    let err = wf.run(&rt).await.expect_err("a bad rule");
+    assert!(
+        matches!(&err, flower::workflow::WorkflowError::BadRule { step, .. } if step == "二"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Bash(git status"), "{err}");
+    assert_eq!(server.request_count(), 0);
+}

@@ -28,6 +28,7 @@ pub fn tool_env() -> ToolEnv {
             run_dir: run,
             cancel: CancellationToken::new(),
             processes: flower::tools::ProcessGroups::new(),
+            sandbox: Default::default(),
         },
     }
 }

@@ -1,0 +1,558 @@
+//! The PostgreSQL session store: the same transcripts as [`super::SqliteSessionStore`],
+//! in a database that several hosts share, so a run outlives its machine.
+//!
+//! Layout (schema version [`SCHEMA_VERSION`], every table prefixed `flower_` so the
+//! store can live in a database that holds other things):
+//! - `flower_meta(key, value)`: `schema_version`;
+//! - `flower_entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`:
+//!   one row per entry, `data` the entry's JSON text (text, not `jsonb`: it is given
+//!   back byte for byte), `id` orders a key's entries, a partial unique index makes
+//!   `uuid` an idempotency key;
+//! - `flower_summaries(project_key, session_id, mtime, data)`: folded inside `append`.
+//!
+//! Connections: the trait is synchronous and is called from inside a tokio runtime, so
+//! each connection (the `postgres` crate's blocking client, which runs its own small
+//! runtime) lives on a dedicated thread and serves requests over a channel. A few such
+//! threads form the pool. No TLS ([`::postgres::NoTls`]): meant for loopback or a
+//! trusted network; put a TLS-terminating proxy in front for anything else.
+//!
+//! Durability: `append` returns after PostgreSQL committed the transaction (with the
+//! server's default `synchronous_commit`, the commit is flushed to its WAL), so an
+//! acknowledged append survives this process and the server being killed.
+//! Appends to one session take a transaction-scoped advisory lock on it (keys never hold `/`), so batches
+//! from several processes never interleave within a transcript.
+
+use super::summary::fold_session_summary;
+use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use ::postgres::{Client, NoTls};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The schema version this build writes and the newest it can read.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a connection attempt may take unless the URL says (`connect_timeout=`).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How many connections (threads) a store keeps.
+pub const POOL_SIZE: usize = 2;
+
+/// Migration `i` brings the schema from version `i` to `i + 1`. Append only.
+const MIGRATIONS: [&str; 1] = ["
+    CREATE TABLE flower_entries (
+        id          BIGSERIAL PRIMARY KEY,
+        project_key TEXT   NOT NULL,
+        session_id  TEXT   NOT NULL,
+        subpath     TEXT   NOT NULL DEFAULT '',
+        uuid        TEXT,
+        type        TEXT,
+        stored_at   BIGINT NOT NULL,
+        data        TEXT   NOT NULL
+    );
+    CREATE INDEX flower_entries_by_key ON flower_entries (project_key, session_id, subpath, id);
+    CREATE UNIQUE INDEX flower_entries_uuid ON flower_entries (project_key, session_id, subpath, uuid)
+        WHERE uuid IS NOT NULL;
+    CREATE TABLE flower_summaries (
+        project_key TEXT   NOT NULL,
+        session_id  TEXT   NOT NULL,
+        mtime       BIGINT NOT NULL,
+        data        TEXT   NOT NULL,
+        PRIMARY KEY (project_key, session_id)
+    );
+    CREATE INDEX flower_summaries_by_session ON flower_summaries (session_id);
+"];
+
+/// Serialises migrations between processes (an arbitrary constant: "flower" in ASCII).
+const MIGRATION_LOCK: i64 = 0x666c_6f77_6572;
+
+/// A validated store URL: `postgres://` or `postgresql://`, parseable by the driver.
+#[derive(Clone)]
+pub struct PostgresUrl {
+    config: ::postgres::Config,
+    shown: String,
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl std::fmt::Display for PostgresUrl {
+    /// The URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl FromStr for PostgresUrl {
+    type Err = String;
+
+    /// Accepts `postgres://[user[:password]@]host[:port]/database[?options]`. The reason
+    /// of an error never repeats the password.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let Some(rest) = text
+            .strip_prefix("postgres://")
+            .or_else(|| text.strip_prefix("postgresql://"))
+        else {
+            return Err("expected a URL starting with postgres:// or postgresql://".into());
+        };
+        let config =
+            ::postgres::Config::from_str(text).map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+        if config.get_hosts().is_empty() {
+            return Err("the URL names no host".into());
+        }
+        if config.get_dbname().is_none_or(str::is_empty) {
+            return Err("the URL names no database (postgres://host:port/DATABASE)".into());
+        }
+        // Shown without the password: everything after `user:` up to the last `@`
+        // before the host part.
+        let shown = match rest.split_once('/') {
+            Some((authority, path)) => format!("postgres://{}/{path}", redact(authority)),
+            None => format!("postgres://{}", redact(rest)),
+        };
+        Ok(PostgresUrl { config, shown })
+    }
+}
+
+fn redact(authority: &str) -> String {
+    match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{name}:***@{host}"),
+            None => format!("{user}@{host}"),
+        },
+        None => authority.to_string(),
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Slot) + Send>;
+
+/// One pooled connection, opened on first use and again after it was lost.
+struct Slot {
+    config: ::postgres::Config,
+    client: Option<Client>,
+}
+
+impl Slot {
+    fn client(&mut self) -> Result<&mut Client, ::postgres::Error> {
+        if self.client.as_ref().is_some_and(Client::is_closed) {
+            self.client = None;
+        }
+        match &mut self.client {
+            Some(client) => Ok(client),
+            slot @ None => Ok(slot.insert(self.config.connect(NoTls)?)),
+        }
+    }
+}
+
+/// The PostgreSQL [`SessionStore`]. `Send + Sync`; cheap to share behind an `Arc`.
+pub struct PostgresStore {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    url: PostgresUrl,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Connects, checks the schema and applies pending migrations.
+    ///
+    /// Errors name the database (without password): unreachable, credentials refused,
+    /// a schema written by a newer flower ([`StoreError::NewerSchema`], nothing is
+    /// touched then).
+    pub fn open(url: &PostgresUrl) -> Result<Self, StoreError> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::with_capacity(POOL_SIZE);
+        for i in 0..POOL_SIZE {
+            let rx = rx.clone();
+            let config = url.config.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("flower-pg-{i}"))
+                .spawn(move || {
+                    let mut slot = Slot {
+                        config,
+                        client: None,
+                    };
+                    loop {
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        match job {
+                            Ok(job) => job(&mut slot),
+                            Err(_) => break,
+                        }
+                    }
+                })
+                .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+            threads.push(thread);
+        }
+        let store = PostgresStore {
+            jobs: Mutex::new(Some(tx)),
+            threads: Mutex::new(threads),
+            url: url.clone(),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// The URL, without password.
+    pub fn url(&self) -> &PostgresUrl {
+        &self.url
+    }
+
+    fn migrate(&self) -> Result<(), StoreError> {
+        let found = self.call(|c| {
+            // Read before writing anything, so a newer schema is left untouched.
+            let exists: Option<String> = c
+                .query_one("SELECT to_regclass('flower_meta')::text", &[])?
+                .get(0);
+            if exists.is_none() {
+                return Ok(0);
+            }
+            read_version(c)
+        })?;
+        if found > SCHEMA_VERSION {
+            return Err(self.newer(found));
+        }
+        let found = self.call(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS flower_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            )?;
+            let found = read_version(&mut tx)?;
+            if found > SCHEMA_VERSION {
+                return Ok(found);
+            }
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(found.max(0) as usize) {
+                tx.batch_execute(sql)?;
+                tx.execute(
+                    "INSERT INTO flower_meta (key, value) VALUES ('schema_version', $1) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    &[&(i as i64 + 1).to_string()],
+                )?;
+            }
+            tx.commit()?;
+            Ok(found)
+        })?;
+        if found > SCHEMA_VERSION {
+            return Err(self.newer(found));
+        }
+        Ok(())
+    }
+
+    fn newer(&self, found: i64) -> StoreError {
+        StoreError::NewerSchema {
+            path: PathBuf::from(self.url.to_string()),
+            found,
+            known: SCHEMA_VERSION,
+        }
+    }
+
+    /// Runs `run` on a pooled connection and waits for its result. A connection that
+    /// was lost is dropped and reopened by the next call.
+    fn call<T: Send + 'static>(
+        &self,
+        run: impl FnOnce(&mut Client) -> Result<T, ::postgres::Error> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = mpsc::channel();
+        let job: Job = Box::new(move |slot: &mut Slot| {
+            let result = slot.client().and_then(run);
+            if result.is_err() && slot.client.as_ref().is_some_and(Client::is_closed) {
+                slot.client = None;
+            }
+            let _ = reply.send(result);
+        });
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|jobs| jobs.send(job).is_ok());
+        if sent != Some(true) {
+            return Err(self.error("the store is closed"));
+        }
+        match answer.recv() {
+            Ok(result) => result.map_err(|e| self.error(describe(&e))),
+            Err(_) => Err(self.error("the database thread stopped")),
+        }
+    }
+
+    fn error(&self, why: impl Into<String>) -> StoreError {
+        StoreError::Database {
+            path: PathBuf::from(self.url.to_string()),
+            why: why.into(),
+        }
+    }
+
+    /// [`SessionStore::append`], returning how many entries were stored.
+    pub fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
+        key.validate()?;
+        let mut rows = Vec::with_capacity(entries.len());
+        for (index, entry) in entries.iter().enumerate() {
+            let Some(object) = entry.as_object() else {
+                return Err(StoreError::NotAnObject { index });
+            };
+            let uuid = object
+                .get("uuid")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let kind = object
+                .get("type")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let data = serde_json::to_string(entry)
+                .map_err(|e| StoreError::Io(format!("entry {index}: {e}")))?;
+            rows.push((uuid, kind, data));
+        }
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let key = key.clone();
+        let entries = entries.to_vec();
+        self.call(move |c| {
+            let subpath = key.subpath.clone().unwrap_or_default();
+            let mut tx = c.transaction()?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+                &[&key.project_key, &key.session_id],
+            )?;
+            let insert = tx.prepare(
+                "INSERT INTO flower_entries \
+                 (project_key, session_id, subpath, uuid, type, stored_at, data) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (project_key, session_id, subpath, uuid) WHERE uuid IS NOT NULL \
+                 DO NOTHING",
+            )?;
+            let now = now_ms();
+            let mut stored = Vec::new();
+            for (index, (uuid, kind, data)) in rows.iter().enumerate() {
+                let n = tx.execute(
+                    &insert,
+                    &[
+                        &key.project_key,
+                        &key.session_id,
+                        &subpath,
+                        uuid,
+                        kind,
+                        &now,
+                        data,
+                    ],
+                )?;
+                if n == 1 {
+                    stored.push(index);
+                }
+            }
+            if key.subpath.is_none() && !stored.is_empty() {
+                let prev = tx.query_opt(
+                    "SELECT mtime, data FROM flower_summaries \
+                     WHERE project_key = $1 AND session_id = $2",
+                    &[&key.project_key, &key.session_id],
+                )?;
+                let (prev_mtime, prev_data) = match prev {
+                    Some(row) => (
+                        row.get::<_, i64>(0),
+                        serde_json::from_str(row.get::<_, &str>(1)).ok(),
+                    ),
+                    None => (0, None),
+                };
+                let data = fold_session_summary(prev_data, stored.iter().map(|&i| &entries[i]));
+                let mtime = now.max(prev_mtime);
+                tx.execute(
+                    "INSERT INTO flower_summaries (project_key, session_id, mtime, data) \
+                     VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (project_key, session_id) \
+                     DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
+                    &[&key.project_key, &key.session_id, &mtime, &data.to_string()],
+                )?;
+            }
+            tx.commit()?;
+            Ok(stored.len())
+        })
+    }
+
+    /// [`SessionStore::delete`], returning how many entries were removed.
+    pub fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
+        key.validate()?;
+        let key = key.clone();
+        self.call(move |c| {
+            let mut tx = c.transaction()?;
+            let removed = match &key.subpath {
+                None => {
+                    tx.execute(
+                        "DELETE FROM flower_summaries WHERE project_key = $1 AND session_id = $2",
+                        &[&key.project_key, &key.session_id],
+                    )?;
+                    tx.execute(
+                        "DELETE FROM flower_entries WHERE project_key = $1 AND session_id = $2",
+                        &[&key.project_key, &key.session_id],
+                    )?
+                }
+                Some(sub) => tx.execute(
+                    "DELETE FROM flower_entries \
+                     WHERE project_key = $1 AND session_id = $2 AND subpath = $3",
+                    &[&key.project_key, &key.session_id, sub],
+                )?,
+            };
+            tx.commit()?;
+            Ok(removed as usize)
+        })
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // Closing the channel ends each thread after its current job.
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let threads =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl SessionStore for PostgresStore {
+    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+        self.append_counted(key, entries).map(|_| ())
+    }
+
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
+        key.validate()?;
+        let key = key.clone();
+        let texts: Vec<(i64, String)> = self.call(move |c| {
+            let subpath = key.subpath.clone().unwrap_or_default();
+            let rows = c.query(
+                "SELECT id, data FROM flower_entries \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY id",
+                &[&key.project_key, &key.session_id, &subpath],
+            )?;
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })?;
+        if texts.is_empty() {
+            return Ok(None);
+        }
+        texts
+            .into_iter()
+            .map(|(id, text)| {
+                serde_json::from_str(&text)
+                    .map_err(|e| self.error(format!("entry row {id} is not valid JSON: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError> {
+        let project_key = project_key.to_string();
+        self.call(move |c| {
+            let rows = c.query(
+                "SELECT session_id, mtime FROM flower_summaries WHERE project_key = $1 \
+                 ORDER BY mtime DESC, session_id COLLATE \"C\"",
+                &[&project_key],
+            )?;
+            Ok(rows
+                .into_iter()
+                .map(|r| SessionInfo {
+                    session_id: r.get(0),
+                    mtime: r.get(1),
+                })
+                .collect())
+        })
+    }
+
+    fn list_session_summaries(&self, project_key: &str) -> Result<Vec<SessionSummary>, StoreError> {
+        let project_key = project_key.to_string();
+        let rows: Vec<(String, i64, String)> = self.call(move |c| {
+            let rows = c.query(
+                "SELECT session_id, mtime, data FROM flower_summaries WHERE project_key = $1 \
+                 ORDER BY mtime DESC, session_id COLLATE \"C\"",
+                &[&project_key],
+            )?;
+            Ok(rows
+                .into_iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
+        })?;
+        rows.into_iter()
+            .map(|(session_id, mtime, data)| {
+                let data = serde_json::from_str(&data).map_err(|e| {
+                    self.error(format!("summary of {session_id} is not valid JSON: {e}"))
+                })?;
+                Ok(SessionSummary {
+                    session_id,
+                    mtime,
+                    data,
+                })
+            })
+            .collect()
+    }
+
+    fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.delete_counted(key).map(|_| ())
+    }
+
+    fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError> {
+        key.validate()?;
+        let key = key.clone();
+        self.call(move |c| {
+            let rows = c.query(
+                "SELECT DISTINCT subpath COLLATE \"C\" AS s FROM flower_entries \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' ORDER BY s",
+                &[&key.project_key, &key.session_id],
+            )?;
+            Ok(rows.into_iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
+        let session_id = session_id.to_string();
+        self.call(move |c| {
+            c.query_one(
+                "SELECT EXISTS (SELECT 1 FROM flower_summaries WHERE session_id = $1)",
+                &[&session_id],
+            )
+            .map(|r| r.get(0))
+        })
+    }
+}
+
+fn read_version(c: &mut impl ::postgres::GenericClient) -> Result<i64, ::postgres::Error> {
+    let row = c.query_opt(
+        "SELECT value FROM flower_meta WHERE key = 'schema_version'",
+        &[],
+    )?;
+    Ok(row
+        .and_then(|r| r.get::<_, String>(0).trim().parse().ok())
+        .unwrap_or(0))
+}
+
+/// The driver's error with the server's message when there is one (the plain
+/// `Display` says only "db error").
+fn describe(e: &::postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,102 @@
+//! An adversarial corpus through the real binary: a few hundred commands that each
+//! hide `touch <marker>` behind something an allow rule might be fooled by, replayed
+//! by a scripted model through `flower once` under several rule sets. Under a bare
+//! `Bash` rule (the control) bash really creates the markers; under every other rule
+//! set no marker may exist afterwards. Each rule set is one `flower once` run with
+//! every command as a tool call of one turn.
+
+use crate::support;
+
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Command;
+use support::{FakeServer, Reply};
+
+#[path = "../data/bash_corpus.rs"]
+mod data;
+use data::{Case, corpus};
+
+/// Runs every case as a Bash call of one turn in a fresh workspace; returns the
+/// workspace and the tool results.
+fn replay(cases: &[Case], extra: &[&str]) -> (tempfile::TempDir, Vec<Value>) {
+    let ws = tempfile::tempdir().unwrap();
+    let mut reply = Reply::blocks(vec![]);
+    for c in cases {
+        reply = reply.then_tool_use("Bash", json!({ "command": c.cmd, "timeout": 20000 }));
+    }
+    let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(ws.path())
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .args(["once", "run them", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    let results = requests[1].tool_results();
+    assert_eq!(results.len(), cases.len());
+    (ws, results)
+}
+
+fn created(ws: &Path, cases: &[Case]) -> Vec<usize> {
+    (0..cases.len())
+        .filter(|&i| ws.join(&cases[i].marker).exists())
+        .collect()
+}
+
+#[test]
+fn no_rule_set_lets_a_hidden_command_run() {
+    let cases = corpus();
+    assert!(cases.len() >= 300, "{}", cases.len());
+
+    // The control: with the whole tool allowed, bash really runs the hidden command
+    // in most cases (some forms are syntax errors or run nothing in bash itself).
+    let (ws, _) = replay(&cases, &["--allowed-tools", "Bash"]);
+    let effective = created(ws.path(), &cases);
+    eprintln!(
+        "{} of {} commands created their marker under a bare Bash rule",
+        effective.len(),
+        cases.len()
+    );
+    assert!(
+        effective.len() >= 300,
+        "only {} commands are effective; the corpus is too weak",
+        effective.len()
+    );
+
+    let rule_sets: [(&[&str], &[&str]); 5] = [
+        (&["Bash(git status)"], &[]),
+        (&["Bash(git status:*)", "Bash(echo:*)", "Bash(cat:*)"], &[]),
+        (&["Bash(git *)", "Bash(echo *)", "Bash(cat *)"], &[]),
+        (&["Bash(git:*)", "Bash(echo:*)", "Read"], &["Bash(rm:*)"]),
+        (&[], &["Bash(touch:*)"]),
+    ];
+    for (allow, deny) in rule_sets {
+        let mut args: Vec<&str> = Vec::new();
+        if !allow.is_empty() {
+            args.push("--allowed-tools");
+            args.extend(allow);
+        }
+        if !deny.is_empty() {
+            args.push("--disallowed-tools");
+            args.extend(deny);
+        }
+        let (ws, results) = replay(&cases, &args);
+        let leaked: Vec<String> = created(ws.path(), &cases)
+            .into_iter()
+            .map(|i| format!("{:?} -> {}", cases[i].cmd, results[i]["content"]))
+            .collect();
+        assert!(
+            leaked.is_empty(),
+            "allow={allow:?} deny={deny:?}: hidden commands ran:\n{}",
+            leaked.join("\n")
+        );
+    }
+}

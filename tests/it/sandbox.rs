@@ -1,0 +1,352 @@
+//! The kernel sandbox around Bash commands, through the real binary: what a command
+//! that the rules allow may still not do. Skipped, with the reason printed, on a
+//! kernel without Landlock; the fallback is tested through the library.
+
+use crate::support;
+
+use flower::engine::permissions::Permissions;
+use flower::tools::bash::SANDBOX_NOTE;
+use flower::tools::sandbox::{self, SandboxError, SandboxPolicy, Support};
+use serde_json::{Value, json};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::{FakeServer, Reply};
+
+/// A scratch directory outside the system temp directory (which the sandbox lets
+/// commands write), so that "outside the workspace" really is outside.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("sandbox-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+fn landlock_or_skip(test: &str) -> bool {
+    match sandbox::support() {
+        Support::Missing(why) => {
+            eprintln!("skipping {test}: this kernel has no Landlock ({why})");
+            false
+        }
+        _ => true,
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    home: PathBuf,
+}
+
+/// `root/ws` with a `.git` (hooks, config) and `root/home`.
+fn setup() -> Setup {
+    let dir = scratch();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("ws");
+    let home = root.join("home");
+    fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    fs::write(ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+    fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::create_dir_all(&home).unwrap();
+    fs::write(home.join(".gitconfig"), "[user]\n\tname = t\n").unwrap();
+    Setup {
+        _dir: dir,
+        root,
+        ws,
+        home,
+    }
+}
+
+/// Runs `flower once` in `s.ws`: one turn with every command as a Bash call, then a
+/// closing text. Returns the output and the tool results in call order.
+fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<Value>) {
+    let mut reply = Reply::blocks(vec![]);
+    for c in commands {
+        reply = reply.then_tool_use("Bash", json!({ "command": c }));
+    }
+    let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(&s.ws)
+        .env("HOME", &s.home)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .env_remove("FLOWER_SANDBOX")
+        .env_remove("FLOWER_NETWORK")
+        .args(["once", "run them"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let requests = server.requests();
+    let results = requests
+        .get(1)
+        .map(|r| r.tool_results())
+        .unwrap_or_default();
+    (out, results)
+}
+
+fn content(v: &Value) -> String {
+    match &v["content"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[test]
+fn an_allowed_command_cannot_write_outside_the_workspace() {
+    if !landlock_or_skip("an_allowed_command_cannot_write_outside_the_workspace") {
+        return;
+    }
+    let s = setup();
+    let etc_marker = format!("/etc/flower-sandbox-{}", std::process::id());
+    let forbidden = [
+        format!("echo x > {}/x", s.home.display()),
+        "echo x > \"$HOME/y\"".to_string(),
+        format!("echo x > /tmp/..{etc_marker}"),
+        "echo x > ../parent-x".to_string(),
+        "mkdir ../parent-dir".to_string(),
+        "echo 'exit 0' > .git/hooks/pre-commit".to_string(),
+        "printf '[core]\\n\\tfsmonitor = touch /x\\n' >> .git/config".to_string(),
+        "echo x > .git/config.new && mv .git/config.new .git/config".to_string(),
+        "rm -f .git/config".to_string(),
+        "echo x >> \"$HOME/.gitconfig\"".to_string(),
+        // A child process is confined too.
+        format!(
+            "python3 -c 'open(\"{}/py\", \"w\")' || sh -c 'echo x > {}/py'",
+            s.root.display(),
+            s.root.display()
+        ),
+    ];
+    let mut commands: Vec<String> = forbidden.to_vec();
+    commands.push("echo inside > inside.txt && mkdir -p sub && echo y > sub/f".to_string());
+    commands.push("echo x > .git/HEAD.lock && rm .git/HEAD.lock && echo git-ok".to_string());
+    let tmp_marker =
+        std::env::temp_dir().join(format!("flower-sandbox-tmp-{}", std::process::id()));
+    commands.push(format!("echo t > {}", tmp_marker.display()));
+    let (out, results) = run_commands(&s, &commands, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("flower: 沙箱 landlock(工作区可写) · 网络 开"),
+        "{stderr}"
+    );
+    assert_eq!(results.len(), commands.len(), "{results:?}");
+    for (cmd, r) in forbidden.iter().zip(&results) {
+        let text = content(r);
+        assert_eq!(r["is_error"], json!(true), "{cmd:?} succeeded: {text}");
+        assert!(
+            [
+                "Permission denied",
+                "Read-only file system",
+                "Device or resource busy"
+            ]
+            .iter()
+            .any(|e| text.contains(e)),
+            "{cmd:?}: {text}"
+        );
+        assert!(text.contains(SANDBOX_NOTE), "{cmd:?}: {text}");
+    }
+    // Nothing left behind.
+    assert!(!s.home.join("x").exists());
+    assert!(!s.home.join("y").exists());
+    assert!(!Path::new(&etc_marker).exists());
+    assert!(!s.root.join("parent-x").exists());
+    assert!(!s.root.join("parent-dir").exists());
+    assert!(!s.root.join("py").exists());
+    assert!(!s.ws.join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        fs::read_to_string(s.ws.join(".git/config")).unwrap(),
+        "[core]\n\tbare = false\n"
+    );
+    assert_eq!(
+        fs::read_to_string(s.home.join(".gitconfig")).unwrap(),
+        "[user]\n\tname = t\n"
+    );
+    // What is allowed works.
+    let n = forbidden.len();
+    assert_eq!(
+        results[n]["is_error"],
+        json!(false),
+        "{}",
+        content(&results[n])
+    );
+    assert_eq!(fs::read_to_string(s.ws.join("sub/f")).unwrap(), "y\n");
+    assert!(
+        content(&results[n + 1]).contains("git-ok"),
+        "{}",
+        content(&results[n + 1])
+    );
+    assert_eq!(
+        results[n + 2]["is_error"],
+        json!(false),
+        "{}",
+        content(&results[n + 2])
+    );
+    assert_eq!(fs::read_to_string(&tmp_marker).unwrap(), "t\n");
+    let _ = fs::remove_file(&tmp_marker);
+}
+
+/// The judge's rules (Read, Glob, Grep, Bash): a bare Bash rule, and still a
+/// read-only workspace.
+#[test]
+fn an_agent_without_write_rights_gets_a_read_only_workspace() {
+    let judge = flower::workflow::flower::judge();
+    let p = Permissions::new(&judge.allowed_tools, &judge.disallowed_tools).unwrap();
+    let policy = p.sandbox(&SandboxPolicy::standard(), Path::new("/ws"));
+    assert!(!policy.workspace_writable);
+    assert!(policy.enabled);
+    let worker = flower::workflow::flower::worker();
+    let p = Permissions::new(&worker.allowed_tools, &worker.disallowed_tools).unwrap();
+    assert!(
+        p.sandbox(&SandboxPolicy::standard(), Path::new("/ws"))
+            .workspace_writable
+    );
+
+    if !landlock_or_skip("an_agent_without_write_rights_gets_a_read_only_workspace") {
+        return;
+    }
+    let s = setup();
+    fs::write(s.ws.join("existing.txt"), "keep\n").unwrap();
+    let commands = [
+        "echo x > new.txt",
+        "echo x >> existing.txt",
+        "rm existing.txt",
+        "mkdir d",
+        "cat existing.txt",
+    ]
+    .map(String::from);
+    let (out, results) = run_commands(
+        &s,
+        &commands,
+        &["--allowed-tools", "Read", "Glob", "Grep", "Bash"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("沙箱 landlock(工作区只读)"), "{stderr}");
+    for (cmd, r) in commands[..4].iter().zip(&results) {
+        assert_eq!(r["is_error"], json!(true), "{cmd:?}: {}", content(r));
+        assert!(content(r).contains(SANDBOX_NOTE), "{cmd:?}: {}", content(r));
+    }
+    assert!(content(&results[4]).contains("keep"));
+    assert!(!s.ws.join("new.txt").exists());
+    assert!(!s.ws.join("d").exists());
+    assert_eq!(
+        fs::read_to_string(s.ws.join("existing.txt")).unwrap(),
+        "keep\n"
+    );
+}
+
+/// A rule that names the git files grants them.
+#[test]
+fn an_explicit_rule_grants_the_git_files() {
+    let p = Permissions::new(&["Bash".into(), "Edit(.git/hooks/**)".into()], &[]).unwrap();
+    let policy = p.sandbox(&SandboxPolicy::standard(), Path::new("/ws"));
+    assert!(!policy.protect_git);
+    let p = Permissions::new(&["Bash".into(), "Edit".into()], &[]).unwrap();
+    assert!(
+        p.sandbox(&SandboxPolicy::standard(), Path::new("/ws"))
+            .protect_git
+    );
+}
+
+#[test]
+fn no_network_cuts_the_network_off() {
+    if !landlock_or_skip("no_network_cuts_the_network_off") {
+        return;
+    }
+    let s = setup();
+    // The fake server of this very run listens on loopback; `run_commands` starts it,
+    // so connect to a listener of our own.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
+    let (out, on) = run_commands(&s, std::slice::from_ref(&probe), &[]);
+    assert!(out.status.success());
+    assert!(content(&on[0]).contains("connected"), "{}", content(&on[0]));
+    let (out, off) = run_commands(&s, std::slice::from_ref(&probe), &["--no-network"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("· 网络 关"), "{stderr}");
+    assert_eq!(off[0]["is_error"], json!(true), "{}", content(&off[0]));
+    assert!(!content(&off[0]).contains("connected"));
+}
+
+#[test]
+fn bad_sandbox_settings_exit_2_before_any_request() {
+    let s = setup();
+    for (var, value) in [("FLOWER_SANDBOX", "maybe"), ("FLOWER_NETWORK", "no")] {
+        let server = FakeServer::start(vec![Reply::text("never")]);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        server.configure(&mut cmd);
+        let out = cmd
+            .current_dir(&s.ws)
+            .env(var, value)
+            .args(["once", "hi"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{var}={value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(var), "{stderr}");
+        assert_eq!(server.request_count(), 0);
+    }
+    let server = FakeServer::start(vec![Reply::text("never")]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(&s.ws)
+        .args(["once", "hi", "--no-sandbox", "--no-network"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(server.request_count(), 0);
+}
+
+/// Without Landlock: a required sandbox refuses, otherwise the command runs
+/// unconfined and the user is told so in one line.
+#[test]
+fn a_kernel_without_landlock_falls_back_or_refuses() {
+    let s = setup();
+    let missing = Support::Missing("内核没有 Landlock".into());
+    let policy = SandboxPolicy::standard();
+    let prepared = sandbox::prepare_with(&policy, &s.ws, &missing).unwrap();
+    // Only the namespace for the git files is left; no Landlock.
+    assert!(prepared.as_ref().is_none_or(|p| !p.landlocked()));
+    assert_eq!(
+        policy.describe_with(&missing),
+        "沙箱 不可用(内核没有 Landlock),命令不受限 · 网络 开"
+    );
+    let required = SandboxPolicy {
+        required: true,
+        ..SandboxPolicy::standard()
+    };
+    assert!(matches!(
+        sandbox::prepare_with(&required, &s.ws, &missing),
+        Err(SandboxError::Unavailable(_))
+    ));
+    assert!(required.describe_with(&missing).contains("命令一律拒绝"));
+    // With Landlock, the same policy is confined.
+    if landlock_or_skip("a_kernel_without_landlock_falls_back_or_refuses (confined half)") {
+        let p = sandbox::prepare(&policy, &s.ws).unwrap().unwrap();
+        assert!(p.landlocked());
+    }
+}
+
+/// A typo in a rule fails before any model request, with the rule named.
+#[test]
+fn a_malformed_rule_fails_before_any_request() {
+    let s = setup();
+    let server = FakeServer::start(vec![Reply::text("never")]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(&s.ws)
+        .args(["once", "hi", "--allowed-tools", "Bash(git status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bad permission rule \"Bash(git status\""),
+        "{stderr}"
+    );
+    assert_eq!(server.request_count(), 0);
+}

@@ -1,0 +1,58 @@
+//! The PostgreSQL that `.ci/postgres.sh` starts, for the tests that need one.
+//!
+//! `FLOWER_TEST_POSTGRES_URL` names it; without it those tests skip and print why, so
+//! `cargo test` alone still passes on a laptop. Each caller gets its own schema
+//! (`search_path` in the URL), so tests running in parallel never see each other.
+
+use std::io::Write;
+use std::sync::Once;
+
+pub const URL_VAR: &str = "FLOWER_TEST_POSTGRES_URL";
+
+/// The server's URL, or `None` (printing the reason once per test binary).
+pub fn url() -> Option<String> {
+    static SAID: Once = Once::new();
+    let url = std::env::var(URL_VAR).ok().filter(|u| !u.trim().is_empty());
+    if url.is_none() {
+        // Straight to the process's stderr: the test harness would swallow eprintln!.
+        SAID.call_once(|| {
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "skipping the PostgreSQL store tests: {URL_VAR} is not set (.ci/run starts a server and sets it)"
+            );
+        });
+    }
+    url
+}
+
+/// A URL whose objects land in a new, empty schema, or `None` without a server.
+pub fn fresh_url() -> Option<String> {
+    let base = url()?;
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    // Created from a plain thread: the blocking client must not run inside a runtime.
+    let created = {
+        let base = base.clone();
+        let schema = schema.clone();
+        std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&base, postgres::NoTls)?;
+            client.batch_execute(&format!("CREATE SCHEMA {schema}"))
+        })
+        .join()
+        .unwrap()
+    };
+    created.unwrap_or_else(|e| panic!("{URL_VAR}={base}: cannot create a schema: {e}"));
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Some(format!("{base}{sep}options=-csearch_path%3D{schema}"))
+}
+
+/// Runs SQL against the schema of `url` (from [`fresh_url`]), from a plain thread.
+pub fn execute(url: &str, sql: &str) {
+    let url = url.to_string();
+    let sql = sql.to_string();
+    std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client.batch_execute(&sql).unwrap();
+    })
+    .join()
+    .unwrap();
+}
