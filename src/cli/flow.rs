@@ -18,8 +18,10 @@ use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::continuity::wake::{session_context, session_generation};
 use flower::engine::Interrupt;
-use flower::workflow::WorkflowError;
+use flower::stores::SessionStore;
+use flower::tools::sandbox::SandboxPolicy;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
+use flower::workflow::{Context, WorkflowError};
 use flower::{WakeState, wake_state_in};
 use std::path::Path;
 use std::process::ExitCode;
@@ -41,30 +43,14 @@ enum Intent {
     ResumeClarify { said: Option<String> },
 }
 
+/// Go on with `T`, or stop here with this exit code (its line already printed).
+type OrExit<T> = Result<T, ExitCode>;
+
 pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let workspace = std::env::current_dir()?.canonicalize()?;
     let interactive = input::interactive();
-    let mut said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
-    // Every setting is checked before anyone is asked anything.
-    let config = Config::from_env(&args.model_flags())?
-        .with_handoff_flag(args.handoff_at.as_deref())?
-        .with_sandbox_flags(&args.sandbox)?
-        .with_store_flag(args.store.as_deref())?;
-    let sandbox = config.sandbox.clone();
-    // Without Landlock, say so once (the verbose banner says it anyway).
-    if sandbox.enabled
-        && !args.verbose
-        && matches!(
-            flower::tools::sandbox::support(),
-            flower::tools::sandbox::Support::Missing(_)
-        )
-    {
-        eprintln!("flower: {}", sandbox.describe());
-    }
-
-    for warning in &config.warnings {
-        eprintln!("flower: {warning}");
-    }
+    let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
+    let config = load_config(&args)?;
     let mut base_options = config.runtime_options()?;
     let store = config.open_store()?;
     base_options.store = store.clone();
@@ -75,94 +61,29 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
             .window_for(&config.model.client.default_model),
     );
 
-    // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
-    // the run directory, its lock included, is created. Decided again under the lock.
-    if said.is_none()
-        && !args.new
-        && !resumable(&wake_state_in(&workspace, &args.run_dir, store.as_deref()))
-    {
-        if !interactive {
-            return Ok(no_task());
-        }
-        match ask_task().await {
-            Some(request) => said = Some(request),
-            None => return Ok(ExitCode::from(EXIT_USAGE)),
-        }
-    }
+    let said = match ask_before_lock(&args, &workspace, store.as_deref(), said, interactive).await {
+        Ok(said) => said,
+        Err(code) => return Ok(code),
+    };
     // One run, one process: before anything is read for the wake or written, this
     // process holds the run directory (until it exits, however it exits).
     let Some(run_lock) = take_run_lock(&args.run_dir, args.wait)? else {
         return Ok(ExitCode::from(EXIT_LOCKED));
     };
-    // A session of this run that someone else appends to (`flower once --resume`): no
-    // banner, no wake. The runtime claims them for real below.
-    if !args.new
-        && let Some(file) = Lineage::read(&args.run_dir, &workspace)
-    {
-        for id in file.steps.values() {
-            if let Probe::Held(holder) = lock::probe_session(&args.run_dir, id) {
-                eprintln!("flower: {}", session_busy(id, &holder));
-                return Ok(ExitCode::from(EXIT_LOCKED));
-            }
-        }
+    if let Err(code) = check_sessions_free(&args, &workspace) {
+        return Ok(code);
     }
 
     if args.new {
         archive(&workspace, &args.run_dir)?;
     }
     let state = wake_state_in(&workspace, &args.run_dir, store.as_deref());
-    let intent = if state.waking {
-        renderer.line(&banner(&workspace, &args.run_dir, &state));
-        if args.verbose {
-            eprintln!("{}", super::once::sandbox_line(&sandbox, &worker()));
-        }
-        match said {
-            Some(text) => Intent::Wake {
-                utterance: Some(text),
-            },
-            None if interactive => match input::ask_line(ASK_WAKE).await {
-                Some(line) if line.trim() == "/new" => {
-                    archive(&workspace, &args.run_dir)?;
-                    match ask_task().await {
-                        Some(request) => Intent::Fresh { request },
-                        None => return Ok(ExitCode::from(EXIT_USAGE)),
-                    }
-                }
-                Some(line) if !line.trim().is_empty() => Intent::Wake {
-                    utterance: Some(line.trim().to_string()),
-                },
-                _ => Intent::Wake { utterance: None },
-            },
-            None => Intent::Wake { utterance: None },
-        }
-    } else if !state.steps.is_empty() {
-        renderer.line(&format!(
-            "<- 在 {} 接上上次  需求确认到一半 · 第 {} 次唤醒",
-            tilde(&workspace),
-            state.woke + 1
-        ));
-        Intent::ResumeClarify { said }
-    } else {
-        match said {
-            Some(request) => Intent::Fresh { request },
-            None if interactive => match ask_task().await {
-                Some(request) => Intent::Fresh { request },
-                None => return Ok(ExitCode::from(EXIT_USAGE)),
-            },
-            None => return Ok(no_task()),
-        }
+    announce(&renderer, &args, &workspace, &state, &config.sandbox);
+    let intent = match decide_intent(&workspace, &args.run_dir, &state, said, interactive).await? {
+        Ok(intent) => intent,
+        Err(code) => return Ok(code),
     };
-
-    let mut options = FlowerOptions {
-        rounds: args.rounds,
-        interactive,
-        ..FlowerOptions::default()
-    };
-    match intent {
-        Intent::Fresh { request } => options.request = Some(request),
-        Intent::ResumeClarify { said } => options.request = said,
-        Intent::Wake { utterance } => options.utterance = utterance,
-    }
+    let options = flower_options(&args, interactive, intent);
 
     let interrupt = Interrupt::new();
     let runtime_options = RuntimeOptions {
@@ -175,22 +96,197 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         run_lock: RunLocking::Held(run_lock),
         ..base_options
     };
-    let runtime = match Runtime::with_options(&workspace, &args.run_dir, runtime_options) {
+    let runtime = match open_runtime(&workspace, &args.run_dir, runtime_options)? {
         Ok(runtime) => runtime,
-        Err(RuntimeError::SessionBusy { session_id, holder }) => {
-            eprintln!("flower: {}", session_busy(&session_id, &holder));
-            return Ok(ExitCode::from(EXIT_LOCKED));
-        }
-        Err(e) => return Err(e.into()),
+        Err(code) => return Ok(code),
     };
     // Only once the run can be opened (its lineage checked against the store) is
     // anything written: a run that cannot start leaves the notes as they were.
     if let Some(text) = &options.utterance {
         notes::append_wake_note(&workspace, text)?;
     }
+    note_warnings(&renderer, &runtime);
+    install_signals(&runtime, &renderer, interrupt, interactive)?;
+
+    let workflow = flower_workflow(&workspace, &options);
+    let outcome = workflow.run(&runtime).await;
+    renderer.finish();
+    note_warnings(&renderer, &runtime);
+    exit_status(&renderer, args.rounds, outcome)
+}
+
+/// Every setting, checked before anyone is asked anything; its warnings printed.
+fn load_config(args: &FlowArgs) -> anyhow::Result<Config> {
+    let config = Config::from_env(&args.model_flags())?
+        .with_handoff_flag(args.handoff_at.as_deref())?
+        .with_sandbox_flags(&args.sandbox)?
+        .with_store_flag(args.store.as_deref())?;
+    // Without Landlock, say so once (the verbose banner says it anyway).
+    if config.sandbox.enabled
+        && !args.verbose
+        && matches!(
+            flower::tools::sandbox::support(),
+            flower::tools::sandbox::Support::Missing(_)
+        )
+    {
+        eprintln!("flower: {}", config.sandbox.describe());
+    }
+
+    for warning in &config.warnings {
+        eprintln!("flower: {warning}");
+    }
+    Ok(config)
+}
+
+/// A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
+/// the run directory, its lock included, is created. Decided again under the lock.
+async fn ask_before_lock(
+    args: &FlowArgs,
+    workspace: &Path,
+    store: Option<&dyn SessionStore>,
+    said: Option<String>,
+    interactive: bool,
+) -> OrExit<Option<String>> {
+    if said.is_some() || args.new || resumable(&wake_state_in(workspace, &args.run_dir, store)) {
+        return Ok(said);
+    }
+    if !interactive {
+        return Err(no_task());
+    }
+    match ask_task().await {
+        Some(request) => Ok(Some(request)),
+        None => Err(ExitCode::from(EXIT_USAGE)),
+    }
+}
+
+/// A session of this run that someone else appends to (`flower once --resume`): no
+/// banner, no wake. The runtime claims them for real when it opens.
+fn check_sessions_free(args: &FlowArgs, workspace: &Path) -> OrExit<()> {
+    if args.new {
+        return Ok(());
+    }
+    if let Some(file) = Lineage::read(&args.run_dir, workspace) {
+        for id in file.steps.values() {
+            if let Probe::Held(holder) = lock::probe_session(&args.run_dir, id) {
+                eprintln!("flower: {}", session_busy(id, &holder));
+                return Err(ExitCode::from(EXIT_LOCKED));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the run stands, before anything is asked: the wake banner, or the line for a
+/// clarification cut short; nothing for a fresh run.
+fn announce(
+    renderer: &Renderer,
+    args: &FlowArgs,
+    workspace: &Path,
+    state: &WakeState,
+    sandbox: &SandboxPolicy,
+) {
+    if state.waking {
+        renderer.line(&banner(workspace, &args.run_dir, state));
+        if args.verbose {
+            eprintln!("{}", super::once::sandbox_line(sandbox, &worker()));
+        }
+    } else if !state.steps.is_empty() {
+        renderer.line(&format!(
+            "<- 在 {} 接上上次  需求确认到一半 · 第 {} 次唤醒",
+            tilde(workspace),
+            state.woke + 1
+        ));
+    }
+}
+
+/// What this invocation is about: from what was said on the command line, or asked.
+async fn decide_intent(
+    workspace: &Path,
+    run_dir: &Path,
+    state: &WakeState,
+    said: Option<String>,
+    interactive: bool,
+) -> anyhow::Result<OrExit<Intent>> {
+    let intent = if state.waking {
+        match said {
+            Some(text) => Intent::Wake {
+                utterance: Some(text),
+            },
+            None if interactive => match input::ask_line(ASK_WAKE).await {
+                Some(line) if line.trim() == "/new" => {
+                    archive(workspace, run_dir)?;
+                    match ask_task().await {
+                        Some(request) => Intent::Fresh { request },
+                        None => return Ok(Err(ExitCode::from(EXIT_USAGE))),
+                    }
+                }
+                Some(line) if !line.trim().is_empty() => Intent::Wake {
+                    utterance: Some(line.trim().to_string()),
+                },
+                _ => Intent::Wake { utterance: None },
+            },
+            None => Intent::Wake { utterance: None },
+        }
+    } else if !state.steps.is_empty() {
+        Intent::ResumeClarify { said }
+    } else {
+        match said {
+            Some(request) => Intent::Fresh { request },
+            None if interactive => match ask_task().await {
+                Some(request) => Intent::Fresh { request },
+                None => return Ok(Err(ExitCode::from(EXIT_USAGE))),
+            },
+            None => return Ok(Err(no_task())),
+        }
+    };
+    Ok(Ok(intent))
+}
+
+/// The pipeline's options for `intent`.
+fn flower_options(args: &FlowArgs, interactive: bool, intent: Intent) -> FlowerOptions {
+    let mut options = FlowerOptions {
+        rounds: args.rounds,
+        interactive,
+        ..FlowerOptions::default()
+    };
+    match intent {
+        Intent::Fresh { request } => options.request = Some(request),
+        Intent::ResumeClarify { said } => options.request = said,
+        Intent::Wake { utterance } => options.utterance = utterance,
+    }
+    options
+}
+
+/// The runtime of the run; a session another process holds stops here with its line.
+fn open_runtime(
+    workspace: &Path,
+    run_dir: &Path,
+    options: RuntimeOptions,
+) -> anyhow::Result<OrExit<Runtime>> {
+    match Runtime::with_options(workspace, run_dir, options) {
+        Ok(runtime) => Ok(Ok(runtime)),
+        Err(RuntimeError::SessionBusy { session_id, holder }) => {
+            eprintln!("flower: {}", session_busy(&session_id, &holder));
+            Ok(Err(ExitCode::from(EXIT_LOCKED)))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn note_warnings(renderer: &Renderer, runtime: &Runtime) {
     for warning in runtime.take_warnings() {
         renderer.note(&format!("flower: {warning}"));
     }
+}
+
+/// Ctrl-C and termination signals: rescue the sessions, stop the commands, end the
+/// output cleanly and say how to continue.
+fn install_signals(
+    runtime: &Runtime,
+    renderer: &Arc<Renderer>,
+    interrupt: Interrupt,
+    interactive: bool,
+) -> anyhow::Result<()> {
     let exit_renderer = renderer.clone();
     signals::install(
         Some(runtime.rescuer()),
@@ -202,13 +298,15 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
             eprintln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
         },
     )?;
+    Ok(())
+}
 
-    let workflow = flower_workflow(&workspace, &options);
-    let outcome = workflow.run(&runtime).await;
-    renderer.finish();
-    for warning in runtime.take_warnings() {
-        renderer.note(&format!("flower: {warning}"));
-    }
+/// The verdict line and summary of the finished pipeline, and its exit status.
+fn exit_status(
+    renderer: &Renderer,
+    rounds: u32,
+    outcome: Result<Context, WorkflowError>,
+) -> anyhow::Result<ExitCode> {
     match outcome {
         Ok(ctx) => {
             if ctx.passed.get(WORK).copied().unwrap_or(false) {
@@ -217,8 +315,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             } else {
                 renderer.note(&format!(
-                    "== 这次唤醒的 {} 轮用完了,判定还没通过。再跑 flower 接着做 ==",
-                    args.rounds
+                    "== 这次唤醒的 {rounds} 轮用完了,判定还没通过。再跑 flower 接着做 =="
                 ));
                 renderer.summary("判定未通过");
                 Ok(ExitCode::FAILURE)

@@ -6,7 +6,7 @@
 use super::status::{self, Status};
 use flower::engine::{Event, EventSink};
 use std::io::{IsTerminal, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Formats a token count the way the banner shows it: one decimal, K or M.
 pub fn tokens(count: u64) -> String {
@@ -141,7 +141,7 @@ impl Renderer {
         eprintln!("{text}");
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -175,42 +175,68 @@ impl Renderer {
         let mut state = self.lock();
         state.status.observe(event);
         match event {
+            Event::TextDelta { .. } | Event::ThinkingDelta { .. } => {
+                self.render_stream(&mut state, event)
+            }
+            Event::SessionStarted { .. }
+            | Event::ToolCall { .. }
+            | Event::ToolDenied { .. }
+            | Event::ToolDone { .. } => self.render_tool(&mut state, event),
+            Event::TurnDone { .. } => self.render_turn(&mut state, event),
+            Event::Retrying { .. }
+            | Event::Offline { .. }
+            | Event::Warning { .. }
+            | Event::Online => self.render_resilience(&mut state, event),
+            Event::StepStarted { .. } | Event::Handoff { .. } | Event::StepSkipped { .. } => {
+                self.render_workflow(state, event)
+            }
+        }
+    }
+
+    /// Text and thinking deltas: text streams to stdout; thinking is never mixed into
+    /// the answer, one dim line on stderr per block.
+    fn render_stream(&self, state: &mut State, event: &Event) {
+        match event {
             Event::TextDelta { text, depth: 0 } => {
                 state.thinking_shown = false;
-                self.clear_status(&mut state);
+                self.clear_status(state);
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(text.as_bytes());
                 let _ = out.flush();
                 state.mid_line = !text.ends_with('\n');
             }
-            // Thinking is never mixed into the answer: one dim line on stderr per block.
             Event::ThinkingDelta { depth, .. } if !state.thinking_shown => {
                 state.thinking_shown = true;
-                self.clear_status(&mut state);
-                self.end_text_line(&mut state);
+                self.clear_status(state);
+                self.end_text_line(state);
                 eprintln!(
                     "{}",
                     self.paint("2", &format!("{}✻ 思考中…", indent(*depth)))
                 );
             }
-            Event::TextDelta { .. } | Event::ThinkingDelta { .. } => {}
+            _ => {}
+        }
+    }
+
+    /// Sub-agent starts and tool calls, denials and errors: one short line on stderr.
+    fn render_tool(&self, state: &mut State, event: &Event) {
+        match event {
             Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
-                self.clear_status(&mut state);
-                self.end_text_line(&mut state);
+                self.clear_status(state);
+                self.end_text_line(state);
                 eprintln!(
                     "{}",
                     self.paint("2", &format!("{}↳ 子代理 {agent}", indent(*depth - 1)))
                 );
             }
-            Event::SessionStarted { .. } => {}
             Event::ToolCall {
                 name,
                 summary,
                 depth,
             } => {
                 state.thinking_shown = false;
-                self.clear_status(&mut state);
-                self.end_text_line(&mut state);
+                self.clear_status(state);
+                self.end_text_line(state);
                 eprintln!(
                     "{}{} {}",
                     indent(*depth),
@@ -219,8 +245,8 @@ impl Renderer {
                 );
             }
             Event::ToolDenied { name, depth, .. } => {
-                self.clear_status(&mut state);
-                self.end_text_line(&mut state);
+                self.clear_status(state);
+                self.end_text_line(state);
                 eprintln!(
                     "{}{}",
                     indent(*depth),
@@ -232,31 +258,40 @@ impl Renderer {
                 is_error: true,
                 depth,
             } => {
-                self.clear_status(&mut state);
+                self.clear_status(state);
                 eprintln!(
                     "{}{}",
                     indent(*depth),
                     self.paint("2", &format!("  {name} 出错"))
                 );
             }
-            Event::ToolDone { .. } => {}
-            Event::TurnDone { depth: 0, .. } => {
-                state.thinking_shown = false;
-                let text = state.status.line();
-                // Never into streamed text: the line waits for the text's line end.
-                if !state.mid_line {
-                    self.draw_status(&mut state, &text);
-                }
+            _ => {}
+        }
+    }
+
+    /// The end of a top-level turn redraws the status line.
+    fn render_turn(&self, state: &mut State, event: &Event) {
+        if let Event::TurnDone { depth: 0, .. } = event {
+            state.thinking_shown = false;
+            let text = state.status.line();
+            // Never into streamed text: the line waits for the text's line end.
+            if !state.mid_line {
+                self.draw_status(state, &text);
             }
-            Event::TurnDone { .. } => {}
+        }
+    }
+
+    /// Retries, offline waits, warnings and the network coming back.
+    fn render_resilience(&self, state: &mut State, event: &Event) {
+        match event {
             Event::Retrying {
                 attempt,
                 max_attempts,
                 delay_s,
                 error,
             } => {
-                self.clear_status(&mut state);
-                self.end_text_line(&mut state);
+                self.clear_status(state);
+                self.end_text_line(state);
                 eprintln!(
                     "{}",
                     self.paint(
@@ -266,34 +301,40 @@ impl Renderer {
                 );
             }
             Event::Offline { waited_s, endpoint } => {
-                self.end_text_line(&mut state);
+                self.end_text_line(state);
                 if self.live {
                     let text = format!("  {}(探测 {endpoint})", state.status.line());
-                    self.draw_status(&mut state, &text);
+                    self.draw_status(state, &text);
                 } else {
                     eprintln!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
                 }
             }
             Event::Warning { message } => {
-                self.clear_status(&mut state);
-                self.end_text_line(&mut state);
+                self.clear_status(state);
+                self.end_text_line(state);
                 eprintln!("{}", self.paint("33", &format!("flower: {message}")));
             }
             Event::Online => {
-                self.clear_status(&mut state);
+                self.clear_status(state);
                 eprintln!("  网络恢复,接着跑");
             }
+            _ => {}
+        }
+    }
+
+    /// Step headers and handoff lines; they print through `line`/`note`, so the state
+    /// lock is released first.
+    fn render_workflow(&self, state: MutexGuard<'_, State>, event: &Event) {
+        match event {
             Event::StepStarted {
                 step,
                 index,
                 total,
                 resumed,
                 woke,
-            } => {
-                if self.headers {
-                    drop(state);
-                    self.line(&step_header(step, *index, *total, *resumed, *woke));
-                }
+            } if self.headers => {
+                drop(state);
+                self.line(&step_header(step, *index, *total, *resumed, *woke));
             }
             Event::Handoff {
                 step,
@@ -308,14 +349,13 @@ impl Renderer {
                     self.note(MECHANICAL_NOTE);
                 }
             }
-            Event::StepSkipped { step, index, total } => {
-                if self.headers {
-                    drop(state);
-                    let mut line = step_header(step, *index, *total, false, 0);
-                    line.push_str("  <- 已冻结,跳过");
-                    self.line(&line);
-                }
+            Event::StepSkipped { step, index, total } if self.headers => {
+                drop(state);
+                let mut line = step_header(step, *index, *total, false, 0);
+                line.push_str("  <- 已冻结,跳过");
+                self.line(&line);
             }
+            _ => {}
         }
     }
 

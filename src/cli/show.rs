@@ -158,8 +158,17 @@ pub fn render(out: &mut String, entries: &[Value]) {
                     "\n── 第 {turn} 轮 · 助手 {stamp} · 上下文 {}(输入 {input} 输出 {output} 缓存写 {cw} 缓存读 {cr})──",
                     tokens(input + output + cw + cr)
                 );
-                for block in blocks(message) {
-                    assistant_block(out, &block, &mut tools);
+                match message.and_then(|m| m.get("content")) {
+                    Some(Value::Array(blocks)) => {
+                        for block in blocks {
+                            assistant_block(out, block, &mut tools);
+                        }
+                    }
+                    Some(Value::String(s)) => {
+                        let block = serde_json::json!({"type": "text", "text": s});
+                        assistant_block(out, &block, &mut tools);
+                    }
+                    _ => {}
                 }
             }
             "user" => {
@@ -184,14 +193,6 @@ pub fn render(out: &mut String, entries: &[Value]) {
                 );
             }
         }
-    }
-}
-
-fn blocks(message: Option<&Value>) -> Vec<Value> {
-    match message.and_then(|m| m.get("content")) {
-        Some(Value::Array(b)) => b.clone(),
-        Some(Value::String(s)) => vec![serde_json::json!({"type": "text", "text": s})],
-        _ => Vec::new(),
     }
 }
 
@@ -221,8 +222,8 @@ fn assistant_block(
             let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
             let id = block.get("id").and_then(Value::as_str).unwrap_or("");
             tools.insert(id.to_owned(), name.to_owned());
-            let input = block.get("input").cloned().unwrap_or(Value::Null);
-            let _ = writeln!(out, "⏺ {name} {}", summarise_input(name, &input));
+            let input = block.get("input").unwrap_or(&Value::Null);
+            let _ = writeln!(out, "⏺ {name} {}", summarise_input(name, input));
         }
         other => {
             let _ = writeln!(out, "[未知内容块:{other}]");
@@ -265,12 +266,13 @@ fn user_block(
             }
             let tag = if error { " 出错" } else { "" };
             let _ = writeln!(out, "  ⎿ {name} 结果{tag}({} 字节)", text.len());
-            let lines: Vec<&str> = text.lines().collect();
-            for line in lines.iter().take(RESULT_LINES) {
+            let mut lines = text.lines();
+            for line in lines.by_ref().take(RESULT_LINES) {
                 let _ = writeln!(out, "    {}", cut(line, 200));
             }
-            if lines.len() > RESULT_LINES {
-                let _ = writeln!(out, "    … 还有 {} 行", lines.len() - RESULT_LINES);
+            let more = lines.count();
+            if more > 0 {
+                let _ = writeln!(out, "    … 还有 {more} 行");
             }
         }
         "image" => {
@@ -283,15 +285,16 @@ fn user_block(
 }
 
 /// A tool result's text, whether a string or a list of text blocks.
-fn result_text(content: Option<&Value>) -> String {
+fn result_text(content: Option<&Value>) -> std::borrow::Cow<'_, str> {
     match content {
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) => s.as_str().into(),
         Some(Value::Array(parts)) => parts
             .iter()
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
+            .join("\n")
+            .into(),
+        _ => "".into(),
     }
 }
 

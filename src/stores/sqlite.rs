@@ -367,6 +367,44 @@ impl SqliteSessionStore {
         run().map_err(|e| sql_error(&self.path, e))
     }
 
+    /// The raw JSON text of a key's entries of one `type`, in order, each `map`ped as it
+    /// is read (no [`Value`] is built), with the number of entries the key holds in all.
+    /// `None` when the key holds no entries. For readers that need a few fields of a
+    /// few kinds of entries (the inspect commands' turn series).
+    pub fn scan_type<T>(
+        &self,
+        key: &SessionKey,
+        kind: &str,
+        mut map: impl FnMut(&[u8]) -> T,
+    ) -> Result<Option<(usize, Vec<T>)>, StoreError> {
+        key.validate()?;
+        let subpath = key.subpath.as_deref().unwrap_or("");
+        self.query(|conn| {
+            let total: i64 = conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM entries \
+                     WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+                )?
+                .query_row(params![key.project_key, key.session_id, subpath], |r| {
+                    r.get(0)
+                })?;
+            if total == 0 {
+                return Ok(None);
+            }
+            let mut stmt = conn.prepare_cached(
+                "SELECT data FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 AND type = ?4 \
+                 ORDER BY id",
+            )?;
+            let mut rows = stmt.query(params![key.project_key, key.session_id, subpath, kind])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                out.push(map(row.get_ref(0)?.as_bytes()?));
+            }
+            Ok(Some((usize::try_from(total).unwrap_or(0), out)))
+        })
+    }
+
     /// The entries of a key, each `map`ped right after it is parsed.
     fn load_mapped<T: Send>(
         &self,

@@ -8,15 +8,14 @@
 //! goes on where it stopped.
 
 use crate::support;
+use crate::support::snapshot::{assert_same, snapshot};
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use support::pipeline::{
     Agent, BRIEF, GOAL, Project, agent_of, plain, simple_reply, text, turn_of,
 };
@@ -67,57 +66,6 @@ impl Project {
             Value::Array(rows) => rows,
             other => panic!("manifest.json is not an array: {other}"),
         }
-    }
-}
-
-/// Every entry under `dir` (directories too): path, size, mtime, inode and content.
-type Snapshot = BTreeMap<String, (u64, SystemTime, u64, Option<Vec<u8>>)>;
-
-fn snapshot(dir: &Path) -> Snapshot {
-    let mut out = Snapshot::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let content = if meta.is_dir() {
-                stack.push(path.clone());
-                None
-            } else {
-                Some(std::fs::read(&path).unwrap())
-            };
-            out.insert(
-                path.display().to_string(),
-                (meta.len(), meta.modified().unwrap(), meta.ino(), content),
-            );
-        }
-    }
-    // The directory itself: creating or removing anything in it changes its mtime.
-    let meta = std::fs::metadata(dir).unwrap();
-    out.insert(
-        ".".into(),
-        (meta.len(), meta.modified().unwrap(), meta.ino(), None),
-    );
-    out
-}
-
-fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
-    let names = |s: &Snapshot| s.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(
-        names(after),
-        names(before),
-        "{what}: files created or removed"
-    );
-    for (path, was) in before {
-        let now = &after[path];
-        assert!(
-            was.0 == now.0 && was.1 == now.1 && was.2 == now.2 && was.3 == now.3,
-            "{what}: {path} changed (size {} -> {}, mtime {:?} -> {:?})",
-            was.0,
-            now.0,
-            was.1,
-            now.1
-        );
     }
 }
 

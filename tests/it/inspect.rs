@@ -8,16 +8,14 @@
 //! pipeline against the fake server.
 
 use crate::support;
+use crate::support::snapshot::{assert_same, snapshot};
 
 use flower::continuity::lineage::Lineage;
 use flower::continuity::manifest::{Manifest, StepResult};
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::SystemTime;
 use support::FakeServer;
 use support::pipeline::{Project, simple_reply, text};
 
@@ -198,46 +196,6 @@ fn flower(dir: &Path, args: &[&str]) -> Output {
 // ---------------------------------------------------------------------------------
 // Read-only, as `flower state` is
 // ---------------------------------------------------------------------------------
-
-type Snapshot = BTreeMap<String, (u64, SystemTime, u64, Option<Vec<u8>>)>;
-
-fn snapshot(dir: &Path) -> Snapshot {
-    let mut out = Snapshot::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let content = if meta.is_dir() {
-                stack.push(path.clone());
-                None
-            } else {
-                Some(std::fs::read(&path).unwrap())
-            };
-            out.insert(
-                path.display().to_string(),
-                (meta.len(), meta.modified().unwrap(), meta.ino(), content),
-            );
-        }
-    }
-    let meta = std::fs::metadata(dir).unwrap();
-    out.insert(
-        ".".into(),
-        (meta.len(), meta.modified().unwrap(), meta.ino(), None),
-    );
-    out
-}
-
-fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
-    assert_eq!(
-        after.keys().collect::<Vec<_>>(),
-        before.keys().collect::<Vec<_>>(),
-        "{what}: files created or removed"
-    );
-    for (path, was) in before {
-        assert!(after[path] == *was, "{what}: {path} changed");
-    }
-}
 
 /// Runs `flower ARGS` in `dir` and checks that nothing under `dir` changed.
 fn read_only(dir: &Path, args: &[&str]) -> Output {

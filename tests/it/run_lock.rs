@@ -6,6 +6,7 @@
 //! (a gate reached, a line on stderr, a process exit), never on a sleep.
 
 use crate::support;
+use crate::support::snapshot::{Snapshot, snapshot_all};
 
 use flower::continuity::lock::{LOCKS_DIR, RunLocking};
 use flower::continuity::resilience::Resilience;
@@ -13,15 +14,14 @@ use flower::continuity::runtime::{RuntimeError, RuntimeOptions};
 use flower::model::anthropic::AnthropicClient;
 use flower::{AgentSpec, Runtime};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use support::pipeline::{Agent, Project, agent_of, agent_or_once, simple_reply, text};
 use support::{FakeServer, Gate, Reply};
 
@@ -43,42 +43,9 @@ fn held_at(agent: Agent, gate: &Gate) -> FakeServer {
     })
 }
 
-/// Every entry under each of `dirs` that exists (directories too): size, mtime, inode and content.
-type Snapshot = BTreeMap<String, (u64, SystemTime, u64, Option<Vec<u8>>)>;
-
-fn snapshot(dirs: &[&Path]) -> Snapshot {
-    let mut out = Snapshot::new();
-    let dirs: Vec<&Path> = dirs.iter().copied().filter(|d| d.exists()).collect();
-    let mut stack: Vec<_> = dirs.iter().map(|d| d.to_path_buf()).collect();
-    for dir in dirs {
-        let meta = std::fs::metadata(dir).unwrap();
-        out.insert(
-            dir.display().to_string(),
-            (meta.len(), meta.modified().unwrap(), meta.ino(), None),
-        );
-    }
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            let content = if meta.is_dir() {
-                stack.push(path.clone());
-                None
-            } else {
-                Some(std::fs::read(&path).unwrap())
-            };
-            out.insert(
-                path.display().to_string(),
-                (meta.len(), meta.modified().unwrap(), meta.ino(), content),
-            );
-        }
-    }
-    out
-}
-
 /// `runs/` and `notes/` of the project, byte for byte.
 fn written(project: &Project) -> Snapshot {
-    snapshot(&[&project.dir.join("runs"), &project.dir.join("notes")])
+    snapshot_all(&[&project.dir.join("runs"), &project.dir.join("notes")])
 }
 
 /// A child whose stderr lines arrive on a channel as they are written.

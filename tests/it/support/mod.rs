@@ -8,6 +8,7 @@
 pub mod fake;
 pub mod pipeline;
 pub mod postgres;
+pub mod snapshot;
 pub mod workspace;
 
 pub use fake::{Block, CacheUsage, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
