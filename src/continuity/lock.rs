@@ -166,13 +166,14 @@ impl RunLock {
         let file = open_lock_file(&path).map_err(io_error(&path))?;
         if wait {
             os::lock_wait(&file, Mode::Exclusive).map_err(io_error(&path))?;
-        } else if !os::try_lock(&file, Mode::Exclusive).map_err(io_error(&path))? {
+        } else if !try_lock_settled(&file, &path)? {
             return Err(LockError::Held {
                 holder: read_holder(&path),
                 path,
             });
         }
         write_holder(&file).map_err(io_error(&path))?;
+        live_run_locks().insert(path);
         Ok(RunLock {
             _file: file,
             dir,
@@ -199,6 +200,45 @@ impl RunLock {
         }
     }
 }
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        live_run_locks().remove(&self.dir.join(RUN_LOCK_FILE));
+    }
+}
+
+/// The run lock files this process holds through a live [`RunLock`]. A lock belongs to
+/// an open file description, and a child forked by any thread shares this process's
+/// descriptions until its `exec` closes them (they are close-on-exec): for that moment
+/// a lock this process already released still looks held. Knowing which locks are
+/// really ours tells that moment apart from a second runtime on the same directory.
+fn live_run_locks() -> std::sync::MutexGuard<'static, std::collections::HashSet<PathBuf>> {
+    static LIVE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<PathBuf>>> =
+        std::sync::OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Takes the run lock without waiting. When the recorded holder is this process but no
+/// live [`RunLock`] of it holds the file, the holder is a child between fork and exec:
+/// retried for up to [`FORK_WINDOW`] instead of reporting a lock nobody holds.
+fn try_lock_settled(file: &File, path: &Path) -> Result<bool, LockError> {
+    let started = std::time::Instant::now();
+    loop {
+        if os::try_lock(file, Mode::Exclusive).map_err(io_error(path))? {
+            return Ok(true);
+        }
+        let ours = read_holder(path).is_some_and(|h| h.pid == std::process::id());
+        if !ours || live_run_locks().contains(path) || started.elapsed() > FORK_WINDOW {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// How long a forked child may hold this process's released lock before its `exec`.
+const FORK_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How a [`crate::Runtime`] holds its run directory.
 #[derive(Debug, Default)]
