@@ -203,6 +203,21 @@ impl Scale {
     }
 }
 
+/// One downsampled curve per step, each in its own colour; the legend's items.
+fn curve_lines(
+    h: &mut String,
+    curves: &[(&str, Vec<(f64, f64)>)],
+    s: &Scale,
+) -> Vec<(String, &'static str)> {
+    let mut items = Vec::new();
+    for (i, (step, points)) in curves.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        polyline(h, "curve", step, colour, &downsample(points, MAX_POINTS), s);
+        items.push((step.to_string(), colour));
+    }
+    items
+}
+
 fn polyline(
     h: &mut String,
     class: &str,
@@ -336,19 +351,7 @@ fn context_chart(h: &mut String, sessions: &[&Session], options: &ReportOptions)
             tokens(value)
         );
     }
-    let mut items = Vec::new();
-    for (i, (step, points)) in curves.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        polyline(
-            h,
-            "curve",
-            step,
-            colour,
-            &downsample(points, MAX_POINTS),
-            &s,
-        );
-        items.push((step.to_string(), colour));
-    }
+    let mut items = curve_lines(h, &curves, &s);
     for (x, y, kind, text, step) in &marks {
         let (class, colour, label) = mark_style(*kind);
         let _ = writeln!(
@@ -427,19 +430,7 @@ fn cost_chart(h: &mut String, sessions: &[Session]) {
         |v| format!("${v:.3}"),
         &format!("秒(共 {})", duration(max_x)),
     );
-    let mut items = Vec::new();
-    for (i, (step, points)) in curves.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        polyline(
-            h,
-            "curve",
-            step,
-            colour,
-            &downsample(points, MAX_POINTS),
-            &s,
-        );
-        items.push((step.to_string(), colour));
-    }
+    let items = curve_lines(h, &curves, &s);
     h.push_str("</svg>\n");
     legend(h, &items);
 }

@@ -485,18 +485,7 @@ impl SessionStore for PostgresStore {
                 .map(|r| (r.get(0), r.get(1), r.get(2)))
                 .collect())
         })?;
-        rows.into_iter()
-            .map(|(session_id, mtime, data)| {
-                let data = serde_json::from_str(&data).map_err(|e| {
-                    self.error(format!("summary of {session_id} is not valid JSON: {e}"))
-                })?;
-                Ok(SessionSummary {
-                    session_id,
-                    mtime,
-                    data,
-                })
-            })
-            .collect()
+        super::summary::parse_summary_rows(rows, |why| self.error(why))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {

@@ -497,21 +497,7 @@ impl SessionStore for SqliteSessionStore {
             stmt.query_map([project_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect()
         })?;
-        rows.into_iter()
-            .map(|(session_id, mtime, data)| {
-                let data = serde_json::from_str(&data).map_err(|e| {
-                    database(
-                        &self.path,
-                        format!("summary of {session_id} is not valid JSON: {e}"),
-                    )
-                })?;
-                Ok(SessionSummary {
-                    session_id,
-                    mtime,
-                    data,
-                })
-            })
-            .collect()
+        super::summary::parse_summary_rows(rows, |why| database(&self.path, why))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {

@@ -7,6 +7,26 @@
 
 use serde_json::{Map, Value};
 
+/// Summary rows as stored (session id, mtime, the JSON text) into
+/// [`SessionSummary`](super::SessionSummary)s;
+/// a row whose JSON does not parse is reported through `bad` (a store's own error).
+pub fn parse_summary_rows(
+    rows: Vec<(String, i64, String)>,
+    bad: impl Fn(String) -> super::StoreError,
+) -> Result<Vec<super::SessionSummary>, super::StoreError> {
+    rows.into_iter()
+        .map(|(session_id, mtime, data)| {
+            let data = serde_json::from_str(&data)
+                .map_err(|e| bad(format!("summary of {session_id} is not valid JSON: {e}")))?;
+            Ok(super::SessionSummary {
+                session_id,
+                mtime,
+                data,
+            })
+        })
+        .collect()
+}
+
 /// The longest first prompt kept, in characters; longer ones are cut and get `…`.
 pub const FIRST_PROMPT_MAX_CHARS: usize = 200;
 
