@@ -204,11 +204,7 @@ fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
         banner.contains("干活上下文 5.1K · 第 2 代 · 第 2 次唤醒"),
         "{banner}"
     );
-    let resumed = server.requests()[before..]
-        .iter()
-        .find(|r| agent_of(r) == Agent::Coordinator)
-        .cloned()
-        .unwrap();
+    let resumed = first_coordinator_request(&server, before);
     assert!(is_successor(&resumed), "woke into the retired session");
     assert_eq!(project.work_session(), successor_id);
 
@@ -332,11 +328,7 @@ fn a_wake_into_a_session_over_the_threshold_hands_off_before_any_request() {
         stdout.contains("== 干活 换代 → 第 2 代 (上下文 131.1K) =="),
         "{stdout}"
     );
-    let next = server.requests()[before..]
-        .iter()
-        .find(|r| agent_of(r) == Agent::Coordinator)
-        .cloned()
-        .unwrap();
+    let next = first_coordinator_request(&server, before);
     assert!(is_successor(&next), "the over-long session got a request");
     assert!(!server.requests().iter().any(asks_for_handoff));
     assert!(project.read(DOC).contains(MECHANICAL_MARK));
@@ -488,11 +480,7 @@ fn killed_after_the_successors_first_prompt_the_wake_continues_the_successor() {
         "{stdout}"
     );
     assert!(!stdout.contains("换代"), "handed off twice: {stdout}");
-    let next = server.requests()[before..]
-        .iter()
-        .find(|r| agent_of(r) == Agent::Coordinator)
-        .cloned()
-        .unwrap();
+    let next = first_coordinator_request(&server, before);
     assert!(is_successor(&next), "woke into the retired session");
     assert_eq!(project.work_session(), successor);
 }
@@ -504,11 +492,7 @@ fn killed_during_the_successors_first_turn_the_wake_continues_the_successor() {
     let before = server.request_count();
     let stdout = wake_and_check(&project, &server);
     assert!(!stdout.contains("换代"), "handed off twice: {stdout}");
-    let next = server.requests()[before..]
-        .iter()
-        .find(|r| agent_of(r) == Agent::Coordinator)
-        .cloned()
-        .unwrap();
+    let next = first_coordinator_request(&server, before);
     assert!(is_successor(&next));
     // Its Read of the checklist survived the kill.
     assert!(
@@ -564,4 +548,13 @@ fn a_full_sub_agent_is_asked_to_report_now_and_the_judge_fails_clearly() {
     assert!(round2.is_some(), "no clear verdict reached 干活");
     let steps = project.steps();
     assert!(steps.contains(&"干活#round2".to_string()), "{steps:?}");
+}
+
+/// The coordinator's first request since request number `since`.
+fn first_coordinator_request(server: &FakeServer, since: usize) -> Recorded {
+    server.requests()[since..]
+        .iter()
+        .find(|r| agent_of(r) == Agent::Coordinator)
+        .cloned()
+        .expect("the coordinator was asked")
 }
