@@ -6,6 +6,7 @@
 //! official SDK's model list (anthropic-sdk-python `types/model_param.py`, 2026-08-07)
 //! and the models released since. `cache_write` is the price of a 5-minute cache write
 //! (what flower asks for), `cache_write_1h` of a 1-hour one.
+//! Sonnet 5.5's cache reads follow the cut of 2026-10-07 ($0.20 → $0.10, 0.05× input).
 //!
 //! # The price file format
 //!
@@ -29,8 +30,10 @@
 //!
 //! `FLOWER_PRICES=/path/to/prices.json` names a file of that format; its entries are
 //! merged over the built-in table (a model it names gets its prices, the others keep
-//! the built-in ones). A file that cannot be read or parsed is reported once on stderr
-//! and the built-in table is used.
+//! the built-in ones). The binary validates it with the rest of its configuration: a
+//! file that cannot be read or parsed exits 2 before any request. A library user who
+//! never [`install`]s a table gets the lenient fallback of [`table`]: the problem
+//! reported once on stderr, the built-in table used.
 //!
 //! # Lookup
 //!
