@@ -242,7 +242,9 @@ fn open_ro(db: &Path) -> Result<Option<SqliteSessionStore>, String> {
 /// A store error as one line that names the database file.
 fn describe(e: &StoreError, db: &Path) -> String {
     match e {
-        StoreError::Database { .. } | StoreError::NewerSchema { .. } => e.to_string(),
+        StoreError::Database { .. }
+        | StoreError::Unavailable { .. }
+        | StoreError::NewerSchema { .. } => e.to_string(),
         _ => format!("{e} (database {})", db.display()),
     }
 }
