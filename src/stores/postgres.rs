@@ -608,6 +608,12 @@ impl PostgresStore {
         let (run_key, run) = (run_key.to_string(), run.to_string());
         self.call(move |c| {
             let mut tx = c.transaction()?;
+            // One merge of a run at a time: each then sees every merge before it, so
+            // the mirror written from its answer is never missing a committed row.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('manifest/' || $1, 0))",
+                &[&run_key],
+            )?;
             tx.execute(
                 "DELETE FROM flower_manifest WHERE run_key = $1 AND run = $2",
                 &[&run_key, &run],
