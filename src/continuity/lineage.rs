@@ -51,6 +51,8 @@ pub struct Lineage {
     steps: BTreeMap<String, String>,
     /// With a shared database, the truth; `lineage.json` is then its mirror.
     shared: Option<SharedRun>,
+    /// A database write failed: the next one sends every step, not only its own.
+    unsynced: bool,
 }
 
 /// Whether `name` is a plain step name, the only kind lineage remembers: not an attempt
@@ -71,6 +73,7 @@ impl Lineage {
             woke: 0,
             steps: BTreeMap::new(),
             shared: None,
+            unsynced: false,
         }
     }
 
@@ -181,9 +184,16 @@ impl Lineage {
         }
         self.steps.insert(step.to_owned(), session_id.to_owned());
         let saved = match &self.shared {
+            Some(shared) if self.unsynced => self
+                .steps
+                .iter()
+                .all(|(step, id)| shared.remember(step, id).is_ok()),
             Some(shared) => shared.remember(step, session_id).is_ok(),
             None => true,
         };
+        if self.shared.is_some() {
+            self.unsynced = !saved;
+        }
         // The mirror follows even when the database write failed: the person reading
         // it sees what this process knows.
         self.save().is_ok() && saved

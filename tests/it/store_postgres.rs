@@ -81,6 +81,15 @@ fn a_refused_connection_is_fatal_before_any_request() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot open the store"), "{err}");
     assert!(server.requests().is_empty());
+
+    // The pipeline too: before any request, and before anything is written.
+    let out = flower_in(&server, dir.path(), &["写个脚本", "--store", &refused]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nobody_flower_role"), "{err}");
+    assert!(server.requests().is_empty());
+    assert!(!dir.path().join("runs/lineage.json").exists());
+    assert!(!dir.path().join("runs/manifest.json").exists());
 }
 
 #[test]
