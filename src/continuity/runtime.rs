@@ -2,9 +2,10 @@
 //!
 //! A [`Runtime`] runs agent sessions as steps: each [`Runtime::run_step`] is one step
 //! attempt, retried through [`Resilience`] (waiting out an outage, resuming the same
-//! session), and recorded as a row of `runs/manifest.json`. The store is always the
-//! [`PruningSessionStore`] over `runs/sessions.db`, so a resumed session is never fed
-//! the errors of a retry storm.
+//! session), and recorded as a row of `runs/manifest.json` (or of the run's manifest in
+//! a shared database, [`RuntimeOptions::shared_run`]). The store is always a
+//! [`PruningSessionStore`] (over `runs/sessions.db` unless another store is given), so a
+//! resumed session is never fed the errors of a retry storm.
 
 use super::handoff::{self, HandoffOptions, MechanicalInput};
 use super::lineage::Lineage;
