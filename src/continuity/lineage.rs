@@ -184,16 +184,13 @@ impl Lineage {
         }
         self.steps.insert(step.to_owned(), session_id.to_owned());
         let saved = match &self.shared {
-            Some(shared) if self.unsynced => self
-                .steps
-                .iter()
-                .all(|(step, id)| shared.remember(step, id).is_ok()),
-            Some(shared) => shared.remember(step, session_id).is_ok(),
+            Some(_) if self.unsynced => self.sync(),
+            Some(shared) => {
+                self.unsynced = shared.remember(step, session_id).is_err();
+                !self.unsynced
+            }
             None => true,
         };
-        if self.shared.is_some() {
-            self.unsynced = !saved;
-        }
         // The mirror follows even when the database write failed: the person reading
         // it sees what this process knows.
         self.save().is_ok() && saved
@@ -208,8 +205,24 @@ impl Lineage {
             Some(Ok(woke)) => woke,
             _ => self.woke + 1,
         };
+        if self.unsynced {
+            self.sync();
+        }
         let _ = self.save();
         self.woke
+    }
+
+    /// Sends every step to the shared database after a failed write; whether it took.
+    fn sync(&mut self) -> bool {
+        let Some(shared) = &self.shared else {
+            return true;
+        };
+        let ok = self
+            .steps
+            .iter()
+            .all(|(step, id)| shared.remember(step, id).is_ok());
+        self.unsynced = !ok;
+        ok
     }
 
     /// Writes the lineage atomically: `lineage.json.tmp`, fsync, rename over
