@@ -87,6 +87,11 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let Some(run_lock) = take_run_lock(&args.run_dir, args.wait)? else {
         return Ok(ExitCode::from(EXIT_LOCKED));
     };
+    // And across hosts: the run in the database, for this process's whole life.
+    let _held = match shared.map(|run| hold_shared(run, args.wait)).transpose()? {
+        Some(None) => return Ok(ExitCode::from(EXIT_LOCKED)),
+        held => held,
+    };
     if let Err(code) = check_sessions_free(&args, &workspace, shared) {
         return Ok(code);
     }
@@ -398,6 +403,56 @@ fn take_run_lock(run_dir: &Path, wait: bool) -> anyhow::Result<Option<RunLock>> 
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// How long a run held in the database is waited for before it counts as busy: a
+/// process just killed on another host takes the server a moment to notice.
+const HOLD_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Holds the shared run for this process; `None` (its line printed) when another
+/// process, on any host, holds it and `--wait` was not given.
+fn hold_shared(run: &SharedRun, wait: bool) -> anyhow::Result<Option<Box<dyn Send>>> {
+    let me = format!(
+        "{} pid {},{} 起",
+        hostname(),
+        std::process::id(),
+        chrono::Local::now().format("%H:%M")
+    );
+    let busy = |holder: Option<String>| {
+        format!(
+            "另一个 flower 正在跑运行 {}({})",
+            run.run_key(),
+            holder.as_deref().unwrap_or("不知道是谁")
+        )
+    };
+    let refused = |e| {
+        anyhow::anyhow!("cannot hold the run in the store: {e}\nNothing was sent to the model.")
+    };
+    match run.hold(&me, Some(HOLD_GRACE)).map_err(refused)? {
+        Ok(guard) => Ok(Some(guard)),
+        Err(holder) if wait => {
+            eprintln!("flower: {},等它结束……", busy(holder));
+            match run.hold(&me, None).map_err(refused)? {
+                Ok(guard) => Ok(Some(guard)),
+                Err(holder) => {
+                    eprintln!("flower: {}", busy(holder));
+                    Ok(None)
+                }
+            }
+        }
+        Err(holder) => {
+            eprintln!("flower: {}。等它跑完再接着做:flower --wait", busy(holder));
+            Ok(None)
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "?".into())
 }
 
 /// `另一个 flower 正在这里运行(pid N,HH:MM 起)`

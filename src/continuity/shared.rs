@@ -24,12 +24,13 @@
 //! before anything is written, so that a variable left set in a shell never continues
 //! another project's conversation here.
 
-use crate::stores::postgres::{PostgresStore, RunRow};
+use crate::stores::postgres::{Leased, PostgresStore, RunRow};
 use crate::stores::{StoreError, project_key};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Where a run's state lives when it is not (only) in the run directory's files.
 pub trait RunStateStore: Send + Sync {
@@ -52,7 +53,15 @@ pub trait RunStateStore: Send + Sync {
         rows: &[Value],
     ) -> Result<Vec<Value>, StoreError>;
     fn manifest(&self, run_key: &str) -> Result<Vec<Value>, StoreError>;
+    /// Holds the run for this process, across hosts, until the guard is dropped (or the
+    /// process dies), waiting up to `wait` (`None`: for ever) for another holder;
+    /// `Err(holder)` when another process still holds it, with what it said about
+    /// itself.
+    fn hold(&self, run_key: &str, holder: &str, wait: Option<Duration>) -> HoldResult;
 }
+
+/// What [`RunStateStore::hold`] gives: the guard, or who holds the run.
+pub type HoldResult = Result<Result<Box<dyn Send>, Option<String>>, StoreError>;
 
 impl RunStateStore for PostgresStore {
     fn find_run(&self, run_key: &str) -> Result<Option<RunRow>, StoreError> {
@@ -92,6 +101,13 @@ impl RunStateStore for PostgresStore {
 
     fn manifest(&self, run_key: &str) -> Result<Vec<Value>, StoreError> {
         parse_rows(self.manifest_rows(run_key)?)
+    }
+
+    fn hold(&self, run_key: &str, holder: &str, wait: Option<Duration>) -> HoldResult {
+        Ok(match self.lease_run(run_key, holder, wait)? {
+            Leased::Held(lease) => Ok(Box::new(lease)),
+            Leased::Busy(holder) => Err(holder),
+        })
     }
 }
 
@@ -246,6 +262,11 @@ impl SharedRun {
 
     pub fn manifest(&self) -> Result<Vec<Value>, StoreError> {
         self.store.manifest(&self.row.run_key)
+    }
+
+    /// See [`RunStateStore::hold`].
+    pub fn hold(&self, holder: &str, wait: Option<Duration>) -> HoldResult {
+        self.store.hold(&self.row.run_key, holder, wait)
     }
 }
 

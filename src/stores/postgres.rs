@@ -74,6 +74,7 @@ const MIGRATIONS: [&str; 2] = ["
         project_key TEXT    NOT NULL,
         workspace   TEXT    NOT NULL,
         woke        BIGINT  NOT NULL DEFAULT 0,
+        holder      TEXT,
         created_at  BIGINT  NOT NULL,
         updated_at  BIGINT  NOT NULL
     );
@@ -648,6 +649,127 @@ impl PostgresStore {
             .map(|r| r.get(0))
             .collect())
         })
+    }
+}
+
+/// A run held by this process across hosts: a session-level advisory lock on a
+/// connection of its own, released when the lease is dropped, or by the server when the
+/// process dies (its connection closes; for a host that vanishes, the keepalives below
+/// end its connection within about a minute).
+pub struct RunLease {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for RunLease {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What [`PostgresStore::lease_run`] found.
+pub enum Leased {
+    Held(RunLease),
+    /// Another process holds the run: what it wrote about itself, if anything.
+    Busy(Option<String>),
+}
+
+impl PostgresStore {
+    /// Takes the run `run_key` for this process, recording `holder` (who is running it)
+    /// beside it. Waits up to `wait` for a holder to let go (`None`: for ever) — a
+    /// process that was just killed may take the server a moment to notice.
+    pub fn lease_run(
+        &self,
+        run_key: &str,
+        holder: &str,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Leased, StoreError> {
+        let (config, run_key, holder) = (
+            self.url.config.clone(),
+            run_key.to_string(),
+            holder.to_string(),
+        );
+        let (answer_tx, answer) =
+            mpsc::channel::<Result<Option<Option<String>>, ::postgres::Error>>();
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("flower-pg-lease".into())
+            .spawn(move || {
+                let run = || -> Result<Option<(Client, Option<String>)>, ::postgres::Error> {
+                    let mut c = config.connect(NoTls)?;
+                    c.batch_execute(
+                        "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
+                         SET tcp_keepalives_count = 3",
+                    )?;
+                    let deadline = wait.map(|w| std::time::Instant::now() + w);
+                    loop {
+                        let got: bool = c
+                            .query_one(
+                                "SELECT pg_try_advisory_lock(hashtextextended('run/' || $1, 0))",
+                                &[&run_key],
+                            )?
+                            .get(0);
+                        if got {
+                            c.execute(
+                                "UPDATE flower_runs SET holder = $2 WHERE run_key = $1",
+                                &[&run_key, &holder],
+                            )?;
+                            return Ok(Some((c, None)));
+                        }
+                        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                            let held: Option<String> = c
+                                .query_opt(
+                                    "SELECT holder FROM flower_runs WHERE run_key = $1",
+                                    &[&run_key],
+                                )?
+                                .and_then(|r| r.get(0));
+                            return Ok(Some((c, held)));
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                };
+                match run() {
+                    Ok(Some((mut c, None))) => {
+                        let _ = answer_tx.send(Ok(None));
+                        // Held until the lease is dropped (the sender goes away).
+                        let _ = stopped.recv();
+                        let _ = c.execute(
+                            "UPDATE flower_runs SET holder = NULL WHERE run_key = $1 AND holder = $2",
+                            &[&run_key, &holder],
+                        );
+                        let _ = c.query_one(
+                            "SELECT pg_advisory_unlock(hashtextextended('run/' || $1, 0))",
+                            &[&run_key],
+                        );
+                    }
+                    Ok(Some((_, held))) => {
+                        let _ = answer_tx.send(Ok(Some(held)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = answer_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+        match answer.recv() {
+            Ok(Ok(None)) => Ok(Leased::Held(RunLease {
+                stop: Some(stop),
+                thread: Some(thread),
+            })),
+            Ok(Ok(Some(held))) => {
+                let _ = thread.join();
+                Ok(Leased::Busy(held))
+            }
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(self.error(describe(&e)))
+            }
+            Err(_) => Err(self.error("the database thread stopped")),
+        }
     }
 }
 

@@ -163,6 +163,57 @@ fn two_hosts_with_one_run_key_continue_the_same_work_session() {
     assert_eq!(host_b.json("runs/lineage.json")["woke"], 2);
 }
 
+/// One run, one process, across hosts: while host A runs K, host B's `flower --run-key
+/// K` stops with one line naming A (exit 3), sends nothing and writes no lineage or
+/// manifest; once A is done, the run is free again.
+#[test]
+fn a_run_held_on_one_host_is_refused_on_another() {
+    let Some(url) = pg::fresh_url() else { return };
+    let host_a = Project::with("a/proj", ONE_ATTEMPT);
+    let host_b = Project::with("b/proj", ONE_ATTEMPT);
+    let script = Script::new(0);
+    let gate = Gate::new();
+    let server = {
+        let script = script.clone();
+        let gate = gate.clone();
+        let held = AtomicUsize::new(0);
+        FakeServer::with_handler(move |req, _| {
+            if agent_of(req) == Agent::Coordinator && held.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Reply::text("先停一下").gate_before(&gate);
+            }
+            script.reply(req)
+        })
+    };
+    let mut a = host_a
+        .command(
+            &server,
+            &["写个 hello 脚本", "--store", &url, "--run-key", "k"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(TIMEOUT), "干活 was never asked");
+    let asked = server.request_count();
+    let out = host_b.run(&server, &["--store", &url, "--run-key", "k"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(said.contains("另一个 flower 正在跑运行 k"), "{said}");
+    assert!(said.contains(&format!("pid {}", a.id())), "{said}");
+    assert_eq!(server.request_count(), asked, "B sent nothing");
+    assert!(!host_b.dir.join("runs/lineage.json").exists());
+    assert!(!host_b.dir.join("runs/manifest.json").exists());
+
+    gate.open();
+    assert!(a.wait().unwrap().success());
+    let store = open(&url);
+    let free = store.lease_run("k", "test", Some(Duration::ZERO)).unwrap();
+    assert!(
+        matches!(free, flower::stores::postgres::Leased::Held(_)),
+        "A let go of the run when it ended"
+    );
+}
+
 /// A run key that only comes from `FLOWER_RUN_KEY` and names a run begun in another
 /// workspace is refused before anything is sent or written (exit 2, one line saying
 /// how to mean it); `--run-key` with the same name continues it.
