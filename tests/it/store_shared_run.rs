@@ -593,3 +593,59 @@ fn a_database_outage_mid_run_is_waited_out_and_the_session_resumed() {
         "{all}"
     );
 }
+
+/// A database of schema version 1 (transcripts only) is migrated in place: its
+/// transcripts stay, the run tables appear.
+#[test]
+fn a_version_1_database_is_migrated_and_keeps_its_transcripts() {
+    let Some(url) = pg::fresh_url() else { return };
+    let key = SessionKey::main("-p", "s");
+    {
+        let store = open(&url);
+        store
+            .append(&key, &[serde_json::json!({"type": "user", "uuid": "u1"})])
+            .unwrap();
+    }
+    // Back to what version 1 had.
+    pg::execute(
+        &url,
+        "DROP TABLE flower_manifest, flower_lineage, flower_runs; \
+         UPDATE flower_meta SET value = '1' WHERE key = 'schema_version';",
+    );
+    let store = open(&url);
+    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+    let dir = TempDir::new().unwrap();
+    let run = SharedRun::open(store.clone(), dir.path(), None)
+        .unwrap()
+        .unwrap();
+    run.remember("干活", "s").unwrap();
+    assert_eq!(run.lineage().unwrap().1["干活"], "s");
+}
+
+/// `/new` on a shared run: the database forgets the steps and wakes (the mirror is
+/// archived like the file), so the next process starts fresh on every host.
+#[test]
+fn archiving_a_shared_lineage_resets_it_in_the_database() {
+    let Some(url) = pg::fresh_url() else { return };
+    let store = open(&url);
+    let dir = TempDir::new().unwrap();
+    let run_dir = dir.path().join("runs");
+    let run = SharedRun::open(store.clone(), dir.path(), Some(&named("n", true)))
+        .unwrap()
+        .unwrap();
+    let mut lineage =
+        flower::Lineage::load_shared(&run_dir, dir.path(), run.clone(), |_| Ok(true)).unwrap();
+    assert_eq!(lineage.wake(), 1);
+    assert!(lineage.remember("干活", "s-1"));
+    let mirror: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("lineage.json")).unwrap())
+            .unwrap();
+    assert_eq!(mirror["steps"]["干活"], "s-1");
+    assert_eq!(mirror["woke"], 1);
+    let into = dir.path().join("notes/archive/x");
+    lineage.archive(&into, &[]).unwrap();
+    assert!(into.join("lineage.json").exists());
+    assert_eq!(run.lineage().unwrap(), (0, BTreeMap::new()));
+    let again = flower::Lineage::load_shared(&run_dir, dir.path(), run, |_| Ok(true)).unwrap();
+    assert!(again.steps().is_empty());
+}
