@@ -904,8 +904,22 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
             let code = code.code();
             code.starts_with("08") || code.starts_with("57P") || code == "53300"
         }
-        // No SQLSTATE: an I/O error, a closed connection or a timed-out connect.
-        None => e.as_db_error().is_none(),
+        // No SQLSTATE: the connection failed (I/O, closed, timed out), or something
+        // local went wrong (a type conversion): only the first kind is worth a wait.
+        None => {
+            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+            let text = e.to_string();
+            e.is_closed()
+                || io
+                || [
+                    "error connecting",
+                    "error communicating",
+                    "timeout",
+                    "connection closed",
+                ]
+                .iter()
+                .any(|t| text.starts_with(t))
+        }
     }
 }
 
