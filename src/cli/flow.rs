@@ -100,14 +100,14 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         archive(&workspace, &args.run_dir, shared)?;
     }
     let state = wake_state_of(&workspace, &args.run_dir, store.as_deref(), shared);
-    let context = Where {
+    let at = Where {
         workspace: &workspace,
         run_dir: &args.run_dir,
         store: store.as_deref(),
         shared,
     };
-    announce(&renderer, &args, &context, &state, &config.sandbox);
-    let intent = match decide_intent(&context, &state, said, interactive).await? {
+    announce(&renderer, &args, &at, &state, &config.sandbox);
+    let intent = match decide_intent(&at, &state, said, interactive).await? {
         Ok(intent) => intent,
         Err(code) => return Ok(code),
     };
@@ -177,8 +177,10 @@ async fn ask_before_lock(
     said: Option<String>,
     interactive: bool,
 ) -> OrExit<Option<String>> {
-    let state = || wake_state_of(workspace, &args.run_dir, store, shared);
-    if said.is_some() || args.new || resumable(&state()) {
+    if said.is_some()
+        || args.new
+        || resumable(&wake_state_of(workspace, &args.run_dir, store, shared))
+    {
         return Ok(said);
     }
     if !interactive {
