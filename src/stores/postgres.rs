@@ -554,19 +554,15 @@ impl PostgresStore {
             session_id.to_string(),
         );
         self.call(move |c| {
-            let now = now_ms();
-            let mut tx = c.transaction()?;
-            tx.execute(
-                "INSERT INTO flower_lineage (run_key, step, session_id, updated_at) \
+            // One statement, so one round trip and one commit.
+            c.execute(
+                "WITH touched AS (UPDATE flower_runs SET updated_at = $4 WHERE run_key = $1) \
+                 INSERT INTO flower_lineage (run_key, step, session_id, updated_at) \
                  VALUES ($1, $2, $3, $4) ON CONFLICT (run_key, step) \
                  DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
-                &[&run_key, &step, &session_id, &now],
+                &[&run_key, &step, &session_id, &now_ms()],
             )?;
-            tx.execute(
-                "UPDATE flower_runs SET updated_at = $2 WHERE run_key = $1",
-                &[&run_key, &now],
-            )?;
-            tx.commit()
+            Ok(())
         })
     }
 
@@ -619,11 +615,12 @@ impl PostgresStore {
                 "DELETE FROM flower_manifest WHERE run_key = $1 AND run = $2",
                 &[&run_key, &run],
             )?;
-            let insert =
-                tx.prepare("INSERT INTO flower_manifest (run_key, run, data) VALUES ($1, $2, $3)")?;
-            for row in &rows {
-                tx.execute(&insert, &[&run_key, &run, row])?;
-            }
+            // All rows in one statement, ids in their order.
+            tx.execute(
+                "INSERT INTO flower_manifest (run_key, run, data) \
+                 SELECT $1, $2, d FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) ORDER BY n",
+                &[&run_key, &run, &rows],
+            )?;
             let all = tx
                 .query(
                     "SELECT data FROM flower_manifest WHERE run_key = $1 ORDER BY id",
