@@ -1,7 +1,9 @@
 //! PostgreSQL store figures next to SQLite's, in the same run
 //! (`cargo bench --bench store_postgres`): single durable append (median, p99),
 //! batched append throughput, pruned load of a 10,000-entry session, `wake_state`, and
-//! one whole `flower once` turn against the fake Messages API.
+//! one whole `flower once` turn against the fake Messages API; then a run's state:
+//! lineage's write of one step and a manifest write with 200 other rows, in the run
+//! directory's files and in the database (a `SharedRun`).
 //!
 //! Needs a server: `FLOWER_TEST_POSTGRES_URL` (`.ci/postgres.sh` starts one on
 //! loopback). Without it the PostgreSQL column is skipped with a printed reason.
@@ -186,6 +188,63 @@ fn row(name: &str, f: &Figures, once: Duration) {
     );
 }
 
+/// Median and p99 of lineage's write of one step, and of a manifest write (one row
+/// recorded) with 200 rows of another process already there.
+fn run_state(
+    dir: &Path,
+    shared: Option<flower::continuity::shared::SharedRun>,
+) -> (Duration, Duration, Duration, Duration) {
+    use flower::continuity::manifest::{Manifest, StepResult, new_run_id};
+    let run_dir = dir.join("runs");
+    let mut lineage = match &shared {
+        Some(run) => Lineage::load_shared(&run_dir, dir, run.clone(), |_| Ok(true)).unwrap(),
+        None => Lineage::empty(&run_dir, dir),
+    };
+    let mut remember: Vec<Duration> = (0..200)
+        .map(|i| {
+            let start = Instant::now();
+            lineage.remember("干活", &format!("session-{i}"));
+            start.elapsed()
+        })
+        .collect();
+    let manifest = |run_id: String| match &shared {
+        Some(run) => Manifest::shared(&run_dir, run_id, run.clone()),
+        None => Manifest::new(&run_dir, run_id),
+    };
+    let mut other = manifest(new_run_id());
+    for i in 0..200 {
+        let mut result = StepResult::started(&format!("别人{i}"));
+        result.finish();
+        other.record(&result).unwrap();
+    }
+    let mut mine = manifest(new_run_id());
+    let mut record: Vec<Duration> = (0..100)
+        .map(|i| {
+            let mut result = StepResult::started(&format!("步骤{i}"));
+            result.finish();
+            let start = Instant::now();
+            mine.record(&result).unwrap();
+            start.elapsed()
+        })
+        .collect();
+    (
+        percentile(&mut remember, 0.5),
+        percentile(&mut remember, 0.99),
+        percentile(&mut record, 0.5),
+        percentile(&mut record, 0.99),
+    )
+}
+
+fn state_row(name: &str, (a, b, c, d): (Duration, Duration, Duration, Duration)) {
+    println!(
+        "{name:<10} {:>14.3} {:>9.3} {:>14.3} {:>9.3}",
+        ms(a),
+        ms(b),
+        ms(c),
+        ms(d)
+    );
+}
+
 fn main() {
     println!("flower PostgreSQL store benchmark, next to SQLite (times in ms)");
     if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
@@ -208,4 +267,19 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let figures = measure(&pg, dir.path(), Some(&pg));
     row("postgres", &figures, once_turn(Some(&url)));
+
+    println!();
+    println!(
+        "{:<10} {:>14} {:>9} {:>14} {:>9}",
+        "run state", "lineage step", "p99", "manifest row", "p99"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    state_row("files", run_state(dir.path(), None));
+    let dir = tempfile::tempdir().unwrap();
+    let pg = std::sync::Arc::new(pg);
+    let run = flower::continuity::shared::SharedRun::open(pg, dir.path(), None)
+        .unwrap()
+        .unwrap();
+    // Each write also replaces the mirror file, as a run does.
+    state_row("postgres", run_state(dir.path(), Some(run)));
 }

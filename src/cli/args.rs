@@ -58,6 +58,11 @@ pub struct FlowArgs {
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 
+    /// The run's name in a shared store, for hosts that mount the workspace at
+    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
+    #[arg(long, value_name = "NAME")]
+    pub run_key: Option<String>,
+
     /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
@@ -193,4 +198,9 @@ pub struct StateArgs {
     /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
+
+    /// The run's name in a shared store, for hosts that mount the workspace at
+    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
+    #[arg(long, value_name = "NAME")]
+    pub run_key: Option<String>,
 }

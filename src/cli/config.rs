@@ -12,6 +12,7 @@ use super::model_config::{ModelFlags, SettingsError, model_settings};
 use flower::continuity::handoff::{self, HandoffOptions, Threshold};
 use flower::continuity::resilience::Resilience;
 use flower::continuity::runtime::RuntimeOptions;
+use flower::continuity::shared::{RunName, RunStateStore, check_run_name};
 use flower::model::ModelClient;
 use flower::model::anthropic::{AnthropicClient, ClientConfig, DEFAULT_IDLE_TIMEOUT};
 use flower::model::prices::{self, PriceTable};
@@ -43,6 +44,9 @@ pub struct Config {
     /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in
     /// `runs/sessions.db`.
     pub store: Option<PostgresUrl>,
+    /// The run's name in the shared store (`--run-key`, else `FLOWER_RUN_KEY`); `None`:
+    /// the workspace's project key. Needs a PostgreSQL store.
+    pub run_key: Option<RunName>,
     /// Extended thinking budget (`--thinking`, `MAX_THINKING_TOKENS`).
     pub thinking_budget: Option<u32>,
     /// The prompt cache's lifetime pruning respects (`FLOWER_CACHE_TTL`); `None`: every
@@ -125,6 +129,7 @@ impl Config {
             Some(raw) => parse_store(&raw)
                 .map_err(|why| ConfigError(format!("FLOWER_STORE={}: {why}", shown_store(&raw))))?,
         };
+        let run_key = run_name(get("FLOWER_RUN_KEY").as_deref(), false)?;
         let mut client = settings.client;
         client.idle_timeout = idle_timeout;
         let model = flags
@@ -173,7 +178,19 @@ impl Config {
             handoff,
             handoff_env,
             store,
+            run_key,
         })
+    }
+
+    /// `--run-key` (which wins over `FLOWER_RUN_KEY`, and may continue a run begun in
+    /// another workspace) applied, then checked: a run key needs a PostgreSQL store.
+    /// Call after [`Config::with_store_flag`].
+    pub fn with_run_key_flag(mut self, flag: Option<&str>) -> Result<Config, ConfigError> {
+        if let Some(name) = run_name(flag, true)? {
+            self.run_key = Some(name);
+        }
+        check_run_key_store(self.run_key.as_ref(), self.store.as_ref())?;
+        Ok(self)
     }
 
     /// Applies the sandbox flags (they win over the settings) and checks the result:
@@ -244,6 +261,21 @@ impl Config {
         Ok(Some(Arc::new(store)))
     }
 
+    /// [`Config::open_store`], and the same database as the store of the run's
+    /// lineage and manifest (`None` with SQLite).
+    pub fn open_stores(&self) -> anyhow::Result<Stores> {
+        let Some(url) = &self.store else {
+            return Ok(Stores::default());
+        };
+        let store = Arc::new(PostgresStore::open(url).map_err(|e| {
+            anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+        })?);
+        Ok(Stores {
+            sessions: Some(store.clone()),
+            runs: Some(store),
+        })
+    }
+
     /// The model client this configuration describes; also installs the price table.
     /// Errors (a base URL that is not one, a price file that cannot be read) are
     /// configuration errors: nothing has been sent yet.
@@ -292,12 +324,62 @@ pub fn store_from_env(flag: Option<&str>) -> Result<Option<PostgresUrl>, ConfigE
     }
 }
 
-/// Opens a chosen PostgreSQL store (connects, checks credentials and schema).
-pub fn open_postgres(url: &PostgresUrl) -> anyhow::Result<Arc<dyn SessionStore>> {
-    let store = PostgresStore::open(url).map_err(|e| {
-        anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
-    })?;
-    Ok(Arc::new(store))
+/// The stores a command opened: `None`s for the default SQLite files.
+#[derive(Default, Clone)]
+pub struct Stores {
+    pub sessions: Option<Arc<dyn SessionStore>>,
+    pub runs: Option<Arc<dyn RunStateStore>>,
+}
+
+/// The run key chosen by `--run-key` (`flag`), else `FLOWER_RUN_KEY`, for commands that
+/// need no model (`flower state`), checked against the chosen store.
+pub fn run_key_from_env(
+    flag: Option<&str>,
+    store: Option<&PostgresUrl>,
+) -> Result<Option<RunName>, ConfigError> {
+    let name = match run_name(flag, true)? {
+        Some(name) => Some(name),
+        None => run_name(
+            std::env::var("FLOWER_RUN_KEY")
+                .ok()
+                .as_deref()
+                .map(str::trim)
+                .filter(|v| !v.is_empty()),
+            false,
+        )?,
+    };
+    check_run_key_store(name.as_ref(), store)?;
+    Ok(name)
+}
+
+/// A run key as given (`adopt`: on the command line), checked.
+fn run_name(raw: Option<&str>, adopt: bool) -> Result<Option<RunName>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let name = raw.trim();
+    let what = if adopt { "--run-key" } else { "FLOWER_RUN_KEY" };
+    check_run_name(name).map_err(|why| ConfigError(format!("{what} {name:?}: {why}")))?;
+    Ok(Some(RunName {
+        name: name.to_string(),
+        adopt,
+    }))
+}
+
+fn check_run_key_store(
+    name: Option<&RunName>,
+    store: Option<&PostgresUrl>,
+) -> Result<(), ConfigError> {
+    match (name, store) {
+        (Some(name), None) => Err(ConfigError(format!(
+            "{} {}: a run key names a run in a shared database; it needs --store postgres://… (or FLOWER_STORE)",
+            if name.adopt {
+                "--run-key"
+            } else {
+                "FLOWER_RUN_KEY"
+            },
+            name.name
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// `sqlite` (the default store) → `None`; a PostgreSQL URL → `Some`.

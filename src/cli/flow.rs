@@ -10,19 +10,20 @@ use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
 use super::tilde;
+use flower::WakeState;
 use flower::continuity::handoff;
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use flower::continuity::notes;
 use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
+use flower::continuity::shared::{SharedRun, SharedRunError};
 use flower::continuity::signals;
-use flower::continuity::wake::{session_context, session_generation};
+use flower::continuity::wake::{context_in, session_context, session_generation, wake_state_of};
 use flower::engine::Interrupt;
-use flower::stores::SessionStore;
+use flower::stores::{SessionKey, SessionStore};
 use flower::tools::sandbox::SandboxPolicy;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
 use flower::workflow::{Context, WorkflowError};
-use flower::{WakeState, wake_state_in};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -52,8 +53,15 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
     let config = load_config(&args)?;
     let mut base_options = config.runtime_options()?;
-    let store = config.open_store()?;
+    let stores = config.open_stores()?;
+    let store = stores.sessions.clone();
     base_options.store = store.clone();
+    let shared = match open_shared(&stores, &workspace, &config)? {
+        Ok(shared) => shared,
+        Err(code) => return Ok(code),
+    };
+    base_options.shared_run = shared.clone();
+    let shared = shared.as_ref();
     let renderer = Renderer::new(true);
     renderer.set_window(
         config
@@ -61,7 +69,16 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
             .window_for(&config.model.client.default_model),
     );
 
-    let said = match ask_before_lock(&args, &workspace, store.as_deref(), said, interactive).await {
+    let said = match ask_before_lock(
+        &args,
+        &workspace,
+        store.as_deref(),
+        shared,
+        said,
+        interactive,
+    )
+    .await
+    {
         Ok(said) => said,
         Err(code) => return Ok(code),
     };
@@ -70,16 +87,27 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     let Some(run_lock) = take_run_lock(&args.run_dir, args.wait)? else {
         return Ok(ExitCode::from(EXIT_LOCKED));
     };
-    if let Err(code) = check_sessions_free(&args, &workspace) {
+    // And across hosts: the run in the database, for this process's whole life.
+    let _held = match shared.map(|run| hold_shared(run, args.wait)).transpose()? {
+        Some(None) => return Ok(ExitCode::from(EXIT_LOCKED)),
+        held => held,
+    };
+    if let Err(code) = check_sessions_free(&args, &workspace, shared) {
         return Ok(code);
     }
 
     if args.new {
-        archive(&workspace, &args.run_dir)?;
+        archive(&workspace, &args.run_dir, shared)?;
     }
-    let state = wake_state_in(&workspace, &args.run_dir, store.as_deref());
-    announce(&renderer, &args, &workspace, &state, &config.sandbox);
-    let intent = match decide_intent(&workspace, &args.run_dir, &state, said, interactive).await? {
+    let state = wake_state_of(&workspace, &args.run_dir, store.as_deref(), shared);
+    let at = Where {
+        workspace: &workspace,
+        run_dir: &args.run_dir,
+        store: store.as_deref(),
+        shared,
+    };
+    announce(&renderer, &args, &at, &state, &config.sandbox);
+    let intent = match decide_intent(&at, &state, said, interactive).await? {
         Ok(intent) => intent,
         Err(code) => return Ok(code),
     };
@@ -120,7 +148,8 @@ fn load_config(args: &FlowArgs) -> anyhow::Result<Config> {
     let config = Config::from_env(&args.model_flags())?
         .with_handoff_flag(args.handoff_at.as_deref())?
         .with_sandbox_flags(&args.sandbox)?
-        .with_store_flag(args.store.as_deref())?;
+        .with_store_flag(args.store.as_deref())?
+        .with_run_key_flag(args.run_key.as_deref())?;
     // Without Landlock, say so once (the verbose banner says it anyway).
     if config.sandbox.enabled
         && !args.verbose
@@ -144,10 +173,14 @@ async fn ask_before_lock(
     args: &FlowArgs,
     workspace: &Path,
     store: Option<&dyn SessionStore>,
+    shared: Option<&SharedRun>,
     said: Option<String>,
     interactive: bool,
 ) -> OrExit<Option<String>> {
-    if said.is_some() || args.new || resumable(&wake_state_in(workspace, &args.run_dir, store)) {
+    if said.is_some()
+        || args.new
+        || resumable(&wake_state_of(workspace, &args.run_dir, store, shared))
+    {
         return Ok(said);
     }
     if !interactive {
@@ -161,12 +194,20 @@ async fn ask_before_lock(
 
 /// A session of this run that someone else appends to (`flower once --resume`): no
 /// banner, no wake. The runtime claims them for real when it opens.
-fn check_sessions_free(args: &FlowArgs, workspace: &Path) -> OrExit<()> {
+fn check_sessions_free(
+    args: &FlowArgs,
+    workspace: &Path,
+    shared: Option<&SharedRun>,
+) -> OrExit<()> {
     if args.new {
         return Ok(());
     }
-    if let Some(file) = Lineage::read(&args.run_dir, workspace) {
-        for id in file.steps.values() {
+    let steps = match shared {
+        Some(shared) => shared.lineage().ok().map(|(_, steps)| steps),
+        None => Lineage::read(&args.run_dir, workspace).map(|file| file.steps),
+    };
+    if let Some(steps) = steps {
+        for id in steps.values() {
             if let Probe::Held(holder) = lock::probe_session(&args.run_dir, id) {
                 eprintln!("flower: {}", session_busy(id, &holder));
                 return Err(ExitCode::from(EXIT_LOCKED));
@@ -181,12 +222,13 @@ fn check_sessions_free(args: &FlowArgs, workspace: &Path) -> OrExit<()> {
 fn announce(
     renderer: &Renderer,
     args: &FlowArgs,
-    workspace: &Path,
+    at: &Where,
     state: &WakeState,
     sandbox: &SandboxPolicy,
 ) {
+    let workspace = at.workspace;
     if state.waking {
-        renderer.line(&banner(workspace, &args.run_dir, state));
+        renderer.line(&banner(at, state));
         if args.verbose {
             eprintln!("{}", super::once::sandbox_line(sandbox, &worker()));
         }
@@ -201,8 +243,7 @@ fn announce(
 
 /// What this invocation is about: from what was said on the command line, or asked.
 async fn decide_intent(
-    workspace: &Path,
-    run_dir: &Path,
+    at: &Where<'_>,
     state: &WakeState,
     said: Option<String>,
     interactive: bool,
@@ -214,7 +255,7 @@ async fn decide_intent(
             },
             None if interactive => match input::ask_line(ASK_WAKE).await {
                 Some(line) if line.trim() == "/new" => {
-                    archive(workspace, run_dir)?;
+                    archive(at.workspace, at.run_dir, at.shared)?;
                     match ask_task().await {
                         Some(request) => Intent::Fresh { request },
                         None => return Ok(Err(ExitCode::from(EXIT_USAGE))),
@@ -366,6 +407,56 @@ fn take_run_lock(run_dir: &Path, wait: bool) -> anyhow::Result<Option<RunLock>> 
     }
 }
 
+/// How long a run held in the database is waited for before it counts as busy: a
+/// process just killed on another host takes the server a moment to notice.
+const HOLD_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Holds the shared run for this process; `None` (its line printed) when another
+/// process, on any host, holds it and `--wait` was not given.
+fn hold_shared(run: &SharedRun, wait: bool) -> anyhow::Result<Option<Box<dyn Send>>> {
+    let me = format!(
+        "{} pid {},{} 起",
+        hostname(),
+        std::process::id(),
+        chrono::Local::now().format("%H:%M")
+    );
+    let busy = |holder: Option<String>| {
+        format!(
+            "另一个 flower 正在跑运行 {}({})",
+            run.run_key(),
+            holder.as_deref().unwrap_or("不知道是谁")
+        )
+    };
+    let refused = |e| {
+        anyhow::anyhow!("cannot hold the run in the store: {e}\nNothing was sent to the model.")
+    };
+    match run.hold(&me, Some(HOLD_GRACE)).map_err(refused)? {
+        Ok(guard) => Ok(Some(guard)),
+        Err(holder) if wait => {
+            eprintln!("flower: {},等它结束……", busy(holder));
+            match run.hold(&me, None).map_err(refused)? {
+                Ok(guard) => Ok(Some(guard)),
+                Err(holder) => {
+                    eprintln!("flower: {}", busy(holder));
+                    Ok(None)
+                }
+            }
+        }
+        Err(holder) => {
+            eprintln!("flower: {}。等它跑完再接着做:flower --wait", busy(holder));
+            Ok(None)
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "?".into())
+}
+
 /// `另一个 flower 正在这里运行(pid N,HH:MM 起)`
 pub fn running_here(holder: &Option<Holder>) -> String {
     format!("另一个 flower 正在这里运行({})", who(holder))
@@ -404,14 +495,14 @@ async fn ask_task() -> Option<String> {
 /// `--new` / `/new`: lineage.json, 需求.md, 目标.md and the handoff documents
 /// (`notes/交接/`) move together into
 /// `notes/archive/<YYYYmmdd-HHMMSS>/`; steps and woke reset. sessions.db is untouched.
-pub fn archive(workspace: &Path, run_dir: &Path) -> anyhow::Result<()> {
+pub fn archive(workspace: &Path, run_dir: &Path, shared: Option<&SharedRun>) -> anyhow::Result<()> {
     let extra = [
         notes::brief_path(workspace),
         notes::goal_path(workspace),
         handoff::handoff_dir(workspace),
     ];
     let lineage_file = run_dir.join("lineage.json");
-    if !lineage_file.exists() && !extra.iter().any(|p| p.exists()) {
+    if shared.is_none() && !lineage_file.exists() && !extra.iter().any(|p| p.exists()) {
         return Ok(());
     }
     let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
@@ -427,26 +518,82 @@ pub fn archive(workspace: &Path, run_dir: &Path) -> anyhow::Result<()> {
             .join("archive")
             .join(format!("{stamp}-{n}"));
     }
-    let mut lineage = Lineage::load(run_dir, workspace, |_| true);
+    let mut lineage = match shared {
+        Some(shared) => Lineage::load_shared(run_dir, workspace, shared.clone(), |_| Ok(true))?,
+        None => Lineage::load(run_dir, workspace, |_| true),
+    };
     lineage.archive(&into, &extra)?;
     eprintln!("已归档到 {}", tilde(&into));
     Ok(())
 }
 
+/// Where a run lives: its workspace and run directory, and with a shared database its
+/// transcripts' store and its lineage and manifest there.
+pub struct Where<'a> {
+    pub workspace: &'a Path,
+    pub run_dir: &'a Path,
+    pub store: Option<&'a dyn SessionStore>,
+    pub shared: Option<&'a SharedRun>,
+}
+
+impl Where<'_> {
+    /// The context of a session's last turn (the banner's `干活上下文`).
+    pub fn context(&self, session_id: &str) -> Option<u64> {
+        match (self.store, self.shared) {
+            (Some(store), Some(shared)) => {
+                let key = SessionKey::main(shared.project_key(), session_id);
+                context_in(store, &key)
+            }
+            _ => session_context(self.workspace, self.run_dir, session_id),
+        }
+    }
+
+    /// A session's generation (换代), from the run's manifest.
+    pub fn generation(&self, session_id: &str) -> u32 {
+        match self.shared {
+            Some(shared) => {
+                handoff::generation_of(&shared.manifest().unwrap_or_default(), session_id)
+            }
+            None => session_generation(self.run_dir, session_id),
+        }
+    }
+}
+
+/// The run of this workspace in the shared database, registered if new; `Ok(None)`
+/// with SQLite (or when the database's run of this project key is another path's).
+/// A run key that names another workspace's run stops here, nothing written.
+pub fn open_shared(
+    stores: &super::config::Stores,
+    workspace: &Path,
+    config: &Config,
+) -> anyhow::Result<OrExit<Option<SharedRun>>> {
+    let Some(runs) = &stores.runs else {
+        return Ok(Ok(None));
+    };
+    match SharedRun::open(runs.clone(), workspace, config.run_key.as_ref()) {
+        Ok(shared) => Ok(Ok(shared)),
+        Err(e @ SharedRunError::Foreign { .. }) => {
+            eprintln!("flower: {e}");
+            Ok(Err(ExitCode::from(EXIT_USAGE)))
+        }
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot read the run from the store: {e}\nNothing was sent to the model."
+        )),
+    }
+}
+
 /// `<- 在 ~/proj 接上上次  需求已确认 · 目标 15 条 · 干活上下文 80.2K · 第 3 次唤醒`
-pub fn banner(workspace: &Path, run_dir: &Path, state: &WakeState) -> String {
+pub fn banner(at: &Where, state: &WakeState) -> String {
+    let workspace = at.workspace;
     let mut parts = vec!["需求已确认".to_string()];
     if state.checks > 0 {
         parts.push(format!("目标 {} 条", state.checks));
     }
     let work = state.steps.get(WORK);
-    if let Some(context) = work.and_then(|id| session_context(workspace, run_dir, id)) {
+    if let Some(context) = work.and_then(|id| at.context(id)) {
         parts.push(format!("干活上下文 {}", render::tokens(context)));
     }
-    if let Some(generation) = work
-        .map(|id| session_generation(run_dir, id))
-        .filter(|&g| g > 1)
-    {
+    if let Some(generation) = work.map(|id| at.generation(id)).filter(|&g| g > 1) {
         parts.push(format!("第 {generation} 代"));
     }
     parts.push(format!("第 {} 次唤醒", state.woke + 1));

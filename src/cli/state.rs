@@ -2,26 +2,50 @@
 
 use super::args::StateArgs;
 use super::config;
-use super::flow::who;
+use super::flow::{Where, who};
 use flower::continuity::lock::{self, Probe};
-use flower::continuity::wake::{session_context, session_generation};
-use flower::wake_state_in;
+use flower::continuity::shared::{SharedRun, SharedRunError};
+use flower::continuity::wake::wake_state_of;
+use flower::stores::{PostgresStore, SessionStore};
 use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
-    let store = match config::store_from_env(args.store.as_deref())? {
-        Some(url) => Some(config::open_postgres(&url)?),
-        None => None,
-    };
-    let state = wake_state_in(".", &args.run_dir, store.as_deref());
-    // Asked without taking the lock (nothing created, nothing written, no waiting).
-    let running = lock::probe_run(&args.run_dir);
+    let url = config::store_from_env(args.store.as_deref())?;
+    let run_key = config::run_key_from_env(args.run_key.as_deref(), url.as_ref())?;
     let workspace = std::path::Path::new(".")
         .canonicalize()
         .unwrap_or_else(|_| ".".into());
+    let (store, shared) = match &url {
+        Some(url) => {
+            let store = Arc::new(PostgresStore::open(url).map_err(|e| {
+                anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+            })?);
+            // Read-only: a run not registered yet is simply not there.
+            let shared = match SharedRun::find(store.clone(), &workspace, run_key.as_ref()) {
+                Ok(shared) => shared,
+                Err(e @ SharedRunError::Foreign { .. }) => {
+                    eprintln!("flower: {e}");
+                    return Ok(ExitCode::from(config::EXIT_USAGE));
+                }
+                Err(e) => return Err(anyhow::anyhow!("cannot read the run from the store: {e}")),
+            };
+            (Some(store as Arc<dyn SessionStore>), shared)
+        }
+        None => (None, None),
+    };
+    let state = wake_state_of(&workspace, &args.run_dir, store.as_deref(), shared.as_ref());
+    // Asked without taking the lock (nothing created, nothing written, no waiting).
+    let running = lock::probe_run(&args.run_dir);
+    let at = Where {
+        workspace: &workspace,
+        run_dir: &args.run_dir,
+        store: store.as_deref(),
+        shared: shared.as_ref(),
+    };
     let mut out = String::new();
     if args.json {
         let mut value = serde_json::to_value(&state)?;
@@ -56,8 +80,8 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
         }
         // The current generation's figure: after a handoff, the successor's.
         if let Some(work) = state.steps.get(WORK) {
-            let context = session_context(&workspace, &args.run_dir, work);
-            let generation = session_generation(&args.run_dir, work);
+            let context = at.context(work);
+            let generation = at.generation(work);
             let context = context.map_or("未知".to_string(), super::render::tokens);
             writeln!(out, "{WORK}上下文:{context} · 第 {generation} 代")?;
         }

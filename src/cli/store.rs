@@ -7,7 +7,10 @@
 
 use clap::{Args, Subcommand};
 use flower::stores::prune::{PruneOptions, default_trim_dir};
-use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
+use flower::stores::{
+    PostgresStore, PostgresUrl, SessionKey, SessionStore, SqliteSessionStore, StoreError,
+    project_key,
+};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -25,6 +28,10 @@ pub struct StoreArgs {
         global = true
     )]
     pub db: PathBuf,
+    /// A PostgreSQL store (postgres://user@host:port/db) instead of `--db`; not for
+    /// `import`.
+    #[arg(long, value_name = "URL", global = true)]
+    pub store: Option<String>,
     #[command(subcommand)]
     pub command: StoreCommand,
 }
@@ -140,6 +147,9 @@ fn print_json(value: &Value) -> std::io::Result<()> {
 }
 
 fn execute(args: &StoreArgs) -> Result<Value, String> {
+    if let Some(raw) = &args.store {
+        return execute_postgres(raw, &args.command);
+    }
     let db = args.db.as_path();
     let key = |text: &str| {
         SessionKey::parse(text).map_err(|e| format!("{e} (database {})", db.display()))
@@ -231,6 +241,68 @@ fn execute(args: &StoreArgs) -> Result<Value, String> {
     }
 }
 
+/// The same commands on a PostgreSQL store (it is opened, and migrated, as a run
+/// would open it).
+fn execute_postgres(raw: &str, command: &StoreCommand) -> Result<Value, String> {
+    let url: PostgresUrl = raw.parse().map_err(|why| format!("--store: {why}"))?;
+    let shown = url.to_string();
+    let key = |text: &str| SessionKey::parse(text).map_err(|e| format!("{e} (database {shown})"));
+    let store = || PostgresStore::open(&url).map_err(|e| e.to_string());
+    let err = |e: StoreError| e.to_string();
+    match command {
+        StoreCommand::Append { key: text } => {
+            let key = key(text)?;
+            let mut input = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut input)
+                .map_err(|e| format!("cannot read stdin: {e}; nothing written to {shown}"))?;
+            let entries = parse_entries(&input)
+                .map_err(|e| format!("<stdin>: {e}; nothing written to {shown}"))?;
+            if entries.is_empty() {
+                return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
+            }
+            let stored = store()?.append_counted(&key, &entries).map_err(err)?;
+            Ok(json!({"key": key.to_string(), "received": entries.len(), "stored": stored}))
+        }
+        StoreCommand::Load {
+            key: text,
+            pruned,
+            trim,
+        } => {
+            let key = key(text)?;
+            let store = store()?;
+            let entries = if *pruned {
+                let mut options = PruneOptions::new(default_trim_dir(Path::new("runs")));
+                options.trim = *trim;
+                store.load_pruned(&key, &options)
+            } else {
+                store.load(&key)
+            };
+            Ok(entries.map_err(err)?.map_or(Value::Null, Value::Array))
+        }
+        StoreCommand::Sessions { project_key } => {
+            serde_json::to_value(store()?.list_sessions(project_key).map_err(err)?)
+                .map_err(|e| e.to_string())
+        }
+        StoreCommand::Summaries { project_key } => {
+            serde_json::to_value(store()?.list_session_summaries(project_key).map_err(err)?)
+                .map_err(|e| e.to_string())
+        }
+        StoreCommand::Subkeys { key: text } => {
+            let key = key(text)?.main_key();
+            Ok(json!(store()?.list_subkeys(&key).map_err(err)?))
+        }
+        StoreCommand::Delete { key: text } => {
+            let key = key(text)?;
+            let deleted = store()?.delete_counted(&key).map_err(err)?;
+            Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
+        }
+        StoreCommand::Import { .. } => Err(format!(
+            "imports go into a SQLite file (--db); {shown} was not touched"
+        )),
+    }
+}
+
 fn open_rw(db: &Path) -> Result<SqliteSessionStore, String> {
     SqliteSessionStore::open(db).map_err(|e| describe(&e, db))
 }
@@ -242,7 +314,9 @@ fn open_ro(db: &Path) -> Result<Option<SqliteSessionStore>, String> {
 /// A store error as one line that names the database file.
 fn describe(e: &StoreError, db: &Path) -> String {
     match e {
-        StoreError::Database { .. } | StoreError::NewerSchema { .. } => e.to_string(),
+        StoreError::Database { .. }
+        | StoreError::Unavailable { .. }
+        | StoreError::NewerSchema { .. } => e.to_string(),
         _ => format!("{e} (database {})", db.display()),
     }
 }

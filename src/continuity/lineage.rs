@@ -15,6 +15,8 @@
 //!   load as an empty lineage, silently.
 
 use super::attempt::AttemptName;
+use super::shared::SharedRun;
+use crate::stores::StoreError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -47,6 +49,10 @@ pub struct Lineage {
     workspace: String,
     woke: u64,
     steps: BTreeMap<String, String>,
+    /// With a shared database, the truth; `lineage.json` is then its mirror.
+    shared: Option<SharedRun>,
+    /// A database write failed: the next one sends every step, not only its own.
+    unsynced: bool,
 }
 
 /// Whether `name` is a plain step name, the only kind lineage remembers: not an attempt
@@ -66,7 +72,36 @@ impl Lineage {
             workspace: canonical_string(workspace),
             woke: 0,
             steps: BTreeMap::new(),
+            shared: None,
+            unsynced: false,
         }
+    }
+
+    /// The lineage of a run kept in a shared database (see [`super::shared`]): read
+    /// from there, each session kept only if `is_alive`; `lineage.json` in `run_dir` is
+    /// only written (as a mirror), never read. An error reading the database is
+    /// returned, never taken for "no lineage". Writes nothing.
+    pub fn load_shared(
+        run_dir: &Path,
+        workspace: &Path,
+        shared: SharedRun,
+        is_alive: impl Fn(&str) -> Result<bool, StoreError>,
+    ) -> Result<Lineage, StoreError> {
+        let mut lineage = Lineage::empty(run_dir, workspace);
+        let (woke, steps) = shared.lineage()?;
+        lineage.woke = woke;
+        for (step, id) in steps {
+            if is_plain_step_name(&step) && !id.is_empty() && is_alive(&id)? {
+                lineage.steps.insert(step, id);
+            }
+        }
+        lineage.shared = Some(shared);
+        Ok(lineage)
+    }
+
+    /// The shared run this lineage is kept in, if any.
+    pub fn shared(&self) -> Option<&SharedRun> {
+        self.shared.as_ref()
     }
 
     /// Loads `run_dir/lineage.json` for `workspace`. Never fails: a missing, unreadable,
@@ -148,15 +183,46 @@ impl Lineage {
             return false;
         }
         self.steps.insert(step.to_owned(), session_id.to_owned());
-        self.save().is_ok()
+        let saved = match &self.shared {
+            Some(_) if self.unsynced => self.sync(),
+            Some(shared) => {
+                self.unsynced = shared.remember(step, session_id).is_err();
+                !self.unsynced
+            }
+            None => true,
+        };
+        // The mirror follows even when the database write failed: the person reading
+        // it sees what this process knows.
+        self.save().is_ok() && saved
     }
 
     /// Counts one more wake (once per process that runs the workflow) and writes the
     /// file, swallowing a write error. Returns the new count.
     pub fn wake(&mut self) -> u64 {
-        self.woke += 1;
+        // The database counts (hosts may wake the run in turn); offline, this process
+        // still counts its own wake.
+        self.woke = match self.shared.as_ref().map(SharedRun::wake) {
+            Some(Ok(woke)) => woke,
+            _ => self.woke + 1,
+        };
+        if self.unsynced {
+            self.sync();
+        }
         let _ = self.save();
         self.woke
+    }
+
+    /// Sends every step to the shared database after a failed write; whether it took.
+    fn sync(&mut self) -> bool {
+        let Some(shared) = &self.shared else {
+            return true;
+        };
+        let ok = self
+            .steps
+            .iter()
+            .all(|(step, id)| shared.remember(step, id).is_ok());
+        self.unsynced = !ok;
+        ok
     }
 
     /// Writes the lineage atomically: `lineage.json.tmp`, fsync, rename over
@@ -184,6 +250,8 @@ impl Lineage {
     /// is an error (`AlreadyExists`) and nothing moves. Missing files are skipped. The
     /// reset lineage is not written until the next [`remember`](Lineage::remember) or
     /// [`wake`](Lineage::wake).
+    /// With a shared run, the database forgets the steps and wakes first (an error then
+    /// moves nothing).
     pub fn archive(&mut self, into: &Path, extra: &[PathBuf]) -> io::Result<()> {
         let mut moves: Vec<(PathBuf, PathBuf)> = Vec::new();
         let sources = std::iter::once(self.path.clone()).chain(extra.iter().cloned());
@@ -205,6 +273,9 @@ impl Lineage {
                 ));
             }
             moves.push((source, dest));
+        }
+        if let Some(shared) = &self.shared {
+            shared.reset().map_err(io::Error::other)?;
         }
         fs::create_dir_all(into)?;
         for (source, dest) in &moves {

@@ -28,6 +28,7 @@ use std::sync::OnceLock;
 
 use super::attempt::{AttemptKind, AttemptName};
 use super::lineage::aside_path;
+use super::shared::SharedRun;
 
 /// The file name inside the run dir.
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -160,6 +161,9 @@ pub enum ManifestError {
     },
     #[error("{} is not a JSON array of rows: {why}", path.display())]
     Corrupt { path: PathBuf, why: String },
+    /// The shared database did not take the rows; they go out with the next write.
+    #[error("the run's manifest in the database: {0}")]
+    Shared(#[source] crate::stores::StoreError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
@@ -190,6 +194,28 @@ pub struct Manifest {
     rows: Vec<Value>,
     /// What this writer's last write left on disk, while it may still be current.
     last: Option<Written>,
+    /// With a shared database, the truth; `manifest.json` is then its mirror.
+    shared: Option<SharedRun>,
+}
+
+impl Manifest {
+    /// Replaces `manifest.json` by `rows`, atomically, under the writers' lock.
+    fn write_mirror(&self, rows: &[Value]) -> Result<(), ManifestError> {
+        fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
+        let lock_path = self.run_dir.join(MANIFEST_LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        let _ = lock.lock();
+        let mut bytes =
+            serde_json::to_vec_pretty(rows).map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
+        bytes.push(b'\n');
+        crate::atomic::write(&self.path, &bytes).map_err(io_err(&self.path))
+    }
 }
 
 /// The identity and layout of the file this writer last wrote. When both the file and
@@ -219,6 +245,26 @@ impl Manifest {
             run_id,
             rows: Vec::new(),
             last: None,
+            shared: None,
+        }
+    }
+
+    /// A manifest writer whose rows are merged by `run` in the shared database (the
+    /// same rule as the file's, in one transaction); every write then replaces
+    /// `run_dir/manifest.json` by all of the run's rows, a read-only mirror.
+    pub fn shared(run_dir: &Path, run_id: String, shared: SharedRun) -> Self {
+        Manifest {
+            shared: Some(shared),
+            ..Manifest::new(run_dir, run_id)
+        }
+    }
+
+    /// Every row of the run, all processes': from the database when it is shared,
+    /// else from `run_dir/manifest.json`.
+    pub fn all_rows(&self) -> Result<Vec<Value>, ManifestError> {
+        match &self.shared {
+            Some(shared) => shared.manifest().map_err(ManifestError::Shared),
+            None => read_rows(&self.run_dir),
         }
     }
 
@@ -255,8 +301,19 @@ impl Manifest {
         self.write()
     }
 
-    /// Merges this process's rows into the file (see the module doc).
+    /// Merges this process's rows into the file (see the module doc), or into the
+    /// shared database and then its mirror.
     pub fn write(&mut self) -> Result<RecordOutcome, ManifestError> {
+        if let Some(shared) = &self.shared {
+            let all = shared
+                .merge_manifest(&self.run_id, &self.rows)
+                .map_err(ManifestError::Shared)?;
+            self.write_mirror(&all)?;
+            return Ok(RecordOutcome {
+                moved_aside: None,
+                rows: all.len(),
+            });
+        }
         fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
         let lock_path = self.run_dir.join(MANIFEST_LOCK_FILE);
         let lock = OpenOptions::new()

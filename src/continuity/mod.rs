@@ -8,5 +8,6 @@ pub mod manifest;
 pub mod notes;
 pub mod resilience;
 pub mod runtime;
+pub mod shared;
 pub mod signals;
 pub mod wake;

@@ -2,15 +2,17 @@
 //!
 //! A [`Runtime`] runs agent sessions as steps: each [`Runtime::run_step`] is one step
 //! attempt, retried through [`Resilience`] (waiting out an outage, resuming the same
-//! session), and recorded as a row of `runs/manifest.json`. The store is always the
-//! [`PruningSessionStore`] over `runs/sessions.db`, so a resumed session is never fed
-//! the errors of a retry storm.
+//! session), and recorded as a row of `runs/manifest.json` (or of the run's manifest in
+//! a shared database, [`RuntimeOptions::shared_run`]). The store is always a
+//! [`PruningSessionStore`] (over `runs/sessions.db` unless another store is given), so a
+//! resumed session is never fed the errors of a retry storm.
 
 use super::handoff::{self, HandoffOptions, MechanicalInput};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
 use super::manifest::{Manifest, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
+use super::shared::SharedRun;
 use crate::engine::Denial;
 use crate::engine::{
     AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt, RunError,
@@ -142,6 +144,10 @@ pub struct RuntimeOptions {
     /// Where transcripts live; `None`: the SQLite store in `run_dir/sessions.db`.
     /// Either way the runtime wraps it in a [`PruningSessionStore`].
     pub store: Option<Arc<dyn SessionStore>>,
+    /// The run's lineage and manifest in a shared database (see [`super::shared`]);
+    /// `None`: `run_dir/lineage.json` and `run_dir/manifest.json` only. With it the
+    /// transcripts are keyed by the run's project key, whatever path this host sees.
+    pub shared_run: Option<SharedRun>,
     /// The run lock: taken when the runtime opens the run directory (the default).
     pub run_lock: RunLocking,
 }
@@ -167,6 +173,7 @@ impl Default for RuntimeOptions {
             handoff: HandoffOptions::default(),
             max_tokens: None,
             store: None,
+            shared_run: None,
             run_lock: RunLocking::Take,
         }
     }
@@ -303,10 +310,14 @@ impl Runtime {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
         });
+        let project = match &options.shared_run {
+            Some(shared) => shared.project_key().to_string(),
+            None => project_key(&workspace),
+        };
         let engine = Engine::new(EngineConfig {
             model: client,
             store: store.clone(),
-            project_key: project_key(&workspace),
+            project_key: project,
             workspace: workspace.clone(),
             run_dir: run_dir.clone(),
             events: options.events.clone(),
@@ -319,11 +330,16 @@ impl Runtime {
             processes: options.processes,
             sandbox: options.sandbox,
         });
-        let lineage = Lineage::try_load(&run_dir, &workspace, |id| sqlite.has_session(id))
-            .map_err(|source| RuntimeError::LineageCheck {
-                path: run_dir.join(super::lineage::LINEAGE_FILE),
-                source,
-            })?;
+        let lineage = match options.shared_run.clone() {
+            Some(shared) => {
+                Lineage::load_shared(&run_dir, &workspace, shared, |id| sqlite.has_session(id))
+            }
+            None => Lineage::try_load(&run_dir, &workspace, |id| sqlite.has_session(id)),
+        }
+        .map_err(|source| RuntimeError::LineageCheck {
+            path: run_dir.join(super::lineage::LINEAGE_FILE),
+            source,
+        })?;
         let sessions = Arc::new(SessionLocks::new(&run_dir));
         if run_lock.is_some() {
             // The run's sessions are this run's while it lives: nobody resumes or forks
@@ -334,7 +350,10 @@ impl Runtime {
                     .map_err(|e| RuntimeError::of_session(id, e))?;
             }
         }
-        let manifest = Manifest::new(&run_dir, new_run_id());
+        let manifest = match options.shared_run {
+            Some(shared) => Manifest::shared(&run_dir, new_run_id(), shared),
+            None => Manifest::new(&run_dir, new_run_id()),
+        };
         Ok(Runtime {
             engine,
             lineage: Arc::new(Mutex::new(lineage)),
@@ -692,8 +711,11 @@ impl Runtime {
         result.errors.push(error.clone());
         result.error = Some(error.clone());
         let model_error = run_error.model_error();
+        let store_away = run_error.store_error().is_some_and(|e| e.is_transient());
         let class = match model_error {
             Some(model_error) => resilience::classify_error(model_error),
+            // The database went away: like the network, it is waited for.
+            None if store_away => ErrorClass::Transient,
             None => ErrorClass::Fatal,
         };
         let retry = match class {
@@ -710,7 +732,12 @@ impl Runtime {
             }
             return false;
         }
-        let Some(waited) = self.wait_for_endpoint().await else {
+        let endpoint = if store_away {
+            self.store_endpoint()
+        } else {
+            self.model_endpoint()
+        };
+        let Some(waited) = self.wait_for_endpoint(endpoint).await else {
             attempt
                 .result
                 .errors
@@ -744,14 +771,17 @@ impl Runtime {
 
     /// The generation of a step's session, counted from the manifest's `retired[]`.
     fn generation_of(&self, session_id: &str) -> u32 {
-        let run_dir = &self.engine.config().run_dir;
-        let rows = super::manifest::read_rows(run_dir).unwrap_or_default();
+        let rows = lock(&self.manifest).all_rows().unwrap_or_default();
         handoff::generation_of(&rows, session_id)
     }
 
     /// The context of a session's last turn, from the store; `None` when unknown.
     fn session_context(&self, session_id: &str) -> Option<u64> {
         let config = self.engine.config();
+        if lock(&self.lineage).shared().is_some() {
+            let key = crate::stores::SessionKey::main(&config.project_key, session_id);
+            return super::wake::context_in(config.store.inner().as_ref(), &key);
+        }
         super::wake::session_context(&config.workspace, &config.run_dir, session_id)
     }
 
@@ -910,11 +940,10 @@ impl Runtime {
 
     /// While the endpoint is unreachable, waits (probing) without spending attempts.
     /// `None` when the wait limit passed, else whether there was an outage to wait out.
-    async fn wait_for_endpoint(&self) -> Option<bool> {
-        let Some(base_url) = self.engine.config().model.base_url() else {
+    async fn wait_for_endpoint(&self, endpoint: Option<resilience::Endpoint>) -> Option<bool> {
+        let Some(endpoint) = endpoint else {
             return Some(false);
         };
-        let endpoint = resilience::endpoint_from(base_url);
         let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
         if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
             return Some(false);
@@ -934,6 +963,18 @@ impl Runtime {
             self.emit(Event::Online);
         }
         online.then_some(true)
+    }
+
+    /// What the model's endpoint is, for the probe; `None` when the client has none.
+    fn model_endpoint(&self) -> Option<resilience::Endpoint> {
+        let base_url = self.engine.config().model.base_url()?;
+        Some(resilience::endpoint_from(base_url))
+    }
+
+    /// Where the store's database is, for the probe; `None` for a local store.
+    fn store_endpoint(&self) -> Option<resilience::Endpoint> {
+        let (host, port) = self.engine.config().store.inner().endpoint()?;
+        Some(resilience::Endpoint { host, port })
     }
 
     fn set_in_flight(&self, result: Option<StepResult>) {

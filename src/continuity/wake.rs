@@ -1,6 +1,7 @@
 //! `wake_state`: the read-only probe that says whether a directory can be woken.
 
 use super::lineage::Lineage;
+use super::shared::SharedRun;
 use crate::continuity::notes;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde::Serialize;
@@ -39,6 +40,18 @@ pub fn wake_state_in(
     run_dir: impl AsRef<Path>,
     store: Option<&dyn SessionStore>,
 ) -> WakeState {
+    wake_state_of(workspace, run_dir, store, None)
+}
+
+/// [`wake_state_in`] for a run whose lineage lives in a shared database (`shared`,
+/// with `store` its transcripts): lineage is read from there, `lineage.json` not at
+/// all. Reads only. A database that cannot be read reads as no lineage.
+pub fn wake_state_of(
+    workspace: impl AsRef<Path>,
+    run_dir: impl AsRef<Path>,
+    store: Option<&dyn SessionStore>,
+    shared: Option<&SharedRun>,
+) -> WakeState {
     let workspace = workspace.as_ref();
     let run_dir = run_dir.as_ref();
     let canonical = workspace
@@ -53,7 +66,15 @@ pub fn wake_state_in(
         goal,
         ..WakeState::default()
     };
-    if let Some(file) = Lineage::read(run_dir, &canonical) {
+    if let (Some(shared), Some(store)) = (shared, store) {
+        if let Ok((woke, steps)) = shared.lineage() {
+            state.woke = woke;
+            state.steps = steps
+                .into_iter()
+                .filter(|(_, id)| store.has_session(id).unwrap_or(false))
+                .collect();
+        }
+    } else if let Some(file) = Lineage::read(run_dir, &canonical) {
         state.woke = file.woke;
         let sqlite = match store {
             Some(_) => None,
@@ -79,6 +100,28 @@ pub fn session_context(workspace: &Path, run_dir: &Path, session_id: &str) -> Op
     let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db")).ok()??;
     let key = SessionKey::main(project_key(workspace), session_id);
     let usage = store.last_assistant_usage(&key).ok()??;
+    let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
+    Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
+}
+
+/// The context size (tokens) of the last turn of the session `key` in any store: the
+/// usage of its last assistant entry that has one. `None` when it cannot be read.
+pub fn context_in(store: &dyn SessionStore, key: &SessionKey) -> Option<u64> {
+    let entries = store.load(key).ok()??;
+    use crate::transcript::markers::{API_ERROR_FLAG, SYNTHETIC_MODEL};
+    // As the SQLite store's own query: synthetic API-error entries do not count.
+    let usage = entries.iter().rev().find_map(|e| {
+        if e.get("type")?.as_str()? != "assistant"
+            || e.get(API_ERROR_FLAG) == Some(&serde_json::Value::Bool(true))
+        {
+            return None;
+        }
+        let message = e.get("message")?;
+        if message.get("model").and_then(serde_json::Value::as_str) == Some(SYNTHETIC_MODEL) {
+            return None;
+        }
+        message.get("usage").cloned()
+    })?;
     let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
     Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
 }

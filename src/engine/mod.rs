@@ -196,6 +196,17 @@ impl RunError {
             _ => None,
         }
     }
+
+    /// The store's error, when the transcript could not be read or written.
+    pub fn store_error(&self) -> Option<&StoreError> {
+        match self {
+            RunError::Transcript(error)
+            | RunError::WriteFork(error)
+            | RunError::ReadSession { source: error, .. }
+            | RunError::WriteSession { source: error, .. } => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// A tool call the permission rules refused.

@@ -46,6 +46,10 @@ pub enum StoreError {
     BadKey { key: String, why: String },
     #[error("{path}: {why}")]
     Database { path: PathBuf, why: String },
+    /// The database is away for now (connection lost or refused, server restarting):
+    /// the same call may succeed later. Retried like a network outage.
+    #[error("{path}: {why}")]
+    Unavailable { path: PathBuf, why: String },
     #[error(
         "{path} was written by a newer flower (schema version {found}, this build knows up to {known}); upgrade flower to use it"
     )]
@@ -58,6 +62,13 @@ pub enum StoreError {
     NotAnObject { index: usize },
     #[error("{0}")]
     Io(String),
+}
+
+impl StoreError {
+    /// Whether waiting and trying again may help (see [`StoreError::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
 }
 
 /// The session-store protocol. Entries are opaque JSON objects; `load` returns them
@@ -76,6 +87,12 @@ pub trait SessionStore: Send + Sync {
     fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError>;
     /// Whether a main transcript with this session id exists, in any project.
     fn has_session(&self, session_id: &str) -> Result<bool, StoreError>;
+
+    /// Where a store on the network lives (host, port), so that a run waiting for it
+    /// can probe it like the model's endpoint. `None` for a local store.
+    fn endpoint(&self) -> Option<(String, u16)> {
+        None
+    }
 
     /// What a resumed session is fed: `load` then [`prune::prune`]. A store may do both
     /// in one pass; the SQLite store reads each entry's facts right after parsing it.

@@ -8,7 +8,11 @@
 //!   one row per entry, `data` the entry's JSON text (text, not `jsonb`: it is given
 //!   back byte for byte), `id` orders a key's entries, a partial unique index makes
 //!   `uuid` an idempotency key;
-//! - `flower_summaries(project_key, session_id, mtime, data)`: folded inside `append`.
+//! - `flower_summaries(project_key, session_id, mtime, data)`: folded inside `append`;
+//! - since version 2, a run's state beside its transcripts: `flower_runs(run_key, named,
+//!   project_key, workspace, woke, …)` (one row per run), `flower_lineage(run_key, step,
+//!   session_id)` and `flower_manifest(id, run_key, run, data)` (one row per manifest
+//!   row, `id` in write order). What the rows mean is `continuity::shared`'s business.
 //!
 //! Connections: the trait is synchronous and is called from inside a tokio runtime, so
 //! each connection (the `postgres` crate's blocking client, which runs its own small
@@ -32,7 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The schema version this build writes and the newest it can read.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a connection attempt may take unless the URL says (`connect_timeout=`).
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -41,7 +45,7 @@ pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 pub const POOL_SIZE: usize = 2;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Append only.
-const MIGRATIONS: [&str; 1] = ["
+const MIGRATIONS: [&str; 2] = ["
     CREATE TABLE flower_entries (
         id          BIGSERIAL PRIMARY KEY,
         project_key TEXT   NOT NULL,
@@ -63,6 +67,31 @@ const MIGRATIONS: [&str; 1] = ["
         PRIMARY KEY (project_key, session_id)
     );
     CREATE INDEX flower_summaries_by_session ON flower_summaries (session_id);
+", "
+    CREATE TABLE flower_runs (
+        run_key     TEXT    PRIMARY KEY,
+        named       BOOLEAN NOT NULL,
+        project_key TEXT    NOT NULL,
+        workspace   TEXT    NOT NULL,
+        woke        BIGINT  NOT NULL DEFAULT 0,
+        holder      TEXT,
+        created_at  BIGINT  NOT NULL,
+        updated_at  BIGINT  NOT NULL
+    );
+    CREATE TABLE flower_lineage (
+        run_key     TEXT   NOT NULL REFERENCES flower_runs (run_key),
+        step        TEXT   NOT NULL,
+        session_id  TEXT   NOT NULL,
+        updated_at  BIGINT NOT NULL,
+        PRIMARY KEY (run_key, step)
+    );
+    CREATE TABLE flower_manifest (
+        id      BIGSERIAL PRIMARY KEY,
+        run_key TEXT NOT NULL REFERENCES flower_runs (run_key),
+        run     TEXT NOT NULL,
+        data    TEXT NOT NULL
+    );
+    CREATE INDEX flower_manifest_by_run ON flower_manifest (run_key, run);
 "];
 
 /// Serialises migrations between processes (an arbitrary constant: "flower" in ASCII).
@@ -282,9 +311,29 @@ impl PostgresStore {
             return Err(self.error("the store is closed"));
         }
         match answer.recv() {
-            Ok(result) => result.map_err(|e| self.error(describe(&e))),
+            Ok(result) => result.map_err(|e| {
+                if is_unavailable(&e) {
+                    StoreError::Unavailable {
+                        path: PathBuf::from(self.url.to_string()),
+                        why: describe(&e),
+                    }
+                } else {
+                    self.error(describe(&e))
+                }
+            }),
             Err(_) => Err(self.error("the database thread stopped")),
         }
+    }
+
+    /// The host and port the store connects to first, for the reachability probe
+    /// while the database is away.
+    pub fn endpoint(&self) -> Option<(String, u16)> {
+        let host = match self.url.config.get_hosts().first()? {
+            ::postgres::config::Host::Tcp(host) => host.clone(),
+            ::postgres::config::Host::Unix(_) => return None,
+        };
+        let port = self.url.config.get_ports().first().copied().unwrap_or(5432);
+        Some((host, port))
     }
 
     fn error(&self, why: impl Into<String>) -> StoreError {
@@ -409,6 +458,328 @@ impl PostgresStore {
     }
 }
 
+/// One row of `flower_runs`: a run and the workspace it began in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    pub run_key: String,
+    /// Named by the user (`--run-key`), not derived from a workspace path.
+    pub named: bool,
+    /// The project key of the workspace that began the run: its transcripts' keys.
+    pub project_key: String,
+    /// That workspace's canonical path, as its host saw it.
+    pub workspace: String,
+    pub woke: u64,
+}
+
+/// A run's state in the database (schema version 2). Each call is one transaction.
+impl PostgresStore {
+    /// The run's row, if it was ever registered.
+    pub fn run_find(&self, run_key: &str) -> Result<Option<RunRow>, StoreError> {
+        let run_key = run_key.to_string();
+        self.call(move |c| {
+            let row = c.query_opt(
+                "SELECT run_key, named, project_key, workspace, woke FROM flower_runs \
+                 WHERE run_key = $1",
+                &[&run_key],
+            )?;
+            Ok(row.map(|r| run_row(&r)))
+        })
+    }
+
+    /// Registers `row` unless its key exists; returns the row as stored (the existing
+    /// one wins: nothing of an existing run is overwritten).
+    pub fn run_register(&self, row: &RunRow) -> Result<RunRow, StoreError> {
+        let row = row.clone();
+        self.call(move |c| {
+            let now = now_ms();
+            let mut tx = c.transaction()?;
+            tx.execute(
+                "INSERT INTO flower_runs \
+                 (run_key, named, project_key, workspace, woke, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, 0, $5, $5) ON CONFLICT (run_key) DO NOTHING",
+                &[
+                    &row.run_key,
+                    &row.named,
+                    &row.project_key,
+                    &row.workspace,
+                    &now,
+                ],
+            )?;
+            let stored = tx.query_one(
+                "SELECT run_key, named, project_key, workspace, woke FROM flower_runs \
+                 WHERE run_key = $1",
+                &[&row.run_key],
+            )?;
+            tx.commit()?;
+            Ok(run_row(&stored))
+        })
+    }
+
+    /// The run's wake count and step → session id.
+    pub fn run_lineage(&self, run_key: &str) -> Result<(u64, Vec<(String, String)>), StoreError> {
+        let run_key = run_key.to_string();
+        self.call(move |c| {
+            // One snapshot for both reads: a concurrent remember never half shows.
+            let mut tx = c.build_transaction().read_only(true).start()?;
+            let woke = tx
+                .query_opt(
+                    "SELECT woke FROM flower_runs WHERE run_key = $1",
+                    &[&run_key],
+                )?
+                .map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
+            let steps = tx
+                .query(
+                    "SELECT step, session_id FROM flower_lineage WHERE run_key = $1 \
+                     ORDER BY step COLLATE \"C\"",
+                    &[&run_key],
+                )?
+                .into_iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            tx.commit()?;
+            Ok((woke, steps))
+        })
+    }
+
+    /// Sets the session of one step of a registered run.
+    pub fn run_remember(
+        &self,
+        run_key: &str,
+        step: &str,
+        session_id: &str,
+    ) -> Result<(), StoreError> {
+        let (run_key, step, session_id) = (
+            run_key.to_string(),
+            step.to_string(),
+            session_id.to_string(),
+        );
+        self.call(move |c| {
+            // One statement, so one round trip and one commit.
+            c.execute(
+                "WITH touched AS (UPDATE flower_runs SET updated_at = $4 WHERE run_key = $1) \
+                 INSERT INTO flower_lineage (run_key, step, session_id, updated_at) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (run_key, step) \
+                 DO UPDATE SET session_id = excluded.session_id, updated_at = excluded.updated_at",
+                &[&run_key, &step, &session_id, &now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Counts one more wake of a registered run; returns the new count.
+    pub fn run_wake(&self, run_key: &str) -> Result<u64, StoreError> {
+        let run_key = run_key.to_string();
+        self.call(move |c| {
+            let row = c.query_opt(
+                "UPDATE flower_runs SET woke = woke + 1, updated_at = $2 WHERE run_key = $1 \
+                 RETURNING woke",
+                &[&run_key, &now_ms()],
+            )?;
+            Ok(row.map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
+        })
+    }
+
+    /// `/new`: forgets the run's steps and wakes (its manifest rows stay: a record).
+    pub fn run_reset(&self, run_key: &str) -> Result<(), StoreError> {
+        let run_key = run_key.to_string();
+        self.call(move |c| {
+            let mut tx = c.transaction()?;
+            tx.execute("DELETE FROM flower_lineage WHERE run_key = $1", &[&run_key])?;
+            tx.execute(
+                "UPDATE flower_runs SET woke = 0, updated_at = $2 WHERE run_key = $1",
+                &[&run_key, &now_ms()],
+            )?;
+            tx.commit()
+        })
+    }
+
+    /// Replaces the manifest rows of process `run` in the run `run_key` by `rows` (JSON
+    /// texts), leaving every other process's rows as they are, and returns all rows of
+    /// the run in write order (a process's rows follow its latest write, as in the file).
+    pub fn manifest_merge(
+        &self,
+        run_key: &str,
+        run: &str,
+        rows: Vec<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        let (run_key, run) = (run_key.to_string(), run.to_string());
+        self.call(move |c| {
+            let mut tx = c.transaction()?;
+            // One merge of a run at a time: each then sees every merge before it, so
+            // the mirror written from its answer is never missing a committed row.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('manifest/' || $1, 0))",
+                &[&run_key],
+            )?;
+            tx.execute(
+                "DELETE FROM flower_manifest WHERE run_key = $1 AND run = $2",
+                &[&run_key, &run],
+            )?;
+            // All rows in one statement, ids in their order.
+            tx.execute(
+                "INSERT INTO flower_manifest (run_key, run, data) \
+                 SELECT $1, $2, d FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) ORDER BY n",
+                &[&run_key, &run, &rows],
+            )?;
+            let all = tx
+                .query(
+                    "SELECT data FROM flower_manifest WHERE run_key = $1 ORDER BY id",
+                    &[&run_key],
+                )?
+                .into_iter()
+                .map(|r| r.get(0))
+                .collect();
+            tx.commit()?;
+            Ok(all)
+        })
+    }
+
+    /// Every manifest row of the run (JSON texts), in write order.
+    pub fn manifest_rows(&self, run_key: &str) -> Result<Vec<String>, StoreError> {
+        let run_key = run_key.to_string();
+        self.call(move |c| {
+            Ok(c.query(
+                "SELECT data FROM flower_manifest WHERE run_key = $1 ORDER BY id",
+                &[&run_key],
+            )?
+            .into_iter()
+            .map(|r| r.get(0))
+            .collect())
+        })
+    }
+}
+
+/// A run held by this process across hosts: a session-level advisory lock on a
+/// connection of its own, released when the lease is dropped, or by the server when the
+/// process dies (its connection closes; for a host that vanishes, the keepalives below
+/// end its connection within about a minute).
+pub struct RunLease {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for RunLease {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What [`PostgresStore::lease_run`] found.
+pub enum Leased {
+    Held(RunLease),
+    /// Another process holds the run: what it wrote about itself, if anything.
+    Busy(Option<String>),
+}
+
+impl PostgresStore {
+    /// Takes the run `run_key` for this process, recording `holder` (who is running it)
+    /// beside it. Waits up to `wait` for a holder to let go (`None`: for ever) — a
+    /// process that was just killed may take the server a moment to notice.
+    pub fn lease_run(
+        &self,
+        run_key: &str,
+        holder: &str,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Leased, StoreError> {
+        let (config, run_key, holder) = (
+            self.url.config.clone(),
+            run_key.to_string(),
+            holder.to_string(),
+        );
+        let (answer_tx, answer) =
+            mpsc::channel::<Result<Option<Option<String>>, ::postgres::Error>>();
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("flower-pg-lease".into())
+            .spawn(move || {
+                let run = || -> Result<Option<(Client, Option<String>)>, ::postgres::Error> {
+                    let mut c = config.connect(NoTls)?;
+                    c.batch_execute(
+                        "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
+                         SET tcp_keepalives_count = 3",
+                    )?;
+                    let deadline = wait.map(|w| std::time::Instant::now() + w);
+                    loop {
+                        let got: bool = c
+                            .query_one(
+                                "SELECT pg_try_advisory_lock(hashtextextended('run/' || $1, 0))",
+                                &[&run_key],
+                            )?
+                            .get(0);
+                        if got {
+                            c.execute(
+                                "UPDATE flower_runs SET holder = $2 WHERE run_key = $1",
+                                &[&run_key, &holder],
+                            )?;
+                            return Ok(Some((c, None)));
+                        }
+                        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                            let held: Option<String> = c
+                                .query_opt(
+                                    "SELECT holder FROM flower_runs WHERE run_key = $1",
+                                    &[&run_key],
+                                )?
+                                .and_then(|r| r.get(0));
+                            return Ok(Some((c, held)));
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                };
+                match run() {
+                    Ok(Some((mut c, None))) => {
+                        let _ = answer_tx.send(Ok(None));
+                        // Held until the lease is dropped (the sender goes away).
+                        let _ = stopped.recv();
+                        let _ = c.execute(
+                            "UPDATE flower_runs SET holder = NULL WHERE run_key = $1 AND holder = $2",
+                            &[&run_key, &holder],
+                        );
+                        let _ = c.query_one(
+                            "SELECT pg_advisory_unlock(hashtextextended('run/' || $1, 0))",
+                            &[&run_key],
+                        );
+                    }
+                    Ok(Some((_, held))) => {
+                        let _ = answer_tx.send(Ok(Some(held)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = answer_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+        match answer.recv() {
+            Ok(Ok(None)) => Ok(Leased::Held(RunLease {
+                stop: Some(stop),
+                thread: Some(thread),
+            })),
+            Ok(Ok(Some(held))) => {
+                let _ = thread.join();
+                Ok(Leased::Busy(held))
+            }
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(self.error(describe(&e)))
+            }
+            Err(_) => Err(self.error("the database thread stopped")),
+        }
+    }
+}
+
+fn run_row(r: &::postgres::Row) -> RunRow {
+    RunRow {
+        run_key: r.get(0),
+        named: r.get(1),
+        project_key: r.get(2),
+        workspace: r.get(3),
+        woke: r.get::<_, i64>(4).max(0) as u64,
+    }
+}
+
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         // Closing the channel ends each thread after its current job.
@@ -505,6 +876,10 @@ impl SessionStore for PostgresStore {
         })
     }
 
+    fn endpoint(&self) -> Option<(String, u16)> {
+        PostgresStore::endpoint(self)
+    }
+
     fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
         let session_id = session_id.to_string();
         self.call(move |c| {
@@ -514,6 +889,34 @@ impl SessionStore for PostgresStore {
             )
             .map(|r| r.get(0))
         })
+    }
+}
+
+/// Whether an error means the database is away for now (a lost or refused connection,
+/// a server shutting down or starting, too many connections), not that the request
+/// was wrong: such a call may succeed once the server is back.
+fn is_unavailable(e: &::postgres::Error) -> bool {
+    match e.code() {
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || code.starts_with("57P") || code == "53300"
+        }
+        // No SQLSTATE: the connection failed (I/O, closed, timed out), or something
+        // local went wrong (a type conversion): only the first kind is worth a wait.
+        None => {
+            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+            let text = e.to_string();
+            e.is_closed()
+                || io
+                || [
+                    "error connecting",
+                    "error communicating",
+                    "timeout",
+                    "connection closed",
+                ]
+                .iter()
+                .any(|t| text.starts_with(t))
+        }
     }
 }
 

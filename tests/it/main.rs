@@ -40,6 +40,7 @@ mod store_conformance;
 mod store_create;
 mod store_postgres;
 mod store_prune;
+mod store_shared_run;
 mod store_sqlite;
 mod terminal;
 mod tools_bash;

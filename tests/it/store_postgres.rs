@@ -81,6 +81,15 @@ fn a_refused_connection_is_fatal_before_any_request() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot open the store"), "{err}");
     assert!(server.requests().is_empty());
+
+    // The pipeline too: before any request, and before anything is written.
+    let out = flower_in(&server, dir.path(), &["写个脚本", "--store", &refused]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nobody_flower_role"), "{err}");
+    assert!(server.requests().is_empty());
+    assert!(!dir.path().join("runs/lineage.json").exists());
+    assert!(!dir.path().join("runs/manifest.json").exists());
 }
 
 #[test]
@@ -354,4 +363,46 @@ fn store_sqlite_is_the_default_store() {
     assert!(out.status.success(), "{out:?}");
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(state["woke"], 0);
+}
+
+/// `flower store --store URL …` works on the database like on a SQLite file.
+#[test]
+fn the_store_command_reads_and_writes_a_postgres_store() {
+    let Some(url) = pg::fresh_url() else { return };
+    let dir = TempDir::new().unwrap();
+    let flower = |args: &[&str], stdin: &str| {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flower"))
+            .current_dir(dir.path())
+            .arg("store")
+            .args(["--store", url.as_str()])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let appended = flower(
+        &["append", "-p/s1"],
+        r#"[{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}]"#,
+    );
+    assert_eq!(appended["stored"], 1);
+    assert_eq!(flower(&["load", "-p/s1"], "")[0]["uuid"], "u1");
+    assert_eq!(flower(&["sessions", "-p"], "")[0]["session_id"], "s1");
+    assert_eq!(flower(&["delete", "-p/s1"], "")["deleted_entries"], 1);
+    assert_eq!(flower(&["load", "-p/s1"], ""), Value::Null);
+    assert!(!dir.path().join("runs").exists(), "no SQLite file made");
+    // What the database holds is what the library sees.
+    let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    assert_eq!(store.load(&SessionKey::main("-p", "s1")).unwrap(), None);
 }

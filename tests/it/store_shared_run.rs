@@ -1,0 +1,651 @@
+//! A run's lineage and manifest in the PostgreSQL store, beside its transcripts: two
+//! hosts (two paths, two run directories) continue one run by its run key, a run key
+//! from the environment never takes over another workspace's run, manifest rows of
+//! many processes merge by `run` in the database, and the database going away mid-run
+//! is waited out and the step resumed. Skipped (saying why) without
+//! `FLOWER_TEST_POSTGRES_URL`.
+//!
+//! Tests that need several processes re-run this test binary with `FLOWER_SHARED_ROLE`
+//! set; [`child_process_entry_point`] then plays that role instead of testing.
+
+use crate::flow::Script;
+use crate::support::pipeline::{Agent, ONE_ATTEMPT, Project, agent_of, plain, text, turn_of};
+use crate::support::postgres as pg;
+use crate::support::{FakeServer, Gate, Reply};
+use flower::continuity::manifest::{Manifest, StepResult};
+use flower::continuity::shared::{RunName, RunStateStore, SharedRun};
+use flower::stores::{PostgresStore, SessionKey, SessionStore, project_key};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tempfile::TempDir;
+
+/// Only reached when something is broken.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+const ROLE: &str = "FLOWER_SHARED_ROLE";
+
+fn open(url: &str) -> Arc<PostgresStore> {
+    Arc::new(PostgresStore::open(&url.parse().unwrap()).unwrap())
+}
+
+fn named(name: &str, adopt: bool) -> RunName {
+    RunName {
+        name: name.into(),
+        adopt,
+    }
+}
+
+/// Copies the files of `from` into `to` (made), leaving out `skip` (the run directory).
+fn copy_tree(from: &Path, to: &Path, skip: &str) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == skip {
+            continue;
+        }
+        let dest = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &dest, "");
+        } else {
+            std::fs::copy(entry.path(), dest).unwrap();
+        }
+    }
+}
+
+/// A workspace on host A at `~/a/proj` is killed inside 干活; host B mounts a copy at
+/// another path (`~/b/mnt/proj`, its own run directory, nothing of A's `runs/`) and,
+/// with the same store and run key, continues the same 干活 session: same id, the
+/// request carries A's history, the mirrors in B's `runs/` name it, and the
+/// transcript stays under A's project key.
+#[test]
+fn two_hosts_with_one_run_key_continue_the_same_work_session() {
+    let Some(url) = pg::fresh_url() else { return };
+    let host_a = Project::with("a/proj", ONE_ATTEMPT);
+    let host_b = Project::with("b/mnt/proj", ONE_ATTEMPT);
+    let script = Script::new(0);
+    let gate = Gate::new();
+    let server = {
+        let script = script.clone();
+        let gate = gate.clone();
+        let held = AtomicUsize::new(0);
+        FakeServer::with_handler(move |req, _| {
+            // 干活's second request (after its first tool call): A dies with it in flight.
+            if agent_of(req) == Agent::Coordinator
+                && turn_of(req) == 1
+                && held.fetch_add(1, Ordering::SeqCst) == 0
+            {
+                return Reply::text("never delivered").gate_before(&gate);
+            }
+            script.reply(req)
+        })
+    };
+    let key = "team-md2html";
+    let mut child = host_a
+        .command(
+            &server,
+            &["写个 hello 脚本", "--store", &url, "--run-key", key],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(TIMEOUT), "干活 was never asked");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let held = server
+        .requests()
+        .into_iter()
+        .rfind(|r| agent_of(r) == Agent::Coordinator)
+        .unwrap();
+    let id = host_a.json("runs/lineage.json")["steps"]["干活"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let store = open(&url);
+    let a_key = SessionKey::main(project_key(&host_a.dir), &id);
+    let before = store.load(&a_key).unwrap().unwrap().len();
+
+    // Host B: the workspace's files, not A's run directory.
+    copy_tree(&host_a.dir, &host_b.dir, "runs");
+    assert_ne!(project_key(&host_a.dir), project_key(&host_b.dir));
+    let asked = server.request_count();
+    let out = host_b.run(&server, &["--store", &url, "--run-key", key]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("接上上次"),
+        "the wake banner: {}",
+        text(&out.stdout)
+    );
+    let resumed = server.requests()[asked].clone();
+    assert_eq!(agent_of(&resumed), Agent::Coordinator, "干活 goes on first");
+    // The same conversation: A's prompt and first turn come first, as A sent them.
+    assert_eq!(
+        plain(&resumed.messages()[..2]),
+        plain(&held.messages()[..2]),
+        "the resumed request carries A's history"
+    );
+    assert_eq!(
+        host_b.json("runs/lineage.json")["steps"]["干活"],
+        id.as_str()
+    );
+    assert_eq!(host_b.read("hello.txt"), "hello");
+    assert!(!host_b.dir.join("runs/sessions.db").exists());
+    // B appended to A's transcript, under A's project key.
+    assert!(store.load(&a_key).unwrap().unwrap().len() > before);
+    let b_key = SessionKey::main(project_key(&host_b.dir), &id);
+    assert_eq!(store.load(&b_key).unwrap(), None);
+    // The run's manifest is one: B's mirror lists A's rows before its own.
+    let steps: Vec<String> = host_b
+        .manifest()
+        .iter()
+        .map(|r| r["step"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        steps.first().map(String::as_str),
+        Some("确认需求"),
+        "{steps:?}"
+    );
+    assert!(steps.iter().any(|s| s == "干活"), "{steps:?}");
+    let runs: std::collections::BTreeSet<String> = host_b
+        .manifest()
+        .iter()
+        .map(|r| r["run"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(runs.len(), 2, "A's process and B's: {runs:?}");
+    assert_eq!(host_b.json("runs/lineage.json")["woke"], 2);
+}
+
+/// One run, one process, across hosts: while host A runs K, host B's `flower --run-key
+/// K` stops with one line naming A (exit 3), sends nothing and writes no lineage or
+/// manifest; once A is done, the run is free again.
+#[test]
+fn a_run_held_on_one_host_is_refused_on_another() {
+    let Some(url) = pg::fresh_url() else { return };
+    let host_a = Project::with("a/proj", ONE_ATTEMPT);
+    let host_b = Project::with("b/proj", ONE_ATTEMPT);
+    let script = Script::new(0);
+    let gate = Gate::new();
+    let server = {
+        let script = script.clone();
+        let gate = gate.clone();
+        let held = AtomicUsize::new(0);
+        FakeServer::with_handler(move |req, _| {
+            if agent_of(req) == Agent::Coordinator && held.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Reply::text("先停一下").gate_before(&gate);
+            }
+            script.reply(req)
+        })
+    };
+    let mut a = host_a
+        .command(
+            &server,
+            &["写个 hello 脚本", "--store", &url, "--run-key", "k"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(TIMEOUT), "干活 was never asked");
+    let asked = server.request_count();
+    let out = host_b.run(&server, &["--store", &url, "--run-key", "k"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(said.contains("另一个 flower 正在跑运行 k"), "{said}");
+    assert!(said.contains(&format!("pid {}", a.id())), "{said}");
+    assert_eq!(server.request_count(), asked, "B sent nothing");
+    assert!(!host_b.dir.join("runs/lineage.json").exists());
+    assert!(!host_b.dir.join("runs/manifest.json").exists());
+
+    gate.open();
+    assert!(a.wait().unwrap().success());
+    let store = open(&url);
+    let free = store.lease_run("k", "test", Some(Duration::ZERO)).unwrap();
+    assert!(
+        matches!(free, flower::stores::postgres::Leased::Held(_)),
+        "A let go of the run when it ended"
+    );
+}
+
+/// A run key that only comes from `FLOWER_RUN_KEY` and names a run begun in another
+/// workspace is refused before anything is sent or written (exit 2, one line saying
+/// how to mean it); `--run-key` with the same name continues it.
+#[test]
+fn a_run_key_from_the_environment_never_takes_over_another_workspaces_run() {
+    let Some(url) = pg::fresh_url() else { return };
+    let store = open(&url);
+    let origin = TempDir::new().unwrap();
+    let shared = SharedRun::open(store.clone(), origin.path(), Some(&named("k1", true)))
+        .unwrap()
+        .unwrap();
+    shared.remember("干活", "s-1").unwrap();
+
+    let elsewhere = Project::new();
+    let server = FakeServer::start(vec![]);
+    let out = elsewhere
+        .command(&server, &["做点别的"])
+        .env("FLOWER_STORE", &url)
+        .env("FLOWER_RUN_KEY", "k1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(said.contains("另一个工作区"), "{said}");
+    assert!(said.contains("--run-key k1"), "{said}");
+    assert_eq!(server.request_count(), 0);
+    assert!(!elsewhere.dir.join("runs").exists(), "nothing written");
+    let (woke, steps) = shared.lineage().unwrap();
+    assert_eq!(
+        (woke, steps),
+        (0, BTreeMap::from([("干活".to_string(), "s-1".to_string())]))
+    );
+
+    // Given on purpose, it is the same run, read from any path (read-only here).
+    let state = elsewhere
+        .command(&server, &["state", "--json", "--run-key", "k1"])
+        .env("FLOWER_STORE", &url)
+        .output()
+        .unwrap();
+    assert!(state.status.success(), "{}", text(&state.stderr));
+    let state: Value = serde_json::from_slice(&state.stdout).unwrap();
+    // `s-1` has no transcript: the guard drops it, as it would a deleted session.
+    assert_eq!(state["steps"], serde_json::json!({}));
+    assert!(!elsewhere.dir.join("runs").exists(), "state writes nothing");
+}
+
+/// Run keys are checked before anything happens, and need a shared store.
+#[test]
+fn a_bad_run_key_or_one_without_a_store_exits_2() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![]);
+    for (args, env, want) in [
+        (vec!["x", "--run-key=-dash"], None, "--run-key"),
+        (vec!["x", "--run-key", "a/b"], None, "--run-key"),
+        (vec!["x", "--run-key", "ok"], None, "needs --store"),
+        (vec!["x"], Some("bad key"), "FLOWER_RUN_KEY"),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        server.configure(&mut cmd);
+        cmd.current_dir(dir.path())
+            .args(&args)
+            .env_remove("FLOWER_STORE");
+        if let Some(value) = env {
+            cmd.env("FLOWER_RUN_KEY", value);
+        }
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(server.request_count(), 0);
+    assert!(!dir.path().join("runs").exists());
+}
+
+/// A path's run is that path's: a workspace whose project key collides with it (the
+/// path differs only in `_` vs `-`) sees no run in the database and overwrites none.
+#[test]
+fn a_colliding_project_key_neither_reads_nor_overwrites_the_other_paths_run() {
+    let Some(url) = pg::fresh_url() else { return };
+    let store = open(&url);
+    let home = TempDir::new().unwrap();
+    let first = home.path().join("my_proj");
+    let second = home.path().join("my-proj");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    assert_eq!(project_key(&first), project_key(&second));
+    let run = SharedRun::open(store.clone(), &first, None)
+        .unwrap()
+        .unwrap();
+    run.remember("干活", "s-1").unwrap();
+    assert!(
+        SharedRun::open(store.clone(), &second, None)
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(run.lineage().unwrap().1["干活"], "s-1");
+}
+
+/// Eight processes, each its own "host" (run directory), record rows of one run at
+/// once: every row of every process is in the database, each process's mirror is a
+/// whole JSON array with its own rows, and the last one's holds them all.
+#[test]
+fn eight_processes_on_one_run_lose_no_manifest_row() {
+    let Some(url) = pg::fresh_url() else { return };
+    let dirs = TempDir::new().unwrap();
+    let workspace = dirs.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let run_dir = dirs.path().join(format!("host{i}/runs"));
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "store_shared_run::child_process_entry_point",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(ROLE, "record")
+                .env("FLOWER_SHARED_URL", &url)
+                .env("FLOWER_SHARED_WS", &workspace)
+                .env("FLOWER_SHARED_RUN_DIR", &run_dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let store = open(&url);
+    let run = SharedRun::find(store.clone(), &workspace, Some(&named("many", true)))
+        .unwrap()
+        .unwrap();
+    let rows = run.manifest().unwrap();
+    assert_eq!(rows.len(), 8 * ROWS);
+    let mut per_run: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for row in &rows {
+        per_run
+            .entry(row["run"].as_str().unwrap().into())
+            .or_default()
+            .push(row["step"].as_str().unwrap().into());
+    }
+    assert_eq!(per_run.len(), 8);
+    let want: Vec<String> = (0..ROWS).map(|i| format!("步骤{i}")).collect();
+    for steps in per_run.values() {
+        assert_eq!(steps, &want, "each process's rows, whole and in order");
+    }
+    let mut longest = 0;
+    for i in 0..8 {
+        let mirror =
+            std::fs::read_to_string(dirs.path().join(format!("host{i}/runs/manifest.json")))
+                .unwrap();
+        let mirror: Vec<Value> = serde_json::from_str(&mirror).unwrap();
+        assert!(mirror.len() >= ROWS);
+        longest = longest.max(mirror.len());
+    }
+    assert_eq!(
+        longest,
+        8 * ROWS,
+        "the last writer's mirror holds every row"
+    );
+}
+
+const ROWS: usize = 6;
+
+/// Not a test: the body of the child processes the other tests start. Does nothing
+/// in a normal test run.
+#[test]
+fn child_process_entry_point() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let var = |name: &str| std::env::var(name).unwrap();
+    match role.as_str() {
+        // Records ROWS attempts of one run, one write each.
+        "record" => {
+            let store = open(&var("FLOWER_SHARED_URL"));
+            let workspace = std::path::PathBuf::from(var("FLOWER_SHARED_WS"));
+            let run = SharedRun::open(
+                store as Arc<dyn RunStateStore>,
+                &workspace,
+                Some(&named("many", true)),
+            )
+            .unwrap()
+            .unwrap();
+            let run_dir = std::path::PathBuf::from(var("FLOWER_SHARED_RUN_DIR"));
+            let mut manifest =
+                Manifest::shared(&run_dir, flower::continuity::manifest::new_run_id(), run);
+            for i in 0..ROWS {
+                let mut result = StepResult::started(&format!("步骤{i}"));
+                result.finish();
+                manifest.record(&result).unwrap();
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// A TCP proxy on loopback in front of the database, which the test cuts (every
+/// connection dropped, new ones refused) and restores.
+struct Proxy {
+    port: u16,
+    target: SocketAddr,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    up: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut proxy = Proxy {
+            port: listener.local_addr().unwrap().port(),
+            target,
+            conns: Arc::default(),
+            up: Arc::default(),
+        };
+        proxy.serve(listener);
+        proxy
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        self.up.store(true, Ordering::SeqCst);
+        let (target, conns, up) = (self.target, self.conns.clone(), self.up.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if !up.load(Ordering::SeqCst) {
+                    // The listener closes with this thread: connects are refused.
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(target) else {
+                    continue;
+                };
+                let mut list = conns.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+    }
+
+    /// Every connection dropped; connecting is refused until [`Proxy::restore`].
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        // Wakes the acceptor, which then closes the listener.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        for conn in self.conns.lock().unwrap().drain(..) {
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+        // Refused from now on: the acceptor has closed its listener.
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            std::thread::yield_now();
+        }
+    }
+
+    fn restore(&mut self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).unwrap();
+        self.serve(listener);
+    }
+
+    /// `url` with its host and port replaced by the proxy's.
+    fn url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (user, rest) = rest.split_once('@').unwrap();
+        let (_, path) = rest.split_once('/').unwrap();
+        format!("{scheme}://{user}@127.0.0.1:{}/{path}", self.port)
+    }
+}
+
+/// The host and port of a test URL (`postgres://user@host:port/db…`).
+fn address(url: &str) -> SocketAddr {
+    let rest = url.split_once('@').unwrap().1;
+    let host_port = rest.split_once('/').unwrap().0;
+    host_port.parse().unwrap()
+}
+
+/// The database goes away while a reply is on its way: the transcript write fails, the
+/// run waits (probing the database, not the model) instead of failing, and once the
+/// database is back the step resumes the same session; what was acknowledged before
+/// the outage is all there.
+#[test]
+fn a_database_outage_mid_run_is_waited_out_and_the_session_resumed() {
+    let Some(url) = pg::fresh_url() else { return };
+    // Tables made directly, so the proxy only carries the run's own connections.
+    drop(open(&url));
+    let mut proxy = Proxy::start(address(&url));
+    let gate = Gate::new();
+    let server = FakeServer::start(vec![
+        Reply::text("第一次回答").gate_before(&gate),
+        Reply::text("接着做完了"),
+    ]);
+    let dir = TempDir::new().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let mut child = cmd
+        .current_dir(dir.path())
+        .args(["once", "干点活", "--store", &proxy.url(&url)])
+        .env("FLOWER_PROBE_INTERVAL", "0.1")
+        .env("FLOWER_PROBE_TIMEOUT", "1")
+        .env("FLOWER_BASE_DELAY", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(TIMEOUT), "the model was never asked");
+    proxy.cut();
+    gate.open();
+    // Waits until flower says it is waiting for the database, then brings it back.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let probing = format!("127.0.0.1:{}", proxy.port);
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "flower ended without waiting for the database: {said}"
+        );
+        said.push_str(&line);
+        if line.contains("网络不通") && line.contains(&probing) {
+            break;
+        }
+    }
+    proxy.restore();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "{said}{rest}");
+    assert!(stdout.contains("接着做完了"), "{stdout}");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{said}{rest}");
+    // The reply that could not be stored is not in it: the prompt, then the resume.
+    assert!(
+        requests[1]
+            .last_user_text()
+            .ends_with(flower::continuity::resilience::RESUME_PROMPT),
+        "{}",
+        requests[1].last_user_text()
+    );
+    assert!(
+        plain(requests[1].messages()).to_string().contains("干点活"),
+        "the retry resumes the same conversation"
+    );
+    // Straight from the database: the session with its first prompt and its end.
+    let store = open(&url);
+    let sessions = store
+        .list_sessions(&project_key(&dir.path().canonicalize().unwrap()))
+        .unwrap();
+    assert_eq!(sessions.len(), 1);
+    let key = SessionKey::main(
+        project_key(&dir.path().canonicalize().unwrap()),
+        &sessions[0].session_id,
+    );
+    let entries = store.load(&key).unwrap().unwrap().to_vec();
+    let all = Value::Array(entries).to_string();
+    assert!(
+        all.contains("干点活") && all.contains("接着做完了"),
+        "{all}"
+    );
+}
+
+/// A database of schema version 1 (transcripts only) is migrated in place: its
+/// transcripts stay, the run tables appear.
+#[test]
+fn a_version_1_database_is_migrated_and_keeps_its_transcripts() {
+    let Some(url) = pg::fresh_url() else { return };
+    let key = SessionKey::main("-p", "s");
+    {
+        let store = open(&url);
+        store
+            .append(&key, &[serde_json::json!({"type": "user", "uuid": "u1"})])
+            .unwrap();
+    }
+    // Back to what version 1 had.
+    pg::execute(
+        &url,
+        "DROP TABLE flower_manifest, flower_lineage, flower_runs; \
+         UPDATE flower_meta SET value = '1' WHERE key = 'schema_version';",
+    );
+    let store = open(&url);
+    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+    let dir = TempDir::new().unwrap();
+    let run = SharedRun::open(store.clone(), dir.path(), None)
+        .unwrap()
+        .unwrap();
+    run.remember("干活", "s").unwrap();
+    assert_eq!(run.lineage().unwrap().1["干活"], "s");
+}
+
+/// `/new` on a shared run: the database forgets the steps and wakes (the mirror is
+/// archived like the file), so the next process starts fresh on every host.
+#[test]
+fn archiving_a_shared_lineage_resets_it_in_the_database() {
+    let Some(url) = pg::fresh_url() else { return };
+    let store = open(&url);
+    let dir = TempDir::new().unwrap();
+    let run_dir = dir.path().join("runs");
+    let run = SharedRun::open(store.clone(), dir.path(), Some(&named("n", true)))
+        .unwrap()
+        .unwrap();
+    let mut lineage =
+        flower::Lineage::load_shared(&run_dir, dir.path(), run.clone(), |_| Ok(true)).unwrap();
+    assert_eq!(lineage.wake(), 1);
+    assert!(lineage.remember("干活", "s-1"));
+    let mirror: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("lineage.json")).unwrap())
+            .unwrap();
+    assert_eq!(mirror["steps"]["干活"], "s-1");
+    assert_eq!(mirror["woke"], 1);
+    let into = dir.path().join("notes/archive/x");
+    lineage.archive(&into, &[]).unwrap();
+    assert!(into.join("lineage.json").exists());
+    assert_eq!(run.lineage().unwrap(), (0, BTreeMap::new()));
+    let again = flower::Lineage::load_shared(&run_dir, dir.path(), run, |_| Ok(true)).unwrap();
+    assert!(again.steps().is_empty());
+}
