@@ -9,6 +9,7 @@ use flower::inspect::Run;
 use flower::stores::SessionKey;
 use flower::transcript::markers;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,7 +63,6 @@ pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
             )
         })
     };
-    let entries = load(&key)?;
     let subs = if args.subagents {
         run.subagents(&key)
     } else {
@@ -70,6 +70,7 @@ pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
     };
     let mut out = String::new();
     if args.json {
+        let entries = load(&key)?;
         let mut subagents = serde_json::Map::new();
         for sub in &subs {
             subagents.insert(sub.clone(), Value::Array(load(&key.sub(sub)?)?));
@@ -85,6 +86,22 @@ pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
         out.push('\n');
         return print_out(&out);
     }
+    // The transcript with its entry count: raw rows unless pruned (pruning needs them
+    // whole), and the usual load when the raw read fails, for its message.
+    let transcript = |key: &SessionKey| -> anyhow::Result<(usize, String)> {
+        let mut body = String::new();
+        if !args.pruned
+            && let Ok(count) = render_raw(&run, key, &mut body)
+            && count > 0
+        {
+            return Ok((count, body));
+        }
+        body.clear();
+        let entries = load(key)?;
+        render(&mut body, &entries);
+        Ok((entries.len(), body))
+    };
+    let (count, body) = transcript(&key)?;
     let what = if args.pruned {
         "续跑时喂给模型的样子(已剪除)"
     } else {
@@ -92,15 +109,14 @@ pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
     };
     let _ = writeln!(
         out,
-        "会话 {id}{} · {} 条记录 · {what}",
+        "会话 {id}{} · {count} 条记录 · {what}",
         step.map(|s| format!(" · 步骤 {s}")).unwrap_or_default(),
-        entries.len()
     );
-    render(&mut out, &entries);
+    out.push_str(&body);
     for sub in &subs {
-        let entries = load(&key.sub(sub)?)?;
-        let _ = writeln!(out, "\n════ 子代理 {sub} · {} 条记录 ════", entries.len());
-        render(&mut out, &entries);
+        let (count, body) = transcript(&key.sub(sub)?)?;
+        let _ = writeln!(out, "\n════ 子代理 {sub} · {count} 条记录 ════");
+        out.push_str(&body);
     }
     if !args.subagents {
         let n = run.subagents(&key).len();
@@ -115,9 +131,47 @@ pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
 /// input summarised, results cut to a few lines with the byte count, denials,
 /// interruptions, synthetic API errors and unknown entries marked as such.
 pub fn render(out: &mut String, entries: &[Value]) {
-    let mut turn = 0;
-    let mut tools: std::collections::HashMap<String, String> = Default::default();
+    let mut r = Renderer::default();
     for entry in entries {
+        r.value(out, entry);
+    }
+}
+
+/// A session's transcript rendered straight from the store's raw rows: each entry is
+/// read into the few borrowed fields the renderer needs ([`lite`]); one that does not
+/// fit that shape (or holds thinking, whose size is that of its `Value`) is parsed
+/// whole and rendered as [`render`] would. The number of entries, 0 when the session is
+/// not stored; `Err` when a row is not JSON (the caller loads the usual way, for the
+/// store's message).
+fn render_raw(run: &Run, key: &SessionKey, out: &mut String) -> Result<usize, ()> {
+    let mut r = Renderer::default();
+    let mut bad = false;
+    let count = run
+        .for_each_raw(key, |row| bad = bad || r.row(out, row).is_err())
+        .map_err(|_| ())?;
+    if bad { Err(()) } else { Ok(count) }
+}
+
+/// What rendering carries from entry to entry.
+#[derive(Default)]
+struct Renderer {
+    turn: usize,
+    /// Tool names by call id, for the results.
+    tools: std::collections::HashMap<String, String>,
+}
+
+impl Renderer {
+    /// One entry from its JSON text: [`Self::raw`], else parsed whole; `Err`: not JSON.
+    fn row(&mut self, out: &mut String, row: &[u8]) -> Result<(), ()> {
+        if self.raw(out, row).is_ok() {
+            return Ok(());
+        }
+        let entry = serde_json::from_slice::<Value>(row).map_err(|_| ())?;
+        self.value(out, &entry);
+        Ok(())
+    }
+
+    fn value(&mut self, out: &mut String, entry: &Value) {
         let kind = entry.get("type").and_then(Value::as_str).unwrap_or("");
         let stamp = entry
             .get("timestamp")
@@ -132,14 +186,9 @@ pub fn render(out: &mut String, entries: &[Value]) {
                     .and_then(Value::as_array)
                     .map(|c| flower::transcript::text_of(c))
                     .unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "⚠ [合成的 API 错误,不会喂回模型] {stamp} {}",
-                    text.trim()
-                );
+                synthetic(out, &stamp, &text);
             }
             "assistant" => {
-                turn += 1;
                 let usage = message.and_then(|m| m.get("usage"));
                 let u = |k: &str| {
                     usage
@@ -147,27 +196,23 @@ pub fn render(out: &mut String, entries: &[Value]) {
                         .and_then(Value::as_u64)
                         .unwrap_or(0)
                 };
-                let (input, output, cw, cr) = (
-                    u("input_tokens"),
-                    u("output_tokens"),
-                    u("cache_creation_input_tokens"),
-                    u("cache_read_input_tokens"),
-                );
-                let _ = writeln!(
+                self.turn_header(
                     out,
-                    "\n── 第 {turn} 轮 · 助手 {stamp} · 上下文 {}(输入 {input} 输出 {output} 缓存写 {cw} 缓存读 {cr})──",
-                    tokens(input + output + cw + cr)
+                    &stamp,
+                    [
+                        u("input_tokens"),
+                        u("output_tokens"),
+                        u("cache_creation_input_tokens"),
+                        u("cache_read_input_tokens"),
+                    ],
                 );
                 match message.and_then(|m| m.get("content")) {
                     Some(Value::Array(blocks)) => {
                         for block in blocks {
-                            assistant_block(out, block, &mut tools);
+                            self.assistant_block(out, block);
                         }
                     }
-                    Some(Value::String(s)) => {
-                        let block = serde_json::json!({"type": "text", "text": s});
-                        assistant_block(out, &block, &mut tools);
-                    }
+                    Some(Value::String(s)) => text_line(out, s),
                     _ => {}
                 }
             }
@@ -177,23 +222,236 @@ pub fn render(out: &mut String, entries: &[Value]) {
                     Some(Value::String(text)) => user_text(out, text, &stamp),
                     Some(Value::Array(blocks)) => {
                         for block in blocks {
-                            user_block(out, block, &stamp, &tools);
+                            self.user_block(out, block, &stamp);
                         }
                     }
-                    _ => {
-                        let _ = writeln!(out, "[无法显示的用户条目]");
-                    }
+                    _ => unshowable_user(out),
                 }
             }
-            other => {
-                let _ = writeln!(
-                    out,
-                    "[未知条目:type={}]",
-                    if other.is_empty() { "?" } else { other }
-                );
-            }
+            other => unknown_entry(out, other),
         }
     }
+
+    /// [`Self::value`] from an entry's JSON text without building a `Value`; `Err` when
+    /// the entry does not fit [`lite::Entry`] or holds thinking (nothing written then).
+    fn raw(&mut self, out: &mut String, row: &[u8]) -> Result<(), ()> {
+        let lite::Obj(entry) =
+            serde_json::from_slice::<lite::Obj<lite::Entry>>(row).map_err(|_| ())?;
+        let kind = entry.kind.as_deref().unwrap_or("");
+        let message = entry.message.map(|m| m.0);
+        let synthetic_error = entry.api_error.is_some_and(|f| f.get() == "true")
+            || message
+                .as_ref()
+                .is_some_and(|m| m.model.as_deref() == Some(markers::SYNTHETIC_MODEL));
+        let content = message.as_ref().and_then(|m| m.content.as_ref());
+        if kind == "assistant"
+            && !synthetic_error
+            && let Some(lite::Content::Blocks(blocks)) = content
+            && blocks
+                .iter()
+                .any(|b| matches!(b.kind.as_deref(), Some("thinking" | "redacted_thinking")))
+        {
+            return Err(());
+        }
+        let stamp = entry
+            .timestamp
+            .as_deref()
+            .map(short_time)
+            .unwrap_or_default();
+        match kind {
+            "assistant" if synthetic_error => {
+                let mut text = String::new();
+                if let Some(lite::Content::Blocks(blocks)) = content {
+                    for b in blocks {
+                        if b.kind.as_deref() == Some("text")
+                            && let Some(t) = &b.text
+                        {
+                            text.push_str(t);
+                        }
+                    }
+                }
+                synthetic(out, &stamp, &text);
+            }
+            "assistant" => {
+                let usage = message.as_ref().and_then(|m| m.usage.as_ref());
+                let u =
+                    |f: fn(&lite::Usage) -> Option<u64>| usage.and_then(|u| f(&u.0)).unwrap_or(0);
+                self.turn_header(
+                    out,
+                    &stamp,
+                    [
+                        u(|u| u.input),
+                        u(|u| u.output),
+                        u(|u| u.cache_creation),
+                        u(|u| u.cache_read),
+                    ],
+                );
+                match content {
+                    Some(lite::Content::Blocks(blocks)) => {
+                        for b in blocks {
+                            match b.kind.as_deref().unwrap_or("") {
+                                "text" => text_line(out, b.text.as_deref().unwrap_or("")),
+                                "tool_use" => {
+                                    let name = b.name.as_deref().unwrap_or("?");
+                                    let id = b.id.as_deref().unwrap_or("");
+                                    self.tools.insert(id.to_owned(), name.to_owned());
+                                    let summary = summarise_raw(name, b.input);
+                                    tool_call(out, name, &summary);
+                                }
+                                other => unknown_block(out, other),
+                            }
+                        }
+                    }
+                    Some(lite::Content::Text(s)) => text_line(out, s),
+                    _ => {}
+                }
+            }
+            "user" => match content {
+                Some(lite::Content::Text(text)) => user_text(out, text, &stamp),
+                Some(lite::Content::Blocks(blocks)) => {
+                    for b in blocks {
+                        match b.kind.as_deref().unwrap_or("") {
+                            "text" => user_text(out, b.text.as_deref().unwrap_or(""), &stamp),
+                            "tool_result" => {
+                                let text: std::borrow::Cow<'_, str> = match &b.content {
+                                    Some(lite::Content::Text(s)) => s.as_ref().into(),
+                                    Some(lite::Content::Blocks(parts)) => parts
+                                        .iter()
+                                        .filter_map(|p| p.text.as_deref())
+                                        .collect::<Vec<_>>()
+                                        .join("\n")
+                                        .into(),
+                                    _ => "".into(),
+                                };
+                                let error = b.is_error.is_some_and(|f| f.get() == "true");
+                                let id = b.tool_use_id.as_deref().unwrap_or("");
+                                self.tool_result(out, &text, error, id);
+                            }
+                            "image" => image(out),
+                            other => unknown_block(out, other),
+                        }
+                    }
+                }
+                _ => unshowable_user(out),
+            },
+            other => unknown_entry(out, other),
+        }
+        Ok(())
+    }
+
+    fn turn_header(&mut self, out: &mut String, stamp: &str, [input, output, cw, cr]: [u64; 4]) {
+        self.turn += 1;
+        let turn = self.turn;
+        // Wrapping: a corrupt count must not panic (release builds always wrapped).
+        let context = input.wrapping_add(output).wrapping_add(cw).wrapping_add(cr);
+        let _ = writeln!(
+            out,
+            "\n── 第 {turn} 轮 · 助手 {stamp} · 上下文 {}(输入 {input} 输出 {output} 缓存写 {cw} 缓存读 {cr})──",
+            tokens(context)
+        );
+    }
+
+    fn assistant_block(&mut self, out: &mut String, block: &Value) {
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "text" => text_line(out, block.get("text").and_then(Value::as_str).unwrap_or("")),
+            "thinking" | "redacted_thinking" => {
+                let _ = writeln!(out, "(思考,{} 字节)", block.to_string().len());
+            }
+            "tool_use" => {
+                let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
+                let id = block.get("id").and_then(Value::as_str).unwrap_or("");
+                self.tools.insert(id.to_owned(), name.to_owned());
+                let input = block.get("input").unwrap_or(&Value::Null);
+                tool_call(out, name, &summarise_input(name, input));
+            }
+            other => unknown_block(out, other),
+        }
+    }
+
+    fn user_block(&self, out: &mut String, block: &Value, stamp: &str) {
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "text" => user_text(
+                out,
+                block.get("text").and_then(Value::as_str).unwrap_or(""),
+                stamp,
+            ),
+            "tool_result" => {
+                let text = result_text(block.get("content"));
+                let error = block.get("is_error").and_then(Value::as_bool) == Some(true);
+                let id = block
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                self.tool_result(out, &text, error, id);
+            }
+            "image" => image(out),
+            other => unknown_block(out, other),
+        }
+    }
+
+    fn tool_result(&self, out: &mut String, text: &str, error: bool, id: &str) {
+        let name = self.tools.get(id).map(String::as_str).unwrap_or("工具");
+        if error && markers::is_denial_text(text) {
+            let _ = writeln!(out, "  ✗ [被拒] {}", first_line(text));
+            return;
+        }
+        if markers::is_interruption_text(text) || text == markers::INTERRUPTED_BODY {
+            let _ = writeln!(out, "  ⚠ [中断] {}", first_line(text));
+            return;
+        }
+        if text == markers::STALE_BODY {
+            let _ = writeln!(out, "  ⎿ [过期] {}", text);
+            return;
+        }
+        let tag = if error { " 出错" } else { "" };
+        let _ = writeln!(out, "  ⎿ {name} 结果{tag}({} 字节)", text.len());
+        let mut lines = text.lines();
+        for line in lines.by_ref().take(RESULT_LINES) {
+            let _ = writeln!(out, "    {}", cut(line, 200));
+        }
+        let more = lines.count();
+        if more > 0 {
+            let _ = writeln!(out, "    … 还有 {more} 行");
+        }
+    }
+}
+
+fn synthetic(out: &mut String, stamp: &str, text: &str) {
+    let _ = writeln!(
+        out,
+        "⚠ [合成的 API 错误,不会喂回模型] {stamp} {}",
+        text.trim()
+    );
+}
+
+fn text_line(out: &mut String, text: &str) {
+    let _ = writeln!(out, "{}", text.trim_end());
+}
+
+fn tool_call(out: &mut String, name: &str, summary: &str) {
+    let _ = writeln!(out, "⏺ {name} {summary}");
+}
+
+fn image(out: &mut String) {
+    let _ = writeln!(out, "  [图片]");
+}
+
+fn unknown_block(out: &mut String, kind: &str) {
+    let _ = writeln!(out, "[未知内容块:{kind}]");
+}
+
+fn unshowable_user(out: &mut String) {
+    let _ = writeln!(out, "[无法显示的用户条目]");
+}
+
+fn unknown_entry(out: &mut String, kind: &str) {
+    let _ = writeln!(
+        out,
+        "[未知条目:type={}]",
+        if kind.is_empty() { "?" } else { kind }
+    );
 }
 
 fn user_text(out: &mut String, text: &str, stamp: &str) {
@@ -201,86 +459,6 @@ fn user_text(out: &mut String, text: &str, stamp: &str) {
         let _ = writeln!(out, "⚠ [中断] {}", text.trim());
     } else {
         let _ = writeln!(out, "\n── 用户 {stamp} ──\n{}", text.trim_end());
-    }
-}
-
-fn assistant_block(
-    out: &mut String,
-    block: &Value,
-    tools: &mut std::collections::HashMap<String, String>,
-) {
-    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-    match kind {
-        "text" => {
-            let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-            let _ = writeln!(out, "{}", text.trim_end());
-        }
-        "thinking" | "redacted_thinking" => {
-            let _ = writeln!(out, "(思考,{} 字节)", block.to_string().len());
-        }
-        "tool_use" => {
-            let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
-            let id = block.get("id").and_then(Value::as_str).unwrap_or("");
-            tools.insert(id.to_owned(), name.to_owned());
-            let input = block.get("input").unwrap_or(&Value::Null);
-            let _ = writeln!(out, "⏺ {name} {}", summarise_input(name, input));
-        }
-        other => {
-            let _ = writeln!(out, "[未知内容块:{other}]");
-        }
-    }
-}
-
-fn user_block(
-    out: &mut String,
-    block: &Value,
-    stamp: &str,
-    tools: &std::collections::HashMap<String, String>,
-) {
-    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-    match kind {
-        "text" => user_text(
-            out,
-            block.get("text").and_then(Value::as_str).unwrap_or(""),
-            stamp,
-        ),
-        "tool_result" => {
-            let text = result_text(block.get("content"));
-            let error = block.get("is_error").and_then(Value::as_bool) == Some(true);
-            let id = block
-                .get("tool_use_id")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let name = tools.get(id).map(String::as_str).unwrap_or("工具");
-            if error && markers::is_denial_text(&text) {
-                let _ = writeln!(out, "  ✗ [被拒] {}", first_line(&text));
-                return;
-            }
-            if markers::is_interruption_text(&text) || text == markers::INTERRUPTED_BODY {
-                let _ = writeln!(out, "  ⚠ [中断] {}", first_line(&text));
-                return;
-            }
-            if text == markers::STALE_BODY {
-                let _ = writeln!(out, "  ⎿ [过期] {}", text);
-                return;
-            }
-            let tag = if error { " 出错" } else { "" };
-            let _ = writeln!(out, "  ⎿ {name} 结果{tag}({} 字节)", text.len());
-            let mut lines = text.lines();
-            for line in lines.by_ref().take(RESULT_LINES) {
-                let _ = writeln!(out, "    {}", cut(line, 200));
-            }
-            let more = lines.count();
-            if more > 0 {
-                let _ = writeln!(out, "    … 还有 {more} 行");
-            }
-        }
-        "image" => {
-            let _ = writeln!(out, "  [图片]");
-        }
-        other => {
-            let _ = writeln!(out, "[未知内容块:{other}]");
-        }
     }
 }
 
@@ -300,9 +478,34 @@ fn result_text(content: Option<&Value>) -> std::borrow::Cow<'_, str> {
 
 /// The one field that says what a call does, else the input as compact JSON; cut.
 pub fn summarise_input(name: &str, input: &Value) -> String {
+    let text = input
+        .get(summary_field(name))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| input.to_string());
+    cut(&text.replace('\n', "⏎"), SUMMARY_CHARS)
+}
+
+/// [`summarise_input`] from the input's JSON text: only the one field is read, unless
+/// it is missing or not a string (then the input is parsed whole for its JSON).
+fn summarise_raw(name: &str, input: Option<&RawValue>) -> String {
+    let field = summary_field(name);
+    if let Some(raw) = input
+        && let Ok(Some(text)) = lite::field(raw.get(), field)
+    {
+        return cut(&text.replace('\n', "⏎"), SUMMARY_CHARS);
+    }
+    let input = input
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .unwrap_or(Value::Null);
+    summarise_input(name, &input)
+}
+
+/// The input field that names a call's target ("" when there is none).
+fn summary_field(name: &str) -> &'static str {
     // flower's tools from their one description; Claude Code's others (imported
     // transcripts) by the field that names their target.
-    let field = match flower::transcript::tools::info_of(name) {
+    match flower::transcript::tools::info_of(name) {
         Some(info) => info.summary_field,
         None => match name {
             "MultiEdit" | "NotebookEdit" => "file_path",
@@ -310,13 +513,7 @@ pub fn summarise_input(name: &str, input: &Value) -> String {
             "WebFetch" => "url",
             _ => "",
         },
-    };
-    let text = input
-        .get(field)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| input.to_string());
-    cut(&text.replace('\n', "⏎"), SUMMARY_CHARS)
+    }
 }
 
 fn first_line(text: &str) -> String {
@@ -345,12 +542,397 @@ fn short_time(stamp: &str) -> String {
 /// The transcript of a session as `flower show` prints it (for the report).
 pub fn transcript_text(run: &Run, session_id: &str) -> String {
     let mut out = String::new();
-    match run.load(&run.key(session_id)) {
-        Ok(Some(entries)) => render(&mut out, &entries),
-        Ok(None) => out.push_str("[会话已不在 sessions.db 里]\n"),
-        Err(e) => {
-            let _ = writeln!(out, "[读不出:{e}]");
+    let key = run.key(session_id);
+    match render_raw(run, &key, &mut out) {
+        Ok(0) => out.push_str("[会话已不在 sessions.db 里]\n"),
+        Ok(_) => {}
+        Err(()) => {
+            out.clear();
+            match run.load(&key) {
+                Ok(Some(entries)) => render(&mut out, &entries),
+                Ok(None) => out.push_str("[会话已不在 sessions.db 里]\n"),
+                Err(e) => {
+                    let _ = writeln!(out, "[读不出:{e}]");
+                }
+            }
         }
     }
     out
+}
+
+/// The fields of an entry the renderer reads, borrowed from its JSON text where no
+/// escape forces a copy; the rest is skipped unparsed. Stricter than `Value` lookups
+/// (a field of an unexpected type is an error, and the caller falls back to `Value`),
+/// and like them where it succeeds: the last of duplicate keys wins, `null` reads as
+/// absent.
+mod lite {
+    use serde::Deserialize;
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde_json::value::RawValue;
+    use std::borrow::Cow;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    /// A JSON string, borrowed when it has no escapes.
+    pub struct Str<'a>(pub Cow<'a, str>);
+
+    impl<'de> Deserialize<'de> for Str<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Str<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'de>, E> {
+                    Ok(Str(Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Str<'de>, E> {
+                    Ok(Str(Cow::Owned(v.to_owned())))
+                }
+                fn visit_string<E>(self, v: String) -> Result<Str<'de>, E> {
+                    Ok(Str(Cow::Owned(v)))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+
+    /// A JSON object read key by key into `T`; anything else is an error (a derived
+    /// struct would also take an array, field by position).
+    pub struct Obj<T>(pub T);
+
+    pub trait Fields<'de>: Default {
+        fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
+    }
+
+    impl<'de, T: Fields<'de>> Deserialize<'de> for Obj<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(PhantomData<T>);
+            impl<'de, T: Fields<'de>> Visitor<'de> for V<T> {
+                type Value = Obj<T>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Obj<T>, A::Error> {
+                    let mut t = T::default();
+                    while let Some(Str(key)) = map.next_key::<Str<'de>>()? {
+                        t.field(&key, &mut map)?;
+                    }
+                    Ok(Obj(t))
+                }
+            }
+            d.deserialize_map(V(PhantomData))
+        }
+    }
+
+    fn string<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Cow<'de, str>>, A::Error> {
+        Ok(map.next_value::<Option<Str<'de>>>()?.map(|s| s.0))
+    }
+
+    #[derive(Default)]
+    pub struct Entry<'a> {
+        pub kind: Option<Cow<'a, str>>,
+        pub timestamp: Option<Cow<'a, str>>,
+        /// `isApiErrorMessage`, as written.
+        pub api_error: Option<&'a RawValue>,
+        pub message: Option<Obj<Message<'a>>>,
+    }
+
+    impl<'de> Fields<'de> for Entry<'de> {
+        fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+            match key {
+                "type" => self.kind = string(map)?,
+                "timestamp" => self.timestamp = string(map)?,
+                flower::transcript::markers::API_ERROR_FLAG => self.api_error = map.next_value()?,
+                "message" => self.message = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[derive(Default)]
+    pub struct Message<'a> {
+        pub model: Option<Cow<'a, str>>,
+        pub content: Option<Content<'a>>,
+        pub usage: Option<Obj<Usage>>,
+    }
+
+    impl<'de> Fields<'de> for Message<'de> {
+        fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+            match key {
+                "model" => self.model = string(map)?,
+                "content" => self.content = map.next_value()?,
+                "usage" => self.usage = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[derive(Default)]
+    pub struct Usage {
+        pub input: Option<u64>,
+        pub output: Option<u64>,
+        pub cache_creation: Option<u64>,
+        pub cache_read: Option<u64>,
+    }
+
+    impl<'de> Fields<'de> for Usage {
+        fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+            let slot = match key {
+                "input_tokens" => &mut self.input,
+                "output_tokens" => &mut self.output,
+                "cache_creation_input_tokens" => &mut self.cache_creation,
+                "cache_read_input_tokens" => &mut self.cache_read,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    return Ok(());
+                }
+            };
+            *slot = map.next_value()?;
+            Ok(())
+        }
+    }
+
+    /// A message's (or a tool result's) `content`.
+    pub enum Content<'a> {
+        Text(Cow<'a, str>),
+        Blocks(Vec<Block<'a>>),
+        /// An object, a number or a boolean: nothing to show.
+        Other,
+    }
+
+    impl<'de> Deserialize<'de> for Content<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Content<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("content")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Content<'de>, E> {
+                    Ok(Content::Text(Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Content<'de>, E> {
+                    Ok(Content::Text(Cow::Owned(v.to_owned())))
+                }
+                fn visit_string<E>(self, v: String) -> Result<Content<'de>, E> {
+                    Ok(Content::Text(Cow::Owned(v)))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(
+                    self,
+                    mut seq: A,
+                ) -> Result<Content<'de>, A::Error> {
+                    let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(2));
+                    while let Some(Obj(block)) = seq.next_element::<Obj<Block<'de>>>()? {
+                        blocks.push(block);
+                    }
+                    Ok(Content::Blocks(blocks))
+                }
+                fn visit_map<A: MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Content<'de>, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Content::Other)
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Content<'de>, E> {
+                    Ok(Content::Other)
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Content<'de>, E> {
+                    Ok(Content::Other)
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Content<'de>, E> {
+                    Ok(Content::Other)
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Content<'de>, E> {
+                    Ok(Content::Other)
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// A content block, or a part of a tool result's content.
+    #[derive(Default)]
+    pub struct Block<'a> {
+        pub kind: Option<Cow<'a, str>>,
+        pub text: Option<Cow<'a, str>>,
+        pub id: Option<Cow<'a, str>>,
+        pub name: Option<Cow<'a, str>>,
+        pub tool_use_id: Option<Cow<'a, str>>,
+        pub input: Option<&'a RawValue>,
+        pub content: Option<Content<'a>>,
+        /// `is_error`, as written.
+        pub is_error: Option<&'a RawValue>,
+    }
+
+    impl<'de> Fields<'de> for Block<'de> {
+        fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+            match key {
+                "type" => self.kind = string(map)?,
+                "text" => self.text = string(map)?,
+                "id" => self.id = string(map)?,
+                "name" => self.name = string(map)?,
+                "tool_use_id" => self.tool_use_id = string(map)?,
+                "input" => self.input = map.next_value()?,
+                "content" => self.content = map.next_value()?,
+                "is_error" => self.is_error = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// The string field `name` of the JSON object `text` (`None`: absent or `null`).
+    pub fn field<'a>(text: &'a str, name: &str) -> Result<Option<Cow<'a, str>>, serde_json::Error> {
+        struct Seed<'n>(&'n str);
+        impl<'de> DeserializeSeed<'de> for Seed<'_> {
+            type Value = Option<Cow<'de, str>>;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_map(self)
+            }
+        }
+        impl<'de> Visitor<'de> for Seed<'_> {
+            type Value = Option<Cow<'de, str>>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut found = None;
+                while let Some(Str(key)) = map.next_key::<Str<'de>>()? {
+                    if key == self.0 {
+                        found = string(&mut map)?;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(found)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        let value = Seed(name).deserialize(&mut de)?;
+        de.end()?;
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    /// Rows rendered from their text (fast path or fallback) and as parsed `Value`s.
+    fn both(rows: &[String]) -> (String, String) {
+        let mut fast = String::new();
+        let mut r = Renderer::default();
+        for row in rows {
+            r.row(&mut fast, row.as_bytes()).unwrap();
+        }
+        let entries: Vec<Value> = rows
+            .iter()
+            .map(|r| serde_json::from_str(r).unwrap())
+            .collect();
+        let mut slow = String::new();
+        render(&mut slow, &entries);
+        (fast, slow)
+    }
+
+    fn texts(values: &[Value]) -> Vec<String> {
+        values.iter().map(Value::to_string).collect()
+    }
+
+    #[test]
+    fn the_usual_entries_take_the_fast_path_and_render_as_values_do() {
+        let rows = texts(&[
+            json!({"type": "user", "timestamp": "2026-06-01T10:00:00.000Z",
+                   "message": {"role": "user", "content": "照这份需求做\n"}}),
+            json!({"type": "assistant", "timestamp": "2026-06-01T10:00:01.000Z", "message": {
+                "model": "claude-sonnet-4-5", "usage": {"input_tokens": 3, "output_tokens": 120,
+                "cache_creation_input_tokens": 400, "cache_read_input_tokens": 20000,
+                "server_tool_use": {"web_search_requests": 0}},
+                "content": [{"type": "text", "text": "看一下"},
+                            {"type": "tool_use", "id": "t1", "name": "Bash",
+                             "input": {"command": "cargo test\necho \"done\""}}]}}),
+            json!({"type": "user", "message": {"content": [{"type": "tool_result",
+                "tool_use_id": "t1", "content": "a\nb\r\nc\nd\ne\n\"f\"\n", "is_error": false}]}}),
+            json!({"type": "assistant", "isApiErrorMessage": true, "message": {
+                "model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529"}]}}),
+        ]);
+        let mut r = Renderer::default();
+        for row in &rows {
+            assert!(r.raw(&mut String::new(), row.as_bytes()).is_ok(), "{row}");
+        }
+        let (fast, slow) = both(&rows);
+        assert_eq!(fast, slow);
+        assert!(fast.contains("⏺ Bash cargo test⏎echo \"done\""), "{fast}");
+        assert!(fast.contains("… 还有 2 行"), "{fast}");
+    }
+
+    #[test]
+    fn odd_entries_render_exactly_as_values_do() {
+        let mut rows = texts(&[
+            json!({"type": "assistant", "message": {"content": [
+                {"type": "thinking", "thinking": "想 \"x\"", "signature": "s"},
+                {"type": "redacted_thinking", "data": "QUJD"},
+                {"type": "tool_use", "id": "t1", "name": "Mystery", "input": {"z": 1, "a": [true]}},
+                {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": 42}},
+                {"type": "tool_use", "id": "t3", "name": "Bash"},
+                {"type": "tool_use", "name": "NoId", "input": "str"},
+                {"type": "server_tool_use"}, {"text": "no type"}],
+                "usage": {"input_tokens": 1.5, "output_tokens": -2, "cache_read_input_tokens": "9"}}}),
+            json!({"type": "user", "message": {"content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": [
+                    {"type": "text", "text": "a\nb"}, {"type": "image"}, "bare", {"text": 5}]},
+                {"type": "tool_result", "tool_use_id": "t2",
+                 "content": "Permission to use Bash has been denied.\nwhy", "is_error": true},
+                {"type": "tool_result", "tool_use_id": "t3", "content": markers::INTERRUPTED_BODY},
+                {"type": "tool_result", "tool_use_id": "t3", "content": markers::STALE_BODY},
+                {"type": "tool_result", "content": {"k": 1}, "is_error": "true"},
+                {"type": "tool_result", "tool_use_id": 5},
+                {"type": "text", "text": "[Request interrupted by user]"},
+                {"type": "image"}, {"type": "document"}, 7]}}),
+            json!({"type": "assistant", "message": {"model": "<synthetic>", "content": "x"}}),
+            json!({"type": "assistant", "isApiErrorMessage": "true", "message": {"content": []}}),
+            json!({"type": "assistant", "message": [1, null, null]}),
+            json!({"type": "assistant", "message": {"usage": [1, 2, 3, 4], "content": 3}}),
+            json!({"type": "user", "message": {"content": null}}),
+            json!({"type": "user", "message": "str"}),
+            json!({"type": "user"}),
+            json!({"type": 7}),
+            json!({"type": ""}),
+            json!({"type": "system", "message": {"content": 1}}),
+            json!({"type": "user", "timestamp": 12, "message": {"content": "数字时间戳"}}),
+            json!({"type": "user", "timestamp": "bad", "message": {"content": "坏时间戳"}}),
+        ]);
+        // What `Value::to_string` never writes: duplicate keys, escaped keys and text.
+        rows.push(
+            r#"{"type":"assistant","message":{"usage":{"input_tokens":1,"input_tokens":2},"content":[{"type":"text","text":"x","text":"\u4e2d\/"}]}}"#
+                .into(),
+        );
+        rows.push(
+            r#"{"t\u0079pe":"user","message":{"content":"first","content":"second"}}"#.into(),
+        );
+        rows.push(
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t9","name":"Bash","input":{"command":5,"command":"ls"}}]}}"#
+                .into(),
+        );
+        rows.push(
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":5},{"type":"text","text":"y"}]}}"#
+                .into(),
+        );
+        let (fast, slow) = both(&rows);
+        assert_eq!(fast, slow);
+        assert!(fast.contains("(思考,"), "{fast}");
+        assert!(fast.contains("⏺ Bash ls"), "{fast}");
+    }
 }

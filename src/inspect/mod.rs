@@ -319,6 +319,19 @@ impl Run {
         }
     }
 
+    /// Each stored entry's raw JSON text, in order; the number of entries (0: not in the
+    /// store).
+    pub fn for_each_raw(
+        &self,
+        key: &SessionKey,
+        each: impl FnMut(&[u8]),
+    ) -> Result<usize, InspectError> {
+        match &self.store {
+            Some(store) => Ok(store.for_each_raw(key, each)?),
+            None => Ok(0),
+        }
+    }
+
     /// What a resume would feed the model: the entries pruned exactly as the runtime's
     /// [`crate::stores::PruningSessionStore`] does (`trim` as given). Trimming writes
     /// each large result to a file; here those files go to a private temporary

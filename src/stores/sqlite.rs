@@ -405,6 +405,31 @@ impl SqliteSessionStore {
         })
     }
 
+    /// The raw JSON text of each of a key's entries, in order, handed to `each` as it is
+    /// read (no [`Value`] is built); the number of entries. 0: the key holds none. For
+    /// readers that render every entry but need few of its fields (`flower show`).
+    pub fn for_each_raw(
+        &self,
+        key: &SessionKey,
+        mut each: impl FnMut(&[u8]),
+    ) -> Result<usize, StoreError> {
+        key.validate()?;
+        let subpath = key.subpath.as_deref().unwrap_or("");
+        self.query(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT data FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
+            )?;
+            let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
+            let mut count = 0;
+            while let Some(row) = rows.next()? {
+                each(row.get_ref(0)?.as_bytes()?);
+                count += 1;
+            }
+            Ok(count)
+        })
+    }
+
     /// The entries of a key, each `map`ped right after it is parsed.
     fn load_mapped<T: Send>(
         &self,
