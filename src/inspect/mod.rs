@@ -157,11 +157,24 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// Saturating: a transcript with absurd counts must not panic a read-only command.
     pub fn add(&mut self, usage: &Usage) {
-        self.input += usage.input_tokens;
-        self.output += usage.output_tokens;
-        self.cache_creation += usage.cache_creation_input_tokens;
-        self.cache_read += usage.cache_read_input_tokens;
+        self.input = self.input.saturating_add(usage.input_tokens);
+        self.output = self.output.saturating_add(usage.output_tokens);
+        self.cache_creation = self
+            .cache_creation
+            .saturating_add(usage.cache_creation_input_tokens);
+        self.cache_read = self
+            .cache_read
+            .saturating_add(usage.cache_read_input_tokens);
+    }
+
+    /// Another total added, saturating as [`add`](Self::add).
+    pub fn add_tokens(&mut self, other: &Tokens) {
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_creation = self.cache_creation.saturating_add(other.cache_creation);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
     }
 }
 
@@ -553,16 +566,13 @@ impl Run {
                 None if a.num_turns > 0 => t.cost_partial = true,
                 None => {}
             }
-            t.turns += a.num_turns;
+            t.turns = t.turns.saturating_add(a.num_turns);
             t.handoffs += a.retired.len();
             t.wakes += usize::from(a.wake);
             t.peak_context = t.peak_context.max(a.context);
         }
         for s in sessions {
-            t.tokens.input += s.tokens.input;
-            t.tokens.output += s.tokens.output;
-            t.tokens.cache_creation += s.tokens.cache_creation;
-            t.tokens.cache_read += s.tokens.cache_read;
+            t.tokens.add_tokens(&s.tokens);
             t.peak_context = t.peak_context.max(s.peak_context);
             for m in &s.marks {
                 match m.kind {

@@ -68,19 +68,25 @@ pub struct Usage {
 
 impl Usage {
     /// The context size of a turn: everything the model read plus what it wrote.
+    /// Saturating, as [`add`](Self::add): the counts come from a server or a stored
+    /// transcript, and absurd ones must not panic the harness.
     pub fn context_tokens(&self) -> u64 {
         self.input_tokens
-            + self.cache_read_input_tokens
-            + self.cache_creation_input_tokens
-            + self.output_tokens
+            .saturating_add(self.cache_read_input_tokens)
+            .saturating_add(self.cache_creation_input_tokens)
+            .saturating_add(self.output_tokens)
     }
 
     /// Adds another turn's usage to a running total.
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
-        self.cache_read_input_tokens += other.cache_read_input_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_creation_input_tokens = self
+            .cache_creation_input_tokens
+            .saturating_add(other.cache_creation_input_tokens);
+        self.cache_read_input_tokens = self
+            .cache_read_input_tokens
+            .saturating_add(other.cache_read_input_tokens);
     }
 }
 

@@ -404,6 +404,35 @@ fn bad_input_gets_a_clear_message_and_nothing_is_written() {
     let out = read_only(dir, &["log"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
+    // Usage counts no real turn has: added up, they must saturate, never panic.
+    let store = SqliteSessionStore::open(&dir.join("runs/sessions.db")).unwrap();
+    let huge = json!({"input_tokens": u64::MAX, "output_tokens": u64::MAX,
+                      "cache_creation_input_tokens": u64::MAX, "cache_read_input_tokens": u64::MAX});
+    let absurd = |n: u32| {
+        json!({"type": "assistant", "uuid": format!("huge-{n}"), "timestamp": stamp(T0, 3),
+               "message": {"role": "assistant", "model": "claude-sonnet-4-5",
+                           "content": [{"type": "text", "text": "大"}], "usage": huge}})
+    };
+    store
+        .append(
+            &SessionKey::main(project_key(dir), B1),
+            &[absurd(1), absurd(2)],
+        )
+        .unwrap();
+    drop(store);
+    for args in [
+        &["log"][..],
+        &["log", "--json"],
+        &["show", "复查"],
+        &["report"],
+    ] {
+        let out = flower(dir, args);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "flower {args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "flower {args:?}: {stderr}");
+    }
+    std::fs::remove_file(dir.join("runs/report.html")).unwrap();
+
     // An empty manifest: no rows, said so.
     let manifest = dir.join("runs/manifest.json");
     std::fs::write(&manifest, "").unwrap();
