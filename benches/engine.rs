@@ -124,6 +124,8 @@ fn measure(cmd: Command, dir: &Path) -> (Usage, String) {
         helper.args(wrap.split_whitespace());
     }
     helper.arg(cmd.get_program()).args(cmd.get_args());
+    // Every measured command is a `flower_cmd`, whose environment is cleared.
+    helper.env_clear();
     for (name, value) in cmd.get_envs() {
         match value {
             Some(value) => helper.env(name, value),
@@ -210,6 +212,14 @@ fn measure_child(args: &[String]) -> std::process::ExitCode {
 
 fn flower_cmd(flower: &str, server: &FakeServer, dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(flower);
+    // A clean environment, as a user's shell gives: the `LD_LIBRARY_PATH` cargo sets
+    // for benches (tree-sitter build dirs) made the loader fail ~100 opens per start.
+    cmd.env_clear();
+    for var in ["PATH", "HOME", "TMPDIR", "LANG", "USER"] {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
     server.configure(&mut cmd);
     cmd.current_dir(dir)
         .args(args)

@@ -192,34 +192,48 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(format!("Cannot run the command: pipe: {e}")),
     };
-    let writer2 = match writer.try_clone() {
-        Ok(w) => w,
-        Err(e) => return ToolOutput::error(format!("Cannot run the command: pipe: {e}")),
-    };
-    let prepared = match sandbox::prepare(&ctx.sandbox, &ctx.workspace) {
-        Ok(p) => p,
-        Err(e) => return ToolOutput::error(format!("Cannot run the command: {e}")),
-    };
-    let sandboxed = prepared.is_some();
-    let mut cmd = tokio::process::Command::new("bash");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(&ctx.workspace)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer2))
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(prepared) = prepared {
-        // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
-        unsafe {
-            cmd.pre_exec(move || prepared.apply_in_child());
+    let mut sandboxed = false;
+    let mut spawned = Err(std::io::Error::other("not started"));
+    // A second attempt only when the saved namespaces turned out stale.
+    for attempt in 0..2 {
+        let (w1, w2) = match (writer.try_clone(), writer.try_clone()) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                return ToolOutput::error(format!("Cannot run the command: pipe: {e}"));
+            }
+        };
+        let prepared = match sandbox::prepare(&ctx.sandbox, &ctx.workspace) {
+            Ok(p) => p,
+            Err(e) => return ToolOutput::error(format!("Cannot run the command: {e}")),
+        };
+        sandboxed = prepared.is_some();
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.arg("-c")
+            .arg(command)
+            .current_dir(&ctx.workspace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(w1))
+            .stderr(Stdio::from(w2))
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(prepared) = prepared {
+            // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
+            unsafe {
+                cmd.pre_exec(move || prepared.apply_in_child());
+            }
+        }
+        spawned = cmd.spawn();
+        // The Command holds copies of the pipe's write end; they must close, or the
+        // pipe never reports end of file.
+        drop(cmd);
+        match &spawned {
+            Err(e) if sandboxed && attempt == 0 && sandbox::is_stale(e) => {
+                sandbox::forget_namespaces();
+            }
+            _ => break,
         }
     }
-    let spawned = cmd.spawn();
-    // The Command holds our copies of the pipe's write end; they must close, or the
-    // pipe never reports end of file.
-    drop(cmd);
+    drop(writer);
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) if sandboxed => {

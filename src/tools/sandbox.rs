@@ -19,20 +19,25 @@
 //!   reached, not even the host's loopback. When that namespace cannot be made, the
 //!   command is refused rather than run with the network.
 //!
+//! The namespaces are made once per process (per set of protected paths) by a short-lived
+//! forked child, and kept by their `/proc/PID/ns/*` fds; each command's child `setns`
+//! into them (a few µs instead of several ms for unshare, id maps and mounts) and checks
+//! that every protected path is the file outside, on a read-only mount, else fails with
+//! `ESTALE` and the caller makes them again ([`forget_namespaces`]).
+//!
 //! Everything is prepared in the parent (paths opened, the Landlock ruleset built, the
-//! map and mount strings formatted); between fork and exec the child only makes
-//! system calls: `unshare`, `write` of the id maps, `mount`, `prctl(NO_NEW_PRIVS)` and
-//! `landlock_restrict_self`.
+//! namespaces made); between fork and exec the child only makes system calls: `setns`,
+//! `chdir`, `stat`/`statvfs`, `prctl(NO_NEW_PRIVS)` and `landlock_restrict_self`.
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr,
 };
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The newest Landlock ABI this build knows; older kernels get what they support.
 const TARGET_ABI: ABI = ABI::V5;
@@ -148,29 +153,32 @@ pub enum SandboxError {
 /// Everything the child needs, prepared before fork.
 pub struct Prepared {
     ruleset: Option<OwnedFd>,
-    namespaces: libc::c_int,
-    uid_map: CString,
-    gid_map: CString,
-    setgroups: CString,
-    uid_map_path: CString,
-    gid_map_path: CString,
-    /// (path, extra mount flags to keep) for read-only bind mounts.
-    read_only: Vec<(CString, libc::c_ulong)>,
-    root: CString,
-    /// Written to the command's stderr when the namespace cannot be made.
-    warning: &'static [u8],
-    network_off: bool,
+    /// The namespaces the command joins, made once per process ([`namespaces`]).
+    joined: Option<Arc<Namespaces>>,
+    /// The workspace: `setns` into a mount namespace resets the working directory.
+    cwd: CString,
+    /// (path, dev, inode) of each protected path outside; the child checks that it
+    /// sees the same file there, on a read-only mount.
+    expect: Vec<(CString, u64, u64)>,
+    /// The namespaces could not be made: the child fails with this errno (no network
+    /// asked) or only warns.
+    refuse: Option<i32>,
+    warn: bool,
 }
 
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prepared")
             .field("landlock", &self.ruleset.is_some())
-            .field("namespaces", &self.namespaces)
-            .field("read_only", &self.read_only)
+            .field("namespaces", &self.joined.as_ref().map(|n| n.flags))
+            .field("expect", &self.expect)
             .finish()
     }
 }
+
+/// Written to the command's stderr when the namespace cannot be made.
+const WARNING: &[u8] = b"flower: warning: no user namespace, so .git/hooks and .git/config are \
+not protected in this command\n";
 
 fn cstring(p: &Path) -> Result<CString, SandboxError> {
     CString::new(p.as_os_str().as_bytes())
@@ -345,94 +353,230 @@ pub fn prepare_with(
     } else {
         Vec::new()
     };
-    let mut namespaces = 0;
+    let mut flags = 0;
     if !read_only.is_empty() {
-        namespaces |= libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+        flags |= libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
     }
     if !policy.network {
-        namespaces |= libc::CLONE_NEWUSER | libc::CLONE_NEWNET;
+        flags |= libc::CLONE_NEWUSER | libc::CLONE_NEWNET;
     }
-    // SAFETY: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let c = |s: String| CString::new(s).map_err(|e| SandboxError::Build(e.to_string()));
+    let expect: Vec<(CString, u64, u64)> = read_only
+        .iter()
+        .filter_map(|(p, _)| {
+            let m = std::fs::metadata(std::ffi::OsStr::from_bytes(p.to_bytes())).ok()?;
+            use std::os::unix::fs::MetadataExt as _;
+            Some((p.clone(), m.dev(), m.ino()))
+        })
+        .collect();
+    let (joined, refuse, warn) = if flags == 0 {
+        (None, None, false)
+    } else {
+        match namespaces(flags, &read_only, &expect) {
+            Ok(ns) => (Some(ns), None, false),
+            // The network cannot be turned off: refuse rather than run with it.
+            Err(e) if !policy.network => {
+                (None, Some(e.raw_os_error().unwrap_or(libc::EPERM)), false)
+            }
+            Err(_) => (None, None, true),
+        }
+    };
     Ok(Some(Prepared {
         ruleset,
-        namespaces,
-        uid_map: c(format!("{uid} {uid} 1"))?,
-        gid_map: c(format!("{gid} {gid} 1"))?,
-        setgroups: c("deny".into())?,
-        uid_map_path: c("/proc/self/uid_map".into())?,
-        gid_map_path: c("/proc/self/gid_map".into())?,
-        read_only,
-        root: c("/".into())?,
-        warning: b"flower: warning: no user namespace, so .git/hooks and .git/config are not \
-                   protected in this command\n",
-        network_off: !policy.network,
+        joined,
+        cwd: cstring(workspace)?,
+        expect,
+        refuse,
+        warn,
     }))
 }
 
-impl Prepared {
-    /// Whether Landlock confines the command.
-    pub fn landlocked(&self) -> bool {
-        self.ruleset.is_some()
-    }
+/// User, mount and network namespaces kept open by their fds (no process stays in
+/// them), entered by each command with `setns`.
+struct Namespaces {
+    flags: libc::c_int,
+    /// The protected paths it was made for, with their (dev, inode) then.
+    made_for: Vec<(CString, u64, u64)>,
+    user: OwnedFd,
+    mnt: Option<OwnedFd>,
+    net: Option<OwnedFd>,
+}
 
-    /// Runs in the child between fork and exec. Only system calls: no allocation, no
-    /// locks.
-    pub fn apply_in_child(&self) -> std::io::Result<()> {
-        if self.namespaces != 0 {
-            // SAFETY: unshare, open, write, close and mount are async-signal-safe
-            // system calls on strings prepared before fork.
-            let entered = unsafe { libc::unshare(self.namespaces) } == 0;
-            if entered {
-                write_file(self.setgroups_path(), &self.setgroups)?;
-                write_file(&self.uid_map_path, &self.uid_map)?;
-                write_file(&self.gid_map_path, &self.gid_map)?;
-                if self.namespaces & libc::CLONE_NEWNS != 0 {
-                    self.mount_read_only()?;
-                }
-            } else if self.network_off {
-                // The network cannot be turned off: refuse rather than run with it.
-                return Err(std::io::Error::last_os_error());
-            } else {
-                // SAFETY: write to our own stderr.
-                unsafe {
-                    libc::write(2, self.warning.as_ptr().cast(), self.warning.len());
-                }
-            }
+/// Made once per process and kind: unshare, the id maps and the mounts cost several
+/// milliseconds, a `setns` a few microseconds.
+static CACHE: Mutex<Vec<Arc<Namespaces>>> = Mutex::new(Vec::new());
+/// Workspaces (tests make many) kept at most.
+const CACHE_MAX: usize = 16;
+
+/// Drops the saved namespaces: a command found a protected path changed inside
+/// (`.git` recreated), the next one makes them again.
+pub fn forget_namespaces() {
+    CACHE.lock().unwrap_or_else(|p| p.into_inner()).clear();
+}
+
+/// Whether a failed spawn means the saved namespaces are stale (see [`forget_namespaces`]).
+pub fn is_stale(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ESTALE)
+}
+
+fn namespaces(
+    flags: libc::c_int,
+    read_only: &[(CString, libc::c_ulong)],
+    expect: &[(CString, u64, u64)],
+) -> std::io::Result<Arc<Namespaces>> {
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(ns) = cache
+        .iter()
+        .find(|n| n.flags == flags && n.made_for == expect)
+    {
+        return Ok(ns.clone());
+    }
+    let ns = Arc::new(make_namespaces(flags, read_only, expect)?);
+    // The same paths with other inodes: `.git` was recreated, the old ones are stale.
+    cache.retain(|n| n.flags != flags || !same_paths(&n.made_for, expect));
+    if cache.len() >= CACHE_MAX {
+        cache.remove(0);
+    }
+    cache.push(ns.clone());
+    Ok(ns)
+}
+
+fn same_paths(a: &[(CString, u64, u64)], b: &[(CString, u64, u64)]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0)
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two fds, which we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just opened and are owned by nothing else.
+    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+/// Forks a child that unshares, writes its id maps and mounts the git files read-only,
+/// then waits while the parent opens its `/proc/PID/ns/*`; then it exits.
+fn make_namespaces(
+    flags: libc::c_int,
+    read_only: &[(CString, libc::c_ulong)],
+    expect: &[(CString, u64, u64)],
+) -> std::io::Result<Namespaces> {
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let c = |s: String| CString::new(s).map_err(std::io::Error::other);
+    let setup = Setup {
+        flags,
+        uid_map: c(format!("{uid} {uid} 1"))?,
+        gid_map: c(format!("{gid} {gid} 1"))?,
+        read_only,
+    };
+    let (ready_r, ready_w) = pipe()?;
+    let (release_r, release_w) = pipe()?;
+    // SAFETY: the child only makes system calls (see `Setup::run`) and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: the forked child; async-signal-safe system calls only.
+        unsafe {
+            libc::close(ready_r.as_raw_fd());
+            libc::close(release_w.as_raw_fd());
+            let status: i32 = match setup.run() {
+                Ok(()) => 0,
+                Err(e) => e.raw_os_error().unwrap_or(libc::EPERM),
+            };
+            libc::write(ready_w.as_raw_fd(), (&raw const status).cast(), 4);
+            let mut b = 0u8;
+            libc::read(release_r.as_raw_fd(), (&raw mut b).cast(), 1);
+            libc::_exit(0);
         }
-        if let Some(fd) = &self.ruleset {
-            // SAFETY: plain system calls; the ruleset fd was created before fork.
-            unsafe {
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
+    }
+    drop(ready_w);
+    drop(release_r);
+    let mut status: i32 = -1;
+    let got = loop {
+        // SAFETY: reads at most 4 bytes into a live i32.
+        let n = unsafe { libc::read(ready_r.as_raw_fd(), (&raw mut status).cast(), 4) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        break n;
+    };
+    let open = |kind: &str| -> std::io::Result<OwnedFd> {
+        let f = std::fs::File::open(format!("/proc/{pid}/ns/{kind}"))?;
+        Ok(OwnedFd::from(f))
+    };
+    let made = if got != 4 {
+        Err(std::io::Error::other("the namespace child died"))
+    } else if status != 0 {
+        Err(std::io::Error::from_raw_os_error(status))
+    } else {
+        (|| -> std::io::Result<Namespaces> {
+            Ok(Namespaces {
+                flags,
+                made_for: expect.to_vec(),
+                user: open("user")?,
+                mnt: (flags & libc::CLONE_NEWNS != 0)
+                    .then(|| open("mnt"))
+                    .transpose()?,
+                net: (flags & libc::CLONE_NEWNET != 0)
+                    .then(|| open("net"))
+                    .transpose()?,
+            })
+        })()
+    };
+    drop(release_w);
+    // SAFETY: reaps our own child; it exits once the release pipe is closed.
+    unsafe {
+        let mut ws = 0;
+        while libc::waitpid(pid, &mut ws, 0) < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+    }
+    made
+}
+
+/// What the namespace child does, prepared before fork.
+struct Setup<'a> {
+    flags: libc::c_int,
+    uid_map: CString,
+    gid_map: CString,
+    read_only: &'a [(CString, libc::c_ulong)],
+}
+
+impl Setup<'_> {
+    /// Runs in the forked child. Only system calls: no allocation, no locks.
+    fn run(&self) -> std::io::Result<()> {
+        // SAFETY: unshare is a plain system call.
+        if unsafe { libc::unshare(self.flags) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        write_file(c"/proc/self/setgroups", c"deny")?;
+        write_file(c"/proc/self/uid_map", &self.uid_map)?;
+        write_file(c"/proc/self/gid_map", &self.gid_map)?;
+        if self.flags & libc::CLONE_NEWNS != 0 {
+            self.mount_read_only()?;
         }
         Ok(())
-    }
-
-    fn setgroups_path(&self) -> &'static std::ffi::CStr {
-        c"/proc/self/setgroups"
     }
 
     fn mount_read_only(&self) -> std::io::Result<()> {
         // SAFETY: mount on NUL-terminated strings prepared before fork.
         unsafe {
+            // Slave, not private: the namespace lives as long as flower, and should
+            // still see what the host mounts later; ours do not leak out.
             if libc::mount(
                 std::ptr::null(),
-                self.root.as_ptr(),
+                c"/".as_ptr(),
                 std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
+                libc::MS_REC | libc::MS_SLAVE,
                 std::ptr::null(),
             ) != 0
             {
                 return Err(std::io::Error::last_os_error());
             }
-            for (path, keep) in &self.read_only {
+            for (path, keep) in self.read_only {
                 if libc::mount(
                     path.as_ptr(),
                     path.as_ptr(),
@@ -452,6 +596,77 @@ impl Prepared {
                 ) != 0
                 {
                     return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Prepared {
+    /// Whether Landlock confines the command.
+    pub fn landlocked(&self) -> bool {
+        self.ruleset.is_some()
+    }
+
+    /// Runs in the child between fork and exec. Only system calls: no allocation, no
+    /// locks.
+    pub fn apply_in_child(&self) -> std::io::Result<()> {
+        let err = std::io::Error::last_os_error;
+        if let Some(ns) = &self.joined {
+            // SAFETY: setns, chdir, stat and statvfs are system calls on fds and
+            // strings prepared before fork. The child is single-threaded, as joining
+            // a user namespace requires.
+            unsafe {
+                if libc::setns(ns.user.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
+                    return Err(err());
+                }
+                if let Some(mnt) = &ns.mnt {
+                    if libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
+                        return Err(err());
+                    }
+                    if libc::chdir(self.cwd.as_ptr()) != 0 {
+                        return Err(err());
+                    }
+                }
+                if let Some(net) = &ns.net
+                    && libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0
+                {
+                    return Err(err());
+                }
+                // Each protected path must be the file outside, on a read-only mount:
+                // a `.git` deleted and made again outside drops the mounts inside.
+                for (path, dev, ino) in &self.expect {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    // statvfs is statfs plus a copy (glibc reads /proc/mounts only on
+                    // kernels before 2.6.36, which have no Landlock anyway).
+                    let mut fs: libc::statvfs = std::mem::zeroed();
+                    if libc::stat(path.as_ptr(), &mut st) != 0
+                        || libc::statvfs(path.as_ptr(), &mut fs) != 0
+                        || st.st_dev != *dev
+                        || st.st_ino != *ino
+                        || fs.f_flag & libc::ST_RDONLY == 0
+                    {
+                        return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
+                    }
+                }
+            }
+        } else if let Some(errno) = self.refuse {
+            return Err(std::io::Error::from_raw_os_error(errno));
+        } else if self.warn {
+            // SAFETY: write to our own stderr.
+            unsafe {
+                libc::write(2, WARNING.as_ptr().cast(), WARNING.len());
+            }
+        }
+        if let Some(fd) = &self.ruleset {
+            // SAFETY: plain system calls; the ruleset fd was created before fork.
+            unsafe {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    return Err(err());
+                }
+                if libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) != 0 {
+                    return Err(err());
                 }
             }
         }

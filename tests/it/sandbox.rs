@@ -350,3 +350,52 @@ fn a_malformed_rule_fails_before_any_request() {
     );
     assert_eq!(server.request_count(), 0);
 }
+
+/// The namespaces are made once per process: a `.git` made anew between two commands
+/// (here by the first one) is protected again in the next.
+#[test]
+fn a_git_dir_made_anew_is_protected_in_the_next_command() {
+    if !landlock_or_skip("a_git_dir_made_anew_is_protected_in_the_next_command") {
+        return;
+    }
+    let s = setup();
+    let server = FakeServer::start(vec![
+        Reply::tool_use("Bash", json!({ "command": "true" })),
+        Reply::tool_use(
+            "Bash",
+            json!({ "command": "mv .git .git.old && mkdir -p .git/hooks && echo c > .git/config" }),
+        ),
+        Reply::tool_use(
+            "Bash",
+            json!({ "command": "echo 'exit 0' > .git/hooks/pre-commit" }),
+        ),
+        Reply::text("done"),
+    ]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(&s.ws)
+        .env("HOME", &s.home)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .env_remove("FLOWER_SANDBOX")
+        .env_remove("FLOWER_NETWORK")
+        .args(["once", "run them"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    let recreated = &requests[2].tool_results()[0];
+    assert_eq!(
+        recreated["is_error"],
+        json!(false),
+        "{}",
+        content(recreated)
+    );
+    let write = &requests[3].tool_results()[0];
+    assert_eq!(write["is_error"], json!(true), "{}", content(write));
+    assert!(!s.ws.join(".git/hooks/pre-commit").exists());
+}
