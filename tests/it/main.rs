@@ -34,6 +34,7 @@ mod promises;
 mod prompt_cache;
 mod prompt_cache_interrupt;
 mod resilience;
+mod resilience_edges;
 mod run_lock;
 mod sandbox;
 mod signals;
