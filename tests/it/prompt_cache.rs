@@ -34,7 +34,7 @@ fn json_of(out: &Output) -> Value {
 }
 
 /// The body without its cache marks (they move; the prefix is what is cached).
-fn unmarked(value: &Value) -> Value {
+pub(crate) fn unmarked(value: &Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
@@ -49,7 +49,7 @@ fn unmarked(value: &Value) -> Value {
 
 /// `later` sends everything `earlier` sent, in the same order and the same bytes:
 /// tools, system, every message, and the blocks of `earlier`'s last message first.
-fn assert_extends(earlier: &Recorded, later: &Recorded) {
+pub(crate) fn assert_extends(earlier: &Recorded, later: &Recorded) {
     let (a, b) = (unmarked(&earlier.body), unmarked(&later.body));
     assert_eq!(a["model"], b["model"]);
     assert_eq!(a["tools"], b["tools"]);
@@ -69,7 +69,7 @@ fn assert_extends(earlier: &Recorded, later: &Recorded) {
     assert_eq!(x[..], y[..x.len()], "the last message's blocks changed");
 }
 
-fn read_share(request: &Recorded) -> f64 {
+pub(crate) fn read_share(request: &Recorded) -> f64 {
     let cache = request.cache.expect("simulated");
     cache.read as f64 / cache.prompt() as f64
 }

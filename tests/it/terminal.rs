@@ -34,11 +34,12 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const ASK_TASK: &str = "要做什么? 一句话就够,回车开始(Ctrl-C 退出)";
 const ASK_WAKE: &str = "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)";
 /// What is asked after a Ctrl-C.
-const AFTER_INTERRUPT: &str = "已打断。直接回车 = 接着做;也可以说一句话给它(再按一次 Ctrl-C 退出)";
+pub(crate) const AFTER_INTERRUPT: &str =
+    "已打断。直接回车 = 接着做;也可以说一句话给它(再按一次 Ctrl-C 退出)";
 /// What an interrupted tool call's result says (Claude Code's words).
 const TOOL_INTERRUPTED: &str = "[Request interrupted by user for tool use]";
 /// The user entry written when a streaming reply was interrupted.
-const TURN_INTERRUPTED: &str = "[Request interrupted by user]";
+pub(crate) const TURN_INTERRUPTED: &str = "[Request interrupted by user]";
 
 const TASK: &str = "写个 hello 脚本";
 
@@ -68,7 +69,7 @@ impl Screen {
 }
 
 /// `flower` running on a pseudo-terminal: type into it, wait for text from it.
-struct Pty {
+pub(crate) struct Pty {
     process: PtyProcess,
     keyboard: File,
     screen: Arc<Screen>,
@@ -78,7 +79,7 @@ struct Pty {
 }
 
 impl Pty {
-    fn spawn(mut command: Command) -> Pty {
+    pub(crate) fn spawn(mut command: Command) -> Pty {
         // As an interactive shell starts a foreground job: SIGINT and SIGQUIT at their
         // default action, whatever this test process inherited (a non-interactive shell
         // starts background jobs with SIGINT ignored, and exec keeps "ignored").
@@ -124,13 +125,13 @@ impl Pty {
     }
 
     /// Everything written to the terminal so far (lossy UTF-8).
-    fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         String::from_utf8_lossy(&self.screen.lock().0).into_owned()
     }
 
     /// Waits until `needle` appears after what earlier calls matched; returns the text
     /// up to and including it.
-    fn expect(&mut self, needle: &str) -> String {
+    pub(crate) fn expect(&mut self, needle: &str) -> String {
         let deadline = Instant::now() + TIMEOUT;
         let mut state = self.screen.lock();
         loop {
@@ -162,7 +163,7 @@ impl Pty {
     }
 
     /// Types `text` (no Enter).
-    fn send(&mut self, text: &str) {
+    pub(crate) fn send(&mut self, text: &str) {
         if !self.echo {
             // rexpect turns echo off in the child before it starts the program; a
             // person's terminal echoes what they type (and their Enter ends the line).
@@ -176,17 +177,17 @@ impl Pty {
     }
 
     /// Types a line and Enter (a terminal sends CR; the line discipline makes it NL).
-    fn line(&mut self, text: &str) {
+    pub(crate) fn line(&mut self, text: &str) {
         self.send(&format!("{text}\r"));
     }
 
     /// Presses Ctrl-C: the line discipline sends SIGINT to the foreground group.
-    fn ctrl_c(&mut self) {
+    pub(crate) fn ctrl_c(&mut self) {
         self.send("\x03");
     }
 
     /// Waits for the program to end and for its last output to arrive.
-    fn wait(&mut self) -> WaitStatus {
+    pub(crate) fn wait(&mut self) -> WaitStatus {
         let deadline = Instant::now() + TIMEOUT;
         let status = loop {
             match self.process.status() {
@@ -434,7 +435,7 @@ impl Project {
     }
 }
 
-fn exited(status: WaitStatus) -> Option<i32> {
+pub(crate) fn exited(status: WaitStatus) -> Option<i32> {
     match status {
         WaitStatus::Exited(_, code) => Some(code),
         _ => None,
