@@ -152,8 +152,8 @@ impl Resilience {
     /// without jitter: `min(base_delay · 2^(attempt−1), max_delay)`.
     pub fn base_delay_for(&self, attempt: u32) -> Duration {
         let exponent = attempt.saturating_sub(1).min(1023) as i32;
-        let raw = self.base_delay * 2f64.powi(exponent);
-        secs(raw.min(self.max_delay))
+        // Each side through `secs` first: `NaN.min(max)` is `max`, not 0.
+        secs(self.base_delay * 2f64.powi(exponent)).min(secs(self.max_delay))
     }
 
     /// The backoff before the next attempt: [`base_delay_for`](Self::base_delay_for)

@@ -291,6 +291,16 @@ fn backoff_doubles_up_to_the_cap() {
 }
 
 #[test]
+fn a_nan_base_delay_waits_nothing_not_the_cap() {
+    let r = Resilience {
+        base_delay: f64::NAN,
+        ..Resilience::default()
+    };
+    assert_eq!(r.base_delay_for(1), Duration::ZERO);
+    assert_eq!(r.delay(3, None), Duration::ZERO);
+}
+
+#[test]
 fn jitter_stays_within_a_quarter_and_spreads() {
     let r = Resilience::default();
     for attempt in 1..=8 {
