@@ -199,17 +199,22 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Replaces `manifest.json` by `rows`, atomically, under the writers' lock.
-    fn write_mirror(&self, rows: &[Value]) -> Result<(), ManifestError> {
-        fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
+    /// Opens (creating it) the file whose lock serialises this directory's writers.
+    fn open_lock(&self) -> Result<File, ManifestError> {
         let lock_path = self.run_dir.join(MANIFEST_LOCK_FILE);
-        let lock = OpenOptions::new()
+        OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&lock_path)
-            .map_err(io_err(&lock_path))?;
+            .map_err(io_err(&lock_path))
+    }
+
+    /// Replaces `manifest.json` by `rows`, atomically, under the writers' lock.
+    fn write_mirror(&self, rows: &[Value]) -> Result<(), ManifestError> {
+        fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
+        let lock = self.open_lock()?;
         let _ = lock.lock();
         let mut bytes =
             serde_json::to_vec_pretty(rows).map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
@@ -315,14 +320,7 @@ impl Manifest {
             });
         }
         fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
-        let lock_path = self.run_dir.join(MANIFEST_LOCK_FILE);
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(io_err(&lock_path))?;
+        let lock = self.open_lock()?;
         // Without flock (some network mounts) the write still happens, merged as well as
         // it can be; only the shortcut, which relies on the lock, is off.
         let locked = lock.lock().is_ok();

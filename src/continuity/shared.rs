@@ -183,14 +183,7 @@ impl SharedRun {
         workspace: &Path,
         name: Option<&RunName>,
     ) -> Result<Option<SharedRun>, SharedRunError> {
-        let wanted = wanted_row(workspace, name)?;
-        match store.find_run(&wanted.run_key)? {
-            Some(row) => Self::admit(store, &wanted, row, name),
-            None => {
-                let row = store.register_run(&wanted)?;
-                Self::admit(store, &wanted, row, name)
-            }
-        }
+        Self::lookup(store, workspace, name, true)
     }
 
     /// Like [`SharedRun::open`] but never writes: a run not registered yet is `None`.
@@ -199,9 +192,22 @@ impl SharedRun {
         workspace: &Path,
         name: Option<&RunName>,
     ) -> Result<Option<SharedRun>, SharedRunError> {
+        Self::lookup(store, workspace, name, false)
+    }
+
+    fn lookup(
+        store: Arc<dyn RunStateStore>,
+        workspace: &Path,
+        name: Option<&RunName>,
+        register: bool,
+    ) -> Result<Option<SharedRun>, SharedRunError> {
         let wanted = wanted_row(workspace, name)?;
         match store.find_run(&wanted.run_key)? {
             Some(row) => Self::admit(store, &wanted, row, name),
+            None if register => {
+                let row = store.register_run(&wanted)?;
+                Self::admit(store, &wanted, row, name)
+            }
             None => Ok(None),
         }
     }
