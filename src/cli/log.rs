@@ -18,10 +18,13 @@ pub struct LogArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    #[command(flatten)]
+    pub source: super::RunSource,
 }
 
 pub fn run(args: LogArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir)?;
+    let run = open_run(&args.run_dir, &args.source)?;
     let sessions = run.sessions();
     let totals = run.totals(&sessions);
     let out = if args.json {

@@ -42,6 +42,9 @@ pub struct ReportArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    #[command(flatten)]
+    pub source: super::RunSource,
 }
 
 /// Where the window and handoff-threshold lines go.
@@ -77,7 +80,7 @@ impl ReportOptions {
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir)?;
+    let run = open_run(&args.run_dir, &args.source)?;
     let output = args
         .output
         .unwrap_or_else(|| args.run_dir.join("report.html"));

@@ -44,10 +44,13 @@ pub struct ShowArgs {
     /// Run directory, relative to the current directory.
     #[arg(short = 'r', long = "run-dir", default_value = "runs")]
     pub run_dir: PathBuf,
+
+    #[command(flatten)]
+    pub source: super::RunSource,
 }
 
 pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir)?;
+    let run = open_run(&args.run_dir, &args.source)?;
     let (id, step) = run.resolve(args.target.as_deref())?;
     let key = run.key(&id);
     let load = |key: &SessionKey| -> anyhow::Result<Vec<Value>> {

@@ -21,6 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The context window assumed for a session whose model is unknown.
 pub const DEFAULT_WINDOW_TOKENS: u64 = crate::continuity::handoff::DEFAULT_WINDOW;
@@ -265,7 +266,67 @@ pub struct Run {
     pub attempts: Vec<Attempt>,
     /// `lineage.json`, when it is readable and for this workspace.
     pub lineage: Option<LineageFile>,
-    store: Option<SqliteSessionStore>,
+    store: Option<RunStore>,
+}
+
+/// Where a run's transcripts are read from: `runs/sessions.db`, read in place (raw rows,
+/// no `Value` per entry), or any other [`SessionStore`] (PostgreSQL), read through the
+/// protocol's `load`.
+enum RunStore {
+    Sqlite(SqliteSessionStore),
+    Other(Arc<dyn SessionStore>),
+}
+
+impl RunStore {
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
+        match self {
+            RunStore::Sqlite(store) => store.load(key),
+            RunStore::Other(store) => store.load(key),
+        }
+    }
+
+    fn for_each_raw(
+        &self,
+        key: &SessionKey,
+        mut each: impl FnMut(&[u8]),
+    ) -> Result<usize, StoreError> {
+        match self {
+            RunStore::Sqlite(store) => store.for_each_raw(key, each),
+            RunStore::Other(store) => {
+                let entries = store.load(key)?.unwrap_or_default();
+                for entry in &entries {
+                    each(&serde_json::to_vec(entry).unwrap_or_default());
+                }
+                Ok(entries.len())
+            }
+        }
+    }
+
+    fn scan_type<T>(
+        &self,
+        key: &SessionKey,
+        kind: &str,
+        mut map: impl FnMut(&[u8]) -> T,
+    ) -> Result<Option<(usize, Vec<T>)>, StoreError> {
+        match self {
+            RunStore::Sqlite(store) => store.scan_type(key, kind, map),
+            RunStore::Other(store) => Ok(store.load(key)?.map(|entries| {
+                let picked = entries
+                    .iter()
+                    .filter(|e| e.get("type").and_then(Value::as_str) == Some(kind))
+                    .map(|e| map(&serde_json::to_vec(e).unwrap_or_default()))
+                    .collect();
+                (entries.len(), picked)
+            })),
+        }
+    }
+
+    fn store(&self) -> &dyn SessionStore {
+        match self {
+            RunStore::Sqlite(store) => store,
+            RunStore::Other(store) => store.as_ref(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Run {
@@ -290,10 +351,59 @@ impl Run {
         let workspace = workspace
             .canonicalize()
             .unwrap_or_else(|_| workspace.to_path_buf());
-        let mut attempts: Vec<Attempt> = manifest::read_rows(run_dir)?
-            .iter()
-            .map(Attempt::from_row)
-            .collect();
+        let rows = manifest::read_rows(run_dir)?;
+        let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
+        let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))?;
+        Ok(Self::assemble(
+            run_dir,
+            project_key(&workspace),
+            workspace,
+            &rows,
+            lineage,
+            store.map(RunStore::Sqlite),
+        ))
+    }
+
+    /// A run whose lineage, manifest and transcripts live in a shared database (see
+    /// [`crate::continuity::shared`]): the database is read, not the run directory's
+    /// mirrors, so another host's view needs no `runs/` at all. Transcripts are read
+    /// under the run's own project key (a named run keeps the one of the workspace that
+    /// began it).
+    pub fn open_shared(
+        workspace: &Path,
+        run_dir: &Path,
+        shared: &crate::continuity::shared::SharedRun,
+        store: Arc<dyn SessionStore>,
+    ) -> Result<Run, InspectError> {
+        let rows = shared.manifest()?;
+        let (woke, steps) = shared.lineage()?;
+        let workspace = workspace
+            .canonicalize()
+            .unwrap_or_else(|_| workspace.to_path_buf());
+        let lineage = LineageFile {
+            workspace: workspace.display().to_string(),
+            woke,
+            steps,
+        };
+        Ok(Self::assemble(
+            run_dir,
+            shared.project_key().to_string(),
+            workspace,
+            &rows,
+            Some(lineage),
+            Some(RunStore::Other(store)),
+        ))
+    }
+
+    fn assemble(
+        run_dir: &Path,
+        project_key: String,
+        workspace: PathBuf,
+        rows: &[Value],
+        lineage: Option<LineageFile>,
+        store: Option<RunStore>,
+    ) -> Run {
+        let mut attempts: Vec<Attempt> = rows.iter().map(Attempt::from_row).collect();
         // Stable: rows of one process keep their order when stamps tie or do not parse.
         attempts.sort_by_key(|a| a.started_ms.unwrap_or(i64::MIN));
         let mut last_run: Option<&str> = None;
@@ -307,16 +417,14 @@ impl Run {
         for i in wakes {
             attempts[i].wake = true;
         }
-        let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
-        let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))?;
-        Ok(Run {
+        Run {
             run_dir: run_dir.to_path_buf(),
-            project_key: project_key(&workspace),
+            project_key,
             workspace,
             attempts,
             lineage,
             store,
-        })
+        }
     }
 
     /// The key of a main session of this workspace.
@@ -386,14 +494,14 @@ impl Run {
     pub fn has_session(&self, session_id: &str) -> bool {
         self.store
             .as_ref()
-            .is_some_and(|s| s.has_session(session_id).unwrap_or(false))
+            .is_some_and(|s| s.store().has_session(session_id).unwrap_or(false))
     }
 
     /// Sub-agent subpaths stored under a main session.
     pub fn subagents(&self, key: &SessionKey) -> Vec<String> {
         self.store
             .as_ref()
-            .and_then(|s| s.list_subkeys(key).ok())
+            .and_then(|s| s.store().list_subkeys(key).ok())
             .unwrap_or_default()
     }
 

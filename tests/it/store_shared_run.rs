@@ -161,6 +161,36 @@ fn two_hosts_with_one_run_key_continue_the_same_work_session() {
         .collect();
     assert_eq!(runs.len(), 2, "A's process and B's: {runs:?}");
     assert_eq!(host_b.json("runs/lineage.json")["woke"], 2);
+
+    // A third place with no runs/ at all reads the run from the database: log, show.
+    let viewer = Project::with("c/laptop", ONE_ATTEMPT);
+    let db_args = ["--store", url.as_str(), "--run-key", key];
+    let log = viewer.run(&server, &[&["log", "--json"][..], &db_args].concat());
+    assert_eq!(log.status.code(), Some(0), "{}", text(&log.stderr));
+    let doc: Value = serde_json::from_slice(&log.stdout).unwrap();
+    let logged: Vec<&str> = doc["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(logged.len(), steps.len(), "{logged:?} vs {steps:?}");
+    let show = viewer.run(&server, &[&["show", "干活"][..], &db_args].concat());
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    assert!(text(&show.stdout).contains(&id), "{}", text(&show.stdout));
+    // The coordinator's first prompt, as A sent it: the transcript came from the database.
+    assert!(
+        text(&show.stdout).contains("照这份需求做"),
+        "{}",
+        text(&show.stdout)
+    );
+    assert!(
+        !viewer.dir.join("runs").exists(),
+        "a view writes no run directory"
+    );
+    // Without the store, the same place has no run to show.
+    let alone = viewer.run(&server, &["log"]);
+    assert_eq!(alone.status.code(), Some(1), "{}", text(&alone.stderr));
 }
 
 /// One run, one process, across hosts: while host A runs K, host B's `flower --run-key
