@@ -344,15 +344,25 @@ pub fn prepare_with(
     } else {
         vec![PathBuf::from("/")]
     };
-    let read_only: Vec<(CString, libc::c_ulong)> = if policy.protect_git {
-        git_paths(workspace)
-            .into_iter()
-            .filter(|p| roots.iter().any(|r| p.starts_with(r)))
-            .filter_map(|p| Some((cstring(&p).ok()?, locked_flags(&p))))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // A read-only workspace inside a writable temp dir (a project in /tmp) would
+    // inherit the temp dir's write rights, and Landlock cannot take them back along the
+    // path: it is bind-mounted read-only too, and a command is refused when that mount
+    // cannot be made.
+    let exposed = ruleset.is_some()
+        && !policy.workspace_writable
+        && roots.iter().any(|r| workspace.starts_with(r));
+    let mut read_only: Vec<(CString, libc::c_ulong)> = Vec::new();
+    if exposed {
+        read_only.push((cstring(workspace)?, locked_flags(workspace)));
+    }
+    if policy.protect_git {
+        read_only.extend(
+            git_paths(workspace)
+                .into_iter()
+                .filter(|p| roots.iter().any(|r| p.starts_with(r)))
+                .filter_map(|p| Some((cstring(&p).ok()?, locked_flags(&p)))),
+        );
+    }
     let mut flags = 0;
     if !read_only.is_empty() {
         flags |= libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
@@ -373,8 +383,9 @@ pub fn prepare_with(
     } else {
         match namespaces(flags, &read_only, &expect) {
             Ok(ns) => (Some(ns), None, false),
-            // The network cannot be turned off: refuse rather than run with it.
-            Err(e) if !policy.network => {
+            // The network cannot be turned off, or the workspace cannot be made
+            // read-only: refuse rather than run with it.
+            Err(e) if !policy.network || exposed => {
                 (None, Some(e.raw_os_error().unwrap_or(libc::EPERM)), false)
             }
             Err(_) => (None, None, true),

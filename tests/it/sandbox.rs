@@ -13,12 +13,32 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use support::{FakeServer, Reply};
 
-/// A scratch directory outside the system temp directory (which the sandbox lets
-/// commands write), so that "outside the workspace" really is outside.
+/// A scratch directory outside the system temp directories (which the sandbox lets
+/// commands write), so that "outside the workspace" really is outside: cargo's target
+/// tmp dir, or, for a checkout that itself lives under `/tmp`, one under `$HOME`.
 fn scratch() -> tempfile::TempDir {
+    let temp: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+        .iter()
+        .map(PathBuf::from)
+        .chain([std::env::temp_dir()])
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let outside = |p: &Path| {
+        p.canonicalize()
+            .is_ok_and(|c| !temp.iter().any(|t| c.starts_with(t)))
+    };
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/flower-tests"));
+    if let Some(home) = &home {
+        let _ = fs::create_dir_all(home);
+    }
+    let base = std::iter::once(target)
+        .chain(home)
+        .find(|p| outside(p))
+        .expect("a scratch directory outside the temp directories (cargo's or $HOME/.cache)");
     tempfile::Builder::new()
         .prefix("sandbox-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in(base)
         .unwrap()
 }
 
@@ -206,7 +226,36 @@ fn an_agent_without_write_rights_gets_a_read_only_workspace() {
     if !landlock_or_skip("an_agent_without_write_rights_gets_a_read_only_workspace") {
         return;
     }
-    let s = setup();
+    read_only_workspace_holds(&setup(), true);
+}
+
+/// A project under `/tmp`, where every command may write: the judge's workspace stays
+/// read-only all the same (a read-only bind mount, since Landlock cannot take the temp
+/// dir's rights back along the path).
+#[test]
+fn a_read_only_workspace_inside_the_temp_dir_stays_read_only() {
+    if !landlock_or_skip("a_read_only_workspace_inside_the_temp_dir_stays_read_only") {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("flower-ro-")
+        .tempdir_in(std::env::temp_dir())
+        .unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let s = Setup {
+        ws: root.join("ws"),
+        home: root.join("home"),
+        root,
+        _dir: dir,
+    };
+    fs::create_dir_all(&s.ws).unwrap();
+    fs::create_dir_all(&s.home).unwrap();
+    read_only_workspace_holds(&s, false);
+}
+
+/// Runs writes and a read as an agent with Read/Glob/Grep/Bash only; asserts that no
+/// write landed (and, with `noted`, that each says the sandbox stopped it).
+fn read_only_workspace_holds(s: &Setup, noted: bool) {
     fs::write(s.ws.join("existing.txt"), "keep\n").unwrap();
     let commands = [
         "echo x > new.txt",
@@ -217,15 +266,18 @@ fn an_agent_without_write_rights_gets_a_read_only_workspace() {
     ]
     .map(String::from);
     let (out, results) = run_commands(
-        &s,
+        s,
         &commands,
         &["--allowed-tools", "Read", "Glob", "Grep", "Bash"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("沙箱 landlock(工作区只读)"), "{stderr}");
+    assert_eq!(results.len(), commands.len(), "{stderr}");
     for (cmd, r) in commands[..4].iter().zip(&results) {
         assert_eq!(r["is_error"], json!(true), "{cmd:?}: {}", content(r));
-        assert!(content(r).contains(SANDBOX_NOTE), "{cmd:?}: {}", content(r));
+        if noted {
+            assert!(content(r).contains(SANDBOX_NOTE), "{cmd:?}: {}", content(r));
+        }
     }
     assert!(content(&results[4]).contains("keep"));
     assert!(!s.ws.join("new.txt").exists());
