@@ -30,7 +30,9 @@ fn replay(cases: &[Case], extra: &[&str]) -> (tempfile::TempDir, Vec<Value>) {
     let out = cmd
         .current_dir(ws.path())
         .env("FLOWER_MAX_ATTEMPTS", "1")
-        .args(["once", "run them", "--json"])
+        // The rules alone: with the sandbox on, an agent without Write rights gets a
+        // read-only workspace and no marker could appear, whatever the rules let through.
+        .args(["once", "run them", "--json", "--no-sandbox"])
         .args(extra)
         .output()
         .unwrap();

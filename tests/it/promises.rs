@@ -410,9 +410,12 @@ fn flower_with_bash_allowed_and_rm_denied_does_not_remove_the_file() {
             ("Bash", json!({"command": "rm victim.txt"})),
             ("Bash", json!({"command": "echo ran > made.txt"})),
         ],
+        // Write too: an agent without it gets a read-only workspace from the sandbox,
+        // which would stop `rm` whatever the rules say.
         &[
             "--allowed-tools",
             "Bash",
+            "Write",
             "--disallowed-tools",
             "Bash(rm:*)",
         ],
