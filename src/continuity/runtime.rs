@@ -285,7 +285,7 @@ impl Runtime {
             LockError::Held { path, holder } => RuntimeError::Locked { path, holder },
             other => RuntimeError::Lock(other),
         })?;
-        let sqlite: Arc<dyn SessionStore> = match options.store {
+        let raw_store: Arc<dyn SessionStore> = match options.store {
             Some(store) => store,
             None => Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?),
         };
@@ -294,7 +294,7 @@ impl Runtime {
         prune.ephemeral = options.ephemeral;
         prune.keep_denials = options.keep_denials;
         prune.cache = options.cache_ttl.map(CacheWindow::new);
-        let store = Arc::new(PruningSessionStore::new(sqlite.clone(), prune));
+        let store = Arc::new(PruningSessionStore::new(raw_store.clone(), prune));
         let mut warnings = Vec::new();
         let resilience = match options.resilience {
             Some(resilience) => resilience,
@@ -332,9 +332,9 @@ impl Runtime {
         });
         let lineage = match options.shared_run.clone() {
             Some(shared) => {
-                Lineage::load_shared(&run_dir, &workspace, shared, |id| sqlite.has_session(id))
+                Lineage::load_shared(&run_dir, &workspace, shared, |id| raw_store.has_session(id))
             }
-            None => Lineage::try_load(&run_dir, &workspace, |id| sqlite.has_session(id)),
+            None => Lineage::try_load(&run_dir, &workspace, |id| raw_store.has_session(id)),
         }
         .map_err(|source| RuntimeError::LineageCheck {
             path: run_dir.join(super::lineage::LINEAGE_FILE),
@@ -778,11 +778,8 @@ impl Runtime {
     /// The context of a session's last turn, from the store; `None` when unknown.
     fn session_context(&self, session_id: &str) -> Option<u64> {
         let config = self.engine.config();
-        if lock(&self.lineage).shared().is_some() {
-            let key = crate::stores::SessionKey::main(&config.project_key, session_id);
-            return super::wake::context_in(config.store.inner().as_ref(), &key);
-        }
-        super::wake::session_context(&config.workspace, &config.run_dir, session_id)
+        let key = crate::stores::SessionKey::main(&config.project_key, session_id);
+        super::wake::context_in(config.store.inner().as_ref(), &key)
     }
 
     /// Writes the handoff document of `generation` for the session `old` and returns the

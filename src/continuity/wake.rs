@@ -98,30 +98,16 @@ pub fn wake_state_of(
 /// `run_dir/sessions.db` (the wake banner's `干活上下文`). `None` when it cannot be read.
 pub fn session_context(workspace: &Path, run_dir: &Path, session_id: &str) -> Option<u64> {
     let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db")).ok()??;
-    let key = SessionKey::main(project_key(workspace), session_id);
-    let usage = store.last_assistant_usage(&key).ok()??;
-    let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
-    Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
+    context_in(
+        &store,
+        &SessionKey::main(project_key(workspace), session_id),
+    )
 }
 
-/// The context size (tokens) of the last turn of the session `key` in any store: the
-/// usage of its last assistant entry that has one. `None` when it cannot be read.
+/// The context size (tokens) of the last turn of the session `key` in any store (see
+/// [`SessionStore::last_assistant_usage`]). `None` when it cannot be read.
 pub fn context_in(store: &dyn SessionStore, key: &SessionKey) -> Option<u64> {
-    let entries = store.load(key).ok()??;
-    use crate::transcript::markers::{API_ERROR_FLAG, SYNTHETIC_MODEL};
-    // As the SQLite store's own query: synthetic API-error entries do not count.
-    let usage = entries.iter().rev().find_map(|e| {
-        if e.get("type")?.as_str()? != "assistant"
-            || e.get(API_ERROR_FLAG) == Some(&serde_json::Value::Bool(true))
-        {
-            return None;
-        }
-        let message = e.get("message")?;
-        if message.get("model").and_then(serde_json::Value::as_str) == Some(SYNTHETIC_MODEL) {
-            return None;
-        }
-        message.get("usage").cloned()
-    })?;
+    let usage = store.last_assistant_usage(key).ok()??;
     let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
     Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
 }

@@ -88,6 +88,18 @@ pub trait SessionStore: Send + Sync {
     /// Whether a main transcript with this session id exists, in any project.
     fn has_session(&self, session_id: &str) -> Result<bool, StoreError>;
 
+    /// The `usage` of the key's last assistant turn that has one (synthetic API errors
+    /// skipped, [`crate::transcript::markers::turn_usage`]): the context size of the
+    /// session's last turn. The default loads the transcript; a store may read less.
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+        Ok(self.load(key)?.and_then(|entries| {
+            entries
+                .iter()
+                .rev()
+                .find_map(|e| crate::transcript::markers::turn_usage(e).cloned())
+        }))
+    }
+
     /// Where a store on the network lives (host, port), so that a run waiting for it
     /// can probe it like the model's endpoint. `None` for a local store.
     fn endpoint(&self) -> Option<(String, u16)> {

@@ -280,6 +280,11 @@ impl SessionStore for PruningSessionStore {
         self.inner.load_pruned(key, &self.options)
     }
 
+    /// What was stored, not the pruned view: the usage is a fact of the transcript.
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+        self.inner.last_assistant_usage(key)
+    }
+
     /// Prunes the stored transcript with `options` (not this store's).
     fn load_pruned(
         &self,

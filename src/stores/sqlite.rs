@@ -346,19 +346,7 @@ impl SqliteSessionStore {
                 let Ok(entry) = serde_json::from_slice::<Value>(row.get_ref(0)?.as_bytes()?) else {
                     continue;
                 };
-                if entry.get(crate::transcript::markers::API_ERROR_FLAG) == Some(&Value::Bool(true))
-                {
-                    continue;
-                }
-                let Some(message) = entry.get("message") else {
-                    continue;
-                };
-                if message.get("model").and_then(Value::as_str)
-                    == Some(crate::transcript::markers::SYNTHETIC_MODEL)
-                {
-                    continue;
-                }
-                if let Some(usage) = message.get("usage").filter(|u| u.is_object()) {
+                if let Some(usage) = crate::transcript::markers::turn_usage(&entry) {
                     return Ok(Some(usage.clone()));
                 }
             }
@@ -478,6 +466,10 @@ impl SqliteSessionStore {
 }
 
 impl SessionStore for SqliteSessionStore {
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+        SqliteSessionStore::last_assistant_usage(self, key)
+    }
+
     fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
         self.append_counted(key, entries).map(|_| ())
     }

@@ -59,6 +59,16 @@ pub fn is_refusal(entry: &Value) -> bool {
 }
 
 /// Whether an entry is a synthetic API-error message written by a harness.
+/// The `usage` object of an assistant turn the model really sent: `None` for other
+/// entries, synthetic API errors and assistant entries without one. What the context
+/// size of a session's last turn is read from.
+pub fn turn_usage(entry: &Value) -> Option<&Value> {
+    if entry.get("type").and_then(Value::as_str) != Some("assistant") || is_synthetic_error(entry) {
+        return None;
+    }
+    entry.get("message")?.get("usage").filter(|u| u.is_object())
+}
+
 pub fn is_synthetic_error(entry: &Value) -> bool {
     entry.get(API_ERROR_FLAG) == Some(&Value::Bool(true))
         || entry

@@ -468,6 +468,46 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
     assert_eq!(s.list_sessions("proj").unwrap(), before);
 }
 
+/// What the wake banner and 换代 read as a session's context: the last real assistant
+/// turn's usage, the same on every backend (the SQLite store answers with its own query,
+/// the others through the trait's default).
+#[test]
+fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
+    for (name, fresh) in stores() {
+        let (_d, s) = fresh();
+        assert_eq!(s.last_assistant_usage(&key()).unwrap(), None, "{name}");
+        let turn = |uuid: &str, usage: Value| {
+            json!({"type": "assistant", "uuid": uuid,
+                   "message": {"role": "assistant", "model": "m", "content": [], "usage": usage}})
+        };
+        s.append(
+            &key(),
+            &[
+                json!({"type": "user", "uuid": "u1", "message": {"role": "user", "content": "hi"}}),
+                turn("a1", json!({"input_tokens": 7})),
+                json!({"type": "assistant", "uuid": "a2", "isApiErrorMessage": true,
+                       "message": {"role": "assistant", "model": "<synthetic>", "content": [],
+                                   "usage": {"input_tokens": 0}}}),
+                json!({"type": "assistant", "uuid": "a3",
+                       "message": {"role": "assistant", "model": "m", "content": []}}),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            s.last_assistant_usage(&key()).unwrap(),
+            Some(json!({"input_tokens": 7})),
+            "{name}"
+        );
+        s.append(&key(), &[turn("a4", json!({"input_tokens": 9}))])
+            .unwrap();
+        assert_eq!(
+            s.last_assistant_usage(&key()).unwrap(),
+            Some(json!({"input_tokens": 9})),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn has_session_sees_main_transcripts_in_any_project() {
     for (name, fresh) in stores() {
