@@ -23,6 +23,26 @@ fn after_tool(req: &Recorded) -> bool {
         .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
 }
 
+/// A server playing `script`, except that the first request `hold` picks waits at the
+/// returned gate before it is answered with `text` (a test kills the client there).
+pub(crate) fn held_first(
+    script: &Arc<Script>,
+    hold: impl Fn(&Recorded) -> bool + Send + Sync + 'static,
+    text: &'static str,
+) -> (FakeServer, support::Gate) {
+    let script = script.clone();
+    let gate = support::Gate::new();
+    let at = gate.clone();
+    let held = AtomicUsize::new(0);
+    let server = FakeServer::with_handler(move |req, _| {
+        if hold(req) && held.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Reply::text(text).gate_before(&at);
+        }
+        script.reply(req)
+    });
+    (server, gate)
+}
+
 /// A scripted model for the whole pipeline. `judge_fails` verdicts fail before one passes.
 pub(crate) struct Script {
     judge_fails: usize,
@@ -381,18 +401,11 @@ struct Woken {
 fn wake_after_kill_in(agent: Agent, step: &str) -> Woken {
     let project = Project::new();
     let script = Script::new(0);
-    let gate = support::Gate::new();
-    let server = {
-        let script = script.clone();
-        let gate = gate.clone();
-        let held = AtomicUsize::new(0);
-        FakeServer::with_handler(move |req, _| {
-            if agent_of(req) == agent && held.fetch_add(1, Ordering::SeqCst) == 0 {
-                return Reply::text("never delivered").gate_before(&gate);
-            }
-            script.reply(req)
-        })
-    };
+    let (server, gate) = held_first(
+        &script,
+        move |req| agent_of(req) == agent,
+        "never delivered",
+    );
     let mut child = project.spawn(&server, &["写个 hello 脚本"]);
     assert!(
         gate.wait_reached(Duration::from_secs(60)),

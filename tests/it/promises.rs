@@ -2,6 +2,7 @@
 //! breakage its doc comment names (made by hand in a worktree, then reverted), and
 //! each goes through the public surface: the library API or the `flower` binary.
 
+use crate::faults_support::tool_use_ids;
 use crate::flow::Script;
 use crate::store_support::{api_error, assistant, bash, text, tool_result, user_blocks, user_text};
 use crate::support;
@@ -25,17 +26,6 @@ use support::{FakeServer, Recorded, Reply};
 fn json_of(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", lossy(&out.stderr)))
-}
-
-/// Every `tool_use` id a request sends, in order.
-fn tool_use_ids(req: &Recorded) -> Vec<String> {
-    req.messages()
-        .iter()
-        .filter_map(|m| m["content"].as_array())
-        .flatten()
-        .filter(|b| b["type"] == "tool_use")
-        .filter_map(|b| b["id"].as_str().map(str::to_string))
-        .collect()
 }
 
 /// The `tool_result` blocks of the newest message of a request.

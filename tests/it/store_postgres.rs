@@ -233,26 +233,17 @@ fn once_keeps_its_transcript_in_postgres_and_resumes_without_runs_dir() {
 #[test]
 fn the_pipeline_killed_inside_work_resumes_from_postgres() {
     use crate::flow::Script;
-    use crate::support::Gate;
     use crate::support::pipeline::{Agent, Project, agent_of};
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     let Some(url) = pg::fresh_url() else { return };
     let project = Project::new();
     let script = Script::new(0);
-    let gate = Gate::new();
-    let server = {
-        let script = script.clone();
-        let gate = gate.clone();
-        let held = AtomicUsize::new(0);
-        FakeServer::with_handler(move |req, _| {
-            if agent_of(req) == Agent::Coordinator && held.fetch_add(1, Ordering::SeqCst) == 0 {
-                return Reply::text("never delivered").gate_before(&gate);
-            }
-            script.reply(req)
-        })
-    };
+    let (server, gate) = crate::flow::held_first(
+        &script,
+        |req| agent_of(req) == Agent::Coordinator,
+        "never delivered",
+    );
     let mut child = project
         .command(&server, &["写个 hello 脚本", "--store", &url])
         .stdout(std::process::Stdio::null())

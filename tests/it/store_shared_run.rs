@@ -8,7 +8,7 @@
 //! Tests that need several processes re-run this test binary with `FLOWER_SHARED_ROLE`
 //! set; [`child_process_entry_point`] then plays that role instead of testing.
 
-use crate::flow::Script;
+use crate::flow::{Script, held_first};
 use crate::support::pipeline::{Agent, ONE_ATTEMPT, Project, agent_of, plain, text, turn_of};
 use crate::support::postgres as pg;
 use crate::support::{FakeServer, Gate, Reply};
@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tempfile::TempDir;
@@ -71,22 +71,12 @@ fn two_hosts_with_one_run_key_continue_the_same_work_session() {
     let host_a = Project::with("a/proj", ONE_ATTEMPT);
     let host_b = Project::with("b/mnt/proj", ONE_ATTEMPT);
     let script = Script::new(0);
-    let gate = Gate::new();
-    let server = {
-        let script = script.clone();
-        let gate = gate.clone();
-        let held = AtomicUsize::new(0);
-        FakeServer::with_handler(move |req, _| {
-            // 干活's second request (after its first tool call): A dies with it in flight.
-            if agent_of(req) == Agent::Coordinator
-                && turn_of(req) == 1
-                && held.fetch_add(1, Ordering::SeqCst) == 0
-            {
-                return Reply::text("never delivered").gate_before(&gate);
-            }
-            script.reply(req)
-        })
-    };
+    // 干活's second request (after its first tool call): A dies with it in flight.
+    let (server, gate) = held_first(
+        &script,
+        |req| agent_of(req) == Agent::Coordinator && turn_of(req) == 1,
+        "never delivered",
+    );
     let key = "team-md2html";
     let mut child = host_a
         .command(
@@ -202,18 +192,11 @@ fn a_run_held_on_one_host_is_refused_on_another() {
     let host_a = Project::with("a/proj", ONE_ATTEMPT);
     let host_b = Project::with("b/proj", ONE_ATTEMPT);
     let script = Script::new(0);
-    let gate = Gate::new();
-    let server = {
-        let script = script.clone();
-        let gate = gate.clone();
-        let held = AtomicUsize::new(0);
-        FakeServer::with_handler(move |req, _| {
-            if agent_of(req) == Agent::Coordinator && held.fetch_add(1, Ordering::SeqCst) == 0 {
-                return Reply::text("先停一下").gate_before(&gate);
-            }
-            script.reply(req)
-        })
-    };
+    let (server, gate) = held_first(
+        &script,
+        |req| agent_of(req) == Agent::Coordinator,
+        "先停一下",
+    );
     let mut a = host_a
         .command(
             &server,
