@@ -148,158 +148,159 @@ fn print_json(value: &Value) -> std::io::Result<()> {
 
 fn execute(args: &StoreArgs) -> Result<Value, String> {
     if let Some(raw) = &args.store {
-        return execute_postgres(raw, &args.command);
+        let url: PostgresUrl = raw.parse().map_err(|why| format!("--store: {why}"))?;
+        let shown = url.to_string();
+        if matches!(args.command, StoreCommand::Import { .. }) {
+            return Err(format!(
+                "imports go into a SQLite file (--db); {shown} was not touched"
+            ));
+        }
+        // Opened, and migrated, as a run would open it; it always exists.
+        let open = || -> Result<Option<Box<dyn Counting>>, String> {
+            let store = PostgresStore::open(&url).map_err(|e| e.to_string())?;
+            Ok(Some(Box::new(store)))
+        };
+        let backend = Backend {
+            shown,
+            trim_dir: default_trim_dir(Path::new("runs")),
+            open_rw: &open,
+            open_ro: &open,
+            exists: true,
+            describe: &|e| e.to_string(),
+        };
+        return backend.run(&args.command);
     }
     let db = args.db.as_path();
-    let key = |text: &str| {
-        SessionKey::parse(text).map_err(|e| format!("{e} (database {})", db.display()))
+    if let StoreCommand::Import {
+        file,
+        project_key: project,
+        session_id,
+    } = &args.command
+    {
+        return import(db, file, project.as_deref(), session_id.as_deref());
+    }
+    let backend = Backend {
+        shown: db.display().to_string(),
+        trim_dir: default_trim_dir(db.parent().unwrap_or(Path::new("."))),
+        open_rw: &|| Ok(Some(Box::new(open_rw(db)?) as Box<dyn Counting>)),
+        open_ro: &|| Ok(open_ro(db)?.map(|s| Box::new(s) as Box<dyn Counting>)),
+        // Deleting from a database that does not exist deletes nothing; don't create it.
+        exists: db.exists(),
+        describe: &|e| describe(e, db),
     };
-    match &args.command {
-        StoreCommand::Append { key: text } => {
-            let key = key(text)?;
-            let mut input = Vec::new();
-            std::io::stdin().read_to_end(&mut input).map_err(|e| {
-                format!(
-                    "cannot read stdin: {e}; nothing written to {}",
-                    db.display()
-                )
-            })?;
-            let entries = parse_entries(&input)
-                .map_err(|e| format!("<stdin>: {e}; nothing written to {}", db.display()))?;
-            if entries.is_empty() {
-                return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
-            }
-            let store = open_rw(db)?;
-            let stored = store
-                .append_counted(&key, &entries)
-                .map_err(|e| describe(&e, db))?;
-            Ok(json!({"key": key.to_string(), "received": entries.len(), "stored": stored}))
-        }
-        StoreCommand::Load {
-            key: text,
-            pruned,
-            trim,
-        } => {
-            let key = key(text)?;
-            let Some(store) = open_ro(db)? else {
-                return Ok(Value::Null);
-            };
-            let entries = if *pruned {
-                let run_dir = db.parent().unwrap_or(Path::new("."));
-                let mut options = PruneOptions::new(default_trim_dir(run_dir));
-                options.trim = *trim;
-                store.load_pruned(&key, &options)
-            } else {
-                store.load(&key)
-            };
-            Ok(entries
-                .map_err(|e| describe(&e, db))?
-                .map_or(Value::Null, Value::Array))
-        }
-        StoreCommand::Sessions { project_key } => match open_ro(db)? {
-            None => Ok(json!([])),
-            Some(store) => {
-                let sessions = store
-                    .list_sessions(project_key)
-                    .map_err(|e| describe(&e, db))?;
-                serde_json::to_value(sessions).map_err(|e| e.to_string())
-            }
-        },
-        StoreCommand::Summaries { project_key } => match open_ro(db)? {
-            None => Ok(json!([])),
-            Some(store) => {
-                let summaries = store
-                    .list_session_summaries(project_key)
-                    .map_err(|e| describe(&e, db))?;
-                serde_json::to_value(summaries).map_err(|e| e.to_string())
-            }
-        },
-        StoreCommand::Subkeys { key: text } => {
-            let key = key(text)?.main_key();
-            match open_ro(db)? {
-                None => Ok(json!([])),
-                Some(store) => Ok(json!(
-                    store.list_subkeys(&key).map_err(|e| describe(&e, db))?
-                )),
-            }
-        }
-        StoreCommand::Delete { key: text } => {
-            let key = key(text)?;
-            // Deleting from a database that does not exist deletes nothing; don't create it.
-            if !db.exists() {
-                return Ok(json!({"key": key.to_string(), "deleted_entries": 0}));
-            }
-            let store = open_rw(db)?;
-            let deleted = store.delete_counted(&key).map_err(|e| describe(&e, db))?;
-            Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
-        }
-        StoreCommand::Import {
-            file,
-            project_key: project,
-            session_id,
-        } => import(db, file, project.as_deref(), session_id.as_deref()),
+    backend.run(&args.command)
+}
+
+/// What `flower store` needs of a backend beyond the protocol: how much a write did.
+trait Counting: SessionStore {
+    fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError>;
+    fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError>;
+}
+
+impl Counting for SqliteSessionStore {
+    fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
+        SqliteSessionStore::append_counted(self, key, entries)
+    }
+    fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
+        SqliteSessionStore::delete_counted(self, key)
     }
 }
 
-/// The same commands on a PostgreSQL store (it is opened, and migrated, as a run
-/// would open it).
-fn execute_postgres(raw: &str, command: &StoreCommand) -> Result<Value, String> {
-    let url: PostgresUrl = raw.parse().map_err(|why| format!("--store: {why}"))?;
-    let shown = url.to_string();
-    let key = |text: &str| SessionKey::parse(text).map_err(|e| format!("{e} (database {shown})"));
-    let store = || PostgresStore::open(&url).map_err(|e| e.to_string());
-    let err = |e: StoreError| e.to_string();
-    match command {
-        StoreCommand::Append { key: text } => {
-            let key = key(text)?;
-            let mut input = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut input)
-                .map_err(|e| format!("cannot read stdin: {e}; nothing written to {shown}"))?;
-            let entries = parse_entries(&input)
-                .map_err(|e| format!("<stdin>: {e}; nothing written to {shown}"))?;
-            if entries.is_empty() {
-                return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
+impl Counting for PostgresStore {
+    fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
+        PostgresStore::append_counted(self, key, entries)
+    }
+    fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
+        PostgresStore::delete_counted(self, key)
+    }
+}
+
+type Open<'a> = &'a dyn Fn() -> Result<Option<Box<dyn Counting>>, String>;
+
+/// One store the commands run on, SQLite file or PostgreSQL database.
+struct Backend<'a> {
+    /// How messages name it.
+    shown: String,
+    /// Where `load --pruned` says trimmed results would go.
+    trim_dir: PathBuf,
+    open_rw: Open<'a>,
+    /// `None`: there is no database (reads find nothing; nothing is created).
+    open_ro: Open<'a>,
+    exists: bool,
+    describe: &'a dyn Fn(&StoreError) -> String,
+}
+
+impl Backend<'_> {
+    fn run(&self, command: &StoreCommand) -> Result<Value, String> {
+        let shown = &self.shown;
+        let key =
+            |text: &str| SessionKey::parse(text).map_err(|e| format!("{e} (database {shown})"));
+        let err = |e: StoreError| (self.describe)(&e);
+        let rw = || -> Result<Box<dyn Counting>, String> {
+            (self.open_rw)()?.ok_or_else(|| format!("cannot open {shown}"))
+        };
+        match command {
+            StoreCommand::Append { key: text } => {
+                let key = key(text)?;
+                let mut input = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut input)
+                    .map_err(|e| format!("cannot read stdin: {e}; nothing written to {shown}"))?;
+                let entries = parse_entries(&input)
+                    .map_err(|e| format!("<stdin>: {e}; nothing written to {shown}"))?;
+                if entries.is_empty() {
+                    return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
+                }
+                let stored = rw()?.append_counted(&key, &entries).map_err(err)?;
+                Ok(json!({"key": key.to_string(), "received": entries.len(), "stored": stored}))
             }
-            let stored = store()?.append_counted(&key, &entries).map_err(err)?;
-            Ok(json!({"key": key.to_string(), "received": entries.len(), "stored": stored}))
+            StoreCommand::Load {
+                key: text,
+                pruned,
+                trim,
+            } => {
+                let key = key(text)?;
+                let Some(store) = (self.open_ro)()? else {
+                    return Ok(Value::Null);
+                };
+                let entries = if *pruned {
+                    let mut options = PruneOptions::new(self.trim_dir.clone());
+                    options.trim = *trim;
+                    store.load_pruned(&key, &options)
+                } else {
+                    store.load(&key)
+                };
+                Ok(entries.map_err(err)?.map_or(Value::Null, Value::Array))
+            }
+            StoreCommand::Sessions { project_key } => match (self.open_ro)()? {
+                None => Ok(json!([])),
+                Some(store) => serde_json::to_value(store.list_sessions(project_key).map_err(err)?)
+                    .map_err(|e| e.to_string()),
+            },
+            StoreCommand::Summaries { project_key } => match (self.open_ro)()? {
+                None => Ok(json!([])),
+                Some(store) => {
+                    serde_json::to_value(store.list_session_summaries(project_key).map_err(err)?)
+                        .map_err(|e| e.to_string())
+                }
+            },
+            StoreCommand::Subkeys { key: text } => {
+                let key = key(text)?.main_key();
+                match (self.open_ro)()? {
+                    None => Ok(json!([])),
+                    Some(store) => Ok(json!(store.list_subkeys(&key).map_err(err)?)),
+                }
+            }
+            StoreCommand::Delete { key: text } => {
+                let key = key(text)?;
+                if !self.exists {
+                    return Ok(json!({"key": key.to_string(), "deleted_entries": 0}));
+                }
+                let deleted = rw()?.delete_counted(&key).map_err(err)?;
+                Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
+            }
+            StoreCommand::Import { .. } => Err(format!("cannot import into {shown}")),
         }
-        StoreCommand::Load {
-            key: text,
-            pruned,
-            trim,
-        } => {
-            let key = key(text)?;
-            let store = store()?;
-            let entries = if *pruned {
-                let mut options = PruneOptions::new(default_trim_dir(Path::new("runs")));
-                options.trim = *trim;
-                store.load_pruned(&key, &options)
-            } else {
-                store.load(&key)
-            };
-            Ok(entries.map_err(err)?.map_or(Value::Null, Value::Array))
-        }
-        StoreCommand::Sessions { project_key } => {
-            serde_json::to_value(store()?.list_sessions(project_key).map_err(err)?)
-                .map_err(|e| e.to_string())
-        }
-        StoreCommand::Summaries { project_key } => {
-            serde_json::to_value(store()?.list_session_summaries(project_key).map_err(err)?)
-                .map_err(|e| e.to_string())
-        }
-        StoreCommand::Subkeys { key: text } => {
-            let key = key(text)?.main_key();
-            Ok(json!(store()?.list_subkeys(&key).map_err(err)?))
-        }
-        StoreCommand::Delete { key: text } => {
-            let key = key(text)?;
-            let deleted = store()?.delete_counted(&key).map_err(err)?;
-            Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
-        }
-        StoreCommand::Import { .. } => Err(format!(
-            "imports go into a SQLite file (--db); {shown} was not touched"
-        )),
     }
 }
 
