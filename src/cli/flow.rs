@@ -550,12 +550,7 @@ impl Where<'_> {
 
     /// A session's generation (换代), from the run's manifest.
     pub fn generation(&self, session_id: &str) -> u32 {
-        match self.shared {
-            Some(shared) => {
-                handoff::generation_of(&shared.manifest().unwrap_or_default(), session_id)
-            }
-            None => session_generation(self.run_dir, session_id),
-        }
+        session_generation(self.run_dir, self.shared, session_id)
     }
 }
 

@@ -267,10 +267,7 @@ impl Manifest {
     /// Every row of the run, all processes': from the database when it is shared,
     /// else from `run_dir/manifest.json`.
     pub fn all_rows(&self) -> Result<Vec<Value>, ManifestError> {
-        match &self.shared {
-            Some(shared) => shared.manifest().map_err(ManifestError::Shared),
-            None => read_rows(&self.run_dir),
-        }
+        rows_of(&self.run_dir, self.shared.as_ref())
     }
 
     pub fn run_id(&self) -> &str {
@@ -418,6 +415,15 @@ fn open_if_unchanged(path: &Path, lock: &File, last: &Written) -> Option<File> {
 
 /// Every row of `run_dir/manifest.json`, all processes'; empty when there is no file.
 /// An unparseable file is reported as [`ManifestError::Corrupt`] and left where it is.
+/// Every row of the run's manifest: from the shared database when there is one (the
+/// file is then only its mirror), else `run_dir/manifest.json`.
+pub fn rows_of(run_dir: &Path, shared: Option<&SharedRun>) -> Result<Vec<Value>, ManifestError> {
+    match shared {
+        Some(shared) => shared.manifest().map_err(ManifestError::Shared),
+        None => read_rows(run_dir),
+    }
+}
+
 pub fn read_rows(run_dir: &Path) -> Result<Vec<Value>, ManifestError> {
     let path = run_dir.join(MANIFEST_FILE);
     let Some(text) = read_text(&path)? else {

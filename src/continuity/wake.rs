@@ -112,10 +112,14 @@ pub fn context_in(store: &dyn SessionStore, key: &SessionKey) -> Option<u64> {
     Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
 }
 
-/// The generation of a step's session (换代): 1, plus one per predecessor that
-/// `run_dir/manifest.json` lists in `retired[]`. Read-only; an unreadable manifest
-/// counts as no handoff.
-pub fn session_generation(run_dir: &Path, session_id: &str) -> u32 {
-    let rows = super::manifest::read_rows(run_dir).unwrap_or_default();
+/// The generation of a step's session (换代): 1, plus one per predecessor that the
+/// run's manifest (`run_dir/manifest.json`, or the shared database's) lists in
+/// `retired[]`. Read-only; an unreadable manifest counts as no handoff.
+pub fn session_generation(
+    run_dir: &Path,
+    shared: Option<&super::shared::SharedRun>,
+    session_id: &str,
+) -> u32 {
+    let rows = super::manifest::rows_of(run_dir, shared).unwrap_or_default();
     super::handoff::generation_of(&rows, session_id)
 }
