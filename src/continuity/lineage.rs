@@ -89,12 +89,7 @@ impl Lineage {
     ) -> Result<Lineage, StoreError> {
         let mut lineage = Lineage::empty(run_dir, workspace);
         let (woke, steps) = shared.lineage()?;
-        lineage.woke = woke;
-        for (step, id) in steps {
-            if is_plain_step_name(&step) && !id.is_empty() && is_alive(&id)? {
-                lineage.steps.insert(step, id);
-            }
-        }
+        lineage.admit(woke, steps, is_alive)?;
         lineage.shared = Some(shared);
         Ok(lineage)
     }
@@ -129,14 +124,25 @@ impl Lineage {
     ) -> Result<Lineage, E> {
         let mut lineage = Lineage::empty(run_dir, workspace);
         if let Some(file) = read_matching(&lineage.path, &lineage.workspace) {
-            lineage.woke = file.woke;
-            for (step, id) in file.steps {
-                if is_plain_step_name(&step) && !id.is_empty() && is_alive(&id)? {
-                    lineage.steps.insert(step, id);
-                }
-            }
+            lineage.admit(file.woke, file.steps, is_alive)?;
         }
         Ok(lineage)
+    }
+
+    /// Takes `woke` and the steps whose session is still alive (plain names only).
+    fn admit<E>(
+        &mut self,
+        woke: u64,
+        steps: impl IntoIterator<Item = (String, String)>,
+        is_alive: impl Fn(&str) -> Result<bool, E>,
+    ) -> Result<(), E> {
+        self.woke = woke;
+        for (step, id) in steps {
+            if is_plain_step_name(&step) && !id.is_empty() && is_alive(&id)? {
+                self.steps.insert(step, id);
+            }
+        }
+        Ok(())
     }
 
     /// The parsed `run_dir/lineage.json` when it is readable and was written for this

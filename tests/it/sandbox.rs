@@ -86,10 +86,21 @@ fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<
         reply = reply.then_tool_use("Bash", json!({ "command": c }));
     }
     let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
+    let out = once_in(s, &server, extra);
+    let requests = server.requests();
+    let results = requests
+        .get(1)
+        .map(|r| r.tool_results())
+        .unwrap_or_default();
+    (out, results)
+}
+
+/// `flower once "run them"` in the workspace, against `server`, with the sandbox's
+/// defaults and `s.home` as HOME.
+fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
     server.configure(&mut cmd);
-    let out = cmd
-        .current_dir(&s.ws)
+    cmd.current_dir(&s.ws)
         .env("HOME", &s.home)
         .env("FLOWER_MAX_ATTEMPTS", "1")
         .env_remove("FLOWER_SANDBOX")
@@ -97,13 +108,7 @@ fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<
         .args(["once", "run them"])
         .args(extra)
         .output()
-        .unwrap();
-    let requests = server.requests();
-    let results = requests
-        .get(1)
-        .map(|r| r.tool_results())
-        .unwrap_or_default();
-    (out, results)
+        .unwrap()
 }
 
 fn content(v: &Value) -> String {
@@ -423,17 +428,7 @@ fn a_git_dir_made_anew_is_protected_in_the_next_command() {
         ),
         Reply::text("done"),
     ]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
-    let out = cmd
-        .current_dir(&s.ws)
-        .env("HOME", &s.home)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .env_remove("FLOWER_SANDBOX")
-        .env_remove("FLOWER_NETWORK")
-        .args(["once", "run them"])
-        .output()
-        .unwrap();
+    let out = once_in(&s, &server, &[]);
     assert!(
         out.status.success(),
         "{}",
