@@ -61,6 +61,8 @@ pub enum Event {
     Offline {
         waited_s: f64,
         endpoint: String,
+        /// What is away: the store's database (`true`) or the model's API.
+        database: bool,
     },
     /// Resilience: the endpoint answers again.
     Online,

@@ -300,13 +300,18 @@ impl Renderer {
                     )
                 );
             }
-            Event::Offline { waited_s, endpoint } => {
+            Event::Offline {
+                waited_s,
+                endpoint,
+                database,
+            } => {
                 self.end_text_line(state);
                 if self.live {
                     let text = format!("  {}(探测 {endpoint})", state.status.line());
                     self.draw_status(state, &text);
                 } else {
-                    eprintln!("  网络不通,已等 {waited_s:.0}s(探测 {endpoint})");
+                    let away = super::status::away(*database);
+                    eprintln!("  {away},已等 {waited_s:.0}s(探测 {endpoint})");
                 }
             }
             Event::Warning { message } => {

@@ -28,8 +28,9 @@ pub struct Status {
     pub generation: Option<u32>,
     /// Handoffs seen (`Event::Handoff`).
     pub handoffs: u32,
-    /// Seconds waited so far while the network is down.
-    pub offline_s: Option<f64>,
+    /// While the model's API or the store's database is away: seconds waited so far,
+    /// and whether it is the database.
+    pub offline: Option<(f64, bool)>,
     pub turns: u64,
     pub peak_context: u64,
 }
@@ -51,7 +52,7 @@ impl Status {
             window: None,
             generation: None,
             handoffs: 0,
-            offline_s: None,
+            offline: None,
             turns: 0,
             peak_context: 0,
         }
@@ -74,7 +75,7 @@ impl Status {
                 if cost_usd.is_some() {
                     self.cost = *cost_usd;
                 }
-                self.offline_s = None;
+                self.offline = None;
             }
             Event::StepStarted { step, .. } => {
                 if *step != self.step {
@@ -83,7 +84,9 @@ impl Status {
                 self.step = step.clone();
                 self.turn = 0;
             }
-            Event::Offline { waited_s, .. } => self.offline_s = Some(*waited_s),
+            Event::Offline {
+                waited_s, database, ..
+            } => self.offline = Some((*waited_s, *database)),
             Event::Handoff {
                 generation,
                 context,
@@ -95,7 +98,7 @@ impl Status {
                 self.context = 0;
                 self.turn = 0;
             }
-            Event::Online => self.offline_s = None,
+            Event::Online => self.offline = None,
             _ => {}
         }
     }
@@ -109,8 +112,9 @@ impl Status {
             format!("[{}] ", self.step)
         };
         let elapsed = duration(self.started.elapsed().as_secs_f64());
-        if let Some(waited) = self.offline_s {
-            return format!("{step}网络不通,已等 {waited:.0}s · 用时 {elapsed}");
+        if let Some((waited, database)) = self.offline {
+            let away = away(database);
+            return format!("{step}{away},已等 {waited:.0}s · 用时 {elapsed}");
         }
         let window = self
             .window
@@ -138,5 +142,15 @@ impl Status {
             tokens(self.peak_context),
             self.handoffs
         )
+    }
+}
+
+/// What an outage line says is away: `数据库连不上` while the store's database cannot be
+/// reached, else `网络不通` (the model's API).
+pub fn away(database: bool) -> &'static str {
+    if database {
+        "数据库连不上"
+    } else {
+        "网络不通"
     }
 }

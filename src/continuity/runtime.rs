@@ -737,7 +737,7 @@ impl Runtime {
         } else {
             self.model_endpoint()
         };
-        let Some(waited) = self.wait_for_endpoint(endpoint).await else {
+        let Some(waited) = self.wait_for_endpoint(endpoint, store_away).await else {
             attempt
                 .result
                 .errors
@@ -937,7 +937,11 @@ impl Runtime {
 
     /// While the endpoint is unreachable, waits (probing) without spending attempts.
     /// `None` when the wait limit passed, else whether there was an outage to wait out.
-    async fn wait_for_endpoint(&self, endpoint: Option<resilience::Endpoint>) -> Option<bool> {
+    async fn wait_for_endpoint(
+        &self,
+        endpoint: Option<resilience::Endpoint>,
+        database: bool,
+    ) -> Option<bool> {
         let Some(endpoint) = endpoint else {
             return Some(false);
         };
@@ -953,6 +957,7 @@ impl Runtime {
                 events(&Event::Offline {
                     waited_s: waited.as_secs_f64(),
                     endpoint: shown.clone(),
+                    database,
                 })
             })
             .await;

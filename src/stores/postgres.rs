@@ -28,8 +28,10 @@
 
 use super::summary::fold_session_summary;
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
 use serde_json::Value;
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
@@ -370,62 +372,83 @@ impl PostgresStore {
         let entries = entries.to_vec();
         self.call(move |c| {
             let subpath = key.subpath.clone().unwrap_or_default();
+            let (mut uuids, mut kinds, mut datas) = (vec![], vec![], vec![]);
+            for (uuid, kind, data) in rows {
+                uuids.push(uuid);
+                kinds.push(kind);
+                datas.push(data);
+            }
+            // Round trips are what a single append costs on a fast disk, so the
+            // statements are typed (no prepare round trip) and the insert reads the
+            // summary it folds into: BEGIN, lock, insert, summary, COMMIT.
             let mut tx = c.transaction()?;
-            tx.execute(
+            tx.execute_typed(
                 "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
-                &[&key.project_key, &key.session_id],
-            )?;
-            let insert = tx.prepare(
-                "INSERT INTO flower_entries \
-                 (project_key, session_id, subpath, uuid, type, stored_at, data) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                 ON CONFLICT (project_key, session_id, subpath, uuid) WHERE uuid IS NOT NULL \
-                 DO NOTHING",
+                &[(&key.project_key, Type::TEXT), (&key.session_id, Type::TEXT)],
             )?;
             let now = now_ms();
-            let mut stored = Vec::new();
-            for (index, (uuid, kind, data)) in rows.iter().enumerate() {
-                let n = tx.execute(
-                    &insert,
-                    &[
-                        &key.project_key,
-                        &key.session_id,
-                        &subpath,
-                        uuid,
-                        kind,
-                        &now,
-                        data,
-                    ],
-                )?;
-                if n == 1 {
-                    stored.push(index);
-                }
-            }
-            if key.subpath.is_none() && !stored.is_empty() {
-                let prev = tx.query_opt(
-                    "SELECT mtime, data FROM flower_summaries \
-                     WHERE project_key = $1 AND session_id = $2",
-                    &[&key.project_key, &key.session_id],
-                )?;
-                let (prev_mtime, prev_data) = match prev {
-                    Some(row) => (
-                        row.get::<_, i64>(0),
-                        serde_json::from_str(row.get::<_, &str>(1)).ok(),
-                    ),
-                    None => (0, None),
-                };
-                let data = fold_session_summary(prev_data, stored.iter().map(|&i| &entries[i]));
+            // One statement, after the lock (so it reads the summary as the last
+            // append left it); ids follow the batch's order.
+            let row = tx.query_typed_one(
+                "WITH ins AS ( \
+                   INSERT INTO flower_entries \
+                   (project_key, session_id, subpath, uuid, type, stored_at, data) \
+                   SELECT $1, $2, $3, u, t, $7, d \
+                   FROM unnest($4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS x(u, t, d, n) \
+                   ORDER BY n \
+                   ON CONFLICT (project_key, session_id, subpath, uuid) WHERE uuid IS NOT NULL \
+                   DO NOTHING RETURNING uuid) \
+                 SELECT (SELECT count(*) FROM ins), \
+                        (SELECT array_agg(uuid) FILTER (WHERE uuid IS NOT NULL) FROM ins), \
+                        s.mtime, s.data \
+                 FROM (SELECT 1) AS one LEFT JOIN flower_summaries s \
+                   ON s.project_key = $1 AND s.session_id = $2",
+                &[
+                    (&key.project_key, Type::TEXT),
+                    (&key.session_id, Type::TEXT),
+                    (&subpath, Type::TEXT),
+                    (&uuids, Type::TEXT_ARRAY),
+                    (&kinds, Type::TEXT_ARRAY),
+                    (&datas, Type::TEXT_ARRAY),
+                    (&now, Type::INT8),
+                ],
+            )?;
+            let count = usize::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+            if key.subpath.is_none() && count > 0 {
+                let mut fresh: HashSet<String> = row
+                    .get::<_, Option<Vec<String>>>(1)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect();
+                // An entry without a uuid is always stored; of a uuid the batch holds
+                // twice, only the first.
+                let stored = entries.iter().zip(&uuids).filter_map(|(entry, uuid)| {
+                    match uuid {
+                        None => Some(entry),
+                        Some(uuid) => fresh.remove(uuid).then_some(entry),
+                    }
+                });
+                let prev_mtime = row.get::<_, Option<i64>>(2).unwrap_or(0);
+                let prev_data = row
+                    .get::<_, Option<&str>>(3)
+                    .and_then(|text| serde_json::from_str(text).ok());
+                let data = fold_session_summary(prev_data, stored);
                 let mtime = now.max(prev_mtime);
-                tx.execute(
+                tx.execute_typed(
                     "INSERT INTO flower_summaries (project_key, session_id, mtime, data) \
                      VALUES ($1, $2, $3, $4) \
                      ON CONFLICT (project_key, session_id) \
                      DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
-                    &[&key.project_key, &key.session_id, &mtime, &data.to_string()],
+                    &[
+                        (&key.project_key, Type::TEXT),
+                        (&key.session_id, Type::TEXT),
+                        (&mtime, Type::INT8),
+                        (&data.to_string(), Type::TEXT),
+                    ],
                 )?;
             }
             tx.commit()?;
-            Ok(stored.len())
+            Ok(count)
         })
     }
 
@@ -823,6 +846,45 @@ impl SessionStore for PostgresStore {
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
+    }
+
+    /// Reads assistant rows newest first, a page at a time, and stops at the first
+    /// with a usage: one or two rows however long the session is.
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+        const PAGE: i64 = 8;
+        key.validate()?;
+        let mut before = i64::MAX;
+        loop {
+            let key = key.clone();
+            let page: Vec<(i64, String)> = self.call(move |c| {
+                let subpath = key.subpath.clone().unwrap_or_default();
+                let rows = c.query_typed(
+                    "SELECT id, data FROM flower_entries \
+                     WHERE project_key = $1 AND session_id = $2 AND subpath = $3 \
+                       AND type = 'assistant' AND id < $4 \
+                     ORDER BY id DESC LIMIT $5",
+                    &[
+                        (&key.project_key, Type::TEXT),
+                        (&key.session_id, Type::TEXT),
+                        (&subpath, Type::TEXT),
+                        (&before, Type::INT8),
+                        (&PAGE, Type::INT8),
+                    ],
+                )?;
+                Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+            })?;
+            for (_, text) in &page {
+                if let Ok(entry) = serde_json::from_str::<Value>(text)
+                    && let Some(usage) = crate::transcript::markers::turn_usage(&entry)
+                {
+                    return Ok(Some(usage.clone()));
+                }
+            }
+            match page.last() {
+                Some(&(id, _)) if page.len() as i64 == PAGE => before = id,
+                _ => return Ok(None),
+            }
+        }
     }
 
     fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError> {

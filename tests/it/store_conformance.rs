@@ -505,6 +505,36 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
             Some(json!({"input_tokens": 9})),
             "{name}"
         );
+        // A retry storm after it: the last real turn lies many rows back (a backend
+        // that reads newest first, a page at a time, must read past its first page).
+        let storm: Vec<Value> = (0..30)
+            .map(|i| {
+                json!({"type": "assistant", "uuid": format!("err{i}"), "isApiErrorMessage": true,
+                       "message": {"role": "assistant", "model": "<synthetic>", "content": [],
+                                   "usage": {"input_tokens": 0}}})
+            })
+            .collect();
+        s.append(&key(), &storm).unwrap();
+        assert_eq!(
+            s.last_assistant_usage(&key()).unwrap(),
+            Some(json!({"input_tokens": 9})),
+            "{name}"
+        );
+        // A subagent's transcript is its own.
+        let sub = key().sub("subagents/a").unwrap();
+        assert_eq!(s.last_assistant_usage(&sub).unwrap(), None, "{name}");
+        s.append(&sub, &[turn("s1", json!({"input_tokens": 3}))])
+            .unwrap();
+        assert_eq!(
+            s.last_assistant_usage(&sub).unwrap(),
+            Some(json!({"input_tokens": 3})),
+            "{name}"
+        );
+        assert_eq!(
+            s.last_assistant_usage(&key()).unwrap(),
+            Some(json!({"input_tokens": 9})),
+            "{name}"
+        );
     }
 }
 

@@ -562,10 +562,12 @@ fn a_database_outage_mid_run_is_waited_out_and_the_session_resumed() {
             "flower ended without waiting for the database: {said}"
         );
         said.push_str(&line);
-        if line.contains("网络不通") && line.contains(&probing) {
+        if line.contains("数据库连不上,已等 ") && line.contains(&probing) {
             break;
         }
     }
+    // It names what is away: the database, not the network.
+    assert!(!said.contains("网络不通"), "{said}");
     proxy.restore();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
