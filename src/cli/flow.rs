@@ -430,11 +430,14 @@ fn hold_shared(run: &SharedRun, wait: bool) -> anyhow::Result<Option<Box<dyn Sen
     let refused = |e| {
         anyhow::anyhow!("cannot hold the run in the store: {e}\nNothing was sent to the model.")
     };
-    match run.hold(&me, Some(HOLD_GRACE)).map_err(refused)? {
+    match run
+        .hold(&me, Some(HOLD_GRACE), lost(run))
+        .map_err(refused)?
+    {
         Ok(guard) => Ok(Some(guard)),
         Err(holder) if wait => {
             eprintln!("flower: {},等它结束……", busy(holder));
-            match run.hold(&me, None).map_err(refused)? {
+            match run.hold(&me, None, lost(run)).map_err(refused)? {
                 Ok(guard) => Ok(Some(guard)),
                 Err(holder) => {
                     eprintln!("flower: {}", busy(holder));
@@ -447,6 +450,24 @@ fn hold_shared(run: &SharedRun, wait: bool) -> anyhow::Result<Option<Box<dyn Sen
             Ok(None)
         }
     }
+}
+
+/// What a run does when its hold went with the database and another process took the
+/// run meanwhile: says so and stops as on SIGTERM (the in-flight step's row is written,
+/// running commands stopped), so that two processes never go on writing one run.
+fn lost(run: &SharedRun) -> flower::stores::postgres::OnLeaseLost {
+    let run_key = run.run_key().to_string();
+    Box::new(move |holder: Option<String>| {
+        eprintln!(
+            "flower: 数据库断开期间,运行 {run_key} 被另一个 flower 接手了({})。这里停下,免得两边同时写它",
+            holder.as_deref().unwrap_or("不知道是谁")
+        );
+        // To the process, not this thread: whatever waits for SIGTERM from outside
+        // gets it. SAFETY: kill(2) on our own pid with a constant signal.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGTERM);
+        }
+    })
 }
 
 fn hostname() -> String {

@@ -24,7 +24,7 @@
 //! before anything is written, so that a variable left set in a shell never continues
 //! another project's conversation here.
 
-use crate::stores::postgres::{Leased, PostgresStore, RunRow};
+use crate::stores::postgres::{Leased, OnLeaseLost, PostgresStore, RunRow};
 use crate::stores::{StoreError, project_key};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -56,8 +56,15 @@ pub trait RunStateStore: Send + Sync {
     /// Holds the run for this process, across hosts, until the guard is dropped (or the
     /// process dies), waiting up to `wait` (`None`: for ever) for another holder;
     /// `Err(holder)` when another process still holds it, with what it said about
-    /// itself.
-    fn hold(&self, run_key: &str, holder: &str, wait: Option<Duration>) -> HoldResult;
+    /// itself. A hold that the database's going away released is taken again when it
+    /// is back; `on_lost` hears who took the run if someone did meanwhile.
+    fn hold(
+        &self,
+        run_key: &str,
+        holder: &str,
+        wait: Option<Duration>,
+        on_lost: OnLeaseLost,
+    ) -> HoldResult;
 }
 
 /// What [`RunStateStore::hold`] gives: the guard, or who holds the run.
@@ -103,8 +110,14 @@ impl RunStateStore for PostgresStore {
         parse_rows(self.manifest_rows(run_key)?)
     }
 
-    fn hold(&self, run_key: &str, holder: &str, wait: Option<Duration>) -> HoldResult {
-        Ok(match self.lease_run(run_key, holder, wait)? {
+    fn hold(
+        &self,
+        run_key: &str,
+        holder: &str,
+        wait: Option<Duration>,
+        on_lost: OnLeaseLost,
+    ) -> HoldResult {
+        Ok(match self.lease_run(run_key, holder, wait, on_lost)? {
             Leased::Held(lease) => Ok(Box::new(lease)),
             Leased::Busy(holder) => Err(holder),
         })
@@ -271,8 +284,8 @@ impl SharedRun {
     }
 
     /// See [`RunStateStore::hold`].
-    pub fn hold(&self, holder: &str, wait: Option<Duration>) -> HoldResult {
-        self.store.hold(&self.row.run_key, holder, wait)
+    pub fn hold(&self, holder: &str, wait: Option<Duration>, on_lost: OnLeaseLost) -> HoldResult {
+        self.store.hold(&self.row.run_key, holder, wait, on_lost)
     }
 }
 

@@ -24,7 +24,9 @@
 //! server's default `synchronous_commit`, the commit is flushed to its WAL), so an
 //! acknowledged append survives this process and the server being killed.
 //! Appends to one session take a transaction-scoped advisory lock on it (keys never hold `/`), so batches
-//! from several processes never interleave within a transcript.
+//! from several processes never interleave within a transcript. Advisory locks belong to
+//! a database, not a schema: every key starts with `current_schema()`, so that stores in
+//! several schemas of one database (a `search_path` per team) never block each other.
 
 use super::summary::fold_session_summary;
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
@@ -383,7 +385,7 @@ impl PostgresStore {
             // summary it folds into: BEGIN, lock, insert, summary, COMMIT.
             let mut tx = c.transaction()?;
             tx.execute_typed(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))",
+                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/session/' || $1 || '/' || $2, 0))",
                 &[(&key.project_key, Type::TEXT), (&key.session_id, Type::TEXT)],
             )?;
             let now = now_ms();
@@ -631,7 +633,7 @@ impl PostgresStore {
             // One merge of a run at a time: each then sees every merge before it, so
             // the mirror written from its answer is never missing a committed row.
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended('manifest/' || $1, 0))",
+                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/manifest/' || $1, 0))",
                 &[&run_key],
             )?;
             tx.execute(
@@ -676,6 +678,12 @@ impl PostgresStore {
 /// connection of its own, released when the lease is dropped, or by the server when the
 /// process dies (its connection closes; for a host that vanishes, the keepalives below
 /// end its connection within about a minute).
+///
+/// A lock dies with its connection, so a lease checks its connection every
+/// [`LEASE_CHECK`]; when the database went away (a restart, a network cut) it takes the
+/// lock again as soon as the database answers. If another process took the run in
+/// between, the lease is lost: the `on_lost` callback given to
+/// [`PostgresStore::lease_run`] hears who holds it now, and the lease does nothing more.
 pub struct RunLease {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -697,78 +705,159 @@ pub enum Leased {
     Busy(Option<String>),
 }
 
+/// How often a held lease makes sure its connection, and so its lock, is still there.
+pub const LEASE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Told who holds a run now that this process's lease on it is lost.
+pub type OnLeaseLost = Box<dyn FnOnce(Option<String>) + Send>;
+
+/// The lease's side of one run: its connection's lock on `run_key`.
+struct LeaseConn {
+    config: ::postgres::Config,
+    run_key: String,
+    holder: String,
+}
+
+impl LeaseConn {
+    fn connect(&self) -> Result<Client, ::postgres::Error> {
+        let mut c = self.config.connect(NoTls)?;
+        c.batch_execute(
+            "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
+             SET tcp_keepalives_count = 3",
+        )?;
+        Ok(c)
+    }
+
+    /// Takes the lock without waiting, recording who holds it; `false`: someone else does.
+    fn try_take(&self, c: &mut Client) -> Result<bool, ::postgres::Error> {
+        let got: bool = c
+            .query_one(
+                "SELECT pg_try_advisory_lock(hashtextextended(current_schema() || '/run/' || $1, 0))",
+                &[&self.run_key],
+            )?
+            .get(0);
+        if got {
+            c.execute(
+                "UPDATE flower_runs SET holder = $2 WHERE run_key = $1",
+                &[&self.run_key, &self.holder],
+            )?;
+        }
+        Ok(got)
+    }
+
+    fn holder(&self, c: &mut Client) -> Result<Option<String>, ::postgres::Error> {
+        Ok(c.query_opt(
+            "SELECT holder FROM flower_runs WHERE run_key = $1",
+            &[&self.run_key],
+        )?
+        .and_then(|r| r.get(0)))
+    }
+
+    /// Keeps the lock until `stopped` says so (or its sender is dropped), taking it again
+    /// after the connection was lost; then lets go.
+    fn keep(&self, mut c: Client, stopped: &mpsc::Receiver<()>, on_lost: OnLeaseLost) {
+        // `true` when the lease is to end; else it slept one check interval.
+        let stop_after_wait = || {
+            !matches!(
+                stopped.recv_timeout(LEASE_CHECK),
+                Err(mpsc::RecvTimeoutError::Timeout)
+            )
+        };
+        loop {
+            if stop_after_wait() {
+                break;
+            }
+            if c.is_valid(LEASE_CHECK).is_ok() {
+                continue;
+            }
+            // Gone, or too slow to tell: let go of it for sure (a live connection
+            // would keep the lock, and the retake below would take it for another's).
+            drop(c);
+            // Refusals while the run still names this process: the server has not yet
+            // ended the old connection. A few are waited out; more mean someone took
+            // the run without saying so.
+            let mut refused_as_ours = 0;
+            loop {
+                if stop_after_wait() {
+                    return;
+                }
+                let Ok(mut fresh) = self.connect() else {
+                    continue;
+                };
+                match self.try_take(&mut fresh) {
+                    Ok(true) => {
+                        c = fresh;
+                        break;
+                    }
+                    Ok(false) => {
+                        let held = self.holder(&mut fresh).ok().flatten();
+                        if held.as_deref() == Some(self.holder.as_str()) && refused_as_ours < 10 {
+                            refused_as_ours += 1;
+                            continue;
+                        }
+                        on_lost(held);
+                        return;
+                    }
+                    Err(_) => continue,
+                }
+            }
+        }
+        let _ = c.execute(
+            "UPDATE flower_runs SET holder = NULL WHERE run_key = $1 AND holder = $2",
+            &[&self.run_key, &self.holder],
+        );
+        let _ = c.query_one(
+            "SELECT pg_advisory_unlock(hashtextextended(current_schema() || '/run/' || $1, 0))",
+            &[&self.run_key],
+        );
+    }
+}
+
 impl PostgresStore {
     /// Takes the run `run_key` for this process, recording `holder` (who is running it)
     /// beside it. Waits up to `wait` for a holder to let go (`None`: for ever) — a
-    /// process that was just killed may take the server a moment to notice.
+    /// process that was just killed may take the server a moment to notice. See
+    /// [`RunLease`] for `on_lost`.
     pub fn lease_run(
         &self,
         run_key: &str,
         holder: &str,
         wait: Option<std::time::Duration>,
+        on_lost: OnLeaseLost,
     ) -> Result<Leased, StoreError> {
-        let (config, run_key, holder) = (
-            self.url.config.clone(),
-            run_key.to_string(),
-            holder.to_string(),
-        );
+        let lease = LeaseConn {
+            config: self.url.config.clone(),
+            run_key: run_key.to_string(),
+            holder: holder.to_string(),
+        };
         let (answer_tx, answer) =
             mpsc::channel::<Result<Option<Option<String>>, ::postgres::Error>>();
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("flower-pg-lease".into())
             .spawn(move || {
-                let run = || -> Result<Option<(Client, Option<String>)>, ::postgres::Error> {
-                    let mut c = config.connect(NoTls)?;
-                    c.batch_execute(
-                        "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
-                         SET tcp_keepalives_count = 3",
-                    )?;
+                let take = || -> Result<(Client, Option<Option<String>>), ::postgres::Error> {
+                    let mut c = lease.connect()?;
                     let deadline = wait.map(|w| std::time::Instant::now() + w);
                     loop {
-                        let got: bool = c
-                            .query_one(
-                                "SELECT pg_try_advisory_lock(hashtextextended('run/' || $1, 0))",
-                                &[&run_key],
-                            )?
-                            .get(0);
-                        if got {
-                            c.execute(
-                                "UPDATE flower_runs SET holder = $2 WHERE run_key = $1",
-                                &[&run_key, &holder],
-                            )?;
-                            return Ok(Some((c, None)));
+                        if lease.try_take(&mut c)? {
+                            return Ok((c, None));
                         }
                         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                            let held: Option<String> = c
-                                .query_opt(
-                                    "SELECT holder FROM flower_runs WHERE run_key = $1",
-                                    &[&run_key],
-                                )?
-                                .and_then(|r| r.get(0));
-                            return Ok(Some((c, held)));
+                            let held = lease.holder(&mut c)?;
+                            return Ok((c, Some(held)));
                         }
                         std::thread::sleep(std::time::Duration::from_millis(100));
                     }
                 };
-                match run() {
-                    Ok(Some((mut c, None))) => {
+                match take() {
+                    Ok((c, None)) => {
                         let _ = answer_tx.send(Ok(None));
-                        // Held until the lease is dropped (the sender goes away).
-                        let _ = stopped.recv();
-                        let _ = c.execute(
-                            "UPDATE flower_runs SET holder = NULL WHERE run_key = $1 AND holder = $2",
-                            &[&run_key, &holder],
-                        );
-                        let _ = c.query_one(
-                            "SELECT pg_advisory_unlock(hashtextextended('run/' || $1, 0))",
-                            &[&run_key],
-                        );
+                        lease.keep(c, &stopped, on_lost);
                     }
-                    Ok(Some((_, held))) => {
-                        let _ = answer_tx.send(Ok(Some(held)));
+                    Ok((_, busy)) => {
+                        let _ = answer_tx.send(Ok(busy));
                     }
-                    Ok(None) => {}
                     Err(e) => {
                         let _ = answer_tx.send(Err(e));
                     }

@@ -220,7 +220,9 @@ fn a_run_held_on_one_host_is_refused_on_another() {
     gate.open();
     assert!(a.wait().unwrap().success());
     let store = open(&url);
-    let free = store.lease_run("k", "test", Some(Duration::ZERO)).unwrap();
+    let free = store
+        .lease_run("k", "test", Some(Duration::ZERO), Box::new(|_| {}))
+        .unwrap();
     assert!(
         matches!(free, flower::stores::postgres::Leased::Held(_)),
         "A let go of the run when it ended"
@@ -663,4 +665,147 @@ fn archiving_a_shared_lineage_resets_it_in_the_database() {
     assert_eq!(run.lineage().unwrap(), (0, BTreeMap::new()));
     let again = flower::Lineage::load_shared(&run_dir, dir.path(), run, |_| Ok(true)).unwrap();
     assert!(again.steps().is_empty());
+}
+
+/// Whether a session-level advisory lock on run `run_key` is held in `url`'s database,
+/// asked on a connection of the test's own.
+fn run_hold_is_taken(url: &str, run_key: &str) -> bool {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND objsubid = 1 \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND ((classid::bigint << 32) | objid::bigint) \
+                 = hashtextextended(current_schema() || '/run/' || $1, 0)",
+            &[&run_key],
+        )
+        .unwrap()
+        .get(0);
+    n == 1
+}
+
+/// Polls `what` until it holds; panics with `why` after [`TIMEOUT`].
+fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !what() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A run's hold lives on a database connection, so a database that goes away takes it
+/// along; the run takes it again once the database is back, and another host is still
+/// refused. The run itself goes on to the end.
+#[test]
+fn a_hold_the_database_dropped_is_taken_again_when_it_is_back() {
+    let Some(url) = pg::fresh_url() else { return };
+    drop(open(&url));
+    let mut proxy = Proxy::start(address(&url));
+    let host_a = Project::with("a/proj", &[]);
+    let host_b = Project::with("b/proj", ONE_ATTEMPT);
+    let script = Script::new(0);
+    let (server, gate) = held_first(
+        &script,
+        |req| agent_of(req) == Agent::Coordinator,
+        "先停一下",
+    );
+    let through_proxy = proxy.url(&url);
+    let a = host_a
+        .command(
+            &server,
+            &[
+                "写个 hello 脚本",
+                "--store",
+                &through_proxy,
+                "--run-key",
+                "k",
+            ],
+        )
+        .env("FLOWER_PROBE_INTERVAL", "0.1")
+        .env("FLOWER_BASE_DELAY", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(TIMEOUT), "干活 was never asked");
+    wait_until("A holds the run", || run_hold_is_taken(&url, "k"));
+    proxy.cut();
+    wait_until("the server let go of A's lock with its connection", || {
+        !run_hold_is_taken(&url, "k")
+    });
+    proxy.restore();
+    wait_until("A took the run again", || run_hold_is_taken(&url, "k"));
+    let asked = server.request_count();
+    let out = host_b.run(&server, &["--store", &url, "--run-key", "k"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("另一个 flower 正在跑运行 k"), "{said}");
+    assert!(said.contains(&format!("pid {}", a.id())), "{said}");
+    assert_eq!(server.request_count(), asked, "B sent nothing");
+
+    gate.open();
+    let out = a.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// When another host took the run while the database was away, the run that lost its
+/// hold says so and stops as on SIGTERM, instead of writing on beside the new holder.
+#[test]
+fn a_run_whose_hold_another_host_took_meanwhile_stops() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some(url) = pg::fresh_url() else { return };
+    drop(open(&url));
+    let mut proxy = Proxy::start(address(&url));
+    let host_a = Project::with("a/proj", ONE_ATTEMPT);
+    let host_b = Project::with("b/proj", ONE_ATTEMPT);
+    let (script_a, script_b) = (Script::new(0), Script::new(0));
+    let coordinator = |req: &crate::support::Recorded| agent_of(req) == Agent::Coordinator;
+    let (server_a, gate_a) = held_first(&script_a, coordinator, "先停一下");
+    let (server_b, gate_b) = held_first(&script_b, coordinator, "先停一下");
+    let through_proxy = proxy.url(&url);
+    let a = host_a
+        .command(
+            &server_a,
+            &[
+                "写个 hello 脚本",
+                "--store",
+                &through_proxy,
+                "--run-key",
+                "k",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate_a.wait_reached(TIMEOUT), "A's 干活 was never asked");
+    let asked_a = server_a.request_count();
+    wait_until("A holds the run", || run_hold_is_taken(&url, "k"));
+    proxy.cut();
+    wait_until("the server let go of A's lock with its connection", || {
+        !run_hold_is_taken(&url, "k")
+    });
+    // B, on the database directly, takes the run nobody holds now.
+    let b = host_b
+        .command(&server_b, &["--store", &url, "--run-key", "k"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate_b.wait_reached(TIMEOUT), "B's 干活 was never asked");
+    proxy.restore();
+    let out = a.wait_with_output().unwrap();
+    let said = text(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{said}");
+    assert!(
+        said.contains("数据库断开期间,运行 k 被另一个 flower 接手了"),
+        "{said}"
+    );
+    assert!(said.contains(&format!("pid {}", b.id())), "{said}");
+    assert_eq!(server_a.request_count(), asked_a, "A asked nothing more");
+
+    gate_b.open();
+    let out = b.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
