@@ -168,11 +168,31 @@ type Job = Box<dyn FnOnce(&mut Slot) + Send>;
 struct Slot {
     config: ::postgres::Config,
     client: Option<Client>,
+    /// When the connection last served a job.
+    used: std::time::Instant,
 }
 
+/// A connection idle this long is asked whether it still works before it is used.
+const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Slot {
+    fn new(config: ::postgres::Config) -> Slot {
+        Slot {
+            config,
+            client: None,
+            used: std::time::Instant::now(),
+        }
+    }
+
+    /// The connection, opened anew when it is closed. One that sat idle is checked
+    /// first (one round trip): the database may have restarted or the network
+    /// dropped it meanwhile, and the job would fail on it though the database is
+    /// there, which would cost a run a retry (and a model request).
     fn client(&mut self) -> Result<&mut Client, ::postgres::Error> {
-        if self.client.as_ref().is_some_and(Client::is_closed) {
+        let idle = std::mem::replace(&mut self.used, std::time::Instant::now()).elapsed();
+        if self.client.as_mut().is_some_and(|c| {
+            c.is_closed() || (idle >= IDLE_CHECK && c.is_valid(CONNECT_TIMEOUT).is_err())
+        }) {
             self.client = None;
         }
         match &mut self.client {
@@ -213,10 +233,7 @@ impl PostgresStore {
             let thread = std::thread::Builder::new()
                 .name(format!("flower-pg-{i}"))
                 .spawn(move || {
-                    let mut slot = Slot {
-                        config,
-                        client: None,
-                    };
+                    let mut slot = Slot::new(config);
                     loop {
                         let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
                         match job {
