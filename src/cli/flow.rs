@@ -487,7 +487,10 @@ pub fn running_here(holder: &Option<Holder>) -> String {
 pub fn session_busy(session_id: &str, holder: &Option<Holder>) -> String {
     let stop = holder
         .as_ref()
-        .map(|h| format!(";停下它:kill {}", h.pid))
+        .map(|h| match elsewhere(h) {
+            Some(host) => format!(";停下它:在 {host} 上 kill {}", h.pid),
+            None => format!(";停下它:kill {}", h.pid),
+        })
         .unwrap_or_default();
     format!(
         "另一个 flower 正在用会话 {session_id}({})。等它跑完再来{stop}",
@@ -495,12 +498,21 @@ pub fn session_busy(session_id: &str, holder: &Option<Holder>) -> String {
     )
 }
 
-/// `pid N,HH:MM 起`
+/// `pid N,HH:MM 起`, or `HOST 上,pid N,HH:MM 起` for a holder on another host.
 pub fn who(holder: &Option<Holder>) -> String {
-    match holder {
-        Some(holder) => format!("pid {},{} 起", holder.pid, holder.clock()),
-        None => "pid 不详".into(),
+    let Some(holder) = holder else {
+        return "pid 不详".into();
+    };
+    let at = format!("pid {},{} 起", holder.pid, holder.clock());
+    match elsewhere(holder) {
+        Some(host) => format!("{host} 上,{at}"),
+        None => at,
     }
+}
+
+/// The holder's host, when it is not this one.
+fn elsewhere(holder: &Holder) -> Option<&str> {
+    holder.host.as_deref().filter(|host| *host != hostname())
 }
 
 async fn ask_task() -> Option<String> {

@@ -19,11 +19,15 @@
 //! opened read-only: [`probe_run`] creates and writes nothing. Elsewhere they are `flock`
 //! locks, which also belong to one open.
 //!
-//! A lock that lives outside this machine's kernel (the PostgreSQL store's advisory lock,
-//! keyed by the run, so that two hosts cannot run one run at once) plugs in through
-//! [`RemoteLock`] and is held next to the run lock.
+//! Locks that live outside this machine's kernel belong to a store that hosts share (the
+//! PostgreSQL store's advisory locks): the run's hold ([`crate::continuity::shared`]),
+//! and each session lock's twin ([`crate::stores::SessionStore::hold_session`]), which
+//! [`SessionLocks`] takes right after the file lock, so that two hosts that mount one
+//! workspace at the same path (and so share a project key) never append to one session
+//! at once.
 
 use crate::engine::SessionStart;
+use crate::stores::{SessionHold, SessionStore};
 use chrono::{DateTime, FixedOffset, Local};
 use std::collections::HashMap;
 use std::fmt;
@@ -45,6 +49,9 @@ pub struct Holder {
     pub pid: u32,
     /// When the holder took the lock.
     pub since: DateTime<FixedOffset>,
+    /// The holder's host, when it holds the lock through a store that hosts share
+    /// (it may be another machine); `None` for a lock file of this run directory.
+    pub host: Option<String>,
 }
 
 impl Holder {
@@ -52,6 +59,7 @@ impl Holder {
         Holder {
             pid: std::process::id(),
             since: Local::now().fixed_offset(),
+            host: None,
         }
     }
 
@@ -69,6 +77,21 @@ impl Holder {
         Some(Holder {
             pid: u32::try_from(value["pid"].as_u64()?).ok()?,
             since: DateTime::parse_from_rfc3339(value["since"].as_str()?).ok()?,
+            host: None,
+        })
+    }
+
+    /// A holder as a shared store reports it ([`crate::stores::HOLDER_TAG`] text:
+    /// `flower <pid> <since> <host>`).
+    pub fn from_tag(tag: &str) -> Option<Holder> {
+        let mut words = tag.split(' ');
+        if words.next()? != crate::stores::HOLDER_TAG {
+            return None;
+        }
+        Some(Holder {
+            pid: words.next()?.parse().ok()?,
+            since: DateTime::parse_from_rfc3339(words.next()?).ok()?,
+            host: words.next().filter(|h| !h.is_empty()).map(str::to_string),
         })
     }
 }
@@ -102,6 +125,9 @@ pub enum LockError {
         #[source]
         source: io::Error,
     },
+    /// The shared store could not take or check its twin of a session lock.
+    #[error("the store's session lock: {0}")]
+    Store(#[from] crate::stores::StoreError),
 }
 
 fn describe(holder: &Option<Holder>) -> String {
@@ -121,29 +147,11 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> LockError + '_ {
 // The run lock
 // ---------------------------------------------------------------------------------
 
-/// A lock that lives outside this machine's kernel, held next to the run lock: the seam
-/// for a database advisory lock keyed by the run (the PostgreSQL store), so that two
-/// hosts cannot run one run at once. Whatever [`RemoteLock::try_lock`] returns keeps the
-/// lock while it lives; losing the connection must release it.
-pub trait RemoteLock: Send + Sync {
-    /// Takes the lock for `key` without waiting; `Ok(None)` when someone else holds it.
-    fn try_lock(&self, key: &str) -> Result<Option<Box<dyn Send + Sync>>, LockError>;
-}
-
 /// The run lock of one run directory, held until dropped (or the process ends).
+#[derive(Debug)]
 pub struct RunLock {
     _file: File,
     dir: PathBuf,
-    remote: Vec<Box<dyn Send + Sync>>,
-}
-
-impl fmt::Debug for RunLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunLock")
-            .field("dir", &self.dir)
-            .field("remote", &self.remote.len())
-            .finish()
-    }
 }
 
 impl RunLock {
@@ -174,30 +182,12 @@ impl RunLock {
         }
         write_holder(&file).map_err(io_error(&path))?;
         live_run_locks().insert(path);
-        Ok(RunLock {
-            _file: file,
-            dir,
-            remote: Vec::new(),
-        })
+        Ok(RunLock { _file: file, dir })
     }
 
     /// The run directory (canonical) this lock is for.
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// Also holds `remote`'s lock for `key`, for as long as this run lock lives.
-    pub fn hold_remote(&mut self, remote: &dyn RemoteLock, key: &str) -> Result<(), LockError> {
-        match remote.try_lock(key)? {
-            Some(guard) => {
-                self.remote.push(guard);
-                Ok(())
-            }
-            None => Err(LockError::Held {
-                path: self.dir.clone(),
-                holder: None,
-            }),
-        }
     }
 }
 
@@ -298,10 +288,36 @@ fn probe(path: &Path) -> Probe {
 /// The session locks one runtime holds: exclusive on every session it has appended to
 /// (or claimed), kept until the registry is dropped, so that nobody else appends to a
 /// session this runtime may still continue.
-#[derive(Debug)]
 pub struct SessionLocks {
     dir: PathBuf,
-    held: Mutex<HashMap<String, SessionLock>>,
+    held: Mutex<HashMap<String, Taken>>,
+    /// Where the sessions live; a store that hosts share holds a twin of each lock.
+    store: Option<Arc<dyn SessionStore>>,
+}
+
+impl fmt::Debug for SessionLocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionLocks")
+            .field("dir", &self.dir)
+            .field("held", &lock(&self.held).len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A session lock and its twin in the store (see [`SessionStore::hold_session`]),
+/// released together.
+struct Taken {
+    // Field order is drop order: the store's twin goes before the file lock.
+    _shared: Box<dyn Send + Sync>,
+    _file: SessionLock,
+}
+
+impl fmt::Debug for Taken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Taken")
+            .field("file", &self._file)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SessionLocks {
@@ -310,7 +326,38 @@ impl SessionLocks {
         SessionLocks {
             dir: run_dir.join(LOCKS_DIR),
             held: Mutex::new(HashMap::new()),
+            store: None,
         }
+    }
+
+    /// The same, for sessions kept in `store`: each lock also takes the store's twin.
+    pub fn with_store(run_dir: &Path, store: Arc<dyn SessionStore>) -> SessionLocks {
+        SessionLocks {
+            store: Some(store),
+            ..SessionLocks::new(run_dir)
+        }
+    }
+
+    /// The file lock on session `id`, then the store's twin.
+    fn take(&self, id: &str, mode: Mode) -> Result<Taken, LockError> {
+        let path = session_lock_path(&self.dir, id);
+        let file = SessionLock::take(&path, mode)?;
+        let shared = match &self.store {
+            None => Box::new(()),
+            Some(store) => match store.hold_session(id, mode == Mode::Shared)? {
+                SessionHold::Held(guard) => guard,
+                SessionHold::Busy(holder) => {
+                    return Err(LockError::Held {
+                        path,
+                        holder: holder.as_deref().and_then(Holder::from_tag),
+                    });
+                }
+            },
+        };
+        Ok(Taken {
+            _shared: shared,
+            _file: file,
+        })
     }
 
     /// Takes the exclusive lock on session `id` without waiting, and keeps it. Claiming a
@@ -318,7 +365,7 @@ impl SessionLocks {
     pub fn claim(&self, id: &str) -> Result<(), LockError> {
         let mut held = lock(&self.held);
         if !held.contains_key(id) {
-            let taken = SessionLock::take(&session_lock_path(&self.dir, id), Mode::Exclusive)?;
+            let taken = self.take(id, Mode::Exclusive)?;
             held.insert(id.to_string(), taken);
         }
         Ok(())
@@ -342,10 +389,7 @@ impl SessionLocks {
             }
             // The writer holds it here: nobody is mid-append.
             SessionStart::Fork(id) if self.holds(id) => None,
-            SessionStart::Fork(id) => Some(SessionLock::take(
-                &session_lock_path(&self.dir, id),
-                Mode::Shared,
-            )?),
+            SessionStart::Fork(id) => Some(self.take(id, Mode::Shared)?),
         };
         Ok(Arc::new(Lease {
             locks: self.clone(),
@@ -358,7 +402,7 @@ impl SessionLocks {
 #[derive(Debug)]
 pub struct Lease {
     locks: Arc<SessionLocks>,
-    source: Mutex<Option<SessionLock>>,
+    source: Mutex<Option<Taken>>,
 }
 
 impl Lease {

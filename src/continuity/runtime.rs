@@ -340,7 +340,7 @@ impl Runtime {
             path: run_dir.join(super::lineage::LINEAGE_FILE),
             source,
         })?;
-        let sessions = Arc::new(SessionLocks::new(&run_dir));
+        let sessions = Arc::new(SessionLocks::with_store(&run_dir, raw_store.clone()));
         if run_lock.is_some() {
             // The run's sessions are this run's while it lives: nobody resumes or forks
             // one from outside, and none is still being appended to from outside.

@@ -71,6 +71,18 @@ impl StoreError {
     }
 }
 
+/// What [`SessionStore::hold_session`] found.
+pub enum SessionHold {
+    /// Held until this guard is dropped.
+    Held(Box<dyn Send + Sync>),
+    /// Someone else holds it: how it described itself, if known.
+    Busy(Option<String>),
+}
+
+/// How a process holding a session through a shared store describes itself:
+/// `flower <pid> <since, RFC 3339> <host>`.
+pub const HOLDER_TAG: &str = "flower";
+
 /// The session-store protocol. Entries are opaque JSON objects; `load` returns them
 /// deep-equal and in append order. An entry's `uuid` is an idempotency key within a key.
 pub trait SessionStore: Send + Sync {
@@ -98,6 +110,18 @@ pub trait SessionStore: Send + Sync {
                 .rev()
                 .find_map(|e| crate::transcript::markers::turn_usage(e).cloned())
         }))
+    }
+
+    /// Holds session `session_id` for this process beyond this machine, until the
+    /// returned guard is dropped: exclusively while it may append, `shared` while a
+    /// fork reads it. A store that lives on one machine needs nothing beyond the run
+    /// directory's file locks (the default); one that hosts share takes a lock in the
+    /// database, so that two hosts mounting a workspace at one path never append to
+    /// one session at once. [`SessionHold::Busy`] says who holds it, as the holder
+    /// described itself ([`HOLDER_TAG`] text), if known.
+    fn hold_session(&self, session_id: &str, shared: bool) -> Result<SessionHold, StoreError> {
+        let _ = (session_id, shared);
+        Ok(SessionHold::Held(Box::new(())))
     }
 
     /// Where a store on the network lives (host, port), so that a run waiting for it

@@ -29,7 +29,9 @@
 //! several schemas of one database (a `search_path` per team) never block each other.
 
 use super::summary::fold_session_summary;
-use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use super::{
+    HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError,
+};
 use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
 use serde_json::Value;
@@ -207,6 +209,8 @@ pub struct PostgresStore {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     url: PostgresUrl,
+    /// The connection that holds this process's session locks, started on first use.
+    locker: Mutex<Option<mpsc::Sender<LockJob>>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -249,6 +253,7 @@ impl PostgresStore {
             jobs: Mutex::new(Some(tx)),
             threads: Mutex::new(threads),
             url: url.clone(),
+            locker: Mutex::new(None),
         };
         store.migrate()?;
         Ok(store)
@@ -899,6 +904,219 @@ impl PostgresStore {
     }
 }
 
+/// A request to the session-lock connection.
+enum LockJob {
+    Take {
+        session_id: String,
+        shared: bool,
+        reply: mpsc::Sender<Result<SessionHold, ::postgres::Error>>,
+    },
+    Release {
+        session_id: String,
+        shared: bool,
+    },
+}
+
+/// The guard of one session lock: releases it when dropped.
+struct SessionGuard {
+    session_id: String,
+    shared: bool,
+    locker: mpsc::Sender<LockJob>,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        let _ = self.locker.send(LockJob::Release {
+            session_id: std::mem::take(&mut self.session_id),
+            shared: self.shared,
+        });
+    }
+}
+
+/// The advisory-lock key of a session hold (see the module docs on `current_schema()`).
+const SESSION_HOLD_KEY: &str = "hashtextextended(current_schema() || '/hold/' || $1, 0)";
+
+/// `flower <pid> <since> <host>`, cut to what `application_name` keeps (63 bytes).
+fn holder_tag() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let mut tag = format!(
+        "{HOLDER_TAG} {} {} {host}",
+        std::process::id(),
+        chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
+    );
+    while tag.len() > 63 {
+        tag.pop();
+    }
+    tag
+}
+
+/// The session locks one process holds, on one connection: the locks are
+/// session-level, so the server drops them with the connection (the process died, or
+/// its host vanished and the keepalives ended the connection). A connection found lost
+/// is opened again and every lock taken again; one someone else took meanwhile is
+/// given up.
+struct Locker {
+    config: ::postgres::Config,
+    client: Option<Client>,
+    /// Held locks: (session id, shared) → how many guards hold it.
+    held: std::collections::HashMap<(String, bool), usize>,
+}
+
+impl Locker {
+    fn client(&mut self) -> Result<&mut Client, ::postgres::Error> {
+        if self.client.as_ref().is_some_and(Client::is_closed) {
+            self.client = None;
+        }
+        match &mut self.client {
+            Some(client) => Ok(client),
+            slot @ None => {
+                let mut config = self.config.clone();
+                config.application_name(&holder_tag());
+                let c = slot.insert(config.connect(NoTls)?);
+                c.batch_execute(
+                    "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
+                     SET tcp_keepalives_count = 3",
+                )?;
+                Ok(c)
+            }
+        }
+    }
+
+    fn try_lock(c: &mut Client, session_id: &str, shared: bool) -> Result<bool, ::postgres::Error> {
+        let function = if shared {
+            "pg_try_advisory_lock_shared"
+        } else {
+            "pg_try_advisory_lock"
+        };
+        let query = format!("SELECT {function}({SESSION_HOLD_KEY})");
+        Ok(c.query_one(query.as_str(), &[&session_id])?.get(0))
+    }
+
+    /// Who holds the lock on `session_id`, as its connection names itself.
+    fn holder(c: &mut Client, session_id: &str) -> Result<Option<String>, ::postgres::Error> {
+        let query = format!(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND ((l.classid::bigint << 32) | l.objid::bigint) = {SESSION_HOLD_KEY} \
+             LIMIT 1"
+        );
+        Ok(c.query_opt(query.as_str(), &[&session_id])?
+            .map(|r| r.get::<_, String>(0))
+            .filter(|name| name.starts_with(HOLDER_TAG)))
+    }
+
+    fn take(&mut self, session_id: &str, shared: bool) -> Result<SessionHold, ::postgres::Error> {
+        let key = (session_id.to_string(), shared);
+        if let Some(count) = self.held.get_mut(&key) {
+            *count += 1;
+            return Ok(SessionHold::Held(Box::new(())));
+        }
+        let c = self.client()?;
+        if Locker::try_lock(c, session_id, shared)? {
+            self.held.insert(key, 1);
+            Ok(SessionHold::Held(Box::new(())))
+        } else {
+            Ok(SessionHold::Busy(Locker::holder(c, session_id)?))
+        }
+    }
+
+    fn release(&mut self, session_id: String, shared: bool) {
+        let key = (session_id, shared);
+        let Some(count) = self.held.get_mut(&key) else {
+            return;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return;
+        }
+        self.held.remove(&key);
+        let function = if shared {
+            "pg_advisory_unlock_shared"
+        } else {
+            "pg_advisory_unlock"
+        };
+        if let Some(c) = self.client.as_mut() {
+            let query = format!("SELECT {function}({SESSION_HOLD_KEY})");
+            let _ = c.query_one(query.as_str(), &[&key.0]);
+        }
+    }
+
+    /// With locks held, makes sure the connection still holds them.
+    fn check(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        if self
+            .client
+            .as_mut()
+            .is_some_and(|c| c.is_valid(LEASE_CHECK).is_ok())
+        {
+            return;
+        }
+        // Gone, or too slow to tell: end it for sure, then take every lock again.
+        self.client = None;
+        let held = std::mem::take(&mut self.held);
+        let Ok(c) = self.client() else {
+            self.held = held;
+            return;
+        };
+        let mut keep = std::collections::HashMap::new();
+        for ((session_id, shared), count) in held {
+            if let Ok(true) = Locker::try_lock(c, &session_id, shared) {
+                keep.insert((session_id, shared), count);
+            }
+        }
+        self.held = keep;
+    }
+
+    fn serve(mut self, jobs: mpsc::Receiver<LockJob>) {
+        loop {
+            match jobs.recv_timeout(LEASE_CHECK) {
+                Ok(LockJob::Take {
+                    session_id,
+                    shared,
+                    reply,
+                }) => {
+                    let result = self.take(&session_id, shared);
+                    if result.is_err() {
+                        self.client = None;
+                    }
+                    let _ = reply.send(result);
+                }
+                Ok(LockJob::Release { session_id, shared }) => self.release(session_id, shared),
+                Err(mpsc::RecvTimeoutError::Timeout) => self.check(),
+                // The store is gone: closing the connection releases what is left.
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+}
+
+impl PostgresStore {
+    /// The session-lock connection's queue, started on first use.
+    fn locker(&self) -> Result<mpsc::Sender<LockJob>, StoreError> {
+        let mut locker = self.locker.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(jobs) = locker.as_ref() {
+            return Ok(jobs.clone());
+        }
+        let (jobs, queue) = mpsc::channel();
+        let serving = Locker {
+            config: self.url.config.clone(),
+            client: None,
+            held: std::collections::HashMap::new(),
+        };
+        std::thread::Builder::new()
+            .name("flower-pg-locks".into())
+            .spawn(move || serving.serve(queue))
+            .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+        *locker = Some(jobs.clone());
+        Ok(jobs)
+    }
+}
+
 fn run_row(r: &::postgres::Row) -> RunRow {
     RunRow {
         run_key: r.get(0),
@@ -1046,6 +1264,32 @@ impl SessionStore for PostgresStore {
 
     fn endpoint(&self) -> Option<(String, u16)> {
         PostgresStore::endpoint(self)
+    }
+
+    fn hold_session(&self, session_id: &str, shared: bool) -> Result<SessionHold, StoreError> {
+        let locker = self.locker()?;
+        let (reply, answer) = mpsc::channel();
+        locker
+            .send(LockJob::Take {
+                session_id: session_id.to_string(),
+                shared,
+                reply,
+            })
+            .map_err(|_| self.error("the database thread stopped"))?;
+        match answer.recv() {
+            Ok(Ok(SessionHold::Held(_))) => Ok(SessionHold::Held(Box::new(SessionGuard {
+                session_id: session_id.to_string(),
+                shared,
+                locker,
+            }))),
+            Ok(Ok(busy)) => Ok(busy),
+            Ok(Err(e)) if is_unavailable(&e) => Err(StoreError::Unavailable {
+                path: PathBuf::from(self.url.to_string()),
+                why: describe(&e),
+            }),
+            Ok(Err(e)) => Err(self.error(describe(&e))),
+            Err(_) => Err(self.error("the database thread stopped")),
+        }
     }
 
     fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {

@@ -54,7 +54,7 @@
 //!
 //! `prune(prune(x)) == prune(x)` for every transcript.
 
-use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
+use super::{SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -312,6 +312,10 @@ impl SessionStore for PruningSessionStore {
 
     fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
         self.inner.has_session(session_id)
+    }
+
+    fn hold_session(&self, session_id: &str, shared: bool) -> Result<SessionHold, StoreError> {
+        self.inner.hold_session(session_id, shared)
     }
 }
 

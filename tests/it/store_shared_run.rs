@@ -667,9 +667,9 @@ fn archiving_a_shared_lineage_resets_it_in_the_database() {
     assert!(again.steps().is_empty());
 }
 
-/// Whether a session-level advisory lock on run `run_key` is held in `url`'s database,
-/// asked on a connection of the test's own.
-fn run_hold_is_taken(url: &str, run_key: &str) -> bool {
+/// Whether a session-level advisory lock on `what` (`/run/KEY`, `/hold/SESSION`, after
+/// the schema) is held in `url`'s database, asked on a connection of the test's own.
+fn advisory_lock_taken(url: &str, what: &str) -> bool {
     let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
     let n: i64 = c
         .query_one(
@@ -677,12 +677,16 @@ fn run_hold_is_taken(url: &str, run_key: &str) -> bool {
              AND objsubid = 1 \
              AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
              AND ((classid::bigint << 32) | objid::bigint) \
-                 = hashtextextended(current_schema() || '/run/' || $1, 0)",
-            &[&run_key],
+                 = hashtextextended(current_schema() || $1, 0)",
+            &[&what],
         )
         .unwrap()
         .get(0);
     n == 1
+}
+
+fn run_hold_is_taken(url: &str, run_key: &str) -> bool {
+    advisory_lock_taken(url, &format!("/run/{run_key}"))
 }
 
 /// Polls `what` until it holds; panics with `why` after [`TIMEOUT`].
@@ -812,4 +816,117 @@ fn a_run_whose_hold_another_host_took_meanwhile_stops() {
     gate_b.open();
     let out = b.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Two hosts that mount a workspace at one path share its project key, so each reaches
+/// the other's sessions, and neither sees the other's lock files: the lock on a session
+/// lives in the database too. `once --resume` of the session a pipeline on "another
+/// host" (here: another run directory, so other lock files) is appending to is refused,
+/// saying who holds it, and sends nothing; once the pipeline is done it continues it.
+#[test]
+fn a_session_in_use_on_another_host_is_refused_to_once_resume() {
+    let Some(url) = pg::fresh_url() else { return };
+    let host = Project::with("proj", ONE_ATTEMPT);
+    let script = Script::new(0);
+    let (server, gate) = held_first(
+        &script,
+        |req| agent_of(req) == Agent::Coordinator,
+        "先停一下",
+    );
+    let a = host
+        .command(&server, &["写个 hello 脚本", "--store", &url])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(TIMEOUT), "干活 was never asked");
+    let id = host.json("runs/lineage.json")["steps"]["干活"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other = TempDir::new().unwrap();
+    let other_runs = other.path().join("runs");
+    let once = |server: &FakeServer| {
+        host.run(
+            server,
+            &[
+                "once",
+                "--resume",
+                &id,
+                "再看一眼",
+                "--store",
+                &url,
+                "--run-dir",
+                other_runs.to_str().unwrap(),
+            ],
+        )
+    };
+    let elsewhere = FakeServer::start(vec![Reply::text("看过了")]);
+    let out = once(&elsewhere);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(
+        said.contains(&format!("另一个 flower 正在用会话 {id}")),
+        "{said}"
+    );
+    assert!(said.contains(&format!("kill {}", a.id())), "{said}");
+    assert_eq!(elsewhere.request_count(), 0, "nothing was sent");
+
+    gate.open();
+    let out = a.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = once(&elsewhere);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let asked = elsewhere.requests();
+    assert_eq!(asked.len(), 1);
+    assert!(
+        plain(asked[0].messages()).to_string().contains("先停一下"),
+        "the resume continues the pipeline's 干活 conversation"
+    );
+}
+
+/// A session's lock in the database lives on the process's lock connection: when the
+/// database drops it, the lock is taken again once the database is back, and let go
+/// when its guard is dropped. Who holds it is told to whoever is refused.
+#[test]
+fn a_session_hold_the_database_dropped_is_taken_again() {
+    use flower::stores::SessionHold;
+    let Some(url) = pg::fresh_url() else { return };
+    drop(open(&url));
+    let mut proxy = Proxy::start(address(&url));
+    let store = open(&proxy.url(&url));
+    let SessionHold::Held(guard) = store.hold_session("s1", false).unwrap() else {
+        panic!("a free session is held")
+    };
+    let taken = || advisory_lock_taken(&url, "/hold/s1");
+    assert!(taken());
+    let other = open(&url);
+    match other.hold_session("s1", false).unwrap() {
+        SessionHold::Busy(Some(tag)) => {
+            let me = format!("flower {} ", std::process::id());
+            assert!(tag.starts_with(&me), "{tag}");
+        }
+        _ => panic!("a held session is refused, naming its holder"),
+    }
+    assert!(
+        matches!(
+            other.hold_session("s1", true).unwrap(),
+            SessionHold::Busy(_)
+        ),
+        "a reader waits for the writer too"
+    );
+    proxy.cut();
+    wait_until("the server let go of the lock with its connection", || {
+        !taken()
+    });
+    proxy.restore();
+    wait_until("the lock was taken again", taken);
+    drop(guard);
+    wait_until("the dropped guard let go of it", || !taken());
+    let SessionHold::Held(_reader) = other.hold_session("s1", true).unwrap() else {
+        panic!("a free session can be read")
+    };
+    let SessionHold::Held(_second) = store.hold_session("s1", true).unwrap() else {
+        panic!("readers share")
+    };
 }
