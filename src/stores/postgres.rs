@@ -211,6 +211,8 @@ pub struct PostgresStore {
     url: PostgresUrl,
     /// The connection that holds this process's session locks, started on first use.
     locker: Mutex<Option<mpsc::Sender<LockJob>>>,
+    /// The schema the store's tables are in (`current_schema()`), read at open.
+    schema: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -254,8 +256,12 @@ impl PostgresStore {
             threads: Mutex::new(threads),
             url: url.clone(),
             locker: Mutex::new(None),
+            schema: std::sync::OnceLock::new(),
         };
         store.migrate()?;
+        let schema: Option<String> =
+            store.call(|c| Ok(c.query_one("SELECT current_schema()::text", &[])?.get(0)))?;
+        let _ = store.schema.set(schema.unwrap_or_default());
         Ok(store)
     }
 
@@ -392,6 +398,7 @@ impl PostgresStore {
         if rows.is_empty() {
             return Ok(0);
         }
+        let lock = session_lock(self.schema.get().map_or("", String::as_str), key);
         let key = key.clone();
         let entries = entries.to_vec();
         self.call(move |c| {
@@ -402,14 +409,16 @@ impl PostgresStore {
                 kinds.push(kind);
                 datas.push(data);
             }
-            // Round trips are what a single append costs on a fast disk, so the
-            // statements are typed (no prepare round trip) and the insert reads the
-            // summary it folds into: BEGIN, lock, insert, summary, COMMIT.
-            let mut tx = c.transaction()?;
-            tx.execute_typed(
-                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/session/' || $1 || '/' || $2, 0))",
-                &[(&key.project_key, Type::TEXT), (&key.session_id, Type::TEXT)],
-            )?;
+            // Round trips are what a single append costs on a fast disk, so BEGIN and
+            // the lock go in one (the key is a number: nothing to quote), the
+            // statements are typed (no prepare round trip), and the insert reads the
+            // summary it folds into: BEGIN + lock, insert, summary, COMMIT.
+            let open = Open {
+                client: c,
+                committed: false,
+            };
+            let tx = &mut *open.client;
+            tx.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({lock})"))?;
             let now = now_ms();
             // One statement, after the lock (so it reads the summary as the last
             // append left it); ids follow the batch's order.
@@ -471,7 +480,7 @@ impl PostgresStore {
                     ],
                 )?;
             }
-            tx.commit()?;
+            open.commit()?;
             Ok(count)
         })
     }
@@ -1351,6 +1360,41 @@ fn describe(e: &::postgres::Error) -> String {
     match std::error::Error::source(e) {
         Some(source) => format!("{e}: {source}"),
         None => e.to_string(),
+    }
+}
+
+/// The advisory-lock key that serialises appends to one session: FNV-1a of
+/// `<schema>/session/<project>/<session>`, computed here so that it can be sent as a
+/// literal beside BEGIN.
+fn session_lock(schema: &str, key: &SessionKey) -> i64 {
+    let text = format!("{schema}/session/{}/{}", key.project_key, key.session_id);
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// A transaction begun by hand (`BEGIN` sent with the first statement): rolled back when
+/// dropped unless it was committed, so that an error never leaves the pooled
+/// connection inside an aborted transaction.
+struct Open<'a> {
+    client: &'a mut Client,
+    committed: bool,
+}
+
+impl Open<'_> {
+    fn commit(mut self) -> Result<(), ::postgres::Error> {
+        self.committed = true;
+        self.client.batch_execute("COMMIT")
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        // On a closed connection there is nothing to roll back: it is replaced anyway.
+        if !self.committed && !self.client.is_closed() {
+            let _ = self.client.batch_execute("ROLLBACK");
+        }
     }
 }
 

@@ -486,6 +486,15 @@ fn denial_messages_name_tool_command_and_rules() {
     };
     assert!(message.contains("deny rule Bash(rm:*)"), "{message}");
     assert!(message.contains("\"sudo rm -rf /\""), "{message}");
+    // A simple command is not "a part" of anything.
+    assert_eq!(
+        bash(&p, "rm -rf x"),
+        Decision::Deny {
+            message: "Permission to use Bash with command \"rm -rf x\" has been denied: it \
+                      matches the deny rule Bash(rm:*). The call was not run."
+                .into()
+        }
+    );
 
     // A tool no rule names.
     let p = perms(&["Read", "Glob"], &[]);
