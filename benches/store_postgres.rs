@@ -282,4 +282,35 @@ fn main() {
         .unwrap();
     // Each write also replaces the mirror file, as a run does.
     state_row("postgres", run_state(dir.path(), Some(run)));
+
+    // The floor under every durable write: one round trip, and one committed one-row
+    // insert (the server's WAL flush), on a plain connection, at this moment.
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute("CREATE TABLE flower_bench_floor (x int)")
+        .unwrap();
+    let insert = c
+        .prepare("INSERT INTO flower_bench_floor VALUES (1)")
+        .unwrap();
+    let ping = c.prepare("SELECT 1").unwrap();
+    let mut trips: Vec<Duration> = (0..500)
+        .map(|_| {
+            let start = Instant::now();
+            c.query_one(&ping, &[]).unwrap();
+            start.elapsed()
+        })
+        .collect();
+    let mut commits: Vec<Duration> = (0..500)
+        .map(|_| {
+            let start = Instant::now();
+            c.execute(&insert, &[]).unwrap();
+            start.elapsed()
+        })
+        .collect();
+    println!();
+    println!(
+        "floor: a round trip {:.3} ms, a committed one-row insert {:.3} ms (medians; the \
+         server's WAL flush is the difference)",
+        ms(percentile(&mut trips, 0.5)),
+        ms(percentile(&mut commits, 0.5))
+    );
 }

@@ -199,9 +199,35 @@ impl Slot {
         }
         match &mut self.client {
             Some(client) => Ok(client),
-            slot @ None => Ok(slot.insert(self.config.connect(NoTls)?)),
+            slot @ None => {
+                PREPARED.with(|p| p.borrow_mut().clear());
+                Ok(slot.insert(self.config.connect(NoTls)?))
+            }
         }
     }
+}
+
+thread_local! {
+    /// The statements prepared on this pool thread's connection (each pool thread has
+    /// one; [`Slot::client`] forgets them when it opens a new one).
+    static PREPARED: std::cell::RefCell<std::collections::HashMap<&'static str, ::postgres::Statement>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// `sql` prepared on this pool thread's connection, once: parsing and planning a
+/// statement costs more than running a small one. Only for jobs run by
+/// [`PostgresStore::call`].
+fn prepared(
+    c: &mut Client,
+    sql: &'static str,
+    types: &[Type],
+) -> Result<::postgres::Statement, ::postgres::Error> {
+    if let Some(statement) = PREPARED.with(|p| p.borrow().get(sql).cloned()) {
+        return Ok(statement);
+    }
+    let statement = c.prepare_typed(sql, types)?;
+    PREPARED.with(|p| p.borrow_mut().insert(sql, statement.clone()));
+    Ok(statement)
 }
 
 /// The PostgreSQL [`SessionStore`]. `Send + Sync`; cheap to share behind an `Arc`.
@@ -409,10 +435,10 @@ impl PostgresStore {
                 kinds.push(kind);
                 datas.push(data);
             }
-            // Round trips are what a single append costs on a fast disk, so BEGIN and
-            // the lock go in one (the key is a number: nothing to quote), the
-            // statements are typed (no prepare round trip), and the insert reads the
-            // summary it folds into: BEGIN + lock, insert, summary, COMMIT.
+            // Round trips and planning are what a single append costs on a fast disk,
+            // so BEGIN and the lock go in one (the key is a number: nothing to quote),
+            // the statements are prepared once per connection, and the insert reads
+            // the summary it folds into: BEGIN + lock, insert, summary, COMMIT.
             let open = Open {
                 client: c,
                 committed: false,
@@ -422,7 +448,8 @@ impl PostgresStore {
             let now = now_ms();
             // One statement, after the lock (so it reads the summary as the last
             // append left it); ids follow the batch's order.
-            let row = tx.query_typed_one(
+            let insert = prepared(
+                tx,
                 "WITH ins AS ( \
                    INSERT INTO flower_entries \
                    (project_key, session_id, subpath, uuid, type, stored_at, data) \
@@ -437,13 +464,25 @@ impl PostgresStore {
                  FROM (SELECT 1) AS one LEFT JOIN flower_summaries s \
                    ON s.project_key = $1 AND s.session_id = $2",
                 &[
-                    (&key.project_key, Type::TEXT),
-                    (&key.session_id, Type::TEXT),
-                    (&subpath, Type::TEXT),
-                    (&uuids, Type::TEXT_ARRAY),
-                    (&kinds, Type::TEXT_ARRAY),
-                    (&datas, Type::TEXT_ARRAY),
-                    (&now, Type::INT8),
+                    Type::TEXT,
+                    Type::TEXT,
+                    Type::TEXT,
+                    Type::TEXT_ARRAY,
+                    Type::TEXT_ARRAY,
+                    Type::TEXT_ARRAY,
+                    Type::INT8,
+                ],
+            )?;
+            let row = tx.query_one(
+                &insert,
+                &[
+                    &key.project_key,
+                    &key.session_id,
+                    &subpath,
+                    &uuids,
+                    &kinds,
+                    &datas,
+                    &now,
                 ],
             )?;
             let count = usize::try_from(row.get::<_, i64>(0)).unwrap_or(0);
@@ -467,17 +506,17 @@ impl PostgresStore {
                     .and_then(|text| serde_json::from_str(text).ok());
                 let data = fold_session_summary(prev_data, stored);
                 let mtime = now.max(prev_mtime);
-                tx.execute_typed(
+                let upsert = prepared(
+                    tx,
                     "INSERT INTO flower_summaries (project_key, session_id, mtime, data) \
                      VALUES ($1, $2, $3, $4) \
                      ON CONFLICT (project_key, session_id) \
                      DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
-                    &[
-                        (&key.project_key, Type::TEXT),
-                        (&key.session_id, Type::TEXT),
-                        (&mtime, Type::INT8),
-                        (&data.to_string(), Type::TEXT),
-                    ],
+                    &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
+                )?;
+                tx.execute(
+                    &upsert,
+                    &[&key.project_key, &key.session_id, &mtime, &data.to_string()],
                 )?;
             }
             open.commit()?;

@@ -196,6 +196,25 @@ fn directory_tools_use_path_and_pattern_base() {
     );
 }
 
+/// A call that names no path (missing, or an empty string) is not a path the rules can
+/// judge: it is let through to the tool, which refuses it with its own error ("file_path
+/// is required"), rather than being judged as the workspace root.
+#[test]
+fn a_call_without_a_path_is_left_to_the_tool() {
+    let t = tree();
+    table(
+        &t,
+        &["Write(src/**)", "Read(src/**)"],
+        &[],
+        &[
+            ("Write", json!({"file_path": ""}), true),
+            ("Write", json!({"content": "x"}), true),
+            ("Read", json!({"file_path": ""}), true),
+            ("Write", fp("."), false),
+        ],
+    );
+}
+
 #[test]
 fn single_star_does_not_cross_directories() {
     let t = tree();
