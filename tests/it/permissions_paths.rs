@@ -121,6 +121,24 @@ fn absolute_path_rules() {
     );
 }
 
+/// Write's deny rules cover Edit as Edit's cover Write, and reach no other tool.
+#[test]
+fn write_deny_rules_cover_edit_and_nothing_else() {
+    let t = tree();
+    table(
+        &t,
+        &[],
+        &["Write(docs/**)"],
+        &[
+            ("Write", fp("docs/a.md"), false),
+            ("Edit", fp("docs/a.md"), false),
+            ("Edit", fp("src/main.rs"), true),
+            ("Read", fp("docs/a.md"), true),
+            ("Grep", json!({"pattern": "x", "path": "docs"}), true),
+        ],
+    );
+}
+
 #[test]
 fn deny_rules_see_through_dots_and_links() {
     let t = tree();
