@@ -698,6 +698,43 @@ fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
     }
 }
 
+/// Host A's pipeline on run `k`, connected through `proxy`, stopped at its first 干活
+/// request (`gate`) while it holds the run; then the database goes away for it: the
+/// proxy is cut, and the server has let go of A's hold.
+fn holding_then_cut(
+    url: &str,
+    proxy: &Proxy,
+    host_a: &Project,
+    server: &FakeServer,
+    gate: &Gate,
+) -> std::process::Child {
+    let through_proxy = proxy.url(url);
+    let a = host_a
+        .command(
+            server,
+            &[
+                "写个 hello 脚本",
+                "--store",
+                &through_proxy,
+                "--run-key",
+                "k",
+            ],
+        )
+        .env("FLOWER_PROBE_INTERVAL", "0.1")
+        .env("FLOWER_BASE_DELAY", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(TIMEOUT), "A's 干活 was never asked");
+    wait_until("A holds the run", || run_hold_is_taken(url, "k"));
+    proxy.cut();
+    wait_until("the server let go of A's lock with its connection", || {
+        !run_hold_is_taken(url, "k")
+    });
+    a
+}
+
 /// A run's hold lives on a database connection, so a database that goes away takes it
 /// along; the run takes it again once the database is back, and another host is still
 /// refused. The run itself goes on to the end.
@@ -714,30 +751,7 @@ fn a_hold_the_database_dropped_is_taken_again_when_it_is_back() {
         |req| agent_of(req) == Agent::Coordinator,
         "先停一下",
     );
-    let through_proxy = proxy.url(&url);
-    let a = host_a
-        .command(
-            &server,
-            &[
-                "写个 hello 脚本",
-                "--store",
-                &through_proxy,
-                "--run-key",
-                "k",
-            ],
-        )
-        .env("FLOWER_PROBE_INTERVAL", "0.1")
-        .env("FLOWER_BASE_DELAY", "0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(gate.wait_reached(TIMEOUT), "干活 was never asked");
-    wait_until("A holds the run", || run_hold_is_taken(&url, "k"));
-    proxy.cut();
-    wait_until("the server let go of A's lock with its connection", || {
-        !run_hold_is_taken(&url, "k")
-    });
+    let a = holding_then_cut(&url, &proxy, &host_a, &server, &gate);
     proxy.restore();
     wait_until("A took the run again", || run_hold_is_taken(&url, "k"));
     let asked = server.request_count();
@@ -771,29 +785,8 @@ fn a_run_whose_hold_another_host_took_meanwhile_stops() {
     let coordinator = |req: &crate::support::Recorded| agent_of(req) == Agent::Coordinator;
     let (server_a, gate_a) = held_first(&script_a, coordinator, "先停一下");
     let (server_b, gate_b) = held_first(&script_b, coordinator, "先停一下");
-    let through_proxy = proxy.url(&url);
-    let a = host_a
-        .command(
-            &server_a,
-            &[
-                "写个 hello 脚本",
-                "--store",
-                &through_proxy,
-                "--run-key",
-                "k",
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(gate_a.wait_reached(TIMEOUT), "A's 干活 was never asked");
+    let a = holding_then_cut(&url, &proxy, &host_a, &server_a, &gate_a);
     let asked_a = server_a.request_count();
-    wait_until("A holds the run", || run_hold_is_taken(&url, "k"));
-    proxy.cut();
-    wait_until("the server let go of A's lock with its connection", || {
-        !run_hold_is_taken(&url, "k")
-    });
     // B, on the database directly, takes the run nobody holds now.
     let b = host_b
         .command(&server_b, &["--store", &url, "--run-key", "k"])
