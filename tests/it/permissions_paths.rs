@@ -186,6 +186,10 @@ fn directory_tools_use_path_and_pattern_base() {
             ("Glob", json!({"pattern": "**/*.rs"}), false),
             ("Glob", json!({"pattern": "../**"}), false),
             ("Glob", json!({"pattern": "*", "path": "src/out"}), false),
+            // A pattern's last part is what is matched, not where: `src` lists the
+            // workspace root, `src/main.rs` the directory src.
+            ("Glob", json!({"pattern": "src"}), false),
+            ("Glob", json!({"pattern": "src/main.rs"}), true),
             ("Grep", json!({"pattern": "x", "path": "src"}), true),
             ("Grep", json!({"pattern": "x", "path": "src/main.rs"}), true),
             ("Grep", json!({"pattern": "x"}), false),
