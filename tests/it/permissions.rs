@@ -496,6 +496,21 @@ fn denial_messages_name_tool_command_and_rules() {
         }
     );
 
+    // A long command is quoted cut to its first 300 characters; one of 300 whole.
+    let p = perms(&["Bash(git status:*)"], &[]);
+    let exactly = format!("echo {}", "a".repeat(295));
+    let Decision::Deny { message } = bash(&p, &exactly) else {
+        panic!("must be denied")
+    };
+    assert!(message.contains(&format!("{exactly:?}")), "{message}");
+    assert!(!message.contains('…'), "{message}");
+    let longer = format!("{exactly}b");
+    let Decision::Deny { message } = bash(&p, &longer) else {
+        panic!("must be denied")
+    };
+    assert!(message.contains(&format!("{exactly:?}…")), "{message}");
+    assert!(!message.contains(&longer), "{message}");
+
     // A tool no rule names.
     let p = perms(&["Read", "Glob"], &[]);
     let Decision::Deny { message } = p.check("Write", &json!({"file_path": "a"}), Path::new("/w"))
