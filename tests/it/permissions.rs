@@ -598,6 +598,14 @@ fn malformed_rules_are_errors() {
         assert_eq!(err.rule, r, "the error names the rule");
         assert!(!err.why.is_empty());
     }
+    // The reason says what is wrong with it.
+    let why = |r: &str| Permissions::new(&[r.to_string()], &[]).expect_err(r).why;
+    assert_eq!(why("Bash(# note:*)"), "no command");
+    assert!(
+        why("Bash(a && b:*)").contains("one rule per command"),
+        "{}",
+        why("Bash(a && b:*)")
+    );
     let good = [
         "Bash",
         " Bash ",
