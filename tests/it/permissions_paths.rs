@@ -119,6 +119,35 @@ fn absolute_path_rules() {
             ("Read", fp("docs/../secret.txt"), false),
         ],
     );
+    // A rule that names its directory through a symlink names the real directory.
+    let through_link = format!("Read({}/insrc/**)", t.ws.display());
+    table(
+        &t,
+        &[&through_link],
+        &[],
+        &[
+            ("Read", fp("src/main.rs"), true),
+            ("Read", fp("insrc/main.rs"), true),
+            ("Read", fp("docs/a.md"), false),
+        ],
+    );
+}
+
+/// A deny rule that names no directory (`*.secret`) denies the files it matches, not
+/// every search that could meet one: Grep of the workspace is still allowed.
+#[test]
+fn a_deny_rule_without_a_directory_does_not_deny_searches() {
+    let t = tree();
+    table(
+        &t,
+        &[],
+        &["Read(*.txt)"],
+        &[
+            ("Read", fp("secret.txt"), false),
+            ("Grep", json!({"pattern": "x"}), true),
+            ("Grep", json!({"pattern": "x", "path": "docs"}), true),
+        ],
+    );
 }
 
 /// Write's deny rules cover Edit as Edit's cover Write, and reach no other tool.
