@@ -678,3 +678,57 @@ fn a_call_missing_its_field_is_left_to_the_tool() {
     // … but only for a tool that is allowed at all.
     assert!(!allowed(&p.check("Write", &json!({}), ws)));
 }
+
+/// A tool such as AskUser is offered only when an allow rule names it, never through an
+/// empty allow list, and a whole-tool deny rule still wins.
+#[test]
+fn names_means_an_allow_rule_names_the_tool() {
+    assert!(!perms(&[], &[]).names("AskUser"));
+    assert!(perms(&["AskUser"], &[]).names("AskUser"));
+    assert!(perms(&["Read", "AskUser"], &[]).names("AskUser"));
+    assert!(!perms(&["Read"], &[]).names("AskUser"));
+    assert!(!perms(&["AskUser"], &["AskUser"]).names("AskUser"));
+}
+
+/// A path allow rule of Write or Edit grants what the sandbox keeps read-only; a
+/// whole-tool rule, another tool's rule or another path does not.
+#[test]
+fn names_path_is_a_path_rule_of_that_tool_naming_that_path() {
+    let ws = Path::new("/ws");
+    let hook = ws.join(".git/hooks/pre-commit");
+    assert!(perms(&["Edit(.git/hooks/**)"], &[]).names_path("Edit", &hook, ws));
+    assert!(!perms(&["Edit"], &[]).names_path("Edit", &hook, ws));
+    assert!(!perms(&["Read(.git/**)"], &[]).names_path("Edit", &hook, ws));
+    assert!(!perms(&["Edit(.git/hooks/**)"], &[]).names_path("Write", &hook, ws));
+    assert!(!perms(&["Edit(src/**)"], &[]).names_path("Edit", &hook, ws));
+}
+
+/// The sandbox an agent's commands get: the workspace writable only for an agent
+/// offered Write or Edit (and only if the base allows it), git files protected unless a
+/// Write or Edit rule names them (and only if the base protects them).
+#[test]
+fn the_sandbox_follows_the_write_rights() {
+    use flower::tools::sandbox::SandboxPolicy;
+    let ws = Path::new("/ws");
+    let base = SandboxPolicy::standard();
+    let of = |allow: &[&str], base: &SandboxPolicy| {
+        let s = perms(allow, &[]).sandbox(base, ws);
+        (s.workspace_writable, s.protect_git)
+    };
+    assert_eq!(of(&["Read", "Bash"], &base), (false, true));
+    assert_eq!(of(&["Write"], &base), (true, true));
+    assert_eq!(of(&["Edit", "Bash"], &base), (true, true));
+    assert_eq!(of(&[], &base), (true, true));
+    assert_eq!(of(&["Edit(.git/hooks/**)"], &base), (true, false));
+    assert_eq!(of(&["Write(.git/config)"], &base), (true, false));
+    let closed = SandboxPolicy {
+        workspace_writable: false,
+        protect_git: false,
+        ..SandboxPolicy::standard()
+    };
+    assert_eq!(of(&[], &closed), (false, false));
+    assert_eq!(of(&["Write"], &closed), (false, false));
+    // Everything else comes from the base.
+    let s = perms(&["Read"], &[]).sandbox(&base, ws);
+    assert_eq!((s.enabled, s.required, s.network), (true, false, true));
+}
