@@ -116,7 +116,15 @@ fn parse(cmd: &str) -> Result<Tree, ParseError> {
         .set_language(&tree_sitter_bash::LANGUAGE.into())
         .map_err(|e| ParseError::Grammar(e.to_string()))?;
     let deadline = Instant::now() + PARSE_BUDGET;
-    let bytes = cmd.as_bytes();
+    // The grammar's C scanner calls isdigit() and kin on decoded code points, which is
+    // undefined (and crashed flower) for one above 255. The parser sees each non-ASCII
+    // byte as `%` instead: bash's syntax is all ASCII and treats such bytes as word
+    // characters, as it does `%` (and `$%` stays a literal, where a letter would make a
+    // variable). Offsets are unchanged: every later walk reads the text from `cmd`.
+    let bytes: Vec<u8> = cmd
+        .bytes()
+        .map(|b| if b.is_ascii() { b } else { b'%' })
+        .collect();
     let mut input = |at: usize, _| bytes.get(at..).unwrap_or(&[]);
     let mut progress = |_: &tree_sitter::ParseState| {
         if Instant::now() > deadline {

@@ -732,3 +732,35 @@ fn the_sandbox_follows_the_write_rights() {
     let s = perms(&["Read"], &[]).sandbox(&base, ws);
     assert_eq!((s.enabled, s.required, s.network), (true, false, true));
 }
+
+/// Commands with characters beyond ASCII are analysed like any other word (the bash
+/// grammar's C scanner used to read a lookup table out of bounds on them and crash the
+/// process, at random, depending on the code point).
+#[test]
+fn non_ascii_commands_are_words_and_never_crash_the_analysis() {
+    let p = perms(&["Bash(echo:*)", "Bash(cat:*)"], &["Bash(rm:*)"]);
+    assert!(allowed(&bash(&p, "echo 中文 émoji 😀")));
+    assert!(!allowed(&bash(&p, "rm 文件")));
+    assert!(!allowed(&bash(&p, "echo 好 && rm -rf 目录")));
+    assert!(!allowed(&bash(&p, "中文命令 x")));
+    // A sweep of code points in the places where the scanner reads digits, names and
+    // heredoc delimiters.
+    for cp in (0x80..=0x10_ffff).step_by(0x7f3) {
+        let Some(c) = char::from_u32(cp) else {
+            continue;
+        };
+        for cmd in [
+            format!("echo {c}"),
+            format!("echo 1{c}> x"),
+            format!("cat <<{c}\nx\n{c}"),
+            format!("echo ${c}{c}"),
+            format!("{c}=1 echo"),
+            format!("rm {c}"),
+        ] {
+            let d = bash(&p, &cmd);
+            if cmd.starts_with("rm") {
+                assert!(!allowed(&d), "{cmd:?}");
+            }
+        }
+    }
+}
