@@ -292,25 +292,22 @@ fn main() {
         .prepare("INSERT INTO flower_bench_floor VALUES (1)")
         .unwrap();
     let ping = c.prepare("SELECT 1").unwrap();
-    let mut trips: Vec<Duration> = (0..500)
-        .map(|_| {
-            let start = Instant::now();
-            c.query_one(&ping, &[]).unwrap();
-            start.elapsed()
-        })
-        .collect();
-    let mut commits: Vec<Duration> = (0..500)
-        .map(|_| {
-            let start = Instant::now();
-            c.execute(&insert, &[]).unwrap();
-            start.elapsed()
-        })
-        .collect();
+    let mut median_of = |what: &postgres::Statement| {
+        let mut samples: Vec<Duration> = (0..500)
+            .map(|_| {
+                let start = Instant::now();
+                c.execute(what, &[]).unwrap();
+                start.elapsed()
+            })
+            .collect();
+        percentile(&mut samples, 0.5)
+    };
+    let (trip, commit) = (median_of(&ping), median_of(&insert));
     println!();
     println!(
         "floor: a round trip {:.3} ms, a committed one-row insert {:.3} ms (medians; the \
          server's WAL flush is the difference)",
-        ms(percentile(&mut trips, 0.5)),
-        ms(percentile(&mut commits, 0.5))
+        ms(trip),
+        ms(commit)
     );
 }

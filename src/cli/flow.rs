@@ -470,13 +470,7 @@ fn lost(run: &SharedRun) -> flower::stores::postgres::OnLeaseLost {
     })
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "?".into())
-}
+use flower::stores::postgres::hostname;
 
 /// `另一个 flower 正在这里运行(pid N,HH:MM 起)`
 pub fn running_here(holder: &Option<Holder>) -> String {

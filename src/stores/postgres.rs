@@ -775,6 +775,30 @@ pub enum Leased {
     Busy(Option<String>),
 }
 
+/// The advisory-lock key of a run's hold, `$1` the run key (see the module docs on
+/// `current_schema()`).
+const RUN_LOCK_KEY: &str = "hashtextextended(current_schema() || '/run/' || $1, 0)";
+
+/// A connection that holds session-level locks: TCP keepalives on, so that the server
+/// ends it, and lets go of its locks, within about a minute of its host vanishing.
+fn connect_holding(config: &::postgres::Config) -> Result<Client, ::postgres::Error> {
+    let mut c = config.connect(NoTls)?;
+    c.batch_execute(
+        "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
+         SET tcp_keepalives_count = 3",
+    )?;
+    Ok(c)
+}
+
+/// This machine's name, as holders describe themselves (`?` when it cannot be read).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "?".into())
+}
+
 /// How often a held lease makes sure its connection, and so its lock, is still there.
 pub const LEASE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -790,19 +814,14 @@ struct LeaseConn {
 
 impl LeaseConn {
     fn connect(&self) -> Result<Client, ::postgres::Error> {
-        let mut c = self.config.connect(NoTls)?;
-        c.batch_execute(
-            "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
-             SET tcp_keepalives_count = 3",
-        )?;
-        Ok(c)
+        connect_holding(&self.config)
     }
 
     /// Takes the lock without waiting, recording who holds it; `false`: someone else does.
     fn try_take(&self, c: &mut Client) -> Result<bool, ::postgres::Error> {
         let got: bool = c
             .query_one(
-                "SELECT pg_try_advisory_lock(hashtextextended(current_schema() || '/run/' || $1, 0))",
+                &format!("SELECT pg_try_advisory_lock({RUN_LOCK_KEY})"),
                 &[&self.run_key],
             )?
             .get(0);
@@ -877,7 +896,7 @@ impl LeaseConn {
             &[&self.run_key, &self.holder],
         );
         let _ = c.query_one(
-            "SELECT pg_advisory_unlock(hashtextextended(current_schema() || '/run/' || $1, 0))",
+            &format!("SELECT pg_advisory_unlock({RUN_LOCK_KEY})"),
             &[&self.run_key],
         );
     }
@@ -986,9 +1005,7 @@ const SESSION_HOLD_KEY: &str = "hashtextextended(current_schema() || '/hold/' ||
 
 /// `flower <pid> <since> <host>`, cut to what `application_name` keeps (63 bytes).
 fn holder_tag() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
+    let host = hostname();
     let mut tag = format!(
         "{HOLDER_TAG} {} {} {host}",
         std::process::id(),
@@ -1022,12 +1039,7 @@ impl Locker {
             slot @ None => {
                 let mut config = self.config.clone();
                 config.application_name(&holder_tag());
-                let c = slot.insert(config.connect(NoTls)?);
-                c.batch_execute(
-                    "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
-                     SET tcp_keepalives_count = 3",
-                )?;
-                Ok(c)
+                Ok(slot.insert(connect_holding(&config)?))
             }
         }
     }

@@ -191,12 +191,7 @@ fn a_run_held_on_one_host_is_refused_on_another() {
     let Some(url) = pg::fresh_url() else { return };
     let host_a = Project::with("a/proj", ONE_ATTEMPT);
     let host_b = Project::with("b/proj", ONE_ATTEMPT);
-    let script = Script::new(0);
-    let (server, gate) = held_first(
-        &script,
-        |req| agent_of(req) == Agent::Coordinator,
-        "先停一下",
-    );
+    let (server, gate) = held_at_work();
     let mut a = host_a
         .command(
             &server,
@@ -698,6 +693,16 @@ fn wait_until(why: &str, mut what: impl FnMut() -> bool) {
     }
 }
 
+/// A scripted model for a whole pipeline whose first 干活 request waits at the gate
+/// (and is then answered `先停一下`).
+fn held_at_work() -> (FakeServer, Gate) {
+    held_first(
+        &Script::new(0),
+        |req| agent_of(req) == Agent::Coordinator,
+        "先停一下",
+    )
+}
+
 /// Host A's pipeline on run `k`, connected through `proxy`, stopped at its first 干活
 /// request (`gate`) while it holds the run; then the database goes away for it: the
 /// proxy is cut, and the server has let go of A's hold.
@@ -745,12 +750,7 @@ fn a_hold_the_database_dropped_is_taken_again_when_it_is_back() {
     let mut proxy = Proxy::start(address(&url));
     let host_a = Project::with("a/proj", &[]);
     let host_b = Project::with("b/proj", ONE_ATTEMPT);
-    let script = Script::new(0);
-    let (server, gate) = held_first(
-        &script,
-        |req| agent_of(req) == Agent::Coordinator,
-        "先停一下",
-    );
+    let (server, gate) = held_at_work();
     let a = holding_then_cut(&url, &proxy, &host_a, &server, &gate);
     proxy.restore();
     wait_until("A took the run again", || run_hold_is_taken(&url, "k"));
@@ -781,10 +781,8 @@ fn a_run_whose_hold_another_host_took_meanwhile_stops() {
     let mut proxy = Proxy::start(address(&url));
     let host_a = Project::with("a/proj", ONE_ATTEMPT);
     let host_b = Project::with("b/proj", ONE_ATTEMPT);
-    let (script_a, script_b) = (Script::new(0), Script::new(0));
-    let coordinator = |req: &crate::support::Recorded| agent_of(req) == Agent::Coordinator;
-    let (server_a, gate_a) = held_first(&script_a, coordinator, "先停一下");
-    let (server_b, gate_b) = held_first(&script_b, coordinator, "先停一下");
+    let (server_a, gate_a) = held_at_work();
+    let (server_b, gate_b) = held_at_work();
     let a = holding_then_cut(&url, &proxy, &host_a, &server_a, &gate_a);
     let asked_a = server_a.request_count();
     // B, on the database directly, takes the run nobody holds now.
@@ -820,12 +818,7 @@ fn a_run_whose_hold_another_host_took_meanwhile_stops() {
 fn a_session_in_use_on_another_host_is_refused_to_once_resume() {
     let Some(url) = pg::fresh_url() else { return };
     let host = Project::with("proj", ONE_ATTEMPT);
-    let script = Script::new(0);
-    let (server, gate) = held_first(
-        &script,
-        |req| agent_of(req) == Agent::Coordinator,
-        "先停一下",
-    );
+    let (server, gate) = held_at_work();
     let a = host
         .command(&server, &["写个 hello 脚本", "--store", &url])
         .stdout(Stdio::null())
