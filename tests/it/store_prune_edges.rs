@@ -1,0 +1,233 @@
+//! Pruning's numbers and seams that the rule tests do not reach (issue #16: each was a
+//! surviving mutant of `src/stores/prune.rs`): the default trim threshold and cache
+//! lifetime, where trimmed results go, what counts as a synthesized result, and the
+//! pruning store passing every call but `load` to the stored transcript.
+
+use crate::store_support::{assistant, bash, text, tool_result, user_blocks, user_text};
+
+use chrono::{DateTime, Utc};
+use flower::stores::prune::{
+    CacheWindow, DEFAULT_TRIM_THRESHOLD_BYTES, INTERRUPTED_BODY, PruneOptions, TRIM_POINTER_PREFIX,
+    default_trim_dir, is_synthesized_result, prune,
+};
+use flower::stores::{PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The `content` of the tool result answering `id`.
+fn result_body(entries: &[Value], id: &str) -> Value {
+    entries
+        .iter()
+        .filter_map(|e| e["message"]["content"].as_array())
+        .flatten()
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
+        .map(|b| b["content"].clone())
+        .unwrap_or_else(|| panic!("no result for {id}"))
+}
+
+/// Two turns: an old result of `old_len` bytes, then a newer turn (never trimmed).
+fn old_result_of(old_len: usize) -> Vec<Value> {
+    vec![
+        user_text("u0", None, "look"),
+        assistant("a1", Some("u0"), vec![bash("t1", "cat big")]),
+        user_blocks(
+            "r1",
+            Some("a1"),
+            vec![tool_result("t1", &"x".repeat(old_len), false)],
+        ),
+        assistant("a2", Some("r1"), vec![bash("t2", "cat small")]),
+        user_blocks("r2", Some("a2"), vec![tool_result("t2", "small", false)]),
+    ]
+}
+
+#[test]
+fn the_default_trim_threshold_is_16_kib_and_a_result_of_exactly_that_stays() {
+    assert_eq!(DEFAULT_TRIM_THRESHOLD_BYTES, 16 * 1024);
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = PruneOptions::new(dir.path().join("trimmed"));
+    opts.trim = true;
+    assert_eq!(opts.trim_threshold_bytes, 16 * 1024, "PruneOptions::new");
+
+    let at = prune(old_result_of(16 * 1024), &opts);
+    assert_eq!(result_body(&at, "t1"), "x".repeat(16 * 1024));
+    // 1,040 bytes (16 + 1024) or 0 would trim this one too.
+    let small = prune(old_result_of(2000), &opts);
+    assert_eq!(result_body(&small, "t1"), "x".repeat(2000));
+
+    let over = prune(old_result_of(16 * 1024 + 1), &opts);
+    let pointer = result_body(&over, "t1");
+    assert!(
+        pointer.as_str().unwrap().starts_with(TRIM_POINTER_PREFIX),
+        "{pointer}"
+    );
+}
+
+#[test]
+fn trimmed_results_of_a_run_live_in_its_trimmed_folder() {
+    assert_eq!(
+        default_trim_dir(Path::new("/w/.flower/runs/r1")),
+        Path::new("/w/.flower/runs/r1/trimmed")
+    );
+}
+
+fn at(t: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(t).unwrap().with_timezone(&Utc)
+}
+
+fn stamped(mut entry: Value, t: &str) -> Value {
+    entry["timestamp"] = json!(t);
+    entry
+}
+
+/// Two denied calls (default pruning drops the older pair), the last reply at 10:00.
+fn two_denials() -> Vec<Value> {
+    let denied = |id: &str| tool_result(id, "Permission to use Bash has been denied.", true);
+    vec![
+        stamped(user_text("u0", None, "go"), "2026-01-01T09:59:00Z"),
+        stamped(
+            assistant("a1", Some("u0"), vec![bash("t1", "rm a")]),
+            "2026-01-01T09:59:10Z",
+        ),
+        stamped(
+            user_blocks("r1", Some("a1"), vec![denied("t1")]),
+            "2026-01-01T09:59:11Z",
+        ),
+        stamped(
+            assistant("a2", Some("r1"), vec![bash("t2", "rm b")]),
+            "2026-01-01T09:59:20Z",
+        ),
+        stamped(
+            user_blocks("r2", Some("a2"), vec![denied("t2")]),
+            "2026-01-01T09:59:21Z",
+        ),
+        stamped(
+            assistant("a3", Some("r2"), vec![text("I may not.")]),
+            "2026-01-01T10:00:00Z",
+        ),
+    ]
+}
+
+#[test]
+fn the_default_cache_lifetime_is_five_minutes() {
+    assert_eq!(CacheWindow::DEFAULT_TTL, Duration::from_secs(300));
+    let load_at = |now: &str| {
+        let mut opts = PruneOptions::new(std::env::temp_dir().join("flower-unused"));
+        opts.cache = Some(CacheWindow {
+            ttl: CacheWindow::DEFAULT_TTL,
+            now: Some(at(now)),
+        });
+        prune(two_denials(), &opts)
+    };
+    // Four minutes after the last reply the cache is warm: sent as it was.
+    assert_eq!(load_at("2026-01-01T10:04:00Z"), two_denials());
+    // Six minutes after, it has gone cold: the older denial goes.
+    assert_eq!(load_at("2026-01-01T10:06:00Z").len(), 4);
+}
+
+#[test]
+fn only_a_lone_neutral_result_named_after_its_call_counts_as_synthesized() {
+    // What prune writes for a call that never got a result.
+    let out = prune(
+        vec![
+            user_text("u0", None, "go"),
+            assistant("a1", Some("u0"), vec![bash("t1", "sleep 100")]),
+        ],
+        &PruneOptions::new(std::env::temp_dir().join("flower-unused")),
+    );
+    assert_eq!(out.len(), 3);
+    let made = &out[2];
+    assert!(is_synthesized_result(made), "{made}");
+
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut e = made.clone();
+        f(&mut e);
+        is_synthesized_result(&e)
+    };
+    assert!(
+        !with(&|e| e["uuid"] = json!("someone-else")),
+        "uuid of another call"
+    );
+    assert!(
+        !with(&|e| {
+            e.as_object_mut().unwrap().remove("uuid");
+        }),
+        "no uuid"
+    );
+    assert!(
+        !with(&|e| e["message"]["content"][0]["content"] = json!("real output")),
+        "a real body"
+    );
+    assert!(
+        !with(&|e| e["message"]["content"][0]["type"] = json!("text")),
+        "not a tool result"
+    );
+    assert!(
+        !with(&|e| e["message"]["content"][0]["tool_use_id"] = json!("t2")),
+        "answers another call"
+    );
+    assert!(
+        !with(&|e| {
+            let block = e["message"]["content"][0].clone();
+            e["message"]["content"] = json!([block.clone(), block]);
+        }),
+        "two blocks"
+    );
+    // A neutral body alone is not enough: a real interrupted result has one too.
+    let interrupted = user_blocks(
+        "r1",
+        Some("a1"),
+        vec![tool_result("t1", INTERRUPTED_BODY, true)],
+    );
+    assert!(!is_synthesized_result(&interrupted));
+}
+
+#[test]
+fn the_pruning_store_passes_every_other_call_to_the_stored_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = Arc::new(SqliteSessionStore::open(&dir.path().join("sessions.db")).unwrap());
+    let store = PruningSessionStore::new(inner.clone(), PruneOptions::new(dir.path()));
+    let key = SessionKey::main("p", "s");
+    let sub = key.sub("subagents/agent-1").unwrap();
+    let input = two_denials();
+    store.append(&key, &input).unwrap();
+    store
+        .append(&sub, &[user_text("x0", None, "sub task")])
+        .unwrap();
+
+    let sessions = store.list_sessions("p").unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions, inner.list_sessions("p").unwrap());
+    assert_eq!(sessions[0].session_id, "s");
+    let summaries = store.list_session_summaries("p").unwrap();
+    assert_eq!(summaries.len(), 1);
+    assert_eq!(summaries, inner.list_session_summaries("p").unwrap());
+    assert_eq!(store.list_subkeys(&key).unwrap(), vec!["subagents/agent-1"]);
+
+    // Usage is a fact of what was stored.
+    let mut reply = assistant("a4", Some("a3"), vec![text("ok")]);
+    reply["message"]["usage"] = json!({"input_tokens": 7, "output_tokens": 3});
+    store.append(&key, &[reply]).unwrap();
+    let usage = store.last_assistant_usage(&key).unwrap().unwrap();
+    assert_eq!(usage["input_tokens"], 7);
+
+    // load_pruned prunes with the options given, not the store's.
+    let mut keep_all = PruneOptions::new(dir.path());
+    keep_all.keep_denials = 10;
+    let loaded = store.load_pruned(&key, &keep_all).unwrap().unwrap();
+    let raw = store.load_raw(&key).unwrap().unwrap();
+    assert_eq!(loaded, prune(raw.clone(), &keep_all));
+    assert_eq!(loaded.len(), raw.len(), "every denial kept");
+    assert!(store.load(&key).unwrap().unwrap().len() < raw.len());
+
+    let debug = format!("{store:?}");
+    assert!(
+        debug.contains("PruningSessionStore") && debug.contains("keep_denials"),
+        "{debug}"
+    );
+
+    store.delete(&key).unwrap();
+    assert!(!store.has_session("s").unwrap());
+    assert_eq!(inner.load(&key).unwrap(), None);
+}
