@@ -231,3 +231,32 @@ fn the_pruning_store_passes_every_other_call_to_the_stored_transcript() {
     assert!(!store.has_session("s").unwrap());
     assert_eq!(inner.load(&key).unwrap(), None);
 }
+
+/// The uuid of the result synthesized for a call that never got one (pruned alone).
+fn synthesized_uuid(call_id: &str) -> String {
+    let out = prune(
+        vec![
+            user_text("u0", None, "go"),
+            assistant("a1", Some("u0"), vec![bash(call_id, "sleep 100")]),
+        ],
+        &PruneOptions::new(std::env::temp_dir().join("flower-unused")),
+    );
+    out[2]["uuid"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_synthesized_result_has_a_real_uuid_of_its_own_per_call() {
+    let mut seen = std::collections::HashSet::new();
+    for n in 0..200 {
+        let id = format!("toolu_{n:024}");
+        let text = synthesized_uuid(&id);
+        let parsed = uuid::Uuid::parse_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(parsed.hyphenated().to_string(), text, "canonical form");
+        assert_eq!(parsed.get_variant(), uuid::Variant::RFC4122, "{text}");
+        assert_eq!(parsed.get_version_num(), 8, "custom version: {text}");
+        // Both halves come from the id: neither is a constant.
+        let (hi, lo) = parsed.as_u64_pair();
+        assert!(seen.insert(hi) && seen.insert(lo), "{id} repeats a half: {text}");
+        assert_eq!(synthesized_uuid(&id), text, "the same every time");
+    }
+}
