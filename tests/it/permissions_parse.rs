@@ -15,7 +15,7 @@ fn words(cmd: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn check(allow: &[&str], deny: &[&str], cmd: &str) -> Decision {
+pub(crate) fn check(allow: &[&str], deny: &[&str], cmd: &str) -> Decision {
     let s = |v: &[&str]| v.iter().map(|r| r.to_string()).collect::<Vec<_>>();
     Permissions::new(&s(allow), &s(deny)).unwrap().check(
         "Bash",

@@ -2,19 +2,9 @@
 //! of `src/engine/bash_rules.rs`): the byte limit, the bracket pre-check, the tree
 //! depth walk, the parse deadline, and the reasons a refusal gives.
 
+use crate::permissions_parse::check;
 use flower::engine::bash_rules::{MAX_COMMAND_BYTES, MAX_DEPTH, NotPlain, plain_parts};
-use flower::engine::permissions::{Decision, Permissions};
-use serde_json::json;
-use std::path::Path;
-
-fn check(allow: &[&str], deny: &[&str], cmd: &str) -> Decision {
-    let s = |v: &[&str]| v.iter().map(|r| r.to_string()).collect::<Vec<_>>();
-    Permissions::new(&s(allow), &s(deny)).unwrap().check(
-        "Bash",
-        &json!({ "command": cmd }),
-        Path::new("/ws"),
-    )
-}
+use flower::engine::permissions::Decision;
 
 /// Allowed by an `echo` prefix rule, and not caught by a deny rule for another program.
 fn allowed_as_echo(cmd: &str) -> bool {

@@ -8,7 +8,9 @@
 //! line on a child's stdout); timeouts are only reached when something is broken.
 
 use crate::faults_support::{PATIENCE, last_texts, tool_use_ids};
+use crate::promises::{last_results, result_text};
 use crate::support;
+use crate::workflow::{seed_workflow, terse};
 
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::RunLocking;
@@ -65,20 +67,6 @@ fn runtime(dir: &Path, server: &FakeServer) -> Runtime {
     runtime_with(dir, server, |_| {})
 }
 
-fn terse() -> AgentSpec {
-    AgentSpec::new("terse", "回答极简,一行以内,不解释不寒暄。")
-        .allowed_tools(["Read", "Glob"])
-        .max_turns(4)
-}
-
-fn seed_workflow() -> Workflow {
-    Workflow::new(vec![Step::new(
-        "取词",
-        terse(),
-        "读 seed.txt,只回文件里那个词。",
-    )])
-}
-
 fn read_json(path: &Path) -> Value {
     std::fs::read_to_string(path)
         .ok()
@@ -107,28 +95,6 @@ fn opening(req: &Recorded) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         _ => String::new(),
-    }
-}
-
-/// The `tool_result` blocks of the newest message of a request.
-fn last_results(req: &Recorded) -> Vec<Value> {
-    req.messages()
-        .last()
-        .and_then(|m| m["content"].as_array())
-        .map(|blocks| {
-            blocks
-                .iter()
-                .filter(|b| b["type"] == "tool_result")
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn result_text(result: &Value) -> String {
-    match &result["content"] {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
     }
 }
 

@@ -29,7 +29,7 @@ fn json_of(out: &Output) -> Value {
 }
 
 /// The `tool_result` blocks of the newest message of a request.
-fn last_results(req: &Recorded) -> Vec<Value> {
+pub(crate) fn last_results(req: &Recorded) -> Vec<Value> {
     req.messages()
         .last()
         .and_then(|m| m["content"].as_array())
@@ -43,7 +43,7 @@ fn last_results(req: &Recorded) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn result_text(result: &Value) -> String {
+pub(crate) fn result_text(result: &Value) -> String {
     match &result["content"] {
         Value::String(s) => s.clone(),
         other => other.to_string(),

@@ -256,7 +256,10 @@ fn a_synthesized_result_has_a_real_uuid_of_its_own_per_call() {
         assert_eq!(parsed.get_version_num(), 8, "custom version: {text}");
         // Both halves come from the id: neither is a constant.
         let (hi, lo) = parsed.as_u64_pair();
-        assert!(seen.insert(hi) && seen.insert(lo), "{id} repeats a half: {text}");
+        assert!(
+            seen.insert(hi) && seen.insert(lo),
+            "{id} repeats a half: {text}"
+        );
         assert_eq!(synthesized_uuid(&id), text, "the same every time");
     }
 }

@@ -29,13 +29,13 @@ fn runtime(dir: &Path, server: &FakeServer) -> Runtime {
     Runtime::with_options(dir, dir.join("runs"), options).expect("runtime")
 }
 
-fn terse() -> AgentSpec {
+pub(crate) fn terse() -> AgentSpec {
     AgentSpec::new("terse", "回答极简,一行以内,不解释不寒暄。")
         .allowed_tools(["Read", "Glob"])
         .max_turns(4)
 }
 
-fn seed_workflow() -> Workflow {
+pub(crate) fn seed_workflow() -> Workflow {
     Workflow::new(vec![Step::new(
         "取词",
         terse(),
