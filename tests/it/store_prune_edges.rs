@@ -263,3 +263,36 @@ fn a_synthesized_result_has_a_real_uuid_of_its_own_per_call() {
         assert_eq!(synthesized_uuid(&id), text, "the same every time");
     }
 }
+
+/// An old result whose `content` is the given blocks, then a newer turn.
+fn old_result_with(content: Value) -> Vec<Value> {
+    let mut entries = old_result_of(1);
+    entries[2]["message"]["content"][0]["content"] = content;
+    entries
+}
+
+#[test]
+fn a_result_of_several_text_blocks_is_measured_whole_and_one_without_text_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = PruneOptions::new(dir.path().join("trimmed"));
+    opts.trim = true;
+    opts.trim_threshold_bytes = 1000;
+    // Two blocks of 600 bytes: 1,201 bytes of text joined, over the threshold.
+    let two = json!([{"type": "text", "text": "a".repeat(600)},
+                     {"type": "text", "text": "b".repeat(600)}]);
+    let out = prune(old_result_with(two), &opts);
+    let pointer = result_body(&out, "t1");
+    assert!(
+        pointer.as_str().unwrap().starts_with(TRIM_POINTER_PREFIX),
+        "{pointer}"
+    );
+    let file = dir.path().join("trimmed/sess-t1.txt");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(written, format!("{}\n{}", "a".repeat(600), "b".repeat(600)));
+
+    // No text at all (an image): nothing to measure, kept as it is.
+    let image = json!([{"type": "image", "source": {"type": "base64",
+                        "media_type": "image/png", "data": "iVBORw0KGgo="}}]);
+    let out = prune(old_result_with(image.clone()), &opts);
+    assert_eq!(result_body(&out, "t1"), image);
+}
