@@ -20,6 +20,7 @@ use flower::continuity::shared::{SharedRun, SharedRunError};
 use flower::continuity::signals;
 use flower::continuity::wake::{context_in, session_context, session_generation, wake_state_of};
 use flower::engine::Interrupt;
+use flower::stores::postgres::hostname;
 use flower::stores::{SessionKey, SessionStore};
 use flower::tools::sandbox::SandboxPolicy;
 use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
@@ -469,8 +470,6 @@ fn lost(run: &SharedRun) -> flower::stores::postgres::OnLeaseLost {
         }
     })
 }
-
-use flower::stores::postgres::hostname;
 
 /// `另一个 flower 正在这里运行(pid N,HH:MM 起)`
 pub fn running_here(holder: &Option<Holder>) -> String {

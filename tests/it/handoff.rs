@@ -36,22 +36,8 @@ fn model_doc() -> String {
     doc
 }
 
-/// The text of the first user message of a request: its session's first prompt.
-fn first_prompt(req: &Recorded) -> String {
-    let first = &req.messages()[0]["content"];
-    match first {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
 fn is_successor(req: &Recorded) -> bool {
-    agent_of(req) == Agent::Coordinator && first_prompt(req).contains("你接手这一步")
+    agent_of(req) == Agent::Coordinator && req.first_prompt().contains("你接手这一步")
 }
 
 /// A request that carries the handoff prompt (the retiring session is being asked).
@@ -166,7 +152,7 @@ fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
         .count();
     assert_eq!(asked, 1);
     let successor = coordinator.iter().find(|r| is_successor(r)).unwrap();
-    let prompt = first_prompt(successor);
+    let prompt = successor.first_prompt();
     assert!(prompt.contains("第 2 代"), "{prompt}");
     assert!(prompt.contains(doc.trim_end()), "{prompt}");
     assert!(prompt.contains("notes/需求.md") && prompt.contains("notes/目标.md"));
@@ -258,7 +244,7 @@ fn an_incomplete_document_is_asked_for_twice_more_then_written_mechanically() {
     assert!(doc.contains("## 目标\n写一个 hello 脚本"), "{doc}");
     assert!(doc.contains("hello.txt"), "{doc}");
     let successor = coordinator.iter().find(|r| is_successor(r)).unwrap();
-    assert!(first_prompt(successor).contains(doc.trim_end()));
+    assert!(successor.first_prompt().contains(doc.trim_end()));
     assert_eq!(project.work_row()["ok"], true);
 }
 
@@ -462,7 +448,7 @@ fn killed_after_the_document_the_wake_reuses_it() {
     wake_and_check(&project, &server);
     assert_eq!(project.read(DOC), model_doc(), "reused, not rewritten");
     let successor = server.requests().into_iter().find(is_successor).unwrap();
-    assert!(first_prompt(&successor).contains(model_doc().trim_end()));
+    assert!(successor.first_prompt().contains(model_doc().trim_end()));
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! line on a child's stdout); timeouts are only reached when something is broken.
 
 use crate::faults_support::{PATIENCE, last_texts, tool_use_ids};
-use crate::promises::{last_results, result_text};
+use crate::promises::{last_results, once_with_calls, result_text};
 use crate::support;
 use crate::workflow::{seed_workflow, terse};
 
@@ -47,6 +47,15 @@ fn runtime_with(
     server: &FakeServer,
     tweak: impl FnOnce(&mut RuntimeOptions),
 ) -> Runtime {
+    open_runtime(dir, server, tweak).expect("runtime")
+}
+
+/// [`runtime_with`], the opening's error kept (a held run directory is one).
+fn open_runtime(
+    dir: &Path,
+    server: &FakeServer,
+    tweak: impl FnOnce(&mut RuntimeOptions),
+) -> Result<Runtime, RuntimeError> {
     let client =
         AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").expect("client");
     let mut options = RuntimeOptions {
@@ -60,7 +69,7 @@ fn runtime_with(
         ..RuntimeOptions::default()
     };
     tweak(&mut options);
-    Runtime::with_options(dir, dir.join("runs"), options).expect("runtime")
+    Runtime::with_options(dir, dir.join("runs"), options)
 }
 
 fn runtime(dir: &Path, server: &FakeServer) -> Runtime {
@@ -85,35 +94,11 @@ fn lineage_of(dir: &Path) -> Value {
     read_json(&dir.join("runs/lineage.json"))
 }
 
-/// The text of a request's first message: its session's opening prompt.
-fn opening(req: &Recorded) -> String {
-    match &req.messages()[0]["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-/// A `flower once` whose model makes `calls` in turn (one per reply), then is done.
-/// Returns the server, so the test can read what each call's result was.
-fn once_with_calls(project: &Project, calls: Vec<(&str, Value)>, rules: &[&str]) -> FakeServer {
-    let n = calls.len();
-    let mut replies: Vec<Reply> = calls
-        .into_iter()
-        .map(|(tool, input)| Reply::tool_use(tool, input))
-        .collect();
-    replies.push(Reply::text("完了"));
-    let server = FakeServer::start(replies);
-    let mut args = vec!["once", "按吩咐做", "--json"];
-    args.extend(rules);
-    let out = project.run(&server, &args);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(server.request_count(), n + 1);
-    server
+/// A complete 需求.md and 目标.md in `dir/notes`: 确认需求 and 定目标 are frozen.
+fn freeze_notes(dir: &Path) {
+    std::fs::create_dir_all(dir.join("notes")).unwrap();
+    std::fs::write(dir.join("notes/需求.md"), BRIEF).unwrap();
+    std::fs::write(dir.join("notes/目标.md"), GOAL).unwrap();
 }
 
 /// The first request of `agent` at or after index `from`.
@@ -167,9 +152,9 @@ fn wake_starts_work_afresh(
         work.raw_body
     );
     assert!(
-        opening(&work).starts_with("照这份需求做"),
+        work.first_prompt().starts_with("照这份需求做"),
         "{}",
-        opening(&work)
+        work.first_prompt()
     );
     assert!(
         server.requests()[before..]
@@ -270,7 +255,7 @@ async fn a_run_dropped_mid_step_leaves_no_row_and_the_next_runtime_resumes_it() 
     assert_eq!(ctx.sessions["取词"], id, "the same session continued");
     let resumed = &server.requests()[1];
     assert!(
-        opening(resumed).contains("读 seed.txt"),
+        resumed.first_prompt().contains("读 seed.txt"),
         "{}",
         resumed.raw_body
     );
@@ -344,16 +329,7 @@ async fn a_sigkilled_holders_run_lock_is_free_for_the_next_runtime() {
         }
     }
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let open = || {
-        let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake")
-            .expect("client");
-        let options = RuntimeOptions {
-            client: Some(Arc::new(client)),
-            run_lock: RunLocking::Take,
-            ..RuntimeOptions::default()
-        };
-        Runtime::with_options(dir.path(), dir.path().join("runs"), options)
-    };
+    let open = || open_runtime(dir.path(), &server, |o| o.run_lock = RunLocking::Take);
     assert!(
         matches!(open(), Err(RuntimeError::Locked { .. })),
         "the child holds the run directory"
@@ -427,7 +403,11 @@ async fn a_clarification_cut_short_resumes_with_clarify_resume() {
         "{:#?}",
         resumed.messages().last()
     );
-    assert!(opening(resumed).contains(REQUEST), "{}", opening(resumed));
+    assert!(
+        resumed.first_prompt().contains(REQUEST),
+        "{}",
+        resumed.first_prompt()
+    );
     assert_eq!(ctx.sessions[CLARIFY], id);
     assert_eq!(
         std::fs::read_to_string(ws.join("notes/需求.md")).unwrap(),
@@ -443,9 +423,7 @@ async fn a_clarification_cut_short_resumes_with_clarify_resume() {
 async fn frozen_notes_skip_clarify_and_set_goal_in_the_library_pipeline() {
     let dir = TempDir::new().unwrap();
     let ws = dir.path().canonicalize().unwrap();
-    std::fs::create_dir_all(ws.join("notes")).unwrap();
-    std::fs::write(ws.join("notes/需求.md"), BRIEF).unwrap();
-    std::fs::write(ws.join("notes/目标.md"), GOAL).unwrap();
+    freeze_notes(&ws);
     let server = FakeServer::with_handler(|req, _| simple_reply(req));
     let rt = runtime(&ws, &server);
     let ctx = flower_workflow(&ws, &FlowerOptions::default())
@@ -460,7 +438,7 @@ async fn frozen_notes_skip_clarify_and_set_goal_in_the_library_pipeline() {
     );
     assert_eq!(ctx.get(CLARIFY), Some(BRIEF));
     assert_eq!(ctx.get(SET_GOAL), Some(GOAL));
-    assert!(opening(&server.requests()[0]).contains("## 验收"));
+    assert!(server.requests()[0].first_prompt().contains("## 验收"));
     assert_eq!(
         std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
         "hello"
@@ -483,7 +461,7 @@ async fn a_handoff_cut_short_wakes_the_successor_not_the_retired_session() {
     let ws = dir.path().canonicalize().unwrap();
     std::fs::write(ws.join("seed.txt"), "向日葵").unwrap();
     let gate = Gate::new();
-    let is_successor = |req: &Recorded| opening(req).contains("你接手这一步");
+    let is_successor = |req: &Recorded| req.first_prompt().contains("你接手这一步");
     let server = {
         let gate = gate.clone();
         let held = AtomicBool::new(false);
@@ -629,7 +607,11 @@ async fn an_outage_is_waited_out_without_spending_attempts_and_the_session_resum
         "{:#?}",
         retry.messages().last()
     );
-    assert_eq!(opening(retry), opening(&requests[0]), "the same session");
+    assert_eq!(
+        retry.first_prompt(),
+        requests[0].first_prompt(),
+        "the same session"
+    );
     assert_eq!(
         tool_use_ids(retry),
         ["toolu_fake_0000_0"],
@@ -752,9 +734,7 @@ fn a_no_trim_wake_still_drops_errors_and_old_denials() {
     let project = Project::with("proj", crate::faults_support::RESILIENT);
     std::fs::write(project.dir.join("a.txt"), "a").unwrap();
     std::fs::write(project.dir.join("b.txt"), "b").unwrap();
-    std::fs::create_dir_all(project.dir.join("notes")).unwrap();
-    std::fs::write(project.dir.join("notes/需求.md"), BRIEF).unwrap();
-    std::fs::write(project.dir.join("notes/目标.md"), GOAL).unwrap();
+    freeze_notes(&project.dir);
     let overloaded = AtomicBool::new(false);
     let server = FakeServer::with_handler(move |req, _| match (agent_of(req), turn_of(req)) {
         // The coordinator may only run read-only git: both `rm` are denied.
@@ -1103,7 +1083,7 @@ fn flower_never_runs_a_denied_command_hidden_in_another() {
         .map(|c| ("Bash", json!({"command": c})))
         .collect();
     calls.push(("Bash", json!({"command": "echo ran > made.txt"})));
-    let server = once_with_calls(
+    let (_, server) = once_with_calls(
         &project,
         calls,
         // Write too: without it the sandbox would make the workspace read-only, which
@@ -1156,7 +1136,7 @@ fn flower_keeps_a_denied_path_out_through_dots_and_links() {
     }
     calls.push(("Read", json!({"file_path": "open.txt"})));
     let n = calls.len();
-    let server = once_with_calls(
+    let (_, server) = once_with_calls(
         &project,
         calls,
         &[
@@ -1196,7 +1176,7 @@ fn flower_refuses_writes_outside_the_workspace() {
     std::fs::create_dir(&outside).unwrap();
     std::os::unix::fs::symlink(&outside, project.dir.join("escape")).unwrap();
     let write = |path: Value| ("Write", json!({"file_path": path, "content": "x"}));
-    let server = once_with_calls(
+    let (_, server) = once_with_calls(
         &project,
         vec![
             write(json!("../outside/a.txt")),

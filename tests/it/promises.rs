@@ -369,7 +369,7 @@ fn a_content_deny_beats_a_matching_content_allow() {
 }
 
 /// A `flower once` whose model calls `calls` in turn (one per reply), then is done.
-fn once_with_calls(
+pub(crate) fn once_with_calls(
     project: &Project,
     calls: Vec<(&str, Value)>,
     rules: &[&str],

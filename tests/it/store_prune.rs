@@ -44,7 +44,7 @@ fn find<'a>(entries: &'a [Value], uuid: &str) -> &'a Value {
 }
 
 /// The tool_result block answering `id`, wherever it is.
-fn result_for<'a>(entries: &'a [Value], id: &str) -> Option<&'a Value> {
+pub(crate) fn result_for<'a>(entries: &'a [Value], id: &str) -> Option<&'a Value> {
     entries
         .iter()
         .filter_map(|e| e["message"]["content"].as_array())

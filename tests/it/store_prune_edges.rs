@@ -18,11 +18,7 @@ use std::time::Duration;
 
 /// The `content` of the tool result answering `id`.
 fn result_body(entries: &[Value], id: &str) -> Value {
-    entries
-        .iter()
-        .filter_map(|e| e["message"]["content"].as_array())
-        .flatten()
-        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
+    crate::store_prune::result_for(entries, id)
         .map(|b| b["content"].clone())
         .unwrap_or_else(|| panic!("no result for {id}"))
 }
@@ -295,4 +291,113 @@ fn a_result_of_several_text_blocks_is_measured_whole_and_one_without_text_is_kep
                         "media_type": "image/png", "data": "iVBORw0KGgo="}}]);
     let out = prune(old_result_with(image.clone()), &opts);
     assert_eq!(result_body(&out, "t1"), image);
+}
+
+/// Two sittings: denials of `rm a`/`rm b` until a reply at 09:01, an API error at
+/// 09:58, a prompt at `second` (the next sitting), denials of `rm c`/`rm d`, and a
+/// `sleep` that ran six minutes before its result, the last reply at 10:08.
+fn two_sittings(second: &str) -> Vec<Value> {
+    use crate::store_support::api_error;
+    let denied = |id: &str| tool_result(id, "Permission to use Bash has been denied.", true);
+    let turn = |n: &str, parent: &str, cmd: &str, call: &str, answer: &str| {
+        vec![
+            stamped(
+                assistant(&format!("a{n}"), Some(parent), vec![bash(n, cmd)]),
+                call,
+            ),
+            stamped(
+                user_blocks(&format!("r{n}"), Some(&format!("a{n}")), vec![denied(n)]),
+                answer,
+            ),
+        ]
+    };
+    let mut entries = vec![stamped(user_text("u0", None, "go"), "2026-01-01T09:00:00Z")];
+    entries.extend(turn(
+        "1",
+        "u0",
+        "rm a",
+        "2026-01-01T09:00:10Z",
+        "2026-01-01T09:00:11Z",
+    ));
+    entries.extend(turn(
+        "2",
+        "r1",
+        "rm b",
+        "2026-01-01T09:00:20Z",
+        "2026-01-01T09:00:21Z",
+    ));
+    entries.push(stamped(
+        assistant("a3", Some("r2"), vec![text("I may not.")]),
+        "2026-01-01T09:01:00Z",
+    ));
+    entries.push(stamped(api_error("e3", Some("a3")), "2026-01-01T09:58:00Z"));
+    entries.push(stamped(user_text("u4", Some("e3"), "try again"), second));
+    entries.extend(turn(
+        "5",
+        "u4",
+        "rm c",
+        "2026-01-01T10:00:10Z",
+        "2026-01-01T10:00:11Z",
+    ));
+    entries.extend(turn(
+        "6",
+        "r5",
+        "rm d",
+        "2026-01-01T10:00:20Z",
+        "2026-01-01T10:00:21Z",
+    ));
+    entries.push(stamped(
+        assistant("a7", Some("r6"), vec![bash("7", "sleep 360")]),
+        "2026-01-01T10:01:00Z",
+    ));
+    entries.push(stamped(
+        user_blocks("r7", Some("a7"), vec![tool_result("7", "", false)]),
+        "2026-01-01T10:07:00Z",
+    ));
+    entries.push(stamped(
+        assistant("a8", Some("r7"), vec![text("done")]),
+        "2026-01-01T10:08:00Z",
+    ));
+    entries
+}
+
+/// The calls left after a warm load at 10:10 (two minutes after the last reply).
+fn calls_after_warm_load(entries: Vec<Value>) -> Vec<String> {
+    let mut opts = PruneOptions::new(std::env::temp_dir().join("flower-unused"));
+    opts.cache = Some(CacheWindow {
+        ttl: CacheWindow::DEFAULT_TTL,
+        now: Some(at("2026-01-01T10:10:00Z")),
+    });
+    prune(entries, &opts)
+        .iter()
+        .filter_map(|e| e["message"]["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| b["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_warm_load_prunes_only_before_the_prompt_that_came_after_the_cache_went_cold() {
+    // The prompt at 10:00 came 59 minutes after the last real reply (the API error at
+    // 09:58 is no reply): that load was cold, so what came before it was pruned then
+    // (the older denial goes) and what came after was sent verbatim (both denials
+    // stay). A tool result six minutes after its call is no prompt: no new boundary.
+    assert_eq!(
+        calls_after_warm_load(two_sittings("2026-01-01T10:00:00Z")),
+        ["2", "5", "6", "7"]
+    );
+    // A prompt exactly five minutes after the reply still found the cache warm: no
+    // boundary, and the whole transcript is sent as it was.
+    let mut warm_all_along = two_sittings("2026-01-01T09:06:00Z");
+    warm_all_along.retain(|e| e["uuid"] != "e3");
+    for e in &mut warm_all_along {
+        if e["uuid"] == "u4" {
+            e["parentUuid"] = json!("a3");
+        }
+    }
+    assert_eq!(
+        calls_after_warm_load(warm_all_along),
+        ["1", "2", "5", "6", "7"]
+    );
 }

@@ -222,6 +222,20 @@ impl Recorded {
         }
     }
 
+    /// The text of the first message: its session's opening prompt (a string, or its
+    /// text blocks joined with newlines).
+    pub fn first_prompt(&self) -> String {
+        match self.messages().first().map(|m| &m["content"]) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(blocks)) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    }
+
     /// The `messages` array (empty when absent).
     pub fn messages(&self) -> &[Value] {
         self.body
