@@ -401,3 +401,37 @@ fn a_warm_load_prunes_only_before_the_prompt_that_came_after_the_cache_went_cold
         ["1", "2", "5", "6", "7"]
     );
 }
+
+#[test]
+fn a_transcript_whose_start_was_lost_is_repaired_however_deep_the_cascade() {
+    // The first user entry is gone: twenty assistant calls, each answered by the next
+    // user entry. Each repair step uncovers the next problem (a leading assistant
+    // message goes, its results become strays, the emptied message goes, and the
+    // next call leads), three steps per turn: repair must keep going to the end, and
+    // not stop at a step that only deleted blocks.
+    const TURNS: usize = 20;
+    let mut input = Vec::new();
+    let mut parent: Option<String> = None;
+    for n in 0..TURNS {
+        let (a, r) = (format!("a{n}"), format!("r{n}"));
+        input.push(assistant(
+            &a,
+            parent.as_deref(),
+            vec![bash(&format!("t{n}"), "ls")],
+        ));
+        input.push(user_blocks(
+            &r,
+            Some(&a),
+            vec![tool_result(&format!("t{n}"), "files", false)],
+        ));
+        parent = Some(r);
+    }
+    input.push(user_text("u", parent.as_deref(), "go on"));
+    input.push(assistant("a", Some("u"), vec![text("ok")]));
+
+    let opts = PruneOptions::new(std::env::temp_dir().join("flower-unused"));
+    let out = prune(input, &opts);
+    let uuids: Vec<&str> = out.iter().map(|e| e["uuid"].as_str().unwrap()).collect();
+    assert_eq!(uuids, ["u", "a"]);
+    assert_eq!(out[0]["parentUuid"], Value::Null);
+}
