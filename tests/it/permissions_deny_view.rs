@@ -381,3 +381,74 @@ fn each_construct_outside_the_plain_subset_is_named_in_the_refusal() {
         Ok(vec![vec!["ls".to_string(), "a bc".to_string()]])
     );
 }
+
+#[test]
+fn control_bytes_and_line_continuations_are_refused_outside_single_quotes_only() {
+    assert_views(&[
+        ("echo 'a\x01b'", seen("echo a\x01b", "0:0")),
+        ("echo 'a\\\nb'", seen("echo a\\\nb", "0:0")),
+        ("echo 'a\tb'", seen("echo a\tb", "0:0")),
+        (
+            "echo a\x01b",
+            refused("it holds a control character, which bash may read differently"),
+        ),
+        (
+            "echo \x7f",
+            refused("it holds a control character, which bash may read differently"),
+        ),
+        (
+            "echo a\\\nb",
+            refused("it holds a backslash-newline, which bash may read differently"),
+        ),
+    ]);
+    assert_eq!(
+        plain_parts("echo 'a\x01b'").map(|p| p[0].words.clone()),
+        Ok(vec!["echo".to_string(), "a\x01b".to_string()])
+    );
+}
+
+#[test]
+fn scripts_nest_eight_deep_and_no_deeper() {
+    let evals = |n: usize| format!("{}rm x", "eval ".repeat(n));
+    let eight = view(&evals(8)).map(|(commands, _)| commands.split(" ; ").count());
+    assert_eq!(eight, Ok(9), "eight scripts inside the command");
+    let nine = view(&evals(9)).unwrap_err();
+    assert!(
+        nine.ends_with("its script \"rm x\" cannot be checked: shell scripts nest too deeply"),
+        "{nine}"
+    );
+}
+
+#[test]
+fn a_long_construct_is_quoted_whole_up_to_80_characters_in_a_refusal() {
+    // `${x:-a…a}` of exactly 80 characters, then of 81.
+    let expansion = |len: usize| format!("${{x:-{}}}", "a".repeat(len - 6));
+    let refusal = |len: usize| view(&format!("echo {}", expansion(len))).unwrap_err();
+    assert_eq!(
+        refusal(80),
+        format!(
+            "the expansion \"{}\" may evaluate a value as code",
+            expansion(80)
+        )
+    );
+    let cut: String = expansion(81).chars().take(80).collect();
+    assert_eq!(
+        refusal(81),
+        format!("the expansion \"{cut}\"… may evaluate a value as code")
+    );
+}
+
+#[test]
+fn a_here_document_whose_first_line_runs_on_is_refused() {
+    let runs_on = "a here-document starts on a line whose next part runs past the line end, so \
+                   its body cannot be located";
+    assert_views(&[
+        ("cat <<EOF && (ls\n)\nbody\nEOF", refused(runs_on)),
+        ("cat <<EOF $(echo\nx)\nbody\nEOF", refused(runs_on)),
+        ("cat <<EOF\nbody\nEOF\nls", seen("cat ; ls", "0:0 1:0")),
+        ("cat <<EOF\na\nEOF\nEOF", seen("cat ; EOF", "0:0 1:0")),
+        ("cat << EOF\na\nEOF", seen("cat", "0:0")),
+        ("cat <<EOF >/dev/null\nx\nEOF", seen("cat", "0:0")),
+        ("cat <<EOF\n\\`x\\`\nEOF", seen("cat", "0:0")),
+    ]);
+}
