@@ -435,3 +435,61 @@ fn a_transcript_whose_start_was_lost_is_repaired_however_deep_the_cascade() {
     assert_eq!(uuids, ["u", "a"]);
     assert_eq!(out[0]["parentUuid"], Value::Null);
 }
+
+/// A turn: a prompt, a call of `id`, its result of `len` bytes.
+fn read_turn(n: u32, parent: Option<&str>, id: &str, len: usize) -> Vec<Value> {
+    let (u, a, r) = (format!("u{n}"), format!("a{n}"), format!("r{n}"));
+    vec![
+        user_text(&u, parent, "read it"),
+        assistant(&a, Some(&u), vec![bash(id, "cat big")]),
+        user_blocks(&r, Some(&a), vec![tool_result(id, &"x".repeat(len), false)]),
+    ]
+}
+
+fn trimming(dir: &Path) -> PruneOptions {
+    let mut opts = PruneOptions::new(dir.join("trimmed"));
+    opts.trim = true;
+    opts.trim_threshold_bytes = 1000;
+    opts
+}
+
+#[test]
+fn the_newest_turn_with_results_stays_whole_whatever_follows_it() {
+    // After the newest results come a reply and a new prompt: neither is a turn with
+    // results, so the newest results are the one turn kept whole.
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = read_turn(0, None, "t0", 5000);
+    input.extend(read_turn(1, Some("r0"), "t1", 5000));
+    input.push(assistant("a2", Some("r1"), vec![text("both read")]));
+    input.push(user_text("u3", Some("a2"), "thanks"));
+    let out = prune(input, &trimming(dir.path()));
+    let t0 = result_body(&out, "t0");
+    assert!(
+        t0.as_str().unwrap().starts_with(TRIM_POINTER_PREFIX),
+        "{t0}"
+    );
+    assert_eq!(result_body(&out, "t1"), "x".repeat(5000));
+}
+
+#[test]
+fn a_trimmed_result_file_is_named_after_session_and_call_in_safe_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = read_turn(0, None, "toolu_01/../x", 5000);
+    input.extend(read_turn(1, Some("r0"), "t1", 10));
+    for e in &mut input {
+        e["sessionId"] = json!("s-1.x");
+    }
+    let out = prune(input, &trimming(dir.path()));
+    let file = dir.path().join("trimmed").join("s-1_x-toolu_01____x.txt");
+    let pointer = result_body(&out, "toolu_01/../x");
+    assert!(
+        pointer.as_str().unwrap().contains(file.to_str().unwrap()),
+        "{pointer}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x".repeat(5000));
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("trimmed"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [file.file_name().unwrap()]);
+}
