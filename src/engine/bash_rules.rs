@@ -256,6 +256,90 @@ fn risky_bytes(cmd: &str, root: Node) -> Option<&'static str> {
     None
 }
 
+/// A redirection that the grammar reads differently from bash, with the node: bash
+/// takes exactly one word after `>`, `<` and kin (`rm 2>/dev/null -rf x` runs
+/// `rm -rf x`), where the grammar makes every following word a target; and it reads a
+/// number written against `<` or `>` as the descriptor (`git 0</dev/null push` runs
+/// `git push`), where the grammar can leave it a word of the command. Either way the
+/// words a rule would see are not the ones bash runs.
+fn misread_redirect<'t>(root: Node<'t>, src: &str) -> Option<(&'static str, Node<'t>)> {
+    let mut cursor = root.walk();
+    loop {
+        let n = cursor.node();
+        if matches!(
+            n.kind(),
+            "file_redirect" | "herestring_redirect" | "heredoc_redirect"
+        ) {
+            let mut c = n.walk();
+            let has_descriptor = n.children(&mut c).any(|ch| ch.kind() == "file_descriptor");
+            let head = src.get(..n.start_byte()).unwrap_or("");
+            let digits = head.bytes().rev().take_while(u8::is_ascii_digit).count();
+            let number_word = digits > 0
+                && head[..head.len() - digits]
+                    .bytes()
+                    .next_back()
+                    .is_none_or(|b| b.is_ascii_whitespace() || b";&|()".contains(&b));
+            if !has_descriptor && number_word {
+                return Some((
+                    "a descriptor number the parser split from its redirection",
+                    n,
+                ));
+            }
+            // Only on the `<<` line: below it is the body, which `check_heredoc` reads
+            // by bash's rules (the grammar may make a word of part of it).
+            let line_end = src[n.start_byte()..]
+                .find('\n')
+                .map_or(src.len(), |i| n.start_byte() + i);
+            let mut c = n.walk();
+            let heredoc_words = n.kind() == "heredoc_redirect"
+                && n.named_children(&mut c).any(|ch| {
+                    ch.start_byte() < line_end
+                        && !matches!(
+                            ch.kind(),
+                            "heredoc_start"
+                                | "heredoc_body"
+                                | "heredoc_end"
+                                | "file_descriptor"
+                                | "file_redirect"
+                                | "herestring_redirect"
+                                | "pipeline"
+                                | "list"
+                                | "command"
+                                | "redirected_statement"
+                                | "subshell"
+                                | "compound_statement"
+                                | "negated_command"
+                        )
+                });
+            if heredoc_words {
+                return Some((
+                    "words after a here-document's delimiter, which bash passes to the command",
+                    n,
+                ));
+            }
+            let mut c = n.walk();
+            let targets = n.children_by_field_name("destination", &mut c).count();
+            if n.kind() != "heredoc_redirect" && targets > 1 {
+                return Some((
+                    "words after a redirection's target, which bash passes to the command",
+                    n,
+                ));
+            }
+        }
+        if cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() {
+                return None;
+            }
+        }
+    }
+}
+
 /// Bash's reserved words: as a program name they change what the rest means.
 const RESERVED: [&str; 22] = [
     "!", "case", "coproc", "do", "done", "elif", "else", "esac", "fi", "for", "function", "if",
@@ -371,6 +455,12 @@ pub fn plain_parts(cmd: &str) -> Result<Vec<Part>, NotPlain> {
         return Err(NotPlain::Construct {
             what: what.into(),
             at: cmd.into(),
+        });
+    }
+    if let Some((what, at)) = misread_redirect(root, cmd) {
+        return Err(NotPlain::Construct {
+            what: what.into(),
+            at: text(at, cmd).into(),
         });
     }
     let mut parts = Vec::new();
@@ -593,6 +683,9 @@ fn collect(cmd: &str, depth: usize, view: &mut DenyView) -> Result<(), String> {
     let root = tree.root_node();
     if let Some(what) = risky_bytes(cmd, root) {
         return Err(format!("it holds {what}, which bash may read differently"));
+    }
+    if let Some((what, at)) = misread_redirect(root, cmd) {
+        return Err(format!("it holds {what} ({})", short(text(at, cmd))));
     }
     heredoc_lines(root, cmd)?;
     let mut w = DenyWalk {

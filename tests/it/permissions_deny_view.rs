@@ -444,11 +444,85 @@ fn a_here_document_whose_first_line_runs_on_is_refused() {
                    its body cannot be located";
     assert_views(&[
         ("cat <<EOF && (ls\n)\nbody\nEOF", refused(runs_on)),
-        ("cat <<EOF $(echo\nx)\nbody\nEOF", refused(runs_on)),
+        (
+            "cat <<EOF $(echo\nx)\nbody\nEOF",
+            refused(
+                "it holds words after a here-document's delimiter, which bash passes to the \
+                 command (\"<<EOF $(echo\\nx)\\nbody\\nEOF\")",
+            ),
+        ),
+        (
+            "cat <<EOF >/dev/null && (ls\n)\nbody\nEOF",
+            refused(runs_on),
+        ),
         ("cat <<EOF\nbody\nEOF\nls", seen("cat ; ls", "0:0 1:0")),
         ("cat <<EOF\na\nEOF\nEOF", seen("cat ; EOF", "0:0 1:0")),
         ("cat << EOF\na\nEOF", seen("cat", "0:0")),
         ("cat <<EOF >/dev/null\nx\nEOF", seen("cat", "0:0")),
         ("cat <<EOF\n\\`x\\`\nEOF", seen("cat", "0:0")),
     ]);
+}
+
+#[test]
+fn words_the_grammar_hides_in_a_redirection_cannot_slip_past_a_deny_rule() {
+    // Bash runs `rm -rf x` for each of these: a redirection takes one word, a number
+    // against `<` or `>` is its descriptor, and words after a here-document's
+    // delimiter are arguments. The grammar reads the `-rf x` as redirection targets or
+    // the `0` as an argument, so the deny rule would not see `rm -rf`.
+    use crate::permissions_parse::check;
+    use flower::engine::permissions::Decision;
+    for cmd in [
+        "rm 2>/dev/null -rf x",
+        "rm >/dev/null -rf x",
+        "rm 0</dev/null -rf x",
+        "rm <<EOF -rf x\nbody\nEOF",
+    ] {
+        let decision = check(&["Bash"], &["Bash(rm -rf:*)"], cmd);
+        assert!(
+            matches!(decision, Decision::Deny { .. }),
+            "{cmd:?}: {decision:?}"
+        );
+    }
+    let decision = check(&["Bash"], &["Bash(git push:*)"], "git 0</dev/null push");
+    assert!(matches!(decision, Decision::Deny { .. }), "{decision:?}");
+    assert_views(&[
+        (
+            "rm 2>/dev/null -rf x",
+            refused(
+                "it holds words after a redirection's target, which bash passes to the \
+                 command (\"2>/dev/null -rf x\")",
+            ),
+        ),
+        (
+            "git 0</dev/null push",
+            refused(
+                "it holds a descriptor number the parser split from its redirection \
+                 (\"</dev/null push\")",
+            ),
+        ),
+        (
+            "cat <<EOF -n\nx\nEOF",
+            refused(
+                "it holds words after a here-document's delimiter, which bash passes to the \
+                 command (\"<<EOF -n\\nx\\nEOF\")",
+            ),
+        ),
+        // What bash reads the same way stays checkable.
+        ("ls 2>/dev/null >/dev/null", seen("ls", "0:0")),
+        ("echo 1>/dev/null", seen("echo", "0:0")),
+        ("echo a1>/dev/null", seen("echo a1", "0:0")),
+        ("cat <<< a b", seen("cat b", "0:0")),
+        (
+            "cat <<EOF | rm -rf x\nx\nEOF",
+            seen("cat ; rm -rf x", "0:0 1:0"),
+        ),
+        ("cat <<EOF 2>/dev/null\nx\nEOF", seen("cat", "0:0")),
+    ]);
+    assert_eq!(
+        plain_parts("git 0</dev/null push").map_err(|e| e.to_string()),
+        Err(
+            "a descriptor number the parser split from its redirection (\"</dev/null push\")"
+                .into()
+        )
+    );
 }
