@@ -10,9 +10,12 @@
 
 use flower::engine::bash_rules::{deny_view, plain_parts};
 
+/// A deny view as text (see [`view`]), or why there is none.
+type Viewed = Result<(String, String), String>;
+
 /// The deny view as text: the commands (`;`-separated) and the sorted starts
 /// (`command:word`), or the reason it cannot be built.
-fn view(cmd: &str) -> Result<(String, String), String> {
+fn view(cmd: &str) -> Viewed {
     let v = deny_view(cmd)?;
     let commands = v
         .commands
@@ -36,15 +39,15 @@ fn view(cmd: &str) -> Result<(String, String), String> {
     Ok((commands, starts))
 }
 
-fn seen(commands: &str, starts: &str) -> Result<(String, String), String> {
+fn seen(commands: &str, starts: &str) -> Viewed {
     Ok((commands.to_string(), starts.to_string()))
 }
 
-fn refused(why: &str) -> Result<(String, String), String> {
+fn refused(why: &str) -> Viewed {
     Err(why.to_string())
 }
 
-fn assert_views(cases: &[(&str, Result<(String, String), String>)]) {
+fn assert_views(cases: &[(&str, Viewed)]) {
     let wrong: Vec<String> = cases
         .iter()
         .filter_map(|(cmd, want)| {
