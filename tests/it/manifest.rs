@@ -500,3 +500,52 @@ fn concurrent_processes_never_lose_a_row() {
     }
     assert!(!tmp.path().join("manifest.json.tmp").exists());
 }
+
+/// Puts `rows` in the manifest as another tool would, without the lock, and gives the
+/// file back the modification time it had (as `cp -p`, `rsync -t` or `touch -r` do).
+fn rewrite_keeping_mtime(path: &Path, rows: &Value, new_inode: bool) {
+    let mtime = fs::metadata(path).unwrap().modified().unwrap();
+    if new_inode {
+        fs::remove_file(path).unwrap();
+    }
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(rows).unwrap()).unwrap();
+    f.set_modified(mtime).unwrap();
+}
+
+#[test]
+fn a_change_that_keeps_the_modification_time_is_still_seen() {
+    // The fast path (write only this process's rows) is taken only for the very file
+    // this process wrote last: same inode and same length, not same mtime alone.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("manifest.json");
+
+    // Edited in place to a different length.
+    let mut m = Manifest::new(tmp.path(), "mine".into());
+    m.record(&result("a", "t1")).unwrap();
+    let mut rows = read_rows(tmp.path()).unwrap();
+    rows.insert(0, json!({"step": "hand-added", "run": "someone"}));
+    rewrite_keeping_mtime(&path, &Value::Array(rows), false);
+    m.record(&result("a", "t2")).unwrap();
+    let rows = read_rows(tmp.path()).unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(rows[0]["step"], "hand-added");
+
+    // Replaced by a new file of exactly the same length.
+    let before = fs::metadata(&path).unwrap().len() as usize;
+    let padding = |n: usize| json!([{"step": "restored", "run": "backup", "pad": "p".repeat(n)}]);
+    let base = serde_json::to_vec_pretty(&padding(0)).unwrap().len();
+    let restored = padding(before - base);
+    assert_eq!(serde_json::to_vec_pretty(&restored).unwrap().len(), before);
+    rewrite_keeping_mtime(&path, &restored, true);
+    m.record(&result("a", "t3")).unwrap();
+    let rows = read_rows(tmp.path()).unwrap();
+    let steps: Vec<&Value> = rows.iter().map(|r| &r["started_at"]).collect();
+    assert_eq!(rows[0], restored[0]);
+    assert_eq!(steps[1..], [&json!("t1"), &json!("t2"), &json!("t3")]);
+}
