@@ -131,6 +131,9 @@ fn expansions_and_arithmetic_that_evaluate_code_are_refused_and_plain_ones_are_n
             refused("the expansion \"${x[0]}\" may evaluate a value as code"),
         ),
         ("[[ 1 -eq 1 ]]", seen("", "")),
+        // Not arithmetic: a file test and a string comparison.
+        ("[[ -f x ]]", seen("", "")),
+        ("[[ a == b ]]", seen("", "")),
         (
             "[[ a -eq 1 ]]",
             refused("\"[[ a -eq 1 ]]\" evaluates a value as code, which cannot be checked"),
@@ -379,6 +382,15 @@ fn each_construct_outside_the_plain_subset_is_named_in_the_refusal() {
         |cmd: &str| plain_parts(cmd).map(|p| p.into_iter().map(|p| p.words).collect::<Vec<_>>());
     assert_eq!(words("ls # hi"), Ok(vec![vec!["ls".to_string()]]));
     assert_eq!(words("ls 2>/dev/null"), Ok(vec![vec!["ls".to_string()]]));
+    assert_eq!(words(">/dev/null ls"), Ok(vec![vec!["ls".to_string()]]));
+    assert_eq!(
+        plain_parts(">out ls").map_err(|e| e.to_string()),
+        Err(
+            "a redirection that redirects output to a file or reads one (only /dev/null and \
+             descriptors are plain) (\">out\")"
+                .to_string()
+        )
+    );
     assert_eq!(
         words("ls 'a b'c"),
         Ok(vec![vec!["ls".to_string(), "a bc".to_string()]])
