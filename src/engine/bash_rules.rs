@@ -30,7 +30,7 @@
 use std::ops::ControlFlow;
 use std::ops::Range;
 use std::time::{Duration, Instant};
-use tree_sitter::{Node, ParseOptions, Parser, Tree};
+use tree_sitter::{Node, ParseOptions, Parser, Tree, TreeCursor};
 
 /// Longest command analysed. Linux refuses a single argument over 128 KiB
 /// (`MAX_ARG_STRLEN`), so `bash -c` could not run a longer one anyway.
@@ -223,18 +223,28 @@ fn raw_ranges(root: Node) -> Vec<Range<usize>> {
     let mut cursor = root.walk();
     loop {
         let n = cursor.node();
-        if n.kind() == "raw_string" {
+        let raw = n.kind() == "raw_string";
+        if raw {
             out.push(n.byte_range());
-        } else if cursor.goto_first_child() {
-            continue;
         }
-        loop {
-            if cursor.goto_next_sibling() {
-                break;
-            }
-            if !cursor.goto_parent() {
-                return out;
-            }
+        if !next_node(&mut cursor, !raw) {
+            return out;
+        }
+    }
+}
+
+/// Moves `cursor` to the next node in pre-order, into the current node's children
+/// only when `descend`; `false` when the tree is done.
+fn next_node(cursor: &mut TreeCursor, descend: bool) -> bool {
+    if descend && cursor.goto_first_child() {
+        return true;
+    }
+    loop {
+        if cursor.goto_next_sibling() {
+            return true;
+        }
+        if !cursor.goto_parent() {
+            return false;
         }
     }
 }
@@ -326,16 +336,8 @@ fn misread_redirect<'t>(root: Node<'t>, src: &str) -> Option<(&'static str, Node
                 ));
             }
         }
-        if cursor.goto_first_child() {
-            continue;
-        }
-        loop {
-            if cursor.goto_next_sibling() {
-                break;
-            }
-            if !cursor.goto_parent() {
-                return None;
-            }
+        if !next_node(&mut cursor, true) {
+            return None;
         }
     }
 }
@@ -703,7 +705,7 @@ fn heredoc_lines(root: Node, src: &str) -> Result<(), String> {
     let mut heredocs = Vec::new();
     let mut all = Vec::new();
     let mut cursor = root.walk();
-    'outer: loop {
+    loop {
         let n = cursor.node();
         let body = matches!(n.kind(), "heredoc_body" | "heredoc_start" | "heredoc_end");
         if n.kind() == "heredoc_redirect" {
@@ -711,16 +713,8 @@ fn heredoc_lines(root: Node, src: &str) -> Result<(), String> {
         } else if !body {
             all.push(n.byte_range());
         }
-        if !body && cursor.goto_first_child() {
-            continue;
-        }
-        loop {
-            if cursor.goto_next_sibling() {
-                break;
-            }
-            if !cursor.goto_parent() {
-                break 'outer;
-            }
+        if !next_node(&mut cursor, !body) {
+            break;
         }
     }
     for p in heredocs {
