@@ -159,7 +159,7 @@ pub enum ManifestError {
         #[source]
         source: io::Error,
     },
-    #[error("{} is not a JSON array of rows: {why}", path.display())]
+    #[error("{} cannot be read as the run's manifest: {why}", path.display())]
     Corrupt { path: PathBuf, why: String },
     /// The shared database did not take the rows; they go out with the next write.
     #[error("the run's manifest in the database: {0}")]
@@ -413,8 +413,6 @@ fn open_if_unchanged(path: &Path, lock: &File, last: &Written) -> Option<File> {
     same.then_some(file)
 }
 
-/// Every row of `run_dir/manifest.json`, all processes'; empty when there is no file.
-/// An unparseable file is reported as [`ManifestError::Corrupt`] and left where it is.
 /// Every row of the run's manifest: from the shared database when there is one (the
 /// file is then only its mirror), else `run_dir/manifest.json`.
 pub fn rows_of(run_dir: &Path, shared: Option<&SharedRun>) -> Result<Vec<Value>, ManifestError> {
@@ -424,6 +422,8 @@ pub fn rows_of(run_dir: &Path, shared: Option<&SharedRun>) -> Result<Vec<Value>,
     }
 }
 
+/// Every row of `run_dir/manifest.json`, all processes'; empty when there is no file.
+/// An unparseable file is reported as [`ManifestError::Corrupt`] and left where it is.
 pub fn read_rows(run_dir: &Path) -> Result<Vec<Value>, ManifestError> {
     let path = run_dir.join(MANIFEST_FILE);
     let Some(text) = read_text(&path)? else {

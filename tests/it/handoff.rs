@@ -369,6 +369,14 @@ fn bad_handoff_settings_stop_before_any_request() {
 /// Runs `flower "写个 hello 脚本"` with the handoff script until `hold` matches a
 /// request (the first one only), then SIGKILLs it there.
 fn kill_at(hold: fn(&Recorded) -> bool) -> (Project, FakeServer) {
+    kill_scripted_at(script, hold)
+}
+
+/// [`kill_at`] with another script.
+fn kill_scripted_at(
+    script: fn(&Recorded, &str) -> Reply,
+    hold: fn(&Recorded) -> bool,
+) -> (Project, FakeServer) {
     let project = Project::new();
     let gate = Gate::new();
     let holding = gate.clone();
@@ -543,4 +551,105 @@ fn first_coordinator_request(server: &FakeServer, since: usize) -> Recorded {
         .find(|r| agent_of(r) == Agent::Coordinator)
         .cloned()
         .expect("the coordinator was asked")
+}
+
+/// The pipeline of [`script`] where the successor fills up too: the second generation
+/// reads the checklist (at 4K, then at 130.1K), writes `干活-2.md` when asked, and a third finishes.
+fn script_of_three(req: &Recorded, doc: &str) -> Reply {
+    let generation =
+        |n: u32| is_successor(req) && req.first_prompt().contains(&format!("是第 {n} 代"));
+    match agent_of(req) {
+        Agent::Coordinator if asks_for_handoff(req) && generation(2) => {
+            if req.last_user_text().contains("这一步要换代")
+                || req.last_user_text().contains("还不完整")
+            {
+                let path = "notes/交接/干活-2.md";
+                Reply::tool_use("Write", json!({"file_path": path, "content": doc}))
+                    .usage(FULL_INPUT + 2_000, 100)
+            } else {
+                Reply::text("交接书写好了。").usage(FULL_INPUT + 3_000, 100)
+            }
+        }
+        // Its first turn is small: a successor full at once goes on without a threshold.
+        Agent::Coordinator if generation(2) => {
+            let input = if turn_of(req) == 0 { 4_000 } else { FULL_INPUT };
+            Reply::tool_use("Read", json!({"file_path": "notes/目标.md"})).usage(input, 100)
+        }
+        _ => script(req, doc),
+    }
+}
+
+#[test]
+fn a_successor_that_fills_up_hands_off_to_a_third_generation() {
+    let project = Project::new();
+    let doc = model_doc();
+    let server = {
+        let doc = doc.clone();
+        FakeServer::with_handler(move |req, _| script_of_three(req, &doc))
+    };
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let handoffs: Vec<&str> = stdout.lines().filter(|l| l.contains("换代 →")).collect();
+    assert_eq!(
+        handoffs,
+        [
+            "== 干活 换代 → 第 2 代 (上下文 130.1K) ==",
+            "== 干活 换代 → 第 3 代 (上下文 130.1K) =="
+        ],
+        "{stdout}"
+    );
+    assert_eq!(project.read(DOC), doc);
+    assert_eq!(project.read("notes/交接/干活-2.md"), doc);
+    let third = coordinator_requests(&server)
+        .into_iter()
+        .find(|r| is_successor(r) && r.first_prompt().contains("是第 3 代"))
+        .expect("a third-generation session");
+    assert_eq!(third.messages().len(), 1, "the third starts clean");
+    let row = project.work_row();
+    assert_eq!(row["ok"], true);
+    let retired: Vec<String> = serde_json::from_value(row["retired"].clone()).unwrap();
+    assert_eq!(retired.len(), 2, "{row}");
+    let successor_id = project.work_session();
+    assert_eq!(row["session_id"], successor_id.as_str());
+    assert!(!retired.contains(&successor_id));
+}
+
+#[test]
+fn a_woken_successor_that_fills_up_hands_off_as_the_next_generation() {
+    // The generation survives the kill: counted from the manifest's `retired[]`, the
+    // woken second generation writes 干活-2.md and hands off to a third, leaving the
+    // first generation's document alone.
+    let (project, server) = kill_scripted_at(script_of_three, |r| {
+        is_successor(r) && r.first_prompt().contains("是第 2 代") && turn_of(r) == 1
+    });
+    let first_doc = project.read(DOC);
+    let out = project.run(&server, &[]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let handoffs: Vec<&str> = stdout.lines().filter(|l| l.contains("换代 →")).collect();
+    assert_eq!(
+        handoffs,
+        ["== 干活 换代 → 第 3 代 (上下文 130.1K) =="],
+        "{stdout}"
+    );
+    assert_eq!(project.read(DOC), first_doc, "the first document was kept");
+    assert_eq!(project.read("notes/交接/干活-2.md"), model_doc());
+    let rows = project.manifest();
+    let retired = rows
+        .iter()
+        .filter(|r| r["step"] == "干活")
+        .flat_map(|r| r["retired"].as_array().unwrap().iter())
+        .count();
+    assert_eq!(retired, 2, "{rows:#?}");
 }

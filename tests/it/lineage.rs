@@ -8,13 +8,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// A workspace and a run dir beside it, both inside one temp dir.
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    workspace: PathBuf,
-    run_dir: PathBuf,
+pub(crate) struct Fixture {
+    pub(crate) _tmp: tempfile::TempDir,
+    pub(crate) workspace: PathBuf,
+    pub(crate) run_dir: PathBuf,
 }
 
-fn fixture() -> Fixture {
+pub(crate) fn fixture() -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let workspace = tmp.path().join("proj");
     fs::create_dir(&workspace).unwrap();
@@ -26,11 +26,11 @@ fn fixture() -> Fixture {
     }
 }
 
-fn all_alive(_: &str) -> bool {
+pub(crate) fn all_alive(_: &str) -> bool {
     true
 }
 
-fn file_of(run_dir: &Path) -> serde_json::Value {
+pub(crate) fn file_of(run_dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&fs::read(run_dir.join("lineage.json")).unwrap()).unwrap()
 }
 

@@ -17,6 +17,7 @@ mod handoff;
 mod inspect;
 mod interrupt_plain;
 mod lineage;
+mod lineage_edges;
 mod manifest;
 mod model_client;
 mod model_fake_server;

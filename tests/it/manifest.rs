@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 const SPEC_FIELDS: [&str; 16] = [
     "step",
@@ -505,17 +506,24 @@ fn concurrent_processes_never_lose_a_row() {
 /// file back the modification time it had (as `cp -p`, `rsync -t` or `touch -r` do).
 fn rewrite_keeping_mtime(path: &Path, rows: &Value, new_inode: bool) {
     let mtime = fs::metadata(path).unwrap().modified().unwrap();
-    if new_inode {
-        fs::remove_file(path).unwrap();
-    }
+    // A new inode is made while the old one still exists, so that it cannot be the old
+    // number handed out again (ext4 reuses a freed inode at once).
+    let target = if new_inode {
+        path.with_extension("new")
+    } else {
+        path.to_path_buf()
+    };
     let mut f = fs::OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(true)
-        .open(path)
+        .open(&target)
         .unwrap();
     std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(rows).unwrap()).unwrap();
     f.set_modified(mtime).unwrap();
+    if new_inode {
+        fs::rename(&target, path).unwrap();
+    }
 }
 
 #[test]
@@ -548,4 +556,136 @@ fn a_change_that_keeps_the_modification_time_is_still_seen() {
     let steps: Vec<&Value> = rows.iter().map(|r| &r["started_at"]).collect();
     assert_eq!(rows[0], restored[0]);
     assert_eq!(steps[1..], [&json!("t1"), &json!("t2"), &json!("t3")]);
+}
+
+/// Edits the manifest in place (same inode, same length): the first `"run": "mine"`
+/// becomes `"run": "mina"`, as a hand edit that gives one of this process's rows to
+/// another run. Then the file gets the modification time `mtime`.
+fn give_first_row_away_in_place(path: &Path, mtime: std::time::SystemTime) {
+    let text = fs::read_to_string(path).unwrap();
+    let edited = text.replacen("\"run\": \"mine\"", "\"run\": \"mina\"", 1);
+    assert_ne!(text, edited, "no row of run mine in {text}");
+    let mut f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    std::io::Write::write_all(&mut f, edited.as_bytes()).unwrap();
+    f.set_modified(mtime).unwrap();
+}
+
+fn runs_and_starts(dir: &Path) -> Vec<(String, String)> {
+    read_rows(dir)
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+            (field("run"), field("started_at"))
+        })
+        .collect()
+}
+
+#[test]
+fn each_sign_of_another_writer_alone_sends_the_write_down_the_full_merge() {
+    // The fast path trusts the file only while the lock's token, the inode, the length
+    // and the modification time are all as this process left them. Each case changes
+    // exactly one of them and gives one of this process's rows to another run: the full
+    // merge keeps that row, the fast path would overwrite it with this process's rows.
+    enum Change {
+        ModificationTime,
+        Inode,
+        LockToken,
+    }
+    for change in [Change::ModificationTime, Change::Inode, Change::LockToken] {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("manifest.json");
+        let mut m = Manifest::new(tmp.path(), "mine".into());
+        m.record(&result("a", "t1")).unwrap();
+        let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+        let case = match change {
+            Change::ModificationTime => {
+                give_first_row_away_in_place(&path, mtime + Duration::from_secs(7));
+                "mtime"
+            }
+            Change::Inode => {
+                // Another tool writes a sibling and renames it over: a new inode, while
+                // the old one still exists (so it cannot be handed out again).
+                let aside = tmp.path().join("edited");
+                fs::copy(&path, &aside).unwrap();
+                give_first_row_away_in_place(&aside, mtime);
+                fs::rename(&aside, &path).unwrap();
+                "inode"
+            }
+            Change::LockToken => {
+                // Another writer took the lock and left its token.
+                let lock = tmp.path().join("manifest.json.lock");
+                let token = fs::read(&lock).unwrap();
+                assert!(!token.is_empty());
+                fs::write(&lock, b"another-run 0123456789abcdef\n").unwrap();
+                give_first_row_away_in_place(&path, mtime);
+                "lock token"
+            }
+        };
+        m.record(&result("a", "t2")).unwrap();
+        let pair = |run: &str, at: &str| (run.to_string(), at.to_string());
+        assert_eq!(
+            runs_and_starts(tmp.path()),
+            [pair("mina", "t1"), pair("mine", "t1"), pair("mine", "t2")],
+            "after a change of the {case} alone"
+        );
+    }
+}
+
+#[test]
+fn a_row_of_another_run_that_mentions_this_run_is_still_theirs() {
+    // The pre-filter looks for this run's id anywhere in the row; only the `run` field
+    // decides.
+    let tmp = tempfile::tempdir().unwrap();
+    let theirs = json!([{"step": "mine", "text": "\"mine\"", "run": "theirs"}]);
+    fs::write(
+        tmp.path().join("manifest.json"),
+        serde_json::to_vec_pretty(&theirs).unwrap(),
+    )
+    .unwrap();
+    let mut m = Manifest::new(tmp.path(), "mine".into());
+    m.record(&result("a", "t1")).unwrap();
+    let rows = read_rows(tmp.path()).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0], theirs[0]);
+}
+
+#[test]
+fn a_manifest_that_cannot_be_read_is_an_error_not_an_empty_one() {
+    // A symlink loop: neither missing nor a directory, so nothing may be assumed about
+    // the rows behind it; writing over it or moving it aside would be a guess.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("manifest.json");
+    std::os::unix::fs::symlink("manifest.json", &path).unwrap();
+    let err = read_rows(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("manifest.json"), "{err}");
+    let mut m = Manifest::new(tmp.path(), "mine".into());
+    let err = m.record(&result("a", "t1")).unwrap_err().to_string();
+    assert!(err.contains("manifest.json"), "{err}");
+    assert!(
+        fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        names_in(tmp.path())
+            .iter()
+            .filter(|n| n.contains("corrupt"))
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn a_corrupt_manifest_says_whether_it_is_not_json_or_not_an_array() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("manifest.json");
+    fs::write(&path, r#"{"step": "a"}"#).unwrap();
+    let err = read_rows(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("not a JSON array of rows"), "{err}");
+    fs::write(&path, r#"[{"step": "a"},"#).unwrap();
+    let err = read_rows(tmp.path()).unwrap_err().to_string();
+    assert!(!err.contains("not a JSON array"), "{err}");
+    assert!(err.contains("EOF"), "{err}");
 }
