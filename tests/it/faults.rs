@@ -662,3 +662,36 @@ fn a_fatal_sub_agent_error_is_reported_to_the_coordinator() {
     assert_eq!(row["attempts"], 1);
     assert_eq!(row["ok"], true);
 }
+
+#[test]
+fn a_retry_that_fails_before_any_reply_keeps_the_context_the_step_reached() {
+    // 确认需求's first turn is answered (context 5.1K); every later request fails with a
+    // 500. The second attempt resumes and fails before any reply: the failed row still
+    // reports the context the session reached, not the empty run's zero.
+    let project = Project::resilient();
+    let server = FakeServer::with_handler(|req, _| match (agent_of(req), turn_of(req)) {
+        (Agent::Clarifier, 0) => Reply::tool_use(
+            "Write",
+            json!({"file_path": "notes/需求.md", "content": BRIEF}),
+        )
+        .usage(5_000, 100),
+        _ => Reply::error(500, "api_error", "Internal server error"),
+    });
+    let out = project
+        .command(&server, &[REQUEST])
+        .env("FLOWER_MAX_ATTEMPTS", "2")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let rows = project.rows("确认需求");
+    let row = rows
+        .last()
+        .unwrap_or_else(|| panic!("{:#?}", project.manifest()));
+    assert_eq!(row["ok"], false, "{row}");
+    assert_eq!(row["attempts"], 2, "{row}");
+    assert_eq!(row["num_turns"], 1, "{row}");
+    assert_eq!(row["context"], 5_100, "{row}");
+    // What the answered turn cost is kept too, added up over the attempts.
+    let cost = row["cost_usd"].as_f64().unwrap_or_else(|| panic!("{row}"));
+    assert!(cost > 0.0, "{row}");
+}

@@ -250,19 +250,41 @@ fn an_incomplete_document_is_asked_for_twice_more_then_written_mechanically() {
 
 #[test]
 fn a_prompt_too_long_answer_hands_off_mechanically_without_asking() {
-    let project = Project::new();
-    let server = FakeServer::with_handler(|req, _| {
-        // The first session's second request does not fit the window any more.
-        if agent_of(req) == Agent::Coordinator && !is_successor(req) && turn_of(req) == 1 {
-            return Reply::error(
+    hands_off_mechanically_when_the_window_is_hit(
+        || {
+            Reply::error(
                 400,
                 "invalid_request_error",
                 "prompt is too long: 210000 tokens > 200000 maximum",
-            );
+            )
+        },
+        "prompt is too long",
+    );
+}
+
+#[test]
+fn a_reply_cut_by_the_full_window_hands_off_mechanically_without_asking() {
+    hands_off_mechanically_when_the_window_is_hit(
+        || {
+            Reply::text("写到一半")
+                .stop_reason("model_context_window_exceeded")
+                .usage(FULL_INPUT, 100)
+        },
+        "model_context_window_exceeded",
+    );
+}
+
+/// The first session's second request answered by `window_hit` (under a threshold the
+/// session never reaches by itself): a mechanical document, the session not asked, a
+/// successor that finishes, and the row's errors naming `error`.
+fn hands_off_mechanically_when_the_window_is_hit(window_hit: fn() -> Reply, error: &str) {
+    let project = Project::new();
+    let server = FakeServer::with_handler(move |req, _| {
+        if agent_of(req) == Agent::Coordinator && !is_successor(req) && turn_of(req) == 1 {
+            return window_hit();
         }
         script(req, &model_doc())
     });
-    // A threshold the session never reaches by itself.
     let out = project.run(&server, &["写个 hello 脚本", "--handoff-at", "99%"]);
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -284,10 +306,7 @@ fn a_prompt_too_long_answer_hands_off_mechanically_without_asking() {
     let row = project.work_row();
     assert_eq!(row["ok"], true);
     assert_eq!(row["retired"].as_array().unwrap().len(), 1);
-    assert!(
-        row["errors"].to_string().contains("prompt is too long"),
-        "{row}"
-    );
+    assert!(row["errors"].to_string().contains(error), "{row}");
 }
 
 #[test]
@@ -618,6 +637,16 @@ fn a_successor_that_fills_up_hands_off_to_a_third_generation() {
     let successor_id = project.work_session();
     assert_eq!(row["session_id"], successor_id.as_str());
     assert!(!retired.contains(&successor_id));
+
+    // The row's cost adds up every generation's: more than the same step with one
+    // handoff fewer.
+    let cost = |row: &Value| row["cost_usd"].as_f64().unwrap_or_else(|| panic!("{row}"));
+    let two = Project::new();
+    let server = FakeServer::with_handler(move |req, _| script(req, &model_doc()));
+    assert!(two.run(&server, &["写个 hello 脚本"]).status.success());
+    assert!(cost(&two.work_row()) > 0.0, "{}", two.work_row());
+    eprintln!("COST {} {}", cost(&row), cost(&two.work_row()));
+    assert!(cost(&row) > cost(&two.work_row()), "{row}");
 }
 
 #[test]
