@@ -37,7 +37,8 @@ use tree_sitter::{Node, ParseOptions, Parser, Tree, TreeCursor};
 pub const MAX_COMMAND_BYTES: usize = 100_000;
 /// Deepest syntax tree analysed (nesting of parentheses, substitutions …).
 pub const MAX_DEPTH: usize = 400;
-/// Longest a parse may take.
+/// Longest a parse may take ([`plain_parts`] and [`deny_view`]; the `_within` forms
+/// take another).
 pub const PARSE_BUDGET: Duration = Duration::from_millis(500);
 /// How deeply `bash -c '…'`/`eval` scripts inside scripts are followed.
 const MAX_SCRIPT_DEPTH: usize = 8;
@@ -49,8 +50,9 @@ pub enum ParseError {
     TooLong(usize),
     #[error("the command nests deeper than {MAX_DEPTH} levels")]
     TooDeep,
-    #[error("parsing the command took longer than {} ms", PARSE_BUDGET.as_millis())]
-    TimedOut,
+    /// The budget the parse ran out of.
+    #[error("parsing the command took longer than {} ms", .0.as_millis())]
+    TimedOut(Duration),
     #[error("the bash grammar could not be loaded: {0}")]
     Grammar(String),
     #[error("bash syntax error near {0:?}")]
@@ -100,8 +102,8 @@ pub struct DenyView {
     pub sources: Vec<String>,
 }
 
-/// Parses `cmd` with the bounds above.
-fn parse(cmd: &str) -> Result<Tree, ParseError> {
+/// Parses `cmd` with the bounds above, within `budget`.
+fn parse(cmd: &str, budget: Duration) -> Result<Tree, ParseError> {
     if cmd.len() > MAX_COMMAND_BYTES {
         return Err(ParseError::TooLong(cmd.len()));
     }
@@ -115,7 +117,7 @@ fn parse(cmd: &str) -> Result<Tree, ParseError> {
     parser
         .set_language(&tree_sitter_bash::LANGUAGE.into())
         .map_err(|e| ParseError::Grammar(e.to_string()))?;
-    let deadline = Instant::now() + PARSE_BUDGET;
+    let deadline = Instant::now() + budget;
     // The grammar's C scanner calls isdigit() and kin on decoded code points, which is
     // undefined (and crashed flower) for one above 255. The parser sees each non-ASCII
     // byte as `%` instead: bash's syntax is all ASCII and treats such bytes as word
@@ -136,7 +138,7 @@ fn parse(cmd: &str) -> Result<Tree, ParseError> {
     let options = ParseOptions::new().progress_callback(&mut progress);
     let tree = parser
         .parse_with_options(&mut input, None, Some(options))
-        .ok_or(ParseError::TimedOut)?;
+        .ok_or(ParseError::TimedOut(budget))?;
     check_depth(&tree)?;
     Ok(tree)
 }
@@ -182,8 +184,8 @@ fn check_depth(tree: &Tree) -> Result<(), ParseError> {
 }
 
 /// Parses and refuses a tree with syntax errors.
-fn parse_clean(cmd: &str) -> Result<Tree, ParseError> {
-    let tree = parse(cmd)?;
+fn parse_clean(cmd: &str, budget: Duration) -> Result<Tree, ParseError> {
+    let tree = parse(cmd, budget)?;
     let root = tree.root_node();
     if root.has_error() {
         let at = first_error(root)
@@ -451,7 +453,13 @@ fn double_quoted(t: &str) -> Option<String> {
 /// The simple commands of `cmd` when all of it is in the plain subset (see the
 /// module documentation).
 pub fn plain_parts(cmd: &str) -> Result<Vec<Part>, NotPlain> {
-    let tree = parse_clean(cmd).map_err(NotPlain::Parse)?;
+    plain_parts_within(cmd, PARSE_BUDGET)
+}
+
+/// [`plain_parts`] with a parse budget of the caller's instead of [`PARSE_BUDGET`]: a
+/// parse that takes longer is [`ParseError::TimedOut`].
+pub fn plain_parts_within(cmd: &str, budget: Duration) -> Result<Vec<Part>, NotPlain> {
+    let tree = parse_clean(cmd, budget).map_err(NotPlain::Parse)?;
     let root = tree.root_node();
     if let Some(what) = risky_bytes(cmd, root) {
         return Err(NotPlain::Construct {
@@ -681,7 +689,7 @@ fn collect(cmd: &str, depth: usize, view: &mut DenyView) -> Result<(), String> {
     if depth > MAX_SCRIPT_DEPTH {
         return Err("shell scripts nest too deeply".into());
     }
-    let tree = parse_clean(cmd).map_err(|e| e.to_string())?;
+    let tree = parse_clean(cmd, PARSE_BUDGET).map_err(|e| e.to_string())?;
     let root = tree.root_node();
     if let Some(what) = risky_bytes(cmd, root) {
         return Err(format!("it holds {what}, which bash may read differently"));

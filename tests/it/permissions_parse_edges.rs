@@ -3,8 +3,12 @@
 //! depth walk, the parse deadline, and the reasons a refusal gives.
 
 use crate::permissions_parse::check;
-use flower::engine::bash_rules::{MAX_COMMAND_BYTES, MAX_DEPTH, NotPlain, plain_parts};
+use flower::engine::bash_rules::{
+    MAX_COMMAND_BYTES, MAX_DEPTH, NotPlain, PARSE_BUDGET, ParseError, plain_parts,
+    plain_parts_within,
+};
 use flower::engine::permissions::Decision;
+use std::time::Duration;
 
 /// Allowed by an `echo` prefix rule, and not caught by a deny rule for another program.
 fn allowed_as_echo(cmd: &str) -> bool {
@@ -90,6 +94,28 @@ fn a_wide_flat_command_is_not_deep() {
     let parts = format!("{}echo z", "echo y; ".repeat(1_000));
     assert!(allowed_as_echo(&parts));
     assert_eq!(plain_parts(&parts).unwrap().len(), 1_001);
+}
+
+#[test]
+fn a_parse_past_its_budget_is_refused_and_says_so() {
+    // Long enough that the parser reports progress (and so checks the deadline) many
+    // times: with no budget at all the first check is already past it.
+    let words = format!("echo {}", "w ".repeat(3_000));
+    let refused = plain_parts_within(&words, Duration::ZERO).unwrap_err();
+    assert_eq!(
+        refused,
+        NotPlain::Parse(ParseError::TimedOut(Duration::ZERO))
+    );
+    // The same command within a budget no machine runs out of is plain.
+    assert_eq!(
+        plain_parts_within(&words, Duration::from_secs(3_600))
+            .unwrap()
+            .len(),
+        1
+    );
+    // The message names the budget that ran out; the default one is 500 ms.
+    let shown = ParseError::TimedOut(PARSE_BUDGET).to_string();
+    assert_eq!(shown, "parsing the command took longer than 500 ms");
 }
 
 #[test]
