@@ -364,10 +364,10 @@ fn archive_moves_across_filesystems() {
 
 /// Makes `dir` refuse to lose or gain entries, for root too, until dropped: mode 0555,
 /// and for root the immutable attribute (`chattr +i`). `None` when neither holds here.
-struct Refusing(PathBuf, bool);
+pub struct Refusing(PathBuf, bool);
 
 impl Refusing {
-    fn new(dir: &Path) -> Option<Refusing> {
+    pub fn new(dir: &Path) -> Option<Refusing> {
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).unwrap();
         let refuses = |dir: &Path| fs::write(dir.join("probe"), b"").is_err();

@@ -46,6 +46,7 @@ mod stop_reasons;
 mod store_cli;
 mod store_conformance;
 mod store_create;
+mod store_edges;
 mod store_postgres;
 mod store_prune;
 mod store_prune_edges;

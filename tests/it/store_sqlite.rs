@@ -314,6 +314,9 @@ fn a_wal_without_its_index_is_refused_read_only_and_recovered_read_write() {
     let before = snapshot(dir.path());
     let err = SqliteSessionStore::open_read_only(&db).unwrap_err();
     assert!(err.to_string().contains("sessions.db"), "{err}");
+    // Says what is wrong and how to mend it, not whatever SQLite would say.
+    assert!(err.to_string().contains("no -shm index"), "{err}");
+    assert!(err.to_string().contains("read-write once"), "{err}");
     assert_eq!(snapshot(dir.path()), before);
     // A writer rebuilds the index from the WAL: nothing acknowledged is lost.
     let store = SqliteSessionStore::open(&db).unwrap();
@@ -324,6 +327,26 @@ fn a_wal_without_its_index_is_refused_read_only_and_recovered_read_write() {
             .unwrap(),
         transcript()
     );
+}
+
+/// An empty write-ahead log (a writer opened the file and wrote nothing, or a
+/// checkpoint emptied it) holds nothing to read: the file alone is read, whether or not
+/// the index beside it is there, and nothing is written either way.
+#[test]
+fn read_only_open_beside_an_empty_wal_reads_the_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    {
+        let store = SqliteSessionStore::open(&db).unwrap();
+        store
+            .append(&SessionKey::parse("p/s").unwrap(), &transcript())
+            .unwrap();
+    }
+    std::fs::write(dir.path().join("sessions.db-wal"), b"").unwrap();
+    assert!(!dir.path().join("sessions.db-shm").exists());
+    let before = snapshot(dir.path());
+    drop(read_everything(&db));
+    assert_eq!(snapshot(dir.path()), before);
 }
 
 #[test]

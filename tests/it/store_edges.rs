@@ -1,0 +1,305 @@
+//! Edges of the session stores (`src/stores/sqlite.rs`, `src/stores/postgres.rs`) that
+//! the conformance and store tests left open, each found by a mutant those tests let
+//! through (README, "Mutation testing"): what a store shows of itself, errors that must
+//! not pass for "no store", and the limits of a store that is only read.
+
+use crate::lineage_edges::Refusing;
+use crate::support::postgres as pg;
+use flower::stores::{PostgresStore, PostgresUrl, SessionKey, SessionStore, SqliteSessionStore};
+use serde_json::json;
+
+/// Says why a test did not run, past the harness's capture.
+fn skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "skipped: {why}");
+}
+
+#[test]
+fn a_sqlite_store_shows_its_file_and_whether_it_only_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    let store = SqliteSessionStore::open(&db).unwrap();
+    let shown = format!("{store:?}");
+    assert!(shown.starts_with("SqliteSessionStore"), "{shown}");
+    assert!(shown.contains(db.to_str().unwrap()), "{shown}");
+    assert!(shown.contains("read_only: false"), "{shown}");
+    store
+        .append(
+            &SessionKey::main("p", "s"),
+            &[json!({"type": "x", "uuid": "u"})],
+        )
+        .unwrap();
+    drop(store);
+    let reader = SqliteSessionStore::open_read_only(&db).unwrap().unwrap();
+    assert!(format!("{reader:?}").contains("read_only: true"));
+    assert!(reader.is_read_only());
+    assert!(!SqliteSessionStore::open(&db).unwrap().is_read_only());
+}
+
+#[test]
+fn a_directory_is_no_store_to_read_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = SqliteSessionStore::open_read_only(dir.path()).unwrap_err();
+    let shown = error.to_string();
+    assert!(shown.contains(dir.path().to_str().unwrap()), "{shown}");
+    assert!(shown.contains("is a directory"), "{shown}");
+}
+
+/// A path that cannot be looked at is an error naming it, not "no store yet": a reader
+/// that took it for a missing store would tell the user there is nothing to continue.
+#[test]
+fn a_read_only_open_through_a_file_is_an_error_not_an_absent_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    std::fs::write(&file, "not a directory").unwrap();
+    let db = file.join("sessions.db");
+    let error = SqliteSessionStore::open_read_only(&db).unwrap_err();
+    let shown = error.to_string();
+    assert!(shown.contains(db.to_str().unwrap()), "{shown}");
+    assert!(shown.contains("cannot read"), "{shown}");
+}
+
+#[test]
+fn a_postgres_url_shows_itself_without_its_password_in_both_forms() {
+    let url: PostgresUrl = "postgres://me:s3cret@db.example:6543/runs?sslmode=disable"
+        .parse()
+        .unwrap();
+    let want = "postgres://me:***@db.example:6543/runs?sslmode=disable";
+    assert_eq!(url.to_string(), want);
+    assert_eq!(format!("{url:?}"), want);
+}
+
+#[test]
+fn a_postgres_store_shows_its_url_without_the_password() {
+    let Some(url) = pg::fresh_url() else { return };
+    let parsed: PostgresUrl = url.parse().unwrap();
+    let store = PostgresStore::open(&parsed).unwrap();
+    let shown = format!("{store:?}");
+    assert!(shown.starts_with("PostgresStore"), "{shown}");
+    assert!(shown.contains(&parsed.to_string()), "{shown}");
+    // A store that opened is one that works.
+    let key = SessionKey::main("p", "s");
+    store
+        .append(&key, &[json!({"type": "x", "uuid": "u"})])
+        .unwrap();
+    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+}
+
+/// Three entries of a main transcript and one of a sub-agent's, for the raw readers.
+fn store_with_a_transcript(dir: &std::path::Path) -> (SqliteSessionStore, SessionKey) {
+    let store = SqliteSessionStore::open(&dir.join("sessions.db")).unwrap();
+    let key = SessionKey::main("p", "s");
+    let entries = [
+        json!({"type": "user", "uuid": "u1", "n": 1}),
+        json!({"type": "assistant", "uuid": "a1", "n": 2}),
+        json!({"type": "assistant", "uuid": "a2", "n": 3}),
+    ];
+    store.append(&key, &entries).unwrap();
+    let sub = SessionKey::parse("p/s/subagents/agent-x").unwrap();
+    store
+        .append(&sub, &[json!({"type": "assistant", "uuid": "b1", "n": 9})])
+        .unwrap();
+    (store, key)
+}
+
+fn field_n(raw: &[u8]) -> i64 {
+    serde_json::from_slice::<serde_json::Value>(raw).unwrap()["n"]
+        .as_i64()
+        .unwrap()
+}
+
+/// What `flower log` reads: the rows of one type in order, and how many rows the key
+/// holds in all; nothing for a key that holds none.
+#[test]
+fn scan_type_hands_over_one_types_rows_in_order_with_the_keys_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, key) = store_with_a_transcript(dir.path());
+    let (total, seen) = store
+        .scan_type(&key, "assistant", field_n)
+        .unwrap()
+        .unwrap();
+    assert_eq!((total, seen), (3, vec![2, 3]));
+    let (total, seen) = store.scan_type(&key, "summary", field_n).unwrap().unwrap();
+    assert_eq!((total, seen), (3, vec![]));
+    let unknown = SessionKey::main("p", "nobody");
+    assert!(
+        store
+            .scan_type(&unknown, "assistant", field_n)
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// What `flower show` reads: every row of the key, in order, counted.
+#[test]
+fn for_each_raw_hands_over_every_row_of_the_key_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, key) = store_with_a_transcript(dir.path());
+    let mut seen = Vec::new();
+    assert_eq!(
+        store
+            .for_each_raw(&key, |raw| seen.push(field_n(raw)))
+            .unwrap(),
+        3
+    );
+    assert_eq!(seen, [1, 2, 3]);
+    let unknown = SessionKey::main("p", "nobody");
+    assert_eq!(
+        store.for_each_raw(&unknown, |_| panic!("no rows")).unwrap(),
+        0
+    );
+}
+
+/// A store opened to read refuses writes itself, saying so, before SQLite is asked.
+#[test]
+fn a_read_only_store_refuses_writes_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, key) = store_with_a_transcript(dir.path());
+    drop(store);
+    let reader = SqliteSessionStore::open_read_only(&dir.path().join("sessions.db"))
+        .unwrap()
+        .unwrap();
+    for refused in [
+        reader.append(&key, &[json!({"type": "x", "uuid": "new"})]),
+        reader.delete(&key),
+    ] {
+        let shown = refused.unwrap_err().to_string();
+        assert!(
+            shown.contains("opened read-only; writes are refused"),
+            "{shown}"
+        );
+    }
+    assert_eq!(reader.load(&key).unwrap().unwrap().len(), 3);
+}
+
+/// An empty path is SQLite's private temporary database, which cannot be in WAL mode
+/// and is gone when closed: refused, not silently taken as a store that keeps nothing.
+#[test]
+fn a_store_that_cannot_be_in_wal_mode_is_refused() {
+    let error = SqliteSessionStore::open(std::path::Path::new("")).unwrap_err();
+    let shown = error.to_string();
+    assert!(shown.contains("cannot switch to WAL mode"), "{shown}");
+}
+
+/// An empty `sessions.db` (made by hand, or left by a tool that created the file and
+/// stopped) is made a store in place, WAL switch included, by whichever of several
+/// processes opening it at once comes first: none of them fails on the others' locks.
+#[test]
+fn processes_opening_an_empty_database_at_once_all_get_the_store() {
+    const OPENERS: usize = 6;
+    for round in 0..15 {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("sessions.db");
+        std::fs::write(&db, b"").unwrap();
+        let start = std::sync::Arc::new(std::sync::Barrier::new(OPENERS));
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|i| {
+                let (db, start) = (db.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let store = SqliteSessionStore::open(&db)
+                        .unwrap_or_else(|e| panic!("round {round}, opener {i}: {e}"));
+                    let uuid = format!("u{i}");
+                    store
+                        .append(
+                            &SessionKey::main("p", "s"),
+                            &[json!({"type": "x", "uuid": uuid})],
+                        )
+                        .unwrap();
+                })
+            })
+            .collect();
+        for opener in openers {
+            opener.join().unwrap();
+        }
+        let store = SqliteSessionStore::open(&db).unwrap();
+        let key = SessionKey::main("p", "s");
+        assert_eq!(store.load(&key).unwrap().unwrap().len(), OPENERS);
+    }
+}
+
+/// A database whose directory refuses new files cannot get its write-ahead log: an
+/// error that says where to look (not a retry until the busy timeout, nor a hang).
+#[test]
+fn a_database_whose_directory_refuses_its_log_says_to_check_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let db = runs.join("sessions.db");
+    std::fs::write(&db, b"").unwrap();
+    let Some(refusing) = Refusing::new(&runs) else {
+        skipped("neither mode 0555 nor chattr +i makes a directory refuse files here");
+        return;
+    };
+    let result = SqliteSessionStore::open(&db);
+    drop(refusing);
+    let shown = result.unwrap_err().to_string();
+    assert!(shown.contains(db.to_str().unwrap()), "{shown}");
+    assert!(shown.contains("is its directory writable?"), "{shown}");
+}
+
+const FULL_DISK_ROLE: &str = "FLOWER_EDGE_FULL_DISK";
+
+/// A full disk is named as such, and the appends acknowledged before it stay whole.
+/// The child runs this test binary in its own user and mount namespaces, its store on a
+/// 256 KiB tmpfs, so nothing outside it fills up.
+#[test]
+fn a_full_disk_is_said_plainly_and_loses_no_acknowledged_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"mount -t tmpfs -o size=256k flowertest "$0" && exec "$@""#;
+    let output = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", script])
+        .arg(dir.path())
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "store_edges::full_disk_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FULL_DISK_ROLE, dir.path())
+        .output();
+    let output = match output {
+        Ok(output) if output.status.success() => output,
+        other => {
+            skipped(&format!(
+                "no user and mount namespace with a tmpfs here ({other:?})"
+            ));
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = stdout
+        .lines()
+        .find_map(|l| l.split_once("full-disk: ").map(|(_, report)| report))
+        .unwrap_or_else(|| panic!("no report from the child: {stdout}"));
+    assert!(report.contains("the disk is full"), "{report}");
+    assert!(report.contains("acknowledged and loaded alike"), "{report}");
+}
+
+/// Not a test: the child of the one above. Does nothing in a normal test run.
+#[test]
+fn full_disk_child() {
+    let Ok(dir) = std::env::var(FULL_DISK_ROLE) else {
+        return;
+    };
+    let store = SqliteSessionStore::open(&std::path::Path::new(&dir).join("sessions.db")).unwrap();
+    let key = SessionKey::main("p", "s");
+    let mut acknowledged = 0;
+    let error = loop {
+        let entry =
+            json!({"type": "x", "uuid": format!("u{acknowledged}"), "pad": "x".repeat(4000)});
+        match store.append(&key, &[entry]) {
+            Ok(()) => acknowledged += 1,
+            Err(e) => break e,
+        }
+        assert!(acknowledged < 1_000, "the tmpfs never filled up");
+    };
+    let loaded = store.load(&key).unwrap().map_or(0, |l| l.len());
+    let same = if loaded == acknowledged {
+        "acknowledged and loaded alike"
+    } else {
+        "acknowledged and loaded differ"
+    };
+    println!("full-disk: {error}; {acknowledged} {same} ({loaded} loaded)");
+}
