@@ -303,3 +303,72 @@ fn full_disk_child() {
     };
     println!("full-disk: {error}; {acknowledged} {same} ({loaded} loaded)");
 }
+
+/// Holders of a run or a session describe themselves by this machine's name, which
+/// must be the name the kernel gives (what `uname -n` prints), never empty.
+#[test]
+fn a_holder_names_this_machine_as_the_kernel_does() {
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::uname(&mut name) }, 0);
+    let nodename = unsafe { std::ffi::CStr::from_ptr(name.nodename.as_ptr()) };
+    let nodename = nodename.to_str().unwrap();
+    assert!(!nodename.is_empty());
+    assert_eq!(flower::stores::postgres::hostname(), nodename);
+}
+
+/// A run's lease is let go by the time dropping it returns: the holder is cleared and
+/// the lock released, so the next `flower` on any host takes the run at once. Here the
+/// release is held up (the test holds the run's row), and the drop must wait for it.
+#[test]
+fn dropping_a_run_lease_returns_only_once_the_run_is_released() {
+    use flower::stores::postgres::Leased;
+    let Some(url) = pg::fresh_url() else { return };
+    let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let mut sql = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    sql.batch_execute(
+        "INSERT INTO flower_runs (run_key, named, project_key, workspace, created_at, \
+         updated_at) VALUES ('k', true, 'p', '/w', 0, 0)",
+    )
+    .unwrap();
+    let Leased::Held(lease) = store
+        .lease_run("k", "me", Some(std::time::Duration::ZERO), Box::new(|_| {}))
+        .unwrap()
+    else {
+        panic!("a run nobody holds is taken")
+    };
+    let holder = |sql: &mut postgres::Client| -> Option<String> {
+        sql.query_one("SELECT holder FROM flower_runs WHERE run_key = 'k'", &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(holder(&mut sql).as_deref(), Some("me"));
+
+    let mut row = sql.transaction().unwrap();
+    row.batch_execute("SELECT * FROM flower_runs WHERE run_key = 'k' FOR UPDATE")
+        .unwrap();
+    let (dropped_tx, dropped) = std::sync::mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(lease);
+        let _ = dropped_tx.send(());
+    });
+    // Not back while its release waits behind the row (a missing drop returns at once).
+    assert!(
+        dropped
+            .recv_timeout(std::time::Duration::from_millis(500))
+            .is_err(),
+        "the drop returned before the run was released"
+    );
+    row.rollback().unwrap();
+    dropped.recv().unwrap();
+    dropper.join().unwrap();
+    assert_eq!(holder(&mut sql), None);
+    let again = store
+        .lease_run(
+            "k",
+            "next",
+            Some(std::time::Duration::ZERO),
+            Box::new(|_| {}),
+        )
+        .unwrap();
+    assert!(matches!(again, Leased::Held(_)), "the lock was let go");
+}
