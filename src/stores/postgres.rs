@@ -785,6 +785,18 @@ fn connect_holding(config: &::postgres::Config) -> Result<Client, ::postgres::Er
     Ok(c)
 }
 
+/// Closes a connection that stopped answering, on a thread of its own: closing waits
+/// for the server to see the end, which over a hung network (packets dropped, nothing
+/// refused) it may not for many minutes, and the lock's holder must go on meanwhile.
+fn close_apart(client: Client) {
+    let closing = std::thread::Builder::new()
+        .name("flower-pg-close".into())
+        .spawn(move || drop(client));
+    // Without a thread to spare (the closure and its client come back dropped here),
+    // this waits like any close.
+    drop(closing);
+}
+
 /// This machine's name, as holders describe themselves (`?` when it cannot be read).
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -856,7 +868,7 @@ impl LeaseConn {
             }
             // Gone, or too slow to tell: let go of it for sure (a live connection
             // would keep the lock, and the retake below would take it for another's).
-            drop(c);
+            close_apart(c);
             // Refusals while the run still names this process: the server has not yet
             // ended the old connection. A few are waited out; more mean someone took
             // the run without saying so.
@@ -1112,7 +1124,9 @@ impl Locker {
             return;
         }
         // Gone, or too slow to tell: end it for sure, then take every lock again.
-        self.client = None;
+        if let Some(gone) = self.client.take() {
+            close_apart(gone);
+        }
         let held = std::mem::take(&mut self.held);
         let Ok(c) = self.client() else {
             self.held = held;

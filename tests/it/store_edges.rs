@@ -372,3 +372,235 @@ fn dropping_a_run_lease_returns_only_once_the_run_is_released() {
         .unwrap();
     assert!(matches!(again, Leased::Held(_)), "the lock was let go");
 }
+
+/// A TCP proxy in front of the database that can freeze the connections it carries:
+/// nothing more passes either way and neither end learns of it, as when a host's
+/// network hangs; the server keeps such a connection, and its locks, until
+/// [`Freezer::end_frozen`]. Connections made after a freeze pass as usual.
+struct Freezer {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    frozen: Arc<Mutex<Vec<(Arc<AtomicBool>, [TcpStream; 2])>>>,
+}
+
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+impl Freezer {
+    fn start(target: std::net::SocketAddr) -> Freezer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let freezer = Freezer {
+            port: listener.local_addr().unwrap().port(),
+            accepted: Arc::default(),
+            frozen: Arc::default(),
+        };
+        let (accepted, all) = (freezer.accepted.clone(), freezer.frozen.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let (Ok(client), Ok(server)) = (client, TcpStream::connect(target)) else {
+                    continue;
+                };
+                let frozen = Arc::new(AtomicBool::new(false));
+                let ends = [client.try_clone().unwrap(), server.try_clone().unwrap()];
+                all.lock().unwrap().push((frozen.clone(), ends));
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let frozen = frozen.clone();
+                    std::thread::spawn(move || pass(from, to, &frozen));
+                }
+                accepted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        freezer
+    }
+
+    /// Every connection open now stops passing anything.
+    fn freeze(&self) {
+        for (frozen, _) in self.frozen.lock().unwrap().iter() {
+            frozen.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The frozen connections end at both sides: the server frees their locks.
+    fn end_frozen(&self) {
+        for (frozen, ends) in self.frozen.lock().unwrap().iter() {
+            if frozen.load(Ordering::SeqCst) {
+                for end in ends {
+                    let _ = end.shutdown(Shutdown::Both);
+                }
+            }
+        }
+    }
+
+    fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// `url` with its host and port replaced by the proxy's.
+    fn url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (user, rest) = rest.split_once('@').unwrap();
+        let (_, path) = rest.split_once('/').unwrap();
+        format!("{scheme}://{user}@127.0.0.1:{}/{path}", self.port)
+    }
+}
+
+/// Copies `from` to `to` until either ends, holding what it read while `frozen`; a
+/// frozen connection's end is not passed on (the other side keeps waiting).
+fn pass(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(n) if n > 0 => n,
+            _ => break,
+        };
+        while frozen.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    if !frozen.load(Ordering::SeqCst) {
+        let _ = to.shutdown(Shutdown::Both);
+    }
+}
+
+/// A leased run whose connection hung, over a proxy that can freeze it, with `k`'s
+/// row in `flower_runs`; `lost` hears when the lease gives the run up.
+struct HungLease {
+    freezer: Freezer,
+    lease: Option<flower::stores::postgres::RunLease>,
+    lost: std::sync::mpsc::Receiver<Option<String>>,
+    /// A connection of the test's own, straight to the database.
+    sql: postgres::Client,
+    /// The store the lease came from, whose pooled connections are frozen too.
+    _through: PostgresStore,
+}
+
+impl HungLease {
+    /// Whether some connection holds `k`'s lock and the run names `me`.
+    fn held_as_mine(&mut self) -> bool {
+        self.sql
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND ((classid::bigint << 32) | objid::bigint) \
+                     = hashtextextended(current_schema() || '/run/k', 0)) \
+                 AND (SELECT holder FROM flower_runs WHERE run_key = 'k') = 'me'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    }
+}
+
+impl Drop for HungLease {
+    fn drop(&mut self) {
+        // Frozen connections end first: closing one waits for the server.
+        self.freezer.end_frozen();
+        self.lease.take();
+    }
+}
+
+fn hung_lease() -> Option<HungLease> {
+    use flower::stores::postgres::Leased;
+    let url = pg::fresh_url()?;
+    drop(PostgresStore::open(&url.parse().unwrap()).unwrap());
+    let mut sql = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    sql.batch_execute(
+        "INSERT INTO flower_runs (run_key, named, project_key, workspace, created_at, \
+         updated_at) VALUES ('k', true, 'p', '/w', 0, 0)",
+    )
+    .unwrap();
+    let address = url.split_once('@').unwrap().1.split_once('/').unwrap().0;
+    let freezer = Freezer::start(address.parse().unwrap());
+    let through = PostgresStore::open(&freezer.url(&url).parse().unwrap()).unwrap();
+    let (lost_tx, lost) = std::sync::mpsc::channel();
+    let on_lost = Box::new(move |held| {
+        let _ = lost_tx.send(held);
+    });
+    let Leased::Held(lease) = through
+        .lease_run("k", "me", Some(std::time::Duration::ZERO), on_lost)
+        .unwrap()
+    else {
+        panic!("a run nobody holds is taken")
+    };
+    freezer.freeze();
+    Some(HungLease {
+        freezer,
+        lease: Some(lease),
+        lost,
+        sql,
+        _through: through,
+    })
+}
+
+/// Waits (at most a minute) until the proxy has carried `n` connections.
+fn wait_for_connections(freezer: &Freezer, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while freezer.connections() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never reconnected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The lease's connection hangs; the server still holds the old connection's lock, and
+/// the run still names this process. Those refusals are the server being slow to
+/// notice, not a loss: the lease keeps asking and retakes the run once the server lets
+/// the old connection go.
+#[test]
+fn a_hung_lease_waits_for_the_server_to_let_go_of_its_old_lock_and_retakes_the_run() {
+    let Some(mut hung) = hung_lease() else { return };
+    let before = hung.freezer.connections();
+    // Three refused retakes (each on a fresh connection), then the server lets go.
+    wait_for_connections(&hung.freezer, before + 3);
+    assert!(hung.held_as_mine(), "the old connection still holds it");
+    hung.freezer.end_frozen();
+    // Held again by the lease on a new connection, and not given up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen_free = false;
+    loop {
+        assert!(
+            hung.lost.try_recv().is_err(),
+            "the lease gave up its own run"
+        );
+        if hung.held_as_mine() {
+            if seen_free {
+                break;
+            }
+        } else {
+            seen_free = true;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run was never retaken"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        hung.lost.try_recv().is_err(),
+        "the lease gave up its own run"
+    );
+}
+
+/// The old connection's lock never goes (someone holds the run without saying so): the
+/// lease gives up after its ten refusals and says who the run names.
+#[test]
+fn a_hung_lease_whose_lock_never_comes_back_is_given_up_after_ten_refusals() {
+    let Some(hung) = hung_lease() else { return };
+    let before = hung.freezer.connections();
+    let held = hung
+        .lost
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the lease never gave up a run it could not retake");
+    assert_eq!(held.as_deref(), Some("me"));
+    // One connection per refusal: the ten waited out and the one that gave up.
+    assert_eq!(hung.freezer.connections() - before, 11);
+}
