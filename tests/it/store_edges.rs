@@ -380,12 +380,15 @@ fn dropping_a_run_lease_returns_only_once_the_run_is_released() {
 struct Freezer {
     port: u16,
     accepted: Arc<AtomicUsize>,
-    frozen: Arc<Mutex<Vec<(Arc<AtomicBool>, [TcpStream; 2])>>>,
+    frozen: Arc<Mutex<Vec<Carried>>>,
 }
 
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// One connection the proxy carries: whether it is frozen, and its two ends.
+type Carried = (Arc<AtomicBool>, [TcpStream; 2]);
 
 impl Freezer {
     fn start(target: std::net::SocketAddr) -> Freezer {
