@@ -619,6 +619,11 @@ fn a_locked_store_stops_the_run_and_forgets_nothing() {
     let stderr = text(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "stderr: {stderr}");
     assert!(stderr.contains("sessions.db"), "stderr: {stderr}");
+    // Says what is wrong, after how long: not SQLite's "database is locked" alone.
+    assert!(
+        stderr.contains("still locked by another process after 10 s"),
+        "stderr: {stderr}"
+    );
     assert_eq!(project.read("runs/lineage.json"), lineage_before);
     assert_eq!(project.read("notes/需求.md"), brief_before);
     assert_eq!(server.request_count(), requests_before, "no model request");

@@ -607,3 +607,29 @@ fn a_hung_lease_whose_lock_never_comes_back_is_given_up_after_ten_refusals() {
     // One connection per refusal: the ten waited out and the one that gave up.
     assert_eq!(hung.freezer.connections() - before, 11);
 }
+
+/// An empty database another connection is writing to (it holds the write lock, as a
+/// second flower making the same store would): the WAL switch is refused at once, not
+/// waited for by SQLite itself, so `open` retries it until the writer is done.
+#[test]
+fn opening_an_empty_database_waits_out_a_writer_that_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sessions.db");
+    std::fs::write(&db, b"").unwrap();
+    let writer = rusqlite::Connection::open(&db).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let opener = {
+        let db = db.clone();
+        std::thread::spawn(move || SqliteSessionStore::open(&db).map(|_| ()))
+    };
+    // Long enough for the opener to meet the lock (the outcome does not hang on it).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    writer.execute_batch("COMMIT").unwrap();
+    opener.join().unwrap().unwrap();
+    let store = SqliteSessionStore::open(&db).unwrap();
+    let key = SessionKey::main("p", "s");
+    store
+        .append(&key, &[json!({"type": "x", "uuid": "u"})])
+        .unwrap();
+    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+}
