@@ -633,3 +633,65 @@ fn opening_an_empty_database_waits_out_a_writer_that_holds_it() {
         .unwrap();
     assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
 }
+
+/// A second `flower` may start while the first is still letting go of the run (a
+/// killed process's connection takes the server a moment to end): `lease_run` waits up
+/// to the time it is given for the holder to let go, and then holds the run.
+#[test]
+fn a_lease_waits_for_a_holder_that_lets_go_within_the_wait() {
+    use flower::stores::postgres::Leased;
+    let Some(url) = pg::fresh_url() else { return };
+    let first = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let second = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let lease = |store: &PostgresStore, who: &str, wait: u64| {
+        store
+            .lease_run(
+                "k",
+                who,
+                Some(std::time::Duration::from_secs(wait)),
+                Box::new(|_| {}),
+            )
+            .unwrap()
+    };
+    let Leased::Held(held) = lease(&first, "first", 0) else {
+        panic!("a run nobody holds is taken")
+    };
+    let letting_go = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(held);
+    });
+    let took = lease(&second, "second", 30);
+    assert!(matches!(took, Leased::Held(_)), "waited for the holder");
+    letting_go.join().unwrap();
+}
+
+fn hold(store: &PostgresStore, session: &str) -> flower::stores::SessionHold {
+    store.hold_session(session, false).unwrap()
+}
+
+fn is_held(hold: &flower::stores::SessionHold) -> bool {
+    matches!(hold, flower::stores::SessionHold::Held(_))
+}
+
+/// One process may hold a session twice (the pipeline, and a step inside it): the
+/// session stays held, for other processes, until both holds are let go.
+#[test]
+fn a_session_held_twice_by_one_process_stays_held_until_both_let_go() {
+    let Some(url) = pg::fresh_url() else { return };
+    let mine = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let other = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let first = hold(&mine, "s");
+    let second = hold(&mine, "s");
+    assert!(is_held(&first) && is_held(&second));
+    assert!(!is_held(&hold(&other, "s")));
+    drop(first);
+    // Answered after the release queued before it: the release has been handled.
+    let _behind = hold(&mine, "t");
+    assert!(
+        !is_held(&hold(&other, "s")),
+        "the second hold still holds it"
+    );
+    drop(second);
+    let _behind = hold(&mine, "u");
+    assert!(is_held(&hold(&other, "s")), "let go by both");
+}
