@@ -380,6 +380,8 @@ fn dropping_a_run_lease_returns_only_once_the_run_is_released() {
 struct Freezer {
     port: u16,
     accepted: Arc<AtomicUsize>,
+    /// New connections are closed at once (the database is away).
+    refusing: Arc<AtomicBool>,
     frozen: Arc<Mutex<Vec<Carried>>>,
 }
 
@@ -396,11 +398,16 @@ impl Freezer {
         let freezer = Freezer {
             port: listener.local_addr().unwrap().port(),
             accepted: Arc::default(),
+            refusing: Arc::default(),
             frozen: Arc::default(),
         };
         let (accepted, all) = (freezer.accepted.clone(), freezer.frozen.clone());
+        let refusing = freezer.refusing.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
+                if refusing.load(Ordering::SeqCst) {
+                    continue;
+                }
                 let (Ok(client), Ok(server)) = (client, TcpStream::connect(target)) else {
                     continue;
                 };
@@ -436,6 +443,11 @@ impl Freezer {
                 }
             }
         }
+    }
+
+    /// From now on every new connection is closed as soon as it is made.
+    fn refuse(&self) {
+        self.refusing.store(true, Ordering::SeqCst);
     }
 
     fn connections(&self) -> usize {
@@ -694,4 +706,78 @@ fn a_session_held_twice_by_one_process_stays_held_until_both_let_go() {
     drop(second);
     let _behind = hold(&mine, "u");
     assert!(is_held(&hold(&other, "s")), "let go by both");
+}
+
+const LONG_HOST_ROLE: &str = "FLOWER_EDGE_LONG_HOST";
+
+/// How a session's holder names itself is cut to the 63 bytes PostgreSQL keeps of a
+/// connection's name, and no shorter: on a host with a long name the tag ends with as
+/// much of it as fits. The child runs in its own UTS namespace, under a 60-letter name.
+#[test]
+fn a_holders_tag_keeps_all_63_bytes_on_a_host_with_a_long_name() {
+    let Some(url) = pg::fresh_url() else { return };
+    let host = "h".repeat(60);
+    let output = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--uts", "sh", "-c"])
+        .arg(r#"hostname "$0" && exec "$@""#)
+        .arg(&host)
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "store_edges::long_host_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(LONG_HOST_ROLE, &url)
+        .output();
+    let output = match output {
+        Ok(output) if output.status.success() => output,
+        other => {
+            skipped(&format!("no user and UTS namespace here ({other:?})"));
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let tag = stdout
+        .lines()
+        .find_map(|l| l.split_once("holder tag: ").map(|(_, tag)| tag))
+        .unwrap_or_else(|| panic!("no report from the child: {stdout}"));
+    assert_eq!(tag.len(), 63, "{tag:?}");
+    assert!(tag.starts_with("flower "), "{tag:?}");
+    let (_, cut_host) = tag.rsplit_once(' ').unwrap();
+    assert!(
+        !cut_host.is_empty() && host.starts_with(cut_host),
+        "as much of the host as fits: {tag:?}"
+    );
+}
+
+/// Not a test: the child of the one above. Does nothing in a normal test run.
+#[test]
+fn long_host_child() {
+    let Ok(url) = std::env::var(LONG_HOST_ROLE) else {
+        return;
+    };
+    let holder = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let other = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let _held = hold(&holder, "s");
+    match hold(&other, "s") {
+        flower::stores::SessionHold::Busy(Some(tag)) => println!("holder tag: {tag}"),
+        _ => panic!("the session was not seen held, or its holder unnamed"),
+    }
+}
+
+/// The database away when a session is first held: an outage to wait out
+/// ([`StoreError::Unavailable`]), not a broken store.
+#[test]
+fn holding_a_session_while_the_database_is_away_is_an_outage() {
+    let Some(url) = pg::fresh_url() else { return };
+    let address = url.split_once('@').unwrap().1.split_once('/').unwrap().0;
+    let proxy = Freezer::start(address.parse().unwrap());
+    let store = PostgresStore::open(&proxy.url(&url).parse().unwrap()).unwrap();
+    proxy.refuse();
+    match store.hold_session("s", false) {
+        Err(flower::stores::StoreError::Unavailable { why, .. }) => assert!(!why.is_empty()),
+        Err(other) => panic!("an outage, not {other:?}"),
+        Ok(_) => panic!("held through a database that is away"),
+    }
 }
