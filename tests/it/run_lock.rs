@@ -419,8 +419,14 @@ async fn a_second_runtime_on_one_run_directory_is_refused() {
     let server = FakeServer::start(vec![Reply::text("好"), Reply::text("又好")]);
     let first = runtime(dir.path(), &server, RunLocking::Take).unwrap();
     let since = chrono::Local::now();
+    let pid = format!("pid {}", std::process::id());
     match runtime(dir.path(), &server, RunLocking::Take) {
-        Err(RuntimeError::Locked { path, holder }) => {
+        Err(error @ RuntimeError::Locked { .. }) => {
+            // What the user reads names who holds it.
+            assert!(error.to_string().contains(&pid), "{error}");
+            let RuntimeError::Locked { path, holder } = error else {
+                unreachable!()
+            };
             assert_eq!(
                 path,
                 dir.path().canonicalize().unwrap().join("runs/run.lock")
@@ -441,10 +447,12 @@ async fn a_second_runtime_on_one_run_directory_is_refused() {
         .await;
     assert!(ran.result.ok, "{:?}", ran.result.error);
     let id = ran.result.session_id.clone().unwrap();
-    assert!(matches!(
-        unlocked.claim_session(&id),
-        Err(RuntimeError::SessionBusy { .. })
-    ));
+    match unlocked.claim_session(&id) {
+        Err(error @ RuntimeError::SessionBusy { .. }) => {
+            assert!(error.to_string().contains(&pid), "{error}");
+        }
+        other => panic!("the session is held: {other:?}"),
+    }
     let refused = unlocked
         .run_agent(
             "a",
