@@ -781,3 +781,23 @@ fn holding_a_session_while_the_database_is_away_is_an_outage() {
         Ok(_) => panic!("held through a database that is away"),
     }
 }
+
+/// What the database refuses for what was sent (here a uuid holding a NUL, which a
+/// PostgreSQL text cannot) is the store's error, not an outage: waiting would not help.
+#[test]
+fn a_refused_write_is_an_error_not_an_outage() {
+    let Some(store) = crate::store_conformance::postgres_store() else {
+        return;
+    };
+    let key = SessionKey::main("p", "s");
+    match store.append(&key, &[json!({"type": "x", "uuid": "a\u{0}b"})]) {
+        Err(error @ flower::stores::StoreError::Database { .. }) => {
+            assert!(!error.is_transient(), "{error}")
+        }
+        other => panic!("the database's refusal, not {other:?}"),
+    }
+    store
+        .append(&key, &[json!({"type": "x", "uuid": "ab"})])
+        .unwrap();
+    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+}
