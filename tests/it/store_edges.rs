@@ -801,3 +801,76 @@ fn a_refused_write_is_an_error_not_an_outage() {
         .unwrap();
     assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
 }
+
+/// A server with no connection to spare (`too many connections`, 53300) is an outage
+/// to wait out, like one that is down.
+#[test]
+fn a_server_with_no_connection_to_spare_is_an_outage() {
+    let Some(url) = pg::fresh_url() else { return };
+    let role = format!("full_{}", uuid::Uuid::new_v4().simple());
+    pg::execute(
+        &url,
+        &format!("CREATE ROLE {role} LOGIN CONNECTION LIMIT 0"),
+    );
+    let (_, rest) = url.split_once('@').unwrap();
+    let as_role = format!("postgres://{role}@{rest}");
+    match PostgresStore::open(&as_role.parse().unwrap()) {
+        Err(error @ flower::stores::StoreError::Unavailable { .. }) => {
+            assert!(error.is_transient(), "{error}");
+            assert!(
+                error.to_string().contains("too many connections"),
+                "{error}"
+            );
+        }
+        other => panic!("an outage, not {other:?}"),
+    }
+    pg::execute(&url, &format!("DROP ROLE {role}"));
+}
+
+/// A statement the server cuts short by ending its connection (an administrator's
+/// `pg_terminate_backend`, a failover: 57P01) is an outage, not a broken store.
+#[test]
+fn a_statement_whose_connection_the_server_ends_is_an_outage() {
+    let Some(url) = pg::fresh_url() else { return };
+    let name = format!("cut_{}", uuid::Uuid::new_v4().simple());
+    let store =
+        PostgresStore::open(&format!("{url}&application_name={name}").parse().unwrap()).unwrap();
+    let key = SessionKey::main("p", "s");
+    store
+        .append(&key, &[json!({"type": "x", "uuid": "u1"})])
+        .unwrap();
+    // The session's summary row locked: the next append waits on it.
+    let mut sql = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut row = sql.transaction().unwrap();
+    row.batch_execute("SELECT * FROM flower_summaries FOR UPDATE")
+        .unwrap();
+    let waiting =
+        std::thread::spawn(move || store.append(&key, &[json!({"type": "x", "uuid": "u2"})]));
+    let mut watcher = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let ended: i64 = watcher
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&name],
+            )
+            .unwrap()
+            .get(0);
+        if ended > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the append never waited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    match waiting.join().unwrap() {
+        Err(error @ flower::stores::StoreError::Unavailable { .. }) => {
+            assert!(error.is_transient(), "{error}")
+        }
+        other => panic!("an outage, not {other:?}"),
+    }
+    row.rollback().unwrap();
+}
