@@ -246,16 +246,20 @@ fn read_everything(db: &Path) -> SqliteSessionStore {
     store
 }
 
+/// `dir/sessions.db` holding [`transcript`] under `p/s`, closed again.
+fn closed_store(dir: &Path) -> PathBuf {
+    let db = dir.join("sessions.db");
+    let store = SqliteSessionStore::open(&db).unwrap();
+    store
+        .append(&SessionKey::parse("p/s").unwrap(), &transcript())
+        .unwrap();
+    db
+}
+
 #[test]
 fn read_only_open_of_a_closed_store_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
-    {
-        let store = SqliteSessionStore::open(&db).unwrap();
-        store
-            .append(&SessionKey::parse("p/s").unwrap(), &transcript())
-            .unwrap();
-    }
+    let db = closed_store(dir.path());
     let before = snapshot(dir.path());
     assert_eq!(
         before.keys().collect::<Vec<_>>(),
@@ -335,13 +339,7 @@ fn a_wal_without_its_index_is_refused_read_only_and_recovered_read_write() {
 #[test]
 fn read_only_open_beside_an_empty_wal_reads_the_file_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sessions.db");
-    {
-        let store = SqliteSessionStore::open(&db).unwrap();
-        store
-            .append(&SessionKey::parse("p/s").unwrap(), &transcript())
-            .unwrap();
-    }
+    let db = closed_store(dir.path());
     std::fs::write(dir.path().join("sessions.db-wal"), b"").unwrap();
     assert!(!dir.path().join("sessions.db-shm").exists());
     let before = snapshot(dir.path());
