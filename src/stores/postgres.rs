@@ -352,7 +352,11 @@ impl PostgresStore {
     ) -> Result<T, StoreError> {
         let (reply, answer) = mpsc::channel();
         let job: Job = Box::new(move |slot: &mut Slot| {
-            let _ = reply.send(slot.client().and_then(run));
+            let result = slot.client().and_then(run);
+            if result.is_err() && slot.client.as_ref().is_some_and(Client::is_closed) {
+                slot.client = None;
+            }
+            let _ = reply.send(result);
         });
         let sent = self
             .jobs
