@@ -37,8 +37,8 @@ use tree_sitter::{Node, ParseOptions, Parser, Tree, TreeCursor};
 pub const MAX_COMMAND_BYTES: usize = 100_000;
 /// Deepest syntax tree analysed (nesting of parentheses, substitutions …).
 pub const MAX_DEPTH: usize = 400;
-/// Longest a parse may take ([`plain_parts`] and [`deny_view`]; the `_within` forms
-/// take another).
+/// Longest a parse may take in [`plain_parts`] and [`deny_view`]
+/// ([`plain_parts_within`] takes the caller's).
 pub const PARSE_BUDGET: Duration = Duration::from_millis(500);
 /// How deeply `bash -c '…'`/`eval` scripts inside scripts are followed.
 const MAX_SCRIPT_DEPTH: usize = 8;

@@ -4,6 +4,7 @@
 //! not pass for "no store", and the limits of a store that is only read.
 
 use crate::lineage_edges::Refusing;
+use crate::store_shared_run::address;
 use crate::support::postgres as pg;
 use flower::stores::{PostgresStore, PostgresUrl, SessionKey, SessionStore, SqliteSessionStore};
 use serde_json::json;
@@ -532,8 +533,7 @@ fn hung_lease() -> Option<HungLease> {
          updated_at) VALUES ('k', true, 'p', '/w', 0, 0)",
     )
     .unwrap();
-    let address = url.split_once('@').unwrap().1.split_once('/').unwrap().0;
-    let freezer = Freezer::start(address.parse().unwrap());
+    let freezer = Freezer::start(address(&url));
     let through = PostgresStore::open(&freezer.url(&url).parse().unwrap()).unwrap();
     let (lost_tx, lost) = std::sync::mpsc::channel();
     let on_lost = Box::new(move |held| {
@@ -769,8 +769,7 @@ fn long_host_child() {
 #[test]
 fn holding_a_session_while_the_database_is_away_is_an_outage() {
     let Some(url) = pg::fresh_url() else { return };
-    let address = url.split_once('@').unwrap().1.split_once('/').unwrap().0;
-    let proxy = Freezer::start(address.parse().unwrap());
+    let proxy = Freezer::start(address(&url));
     let store = PostgresStore::open(&proxy.url(&url).parse().unwrap()).unwrap();
     proxy.refuse();
     match store.hold_session("s", false) {

@@ -510,7 +510,7 @@ impl Proxy {
 }
 
 /// The host and port of a test URL (`postgres://user@host:port/db…`).
-fn address(url: &str) -> SocketAddr {
+pub fn address(url: &str) -> SocketAddr {
     let rest = url.split_once('@').unwrap().1;
     let host_port = rest.split_once('/').unwrap().0;
     host_port.parse().unwrap()
