@@ -682,3 +682,83 @@ fn a_woken_successor_that_fills_up_hands_off_as_the_next_generation() {
         .count();
     assert_eq!(retired, 2, "{rows:#?}");
 }
+
+/// A spec whose own model has a smaller window than the default model's falls back to
+/// the default share (60 %) of its own window when the absolute threshold, checked for
+/// the default model, does not fit it. Library API: a spec's model is not a CLI knob.
+#[tokio::test]
+async fn a_spec_model_with_a_smaller_window_hands_off_at_the_default_share_of_it() {
+    use flower::continuity::handoff::{HandoffOptions, Threshold};
+    use flower::continuity::resilience::Resilience;
+    use flower::continuity::runtime::RuntimeOptions;
+    use flower::engine::SessionStart;
+    use flower::model::anthropic::AnthropicClient;
+    use flower::{AgentSpec, Runtime};
+
+    // Under 120K (60 % of 200K), then over it; both far under the 300K threshold.
+    let server = FakeServer::with_handler(move |req, _| {
+        if req.first_prompt().contains("你接手这一步") {
+            return Reply::text("接手后做完了。").usage(4_000, 100);
+        }
+        if asks_for_handoff(req) {
+            return if req.last_user_text().contains("这一步要换代") {
+                Reply::tool_use(
+                    "Write",
+                    json!({"file_path": "notes/交接/干活-1.md", "content": model_doc()}),
+                )
+                .usage(126_000, 100)
+            } else {
+                Reply::text("交接书写好了。").usage(127_000, 100)
+            };
+        }
+        match turn_of(req) {
+            0 => Reply::tool_use("Glob", json!({"pattern": "*"})).usage(110_000, 100),
+            1 => Reply::tool_use("Glob", json!({"pattern": "*"})).usage(125_000, 100),
+            _ => Reply::text("做完了。").usage(130_000, 100),
+        }
+    });
+    let dir = tempfile::TempDir::new().unwrap();
+    let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake[1m]")
+        .expect("client");
+    let options = RuntimeOptions {
+        client: Some(Arc::new(client)),
+        resilience: Some(Resilience {
+            max_attempts: 1,
+            ..Resilience::default()
+        }),
+        handoff: HandoffOptions {
+            at: Threshold::Tokens(300_000),
+            ..HandoffOptions::default()
+        },
+        ..RuntimeOptions::default()
+    };
+    let rt = Runtime::with_options(dir.path(), dir.path().join("runs"), options).expect("runtime");
+    let spec = AgentSpec::new("worker", "干活的。")
+        .allowed_tools(["Glob", "Write"])
+        .max_turns(10)
+        .model("claude-fake");
+    let result = rt
+        .run_step_handing_off("干活", "干活", &spec, "干吧。", SessionStart::New)
+        .await;
+    rt.close();
+    assert!(result.error.is_none(), "{result:?}");
+
+    let requests = server.requests();
+    assert!(requests.iter().all(|r| r.model() == "claude-fake"));
+    // Asked to hand off only after the turn that reported 125.1K, never after 110.1K.
+    let first_ask = requests
+        .iter()
+        .position(asks_for_handoff)
+        .expect("the session is asked to hand off");
+    assert_eq!(first_ask, 2, "asked after turn {first_ask}");
+    assert!(
+        dir.path().join("notes/交接/干活-1.md").is_file(),
+        "the handoff document is written"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.first_prompt().contains("你接手这一步")),
+        "a successor takes over"
+    );
+}
