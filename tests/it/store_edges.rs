@@ -830,6 +830,70 @@ fn a_server_with_no_connection_to_spare_is_an_outage() {
     pg::execute(&url, &format!("DROP ROLE {role}"));
 }
 
+/// A server that answers the startup with a refusal worth waiting out is an outage:
+/// PostgreSQL starting up or shutting down (57P03), or a pooler in front of it that
+/// has no connection to give or cannot reach it (PgBouncer's 08P01). A one-shot
+/// listener plays the server: it reads the startup message and answers as they do.
+#[test]
+fn a_server_that_refuses_the_startup_for_now_is_an_outage() {
+    for (code, message) in [
+        ("57P03", "the database system is starting up"),
+        ("08P01", "no more connections allowed (max_client_conn)"),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut client, _) = listener.accept().unwrap();
+            refuse_startup(&mut client, code, message);
+        });
+        let url = format!("postgres://flower@127.0.0.1:{port}/flower?connect_timeout=10");
+        match PostgresStore::open(&url.parse().unwrap()) {
+            Err(error @ flower::stores::StoreError::Unavailable { .. }) => {
+                assert!(error.is_transient(), "{error}");
+                assert!(error.to_string().contains(code), "{error}");
+            }
+            other => panic!("{code}: an outage, not {other:?}"),
+        }
+        server.join().unwrap();
+    }
+}
+
+/// Reads a startup message (after declining TLS if asked) and answers with a FATAL
+/// ErrorResponse, as a server does before any query, then closes.
+fn refuse_startup(client: &mut TcpStream, code: &str, message: &str) {
+    use std::io::{Read, Write};
+    const SSL_REQUEST: u32 = 80_877_103;
+    loop {
+        let mut head = [0u8; 8];
+        client.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+        let kind = u32::from_be_bytes(head[4..].try_into().unwrap());
+        let mut rest = vec![0u8; len - 8];
+        client.read_exact(&mut rest).unwrap();
+        if kind == SSL_REQUEST {
+            client.write_all(b"N").unwrap();
+            continue;
+        }
+        break;
+    }
+    let mut fields = Vec::new();
+    for (tag, value) in [
+        (b'S', "FATAL"),
+        (b'V', "FATAL"),
+        (b'C', code),
+        (b'M', message),
+    ] {
+        fields.push(tag);
+        fields.extend_from_slice(value.as_bytes());
+        fields.push(0);
+    }
+    fields.push(0);
+    let mut reply = vec![b'E'];
+    reply.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
+    reply.extend_from_slice(&fields);
+    client.write_all(&reply).unwrap();
+}
+
 /// A statement the server cuts short by ending its connection (an administrator's
 /// `pg_terminate_backend`, a failover: 57P01) is an outage, not a broken store.
 #[test]
