@@ -649,6 +649,58 @@ fn a_successor_that_fills_up_hands_off_to_a_third_generation() {
     assert!(cost(&row) > cost(&two.work_row()), "{row}");
 }
 
+/// A successor already over the threshold after its first turn (the document alone
+/// fills it: a threshold too low for this step) would hand off forever: it goes on
+/// without a threshold instead, told only to continue, and no third generation starts.
+#[test]
+fn a_successor_full_at_its_first_turn_goes_on_without_handing_off_again() {
+    let project = Project::new();
+    let server = FakeServer::with_handler(move |req, _| {
+        let second = is_successor(req) && req.first_prompt().contains("是第 2 代");
+        match agent_of(req) {
+            Agent::Coordinator if second && turn_of(req) == 0 => {
+                Reply::tool_use("Read", json!({"file_path": "notes/目标.md"}))
+                    .usage(FULL_INPUT, 100)
+            }
+            Agent::Coordinator if second => {
+                Reply::text("接着做完了。").usage(FULL_INPUT + 1_000, 100)
+            }
+            _ => script(req, &model_doc()),
+        }
+    });
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let handoffs: Vec<&str> = stdout.lines().filter(|l| l.contains("换代 →")).collect();
+    assert_eq!(
+        handoffs,
+        ["== 干活 换代 → 第 2 代 (上下文 130.1K) =="],
+        "{stdout}"
+    );
+    assert!(!project.dir.join("notes/交接/干活-2.md").exists());
+    let second: Vec<Recorded> = coordinator_requests(&server)
+        .into_iter()
+        .filter(|r| is_successor(r))
+        .collect();
+    assert_eq!(second.len(), 2, "the successor's two turns");
+    // After the Read's result, in the same user message: only a word to go on.
+    assert!(
+        second[1].last_user_text().ends_with(&format!(
+            "\n\n{}",
+            flower::continuity::runtime::CONTINUE_WITHOUT_HANDOFF
+        )),
+        "{}",
+        second[1].last_user_text()
+    );
+    assert!(!asks_for_handoff(&second[1]), "not asked to hand off");
+    assert_eq!(project.work_row()["retired"].as_array().unwrap().len(), 1);
+}
+
 #[test]
 fn a_woken_successor_that_fills_up_hands_off_as_the_next_generation() {
     // The generation survives the kill: counted from the manifest's `retired[]`, the
