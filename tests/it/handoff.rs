@@ -342,6 +342,52 @@ fn a_wake_into_a_session_over_the_threshold_hands_off_before_any_request() {
     assert_ne!(project.work_session(), first);
 }
 
+/// A woken session under the threshold whose first request is refused as too long
+/// (the window is smaller than the stored context suggested) hands off mechanically;
+/// the run got no reply, so the context the document and the line give is the stored
+/// session's last.
+#[test]
+fn a_woken_session_refused_as_too_long_hands_off_with_its_stored_context() {
+    let project = Project::new();
+    let waking = Arc::new(AtomicBool::new(false));
+    let server = {
+        let waking = waking.clone();
+        FakeServer::with_handler(move |req, _| {
+            if waking.load(Ordering::SeqCst)
+                && agent_of(req) == Agent::Coordinator
+                && !is_successor(req)
+            {
+                return Reply::error(
+                    400,
+                    "invalid_request_error",
+                    "prompt is too long: 210000 tokens > 200000 maximum",
+                );
+            }
+            script(req, &model_doc())
+        })
+    };
+    let out = project.run(&server, &["写个 hello 脚本", "--handoff-at", "150K"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let first = project.work_session();
+
+    waking.store(true, Ordering::SeqCst);
+    let out = project.run(&server, &["--handoff-at", "150K"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("== 干活 换代 → 第 2 代 (上下文 131.1K) =="),
+        "{stdout}"
+    );
+    assert!(!server.requests().iter().any(asks_for_handoff));
+    assert!(project.read(DOC).contains(MECHANICAL_MARK));
+    assert_eq!(project.work_row()["retired"], json!([first]));
+}
+
 /// Flags, one environment variable, and what the error must say.
 type BadCase = (
     &'static [&'static str],
