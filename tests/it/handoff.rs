@@ -731,7 +731,7 @@ fn a_successor_full_at_its_first_turn_goes_on_without_handing_off_again() {
     assert!(!project.dir.join("notes/交接/干活-2.md").exists());
     let second: Vec<Recorded> = coordinator_requests(&server)
         .into_iter()
-        .filter(|r| is_successor(r))
+        .filter(is_successor)
         .collect();
     assert_eq!(second.len(), 2, "the successor's two turns");
     // After the Read's result, in the same user message: only a word to go on.
