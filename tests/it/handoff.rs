@@ -171,6 +171,9 @@ fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
     assert_eq!(retired.len(), 1);
     assert_ne!(retired[0], successor_id);
     assert_eq!(row["context"], 5_100);
+    // Every turn of the step counts: the first session's, its handoff's and the
+    // successor's, one per request.
+    assert_eq!(row["num_turns"], coordinator.len(), "{row}");
     let stored = project.stored_sessions();
     assert!(stored.contains(&retired[0]) && stored.contains(&successor_id));
 
@@ -303,6 +306,7 @@ fn hands_off_mechanically_when_the_window_is_hit(window_hit: fn() -> Reply, erro
         "the over-long session was asked"
     );
     assert!(project.read(DOC).contains(MECHANICAL_MARK));
+    assert_successor_is_second_generation(&server);
     let row = project.work_row();
     assert_eq!(row["ok"], true);
     assert_eq!(row["retired"].as_array().unwrap().len(), 1);
@@ -483,7 +487,18 @@ fn wake_and_check(project: &Project, server: &FakeServer) -> String {
     assert!(project.stored_sessions().contains(&successor));
     let doc = project.read(DOC);
     assert!(SECTIONS.iter().all(|s| doc.contains(&format!("## {s}"))));
+    assert_successor_is_second_generation(server);
     stdout
+}
+
+/// The successor's first prompt names its generation (2) and its predecessor's (1).
+fn assert_successor_is_second_generation(server: &FakeServer) {
+    let successor = coordinator_requests(server)
+        .into_iter()
+        .find(is_successor)
+        .expect("a successor");
+    let prompt = successor.first_prompt();
+    assert!(prompt.contains("是第 2 代:第 1 代的上下文"), "{prompt}");
 }
 
 #[test]
