@@ -277,6 +277,61 @@ fn a_reply_cut_by_the_full_window_hands_off_mechanically_without_asking() {
     );
 }
 
+/// A session that hits the window while writing its handoff document is not asked
+/// again: the document is mechanical at once, and the row says why.
+#[test]
+fn a_window_hit_while_writing_the_document_stops_the_asking() {
+    let hits: [(fn() -> Reply, &str); 2] = [
+        (
+            || {
+                Reply::error(
+                    400,
+                    "invalid_request_error",
+                    "prompt is too long: 210000 tokens > 200000 maximum",
+                )
+            },
+            "prompt is too long",
+        ),
+        (
+            || {
+                Reply::text("写到一半")
+                    .stop_reason("model_context_window_exceeded")
+                    .usage(FULL_INPUT + 2_000, 100)
+            },
+            "model_context_window_exceeded",
+        ),
+    ];
+    for (window_hit, error) in hits {
+        let project = Project::new();
+        let server = FakeServer::with_handler(move |req, _| {
+            if agent_of(req) == Agent::Coordinator && asks_for_handoff(req) {
+                return window_hit();
+            }
+            script(req, &model_doc())
+        });
+        let out = project.run(&server, &["写个 hello 脚本"]);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}\n{}",
+            text(&out.stderr)
+        );
+        let asks = server
+            .requests()
+            .into_iter()
+            .filter(asks_for_handoff)
+            .count();
+        assert_eq!(asks, 1, "{error}: asked again after the window was hit");
+        let doc = project.read(DOC);
+        assert!(doc.contains(MECHANICAL_MARK), "{doc}");
+        assert!(doc.contains("写交接书时上下文撞到了窗口"), "{doc}");
+        let row = project.work_row();
+        assert!(row["errors"].to_string().contains(error), "{row}");
+        assert_successor_is_second_generation(&server);
+    }
+}
+
 /// The first session's second request answered by `window_hit` (under a threshold the
 /// session never reaches by itself): a mechanical document, the session not asked, a
 /// successor that finishes, and the row's errors naming `error`.
@@ -831,7 +886,7 @@ async fn a_spec_model_with_a_smaller_window_hands_off_at_the_default_share_of_it
         }
     });
     let dir = tempfile::TempDir::new().unwrap();
-    let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake[1m]")
+    let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-opus-5[1m]")
         .expect("client");
     let options = RuntimeOptions {
         client: Some(Arc::new(client)),
@@ -849,7 +904,7 @@ async fn a_spec_model_with_a_smaller_window_hands_off_at_the_default_share_of_it
     let spec = AgentSpec::new("worker", "干活的。")
         .allowed_tools(["Glob", "Write"])
         .max_turns(10)
-        .model("claude-fake");
+        .model("claude-opus-5");
     let result = rt
         .run_step_handing_off("干活", "干活", &spec, "干吧。", SessionStart::New)
         .await;
@@ -857,7 +912,7 @@ async fn a_spec_model_with_a_smaller_window_hands_off_at_the_default_share_of_it
     assert!(result.error.is_none(), "{result:?}");
 
     let requests = server.requests();
-    assert!(requests.iter().all(|r| r.model() == "claude-fake"));
+    assert!(requests.iter().all(|r| r.model() == "claude-opus-5"));
     // Asked to hand off only after the turn that reported 125.1K, never after 110.1K.
     let first_ask = requests
         .iter()
@@ -874,4 +929,21 @@ async fn a_spec_model_with_a_smaller_window_hands_off_at_the_default_share_of_it
             .any(|r| r.first_prompt().contains("你接手这一步")),
         "a successor takes over"
     );
+    // The step's cost is every request's: the first session's two turns, the two of
+    // its handoff document, the successor's one.
+    let inputs = [110_000, 125_000, 126_000, 127_000, 4_000];
+    assert_eq!(requests.len(), inputs.len());
+    let cost: f64 = inputs
+        .iter()
+        .map(|&input_tokens| {
+            let usage = flower::model::Usage {
+                input_tokens,
+                output_tokens: 100,
+                ..Default::default()
+            };
+            flower::model::prices::request_cost_usd("claude-opus-5", &usage).unwrap()
+        })
+        .sum();
+    let recorded = result.cost_usd.expect("a known model has a cost");
+    assert!((recorded - cost).abs() < 1e-9, "{recorded} != {cost}");
 }
