@@ -251,28 +251,34 @@ fn an_incomplete_document_is_asked_for_twice_more_then_written_mechanically() {
     assert_eq!(project.work_row()["ok"], true);
 }
 
+/// A way the window is hit, and what the error says.
+type WindowHit = (fn() -> Reply, &'static str);
+
+/// The API's answer to a request over the window.
+fn prompt_too_long() -> Reply {
+    Reply::error(
+        400,
+        "invalid_request_error",
+        "prompt is too long: 210000 tokens > 200000 maximum",
+    )
+}
+
+/// A reply cut because the window is full.
+fn cut_by_the_window() -> Reply {
+    Reply::text("写到一半")
+        .stop_reason("model_context_window_exceeded")
+        .usage(FULL_INPUT, 100)
+}
+
 #[test]
 fn a_prompt_too_long_answer_hands_off_mechanically_without_asking() {
-    hands_off_mechanically_when_the_window_is_hit(
-        || {
-            Reply::error(
-                400,
-                "invalid_request_error",
-                "prompt is too long: 210000 tokens > 200000 maximum",
-            )
-        },
-        "prompt is too long",
-    );
+    hands_off_mechanically_when_the_window_is_hit(prompt_too_long, "prompt is too long");
 }
 
 #[test]
 fn a_reply_cut_by_the_full_window_hands_off_mechanically_without_asking() {
     hands_off_mechanically_when_the_window_is_hit(
-        || {
-            Reply::text("写到一半")
-                .stop_reason("model_context_window_exceeded")
-                .usage(FULL_INPUT, 100)
-        },
+        cut_by_the_window,
         "model_context_window_exceeded",
     );
 }
@@ -281,25 +287,9 @@ fn a_reply_cut_by_the_full_window_hands_off_mechanically_without_asking() {
 /// again: the document is mechanical at once, and the row says why.
 #[test]
 fn a_window_hit_while_writing_the_document_stops_the_asking() {
-    let hits: [(fn() -> Reply, &str); 2] = [
-        (
-            || {
-                Reply::error(
-                    400,
-                    "invalid_request_error",
-                    "prompt is too long: 210000 tokens > 200000 maximum",
-                )
-            },
-            "prompt is too long",
-        ),
-        (
-            || {
-                Reply::text("写到一半")
-                    .stop_reason("model_context_window_exceeded")
-                    .usage(FULL_INPUT + 2_000, 100)
-            },
-            "model_context_window_exceeded",
-        ),
+    let hits: [WindowHit; 2] = [
+        (prompt_too_long, "prompt is too long"),
+        (cut_by_the_window, "model_context_window_exceeded"),
     ];
     for (window_hit, error) in hits {
         let project = Project::new();
@@ -416,11 +406,7 @@ fn a_woken_session_refused_as_too_long_hands_off_with_its_stored_context() {
                 && agent_of(req) == Agent::Coordinator
                 && !is_successor(req)
             {
-                return Reply::error(
-                    400,
-                    "invalid_request_error",
-                    "prompt is too long: 210000 tokens > 200000 maximum",
-                );
+                return prompt_too_long();
             }
             script(req, &model_doc())
         })
