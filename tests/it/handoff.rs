@@ -350,7 +350,10 @@ fn hands_off_mechanically_when_the_window_is_hit(window_hit: fn() -> Reply, erro
         !server.requests().iter().any(asks_for_handoff),
         "the over-long session was asked"
     );
-    assert!(project.read(DOC).contains(MECHANICAL_MARK));
+    let doc = project.read(DOC);
+    assert!(doc.contains(MECHANICAL_MARK));
+    // The files its sub-agents touched are listed too (the worker wrote hello.txt).
+    assert!(doc.contains("- hello.txt(Write)"), "{doc}");
     assert_successor_is_second_generation(&server);
     let row = project.work_row();
     assert_eq!(row["ok"], true);
