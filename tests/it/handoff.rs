@@ -567,6 +567,43 @@ fn killed_before_the_document_the_wake_hands_off_mechanically() {
     assert!(project.read(DOC).contains(MECHANICAL_MARK));
 }
 
+/// A complete document left from before the session began (a copy put back, a
+/// previous run's) is not taken for this session's: the session is asked to write its
+/// own.
+#[test]
+fn a_document_older_than_the_session_is_not_reused() {
+    let project = Project::new();
+    let stale = model_doc().replace("模型写的", "旧的");
+    let path = project.dir.join(DOC);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, &stale).unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(an_hour_ago)
+        .unwrap();
+    let server = FakeServer::with_handler(move |req, _| script(req, &model_doc()));
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        server
+            .requests()
+            .into_iter()
+            .filter(asks_for_handoff)
+            .count()
+            > 0,
+        true
+    );
+    assert_eq!(project.read(DOC), model_doc());
+    let successor = coordinator_requests(&server)
+        .into_iter()
+        .find(is_successor)
+        .expect("a successor");
+    assert!(!successor.first_prompt().contains("旧的"));
+}
+
 #[test]
 fn killed_after_the_document_the_wake_reuses_it() {
     // Held: the request after the Write of the document (its result is stored).
