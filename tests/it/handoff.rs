@@ -587,14 +587,9 @@ fn a_document_older_than_the_session_is_not_reused() {
     let server = FakeServer::with_handler(move |req, _| script(req, &model_doc()));
     let out = project.run(&server, &["写个 hello 脚本"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(
-        server
-            .requests()
-            .into_iter()
-            .filter(asks_for_handoff)
-            .count()
-            > 0,
-        true
+    assert!(
+        server.requests().iter().any(asks_for_handoff),
+        "the session was not asked"
     );
     assert_eq!(project.read(DOC), model_doc());
     let successor = coordinator_requests(&server)
