@@ -78,6 +78,23 @@ fn script(req: &Recorded, doc: &str) -> Reply {
     }
 }
 
+/// `out`'s stdout, once it is known that flower exited 0.
+fn succeeded(out: &std::process::Output) -> String {
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    stdout
+}
+
+/// The `== <step> 换代 → …` lines flower printed.
+fn handoff_lines(stdout: &str) -> Vec<&str> {
+    stdout.lines().filter(|l| l.contains("换代 →")).collect()
+}
+
 fn coordinator_requests(server: &FakeServer) -> Vec<Recorded> {
     server
         .requests()
@@ -129,13 +146,7 @@ fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
         FakeServer::with_handler(move |req, _| script(req, &doc))
     };
     let out = project.run(&server, &["写个 hello 脚本"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout
             .lines()
@@ -181,13 +192,7 @@ fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
     // successor: never the retired session.
     let before = server.request_count();
     let out = project.run(&server, &[]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let banner = stdout.lines().next().unwrap();
     assert!(
         banner.contains("干活上下文 5.1K · 第 2 代 · 第 2 次唤醒"),
@@ -223,7 +228,7 @@ fn an_incomplete_document_is_asked_for_twice_more_then_written_mechanically() {
     let server =
         FakeServer::with_handler(|req, _| script(req, "## 目标与完成标准\n写 hello\n## 死路\n"));
     let out = project.run(&server, &["写个 hello 脚本"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    succeeded(&out);
     let coordinator = coordinator_requests(&server);
     let first = coordinator
         .iter()
@@ -300,13 +305,7 @@ fn a_window_hit_while_writing_the_document_stops_the_asking() {
             script(req, &model_doc())
         });
         let out = project.run(&server, &["写个 hello 脚本"]);
-        let stdout = text(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{stdout}\n{}",
-            text(&out.stderr)
-        );
+        succeeded(&out);
         let asks = server
             .requests()
             .into_iter()
@@ -334,13 +333,7 @@ fn hands_off_mechanically_when_the_window_is_hit(window_hit: fn() -> Reply, erro
         script(req, &model_doc())
     });
     let out = project.run(&server, &["写个 hello 脚本", "--handoff-at", "99%"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("== 干活 换代 → 第 2 代 (上下文 130.1K) =="),
         "{stdout}"
@@ -367,20 +360,14 @@ fn a_wake_into_a_session_over_the_threshold_hands_off_before_any_request() {
     let server = FakeServer::with_handler(|req, _| script(req, &model_doc()));
     // First run: a threshold above the session's context, so no handoff.
     let out = project.run(&server, &["写个 hello 脚本", "--handoff-at", "150K"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    succeeded(&out);
     assert!(!project.dir.join(DOC).exists());
     let first = project.work_session();
 
     // Waking with the default threshold (120K): the session is over it.
     let before = server.request_count();
     let out = project.run(&server, &[]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("== 干活 换代 → 第 2 代 (上下文 131.1K) =="),
         "{stdout}"
@@ -415,18 +402,12 @@ fn a_woken_session_refused_as_too_long_hands_off_with_its_stored_context() {
         })
     };
     let out = project.run(&server, &["写个 hello 脚本", "--handoff-at", "150K"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    succeeded(&out);
     let first = project.work_session();
 
     waking.store(true, Ordering::SeqCst);
     let out = project.run(&server, &["--handoff-at", "150K"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("== 干活 换代 → 第 2 代 (上下文 131.1K) =="),
         "{stdout}"
@@ -511,13 +492,7 @@ fn kill_scripted_at(
 /// finished by a second-generation session that lineage names.
 fn wake_and_check(project: &Project, server: &FakeServer) -> String {
     let out = project.run(server, &[]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert_eq!(project.read("hello.txt"), "hello", "lost work");
     let successor = project.work_session();
     let rows = project.manifest();
@@ -586,7 +561,7 @@ fn a_document_older_than_the_session_is_not_reused() {
         .unwrap();
     let server = FakeServer::with_handler(move |req, _| script(req, &model_doc()));
     let out = project.run(&server, &["写个 hello 脚本"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    succeeded(&out);
     assert!(
         server.requests().iter().any(asks_for_handoff),
         "the session was not asked"
@@ -673,7 +648,7 @@ fn a_full_sub_agent_is_asked_to_report_now_and_the_judge_fails_clearly() {
         _ => simple_reply(req),
     });
     let out = project.run(&server, &["写个 hello 脚本"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    succeeded(&out);
     let requests = server.requests();
     let worker_next = requests
         .iter()
@@ -744,14 +719,8 @@ fn a_successor_that_fills_up_hands_off_to_a_third_generation() {
         FakeServer::with_handler(move |req, _| script_of_three(req, &doc))
     };
     let out = project.run(&server, &["写个 hello 脚本"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    let handoffs: Vec<&str> = stdout.lines().filter(|l| l.contains("换代 →")).collect();
+    let stdout = succeeded(&out);
+    let handoffs = handoff_lines(&stdout);
     assert_eq!(
         handoffs,
         [
@@ -782,7 +751,6 @@ fn a_successor_that_fills_up_hands_off_to_a_third_generation() {
     let server = FakeServer::with_handler(move |req, _| script(req, &model_doc()));
     assert!(two.run(&server, &["写个 hello 脚本"]).status.success());
     assert!(cost(&two.work_row()) > 0.0, "{}", two.work_row());
-    eprintln!("COST {} {}", cost(&row), cost(&two.work_row()));
     assert!(cost(&row) > cost(&two.work_row()), "{row}");
 }
 
@@ -806,14 +774,8 @@ fn a_successor_full_at_its_first_turn_goes_on_without_handing_off_again() {
         }
     });
     let out = project.run(&server, &["写个 hello 脚本"]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    let handoffs: Vec<&str> = stdout.lines().filter(|l| l.contains("换代 →")).collect();
+    let stdout = succeeded(&out);
+    let handoffs = handoff_lines(&stdout);
     assert_eq!(
         handoffs,
         ["== 干活 换代 → 第 2 代 (上下文 130.1K) =="],
@@ -848,14 +810,8 @@ fn a_woken_successor_that_fills_up_hands_off_as_the_next_generation() {
     });
     let first_doc = project.read(DOC);
     let out = project.run(&server, &[]);
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    let handoffs: Vec<&str> = stdout.lines().filter(|l| l.contains("换代 →")).collect();
+    let stdout = succeeded(&out);
+    let handoffs = handoff_lines(&stdout);
     assert_eq!(
         handoffs,
         ["== 干活 换代 → 第 3 代 (上下文 130.1K) =="],
