@@ -11,7 +11,7 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use flower::{AgentSpec, Runtime, Step, Workflow};
+use flower::{AgentSpec, Runtime, Settings, Step, Workflow};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
@@ -24,7 +24,9 @@ async fn main() -> anyhow::Result<()> {
         terse,
         "读 seed.txt,只回文件里那个词。",
     )]);
-    let rt = Runtime::new(".", "runs")?;
+    // The library reads no environment by itself: the settings are resolved here, once.
+    let settings = Settings::from_env()?;
+    let rt = Runtime::with_options(".", "runs", settings.runtime_options()?)?;
     let ctx = wf.run(&rt).await;
     rt.close();
     let ctx = ctx?;

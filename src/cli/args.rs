@@ -1,6 +1,7 @@
 //! Command-line arguments.
 
 use clap::{Args, Parser, Subcommand};
+use flower::settings::{Flags, SandboxFlags};
 use std::path::PathBuf;
 
 /// Exit status when another process holds the run directory (or the session).
@@ -38,14 +39,11 @@ pub struct FlowArgs {
     #[arg(long, default_value_t = flower::workflow::flower::DEFAULT_ROUNDS, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
-    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
-    #[arg(long)]
-    pub model: Option<String>,
+    #[command(flatten)]
+    pub model: ModelArgs,
 
     /// Also print the sandbox state under the banner.
     #[arg(short = 'v', long)]
@@ -53,20 +51,12 @@ pub struct FlowArgs {
 
     #[command(flatten)]
     pub sandbox: SandboxArgs,
-    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
-    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
 
-    /// The run's name in a shared store, for hosts that mount the workspace at
-    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
-    #[arg(long, value_name = "NAME")]
-    pub run_key: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArg,
 
-    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
-    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
-    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
-    pub thinking: Option<Option<u32>>,
+    #[command(flatten)]
+    pub run_key: RunKeyArg,
 
     /// If another flower is running in this run directory, wait for it to end instead of
     /// exiting with status 3.
@@ -78,27 +68,51 @@ pub struct FlowArgs {
     pub handoff_at: Option<String>,
 }
 
-impl FlowArgs {
-    pub fn model_flags(&self) -> super::model_config::ModelFlags {
-        super::model_config::ModelFlags {
-            model: self.model.clone(),
-            thinking: self.thinking,
-        }
-    }
+// The shared flags: each defined once here, flattened into the commands that take it,
+// and each adds itself to the one `Flags` the settings resolution reads.
+
+/// `-r/--run-dir`: every command that reads or writes a run.
+#[derive(Debug, Clone, Args)]
+pub struct RunDirArg {
+    /// Run directory, relative to the current directory.
+    #[arg(id = "run_dir", short = 'r', long = "run-dir", default_value = flower::settings::DEFAULT_RUN_DIR)]
+    pub path: PathBuf,
 }
 
-impl OnceArgs {
-    pub fn model_flags(&self) -> super::model_config::ModelFlags {
-        super::model_config::ModelFlags {
-            model: self.model.clone(),
-            thinking: self.thinking,
-        }
-    }
+/// `--store` of the commands that run or probe a run.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArg {
+    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
+    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[arg(id = "store", long = "store", value_name = "URL")]
+    pub url: Option<String>,
 }
 
-/// The sandbox around Bash commands (see the README's "Permissions and sandbox");
-/// folded into the [`super::config::Config`] with the `FLOWER_SANDBOX` and
-/// `FLOWER_NETWORK` settings.
+/// `--run-key` of the commands that run or probe a run.
+#[derive(Debug, Clone, Args)]
+pub struct RunKeyArg {
+    /// The run's name in a shared store, for hosts that mount the workspace at
+    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
+    #[arg(id = "run_key", long = "run-key", value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+/// `--model` and `--thinking`: the commands that talk to the model.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
+    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
+    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
+    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
+    pub thinking: Option<Option<u32>>,
+}
+
+/// The sandbox around Bash commands (see the README's "Permissions and sandbox"),
+/// resolved with the `FLOWER_SANDBOX` and `FLOWER_NETWORK` settings.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
     /// Bash commands get no network (a new, empty network namespace).
@@ -114,6 +128,72 @@ pub struct SandboxArgs {
     /// Run Bash commands without the sandbox. Setting: FLOWER_SANDBOX=off.
     #[arg(long)]
     pub no_sandbox: bool,
+}
+
+/// A group of flags that says something to the settings resolution.
+pub trait FlagGroup {
+    /// Adds what this group says to `flags`.
+    fn add_to(&self, flags: &mut Flags);
+}
+
+impl FlagGroup for RunDirArg {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.run_dir = Some(self.path.clone());
+    }
+}
+
+impl FlagGroup for StoreArg {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.store = self.url.clone();
+    }
+}
+
+impl FlagGroup for RunKeyArg {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.run_key = self.name.clone();
+    }
+}
+
+impl FlagGroup for ModelArgs {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.model = self.model.clone();
+        flags.thinking = self.thinking;
+    }
+}
+
+impl FlagGroup for SandboxArgs {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.sandbox = SandboxFlags {
+            no_network: self.no_network,
+            require_sandbox: self.require_sandbox,
+            no_sandbox: self.no_sandbox,
+        };
+    }
+}
+
+/// The settings flags of `groups`, in one [`Flags`].
+pub fn flags_of(groups: &[&dyn FlagGroup]) -> Flags {
+    let mut flags = Flags::default();
+    for group in groups {
+        group.add_to(&mut flags);
+    }
+    flags
+}
+
+impl FlowArgs {
+    /// Everything this command line says to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        let mut flags = flags_of(&[
+            &self.run_dir,
+            &self.model,
+            &self.sandbox,
+            &self.store,
+            &self.run_key,
+        ]);
+        flags.wait = self.wait;
+        flags.handoff_at = self.handoff_at.clone();
+        flags
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -157,15 +237,8 @@ pub struct OnceArgs {
     #[arg(long)]
     pub max_turns: Option<u32>,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
-    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
-    #[arg(long)]
-    pub model: Option<String>,
-
-    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
-    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
-    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
-    pub thinking: Option<Option<u32>>,
+    #[command(flatten)]
+    pub model: ModelArgs,
 
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
@@ -174,14 +247,18 @@ pub struct OnceArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 
-    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
-    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+impl OnceArgs {
+    /// Everything this command line says to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        flags_of(&[&self.model, &self.sandbox, &self.run_dir, &self.store])
+    }
 }
 
 #[derive(Debug, Args)]
@@ -190,17 +267,47 @@ pub struct StateArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 
-    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
-    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    #[command(flatten)]
+    pub store: StoreArg,
+
+    #[command(flatten)]
+    pub run_key: RunKeyArg,
+}
+
+impl StateArgs {
+    /// Everything this command line says to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        flags_of(&[&self.run_dir, &self.store, &self.run_key])
+    }
+}
+
+/// Where `log`, `show` and `report` read a run from: the run directory (default), or
+/// a PostgreSQL store that holds the run's lineage, manifest and transcripts.
+#[derive(Debug, Clone, Args)]
+pub struct RunSource {
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
+
+    /// Read the run from this PostgreSQL store (postgres://…) instead of the run
+    /// directory, or `sqlite` for runs/ (the default). Else FLOWER_STORE.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 
-    /// The run's name in a shared store, for hosts that mount the workspace at
-    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
+    /// With --store: the run's name in the store (else FLOWER_RUN_KEY; default: this
+    /// workspace's project key).
     #[arg(long, value_name = "NAME")]
     pub run_key: Option<String>,
+}
+
+impl RunSource {
+    /// Everything these flags say to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        let mut flags = flags_of(&[&self.run_dir]);
+        flags.store = self.store.clone();
+        flags.run_key = self.run_key.clone();
+        flags
+    }
 }

@@ -5,7 +5,6 @@
 //! 需求.md, re-derives 目标.md, and is the prompt of the resumed 干活 session.
 
 use super::args::{EXIT_LOCKED, FlowArgs};
-use super::config::Config;
 use super::input::{self, TerminalAsker};
 use super::once::after_interrupt;
 use super::render::{self, Renderer};
@@ -16,10 +15,12 @@ use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use flower::continuity::notes;
 use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
+use flower::continuity::shared::RunStateStore;
 use flower::continuity::shared::{SharedRun, SharedRunError};
 use flower::continuity::signals;
 use flower::continuity::wake::{context_in, session_context, session_generation, wake_state_of};
 use flower::engine::Interrupt;
+use flower::settings::{Environment, Settings};
 use flower::stores::postgres::hostname;
 use flower::stores::{SessionKey, SessionStore};
 use flower::tools::sandbox::SandboxPolicy;
@@ -48,13 +49,13 @@ enum Intent {
 /// Go on with `T`, or stop here with this exit code (its line already printed).
 type OrExit<T> = Result<T, ExitCode>;
 
-pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
-    let workspace = std::env::current_dir()?.canonicalize()?;
+pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> {
+    let config = load_config(&args, env)?;
+    let workspace = config.workspace.canonicalize()?;
     let interactive = input::interactive();
     let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
-    let config = load_config(&args)?;
     let mut base_options = config.runtime_options()?;
-    let stores = config.open_stores()?;
+    let stores = open_stores(&config)?;
     let store = stores.sessions.clone();
     base_options.store = store.clone();
     let shared = match open_shared(&stores, &workspace, &config)? {
@@ -63,12 +64,9 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     };
     base_options.shared_run = shared.clone();
     let shared = shared.as_ref();
-    let renderer = Renderer::new(true);
-    renderer.set_window(
-        config
-            .handoff
-            .window_for(&config.model.client.default_model),
-    );
+    let renderer = Renderer::new(true, &config.terminal);
+    renderer.set_window(config.context_window);
+    let home = config.home.as_deref();
 
     let said = match ask_before_lock(
         &args,
@@ -85,7 +83,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     };
     // One run, one process: before anything is read for the wake or written, this
     // process holds the run directory (until it exits, however it exits).
-    let Some(run_lock) = take_run_lock(&args.run_dir, args.wait)? else {
+    let Some(run_lock) = take_run_lock(&args.run_dir.path, args.wait)? else {
         return Ok(ExitCode::from(EXIT_LOCKED));
     };
     // And across hosts: the run in the database, for this process's whole life.
@@ -98,12 +96,13 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
     }
 
     if args.new {
-        archive(&workspace, &args.run_dir, shared)?;
+        archive(&workspace, &args.run_dir.path, shared, home)?;
     }
-    let state = wake_state_of(&workspace, &args.run_dir, store.as_deref(), shared);
+    let state = wake_state_of(&workspace, &args.run_dir.path, store.as_deref(), shared);
     let at = Where {
+        home,
         workspace: &workspace,
-        run_dir: &args.run_dir,
+        run_dir: &args.run_dir.path,
         store: store.as_deref(),
         shared,
     };
@@ -125,7 +124,7 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
         run_lock: RunLocking::Held(run_lock),
         ..base_options
     };
-    let runtime = match open_runtime(&workspace, &args.run_dir, runtime_options)? {
+    let runtime = match open_runtime(&workspace, &args.run_dir.path, runtime_options)? {
         Ok(runtime) => runtime,
         Err(code) => return Ok(code),
     };
@@ -145,12 +144,8 @@ pub async fn run(args: FlowArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Every setting, checked before anyone is asked anything; its warnings printed.
-fn load_config(args: &FlowArgs) -> anyhow::Result<Config> {
-    let config = Config::from_env(&args.model_flags())?
-        .with_handoff_flag(args.handoff_at.as_deref())?
-        .with_sandbox_flags(&args.sandbox)?
-        .with_store_flag(args.store.as_deref())?
-        .with_run_key_flag(args.run_key.as_deref())?;
+fn load_config(args: &FlowArgs, env: &Environment) -> anyhow::Result<Settings> {
+    let config = super::config::settings(&args.flags(), env)?;
     // Without Landlock, say so once (the verbose banner says it anyway).
     if config.sandbox.enabled
         && !args.verbose
@@ -180,7 +175,7 @@ async fn ask_before_lock(
 ) -> OrExit<Option<String>> {
     if said.is_some()
         || args.new
-        || resumable(&wake_state_of(workspace, &args.run_dir, store, shared))
+        || resumable(&wake_state_of(workspace, &args.run_dir.path, store, shared))
     {
         return Ok(said);
     }
@@ -205,11 +200,11 @@ fn check_sessions_free(
     }
     let steps = match shared {
         Some(shared) => shared.lineage().ok().map(|(_, steps)| steps),
-        None => Lineage::read(&args.run_dir, workspace).map(|file| file.steps),
+        None => Lineage::read(&args.run_dir.path, workspace).map(|file| file.steps),
     };
     if let Some(steps) = steps {
         for id in steps.values() {
-            if let Probe::Held(holder) = lock::probe_session(&args.run_dir, id) {
+            if let Probe::Held(holder) = lock::probe_session(&args.run_dir.path, id) {
                 eprintln!("flower: {}", session_busy(id, &holder));
                 return Err(ExitCode::from(EXIT_LOCKED));
             }
@@ -231,12 +226,12 @@ fn announce(
     if state.waking {
         renderer.line(&banner(at, state));
         if args.verbose {
-            eprintln!("{}", super::once::sandbox_line(sandbox, &worker()));
+            eprintln!("{}", super::once::sandbox_line(sandbox, &worker(), at.home));
         }
     } else if !state.steps.is_empty() {
         renderer.line(&format!(
             "<- 在 {} 接上上次  需求确认到一半 · 第 {} 次唤醒",
-            tilde(workspace),
+            tilde(workspace, at.home),
             state.woke + 1
         ));
     }
@@ -256,7 +251,7 @@ async fn decide_intent(
             },
             None if interactive => match input::ask_line(ASK_WAKE).await {
                 Some(line) if line.trim() == "/new" => {
-                    archive(at.workspace, at.run_dir, at.shared)?;
+                    archive(at.workspace, at.run_dir, at.shared, at.home)?;
                     match ask_task().await {
                         Some(request) => Intent::Fresh { request },
                         None => return Ok(Err(ExitCode::from(EXIT_USAGE))),
@@ -521,7 +516,12 @@ async fn ask_task() -> Option<String> {
 /// `--new` / `/new`: lineage.json, 需求.md, 目标.md and the handoff documents
 /// (`notes/交接/`) move together into
 /// `notes/archive/<YYYYmmdd-HHMMSS>/`; steps and woke reset. sessions.db is untouched.
-pub fn archive(workspace: &Path, run_dir: &Path, shared: Option<&SharedRun>) -> anyhow::Result<()> {
+pub fn archive(
+    workspace: &Path,
+    run_dir: &Path,
+    shared: Option<&SharedRun>,
+    home: Option<&Path>,
+) -> anyhow::Result<()> {
     let extra = [
         notes::brief_path(workspace),
         notes::goal_path(workspace),
@@ -549,13 +549,15 @@ pub fn archive(workspace: &Path, run_dir: &Path, shared: Option<&SharedRun>) -> 
         None => Lineage::load(run_dir, workspace, |_| true),
     };
     lineage.archive(&into, &extra)?;
-    eprintln!("已归档到 {}", tilde(&into));
+    eprintln!("已归档到 {}", tilde(&into, home));
     Ok(())
 }
 
 /// Where a run lives: its workspace and run directory, and with a shared database its
 /// transcripts' store and its lineage and manifest there.
 pub struct Where<'a> {
+    /// The settings' `HOME`, for `~` in printed paths.
+    pub home: Option<&'a Path>,
     pub workspace: &'a Path,
     pub run_dir: &'a Path,
     pub store: Option<&'a dyn SessionStore>,
@@ -584,9 +586,9 @@ impl Where<'_> {
 /// with SQLite (or when the database's run of this project key is another path's).
 /// A run key that names another workspace's run stops here, nothing written.
 pub fn open_shared(
-    stores: &super::config::Stores,
+    stores: &Stores,
     workspace: &Path,
-    config: &Config,
+    config: &Settings,
 ) -> anyhow::Result<OrExit<Option<SharedRun>>> {
     let Some(runs) = &stores.runs else {
         return Ok(Ok(None));
@@ -618,5 +620,31 @@ pub fn banner(at: &Where, state: &WakeState) -> String {
         parts.push(format!("第 {generation} 代"));
     }
     parts.push(format!("第 {} 次唤醒", state.woke + 1));
-    format!("<- 在 {} 接上上次  {}", tilde(workspace), parts.join(" · "))
+    format!(
+        "<- 在 {} 接上上次  {}",
+        tilde(workspace, at.home),
+        parts.join(" · ")
+    )
+}
+
+/// The stores a run opened: `None`s for the default SQLite files.
+#[derive(Default, Clone)]
+pub struct Stores {
+    pub sessions: Option<Arc<dyn SessionStore>>,
+    pub runs: Option<Arc<dyn RunStateStore>>,
+}
+
+/// The store of the settings, for transcripts and for the run's lineage and manifest;
+/// connected and checked now, before any model request.
+fn open_stores(settings: &Settings) -> anyhow::Result<Stores> {
+    let Some(store) = settings.open_store().map_err(|e| {
+        anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+    })?
+    else {
+        return Ok(Stores::default());
+    };
+    Ok(Stores {
+        sessions: Some(store.clone()),
+        runs: Some(store),
+    })
 }

@@ -6,7 +6,6 @@ use super::{duration, open_run, print_out};
 use clap::Args;
 use flower::inspect::{Attempt, AttemptKind, Run, Totals};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
@@ -15,16 +14,12 @@ pub struct LogArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
-
     #[command(flatten)]
-    pub source: super::RunSource,
+    pub source: super::args::RunSource,
 }
 
-pub fn run(args: LogArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir, &args.source)?;
+pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
+    let run = open_run(&args.source, env)?;
     let sessions = run.sessions();
     let totals = run.totals(&sessions);
     let out = if args.json {

@@ -6,7 +6,6 @@ pub mod config;
 pub mod flow;
 pub mod input;
 pub mod log;
-pub mod model_config;
 pub mod once;
 pub mod render;
 pub mod report;
@@ -17,10 +16,10 @@ pub mod store;
 
 use std::path::Path;
 
-/// A path for display: the home directory shown as `~`.
-pub fn tilde(path: &Path) -> String {
+/// A path for display: the home directory (the settings' `HOME`) shown as `~`.
+pub fn tilde(path: &Path, home: Option<&Path>) -> String {
     let text = path.to_string_lossy().into_owned();
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+    if let Some(home) = home {
         let home = home.to_string_lossy().trim_end_matches('/').to_string();
         if !home.is_empty() {
             if text == home {
@@ -47,48 +46,36 @@ pub fn print_out(text: &str) -> anyhow::Result<std::process::ExitCode> {
     }
 }
 
-/// Where `log`, `show` and `report` read a run from: the run directory (default), or
-/// a PostgreSQL store that holds the run's lineage, manifest and transcripts.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RunSource {
-    /// Read the run from this PostgreSQL store (postgres://…) instead of the run
-    /// directory, or `sqlite` for runs/ (the default). Else FLOWER_STORE.
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
-
-    /// With --store: the run's name in the store (else FLOWER_RUN_KEY; default: this
-    /// workspace's project key).
-    #[arg(long, value_name = "NAME")]
-    pub run_key: Option<String>,
-}
-
 /// Opens the run for a read-only view; a run that cannot be read exits 1 with the
 /// reason (never a panic, never a write to the run directory). With a PostgreSQL
 /// store the run is read from the database, where another host may have written it;
 /// a run the database does not know is read from the run directory, as without one.
-pub fn open_run(run_dir: &Path, source: &RunSource) -> anyhow::Result<flower::inspect::Run> {
+pub fn open_run(
+    source: &args::RunSource,
+    env: &flower::settings::Environment,
+) -> anyhow::Result<flower::inspect::Run> {
     use flower::continuity::shared::SharedRun;
-    use flower::stores::{PostgresStore, SessionStore};
-    let workspace = std::env::current_dir()?;
-    let url = config::store_from_env(source.store.as_deref())?;
-    let run_key = config::run_key_from_env(source.run_key.as_deref(), url.as_ref())?;
-    if let Some(url) = url {
-        let store = std::sync::Arc::new(
-            PostgresStore::open(&url).map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))?,
-        );
+    use flower::stores::SessionStore;
+    let settings = config::settings(&source.flags(), env)?;
+    let workspace = &settings.workspace;
+    let run_dir = &settings.run_dir;
+    let opened = settings
+        .open_store()
+        .map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))?;
+    if let Some(store) = opened {
         let canonical = workspace
             .canonicalize()
             .unwrap_or_else(|_| workspace.clone());
-        let shared = SharedRun::find(store.clone(), &canonical, run_key.as_ref())
+        let shared = SharedRun::find(store.clone(), &canonical, settings.run_key.as_ref())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if let Some(shared) = shared {
             let store: std::sync::Arc<dyn SessionStore> = store;
             return Ok(flower::inspect::Run::open_shared(
-                &workspace, run_dir, &shared, store,
+                workspace, run_dir, &shared, store,
             )?);
         }
     }
-    Ok(flower::inspect::Run::open(&workspace, run_dir)?)
+    Ok(flower::inspect::Run::open(workspace, run_dir)?)
 }
 
 /// `1h02m`, `3m05s`, `12.3s`.

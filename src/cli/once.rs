@@ -2,7 +2,6 @@
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
 use super::args::{EXIT_LOCKED, OnceArgs};
-use super::config::Config;
 use super::flow::session_busy;
 use super::input;
 use super::render::{self, Renderer};
@@ -10,6 +9,7 @@ use flower::continuity::lock::{self, Probe, RunLocking};
 use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
+use flower::settings::Environment;
 use flower::tools::sandbox::SandboxPolicy;
 use serde_json::json;
 use std::path::Path;
@@ -20,42 +20,43 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 (the current directory). Use the tools to read, search, change and run things there; check \
 your work before you say it is done. Be concise: say what you did and what you found.";
 
-pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
-    let mut spec = AgentSpec {
+pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> {
+    // No model of its own: the client's, which the settings resolved (aliases, `[1m]`).
+    let spec = AgentSpec {
         name: "once".into(),
         instructions: INSTRUCTIONS.into(),
         allowed_tools: args.allowed_tools.clone(),
         disallowed_tools: args.disallowed_tools.clone(),
         max_turns: args.max_turns,
-        model: args.model.clone(),
+        model: None,
     };
     // A malformed rule is a usage error, before any request.
-    if let Err(e) = spec.permissions() {
+    if let Err(e) = spec.permissions_in(env.home()) {
         eprintln!("flower: {e}");
         return Ok(ExitCode::from(super::config::EXIT_USAGE));
     }
-    let renderer = Renderer::new(false);
+    let settings = super::config::settings(&args.flags(), env)?;
+    let renderer = Renderer::new(false, &settings.terminal);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let config = Config::from_env(&args.model_flags())?
-        .with_sandbox_flags(&args.sandbox)?
-        .with_store_flag(args.store.as_deref())?;
-    let sandbox = config.sandbox.clone();
-    // The model as the configuration resolved it (aliases, `[1m]`).
-    spec.model = config.model.model.clone();
-    for warning in &config.warnings {
+    let sandbox = settings.sandbox.clone();
+    for warning in &settings.warnings {
         eprintln!("flower: {warning}");
     }
-    let mut base_options = config.runtime_options()?;
+    let mut base_options = settings.runtime_options()?;
+    let run_dir = &settings.run_dir;
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
     if let Some(id) = &args.resume
-        && let Probe::Held(holder) = lock::probe_session(&args.run_dir, id)
+        && let Probe::Held(holder) = lock::probe_session(run_dir, id)
     {
         eprintln!("flower: {}", session_busy(id, &holder));
         return Ok(ExitCode::from(EXIT_LOCKED));
     }
-    base_options.store = config.open_store()?;
+    base_options.store = settings
+        .open_store()
+        .map_err(|e| anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model."))?
+        .map(|store| store as Arc<dyn flower::stores::SessionStore>);
     let options = RuntimeOptions {
         events: if args.json {
             flower::events::discard()
@@ -69,7 +70,7 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
         run_lock: RunLocking::Unlocked,
         ..base_options
     };
-    let runtime = Runtime::with_options(".", &args.run_dir, options)?;
+    let runtime = Runtime::with_options(&settings.workspace, run_dir, options)?;
     // Held from here to the end, so that the probe above cannot be overtaken.
     if let (Some(id), false) = (&args.resume, args.fork) {
         match runtime.claim_session(id) {
@@ -93,7 +94,10 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
     )?;
 
     if !args.json {
-        eprintln!("{}", sandbox_line(&sandbox, &spec));
+        eprintln!(
+            "{}",
+            sandbox_line(&sandbox, &spec, settings.home.as_deref())
+        );
     }
     let start = match (&args.resume, args.fork) {
         (Some(id), true) => SessionStart::Fork(id.clone()),
@@ -136,9 +140,9 @@ pub async fn run(args: OnceArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The sandbox line: `flower: 沙箱 landlock(工作区可写) · 网络 开`, for this agent.
-pub fn sandbox_line(policy: &SandboxPolicy, spec: &AgentSpec) -> String {
+pub fn sandbox_line(policy: &SandboxPolicy, spec: &AgentSpec, home: Option<&Path>) -> String {
     let agent = spec
-        .permissions()
+        .permissions_in(home)
         .map(|p| p.sandbox(policy, Path::new(".")))
         .unwrap_or_else(|_| policy.clone());
     format!("flower: {}", agent.describe())

@@ -5,6 +5,7 @@
 
 use super::status::{self, Status};
 use flower::engine::{Event, EventSink};
+use flower::settings::Terminal;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -94,13 +95,17 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    pub fn new(headers: bool) -> Arc<Self> {
+    /// A renderer for this process's terminal, as `terminal` (the settings' `NO_COLOR`
+    /// and `TERM`) describes it.
+    pub fn new(headers: bool, terminal: &Terminal) -> Arc<Self> {
         let err_tty = std::io::stderr().is_terminal();
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let term = std::env::var("TERM").ok();
         Arc::new(Renderer {
-            color: err_tty && !no_color,
-            live: status::live(std::io::stdout().is_terminal(), err_tty, term.as_deref()),
+            color: err_tty && !terminal.no_color,
+            live: status::live(
+                std::io::stdout().is_terminal(),
+                err_tty,
+                terminal.term.as_deref(),
+            ),
             headers,
             state: Mutex::new(State::default()),
         })

@@ -11,7 +11,6 @@ use flower::transcript::markers;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Lines of a tool result shown before it is cut.
@@ -41,16 +40,12 @@ pub struct ShowArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
-
     #[command(flatten)]
-    pub source: super::RunSource,
+    pub source: super::args::RunSource,
 }
 
-pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir, &args.source)?;
+pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
+    let run = open_run(&args.source, env)?;
     let (id, step) = run.resolve(args.target.as_deref())?;
     let key = run.key(&id);
     let load = |key: &SessionKey| -> anyhow::Result<Vec<Value>> {

@@ -6,26 +6,28 @@ use super::flow::{Where, who};
 use flower::continuity::lock::{self, Probe};
 use flower::continuity::shared::{SharedRun, SharedRunError};
 use flower::continuity::wake::wake_state_of;
-use flower::stores::{PostgresStore, SessionStore};
+use flower::settings::Environment;
+use flower::stores::SessionStore;
 use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
-    let url = config::store_from_env(args.store.as_deref())?;
-    let run_key = config::run_key_from_env(args.run_key.as_deref(), url.as_ref())?;
-    let workspace = std::path::Path::new(".")
+pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
+    let settings = config::settings(&args.flags(), env)?;
+    let run_dir = &settings.run_dir;
+    let workspace = settings
+        .workspace
         .canonicalize()
-        .unwrap_or_else(|_| ".".into());
-    let (store, shared) = match &url {
-        Some(url) => {
-            let store = Arc::new(PostgresStore::open(url).map_err(|e| {
-                anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
-            })?);
+        .unwrap_or_else(|_| settings.workspace.clone());
+    let opened = settings.open_store().map_err(|e| {
+        anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
+    })?;
+    let (store, shared) = match opened {
+        Some(store) => {
             // Read-only: a run not registered yet is simply not there.
-            let shared = match SharedRun::find(store.clone(), &workspace, run_key.as_ref()) {
+            let shared = match SharedRun::find(store.clone(), &workspace, settings.run_key.as_ref())
+            {
                 Ok(shared) => shared,
                 Err(e @ SharedRunError::Foreign { .. }) => {
                     eprintln!("flower: {e}");
@@ -33,16 +35,17 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
                 }
                 Err(e) => return Err(anyhow::anyhow!("cannot read the run from the store: {e}")),
             };
-            (Some(store as Arc<dyn SessionStore>), shared)
+            (Some(store as std::sync::Arc<dyn SessionStore>), shared)
         }
         None => (None, None),
     };
-    let state = wake_state_of(&workspace, &args.run_dir, store.as_deref(), shared.as_ref());
+    let state = wake_state_of(&workspace, run_dir, store.as_deref(), shared.as_ref());
     // Asked without taking the lock (nothing created, nothing written, no waiting).
-    let running = lock::probe_run(&args.run_dir);
+    let running = lock::probe_run(run_dir);
     let at = Where {
+        home: settings.home.as_deref(),
         workspace: &workspace,
-        run_dir: &args.run_dir,
+        run_dir,
         store: store.as_deref(),
         shared: shared.as_ref(),
     };

@@ -10,7 +10,7 @@
 use super::handoff::{self, HandoffOptions, MechanicalInput};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
-use super::manifest::{Manifest, StepResult, new_run_id};
+use super::manifest::{Manifest, RunContext, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use super::shared::SharedRun;
 use crate::engine::Denial;
@@ -18,7 +18,6 @@ use crate::engine::{
     AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt, RunError,
     RunRequest, RunResult, SessionStart, Stop,
 };
-use crate::model::anthropic::AnthropicClient;
 use crate::model::{ModelClient, Usage};
 use crate::stores::{
     CacheWindow, PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
@@ -105,8 +104,10 @@ impl RuntimeError {
     }
 }
 
-/// How a runtime is set up. `Default` gives the library's defaults: `trim` off,
-/// `ephemeral` on, `keep_denials` 1, the Anthropic client from the environment.
+/// How a runtime is set up: resolved values only (the settings resolution,
+/// `crate::settings`, builds them from flags and environment; nothing here reads the
+/// environment). [`RuntimeOptions::new`] gives the library's defaults around a client:
+/// `trim` off, `ephemeral` on, `keep_denials` 1, the default retry numbers, no sandbox.
 pub struct RuntimeOptions {
     /// Replace old large tool results by file pointers when a session is resumed.
     pub trim: bool,
@@ -117,14 +118,12 @@ pub struct RuntimeOptions {
     /// The prompt cache's lifetime: a resume within it sends the prefix the cache
     /// holds (prefix-changing pruning waits until it is cold). `None`: always prune.
     pub cache_ttl: Option<Duration>,
-    /// Model override (else `ANTHROPIC_MODEL`, else the client's default).
-    pub model: Option<String>,
     /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
     pub thinking_budget: Option<u32>,
-    /// The model client; `None` builds an [`AnthropicClient`] from the environment.
-    pub client: Option<Arc<dyn ModelClient>>,
-    /// Retry policy; `None` reads the defaults and `FLOWER_*` overrides.
-    pub resilience: Option<Resilience>,
+    /// The model client; its default model is the run's model.
+    pub client: Arc<dyn ModelClient>,
+    /// Retry policy.
+    pub resilience: Resilience,
     pub events: EventSink,
     pub asker: Option<Arc<dyn Asker>>,
     pub interrupt: Interrupt,
@@ -136,11 +135,13 @@ pub struct RuntimeOptions {
     /// The sandbox of Bash commands (off by default in the library).
     pub sandbox: crate::tools::sandbox::SandboxPolicy,
     /// 换代: when a step's main session hands off to a successor (window, threshold).
-    /// Checked by [`Runtime::with_options`]: a threshold above the window is an error.
+    /// Checked by [`Runtime::with_options`] against the client's model: a threshold
+    /// above the window is an error.
     pub handoff: HandoffOptions,
-    /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
-    /// [`crate::engine::DEFAULT_MAX_TOKENS`].
-    pub max_tokens: Option<u32>,
+    /// `max_tokens` of each request.
+    pub max_tokens: u32,
+    /// The home directory, for `~/` in permission rules; `None`: such a rule is refused.
+    pub home: Option<PathBuf>,
     /// Where transcripts live; `None`: the SQLite store in `run_dir/sessions.db`.
     /// Either way the runtime wraps it in a [`PruningSessionStore`].
     pub store: Option<Arc<dyn SessionStore>>,
@@ -152,17 +153,17 @@ pub struct RuntimeOptions {
     pub run_lock: RunLocking,
 }
 
-impl Default for RuntimeOptions {
-    fn default() -> Self {
+impl RuntimeOptions {
+    /// The library's defaults around `client`.
+    pub fn new(client: Arc<dyn ModelClient>) -> Self {
         RuntimeOptions {
             trim: false,
             ephemeral: true,
             keep_denials: 1,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
-            model: None,
             thinking_budget: None,
-            client: None,
-            resilience: None,
+            client,
+            resilience: Resilience::default(),
             events: crate::events::discard(),
             asker: None,
             interrupt: Interrupt::new(),
@@ -171,7 +172,8 @@ impl Default for RuntimeOptions {
             processes: ProcessGroups::new(),
             sandbox: Default::default(),
             handoff: HandoffOptions::default(),
-            max_tokens: None,
+            max_tokens: crate::engine::DEFAULT_MAX_TOKENS,
+            home: None,
             store: None,
             shared_run: None,
             run_lock: RunLocking::Take,
@@ -256,29 +258,23 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A runtime with the library defaults. `run_dir` is relative to the current
-    /// directory, not to the workspace.
-    pub fn new(
-        workspace: impl AsRef<Path>,
-        run_dir: impl AsRef<Path>,
-    ) -> Result<Self, RuntimeError> {
-        Runtime::with_options(workspace, run_dir, RuntimeOptions::default())
-    }
-
+    /// The runtime of `workspace` with `run_dir` (relative to the current directory,
+    /// not to the workspace). Refuses, before anything is created on disk, a handoff
+    /// threshold above the model's window.
     pub fn with_options(
         workspace: impl AsRef<Path>,
         run_dir: impl AsRef<Path>,
         options: RuntimeOptions,
     ) -> Result<Self, RuntimeError> {
         let workspace = canonical_workspace(workspace.as_ref())?;
-        // The key is checked before anything is created on disk.
-        let client: Arc<dyn ModelClient> = match options.client {
-            Some(client) => client,
-            None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
+        let client = options.client;
+        let context = RunContext {
+            window: options.handoff.window_for(client.default_model()),
+            handoff_threshold: match options.handoff.enabled {
+                true => Some(options.handoff.limit_for(client.default_model())?),
+                false => None,
+            },
         };
-        if options.handoff.enabled {
-            options.handoff.limit_for(client.default_model())?;
-        }
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
         // Before the store is opened or anything read: a second runtime touches nothing.
         let run_lock = options.run_lock.resolve(&run_dir).map_err(|e| match e {
@@ -295,21 +291,9 @@ impl Runtime {
         prune.keep_denials = options.keep_denials;
         prune.cache = options.cache_ttl.map(CacheWindow::new);
         let store = Arc::new(PruningSessionStore::new(raw_store.clone(), prune));
-        let mut warnings = Vec::new();
-        let resilience = match options.resilience {
-            Some(resilience) => resilience,
-            None => {
-                let (resilience, bad) = Resilience::from_env();
-                warnings.extend(bad);
-                resilience
-            }
-        };
-        let max_tokens = options.max_tokens.unwrap_or_else(|| {
-            std::env::var("FLOWER_MAX_TOKENS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
-        });
+        let warnings = Vec::new();
+        let resilience = options.resilience;
+        let max_tokens = options.max_tokens;
         let project = match &options.shared_run {
             Some(shared) => shared.project_key().to_string(),
             None => project_key(&workspace),
@@ -329,6 +313,7 @@ impl Runtime {
             on_interrupt: options.on_interrupt,
             processes: options.processes,
             sandbox: options.sandbox,
+            home: options.home,
         });
         let lineage = match options.shared_run.clone() {
             Some(shared) => {
@@ -353,7 +338,8 @@ impl Runtime {
         let manifest = match options.shared_run {
             Some(shared) => Manifest::shared(&run_dir, new_run_id(), shared),
             None => Manifest::new(&run_dir, new_run_id()),
-        };
+        }
+        .with_context(context);
         Ok(Runtime {
             engine,
             lineage: Arc::new(Mutex::new(lineage)),
@@ -381,6 +367,11 @@ impl Runtime {
     /// The lineage, as loaded (and validated) when this runtime was created.
     pub fn lineage(&self) -> MutexGuard<'_, Lineage> {
         lock(&self.lineage)
+    }
+
+    /// The home directory `~/` permission rules mean ([`RuntimeOptions::home`]).
+    pub fn home(&self) -> Option<&Path> {
+        self.engine.config().home.as_deref()
     }
 
     /// The running shell commands of this runtime's agents.

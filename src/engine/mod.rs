@@ -84,6 +84,8 @@ pub struct EngineConfig {
     /// The sandbox of Bash commands; each agent gets it narrowed by its rights
     /// ([`Permissions::sandbox`]).
     pub sandbox: crate::tools::sandbox::SandboxPolicy,
+    /// The home directory `~/` permission rules mean; `None`: such rules are refused.
+    pub home: Option<PathBuf>,
 }
 
 /// How a run gets its session.
@@ -521,7 +523,7 @@ impl Engine {
         prompt: Option<Value>,
         totals: &mut Totals,
     ) -> Result<Stop, RunError> {
-        let permissions = conv.spec.permissions()?;
+        let permissions = conv.spec.permissions_in(self.config.home.as_deref())?;
         let model = conv
             .spec
             .model

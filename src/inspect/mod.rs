@@ -96,6 +96,13 @@ pub struct Attempt {
     pub context: u64,
     /// The process (run id) that wrote the row.
     pub run: String,
+    /// The context window the run used, tokens (rows of an older flower: `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// The handoff threshold the run used, tokens (`None`: not recorded, or the run
+    /// did not hand off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_threshold: Option<u64>,
     /// The first row of a later process: the run was woken here.
     pub wake: bool,
     /// `started_at` in epoch milliseconds, when it parses.
@@ -138,6 +145,8 @@ impl Attempt {
             retired: list("retired"),
             context: u("context"),
             run: s("run").unwrap_or_default(),
+            context_window: row.get("context_window").and_then(Value::as_u64),
+            handoff_threshold: row.get("handoff_threshold").and_then(Value::as_u64),
             wake: false,
             started_ms: iso_to_epoch_ms(&started_at),
             ended_ms: iso_to_epoch_ms(&ended_at),

@@ -199,7 +199,7 @@ impl Workflow {
         // Every agent's rules parse before the first step starts.
         for step in &self.steps {
             step.agent
-                .permissions()
+                .permissions_in(rt.home())
                 .map_err(|source| WorkflowError::BadRule {
                     step: step.name.clone(),
                     source,
