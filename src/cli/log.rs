@@ -1,8 +1,9 @@
 //! `flower log`: one line per step attempt of manifest.json, in time order, then the
 //! run's totals. Read-only.
 
-use super::render::{cost, tokens};
-use super::{duration, open_run, print_out};
+use super::format::duration;
+use super::format::{cost, tokens};
+use super::{open_run, print_out};
 use clap::Args;
 use flower::inspect::{Attempt, AttemptKind, Run, Totals};
 use std::fmt::Write as _;
@@ -15,7 +16,7 @@ pub struct LogArgs {
     pub json: bool,
 
     #[command(flatten)]
-    pub source: super::args::RunSource,
+    pub source: super::flags::RunSource,
 }
 
 pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
@@ -74,7 +75,7 @@ fn text(run: &Run, t: &Totals) -> String {
     let width = run
         .attempts
         .iter()
-        .map(|a| super::render::display_width(&a.step))
+        .map(|a| super::format::display_width(&a.step))
         .max()
         .unwrap_or(0);
     let mut wakes = 0;
@@ -83,7 +84,7 @@ fn text(run: &Run, t: &Totals) -> String {
             wakes += 1;
             let _ = writeln!(out, "── 唤醒 #{wakes}(进程 {})──", a.run);
         }
-        let pad = width.saturating_sub(super::render::display_width(&a.step));
+        let pad = width.saturating_sub(super::format::display_width(&a.step));
         let kind = kind_label(a.kind);
         let kind = if kind.is_empty() {
             String::new()

@@ -1,20 +1,17 @@
 //! `flower once`: one agent, one session, outside any workflow. No lineage, no
 //! manifest rows; continuing it takes an explicit `--resume <session_id>`.
 
-use super::args::{EXIT_LOCKED, OnceArgs};
-use super::flow::session_busy;
-use super::input;
-use super::render::{self, Renderer};
-use flower::continuity::lock::{self, Probe, RunLocking};
-use flower::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions};
+use super::args::OnceArgs;
+use super::format;
+use super::input::{self, after_interrupt};
+use super::lines;
+use super::render::Renderer;
+use flower::continuity::run::open_single;
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use flower::settings::Environment;
-use flower::tools::sandbox::SandboxPolicy;
 use serde_json::json;
-use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's workspace \
 (the current directory). Use the tools to read, search, change and run things there; check \
@@ -43,45 +40,26 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     for warning in &settings.warnings {
         eprintln!("flower: {warning}");
     }
-    let mut base_options = settings.runtime_options()?;
-    let run_dir = &settings.run_dir;
+    let start = match (&args.resume, args.fork) {
+        (Some(id), true) => SessionStart::Fork(id.clone()),
+        (Some(id), false) => SessionStart::Resume(id.clone()),
+        (None, _) => SessionStart::New,
+    };
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
-    if let Some(id) = &args.resume
-        && let Probe::Held(holder) = lock::probe_session(run_dir, id)
-    {
-        eprintln!("flower: {}", session_busy(id, &holder));
-        return Ok(ExitCode::from(EXIT_LOCKED));
-    }
-    base_options.store = settings
-        .open_store()
-        .map_err(|e| anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model."))?
-        .map(|store| store as Arc<dyn flower::stores::SessionStore>);
-    let options = RuntimeOptions {
-        events: if args.json {
+    let opened = open_single(&settings, &start, |o| {
+        o.events = if args.json {
             flower::events::discard()
         } else {
             renderer.sink()
-        },
-        interrupt: interrupt.clone(),
-        on_interrupt: interactive.then(after_interrupt),
-        // No lineage, no manifest: only its own session, locked in `run_agent`. A running
-        // pipeline in this run directory neither blocks it nor is blocked by it.
-        run_lock: RunLocking::Unlocked,
-        ..base_options
+        };
+        o.interrupt = interrupt.clone();
+        o.on_interrupt = interactive.then(after_interrupt);
+    });
+    let runtime = match opened {
+        Ok(runtime) => runtime,
+        Err(error) => return lines::refused(error),
     };
-    let runtime = Runtime::with_options(&settings.workspace, run_dir, options)?;
-    // Held from here to the end, so that the probe above cannot be overtaken.
-    if let (Some(id), false) = (&args.resume, args.fork) {
-        match runtime.claim_session(id) {
-            Ok(()) => {}
-            Err(RuntimeError::SessionBusy { session_id, holder }) => {
-                eprintln!("flower: {}", session_busy(&session_id, &holder));
-                return Ok(ExitCode::from(EXIT_LOCKED));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
     for warning in runtime.take_warnings() {
         eprintln!("flower: {warning}");
     }
@@ -96,14 +74,9 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     if !args.json {
         eprintln!(
             "{}",
-            sandbox_line(&sandbox, &spec, settings.home.as_deref())
+            lines::sandbox_line(&sandbox, &spec, settings.home.as_deref())
         );
     }
-    let start = match (&args.resume, args.fork) {
-        (Some(id), true) => SessionStart::Fork(id.clone()),
-        (Some(id), false) => SessionStart::Resume(id.clone()),
-        (None, _) => SessionStart::New,
-    };
     let outcome = runtime.run_agent("once", &spec, &args.prompt, start).await;
     renderer.finish();
     let result = &outcome.result;
@@ -128,8 +101,8 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         eprintln!(
             "-- 会话 {session_id} · {} 轮 · {} · 上下文 {}",
             result.num_turns,
-            render::cost(result.cost_usd),
-            render::tokens(result.context)
+            format::cost(result.cost_usd),
+            format::tokens(result.context)
         );
     }
     Ok(if result.ok {
@@ -137,18 +110,4 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// The sandbox line: `flower: 沙箱 landlock(工作区可写) · 网络 开`, for this agent.
-pub fn sandbox_line(policy: &SandboxPolicy, spec: &AgentSpec, home: Option<&Path>) -> String {
-    let agent = spec
-        .permissions_in(home)
-        .map(|p| p.sandbox(policy, Path::new(".")))
-        .unwrap_or_else(|_| policy.clone());
-    format!("flower: {}", agent.describe())
-}
-
-/// After a Ctrl-C: ask for a line on the terminal.
-pub fn after_interrupt() -> flower::engine::InterruptPrompt {
-    Arc::new(|| Box::pin(input::ask_line(input::AFTER_INTERRUPT)))
 }

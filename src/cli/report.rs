@@ -9,19 +9,18 @@
 //! Curves longer than [`MAX_POINTS`] are downsampled by keeping each bucket's lowest
 //! and highest point (the sawtooth of handoffs survives); markers are never dropped.
 
+use super::format::duration;
+use super::format::{cost, tokens};
 use super::log::{clock, kind_label, outcome, totals_line};
-use super::render::{cost, tokens};
-use super::{duration, open_run};
+use super::open_run;
 use clap::Args;
 use flower::continuity::handoff::{self, Threshold};
 use flower::inspect::{AttemptKind, DEFAULT_WINDOW_TOKENS, MarkKind, Run, Session, Totals};
+use flower::run_dir::RunDir;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// The report's file name in the run directory, unless `-o` says otherwise.
-const REPORT_FILE: &str = "report.html";
 
 /// Points per curve above which it is downsampled.
 pub const MAX_POINTS: usize = 1200;
@@ -43,7 +42,7 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
 
     #[command(flatten)]
-    pub source: super::args::RunSource,
+    pub source: super::flags::RunSource,
 }
 
 /// Where the window and handoff-threshold lines go.
@@ -96,7 +95,9 @@ fn default_threshold(window: u64) -> u64 {
 
 pub fn run(args: ReportArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
     let run = open_run(&args.source, env)?;
-    let output = args.output.unwrap_or_else(|| run.run_dir.join(REPORT_FILE));
+    let output = args
+        .output
+        .unwrap_or_else(|| RunDir::new(&run.run_dir).report());
     let html = render(&run);
     write_report(&output, &html)?;
     eprintln!("报告已写到 {}({} 字节)", output.display(), html.len());

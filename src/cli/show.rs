@@ -2,7 +2,7 @@
 //! `--pruned` shows what a resume would feed the model instead of what is stored.
 //! Read-only; the output is plain text (pager-friendly) wherever it goes.
 
-use super::render::tokens;
+use super::format::tokens;
 use super::{open_run, print_out};
 use clap::Args;
 use flower::inspect::Run;
@@ -41,7 +41,7 @@ pub struct ShowArgs {
     pub json: bool,
 
     #[command(flatten)]
-    pub source: super::args::RunSource,
+    pub source: super::flags::RunSource,
 }
 
 pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {

@@ -2,12 +2,10 @@
 
 use super::args::StateArgs;
 use super::config;
-use super::flow::{Where, who};
-use flower::continuity::lock::{self, Probe};
-use flower::continuity::shared::{SharedRun, SharedRunError};
-use flower::continuity::wake::wake_state_of;
+use super::lines;
+use flower::continuity::lock::Probe;
+use flower::continuity::run::{Peek, RunError};
 use flower::settings::Environment;
-use flower::stores::SessionStore;
 use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -15,40 +13,18 @@ use std::process::ExitCode;
 
 pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let settings = config::settings(&args.flags(), env)?;
-    let run_dir = &settings.run_dir;
-    let workspace = settings
-        .workspace
-        .canonicalize()
-        .unwrap_or_else(|_| settings.workspace.clone());
-    let opened = settings.open_store().map_err(|e| {
-        anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
-    })?;
-    let (store, shared) = match opened {
-        Some(store) => {
-            // Read-only: a run not registered yet is simply not there.
-            let shared = match SharedRun::find(store.clone(), &workspace, settings.run_key.as_ref())
-            {
-                Ok(shared) => shared,
-                Err(e @ SharedRunError::Foreign { .. }) => {
-                    eprintln!("flower: {e}");
-                    return Ok(ExitCode::from(config::EXIT_USAGE));
-                }
-                Err(e) => return Err(anyhow::anyhow!("cannot read the run from the store: {e}")),
-            };
-            (Some(store as std::sync::Arc<dyn SessionStore>), shared)
+    // Read-only: a run not registered in the database yet is simply not there.
+    let peek = match Peek::open(&settings) {
+        Ok(peek) => peek,
+        Err(RunError::ReadRun(e)) => {
+            return Err(anyhow::anyhow!("cannot read the run from the store: {e}"));
         }
-        None => (None, None),
+        Err(error) => return lines::refused(error),
     };
-    let state = wake_state_of(&workspace, run_dir, store.as_deref(), shared.as_ref());
+    let at = peek.place();
+    let state = at.wake_state();
     // Asked without taking the lock (nothing created, nothing written, no waiting).
-    let running = lock::probe_run(run_dir);
-    let at = Where {
-        home: settings.home.as_deref(),
-        workspace: &workspace,
-        run_dir,
-        store: store.as_deref(),
-        shared: shared.as_ref(),
-    };
+    let running = peek.running();
     let mut out = String::new();
     if args.json {
         let mut value = serde_json::to_value(&state)?;
@@ -78,14 +54,14 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
             writeln!(out, "步骤 {step}:{session}")?;
         }
         match &running {
-            Probe::Held(holder) => writeln!(out, "正在运行:是({})", who(holder))?,
+            Probe::Held(holder) => writeln!(out, "正在运行:是({})", lines::who(holder))?,
             Probe::Free => writeln!(out, "正在运行:否")?,
         }
         // The current generation's figure: after a handoff, the successor's.
         if let Some(work) = state.steps.get(WORK) {
             let context = at.context(work);
             let generation = at.generation(work);
-            let context = context.map_or("未知".to_string(), super::render::tokens);
+            let context = context.map_or("未知".to_string(), super::format::tokens);
             writeln!(out, "{WORK}上下文:{context} · 第 {generation} 代")?;
         }
     }

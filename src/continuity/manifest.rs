@@ -30,12 +30,7 @@ use super::attempt::{AttemptKind, AttemptName};
 use super::lineage::aside_path;
 use super::shared::SharedRun;
 
-/// The file name inside the run dir.
-pub const MANIFEST_FILE: &str = "manifest.json";
-/// The temporary file a write goes through.
-pub const MANIFEST_TMP_FILE: &str = "manifest.json.tmp";
-/// The sidecar file whose `flock` serialises writers across processes.
-pub const MANIFEST_LOCK_FILE: &str = "manifest.json.lock";
+pub use crate::run_dir::{MANIFEST_FILE, MANIFEST_LOCK_FILE, MANIFEST_TMP_FILE};
 
 /// What one attempt of one step came to: a manifest row without `duration_s` and `run`.
 ///

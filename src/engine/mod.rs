@@ -17,7 +17,7 @@ pub use crate::events::{Event, EventSink};
 pub use interrupt::Interrupt;
 pub use spec::AgentSpec;
 
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use crate::model::{
     MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Thinking, ToolDef, Usage,
 };

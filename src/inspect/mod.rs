@@ -10,9 +10,10 @@
 //! an [`InspectError`] or kept as a marked gap, never a panic.
 
 use crate::continuity::attempt::AttemptName;
-use crate::continuity::lineage::{LINEAGE_FILE, LineageFile};
+use crate::continuity::lineage::LineageFile;
 use crate::continuity::manifest::{self, ManifestError};
 use crate::model::Usage;
+use crate::run_dir::RunDir;
 use crate::stores::prune::{self, PruneOptions};
 use crate::stores::summary::iso_to_epoch_ms;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
@@ -362,7 +363,7 @@ impl Run {
             .unwrap_or_else(|_| workspace.to_path_buf());
         let rows = manifest::read_rows(run_dir)?;
         let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
-        let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))?;
+        let store = SqliteSessionStore::open_read_only(&RunDir::new(run_dir).sessions_db())?;
         Ok(Self::assemble(
             run_dir,
             project_key(&workspace),
@@ -959,5 +960,5 @@ fn rewrite_strings(value: Value, from: &str, to: &str) -> Value {
 
 /// The file lineage lives in, for messages.
 pub fn lineage_path(run_dir: &Path) -> PathBuf {
-    run_dir.join(LINEAGE_FILE)
+    RunDir::new(run_dir).lineage()
 }

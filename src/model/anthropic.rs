@@ -21,7 +21,7 @@
 //!
 //! Requests must run inside a tokio runtime with I/O and time enabled.
 
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use crate::model::sse::{MessageAssembler, SseParser, snippet};
 use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
 use serde::Serialize;

@@ -40,6 +40,7 @@ mod prompt_cache_interrupt;
 mod resilience;
 mod resilience_edges;
 mod run_lock;
+mod run_open;
 mod sandbox;
 mod settings;
 mod signals;
