@@ -1,6 +1,6 @@
 //! Command-line arguments.
 
-use super::flags::{ModelArgs, RunDirArg, RunKeyArg, SandboxArgs, StoreArg, flags_of};
+use super::flags::{ModelArg, RunDirArg, RunKeyArg, SandboxArgs, StoreArg, ThinkingArg, flags_of};
 use clap::{Args, Parser, Subcommand};
 use flower::settings::Flags;
 
@@ -43,7 +43,7 @@ pub struct FlowArgs {
     pub run_dir: RunDirArg,
 
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub model: ModelArg,
 
     /// Also print the sandbox state under the banner.
     #[arg(short = 'v', long)]
@@ -57,6 +57,9 @@ pub struct FlowArgs {
 
     #[command(flatten)]
     pub run_key: RunKeyArg,
+
+    #[command(flatten)]
+    pub thinking: ThinkingArg,
 
     /// If another flower is running in this run directory, wait for it to end instead of
     /// exiting with status 3.
@@ -77,6 +80,7 @@ impl FlowArgs {
             &self.sandbox,
             &self.store,
             &self.run_key,
+            &self.thinking,
         ]);
         flags.wait = self.wait;
         flags.handoff_at = self.handoff_at.clone();
@@ -126,7 +130,10 @@ pub struct OnceArgs {
     pub max_turns: Option<u32>,
 
     #[command(flatten)]
-    pub model: ModelArgs,
+    pub model: ModelArg,
+
+    #[command(flatten)]
+    pub thinking: ThinkingArg,
 
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
@@ -145,7 +152,13 @@ pub struct OnceArgs {
 impl OnceArgs {
     /// Everything this command line says to the settings resolution.
     pub fn flags(&self) -> Flags {
-        flags_of(&[&self.model, &self.sandbox, &self.run_dir, &self.store])
+        flags_of(&[
+            &self.model,
+            &self.thinking,
+            &self.sandbox,
+            &self.run_dir,
+            &self.store,
+        ])
     }
 }
 

@@ -10,7 +10,13 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Args)]
 pub struct RunDirArg {
     /// Run directory, relative to the current directory.
-    #[arg(id = "run_dir", short = 'r', long = "run-dir", default_value = flower::settings::DEFAULT_RUN_DIR)]
+    #[arg(
+        id = "run_dir",
+        short = 'r',
+        long = "run-dir",
+        value_name = "RUN_DIR",
+        default_value = flower::settings::DEFAULT_RUN_DIR
+    )]
     pub path: PathBuf,
 }
 
@@ -32,14 +38,18 @@ pub struct RunKeyArg {
     pub name: Option<String>,
 }
 
-/// `--model` and `--thinking`: the commands that talk to the model.
+/// `--model`: the commands that talk to the model.
 #[derive(Debug, Clone, Args)]
-pub struct ModelArgs {
+pub struct ModelArg {
     /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
     /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
     #[arg(long)]
     pub model: Option<String>,
+}
 
+/// `--thinking`: the commands that talk to the model.
+#[derive(Debug, Clone, Args)]
+pub struct ThinkingArg {
     /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
@@ -89,9 +99,14 @@ impl FlagGroup for RunKeyArg {
     }
 }
 
-impl FlagGroup for ModelArgs {
+impl FlagGroup for ModelArg {
     fn add_to(&self, flags: &mut Flags) {
         flags.model = self.model.clone();
+    }
+}
+
+impl FlagGroup for ThinkingArg {
+    fn add_to(&self, flags: &mut Flags) {
         flags.thinking = self.thinking;
     }
 }
