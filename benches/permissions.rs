@@ -90,6 +90,7 @@ async fn spawn_times(sandbox: SandboxPolicy, ws: &Path, n: usize) -> Vec<Duratio
         cancel: CancellationToken::new(),
         processes: ProcessGroups::new(),
         sandbox,
+        env: Default::default(),
     };
     let input = json!({ "command": "true" });
     let mut times = Vec::with_capacity(n);

@@ -13,6 +13,7 @@
 //!   locks/<id>.lock    one per session a process appends to or forks
 //!   trimmed/           old large tool results, out of the transcript fed back
 //!   report.html        `flower report`'s default output
+//!   transcripts/<id>.jsonl  a session as JSONL, written when its hooks need it
 //! ```
 
 use std::ffi::OsStr;
@@ -39,6 +40,8 @@ pub const LOCKS_DIR: &str = "locks";
 pub const TRIMMED_DIR: &str = "trimmed";
 /// `flower report`'s default output.
 pub const REPORT_FILE: &str = "report.html";
+/// Where sessions are exported as JSONL for hooks (`transcript_path`).
+pub const TRANSCRIPTS_DIR: &str = "transcripts";
 
 /// A run directory: a path (relative to the current directory unless absolute) and the
 /// paths of its files. Creating it, locking it and reading it are other modules' jobs.
@@ -54,6 +57,11 @@ impl RunDir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `transcripts/`: sessions exported for hooks.
+    pub fn transcripts(&self) -> PathBuf {
+        self.path.join(TRANSCRIPTS_DIR)
     }
 
     /// `sessions.db`.

@@ -45,9 +45,15 @@ pub struct FlowArgs {
     #[command(flatten)]
     pub model: ModelArg,
 
-    /// Also print the sandbox state under the banner.
+    /// Also print the sandbox state under the banner, and what was loaded from the
+    /// project's conventions (memory files, settings files, hooks).
     #[arg(short = 'v', long)]
     pub verbose: bool,
+
+    /// Leave CLAUDE.md / AGENTS.md out of the agents' system prompts (else
+    /// FLOWER_MEMORY=off does).
+    #[arg(long)]
+    pub no_memory: bool,
 
     #[command(flatten)]
     pub sandbox: SandboxArgs,
@@ -84,6 +90,7 @@ impl FlowArgs {
         ]);
         flags.wait = self.wait;
         flags.handoff_at = self.handoff_at.clone();
+        flags.no_memory = self.no_memory;
         flags
     }
 }
@@ -139,6 +146,10 @@ pub struct OnceArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Leave CLAUDE.md / AGENTS.md out of the system prompt (else FLOWER_MEMORY=off does).
+    #[arg(long)]
+    pub no_memory: bool,
+
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 
@@ -152,13 +163,15 @@ pub struct OnceArgs {
 impl OnceArgs {
     /// Everything this command line says to the settings resolution.
     pub fn flags(&self) -> Flags {
-        flags_of(&[
+        let mut flags = flags_of(&[
             &self.model,
             &self.thinking,
             &self.sandbox,
             &self.run_dir,
             &self.store,
-        ])
+        ]);
+        flags.no_memory = self.no_memory;
+        flags
     }
 }
 

@@ -2,14 +2,15 @@
 //! each command resolves it with its own flags through [`settings`]. The resolution
 //! itself (every flag and variable, validated) is the library's: `flower::settings`.
 
-use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
+use flower::settings::{ConfigError, Environment, Flags, Settings};
 
 /// Exit status for usage errors: bad flags, bad environment values.
 pub const EXIT_USAGE: u8 = 2;
 
-/// The settings of this command line, with the process's price table installed.
+/// The settings of this command line (the settings files read once, here), with the
+/// process's price table installed.
 pub fn settings(flags: &Flags, env: &Environment) -> Result<Settings, ConfigError> {
-    let settings = Settings::resolve(flags, env, &FileLayer::default())?;
+    let settings = Settings::load(flags, env)?;
     settings.install_prices();
     Ok(settings)
 }

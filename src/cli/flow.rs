@@ -95,7 +95,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
                     interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>);
                 o.interrupt = interrupt.clone();
                 o.on_interrupt = interactive.then(after_interrupt);
-                o.subagents = vec![worker()];
+                o.subagents = vec![worker_for(&settings)];
             })
             .map_err(lines::refused)
     );
@@ -113,6 +113,14 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     renderer.finish();
     note_warnings(&renderer, runtime);
     exit_status(&renderer, args.rounds, outcome)
+}
+
+/// The pipeline's worker with the settings files' allow rules: the one role they
+/// widen (`docs/conventions.md`); the judge and the coordinator keep their own lists.
+fn worker_for(settings: &Settings) -> flower::AgentSpec {
+    let mut worker = worker();
+    worker.allowed_tools.extend(settings.allow_rules());
+    worker
 }
 
 /// Every setting, checked before anyone is asked anything; its warnings printed.
@@ -163,7 +171,7 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
         if args.verbose {
             eprintln!(
                 "{}",
-                lines::sandbox_line(&settings.sandbox, &worker(), home)
+                lines::sandbox_line(&settings.sandbox, &worker_for(settings), home)
             );
         }
     } else if !state.steps.is_empty() {

@@ -3,7 +3,7 @@
 
 use super::args::OnceArgs;
 use super::format;
-use super::input::{self, after_interrupt};
+use super::input::{self, TerminalAsker, after_interrupt};
 use super::lines;
 use super::render::Renderer;
 use flower::continuity::run::open_single;
@@ -12,17 +12,25 @@ use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use flower::settings::Environment;
 use serde_json::json;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's workspace \
 (the current directory). Use the tools to read, search, change and run things there; check \
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> {
+    let settings = super::config::settings(&args.flags(), env)?;
+    // `--allowed-tools` and the settings files' allow rules add up (as in Claude Code);
+    // without `--allowed-tools` every tool is allowed anyway.
+    let mut allowed_tools = args.allowed_tools.clone();
+    if !allowed_tools.is_empty() {
+        allowed_tools.extend(settings.allow_rules());
+    }
     // No model of its own: the client's, which the settings resolved (aliases, `[1m]`).
     let spec = AgentSpec {
         name: "once".into(),
         instructions: INSTRUCTIONS.into(),
-        allowed_tools: args.allowed_tools.clone(),
+        allowed_tools,
         disallowed_tools: args.disallowed_tools.clone(),
         max_turns: args.max_turns,
         model: None,
@@ -32,7 +40,6 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         eprintln!("flower: {e}");
         return Ok(ExitCode::from(super::config::EXIT_USAGE));
     }
-    let settings = super::config::settings(&args.flags(), env)?;
     let renderer = Renderer::new(false, &settings.terminal);
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
@@ -55,6 +62,8 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         };
         o.interrupt = interrupt.clone();
         o.on_interrupt = interactive.then(after_interrupt);
+        // Who answers an `ask` rule's question (no AskUser tool is offered here).
+        o.asker = interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>);
     });
     let runtime = match opened {
         Ok(runtime) => runtime,

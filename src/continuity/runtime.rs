@@ -20,8 +20,8 @@ use super::shared::SharedRun;
 use super::succession::handoff_needed;
 use crate::engine::Denial;
 use crate::engine::{
-    AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt, RunError,
-    RunRequest, RunResult, SessionStart,
+    AgentSpec, Asker, Conventions, Engine, EngineConfig, Event, EventSink, Interrupt,
+    InterruptPrompt, Origin, RunError, RunRequest, RunResult, SessionStart,
 };
 use crate::model::{ModelClient, Usage};
 use crate::run_dir::RunDir;
@@ -156,6 +156,9 @@ pub struct RuntimeOptions {
     pub shared_run: Option<SharedRun>,
     /// The run lock: taken when the runtime opens the run directory (the default).
     pub run_lock: RunLocking,
+    /// What the project's memory and settings files add to every agent (none by
+    /// default; the settings resolution fills it).
+    pub conventions: Conventions,
 }
 
 impl RuntimeOptions {
@@ -182,6 +185,7 @@ impl RuntimeOptions {
             store: None,
             shared_run: None,
             run_lock: RunLocking::Take,
+            conventions: Conventions::default(),
         }
     }
 }
@@ -321,6 +325,7 @@ impl Runtime {
             processes: options.processes,
             sandbox: options.sandbox,
             home: options.home,
+            conventions: options.conventions,
         });
         let lineage = match options.shared_run.clone() {
             Some(shared) => {
@@ -516,6 +521,12 @@ impl Runtime {
                     on_session: Some(&on_session),
                     retry: attempt.number > 1,
                     context_limit: attempt.limit,
+                    // A successor's first run starts from the handoff document.
+                    origin: if attempt.retiring.is_some() {
+                        Origin::Successor
+                    } else {
+                        Origin::Step
+                    },
                 })
                 .await;
             self.fold_run(&mut attempt, &run);

@@ -12,7 +12,9 @@
 use super::handoff::{self, MechanicalInput};
 use super::manifest::StepResult;
 use super::runtime::{Attempt, Runtime, lock};
-use crate::engine::{AgentSpec, Event, RunError, RunRequest, RunResult, SessionStart, Stop};
+use crate::engine::{
+    AgentSpec, Event, Origin, RunError, RunRequest, RunResult, SessionStart, Stop,
+};
 use crate::model::Usage;
 use std::path::Path;
 use std::time::Duration;
@@ -164,6 +166,10 @@ impl Runtime {
             context,
             mechanical: mechanical.is_some(),
         });
+        // The nearest thing to a compaction: `PreCompact` hooks see the session first.
+        self.engine
+            .pre_compact(spec, old, step, generation, mechanical.as_deref())
+            .await;
         let config = self.engine.config();
         let rel = handoff::doc_rel(step, generation);
         let path = handoff::doc_path(&config.workspace, step, generation);
@@ -243,6 +249,7 @@ impl Runtime {
                     on_session: None,
                     context_limit: None,
                     retry: false,
+                    origin: Origin::Internal,
                 })
                 .await;
             result.num_turns += run.num_turns;

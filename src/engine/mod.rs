@@ -8,12 +8,17 @@
 //! the reply still streaming.
 
 pub mod bash_rules;
+pub mod conventions;
+pub mod hooks;
 pub mod interrupt;
+pub mod memory;
 pub mod permissions;
 pub mod spec;
+mod session_hooks;
 mod subagent;
 
 pub use crate::events::{Event, EventSink};
+pub use conventions::Conventions;
 pub use interrupt::Interrupt;
 pub use spec::AgentSpec;
 
@@ -27,8 +32,9 @@ use crate::transcript::{self, Chain, Messages};
 use permissions::{Decision, Permissions};
 use serde::Serialize;
 use serde_json::{Value, json};
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -86,6 +92,9 @@ pub struct EngineConfig {
     pub sandbox: crate::tools::sandbox::SandboxPolicy,
     /// The home directory `~/` permission rules mean; `None`: such rules are refused.
     pub home: Option<PathBuf>,
+    /// What the project's memory and settings files add to every agent (memory in
+    /// the system prompt, deny and ask rules, hooks, variables).
+    pub conventions: Conventions,
 }
 
 /// How a run gets its session.
@@ -98,6 +107,22 @@ pub enum SessionStart {
     /// Copy this session's history into a new session id and continue there; the
     /// original is untouched.
     Fork(String),
+}
+
+/// Why a session is being run: what its `SessionStart` hooks are told, and whether
+/// hooks fire at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// A step's prompt (or a resume, a retry, a gate round's feedback): `SessionStart`
+    /// says `startup` for a new session, `resume` for a continued one.
+    #[default]
+    Step,
+    /// The successor of a 换代, started from the handoff document: `SessionStart`
+    /// says `compact`, as after a compaction in Claude Code.
+    Successor,
+    /// flower's own request inside a session (asking it for its handoff document):
+    /// no `SessionStart`, `UserPromptSubmit` or `SessionEnd`.
+    Internal,
 }
 
 /// One run of an agent.
@@ -118,6 +143,8 @@ pub struct RunRequest<'a> {
     /// [`Stop::ContextFull`], so that the caller can hand the session off. Sub-agents
     /// that reach it are asked once to finish and report now. `None`: no limit.
     pub context_limit: Option<u64>,
+    /// Why the session runs (see [`Origin`]).
+    pub origin: Origin,
 }
 
 /// How many times in a row a reply cut by `max_tokens` is continued (each
@@ -181,6 +208,12 @@ pub enum RunError {
          start a fresh session with `flower --new`"
     )]
     ContextWindowFull { model: String },
+    /// A `UserPromptSubmit` hook blocked the prompt: it was not sent (nor stored).
+    #[error("a UserPromptSubmit hook blocked the prompt: {0}")]
+    PromptBlocked(String),
+    /// A hook answered `continue: false`: the agent stopped (its `stopReason`).
+    #[error("a hook stopped the agent: {0}")]
+    HookStopped(String),
 }
 
 fn refusal_details(details: &Option<Value>) -> String {
@@ -273,6 +306,18 @@ impl RunResult {
 pub struct Engine {
     config: EngineConfig,
     tools: Vec<Box<dyn Tool>>,
+    /// The settings files' hooks; `None` when there are none.
+    hooks: Option<hooks::Hooks>,
+    /// Warnings already reported (memory over its cap, …): each is said once.
+    warned: Mutex<HashSet<String>>,
+}
+
+/// Something recorded around the prompt when a session's run begins (in this order):
+/// the memory pin, what `SessionStart` and `UserPromptSubmit` hooks did and added.
+enum Pending {
+    Memory { text: String, files: Vec<String> },
+    Hook(hooks::HookOutcome),
+    Context(String),
 }
 
 /// One conversation being driven: the main session or a sub-agent's side chain.
@@ -287,6 +332,39 @@ struct Conversation<'a> {
     announce: Option<&'a (dyn Fn(&str) + Send + Sync)>,
     /// See [`RunRequest::context_limit`].
     context_limit: Option<u64>,
+    /// The memory block of its system prompt (pinned when the session began).
+    memory: Arc<str>,
+    /// Recorded before the prompt, then after it (see [`Pending`]).
+    opening: Vec<Pending>,
+    after_prompt: Vec<Pending>,
+    /// What hooks said about this turn's tool calls, for the model: recorded as one
+    /// user entry after the last tool result (text may not come between results).
+    hook_notes: Vec<String>,
+    /// A hook answered `continue: false` during the tool calls: why.
+    hook_stop: Option<String>,
+    /// How many times Stop hooks sent this run back to work.
+    stop_blocks: u32,
+}
+
+impl<'a> Conversation<'a> {
+    /// A conversation on `chain` with nothing yet: no history, no memory, top level.
+    fn new(spec: &'a AgentSpec, key: SessionKey, chain: Chain) -> Self {
+        Conversation {
+            spec,
+            key,
+            chain,
+            messages: Messages::default(),
+            depth: 0,
+            announce: None,
+            context_limit: None,
+            memory: Arc::from(""),
+            opening: Vec::new(),
+            after_prompt: Vec::new(),
+            hook_notes: Vec::new(),
+            hook_stop: None,
+            stop_blocks: 0,
+        }
+    }
 }
 
 /// Running totals of a run.
@@ -354,9 +432,20 @@ impl Totals {
 
 impl Engine {
     pub fn new(config: EngineConfig) -> Self {
+        let conventions = &config.conventions;
+        let hooks = (!conventions.hooks.is_empty()).then(|| {
+            hooks::Hooks::new(
+                conventions.hooks.clone(),
+                &config.workspace,
+                &conventions.env,
+                crate::run_dir::RunDir::new(&config.run_dir).transcripts(),
+            )
+        });
         Engine {
             config,
             tools: crate::tools::builtin(),
+            hooks,
+            warned: Mutex::new(HashSet::new()),
         }
     }
 
@@ -394,22 +483,56 @@ impl Engine {
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
         let leaf = transcript::resume_leaf(&history).map(str::to_string);
+        // Memory is read once, when the session begins, and pinned in its transcript:
+        // a resumed session sends exactly what it began with (see `memory`).
+        let (memory, pin) = match request.start {
+            SessionStart::New => self.read_memory(),
+            _ => (
+                transcript::pinned_memory(&history).unwrap_or_default().to_string(),
+                None,
+            ),
+        };
+        let chain = Chain::new(&session_id, &self.config.workspace).with_leaf(leaf);
         let mut conversation = Conversation {
-            spec: request.spec,
-            key,
-            chain: Chain::new(&session_id, &self.config.workspace).with_leaf(leaf),
             messages: Messages::from_entries(&history),
-            depth: 0,
             announce: request.on_session,
             context_limit: request.context_limit,
+            memory: memory.into(),
+            opening: pin.into_iter().collect(),
+            ..Conversation::new(request.spec, key, chain)
         };
         // A retry resumes with the prompt the failed attempt left unanswered: it is
         // already the tail of the history, so it is not stacked again (and the request
         // stays byte-identical to the failed one, whose prefix the cache holds).
         let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
-        let prompt = (!reuse).then_some(Value::String(request.prompt));
+        let prompt = (!reuse).then_some(request.prompt);
+        let hooked = request.origin != Origin::Internal;
+        if hooked {
+            self.session_start(&mut conversation, &request.start, request.origin)
+                .await;
+            if let Some(prompt) = &prompt
+                && let Err(error) = self.prompt_submit(&mut conversation, prompt).await
+            {
+                // Nothing of a new session is stored; a resumed one keeps the record.
+                if resumed {
+                    let opening = std::mem::take(&mut conversation.opening);
+                    for item in opening {
+                        if let Pending::Hook(outcome) = item {
+                            let _ = self.record_hooks(&mut conversation, &outcome);
+                        }
+                    }
+                }
+                let mut result = RunResult::failed(&session_id, error, started);
+                result.resumed = resumed;
+                return result;
+            }
+        }
+        let prompt = prompt.map(Value::String);
         let mut result = self.drive_from(&mut conversation, prompt, started).await;
         result.resumed = resumed;
+        if hooked {
+            self.session_end(&mut conversation).await;
+        }
         result
     }
 
@@ -523,7 +646,7 @@ impl Engine {
         prompt: Option<Value>,
         totals: &mut Totals,
     ) -> Result<Stop, RunError> {
-        let permissions = conv.spec.permissions_in(self.config.home.as_deref())?;
+        let permissions = self.permissions_of(conv.spec)?;
         let model = conv
             .spec
             .model
@@ -535,7 +658,7 @@ impl Engine {
         let mut request = MessagesRequest {
             model: model.clone(),
             max_tokens: self.config.max_tokens,
-            system: conv.spec.instructions.clone(),
+            system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
             messages: Vec::new(),
             tools: self.offered_tools(&permissions, conv.depth),
             thinking: self.config.thinking_budget.map(|budget| {
@@ -546,9 +669,15 @@ impl Engine {
                 }
             }),
         };
+        for item in std::mem::take(&mut conv.opening) {
+            self.record_pending(conv, item)?;
+        }
         if let Some(prompt) = prompt {
             let entry = conv.chain.user(prompt);
             self.record(conv, entry)?;
+        }
+        for item in std::mem::take(&mut conv.after_prompt) {
+            self.record_pending(conv, item)?;
         }
         if let Some(announce) = conv.announce.take() {
             announce(conv.chain.session_id());
@@ -577,6 +706,16 @@ impl Engine {
             self.record_reply(conv, &model, &reply, totals)?;
             let calls = transcript::tool_uses(&reply.content);
             match self.after_reply(&reply, &model, calls.is_empty(), &mut continuations)? {
+                Next::Stop(Stop::EndTurn) => {
+                    // Stop hooks may send the agent back to work, with their reason.
+                    match self.stop_hooks(conv, totals).await? {
+                        Some(feedback) => {
+                            let entry = conv.chain.hook_context(&feedback);
+                            self.record(conv, entry)?;
+                        }
+                        None => return Ok(Stop::EndTurn),
+                    }
+                }
                 Next::Stop(stop) => return Ok(stop),
                 Next::Continue => totals.continuing = true,
                 Next::Tools => {
@@ -584,6 +723,9 @@ impl Engine {
                     let context = reply.usage.context_tokens();
                     let full = conv.context_limit.is_some_and(|limit| context >= limit);
                     self.answer_calls(conv, &permissions, calls, totals).await?;
+                    if let Some(reason) = conv.hook_stop.take() {
+                        return Err(RunError::HookStopped(reason));
+                    }
                     if full {
                         if conv.depth == 0 {
                             // A clean boundary: every call of this turn has its result stored.
@@ -733,6 +875,11 @@ impl Engine {
                 .tool_result(&id, &output.content, output.is_error);
             self.record(conv, entry)?;
         }
+        if !conv.hook_notes.is_empty() {
+            let text = std::mem::take(&mut conv.hook_notes).join("\n\n");
+            let entry = conv.chain.hook_context(&text);
+            self.record(conv, entry)?;
+        }
         if interrupted {
             let line = self.ask_after_interrupt().await;
             if !line.is_empty() {
@@ -749,8 +896,76 @@ impl Engine {
             .store
             .append(&conv.key, std::slice::from_ref(&entry))
             .map_err(RunError::Transcript)?;
+        if let Some(hooks) = &self.hooks {
+            hooks.exports.append(&conv.key, &entry);
+        }
         conv.messages.push(&entry);
         Ok(())
+    }
+
+    /// Records what was waiting for the session's first entries (see [`Pending`]).
+    fn record_pending(&self, conv: &mut Conversation<'_>, item: Pending) -> Result<(), RunError> {
+        let entry = match item {
+            Pending::Memory { text, files } => conv.chain.memory(&text, &files),
+            Pending::Hook(outcome) => return self.record_hooks(conv, &outcome),
+            Pending::Context(text) => conv.chain.hook_context(&text),
+        };
+        self.record(conv, entry)
+    }
+
+    /// The permission rules of `spec` with the project's deny and ask rules added.
+    fn permissions_of(&self, spec: &AgentSpec) -> Result<Permissions, permissions::RuleError> {
+        let conventions = &self.config.conventions;
+        let home = self.config.home.as_deref();
+        if conventions.deny.is_empty() && conventions.ask.is_empty() {
+            return spec.permissions_in(home);
+        }
+        let deny: Vec<String> = spec
+            .disallowed_tools
+            .iter()
+            .chain(&conventions.deny)
+            .cloned()
+            .collect();
+        Permissions::with_home(&spec.allowed_tools, &deny, home)?.with_ask(&conventions.ask, home)
+    }
+
+    /// Reads the project's memory for a new session: its text and the entry pinning
+    /// it (none when there is no memory). Its warnings are reported once a process.
+    fn read_memory(&self) -> (String, Option<Pending>) {
+        let Some(source) = &self.config.conventions.memory else {
+            return (String::new(), None);
+        };
+        let memory = source.load();
+        for warning in &memory.warnings {
+            self.warn_once(warning);
+        }
+        if memory.text.is_empty() {
+            return (String::new(), None);
+        }
+        let files = memory
+            .files
+            .iter()
+            .map(|f| f.path.to_string_lossy().into_owned())
+            .collect();
+        let pin = Pending::Memory {
+            text: memory.text.clone(),
+            files,
+        };
+        (memory.text, Some(pin))
+    }
+
+    /// Reports a warning the first time it is seen in this process.
+    fn warn_once(&self, message: &str) {
+        let new = self
+            .warned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(message.to_string());
+        if new {
+            self.emit(Event::Warning {
+                message: message.to_string(),
+            });
+        }
     }
 
     /// One model request, streaming deltas out as events; a Ctrl-C stops it cleanly.
@@ -814,7 +1029,7 @@ impl Engine {
     /// Checks and runs one tool call. Never fails: every problem becomes an error result.
     async fn call_tool(
         &self,
-        conv: &Conversation<'_>,
+        conv: &mut Conversation<'_>,
         permissions: &Permissions,
         id: &str,
         name: &str,
@@ -831,7 +1046,23 @@ impl Engine {
                  Send the call again with a complete JSON object."
             ));
         }
-        if let Decision::Deny { message } = permissions.check(name, input, &self.config.workspace) {
+        let hook_decision = match self.pre_tool_use(conv, permissions, id, name, input).await {
+            Ok(decision) => decision,
+            Err(blocked) => return blocked,
+        };
+        let denied = match permissions.check(name, input, &self.config.workspace) {
+            Decision::Deny { message } => Some(message),
+            Decision::Ask { why } if hook_decision != Some(hooks::PermissionDecision::Allow) => {
+                self.confirm(conv.spec, name, input, &why).await
+            }
+            Decision::Allow | Decision::Ask { .. } => match &hook_decision {
+                Some(hooks::PermissionDecision::Ask(why)) => {
+                    self.confirm(conv.spec, name, input, why).await
+                }
+                _ => None,
+            },
+        };
+        if let Some(message) = denied {
             self.emit(Event::ToolDenied {
                 name: name.to_string(),
                 message: message.clone(),
@@ -865,6 +1096,8 @@ impl Engine {
             is_error: output.is_error,
             depth,
         });
+        self.post_tool_use(conv, permissions, id, name, input, &output)
+            .await;
         output
     }
 
@@ -882,6 +1115,7 @@ impl Engine {
             cancel: cancel.clone(),
             processes: self.config.processes.clone(),
             sandbox,
+            env: self.tool_env(),
         };
         self.until_interrupted(tool.call(input, &ctx), &cancel)
             .await
@@ -912,11 +1146,12 @@ impl Engine {
 /// Whether the last user or assistant entry of `history` is a user entry that says
 /// exactly `prompt` (and so is still unanswered).
 fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
+    // What hooks added after the prompt (context) is not an answer to it.
     let last = history.iter().rev().find(|e| {
         matches!(
             e.get("type").and_then(Value::as_str),
             Some("user" | "assistant")
-        )
+        ) && !transcript::markers::is_hook_context(e)
     });
     let Some(last) = last else { return false };
     if last.get("type").and_then(Value::as_str) != Some("user") {

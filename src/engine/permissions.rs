@@ -104,6 +104,11 @@ pub enum Decision {
     Deny {
         message: String,
     },
+    /// Allowed, but an `ask` rule (a settings file's `permissions.ask`) wants the person
+    /// to confirm it first; `why` says which rule, for the question.
+    Ask {
+        why: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -149,6 +154,8 @@ struct Rule {
 pub struct Permissions {
     allow: Vec<Rule>,
     deny: Vec<Rule>,
+    /// Calls these match (read as deny rules are) are asked about ([`Decision::Ask`]).
+    ask: Vec<Rule>,
 }
 
 impl Permissions {
@@ -171,7 +178,19 @@ impl Permissions {
         Ok(Permissions {
             allow: parse(allowed)?,
             deny: parse(disallowed)?,
+            ask: Vec::new(),
         })
+    }
+
+    /// These rules with `ask` rules added: a call they allow that an ask rule matches
+    /// (matched as a deny rule is, so an ask rule cannot be sidestepped either) is
+    /// [`Decision::Ask`]. Deny rules still win; an ask rule never allows what the
+    /// allow rules do not.
+    pub fn with_ask(mut self, ask: &[String], home: Option<&Path>) -> Result<Self, RuleError> {
+        for rule in ask {
+            self.ask.push(parse_rule(rule, home)?);
+        }
+        Ok(self)
     }
 
     /// Whether some allow rule names this tool explicitly, and no whole-tool deny rule
@@ -254,8 +273,32 @@ impl Permissions {
             Target::Other { field } => rules.check_other(field.as_deref(), input),
         };
         match why {
-            None => Decision::Allow,
+            None => self.ask_about(tool, input, workspace),
             Some(why) => subject.deny(&why),
+        }
+    }
+
+    /// [`Decision::Ask`] when an ask rule matches the call, else [`Decision::Allow`].
+    fn ask_about(&self, tool: &str, input: &Value, workspace: &Path) -> Decision {
+        if self.ask.is_empty() {
+            return Decision::Allow;
+        }
+        let as_deny = Permissions {
+            allow: Vec::new(),
+            deny: self.ask.clone(),
+            ask: Vec::new(),
+        };
+        match as_deny.check(tool, input, workspace) {
+            Decision::Deny { message } => {
+                // The deny check's reason, worded for an ask rule.
+                let why = message
+                    .split_once(" has been denied: ")
+                    .map_or(message.as_str(), |(_, why)| why)
+                    .trim_end_matches(" The call was not run.")
+                    .replace("deny rule", "ask rule");
+                Decision::Ask { why }
+            }
+            _ => Decision::Allow,
         }
     }
 }

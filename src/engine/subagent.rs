@@ -4,7 +4,7 @@ use super::{AgentSpec, Conversation, Engine, Event, RunError, Totals};
 use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};
 use crate::tools::ToolOutput;
-use crate::transcript::{Chain, Messages};
+use crate::transcript::Chain;
 use serde_json::{Value, json};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -111,14 +111,13 @@ impl Engine {
             resumed: false,
             depth: parent.depth + 1,
         });
+        let chain = Chain::sidechain(parent.chain.session_id(), &self.config.workspace, &agent_id);
+        // A sub-agent sees the memory its parent session was started with.
         let mut conv = Conversation {
-            spec,
-            key,
-            chain: Chain::sidechain(parent.chain.session_id(), &self.config.workspace, &agent_id),
-            messages: Messages::default(),
             depth: parent.depth + 1,
-            announce: None,
             context_limit: parent.context_limit,
+            memory: parent.memory.clone(),
+            ..Conversation::new(spec, key, chain)
         };
         let result = self
             .drive(&mut conv, Value::String(prompt.to_string()), Instant::now())

@@ -41,6 +41,7 @@
 //!    value cannot be used. Thread it down as a value (e.g. into
 //!    [`RuntimeOptions`] in [`Settings::runtime_options`]); nothing below reads it again.
 
+pub mod files;
 pub mod model;
 pub mod sources;
 mod store;
@@ -52,6 +53,8 @@ use crate::continuity::handoff::{self, HandoffOptions, Threshold};
 use crate::continuity::resilience::Resilience;
 use crate::continuity::runtime::RuntimeOptions;
 use crate::continuity::shared::RunName;
+use crate::engine::Conventions;
+use crate::engine::memory::MemorySource;
 use crate::model::ModelClient;
 use crate::model::anthropic::AnthropicClient;
 use crate::stores::{PostgresStore, PostgresUrl, StoreError};
@@ -140,8 +143,18 @@ pub struct Settings {
     /// The home directory (`HOME`): `~/` in permission rules, `~` in printed paths.
     pub home: Option<PathBuf>,
     pub terminal: Terminal,
-    /// Worth a line on stderr, not worth stopping for (an unpriced model).
+    /// Worth a line on stderr, not worth stopping for (an unpriced model, a hook of
+    /// an event flower does not have).
     pub warnings: Vec<String>,
+    /// Project memory in the system prompts (`--no-memory`, else `FLOWER_MEMORY`
+    /// `on`/`off`, else on).
+    pub memory: bool,
+    /// What the settings files said (the files read, their permission rules, hooks,
+    /// every key as written).
+    pub files: FileLayer,
+    /// The settings files' `env` variables the environment does not set: what Bash
+    /// commands and hooks get on top of flower's environment.
+    pub child_env: Vec<(String, String)>,
 }
 
 impl Settings {
@@ -152,6 +165,15 @@ impl Settings {
             &Environment::from_process(),
             &FileLayer::default(),
         )
+    }
+
+    /// The settings of a command line: the settings files of the workspace and the
+    /// home ([`FileLayer::load`], read once, here), then [`Settings::resolve`]. A bad
+    /// file is a [`ConfigError`] naming the file and the key.
+    pub fn load(flags: &Flags, env: &Environment) -> Result<Settings, ConfigError> {
+        let workspace = workspace_of(flags, env);
+        let files = FileLayer::load(&workspace, env.home())?;
+        Settings::resolve(flags, env, &files)
     }
 
     /// The one resolution: `flags` over `env` over `files` over the defaults, every
@@ -178,12 +200,28 @@ impl Settings {
             .limit_for(&model.id)
             .map_err(|e| ConfigError::invalid(source, format!("{source}: {e}")))?;
         let context_window = handoff.window_for(&model.id);
-        let warnings = model.price_warning().into_iter().collect();
-        let workspace = flags
-            .workspace
-            .clone()
-            .or_else(|| env.current_dir().map(Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from("."));
+        let mut warnings: Vec<String> = model.price_warning().into_iter().collect();
+        warnings.extend(files.hooks.ignored.iter().cloned());
+        let workspace = workspace_of(flags, env);
+        let mut sandbox = sandbox;
+        sandbox.additional_dirs = files.permissions.additional_directories.clone();
+        let memory = match vars.get("FLOWER_MEMORY").as_deref() {
+            _ if flags.no_memory => false,
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(ConfigError::invalid(
+                    "FLOWER_MEMORY",
+                    format!("FLOWER_MEMORY={other:?}: expected on or off"),
+                ));
+            }
+        };
+        let child_env = files
+            .vars
+            .iter()
+            .filter(|(name, _)| env.var(name).is_none())
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
         Ok(Settings {
             workspace,
             run_dir: flags
@@ -199,6 +237,9 @@ impl Settings {
             context_window,
             handoff_threshold,
             wait: flags.wait,
+            memory,
+            files: files.clone(),
+            child_env,
             home: env.home().map(Path::to_path_buf),
             terminal: Terminal {
                 no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty()),
@@ -228,8 +269,40 @@ impl Settings {
             cache_ttl: self.model.cache_ttl,
             handoff: self.handoff.clone(),
             home: self.home.clone(),
+            conventions: self.conventions(),
             ..RuntimeOptions::new(self.client()?)
         })
+    }
+
+    /// What the project's memory and settings files add to every agent (see
+    /// [`Conventions`]): memory (unless off), the files' deny and ask rules and hooks,
+    /// and their variables the environment does not set.
+    pub fn conventions(&self) -> Conventions {
+        let permissions = &self.files.permissions;
+        Conventions {
+            memory: self.memory.then(|| self.memory_source()),
+            hooks: self.files.hooks.clone(),
+            deny: files::FilePermissions::rules(&permissions.deny),
+            ask: files::FilePermissions::rules(&permissions.ask),
+            env: self.child_env.clone(),
+        }
+    }
+
+    /// Where project memory is read from (whether or not it is on).
+    pub fn memory_source(&self) -> MemorySource {
+        MemorySource {
+            workspace: self
+                .workspace
+                .canonicalize()
+                .unwrap_or_else(|_| self.workspace.clone()),
+            home: self.home.clone(),
+        }
+    }
+
+    /// The settings files' `permissions.allow` rules: what a front end adds to the
+    /// agents it lets them widen (see [`Conventions`]).
+    pub fn allow_rules(&self) -> Vec<String> {
+        files::FilePermissions::rules(&self.files.permissions.allow)
     }
 
     /// Makes the price table of these settings (`FLOWER_PRICES` over the built-in one)
@@ -249,6 +322,15 @@ impl Settings {
             Some(url) => Ok(Some(Arc::new(PostgresStore::open(url)?))),
         }
     }
+}
+
+/// The workspace: `flags.workspace`, else the current directory, else `.`.
+fn workspace_of(flags: &Flags, env: &Environment) -> PathBuf {
+    flags
+        .workspace
+        .clone()
+        .or_else(|| env.current_dir().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// The retry numbers; a bad value is refused (the library's lenient reading would

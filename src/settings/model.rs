@@ -21,11 +21,12 @@ pub const DEFAULT_THINKING_BUDGET: u32 = 10_000;
 /// How to reach the model and what to ask it, resolved.
 #[derive(Clone, PartialEq)]
 pub struct ModelSettings {
-    /// The model id (`--model`, else `ANTHROPIC_MODEL`, else
-    /// [`DEFAULT_MODEL`]), aliases resolved, `[1m]` kept: the one source the client,
+    /// The model id (`--model`, else `ANTHROPIC_MODEL`, else the settings files'
+    /// `model`, else [`DEFAULT_MODEL`]), aliases resolved, `[1m]` kept: the one source the client,
     /// the engine, the handoff threshold and the status line all read.
     pub id: String,
-    /// Whether `--model` or `ANTHROPIC_MODEL` named it (else it is the default).
+    /// Whether `--model`, `ANTHROPIC_MODEL` or a settings file named it (else it is
+    /// the default).
     pub named: bool,
     /// `ANTHROPIC_AUTH_TOKEN` (Bearer, wins) or `ANTHROPIC_API_KEY`; `None` when neither
     /// is set: read-only commands need none, a run is refused
@@ -122,9 +123,12 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
     let base_url = anthropic::check_base_url(&base_url)
         .map_err(|e| usage("ANTHROPIC_BASE_URL", e.to_string()))?;
     let flag_model = flags.model.as_deref().filter(|m| !m.trim().is_empty());
-    let (setting, named_model) = match flag_model {
-        Some(model) => ("--model", Some(model.to_string())),
-        None => ("ANTHROPIC_MODEL", vars.get("ANTHROPIC_MODEL")),
+    // `--model`, else `ANTHROPIC_MODEL` (the environment's, else a settings file's
+    // `env`), else the settings files' `model`.
+    let (setting, named_model) = match (flag_model, vars.get("ANTHROPIC_MODEL")) {
+        (Some(model), _) => ("--model", Some(model.to_string())),
+        (None, Some(model)) => ("ANTHROPIC_MODEL", Some(model)),
+        (None, None) => ("model (settings file)", vars.files.model.clone()),
     };
     let named = named_model.is_some();
     let id = crate::model::models::resolve(named_model.as_deref().unwrap_or(DEFAULT_MODEL))

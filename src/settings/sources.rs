@@ -30,6 +30,8 @@ pub struct Flags {
     pub sandbox: SandboxFlags,
     /// `--wait`: wait for another flower holding the run instead of refusing.
     pub wait: bool,
+    /// `--no-memory`: no `CLAUDE.md` / `AGENTS.md` in the system prompts.
+    pub no_memory: bool,
 }
 
 /// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.
@@ -127,20 +129,28 @@ impl Environment {
 
 /// What settings files say, below the environment and above the defaults.
 ///
-/// Empty today. The seam for the settings files of issue #32 (`~/.claude/settings.json`,
-/// `.claude/settings.json`, `.claude/settings.local.json`): whoever reads them merges
-/// them into one `FileLayer` (their own precedence: local > project > user) and hands
-/// it to [`super::Settings::resolve`]. Their `env` block goes into [`FileLayer::vars`]:
-/// every variable flower knows is then read as "the environment's value, else the
-/// files'", with no change to the parsers. A typed file setting (`model`, permission
-/// rules …) gets its own field here and is consulted by its resolver after the flag
-/// and the variable; a bad file value is a [`super::ConfigError`] naming the file and
-/// the key.
+/// Built by [`FileLayer::load`] from Claude Code's settings files
+/// (`~/.claude/settings.json`, `.claude/settings.json`, `.claude/settings.local.json`;
+/// see [`super::files`]) and handed to [`super::Settings::resolve`]; a library user may
+/// build one by hand. Their `env` block goes into [`FileLayer::vars`]: every variable
+/// flower knows is then read as "the environment's value, else the files'", with no
+/// change to the parsers. A typed file setting (`model`, permission rules …) has its own
+/// field here and is consulted by its resolver after the flag and the variable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileLayer {
     /// Variables the files set (`env` in Claude Code's settings files); the process
     /// environment wins over them.
     pub vars: BTreeMap<String, String>,
+    /// `model`: below `--model` and `ANTHROPIC_MODEL`.
+    pub model: Option<String>,
+    /// `permissions` of every file, merged.
+    pub permissions: super::files::FilePermissions,
+    /// `hooks` of every file, merged.
+    pub hooks: crate::engine::hooks::HookSet,
+    /// The files that were read, in precedence order (user, project, local), each
+    /// with its whole document: keys flower itself does not read (`mcpServers` …) are
+    /// there for whoever does ([`FileLayer::values_of`]).
+    pub files: Vec<super::files::LoadedFile>,
 }
 
 /// The environment over the files: the one lookup every variable goes through.

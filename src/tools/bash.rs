@@ -215,7 +215,8 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
             .stdout(Stdio::from(w1))
             .stderr(Stdio::from(w2))
             .process_group(0)
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            .envs(ctx.env.iter().map(|(k, v)| (k, v)));
         if let Some(prepared) = prepared {
             // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
             unsafe {

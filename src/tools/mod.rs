@@ -40,6 +40,9 @@ pub struct ToolContext {
     pub processes: ProcessGroups,
     /// How Bash commands are confined (off by default in the library).
     pub sandbox: sandbox::SandboxPolicy,
+    /// Variables Bash commands get on top of flower's environment (the settings
+    /// files' `env` that the environment does not set).
+    pub env: std::sync::Arc<Vec<(String, String)>>,
 }
 
 /// The result of a tool call, as it goes into the `tool_result` block.

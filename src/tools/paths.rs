@@ -127,13 +127,23 @@ fn check_input(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `resolved` lies in one of the additional directories (a settings file's
+/// `permissions.additionalDirectories`, carried by the sandbox policy): the tools
+/// reach them as they reach the workspace.
+fn in_additional(ctx: &ToolContext, resolved: &Path) -> bool {
+    ctx.sandbox
+        .additional_dirs
+        .iter()
+        .any(|dir| resolved.starts_with(root(dir)))
+}
+
 /// Resolves a path a tool is about to write. Relative paths are relative to the
 /// workspace. The error text is ready for the model.
 pub fn resolve_for_write(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
     check_input(path)?;
     let ws = root(&ctx.workspace);
     let resolved = resolve(&ws, Path::new(path)).map_err(|e| e.to_string())?;
-    if resolved.starts_with(&ws) {
+    if resolved.starts_with(&ws) || in_additional(ctx, &resolved) {
         return Ok(resolved);
     }
     let via_link = lexical(&ws, Path::new(path)).starts_with(&ws);
@@ -157,7 +167,7 @@ pub fn resolve_for_read(ctx: &ToolContext, path: &str) -> Result<PathBuf, String
     let ws = root(&ctx.workspace);
     let run = root(&ctx.run_dir);
     let resolved = resolve(&ws, Path::new(path)).map_err(|e| e.to_string())?;
-    if resolved.starts_with(&ws) || resolved.starts_with(&run) {
+    if resolved.starts_with(&ws) || resolved.starts_with(&run) || in_additional(ctx, &resolved) {
         return Ok(resolved);
     }
     let lex = lexical(&ws, Path::new(path));

@@ -56,6 +56,9 @@ pub struct SandboxPolicy {
     pub workspace_writable: bool,
     /// Keep `.git/hooks`, `.git/config` and the user's git config read-only.
     pub protect_git: bool,
+    /// More directories writable like the workspace (and only when it is): a settings
+    /// file's `permissions.additionalDirectories`.
+    pub additional_dirs: Vec<PathBuf>,
 }
 
 impl SandboxPolicy {
@@ -67,6 +70,7 @@ impl SandboxPolicy {
             network: true,
             workspace_writable: true,
             protect_git: true,
+            additional_dirs: Vec::new(),
         }
     }
 
@@ -190,6 +194,7 @@ fn writable(policy: &SandboxPolicy, workspace: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     if policy.workspace_writable {
         out.push(workspace.to_path_buf());
+        out.extend(policy.additional_dirs.iter().cloned());
     }
     for p in [
         PathBuf::from("/tmp"),

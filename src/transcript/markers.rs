@@ -32,6 +32,22 @@ pub const STALE_BODY: &str = "[过期:这条命令之后又跑过一次,以最�
 /// How a trim pointer starts; a result that starts with it is never trimmed again.
 pub const TRIM_POINTER_PREFIX: &str = "[结果过大,已移出上下文";
 
+/// The `subtype` of the `system` entry that holds the memory text a session was
+/// started with (see [`crate::engine::memory`]).
+pub const MEMORY_SUBTYPE: &str = "memory";
+
+/// The `subtype` of a `system` entry recording what hooks did.
+pub const HOOK_SUBTYPE: &str = "hook";
+
+/// The field marking a user entry whose text a hook added (context, feedback): not
+/// something the user said, so a retry looking for its unanswered prompt skips it.
+pub const HOOK_CONTEXT_FLAG: &str = "isHookContext";
+
+/// Whether an entry is a user entry a hook added ([`HOOK_CONTEXT_FLAG`]).
+pub fn is_hook_context(entry: &Value) -> bool {
+    entry.get(HOOK_CONTEXT_FLAG) == Some(&Value::Bool(true))
+}
+
 /// Whether a tool result's text is a permission denial: flower's ("Permission to use
 /// …") or Claude Code's ("… requested permissions to use …", "… needs approval …",
 /// "… has been denied …"). Only results with `is_error: true` count as denials.

@@ -81,6 +81,44 @@ impl Chain {
         self.user(Value::Array(vec![block]))
     }
 
+    /// A user entry holding text a hook added (context for the model, a Stop hook's
+    /// reason to go on), marked so that it is never taken for a prompt.
+    pub fn hook_context(&mut self, text: &str) -> Value {
+        let mut extra = Map::new();
+        extra.insert(markers::HOOK_CONTEXT_FLAG.into(), Value::Bool(true));
+        self.entry(
+            "user",
+            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
+            extra,
+        )
+    }
+
+    /// A `system` entry (Claude Code's shape: `subtype`, `content`, `level`) with more
+    /// fields in `extra`. Never sent to the model ([`Messages`] skips it); a link of the
+    /// chain like any other.
+    pub fn system(
+        &mut self,
+        subtype: &str,
+        content: &str,
+        level: &str,
+        extra: Map<String, Value>,
+    ) -> Value {
+        let mut entry = self.header("system");
+        entry.insert("subtype".into(), subtype.into());
+        entry.insert("content".into(), content.into());
+        entry.insert("level".into(), level.into());
+        entry.extend(extra);
+        Value::Object(entry)
+    }
+
+    /// The entry pinning the memory text a session was started with; `files` are the
+    /// memory files it was read from.
+    pub fn memory(&mut self, text: &str, files: &[String]) -> Value {
+        let mut extra = Map::new();
+        extra.insert("memoryFiles".into(), json!(files));
+        self.system(markers::MEMORY_SUBTYPE, text, "info", extra)
+    }
+
     /// An assistant entry for a finished model reply.
     pub fn assistant(&mut self, reply: &crate::model::ModelReply) -> Value {
         let mut message = json!({
@@ -116,6 +154,14 @@ impl Chain {
     }
 
     fn entry(&mut self, kind: &str, message: Value, extra: Map<String, Value>) -> Value {
+        let mut entry = self.header(kind);
+        entry.extend(extra);
+        entry.insert("message".into(), message);
+        Value::Object(entry)
+    }
+
+    /// The fields every entry starts with; the new entry becomes the leaf.
+    fn header(&mut self, kind: &str) -> Map<String, Value> {
         let uuid = uuid::Uuid::new_v4().to_string();
         let mut entry = Map::new();
         entry.insert("type".into(), kind.into());
@@ -131,10 +177,8 @@ impl Chain {
         if let Some(agent) = &self.agent_id {
             entry.insert("agentId".into(), agent.clone().into());
         }
-        entry.extend(extra);
-        entry.insert("message".into(), message);
         self.leaf = Some(uuid);
-        Value::Object(entry)
+        entry
     }
 }
 
@@ -162,6 +206,19 @@ pub fn resume_leaf(entries: &[Value]) -> Option<&str> {
         .rev()
         .filter(|e| e.get("isSidechain") != Some(&Value::Bool(true)))
         .find_map(uuid_of)
+}
+
+/// The memory text a session was started with: that of its first memory entry
+/// ([`Chain::memory`]); `None` when it has none (a session begun before memory existed,
+/// or imported from Claude Code: it goes on without, as it began).
+pub fn pinned_memory(entries: &[Value]) -> Option<&str> {
+    entries.iter().find_map(|e| {
+        (e.get("type").and_then(Value::as_str) == Some("system")
+            && e.get("subtype").and_then(Value::as_str) == Some(markers::MEMORY_SUBTYPE)
+            && e.get("isSidechain") != Some(&Value::Bool(true)))
+        .then(|| e.get("content").and_then(Value::as_str))
+        .flatten()
+    })
 }
 
 /// Builds API messages from transcript entries, incrementally: consecutive entries of

@@ -24,6 +24,7 @@ fn env() -> Env {
             cancel: CancellationToken::new(),
             processes: flower::tools::ProcessGroups::new(),
             sandbox: Default::default(),
+            env: Default::default(),
         },
         _tmp: tmp,
     }

@@ -15,6 +15,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext) {
         cancel: CancellationToken::new(),
         processes: flower::tools::ProcessGroups::new(),
         sandbox: Default::default(),
+        env: Default::default(),
     };
     (tmp, ctx)
 }

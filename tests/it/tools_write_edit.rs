@@ -255,6 +255,7 @@ async fn writes_are_atomic_and_keep_permissions() {
         cancel: tokio_util::sync::CancellationToken::new(),
         processes: flower::tools::ProcessGroups::new(),
         sandbox: Default::default(),
+        env: Default::default(),
     };
     let path = ws.join("script.sh");
     std::fs::write(&path, "a".repeat(1 << 20)).unwrap();

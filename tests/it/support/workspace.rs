@@ -29,6 +29,7 @@ pub fn tool_env() -> ToolEnv {
             cancel: CancellationToken::new(),
             processes: flower::tools::ProcessGroups::new(),
             sandbox: Default::default(),
+            env: Default::default(),
         },
     }
 }

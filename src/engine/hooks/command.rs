@@ -1,0 +1,249 @@
+//! Running one command hook: `bash -c COMMAND` in the workspace, the event's JSON on
+//! stdin, stdout and stderr read apart, under the agent's sandbox (as its Bash
+//! commands are: [`crate::tools::sandbox`]), killed with its whole process group when
+//! its timeout passes. Never fails: whatever goes wrong is in the [`HookRun`].
+
+use super::config::HookCommand;
+use crate::tools::ProcessGroups;
+use crate::tools::sandbox::{self, SandboxPolicy};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// Bytes of a hook's stdout (and, apart, of its stderr) that are kept.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// After the shell exits, how long output of what it left in the background is read.
+const GRACE: Duration = Duration::from_millis(300);
+
+/// How a hook's process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this status.
+    Exit(i32),
+    /// A signal killed it (a crash).
+    Signal(i32),
+    /// Its timeout passed; it and its process group were killed.
+    TimedOut(Duration),
+    /// It could not be started (or waited for): why.
+    Failed(String),
+}
+
+/// One command hook, run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    pub command: String,
+    pub ended: Ended,
+    pub stdout: String,
+    pub stderr: String,
+    pub duration: Duration,
+}
+
+impl HookRun {
+    /// The exit status, when it exited.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.ended {
+            Ended::Exit(code) => Some(code),
+            _ => None,
+        }
+    }
+}
+
+/// What a hook's process runs with.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The working directory (the workspace).
+    pub workspace: PathBuf,
+    /// The sandbox of the agent whose event it is.
+    pub sandbox: SandboxPolicy,
+    /// Variables added to the hook's environment (the settings files' `env`, and
+    /// `CLAUDE_PROJECT_DIR`).
+    pub env: Arc<Vec<(String, String)>>,
+    pub processes: ProcessGroups,
+}
+
+/// Runs `hook` with `input` on its stdin.
+pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
+    let started = Instant::now();
+    let done = |ended: Ended, stdout: String, stderr: String| HookRun {
+        command: hook.command.clone(),
+        ended,
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+    };
+    let mut child = match spawn(&hook.command, launch) {
+        Ok(child) => child,
+        Err(why) => return done(Ended::Failed(why), String::new(), String::new()),
+    };
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+    let _group = Group::new(pgid, &launch.processes);
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return done(
+            Ended::Failed("the hook's pipes were not set up".into()),
+            String::new(),
+            String::new(),
+        );
+    };
+    let input = input.to_vec();
+    // A hook that does not read its stdin must not block on a full pipe, nor fail us.
+    let feed = tokio::spawn(async move {
+        let _ = stdin.write_all(&input).await;
+        let _ = stdin.shutdown().await;
+    });
+    let mut out = Capped::default();
+    let mut err = Capped::default();
+    let ended = {
+        let reading = async {
+            tokio::join!(out.read_from(stdout), err.read_from(stderr));
+        };
+        tokio::pin!(reading);
+        let deadline = tokio::time::sleep(hook.timeout);
+        tokio::pin!(deadline);
+        let mut reading_done = false;
+        loop {
+            tokio::select! {
+                () = &mut reading, if !reading_done => reading_done = true,
+                status = child.wait() => {
+                    let ended = match status {
+                        Ok(status) => ended_of(status),
+                        Err(e) => Ended::Failed(format!("waiting for the hook failed: {e}")),
+                    };
+                    if !reading_done {
+                        let _ = tokio::time::timeout(GRACE, &mut reading).await;
+                    }
+                    break ended;
+                }
+                () = &mut deadline => {
+                    kill_group(pgid);
+                    let _ = child.wait().await;
+                    let _ = tokio::time::timeout(GRACE, &mut reading).await;
+                    break Ended::TimedOut(hook.timeout);
+                }
+            }
+        }
+    };
+    feed.abort();
+    // Whatever it left running is its group's; nothing of a hook outlives it.
+    kill_group(pgid);
+    done(ended, out.text(), err.text())
+}
+
+fn spawn(command: &str, launch: &Launch) -> Result<tokio::process::Child, String> {
+    let mut last = String::new();
+    // A second attempt only when the saved namespaces turned out stale (as Bash does).
+    for attempt in 0..2 {
+        let prepared = sandbox::prepare(&launch.sandbox, &launch.workspace)
+            .map_err(|e| format!("cannot sandbox the hook: {e}"))?;
+        let sandboxed = prepared.is_some();
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.arg("-c")
+            .arg(command)
+            .current_dir(&launch.workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        for (name, value) in launch.env.iter() {
+            cmd.env(name, value);
+        }
+        if let Some(prepared) = prepared {
+            // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
+            unsafe {
+                cmd.pre_exec(move || prepared.apply_in_child());
+            }
+        }
+        match cmd.spawn() {
+            Ok(child) => return Ok(child),
+            Err(e) if sandboxed && attempt == 0 && sandbox::is_stale(&e) => {
+                sandbox::forget_namespaces();
+                last = e.to_string();
+            }
+            Err(e) => return Err(format!("cannot start the hook: {e}")),
+        }
+    }
+    Err(format!("cannot start the hook: {last}"))
+}
+
+fn ended_of(status: std::process::ExitStatus) -> Ended {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ended::Exit(code),
+        (None, Some(signal)) => Ended::Signal(signal),
+        (None, None) => Ended::Failed("exited abnormally".into()),
+    }
+}
+
+fn kill_group(pgid: Option<i32>) {
+    if let Some(pgid) = pgid {
+        // SAFETY: killpg only sends a signal to the group this hook's shell leads.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The hook's process group, registered with the signal handlers while it runs (a
+/// SIGTERM to flower kills it too).
+struct Group {
+    pgid: Option<i32>,
+    processes: ProcessGroups,
+}
+
+impl Group {
+    fn new(pgid: Option<i32>, processes: &ProcessGroups) -> Group {
+        if let Some(pgid) = pgid {
+            processes.add(pgid);
+        }
+        Group {
+            pgid,
+            processes: processes.clone(),
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            self.processes.remove(pgid);
+            kill_group(Some(pgid));
+        }
+    }
+}
+
+/// The first [`MAX_OUTPUT_BYTES`] of a stream; the rest is read and dropped.
+#[derive(Default)]
+struct Capped {
+    bytes: Vec<u8>,
+    dropped: usize,
+}
+
+impl Capped {
+    async fn read_from(&mut self, mut stream: impl AsyncRead + Unpin) {
+        let mut buf = [0u8; 8192];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = MAX_OUTPUT_BYTES.saturating_sub(self.bytes.len());
+                    let keep = n.min(room);
+                    self.bytes.extend_from_slice(&buf[..keep]);
+                    self.dropped += n - keep;
+                }
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut text = String::from_utf8_lossy(&self.bytes).into_owned();
+        if self.dropped > 0 {
+            text.push_str(&format!("\n[… {} more bytes not kept]", self.dropped));
+        }
+        text
+    }
+}

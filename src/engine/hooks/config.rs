@@ -1,0 +1,372 @@
+//! The `hooks` key of Claude Code's settings files, parsed and checked.
+//!
+//! ```json
+//! "hooks": {
+//!   "PreToolUse": [
+//!     {"matcher": "Write|Edit", "hooks": [{"type": "command", "command": "fmt.sh", "timeout": 30}]}
+//!   ]
+//! }
+//! ```
+//!
+//! An event holds matcher groups; a group holds commands. Groups from every settings
+//! file are kept (user, then project, then local): hooks merge across files, as in
+//! Claude Code. A matcher is Claude Code's: empty or `*` matches everything; a plain
+//! name (letters, digits, `_`, `|`) is one or more exact names; anything else is a
+//! regular expression searched in the name (`Notebook.*`, `mcp__memory__.*`). Only
+//! `PreToolUse`/`PostToolUse` (the tool name), `SessionStart` (the source) and
+//! `PreCompact` (the trigger) look at it; the other events run every group.
+//!
+//! Events flower does not have (`Notification`, `PermissionRequest`, …) and hook types
+//! other than `command` (`prompt`, `agent`, `http`) are kept out with a warning, so a
+//! settings file written for a newer Claude Code still loads. A malformed entry of a
+//! known event is an error naming the file and the key.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a hook may run when its entry gives no `timeout` (Claude Code's default).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The events flower fires. `PreCompact` is fired before a 换代 (a session handing off
+/// to its successor), with `trigger: "auto"`: the nearest thing flower has to a
+/// compaction, so a Claude Code `PreCompact` hook (a transcript backup, say) works
+/// unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HookEvent {
+    PreToolUse,
+    PostToolUse,
+    UserPromptSubmit,
+    Stop,
+    SubagentStop,
+    SessionStart,
+    SessionEnd,
+    PreCompact,
+}
+
+impl HookEvent {
+    pub const ALL: [HookEvent; 8] = [
+        HookEvent::PreToolUse,
+        HookEvent::PostToolUse,
+        HookEvent::UserPromptSubmit,
+        HookEvent::Stop,
+        HookEvent::SubagentStop,
+        HookEvent::SessionStart,
+        HookEvent::SessionEnd,
+        HookEvent::PreCompact,
+    ];
+
+    /// The name in settings files and in `hook_event_name`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "PreToolUse",
+            HookEvent::PostToolUse => "PostToolUse",
+            HookEvent::UserPromptSubmit => "UserPromptSubmit",
+            HookEvent::Stop => "Stop",
+            HookEvent::SubagentStop => "SubagentStop",
+            HookEvent::SessionStart => "SessionStart",
+            HookEvent::SessionEnd => "SessionEnd",
+            HookEvent::PreCompact => "PreCompact",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<HookEvent> {
+        HookEvent::ALL.into_iter().find(|e| e.name() == name)
+    }
+
+    /// Whether the event's matcher means anything (else every group runs).
+    pub fn uses_matcher(self) -> bool {
+        matches!(
+            self,
+            HookEvent::PreToolUse
+                | HookEvent::PostToolUse
+                | HookEvent::SessionStart
+                | HookEvent::PreCompact
+        )
+    }
+}
+
+impl fmt::Display for HookEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A matcher, as Claude Code reads it.
+#[derive(Debug, Clone)]
+pub enum Matcher {
+    /// Empty, absent or `*`.
+    All,
+    /// `Write` or `Write|Edit`: exact names.
+    Names(Vec<String>),
+    /// Anything else: a regular expression searched in the name.
+    Regex(regex::Regex),
+}
+
+impl PartialEq for Matcher {
+    fn eq(&self, other: &Matcher) -> bool {
+        match (self, other) {
+            (Matcher::All, Matcher::All) => true,
+            (Matcher::Names(a), Matcher::Names(b)) => a == b,
+            (Matcher::Regex(a), Matcher::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Matcher {}
+
+impl Matcher {
+    /// Parses a matcher; `Err` says why a regular expression does not compile.
+    pub fn parse(text: &str) -> Result<Matcher, String> {
+        let text = text.trim();
+        if text.is_empty() || text == "*" {
+            return Ok(Matcher::All);
+        }
+        if text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '|')
+        {
+            return Ok(Matcher::Names(
+                text.split('|')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            ));
+        }
+        regex::Regex::new(text)
+            .map(Matcher::Regex)
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn matches(&self, subject: &str) -> bool {
+        match self {
+            Matcher::All => true,
+            Matcher::Names(names) => names.iter().any(|n| n == subject),
+            Matcher::Regex(re) => re.is_match(subject),
+        }
+    }
+
+    /// As written in a listing (`*` for all).
+    pub fn shown(&self) -> String {
+        match self {
+            Matcher::All => "*".into(),
+            Matcher::Names(names) => names.join("|"),
+            Matcher::Regex(re) => re.as_str().to_string(),
+        }
+    }
+}
+
+/// One command hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    /// Run with `bash -c` in the workspace.
+    pub command: String,
+    pub timeout: Duration,
+    /// The settings file that declared it.
+    pub source: PathBuf,
+}
+
+/// A matcher and the commands it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookGroup {
+    pub matcher: Matcher,
+    pub commands: Vec<HookCommand>,
+}
+
+/// Every configured hook, by event, in the order of the settings files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookSet {
+    groups: BTreeMap<HookEvent, Vec<HookGroup>>,
+    /// What was left out (an unknown event, a hook type flower does not run), one line
+    /// each, for the warnings and `flower state -v`.
+    pub ignored: Vec<String>,
+}
+
+/// A malformed `hooks` entry: `key` is its path in the file (`hooks.PreToolUse[0].hooks[1].command`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl HookSet {
+    pub fn is_empty(&self) -> bool {
+        self.groups.values().all(Vec::is_empty)
+    }
+
+    /// Whether any hook is configured for `event`.
+    pub fn has(&self, event: HookEvent) -> bool {
+        self.groups.get(&event).is_some_and(|g| !g.is_empty())
+    }
+
+    /// The groups of `event`.
+    pub fn groups(&self, event: HookEvent) -> &[HookGroup] {
+        self.groups.get(&event).map_or(&[], Vec::as_slice)
+    }
+
+    /// The commands that run for `event` on `subject` (a tool name, a source, a
+    /// trigger; ignored by events without matchers), each once (Claude Code runs an
+    /// identical command once per event).
+    pub fn matching(&self, event: HookEvent, subject: &str) -> Vec<&HookCommand> {
+        let mut out: Vec<&HookCommand> = Vec::new();
+        for group in self.groups(event) {
+            if event.uses_matcher() && !group.matcher.matches(subject) {
+                continue;
+            }
+            for command in &group.commands {
+                if !out.iter().any(|c| c.command == command.command) {
+                    out.push(command);
+                }
+            }
+        }
+        out
+    }
+
+    /// Adds the `hooks` value of the settings file `file` after what is there.
+    pub fn add_from(&mut self, value: &Value, file: &Path) -> Result<(), HookConfigError> {
+        let bad = |key: String, message: String| HookConfigError { key, message };
+        let Value::Object(events) = value else {
+            return Err(bad(
+                "hooks".into(),
+                "expected an object of events (\"PreToolUse\": [...])".into(),
+            ));
+        };
+        for (name, groups) in events {
+            let Some(event) = HookEvent::from_name(name) else {
+                self.ignored.push(format!(
+                    "{}: hooks.{name}: flower has no such event; ignored",
+                    file.display()
+                ));
+                continue;
+            };
+            let Value::Array(groups) = groups else {
+                return Err(bad(
+                    format!("hooks.{name}"),
+                    "expected an array of {\"matcher\": …, \"hooks\": [...]}".into(),
+                ));
+            };
+            for (i, group) in groups.iter().enumerate() {
+                let key = format!("hooks.{name}[{i}]");
+                if let Some(parsed) = self.group(group, &key, file)? {
+                    self.groups.entry(event).or_default().push(parsed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn group(
+        &mut self,
+        group: &Value,
+        key: &str,
+        file: &Path,
+    ) -> Result<Option<HookGroup>, HookConfigError> {
+        let bad = |key: String, message: &str| HookConfigError {
+            key,
+            message: message.to_string(),
+        };
+        let Value::Object(group) = group else {
+            return Err(bad(
+                key.into(),
+                "expected an object {\"matcher\": …, \"hooks\": [...]}",
+            ));
+        };
+        let matcher = match group.get("matcher") {
+            None | Some(Value::Null) => Matcher::All,
+            Some(Value::String(text)) => Matcher::parse(text).map_err(|e| HookConfigError {
+                key: format!("{key}.matcher"),
+                message: format!("not a valid regular expression: {e}"),
+            })?,
+            Some(_) => return Err(bad(format!("{key}.matcher"), "expected a string")),
+        };
+        let Some(Value::Array(hooks)) = group.get("hooks") else {
+            return Err(bad(
+                format!("{key}.hooks"),
+                "expected an array of {\"type\": \"command\", \"command\": …}",
+            ));
+        };
+        let mut commands = Vec::new();
+        for (j, hook) in hooks.iter().enumerate() {
+            let key = format!("{key}.hooks[{j}]");
+            let Value::Object(hook) = hook else {
+                return Err(bad(
+                    key,
+                    "expected an object {\"type\": \"command\", \"command\": …}",
+                ));
+            };
+            match hook.get("type").and_then(Value::as_str) {
+                Some("command") => {}
+                Some(other) => {
+                    self.ignored.push(format!(
+                        "{}: {key}: hooks of type {other:?} are not supported by flower; ignored",
+                        file.display()
+                    ));
+                    continue;
+                }
+                None => return Err(bad(format!("{key}.type"), "expected \"command\"")),
+            }
+            let command = match hook.get("command") {
+                Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
+                _ => {
+                    return Err(bad(
+                        format!("{key}.command"),
+                        "expected a non-empty shell command",
+                    ));
+                }
+            };
+            let timeout = match hook.get("timeout") {
+                None | Some(Value::Null) => DEFAULT_TIMEOUT,
+                Some(Value::Number(n)) => match n.as_f64() {
+                    Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => {
+                        Duration::from_secs_f64(s)
+                    }
+                    _ => {
+                        return Err(bad(
+                            format!("{key}.timeout"),
+                            "expected seconds, a number above 0 (at most 86400)",
+                        ));
+                    }
+                },
+                Some(_) => {
+                    return Err(bad(
+                        format!("{key}.timeout"),
+                        "expected seconds, a number above 0 (at most 86400)",
+                    ));
+                }
+            };
+            commands.push(HookCommand {
+                command,
+                timeout,
+                source: file.to_path_buf(),
+            });
+        }
+        Ok((!commands.is_empty()).then_some(HookGroup { matcher, commands }))
+    }
+
+    /// One line per configured command, for `flower state -v`:
+    /// `PreToolUse Bash: ./check.sh (60 s, .claude/settings.json)`.
+    pub fn listing(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (event, groups) in &self.groups {
+            for group in groups {
+                for command in &group.commands {
+                    let matcher = if event.uses_matcher() {
+                        format!(" {}", group.matcher.shown())
+                    } else {
+                        String::new()
+                    };
+                    lines.push(format!(
+                        "{event}{matcher}: {} ({} s, {})",
+                        command.command,
+                        command.timeout.as_secs_f64(),
+                        command.source.display()
+                    ));
+                }
+            }
+        }
+        lines
+    }
+}

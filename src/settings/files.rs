@@ -1,0 +1,280 @@
+//! Claude Code's settings files, read once into the [`FileLayer`] of the settings
+//! resolution.
+//!
+//! | scope   | file                                         |
+//! |---------|----------------------------------------------|
+//! | user    | `~/.claude/settings.json`                    |
+//! | project | `<workspace>/.claude/settings.json`          |
+//! | local   | `<workspace>/.claude/settings.local.json`    |
+//!
+//! Precedence is Claude Code's: local over project over user for a single value
+//! (`model`, each variable of `env`); lists merge (the permission rules of every file
+//! apply, `additionalDirectories` add up, hooks of every file run). Flags and the
+//! process environment stay above every file ([`super`]'s precedence).
+//!
+//! Keys flower reads: `permissions.allow`, `permissions.deny`, `permissions.ask`,
+//! `permissions.additionalDirectories`, `env`, `model`, `hooks`. Every other key is
+//! kept as written ([`LoadedFile::document`]), for whoever reads it (the MCP servers'
+//! `mcpServers`, `enabledMcpjsonServers` …) and for `flower state -v`; a key flower
+//! does not know is not an error (a file written for a newer Claude Code still loads).
+//! A known key with a value flower cannot use is a [`ConfigError`] naming the file and
+//! the key, and the binary exits 2 before anything is sent.
+
+use super::ConfigError;
+use super::sources::FileLayer;
+use crate::engine::permissions::Permissions;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Where a settings file sits in the precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    User,
+    Project,
+    Local,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::User => "user",
+            Scope::Project => "project",
+            Scope::Local => "local",
+        }
+    }
+}
+
+/// One settings file that was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedFile {
+    pub scope: Scope,
+    pub path: PathBuf,
+    /// The file's top-level object, as written (every key, known or not).
+    pub document: Map<String, Value>,
+}
+
+/// A permission rule and the file it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRule {
+    pub rule: String,
+    pub source: PathBuf,
+}
+
+/// `permissions` of every file, merged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilePermissions {
+    pub allow: Vec<FileRule>,
+    pub deny: Vec<FileRule>,
+    pub ask: Vec<FileRule>,
+    /// Absolute (relative entries are taken from the workspace, `~/` from the home).
+    pub additional_directories: Vec<PathBuf>,
+}
+
+impl FilePermissions {
+    /// The rules of one list, as text.
+    pub fn rules(list: &[FileRule]) -> Vec<String> {
+        list.iter().map(|r| r.rule.clone()).collect()
+    }
+}
+
+/// The settings files of `workspace` and `home`, in precedence order (user, project,
+/// local); those that do not exist are skipped.
+pub fn paths(workspace: &Path, home: Option<&Path>) -> Vec<(Scope, PathBuf)> {
+    let mut out = Vec::new();
+    if let Some(home) = home {
+        out.push((Scope::User, home.join(".claude").join("settings.json")));
+    }
+    let dir = workspace.join(".claude");
+    out.push((Scope::Project, dir.join("settings.json")));
+    out.push((Scope::Local, dir.join("settings.local.json")));
+    out
+}
+
+impl FileLayer {
+    /// Reads the settings files of `workspace` (the project's) and `home` (the user's)
+    /// and merges them. A file that is not there is skipped; one that cannot be read,
+    /// is not a JSON object, or has a known key flower cannot use is the error.
+    pub fn load(workspace: &Path, home: Option<&Path>) -> Result<FileLayer, ConfigError> {
+        let mut layer = FileLayer::default();
+        for (scope, path) in paths(workspace, home) {
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // A directory of that name, say: there is no file to read.
+                Err(_) if path.is_dir() => continue,
+                Err(e) => {
+                    return Err(invalid(&path, "", format!("cannot be read: {e}")));
+                }
+            };
+            let document = match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Object(map)) => map,
+                Ok(_) => return Err(invalid(&path, "", "expected a JSON object".into())),
+                Err(e) => return Err(invalid(&path, "", format!("not valid JSON: {e}"))),
+            };
+            layer.add(scope, &path, document, workspace, home)?;
+        }
+        Ok(layer)
+    }
+
+    /// Merges one file's document over what is there (files come in precedence order).
+    fn add(
+        &mut self,
+        scope: Scope,
+        path: &Path,
+        document: Map<String, Value>,
+        workspace: &Path,
+        home: Option<&Path>,
+    ) -> Result<(), ConfigError> {
+        if let Some(env) = document.get("env") {
+            let Value::Object(env) = env else {
+                return Err(invalid(path, "env", "expected an object of strings".into()));
+            };
+            for (name, value) in env {
+                let value = match value {
+                    Value::String(s) => s.clone(),
+                    // Claude Code's schema says strings; numbers and booleans are meant.
+                    Value::Number(n) => n.to_string(),
+                    Value::Bool(b) => b.to_string(),
+                    _ => {
+                        return Err(invalid(
+                            path,
+                            &format!("env.{name}"),
+                            "expected a string".into(),
+                        ));
+                    }
+                };
+                self.vars.insert(name.clone(), value);
+            }
+        }
+        match document.get("model") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(model)) if !model.trim().is_empty() => {
+                self.model = Some(model.trim().to_string());
+            }
+            Some(_) => {
+                return Err(invalid(
+                    path,
+                    "model",
+                    "expected a model id or alias".into(),
+                ));
+            }
+        }
+        if let Some(permissions) = document.get("permissions") {
+            self.add_permissions(path, permissions, workspace, home)?;
+        }
+        if let Some(hooks) = document.get("hooks") {
+            self.hooks
+                .add_from(hooks, path)
+                .map_err(|e| invalid(path, &e.key, e.message))?;
+        }
+        self.files.push(LoadedFile {
+            scope,
+            path: path.to_path_buf(),
+            document,
+        });
+        Ok(())
+    }
+
+    fn add_permissions(
+        &mut self,
+        path: &Path,
+        permissions: &Value,
+        workspace: &Path,
+        home: Option<&Path>,
+    ) -> Result<(), ConfigError> {
+        let Value::Object(permissions) = permissions else {
+            return Err(invalid(
+                path,
+                "permissions",
+                "expected an object (allow, deny, ask, additionalDirectories)".into(),
+            ));
+        };
+        for (key, list) in [
+            ("allow", &mut self.permissions.allow),
+            ("deny", &mut self.permissions.deny),
+            ("ask", &mut self.permissions.ask),
+        ] {
+            for (i, rule) in strings(path, permissions.get(key), &format!("permissions.{key}"))?
+                .into_iter()
+                .enumerate()
+            {
+                // Checked now, so that a typo stops the run before it starts.
+                let rules = [rule.clone()];
+                Permissions::with_home(&rules, &[], home).map_err(|e| {
+                    invalid(path, &format!("permissions.{key}[{i}]"), e.to_string())
+                })?;
+                list.push(FileRule {
+                    rule,
+                    source: path.to_path_buf(),
+                });
+            }
+        }
+        let key = "permissions.additionalDirectories";
+        for (i, dir) in strings(path, permissions.get("additionalDirectories"), key)?
+            .into_iter()
+            .enumerate()
+        {
+            let resolved = if let Some(rest) = dir.strip_prefix("~/") {
+                match home {
+                    Some(home) => home.join(rest),
+                    None => {
+                        return Err(invalid(
+                            path,
+                            &format!("{key}[{i}]"),
+                            "`~/` needs HOME, which is not set".into(),
+                        ));
+                    }
+                }
+            } else {
+                workspace.join(&dir)
+            };
+            if !resolved.is_dir() {
+                return Err(invalid(
+                    path,
+                    &format!("{key}[{i}]"),
+                    format!("{} is not a directory", resolved.display()),
+                ));
+            }
+            let resolved = resolved.canonicalize().unwrap_or(resolved);
+            if !self.permissions.additional_directories.contains(&resolved) {
+                self.permissions.additional_directories.push(resolved);
+            }
+        }
+        Ok(())
+    }
+
+    /// The documents' values of a top-level key, in precedence order (user first),
+    /// with the file each came from: what the MCP servers' reader uses for
+    /// `mcpServers`.
+    pub fn values_of<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a LoadedFile, &'a Value)> {
+        self.files
+            .iter()
+            .filter_map(move |file| file.document.get(key).map(|value| (file, value)))
+    }
+}
+
+/// A list of strings at `key` (absent: empty).
+fn strings(path: &Path, value: Option<&Value>, key: &str) -> Result<Vec<String>, ConfigError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(invalid(path, &format!("{key}[{i}]"), "expected a string".into())),
+            })
+            .collect(),
+        Some(_) => Err(invalid(path, key, "expected an array of strings".into())),
+    }
+}
+
+/// A bad settings file: the setting is `<file>:<key>`, the message names both.
+fn invalid(path: &Path, key: &str, why: String) -> ConfigError {
+    let at = if key.is_empty() {
+        path.display().to_string()
+    } else {
+        format!("{}: {key}", path.display())
+    };
+    ConfigError::invalid(&at, format!("settings file {at}: {why}"))
+}
