@@ -181,6 +181,11 @@ pub struct StateArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Also list what the project's conventions load: memory files, settings files,
+    /// permission rules, hooks.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
     #[command(flatten)]
     pub run_dir: RunDirArg,
 

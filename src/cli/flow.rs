@@ -181,6 +181,11 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
             state.woke + 1
         ));
     }
+    if args.verbose {
+        for line in super::conventions::lines(settings) {
+            eprintln!("{line}");
+        }
+    }
 }
 
 /// What this invocation is about: from what was said on the command line, or asked.

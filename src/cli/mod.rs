@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod config;
+pub mod conventions;
 pub mod flags;
 pub mod flow;
 pub mod format;

@@ -226,6 +226,7 @@ impl Renderer {
                     _ => unshowable_user(out),
                 }
             }
+            "system" => system_entry(out, entry, &stamp),
             other => unknown_entry(out, other),
         }
     }
@@ -236,6 +237,10 @@ impl Renderer {
         let lite::Obj(entry) =
             serde_json::from_slice::<lite::Obj<lite::Entry>>(row).map_err(|_| ())?;
         let kind = entry.kind.as_deref().unwrap_or("");
+        if kind == "system" {
+            // Hook records and the memory pin: rendered from the whole entry.
+            return Err(());
+        }
         let message = entry.message.map(|m| m.0);
         let synthetic_error = entry.api_error.is_some_and(|f| f.get() == "true")
             || message
@@ -442,6 +447,50 @@ fn unknown_block(out: &mut String, kind: &str) {
 
 fn unshowable_user(out: &mut String) {
     let _ = writeln!(out, "[无法显示的用户条目]");
+}
+
+/// A `system` entry: what hooks did (each command, how it ended, what it said), the
+/// memory a session began with, or any other kind as one line.
+fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
+    let subtype = entry.get("subtype").and_then(Value::as_str).unwrap_or("");
+    let content = entry.get("content").and_then(Value::as_str).unwrap_or("");
+    match subtype {
+        markers::HOOK_SUBTYPE => {
+            let _ = writeln!(out, "  ⚑ [hook {stamp}] {}", first_line(content));
+            let runs = entry.get("hookRuns").and_then(Value::as_array);
+            for run in runs.into_iter().flatten() {
+                let field = |k: &str| run.get(k).and_then(Value::as_str).unwrap_or("");
+                let ended = match (field("outcome"), run.get("code")) {
+                    ("exit", Some(code)) => format!("退出码 {code}"),
+                    ("signal", Some(code)) => format!("信号 {code}"),
+                    ("timeout", _) => "超时".to_string(),
+                    ("failed", Some(why)) => format!("没能运行:{}", why.as_str().unwrap_or("")),
+                    (other, _) => other.to_string(),
+                };
+                let ms = run.get("durationMs").and_then(Value::as_u64).unwrap_or(0);
+                let _ = writeln!(out, "    `{}` · {ended} · {ms} ms", cut(field("command"), 120));
+                for (name, text) in [("stdout", field("stdout")), ("stderr", field("stderr"))] {
+                    if !text.trim().is_empty() {
+                        let _ = writeln!(out, "    {name}: {}", cut(&first_line(text), 200));
+                    }
+                }
+            }
+        }
+        markers::MEMORY_SUBTYPE => {
+            let files = entry
+                .get("memoryFiles")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let _ = writeln!(
+                out,
+                "  ⚑ [项目记忆] {files} 个文件,{} 字节,放在这条会话的系统提示里",
+                content.len()
+            );
+        }
+        other => {
+            let _ = writeln!(out, "  ⚑ [system {other}] {}", first_line(content));
+        }
+    }
 }
 
 fn unknown_entry(out: &mut String, kind: &str) {

@@ -38,6 +38,9 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
                 }),
             );
         }
+        if let (true, Some(object)) = (args.verbose, value.as_object_mut()) {
+            object.insert("conventions".into(), super::conventions::json(&settings));
+        }
         out.push_str(&serde_json::to_string_pretty(&value)?);
         out.push('\n');
     } else {
@@ -63,6 +66,11 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
             let generation = at.generation(work);
             let context = context.map_or("未知".to_string(), super::format::tokens);
             writeln!(out, "{WORK}上下文:{context} · 第 {generation} 代")?;
+        }
+        if args.verbose {
+            for line in super::conventions::lines(&settings) {
+                writeln!(out, "{line}")?;
+            }
         }
     }
     // `println!` would panic when the reader is gone (`flower state | head -0`); a

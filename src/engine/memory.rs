@@ -354,8 +354,12 @@ fn assemble(found: Vec<Found>, warnings: &mut Vec<String>) -> (Vec<MemoryFile>, 
         } else {
             (file.text.clone(), file.text.len())
         };
-        // Never 0 for a file that fits: an empty file still takes its turn.
-        used += included.max(1);
+        // Once a file was cut, nothing after it goes in.
+        used = if included < file.text.len() {
+            MAX_MEMORY_BYTES
+        } else {
+            used + included
+        };
         text.push_str(&format!(
             "\n\nContents of {} ({}):\n\n{}",
             file.path.display(),

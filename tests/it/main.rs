@@ -10,6 +10,7 @@ mod claude_code_import;
 mod config;
 mod continuation_crash;
 mod continuation_example;
+mod conventions_memory;
 mod engine_history;
 mod faults;
 mod flow;

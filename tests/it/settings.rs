@@ -208,6 +208,7 @@ fn flags_win_over_variables_which_win_over_files() {
         ]
         .into_iter()
         .collect(),
+        ..FileLayer::default()
     };
     let at = |flags: &Flags, vars: &[(&str, &str)]| {
         Settings::resolve(flags, &Environment::from_vars(vars.iter().copied()), &files).unwrap()

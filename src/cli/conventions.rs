@@ -1,0 +1,155 @@
+//! What a run loads from the project's conventions, listed for a person (`flower
+//! state -v`, `flower -v` under the banner) and for scripts (`flower state --json -v`):
+//! the memory files (as a new session would read them now), the settings files, the
+//! permission rules and directories they add, and the hooks. So that a person can see
+//! why an agent behaves as it does.
+
+use super::lines::tilde;
+use flower::engine::memory::{Memory, MemoryKind};
+use flower::settings::Settings;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// The listing's lines (Chinese, as the rest of the CLI speaks).
+pub fn lines(settings: &Settings) -> Vec<String> {
+    let home = settings.home.as_deref();
+    let mut out = Vec::new();
+    let memory = settings.memory_source().load();
+    if !settings.memory {
+        out.push("项目记忆:关(--no-memory 或 FLOWER_MEMORY=off)".to_string());
+    } else if memory.files.is_empty() {
+        out.push("项目记忆:没有(没找到 CLAUDE.md / AGENTS.md)".to_string());
+    } else {
+        let bytes: usize = memory.files.iter().map(|f| f.bytes).sum();
+        out.push(format!(
+            "项目记忆:{} 个文件,{bytes} 字节",
+            memory.files.len()
+        ));
+        for file in &memory.files {
+            out.push(format!(
+                "  {}{}({},{} 字节)",
+                "  ".repeat(file.depth),
+                tilde(&file.path, home),
+                kind_name(file.kind),
+                file.bytes
+            ));
+        }
+    }
+    for warning in memory.warnings.iter().filter(|_| settings.memory) {
+        out.push(format!("  ! {warning}"));
+    }
+    let files = &settings.files;
+    if files.files.is_empty() {
+        out.push("设置文件:没有".to_string());
+    } else {
+        out.push("设置文件:".to_string());
+        for file in &files.files {
+            out.push(format!(
+                "  {}({})",
+                tilde(&file.path, home),
+                scope_name(file.scope)
+            ));
+        }
+    }
+    let permissions = &files.permissions;
+    for (name, list) in [
+        ("allow", &permissions.allow),
+        ("deny", &permissions.deny),
+        ("ask", &permissions.ask),
+    ] {
+        if !list.is_empty() {
+            let rules: Vec<&str> = list.iter().map(|r| r.rule.as_str()).collect();
+            out.push(format!("权限 {name}:{}", rules.join(", ")));
+        }
+    }
+    if !permissions.additional_directories.is_empty() {
+        let dirs: Vec<String> = permissions
+            .additional_directories
+            .iter()
+            .map(|d| tilde(d, home))
+            .collect();
+        out.push(format!("额外目录:{}", dirs.join(", ")));
+    }
+    let hooks = files.hooks.listing();
+    if hooks.is_empty() {
+        out.push("hooks:没有".to_string());
+    } else {
+        out.push(format!("hooks:{} 个", hooks.len()));
+        out.extend(hooks.into_iter().map(|line| format!("  {line}")));
+    }
+    for ignored in &files.hooks.ignored {
+        out.push(format!("  ! {ignored}"));
+    }
+    out
+}
+
+/// The same as JSON.
+pub fn json(settings: &Settings) -> Value {
+    let memory: Memory = if settings.memory {
+        settings.memory_source().load()
+    } else {
+        Memory::default()
+    };
+    let files = &settings.files;
+    let rules = |list: &[flower::settings::files::FileRule]| -> Vec<Value> {
+        list.iter()
+            .map(|r| json!({"rule": r.rule, "file": path(&r.source)}))
+            .collect()
+    };
+    json!({
+        "memory": {
+            "enabled": settings.memory,
+            "files": memory.files.iter().map(|f| json!({
+                "path": path(&f.path),
+                "kind": kind_key(f.kind),
+                "bytes": f.bytes,
+                "depth": f.depth,
+            })).collect::<Vec<_>>(),
+            "bytes": memory.text.len(),
+            "warnings": memory.warnings,
+        },
+        "settings_files": files.files.iter().map(|f| json!({
+            "path": path(&f.path),
+            "scope": f.scope.name(),
+        })).collect::<Vec<_>>(),
+        "permissions": {
+            "allow": rules(&files.permissions.allow),
+            "deny": rules(&files.permissions.deny),
+            "ask": rules(&files.permissions.ask),
+            "additional_directories": files.permissions.additional_directories.iter().map(|d| path(d)).collect::<Vec<_>>(),
+        },
+        "hooks": files.hooks.listing(),
+        "ignored": files.hooks.ignored,
+    })
+}
+
+fn path(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn kind_name(kind: MemoryKind) -> &'static str {
+    match kind {
+        MemoryKind::User => "用户",
+        MemoryKind::Project => "项目",
+        MemoryKind::Local => "本机",
+        MemoryKind::Import => "导入",
+    }
+}
+
+fn kind_key(kind: MemoryKind) -> &'static str {
+    match kind {
+        MemoryKind::User => "user",
+        MemoryKind::Project => "project",
+        MemoryKind::Local => "local",
+        MemoryKind::Import => "import",
+    }
+}
+
+fn scope_name(scope: flower::settings::files::Scope) -> &'static str {
+    use flower::settings::files::Scope;
+    match scope {
+        Scope::User => "用户",
+        Scope::Project => "项目",
+        Scope::Local => "本机",
+    }
+}
