@@ -1,0 +1,247 @@
+//! Claude Code's settings files (`~/.claude/settings.json`, `.claude/settings.json`,
+//! `.claude/settings.local.json`): precedence local > project > user, the environment
+//! above the files, flags above all; permission rules (allow, deny, ask) and
+//! additional directories; a bad file is exit 2 naming the file and the key, before
+//! any request.
+
+use crate::support;
+
+use flower::model::models::resolve;
+use serde_json::{Value, json};
+use std::path::Path;
+use support::pipeline::{Project, text};
+use support::{FakeServer, Recorded, Reply};
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The three settings files of a project, each `None` for absent.
+fn settings(project: &Project, files: [Option<Value>; 3]) {
+    let paths = [
+        project.home.join(".claude/settings.json"),
+        project.dir.join(".claude/settings.json"),
+        project.dir.join(".claude/settings.local.json"),
+    ];
+    for (path, value) in paths.iter().zip(files) {
+        let _ = std::fs::remove_file(path);
+        if let Some(value) = value {
+            write(path, &value.to_string());
+        }
+    }
+}
+
+/// `flower once --json hi` with `env` and `args`; the one request it made.
+fn once(project: &Project, env: &[(&str, &str)], args: &[&str]) -> Recorded {
+    let server = FakeServer::with_handler(|_, _| Reply::text("好"));
+    let mut all = vec!["once", "--json"];
+    all.extend_from_slice(args);
+    all.push("hi");
+    let mut cmd = project.command(&server, &all);
+    cmd.env_remove("ANTHROPIC_MODEL").env_remove("FLOWER_MAX_TOKENS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    server.requests().remove(0)
+}
+
+#[test]
+fn precedence_table_local_over_project_over_user_environment_and_flags_above() {
+    let project = Project::new();
+    let model = |m: &str| json!({ "model": m });
+    let tokens = |n: u32| json!({ "env": { "FLOWER_MAX_TOKENS": n.to_string() } });
+    // (user, project, local, environment, flag) → the model sent.
+    #[allow(clippy::type_complexity)]
+    let table: [([Option<Value>; 3], &[(&str, &str)], &[&str], &str); 7] = [
+        ([Some(model("haiku")), None, None], &[], &[], "haiku"),
+        ([Some(model("haiku")), Some(model("sonnet")), None], &[], &[], "sonnet"),
+        (
+            [Some(model("haiku")), Some(model("sonnet")), Some(model("opus"))],
+            &[],
+            &[],
+            "opus",
+        ),
+        ([None, Some(model("sonnet")), Some(model("opus"))], &[], &[], "opus"),
+        (
+            [Some(model("haiku")), Some(model("sonnet")), Some(model("opus"))],
+            &[("ANTHROPIC_MODEL", "haiku")],
+            &[],
+            "haiku",
+        ),
+        (
+            [Some(model("haiku")), None, Some(model("opus"))],
+            &[("ANTHROPIC_MODEL", "haiku")],
+            &["--model", "sonnet"],
+            "sonnet",
+        ),
+        // A file's env block sets ANTHROPIC_MODEL, which is above the files' `model`.
+        (
+            [
+                Some(json!({"env": {"ANTHROPIC_MODEL": "haiku"}})),
+                None,
+                Some(model("opus")),
+            ],
+            &[],
+            &[],
+            "haiku",
+        ),
+    ];
+    for (i, (files, env, flags, expected)) in table.into_iter().enumerate() {
+        settings(&project, files);
+        let req = once(&project, env, flags);
+        assert_eq!(req.model(), resolve(expected).unwrap(), "row {i}");
+    }
+    // env: per variable, local over project over user; the environment over all.
+    let table: [([Option<Value>; 3], &[(&str, &str)], u64); 4] = [
+        ([Some(tokens(1000)), None, None], &[], 1000),
+        ([Some(tokens(1000)), Some(tokens(2000)), None], &[], 2000),
+        ([Some(tokens(1000)), Some(tokens(2000)), Some(tokens(3000))], &[], 3000),
+        (
+            [Some(tokens(1000)), Some(tokens(2000)), Some(tokens(3000))],
+            &[("FLOWER_MAX_TOKENS", "4000")],
+            4000,
+        ),
+    ];
+    for (i, (files, env, expected)) in table.into_iter().enumerate() {
+        settings(&project, files);
+        let req = once(&project, env, &[]);
+        assert_eq!(req.body["max_tokens"], expected, "env row {i}");
+    }
+}
+
+#[test]
+fn deny_rules_of_every_file_apply_and_ask_rules_deny_when_nobody_can_answer() {
+    let project = Project::new();
+    settings(
+        &project,
+        [
+            Some(json!({"permissions": {"deny": ["Write(secret.txt)"]}})),
+            Some(json!({"permissions": {"deny": ["Bash(rm:*)"], "ask": ["Write(notes/**)"]}})),
+            Some(json!({"permissions": {"allow": ["Read"]}})),
+        ],
+    );
+    let calls = [
+        ("Write", json!({"file_path": "secret.txt", "content": "x"})),
+        ("Bash", json!({"command": "rm -f a.txt"})),
+        ("Write", json!({"file_path": "notes/a.md", "content": "x"})),
+        ("Write", json!({"file_path": "ok.txt", "content": "fine"})),
+    ];
+    let replies: Vec<Reply> = calls
+        .iter()
+        .map(|(name, input)| Reply::tool_use(*name, input.clone()))
+        .chain([Reply::text("完")])
+        .collect();
+    let server = FakeServer::start(replies);
+    std::fs::write(project.dir.join("a.txt"), "keep").unwrap();
+    let out = project.run(&server, &["once", "--json", "go"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let requests = server.requests();
+    let results: Vec<Value> = requests[1..]
+        .iter()
+        .map(|r| r.tool_results().last().cloned().unwrap())
+        .collect();
+    let body = |i: usize| results[i]["content"].as_str().unwrap().to_string();
+    assert!(body(0).contains("Write(secret.txt)"), "{}", body(0));
+    assert!(body(1).contains("Bash(rm:*)"), "{}", body(1));
+    assert!(
+        body(2).contains("Write(notes/**)") && body(2).contains("nobody is at the terminal"),
+        "{}",
+        body(2)
+    );
+    assert_eq!(results[3]["is_error"], false);
+    assert!(project.dir.join("a.txt").exists());
+    assert!(!project.dir.join("secret.txt").exists());
+    assert!(!project.dir.join("notes/a.md").exists());
+    assert_eq!(project.read("ok.txt"), "fine");
+    // The denials are reported as such.
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["permission_denials"].as_array().unwrap().len(), 3, "{v}");
+}
+
+#[test]
+fn additional_directories_are_reachable_by_the_file_tools() {
+    let project = Project::new();
+    let extra = project.home.join("shared");
+    std::fs::create_dir_all(&extra).unwrap();
+    std::fs::write(extra.join("data.txt"), "共享数据").unwrap();
+    let path = extra.join("data.txt").display().to_string();
+    let server = FakeServer::start(vec![
+        Reply::tool_use("Read", json!({"file_path": path})),
+        Reply::text("读到了"),
+    ]);
+    // Without the setting the read is refused (outside the workspace).
+    project.run(&server, &["once", "go"]);
+    let refused = server.requests()[1].tool_results()[0].clone();
+    assert_eq!(refused["is_error"], true, "{refused}");
+
+    settings(
+        &project,
+        [
+            None,
+            Some(json!({"permissions": {"additionalDirectories": ["../shared"]}})),
+            None,
+        ],
+    );
+    let server = FakeServer::start(vec![
+        Reply::tool_use("Read", json!({"file_path": path})),
+        Reply::text("读到了"),
+    ]);
+    let out = project.run(&server, &["once", "go"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let result = server.requests()[1].tool_results()[0].clone();
+    assert!(result["content"].as_str().unwrap().contains("共享数据"), "{result}");
+}
+
+#[test]
+fn a_bad_settings_file_is_exit_2_naming_the_file_and_the_key_before_any_request() {
+    let project = Project::new();
+    let local = project.dir.join(".claude/settings.local.json");
+    let user = project.home.join(".claude/settings.json");
+    let cases: [(&Path, &str, &str); 9] = [
+        (&local, "{not json", "not valid JSON"),
+        (&local, "[1, 2]", "expected a JSON object"),
+        (&local, r#"{"model": 5}"#, ": model"),
+        (&local, r#"{"model": "  "}"#, ": model"),
+        (&user, r#"{"env": {"FLOWER_MAX_TOKENS": "many"}}"#, "FLOWER_MAX_TOKENS"),
+        (&user, r#"{"env": {"X": [1]}}"#, ": env.X"),
+        (&local, r#"{"permissions": {"deny": ["Read", "Bash("]}}"#, ": permissions.deny[1]"),
+        (
+            &local,
+            r#"{"hooks": {"PreToolUse": [{"matcher": "(", "hooks": [{"type": "command", "command": "x"}]}]}}"#,
+            ": hooks.PreToolUse[0].matcher",
+        ),
+        (
+            &local,
+            r#"{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x", "timeout": -1}]}]}}"#,
+            ": hooks.Stop[0].hooks[0].timeout",
+        ),
+    ];
+    for (path, content, key) in cases {
+        settings(&project, [None, None, None]);
+        write(path, content);
+        let server = FakeServer::start(vec![]);
+        let out = project.run(&server, &["once", "hi"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{content}: {stderr}");
+        assert!(stderr.contains(key), "{content}: {stderr}");
+        if !key.contains("FLOWER_") {
+            assert!(stderr.contains(&path.display().to_string()), "{content}: {stderr}");
+        }
+        assert_eq!(server.request_count(), 0, "{content}");
+        // The pipeline refuses the same way, and so does the read-only probe.
+        let out = project.run(&server, &["写个 hello 脚本"]);
+        assert_eq!(out.status.code(), Some(2), "{content}");
+        assert_eq!(server.request_count(), 0);
+    }
+    // Keys flower does not know (a newer Claude Code's) are fine, and kept.
+    settings(
+        &project,
+        [None, Some(json!({"statusLine": {"type": "command"}, "mcpServers": {}})), None],
+    );
+    let server = FakeServer::with_handler(|_, _| Reply::text("好"));
+    let out = project.run(&server, &["once", "hi"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+}
