@@ -245,3 +245,97 @@ fn a_bad_settings_file_is_exit_2_naming_the_file_and_the_key_before_any_request(
     let out = project.run(&server, &["once", "hi"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
 }
+
+#[test]
+fn an_ask_rule_asks_the_person_at_the_terminal() {
+    use crate::terminal::Pty;
+    let project = Project::new();
+    settings(
+        &project,
+        [None, Some(json!({"permissions": {"ask": ["Write(notes/**)"]}})), None],
+    );
+    let server = FakeServer::start(vec![
+        Reply::tool_use("Write", json!({"file_path": "notes/a.md", "content": "甲"})),
+        Reply::tool_use("Write", json!({"file_path": "notes/b.md", "content": "乙"})),
+        Reply::text("完"),
+    ]);
+    let mut pty = Pty::spawn(project.flower(&server, &["once", "go"]));
+    let asked = pty.expect("允许吗?输入 y 允许,其他拒绝");
+    assert!(asked.contains("Write") && asked.contains("Write(notes/**)"), "{asked}");
+    pty.line("y");
+    pty.expect("允许吗?");
+    pty.line("不行");
+    pty.wait();
+    assert_eq!(project.read("notes/a.md"), "甲");
+    assert!(!project.dir.join("notes/b.md").exists());
+    let results = server.requests()[2].tool_results();
+    let declined = results.last().unwrap()["content"].as_str().unwrap().to_string();
+    assert!(declined.contains("the user declined it"), "{declined}");
+}
+
+#[test]
+fn state_verbose_lists_what_the_conventions_load() {
+    let project = Project::new();
+    write(&project.home.join(".claude/CLAUDE.md"), "user memory");
+    write(&project.dir.join("CLAUDE.md"), "project memory @docs/a.md");
+    write(&project.dir.join("docs/a.md"), "imported");
+    settings(
+        &project,
+        [
+            Some(json!({"permissions": {"deny": ["Bash(rm:*)"]}})),
+            Some(json!({
+                "permissions": {"ask": ["Bash(git push:*)"]},
+                "hooks": {
+                    "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "./check.sh", "timeout": 5}]}],
+                    "Notification": [{"hooks": [{"type": "command", "command": "notify"}]}]
+                }
+            })),
+            None,
+        ],
+    );
+    let state = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
+        cmd.current_dir(&project.dir)
+            .arg("state")
+            .args(args)
+            .env("HOME", &project.home)
+            .env_remove("ANTHROPIC_API_KEY");
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let plain = state(&[]);
+    assert!(!plain.contains("项目记忆"), "without -v the spec's lines only: {plain}");
+    let listed = state(&["-v"]);
+    for wanted in [
+        "项目记忆:3 个文件",
+        "~/.claude/CLAUDE.md(用户",
+        "~/proj/CLAUDE.md(项目",
+        "~/proj/docs/a.md(导入",
+        "~/.claude/settings.json(用户)",
+        "~/proj/.claude/settings.json(项目)",
+        "权限 deny:Bash(rm:*)",
+        "权限 ask:Bash(git push:*)",
+        "hooks:1 个",
+        "PreToolUse Bash: ./check.sh (5 s,",
+        "hooks.Notification: flower has no such event; ignored",
+    ] {
+        assert!(listed.contains(wanted), "{wanted} missing:\n{listed}");
+    }
+    let json: Value = serde_json::from_str(&state(&["--json", "-v"])).unwrap();
+    let conventions = &json["conventions"];
+    assert_eq!(conventions["memory"]["files"].as_array().unwrap().len(), 3);
+    assert_eq!(conventions["settings_files"].as_array().unwrap().len(), 2);
+    assert_eq!(conventions["permissions"]["ask"][0]["rule"], "Bash(git push:*)");
+    assert_eq!(conventions["hooks"].as_array().unwrap().len(), 1);
+    // --no-memory is not a flag of state; FLOWER_MEMORY=off shows it off.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
+    let out = cmd
+        .current_dir(&project.dir)
+        .args(["state", "-v"])
+        .env("HOME", &project.home)
+        .env("FLOWER_MEMORY", "off")
+        .output()
+        .unwrap();
+    assert!(text(&out.stdout).contains("项目记忆:关"), "{}", text(&out.stdout));
+}
