@@ -10,6 +10,7 @@ mod claude_code_import;
 mod config;
 mod continuation_crash;
 mod continuation_example;
+mod conventions_hooks;
 mod conventions_memory;
 mod conventions_settings;
 mod engine_history;

@@ -16,7 +16,7 @@ use support::{FakeServer, Reply};
 /// A scratch directory outside the system temp directories (which the sandbox lets
 /// commands write), so that "outside the workspace" really is outside: cargo's target
 /// tmp dir, or, for a checkout that itself lives under `/tmp`, one under `$HOME`.
-fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     let temp: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
         .iter()
         .map(PathBuf::from)
@@ -42,7 +42,7 @@ fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
-fn landlock_or_skip(test: &str) -> bool {
+pub(crate) fn landlock_or_skip(test: &str) -> bool {
     match sandbox::support() {
         Support::Missing(why) => {
             eprintln!("skipping {test}: this kernel has no Landlock ({why})");
