@@ -426,3 +426,49 @@ fn hooks_run_in_the_agents_sandbox() {
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     assert!(!project.dir.join("inside.txt").exists());
 }
+
+#[test]
+fn pre_compact_runs_before_a_handoff_and_the_successor_starts_as_compact() {
+    let project = Project::new();
+    let pre = recording(&project, "PreCompact", "");
+    let start = recording(&project, "SessionStart", "");
+    hooks(
+        &project,
+        &[
+            ("PreCompact", "auto", &pre, None),
+            ("SessionStart", "compact", &start, None),
+        ],
+    );
+    let doc = crate::handoff::model_doc();
+    let server = {
+        let doc = doc.clone();
+        FakeServer::with_handler(move |req, _| crate::handoff::script(req, &doc))
+    };
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    crate::handoff::succeeded(&out);
+    let compacts = inputs(&project, "PreCompact");
+    assert_eq!(compacts.len(), 1, "{compacts:?}");
+    let compact = &compacts[0];
+    assert_eq!(compact["hook_event_name"], "PreCompact");
+    assert_eq!(compact["trigger"], "auto");
+    assert_eq!(compact["handoff"]["step"], "干活");
+    assert_eq!(compact["handoff"]["generation"], 2);
+    let row = project
+        .manifest()
+        .into_iter()
+        .rfind(|r| r["step"] == "干活")
+        .unwrap();
+    let retired = row["retired"][0].as_str().unwrap();
+    assert_eq!(compact["session_id"], retired);
+    // Only the successor's start matched `compact`.
+    let starts = inputs(&project, "SessionStart");
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    assert_eq!(starts[0]["source"], "compact");
+    assert_eq!(
+        starts[0]["session_id"],
+        project.json("runs/lineage.json")["steps"]["干活"]
+    );
+    // The record is in the retiring session's transcript.
+    let show = text(&project.run(&server, &["show", retired]).stdout);
+    assert!(show.contains("PreCompact:auto hook ran"), "{show}");
+}

@@ -28,7 +28,7 @@ const FULL_INPUT: u64 = 130_000;
 const DOC: &str = "notes/交接/干活-1.md";
 
 /// A complete handoff document, as the model writes it.
-fn model_doc() -> String {
+pub(crate) fn model_doc() -> String {
     let mut doc = String::from("# 交接书\n\n");
     for section in SECTIONS {
         doc.push_str(&format!("## {section}\n模型写的「{section}」。\n\n"));
@@ -36,7 +36,7 @@ fn model_doc() -> String {
     doc
 }
 
-fn is_successor(req: &Recorded) -> bool {
+pub(crate) fn is_successor(req: &Recorded) -> bool {
     agent_of(req) == Agent::Coordinator && req.first_prompt().contains("你接手这一步")
 }
 
@@ -50,7 +50,7 @@ fn asks_for_handoff(req: &Recorded) -> bool {
 /// The pipeline with a 干活 that fills up: the first coordinator session sends a worker
 /// (who writes hello.txt) at 130.1K context; asked to hand off, it writes `doc`; the
 /// successor reads the checklist, then is done; the judge passes.
-fn script(req: &Recorded, doc: &str) -> Reply {
+pub(crate) fn script(req: &Recorded, doc: &str) -> Reply {
     match agent_of(req) {
         Agent::Coordinator if is_successor(req) => match turn_of(req) {
             0 => Reply::tool_use("Read", json!({"file_path": "notes/目标.md"})).usage(4_000, 100),
@@ -79,7 +79,7 @@ fn script(req: &Recorded, doc: &str) -> Reply {
 }
 
 /// `out`'s stdout, once it is known that flower exited 0.
-fn succeeded(out: &std::process::Output) -> String {
+pub(crate) fn succeeded(out: &std::process::Output) -> String {
     let stdout = text(&out.stdout);
     assert_eq!(
         out.status.code(),
