@@ -468,7 +468,11 @@ fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
                     (other, _) => other.to_string(),
                 };
                 let ms = run.get("durationMs").and_then(Value::as_u64).unwrap_or(0);
-                let _ = writeln!(out, "    `{}` · {ended} · {ms} ms", cut(field("command"), 120));
+                let _ = writeln!(
+                    out,
+                    "    `{}` · {ended} · {ms} ms",
+                    cut(field("command"), 120)
+                );
                 for (name, text) in [("stdout", field("stdout")), ("stderr", field("stderr"))] {
                     if !text.trim().is_empty() {
                         let _ = writeln!(out, "    {name}: {}", cut(&first_line(text), 200));

@@ -178,7 +178,9 @@ impl Reader<'_> {
         if chain.contains(&canonical) {
             self.warnings.push(format!(
                 "{} 导入了它自己的导入链上的 {},是个环:没有再读",
-                chain.last().map_or_else(String::new, |p| p.display().to_string()),
+                chain
+                    .last()
+                    .map_or_else(String::new, |p| p.display().to_string()),
                 path.display()
             ));
             return;
@@ -196,8 +198,7 @@ impl Reader<'_> {
                 }
             },
             Err(e) => {
-                self.warnings
-                    .push(format!("读不了 {}:{e}", path.display()));
+                self.warnings.push(format!("读不了 {}:{e}", path.display()));
                 return;
             }
         };

@@ -13,8 +13,8 @@ pub mod hooks;
 pub mod interrupt;
 pub mod memory;
 pub mod permissions;
-pub mod spec;
 mod session_hooks;
+pub mod spec;
 mod subagent;
 
 pub use crate::events::{Event, EventSink};
@@ -488,7 +488,9 @@ impl Engine {
         let (memory, pin) = match request.start {
             SessionStart::New => self.read_memory(),
             _ => (
-                transcript::pinned_memory(&history).unwrap_or_default().to_string(),
+                transcript::pinned_memory(&history)
+                    .unwrap_or_default()
+                    .to_string(),
                 None,
             ),
         };

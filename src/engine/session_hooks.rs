@@ -20,7 +20,9 @@
 
 use super::hooks::{Firing, HookEvent, HookOutcome, Launch, PermissionDecision};
 use super::permissions::Permissions;
-use super::{AgentSpec, Conversation, Engine, Event, Origin, Pending, RunError, SessionStart, Totals};
+use super::{
+    AgentSpec, Conversation, Engine, Event, Origin, Pending, RunError, SessionStart, Totals,
+};
 use crate::stores::SessionKey;
 use crate::tools::ToolOutput;
 use crate::tools::sandbox::SandboxPolicy;
@@ -101,9 +103,12 @@ impl Engine {
         outcome: &HookOutcome,
     ) -> Result<(), RunError> {
         let (content, level, extra) = outcome.record();
-        let entry = conv
-            .chain
-            .system(crate::transcript::markers::HOOK_SUBTYPE, &content, level, extra);
+        let entry = conv.chain.system(
+            crate::transcript::markers::HOOK_SUBTYPE,
+            &content,
+            level,
+            extra,
+        );
         self.record(conv, entry)
     }
 
@@ -124,7 +129,13 @@ impl Engine {
         fields.insert("agent_type".into(), conv.spec.name.clone().into());
         let permissions = self.permissions_of(conv.spec).ok();
         let Some(outcome) = self
-            .fire(conv, permissions.as_ref(), HookEvent::SessionStart, source, fields)
+            .fire(
+                conv,
+                permissions.as_ref(),
+                HookEvent::SessionStart,
+                source,
+                fields,
+            )
             .await
         else {
             return;
@@ -150,7 +161,13 @@ impl Engine {
         fields.insert("prompt".into(), prompt.into());
         let permissions = self.permissions_of(conv.spec).ok();
         let Some(outcome) = self
-            .fire(conv, permissions.as_ref(), HookEvent::UserPromptSubmit, "", fields)
+            .fire(
+                conv,
+                permissions.as_ref(),
+                HookEvent::UserPromptSubmit,
+                "",
+                fields,
+            )
             .await
         else {
             return Ok(());
@@ -180,7 +197,13 @@ impl Engine {
         fields.insert("reason".into(), "other".into());
         let permissions = self.permissions_of(conv.spec).ok();
         if let Some(outcome) = self
-            .fire(conv, permissions.as_ref(), HookEvent::SessionEnd, "", fields)
+            .fire(
+                conv,
+                permissions.as_ref(),
+                HookEvent::SessionEnd,
+                "",
+                fields,
+            )
             .await
         {
             let _ = self.record_hooks(conv, &outcome);
@@ -206,7 +229,10 @@ impl Engine {
             fields.insert("agent_type".into(), conv.spec.name.clone().into());
         }
         let permissions = self.permissions_of(conv.spec).ok();
-        let Some(outcome) = self.fire(conv, permissions.as_ref(), event, "", fields).await else {
+        let Some(outcome) = self
+            .fire(conv, permissions.as_ref(), event, "", fields)
+            .await
+        else {
             return Ok(None);
         };
         self.record_hooks(conv, &outcome)?;
@@ -283,7 +309,13 @@ impl Engine {
         let mut fields = tool_fields(id, name, input);
         fields.insert("tool_response".into(), output.content.clone().into());
         let Some(outcome) = self
-            .fire(conv, Some(permissions), HookEvent::PostToolUse, name, fields)
+            .fire(
+                conv,
+                Some(permissions),
+                HookEvent::PostToolUse,
+                name,
+                fields,
+            )
             .await
         else {
             return;
@@ -374,7 +406,8 @@ impl Engine {
             .flatten()
             .unwrap_or_default();
         let leaf = crate::transcript::resume_leaf(&entries).map(str::to_string);
-        let chain = crate::transcript::Chain::new(session_id, &self.config.workspace).with_leaf(leaf);
+        let chain =
+            crate::transcript::Chain::new(session_id, &self.config.workspace).with_leaf(leaf);
         let mut conv = Conversation::new(spec, key, chain);
         let mut fields = Map::new();
         fields.insert("trigger".into(), "auto".into());
@@ -385,7 +418,13 @@ impl Engine {
         );
         let permissions = self.permissions_of(spec).ok();
         if let Some(outcome) = self
-            .fire(&conv, permissions.as_ref(), HookEvent::PreCompact, "auto", fields)
+            .fire(
+                &conv,
+                permissions.as_ref(),
+                HookEvent::PreCompact,
+                "auto",
+                fields,
+            )
             .await
         {
             let _ = self.record_hooks(&mut conv, &outcome);

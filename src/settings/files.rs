@@ -246,7 +246,10 @@ impl FileLayer {
     /// The documents' values of a top-level key, in precedence order (user first),
     /// with the file each came from: what the MCP servers' reader uses for
     /// `mcpServers`.
-    pub fn values_of<'a>(&'a self, key: &'a str) -> impl Iterator<Item = (&'a LoadedFile, &'a Value)> {
+    pub fn values_of<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> impl Iterator<Item = (&'a LoadedFile, &'a Value)> {
         self.files
             .iter()
             .filter_map(move |file| file.document.get(key).map(|value| (file, value)))
@@ -262,7 +265,11 @@ fn strings(path: &Path, value: Option<&Value>, key: &str) -> Result<Vec<String>,
             .enumerate()
             .map(|(i, item)| match item {
                 Value::String(s) => Ok(s.clone()),
-                _ => Err(invalid(path, &format!("{key}[{i}]"), "expected a string".into())),
+                _ => Err(invalid(
+                    path,
+                    &format!("{key}[{i}]"),
+                    "expected a string".into(),
+                )),
             })
             .collect(),
         Some(_) => Err(invalid(path, key, "expected an array of strings".into())),

@@ -75,7 +75,9 @@ fn assert_well_formed(requests: &[Recorded]) {
             let blocks = m["content"].as_array().unwrap();
             if let Some(last_result) = blocks.iter().rposition(|b| b["type"] == "tool_result") {
                 assert!(
-                    blocks[..last_result].iter().all(|b| b["type"] == "tool_result"),
+                    blocks[..last_result]
+                        .iter()
+                        .all(|b| b["type"] == "tool_result"),
                     "text between tool results in request {}: {m}",
                     req.index
                 );
@@ -84,7 +86,11 @@ fn assert_well_formed(requests: &[Recorded]) {
     }
 }
 
-fn once_json(project: &Project, server: &FakeServer, args: &[&str]) -> (std::process::Output, Value) {
+fn once_json(
+    project: &Project,
+    server: &FakeServer,
+    args: &[&str],
+) -> (std::process::Output, Value) {
     let mut all = vec!["once", "--json"];
     all.extend_from_slice(args);
     let out = project.run(server, &all);
@@ -102,7 +108,10 @@ fn pre_tool_use_exit_2_blocks_the_call_and_the_model_reads_stderr() {
     );
     hooks(&project, &[("PreToolUse", "Write|Edit", &guard, None)]);
     let server = FakeServer::start(vec![
-        Reply::tool_use("Write", json!({"file_path": "forbidden.txt", "content": "x"})),
+        Reply::tool_use(
+            "Write",
+            json!({"file_path": "forbidden.txt", "content": "x"}),
+        ),
         Reply::tool_use("Write", json!({"file_path": "ok.txt", "content": "fine"})),
         Reply::tool_use("Read", json!({"file_path": "ok.txt"})),
         Reply::text("完"),
@@ -148,8 +157,14 @@ fn pre_tool_use_exit_2_blocks_the_call_and_the_model_reads_stderr() {
     // Stored in the transcript and shown by `flower show`.
     let show = project.run(&server, &["show", session]);
     let shown = text(&show.stdout);
-    assert!(shown.contains("[hook") && shown.contains("PreToolUse:Write hook blocked"), "{shown}");
-    assert!(shown.contains("退出码 2") && shown.contains("forbidden files are off limits"), "{shown}");
+    assert!(
+        shown.contains("[hook") && shown.contains("PreToolUse:Write hook blocked"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("退出码 2") && shown.contains("forbidden files are off limits"),
+        "{shown}"
+    );
 
     // A resumed session is fed a well-formed history.
     let server = FakeServer::start(vec![Reply::text("接着")]);
@@ -222,8 +237,14 @@ esac"#,
         .map(|b| b["text"].as_str().unwrap())
         .collect();
     let joined = texts.join("\n");
-    assert!(joined.contains("PostToolUse:Write hook additional context:\nformatted allow.txt"), "{joined}");
-    assert!(joined.contains("PostToolUse:Write hook feedback:\nlint: trailing space"), "{joined}");
+    assert!(
+        joined.contains("PostToolUse:Write hook additional context:\nformatted allow.txt"),
+        "{joined}"
+    );
+    assert!(
+        joined.contains("PostToolUse:Write hook feedback:\nlint: trailing space"),
+        "{joined}"
+    );
 }
 
 #[test]
@@ -245,7 +266,10 @@ fn user_prompt_submit_adds_context_or_blocks_the_prompt() {
         content[1]["text"].as_str().unwrap().contains("今天是周五"),
         "{content}"
     );
-    assert_eq!(inputs(&project, "UserPromptSubmit")[0]["prompt"], "写点东西");
+    assert_eq!(
+        inputs(&project, "UserPromptSubmit")[0]["prompt"],
+        "写点东西"
+    );
 
     // Blocked: nothing is sent, the person is told why.
     let server = FakeServer::start(vec![]);
@@ -253,7 +277,10 @@ fn user_prompt_submit_adds_context_or_blocks_the_prompt() {
     assert!(!out.status.success());
     assert_eq!(server.request_count(), 0);
     assert!(
-        v["result"].as_str().unwrap().contains("no secrets in prompts"),
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("no secrets in prompts"),
         "{v}"
     );
 }
@@ -283,7 +310,9 @@ fn stop_and_subagent_stop_hooks_send_the_agent_back_once() {
                 Reply::text("sub: tests pass")
             }
             (true, _) => Reply::text("sub: done"),
-            (false, _) if last.contains("run the tests first (Stop)") => Reply::text("main: tests pass"),
+            (false, _) if last.contains("run the tests first (Stop)") => {
+                Reply::text("main: tests pass")
+            }
             (false, _) => Reply::text("main: done"),
         }
     });
@@ -328,14 +357,20 @@ fn session_start_says_startup_then_resume_and_session_end_runs() {
     let first = &server.requests()[0];
     let opening = first.messages()[0]["content"].clone();
     assert!(
-        opening[0]["text"].as_str().unwrap().contains("约定:先读 README"),
+        opening[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("约定:先读 README"),
         "context before the prompt: {opening}"
     );
     assert_eq!(opening[1]["text"], "第一句");
     let (out, _) = once_json(&project, &server, &["--resume", &session, "第二句"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let starts = inputs(&project, "SessionStart");
-    let sources: Vec<&str> = starts.iter().map(|s| s["source"].as_str().unwrap()).collect();
+    let sources: Vec<&str> = starts
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect();
     assert_eq!(sources, ["startup", "resume"]);
     assert!(starts.iter().all(|s| s["session_id"] == session.as_str()));
     let ends = inputs(&project, "SessionEnd");
@@ -364,13 +399,19 @@ fn a_hook_that_hangs_crashes_or_fails_is_a_message_and_the_turn_goes_on() {
     ]);
     let started = Instant::now();
     let out = project.run(&server, &["once", "go"]);
-    assert!(started.elapsed() < Duration::from_secs(20), "the hang was cut at its timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the hang was cut at its timeout"
+    );
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     assert_eq!(project.read("a.txt"), "written");
     let stderr = text(&out.stderr);
     assert!(stderr.contains("超时(1 秒),已杀掉"), "{stderr}");
     assert!(stderr.contains("崩溃了(信号 11)"), "{stderr}");
-    assert!(stderr.contains("出错(退出码 1)") && stderr.contains("broken hook"), "{stderr}");
+    assert!(
+        stderr.contains("出错(退出码 1)") && stderr.contains("broken hook"),
+        "{stderr}"
+    );
     // The model saw an ordinary result; the transcript has the record.
     let result = &server.requests()[1].tool_results()[0];
     assert_eq!(result["is_error"], false, "{result}");
@@ -380,7 +421,10 @@ fn a_hook_that_hangs_crashes_or_fails_is_a_message_and_the_turn_goes_on() {
         .and_then(|rest| rest.split_whitespace().next())
         .expect("the session line");
     let show = text(&project.run(&server, &["show", session]).stdout);
-    assert!(show.contains("超时") && show.contains("信号 11") && show.contains("退出码 1"), "{show}");
+    assert!(
+        show.contains("超时") && show.contains("信号 11") && show.contains("退出码 1"),
+        "{show}"
+    );
 }
 
 #[test]
@@ -408,7 +452,10 @@ fn hooks_run_in_the_agents_sandbox() {
     std::fs::write(project.dir.join("x.txt"), "x").unwrap();
     let (out, _) = once_json(&project, &server, &["go"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-    assert!(project.dir.join("inside.txt").exists(), "the workspace is writable");
+    assert!(
+        project.dir.join("inside.txt").exists(),
+        "the workspace is writable"
+    );
     assert!(!outside.exists(), "outside the workspace is not");
 
     // An agent without Write or Edit (the judge's case) gets a read-only workspace

@@ -37,12 +37,18 @@ fn write(path: &std::path::Path, text: &str) {
 #[test]
 fn memory_is_in_every_agents_system_prompt_and_a_woken_session_sends_what_it_began_with() {
     let project = Project::new();
-    write(&project.home.join(".claude/CLAUDE.md"), "用户约定:回答要短。");
+    write(
+        &project.home.join(".claude/CLAUDE.md"),
+        "用户约定:回答要短。",
+    );
     write(
         &project.dir.join("CLAUDE.md"),
         "项目约定:缩进用两个空格。详见 @docs/style.md\n",
     );
-    write(&project.dir.join("docs/style.md"), "风格:函数不超过 40 行。");
+    write(
+        &project.dir.join("docs/style.md"),
+        "风格:函数不超过 40 行。",
+    );
 
     // Run 1: killed while the goal setter's second request is held.
     let gate = Gate::new();
@@ -58,13 +64,20 @@ fn memory_is_in_every_agents_system_prompt_and_a_woken_session_sends_what_it_beg
         reply(req)
     });
     let mut child = project.spawn(&server, &["写个 hello 脚本"]);
-    assert!(gate.wait_reached(TIMEOUT), "设定目标 never sent its second request");
+    assert!(
+        gate.wait_reached(TIMEOUT),
+        "设定目标 never sent its second request"
+    );
     child.kill().expect("SIGKILL");
     child.wait().unwrap();
     let first = server.requests();
     for req in &first {
         let system = req.system();
-        for wanted in ["用户约定:回答要短。", "项目约定:缩进用两个空格。", "风格:函数不超过 40 行。"] {
+        for wanted in [
+            "用户约定:回答要短。",
+            "项目约定:缩进用两个空格。",
+            "风格:函数不超过 40 行。",
+        ] {
             assert!(system.contains(wanted), "{wanted} missing from {system}");
         }
         // The role comes first, the memory after it.
@@ -77,7 +90,10 @@ fn memory_is_in_every_agents_system_prompt_and_a_woken_session_sends_what_it_beg
         .clone();
 
     // The files change while nothing runs.
-    write(&project.dir.join("CLAUDE.md"), "项目约定:改成四个空格了。\n");
+    write(
+        &project.dir.join("CLAUDE.md"),
+        "项目约定:改成四个空格了。\n",
+    );
 
     // Run 2: the goal setter's session resumes with the memory it began with; every
     // session begun after the change reads the new file.
@@ -135,14 +151,21 @@ fn no_memory_flag_and_setting_leave_memory_out() {
     let server = FakeServer::with_handler(|req, _| simple_reply(req));
     let out = project.run(&server, &["once", "你好"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-    assert!(server.requests()[0].system().contains("AGENTS 约定:先写测试。"));
+    assert!(
+        server.requests()[0]
+            .system()
+            .contains("AGENTS 约定:先写测试。")
+    );
 
     // With a CLAUDE.md beside it, AGENTS.md is not read (it is usually imported).
     write(&project.dir.join("CLAUDE.md"), "CLAUDE 约定。");
     let server = FakeServer::with_handler(|req, _| simple_reply(req));
     project.run(&server, &["once", "你好"]);
     let system = server.requests()[0].system();
-    assert!(system.contains("CLAUDE 约定。") && !system.contains("先写测试"), "{system}");
+    assert!(
+        system.contains("CLAUDE 约定。") && !system.contains("先写测试"),
+        "{system}"
+    );
 }
 
 #[test]
@@ -163,7 +186,12 @@ fn files_are_read_from_the_repository_root_down_to_the_workspace() {
     let files: Vec<(String, MemoryKind)> = memory
         .files
         .iter()
-        .map(|f| (f.path.strip_prefix(&root).unwrap().display().to_string(), f.kind))
+        .map(|f| {
+            (
+                f.path.strip_prefix(&root).unwrap().display().to_string(),
+                f.kind,
+            )
+        })
         .collect();
     assert_eq!(
         files,
@@ -182,9 +210,15 @@ fn imports_are_depth_limited_cycles_refused_and_code_left_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let ws = tmp.path().canonicalize().unwrap();
     // A chain one longer than the limit: CLAUDE.md → d1 → … → d6.
-    write(&ws.join("CLAUDE.md"), "top @d1.md and `@code.md` and mail@x.md");
+    write(
+        &ws.join("CLAUDE.md"),
+        "top @d1.md and `@code.md` and mail@x.md",
+    );
     for i in 1..=MAX_IMPORT_DEPTH + 1 {
-        write(&ws.join(format!("d{i}.md")), &format!("level {i} @d{}.md", i + 1));
+        write(
+            &ws.join(format!("d{i}.md")),
+            &format!("level {i} @d{}.md", i + 1),
+        );
     }
     write(&ws.join("code.md"), "must not be imported");
     write(&ws.join("x.md"), "must not be imported either");
@@ -196,10 +230,17 @@ fn imports_are_depth_limited_cycles_refused_and_code_left_alone() {
     for i in 1..=MAX_IMPORT_DEPTH {
         assert!(memory.text.contains(&format!("level {i} ")), "level {i}");
     }
-    assert!(!memory.text.contains(&format!("level {}", MAX_IMPORT_DEPTH + 1)));
+    assert!(
+        !memory
+            .text
+            .contains(&format!("level {}", MAX_IMPORT_DEPTH + 1))
+    );
     assert!(!memory.text.contains("must not be imported"));
     assert!(
-        memory.warnings.iter().any(|w| w.contains(&format!("超过了 {MAX_IMPORT_DEPTH} 层"))),
+        memory
+            .warnings
+            .iter()
+            .any(|w| w.contains(&format!("超过了 {MAX_IMPORT_DEPTH} 层"))),
         "{:?}",
         memory.warnings
     );
@@ -219,7 +260,11 @@ fn imports_are_depth_limited_cycles_refused_and_code_left_alone() {
     assert_eq!(memory.files.len(), 3);
     assert_eq!(memory.text.matches("file a").count(), 1);
     assert!(!memory.text.contains("inside a code block"));
-    assert!(memory.warnings.iter().any(|w| w.contains("是个环")), "{:?}", memory.warnings);
+    assert!(
+        memory.warnings.iter().any(|w| w.contains("是个环")),
+        "{:?}",
+        memory.warnings
+    );
 }
 
 #[test]

@@ -39,7 +39,8 @@ fn once(project: &Project, env: &[(&str, &str)], args: &[&str]) -> Recorded {
     all.extend_from_slice(args);
     all.push("hi");
     let mut cmd = project.command(&server, &all);
-    cmd.env_remove("ANTHROPIC_MODEL").env_remove("FLOWER_MAX_TOKENS");
+    cmd.env_remove("ANTHROPIC_MODEL")
+        .env_remove("FLOWER_MAX_TOKENS");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -48,25 +49,47 @@ fn once(project: &Project, env: &[(&str, &str)], args: &[&str]) -> Recorded {
     server.requests().remove(0)
 }
 
+/// The user, project and local files of a row.
+type Files = [Option<Value>; 3];
+/// The environment of a row.
+type Vars = &'static [(&'static str, &'static str)];
+
 #[test]
 fn precedence_table_local_over_project_over_user_environment_and_flags_above() {
     let project = Project::new();
     let model = |m: &str| json!({ "model": m });
     let tokens = |n: u32| json!({ "env": { "FLOWER_MAX_TOKENS": n.to_string() } });
     // (user, project, local, environment, flag) → the model sent.
-    #[allow(clippy::type_complexity)]
-    let table: [([Option<Value>; 3], &[(&str, &str)], &[&str], &str); 7] = [
+    let table: [(Files, Vars, &[&str], &str); 7] = [
         ([Some(model("haiku")), None, None], &[], &[], "haiku"),
-        ([Some(model("haiku")), Some(model("sonnet")), None], &[], &[], "sonnet"),
         (
-            [Some(model("haiku")), Some(model("sonnet")), Some(model("opus"))],
+            [Some(model("haiku")), Some(model("sonnet")), None],
+            &[],
+            &[],
+            "sonnet",
+        ),
+        (
+            [
+                Some(model("haiku")),
+                Some(model("sonnet")),
+                Some(model("opus")),
+            ],
             &[],
             &[],
             "opus",
         ),
-        ([None, Some(model("sonnet")), Some(model("opus"))], &[], &[], "opus"),
         (
-            [Some(model("haiku")), Some(model("sonnet")), Some(model("opus"))],
+            [None, Some(model("sonnet")), Some(model("opus"))],
+            &[],
+            &[],
+            "opus",
+        ),
+        (
+            [
+                Some(model("haiku")),
+                Some(model("sonnet")),
+                Some(model("opus")),
+            ],
             &[("ANTHROPIC_MODEL", "haiku")],
             &[],
             "haiku",
@@ -95,10 +118,14 @@ fn precedence_table_local_over_project_over_user_environment_and_flags_above() {
         assert_eq!(req.model(), resolve(expected).unwrap(), "row {i}");
     }
     // env: per variable, local over project over user; the environment over all.
-    let table: [([Option<Value>; 3], &[(&str, &str)], u64); 4] = [
+    let table: [(Files, Vars, u64); 4] = [
         ([Some(tokens(1000)), None, None], &[], 1000),
         ([Some(tokens(1000)), Some(tokens(2000)), None], &[], 2000),
-        ([Some(tokens(1000)), Some(tokens(2000)), Some(tokens(3000))], &[], 3000),
+        (
+            [Some(tokens(1000)), Some(tokens(2000)), Some(tokens(3000))],
+            &[],
+            3000,
+        ),
         (
             [Some(tokens(1000)), Some(tokens(2000)), Some(tokens(3000))],
             &[("FLOWER_MAX_TOKENS", "4000")],
@@ -192,7 +219,10 @@ fn additional_directories_are_reachable_by_the_file_tools() {
     let out = project.run(&server, &["once", "go"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let result = server.requests()[1].tool_results()[0].clone();
-    assert!(result["content"].as_str().unwrap().contains("共享数据"), "{result}");
+    assert!(
+        result["content"].as_str().unwrap().contains("共享数据"),
+        "{result}"
+    );
 }
 
 #[test]
@@ -205,9 +235,17 @@ fn a_bad_settings_file_is_exit_2_naming_the_file_and_the_key_before_any_request(
         (&local, "[1, 2]", "expected a JSON object"),
         (&local, r#"{"model": 5}"#, ": model"),
         (&local, r#"{"model": "  "}"#, ": model"),
-        (&user, r#"{"env": {"FLOWER_MAX_TOKENS": "many"}}"#, "FLOWER_MAX_TOKENS"),
+        (
+            &user,
+            r#"{"env": {"FLOWER_MAX_TOKENS": "many"}}"#,
+            "FLOWER_MAX_TOKENS",
+        ),
         (&user, r#"{"env": {"X": [1]}}"#, ": env.X"),
-        (&local, r#"{"permissions": {"deny": ["Read", "Bash("]}}"#, ": permissions.deny[1]"),
+        (
+            &local,
+            r#"{"permissions": {"deny": ["Read", "Bash("]}}"#,
+            ": permissions.deny[1]",
+        ),
         (
             &local,
             r#"{"hooks": {"PreToolUse": [{"matcher": "(", "hooks": [{"type": "command", "command": "x"}]}]}}"#,
@@ -228,7 +266,10 @@ fn a_bad_settings_file_is_exit_2_naming_the_file_and_the_key_before_any_request(
         assert_eq!(out.status.code(), Some(2), "{content}: {stderr}");
         assert!(stderr.contains(key), "{content}: {stderr}");
         if !key.contains("FLOWER_") {
-            assert!(stderr.contains(&path.display().to_string()), "{content}: {stderr}");
+            assert!(
+                stderr.contains(&path.display().to_string()),
+                "{content}: {stderr}"
+            );
         }
         assert_eq!(server.request_count(), 0, "{content}");
         // The pipeline refuses the same way, and so does the read-only probe.
@@ -239,7 +280,11 @@ fn a_bad_settings_file_is_exit_2_naming_the_file_and_the_key_before_any_request(
     // Keys flower does not know (a newer Claude Code's) are fine, and kept.
     settings(
         &project,
-        [None, Some(json!({"statusLine": {"type": "command"}, "mcpServers": {}})), None],
+        [
+            None,
+            Some(json!({"statusLine": {"type": "command"}, "mcpServers": {}})),
+            None,
+        ],
     );
     let server = FakeServer::with_handler(|_, _| Reply::text("好"));
     let out = project.run(&server, &["once", "hi"]);
@@ -252,7 +297,11 @@ fn an_ask_rule_asks_the_person_at_the_terminal() {
     let project = Project::new();
     settings(
         &project,
-        [None, Some(json!({"permissions": {"ask": ["Write(notes/**)"]}})), None],
+        [
+            None,
+            Some(json!({"permissions": {"ask": ["Write(notes/**)"]}})),
+            None,
+        ],
     );
     let server = FakeServer::start(vec![
         Reply::tool_use("Write", json!({"file_path": "notes/a.md", "content": "甲"})),
@@ -261,7 +310,10 @@ fn an_ask_rule_asks_the_person_at_the_terminal() {
     ]);
     let mut pty = Pty::spawn(project.flower(&server, &["once", "go"]));
     let asked = pty.expect("允许吗?输入 y 允许,其他拒绝");
-    assert!(asked.contains("Write") && asked.contains("Write(notes/**)"), "{asked}");
+    assert!(
+        asked.contains("Write") && asked.contains("Write(notes/**)"),
+        "{asked}"
+    );
     pty.line("y");
     pty.expect("允许吗?");
     pty.line("不行");
@@ -269,7 +321,10 @@ fn an_ask_rule_asks_the_person_at_the_terminal() {
     assert_eq!(project.read("notes/a.md"), "甲");
     assert!(!project.dir.join("notes/b.md").exists());
     let results = server.requests()[2].tool_results();
-    let declined = results.last().unwrap()["content"].as_str().unwrap().to_string();
+    let declined = results.last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(declined.contains("the user declined it"), "{declined}");
 }
 
@@ -305,7 +360,10 @@ fn state_verbose_lists_what_the_conventions_load() {
         text(&out.stdout)
     };
     let plain = state(&[]);
-    assert!(!plain.contains("项目记忆"), "without -v the spec's lines only: {plain}");
+    assert!(
+        !plain.contains("项目记忆"),
+        "without -v the spec's lines only: {plain}"
+    );
     let listed = state(&["-v"]);
     for wanted in [
         "项目记忆:3 个文件",
@@ -326,7 +384,10 @@ fn state_verbose_lists_what_the_conventions_load() {
     let conventions = &json["conventions"];
     assert_eq!(conventions["memory"]["files"].as_array().unwrap().len(), 3);
     assert_eq!(conventions["settings_files"].as_array().unwrap().len(), 2);
-    assert_eq!(conventions["permissions"]["ask"][0]["rule"], "Bash(git push:*)");
+    assert_eq!(
+        conventions["permissions"]["ask"][0]["rule"],
+        "Bash(git push:*)"
+    );
     assert_eq!(conventions["hooks"].as_array().unwrap().len(), 1);
     // --no-memory is not a flag of state; FLOWER_MEMORY=off shows it off.
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
@@ -337,5 +398,9 @@ fn state_verbose_lists_what_the_conventions_load() {
         .env("FLOWER_MEMORY", "off")
         .output()
         .unwrap();
-    assert!(text(&out.stdout).contains("项目记忆:关"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("项目记忆:关"),
+        "{}",
+        text(&out.stdout)
+    );
 }

@@ -7,8 +7,8 @@ use super::config::HookCommand;
 use crate::tools::ProcessGroups;
 use crate::tools::sandbox::{self, SandboxPolicy};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 

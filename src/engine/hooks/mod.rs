@@ -100,7 +100,12 @@ impl Hooks {
         );
         input.insert(
             "cwd".into(),
-            firing.launch.workspace.to_string_lossy().into_owned().into(),
+            firing
+                .launch
+                .workspace
+                .to_string_lossy()
+                .into_owned()
+                .into(),
         );
         input.insert("permission_mode".into(), "default".into());
         input.insert("hook_event_name".into(), firing.event.name().into());

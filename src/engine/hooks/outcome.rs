@@ -48,7 +48,10 @@ impl HookOutcome {
             if run.exit_code() == Some(2) {
                 let stderr = run.stderr.trim();
                 reasons.push(if stderr.is_empty() {
-                    format!("hook `{}` exited 2 (no reason given on stderr)", run.command)
+                    format!(
+                        "hook `{}` exited 2 (no reason given on stderr)",
+                        run.command
+                    )
                 } else {
                     stderr.to_string()
                 });
@@ -164,10 +167,9 @@ impl HookOutcome {
                     run.command,
                     after.as_secs_f64()
                 )),
-                Ended::Failed(why) => lines.push(format!(
-                    "{label} hook `{}` 没能运行:{why}",
-                    run.command
-                )),
+                Ended::Failed(why) => {
+                    lines.push(format!("{label} hook `{}` 没能运行:{why}", run.command))
+                }
             }
         }
         for answer in self.answers() {
@@ -196,7 +198,10 @@ impl HookOutcome {
             .any(|r| !matches!(r.ended, Ended::Exit(0) | Ended::Exit(2)));
         let blocked = self.block_reason();
         let (summary, level) = match (&blocked, failed) {
-            (Some(reason), _) => (format!("{} hook blocked: {}", self.label(), first_lines(reason)), "warning"),
+            (Some(reason), _) => (
+                format!("{} hook blocked: {}", self.label(), first_lines(reason)),
+                "warning",
+            ),
             (None, true) => (format!("{} hook failed", self.label()), "warning"),
             (None, false) => (format!("{} hook ran", self.label()), "info"),
         };
@@ -236,7 +241,10 @@ impl HookEvent {
     pub fn feeds_model_on_block(self) -> bool {
         matches!(
             self,
-            HookEvent::PreToolUse | HookEvent::PostToolUse | HookEvent::Stop | HookEvent::SubagentStop
+            HookEvent::PreToolUse
+                | HookEvent::PostToolUse
+                | HookEvent::Stop
+                | HookEvent::SubagentStop
         )
     }
 }
