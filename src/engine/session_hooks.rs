@@ -140,14 +140,9 @@ impl Engine {
         else {
             return;
         };
-        let contexts = outcome.contexts();
+        let note = outcome.context_note();
         conv.opening.push(Pending::Hook(outcome));
-        if !contexts.is_empty() {
-            conv.opening.push(Pending::Context(format!(
-                "SessionStart hook additional context:\n{}",
-                contexts.join("\n\n")
-            )));
-        }
+        conv.opening.extend(note.map(Pending::Context));
     }
 
     /// `UserPromptSubmit` for a prompt about to be stored: `Err` when a hook blocked
@@ -177,14 +172,9 @@ impl Engine {
             (None, Some(reason)) => Err(RunError::PromptBlocked(reason)),
             (None, None) => Ok(()),
         };
-        let contexts = outcome.contexts();
+        let note = outcome.context_note().filter(|_| verdict.is_ok());
         conv.opening.push(Pending::Hook(outcome));
-        if verdict.is_ok() && !contexts.is_empty() {
-            conv.after_prompt.push(Pending::Context(format!(
-                "UserPromptSubmit hook additional context:\n{}",
-                contexts.join("\n\n")
-            )));
-        }
+        conv.after_prompt.extend(note.map(Pending::Context));
         verdict
     }
 
@@ -272,12 +262,7 @@ impl Engine {
         };
         // A failed write of the record only loses the record: the call goes on.
         let _ = self.record_hooks(conv, &outcome);
-        conv.hook_notes.extend(
-            outcome
-                .contexts()
-                .into_iter()
-                .map(|c| format!("PreToolUse:{name} hook additional context:\n{c}")),
-        );
+        conv.hook_notes.extend(outcome.context_note());
         if let Some(reason) = outcome.stop() {
             conv.hook_stop = Some(reason.clone());
             return Err(ToolOutput::error(format!(
@@ -325,12 +310,7 @@ impl Engine {
             conv.hook_notes
                 .push(format!("PostToolUse:{name} hook feedback:\n{reason}"));
         }
-        conv.hook_notes.extend(
-            outcome
-                .contexts()
-                .into_iter()
-                .map(|c| format!("PostToolUse:{name} hook additional context:\n{c}")),
-        );
+        conv.hook_notes.extend(outcome.context_note());
         if let Some(reason) = outcome.stop() {
             conv.hook_stop = Some(reason);
         }

@@ -404,3 +404,43 @@ fn state_verbose_lists_what_the_conventions_load() {
         text(&out.stdout)
     );
 }
+
+#[test]
+fn allow_rules_widen_only_the_workers_and_the_judge_stays_read_only() {
+    use support::pipeline::{Agent, agent_of, simple_reply};
+    // The tools each role is offered in a whole run.
+    let offered = |with_settings: bool| {
+        let project = Project::new();
+        if with_settings {
+            let allow = json!({"permissions": {"allow": ["Write", "Edit", "Bash", "Task"]}});
+            settings(&project, [None, Some(allow), None]);
+        }
+        let server = FakeServer::with_handler(|req, _| simple_reply(req));
+        let out = project.run(&server, &["写个 hello 脚本"]);
+        assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+        let requests = server.requests();
+        [
+            Agent::Clarifier,
+            Agent::GoalSetter,
+            Agent::Coordinator,
+            Agent::Judge,
+        ]
+        .map(|agent| {
+            requests
+                .iter()
+                .find(|r| agent_of(r) == agent)
+                .unwrap()
+                .tool_names()
+        })
+    };
+    let plain = offered(false);
+    let widened = offered(true);
+    assert_eq!(plain, widened, "no role but the workers is widened");
+    let judge = &widened[3];
+    assert!(
+        !judge
+            .iter()
+            .any(|t| t == "Write" || t == "Edit" || t == "Task"),
+        "the judge stays read-only: {judge:?}"
+    );
+}

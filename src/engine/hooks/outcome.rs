@@ -127,6 +127,19 @@ impl HookOutcome {
         out
     }
 
+    /// The contexts as one note for the model (`PostToolUse:Edit hook additional
+    /// context:` and the texts); `None` when there are none.
+    pub fn context_note(&self) -> Option<String> {
+        let contexts = self.contexts();
+        (!contexts.is_empty()).then(|| {
+            format!(
+                "{} hook additional context:\n{}",
+                self.label(),
+                contexts.join("\n\n")
+            )
+        })
+    }
+
     /// `continue: false`: the agent must stop; the `stopReason` (or a default).
     pub fn stop(&self) -> Option<String> {
         self.answers()
