@@ -344,6 +344,9 @@ struct Conversation<'a> {
     hook_stop: Option<String>,
     /// How many times Stop hooks sent this run back to work.
     stop_blocks: u32,
+    /// flower's own request inside the session ([`Origin::Internal`]): its turn's end
+    /// is not the agent stopping, so no Stop hook runs.
+    internal: bool,
 }
 
 impl<'a> Conversation<'a> {
@@ -363,6 +366,7 @@ impl<'a> Conversation<'a> {
             hook_notes: Vec::new(),
             hook_stop: None,
             stop_blocks: 0,
+            internal: false,
         }
     }
 }
@@ -501,6 +505,7 @@ impl Engine {
             context_limit: request.context_limit,
             memory: memory.into(),
             opening: pin.into_iter().collect(),
+            internal: request.origin == Origin::Internal,
             ..Conversation::new(request.spec, key, chain)
         };
         // A retry resumes with the prompt the failed attempt left unanswered: it is

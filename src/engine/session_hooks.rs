@@ -207,6 +207,9 @@ impl Engine {
         conv: &mut Conversation<'_>,
         totals: &Totals,
     ) -> Result<Option<String>, RunError> {
+        if conv.internal {
+            return Ok(None);
+        }
         let event = if conv.depth == 0 {
             HookEvent::Stop
         } else {
