@@ -408,41 +408,62 @@ fn a_malformed_rule_fails_before_any_request() {
     assert_eq!(server.request_count(), 0);
 }
 
-/// The namespaces are made once per process: a `.git` made anew between two commands
-/// (here by the first one) is protected again in the next.
+/// The namespaces are made once per process: a `.git` made anew outside between two
+/// commands (here by the test, while flower waits for the model) is protected again in
+/// the next command. A command itself cannot rename `.git` (it is a mount point).
 #[test]
 fn a_git_dir_made_anew_is_protected_in_the_next_command() {
     if !landlock_or_skip("a_git_dir_made_anew_is_protected_in_the_next_command") {
         return;
     }
     let s = setup();
+    let gate = support::Gate::new();
     let server = FakeServer::start(vec![
-        Reply::tool_use("Bash", json!({ "command": "true" })),
         Reply::tool_use(
             "Bash",
-            json!({ "command": "mv .git .git.old && mkdir -p .git/hooks && echo c > .git/config" }),
+            json!({ "command": "mv .git .git.old || rm -rf .git; echo moved=$?" }),
         ),
         Reply::tool_use(
             "Bash",
             json!({ "command": "echo 'exit 0' > .git/hooks/pre-commit" }),
-        ),
+        )
+        .gate_before(&gate),
         Reply::text("done"),
     ]);
-    let out = once_in(&s, &server, &[]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let child = cmd
+        .current_dir(&s.ws)
+        .env("HOME", &s.home)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .args(["once", "run them"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(std::time::Duration::from_secs(60)));
+    assert!(
+        s.ws.join(".git/config").exists(),
+        ".git was moved or removed"
+    );
+    fs::rename(s.ws.join(".git"), s.root.join("old-git")).unwrap();
+    fs::create_dir_all(s.ws.join(".git/hooks")).unwrap();
+    fs::write(s.ws.join(".git/config"), "c\n").unwrap();
+    gate.open();
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let requests = server.requests();
-    let recreated = &requests[2].tool_results()[0];
-    assert_eq!(
-        recreated["is_error"],
-        json!(false),
+    let first = &requests[1].tool_results()[0];
+    assert!(
+        content(first).contains("Device or resource busy"),
         "{}",
-        content(recreated)
+        content(first)
     );
-    let write = &requests[3].tool_results()[0];
+    let write = &requests[2].tool_results()[0];
     assert_eq!(write["is_error"], json!(true), "{}", content(write));
     assert!(!s.ws.join(".git/hooks/pre-commit").exists());
 }
