@@ -198,6 +198,7 @@ struct Started {
     sandboxed: bool,
     /// Every process the command starts dies with it (a PID namespace of its own).
     contained: bool,
+    sweep: sandbox::Sweep,
 }
 
 /// Starts `bash -c command` in a new session, sandboxed as `ctx.sandbox` says. A
@@ -207,6 +208,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, String> {
         std::io::pipe().map_err(|e| format!("Cannot run the command: pipe: {e}"))?;
     let mut sandboxed = false;
     let mut contained = false;
+    let mut sweep = sandbox::Sweep::default();
     let mut spawned = Err(std::io::Error::other("not started"));
     for attempt in 0..2 {
         let (w1, w2) = match (writer.try_clone(), writer.try_clone()) {
@@ -217,6 +219,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, String> {
             .map_err(|e| format!("Cannot run the command: {e}"))?;
         sandboxed = prepared.is_some();
         contained = prepared.as_ref().is_some_and(|p| p.contains_processes());
+        sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
             .arg(command)
@@ -259,6 +262,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, String> {
         pipe,
         sandboxed,
         contained,
+        sweep,
     })
 }
 
@@ -276,6 +280,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         mut pipe,
         sandboxed,
         contained,
+        sweep,
     } = match start(command, ctx) {
         Ok(s) => s,
         Err(e) => return ToolOutput::error(e),
@@ -318,6 +323,10 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
     }
     let mut output = render(&capture, &end, timeout_ms, contained);
+    for note in sweep.run() {
+        output.content.push_str("\n");
+        output.content.push_str(&note);
+    }
     if sandboxed && output.is_error && SANDBOX_ERRORS.iter().any(|e| output.content.contains(e)) {
         output.content.push('\n');
         output.content.push_str(SANDBOX_NOTE);

@@ -41,6 +41,7 @@ mod resilience;
 mod resilience_edges;
 mod run_lock;
 mod sandbox;
+mod sandbox_escapes;
 mod signals;
 mod stop_reasons;
 mod store_cli;

@@ -16,7 +16,7 @@ use support::{FakeServer, Reply};
 /// A scratch directory outside the system temp directories (which the sandbox lets
 /// commands write), so that "outside the workspace" really is outside: cargo's target
 /// tmp dir, or, for a checkout that itself lives under `/tmp`, one under `$HOME`.
-fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     let temp: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
         .iter()
         .map(PathBuf::from)
@@ -42,7 +42,7 @@ fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
-fn landlock_or_skip(test: &str) -> bool {
+pub(crate) fn landlock_or_skip(test: &str) -> bool {
     match sandbox::support() {
         Support::Missing(why) => {
             eprintln!("skipping {test}: this kernel has no Landlock ({why})");
@@ -52,15 +52,15 @@ fn landlock_or_skip(test: &str) -> bool {
     }
 }
 
-struct Setup {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    ws: PathBuf,
-    home: PathBuf,
+pub(crate) struct Setup {
+    pub _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub ws: PathBuf,
+    pub home: PathBuf,
 }
 
 /// `root/ws` with a `.git` (hooks, config) and `root/home`.
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let dir = scratch();
     let root = dir.path().canonicalize().unwrap();
     let ws = root.join("ws");
@@ -80,7 +80,7 @@ fn setup() -> Setup {
 
 /// Runs `flower once` in `s.ws`: one turn with every command as a Bash call, then a
 /// closing text. Returns the output and the tool results in call order.
-fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<Value>) {
+pub(crate) fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<Value>) {
     let mut reply = Reply::blocks(vec![]);
     for c in commands {
         reply = reply.then_tool_use("Bash", json!({ "command": c }));
@@ -97,7 +97,7 @@ fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<
 
 /// `flower once "run them"` in the workspace, against `server`, with the sandbox's
 /// defaults and `s.home` as HOME.
-fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
+pub(crate) fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
     server.configure(&mut cmd);
     cmd.current_dir(&s.ws)
@@ -111,7 +111,7 @@ fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-fn content(v: &Value) -> String {
+pub(crate) fn content(v: &Value) -> String {
     match &v["content"] {
         Value::String(s) => s.clone(),
         other => other.to_string(),

@@ -36,6 +36,10 @@ const MAX_MODULE_DIRS: usize = 500;
 pub(super) struct Protected {
     pub read_only: Vec<PathBuf>,
     pub pinned: Vec<PathBuf>,
+    /// Files that must not appear (a new `commondir` would send git to another
+    /// repository's config); git needs its directory writable, so they are removed
+    /// after the command instead ([`super::Prepared::sweep`]).
+    pub absent: Vec<PathBuf>,
 }
 
 struct Finder<'a> {
@@ -138,6 +142,9 @@ impl Finder<'_> {
         self.config(&gitdir.join("config.worktree"), top, 0);
         let mut bases = vec![gitdir.to_path_buf()];
         let commondir = gitdir.join("commondir");
+        if commondir.symlink_metadata().is_err() {
+            self.out.absent.push(commondir.clone());
+        }
         if let Ok(text) = std::fs::read_to_string(&commondir) {
             self.read_only(commondir);
             let common = gitdir.join(text.trim_end_matches(['\n', '\r']));
@@ -176,6 +183,9 @@ impl Finder<'_> {
             }
             if p.join("HEAD").is_file() {
                 self.pin(p.clone());
+                if p.join("commondir").symlink_metadata().is_err() {
+                    self.out.absent.push(p.join("commondir"));
+                }
                 self.file(p.join("config"));
                 self.hooks_dir(p.join("hooks"));
                 self.modules(&p.join("modules"), seen);

@@ -191,6 +191,8 @@ pub struct Prepared {
     /// The namespaces could not be made: the child fails with this errno, or only warns.
     refuse: Option<i32>,
     warn: bool,
+    /// Files the command must not leave behind.
+    absent: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -264,10 +266,45 @@ pub fn prepare_with(
         cwd: cstring(workspace)?,
         refuse,
         warn,
+        absent: plan.absent,
     }))
 }
 
+/// Files a command must not leave behind, removed after it ends.
+#[derive(Debug, Clone, Default)]
+pub struct Sweep(Vec<PathBuf>);
+
+impl Sweep {
+    /// Removes what the command created of them; one line for each, for its result.
+    pub fn run(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        for p in &self.0 {
+            if p.symlink_metadata().is_ok() {
+                let removed = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
+                notes.push(match removed {
+                    Ok(()) => format!(
+                        "flower removed {}, which this command created: git would have read \
+                         another repository's config through it.",
+                        p.display()
+                    ),
+                    Err(e) => format!(
+                        "flower could not remove {} ({e}), which this command created: git \
+                         would read another repository's config through it.",
+                        p.display()
+                    ),
+                });
+            }
+        }
+        notes
+    }
+}
+
 impl Prepared {
+    /// What to remove after the command (see [`Sweep`]).
+    pub fn sweep(&self) -> Sweep {
+        Sweep(self.absent.clone())
+    }
+
     /// Whether Landlock confines the command.
     pub fn landlocked(&self) -> bool {
         self.ruleset.is_some()

@@ -34,6 +34,8 @@ pub(super) struct Plan {
     expect: Vec<Expect>,
     /// A read-only workspace inside a writable root: only a mount keeps it read-only.
     workspace_mounted: bool,
+    /// Files to remove should the command create them (see [`git::Protected::absent`]).
+    pub(super) absent: Vec<PathBuf>,
 }
 
 /// Whether `p` lies strictly beneath `root`.
@@ -51,6 +53,7 @@ impl Plan {
         let workspace_mounted = !policy.workspace_writable && inside_root(workspace);
         let mut read_only: Vec<PathBuf> = Vec::new();
         let mut pinned: Vec<PathBuf> = Vec::new();
+        let mut absent: Vec<PathBuf> = Vec::new();
         if workspace_mounted {
             read_only.push(workspace.to_path_buf());
         }
@@ -62,6 +65,7 @@ impl Plan {
                 |p: &PathBuf| inside_root(p) && !(workspace_mounted && beneath(p, workspace));
             read_only.extend(git.read_only.into_iter().filter(needed));
             pinned.extend(git.pinned.into_iter().filter(needed));
+            absent.extend(git.absent.into_iter().filter(needed));
         }
         // Every directory between a writable root and a protected path (or the
         // workspace) is pinned, so that none of them can be renamed away.
@@ -127,6 +131,7 @@ impl Plan {
                 .collect::<Result<_, SandboxError>>()?,
             expect,
             workspace_mounted,
+            absent,
         })
     }
 
@@ -139,6 +144,7 @@ impl Plan {
     /// The same paths (maybe other inodes).
     fn same_paths(&self, other: &Plan) -> bool {
         self.flags == other.flags
+            && self.absent == other.absent
             && self.writable == other.writable
             && self.pins == other.pins
             && self.read_only == other.read_only
