@@ -58,7 +58,7 @@ fn everything_else_is_not_plain() {
         "a ${x}",
         "a $((1))",
         "a <(b)",
-        "a $'x'",
+        "a $'x\\x41'",
         "a $\"x\"",
         "a > f",
         "a < f",

@@ -35,6 +35,13 @@ fn collect(cmd: &str, depth: usize, view: &mut DenyView) -> Result<(), String> {
         return Err(format!("it holds {what} ({})", short(text(at, cmd))));
     }
     heredoc_lines(root, cmd)?;
+    // `{name}>file` assigns the descriptor's number to `name`: a subscript in it is
+    // evaluated, as in any assignment.
+    for (_, name) in named_descriptors(root, cmd) {
+        if let Some(why) = assignment_hazard(&name) {
+            return Err(why);
+        }
+    }
     let mut w = DenyWalk {
         src: cmd,
         depth,
@@ -51,74 +58,14 @@ struct DenyWalk<'a, 'v> {
 
 impl DenyWalk<'_, '_> {
     fn walk(&mut self, node: Node) -> Result<(), String> {
-        let src = self.src;
-        let kind = node.kind();
         if !node.is_named() {
             return Ok(());
         }
-        match kind {
+        match node.kind() {
             "command" => return self.command(node),
             "declaration_command" | "unset_command" => return self.declaration(node),
-            "arithmetic_expansion" | "c_style_for_statement" | "subscript" => {
-                return Err(evaluates(node, src));
-            }
-            "compound_statement" => {
-                if node.child(0).is_some_and(|c| c.kind() == "((") {
-                    return Err(evaluates(node, src));
-                }
-            }
-            "expansion" => {
-                let mut c = node.walk();
-                let names: Vec<Node> = node.children(&mut c).collect();
-                let plain = names.len() == 3
-                    && names[0].kind() == "${"
-                    && matches!(names[1].kind(), "variable_name" | "special_variable_name")
-                    && names[2].kind() == "}";
-                if !plain {
-                    return Err(format!(
-                        "the expansion {} may evaluate a value as code",
-                        short(text(node, src))
-                    ));
-                }
-            }
-            "for_statement" => {
-                let mut c = node.walk();
-                if !node.children(&mut c).any(|n| n.kind() == "in") {
-                    return Err("a `for` loop without `in`".into());
-                }
-                if let Some(v) = node.child_by_field_name("variable")
-                    && special_variable(text(v, src))
-                {
-                    return Err(format!(
-                        "the loop sets bash's special variable {}",
-                        text(v, src)
-                    ));
-                }
-            }
-            "variable_assignment" => {
-                if let Some(name) = node.named_child(0) {
-                    if name.kind() != "variable_name" {
-                        return Err(evaluates(name, src));
-                    }
-                    if special_variable(text(name, src)) {
-                        return Err(format!(
-                            "it sets bash's special variable {}",
-                            text(name, src)
-                        ));
-                    }
-                }
-            }
-            "test_command" => {
-                let t = text(node, src);
-                let arithmetic = ["-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"]
-                    .iter()
-                    .any(|op| t.split_whitespace().any(|w| w == *op));
-                if arithmetic && has_kind_other_than_numbers(node) {
-                    return Err(evaluates(node, src));
-                }
-            }
             "heredoc_redirect" => {
-                check_heredoc(node, src)?;
+                check_heredoc(node, self.src)?;
                 let mut c = node.walk();
                 for ch in node.children(&mut c).collect::<Vec<_>>() {
                     if !matches!(ch.kind(), "heredoc_body" | "heredoc_start" | "heredoc_end") {
@@ -127,74 +74,7 @@ impl DenyWalk<'_, '_> {
                 }
                 return Ok(());
             }
-            "file_redirect" => {
-                // Bash expands the target of `>&word` twice when it is not a number.
-                let dup = {
-                    let mut c = node.walk();
-                    node.children(&mut c)
-                        .any(|n| matches!(n.kind(), ">&" | "<&"))
-                };
-                if dup && !harmless_redirect(node, src) {
-                    return Err(format!(
-                        "bash expands the target of {} twice",
-                        short(text(node, src))
-                    ));
-                }
-            }
-            "ansi_c_string" => {
-                if text(node, src).contains('\\') {
-                    return Err(format!(
-                        "the $'…' string {} has escapes bash may read differently",
-                        short(text(node, src))
-                    ));
-                }
-            }
-            "program"
-            | "list"
-            | "pipeline"
-            | "subshell"
-            | "if_statement"
-            | "elif_clause"
-            | "else_clause"
-            | "while_statement"
-            | "do_group"
-            | "case_statement"
-            | "case_item"
-            | "redirected_statement"
-            | "herestring_redirect"
-            | "negated_command"
-            | "comment"
-            | "command_name"
-            | "word"
-            | "string"
-            | "string_content"
-            | "raw_string"
-            | "concatenation"
-            | "number"
-            | "variable_name"
-            | "special_variable_name"
-            | "simple_expansion"
-            | "command_substitution"
-            | "process_substitution"
-            | "file_descriptor"
-            | "function_definition"
-            | "brace_expression"
-            | "array"
-            | "translated_string"
-            | "variable_assignments"
-            | "binary_expression"
-            | "unary_expression"
-            | "parenthesized_expression"
-            | "test_operator"
-            | "regex"
-            | "extglob_pattern" => {}
-            _ => {
-                return Err(format!(
-                    "it uses {} ({}), which cannot be checked",
-                    kind,
-                    short(text(node, src))
-                ));
-            }
+            kind => check(node, kind, self.src)?,
         }
         let mut c = node.walk();
         for ch in node.children(&mut c).collect::<Vec<_>>() {
@@ -234,8 +114,8 @@ impl DenyWalk<'_, '_> {
         self.add(words, text(node, src))
     }
 
-    /// `declare`, `export`, `local`, `readonly`, `typeset`, `unset`: a computed or
-    /// subscripted name, or `-i`/`-n`, evaluates a value as code.
+    /// `declare`, `export`, `local`, `readonly`, `typeset`, `unset`: a computed,
+    /// subscripted or special name, or `-i`/`-n`, evaluates a value as code.
     fn declaration(&mut self, node: Node) -> Result<(), String> {
         let src = self.src;
         let mut c = node.walk();
@@ -243,13 +123,25 @@ impl DenyWalk<'_, '_> {
             let t = text(ch, src);
             let flag_evaluates =
                 ch.kind() == "word" && t.starts_with(['-', '+']) && t.contains(['i', 'n']);
-            let name_ok = match ch.kind() {
-                "variable_assignment" => true,
-                "variable_name" => !special_variable(t),
-                _ => static_value(ch, src).is_some_and(|v| !v.contains('[')),
-            };
-            if flag_evaluates || !name_ok {
+            if flag_evaluates {
                 return Err(evaluates(node, src));
+            }
+            match ch.kind() {
+                "variable_assignment" => {}
+                "variable_name" if special_variable(t) => {
+                    return Err(format!("it sets bash's special variable {t}"));
+                }
+                "variable_name" => {}
+                _ => match static_value(ch, src) {
+                    Some(v) if !v.starts_with(['-', '+']) => {
+                        let name = v.split_once('=').map_or(v.as_str(), |(n, _)| n);
+                        if let Some(why) = assignment_hazard(name) {
+                            return Err(why);
+                        }
+                    }
+                    Some(_) => {}
+                    None => return Err(evaluates(node, src)),
+                },
             }
             self.walk(ch)?;
         }
@@ -257,7 +149,7 @@ impl DenyWalk<'_, '_> {
     }
 
     /// Records one simple command and where it may start; follows wrappers, `find
-    /// -exec` and the scripts of shells, `eval`, `trap`, `watch`, `su -c`, `env -S`.
+    /// -exec`, the names builtins assign, and the code programs run (see [`scripts_of`]).
     fn add(&mut self, words: Vec<DenyWord>, source: &str) -> Result<(), String> {
         let index = self.view.commands.len();
         // Starts still to look at; each position is looked at once.
@@ -280,8 +172,10 @@ impl DenyWalk<'_, '_> {
             let args = &words[start + 1..];
             if WRAPPERS.contains(&base) {
                 // Options and their values are skipped generously: any later word
-                // may be the program.
+                // may be the program, and any `NAME=value` an assignment (`env`,
+                // `sudo`), checked like one.
                 queue.extend(start + 1..words.len());
+                wrapper_assignments(args)?;
             }
             if base == "find" {
                 for (k, a) in args.iter().enumerate() {
@@ -290,7 +184,7 @@ impl DenyWalk<'_, '_> {
                     }
                 }
             }
-            evaluation_builtin(base, args, source)?;
+            assigned_names(base, args, source)?;
             scripts.extend(scripts_of(base, args, source)?);
         }
         self.view.commands.push(words);
@@ -300,6 +194,126 @@ impl DenyWalk<'_, '_> {
                 .map_err(|e| format!("its script {} cannot be checked: {e}", short(&s)))?;
         }
         Ok(())
+    }
+}
+
+/// Node kinds walked into without a check of their own.
+const WALKED: [&str; 37] = [
+    "program",
+    "list",
+    "pipeline",
+    "subshell",
+    "if_statement",
+    "elif_clause",
+    "else_clause",
+    "while_statement",
+    "do_group",
+    "case_statement",
+    "case_item",
+    "redirected_statement",
+    "herestring_redirect",
+    "negated_command",
+    "comment",
+    "command_name",
+    "word",
+    "string",
+    "string_content",
+    "raw_string",
+    "concatenation",
+    "number",
+    "variable_name",
+    "special_variable_name",
+    "simple_expansion",
+    "command_substitution",
+    "process_substitution",
+    "file_descriptor",
+    "function_definition",
+    "brace_expression",
+    "array",
+    "translated_string",
+    "variable_assignments",
+    "binary_expression",
+    "unary_expression",
+    "parenthesized_expression",
+    "test_operator",
+];
+
+/// The check of one node that is not a command: `Err` where bash evaluates a value as
+/// code, or where the grammar says less than bash does.
+fn check(node: Node, kind: &str, src: &str) -> Result<(), String> {
+    match kind {
+        "arithmetic_expansion" | "c_style_for_statement" | "subscript" => Err(evaluates(node, src)),
+        "compound_statement" if node.child(0).is_some_and(|c| c.kind() == "((") => {
+            Err(evaluates(node, src))
+        }
+        "expansion" => {
+            let mut c = node.walk();
+            let names: Vec<Node> = node.children(&mut c).collect();
+            let plain = names.len() == 3
+                && names[0].kind() == "${"
+                && matches!(names[1].kind(), "variable_name" | "special_variable_name")
+                && names[2].kind() == "}";
+            if plain {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the expansion {} may evaluate a value as code",
+                    short(text(node, src))
+                ))
+            }
+        }
+        "for_statement" => {
+            let mut c = node.walk();
+            if !node.children(&mut c).any(|n| n.kind() == "in") {
+                return Err("a `for` loop without `in`".into());
+            }
+            match node.child_by_field_name("variable") {
+                Some(v) => assignment_hazard(text(v, src)).map_or(Ok(()), Err),
+                None => Ok(()),
+            }
+        }
+        "variable_assignment" => match node.named_child(0) {
+            Some(name) if name.kind() != "variable_name" => Err(evaluates(name, src)),
+            Some(name) => assignment_hazard(text(name, src)).map_or(Ok(()), Err),
+            None => Ok(()),
+        },
+        "test_command" => {
+            let t = text(node, src);
+            let arithmetic = ["-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-v", "-R"]
+                .iter()
+                .any(|op| t.split_whitespace().any(|w| w == *op));
+            if arithmetic && has_kind_other_than_numbers(node) {
+                Err(evaluates(node, src))
+            } else {
+                Ok(())
+            }
+        }
+        "file_redirect" => {
+            // Bash expands the target of `>&word` twice when it is not a number.
+            let mut c = node.walk();
+            let dup = node
+                .children(&mut c)
+                .any(|n| matches!(n.kind(), ">&" | "<&"));
+            if dup && !harmless_redirect(node, src) {
+                Err(format!(
+                    "bash expands the target of {} twice",
+                    short(text(node, src))
+                ))
+            } else {
+                Ok(())
+            }
+        }
+        "ansi_c_string" if ansi_c(text(node, src)).is_none() => Err(format!(
+            "the $'…' string {} has escapes bash may read differently",
+            short(text(node, src))
+        )),
+        "ansi_c_string" | "compound_statement" | "regex" | "extglob_pattern" => Ok(()),
+        k if WALKED.contains(&k) => Ok(()),
+        _ => Err(format!(
+            "it uses {} ({}), which cannot be checked",
+            kind,
+            short(text(node, src))
+        )),
     }
 }
 
@@ -321,73 +335,208 @@ fn has_kind_other_than_numbers(node: Node) -> bool {
     })
 }
 
-/// Builtins that take a variable *name* and may evaluate a subscript in it.
-fn evaluation_builtin(base: &str, args: &[DenyWord], source: &str) -> Result<(), String> {
-    let names_evaluated = match base {
-        "let" => true,
-        "read" | "mapfile" | "readarray" | "getopts" | "unset" | "wait" => args
-            .iter()
-            .any(|a| a.as_ref().is_none_or(|a| a.contains('['))),
-        "printf" | "test" | "[" => {
-            let flags: &[&str] = if base == "printf" {
-                &["-v"]
-            } else {
-                &["-v", "-R"]
-            };
-            args.iter()
-                .any(|a| a.as_deref().is_some_and(|t| flags.contains(&t)))
-                && args
-                    .iter()
-                    .any(|a| a.as_ref().is_none_or(|a| a.contains('[')))
+/// `NAME=value` arguments of a wrapper (`env BASH_ENV=x bash`, `sudo PS4=… cmd`) are
+/// assignments in the program's environment: checked like any assignment, so that
+/// `BASH_FUNC_…`, `BASH_ENV`, `ENV`, `PS4` … are refused. A word only known at run time
+/// is a program position, which `add` refuses anyway.
+fn wrapper_assignments(args: &[DenyWord]) -> Result<(), String> {
+    for a in args.iter().flatten() {
+        if let Some((name, _)) = a.split_once('=')
+            && !name.is_empty()
+            && !name.starts_with('-')
+            && !name.contains('/')
+            && let Some(why) = assignment_hazard(name)
+        {
+            return Err(format!("{why} (in the environment of {})", short(a)));
         }
-        _ => false,
-    };
-    if names_evaluated {
-        Err(format!(
-            "{} evaluates a value as code, which cannot be checked",
-            short(source)
-        ))
-    } else {
-        Ok(())
     }
+    Ok(())
 }
 
-/// The strings a program runs as shell code.
+/// Builtins that assign the variables they are given the names of (`read NAME`,
+/// `printf -v NAME`, `mapfile NAME`, `getopts OPTS NAME`, `wait -p NAME`): each name is
+/// checked like an assignment, so that a subscript (evaluated as arithmetic) or a
+/// special variable (`OPTIND`, `PS4` …) is refused; `let` evaluates its arguments.
+fn assigned_names(base: &str, args: &[DenyWord], source: &str) -> Result<(), String> {
+    let evaluates = || {
+        format!(
+            "{} evaluates a value as code, which cannot be checked",
+            short(source)
+        )
+    };
+    let names: Vec<DenyWord> = match base {
+        "let" => return Err(evaluates()),
+        "read" => {
+            let mut n = operands(args, "adinNptu");
+            n.extend(option_values(args, 'a', "adinNptu"));
+            n
+        }
+        "mapfile" | "readarray" => operands(args, "dnOsuCc"),
+        "getopts" => operands(args, "").into_iter().skip(1).take(1).collect(),
+        "printf" => option_values(args, 'v', "v"),
+        "wait" => option_values(args, 'p', "p"),
+        // `test -v 'a[$(cmd)]'` evaluates the subscript.
+        "test" | "[" => {
+            let named = args.iter().any(|a| matches!(a.as_deref(), Some("-v" | "-R")));
+            if named && args.iter().any(|a| a.as_ref().is_none_or(|a| a.contains('['))) {
+                return Err(evaluates());
+            }
+            Vec::new()
+        }
+        _ => Vec::new(),
+    };
+    for name in names {
+        match name {
+            None => {
+                return Err(format!(
+                    "{} assigns a variable whose name is only known when it runs",
+                    short(source)
+                ));
+            }
+            Some(n) => {
+                if let Some(why) = assignment_hazard(&n) {
+                    return Err(why);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The operands among `args` (options and their values skipped; `takes_value` lists
+/// the letters that take one). A word only known at run time could be anything, an
+/// option included, so it counts as an operand.
+fn operands(args: &[DenyWord], takes_value: &str) -> Vec<DenyWord> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut options_done = false;
+    while i < args.len() {
+        match &args[i] {
+            Some(a) if !options_done && a == "--" => options_done = true,
+            Some(a) if !options_done && a.starts_with('-') && a.len() > 1 => {
+                // A value-taking letter ends the cluster; without a rest, the next
+                // word is its value.
+                if let Some((k, c)) = a.char_indices().skip(1).find(|(_, c)| takes_value.contains(*c))
+                    && k + c.len_utf8() == a.len()
+                {
+                    i += 1;
+                }
+            }
+            other => out.push(other.clone()),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The values of a short option among `args`, wherever it stands and however it is
+/// clustered: `-x V`, `-xV`, `-abx V`, `-abxV`. `takes_value` lists the letters of the
+/// program that take a value (a cluster ends at the first of them). A value only known
+/// at run time comes back as `None`.
+fn option_values(args: &[DenyWord], letter: char, takes_value: &str) -> Vec<DenyWord> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(a) = &args[i]
+            && a.starts_with('-')
+            && !a.starts_with("--")
+        {
+            for (k, c) in a.char_indices().skip(1) {
+                if takes_value.contains(c) {
+                    let rest = &a[k + c.len_utf8()..];
+                    let value = if rest.is_empty() {
+                        i += 1;
+                        args.get(i).cloned()
+                    } else {
+                        Some(Some(rest.to_string()))
+                    };
+                    // A missing value (the option ends the words) runs nothing.
+                    if c == letter
+                        && let Some(value) = value
+                    {
+                        out.push(value);
+                    }
+                    break;
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The values of a long option: `--name V` or `--name=V`.
+fn long_option_values(args: &[DenyWord], name: &str) -> Vec<DenyWord> {
+    let mut out = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        let Some(a) = a else { continue };
+        if let Some(rest) = a.strip_prefix(name) {
+            if rest.is_empty() {
+                if let Some(v) = args.get(i + 1) {
+                    out.push(v.clone());
+                }
+            } else if let Some(v) = rest.strip_prefix('=') {
+                out.push(Some(v.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Programs that run an option's value as shell code: (program, short letter, the
+/// letters that take a value, long option).
+const SCRIPT_OPTIONS: [(&str, char, &str, &str); 7] = [
+    ("env", 'S', "uCS", "--split-string"),
+    ("flock", 'c', "cEw", "--command"),
+    ("runuser", 'c', "cgGlsuw", "--command"),
+    ("script", 'c', "cEIOBTtm", "--command"),
+    ("mapfile", 'C', "dnOsuCc", "--"),
+    ("readarray", 'C', "dnOsuCc", "--"),
+    ("sudo", 'c', "CDghpRrTUu", "--"),
+];
+
+/// The strings a program runs as shell code: `eval`'s arguments, a shell's `-c`
+/// operands, an option's value that is a command (`env -S`, `flock -c`, `su -c`,
+/// `mapfile -C` …), `trap`'s and `watch`'s operands, alias values, and the program a
+/// `hash -p` binds to a name.
 fn scripts_of(base: &str, args: &[DenyWord], source: &str) -> Result<Vec<String>, String> {
     let unknown = || format!("the script of {} is only known when it runs", short(source));
     let known = |w: &DenyWord| w.clone().ok_or_else(unknown);
     let mut out = Vec::new();
+    if let Some((_, letter, takes, long)) = SCRIPT_OPTIONS.iter().find(|(p, ..)| *p == base) {
+        let mut values = option_values(args, *letter, takes);
+        if *long != "--" {
+            values.extend(long_option_values(args, long));
+        }
+        for v in &values {
+            // `env -S=cmd` reads as `-S` with `=cmd`; the script is `cmd`.
+            out.push(known(v)?.trim_start_matches('=').to_string());
+        }
+    }
     match base {
-        "eval" => {
+        "eval" | "watch" | "parallel" => {
             let v: Result<Vec<String>, String> = args.iter().map(known).collect();
             out.push(v?.join(" "));
         }
-        // `trap 'cmd' SIGNAL`, `watch cmd…`, `su -c cmd`: any operand may be the code.
+        // `trap 'cmd' SIGNAL`, `su user cmd`: any operand may be the code.
         "trap" | "su" => {
             for a in args {
                 out.push(known(a)?);
             }
         }
-        "watch" => {
-            let v: Result<Vec<String>, String> = args.iter().map(known).collect();
-            out.push(v?.join(" "));
-        }
-        "env" => {
-            for (k, a) in args.iter().enumerate() {
-                let a = known(a)?;
-                if let Some(rest) = a
-                    .strip_prefix("--split-string")
-                    .or_else(|| a.strip_prefix("-S"))
-                {
-                    let rest = rest.trim_start_matches('=');
-                    if rest.is_empty() {
-                        if let Some(next) = args.get(k + 1) {
-                            out.push(known(next)?);
-                        }
-                    } else {
-                        out.push(rest.to_string());
-                    }
+        // `alias name='code'`: with expand_aliases, the value runs where the name is a
+        // command.
+        "alias" => {
+            for a in args {
+                if let Some((_, value)) = known(a)?.split_once('=') {
+                    out.push(value.to_string());
                 }
+            }
+        }
+        // `hash -p PATH name`: `name` then runs PATH.
+        "hash" => {
+            for v in option_values(args, 'p', "p") {
+                out.push(normalize(&[known(&v)?.as_str()]));
             }
         }
         b if SHELLS.contains(&b) => {
@@ -414,11 +563,7 @@ fn static_value(node: Node, src: &str) -> DenyWord {
         return Some(v);
     }
     match node.kind() {
-        "ansi_c_string" => {
-            let t = text(node, src);
-            let inner = t.strip_prefix("$'")?.strip_suffix('\'')?;
-            (!inner.contains('\\')).then(|| inner.to_string())
-        }
+        "ansi_c_string" => ansi_c(text(node, src)),
         "concatenation" => {
             let mut out = String::new();
             let mut c = node.walk();

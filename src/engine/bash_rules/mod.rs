@@ -375,6 +375,7 @@ fn literal(node: Node, src: &str) -> Option<String> {
             }
             double_quoted(text(node, src))
         }
+        "ansi_c_string" => ansi_c(text(node, src)),
         "concatenation" if text(node, src) == "{}" => Some("{}".into()),
         "concatenation" => {
             let mut out = String::new();
@@ -539,4 +540,83 @@ pub fn normalize(words: &[&str]) -> String {
         }
     }
     out
+}
+
+/// A variable name bash assigns without evaluating anything: letters, digits and `_`,
+/// not starting with a digit.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Why assigning the variable `name` may run code, whoever assigns it (an assignment,
+/// `for`, `read`, `printf -v`, `env NAME=…`, a named descriptor …): a subscript is
+/// evaluated as arithmetic, a special variable changes how bash reads later code.
+/// `None` for a plain name.
+fn assignment_hazard(name: &str) -> Option<String> {
+    if !is_identifier(name) {
+        Some(format!(
+            "it assigns {}, whose subscript or form bash evaluates as code, which cannot be \
+             checked",
+            short(name)
+        ))
+    } else if special_variable(name) {
+        Some(format!("it sets bash's special variable {name}"))
+    } else {
+        None
+    }
+}
+
+/// Named-descriptor words: `{name}` written right before a redirection operator, which
+/// bash does not pass to the command but assigns the new descriptor's number to
+/// (`exec {fd}>file`); with the name inside the braces.
+fn named_descriptors<'t>(root: Node<'t>, src: &str) -> Vec<(Node<'t>, String)> {
+    let mut redirect_starts = Vec::new();
+    let mut words = Vec::new();
+    let mut cursor = root.walk();
+    loop {
+        let n = cursor.node();
+        match n.kind() {
+            "file_redirect" | "heredoc_redirect" | "herestring_redirect" => {
+                redirect_starts.push(n.start_byte());
+            }
+            "word" | "concatenation" if text(n, src).starts_with('{') => words.push(n),
+            _ => {}
+        }
+        if !next_node(&mut cursor, true) {
+            break;
+        }
+    }
+    words
+        .into_iter()
+        .filter(|w| redirect_starts.contains(&w.end_byte()))
+        .filter_map(|w| {
+            let t = text(w, src);
+            let name = t.strip_prefix('{')?.strip_suffix('}')?;
+            Some((w, name.to_string()))
+        })
+        .collect()
+}
+
+/// The value of a `$'…'` string whose escapes bash and the grammar surely read alike
+/// (none, `\n`, `\t`); `None` for any other escape (`\c'` takes the quote as its
+/// argument in bash and ends the string for the grammar).
+fn ansi_c(t: &str) -> Option<String> {
+    let inner = t.strip_prefix("$'")?.strip_suffix('\'')?;
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next()? {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                _ => return None,
+            },
+            c => out.push(c),
+        }
+    }
+    Some(out)
 }

@@ -25,6 +25,12 @@ pub fn plain_parts_within(cmd: &str, budget: Duration) -> Result<Vec<Part>, NotP
             at: text(at, cmd).into(),
         });
     }
+    if let Some((at, _)) = named_descriptors(root, cmd).first() {
+        return Err(NotPlain::Construct {
+            what: "a named descriptor, which assigns a variable".into(),
+            at: text(*at, cmd).into(),
+        });
+    }
     let mut parts = Vec::new();
     plain_statement(root, cmd, &mut parts)?;
     Ok(parts)
