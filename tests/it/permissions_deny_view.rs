@@ -330,8 +330,8 @@ fn wrappers_and_scripts_expose_every_program_they_may_run() {
 #[test]
 fn each_construct_outside_the_plain_subset_is_named_in_the_refusal() {
     let cases = [
-        ("cat <<EOF\nx\nEOF", "a here-document (\"<<EOF\\nx\\nEOF\")"),
-        ("cat <<< x", "a here-string (\"<<< x\")"),
+        ("cat <<EOF\n$x\nEOF", "a here-document (\"<<EOF\\n$x\\nEOF\")"),
+        ("cat <<< $x", "a here-string (\"<<< $x\")"),
         ("echo $(ls)", "a command substitution (\"$(ls)\")"),
         ("diff <(ls) x", "a process substitution (\"<(ls)\")"),
         ("echo $'a\\x41'", "a $'…' string (\"$'a\\\\x41'\")"),
@@ -356,8 +356,8 @@ fn each_construct_outside_the_plain_subset_is_named_in_the_refusal() {
         ("! ls", "`!` (\"! ls\")"),
         ("[[ -f x ]]", "a [[ … ]] test (\"[[ -f x ]]\")"),
         (
-            "echo *",
-            "a word with an expansion, glob, brace, tilde or quote bash treats specially (\"*\")",
+            "echo ~",
+            "a word with an expansion, glob, brace, tilde or quote bash treats specially (\"~\")",
         ),
         ("ls &", "a background `&` (\"&\")"),
         ("ls |& cat", "`|&` (\"|&\")"),

@@ -357,7 +357,7 @@ fn wrapper_assignments(args: &[DenyWord]) -> Result<(), String> {
 /// `printf -v NAME`, `mapfile NAME`, `getopts OPTS NAME`, `wait -p NAME`): each name is
 /// checked like an assignment, so that a subscript (evaluated as arithmetic) or a
 /// special variable (`OPTIND`, `PS4` …) is refused; `let` evaluates its arguments.
-fn assigned_names(base: &str, args: &[DenyWord], source: &str) -> Result<(), String> {
+pub(super) fn assigned_names(base: &str, args: &[DenyWord], source: &str) -> Result<(), String> {
     let evaluates = || {
         format!(
             "{} evaluates a value as code, which cannot be checked",

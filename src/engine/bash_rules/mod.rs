@@ -70,6 +70,10 @@ pub enum ParseError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
     pub words: Vec<String>,
+    /// The index of the first word bash replaces by file names (a glob argument,
+    /// kept as written): from there on the words are only known when it runs, so only
+    /// a prefix rule that ends before it can match.
+    pub open: Option<usize>,
     /// The part as written.
     pub source: String,
 }

@@ -25,6 +25,12 @@ pub fn plain_parts_within(cmd: &str, budget: Duration) -> Result<Vec<Part>, NotP
             at: text(at, cmd).into(),
         });
     }
+    if has_heredoc(root) {
+        super::heredoc::heredoc_lines(root, cmd).map_err(|what| NotPlain::Construct {
+            what,
+            at: cmd.into(),
+        })?;
+    }
     if let Some((at, _)) = named_descriptors(root, cmd).first() {
         return Err(NotPlain::Construct {
             what: "a named descriptor, which assigns a variable".into(),
@@ -92,79 +98,127 @@ fn plain_statement(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), Not
         "redirected_statement" => {
             let mut c = node.walk();
             for ch in node.named_children(&mut c) {
-                if ch.kind() == "file_redirect" {
-                    if !harmless_redirect(ch, src) {
-                        return Err(not_plain(ch, src));
-                    }
-                } else if matches!(ch.kind(), "command" | "pipeline" | "list") {
-                    plain_statement(ch, src, out)?;
-                } else {
-                    return Err(not_plain(ch, src));
-                }
-            }
-            Ok(())
-        }
-        "command" => {
-            if let Some(t) = stray_token(node) {
-                return Err(not_plain(t, src));
-            }
-            let mut words = Vec::new();
-            let mut c = node.walk();
-            for ch in node.named_children(&mut c) {
                 match ch.kind() {
-                    "command_name" => {
-                        let Some(w) = ch.named_child(0) else {
-                            return Err(not_plain(ch, src));
-                        };
-                        let is_reserved = w.kind() == "word" && RESERVED.contains(&text(w, src));
-                        match literal(w, src) {
-                            Some(v) if !is_reserved => words.push(v),
-                            _ => return Err(not_plain(w, src)),
-                        }
-                    }
                     "file_redirect" if harmless_redirect(ch, src) => {}
-                    "comment" => {}
-                    _ => match literal(ch, src) {
-                        Some(v) => words.push(v),
-                        None => return Err(not_plain(ch, src)),
-                    },
+                    "heredoc_redirect" if literal_heredoc(ch, src) => {}
+                    "herestring_redirect" if literal_herestring(ch, src) => {}
+                    "command" | "pipeline" | "list" => plain_statement(ch, src, out)?,
+                    _ => return Err(not_plain(ch, src)),
                 }
             }
-            if words.is_empty() {
-                return Err(not_plain(node, src));
-            }
-            if NAME_BUILTINS.contains(&words[0].as_str()) && words.iter().any(|w| w.contains('[')) {
-                return Err(NotPlain::Construct {
-                    what: "a builtin that evaluates a subscripted variable name".into(),
-                    at: text(node, src).into(),
-                });
-            }
-            out.push(Part {
-                words,
-                source: text(node, src).to_string(),
-            });
             Ok(())
         }
+        "command" => plain_command(node, src, out),
         _ => Err(not_plain(node, src)),
     }
 }
 
-/// Builtins that take a variable name and evaluate a subscript in it as arithmetic
-/// (`printf -v 'a[$(cmd)]'` runs `cmd`).
-const NAME_BUILTINS: [&str; 14] = [
-    "printf",
-    "read",
-    "mapfile",
-    "readarray",
-    "test",
-    "unset",
-    "getopts",
-    "wait",
-    "let",
-    "declare",
-    "typeset",
-    "local",
-    "export",
-    "readonly",
-];
+/// One simple command of plain words. A leading `time` (and its `-p`) is dropped: it
+/// only measures. A glob is allowed as an argument (see [`Part::open`]).
+fn plain_command(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), NotPlain> {
+    if let Some(t) = stray_token(node) {
+        return Err(not_plain(t, src));
+    }
+    let mut words = Vec::new();
+    let mut open = None;
+    let mut timed = false;
+    let mut c = node.walk();
+    for ch in node.named_children(&mut c) {
+        match ch.kind() {
+            "command_name" => {
+                let Some(w) = ch.named_child(0) else {
+                    return Err(not_plain(ch, src));
+                };
+                let name = text(w, src);
+                let is_reserved = w.kind() == "word" && RESERVED.contains(&name);
+                match literal(w, src) {
+                    _ if w.kind() == "word" && name == "time" => timed = true,
+                    Some(v) if !is_reserved => words.push(v),
+                    _ => return Err(not_plain(w, src)),
+                }
+            }
+            "file_redirect" if harmless_redirect(ch, src) => {}
+            "herestring_redirect" if literal_herestring(ch, src) => {}
+            "comment" => {}
+            _ => match literal(ch, src) {
+                // `time -p cmd`: the option belongs to `time`.
+                Some(v) if timed && words.is_empty() && (v == "-p" || v == "--") => {}
+                Some(v) => words.push(v),
+                None if !words.is_empty() && glob_word(ch, src) => {
+                    open.get_or_insert(words.len());
+                    words.push(text(ch, src).to_string());
+                }
+                None => return Err(not_plain(ch, src)),
+            },
+        }
+    }
+    if words.is_empty() {
+        return Err(not_plain(node, src));
+    }
+    let args: Vec<DenyWord> = words[1..].iter().cloned().map(Some).collect();
+    if let Err(why) = super::deny::assigned_names(&words[0], &args, text(node, src)) {
+        return Err(NotPlain::Construct {
+            what: format!("a builtin that assigns a variable bash treats as code: {why}"),
+            at: text(node, src).into(),
+        });
+    }
+    out.push(Part {
+        words,
+        source: text(node, src).to_string(),
+        open,
+    });
+    Ok(())
+}
 
+/// An unquoted word that is a plain word but for glob characters (`*.rs`, `./*`,
+/// `file?.txt`, `[ab].c`): bash replaces it with file names, which are only data (no
+/// expansion of any kind happens in them).
+fn glob_word(node: Node, src: &str) -> bool {
+    let t = text(node, src);
+    node.kind() == "word"
+        && t.contains(['*', '?', '['])
+        && unquoted(&t.replace(['*', '?', '[', ']'], "x")).is_some()
+}
+
+/// A here-document whose body bash passes as it is: a quoted delimiter, or a body
+/// without `$`, backquote or backslash; read where bash reads it ([`check_heredoc`]),
+/// with nothing else on its line.
+fn literal_heredoc(node: Node, src: &str) -> bool {
+    let mut c = node.walk();
+    let only_parts = node.named_children(&mut c).all(|ch| {
+        matches!(ch.kind(), "heredoc_start" | "heredoc_body" | "heredoc_end")
+    });
+    let mut c = node.walk();
+    let quoted = node
+        .named_children(&mut c)
+        .find(|ch| ch.kind() == "heredoc_start")
+        .is_some_and(|s| text(s, src).contains(['\'', '"', '\\']));
+    let mut c = node.walk();
+    let body_plain = node
+        .named_children(&mut c)
+        .filter(|ch| ch.kind() == "heredoc_body")
+        .all(|b| !text(b, src).contains(['$', '`', '\\']));
+    only_parts && (quoted || body_plain) && super::heredoc::check_heredoc(node, src).is_ok()
+}
+
+/// `<<< word` with a plain word: data on standard input.
+fn literal_herestring(node: Node, src: &str) -> bool {
+    let mut c = node.walk();
+    let words: Vec<Node> = node.named_children(&mut c).collect();
+    words.len() == 1 && literal(words[0], src).is_some()
+}
+
+
+
+
+fn has_heredoc(root: Node) -> bool {
+    let mut cursor = root.walk();
+    loop {
+        if cursor.node().kind() == "heredoc_redirect" {
+            return true;
+        }
+        if !next_node(&mut cursor, true) {
+            return false;
+        }
+    }
+}
