@@ -75,12 +75,16 @@ fn declarations_are_walked_and_refused_when_they_evaluate_a_name() {
         ("declare -x A=1", seen("", "")),
         (
             "unset 'a[0]'",
-            refused("it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked"),
+            refused(
+                "it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked",
+            ),
         ),
         ("unset a", seen("", "")),
         (
             "export 'a[0]=1'",
-            refused("it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked"),
+            refused(
+                "it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked",
+            ),
         ),
         (
             "local PS1=x",
@@ -252,11 +256,29 @@ fn builtins_that_evaluate_a_variable_name_are_refused() {
     assert_views(&[
         ("let a=1", evaluates("let a=1")),
         ("read x", seen("read x", "0:0")),
-        ("read 'a[0]'", refused("it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked")),
-        ("mapfile -t 'a[1]'", refused("it assigns \"a[1]\", whose subscript or form bash evaluates as code, which cannot be checked")),
-        ("read $x", refused("\"read $x\" assigns a variable whose name is only known when it runs")),
+        (
+            "read 'a[0]'",
+            refused(
+                "it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked",
+            ),
+        ),
+        (
+            "mapfile -t 'a[1]'",
+            refused(
+                "it assigns \"a[1]\", whose subscript or form bash evaluates as code, which cannot be checked",
+            ),
+        ),
+        (
+            "read $x",
+            refused("\"read $x\" assigns a variable whose name is only known when it runs"),
+        ),
         ("printf -v x y", seen("printf -v x y", "0:0")),
-        ("printf -v 'a[0]' y", refused("it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked")),
+        (
+            "printf -v 'a[0]' y",
+            refused(
+                "it assigns \"a[0]\", whose subscript or form bash evaluates as code, which cannot be checked",
+            ),
+        ),
         ("printf x 'a[0]'", seen("printf x a[0]", "0:0")),
         ("test -v 'a[0]'", evaluates("test -v 'a[0]'")),
         ("test -R 'a[0]'", evaluates("test -R 'a[0]'")),
@@ -330,7 +352,10 @@ fn wrappers_and_scripts_expose_every_program_they_may_run() {
 #[test]
 fn each_construct_outside_the_plain_subset_is_named_in_the_refusal() {
     let cases = [
-        ("cat <<EOF\n$x\nEOF", "a here-document (\"<<EOF\\n$x\\nEOF\")"),
+        (
+            "cat <<EOF\n$x\nEOF",
+            "a here-document (\"<<EOF\\n$x\\nEOF\")",
+        ),
         ("cat <<< $x", "a here-string (\"<<< $x\")"),
         ("echo $(ls)", "a command substitution (\"$(ls)\")"),
         ("diff <(ls) x", "a process substitution (\"<(ls)\")"),

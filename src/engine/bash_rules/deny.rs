@@ -19,7 +19,43 @@ const SHELLS: [&str; 7] = ["bash", "sh", "zsh", "dash", "ksh", "fish", "busybox"
 pub fn deny_view(cmd: &str) -> Result<DenyView, String> {
     let mut view = DenyView::default();
     collect(cmd, 0, &mut view)?;
+    bound_names(&mut view)?;
     Ok(view)
+}
+
+/// Every command whose program is a name bound to code (an alias, a `hash -p`) is
+/// checked again as that code followed by its arguments, until nothing new appears.
+fn bound_names(view: &mut DenyView) -> Result<(), String> {
+    let mut done: Vec<(usize, usize, usize)> = Vec::new();
+    for _ in 0..=MAX_SCRIPT_DEPTH {
+        let mut todo = Vec::new();
+        for &(index, start) in &view.starts {
+            let words = &view.commands[index][start..];
+            let Some(Some(program)) = words.first() else {
+                continue;
+            };
+            for (b, (name, code)) in view.bindings.iter().enumerate() {
+                if name == program && !done.contains(&(index, start, b)) {
+                    done.push((index, start, b));
+                    let mut script = code.clone();
+                    for w in &words[1..] {
+                        script.push(' ');
+                        // A word only known at run time stays one.
+                        script.push_str(&w.as_deref().map_or("\"$_\"".into(), |w| normalize(&[w])));
+                    }
+                    todo.push(script);
+                }
+            }
+        }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        for script in todo {
+            collect(&script, 1, view)
+                .map_err(|e| format!("{} cannot be checked: {e}", short(&script)))?;
+        }
+    }
+    Err("names bound to code nest too deeply".into())
 }
 
 fn collect(cmd: &str, depth: usize, view: &mut DenyView) -> Result<(), String> {
@@ -185,6 +221,7 @@ impl DenyWalk<'_, '_> {
                 }
             }
             assigned_names(base, args, source)?;
+            self.bind(base, args);
             scripts.extend(scripts_of(base, args, source)?);
         }
         self.view.commands.push(words);
@@ -194,6 +231,32 @@ impl DenyWalk<'_, '_> {
                 .map_err(|e| format!("its script {} cannot be checked: {e}", short(&s)))?;
         }
         Ok(())
+    }
+}
+
+impl DenyWalk<'_, '_> {
+    /// Records the names `alias` and `hash -p` bind to code (see [`bound_names`]).
+    fn bind(&mut self, base: &str, args: &[DenyWord]) {
+        match base {
+            "alias" => {
+                for a in args.iter().flatten() {
+                    if let Some((name, value)) = a.split_once('=') {
+                        self.view
+                            .bindings
+                            .push((name.to_string(), value.to_string()));
+                    }
+                }
+            }
+            "hash" => {
+                let paths = option_values(args, 'p', "p");
+                for (path, name) in paths.iter().zip(operands(args, "p")) {
+                    if let (Some(path), Some(name)) = (path, name) {
+                        self.view.bindings.push((name, normalize(&[path.as_str()])));
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -377,8 +440,14 @@ pub(super) fn assigned_names(base: &str, args: &[DenyWord], source: &str) -> Res
         "wait" => option_values(args, 'p', "p"),
         // `test -v 'a[$(cmd)]'` evaluates the subscript.
         "test" | "[" => {
-            let named = args.iter().any(|a| matches!(a.as_deref(), Some("-v" | "-R")));
-            if named && args.iter().any(|a| a.as_ref().is_none_or(|a| a.contains('['))) {
+            let named = args
+                .iter()
+                .any(|a| matches!(a.as_deref(), Some("-v" | "-R")));
+            if named
+                && args
+                    .iter()
+                    .any(|a| a.as_ref().is_none_or(|a| a.contains('[')))
+            {
                 return Err(evaluates());
             }
             Vec::new()
@@ -416,7 +485,10 @@ fn operands(args: &[DenyWord], takes_value: &str) -> Vec<DenyWord> {
             Some(a) if !options_done && a.starts_with('-') && a.len() > 1 => {
                 // A value-taking letter ends the cluster; without a rest, the next
                 // word is its value.
-                if let Some((k, c)) = a.char_indices().skip(1).find(|(_, c)| takes_value.contains(*c))
+                if let Some((k, c)) = a
+                    .char_indices()
+                    .skip(1)
+                    .find(|(_, c)| takes_value.contains(*c))
                     && k + c.len_utf8() == a.len()
                 {
                     i += 1;
@@ -575,4 +647,3 @@ fn static_value(node: Node, src: &str) -> DenyWord {
         _ => None,
     }
 }
-

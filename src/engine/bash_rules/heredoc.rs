@@ -105,4 +105,3 @@ fn has_substitution(body: &str) -> bool {
     }
     false
 }
-

@@ -111,6 +111,9 @@ pub struct DenyView {
     pub starts: Vec<(usize, usize)>,
     /// The source text of each command, for messages.
     pub sources: Vec<String>,
+    /// Names bound to code (`alias x=…`, `hash -p PATH x`): a command run by that name
+    /// is checked as the code it stands for.
+    bindings: Vec<(String, String)>,
 }
 
 /// Parses `cmd` with the bounds above, within `budget`.

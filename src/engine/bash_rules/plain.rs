@@ -114,7 +114,8 @@ fn plain_statement(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), Not
 }
 
 /// One simple command of plain words. A leading `time` (and its `-p`) is dropped: it
-/// only measures. A glob is allowed as an argument (see [`Part::open`]).
+/// only measures. A glob, a plain variable or `~` is allowed as an argument (see
+/// [`Part::open`]).
 fn plain_command(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), NotPlain> {
     if let Some(t) = stray_token(node) {
         return Err(not_plain(t, src));
@@ -144,7 +145,7 @@ fn plain_command(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), NotPl
                 // `time -p cmd`: the option belongs to `time`.
                 Some(v) if timed && words.is_empty() && (v == "-p" || v == "--") => {}
                 Some(v) => words.push(v),
-                None if !words.is_empty() && glob_word(ch, src) => {
+                None if !words.is_empty() && (glob_word(ch, src) || variable_word(ch, src)) => {
                     open.get_or_insert(words.len());
                     words.push(text(ch, src).to_string());
                 }
@@ -180,14 +181,45 @@ fn glob_word(node: Node, src: &str) -> bool {
         && unquoted(&t.replace(['*', '?', '[', ']'], "x")).is_some()
 }
 
+/// An argument that only reads a variable or the home directory: `$NAME`, `"$NAME"`,
+/// `${NAME}`, `"${NAME}"`, `~`, `~/path`. Bash replaces it by words it does not run;
+/// nothing in it is evaluated.
+fn variable_word(node: Node, src: &str) -> bool {
+    let t = text(node, src);
+    let plain_expansion = |n: Node| match n.kind() {
+        "simple_expansion" => {
+            n.named_child(0)
+                .is_some_and(|v| v.kind() == "variable_name")
+                && n.named_child_count() == 1
+        }
+        "expansion" => {
+            let mut c = n.walk();
+            let kinds: Vec<&str> = n.children(&mut c).map(|k| k.kind()).collect();
+            kinds == ["${", "variable_name", "}"]
+        }
+        _ => false,
+    };
+    match node.kind() {
+        "simple_expansion" | "expansion" => plain_expansion(node),
+        "string" => {
+            let mut c = node.walk();
+            node.named_children(&mut c)
+                .all(|n| n.kind() == "string_content" || plain_expansion(n))
+                && double_quoted(&t.replace('$', "")).is_some()
+        }
+        "word" => (t == "~" || t.starts_with("~/")) && unquoted(&t.replacen('~', "x", 1)).is_some(),
+        _ => false,
+    }
+}
+
 /// A here-document whose body bash passes as it is: a quoted delimiter, or a body
 /// without `$`, backquote or backslash; read where bash reads it ([`check_heredoc`]),
 /// with nothing else on its line.
 fn literal_heredoc(node: Node, src: &str) -> bool {
     let mut c = node.walk();
-    let only_parts = node.named_children(&mut c).all(|ch| {
-        matches!(ch.kind(), "heredoc_start" | "heredoc_body" | "heredoc_end")
-    });
+    let only_parts = node
+        .named_children(&mut c)
+        .all(|ch| matches!(ch.kind(), "heredoc_start" | "heredoc_body" | "heredoc_end"));
     let mut c = node.walk();
     let quoted = node
         .named_children(&mut c)
@@ -207,9 +239,6 @@ fn literal_herestring(node: Node, src: &str) -> bool {
     let words: Vec<Node> = node.named_children(&mut c).collect();
     words.len() == 1 && literal(words[0], src).is_some()
 }
-
-
-
 
 fn has_heredoc(root: Node) -> bool {
     let mut cursor = root.walk();
