@@ -162,10 +162,9 @@ fn main() {
         })
     };
     let options = RuntimeOptions {
-        client: Some(client),
         events,
-        resilience: Some(Default::default()),
-        ..RuntimeOptions::default()
+        resilience: Default::default(),
+        ..RuntimeOptions::new(client)
     };
     let runtime = Runtime::with_options(&workspace, workspace.join("runs"), options).unwrap();
     let coordinator =

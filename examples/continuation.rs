@@ -11,7 +11,7 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use flower::{AgentSpec, Runtime, Step, Workflow};
+use flower::{AgentSpec, Run, Settings, Step, Workflow};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
@@ -24,9 +24,12 @@ async fn main() -> anyhow::Result<()> {
         terse,
         "读 seed.txt,只回文件里那个词。",
     )]);
-    let rt = Runtime::new(".", "runs")?;
-    let ctx = wf.run(&rt).await;
-    rt.close();
+    // The library reads no environment by itself: the settings are resolved here, once
+    // (workspace: the current directory; run_dir: "runs", relative to it).
+    let settings = Settings::from_env()?;
+    let run = Run::open(&settings)?;
+    let ctx = wf.run(run.runtime()).await;
+    run.close();
     let ctx = ctx?;
     println!("{}", ctx.woke); // which wake this is; 1 on the first run
     println!("{}", serde_json::to_string(&ctx.sessions)?); // {"取词": "<session_id>"}

@@ -1,36 +1,54 @@
 //! flower: a harness for long-running LLM coding agents.
 //!
-//! The crate is laid out by job, one folder each:
-//! - [`model`]: talking to a model (the Anthropic Messages API over SSE);
-//! - [`stores`]: where transcripts live (SQLite) and what a resumed session is fed (pruning);
-//! - [`tools`]: the tools an agent can call (Read, Write, Edit, Glob, Grep, Bash);
-//! - [`engine`]: the agent loop: turns, tool calls, permissions, sub-agents;
-//! - [`core`]: what makes a run continue across processes: runtime, lineage, manifest,
-//!   resilience, signals, the wake probe;
-//! - [`workflow`]: steps and workflows, and flower's default pipeline;
+//! The modules form a line; each imports only the ones before it (DESIGN.md §2,
+//! `docs/architecture.md` has the whole picture and the trace of a run):
 //!
-//! The `flower` command line lives in the binary (`src/main.rs`, `src/cli/`).
+//! ```text
+//! future, run_dir, atomic → model → transcript, events → stores → tools → engine
+//!   → continuity (settings inside it) → workflow → inspect
+//!   → the binary (src/main.rs, src/cli/) and the Python package
+//! ```
+//!
+//! - [`future`]: the boxed future of the async traits; [`run_dir`]: the run directory
+//!   and its file names; [`atomic`]: the one temp-file-and-rename writer; [`events`]:
+//!   what a run reports to its front end;
+//! - [`transcript`]: the transcript entry format, its marker strings, tool names;
+//! - [`model`]: talking to a model (the Anthropic Messages API over SSE), model names,
+//!   prices, error classes;
+//! - [`stores`]: where transcripts live (SQLite, PostgreSQL) and what a resumed session
+//!   is fed (pruning);
+//! - [`tools`]: the tools an agent can call (Read, Write, Edit, Glob, Grep, Bash) and
+//!   the sandbox around Bash;
+//! - [`engine`]: the agent loop: turns, tool calls, permissions, sub-agents;
+//! - [`continuity`]: what makes a run continue across processes: the runtime, lineage,
+//!   manifest, resilience, 换代, locks, signals, the wake probe, and the run's lifecycle
+//!   ([`Run`]);
+//! - [`settings`]: every flag and variable resolved once into validated [`Settings`]
+//!   (part of the continuity layer: [`Run::open`] takes them); the only reader of the
+//!   process environment;
+//! - [`workflow`]: steps and workflows, gates, and flower's default pipeline;
+//! - [`inspect`]: the read-only model of a run for `flower log`, `show` and `report`.
 
 pub mod atomic;
 pub mod continuity;
 pub mod engine;
 pub mod events;
+pub mod future;
 pub mod inspect;
 pub mod model;
+pub mod run_dir;
+pub mod settings;
 pub mod stores;
 pub mod tools;
 pub mod transcript;
 pub mod workflow;
 
-use std::future::Future;
-use std::pin::Pin;
-
-/// A boxed, sendable future: the return type of the object-safe async traits
-/// ([`model::ModelClient`], [`tools::Tool`]).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 pub use crate::continuity::lineage::Lineage;
+pub use crate::continuity::run::Run;
 pub use crate::continuity::runtime::{Runtime, RuntimeOptions};
 pub use crate::continuity::wake::{WakeState, wake_state, wake_state_in};
 pub use crate::engine::spec::AgentSpec;
+pub use crate::future::BoxFuture;
+pub use crate::run_dir::RunDir;
+pub use crate::settings::{ConfigError, Settings};
 pub use crate::workflow::{Context, Step, Workflow};

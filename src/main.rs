@@ -8,6 +8,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The one read of the process environment; every command resolves its settings from it.
+    let env = flower::settings::Environment::from_process();
     let result = match cli.command {
         Some(Command::Store(args)) => {
             return cli::store::run(args).unwrap_or_else(|e| {
@@ -15,18 +17,18 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             });
         }
-        Some(Command::State(args)) => cli::state::run(args),
-        Some(Command::Log(args)) => cli::log::run(args),
-        Some(Command::Show(args)) => cli::show::run(args),
-        Some(Command::Report(args)) => cli::report::run(args),
-        Some(Command::Once(args)) => block_on(cli::once::run(args)),
-        None => block_on(cli::flow::run(cli.flow)),
+        Some(Command::State(args)) => cli::state::run(args, &env),
+        Some(Command::Log(args)) => cli::log::run(args, &env),
+        Some(Command::Show(args)) => cli::show::run(args, &env),
+        Some(Command::Report(args)) => cli::report::run(args, &env),
+        Some(Command::Once(args)) => block_on(cli::once::run(args, &env)),
+        None => block_on(cli::flow::run(cli.flow, &env)),
     };
     match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("flower: {error:#}");
-            if error.downcast_ref::<cli::config::ConfigError>().is_some() {
+            if error.downcast_ref::<flower::ConfigError>().is_some() {
                 ExitCode::from(cli::config::EXIT_USAGE)
             } else {
                 ExitCode::FAILURE

@@ -1,7 +1,8 @@
 //! Command-line arguments.
 
+use super::flags::{ModelArg, RunDirArg, RunKeyArg, SandboxArgs, StoreArg, ThinkingArg, flags_of};
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use flower::settings::Flags;
 
 /// Exit status when another process holds the run directory (or the session).
 pub const EXIT_LOCKED: u8 = 3;
@@ -38,14 +39,11 @@ pub struct FlowArgs {
     #[arg(long, default_value_t = flower::workflow::flower::DEFAULT_ROUNDS, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
-    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
-    #[arg(long)]
-    pub model: Option<String>,
+    #[command(flatten)]
+    pub model: ModelArg,
 
     /// Also print the sandbox state under the banner.
     #[arg(short = 'v', long)]
@@ -53,20 +51,15 @@ pub struct FlowArgs {
 
     #[command(flatten)]
     pub sandbox: SandboxArgs,
-    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
-    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
 
-    /// The run's name in a shared store, for hosts that mount the workspace at
-    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
-    #[arg(long, value_name = "NAME")]
-    pub run_key: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArg,
 
-    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
-    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
-    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
-    pub thinking: Option<Option<u32>>,
+    #[command(flatten)]
+    pub run_key: RunKeyArg,
+
+    #[command(flatten)]
+    pub thinking: ThinkingArg,
 
     /// If another flower is running in this run directory, wait for it to end instead of
     /// exiting with status 3.
@@ -79,41 +72,20 @@ pub struct FlowArgs {
 }
 
 impl FlowArgs {
-    pub fn model_flags(&self) -> super::model_config::ModelFlags {
-        super::model_config::ModelFlags {
-            model: self.model.clone(),
-            thinking: self.thinking,
-        }
+    /// Everything this command line says to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        let mut flags = flags_of(&[
+            &self.run_dir,
+            &self.model,
+            &self.sandbox,
+            &self.store,
+            &self.run_key,
+            &self.thinking,
+        ]);
+        flags.wait = self.wait;
+        flags.handoff_at = self.handoff_at.clone();
+        flags
     }
-}
-
-impl OnceArgs {
-    pub fn model_flags(&self) -> super::model_config::ModelFlags {
-        super::model_config::ModelFlags {
-            model: self.model.clone(),
-            thinking: self.thinking,
-        }
-    }
-}
-
-/// The sandbox around Bash commands (see the README's "Permissions and sandbox");
-/// folded into the [`super::config::Config`] with the `FLOWER_SANDBOX` and
-/// `FLOWER_NETWORK` settings.
-#[derive(Debug, Clone, Args)]
-pub struct SandboxArgs {
-    /// Bash commands get no network (a new, empty network namespace).
-    /// Setting: FLOWER_NETWORK=off.
-    #[arg(long)]
-    pub no_network: bool,
-
-    /// Refuse to run Bash commands when the kernel cannot sandbox them (no Landlock).
-    /// Setting: FLOWER_SANDBOX=require.
-    #[arg(long, conflicts_with = "no_sandbox")]
-    pub require_sandbox: bool,
-
-    /// Run Bash commands without the sandbox. Setting: FLOWER_SANDBOX=off.
-    #[arg(long)]
-    pub no_sandbox: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -157,15 +129,11 @@ pub struct OnceArgs {
     #[arg(long)]
     pub max_turns: Option<u32>,
 
-    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
-    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
-    #[arg(long)]
-    pub model: Option<String>,
+    #[command(flatten)]
+    pub model: ModelArg,
 
-    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
-    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
-    #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
-    pub thinking: Option<Option<u32>>,
+    #[command(flatten)]
+    pub thinking: ThinkingArg,
 
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
@@ -174,14 +142,24 @@ pub struct OnceArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 
-    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
-    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArg,
+}
+
+impl OnceArgs {
+    /// Everything this command line says to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        flags_of(&[
+            &self.model,
+            &self.thinking,
+            &self.sandbox,
+            &self.run_dir,
+            &self.store,
+        ])
+    }
 }
 
 #[derive(Debug, Args)]
@@ -190,17 +168,19 @@ pub struct StateArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 
-    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
-    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArg,
 
-    /// The run's name in a shared store, for hosts that mount the workspace at
-    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
-    #[arg(long, value_name = "NAME")]
-    pub run_key: Option<String>,
+    #[command(flatten)]
+    pub run_key: RunKeyArg,
+}
+
+impl StateArgs {
+    /// Everything this command line says to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        flags_of(&[&self.run_dir, &self.store, &self.run_key])
+    }
 }

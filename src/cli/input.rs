@@ -3,8 +3,8 @@
 //! One thread owns stdin and hands out lines through a channel, so a reader that gets
 //! cancelled (an `AskUser` interrupted by Ctrl-C) never swallows the next line.
 
-use flower::BoxFuture;
 use flower::engine::Asker;
+use flower::future::BoxFuture;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::{Mutex, mpsc};
@@ -75,3 +75,8 @@ impl Asker for TerminalAsker {
 /// What is asked after a Ctrl-C.
 pub const AFTER_INTERRUPT: &str =
     "已打断。直接回车 = 接着做;也可以说一句话给它(再按一次 Ctrl-C 退出)";
+
+/// After a Ctrl-C: ask for a line on the terminal.
+pub fn after_interrupt() -> flower::engine::InterruptPrompt {
+    Arc::new(|| Box::pin(ask_line(AFTER_INTERRUPT)))
+}

@@ -1,12 +1,12 @@
 //! `flower log`: one line per step attempt of manifest.json, in time order, then the
 //! run's totals. Read-only.
 
-use super::render::{cost, tokens};
-use super::{duration, open_run, print_out};
+use super::format::duration;
+use super::format::{cost, tokens};
+use super::{open_run, print_out};
 use clap::Args;
 use flower::inspect::{Attempt, AttemptKind, Run, Totals};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
@@ -15,16 +15,12 @@ pub struct LogArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
-
     #[command(flatten)]
-    pub source: super::RunSource,
+    pub source: super::flags::RunSource,
 }
 
-pub fn run(args: LogArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir, &args.source)?;
+pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
+    let run = open_run(&args.source, env)?;
     let sessions = run.sessions();
     let totals = run.totals(&sessions);
     let out = if args.json {
@@ -79,7 +75,7 @@ fn text(run: &Run, t: &Totals) -> String {
     let width = run
         .attempts
         .iter()
-        .map(|a| super::render::display_width(&a.step))
+        .map(|a| super::format::display_width(&a.step))
         .max()
         .unwrap_or(0);
     let mut wakes = 0;
@@ -88,7 +84,7 @@ fn text(run: &Run, t: &Totals) -> String {
             wakes += 1;
             let _ = writeln!(out, "── 唤醒 #{wakes}(进程 {})──", a.run);
         }
-        let pad = width.saturating_sub(super::render::display_width(&a.step));
+        let pad = width.saturating_sub(super::format::display_width(&a.step));
         let kind = kind_label(a.kind);
         let kind = if kind.is_empty() {
             String::new()

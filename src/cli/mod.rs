@@ -3,10 +3,12 @@
 
 pub mod args;
 pub mod config;
+pub mod flags;
 pub mod flow;
+pub mod format;
 pub mod input;
+pub mod lines;
 pub mod log;
-pub mod model_config;
 pub mod once;
 pub mod render;
 pub mod report;
@@ -14,25 +16,6 @@ pub mod show;
 pub mod state;
 pub mod status;
 pub mod store;
-
-use std::path::Path;
-
-/// A path for display: the home directory shown as `~`.
-pub fn tilde(path: &Path) -> String {
-    let text = path.to_string_lossy().into_owned();
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        let home = home.to_string_lossy().trim_end_matches('/').to_string();
-        if !home.is_empty() {
-            if text == home {
-                return "~".into();
-            }
-            if let Some(rest) = text.strip_prefix(&format!("{home}/")) {
-                return format!("~/{rest}");
-            }
-        }
-    }
-    text
-}
 
 /// Writes `text` to stdout; a reader that went away (`| head`) is not an error.
 pub fn print_out(text: &str) -> anyhow::Result<std::process::ExitCode> {
@@ -47,62 +30,29 @@ pub fn print_out(text: &str) -> anyhow::Result<std::process::ExitCode> {
     }
 }
 
-/// Where `log`, `show` and `report` read a run from: the run directory (default), or
-/// a PostgreSQL store that holds the run's lineage, manifest and transcripts.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RunSource {
-    /// Read the run from this PostgreSQL store (postgres://…) instead of the run
-    /// directory, or `sqlite` for runs/ (the default). Else FLOWER_STORE.
-    #[arg(long, value_name = "URL")]
-    pub store: Option<String>,
-
-    /// With --store: the run's name in the store (else FLOWER_RUN_KEY; default: this
-    /// workspace's project key).
-    #[arg(long, value_name = "NAME")]
-    pub run_key: Option<String>,
-}
-
 /// Opens the run for a read-only view; a run that cannot be read exits 1 with the
 /// reason (never a panic, never a write to the run directory). With a PostgreSQL
 /// store the run is read from the database, where another host may have written it;
 /// a run the database does not know is read from the run directory, as without one.
-pub fn open_run(run_dir: &Path, source: &RunSource) -> anyhow::Result<flower::inspect::Run> {
-    use flower::continuity::shared::SharedRun;
-    use flower::stores::{PostgresStore, SessionStore};
-    let workspace = std::env::current_dir()?;
-    let url = config::store_from_env(source.store.as_deref())?;
-    let run_key = config::run_key_from_env(source.run_key.as_deref(), url.as_ref())?;
-    if let Some(url) = url {
-        let store = std::sync::Arc::new(
-            PostgresStore::open(&url).map_err(|e| anyhow::anyhow!("cannot open the store: {e}"))?,
-        );
-        let canonical = workspace
-            .canonicalize()
-            .unwrap_or_else(|_| workspace.clone());
-        let shared = SharedRun::find(store.clone(), &canonical, run_key.as_ref())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        if let Some(shared) = shared {
-            let store: std::sync::Arc<dyn SessionStore> = store;
-            return Ok(flower::inspect::Run::open_shared(
-                &workspace, run_dir, &shared, store,
-            )?);
-        }
+pub fn open_run(
+    source: &flags::RunSource,
+    env: &flower::settings::Environment,
+) -> anyhow::Result<flower::inspect::Run> {
+    use flower::continuity::run::{Peek, RunError};
+    let settings = config::settings(&source.flags(), env)?;
+    let (workspace, run_dir) = (&settings.workspace, &settings.run_dir);
+    let peek = Peek::open(&settings).map_err(|error| match error {
+        RunError::OpenStore(e) => anyhow::anyhow!("cannot open the store: {e}"),
+        RunError::ReadRun(e) | RunError::Foreign(e) => anyhow::anyhow!("{e}"),
+        other => other.into(),
+    })?;
+    if let (Some(shared), Some(store)) = (peek.shared(), peek.store()) {
+        return Ok(flower::inspect::Run::open_shared(
+            workspace,
+            run_dir,
+            shared,
+            store.clone(),
+        )?);
     }
-    Ok(flower::inspect::Run::open(&workspace, run_dir)?)
-}
-
-/// `1h02m`, `3m05s`, `12.3s`.
-pub fn duration(secs: f64) -> String {
-    let s = secs.max(0.0);
-    if s < 60.0 {
-        format!("{s:.1}s")
-    } else if s < 3600.0 {
-        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
-    } else {
-        format!(
-            "{}h{:02}m",
-            (s / 3600.0) as u64,
-            ((s % 3600.0) / 60.0) as u64
-        )
-    }
+    Ok(flower::inspect::Run::open(workspace, run_dir)?)
 }

@@ -3,45 +3,12 @@
 //! turn, context, cost) is redrawn in place. `NO_COLOR` and non-terminal output are
 //! respected: no colours, no redrawn lines.
 
+use super::format::{display_width, tokens};
 use super::status::{self, Status};
 use flower::engine::{Event, EventSink};
+use flower::settings::Terminal;
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// Formats a token count the way the banner shows it: one decimal, K or M.
-pub fn tokens(count: u64) -> String {
-    if count >= 1_000_000 {
-        format!("{:.1}M", count as f64 / 1_000_000.0)
-    } else {
-        format!("{:.1}K", count as f64 / 1_000.0)
-    }
-}
-
-/// Formats a cost, or `?` when the model's price is unknown.
-pub fn cost(cost: Option<f64>) -> String {
-    match cost {
-        Some(c) => format!("${c:.4}"),
-        None => "$?".into(),
-    }
-}
-
-/// Terminal display width: CJK and fullwidth characters take two columns.
-pub fn display_width(text: &str) -> usize {
-    text.chars()
-        .map(|c| {
-            let c = c as u32;
-            let wide = (0x1100..=0x115F).contains(&c)
-                || (0x2E80..=0xA4CF).contains(&c)
-                || (0xAC00..=0xD7A3).contains(&c)
-                || (0xF900..=0xFAFF).contains(&c)
-                || (0xFE30..=0xFE4F).contains(&c)
-                || (0xFF00..=0xFF60).contains(&c)
-                || (0xFFE0..=0xFFE6).contains(&c)
-                || (0x20000..=0x3FFFD).contains(&c);
-            if wide { 2 } else { 1 }
-        })
-        .sum()
-}
 
 /// Width of a step header up to the step counter: `== 干活 ` plus 30 `=`.
 const HEADER_WIDTH: usize = 38;
@@ -94,13 +61,17 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    pub fn new(headers: bool) -> Arc<Self> {
+    /// A renderer for this process's terminal, as `terminal` (the settings' `NO_COLOR`
+    /// and `TERM`) describes it.
+    pub fn new(headers: bool, terminal: &Terminal) -> Arc<Self> {
         let err_tty = std::io::stderr().is_terminal();
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let term = std::env::var("TERM").ok();
         Arc::new(Renderer {
-            color: err_tty && !no_color,
-            live: status::live(std::io::stdout().is_terminal(), err_tty, term.as_deref()),
+            color: err_tty && !terminal.no_color,
+            live: status::live(
+                std::io::stdout().is_terminal(),
+                err_tty,
+                terminal.term.as_deref(),
+            ),
             headers,
             state: Mutex::new(State::default()),
         })

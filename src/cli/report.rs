@@ -9,12 +9,14 @@
 //! Curves longer than [`MAX_POINTS`] are downsampled by keeping each bucket's lowest
 //! and highest point (the sawtooth of handoffs survives); markers are never dropped.
 
+use super::format::duration;
+use super::format::{cost, tokens};
 use super::log::{clock, kind_label, outcome, totals_line};
-use super::render::{cost, tokens};
-use super::{duration, open_run};
+use super::open_run;
 use clap::Args;
-use flower::continuity::handoff::{self, HandoffOptions};
+use flower::continuity::handoff::{self, Threshold};
 use flower::inspect::{AttemptKind, DEFAULT_WINDOW_TOKENS, MarkKind, Run, Session, Totals};
+use flower::run_dir::RunDir;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -39,12 +41,8 @@ pub struct ReportArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
-
     #[command(flatten)]
-    pub source: super::RunSource,
+    pub source: super::flags::RunSource,
 }
 
 /// Where the window and handoff-threshold lines go.
@@ -55,36 +53,52 @@ pub struct ReportOptions {
 }
 
 impl ReportOptions {
-    /// From the handoff settings (flags and environment as the pipeline reads them)
-    /// and the model the run's sessions used.
-    pub fn for_run(handoff: &HandoffOptions, sessions: &[Session]) -> ReportOptions {
+    /// The window and threshold the run recorded in its manifest (its latest row that
+    /// has them), so that the lines are where the run's own `--handoff-at` /
+    /// `FLOWER_HANDOFF_AT` put them. A run of an older flower recorded neither: the
+    /// window of the model its sessions used and the default threshold.
+    pub fn for_run(run: &Run, sessions: &[Session]) -> ReportOptions {
+        if let Some(recorded) = run.attempts.iter().rev().find_map(|a| {
+            let window = a.context_window?;
+            Some(ReportOptions {
+                window,
+                handoff_threshold: a
+                    .handoff_threshold
+                    .unwrap_or_else(|| default_threshold(window)),
+            })
+        }) {
+            return recorded;
+        }
         let model = sessions
             .iter()
             .rev()
             .find_map(|s| s.model.clone())
             .unwrap_or_default();
         let window = if model.is_empty() {
-            handoff.window.unwrap_or(DEFAULT_WINDOW_TOKENS)
+            DEFAULT_WINDOW_TOKENS
         } else {
-            handoff.window_for(&model)
+            handoff::context_window(&model)
         };
-        let threshold = handoff
-            .at
-            .resolve(window)
-            .unwrap_or((window as f64 * handoff::DEFAULT_PERCENT / 100.0) as u64);
         ReportOptions {
             window,
-            handoff_threshold: threshold,
+            handoff_threshold: default_threshold(window),
         }
     }
 }
 
-pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir, &args.source)?;
+/// The default threshold's share of `window`.
+fn default_threshold(window: u64) -> u64 {
+    Threshold::default()
+        .resolve(window)
+        .unwrap_or((window as f64 * handoff::DEFAULT_PERCENT / 100.0) as u64)
+}
+
+pub fn run(args: ReportArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
+    let run = open_run(&args.source, env)?;
     let output = args
         .output
-        .unwrap_or_else(|| args.run_dir.join("report.html"));
-    let html = render(&run, &HandoffOptions::default());
+        .unwrap_or_else(|| RunDir::new(&run.run_dir).report());
+    let html = render(&run);
     write_report(&output, &html)?;
     eprintln!("报告已写到 {}({} 字节)", output.display(), html.len());
     Ok(ExitCode::SUCCESS)
@@ -96,9 +110,9 @@ fn write_report(path: &Path, html: &str) -> anyhow::Result<()> {
 }
 
 /// The whole page.
-pub fn render(run: &Run, handoff: &HandoffOptions) -> String {
+pub fn render(run: &Run) -> String {
     let sessions = run.sessions();
-    let options = &ReportOptions::for_run(handoff, &sessions);
+    let options = &ReportOptions::for_run(run, &sessions);
     let totals = run.totals(&sessions);
     let mut h = String::with_capacity(1 << 20);
     h.push_str(concat!(

@@ -2,7 +2,7 @@
 //! `--pruned` shows what a resume would feed the model instead of what is stored.
 //! Read-only; the output is plain text (pager-friendly) wherever it goes.
 
-use super::render::tokens;
+use super::format::tokens;
 use super::{open_run, print_out};
 use clap::Args;
 use flower::inspect::Run;
@@ -11,7 +11,6 @@ use flower::transcript::markers;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Lines of a tool result shown before it is cut.
@@ -41,16 +40,12 @@ pub struct ShowArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Run directory, relative to the current directory.
-    #[arg(short = 'r', long = "run-dir", default_value = "runs")]
-    pub run_dir: PathBuf,
-
     #[command(flatten)]
-    pub source: super::RunSource,
+    pub source: super::flags::RunSource,
 }
 
-pub fn run(args: ShowArgs) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.run_dir, &args.source)?;
+pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
+    let run = open_run(&args.source, env)?;
     let (id, step) = run.resolve(args.target.as_deref())?;
     let key = run.key(&id);
     let load = |key: &SessionKey| -> anyhow::Result<Vec<Value>> {

@@ -2,50 +2,29 @@
 
 use super::args::StateArgs;
 use super::config;
-use super::flow::{Where, who};
-use flower::continuity::lock::{self, Probe};
-use flower::continuity::shared::{SharedRun, SharedRunError};
-use flower::continuity::wake::wake_state_of;
-use flower::stores::{PostgresStore, SessionStore};
+use super::lines;
+use flower::continuity::lock::Probe;
+use flower::continuity::run::{Peek, RunError};
+use flower::settings::Environment;
 use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
-    let url = config::store_from_env(args.store.as_deref())?;
-    let run_key = config::run_key_from_env(args.run_key.as_deref(), url.as_ref())?;
-    let workspace = std::path::Path::new(".")
-        .canonicalize()
-        .unwrap_or_else(|_| ".".into());
-    let (store, shared) = match &url {
-        Some(url) => {
-            let store = Arc::new(PostgresStore::open(url).map_err(|e| {
-                anyhow::anyhow!("cannot open the store: {e}\nNothing was sent to the model.")
-            })?);
-            // Read-only: a run not registered yet is simply not there.
-            let shared = match SharedRun::find(store.clone(), &workspace, run_key.as_ref()) {
-                Ok(shared) => shared,
-                Err(e @ SharedRunError::Foreign { .. }) => {
-                    eprintln!("flower: {e}");
-                    return Ok(ExitCode::from(config::EXIT_USAGE));
-                }
-                Err(e) => return Err(anyhow::anyhow!("cannot read the run from the store: {e}")),
-            };
-            (Some(store as Arc<dyn SessionStore>), shared)
+pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
+    let settings = config::settings(&args.flags(), env)?;
+    // Read-only: a run not registered in the database yet is simply not there.
+    let peek = match Peek::open(&settings) {
+        Ok(peek) => peek,
+        Err(RunError::ReadRun(e)) => {
+            return Err(anyhow::anyhow!("cannot read the run from the store: {e}"));
         }
-        None => (None, None),
+        Err(error) => return lines::refused(error),
     };
-    let state = wake_state_of(&workspace, &args.run_dir, store.as_deref(), shared.as_ref());
+    let at = peek.place();
+    let state = at.wake_state();
     // Asked without taking the lock (nothing created, nothing written, no waiting).
-    let running = lock::probe_run(&args.run_dir);
-    let at = Where {
-        workspace: &workspace,
-        run_dir: &args.run_dir,
-        store: store.as_deref(),
-        shared: shared.as_ref(),
-    };
+    let running = peek.running();
     let mut out = String::new();
     if args.json {
         let mut value = serde_json::to_value(&state)?;
@@ -75,14 +54,14 @@ pub fn run(args: StateArgs) -> anyhow::Result<ExitCode> {
             writeln!(out, "步骤 {step}:{session}")?;
         }
         match &running {
-            Probe::Held(holder) => writeln!(out, "正在运行:是({})", who(holder))?,
+            Probe::Held(holder) => writeln!(out, "正在运行:是({})", lines::who(holder))?,
             Probe::Free => writeln!(out, "正在运行:否")?,
         }
         // The current generation's figure: after a handoff, the successor's.
         if let Some(work) = state.steps.get(WORK) {
             let context = at.context(work);
             let generation = at.generation(work);
-            let context = context.map_or("未知".to_string(), super::render::tokens);
+            let context = context.map_or("未知".to_string(), super::format::tokens);
             writeln!(out, "{WORK}上下文:{context} · 第 {generation} 代")?;
         }
     }

@@ -2,8 +2,8 @@
 //! the one summary line printed when the pipeline ends. Drawing (where and when) is the
 //! renderer's job (`render.rs`); this only knows what to say.
 
-use super::duration;
-use super::render::{cost, tokens};
+use super::format::duration;
+use super::format::{cost, tokens};
 use flower::engine::Event;
 use std::time::Instant;
 

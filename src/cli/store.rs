@@ -6,6 +6,7 @@
 //! read-only and never create it.
 
 use clap::{Args, Subcommand};
+use flower::run_dir::RunDir;
 use flower::stores::prune::{PruneOptions, default_trim_dir};
 use flower::stores::{
     PostgresStore, PostgresUrl, SessionKey, SessionStore, SqliteSessionStore, StoreError,
@@ -24,7 +25,7 @@ pub struct StoreArgs {
     #[arg(
         long,
         value_name = "PATH",
-        default_value = "runs/sessions.db",
+        default_value_os_t = default_db(),
         global = true
     )]
     pub db: PathBuf,
@@ -34,6 +35,11 @@ pub struct StoreArgs {
     pub store: Option<String>,
     #[command(subcommand)]
     pub command: StoreCommand,
+}
+
+/// `runs/sessions.db`: the default run directory's store.
+fn default_db() -> PathBuf {
+    RunDir::new(flower::settings::DEFAULT_RUN_DIR).sessions_db()
 }
 
 /// KEY is `project_key/session_id[/subpath]`. Project keys start with `-`
@@ -162,7 +168,7 @@ fn execute(args: &StoreArgs) -> Result<Value, String> {
         };
         let backend = Backend {
             shown,
-            trim_dir: default_trim_dir(Path::new("runs")),
+            trim_dir: default_trim_dir(Path::new(flower::settings::DEFAULT_RUN_DIR)),
             open_rw: &open,
             open_ro: &open,
             exists: true,

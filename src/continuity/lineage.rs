@@ -23,10 +23,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// The file name inside the run dir.
-pub const LINEAGE_FILE: &str = "lineage.json";
-/// The temporary file a write goes through before it is renamed over [`LINEAGE_FILE`].
-pub const LINEAGE_TMP_FILE: &str = "lineage.json.tmp";
+pub use crate::run_dir::{LINEAGE_FILE, LINEAGE_TMP_FILE};
 
 /// Exactly what `lineage.json` holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

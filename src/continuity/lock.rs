@@ -38,10 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The run lock's file name, in the run directory.
-pub const RUN_LOCK_FILE: &str = "run.lock";
-/// The directory of the session locks, in the run directory.
-pub const LOCKS_DIR: &str = "locks";
+pub use crate::run_dir::{LOCKS_DIR, RUN_LOCK_FILE};
 
 /// Who holds a lock, as its holder wrote it into the lock file.
 #[derive(Debug, Clone, PartialEq, Eq)]

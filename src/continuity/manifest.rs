@@ -30,12 +30,7 @@ use super::attempt::{AttemptKind, AttemptName};
 use super::lineage::aside_path;
 use super::shared::SharedRun;
 
-/// The file name inside the run dir.
-pub const MANIFEST_FILE: &str = "manifest.json";
-/// The temporary file a write goes through.
-pub const MANIFEST_TMP_FILE: &str = "manifest.json.tmp";
-/// The sidecar file whose `flock` serialises writers across processes.
-pub const MANIFEST_LOCK_FILE: &str = "manifest.json.lock";
+pub use crate::run_dir::{MANIFEST_FILE, MANIFEST_LOCK_FILE, MANIFEST_TMP_FILE};
 
 /// What one attempt of one step came to: a manifest row without `duration_s` and `run`.
 ///
@@ -196,6 +191,20 @@ pub struct Manifest {
     last: Option<Written>,
     /// With a shared database, the truth; `manifest.json` is then its mirror.
     shared: Option<SharedRun>,
+    /// What this writer's rows say about the run's context (see [`RunContext`]).
+    context: Option<RunContext>,
+}
+
+/// The run's context window and handoff threshold, recorded in every row a runtime
+/// writes (`context_window`, `handoff_threshold`, after `run`), so that a reader (`flower
+/// report`) draws the lines the run used, whatever settings it runs with itself. A
+/// row of an older flower has neither field: readers take the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunContext {
+    /// Tokens.
+    pub window: u64,
+    /// Tokens; `None` when the run does not hand off.
+    pub handoff_threshold: Option<u64>,
 }
 
 impl Manifest {
@@ -251,7 +260,14 @@ impl Manifest {
             rows: Vec::new(),
             last: None,
             shared: None,
+            context: None,
         }
+    }
+
+    /// This writer with every row it writes carrying `context`.
+    pub fn with_context(mut self, context: RunContext) -> Self {
+        self.context = Some(context);
+        self
     }
 
     /// A manifest writer whose rows are merged by `run` in the shared database (the
@@ -291,7 +307,14 @@ impl Manifest {
     /// Synchronous and short, so that a signal handler's task may call it. On error
     /// the row is still kept in memory and goes out with the next successful write.
     pub fn record(&mut self, result: &StepResult) -> Result<RecordOutcome, ManifestError> {
-        let row = result.to_row(&self.run_id);
+        let mut row = result.to_row(&self.run_id);
+        if let (Some(context), Value::Object(map)) = (self.context, &mut row) {
+            map.insert("context_window".into(), Value::from(context.window));
+            map.insert(
+                "handoff_threshold".into(),
+                context.handoff_threshold.map_or(Value::Null, Value::from),
+            );
+        }
         let same_attempt = |r: &Value| {
             r.get("step").and_then(Value::as_str) == Some(result.step.as_str())
                 && r.get("started_at").and_then(Value::as_str) == Some(result.started_at.as_str())

@@ -3,12 +3,14 @@
 //!
 //! The pieces the retry loop is built from:
 //! - [`reachable`] probes with DNS + one TCP connect only: no HTTP, no credentials, no
-//!   cost. [`endpoint`] says what to probe: the gateway in `ANTHROPIC_BASE_URL`, if any.
+//!   cost. [`endpoint_from`] says what to probe: the host of the client's base URL (a
+//!   gateway, if one is configured).
 //! - [`classify`] / [`classify_error`]: transient (wait and retry), fatal (stop and tell
 //!   the user what to fix), unknown. Fatal is checked first: a 401 text often mentions
 //!   "connection" too.
-//! - [`Resilience`]: the numbers, overridable from the environment, with the backoff
-//!   delay and the offline wait.
+//! - [`Resilience`]: the numbers (read from `FLOWER_*` variables through an explicit
+//!   lookup by the settings resolution, never from the process environment here), with
+//!   the backoff delay and the offline wait.
 //! - [`RESUME_PROMPT`]: what a retry that resumes its session says. It names no error:
 //!   the model needs to know it was interrupted, not whether it was ENOTFOUND or a 503.
 
@@ -69,14 +71,10 @@ enum Range {
 }
 
 impl Resilience {
-    /// The defaults overridden by the `FLOWER_*` environment variables. Bad values are
-    /// ignored (the default stays) and each yields one warning line for the user.
-    pub fn from_env() -> (Resilience, Vec<String>) {
-        Resilience::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// [`Resilience::from_env`] reading variables through `lookup`, so that tests need
-    /// not touch the process environment. An empty value counts as unset.
+    /// The defaults overridden by the `FLOWER_*` variables `lookup` finds (the settings
+    /// resolution passes its environment snapshot). Bad values are ignored (the default
+    /// stays) and each yields one warning line; the settings resolution refuses the
+    /// first instead. An empty value counts as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Resilience, Vec<String>) {
         let mut r = Resilience::default();
         let mut warnings = Vec::new();
@@ -231,13 +229,6 @@ impl fmt::Display for Endpoint {
             write!(f, "{}:{}", self.host, self.port)
         }
     }
-}
-
-/// The endpoint of `ANTHROPIC_BASE_URL`, or of the API itself when it is unset or
-/// empty. A gateway must be probed: the API being reachable says nothing about it.
-pub fn endpoint() -> Endpoint {
-    let base = std::env::var("ANTHROPIC_BASE_URL").unwrap_or_default();
-    endpoint_from(&base)
 }
 
 /// The endpoint of a base URL: its host, and its explicit port, else 443 (80 for

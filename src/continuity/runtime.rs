@@ -5,21 +5,26 @@
 //! session), and recorded as a row of `runs/manifest.json` (or of the run's manifest in
 //! a shared database, [`RuntimeOptions::shared_run`]). The store is always a
 //! [`PruningSessionStore`] (over `runs/sessions.db` unless another store is given), so a
-//! resumed session is never fed the errors of a retry storm.
+//! resumed session is never fed the errors of a retry storm. 换代 (a step's session
+//! handing off to a successor) is driven from [`super::succession`].
+//!
+//! A runtime takes resolved values only ([`RuntimeOptions`]); the settings resolution
+//! (`crate::settings`) and the run's lifecycle ([`super::run::Run`]) build them.
 
-use super::handoff::{self, HandoffOptions, MechanicalInput};
+use super::handoff::{self, HandoffOptions};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
-use super::manifest::{Manifest, StepResult, new_run_id};
+use super::manifest::{Manifest, RunContext, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use super::shared::SharedRun;
+use super::succession::handoff_needed;
 use crate::engine::Denial;
 use crate::engine::{
     AgentSpec, Asker, Engine, EngineConfig, Event, EventSink, Interrupt, InterruptPrompt, RunError,
-    RunRequest, RunResult, SessionStart, Stop,
+    RunRequest, RunResult, SessionStart,
 };
-use crate::model::anthropic::AnthropicClient;
 use crate::model::{ModelClient, Usage};
+use crate::run_dir::RunDir;
 use crate::stores::{
     CacheWindow, PruneOptions, PruningSessionStore, SessionStore, SqliteSessionStore, project_key,
 };
@@ -28,9 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Said to a successor that reached the threshold before doing anything: handing off
-/// again cannot help, so it goes on.
-pub const CONTINUE_WITHOUT_HANDOFF: &str = "继续。";
+pub use super::succession::CONTINUE_WITHOUT_HANDOFF;
 
 /// A hook called with a step's session id the moment it exists.
 pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
@@ -87,7 +90,8 @@ pub enum RuntimeError {
     Lock(LockError),
 }
 
-fn holder_text(holder: &Option<Holder>) -> String {
+/// The holder as an error message names it (`pid unknown` when it did not say).
+pub(super) fn holder_text(holder: &Option<Holder>) -> String {
     holder
         .as_ref()
         .map_or_else(|| "pid unknown".into(), Holder::to_string)
@@ -105,8 +109,10 @@ impl RuntimeError {
     }
 }
 
-/// How a runtime is set up. `Default` gives the library's defaults: `trim` off,
-/// `ephemeral` on, `keep_denials` 1, the Anthropic client from the environment.
+/// How a runtime is set up: resolved values only (the settings resolution,
+/// `crate::settings`, builds them from flags and environment; nothing here reads the
+/// environment). [`RuntimeOptions::new`] gives the library's defaults around a client:
+/// `trim` off, `ephemeral` on, `keep_denials` 1, the default retry numbers, no sandbox.
 pub struct RuntimeOptions {
     /// Replace old large tool results by file pointers when a session is resumed.
     pub trim: bool,
@@ -117,14 +123,12 @@ pub struct RuntimeOptions {
     /// The prompt cache's lifetime: a resume within it sends the prefix the cache
     /// holds (prefix-changing pruning waits until it is cold). `None`: always prune.
     pub cache_ttl: Option<Duration>,
-    /// Model override (else `ANTHROPIC_MODEL`, else the client's default).
-    pub model: Option<String>,
     /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
     pub thinking_budget: Option<u32>,
-    /// The model client; `None` builds an [`AnthropicClient`] from the environment.
-    pub client: Option<Arc<dyn ModelClient>>,
-    /// Retry policy; `None` reads the defaults and `FLOWER_*` overrides.
-    pub resilience: Option<Resilience>,
+    /// The model client; its default model is the run's model.
+    pub client: Arc<dyn ModelClient>,
+    /// Retry policy.
+    pub resilience: Resilience,
     pub events: EventSink,
     pub asker: Option<Arc<dyn Asker>>,
     pub interrupt: Interrupt,
@@ -136,11 +140,13 @@ pub struct RuntimeOptions {
     /// The sandbox of Bash commands (off by default in the library).
     pub sandbox: crate::tools::sandbox::SandboxPolicy,
     /// 换代: when a step's main session hands off to a successor (window, threshold).
-    /// Checked by [`Runtime::with_options`]: a threshold above the window is an error.
+    /// Checked by [`Runtime::with_options`] against the client's model: a threshold
+    /// above the window is an error.
     pub handoff: HandoffOptions,
-    /// `max_tokens` of each request; `None`: `FLOWER_MAX_TOKENS`, else
-    /// [`crate::engine::DEFAULT_MAX_TOKENS`].
-    pub max_tokens: Option<u32>,
+    /// `max_tokens` of each request.
+    pub max_tokens: u32,
+    /// The home directory, for `~/` in permission rules; `None`: such a rule is refused.
+    pub home: Option<PathBuf>,
     /// Where transcripts live; `None`: the SQLite store in `run_dir/sessions.db`.
     /// Either way the runtime wraps it in a [`PruningSessionStore`].
     pub store: Option<Arc<dyn SessionStore>>,
@@ -152,17 +158,17 @@ pub struct RuntimeOptions {
     pub run_lock: RunLocking,
 }
 
-impl Default for RuntimeOptions {
-    fn default() -> Self {
+impl RuntimeOptions {
+    /// The library's defaults around `client`.
+    pub fn new(client: Arc<dyn ModelClient>) -> Self {
         RuntimeOptions {
             trim: false,
             ephemeral: true,
             keep_denials: 1,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
-            model: None,
             thinking_budget: None,
-            client: None,
-            resilience: None,
+            client,
+            resilience: Resilience::default(),
             events: crate::events::discard(),
             asker: None,
             interrupt: Interrupt::new(),
@@ -171,7 +177,8 @@ impl Default for RuntimeOptions {
             processes: ProcessGroups::new(),
             sandbox: Default::default(),
             handoff: HandoffOptions::default(),
-            max_tokens: None,
+            max_tokens: crate::engine::DEFAULT_MAX_TOKENS,
+            home: None,
             store: None,
             shared_run: None,
             run_lock: RunLocking::Take,
@@ -191,22 +198,22 @@ pub struct AgentOutcome {
 }
 
 /// One step attempt's state, carried across its engine runs, retries and handoffs.
-struct Attempt {
-    result: StepResult,
-    usage: Usage,
-    denials: Vec<Denial>,
-    stop_reason: Option<String>,
-    start: SessionStart,
-    prompt: String,
+pub(super) struct Attempt {
+    pub(super) result: StepResult,
+    pub(super) usage: Usage,
+    pub(super) denials: Vec<Denial>,
+    pub(super) stop_reason: Option<String>,
+    pub(super) start: SessionStart,
+    pub(super) prompt: String,
     /// The step's own prompt, quoted by a mechanical handoff document.
-    step_prompt: String,
+    pub(super) step_prompt: String,
     /// The handoff threshold; `None` when this attempt does not (or no longer) hands off.
-    limit: Option<u64>,
-    generation: u32,
+    pub(super) limit: Option<u64>,
+    pub(super) generation: u32,
     /// The session that is handing over, until its successor's first prompt is stored.
-    retiring: Option<String>,
+    pub(super) retiring: Option<String>,
     /// 1-based count of tries (the first run and each retry).
-    number: u32,
+    pub(super) number: u32,
 }
 
 impl Attempt {
@@ -240,45 +247,39 @@ impl Attempt {
 type InFlight = Option<StepResult>;
 
 pub struct Runtime {
-    engine: Engine,
+    pub(super) engine: Engine,
     lineage: Arc<Mutex<Lineage>>,
-    manifest: Arc<Mutex<Manifest>>,
+    pub(super) manifest: Arc<Mutex<Manifest>>,
     resilience: Resilience,
     events: EventSink,
     on_session: Mutex<Option<SessionHook>>,
     in_flight: Arc<Mutex<InFlight>>,
-    warnings: Mutex<Vec<String>>,
+    pub(super) warnings: Mutex<Vec<String>>,
     /// Sessions this runtime appends to, locked until it is dropped.
     sessions: Arc<SessionLocks>,
     /// Held for the runtime's whole life; `None` with [`RunLocking::Unlocked`].
     _run_lock: Option<RunLock>,
-    handoff: HandoffOptions,
+    pub(super) handoff: HandoffOptions,
 }
 
 impl Runtime {
-    /// A runtime with the library defaults. `run_dir` is relative to the current
-    /// directory, not to the workspace.
-    pub fn new(
-        workspace: impl AsRef<Path>,
-        run_dir: impl AsRef<Path>,
-    ) -> Result<Self, RuntimeError> {
-        Runtime::with_options(workspace, run_dir, RuntimeOptions::default())
-    }
-
+    /// The runtime of `workspace` with `run_dir` (relative to the current directory,
+    /// not to the workspace). Refuses, before anything is created on disk, a handoff
+    /// threshold above the model's window.
     pub fn with_options(
         workspace: impl AsRef<Path>,
         run_dir: impl AsRef<Path>,
         options: RuntimeOptions,
     ) -> Result<Self, RuntimeError> {
         let workspace = canonical_workspace(workspace.as_ref())?;
-        // The key is checked before anything is created on disk.
-        let client: Arc<dyn ModelClient> = match options.client {
-            Some(client) => client,
-            None => Arc::new(AnthropicClient::from_env(options.model.as_deref())?),
+        let client = options.client;
+        let context = RunContext {
+            window: options.handoff.window_for(client.default_model()),
+            handoff_threshold: match options.handoff.enabled {
+                true => Some(options.handoff.limit_for(client.default_model())?),
+                false => None,
+            },
         };
-        if options.handoff.enabled {
-            options.handoff.limit_for(client.default_model())?;
-        }
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
         // Before the store is opened or anything read: a second runtime touches nothing.
         let run_lock = options.run_lock.resolve(&run_dir).map_err(|e| match e {
@@ -287,29 +288,19 @@ impl Runtime {
         })?;
         let raw_store: Arc<dyn SessionStore> = match options.store {
             Some(store) => store,
-            None => Arc::new(SqliteSessionStore::open(&run_dir.join("sessions.db"))?),
+            None => Arc::new(SqliteSessionStore::open(
+                &RunDir::new(&run_dir).sessions_db(),
+            )?),
         };
-        let mut prune = PruneOptions::new(run_dir.join("trimmed"));
+        let mut prune = PruneOptions::new(RunDir::new(&run_dir).trimmed());
         prune.trim = options.trim;
         prune.ephemeral = options.ephemeral;
         prune.keep_denials = options.keep_denials;
         prune.cache = options.cache_ttl.map(CacheWindow::new);
         let store = Arc::new(PruningSessionStore::new(raw_store.clone(), prune));
-        let mut warnings = Vec::new();
-        let resilience = match options.resilience {
-            Some(resilience) => resilience,
-            None => {
-                let (resilience, bad) = Resilience::from_env();
-                warnings.extend(bad);
-                resilience
-            }
-        };
-        let max_tokens = options.max_tokens.unwrap_or_else(|| {
-            std::env::var("FLOWER_MAX_TOKENS")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(crate::engine::DEFAULT_MAX_TOKENS)
-        });
+        let warnings = Vec::new();
+        let resilience = options.resilience;
+        let max_tokens = options.max_tokens;
         let project = match &options.shared_run {
             Some(shared) => shared.project_key().to_string(),
             None => project_key(&workspace),
@@ -329,6 +320,7 @@ impl Runtime {
             on_interrupt: options.on_interrupt,
             processes: options.processes,
             sandbox: options.sandbox,
+            home: options.home,
         });
         let lineage = match options.shared_run.clone() {
             Some(shared) => {
@@ -337,7 +329,7 @@ impl Runtime {
             None => Lineage::try_load(&run_dir, &workspace, |id| raw_store.has_session(id)),
         }
         .map_err(|source| RuntimeError::LineageCheck {
-            path: run_dir.join(super::lineage::LINEAGE_FILE),
+            path: RunDir::new(&run_dir).lineage(),
             source,
         })?;
         let sessions = Arc::new(SessionLocks::with_store(&run_dir, raw_store.clone()));
@@ -353,7 +345,8 @@ impl Runtime {
         let manifest = match options.shared_run {
             Some(shared) => Manifest::shared(&run_dir, new_run_id(), shared),
             None => Manifest::new(&run_dir, new_run_id()),
-        };
+        }
+        .with_context(context);
         Ok(Runtime {
             engine,
             lineage: Arc::new(Mutex::new(lineage)),
@@ -381,6 +374,11 @@ impl Runtime {
     /// The lineage, as loaded (and validated) when this runtime was created.
     pub fn lineage(&self) -> MutexGuard<'_, Lineage> {
         lock(&self.lineage)
+    }
+
+    /// The home directory `~/` permission rules mean ([`RuntimeOptions::home`]).
+    pub fn home(&self) -> Option<&Path> {
+        self.engine.config().home.as_deref()
     }
 
     /// The running shell commands of this runtime's agents.
@@ -475,20 +473,6 @@ impl Runtime {
         start: SessionStart,
     ) -> AgentOutcome {
         self.run_attempt(step, None, spec, prompt, start).await
-    }
-
-    /// The handoff threshold for an agent, tokens.
-    fn handoff_limit(&self, spec: &AgentSpec) -> u64 {
-        let model = spec
-            .model
-            .as_deref()
-            .unwrap_or_else(|| self.engine.config().model.default_model());
-        let window = self.handoff.window_for(model);
-        // Checked for the default model at construction; a spec's own model with a
-        // smaller window falls back to the default share of it.
-        self.handoff
-            .limit_for(model)
-            .unwrap_or_else(|_| (window as f64 * handoff::DEFAULT_PERCENT / 100.0) as u64)
     }
 
     async fn run_attempt(
@@ -617,92 +601,6 @@ impl Runtime {
         self.set_in_flight(Some(attempt.result.clone()));
     }
 
-    /// A wake into a session already over the threshold hands off before any run: the
-    /// session is not asked anything.
-    async fn hand_off_on_wake(&self, step: &str, spec: &AgentSpec, attempt: &mut Attempt) {
-        let (Some(limit), SessionStart::Resume(id)) = (attempt.limit, &attempt.start) else {
-            return;
-        };
-        let Some(context) = self.session_context(id).filter(|c| *c >= limit) else {
-            return;
-        };
-        let id = id.clone();
-        attempt.result.session_id = Some(id.clone());
-        let reason =
-            format!("唤醒时这条会话的上下文已经到了 {context} tokens,过了换代阈值 {limit}");
-        self.hand_off_to_successor(step, spec, id, context, Some(reason), attempt)
-            .await;
-    }
-
-    /// A run that reached the threshold (or hit the window) hands off to a successor;
-    /// `reason` as from [`handoff_needed`].
-    async fn hand_off_when_full(
-        &self,
-        step: &str,
-        spec: &AgentSpec,
-        run: &RunResult,
-        reason: Option<String>,
-        attempt: &mut Attempt,
-    ) {
-        let old = run.session_id.clone();
-        // A successor that is full before it got anything done would hand off
-        // forever (a threshold below what a fresh session needs): it goes on
-        // without a threshold instead; the window's own limit still applies.
-        if reason.is_none()
-            && matches!(attempt.start, SessionStart::New)
-            && attempt.generation > 1
-            && run.num_turns <= 1
-        {
-            attempt.limit = None;
-            attempt.start = SessionStart::Resume(old);
-            attempt.prompt = CONTINUE_WITHOUT_HANDOFF.to_string();
-            return;
-        }
-        if let Some(reason) = &reason {
-            attempt.result.errors.push(
-                run.error()
-                    .map_or_else(|| reason.clone(), ToString::to_string),
-            );
-        }
-        let context = if run.context > 0 {
-            run.context
-        } else {
-            self.session_context(&old).unwrap_or(0)
-        };
-        self.hand_off_to_successor(step, spec, old, context, reason, attempt)
-            .await;
-        self.set_in_flight(Some(attempt.result.clone()));
-    }
-
-    /// Writes the handoff document for `old` and points the attempt at a new session of
-    /// the next generation, with the document as its prompt.
-    async fn hand_off_to_successor(
-        &self,
-        step: &str,
-        spec: &AgentSpec,
-        old: String,
-        context: u64,
-        mechanical: Option<String>,
-        attempt: &mut Attempt,
-    ) {
-        attempt.prompt = self
-            .hand_off(
-                step,
-                spec,
-                &old,
-                attempt.generation,
-                context,
-                mechanical,
-                &attempt.step_prompt,
-                &mut attempt.result,
-                &mut attempt.usage,
-            )
-            .await;
-        attempt.start = SessionStart::New;
-        attempt.generation += 1;
-        attempt.retiring = Some(old);
-    }
-
     /// Records a failed run's error and decides whether to retry; when it does, waits
     /// (out an outage, then the backoff) and points the attempt at the same session.
     async fn retry_after(&self, run_error: &RunError, attempt: &mut Attempt) -> bool {
@@ -769,157 +667,6 @@ impl Runtime {
         true
     }
 
-    /// The generation of a step's session, counted from the manifest's `retired[]`.
-    fn generation_of(&self, session_id: &str) -> u32 {
-        let rows = lock(&self.manifest).all_rows().unwrap_or_default();
-        handoff::generation_of(&rows, session_id)
-    }
-
-    /// The context of a session's last turn, from the store; `None` when unknown.
-    fn session_context(&self, session_id: &str) -> Option<u64> {
-        let config = self.engine.config();
-        let key = crate::stores::SessionKey::main(&config.project_key, session_id);
-        super::wake::context_in(config.store.inner().as_ref(), &key)
-    }
-
-    /// Writes the handoff document of `generation` for the session `old` and returns the
-    /// successor's first prompt. `mechanical = Some(reason)`: the session is not asked
-    /// (it is over-long); otherwise it is asked, gated, at most [`handoff::MAX_ASKS`]
-    /// times, then the mechanical fallback. A complete document already written for this
-    /// generation (since `old` began) is reused as it is.
-    #[allow(clippy::too_many_arguments)]
-    async fn hand_off(
-        &self,
-        step: &str,
-        spec: &AgentSpec,
-        old: &str,
-        generation: u32,
-        context: u64,
-        mechanical: Option<String>,
-        step_prompt: &str,
-        result: &mut StepResult,
-        usage: &mut Usage,
-    ) -> String {
-        self.emit(Event::Handoff {
-            step: step.to_string(),
-            generation: generation + 1,
-            context,
-            mechanical: mechanical.is_some(),
-        });
-        let config = self.engine.config();
-        let rel = handoff::doc_rel(step, generation);
-        let path = handoff::doc_path(&config.workspace, step, generation);
-        let key = crate::stores::SessionKey::main(&config.project_key, old);
-        let entries = config
-            .store
-            .load_raw(&key)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        let began = entries.first().and_then(entry_time);
-        if let Some(doc) = reusable_doc(&path, began) {
-            return handoff::successor_prompt(generation + 1, &rel, &doc);
-        }
-        let reason = match mechanical {
-            Some(reason) => reason,
-            None => match self
-                .ask_for_handoff_doc(spec, step, old, generation, result, usage)
-                .await
-            {
-                Ok(doc) => return handoff::successor_prompt(generation + 1, &rel, &doc),
-                Err(reason) => reason,
-            },
-        };
-        let input = MechanicalInput {
-            step,
-            generation,
-            session_id: old,
-            reason: &reason,
-            prompt: step_prompt,
-            brief: super::notes::read(&super::notes::brief_path(&config.workspace)),
-            goal: super::notes::read(&super::notes::goal_path(&config.workspace)),
-            entries: &entries,
-            subagents: &self.subagent_entries(&key),
-        };
-        let doc = handoff::mechanical_doc(&input);
-        // The successor gets the document in its prompt either way; a failed write only
-        // costs the person the file.
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        if let Err(e) = crate::atomic::write(&path, doc.as_bytes()) {
-            lock(&self.warnings).push(format!("写交接书 {rel} 失败:{e}"));
-        }
-        handoff::successor_prompt(generation + 1, &rel, &doc)
-    }
-
-    /// Asks the session `old` to write its handoff document, gated, at most
-    /// [`handoff::MAX_ASKS`] times: `Ok(doc)` once it is complete, else `Err(why)` for
-    /// the mechanical fallback (the window was hit, or the asks ran out).
-    async fn ask_for_handoff_doc(
-        &self,
-        spec: &AgentSpec,
-        step: &str,
-        old: &str,
-        generation: u32,
-        result: &mut StepResult,
-        usage: &mut Usage,
-    ) -> Result<String, String> {
-        let rel = handoff::doc_rel(step, generation);
-        let path = handoff::doc_path(&self.engine.config().workspace, step, generation);
-        let mut writer = spec.clone();
-        writer.max_turns = Some(handoff::ASK_TURNS);
-        for ask in 0..handoff::MAX_ASKS {
-            let prompt = if ask == 0 {
-                handoff::handoff_prompt(&rel, generation)
-            } else {
-                let text = super::notes::read(&path).unwrap_or_default();
-                handoff::retry_prompt(&rel, &handoff::missing_sections(&text))
-            };
-            let run = self
-                .engine
-                .run(RunRequest {
-                    spec: &writer,
-                    prompt,
-                    start: SessionStart::Resume(old.to_string()),
-                    on_session: None,
-                    context_limit: None,
-                    retry: false,
-                })
-                .await;
-            result.num_turns += run.num_turns;
-            result.cost_usd = match (result.cost_usd, run.cost_usd) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
-            usage.add(&run.usage);
-            if let Some(text) = super::notes::read(&path).filter(|t| handoff::doc_complete(t)) {
-                return Ok(text);
-            }
-            if let Some(error) = run.error()
-                && (matches!(error, RunError::ContextWindowFull { .. })
-                    || error.model_error().is_some_and(handoff::is_window_error))
-            {
-                result.errors.push(error.to_string());
-                return Err("写交接书时上下文撞到了窗口".into());
-            }
-        }
-        Err(format!("问了 {} 次,交接书还是不完整", handoff::MAX_ASKS))
-    }
-
-    /// The stored transcripts of a session's sub-agents, for the mechanical document.
-    fn subagent_entries(&self, key: &crate::stores::SessionKey) -> Vec<Vec<serde_json::Value>> {
-        let store = &self.engine.config().store;
-        store
-            .inner()
-            .list_subkeys(key)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|sub| key.sub(&sub).ok())
-            .filter_map(|sub| store.load_raw(&sub).ok().flatten())
-            .collect()
-    }
-
     /// Records a finished step result (used by gates for judge rows).
     pub fn record(&self, result: &StepResult) {
         match lock(&self.manifest).record(result) {
@@ -979,7 +726,7 @@ impl Runtime {
         Some(resilience::Endpoint { host, port })
     }
 
-    fn set_in_flight(&self, result: Option<StepResult>) {
+    pub(super) fn set_in_flight(&self, result: Option<StepResult>) {
         *lock(&self.in_flight) = result;
     }
 
@@ -1021,42 +768,6 @@ impl Rescuer {
     }
 }
 
-/// Whether a run ended in a way that calls for a handoff: `Some(None)` at the threshold
-/// (the session is asked to write the document), `Some(Some(why))` when the window was
-/// hit anyway (mechanical: the over-long session is not asked anything).
-fn handoff_needed(run: &RunResult) -> Option<Option<String>> {
-    match &run.outcome {
-        Ok(Stop::ContextFull) => Some(None),
-        Err(RunError::ContextWindowFull { .. }) => Some(Some(
-            "模型的回复因上下文窗口已满被截断(model_context_window_exceeded)".into(),
-        )),
-        Err(error) if error.model_error().is_some_and(handoff::is_window_error) => Some(Some(
-            "请求超出了模型的上下文窗口(prompt is too long)".into(),
-        )),
-        _ => None,
-    }
-}
-
-/// A complete handoff document at `path` written since the session `began`: a wake
-/// after the document was written reuses it instead of asking again.
-fn reusable_doc(path: &Path, began: Option<std::time::SystemTime>) -> Option<String> {
-    let text = super::notes::read(path).filter(|t| handoff::doc_complete(t))?;
-    let written = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
-    match began {
-        Some(began) if written < began => None,
-        _ => Some(text),
-    }
-}
-
-/// When a transcript entry was written.
-fn entry_time(entry: &serde_json::Value) -> Option<std::time::SystemTime> {
-    let stamp = entry.get("timestamp")?.as_str()?;
-    let time = chrono::DateTime::parse_from_rfc3339(stamp).ok()?;
-    let millis = u64::try_from(time.timestamp_millis()).ok()?;
-    // Transcript stamps have millisecond precision: compare at that grain.
-    Some(std::time::UNIX_EPOCH + Duration::from_millis(millis))
-}
-
 /// Folds one engine run into the step's result.
 fn absorb(result: &mut StepResult, run: &RunResult) {
     if !run.session_id.is_empty() {
@@ -1075,7 +786,7 @@ fn absorb(result: &mut StepResult, run: &RunResult) {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere must not take continuation down with it: use the data anyway.
     mutex
         .lock()

@@ -65,6 +65,16 @@ pub fn install(
     Ok(())
 }
 
+/// Sends SIGTERM to this process (not to this thread: whatever waits for SIGTERM from
+/// outside gets it, e.g. the handler [`install`] started), so that a reason to stop
+/// found inside the library ends the process exactly as a `kill` would.
+pub fn terminate_self() {
+    // SAFETY: kill(2) on our own pid with a constant signal.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+}
+
 /// Restores the default action of `signal` and raises it, so the process dies by it
 /// (its parent sees the signal, not an exit code).
 fn die_by(signal: i32) -> ! {

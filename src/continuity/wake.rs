@@ -3,6 +3,7 @@
 use super::lineage::Lineage;
 use super::shared::SharedRun;
 use crate::continuity::notes;
+use crate::run_dir::RunDir;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -78,7 +79,7 @@ pub fn wake_state_of(
         state.woke = file.woke;
         let sqlite = match store {
             Some(_) => None,
-            None => SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))
+            None => SqliteSessionStore::open_read_only(&RunDir::new(run_dir).sessions_db())
                 .ok()
                 .flatten(),
         };
@@ -97,7 +98,7 @@ pub fn wake_state_of(
 /// The context size (tokens) of the last turn of a session, read-only from
 /// `run_dir/sessions.db` (the wake banner's `干活上下文`). `None` when it cannot be read.
 pub fn session_context(workspace: &Path, run_dir: &Path, session_id: &str) -> Option<u64> {
-    let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db")).ok()??;
+    let store = SqliteSessionStore::open_read_only(&RunDir::new(run_dir).sessions_db()).ok()??;
     context_in(
         &store,
         &SessionKey::main(project_key(workspace), session_id),
@@ -122,4 +123,40 @@ pub fn session_generation(
 ) -> u32 {
     let rows = super::manifest::rows_of(run_dir, shared).unwrap_or_default();
     super::handoff::generation_of(&rows, session_id)
+}
+
+/// Where a run lives, for what a person is shown about it without touching it (the
+/// wake banner, `flower state`): its workspace and run directory, and with a shared
+/// database its transcripts' store and its lineage and manifest there. Reads only.
+#[derive(Clone, Copy)]
+pub struct Place<'a> {
+    /// The workspace (canonical).
+    pub workspace: &'a Path,
+    pub run_dir: &'a Path,
+    /// The transcripts' store; `None`: `run_dir/sessions.db`.
+    pub store: Option<&'a dyn SessionStore>,
+    pub shared: Option<&'a SharedRun>,
+}
+
+impl Place<'_> {
+    /// The wake probe of this run ([`wake_state_of`]).
+    pub fn wake_state(&self) -> WakeState {
+        wake_state_of(self.workspace, self.run_dir, self.store, self.shared)
+    }
+
+    /// The context of a session's last turn (the banner's `干活上下文`).
+    pub fn context(&self, session_id: &str) -> Option<u64> {
+        match (self.store, self.shared) {
+            (Some(store), Some(shared)) => {
+                let key = SessionKey::main(shared.project_key(), session_id);
+                context_in(store, &key)
+            }
+            _ => session_context(self.workspace, self.run_dir, session_id),
+        }
+    }
+
+    /// A session's generation (换代), from the run's manifest.
+    pub fn generation(&self, session_id: &str) -> u32 {
+        session_generation(self.run_dir, self.shared, session_id)
+    }
 }

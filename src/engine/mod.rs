@@ -17,7 +17,7 @@ pub use crate::events::{Event, EventSink};
 pub use interrupt::Interrupt;
 pub use spec::AgentSpec;
 
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use crate::model::{
     MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Thinking, ToolDef, Usage,
 };
@@ -84,6 +84,8 @@ pub struct EngineConfig {
     /// The sandbox of Bash commands; each agent gets it narrowed by its rights
     /// ([`Permissions::sandbox`]).
     pub sandbox: crate::tools::sandbox::SandboxPolicy,
+    /// The home directory `~/` permission rules mean; `None`: such rules are refused.
+    pub home: Option<PathBuf>,
 }
 
 /// How a run gets its session.
@@ -521,7 +523,7 @@ impl Engine {
         prompt: Option<Value>,
         totals: &mut Totals,
     ) -> Result<Stop, RunError> {
-        let permissions = conv.spec.permissions()?;
+        let permissions = conv.spec.permissions_in(self.config.home.as_deref())?;
         let model = conv
             .spec
             .model

@@ -152,17 +152,25 @@ pub struct Permissions {
 }
 
 impl Permissions {
-    /// Parses the rules; the first malformed one is the error.
+    /// Parses the rules; the first malformed one is the error. No home directory is
+    /// known: a `~/` rule is refused (see [`Permissions::with_home`]).
     pub fn new(allowed: &[String], disallowed: &[String]) -> Result<Self, RuleError> {
+        Permissions::with_home(allowed, disallowed, None)
+    }
+
+    /// [`Permissions::new`] with `home` for the rules that start with `~/` (the
+    /// settings' `HOME`; the library never reads the environment itself).
+    pub fn with_home(
+        allowed: &[String],
+        disallowed: &[String],
+        home: Option<&Path>,
+    ) -> Result<Self, RuleError> {
+        let parse = |rules: &[String]| -> Result<Vec<Rule>, RuleError> {
+            rules.iter().map(|r| parse_rule(r, home)).collect()
+        };
         Ok(Permissions {
-            allow: allowed
-                .iter()
-                .map(|r| parse_rule(r))
-                .collect::<Result<_, _>>()?,
-            deny: disallowed
-                .iter()
-                .map(|r| parse_rule(r))
-                .collect::<Result<_, _>>()?,
+            allow: parse(allowed)?,
+            deny: parse(disallowed)?,
         })
     }
 
@@ -575,7 +583,7 @@ fn rule_error(rule: &str, why: impl Into<String>) -> RuleError {
     }
 }
 
-fn parse_rule(text: &str) -> Result<Rule, RuleError> {
+fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleError> {
     let t = text.trim();
     let (tool, content) = match t.find('(') {
         None => {
@@ -626,7 +634,7 @@ fn parse_rule(text: &str) -> Result<Rule, RuleError> {
         Some("*") | Some(":*") => Content::Whole,
         Some(c) if tool == "Bash" => Content::Bash(parse_bash(text, c)?),
         Some(c) if PATH_TOOLS.iter().any(|(t, _)| *t == tool) => {
-            Content::Path(parse_path(text, c)?)
+            Content::Path(parse_path(text, c, home)?)
         }
         Some(c) => Content::Other(c.to_string()),
     };
@@ -680,15 +688,14 @@ fn squash(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn parse_path(rule: &str, content: &str) -> Result<PathPattern, RuleError> {
+fn parse_path(rule: &str, content: &str, home: Option<&Path>) -> Result<PathPattern, RuleError> {
     let mut pat = content.to_string();
     let absolute;
     if let Some(rest) = pat.strip_prefix("~/") {
-        let home = std::env::var_os("HOME")
-            .ok_or_else(|| rule_error(rule, "`~/` needs $HOME, which is not set"))?;
+        let home = home.ok_or_else(|| rule_error(rule, "`~/` needs $HOME, which is not set"))?;
         pat = format!(
             "{}/{}",
-            globset::escape(&paths::root(Path::new(&home)).to_string_lossy()),
+            globset::escape(&paths::root(home).to_string_lossy()),
             rest
         );
         absolute = true;

@@ -2,6 +2,7 @@
 
 use super::permissions::{Permissions, RuleError};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// An agent's definition. One run of it is one session.
 ///
@@ -68,5 +69,11 @@ impl AgentSpec {
     /// fails up front, never in the middle of a run.
     pub fn permissions(&self) -> Result<Permissions, RuleError> {
         Permissions::new(&self.allowed_tools, &self.disallowed_tools)
+    }
+
+    /// [`AgentSpec::permissions`] with the home directory that `~/` rules mean (the
+    /// settings' `HOME`); what the engine and the workflow's check use.
+    pub fn permissions_in(&self, home: Option<&Path>) -> Result<Permissions, RuleError> {
+        Permissions::with_home(&self.allowed_tools, &self.disallowed_tools, home)
     }
 }

@@ -10,9 +10,10 @@
 //! an [`InspectError`] or kept as a marked gap, never a panic.
 
 use crate::continuity::attempt::AttemptName;
-use crate::continuity::lineage::{LINEAGE_FILE, LineageFile};
+use crate::continuity::lineage::LineageFile;
 use crate::continuity::manifest::{self, ManifestError};
 use crate::model::Usage;
+use crate::run_dir::RunDir;
 use crate::stores::prune::{self, PruneOptions};
 use crate::stores::summary::iso_to_epoch_ms;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
@@ -96,6 +97,13 @@ pub struct Attempt {
     pub context: u64,
     /// The process (run id) that wrote the row.
     pub run: String,
+    /// The context window the run used, tokens (rows of an older flower: `None`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// The handoff threshold the run used, tokens (`None`: not recorded, or the run
+    /// did not hand off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handoff_threshold: Option<u64>,
     /// The first row of a later process: the run was woken here.
     pub wake: bool,
     /// `started_at` in epoch milliseconds, when it parses.
@@ -138,6 +146,8 @@ impl Attempt {
             retired: list("retired"),
             context: u("context"),
             run: s("run").unwrap_or_default(),
+            context_window: row.get("context_window").and_then(Value::as_u64),
+            handoff_threshold: row.get("handoff_threshold").and_then(Value::as_u64),
             wake: false,
             started_ms: iso_to_epoch_ms(&started_at),
             ended_ms: iso_to_epoch_ms(&ended_at),
@@ -353,7 +363,7 @@ impl Run {
             .unwrap_or_else(|_| workspace.to_path_buf());
         let rows = manifest::read_rows(run_dir)?;
         let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
-        let store = SqliteSessionStore::open_read_only(&run_dir.join("sessions.db"))?;
+        let store = SqliteSessionStore::open_read_only(&RunDir::new(run_dir).sessions_db())?;
         Ok(Self::assemble(
             run_dir,
             project_key(&workspace),
@@ -950,5 +960,5 @@ fn rewrite_strings(value: Value, from: &str, to: &str) -> Value {
 
 /// The file lineage lives in, for messages.
 pub fn lineage_path(run_dir: &Path) -> PathBuf {
-    run_dir.join(LINEAGE_FILE)
+    RunDir::new(run_dir).lineage()
 }

@@ -4,25 +4,24 @@
 //! server-sent events (see [`crate::model::sse`]). The client reports precisely what
 //! happened and never retries: retrying belongs to `continuity::resilience`.
 //!
-//! Configuration ([`AnthropicClient::from_env`], [`ClientConfig::from_lookup`]):
-//! - the credential: `ANTHROPIC_AUTH_TOKEN` (sent as `Authorization: Bearer …`, for
-//!   gateways) or `ANTHROPIC_API_KEY` (sent as `x-api-key`); one is required. With both
-//!   set, the auth token wins, as in Claude Code, and only it is sent;
-//! - `ANTHROPIC_BASE_URL`, default [`DEFAULT_BASE_URL`] (a gateway or the test server);
-//! - `ANTHROPIC_CUSTOM_HEADERS`: extra headers, one `Name: value` per line;
-//! - `ANTHROPIC_BETAS`: a comma-separated list of beta names, sent as `anthropic-beta`
-//!   (with the betas flower adds itself: the 1M window for a `[1m]` model, interleaved
-//!   thinking when thinking meets tools);
-//! - the model: the caller's override (`--model`), else `ANTHROPIC_MODEL`, else
-//!   [`DEFAULT_MODEL`]; aliases (`sonnet`) are resolved, see [`crate::model::models`];
-//! - `FLOWER_STREAM_IDLE_TIMEOUT`: seconds without a byte from the server (while waiting
-//!   for the response headers, or inside the stream) after which the request fails as a
-//!   [`ModelError::Connection`]; default 300. A server that stops answering must not
+//! Configuration is values, never the environment ([`ClientConfig`]; the settings
+//! module reads the variables, `crate::settings`):
+//! - the credential: a Bearer token (`ANTHROPIC_AUTH_TOKEN`, for gateways) or an API key
+//!   (`ANTHROPIC_API_KEY`, sent as `x-api-key`); one is required;
+//! - the base URL, default [`DEFAULT_BASE_URL`] (a gateway or the test server);
+//! - extra headers (`ANTHROPIC_CUSTOM_HEADERS`, see [`parse_custom_headers`]) and betas
+//!   (`ANTHROPIC_BETAS`, see [`parse_betas`]), sent as `anthropic-beta` with the betas
+//!   flower adds itself: the 1M window for a `[1m]` model, interleaved thinking when
+//!   thinking meets tools;
+//! - the default model, aliases already resolved ([`crate::model::models`]);
+//! - the idle timeout: without a byte from the server for that long (while waiting for
+//!   the response headers, or inside the stream) the request fails as a
+//!   [`ModelError::Connection`]; default 300 s. A server that stops answering must not
 //!   hang a run forever.
 //!
 //! Requests must run inside a tokio runtime with I/O and time enabled.
 
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use crate::model::sse::{MessageAssembler, SseParser, snippet};
 use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
 use serde::Serialize;
@@ -30,7 +29,6 @@ use serde::ser::SerializeSeq;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The model used when neither the caller nor `ANTHROPIC_MODEL` names one: the current
@@ -105,49 +103,21 @@ impl fmt::Debug for ClientConfig {
     }
 }
 
-impl ClientConfig {
-    /// The configuration from variables read through `lookup` (the process environment
-    /// for [`AnthropicClient::from_env`]); see the module docs. `model_override` wins over
-    /// `ANTHROPIC_MODEL`. Errors: no credential, an unknown alias, a malformed
-    /// `ANTHROPIC_CUSTOM_HEADERS` line. No error message quotes a credential or a
-    /// header value.
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
-        model_override: Option<&str>,
-    ) -> Result<ClientConfig, ModelError> {
-        let nonempty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let credential = match (
-            nonempty("ANTHROPIC_AUTH_TOKEN"),
-            nonempty("ANTHROPIC_API_KEY"),
-        ) {
-            (Some(token), _) => Credential::Bearer(token.trim().to_string()),
-            (None, Some(key)) => Credential::ApiKey(key.trim().to_string()),
-            (None, None) => return Err(ModelError::MissingApiKey),
-        };
-        let base_url = nonempty("ANTHROPIC_BASE_URL").unwrap_or_else(|| DEFAULT_BASE_URL.into());
-        let model = model_override
-            .filter(|m| !m.trim().is_empty())
-            .map(str::to_string)
-            .or_else(|| nonempty("ANTHROPIC_MODEL"))
-            .unwrap_or_else(|| DEFAULT_MODEL.into());
-        let default_model =
-            crate::model::models::resolve(&model).map_err(|e| ModelError::Config(e.to_string()))?;
-        let headers = match lookup("ANTHROPIC_CUSTOM_HEADERS") {
-            Some(text) => parse_custom_headers(&text)?,
-            None => Vec::new(),
-        };
-        let betas = lookup("ANTHROPIC_BETAS")
-            .map(|list| parse_betas(&list))
-            .unwrap_or_default();
-        Ok(ClientConfig {
-            base_url,
-            credential,
-            default_model,
-            headers,
-            betas,
-            idle_timeout: idle_timeout_from_env(),
-        })
+/// A base URL as a client uses it: trimmed, without a trailing `/`; an error unless it
+/// is an http(s) URL with a host.
+pub fn check_base_url(base_url: &str) -> Result<String, ModelError> {
+    let base_url = base_url.trim().trim_end_matches('/').to_string();
+    let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
+        ModelError::Config(format!(
+            "ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"
+        ))
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(ModelError::Config(format!(
+            "ANTHROPIC_BASE_URL {base_url:?} must be an http:// or https:// URL"
+        )));
     }
+    Ok(base_url)
 }
 
 /// `ANTHROPIC_CUSTOM_HEADERS`: one `Name: value` per line; blank lines are skipped. A
@@ -215,8 +185,7 @@ impl fmt::Debug for AnthropicClient {
 
 impl AnthropicClient {
     /// A client for `base_url` (e.g. `https://api.anthropic.com`; a trailing `/` is
-    /// tolerated). Does no network I/O. The idle timeout comes from
-    /// `FLOWER_STREAM_IDLE_TIMEOUT` (see the module docs).
+    /// tolerated) with the default idle timeout. Does no network I/O.
     ///
     /// Errors: [`ModelError::MissingApiKey`] for an empty key, [`ModelError::Config`]
     /// for a base URL that is not http(s).
@@ -227,7 +196,7 @@ impl AnthropicClient {
             default_model: default_model.to_string(),
             headers: Vec::new(),
             betas: Vec::new(),
-            idle_timeout: idle_timeout_from_env(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         })
     }
 
@@ -242,17 +211,7 @@ impl AnthropicClient {
             }
             _ => return Err(ModelError::MissingApiKey),
         };
-        let base_url = config.base_url.trim().trim_end_matches('/').to_string();
-        let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
-            ModelError::Config(format!(
-                "ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"
-            ))
-        })?;
-        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-            return Err(ModelError::Config(format!(
-                "ANTHROPIC_BASE_URL {base_url:?} must be an http:// or https:// URL"
-            )));
-        }
+        let base_url = check_base_url(&config.base_url)?;
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("flower/", env!("CARGO_PKG_VERSION")))
@@ -268,14 +227,6 @@ impl AnthropicClient {
             default_model: config.default_model.trim().to_string(),
             idle_timeout: config.idle_timeout,
         })
-    }
-
-    /// A client configured from the environment (see the module docs).
-    /// `model_override` (`--model`) wins over `ANTHROPIC_MODEL`.
-    /// Fails with [`ModelError::MissingApiKey`] before any network use.
-    pub fn from_env(model_override: Option<&str>) -> Result<Self, ModelError> {
-        let config = ClientConfig::from_lookup(|name| std::env::var(name).ok(), model_override)?;
-        AnthropicClient::with_config(config)
     }
 
     /// The `anthropic-beta` header of a request: the configured betas, then those the
@@ -478,30 +429,6 @@ impl ModelClient for AnthropicClient {
 
     fn base_url(&self) -> Option<&str> {
         Some(&self.base_url)
-    }
-}
-
-/// `FLOWER_STREAM_IDLE_TIMEOUT` in seconds (fractions allowed), else
-/// [`DEFAULT_IDLE_TIMEOUT`]. A value that is not a positive number is reported on
-/// stderr (once per process) and the default is used.
-pub fn idle_timeout_from_env() -> Duration {
-    let Ok(raw) = std::env::var("FLOWER_STREAM_IDLE_TIMEOUT") else {
-        return DEFAULT_IDLE_TIMEOUT;
-    };
-    match raw.trim().parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
-        _ => {
-            static WARNED: AtomicBool = AtomicBool::new(false);
-            if WARNED.swap(true, Ordering::Relaxed) {
-                return DEFAULT_IDLE_TIMEOUT;
-            }
-            eprintln!(
-                "flower: FLOWER_STREAM_IDLE_TIMEOUT={raw:?} is not a positive number of \
-                 seconds; using {}",
-                seconds(DEFAULT_IDLE_TIMEOUT)
-            );
-            DEFAULT_IDLE_TIMEOUT
-        }
     }
 }
 

@@ -12,7 +12,7 @@ pub mod types;
 pub use error::ModelError;
 pub use types::{MessagesRequest, ModelReply, StreamDelta, Thinking, ToolDef, Usage};
 
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 
 /// One streamed request to a model.
 ///

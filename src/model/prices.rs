@@ -30,10 +30,10 @@
 //!
 //! `FLOWER_PRICES=/path/to/prices.json` names a file of that format; its entries are
 //! merged over the built-in table (a model it names gets its prices, the others keep
-//! the built-in ones). The binary validates it with the rest of its configuration: a
-//! file that cannot be read or parsed exits 2 before any request. A library user who
-//! never [`install`]s a table gets the lenient fallback of [`table`]: the problem
-//! reported once on stderr, the built-in table used.
+//! the built-in ones). The settings resolution reads and validates it (a file that
+//! cannot be read or parsed is a configuration error, exit 2 before any request) and
+//! [`install`]s the merged table for the process; a process that never installs one
+//! prices with the built-in table. Nothing here reads the environment.
 //!
 //! # Lookup
 //!
@@ -275,26 +275,16 @@ fn base_model_id(model: &str) -> Option<&str> {
 
 static TABLE: OnceLock<PriceTable> = OnceLock::new();
 
-/// Makes `table` the process-wide table, before anything priced a request (the binary's
-/// configuration does this, having validated `FLOWER_PRICES`). `false` when a table was
-/// already in use; it stays.
+/// Makes `table` the process-wide table, before anything priced a request
+/// (`Settings::install_prices` does this with the validated `FLOWER_PRICES`). `false`
+/// when a table was already in use; it stays.
 pub fn install(table: PriceTable) -> bool {
     TABLE.set(table).is_ok()
 }
 
-/// The process-wide table: the [`install`]ed one, else built-in with `FLOWER_PRICES`
-/// merged over it (read once).
+/// The process-wide table: the [`install`]ed one, else the built-in one.
 pub fn table() -> &'static PriceTable {
-    TABLE.get_or_init(|| match std::env::var_os("FLOWER_PRICES") {
-        Some(path) if !path.is_empty() => match PriceTable::with_override(Path::new(&path)) {
-            Ok(table) => table,
-            Err(e) => {
-                eprintln!("flower: FLOWER_PRICES ignored, using the built-in prices: {e}");
-                PriceTable::builtin()
-            }
-        },
-        _ => PriceTable::builtin(),
-    })
+    TABLE.get_or_init(PriceTable::builtin)
 }
 
 /// A model's prices from the process-wide [`table`].

@@ -151,7 +151,7 @@ impl PruneOptions {
 /// Where trimmed tool results of a run live: `<run_dir>/trimmed` (inside the run dir,
 /// which the Read tool may read).
 pub fn default_trim_dir(run_dir: &Path) -> PathBuf {
-    run_dir.join("trimmed")
+    crate::run_dir::RunDir::new(run_dir).trimmed()
 }
 
 /// Whether an entry is a result [`prune`] synthesized for a call that never got one

@@ -20,7 +20,7 @@
 use super::input;
 use super::sandbox;
 use super::{ProcessGroups, Tool, ToolContext, ToolOutput};
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;

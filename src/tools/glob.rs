@@ -4,7 +4,7 @@ use super::input;
 use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use globset::GlobBuilder;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@ use super::input;
 use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,

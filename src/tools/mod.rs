@@ -20,7 +20,7 @@ pub mod walk;
 pub use process::ProcessGroups;
 pub mod write;
 
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use crate::model::ToolDef;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 use super::input;
 use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
-use crate::BoxFuture;
+use crate::future::BoxFuture;
 use serde_json::{Value, json};
 use std::path::Path;
 

@@ -7,11 +7,11 @@
 
 use super::gate::{Gate, Verdict};
 use super::{Context, Prompt, Step, Workflow};
-use crate::BoxFuture;
 use crate::continuity::manifest::judge_name;
 use crate::continuity::notes;
 use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, SessionStart};
+use crate::future::BoxFuture;
 use crate::tools::names::{ASK_USER, BASH, EDIT, GLOB, GREP, READ, TASK, WRITE};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

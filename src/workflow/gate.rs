@@ -5,8 +5,8 @@
 //! after the step's on-session hook was removed, so nothing it runs ever enters lineage.
 
 use super::{Context, Step};
-use crate::BoxFuture;
 use crate::continuity::runtime::Runtime;
+use crate::future::BoxFuture;
 
 /// The outcome of one gate round.
 #[derive(Debug, Clone, PartialEq, Eq)]

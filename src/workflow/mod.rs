@@ -17,12 +17,12 @@ pub mod gate;
 
 pub use gate::{Gate, Verdict};
 
-use crate::BoxFuture;
 use crate::continuity::lineage::is_plain_step_name;
 use crate::continuity::manifest::{StepResult, retry_name, round_name};
 use crate::continuity::resilience::RESUME_PROMPT;
 use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, Event, SessionStart};
+use crate::future::BoxFuture;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -199,7 +199,7 @@ impl Workflow {
         // Every agent's rules parse before the first step starts.
         for step in &self.steps {
             step.agent
-                .permissions()
+                .permissions_in(rt.home())
                 .map_err(|source| WorkflowError::BadRule {
                     step: step.name.clone(),
                     source,

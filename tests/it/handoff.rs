@@ -866,16 +866,15 @@ async fn a_spec_model_with_a_smaller_window_hands_off_at_the_default_share_of_it
     let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-opus-5[1m]")
         .expect("client");
     let options = RuntimeOptions {
-        client: Some(Arc::new(client)),
-        resilience: Some(Resilience {
+        resilience: Resilience {
             max_attempts: 1,
             ..Resilience::default()
-        }),
+        },
         handoff: HandoffOptions {
             at: Threshold::Tokens(300_000),
             ..HandoffOptions::default()
         },
-        ..RuntimeOptions::default()
+        ..RuntimeOptions::new(Arc::new(client))
     };
     let rt = Runtime::with_options(dir.path(), dir.path().join("runs"), options).expect("runtime");
     let spec = AgentSpec::new("worker", "干活的。")

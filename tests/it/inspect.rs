@@ -474,6 +474,50 @@ fn a_real_run_reads_back_step_by_step() {
     assert!(shown.contains("⏺ Write hello.txt"), "{shown}");
 }
 
+/// The report draws the handoff threshold the run used (`--handoff-at`,
+/// `FLOWER_HANDOFF_AT`), recorded with the window in every manifest row, not the
+/// default; whatever the environment of `flower report` itself says.
+#[test]
+fn the_report_draws_the_threshold_the_run_used() {
+    let line = |html: &str, class: &str| -> u64 {
+        let at = html
+            .find(&format!("<line class=\"{class}\" data-tokens=\""))
+            .unwrap_or_else(|| panic!("no {class} line"));
+        let rest = &html[at..];
+        let start = rest.find("data-tokens=\"").unwrap() + "data-tokens=\"".len();
+        let end = start + rest[start..].find('"').unwrap();
+        rest[start..end].parse().unwrap()
+    };
+    let cases: [(&[&str], Option<&str>, u64); 2] = [
+        (&["写个 hello 脚本", "--handoff-at", "50K"], None, 50_000),
+        (&["写个 hello 脚本"], Some("30%"), 60_000),
+    ];
+    for (args, variable, threshold) in cases {
+        let project = Project::new();
+        let server = FakeServer::with_handler(|req, _| simple_reply(req));
+        let mut cmd = project.command(&server, args);
+        if let Some(value) = variable {
+            cmd.env("FLOWER_HANDOFF_AT", value);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        for row in project.manifest() {
+            assert_eq!(row["context_window"], 200_000, "{row}");
+            assert_eq!(row["handoff_threshold"], threshold, "{row}");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+            .current_dir(&project.dir)
+            .arg("report")
+            .env("FLOWER_HANDOFF_AT", "90%")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let html = std::fs::read_to_string(project.dir.join("runs/report.html")).unwrap();
+        assert_eq!(line(&html, "window"), 200_000);
+        assert_eq!(line(&html, "threshold"), threshold, "{args:?} {variable:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // The report in a browser
 // ---------------------------------------------------------------------------------

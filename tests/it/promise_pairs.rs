@@ -59,14 +59,13 @@ fn open_runtime(
     let client =
         AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").expect("client");
     let mut options = RuntimeOptions {
-        client: Some(Arc::new(client)),
-        resilience: Some(Resilience {
+        resilience: Resilience {
             max_attempts: 1,
             base_delay: 0.0,
             ..Resilience::default()
-        }),
+        },
         subagents: vec![worker()],
-        ..RuntimeOptions::default()
+        ..RuntimeOptions::new(Arc::new(client))
     };
     tweak(&mut options);
     Runtime::with_options(dir, dir.join("runs"), options)
@@ -284,9 +283,8 @@ async fn child_process_entry_point() {
     let client =
         AnthropicClient::new("http://127.0.0.1:9", support::FAKE_API_KEY, "claude-fake").unwrap();
     let options = RuntimeOptions {
-        client: Some(Arc::new(client)),
         run_lock: RunLocking::Take,
-        ..RuntimeOptions::default()
+        ..RuntimeOptions::new(Arc::new(client))
     };
     let _rt = Runtime::with_options(dir, dir.join("runs"), options).expect("child runtime");
     {
@@ -561,14 +559,14 @@ async fn an_outage_is_waited_out_without_spending_attempts_and_the_session_resum
     };
     let (offline_tx, mut offline_rx) = tokio::sync::mpsc::unbounded_channel();
     let rt = runtime_with(dir.path(), &server, |o| {
-        o.resilience = Some(Resilience {
+        o.resilience = Resilience {
             max_attempts: 2,
             base_delay: 0.0,
             probe_interval: 0.05,
             probe_timeout: 0.5,
             max_offline_wait: 30.0,
             ..Resilience::default()
-        });
+        };
         o.events = Arc::new(move |e: &Event| {
             if let Event::Offline { database, .. } = e {
                 let _ = offline_tx.send(*database);
@@ -684,11 +682,11 @@ async fn a_resume_with_trim_off_still_drops_errors_and_old_denials() {
     let trim_off = |o: &mut RuntimeOptions| {
         o.trim = false;
         o.cache_ttl = None;
-        o.resilience = Some(Resilience {
+        o.resilience = Resilience {
             max_attempts: 2,
             base_delay: 0.0,
             ..Resilience::default()
-        });
+        };
     };
     let id = {
         let rt = runtime_with(dir.path(), &server, trim_off);

@@ -3,7 +3,7 @@
 
 use flower::continuity::resilience::{
     DEFAULT_BASE_URL, Endpoint, ErrorClass, RESUME_PROMPT, Resilience, classify, classify_error,
-    endpoint, endpoint_from, reachable,
+    endpoint_from, reachable,
 };
 use flower::model::ModelError;
 use std::collections::HashMap;
@@ -429,14 +429,6 @@ fn bad_env_values_warn_and_keep_the_default() {
 }
 
 #[test]
-fn from_env_reads_the_process_environment() {
-    let (r, warnings) = Resilience::from_env();
-    let (want, want_warnings) = Resilience::from_lookup(|name| std::env::var(name).ok());
-    assert_eq!(r, want);
-    assert_eq!(warnings, want_warnings);
-}
-
-#[test]
 fn endpoint_table() {
     let cases = [
         ("", "api.anthropic.com", 443),
@@ -482,8 +474,6 @@ fn endpoint_table() {
         "127.0.0.1:5000"
     );
     assert_eq!(endpoint_from("http://[::1]:9000").to_string(), "[::1]:9000");
-    let from_env = std::env::var("ANTHROPIC_BASE_URL").unwrap_or_default();
-    assert_eq!(endpoint(), endpoint_from(&from_env));
 }
 
 /// A loopback port with nothing listening on it.

@@ -1,9 +1,11 @@
 //! Resilience edges that mutation testing (cargo-mutants on
-//! `src/continuity/resilience.rs`) found untested: `from_env` really reading the process
-//! environment, `secs` saturating negative seconds to zero, the last pause of an
-//! offline wait being cut to what is left, and `endpoint` reading `ANTHROPIC_BASE_URL`.
+//! `src/continuity/resilience.rs`) found untested: the retry numbers really read from
+//! the process environment (through the settings' one snapshot of it), `secs`
+//! saturating negative seconds to zero, and the last pause of an offline wait being cut
+//! to what is left.
 
-use flower::continuity::resilience::{Endpoint, Resilience, endpoint, endpoint_from};
+use flower::continuity::resilience::{Endpoint, Resilience};
+use flower::settings::{Environment, Settings};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,8 @@ use std::time::{Duration, Instant};
 const CHILD: &str = "FLOWER_TEST_RESILIENCE_CHILD";
 
 /// The test binary runs itself with `FLOWER_*` set (setting variables in this process
-/// would race with every other test): the child must see them through `from_env`.
+/// would race with every other test): the child must see them through the settings'
+/// snapshot of the process environment, a bad one refused by name.
 #[test]
 fn from_env_sees_the_process_environment() {
     let out = Command::new(std::env::current_exe().unwrap())
@@ -45,7 +48,9 @@ fn from_env_child() {
         Ok("1"),
         "run by its parent only"
     );
-    let (r, warnings) = Resilience::from_env();
+    let env = Environment::from_process();
+    assert_eq!(env.var("FLOWER_BASE_DELAY"), Some("0.5"));
+    let (r, warnings) = Resilience::from_lookup(|name| env.var(name).map(str::to_string));
     assert_eq!(r.base_delay, 0.5);
     assert_eq!(r.max_attempts, 9);
     assert_eq!(r.probe_interval, Resilience::default().probe_interval);
@@ -54,6 +59,8 @@ fn from_env_child() {
         warnings[0].contains("FLOWER_PROBE_INTERVAL"),
         "{warnings:?}"
     );
+    let refused = Settings::from_env().unwrap_err();
+    assert_eq!(refused.setting(), "FLOWER_PROBE_INTERVAL", "{refused}");
 }
 
 /// Negative seconds are no wait, not forever. (A NaN base is not: `NaN.min(max_delay)`
@@ -105,14 +112,4 @@ async fn the_last_pause_is_cut_to_what_is_left_of_the_limit() {
         started.elapsed()
     );
     assert_eq!(calls, 2, "one probe at the start, one at the limit");
-}
-
-/// `endpoint()` is `endpoint_from` of this process's `ANTHROPIC_BASE_URL` (never the
-/// empty endpoint).
-#[test]
-fn endpoint_reads_the_base_url_of_the_environment() {
-    let base = std::env::var("ANTHROPIC_BASE_URL").unwrap_or_default();
-    let ep = endpoint();
-    assert_eq!(ep, endpoint_from(&base));
-    assert!(!ep.host.is_empty() && ep.port != 0, "{ep:?}");
 }

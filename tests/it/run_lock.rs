@@ -399,13 +399,12 @@ fn runtime(dir: &Path, server: &FakeServer, run_lock: RunLocking) -> Result<Runt
     let client =
         AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").expect("client");
     let options = RuntimeOptions {
-        client: Some(Arc::new(client)),
-        resilience: Some(Resilience {
+        resilience: Resilience {
             max_attempts: 1,
             ..Resilience::default()
-        }),
+        },
         run_lock,
-        ..RuntimeOptions::default()
+        ..RuntimeOptions::new(Arc::new(client))
     };
     Runtime::with_options(dir, dir.join("runs"), options)
 }

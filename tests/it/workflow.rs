@@ -19,12 +19,11 @@ fn runtime(dir: &Path, server: &FakeServer) -> Runtime {
     let client =
         AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").expect("client");
     let options = RuntimeOptions {
-        client: Some(Arc::new(client)),
-        resilience: Some(Resilience {
+        resilience: Resilience {
             max_attempts: 1,
             ..Resilience::default()
-        }),
-        ..RuntimeOptions::default()
+        },
+        ..RuntimeOptions::new(Arc::new(client))
     };
     Runtime::with_options(dir, dir.join("runs"), options).expect("runtime")
 }

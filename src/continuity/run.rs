@@ -1,0 +1,594 @@
+//! A run's lifecycle, from settings to a runtime, in one place for every front end (the
+//! CLI, the Python package): the stores, the run in a shared database, the run lock
+//! (waiting or not), the database hold and what happens when it is lost, the busy-session
+//! probe, `/new` archiving and the wake state. Front ends only prompt and render; every
+//! refusal is a typed [`RunError`] they print in their own words.
+//!
+//! One call for a library user: [`Run::open`]. Phased, for a front end that talks to the
+//! person in between (the CLI asks what to do before anything is created, and prints the
+//! banner under the lock, before the runtime opens):
+//!
+//! ```text
+//! Run::prepare(&settings)   client, stores, the shared run: nothing locked, nothing on disk
+//!   .probe()                the read-only wake state, before the lock (is there anything?)
+//!   .lock(begin, hooks)     run lock, database hold, busy sessions, `--new` archiving
+//!     .wake()               the wake state, computed once, under the lock
+//!     .archive()            `/new` typed at the prompt
+//!     .start(|options| …)   the runtime, with the front end's events, asker, sub-agents
+//! ```
+//!
+//! Lost hold: with a shared database the run is held for the process's life; when the
+//! database went away and another process took the run meanwhile, this one must stop
+//! writing it. [`RunHooks::on_hold_lost`] hears it (the CLI prints its line); then, or
+//! without a hook, the process ends as on SIGTERM ([`super::signals::terminate_self`]),
+//! so that whatever the front end wired for SIGTERM (the in-flight row rescued, running
+//! commands stopped) runs.
+
+use super::handoff;
+use super::lineage::Lineage;
+use super::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
+use super::notes;
+use super::runtime::{Runtime, RuntimeError, RuntimeOptions, holder_text};
+use super::shared::{SharedRun, SharedRunError};
+use super::wake::{Place, WakeState};
+use crate::engine::SessionStart;
+use crate::run_dir::RunDir;
+use crate::settings::{ConfigError, Settings};
+use crate::stores::postgres::hostname;
+use crate::stores::{PostgresStore, SessionStore, StoreError};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a run held in the database is waited for before it counts as busy: a
+/// process just killed on another host takes the server a moment to notice.
+pub const HOLD_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a run cannot be opened. Nothing was sent to the model; nothing was written
+/// unless the variant says so.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The workspace cannot be resolved (it is gone, or not readable).
+    #[error(transparent)]
+    Workspace(io::Error),
+    #[error("cannot open the store: {0}\nNothing was sent to the model.")]
+    OpenStore(#[source] StoreError),
+    #[error("cannot read the run from the store: {0}\nNothing was sent to the model.")]
+    ReadRun(#[source] SharedRunError),
+    /// A run key from the environment names a run begun in another workspace.
+    #[error(transparent)]
+    Foreign(SharedRunError),
+    /// Another process holds the run directory (and the settings say not to wait).
+    #[error(
+        "run directory {path} is in use by another flower ({})",
+        holder_text(holder)
+    )]
+    Locked {
+        path: PathBuf,
+        holder: Option<Holder>,
+    },
+    /// Another process, on some host, holds the run in the shared database; `waited`:
+    /// it was waited for, and the wait ended without the run.
+    #[error(
+        "run {run_key} is in use by another flower ({})",
+        holder.as_deref().unwrap_or("unknown")
+    )]
+    RunBusy {
+        run_key: String,
+        holder: Option<String>,
+        waited: bool,
+    },
+    #[error("cannot hold the run in the store: {0}\nNothing was sent to the model.")]
+    Hold(#[source] StoreError),
+    /// Another process appends to (or forks) a session this run would continue.
+    #[error(
+        "session {session_id} is in use by another flower ({})",
+        holder_text(holder)
+    )]
+    SessionBusy {
+        session_id: String,
+        holder: Option<Holder>,
+    },
+    #[error(transparent)]
+    Lock(LockError),
+    /// `/new` could not move the run's files into the archive.
+    #[error(transparent)]
+    Archive(io::Error),
+    #[error(transparent)]
+    Runtime(RuntimeError),
+}
+
+impl From<RuntimeError> for RunError {
+    fn from(error: RuntimeError) -> RunError {
+        match error {
+            RuntimeError::SessionBusy { session_id, holder } => {
+                RunError::SessionBusy { session_id, holder }
+            }
+            RuntimeError::Locked { path, holder } => RunError::Locked { path, holder },
+            other => RunError::Runtime(other),
+        }
+    }
+}
+
+/// What the run waits for, said before it blocks (with [`Settings::wait`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    /// Another process holds the run directory's lock.
+    RunDir { holder: Option<Holder> },
+    /// Another process, on some host, holds the run in the shared database.
+    SharedRun {
+        run_key: String,
+        holder: Option<String>,
+    },
+}
+
+/// The shared database's hold was lost and another process took the run meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldLost {
+    pub run_key: String,
+    /// Who took it, as it said about itself.
+    pub holder: Option<String>,
+}
+
+/// Called before the run blocks waiting for another holder.
+pub type OnWait = Box<dyn Fn(&Waiting) + Send + Sync>;
+/// Called (on the hold's own thread) when the hold was lost to another process.
+pub type OnHoldLost = Arc<dyn Fn(&HoldLost) + Send + Sync>;
+
+/// What a front end wires into the lifecycle.
+#[derive(Default)]
+pub struct RunHooks {
+    /// Hears what the run is about to wait for (the CLI prints `…,等它结束……`).
+    pub on_wait: Option<OnWait>,
+    /// Hears a lost hold, before the process ends as on SIGTERM (see the module doc).
+    pub on_hold_lost: Option<OnHoldLost>,
+}
+
+/// Whether the run's history is kept (`Continue`) or archived first (`New`: `--new`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Begin {
+    #[default]
+    Continue,
+    New,
+}
+
+/// An open run: the runtime, and the wake state it was opened with.
+pub struct Run {
+    runtime: Runtime,
+    wake: WakeState,
+    at: At,
+    /// The database hold, for the run's life.
+    _hold: Option<Box<dyn Send>>,
+}
+
+/// Where a run is: what [`Run`], [`Opening`], [`Locked`] and [`Peek`] all know.
+struct At {
+    /// Canonical.
+    workspace: PathBuf,
+    dir: RunDir,
+    /// The transcripts' store; `None`: the run directory's SQLite file.
+    store: Option<Arc<dyn SessionStore>>,
+    shared: Option<SharedRun>,
+}
+
+impl At {
+    fn place(&self) -> Place<'_> {
+        Place {
+            workspace: &self.workspace,
+            run_dir: self.dir.path(),
+            store: self.store.as_deref(),
+            shared: self.shared.as_ref(),
+        }
+    }
+}
+
+/// The run of `workspace` in the shared database of `store`: registered if new
+/// (`register`), else only found.
+fn shared_run(
+    store: Option<&Arc<PostgresStore>>,
+    workspace: &Path,
+    settings: &Settings,
+    register: bool,
+) -> Result<Option<SharedRun>, RunError> {
+    let Some(store) = store else { return Ok(None) };
+    let name = settings.run_key.as_ref();
+    let found = match register {
+        true => SharedRun::open(store.clone(), workspace, name),
+        false => SharedRun::find(store.clone(), workspace, name),
+    };
+    found.map_err(|e| match e {
+        e @ SharedRunError::Foreign { .. } => RunError::Foreign(e),
+        e => RunError::ReadRun(e),
+    })
+}
+
+impl Run {
+    /// Opens the run the settings describe, continuing its history, with the library's
+    /// runtime defaults and no hooks: [`Run::prepare`], [`Opening::lock`],
+    /// [`Locked::start`] in one.
+    pub fn open(settings: &Settings) -> Result<Run, RunError> {
+        Run::prepare(settings)?
+            .lock(Begin::Continue, RunHooks::default())?
+            .start(|_| {})
+    }
+
+    /// The first phase: the model client (a missing credential is refused here), the
+    /// store (connected and checked), the run in a shared database (registered if
+    /// new; a run key naming another workspace's run is refused). Nothing is locked and
+    /// nothing is created in the run directory.
+    pub fn prepare(settings: &Settings) -> Result<Opening, RunError> {
+        let workspace = settings
+            .workspace
+            .canonicalize()
+            .map_err(RunError::Workspace)?;
+        let mut options = settings.runtime_options()?;
+        let opened = settings.open_store().map_err(RunError::OpenStore)?;
+        let shared = shared_run(opened.as_ref(), &workspace, settings, true)?;
+        let store = opened.map(|store| store as Arc<dyn SessionStore>);
+        options.store = store.clone();
+        options.shared_run = shared.clone();
+        Ok(Opening {
+            at: At {
+                workspace,
+                dir: RunDir::new(&settings.run_dir),
+                store,
+                shared,
+            },
+            wait: settings.wait,
+            options,
+        })
+    }
+
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The wake state the run was opened with (computed once, under the lock).
+    pub fn wake(&self) -> &WakeState {
+        &self.wake
+    }
+
+    /// The workspace (canonical).
+    pub fn workspace(&self) -> &Path {
+        &self.at.workspace
+    }
+
+    pub fn dir(&self) -> &RunDir {
+        &self.at.dir
+    }
+
+    /// The run in the shared database, if it lives in one.
+    pub fn shared(&self) -> Option<&SharedRun> {
+        self.at.shared.as_ref()
+    }
+
+    /// Where the run lives, for the figures a person is shown.
+    pub fn place(&self) -> Place<'_> {
+        self.at.place()
+    }
+
+    /// Ends the run: the runtime closes, the locks and the hold are released.
+    pub fn close(self) {}
+}
+
+/// A run prepared and not locked yet (see [`Run::prepare`]).
+pub struct Opening {
+    at: At,
+    wait: bool,
+    options: RuntimeOptions,
+}
+
+impl Opening {
+    /// The wake state as it is now, read-only, without the lock: for deciding whether
+    /// there is anything to continue before the run directory (its lock included) is
+    /// created. [`Locked::wake`] is the one to act on.
+    pub fn probe(&self) -> WakeState {
+        self.place().wake_state()
+    }
+
+    pub fn workspace(&self) -> &Path {
+        &self.at.workspace
+    }
+
+    pub fn dir(&self) -> &RunDir {
+        &self.at.dir
+    }
+
+    pub fn shared(&self) -> Option<&SharedRun> {
+        self.at.shared.as_ref()
+    }
+
+    pub fn place(&self) -> Place<'_> {
+        self.at.place()
+    }
+
+    /// One run, one process: takes the run lock (waiting for another holder with
+    /// [`Settings::wait`], after telling `hooks.on_wait`), then across hosts holds the
+    /// run in the shared database for the process's life; refuses a run whose sessions
+    /// another process appends to (unless they are about to be archived); with
+    /// [`Begin::New`] archives the last run; computes the wake state.
+    pub fn lock(self, begin: Begin, hooks: RunHooks) -> Result<Locked, RunError> {
+        let at = &self.at;
+        let run_lock = take_run_lock(&at.dir, self.wait, &hooks)?;
+        let hold = match &at.shared {
+            Some(shared) => Some(hold_shared(shared, self.wait, &hooks)?),
+            None => None,
+        };
+        if begin == Begin::Continue {
+            check_sessions_free(at)?;
+        }
+        let archived = match begin {
+            Begin::New => archive(at)?,
+            Begin::Continue => None,
+        };
+        let wake = self.probe();
+        Ok(Locked {
+            opening: self,
+            run_lock,
+            hold,
+            wake,
+            archived,
+        })
+    }
+}
+
+/// A run locked and not started yet (see [`Opening::lock`]).
+pub struct Locked {
+    opening: Opening,
+    run_lock: RunLock,
+    hold: Option<Box<dyn Send>>,
+    wake: WakeState,
+    archived: Option<PathBuf>,
+}
+
+impl Locked {
+    /// The wake state, computed once under the lock (reset by [`Locked::archive`]).
+    pub fn wake(&self) -> &WakeState {
+        &self.wake
+    }
+
+    /// Where [`Begin::New`] archived the last run; `None` when there was nothing.
+    pub fn archived(&self) -> Option<&Path> {
+        self.archived.as_deref()
+    }
+
+    pub fn workspace(&self) -> &Path {
+        self.opening.workspace()
+    }
+
+    pub fn dir(&self) -> &RunDir {
+        self.opening.dir()
+    }
+
+    pub fn place(&self) -> Place<'_> {
+        self.opening.place()
+    }
+
+    /// `/new`: lineage (with a shared database: its steps and wakes), 需求.md, 目标.md
+    /// and the handoff documents move together into `notes/archive/<YYYYmmdd-HHMMSS>/`;
+    /// sessions.db is untouched. Returns where they went (`None`: there was nothing);
+    /// the wake state is then that of a fresh directory.
+    pub fn archive(&mut self) -> Result<Option<PathBuf>, RunError> {
+        let into = archive(&self.opening.at)?;
+        self.wake = WakeState::default();
+        Ok(into)
+    }
+
+    /// Opens the runtime over the locked run: the settings' options, with what the
+    /// front end sets through `front` (events, asker, interrupt, sub-agents, trim …).
+    /// A session of the run that another process holds is [`RunError::SessionBusy`].
+    pub fn start(self, front: impl FnOnce(&mut RuntimeOptions)) -> Result<Run, RunError> {
+        let Locked {
+            opening,
+            run_lock,
+            hold,
+            wake,
+            archived: _,
+        } = self;
+        let Opening {
+            at, mut options, ..
+        } = opening;
+        options.run_lock = RunLocking::Held(run_lock);
+        front(&mut options);
+        let runtime = Runtime::with_options(&at.workspace, &at.dir, options)?;
+        Ok(Run {
+            runtime,
+            wake,
+            at,
+            _hold: hold,
+        })
+    }
+}
+
+/// The runtime of one session outside any workflow (`flower once`): no run lock, no
+/// lineage, no manifest. A session to continue or fork (`start`) that another process
+/// holds is refused before the store is opened, and a continued one stays claimed for
+/// the runtime's life.
+pub fn open_single(
+    settings: &Settings,
+    start: &SessionStart,
+    front: impl FnOnce(&mut RuntimeOptions),
+) -> Result<Runtime, RunError> {
+    let mut options = settings.runtime_options()?;
+    let dir = RunDir::new(&settings.run_dir);
+    if let SessionStart::Resume(id) | SessionStart::Fork(id) = start
+        && let Probe::Held(holder) = lock::probe_session(&dir, id)
+    {
+        return Err(RunError::SessionBusy {
+            session_id: id.clone(),
+            holder,
+        });
+    }
+    options.store = settings
+        .open_store()
+        .map_err(RunError::OpenStore)?
+        .map(|store| store as Arc<dyn SessionStore>);
+    // Only its own session, locked in `run_agent`: a running pipeline in this run
+    // directory neither blocks it nor is blocked by it.
+    options.run_lock = RunLocking::Unlocked;
+    front(&mut options);
+    let runtime = Runtime::with_options(&settings.workspace, &dir, options)?;
+    // Held from here to the end, so that the probe above cannot be overtaken.
+    if let SessionStart::Resume(id) = start {
+        runtime.claim_session(id)?;
+    }
+    Ok(runtime)
+}
+
+/// A run looked at without touching it (`flower state`): its store and, with a shared
+/// database, the run there if it is registered (a run key naming another workspace's
+/// run is refused). Creates, writes and waits for nothing.
+pub struct Peek {
+    at: At,
+}
+
+impl Peek {
+    pub fn open(settings: &Settings) -> Result<Peek, RunError> {
+        let workspace = settings
+            .workspace
+            .canonicalize()
+            .unwrap_or_else(|_| settings.workspace.clone());
+        let opened = settings.open_store().map_err(RunError::OpenStore)?;
+        let shared = shared_run(opened.as_ref(), &workspace, settings, false)?;
+        Ok(Peek {
+            at: At {
+                workspace,
+                dir: RunDir::new(&settings.run_dir),
+                store: opened.map(|store| store as Arc<dyn SessionStore>),
+                shared,
+            },
+        })
+    }
+
+    pub fn place(&self) -> Place<'_> {
+        self.at.place()
+    }
+
+    /// The run in the shared database, when there is one.
+    pub fn shared(&self) -> Option<&SharedRun> {
+        self.at.shared.as_ref()
+    }
+
+    /// The transcripts' store, when it is not the run directory's SQLite file.
+    pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
+        self.at.store.as_ref()
+    }
+
+    /// Whether a process runs here now, and who (asked without taking the lock).
+    pub fn running(&self) -> Probe {
+        lock::probe_run(&self.at.dir)
+    }
+}
+
+/// The run lock of `dir`; with `wait`, waits (after saying so) for another holder.
+fn take_run_lock(dir: &RunDir, wait: bool, hooks: &RunHooks) -> Result<RunLock, RunError> {
+    match RunLock::acquire(dir) {
+        Ok(lock) => Ok(lock),
+        Err(LockError::Held { holder, .. }) if wait => {
+            if let Some(on_wait) = &hooks.on_wait {
+                on_wait(&Waiting::RunDir { holder });
+            }
+            RunLock::wait(dir).map_err(RunError::Lock)
+        }
+        Err(LockError::Held { path, holder }) => Err(RunError::Locked { path, holder }),
+        Err(e) => Err(RunError::Lock(e)),
+    }
+}
+
+/// Holds the shared run for this process; another holder (on any host) is waited for
+/// [`HOLD_GRACE`], or with `wait` for ever.
+fn hold_shared(run: &SharedRun, wait: bool, hooks: &RunHooks) -> Result<Box<dyn Send>, RunError> {
+    let me = format!(
+        "{} pid {},{} 起",
+        hostname(),
+        std::process::id(),
+        chrono::Local::now().format("%H:%M")
+    );
+    let busy = |holder, waited| RunError::RunBusy {
+        run_key: run.run_key().to_string(),
+        holder,
+        waited,
+    };
+    let lost = || on_lost(run, hooks.on_hold_lost.clone());
+    match run
+        .hold(&me, Some(HOLD_GRACE), lost())
+        .map_err(RunError::Hold)?
+    {
+        Ok(guard) => Ok(guard),
+        Err(holder) if wait => {
+            if let Some(on_wait) = &hooks.on_wait {
+                on_wait(&Waiting::SharedRun {
+                    run_key: run.run_key().to_string(),
+                    holder,
+                });
+            }
+            run.hold(&me, None, lost())
+                .map_err(RunError::Hold)?
+                .map_err(|holder| busy(holder, true))
+        }
+        Err(holder) => Err(busy(holder, false)),
+    }
+}
+
+/// What a run does when its hold went with the database and another process took the
+/// run meanwhile: tells the front end, then stops as on SIGTERM, so that two processes
+/// never go on writing one run.
+fn on_lost(run: &SharedRun, hook: Option<OnHoldLost>) -> crate::stores::postgres::OnLeaseLost {
+    let run_key = run.run_key().to_string();
+    Box::new(move |holder: Option<String>| {
+        if let Some(hook) = &hook {
+            hook(&HoldLost { run_key, holder });
+        }
+        super::signals::terminate_self();
+    })
+}
+
+/// A session of this run that someone else appends to (`flower once --resume`): refused
+/// before anything is shown. The runtime claims them for real when it opens.
+fn check_sessions_free(at: &At) -> Result<(), RunError> {
+    let steps = match &at.shared {
+        Some(shared) => shared.lineage().ok().map(|(_, steps)| steps),
+        None => Lineage::read(&at.dir, &at.workspace).map(|file| file.steps),
+    };
+    for id in steps.into_iter().flat_map(|steps| steps.into_values()) {
+        if let Probe::Held(holder) = lock::probe_session(&at.dir, &id) {
+            return Err(RunError::SessionBusy {
+                session_id: id,
+                holder,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Moves the run's lineage and notes into `notes/archive/<stamp>/` (see
+/// [`Locked::archive`]); `None` when there is nothing to archive.
+fn archive(at: &At) -> Result<Option<PathBuf>, RunError> {
+    let (workspace, dir, shared) = (at.workspace.as_path(), &at.dir, at.shared.as_ref());
+    let extra = [
+        notes::brief_path(workspace),
+        notes::goal_path(workspace),
+        handoff::handoff_dir(workspace),
+    ];
+    if shared.is_none() && !dir.lineage().exists() && !extra.iter().any(|p| p.exists()) {
+        return Ok(None);
+    }
+    let archive_dir = workspace.join(notes::NOTES_DIR).join("archive");
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
+    let mut into = archive_dir.join(&stamp);
+    let mut n = 1;
+    while into.exists() {
+        n += 1;
+        into = archive_dir.join(format!("{stamp}-{n}"));
+    }
+    let mut lineage = match shared {
+        Some(shared) => Lineage::load_shared(dir, workspace, shared.clone(), |_| Ok(true))
+            .map_err(|e| RunError::Archive(io::Error::other(e.to_string())))?,
+        None => Lineage::load(dir, workspace, |_| true),
+    };
+    lineage.archive(&into, &extra).map_err(RunError::Archive)?;
+    Ok(Some(into))
+}

@@ -1,0 +1,347 @@
+//! One settings resolution: every knob of flower read once, validated, and turned into
+//! resolved values that build the client, the runtime and the engine.
+//!
+//! # The model: ripgrep's low-level arguments → high-level arguments
+//!
+//! The low-level inputs ([`sources`]) are plain data, nothing checked yet:
+//! - [`Flags`]: what the command line said (the CLI's clap groups fill it; a library
+//!   user sets what it means and leaves the rest `None`);
+//! - [`Environment`]: a snapshot of the variables, `HOME` and the current directory.
+//!   [`Environment::from_process`] is the one place in the library that reads the
+//!   process environment;
+//! - [`FileLayer`]: what settings files say (empty today; the seam for issue #32).
+//!
+//! [`Settings::resolve`] turns them, once, into [`Settings`]: resolved values only
+//! (no `Option` meaning "go and look elsewhere"), or a [`ConfigError`] that names the
+//! flag, variable or file key and says what it should look like. The binary prints it
+//! and exits 2 before anything is sent or written. [`Settings::from_env`] is the
+//! explicit "defaults for a library user": no flags, the process environment.
+//!
+//! **Precedence: flags > environment > files > defaults.** A variable is read as "the
+//! environment's value, else the files'" (see [`FileLayer`]); a flag, when given,
+//! replaces its variable, which is then not even parsed.
+//!
+//! # Where this sits in the layer line
+//!
+//! Part of the continuity layer (DESIGN.md §2), below `continuity::run` and above
+//! continuity's leaf modules: it imports the value types of `model`, `stores`, `tools`,
+//! `engine` and of `continuity::{handoff, resilience, shared, runtime}`, and is imported
+//! by `continuity::run` ([`crate::Run::open`] takes a `&Settings`), the workflow and
+//! the front ends. None of the modules it imports imports it back.
+//!
+//! # Adding a setting
+//!
+//! 1. A flag: a field on [`Flags`] (and on the CLI's clap group that fills it).
+//! 2. A variable: read it in the resolver of its area (`model.rs`, `store.rs`, or
+//!    [`Settings::resolve`]) through the one lookup (`Vars::get` / `Vars::raw`), so
+//!    that settings files can set it too. A file-only setting: a field on
+//!    [`FileLayer`].
+//! 3. A resolved field on [`Settings`] (or [`ModelSettings`]) holding the value the
+//!    rest of flower uses, and a [`ConfigError::invalid`] naming the source when the
+//!    value cannot be used. Thread it down as a value (e.g. into
+//!    [`RuntimeOptions`] in [`Settings::runtime_options`]); nothing below reads it again.
+
+pub mod model;
+pub mod sources;
+mod store;
+
+pub use model::{DEFAULT_THINKING_BUDGET, ModelSettings};
+pub use sources::{Environment, FileLayer, Flags, SandboxFlags};
+
+use crate::continuity::handoff::{self, HandoffOptions, Threshold};
+use crate::continuity::resilience::Resilience;
+use crate::continuity::runtime::RuntimeOptions;
+use crate::continuity::shared::RunName;
+use crate::model::ModelClient;
+use crate::model::anthropic::AnthropicClient;
+use crate::stores::{PostgresStore, PostgresUrl, StoreError};
+use crate::tools::sandbox::{self, SandboxPolicy, Support};
+use sources::Vars;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The run directory when `--run-dir` is not given, relative to the current directory.
+pub const DEFAULT_RUN_DIR: &str = "runs";
+
+/// A setting that cannot be used. The binary prints `flower: {self}` and exits 2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A flag, variable or file key with a value that cannot be used; `message` names
+    /// it and says what it should look like.
+    #[error("{message}")]
+    Invalid {
+        /// The flag (`--store`) or variable (`FLOWER_MAX_TOKENS`) at fault.
+        setting: String,
+        message: String,
+    },
+    /// No credential: neither `ANTHROPIC_API_KEY` nor `ANTHROPIC_AUTH_TOKEN` is set,
+    /// and this needs the model.
+    #[error(
+        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), then run flower again."
+    )]
+    MissingCredential,
+}
+
+impl ConfigError {
+    /// A bad value of `setting`, explained by `message`.
+    pub fn invalid(setting: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            setting: setting.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// The flag or variable at fault.
+    pub fn setting(&self) -> &str {
+        match self {
+            ConfigError::Invalid { setting, .. } => setting,
+            ConfigError::MissingCredential => "ANTHROPIC_API_KEY",
+        }
+    }
+}
+
+/// What the terminal asked for: `NO_COLOR`, `TERM`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Terminal {
+    /// `NO_COLOR` is set and not empty: no colours.
+    pub no_color: bool,
+    /// `TERM` (`dumb`: no redrawn status line).
+    pub term: Option<String>,
+}
+
+/// Everything flower is configured by, resolved and validated (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The workspace (not canonicalised; the run canonicalises it).
+    pub workspace: PathBuf,
+    /// `-r/--run-dir`, else [`DEFAULT_RUN_DIR`]; relative to the current directory,
+    /// not to the workspace.
+    pub run_dir: PathBuf,
+    pub model: ModelSettings,
+    /// Retry and offline-wait numbers (`FLOWER_MAX_ATTEMPTS` …).
+    pub resilience: Resilience,
+    /// The sandbox of Bash commands (`FLOWER_SANDBOX`, `FLOWER_NETWORK`, the flags).
+    pub sandbox: SandboxPolicy,
+    /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in the
+    /// run directory. Opened by [`Settings::open_store`].
+    pub store: Option<PostgresUrl>,
+    /// The run's name in the shared store (`--run-key`, else `FLOWER_RUN_KEY`); `None`:
+    /// the workspace's project key. Only with a PostgreSQL store.
+    pub run_key: Option<RunName>,
+    /// 换代 (`--handoff-at`, `FLOWER_HANDOFF_AT`, `FLOWER_CONTEXT_WINDOW`), checked
+    /// against the model's window.
+    pub handoff: HandoffOptions,
+    /// The model's context window, tokens ([`HandoffOptions::window_for`] the model).
+    pub context_window: u64,
+    /// The handoff threshold for the model, tokens (validated: within the window).
+    pub handoff_threshold: u64,
+    /// `--wait`: wait for another flower holding the run instead of refusing.
+    pub wait: bool,
+    /// The home directory (`HOME`): `~/` in permission rules, `~` in printed paths.
+    pub home: Option<PathBuf>,
+    pub terminal: Terminal,
+    /// Worth a line on stderr, not worth stopping for (an unpriced model).
+    pub warnings: Vec<String>,
+}
+
+impl Settings {
+    /// The settings of a library user: no flags, the process environment, no files.
+    pub fn from_env() -> Result<Settings, ConfigError> {
+        Settings::resolve(
+            &Flags::default(),
+            &Environment::from_process(),
+            &FileLayer::default(),
+        )
+    }
+
+    /// The one resolution: `flags` over `env` over `files` over the defaults, every
+    /// value checked. Reads no file except the price table `FLOWER_PRICES` names, and
+    /// touches nothing.
+    pub fn resolve(
+        flags: &Flags,
+        env: &Environment,
+        files: &FileLayer,
+    ) -> Result<Settings, ConfigError> {
+        let vars = Vars { env, files };
+        let model = model::resolve(flags, &vars)?;
+        let resilience = resilience(&vars)?;
+        let store = store::store(flags, &vars)?;
+        let run_key = store::run_key(flags, &vars, store.as_ref())?;
+        let sandbox = sandbox_policy(flags, &vars)?;
+        let handoff = handoff_options(flags, &vars)?;
+        let source = if flags.handoff_at.is_some() {
+            "--handoff-at"
+        } else {
+            "FLOWER_HANDOFF_AT"
+        };
+        let handoff_threshold = handoff
+            .limit_for(&model.id)
+            .map_err(|e| ConfigError::invalid(source, format!("{source}: {e}")))?;
+        let context_window = handoff.window_for(&model.id);
+        let warnings = model.price_warning().into_iter().collect();
+        let workspace = flags
+            .workspace
+            .clone()
+            .or_else(|| env.current_dir().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."));
+        Ok(Settings {
+            workspace,
+            run_dir: flags
+                .run_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR)),
+            model,
+            resilience,
+            sandbox,
+            store,
+            run_key,
+            handoff,
+            context_window,
+            handoff_threshold,
+            wait: flags.wait,
+            home: env.home().map(Path::to_path_buf),
+            terminal: Terminal {
+                no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty()),
+                term: env.var("TERM").map(str::to_string),
+            },
+            warnings,
+        })
+    }
+
+    /// The model client these settings describe. [`ConfigError::MissingCredential`]
+    /// without a credential. Sends nothing.
+    pub fn client(&self) -> Result<Arc<dyn ModelClient>, ConfigError> {
+        let config = self.model.client_config()?;
+        let client = AnthropicClient::with_config(config)
+            .map_err(|e| ConfigError::invalid("ANTHROPIC_BASE_URL", e.to_string()))?;
+        Ok(Arc::new(client))
+    }
+
+    /// Runtime options with these settings' client, retry policy, limits, sandbox and
+    /// handoff; the caller fills in events, prompts, sub-agents, stores and locking.
+    pub fn runtime_options(&self) -> Result<RuntimeOptions, ConfigError> {
+        Ok(RuntimeOptions {
+            resilience: self.resilience.clone(),
+            max_tokens: self.model.max_tokens,
+            sandbox: self.sandbox.clone(),
+            thinking_budget: self.model.thinking_budget,
+            cache_ttl: self.model.cache_ttl,
+            handoff: self.handoff.clone(),
+            home: self.home.clone(),
+            ..RuntimeOptions::new(self.client()?)
+        })
+    }
+
+    /// Makes the price table of these settings (`FLOWER_PRICES` over the built-in one)
+    /// the process's, unless one is in use already. Call it once, early.
+    pub fn install_prices(&self) {
+        if let Some(table) = &self.model.prices {
+            crate::model::prices::install(table.clone());
+        }
+    }
+
+    /// Opens the PostgreSQL store of `--store` / `FLOWER_STORE` (connects, checks the
+    /// credentials and the schema): `None` for the default SQLite store, which the
+    /// runtime opens in the run directory. The one place a run's store is opened.
+    pub fn open_store(&self) -> Result<Option<Arc<PostgresStore>>, StoreError> {
+        match &self.store {
+            None => Ok(None),
+            Some(url) => Ok(Some(Arc::new(PostgresStore::open(url)?))),
+        }
+    }
+}
+
+/// The retry numbers; a bad value is refused (the library's lenient reading would
+/// warn and use the default, and a typo must never silently become the default).
+fn resilience(vars: &Vars<'_>) -> Result<Resilience, ConfigError> {
+    let (resilience, bad) = Resilience::from_lookup(|name| vars.raw(name));
+    match bad.first() {
+        None => Ok(resilience),
+        Some(first) => {
+            let first = first.strip_prefix("ignoring ").unwrap_or(first);
+            let setting = first.split('=').next().unwrap_or_default();
+            Err(ConfigError::invalid(setting, first))
+        }
+    }
+}
+
+/// `FLOWER_SANDBOX`, `FLOWER_NETWORK` and the sandbox flags (which win), checked: no
+/// network needs the sandbox, and a required sandbox needs Landlock.
+fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, ConfigError> {
+    let mut policy = SandboxPolicy::standard();
+    match vars.get("FLOWER_SANDBOX").as_deref() {
+        None | Some("on") => {}
+        Some("off") => policy.enabled = false,
+        Some("require") => policy.required = true,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "FLOWER_SANDBOX",
+                format!("FLOWER_SANDBOX={other:?}: expected on, off or require"),
+            ));
+        }
+    }
+    match vars.get("FLOWER_NETWORK").as_deref() {
+        None | Some("on") => {}
+        Some("off") => policy.network = false,
+        Some(other) => {
+            return Err(ConfigError::invalid(
+                "FLOWER_NETWORK",
+                format!("FLOWER_NETWORK={other:?}: expected on or off"),
+            ));
+        }
+    }
+    let given = flags.sandbox;
+    if given.no_network {
+        policy.network = false;
+    }
+    if given.no_sandbox {
+        policy.enabled = false;
+        policy.required = false;
+    }
+    if given.require_sandbox {
+        policy.enabled = true;
+        policy.required = true;
+    }
+    if !policy.enabled && !policy.network {
+        return Err(ConfigError::invalid(
+            "--no-network",
+            "--no-network (FLOWER_NETWORK=off) needs the sandbox; it cannot be combined \
+             with --no-sandbox or FLOWER_SANDBOX=off",
+        ));
+    }
+    if policy.enabled
+        && policy.required
+        && let Support::Missing(why) = sandbox::support()
+    {
+        return Err(ConfigError::invalid(
+            "--require-sandbox",
+            format!("沙箱不可用({why}),--require-sandbox 不允许不受限地运行命令"),
+        ));
+    }
+    Ok(policy)
+}
+
+/// `--handoff-at` (else `FLOWER_HANDOFF_AT`) and `FLOWER_CONTEXT_WINDOW`, parsed; the
+/// caller checks the threshold against the model's window.
+fn handoff_options(flags: &Flags, vars: &Vars<'_>) -> Result<HandoffOptions, ConfigError> {
+    let mut options = HandoffOptions::default();
+    if let Some(value) = vars.unblank("FLOWER_CONTEXT_WINDOW") {
+        options.window = Some(handoff::parse_window(&value).map_err(|e| {
+            ConfigError::invalid(
+                "FLOWER_CONTEXT_WINDOW",
+                format!("FLOWER_CONTEXT_WINDOW: {e}"),
+            )
+        })?);
+    }
+    let (source, at) = match &flags.handoff_at {
+        // Given on the command line, even empty, it is meant.
+        Some(value) => ("--handoff-at", Some(value.clone())),
+        None => ("FLOWER_HANDOFF_AT", vars.unblank("FLOWER_HANDOFF_AT")),
+    };
+    if let Some(value) = at {
+        options.at = value
+            .parse::<Threshold>()
+            .map_err(|e| ConfigError::invalid(source, format!("{source}: {e}")))?;
+    }
+    Ok(options)
+}

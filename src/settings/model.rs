@@ -1,0 +1,259 @@
+//! The model part of [`super::Settings`]: credential, base URL, headers, betas, the
+//! model id, `max_tokens`, extended thinking, the prompt cache's lifetime, the stream
+//! idle timeout and the price table. No error message quotes a credential or a header
+//! value.
+
+use super::ConfigError;
+use super::sources::{Flags, Vars};
+use crate::model::anthropic::{
+    self, ClientConfig, Credential, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_MODEL,
+};
+use crate::model::models::MIN_THINKING_BUDGET;
+use crate::model::prices::PriceTable;
+use crate::stores::CacheWindow;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The thinking budget of a bare `--thinking`, tokens.
+pub const DEFAULT_THINKING_BUDGET: u32 = 10_000;
+
+/// How to reach the model and what to ask it, resolved.
+#[derive(Clone, PartialEq)]
+pub struct ModelSettings {
+    /// The model id (`--model`, else `ANTHROPIC_MODEL`, else
+    /// [`DEFAULT_MODEL`]), aliases resolved, `[1m]` kept: the one source the client,
+    /// the engine, the handoff threshold and the status line all read.
+    pub id: String,
+    /// Whether `--model` or `ANTHROPIC_MODEL` named it (else it is the default).
+    pub named: bool,
+    /// `ANTHROPIC_AUTH_TOKEN` (Bearer, wins) or `ANTHROPIC_API_KEY`; `None` when neither
+    /// is set: read-only commands need none, a run is refused
+    /// ([`ConfigError::MissingCredential`]) before anything is sent or written.
+    pub credential: Option<Credential>,
+    /// `ANTHROPIC_BASE_URL` (checked: an http(s) URL), else [`DEFAULT_BASE_URL`].
+    pub base_url: String,
+    /// `ANTHROPIC_CUSTOM_HEADERS`, one `Name: value` per line.
+    pub headers: Vec<(String, String)>,
+    /// `ANTHROPIC_BETAS`, comma-separated.
+    pub betas: Vec<String>,
+    /// `FLOWER_STREAM_IDLE_TIMEOUT` (seconds), else [`DEFAULT_IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
+    /// `FLOWER_MAX_TOKENS`, else the engine's default (plus the thinking budget when
+    /// thinking is on); always above the thinking budget.
+    pub max_tokens: u32,
+    /// `--thinking[=N]`, else `MAX_THINKING_TOKENS`; `None`: off.
+    pub thinking_budget: Option<u32>,
+    /// `FLOWER_CACHE_TTL` (`5m`, `1h`, `0`); `None` (`0`): every resume prunes as if
+    /// the cache were cold.
+    pub cache_ttl: Option<Duration>,
+    /// `FLOWER_PRICES`: the built-in table with that file merged over it; `None`: the
+    /// built-in table. Made the process's table by [`super::Settings::install_prices`].
+    pub prices: Option<PriceTable>,
+}
+
+impl fmt::Debug for ModelSettings {
+    // By hand: header values may be credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("ModelSettings")
+            .field("id", &self.id)
+            .field("named", &self.named)
+            .field("credential", &self.credential)
+            .field("base_url", &self.base_url)
+            .field("headers", &header_names)
+            .field("betas", &self.betas)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_tokens", &self.max_tokens)
+            .field("thinking_budget", &self.thinking_budget)
+            .field("cache_ttl", &self.cache_ttl)
+            .field("prices", &self.prices.is_some())
+            .finish()
+    }
+}
+
+impl ModelSettings {
+    /// The client configuration; [`ConfigError::MissingCredential`] without a
+    /// credential.
+    pub fn client_config(&self) -> Result<ClientConfig, ConfigError> {
+        let credential = self
+            .credential
+            .clone()
+            .ok_or(ConfigError::MissingCredential)?;
+        Ok(ClientConfig {
+            base_url: self.base_url.clone(),
+            credential,
+            default_model: self.id.clone(),
+            headers: self.headers.clone(),
+            betas: self.betas.clone(),
+            idle_timeout: self.idle_timeout,
+        })
+    }
+
+    /// The price of the model is unknown: its cost is reported as null.
+    pub(super) fn price_warning(&self) -> Option<String> {
+        let known = match &self.prices {
+            Some(table) => table.get(&self.id).is_some(),
+            None => PriceTable::builtin().get(&self.id).is_some(),
+        };
+        (!known).then(|| {
+            format!(
+                "model {} has no price in the table: its cost is reported as null",
+                self.id
+            )
+        })
+    }
+}
+
+/// Resolves the model settings from the flags and the variables.
+pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, ConfigError> {
+    let usage = |setting: &str, message: String| ConfigError::invalid(setting, message);
+    let credential = match (
+        vars.get("ANTHROPIC_AUTH_TOKEN"),
+        vars.get("ANTHROPIC_API_KEY"),
+    ) {
+        (Some(token), _) => Some(Credential::Bearer(token)),
+        (None, Some(key)) => Some(Credential::ApiKey(key)),
+        (None, None) => None,
+    };
+    let base_url = vars
+        .get("ANTHROPIC_BASE_URL")
+        .unwrap_or_else(|| DEFAULT_BASE_URL.into());
+    let base_url = anthropic::check_base_url(&base_url)
+        .map_err(|e| usage("ANTHROPIC_BASE_URL", e.to_string()))?;
+    let flag_model = flags.model.as_deref().filter(|m| !m.trim().is_empty());
+    let (setting, named_model) = match flag_model {
+        Some(model) => ("--model", Some(model.to_string())),
+        None => ("ANTHROPIC_MODEL", vars.get("ANTHROPIC_MODEL")),
+    };
+    let named = named_model.is_some();
+    let id = crate::model::models::resolve(named_model.as_deref().unwrap_or(DEFAULT_MODEL))
+        .map_err(|e| usage(setting, e.to_string()))?;
+    let headers = match vars.raw("ANTHROPIC_CUSTOM_HEADERS") {
+        Some(text) => anthropic::parse_custom_headers(&text)
+            .map_err(|e| usage("ANTHROPIC_CUSTOM_HEADERS", e.to_string()))?,
+        None => Vec::new(),
+    };
+    let betas = vars
+        .raw("ANTHROPIC_BETAS")
+        .map(|list| anthropic::parse_betas(&list))
+        .unwrap_or_default();
+
+    let explicit_max = match vars.unblank("FLOWER_MAX_TOKENS") {
+        Some(raw) => Some(
+            raw.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    usage(
+                        "FLOWER_MAX_TOKENS",
+                        format!("FLOWER_MAX_TOKENS={raw:?}: expected a whole number ≥ 1"),
+                    )
+                })?,
+        ),
+        None => None,
+    };
+    let from_env = match vars.unblank("MAX_THINKING_TOKENS") {
+        Some(raw) => Some(raw.trim().parse::<u32>().map_err(|_| {
+            usage(
+                "MAX_THINKING_TOKENS",
+                format!("MAX_THINKING_TOKENS={raw:?} is not a whole number of tokens"),
+            )
+        })?),
+        None => None,
+    };
+    // The flag wins; a bare flag takes the variable's budget, else the default.
+    let thinking_budget = match flags.thinking {
+        Some(Some(budget)) => Some(budget),
+        Some(None) => Some(from_env.unwrap_or(DEFAULT_THINKING_BUDGET)),
+        None => from_env.filter(|b| *b > 0),
+    };
+    let thinking_setting = if flags.thinking.is_some() {
+        "--thinking"
+    } else {
+        "MAX_THINKING_TOKENS"
+    };
+    if let Some(budget) = thinking_budget
+        && budget < MIN_THINKING_BUDGET
+    {
+        return Err(usage(
+            thinking_setting,
+            format!(
+                "thinking budget {budget} is below the API minimum of {MIN_THINKING_BUDGET} tokens"
+            ),
+        ));
+    }
+    let max_tokens = match (explicit_max, thinking_budget) {
+        (Some(max), Some(budget)) if budget >= max => {
+            return Err(usage(
+                thinking_setting,
+                format!(
+                    "thinking budget {budget} must be below max_tokens ({max}, FLOWER_MAX_TOKENS)"
+                ),
+            ));
+        }
+        (Some(max), _) => max,
+        // Room to answer after thinking.
+        (None, Some(budget)) => budget.saturating_add(crate::engine::DEFAULT_MAX_TOKENS),
+        (None, None) => crate::engine::DEFAULT_MAX_TOKENS,
+    };
+
+    let cache_ttl = match vars
+        .raw("FLOWER_CACHE_TTL")
+        .map(|v| v.trim().to_ascii_lowercase())
+    {
+        None => Some(CacheWindow::DEFAULT_TTL),
+        Some(v) if v.is_empty() || v == "5m" => Some(CacheWindow::DEFAULT_TTL),
+        Some(v) if v == "1h" => Some(Duration::from_secs(3600)),
+        Some(v) if v == "0" => None,
+        Some(v) => {
+            return Err(usage(
+                "FLOWER_CACHE_TTL",
+                format!(
+                    "FLOWER_CACHE_TTL={v:?}: expected 5m, 1h or 0 (0: prune every resume as if the cache were cold)"
+                ),
+            ));
+        }
+    };
+
+    let idle_timeout = match vars.get("FLOWER_STREAM_IDLE_TIMEOUT") {
+        None => DEFAULT_IDLE_TIMEOUT,
+        Some(raw) => match raw.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
+            _ => {
+                return Err(usage(
+                    "FLOWER_STREAM_IDLE_TIMEOUT",
+                    format!("FLOWER_STREAM_IDLE_TIMEOUT={raw:?}: expected seconds as a number > 0"),
+                ));
+            }
+        },
+    };
+
+    let prices = match vars.get("FLOWER_PRICES") {
+        None => None,
+        Some(path) => {
+            let path = PathBuf::from(path);
+            Some(PriceTable::with_override(&path).map_err(|e| {
+                usage(
+                    "FLOWER_PRICES",
+                    format!("FLOWER_PRICES={}: {e}", path.display()),
+                )
+            })?)
+        }
+    };
+
+    Ok(ModelSettings {
+        id,
+        named,
+        credential,
+        base_url,
+        headers,
+        betas,
+        idle_timeout,
+        max_tokens,
+        thinking_budget,
+        cache_ttl,
+        prices,
+    })
+}

@@ -1,0 +1,172 @@
+//! The low-level inputs of [`super::Settings::resolve`]: what the command line said
+//! ([`Flags`]), the environment ([`Environment`]) and the settings files ([`FileLayer`]).
+//! Nothing here is validated yet; everything here is plain data a caller can build by
+//! hand (tests, the Python package).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The flags of one command line, as parsed: `None` / `false` = not given. The CLI's
+/// clap groups fill it; a library user sets what it means to say and leaves the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// The workspace; `None`: the current directory.
+    pub workspace: Option<PathBuf>,
+    /// `-r/--run-dir`; `None`: `runs`, relative to the current directory.
+    pub run_dir: Option<PathBuf>,
+    /// `--store` (a `postgres://` URL or `sqlite`).
+    pub store: Option<String>,
+    /// `--run-key`: the run's name in a shared store, given on purpose (it may adopt a
+    /// run begun in another workspace).
+    pub run_key: Option<String>,
+    /// `--model`: an id or an alias, `[1m]` allowed.
+    pub model: Option<String>,
+    /// `--thinking` (`Some(None)`) or `--thinking=N` (`Some(Some(N))`).
+    pub thinking: Option<Option<u32>>,
+    /// `--handoff-at`: tokens (`120000`, `120K`) or a share of the window (`60%`).
+    pub handoff_at: Option<String>,
+    /// `--no-network`, `--require-sandbox`, `--no-sandbox`.
+    pub sandbox: SandboxFlags,
+    /// `--wait`: wait for another flower holding the run instead of refusing.
+    pub wait: bool,
+}
+
+/// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SandboxFlags {
+    pub no_network: bool,
+    pub require_sandbox: bool,
+    pub no_sandbox: bool,
+}
+
+/// A snapshot of the environment a process started with: its variables, home and
+/// current directory. [`Environment::from_process`] is the one place in the library
+/// that reads the process environment; everything else gets a snapshot passed down, so
+/// that a test (or a library user) describes an environment instead of changing the
+/// process's.
+#[derive(Clone, Default)]
+pub struct Environment {
+    vars: HashMap<String, String>,
+    home: Option<PathBuf>,
+    current_dir: Option<PathBuf>,
+}
+
+impl fmt::Debug for Environment {
+    // Names only: values hold credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_struct("Environment")
+            .field("vars", &names)
+            .field("home", &self.home)
+            .field("current_dir", &self.current_dir)
+            .finish()
+    }
+}
+
+impl Environment {
+    /// The process's variables (those that are valid UTF-8; any other reads as unset,
+    /// as `std::env::var` has it), `HOME`, and the current directory.
+    pub fn from_process() -> Environment {
+        let vars = std::env::vars_os()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+            .collect();
+        Environment {
+            vars,
+            home: std::env::var_os("HOME")
+                .filter(|home| !home.is_empty())
+                .map(PathBuf::from),
+            current_dir: std::env::current_dir().ok(),
+        }
+    }
+
+    /// An environment of exactly these variables (`HOME` among them sets the home
+    /// directory), with no current directory: relative paths stay relative.
+    pub fn from_vars<K, V>(vars: impl IntoIterator<Item = (K, V)>) -> Environment
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let vars: HashMap<String, String> = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let home = vars
+            .get("HOME")
+            .filter(|home| !home.is_empty())
+            .map(PathBuf::from);
+        Environment {
+            vars,
+            home,
+            current_dir: None,
+        }
+    }
+
+    /// This environment with `dir` as its current directory.
+    pub fn with_current_dir(mut self, dir: impl Into<PathBuf>) -> Environment {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
+    /// A variable as set (untrimmed; possibly empty).
+    pub fn var(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    /// The home directory (`HOME`, when set and not empty).
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
+    }
+
+    /// The current directory, when known.
+    pub fn current_dir(&self) -> Option<&Path> {
+        self.current_dir.as_deref()
+    }
+}
+
+/// What settings files say, below the environment and above the defaults.
+///
+/// Empty today. The seam for the settings files of issue #32 (`~/.claude/settings.json`,
+/// `.claude/settings.json`, `.claude/settings.local.json`): whoever reads them merges
+/// them into one `FileLayer` (their own precedence: local > project > user) and hands
+/// it to [`super::Settings::resolve`]. Their `env` block goes into [`FileLayer::vars`]:
+/// every variable flower knows is then read as "the environment's value, else the
+/// files'", with no change to the parsers. A typed file setting (`model`, permission
+/// rules …) gets its own field here and is consulted by its resolver after the flag
+/// and the variable; a bad file value is a [`super::ConfigError`] naming the file and
+/// the key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileLayer {
+    /// Variables the files set (`env` in Claude Code's settings files); the process
+    /// environment wins over them.
+    pub vars: BTreeMap<String, String>,
+}
+
+/// The environment over the files: the one lookup every variable goes through.
+pub(crate) struct Vars<'a> {
+    pub env: &'a Environment,
+    pub files: &'a FileLayer,
+}
+
+impl Vars<'_> {
+    /// A variable as set: the environment's (even empty), else the files'.
+    pub fn raw(&self, name: &str) -> Option<String> {
+        self.env
+            .var(name)
+            .or_else(|| self.files.vars.get(name).map(String::as_str))
+            .map(str::to_string)
+    }
+
+    /// A variable as set, unless it is blank (blank counts as unset).
+    pub fn unblank(&self, name: &str) -> Option<String> {
+        self.raw(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// A variable, trimmed; empty counts as unset.
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.raw(name)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    }
+}
