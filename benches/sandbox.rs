@@ -106,11 +106,6 @@ fn main() {
     ] {
         rt.block_on(calls(policy.clone(), &ws, 30));
         let m = median(rt.block_on(calls(policy, &ws, n)));
-        println!(
-            "  {:<28} {:>10.2} {:>12.2}",
-            name,
-            ms(m),
-            ms(m) - ms(base)
-        );
+        println!("  {:<28} {:>10.2} {:>12.2}", name, ms(m), ms(m) - ms(base));
     }
 }

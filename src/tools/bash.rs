@@ -324,7 +324,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
     }
     let mut output = render(&capture, &end, timeout_ms, contained);
     for note in sweep.run() {
-        output.content.push_str("\n");
+        output.content.push('\n');
         output.content.push_str(&note);
     }
     if sandboxed && output.is_error && SANDBOX_ERRORS.iter().any(|e| output.content.contains(e)) {

@@ -16,7 +16,7 @@ use support::{FakeServer, Reply};
 /// A scratch directory outside the system temp directories (which the sandbox lets
 /// commands write), so that "outside the workspace" really is outside: cargo's target
 /// tmp dir, or, for a checkout that itself lives under `/tmp`, one under `$HOME`.
-pub(crate) fn scratch() -> tempfile::TempDir {
+fn scratch() -> tempfile::TempDir {
     let temp: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
         .iter()
         .map(PathBuf::from)

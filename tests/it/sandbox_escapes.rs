@@ -4,8 +4,8 @@
 //! afterwards. Tests that need root or a kernel feature say so and skip with the
 //! reason when it is absent.
 
-use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, scratch, setup};
-use crate::support::{FakeServer, Gate, Reply};
+use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
+use crate::support::{FakeServer, Reply};
 use serde_json::{Value, json};
 use std::fs;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -52,7 +52,7 @@ fn run_one(s: &Setup, command: &str, extra: &[&str]) -> Value {
     results.into_iter().next().expect("one result")
 }
 
-/// 1. Terminal injection: flower runs with a controlling terminal; a command pushes
+/// Item 1: Terminal injection: flower runs with a controlling terminal; a command pushes
 /// input into it with TIOCSTI, through `/dev/tty` and through the terminal's own path.
 /// Nothing may arrive (the user's shell would run it after flower exits).
 #[test]
@@ -167,7 +167,7 @@ fn none_left(token: &str) -> Vec<String> {
     }
 }
 
-/// 2. Nothing outlives the call: a process that left the group (`setsid … &`) is
+/// Item 2: Nothing outlives the call: a process that left the group (`setsid … &`) is
 /// killed when the shell ends, on its own or on timeout, and the report says so.
 #[test]
 fn nothing_the_command_started_outlives_it() {
@@ -204,7 +204,7 @@ fn nothing_the_command_started_outlives_it() {
     assert!(!s.ws.join("late.txt").exists());
 }
 
-/// 3. `--no-network` refuses path UNIX sockets outside the workspace (a database's or
+/// Item 3: `--no-network` refuses path UNIX sockets outside the workspace (a database's or
 /// docker's socket); `socketpair` still works; with the network on they connect.
 #[test]
 fn no_network_refuses_unix_sockets_outside_the_workspace() {
@@ -236,7 +236,7 @@ fn no_network_refuses_unix_sockets_outside_the_workspace() {
     assert!(content(&on).contains("connected"), "{}", content(&on));
 }
 
-/// 4. Metadata and hard links outside the workspace: mode, times, extended
+/// Item 4: Metadata and hard links outside the workspace: mode, times, extended
 /// attributes, and a write through a link made into the workspace.
 #[test]
 fn metadata_outside_the_workspace_cannot_change() {
@@ -276,7 +276,7 @@ fn metadata_outside_the_workspace_cannot_change() {
     assert!(!String::from_utf8_lossy(&xattr.stdout).contains("user.flower"));
 }
 
-/// 5a. `open_tree(OPEN_TREE_CLONE)` clones the workspace without the read-only git
+/// Item 5a: `open_tree(OPEN_TREE_CLONE)` clones the workspace without the read-only git
 /// mounts; writing a hook through the clone must fail. Meaningful as root and in the
 /// sandbox's user namespace alike (capabilities there are what it needs).
 #[test]
@@ -309,7 +309,7 @@ fn a_cloned_mount_cannot_write_a_git_hook() {
     assert!(!s.ws.join(".git/hooks/pre-commit").exists());
 }
 
-/// 5b. `mknod` of a device in the workspace (root-only outside a user namespace: a
+/// Item 5b: `mknod` of a device in the workspace (root-only outside a user namespace: a
 /// `/dev/kmsg` node was written). FIFOs stay allowed.
 #[test]
 fn a_device_node_cannot_be_made() {
@@ -350,7 +350,7 @@ fn temp_workspace() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, parent, ws)
 }
 
-/// 6. A read-only workspace under a writable parent cannot be renamed away and
+/// Item 6: A read-only workspace under a writable parent cannot be renamed away and
 /// replaced, neither itself nor through its parent.
 #[test]
 fn a_read_only_workspace_cannot_be_renamed_away() {
@@ -487,7 +487,7 @@ fn git_config_cannot_be_planted_wherever_git_reads_it() {
             "cp -r .git/modules/sub evil-sub && printf '{fsmonitor}' >> evil-sub/config && echo 'gitdir: ../evil-sub' > sub/.git"
         ),
         // The submodule's directory renamed and made again.
-        format!("mv sub sub.x && mkdir sub && echo 'gitdir: ../evil-sub' > sub/.git"),
+        "mv sub sub.x && mkdir sub && echo 'gitdir: ../evil-sub' > sub/.git".to_string(),
         // A hook and the config itself.
         format!("printf '{fsmonitor}' >> .git/config"),
         "printf '#!/bin/sh\\ntouch x\\n' > .git/hooks/post-checkout".to_string(),
@@ -584,5 +584,4 @@ fn ordinary_work_still_works() {
     // A PID namespace of its own: a handful of processes, not the machine's.
     let n: usize = content(&r[4]).trim().parse().unwrap_or(usize::MAX);
     assert!(n < 10, "{}", content(&r[4]));
-    let _ = (scratch, Gate::new);
 }
