@@ -43,6 +43,35 @@ fn beneath(p: &Path, root: &Path) -> bool {
     p != root && p.starts_with(root)
 }
 
+/// Every directory strictly between a writable root and a target: pinned, so that no
+/// target can be renamed away with a parent.
+fn leading_dirs(targets: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for t in targets {
+        for root in roots.iter().filter(|r| beneath(t, r)) {
+            let mut a = t.parent();
+            while let Some(dir) = a.filter(|d| beneath(d, root)) {
+                out.push(dir.to_path_buf());
+                a = dir.parent();
+            }
+        }
+    }
+    out
+}
+
+/// What `p` is now (`None` when it does not exist).
+fn expectation(p: &Path, read_only: bool) -> Result<Option<Expect>, SandboxError> {
+    let Ok(m) = std::fs::metadata(p) else {
+        return Ok(None);
+    };
+    Ok(Some(Expect {
+        path: cstring(p)?,
+        dev: m.dev(),
+        ino: m.ino(),
+        read_only,
+    }))
+}
+
 impl Plan {
     pub(super) fn new(
         policy: &SandboxPolicy,
@@ -67,23 +96,13 @@ impl Plan {
             pinned.extend(git.pinned.into_iter().filter(needed));
             absent.extend(git.absent.into_iter().filter(needed));
         }
-        // Every directory between a writable root and a protected path (or the
-        // workspace) is pinned, so that none of them can be renamed away.
         let targets: Vec<PathBuf> = read_only
             .iter()
             .chain(&pinned)
             .cloned()
             .chain([workspace.to_path_buf()])
             .collect();
-        for t in &targets {
-            for root in roots.iter().filter(|r| beneath(t, r)) {
-                let mut a = t.parent();
-                while let Some(dir) = a.filter(|d| beneath(d, root)) {
-                    pinned.push(dir.to_path_buf());
-                    a = dir.parent();
-                }
-            }
-        }
+        pinned.extend(leading_dirs(&targets, roots));
         let depth = |p: &PathBuf| p.components().count();
         pinned.sort_by_key(depth);
         pinned.dedup();
@@ -97,25 +116,12 @@ impl Plan {
         if !policy.network {
             flags |= libc::CLONE_NEWNET;
         }
-        let mut expect = Vec::new();
-        let mut add = |p: &Path, read_only: bool| -> Result<(), SandboxError> {
-            if let Ok(m) = std::fs::metadata(p) {
-                expect.push(Expect {
-                    path: cstring(p)?,
-                    dev: m.dev(),
-                    ino: m.ino(),
-                    read_only,
-                });
-            }
-            Ok(())
-        };
-        add(workspace, workspace_mounted)?;
-        for p in &read_only {
-            add(p, true)?;
-        }
-        for p in &pinned {
-            add(p, false)?;
-        }
+        let expect = [(workspace, workspace_mounted)]
+            .into_iter()
+            .chain(read_only.iter().map(|p| (p.as_path(), true)))
+            .chain(pinned.iter().map(|p| (p.as_path(), false)))
+            .filter_map(|(p, read_only)| expectation(p, read_only).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
         let to_c = |v: &[PathBuf]| v.iter().map(|p| cstring(p)).collect::<Result<Vec<_>, _>>();
         Ok(Plan {
             flags,
