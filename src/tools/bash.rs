@@ -150,6 +150,7 @@ struct GroupGuard {
 
 impl GroupGuard {
     fn new(pgid: Option<i32>, groups: &ProcessGroups) -> Self {
+        let pgid = pgid.filter(|&g| g > 1);
         if let Some(pgid) = pgid {
             groups.add(pgid);
         }

@@ -45,7 +45,9 @@ impl ProcessGroups {
     /// Kills (SIGKILL) the process group of every command still running. For a process
     /// about to die: a build or a server the agent started would outlive flower.
     pub fn kill_all(&self) {
-        for pgid in self.lock().drain(..) {
+        // A group id of 0 or 1 would reach this process's own group or, through
+        // kill(-1), every process: never registered, never signalled.
+        for pgid in self.lock().drain(..).filter(|&g| g > 1) {
             // SAFETY: killpg only sends a signal; every pgid here belongs to a shell this
             // process spawned (it is removed as soon as the shell is reaped).
             unsafe {

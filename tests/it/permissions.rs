@@ -112,7 +112,7 @@ fn prefix_rules_and_compound_commands() {
             ("time git status", true),
             ("git status $((1 + 2))", false),
             ("git status $((echo hi);(rm x))", false),
-            ("git status ${HOME}", false),
+            ("git status ${HOME}", true),
             ("git status ${x:-$(rm y)}", false),
             ("git status \"${x:-'$(rm y)'}\"", false),
             ("git status ${x:-'}'$(rm y)'}'}", false),

@@ -144,12 +144,10 @@ fn wait_for_file(path: &Path, child: &mut std::process::Child, stderr: &StderrWa
     }
 }
 
+/// The group of the command that wrote `path` (its `exec sleep`), found from outside:
+/// the `$$` it wrote is a PID namespace's own number.
 fn read_pid(path: &Path) -> i32 {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    crate::support::command_group(path.parent().unwrap_or(Path::new("/")), "sleep")
 }
 
 /// Whether a process is running (a zombie, waiting to be reaped, is not).
@@ -177,6 +175,8 @@ fn gone(pid: i32) -> bool {
 }
 
 fn kill_group(group: i32) {
+    // kill(-1) would signal every process of the machine.
+    assert!(group > 1, "not a command's process group: {group}");
     // SAFETY: SIGKILL to the process group of a command the test itself had run.
     unsafe { libc::kill(-group, libc::SIGKILL) };
 }
