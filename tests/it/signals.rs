@@ -69,10 +69,11 @@ fn killed_mid_step_by(sig: i32, in_tool: bool) {
     let work_id = project
         .lineage_step("干活")
         .expect("lineage has 干活 at once");
+    // Found while the command runs (from outside, see `read_pid`).
+    let tool_group = in_tool.then(|| read_pid(&pid_file));
     signal(&child, sig);
     let status = wait_exit(&mut child, PATIENCE);
     gate.open();
-    let tool_group = in_tool.then(|| read_pid(&pid_file));
     assert_eq!(
         status.signal(),
         Some(sig),
@@ -466,9 +467,9 @@ fn sigterm_in_once_dies_by_it_and_stops_the_command() {
     });
     let (mut child, stderr) = project.spawn_watched(&server, &["once", "睡一会"]);
     wait_for_file(&pid_file, &mut child, &stderr);
+    let group = read_pid(&pid_file);
     signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, PATIENCE);
-    let group = read_pid(&pid_file);
     let stopped = gone(group);
     kill_group(group);
     assert_eq!(
