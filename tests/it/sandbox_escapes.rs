@@ -37,6 +37,21 @@ fn python_or_skip(test: &str) -> bool {
     ok
 }
 
+/// What a test needs besides Landlock.
+#[derive(PartialEq)]
+enum Needs {
+    Kernel,
+    Python,
+    Root,
+}
+
+/// Whether to skip `test` (the reason is printed).
+fn skip(test: &str, needs: Needs) -> bool {
+    !landlock_or_skip(test)
+        || (needs == Needs::Python && !python_or_skip(test))
+        || (needs == Needs::Root && !root_or_skip(test))
+}
+
 fn ok(r: &Value) -> bool {
     r["is_error"] == json!(false)
 }
@@ -57,9 +72,10 @@ fn run_one(s: &Setup, command: &str, extra: &[&str]) -> Value {
 /// Nothing may arrive (the user's shell would run it after flower exits).
 #[test]
 fn a_command_cannot_push_input_into_the_users_terminal() {
-    if !landlock_or_skip("a_command_cannot_push_input_into_the_users_terminal")
-        || !python_or_skip("a_command_cannot_push_input_into_the_users_terminal")
-    {
+    if skip(
+        "a_command_cannot_push_input_into_the_users_terminal",
+        Needs::Python,
+    ) {
         return;
     }
     let s = setup();
@@ -171,7 +187,7 @@ fn none_left(token: &str) -> Vec<String> {
 /// killed when the shell ends, on its own or on timeout, and the report says so.
 #[test]
 fn nothing_the_command_started_outlives_it() {
-    if !landlock_or_skip("nothing_the_command_started_outlives_it") {
+    if skip("nothing_the_command_started_outlives_it", Needs::Kernel) {
         return;
     }
     let s = setup();
@@ -208,9 +224,10 @@ fn nothing_the_command_started_outlives_it() {
 /// docker's socket); `socketpair` still works; with the network on they connect.
 #[test]
 fn no_network_refuses_unix_sockets_outside_the_workspace() {
-    if !landlock_or_skip("no_network_refuses_unix_sockets_outside_the_workspace")
-        || !python_or_skip("no_network_refuses_unix_sockets_outside_the_workspace")
-    {
+    if skip(
+        "no_network_refuses_unix_sockets_outside_the_workspace",
+        Needs::Python,
+    ) {
         return;
     }
     let s = setup();
@@ -240,9 +257,10 @@ fn no_network_refuses_unix_sockets_outside_the_workspace() {
 /// attributes, and a write through a link made into the workspace.
 #[test]
 fn metadata_outside_the_workspace_cannot_change() {
-    if !landlock_or_skip("metadata_outside_the_workspace_cannot_change")
-        || !python_or_skip("metadata_outside_the_workspace_cannot_change")
-    {
+    if skip(
+        "metadata_outside_the_workspace_cannot_change",
+        Needs::Python,
+    ) {
         return;
     }
     let s = setup();
@@ -281,9 +299,7 @@ fn metadata_outside_the_workspace_cannot_change() {
 /// sandbox's user namespace alike (capabilities there are what it needs).
 #[test]
 fn a_cloned_mount_cannot_write_a_git_hook() {
-    if !landlock_or_skip("a_cloned_mount_cannot_write_a_git_hook")
-        || !python_or_skip("a_cloned_mount_cannot_write_a_git_hook")
-    {
+    if skip("a_cloned_mount_cannot_write_a_git_hook", Needs::Python) {
         return;
     }
     let s = setup();
@@ -313,9 +329,7 @@ fn a_cloned_mount_cannot_write_a_git_hook() {
 /// `/dev/kmsg` node was written). FIFOs stay allowed.
 #[test]
 fn a_device_node_cannot_be_made() {
-    if !landlock_or_skip("a_device_node_cannot_be_made")
-        || !root_or_skip("a_device_node_cannot_be_made")
-    {
+    if skip("a_device_node_cannot_be_made", Needs::Root) {
         return;
     }
     let s = setup();
@@ -354,7 +368,10 @@ fn temp_workspace() -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// replaced, neither itself nor through its parent.
 #[test]
 fn a_read_only_workspace_cannot_be_renamed_away() {
-    if !landlock_or_skip("a_read_only_workspace_cannot_be_renamed_away") {
+    if skip(
+        "a_read_only_workspace_cannot_be_renamed_away",
+        Needs::Kernel,
+    ) {
         return;
     }
     let (dir, parent, ws) = temp_workspace();
@@ -432,7 +449,10 @@ fn user_runs_git_status(s: &Setup, dir: &Path, marker: &Path) -> bool {
 /// config git would read; afterwards the user runs `git status` and nothing runs.
 #[test]
 fn git_config_cannot_be_planted_wherever_git_reads_it() {
-    if !landlock_or_skip("git_config_cannot_be_planted_wherever_git_reads_it") {
+    if skip(
+        "git_config_cannot_be_planted_wherever_git_reads_it",
+        Needs::Kernel,
+    ) {
         return;
     }
     let s = setup();
@@ -508,7 +528,7 @@ fn git_config_cannot_be_planted_wherever_git_reads_it() {
 /// A repository whose `.git/config` did not exist yet: the command cannot create one.
 #[test]
 fn a_missing_git_config_cannot_be_created() {
-    if !landlock_or_skip("a_missing_git_config_cannot_be_created") {
+    if skip("a_missing_git_config_cannot_be_created", Needs::Kernel) {
         return;
     }
     let s = setup();
@@ -531,7 +551,10 @@ fn a_missing_git_config_cannot_be_created() {
 /// file there that does not exist yet: both are protected.
 #[test]
 fn hooks_path_and_included_configs_are_protected() {
-    if !landlock_or_skip("hooks_path_and_included_configs_are_protected") {
+    if skip(
+        "hooks_path_and_included_configs_are_protected",
+        Needs::Kernel,
+    ) {
         return;
     }
     let s = setup();
@@ -563,7 +586,7 @@ fn hooks_path_and_included_configs_are_protected() {
 /// the temp dir, a FIFO, reading /proc of its own.
 #[test]
 fn ordinary_work_still_works() {
-    if !landlock_or_skip("ordinary_work_still_works") {
+    if skip("ordinary_work_still_works", Needs::Kernel) {
         return;
     }
     let s = setup();
