@@ -6,7 +6,7 @@
 //!   when `runs/manifest.json` already holds 10,000 rows of other runs. Goal ≤ 20 ms.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use flower::continuity::manifest::{Manifest, StepResult, new_run_id};
+use flower::continuity::manifest::{Manifest, ManifestRow, StepResult, new_run_id};
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ fn main() {
 }
 
 /// A plausible row of another run: a finished step with a paragraph of output.
-fn foreign_row(i: usize) -> serde_json::Value {
+fn foreign_row(i: usize) -> ManifestRow {
     let r = StepResult {
         step: if i.is_multiple_of(3) {
             format!("干活#round{}", i % 7)

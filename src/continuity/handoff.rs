@@ -476,24 +476,24 @@ pub fn mechanical_doc(input: &MechanicalInput<'_>) -> String {
     doc
 }
 
-/// The generation of a session: 1, plus one per predecessor that the manifest rows
-/// record (`retired[]` lists an attempt's predecessors, oldest first, before its
-/// `session_id`). Chains across rows (several processes) are followed.
-pub fn generation_of(rows: &[Value], session_id: &str) -> u32 {
+/// The generation of a session: 1, plus one per predecessor that the manifest's rows
+/// record, given as each row's `(session_id, retired[])` (`retired[]` lists an attempt's
+/// predecessors, oldest first, before its `session_id`). Chains across rows (several
+/// processes) are followed.
+pub fn generation_of<'a>(
+    chains: impl IntoIterator<Item = (&'a str, &'a [String])>,
+    session_id: &str,
+) -> u32 {
     let mut predecessor: HashMap<&str, &str> = HashMap::new();
-    for row in rows {
-        let Some(current) = row.get("session_id").and_then(Value::as_str) else {
-            continue;
-        };
-        let chain: Vec<&str> = row
-            .get("retired")
-            .and_then(Value::as_array)
-            .map(|ids| ids.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        if chain.is_empty() {
+    for (current, retired) in chains {
+        if retired.is_empty() {
             continue;
         }
-        let chain: Vec<&str> = chain.into_iter().chain([current]).collect();
+        let chain: Vec<&str> = retired
+            .iter()
+            .map(String::as_str)
+            .chain([current])
+            .collect();
         for pair in chain.windows(2) {
             if pair[0] != pair[1] {
                 predecessor.insert(pair[1], pair[0]);
@@ -511,15 +511,4 @@ pub fn generation_of(rows: &[Value], session_id: &str) -> u32 {
         current = before;
     }
     generation
-}
-
-/// Whether an error text says the request did not fit the context window (the API's
-/// 400 "prompt is too long", or `model_context_window_exceeded`). One small function,
-/// so that a typed condition from the model layer can replace it.
-pub fn is_window_error(error: &crate::model::ModelError) -> bool {
-    let text = error.to_string().to_ascii_lowercase();
-    text.contains("prompt is too long")
-        || text.contains(crate::engine::WINDOW_EXCEEDED_STOP)
-        || text.contains("context window")
-        || text.contains("context_length_exceeded")
 }

@@ -15,9 +15,15 @@
 //! file's identity and a token in the lock file say so), even the parse is skipped and
 //! the other rows are copied in the kernel. An unparseable file is moved aside to
 //! `manifest.json.corrupt-<YYYYmmdd-HHMMSS>`, never deleted, and a new one started.
+//!
+//! A row in memory is a [`ManifestRow`]; this module is its one serde boundary. Reading
+//! is lenient (rows of older flowers and other tools): a missing or mistyped field
+//! reads as empty, counts saturate, unknown fields are ignored by readers and kept, as
+//! bytes, by writers.
 
 use chrono::SecondsFormat;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::fs::{self, File, OpenOptions};
@@ -29,6 +35,9 @@ use std::sync::OnceLock;
 use super::attempt::{AttemptKind, AttemptName};
 use super::lineage::aside_path;
 use super::shared::SharedRun;
+use crate::engine::RunError;
+use crate::model::classify::ErrorKind;
+use crate::stores::StoreError;
 
 pub use crate::run_dir::{MANIFEST_FILE, MANIFEST_LOCK_FILE, MANIFEST_TMP_FILE};
 
@@ -53,7 +62,7 @@ pub struct StepResult {
     /// resumes the same session) is one more. Not model requests: a run makes one per turn.
     pub attempts: u32,
     /// Every error met on the way, oldest first (also those that a retry got past).
-    pub errors: Vec<String>,
+    pub errors: Vec<StepError>,
     /// Whether a retry resumed the step's session instead of starting over.
     pub resumed: bool,
     /// Sessions that handed over to a successor (generation handoff), oldest first.
@@ -94,16 +103,279 @@ impl StepResult {
         }
     }
 
-    /// The manifest row: every field, then `duration_s`, then `run`.
-    pub fn to_row(&self, run: &str) -> Value {
-        let mut row = match serde_json::to_value(self) {
-            Ok(Value::Object(map)) => map,
-            // A struct of plain fields always serialises to an object.
-            _ => serde_json::Map::new(),
+    /// The manifest row: every field, then `duration_s`, then `run` (no run context).
+    pub fn to_row(&self, run: &str) -> ManifestRow {
+        ManifestRow {
+            result: self.clone(),
+            duration_s: self.duration_s(),
+            run: run.to_owned(),
+            context: None,
+        }
+    }
+
+    /// Whether any error this attempt met was of `kind`.
+    pub fn met(&self, kind: ErrorKind) -> bool {
+        self.errors.iter().any(|e| e.kind == kind)
+    }
+}
+
+/// One error a step attempt met: its text, which is all the manifest records
+/// (`errors[]` is a list of strings), and its kind, known to the process that met it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StepError {
+    pub text: String,
+    /// [`ErrorKind::Other`] for an error read back from a file: kinds are not recorded.
+    pub kind: ErrorKind,
+}
+
+impl StepError {
+    pub fn new(text: impl Into<String>, kind: ErrorKind) -> Self {
+        StepError {
+            text: text.into(),
+            kind,
+        }
+    }
+
+    /// A run's error, as its text says it and of the kind it is.
+    pub fn of_run(error: &RunError) -> Self {
+        StepError::new(error.to_string(), error.kind())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl From<String> for StepError {
+    fn from(text: String) -> Self {
+        StepError::new(text, ErrorKind::Other)
+    }
+}
+
+impl From<&str> for StepError {
+    fn from(text: &str) -> Self {
+        StepError::new(text, ErrorKind::Other)
+    }
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for StepError {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for StepError {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(StepError::from)
+    }
+}
+
+/// One row of `manifest.json` (or of the run's manifest in a shared database): a step
+/// attempt's [`StepResult`], then `duration_s` and `run`, then, for rows written since
+/// the run's context was recorded, `context_window` and `handoff_threshold`.
+///
+/// Written in exactly that field order (the contract). Read leniently, so that rows of
+/// older flowers and hand-edited ones still read: a missing or mistyped field reads as
+/// empty (0, `false`, `None`, `""`), a count beyond `u32` saturates, a row that is not
+/// an object reads as an empty row, unknown fields are ignored. Readers never write a
+/// row back: a writer keeps other processes' rows as their exact bytes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ManifestRow {
+    pub result: StepResult,
+    /// Seconds from `started_at` to `ended_at` ([`StepResult::duration_s`]).
+    pub duration_s: f64,
+    /// The run id of the process that wrote the row.
+    pub run: String,
+    /// The run's window and threshold; `None` in rows of an older flower.
+    pub context: Option<RunContext>,
+}
+
+impl ManifestRow {
+    /// The row's JSON text, compact (as the shared database keeps it).
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A row from its JSON text. Any JSON value reads (see the type's doc); only text
+    /// that is not JSON at all fails.
+    pub fn from_json(text: &str) -> Result<ManifestRow, serde_json::Error> {
+        serde_json::from_str(text).or_else(|first| {
+            // The fast path reads the object in one pass and rejects a duplicated key;
+            // as a tree the last value wins, as it always did.
+            serde_json::from_str::<Value>(text)
+                .and_then(ManifestRow::deserialize)
+                .map_err(|_| first)
+        })
+    }
+}
+
+impl Serialize for ManifestRow {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            #[serde(flatten)]
+            result: &'a StepResult,
+            duration_s: f64,
+            run: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            context_window: Option<u64>,
+            /// Written as `null` when the run does not hand off.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            handoff_threshold: Option<Option<u64>>,
+        }
+        Row {
+            result: &self.result,
+            duration_s: self.duration_s,
+            run: &self.run,
+            context_window: self.context.map(|c| c.window),
+            handoff_threshold: self.context.map(|c| c.handoff_threshold),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// A field read leniently: a value of another type reads as missing.
+struct Lenient<T>(Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Lenient(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either<T> {
+            Fits(T),
+            Other(IgnoredAny),
+        }
+        Ok(Lenient(match Either::deserialize(deserializer)? {
+            Either::Fits(value) => Some(value),
+            Either::Other(_) => None,
+        }))
+    }
+}
+
+/// The fields of a row as they may be found.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RowFields {
+    step: Lenient<String>,
+    session_id: Lenient<String>,
+    ok: Lenient<bool>,
+    cost_usd: Lenient<f64>,
+    num_turns: Lenient<u64>,
+    text: Lenient<String>,
+    error: Lenient<String>,
+    started_at: Lenient<String>,
+    ended_at: Lenient<String>,
+    attempts: Lenient<u64>,
+    errors: Lenient<Vec<Lenient<String>>>,
+    resumed: Lenient<bool>,
+    retired: Lenient<Vec<Lenient<String>>>,
+    context: Lenient<u64>,
+    duration_s: Lenient<f64>,
+    run: Lenient<String>,
+    context_window: Lenient<u64>,
+    handoff_threshold: Lenient<u64>,
+}
+
+impl RowFields {
+    fn into_row(self) -> ManifestRow {
+        let count = |n: Lenient<u64>| n.0.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        let texts = |list: Lenient<Vec<Lenient<String>>>| -> Vec<String> {
+            list.0
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|t| t.0)
+                .collect()
         };
-        row.insert("duration_s".into(), Value::from(self.duration_s()));
-        row.insert("run".into(), Value::from(run));
-        Value::Object(row)
+        ManifestRow {
+            result: StepResult {
+                step: self.step.0.unwrap_or_default(),
+                session_id: self.session_id.0,
+                ok: self.ok.0.unwrap_or_default(),
+                cost_usd: self.cost_usd.0,
+                num_turns: count(self.num_turns),
+                text: self.text.0.unwrap_or_default(),
+                error: self.error.0,
+                started_at: self.started_at.0.unwrap_or_default(),
+                ended_at: self.ended_at.0.unwrap_or_default(),
+                attempts: count(self.attempts),
+                errors: texts(self.errors)
+                    .into_iter()
+                    .map(StepError::from)
+                    .collect(),
+                resumed: self.resumed.0.unwrap_or_default(),
+                retired: texts(self.retired),
+                context: self.context.0.unwrap_or_default(),
+            },
+            duration_s: self.duration_s.0.unwrap_or_default(),
+            run: self.run.0.unwrap_or_default(),
+            context: self.context_window.0.map(|window| RunContext {
+                window,
+                handoff_threshold: self.handoff_threshold.0,
+            }),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ManifestRow {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Takes an object field by field and anything else as an empty row.
+        struct RowVisitor;
+
+        impl<'de> Visitor<'de> for RowVisitor {
+            type Value = ManifestRow;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a manifest row")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ManifestRow, A::Error> {
+                RowFields::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RowFields::into_row)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ManifestRow, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ManifestRow::default())
+            }
+
+            fn visit_bool<E>(self, _: bool) -> Result<ManifestRow, E> {
+                Ok(ManifestRow::default())
+            }
+
+            fn visit_i64<E>(self, _: i64) -> Result<ManifestRow, E> {
+                Ok(ManifestRow::default())
+            }
+
+            fn visit_u64<E>(self, _: u64) -> Result<ManifestRow, E> {
+                Ok(ManifestRow::default())
+            }
+
+            fn visit_f64<E>(self, _: f64) -> Result<ManifestRow, E> {
+                Ok(ManifestRow::default())
+            }
+
+            fn visit_str<E>(self, _: &str) -> Result<ManifestRow, E> {
+                Ok(ManifestRow::default())
+            }
+
+            fn visit_unit<E>(self) -> Result<ManifestRow, E> {
+                Ok(ManifestRow::default())
+            }
+        }
+
+        deserializer.deserialize_any(RowVisitor)
     }
 }
 
@@ -186,7 +458,7 @@ pub struct Manifest {
     path: PathBuf,
     run_id: String,
     /// This process's rows in order of first record, each with its `run` set.
-    rows: Vec<Value>,
+    rows: Vec<ManifestRow>,
     /// What this writer's last write left on disk, while it may still be current.
     last: Option<Written>,
     /// With a shared database, the truth; `manifest.json` is then its mirror.
@@ -220,13 +492,20 @@ impl Manifest {
             .map_err(io_err(&lock_path))
     }
 
-    /// Replaces `manifest.json` by `rows`, atomically, under the writers' lock.
-    fn write_mirror(&self, rows: &[Value]) -> Result<(), ManifestError> {
+    /// Replaces `manifest.json` by `rows` (JSON texts, as the database keeps them),
+    /// atomically, under the writers' lock, in the file's pretty layout.
+    fn write_mirror(&self, rows: &[String]) -> Result<(), ManifestError> {
         fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
         let lock = self.open_lock()?;
         let _ = lock.lock();
-        let mut bytes =
-            serde_json::to_vec_pretty(rows).map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
+        // Re-laid out as trees, not as rows: every field of every row stays.
+        let trees = rows
+            .iter()
+            .map(|text| serde_json::from_str::<Value>(text))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
+        let mut bytes = serde_json::to_vec_pretty(&trees)
+            .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
         bytes.push(b'\n');
         crate::atomic::write(&self.path, &bytes).map_err(io_err(&self.path))
     }
@@ -282,7 +561,7 @@ impl Manifest {
 
     /// Every row of the run, all processes': from the database when it is shared,
     /// else from `run_dir/manifest.json`.
-    pub fn all_rows(&self) -> Result<Vec<Value>, ManifestError> {
+    pub fn all_rows(&self) -> Result<Vec<ManifestRow>, ManifestError> {
         rows_of(&self.run_dir, self.shared.as_ref())
     }
 
@@ -296,7 +575,7 @@ impl Manifest {
     }
 
     /// This process's rows, as they are (or will be) in the file.
-    pub fn rows(&self) -> &[Value] {
+    pub fn rows(&self) -> &[ManifestRow] {
         &self.rows
     }
 
@@ -307,17 +586,12 @@ impl Manifest {
     /// Synchronous and short, so that a signal handler's task may call it. On error
     /// the row is still kept in memory and goes out with the next successful write.
     pub fn record(&mut self, result: &StepResult) -> Result<RecordOutcome, ManifestError> {
-        let mut row = result.to_row(&self.run_id);
-        if let (Some(context), Value::Object(map)) = (self.context, &mut row) {
-            map.insert("context_window".into(), Value::from(context.window));
-            map.insert(
-                "handoff_threshold".into(),
-                context.handoff_threshold.map_or(Value::Null, Value::from),
-            );
-        }
-        let same_attempt = |r: &Value| {
-            r.get("step").and_then(Value::as_str) == Some(result.step.as_str())
-                && r.get("started_at").and_then(Value::as_str) == Some(result.started_at.as_str())
+        let row = ManifestRow {
+            context: self.context,
+            ..result.to_row(&self.run_id)
+        };
+        let same_attempt = |r: &ManifestRow| {
+            r.result.step == result.step && r.result.started_at == result.started_at
         };
         match self.rows.iter_mut().find(|r| same_attempt(r)) {
             Some(existing) => *existing = row,
@@ -330,8 +604,9 @@ impl Manifest {
     /// shared database and then its mirror.
     pub fn write(&mut self) -> Result<RecordOutcome, ManifestError> {
         if let Some(shared) = &self.shared {
+            let ours = self.rows.iter().map(ManifestRow::to_json).collect();
             let all = shared
-                .merge_manifest(&self.run_id, &self.rows)
+                .merge_manifest(&self.run_id, ours)
                 .map_err(ManifestError::Shared)?;
             self.write_mirror(&all)?;
             return Ok(RecordOutcome {
@@ -438,16 +713,41 @@ fn open_if_unchanged(path: &Path, lock: &File, last: &Written) -> Option<File> {
 
 /// Every row of the run's manifest: from the shared database when there is one (the
 /// file is then only its mirror), else `run_dir/manifest.json`.
-pub fn rows_of(run_dir: &Path, shared: Option<&SharedRun>) -> Result<Vec<Value>, ManifestError> {
+pub fn rows_of(
+    run_dir: &Path,
+    shared: Option<&SharedRun>,
+) -> Result<Vec<ManifestRow>, ManifestError> {
     match shared {
-        Some(shared) => shared.manifest().map_err(ManifestError::Shared),
+        Some(shared) => shared_rows(shared).map_err(ManifestError::Shared),
         None => read_rows(run_dir),
     }
 }
 
+/// Every row of the run's manifest in the shared database.
+pub fn shared_rows(shared: &SharedRun) -> Result<Vec<ManifestRow>, StoreError> {
+    shared
+        .manifest()?
+        .iter()
+        .map(|text| {
+            ManifestRow::from_json(text)
+                .map_err(|e| StoreError::Io(format!("a manifest row is not JSON: {e}")))
+        })
+        .collect()
+}
+
+/// The generation of a session (换代): see [`super::handoff::generation_of`], over the
+/// predecessors the rows list in `retired[]`.
+pub fn generation_of(rows: &[ManifestRow], session_id: &str) -> u32 {
+    let chains = rows.iter().filter_map(|row| {
+        let current = row.result.session_id.as_deref()?;
+        Some((current, row.result.retired.as_slice()))
+    });
+    super::handoff::generation_of(chains, session_id)
+}
+
 /// Every row of `run_dir/manifest.json`, all processes'; empty when there is no file.
 /// An unparseable file is reported as [`ManifestError::Corrupt`] and left where it is.
-pub fn read_rows(run_dir: &Path) -> Result<Vec<Value>, ManifestError> {
+pub fn read_rows(run_dir: &Path) -> Result<Vec<ManifestRow>, ManifestError> {
     let path = run_dir.join(MANIFEST_FILE);
     let Some(text) = read_text(&path)? else {
         return Ok(Vec::new());
@@ -458,7 +758,7 @@ pub fn read_rows(run_dir: &Path) -> Result<Vec<Value>, ManifestError> {
     };
     let rows = split_rows(&text).map_err(corrupt)?;
     rows.iter()
-        .map(|raw| serde_json::from_str(raw.get()).map_err(|e| corrupt(e.to_string())))
+        .map(|raw| ManifestRow::from_json(raw.get()).map_err(|e| corrupt(e.to_string())))
         .collect()
 }
 
@@ -520,7 +820,7 @@ fn write_others(out: &mut File, others: &[&str]) -> io::Result<u64> {
 
 /// Ends the array with this process's rows and flushes the file to disk. Rows written
 /// by flower come back out of a later merge exactly as they went in.
-fn write_ours(out: File, first: bool, ours: &[Value]) -> io::Result<File> {
+fn write_ours(out: File, first: bool, ours: &[ManifestRow]) -> io::Result<File> {
     let mut buf = BufWriter::with_capacity(1 << 16, out);
     if !ours.is_empty() {
         // The slice pretty-printed is `[\n  {…},\n  {…}\n]`: keep what is inside.

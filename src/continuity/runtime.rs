@@ -14,7 +14,7 @@
 use super::handoff::{self, HandoffOptions};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
-use super::manifest::{Manifest, RunContext, StepResult, new_run_id};
+use super::manifest::{Manifest, RunContext, StepError, StepResult, new_run_id};
 use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
 use super::shared::SharedRun;
 use super::succession::handoff_needed;
@@ -496,7 +496,7 @@ impl Runtime {
             Ok(lease) => lease,
             Err(e) => {
                 result.error = Some(e.to_string());
-                result.errors.push(e.to_string());
+                result.errors.push(e.to_string().into());
                 result.finish();
                 return Attempt::new(result, prompt, start).outcome();
             }
@@ -617,7 +617,7 @@ impl Runtime {
     async fn retry_after(&self, run_error: &RunError, attempt: &mut Attempt) -> bool {
         let result = &mut attempt.result;
         let error = run_error.to_string();
-        result.errors.push(error.clone());
+        result.errors.push(StepError::of_run(run_error));
         result.error = Some(error.clone());
         let model_error = run_error.model_error();
         let store_away = run_error.store_error().is_some_and(|e| e.is_transient());

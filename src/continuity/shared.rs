@@ -26,7 +26,6 @@
 
 use crate::stores::postgres::{Leased, OnLeaseLost, PostgresStore, RunRow};
 use crate::stores::{StoreError, project_key};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -46,13 +45,15 @@ pub trait RunStateStore: Send + Sync {
     /// Steps and wakes forgotten (`/new`).
     fn reset(&self, run_key: &str) -> Result<(), StoreError>;
     /// This process's rows (`run`) replaced, the others kept; all rows after, in order.
+    /// Rows travel as their JSON texts: only `continuity::manifest` reads them.
     fn merge_manifest(
         &self,
         run_key: &str,
         run: &str,
-        rows: &[Value],
-    ) -> Result<Vec<Value>, StoreError>;
-    fn manifest(&self, run_key: &str) -> Result<Vec<Value>, StoreError>;
+        rows: Vec<String>,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Every manifest row of the run (JSON texts), in write order.
+    fn manifest(&self, run_key: &str) -> Result<Vec<String>, StoreError>;
     /// Holds the run for this process, across hosts, until the guard is dropped (or the
     /// process dies), waiting up to `wait` (`None`: for ever) for another holder;
     /// `Err(holder)` when another process still holds it, with what it said about
@@ -100,14 +101,13 @@ impl RunStateStore for PostgresStore {
         &self,
         run_key: &str,
         run: &str,
-        rows: &[Value],
-    ) -> Result<Vec<Value>, StoreError> {
-        let texts = rows.iter().map(Value::to_string).collect();
-        parse_rows(self.manifest_merge(run_key, run, texts)?)
+        rows: Vec<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        self.manifest_merge(run_key, run, rows)
     }
 
-    fn manifest(&self, run_key: &str) -> Result<Vec<Value>, StoreError> {
-        parse_rows(self.manifest_rows(run_key)?)
+    fn manifest(&self, run_key: &str) -> Result<Vec<String>, StoreError> {
+        self.manifest_rows(run_key)
     }
 
     fn hold(
@@ -122,16 +122,6 @@ impl RunStateStore for PostgresStore {
             Leased::Busy(holder) => Err(holder),
         })
     }
-}
-
-fn parse_rows(texts: Vec<String>) -> Result<Vec<Value>, StoreError> {
-    texts
-        .iter()
-        .map(|t| {
-            serde_json::from_str(t)
-                .map_err(|e| StoreError::Io(format!("a manifest row is not JSON: {e}")))
-        })
-        .collect()
 }
 
 /// A run named by the user rather than by its workspace's path.
@@ -275,11 +265,13 @@ impl SharedRun {
         self.store.reset(&self.row.run_key)
     }
 
-    pub fn merge_manifest(&self, run: &str, rows: &[Value]) -> Result<Vec<Value>, StoreError> {
+    /// See [`RunStateStore::merge_manifest`].
+    pub fn merge_manifest(&self, run: &str, rows: Vec<String>) -> Result<Vec<String>, StoreError> {
         self.store.merge_manifest(&self.row.run_key, run, rows)
     }
 
-    pub fn manifest(&self) -> Result<Vec<Value>, StoreError> {
+    /// The run's manifest rows (JSON texts); `continuity::manifest::shared_rows` reads them.
+    pub fn manifest(&self) -> Result<Vec<String>, StoreError> {
         self.store.manifest(&self.row.run_key)
     }
 

@@ -10,12 +10,13 @@
 //! into this is [`super::runtime`]'s.
 
 use super::handoff::{self, MechanicalInput};
-use super::manifest::StepResult;
+use super::manifest::{StepError, StepResult};
 use super::runtime::{Attempt, Runtime, lock};
 use crate::engine::{
     AgentSpec, Event, Origin, RunError, RunRequest, RunResult, SessionStart, Stop,
 };
 use crate::model::Usage;
+use crate::model::classify::ErrorKind;
 use std::path::Path;
 use std::time::Duration;
 
@@ -85,10 +86,10 @@ impl Runtime {
             return;
         }
         if let Some(reason) = &reason {
-            attempt.result.errors.push(
-                run.error()
-                    .map_or_else(|| reason.clone(), ToString::to_string),
-            );
+            attempt.result.errors.push(run.error().map_or_else(
+                || StepError::new(reason.clone(), ErrorKind::ContextWindowFull),
+                StepError::of_run,
+            ));
         }
         let context = if run.context > 0 {
             run.context
@@ -132,7 +133,7 @@ impl Runtime {
     /// The generation of a step's session, counted from the manifest's `retired[]`.
     pub(super) fn generation_of(&self, session_id: &str) -> u32 {
         let rows = lock(&self.manifest).all_rows().unwrap_or_default();
-        handoff::generation_of(&rows, session_id)
+        super::manifest::generation_of(&rows, session_id)
     }
 
     /// The context of a session's last turn, from the store; `None` when unknown.
@@ -262,10 +263,9 @@ impl Runtime {
                 return Ok(text);
             }
             if let Some(error) = run.error()
-                && (matches!(error, RunError::ContextWindowFull { .. })
-                    || error.model_error().is_some_and(handoff::is_window_error))
+                && error.kind() == ErrorKind::ContextWindowFull
             {
-                result.errors.push(error.to_string());
+                result.errors.push(StepError::of_run(error));
                 return Err("写交接书时上下文撞到了窗口".into());
             }
         }
@@ -295,7 +295,7 @@ pub(super) fn handoff_needed(run: &RunResult) -> Option<Option<String>> {
         Err(RunError::ContextWindowFull { .. }) => Some(Some(
             "模型的回复因上下文窗口已满被截断(model_context_window_exceeded)".into(),
         )),
-        Err(error) if error.model_error().is_some_and(handoff::is_window_error) => Some(Some(
+        Err(error) if error.kind() == ErrorKind::ContextWindowFull => Some(Some(
             "请求超出了模型的上下文窗口(prompt is too long)".into(),
         )),
         _ => None,

@@ -122,7 +122,7 @@ pub fn session_generation(
     session_id: &str,
 ) -> u32 {
     let rows = super::manifest::rows_of(run_dir, shared).unwrap_or_default();
-    super::handoff::generation_of(&rows, session_id)
+    super::manifest::generation_of(&rows, session_id)
 }
 
 /// Where a run lives, for what a person is shown about it without touching it (the

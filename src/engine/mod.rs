@@ -44,8 +44,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
 /// Said to a sub-agent whose context reached the limit: it does not hand off, it wraps up.
 pub const SUBAGENT_FINISH_NOW: &str = "上下文快满了。不要再开新的活:现在就停下,简短报告做了什么、改了哪些文件、验证结果、还有什么没做完。";
 
-/// The API's `stop_reason` when a reply was cut because the context window is full.
-pub const WINDOW_EXCEEDED_STOP: &str = "model_context_window_exceeded";
+pub use crate::model::classify::WINDOW_EXCEEDED_STOP;
 
 /// Whether a reply says the model's context window is full. One small function, so
 /// that a typed stop reason from the model layer can replace it.
@@ -224,6 +223,17 @@ fn refusal_details(details: &Option<Value>) -> String {
 }
 
 impl RunError {
+    /// What kind of failure this is, for the layers that act on it by kind (decided by
+    /// `model::classify` for a model error).
+    pub fn kind(&self) -> crate::model::classify::ErrorKind {
+        use crate::model::classify::{ErrorKind, error_kind};
+        match self {
+            RunError::ContextWindowFull { .. } => ErrorKind::ContextWindowFull,
+            RunError::Model(error) | RunError::SubAgent(error) => error_kind(error),
+            _ => ErrorKind::Other,
+        }
+    }
+
     /// The model error behind this failure, if a model request failed.
     pub fn model_error(&self) -> Option<&ModelError> {
         match self {

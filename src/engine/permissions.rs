@@ -830,9 +830,14 @@ impl PathPattern {
 
 impl BashPattern {
     fn matches_for_allow(&self, part: &Part) -> bool {
+        // From `part.open` on, bash replaces words by file names: only a prefix rule
+        // that ends before them says nothing about them.
         match self {
-            BashPattern::Exact(c) => &part.words == c,
-            BashPattern::Prefix(c) => part.words.starts_with(c),
+            BashPattern::Exact(c) => part.open.is_none() && &part.words == c,
+            BashPattern::Prefix(c) => {
+                part.open.is_none_or(|i| i >= c.len()) && part.words.starts_with(c)
+            }
+            BashPattern::Wildcard { .. } if part.open.is_some() => false,
             BashPattern::Wildcard { .. } => {
                 let words: Vec<&str> = part.words.iter().map(String::as_str).collect();
                 self.wildcard_matches(&bash_rules::normalize(&words))

@@ -11,7 +11,7 @@
 
 use crate::continuity::attempt::AttemptName;
 use crate::continuity::lineage::LineageFile;
-use crate::continuity::manifest::{self, ManifestError};
+use crate::continuity::manifest::{self, ManifestError, ManifestRow};
 use crate::model::Usage;
 use crate::run_dir::RunDir;
 use crate::stores::prune::{self, PruneOptions};
@@ -114,45 +114,38 @@ pub struct Attempt {
 }
 
 impl Attempt {
-    fn from_row(row: &Value) -> Attempt {
-        let s = |k: &str| row.get(k).and_then(Value::as_str).map(str::to_owned);
-        let u = |k: &str| row.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let list = |k: &str| -> Vec<String> {
-            row.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default()
+    /// The attempt a manifest row records. A row without a step name shows as `?`; an
+    /// empty session id as none.
+    fn from_row(row: &ManifestRow) -> Attempt {
+        let r = &row.result;
+        let step = if r.step.is_empty() {
+            "?".to_owned()
+        } else {
+            r.step.clone()
         };
-        let step = s("step").unwrap_or_else(|| "?".into());
         let (base, kind) = parse_step_name(&step);
-        let started_at = s("started_at").unwrap_or_default();
-        let ended_at = s("ended_at").unwrap_or_default();
         Attempt {
             base,
             kind,
-            session_id: s("session_id").filter(|id| !id.is_empty()),
-            ok: row.get("ok").and_then(Value::as_bool).unwrap_or(false),
-            error: s("error"),
-            errors: list("errors"),
-            cost_usd: row.get("cost_usd").and_then(Value::as_f64),
-            num_turns: u("num_turns"),
-            duration_s: row.get("duration_s").and_then(Value::as_f64).unwrap_or(0.0),
-            attempts: u("attempts"),
-            resumed: row.get("resumed").and_then(Value::as_bool).unwrap_or(false),
-            retired: list("retired"),
-            context: u("context"),
-            run: s("run").unwrap_or_default(),
-            context_window: row.get("context_window").and_then(Value::as_u64),
-            handoff_threshold: row.get("handoff_threshold").and_then(Value::as_u64),
+            session_id: r.session_id.clone().filter(|id| !id.is_empty()),
+            ok: r.ok,
+            error: r.error.clone(),
+            errors: r.errors.iter().map(|e| e.text.clone()).collect(),
+            cost_usd: r.cost_usd,
+            num_turns: u64::from(r.num_turns),
+            duration_s: row.duration_s,
+            attempts: u64::from(r.attempts),
+            resumed: r.resumed,
+            retired: r.retired.clone(),
+            context: r.context,
+            run: row.run.clone(),
+            context_window: row.context.map(|c| c.window),
+            handoff_threshold: row.context.and_then(|c| c.handoff_threshold),
             wake: false,
-            started_ms: iso_to_epoch_ms(&started_at),
-            ended_ms: iso_to_epoch_ms(&ended_at),
-            started_at,
-            ended_at,
+            started_ms: iso_to_epoch_ms(&r.started_at),
+            ended_ms: iso_to_epoch_ms(&r.ended_at),
+            started_at: r.started_at.clone(),
+            ended_at: r.ended_at.clone(),
             step,
         }
     }
@@ -385,7 +378,7 @@ impl Run {
         shared: &crate::continuity::shared::SharedRun,
         store: Arc<dyn SessionStore>,
     ) -> Result<Run, InspectError> {
-        let rows = shared.manifest()?;
+        let rows = manifest::shared_rows(shared)?;
         let (woke, steps) = shared.lineage()?;
         let workspace = workspace
             .canonicalize()
@@ -409,7 +402,7 @@ impl Run {
         run_dir: &Path,
         project_key: String,
         workspace: PathBuf,
-        rows: &[Value],
+        rows: &[ManifestRow],
         lineage: Option<LineageFile>,
         store: Option<RunStore>,
     ) -> Run {

@@ -34,7 +34,43 @@ impl fmt::Display for ErrorClass {
     }
 }
 
-/// Phrases (lowercase) that mean retrying cannot help.
+/// What kind of failure an error is, beyond its retry class: what the layers above act
+/// on by kind (a full window hands off, or fails the judge's round) instead of reading
+/// the error's text again. Decided here, once, from the typed error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorKind {
+    /// The request did not fit the model's context window: the API's 400 "prompt is
+    /// too long", or a reply cut with `stop_reason: model_context_window_exceeded`.
+    ContextWindowFull,
+    /// Anything else.
+    #[default]
+    Other,
+}
+
+/// The API's `stop_reason` when a reply was cut because the context window is full.
+pub const WINDOW_EXCEEDED_STOP: &str = "model_context_window_exceeded";
+
+/// Phrases (lowercase) of an error saying the request did not fit the context window.
+/// Such an error is also fatal: the same request cannot fit on a retry.
+const WINDOW_PHRASES: &[&str] = &[
+    "prompt is too long",
+    WINDOW_EXCEEDED_STOP,
+    "context length",
+    "context_length",
+    "context window",
+];
+
+/// What kind of failure a model error is (see [`ErrorKind`]).
+pub fn error_kind(err: &ModelError) -> ErrorKind {
+    let lower = err.to_string().to_lowercase();
+    if WINDOW_PHRASES.iter().any(|p| lower.contains(p)) {
+        ErrorKind::ContextWindowFull
+    } else {
+        ErrorKind::Other
+    }
+}
+
+/// Phrases (lowercase) that mean retrying cannot help (besides [`WINDOW_PHRASES`]).
 const FATAL_PHRASES: &[&str] = &[
     "authentication",
     "invalid x-api-key",
@@ -50,10 +86,6 @@ const FATAL_PHRASES: &[&str] = &[
     "model not found",
     "billing",
     "credit balance",
-    "prompt is too long",
-    "context length",
-    "context_length",
-    "context window",
     "request_too_large",
     "request too large",
     "payload too large",
@@ -123,7 +155,7 @@ pub fn classify(text: &str) -> ErrorClass {
     let matches = |phrases: &[&str], codes: &[&str]| {
         phrases.iter().any(|p| lower.contains(p)) || codes.iter().any(|c| has_code(&lower, c))
     };
-    if matches(FATAL_PHRASES, FATAL_CODES) {
+    if matches(WINDOW_PHRASES, &[]) || matches(FATAL_PHRASES, FATAL_CODES) {
         ErrorClass::Fatal
     } else if matches(TRANSIENT_PHRASES, TRANSIENT_CODES) {
         ErrorClass::Transient

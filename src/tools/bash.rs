@@ -1,11 +1,13 @@
 //! The `Bash` tool: `bash -c COMMAND` in the workspace.
 //!
-//! The command runs in its own process group, with stdin from `/dev/null` and stdout
-//! and stderr sent into one pipe, so their interleaving is kept. On timeout, on
-//! cancellation (`ctx.cancel`) or when the call is dropped, the whole group is killed
-//! with SIGKILL; grandchildren the command started go with it. When the shell exits on
-//! its own, processes it left running in the background are not killed (a server
-//! started with `&` keeps running); their later output is not waited for beyond a
+//! The command leads a new session (no controlling terminal), with stdin from
+//! `/dev/null` and stdout and stderr sent into one pipe, so their interleaving is kept.
+//! In the sandbox ([`super::sandbox`]) it also runs in a PID namespace of its own: when
+//! the shell ends, on its own or killed, every process it started dies with it, so
+//! nothing it left in the background writes later. Unsandboxed (`--no-sandbox`, or no
+//! user namespaces), only its process group is killed on timeout, on cancellation
+//! (`ctx.cancel`) or when the call is dropped, and the result says so; processes left
+//! in the background keep running, and their later output is not waited for beyond a
 //! short grace period.
 //!
 //! Output is capped while it is read: the first and the last
@@ -13,12 +15,12 @@
 //! whatever the command prints in between is counted and dropped, so `yes` for ten
 //! minutes costs 30 KB of memory.
 //!
-//! With `ctx.sandbox` enabled the command runs confined ([`super::sandbox`]); when it
-//! fails on a write the sandbox forbids, its result says so.
+//! When a sandboxed command fails on something the sandbox forbids, its result says so.
 
 use super::input;
+use super::process::GroupGuard;
 use super::sandbox;
-use super::{ProcessGroups, Tool, ToolContext, ToolOutput};
+use super::{Tool, ToolContext, ToolOutput};
 use crate::future::BoxFuture;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -40,10 +42,11 @@ pub const TAIL_BYTES: usize = 15_000;
 const GRACE: Duration = Duration::from_millis(300);
 /// Added to the result of a sandboxed command that failed on a forbidden write.
 pub const SANDBOX_NOTE: &str = "(This command ran in flower's sandbox: it may write only in \
-the workspace, the temp directory and /dev/null, and .git/hooks, .git/config and the git \
-config files are read-only. A write elsewhere fails with \"Permission denied\", \
-\"Read-only file system\" or, for a rename over a protected file, \"Device or resource \
-busy\".)";
+the workspace, the temp directory and /dev/null; git's hooks and config files are read-only \
+and .git cannot be renamed; mounting, device nodes and terminal input are refused. A write \
+elsewhere fails with \"Permission denied\" or \"Read-only file system\", a rename of a \
+protected path with \"Device or resource busy\", a refused call with \"Operation not \
+permitted\".)";
 
 /// A cut point moves to a line end at most this many bytes away.
 const LINE_SNAP: usize = 2000;
@@ -57,7 +60,8 @@ Usage notes:
 - The command argument is required.
 - You can specify an optional timeout in milliseconds (up to 600000ms / 10 minutes). If not \
 specified, commands will timeout after 120000ms (2 minutes). On timeout the command and \
-every process it started are killed.
+every process it started are killed. Processes the command leaves running in the \
+background (`&`) are stopped when it ends: start a server and use it in the same command.
 - It is very helpful if you write a clear, concise description of what this command does in \
 5-10 words.
 - Each call runs in a fresh shell: `cd` and variables do not carry over between calls. \
@@ -138,75 +142,42 @@ impl Tool for Bash {
     }
 }
 
-/// Kills the process group on drop unless disarmed: a dropped call leaves nothing
-/// running.
-struct GroupGuard {
-    pgid: Option<i32>,
-    groups: ProcessGroups,
-}
-
-impl GroupGuard {
-    fn new(pgid: Option<i32>, groups: &ProcessGroups) -> Self {
-        if let Some(pgid) = pgid {
-            groups.add(pgid);
-        }
-        GroupGuard {
-            pgid,
-            groups: groups.clone(),
-        }
-    }
-
-    /// The shell was reaped: its group is not ours to kill any more.
-    fn disarm(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            self.groups.remove(pgid);
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            self.groups.remove(pgid);
-            // SAFETY: killpg only sends a signal; pgid is the id of the group this call
-            // created (the shell's pid, not yet reaped, so not reused).
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 enum End {
     Exited(std::process::ExitStatus),
     TimedOut,
     Cancelled,
 }
 
-async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
-    let (reader, writer) = match std::io::pipe() {
-        Ok(p) => p,
-        Err(e) => return ToolOutput::error(format!("Cannot run the command: pipe: {e}")),
-    };
+/// A started command: the shell (or its sandbox supervisor) and the read end of its
+/// output pipe.
+struct Started {
+    child: tokio::process::Child,
+    pipe: tokio::net::unix::pipe::Receiver,
+    sandboxed: bool,
+    /// Every process the command starts dies with it (a PID namespace of its own).
+    contained: bool,
+    sweep: sandbox::Sweep,
+}
+
+/// Starts `bash -c command` in a new session, sandboxed as `ctx.sandbox` says. A
+/// second attempt is made only when the saved namespaces turned out stale.
+fn start(command: &str, ctx: &ToolContext) -> Result<Started, String> {
+    let (reader, writer) =
+        std::io::pipe().map_err(|e| format!("Cannot run the command: pipe: {e}"))?;
     let mut sandboxed = false;
+    let mut contained = false;
+    let mut sweep = sandbox::Sweep::default();
     let mut spawned = Err(std::io::Error::other("not started"));
-    // A second attempt only when the saved namespaces turned out stale.
     for attempt in 0..2 {
         let (w1, w2) = match (writer.try_clone(), writer.try_clone()) {
             (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => {
-                return ToolOutput::error(format!("Cannot run the command: pipe: {e}"));
-            }
+            (Err(e), _) | (_, Err(e)) => return Err(format!("Cannot run the command: pipe: {e}")),
         };
-        let prepared = match sandbox::prepare(&ctx.sandbox, &ctx.workspace) {
-            Ok(p) => p,
-            Err(e) => return ToolOutput::error(format!("Cannot run the command: {e}")),
-        };
+        let prepared = sandbox::prepare(&ctx.sandbox, &ctx.workspace)
+            .map_err(|e| format!("Cannot run the command: {e}"))?;
         sandboxed = prepared.is_some();
+        contained = prepared.as_ref().is_some_and(|p| p.contains_processes());
+        sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
             .arg(command)
@@ -214,14 +185,17 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
             .stdin(Stdio::null())
             .stdout(Stdio::from(w1))
             .stderr(Stdio::from(w2))
-            .process_group(0)
             .kill_on_drop(true)
             .envs(ctx.env.iter().map(|(k, v)| (k, v)));
-        if let Some(prepared) = prepared {
+        match prepared {
             // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
-            unsafe {
+            Some(prepared) => unsafe {
                 cmd.pre_exec(move || prepared.apply_in_child());
-            }
+            },
+            // SAFETY: setsid is a system call.
+            None => unsafe {
+                cmd.pre_exec(sandbox::new_session);
+            },
         }
         spawned = cmd.spawn();
         // The Command holds copies of the pipe's write end; they must close, or the
@@ -235,22 +209,46 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         }
     }
     drop(writer);
-    let mut child = match spawned {
+    let child = match spawned {
         Ok(c) => c,
-        Err(e) if sandboxed => {
-            return ToolOutput::error(format!("Cannot run bash in the sandbox: {e}"));
-        }
-        Err(e) => return ToolOutput::error(format!("Cannot run bash: {e}")),
+        Err(e) if sandboxed => return Err(format!("Cannot run bash in the sandbox: {e}")),
+        Err(e) => return Err(format!("Cannot run bash: {e}")),
     };
+    let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+        .map_err(|e| format!("Cannot read the command's output: {e}"))?;
+    Ok(Started {
+        child,
+        pipe,
+        sandboxed,
+        contained,
+        sweep,
+    })
+}
+
+/// Messages of failed writes the sandbox may have caused.
+const SANDBOX_ERRORS: [&str; 4] = [
+    "Permission denied",
+    "Read-only file system",
+    "Device or resource busy",
+    "Operation not permitted",
+];
+
+async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
+    let Started {
+        mut child,
+        mut pipe,
+        sandboxed,
+        contained,
+        sweep,
+    } = match start(command, ctx) {
+        Ok(s) => s,
+        Err(e) => return ToolOutput::error(e),
+    };
+    // The command leads a session of its own, so its group id is its pid.
     let mut guard = GroupGuard::new(
         child.id().and_then(|id| i32::try_from(id).ok()),
         &ctx.processes,
     );
-    let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader)) {
-        Ok(p) => p,
-        Err(e) => return ToolOutput::error(format!("Cannot read the command's output: {e}")),
-    };
-
     let mut capture = Capture::default();
     let mut buf = vec![0u8; 16 * 1024];
     let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
@@ -264,8 +262,8 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
             },
             s = child.wait() => match s {
                 Ok(s) => {
-                    // The shell is gone (and reaped): what it left in the background
-                    // keeps running.
+                    // The shell is gone (and reaped). Without a PID namespace what it
+                    // left in the background keeps running.
                     guard.disarm();
                     if !eof {
                         drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
@@ -283,17 +281,12 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         let _ = child.wait().await;
         drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
     }
-    let mut output = render(&capture, &end, timeout_ms);
-    if sandboxed
-        && output.is_error
-        && [
-            "Permission denied",
-            "Read-only file system",
-            "Device or resource busy",
-        ]
-        .iter()
-        .any(|e| output.content.contains(e))
-    {
+    let mut output = render(&capture, &end, timeout_ms, contained);
+    for note in sweep.run() {
+        output.content.push('\n');
+        output.content.push_str(&note);
+    }
+    if sandboxed && output.is_error && SANDBOX_ERRORS.iter().any(|e| output.content.contains(e)) {
         output.content.push('\n');
         output.content.push_str(SANDBOX_NOTE);
     }
@@ -319,8 +312,13 @@ async fn drain(
     .await;
 }
 
-fn render(capture: &Capture, end: &End, timeout_ms: u64) -> ToolOutput {
+fn render(capture: &Capture, end: &End, timeout_ms: u64, contained: bool) -> ToolOutput {
     let mut text = capture.text();
+    let killed = if contained {
+        "it and every process it started were killed"
+    } else {
+        "its process group was killed (processes that left the group may still run)"
+    };
     let trailer = match end {
         End::Exited(s) => {
             use std::os::unix::process::ExitStatusExt as _;
@@ -332,12 +330,9 @@ fn render(capture: &Capture, end: &End, timeout_ms: u64) -> ToolOutput {
             }
         }
         End::TimedOut => Some(format!(
-            "Command timed out after {timeout_ms} ms; it and every process it started were killed."
+            "Command timed out after {timeout_ms} ms; {killed}."
         )),
-        End::Cancelled => Some(
-            "Command was interrupted (cancelled); it and every process it started were killed."
-                .to_string(),
-        ),
+        End::Cancelled => Some(format!("Command was interrupted (cancelled); {killed}.")),
     };
     match trailer {
         None => {

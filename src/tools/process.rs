@@ -45,12 +45,59 @@ impl ProcessGroups {
     /// Kills (SIGKILL) the process group of every command still running. For a process
     /// about to die: a build or a server the agent started would outlive flower.
     pub fn kill_all(&self) {
-        for pgid in self.lock().drain(..) {
+        // A group id of 0 or 1 would reach this process's own group or, through
+        // kill(-1), every process: never registered, never signalled.
+        for pgid in self.lock().drain(..).filter(|&g| g > 1) {
             // SAFETY: killpg only sends a signal; every pgid here belongs to a shell this
             // process spawned (it is removed as soon as the shell is reaped).
             unsafe {
                 libc::killpg(pgid, libc::SIGKILL);
             }
         }
+    }
+}
+
+/// A command's process group while its shell is not reaped: registered with the
+/// signal handlers, killed on drop unless disarmed (a dropped call leaves nothing
+/// running). Never group 0 or 1. Bash commands and hooks use it.
+pub struct GroupGuard {
+    pgid: Option<i32>,
+    groups: ProcessGroups,
+}
+
+impl GroupGuard {
+    pub fn new(pgid: Option<i32>, groups: &ProcessGroups) -> Self {
+        let pgid = pgid.filter(|&g| g > 1);
+        if let Some(pgid) = pgid {
+            groups.add(pgid);
+        }
+        GroupGuard {
+            pgid,
+            groups: groups.clone(),
+        }
+    }
+
+    /// The shell was reaped: its group is not ours to kill any more.
+    pub fn disarm(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            self.groups.remove(pgid);
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            self.groups.remove(pgid);
+            // SAFETY: killpg only sends a signal; pgid is the id of the group this call
+            // created (the shell's pid, not yet reaped, so not reused).
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

@@ -266,12 +266,7 @@ pub struct GoalGate {
 /// Whether the judge's run failed because its context did not fit the window. The judge
 /// never hands off (it is fresh every round): such a round is a clear failed verdict.
 fn judge_overflowed(result: &crate::continuity::manifest::StepResult) -> bool {
-    result.errors.iter().any(|e| {
-        let e = e.to_ascii_lowercase();
-        e.contains("prompt is too long")
-            || e.contains(crate::engine::WINDOW_EXCEEDED_STOP)
-            || e.contains("context window is full")
-    })
+    result.met(crate::model::classify::ErrorKind::ContextWindowFull)
 }
 
 /// The verdict line the judge ends with.

@@ -20,7 +20,7 @@ pub const TEMPLATES: &[&str] = &[
     "git status;T",
     "git status && T",
     "git status&&T",
-    "git status || T",
+    "! git status || T",
     "git status | T",
     "git status |& T",
     "git status & T",
@@ -52,7 +52,6 @@ pub const TEMPLATES: &[&str] = &[
     "git status <<-EOF\n\t$(T)\n\tEOF",
     "git status <<< $(T)",
     "git status <<< \"$(T)\"",
-    "cat <<EOF && (\nT\n)\nbody\nEOF",
     "git commit -m \"$(cat <<EOF\nmsg $(T)\nEOF\n)\"",
     // Redirections that run code.
     "git status >&\"\\$(T)\"",
@@ -63,7 +62,7 @@ pub const TEMPLATES: &[&str] = &[
     "for x in 'a[$(T)]'; do echo $((x)); done",
     "for x in 'a[$(T)]'; do ((x)); done",
     "for x in 'a[$(T)]'; do echo ${arr[x]}; done",
-    "for x in 'a[$(T)]'; do echo ${s:x}; done",
+    "s=abc; for x in 'a[$(T)]'; do echo ${s:x}; done",
     "for x in 'a[$(T)]'; do [[ 1 -eq x ]]; done",
     "for x in '$(T)'; do echo ${x@P}; done",
     "x='a[$(T)]'; echo ${!x}",
@@ -74,8 +73,8 @@ pub const TEMPLATES: &[&str] = &[
     "declare 'a[$(T)]=1'",
     "declare -i n='a[$(T)]'",
     "let 'a[$(T)]'",
-    "unset 'a[$(T)]'",
-    "PS4='$(T)' bash -xc 'git status'",
+    "a=(1); unset 'a[$(T)]'",
+    "PS4='$(T)'; set -x; git status",
     "(( a[$(T)] ))",
     // Code runners.
     "eval T",
@@ -101,7 +100,7 @@ pub const TEMPLATES: &[&str] = &[
     "{ T; }",
     "(T)",
     "if true; then T; fi",
-    "if git status; then git status; else T; fi",
+    "if ! git status; then git status; else T; fi",
     "while T; do break; done",
     "until T; do break; done",
     "case x in x) T;; esac",
@@ -109,7 +108,27 @@ pub const TEMPLATES: &[&str] = &[
     "f() { T; }; f",
     "function f { T; }; f",
     "for f in a; do T; done",
-    "select x in a; do T; break; done < /dev/null",
+    "select x in a; do T; break; done <<< 1",
+    // The deny-rule gaps of issue 31: names assigned by builtins and wrappers, named
+    // descriptors, names bound to code, clustered options, wrappers' command options.
+    "true {b['a[$(T)]']}</dev/null",
+    "read OPTIND <<< 'a[$(T)]'; getopts a o -a",
+    "OPTIND='a[$(T)]'; getopts a o -a",
+    "read RANDOM <<< 'a[$(T)]'",
+    "read HISTCMD <<< 'a[$(T)]'",
+    "read PS4 <<< '$(T)'; set -x; true",
+    "printf -v PS4 '$(T)'; set -x; true",
+    "printf -v 'x[$(T)]' 1",
+    "env 'BASH_FUNC_ls%%=() { T; }' bash -c ls",
+    "echo \"T\" > s.sh; env BASH_ENV=s.sh bash -c :",
+    "hash -p /usr/bin/env x; x T",
+    "shopt -s expand_aliases\nalias x='T'\nx",
+    "shopt -s expand_aliases\nalias x=env\nx T",
+    "env -iS 'T'",
+    "env -vS 'T'",
+    "flock . -c 'T'",
+    "mapfile -C 'T #' -c 1 <<< x",
+    "script -qc 'T' /dev/null",
     // Program names spelled differently.
     "/usr/bin/env T",
     "$(echo T)",
@@ -126,9 +145,28 @@ fn hidden(spelling: usize, marker: &str) -> String {
     }
 }
 
+/// One adversarial command and its effect: `marker` is created in the workspace when
+/// the hidden command runs.
 pub struct Case {
     pub cmd: String,
     pub marker: String,
+}
+
+/// The template with each standalone `T` (not part of a word such as `OPTIND` or
+/// `EXIT`) replaced by `hidden`.
+fn fill(template: &str, hidden: &str) -> String {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let chars: Vec<char> = template.chars().collect();
+    let mut out = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        let before = i.checked_sub(1).map(|j| chars[j]);
+        if c == 'T' && !word(before) && !word(chars.get(i + 1).copied()) {
+            out.push_str(hidden);
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 pub fn corpus() -> Vec<Case> {
@@ -137,10 +175,64 @@ pub fn corpus() -> Vec<Case> {
         for t in TEMPLATES {
             let marker = format!("m{}", out.len());
             out.push(Case {
-                cmd: t.replace('T', &hidden(spelling, &marker)),
+                cmd: fill(t, &hidden(spelling, &marker)),
                 marker,
             });
         }
     }
     out
 }
+
+/// Harmless commands and the allow rules under which each should run: a refusal is an
+/// over-denial, counted in the corpus report. The parser should prove these safe.
+pub const HARMLESS: &[(&str, &[&str])] = &[
+    ("time git status", &["Bash(git status:*)"]),
+    ("time -p git status", &["Bash(git status:*)"]),
+    ("ls ./*", &["Bash(ls:*)"]),
+    ("ls *.rs src/*", &["Bash(ls:*)"]),
+    ("wc -l src/*.rs", &["Bash(wc:*)"]),
+    ("git diff -- ./*.rs", &["Bash(git diff:*)"]),
+    ("cat <<'EOF'\nhello $x `y`\nEOF", &["Bash(cat:*)"]),
+    ("cat <<EOF\nplain text\nEOF", &["Bash(cat:*)"]),
+    ("cat <<-'EOF'\n\tindented $x\n\tEOF", &["Bash(cat:*)"]),
+    ("echo $'a;b'", &["Bash(echo:*)"]),
+    ("echo $'line\\n'", &["Bash(echo:*)"]),
+    ("git status <<< 'x'", &["Bash(git status:*)"]),
+    (
+        "git status 2>&1 | cat",
+        &["Bash(git status:*)", "Bash(cat:*)"],
+    ),
+    ("git status >/dev/null 2>&1", &["Bash(git status:*)"]),
+    ("git log --oneline -5", &["Bash(git log:*)"]),
+    ("echo 'a;b' \"c|d\"", &["Bash(echo:*)"]),
+    (
+        "git status && git diff",
+        &["Bash(git status:*)", "Bash(git diff:*)"],
+    ),
+    ("git status; git status", &["Bash(git status)"]),
+    ("git status # why", &["Bash(git status)"]),
+    ("echo a | tr a b", &["Bash(echo:*)", "Bash(tr:*)"]),
+    ("cat ./README.md", &["Bash(cat:*)"]),
+    ("echo 'it'\\''s'", &["Bash(echo:*)"]),
+    ("find . -name '*.rs'", &["Bash(find:*)"]),
+    ("cat < /dev/null", &["Bash(cat:*)"]),
+    ("read -r line < /dev/null", &["Bash(read:*)"]),
+    ("printf '%s\\n' a b", &["Bash(printf:*)"]),
+    ("cargo test -- --nocapture", &["Bash(cargo test:*)"]),
+    ("npm run build", &["Bash(npm run *)"]),
+    ("echo \"$HOME\"", &["Bash(echo:*)"]),
+    ("ls $HOME", &["Bash(ls:*)"]),
+    ("echo ~", &["Bash(echo:*)"]),
+    ("ls ~/src", &["Bash(ls:*)"]),
+    ("ls {a,b}", &["Bash(ls:*)"]),
+    ("VAR=1 git status", &["Bash(git status:*)"]),
+    ("for f in a b; do echo $f; done", &["Bash(echo:*)"]),
+    (
+        "git commit -m \"$(cat <<'EOF'\nmsg\nEOF\n)\"",
+        &["Bash(git commit:*)", "Bash(cat:*)"],
+    ),
+    ("git status &", &["Bash(git status:*)"]),
+    ("(git status)", &["Bash(git status:*)"]),
+    ("{ git status; }", &["Bash(git status:*)"]),
+    ("git status 2> err.txt", &["Bash(git status:*)"]),
+];

@@ -426,11 +426,8 @@ fn a_tool_call_orphaned_by_a_kill_never_reaches_the_api_unanswered() {
     child.kill().unwrap();
     child.wait().unwrap();
     // The tool's process group outlives a SIGKILLed flower; end it.
-    let pgid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // Found from outside: the `$$` it wrote is a PID namespace's own number.
+    let pgid = crate::support::command_group(&project.dir, "sleep");
     // SAFETY: signals the process group the test's own command created.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
 

@@ -11,7 +11,6 @@ use flower::continuity::lineage::Lineage;
 use flower::continuity::shared::{HoldResult, RunStateStore, SharedRun};
 use flower::stores::StoreError;
 use flower::stores::postgres::{OnLeaseLost, RunRow};
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -95,11 +94,11 @@ impl RunStateStore for FakeRunStore {
         Ok(())
     }
 
-    fn merge_manifest(&self, _: &str, _: &str, _: &[Value]) -> Result<Vec<Value>, StoreError> {
+    fn merge_manifest(&self, _: &str, _: &str, _: Vec<String>) -> Result<Vec<String>, StoreError> {
         unreachable!("lineage never touches the manifest")
     }
 
-    fn manifest(&self, _: &str) -> Result<Vec<Value>, StoreError> {
+    fn manifest(&self, _: &str) -> Result<Vec<String>, StoreError> {
         unreachable!("lineage never touches the manifest")
     }
 

@@ -45,6 +45,7 @@ mod resilience_edges;
 mod run_lock;
 mod run_open;
 mod sandbox;
+mod sandbox_escapes;
 mod settings;
 mod signals;
 mod stop_reasons;

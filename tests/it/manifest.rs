@@ -39,6 +39,18 @@ fn result(step: &str, started_at: &str) -> StepResult {
     }
 }
 
+/// The rows of `dir/manifest.json` as JSON trees (key order kept): most tests here are
+/// about the file itself. The typed reader must read as many rows.
+fn file_rows(dir: &Path) -> Vec<Value> {
+    let typed = read_rows(dir).unwrap();
+    let rows: Vec<Value> = match fs::read_to_string(dir.join("manifest.json")) {
+        Ok(text) if !text.trim().is_empty() => serde_json::from_str(&text).unwrap(),
+        _ => Vec::new(),
+    };
+    assert_eq!(typed.len(), rows.len());
+    rows
+}
+
 fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<_> = fs::read_dir(dir)
         .unwrap()
@@ -69,7 +81,7 @@ fn a_row_has_exactly_the_spec_fields() {
         context: 185_900,
     };
     m.record(&r).unwrap();
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 1);
     let row = rows[0].as_object().unwrap();
     assert_eq!(
@@ -84,9 +96,12 @@ fn a_row_has_exactly_the_spec_fields() {
     );
     assert_eq!(row["cost_usd"], json!(0.41));
     assert_eq!(row["error"], Value::Null);
-    // A row reads back as the StepResult it came from (extra fields ignored).
-    let back: StepResult = serde_json::from_value(rows[0].clone()).unwrap();
-    assert_eq!(back, r);
+    // A row reads back as the StepResult it came from.
+    let back = &read_rows(tmp.path()).unwrap()[0];
+    assert_eq!(back.result, r);
+    assert_eq!(back.run, "20260907-015240-abc123");
+    assert_eq!(back.duration_s, 37584.25);
+    assert_eq!(back.context, None);
 }
 
 #[test]
@@ -196,7 +211,7 @@ fn same_attempt_replaces_new_attempt_appends() {
     let judge = result(&judge_name("干活", 1), "2026-09-07T01:05:00.000001+08:00");
     m.record(&judge).unwrap();
 
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[0]["ok"], true);
     assert_eq!(rows[0]["text"], "finished");
@@ -230,7 +245,7 @@ fn other_runs_rows_are_kept_verbatim() {
     m.record(&result("干活", "t1")).unwrap();
     m.record(&result("干活", "t2")).unwrap();
 
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 6);
     assert_eq!(
         Value::Array(rows[..4].to_vec()),
@@ -261,7 +276,7 @@ fn other_runs_rows_are_copied_byte_for_byte() {
     let text = fs::read_to_string(tmp.path().join("manifest.json")).unwrap();
     assert!(text.contains(row_a), "{text}");
     assert!(text.contains(row_b), "{text}");
-    assert_eq!(read_rows(tmp.path()).unwrap().len(), 4);
+    assert_eq!(file_rows(tmp.path()).len(), 4);
 }
 
 #[test]
@@ -277,7 +292,7 @@ fn the_file_keeps_the_pretty_layout_through_every_kind_of_write() {
     let mut b = Manifest::new(tmp.path(), "run-b".into());
     let expect_layout = || {
         let text = fs::read_to_string(tmp.path().join("manifest.json")).unwrap();
-        let rows = read_rows(tmp.path()).unwrap();
+        let rows = file_rows(tmp.path());
         assert_eq!(text, serde_json::to_string_pretty(&rows).unwrap() + "\n");
         rows
     };
@@ -303,7 +318,7 @@ fn an_edit_in_place_by_another_tool_is_not_lost() {
     m.record(&result("a", "t1")).unwrap();
     // Rewrite the same file (same inode) with one more foreign row, no lock taken.
     let path = tmp.path().join("manifest.json");
-    let mut rows = read_rows(tmp.path()).unwrap();
+    let mut rows = file_rows(tmp.path());
     rows.insert(0, json!({"step": "hand-added", "run": "someone"}));
     let mut f = fs::OpenOptions::new()
         .write(true)
@@ -313,7 +328,7 @@ fn an_edit_in_place_by_another_tool_is_not_lost() {
     std::io::Write::write_all(&mut f, &serde_json::to_vec_pretty(&rows).unwrap()).unwrap();
     drop(f);
     m.record(&result("a", "t2")).unwrap();
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[0]["step"], "hand-added");
 }
@@ -329,13 +344,13 @@ fn a_file_replaced_by_another_tool_is_not_lost() {
     fs::remove_file(&path).unwrap();
     fs::write(&path, serde_json::to_vec_pretty(&restored).unwrap()).unwrap();
     m.record(&result("a", "t2")).unwrap();
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[0], restored[0]);
     // And deleted: this process's rows come back on their own.
     fs::remove_file(&path).unwrap();
     m.record(&result("a", "t3")).unwrap();
-    assert_eq!(read_rows(tmp.path()).unwrap().len(), 3);
+    assert_eq!(file_rows(tmp.path()).len(), 3);
 }
 
 #[test]
@@ -350,7 +365,7 @@ fn this_process_rows_are_replaced_by_the_newest_after_others_wrote() {
     y.ok = true;
     b.record(&y).unwrap();
 
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     let of = |run: &str| rows.iter().filter(|r| r["run"] == run).collect::<Vec<_>>();
     assert_eq!(of("run-a").len(), 2);
     assert_eq!(of("run-b").len(), 1);
@@ -386,7 +401,7 @@ fn a_corrupt_manifest_is_moved_aside_never_deleted() {
             "a second corrupt file in the same second gets its own name"
         );
         asides.push(aside);
-        let rows = read_rows(tmp.path()).unwrap();
+        let rows = file_rows(tmp.path());
         assert_eq!(rows.len(), 1, "a new manifest was started");
         // The next write is an ordinary one.
         assert_eq!(m.record(&result("干活", "t2")).unwrap().moved_aside, None);
@@ -406,7 +421,7 @@ fn a_blank_manifest_counts_as_empty() {
     fs::write(tmp.path().join("manifest.json"), b"\n").unwrap();
     let mut m = Manifest::new(tmp.path(), "r".into());
     assert_eq!(m.record(&result("a", "t")).unwrap().moved_aside, None);
-    assert_eq!(read_rows(tmp.path()).unwrap().len(), 1);
+    assert_eq!(file_rows(tmp.path()).len(), 1);
 }
 
 #[test]
@@ -415,7 +430,7 @@ fn creates_the_run_dir_and_reports_unwritable_ones() {
     let deep = tmp.path().join("a/runs");
     let mut m = Manifest::new(&deep, "r".into());
     m.record(&result("a", "t")).unwrap();
-    assert_eq!(read_rows(&deep).unwrap().len(), 1);
+    assert_eq!(file_rows(&deep).len(), 1);
 
     fs::write(tmp.path().join("file"), b"").unwrap();
     let mut bad = Manifest::new(&tmp.path().join("file/runs"), "r".into());
@@ -487,7 +502,7 @@ fn concurrent_processes_never_lose_a_row() {
         assert!(child.wait().unwrap().success());
     }
 
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 1 + WRITERS * RECORDS);
     assert_eq!(rows[0], old[0]);
     for run in &runs {
@@ -536,11 +551,11 @@ fn a_change_that_keeps_the_modification_time_is_still_seen() {
     // Edited in place to a different length.
     let mut m = Manifest::new(tmp.path(), "mine".into());
     m.record(&result("a", "t1")).unwrap();
-    let mut rows = read_rows(tmp.path()).unwrap();
+    let mut rows = file_rows(tmp.path());
     rows.insert(0, json!({"step": "hand-added", "run": "someone"}));
     rewrite_keeping_mtime(&path, &Value::Array(rows), false);
     m.record(&result("a", "t2")).unwrap();
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 3, "{rows:?}");
     assert_eq!(rows[0]["step"], "hand-added");
 
@@ -552,7 +567,7 @@ fn a_change_that_keeps_the_modification_time_is_still_seen() {
     assert_eq!(serde_json::to_vec_pretty(&restored).unwrap().len(), before);
     rewrite_keeping_mtime(&path, &restored, true);
     m.record(&result("a", "t3")).unwrap();
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     let steps: Vec<&Value> = rows.iter().map(|r| &r["started_at"]).collect();
     assert_eq!(rows[0], restored[0]);
     assert_eq!(steps[1..], [&json!("t1"), &json!("t2"), &json!("t3")]);
@@ -571,8 +586,7 @@ fn give_first_row_away_in_place(path: &Path, mtime: std::time::SystemTime) {
 }
 
 fn runs_and_starts(dir: &Path) -> Vec<(String, String)> {
-    read_rows(dir)
-        .unwrap()
+    file_rows(dir)
         .iter()
         .map(|r| {
             let field = |k: &str| r[k].as_str().unwrap_or_default().to_string();
@@ -645,7 +659,7 @@ fn a_row_of_another_run_that_mentions_this_run_is_still_theirs() {
     .unwrap();
     let mut m = Manifest::new(tmp.path(), "mine".into());
     m.record(&result("a", "t1")).unwrap();
-    let rows = read_rows(tmp.path()).unwrap();
+    let rows = file_rows(tmp.path());
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0], theirs[0]);
 }
@@ -688,4 +702,67 @@ fn a_corrupt_manifest_says_whether_it_is_not_json_or_not_an_array() {
     let err = read_rows(tmp.path()).unwrap_err().to_string();
     assert!(!err.contains("not a JSON array"), "{err}");
     assert!(err.contains("EOF"), "{err}");
+}
+
+#[test]
+fn rows_of_older_flowers_and_other_tools_read_leniently() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Missing fields, counts beyond u32, mistyped fields, unknown fields, a duplicated
+    // key (the last wins), rows that are not objects: each still reads, none fails the
+    // file.
+    let text = r#"[
+        {"step": "确认需求", "run": "old", "num_turns": 5000000000, "attempts": 2,
+         "extra": {"nested": true}, "errors": ["a", 3, "b"], "retired": "not a list"},
+        {"step": 7, "ok": "yes", "cost_usd": "free", "context": -1, "session_id": null},
+        {"step": "x", "step": "y", "context_window": 1000000, "handoff_threshold": null},
+        {"step": "z", "context_window": 200000, "handoff_threshold": 120000},
+        "not even an object",
+        [1, 2]
+    ]"#;
+    fs::write(tmp.path().join("manifest.json"), text).unwrap();
+    let rows = read_rows(tmp.path()).unwrap();
+    assert_eq!(rows.len(), 6);
+    let old = &rows[0];
+    assert_eq!(old.result.step, "确认需求");
+    assert_eq!(old.result.num_turns, u32::MAX, "saturates");
+    assert_eq!(old.result.attempts, 2);
+    assert_eq!(old.result.errors, vec!["a".into(), "b".into()]);
+    assert!(old.result.retired.is_empty());
+    assert_eq!(old.context, None, "an older flower recorded no context");
+    let odd = &rows[1];
+    assert_eq!(odd.result.step, "");
+    assert!(!odd.result.ok);
+    assert_eq!((odd.result.cost_usd, odd.result.context), (None, 0));
+    assert_eq!(rows[2].result.step, "y");
+    let context = rows[2].context.unwrap();
+    assert_eq!(
+        (context.window, context.handoff_threshold),
+        (1_000_000, None)
+    );
+    let context = rows[3].context.unwrap();
+    assert_eq!(context.handoff_threshold, Some(120_000));
+    assert_eq!(rows[4], Default::default());
+    assert_eq!(rows[5], Default::default());
+}
+
+#[test]
+fn a_row_with_the_run_context_ends_with_window_and_threshold() {
+    use flower::continuity::manifest::RunContext;
+    let tmp = tempfile::tempdir().unwrap();
+    for (threshold, written) in [(Some(120_000), json!(120_000)), (None, Value::Null)] {
+        let mut m = Manifest::new(tmp.path(), new_run_id()).with_context(RunContext {
+            window: 200_000,
+            handoff_threshold: threshold,
+        });
+        m.record(&result("a", "t")).unwrap();
+        let rows = file_rows(tmp.path());
+        let row = rows.last().unwrap().as_object().unwrap();
+        let keys: Vec<_> = row.keys().map(String::as_str).collect();
+        assert_eq!(keys[..16], SPEC_FIELDS);
+        assert_eq!(keys[16..], ["context_window", "handoff_threshold"]);
+        assert_eq!(row["context_window"], 200_000);
+        assert_eq!(row["handoff_threshold"], written);
+        let back = read_rows(tmp.path()).unwrap().pop().unwrap();
+        assert_eq!(back.context.unwrap().handoff_threshold, threshold);
+    }
 }

@@ -144,6 +144,23 @@ fn command() -> impl Strategy<Value = String> {
         1 => Just(">x".to_string()),
         1 => Just("~".to_string()),
         1 => Just("*".to_string()),
+        // Issue 31: what the plain subset now accepts, and the deny-rule gaps.
+        1 => Just("time ".to_string()),
+        1 => Just("time -p ".to_string()),
+        1 => Just("$HOME".to_string()),
+        1 => Just("\"$HOME\"".to_string()),
+        1 => Just("./*".to_string()),
+        1 => Just("<<< x".to_string()),
+        1 => Just("<<'EOF'\n$(rm)\nEOF\n".to_string()),
+        1 => Just("$'a;rm'".to_string()),
+        1 => Just("{b['a[$(rm)]']}</dev/null".to_string()),
+        1 => Just("read PS4 <<< '$(rm)'; set -x; ".to_string()),
+        1 => Just("printf -v PS4 '$(curl)'; set -x; ".to_string()),
+        1 => Just("env 'BASH_FUNC_git%%=() { rm; }' ".to_string()),
+        1 => Just("hash -p rm git; ".to_string()),
+        1 => Just("shopt -s expand_aliases\nalias git=rm\n".to_string()),
+        1 => Just("env -iS 'rm' ".to_string()),
+        1 => Just("flock . -c 'rm' ".to_string()),
     ];
     let random = prop::collection::vec(atoms, 1..14).prop_map(|v| v.concat());
     // Loops that put a chosen value into a variable, then use it somewhere bash might

@@ -14,12 +14,19 @@ use support::{FakeServer, Reply};
 
 #[path = "../data/bash_corpus.rs"]
 mod data;
-use data::{Case, corpus};
+use data::{Case, HARMLESS, corpus};
 
 /// Runs every case as a Bash call of one turn in a fresh workspace; returns the
 /// workspace and the tool results.
 fn replay(cases: &[Case], extra: &[&str]) -> (tempfile::TempDir, Vec<Value>) {
     let ws = tempfile::tempdir().unwrap();
+    // A repository, so that `git status` succeeds and what follows `&&` runs.
+    let init = Command::new("git")
+        .args(["init", "-q", "."])
+        .current_dir(ws.path())
+        .status()
+        .unwrap();
+    assert!(init.success());
     let mut reply = Reply::blocks(vec![]);
     for c in cases {
         reply = reply.then_tool_use("Bash", json!({ "command": c.cmd, "timeout": 20000 }));
@@ -56,21 +63,25 @@ fn created(ws: &Path, cases: &[Case]) -> Vec<usize> {
 #[test]
 fn no_rule_set_lets_a_hidden_command_run() {
     let cases = corpus();
-    assert!(cases.len() >= 300, "{}", cases.len());
+    assert!(cases.len() >= 400, "{}", cases.len());
 
-    // The control: with the whole tool allowed, bash really runs the hidden command
-    // in most cases (some forms are syntax errors or run nothing in bash itself).
+    // The control: with the whole tool allowed, bash really runs every hidden command:
+    // each case's effect (its marker) is seen, so each case tests something.
     let (ws, _) = replay(&cases, &["--allowed-tools", "Bash"]);
     let effective = created(ws.path(), &cases);
+    let inert: Vec<&str> = (0..cases.len())
+        .filter(|i| !effective.contains(i))
+        .map(|i| cases[i].cmd.as_str())
+        .collect();
     eprintln!(
-        "{} of {} commands created their marker under a bare Bash rule",
-        effective.len(),
-        cases.len()
+        "corpus report: {} cases, {} with their effect seen under a bare Bash rule",
+        cases.len(),
+        effective.len()
     );
     assert!(
-        effective.len() >= 300,
-        "only {} commands are effective; the corpus is too weak",
-        effective.len()
+        inert.is_empty(),
+        "cases without an effect under a bare Bash rule:\n{}",
+        inert.join("\n")
     );
 
     let rule_sets: [(&[&str], &[&str]); 5] = [
@@ -100,5 +111,38 @@ fn no_rule_set_lets_a_hidden_command_run() {
             "allow={allow:?} deny={deny:?}: hidden commands ran:\n{}",
             leaked.join("\n")
         );
+    }
+}
+
+/// The over-denial report: harmless commands refused under the allow rules that name
+/// them. The parser proves most safe; the rest (brace expansion, assignments, loops,
+/// substitutions, `&`, subshells, file redirections) only a bare `Bash` rule allows.
+#[test]
+fn over_denial_report() {
+    use flower::engine::permissions::{Decision, Permissions};
+    let mut refused = Vec::new();
+    for (cmd, allow) in HARMLESS {
+        let rules: Vec<String> = allow.iter().map(|r| r.to_string()).collect();
+        let p = Permissions::new(&rules, &[]).unwrap();
+        if let Decision::Deny { .. } = p.check("Bash", &json!({ "command": cmd }), Path::new("/ws"))
+        {
+            refused.push(*cmd);
+        }
+    }
+    eprintln!(
+        "corpus report: over-denied {} of {} harmless commands:\n  {}",
+        refused.len(),
+        HARMLESS.len(),
+        refused.join("\n  ")
+    );
+    // The ones the parser cannot prove safe today; a change that refuses more fails.
+    assert!(refused.len() <= 9, "{refused:#?}");
+    for proven in [
+        "time git status",
+        "ls ./*",
+        "cat <<'EOF'\nhello $x `y`\nEOF",
+        "echo $'a;b'",
+    ] {
+        assert!(!refused.contains(&proven), "{proven:?} is refused");
     }
 }

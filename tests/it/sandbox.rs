@@ -52,15 +52,15 @@ pub(crate) fn landlock_or_skip(test: &str) -> bool {
     }
 }
 
-struct Setup {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    ws: PathBuf,
-    home: PathBuf,
+pub(crate) struct Setup {
+    pub _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub ws: PathBuf,
+    pub home: PathBuf,
 }
 
 /// `root/ws` with a `.git` (hooks, config) and `root/home`.
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let dir = scratch();
     let root = dir.path().canonicalize().unwrap();
     let ws = root.join("ws");
@@ -80,7 +80,7 @@ fn setup() -> Setup {
 
 /// Runs `flower once` in `s.ws`: one turn with every command as a Bash call, then a
 /// closing text. Returns the output and the tool results in call order.
-fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<Value>) {
+pub(crate) fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<Value>) {
     let mut reply = Reply::blocks(vec![]);
     for c in commands {
         reply = reply.then_tool_use("Bash", json!({ "command": c }));
@@ -97,7 +97,7 @@ fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<
 
 /// `flower once "run them"` in the workspace, against `server`, with the sandbox's
 /// defaults and `s.home` as HOME.
-fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
+pub(crate) fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
     server.configure(&mut cmd);
     cmd.current_dir(&s.ws)
@@ -111,7 +111,7 @@ fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-fn content(v: &Value) -> String {
+pub(crate) fn content(v: &Value) -> String {
     match &v["content"] {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -408,41 +408,62 @@ fn a_malformed_rule_fails_before_any_request() {
     assert_eq!(server.request_count(), 0);
 }
 
-/// The namespaces are made once per process: a `.git` made anew between two commands
-/// (here by the first one) is protected again in the next.
+/// The namespaces are made once per process: a `.git` made anew outside between two
+/// commands (here by the test, while flower waits for the model) is protected again in
+/// the next command. A command itself cannot rename `.git` (it is a mount point).
 #[test]
 fn a_git_dir_made_anew_is_protected_in_the_next_command() {
     if !landlock_or_skip("a_git_dir_made_anew_is_protected_in_the_next_command") {
         return;
     }
     let s = setup();
+    let gate = support::Gate::new();
     let server = FakeServer::start(vec![
-        Reply::tool_use("Bash", json!({ "command": "true" })),
         Reply::tool_use(
             "Bash",
-            json!({ "command": "mv .git .git.old && mkdir -p .git/hooks && echo c > .git/config" }),
+            json!({ "command": "mv .git .git.old || rm -rf .git; echo moved=$?" }),
         ),
         Reply::tool_use(
             "Bash",
             json!({ "command": "echo 'exit 0' > .git/hooks/pre-commit" }),
-        ),
+        )
+        .gate_before(&gate),
         Reply::text("done"),
     ]);
-    let out = once_in(&s, &server, &[]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let child = cmd
+        .current_dir(&s.ws)
+        .env("HOME", &s.home)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .args(["once", "run them"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(gate.wait_reached(std::time::Duration::from_secs(60)));
+    assert!(
+        s.ws.join(".git/config").exists(),
+        ".git was moved or removed"
+    );
+    fs::rename(s.ws.join(".git"), s.root.join("old-git")).unwrap();
+    fs::create_dir_all(s.ws.join(".git/hooks")).unwrap();
+    fs::write(s.ws.join(".git/config"), "c\n").unwrap();
+    gate.open();
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let requests = server.requests();
-    let recreated = &requests[2].tool_results()[0];
-    assert_eq!(
-        recreated["is_error"],
-        json!(false),
+    let first = &requests[1].tool_results()[0];
+    assert!(
+        content(first).contains("Device or resource busy"),
         "{}",
-        content(recreated)
+        content(first)
     );
-    let write = &requests[3].tool_results()[0];
+    let write = &requests[2].tool_results()[0];
     assert_eq!(write["is_error"], json!(true), "{}", content(write));
     assert!(!s.ws.join(".git/hooks/pre-commit").exists());
 }

@@ -69,10 +69,11 @@ fn killed_mid_step_by(sig: i32, in_tool: bool) {
     let work_id = project
         .lineage_step("干活")
         .expect("lineage has 干活 at once");
+    // Found while the command runs (from outside, see `read_pid`).
+    let tool_group = in_tool.then(|| read_pid(&pid_file));
     signal(&child, sig);
     let status = wait_exit(&mut child, PATIENCE);
     gate.open();
-    let tool_group = in_tool.then(|| read_pid(&pid_file));
     assert_eq!(
         status.signal(),
         Some(sig),
@@ -144,12 +145,10 @@ fn wait_for_file(path: &Path, child: &mut std::process::Child, stderr: &StderrWa
     }
 }
 
+/// The group of the command that wrote `path` (its `exec sleep`), found from outside:
+/// the `$$` it wrote is a PID namespace's own number.
 fn read_pid(path: &Path) -> i32 {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    crate::support::command_group(path.parent().unwrap_or(Path::new("/")), "sleep")
 }
 
 /// Whether a process is running (a zombie, waiting to be reaped, is not).
@@ -177,6 +176,8 @@ fn gone(pid: i32) -> bool {
 }
 
 fn kill_group(group: i32) {
+    // kill(-1) would signal every process of the machine.
+    assert!(group > 1, "not a command's process group: {group}");
     // SAFETY: SIGKILL to the process group of a command the test itself had run.
     unsafe { libc::kill(-group, libc::SIGKILL) };
 }
@@ -466,9 +467,9 @@ fn sigterm_in_once_dies_by_it_and_stops_the_command() {
     });
     let (mut child, stderr) = project.spawn_watched(&server, &["once", "睡一会"]);
     wait_for_file(&pid_file, &mut child, &stderr);
+    let group = read_pid(&pid_file);
     signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, PATIENCE);
-    let group = read_pid(&pid_file);
     let stopped = gone(group);
     kill_group(group);
     assert_eq!(

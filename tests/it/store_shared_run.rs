@@ -365,14 +365,14 @@ fn eight_processes_on_one_run_lose_no_manifest_row() {
     let run = SharedRun::find(store.clone(), &workspace, Some(&named("many", true)))
         .unwrap()
         .unwrap();
-    let rows = run.manifest().unwrap();
+    let rows = flower::continuity::manifest::shared_rows(&run).unwrap();
     assert_eq!(rows.len(), 8 * ROWS);
     let mut per_run: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for row in &rows {
         per_run
-            .entry(row["run"].as_str().unwrap().into())
+            .entry(row.run.clone())
             .or_default()
-            .push(row["step"].as_str().unwrap().into());
+            .push(row.result.step.clone());
     }
     assert_eq!(per_run.len(), 8);
     let want: Vec<String> = (0..ROWS).map(|i| format!("步骤{i}")).collect();

@@ -1,10 +1,13 @@
 //! Running one command hook: `bash -c COMMAND` in the workspace, the event's JSON on
-//! stdin, stdout and stderr read apart, under the agent's sandbox (as its Bash
-//! commands are: [`crate::tools::sandbox`]), killed with its whole process group when
-//! its timeout passes. Never fails: whatever goes wrong is in the [`HookRun`].
+//! stdin, stdout and stderr read apart, started exactly as the agent's Bash commands
+//! are (the sandbox's public API, [`crate::tools::sandbox`]: `prepare`, then
+//! `apply_in_child`, or `new_session` when unconfined; `sweep` after), killed with
+//! its whole session's process group when its timeout passes. Never fails: whatever
+//! goes wrong is in the [`HookRun`].
 
 use super::config::HookCommand;
 use crate::tools::ProcessGroups;
+use crate::tools::process::GroupGuard;
 use crate::tools::sandbox::{self, SandboxPolicy};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -74,12 +77,13 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
         stderr,
         duration: started.elapsed(),
     };
-    let mut child = match spawn(&hook.command, launch) {
-        Ok(child) => child,
+    let (mut child, sweep) = match spawn(&hook.command, launch) {
+        Ok(spawned) => spawned,
         Err(why) => return done(Ended::Failed(why), String::new(), String::new()),
     };
+    // It leads a session of its own, so its group id is its pid.
     let pgid = child.id().and_then(|id| i32::try_from(id).ok());
-    let _group = Group::new(pgid, &launch.processes);
+    let mut group = GroupGuard::new(pgid, &launch.processes);
     let (Some(mut stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -109,6 +113,9 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
             tokio::select! {
                 () = &mut reading, if !reading_done => reading_done = true,
                 status = child.wait() => {
+                    // Reaped: its group id may be anyone's now. In the sandbox, what it
+                    // left in the background died with it (a PID namespace of its own).
+                    group.disarm();
                     let ended = match status {
                         Ok(status) => ended_of(status),
                         Err(e) => Ended::Failed(format!("waiting for the hook failed: {e}")),
@@ -119,7 +126,7 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
                     break ended;
                 }
                 () = &mut deadline => {
-                    kill_group(pgid);
+                    group.kill();
                     let _ = child.wait().await;
                     let _ = tokio::time::timeout(GRACE, &mut reading).await;
                     break Ended::TimedOut(hook.timeout);
@@ -128,18 +135,25 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
         }
     };
     feed.abort();
-    // Whatever it left running is its group's; nothing of a hook outlives it.
-    kill_group(pgid);
-    done(ended, out.text(), err.text())
+    let mut stderr = err.text();
+    for note in sweep.run() {
+        stderr.push('\n');
+        stderr.push_str(&note);
+    }
+    done(ended, out.text(), stderr)
 }
 
-fn spawn(command: &str, launch: &Launch) -> Result<tokio::process::Child, String> {
+fn spawn(
+    command: &str,
+    launch: &Launch,
+) -> Result<(tokio::process::Child, sandbox::Sweep), String> {
     let mut last = String::new();
     // A second attempt only when the saved namespaces turned out stale (as Bash does).
     for attempt in 0..2 {
         let prepared = sandbox::prepare(&launch.sandbox, &launch.workspace)
             .map_err(|e| format!("cannot sandbox the hook: {e}"))?;
         let sandboxed = prepared.is_some();
+        let sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
             .arg(command)
@@ -147,19 +161,22 @@ fn spawn(command: &str, launch: &Launch) -> Result<tokio::process::Child, String
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
         for (name, value) in launch.env.iter() {
             cmd.env(name, value);
         }
-        if let Some(prepared) = prepared {
+        match prepared {
             // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
-            unsafe {
+            Some(prepared) => unsafe {
                 cmd.pre_exec(move || prepared.apply_in_child());
-            }
+            },
+            // SAFETY: setsid is a system call.
+            None => unsafe {
+                cmd.pre_exec(sandbox::new_session);
+            },
         }
         match cmd.spawn() {
-            Ok(child) => return Ok(child),
+            Ok(child) => return Ok((child, sweep)),
             Err(e) if sandboxed && attempt == 0 && sandbox::is_stale(&e) => {
                 sandbox::forget_namespaces();
                 last = e.to_string();
@@ -176,43 +193,6 @@ fn ended_of(status: std::process::ExitStatus) -> Ended {
         (Some(code), _) => Ended::Exit(code),
         (None, Some(signal)) => Ended::Signal(signal),
         (None, None) => Ended::Failed("exited abnormally".into()),
-    }
-}
-
-fn kill_group(pgid: Option<i32>) {
-    if let Some(pgid) = pgid {
-        // SAFETY: killpg only sends a signal to the group this hook's shell leads.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
-    }
-}
-
-/// The hook's process group, registered with the signal handlers while it runs (a
-/// SIGTERM to flower kills it too).
-struct Group {
-    pgid: Option<i32>,
-    processes: ProcessGroups,
-}
-
-impl Group {
-    fn new(pgid: Option<i32>, processes: &ProcessGroups) -> Group {
-        if let Some(pgid) = pgid {
-            processes.add(pgid);
-        }
-        Group {
-            pgid,
-            processes: processes.clone(),
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.pgid {
-            self.processes.remove(pgid);
-            kill_group(Some(pgid));
-        }
     }
 }
 

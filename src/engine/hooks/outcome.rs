@@ -167,6 +167,12 @@ impl HookOutcome {
                     run.command
                 )),
                 Ended::Exit(2) => {}
+                // The shell's way of saying its last command died of signal code-128.
+                Ended::Exit(code @ 129..=192) => lines.push(format!(
+                    "{label} hook `{}` 崩溃了(信号 {},退出码 {code}),不影响继续:{stderr}",
+                    run.command,
+                    code - 128
+                )),
                 Ended::Exit(code) => lines.push(format!(
                     "{label} hook `{}` 出错(退出码 {code}),不影响继续:{stderr}",
                     run.command

@@ -13,3 +13,34 @@ pub mod workspace;
 
 pub use fake::{Block, CacheUsage, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
 pub use workspace::{ToolEnv, tool_env};
+
+/// The process group of a command a test's Bash call runs in `dir`, found from outside:
+/// a process whose working directory is `dir` and whose name is `comm`, and its group.
+/// `echo $$` inside the sandbox says 1 (the command is its PID namespace's init), which
+/// must never reach `kill(-pid, …)`. Waits (bounded) for the process to appear.
+pub fn command_group(dir: &std::path::Path, comm: &str) -> i32 {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            let same_dir = std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c == dir);
+            let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            if same_dir && name.trim() == comm {
+                // SAFETY: getpgid only reads.
+                let group = unsafe { libc::getpgid(pid) };
+                if group > 1 {
+                    return group;
+                }
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no `{comm}` process runs in {}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,376 @@
+//! The kernel sandbox around every Bash command (Linux). `docs/sandbox.md` states what it
+//! contains and what it does not; this is how.
+//!
+//! A command runs in layers, each made by a module of its own:
+//! - [`namespaces`] + [`mounts`]: a user and a mount namespace (made once per process and
+//!   joined with `setns`) in which the whole file system is read-only except the
+//!   writable roots (the workspace, the temp directories), the git files that run code
+//!   ([`git`]) are read-only inside those, and the directories that lead to them are
+//!   mount points (so they cannot be renamed away). With `--no-network`, a network
+//!   namespace whose only device is a loopback that is down.
+//! - [`pid`]: a PID namespace per command, whose init is the shell: when it ends, the
+//!   kernel kills every process the command started, wherever it went (`setsid`, `&`).
+//!   A fresh `/proc` shows only the command's processes.
+//! - The command is the leader of a new session without a controlling terminal.
+//! - [`landlock`]: the second file-system layer (write only beneath the writable roots),
+//!   signal scoping and, under `--no-network`, abstract and (Landlock ABI 9) path UNIX
+//!   socket scoping, at the highest Landlock ABI the kernel offers.
+//! - [`caps`]: every capability dropped (bounding set included), `no_new_privs`.
+//! - [`seccomp`]: refuses the mount API, `mknod` of devices, `TIOCSTI`/`TIOCLINUX`,
+//!   io_uring, and under `--no-network` (when Landlock cannot scope path sockets)
+//!   `socket(AF_UNIX, …)`.
+//!
+//! Everything is prepared in the parent (paths opened, the Landlock ruleset built, the
+//! seccomp program compiled, the namespaces made); between fork and exec the children
+//! only make system calls.
+
+mod caps;
+mod git;
+mod landlock;
+mod mounts;
+mod namespaces;
+mod pid;
+mod seccomp;
+
+pub use namespaces::{forget_namespaces, is_stale};
+
+use namespaces::{Namespaces, Plan};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// How Bash commands are confined. The library default is no sandbox; the binary turns
+/// it on (see the README).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SandboxPolicy {
+    /// Confine commands (Linux Landlock). Off: commands run unconfined.
+    pub enabled: bool,
+    /// Refuse to run a command when the kernel cannot confine it.
+    pub required: bool,
+    /// Commands may use the network.
+    pub network: bool,
+    /// The workspace is writable (agents with Write or Edit rights).
+    pub workspace_writable: bool,
+    /// Keep the files git reads for code execution (hooks, config …) read-only.
+    pub protect_git: bool,
+    /// More directories writable like the workspace (and only when it is): a settings
+    /// file's `permissions.additionalDirectories`. The file tools reach them too.
+    pub additional_dirs: Vec<PathBuf>,
+}
+
+impl SandboxPolicy {
+    /// The sandbox flower's binary uses by default: on, network on, git protected.
+    pub fn standard() -> Self {
+        SandboxPolicy {
+            enabled: true,
+            required: false,
+            network: true,
+            workspace_writable: true,
+            protect_git: true,
+            additional_dirs: Vec::new(),
+        }
+    }
+
+    /// One Chinese line for the user: `沙箱 landlock(工作区可写) · 网络 开`.
+    pub fn describe(&self) -> String {
+        self.describe_with(&support())
+    }
+
+    /// [`describe`](Self::describe) for a given kernel support.
+    pub fn describe_with(&self, support: &Support) -> String {
+        let net = if self.network { "开" } else { "关" };
+        if !self.enabled {
+            return format!("沙箱 关 · 网络 {net}");
+        }
+        let ws = if self.workspace_writable {
+            "工作区可写"
+        } else {
+            "工作区只读"
+        };
+        match support {
+            Support::Full | Support::Partial(_) => format!("沙箱 landlock({ws}) · 网络 {net}"),
+            Support::Missing(why) => {
+                if self.required {
+                    format!("沙箱 不可用({why}),命令一律拒绝 · 网络 {net}")
+                } else {
+                    format!("沙箱 不可用({why}),命令不受限 · 网络 {net}")
+                }
+            }
+        }
+    }
+}
+
+/// What this kernel offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    Full,
+    /// Landlock is there but older than ABI 5 (device ioctls unchecked).
+    Partial(String),
+    /// No Landlock: why.
+    Missing(String),
+}
+
+/// Probes the kernel once per process.
+pub fn support() -> Support {
+    match landlock_abi() {
+        Ok(abi) if abi < 5 => Support::Partial(format!("Landlock ABI {abi}")),
+        Ok(_) => Support::Full,
+        Err(why) => Support::Missing(why),
+    }
+}
+
+/// The Landlock ABI version this kernel offers, or why there is none.
+pub fn landlock_abi() -> Result<i32, String> {
+    static ABI: OnceLock<Result<i32, String>> = OnceLock::new();
+    ABI.get_or_init(|| {
+        // SAFETY: landlock_create_ruleset with a null attribute, size 0 and the VERSION
+        // flag only returns the ABI version (or an error); it creates nothing.
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<libc::c_void>(),
+                0usize,
+                1u32, // LANDLOCK_CREATE_RULESET_VERSION
+            )
+        };
+        if abi < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOSYS) => "内核没有 Landlock".into(),
+                Some(libc::EOPNOTSUPP) => "内核关闭了 Landlock".into(),
+                _ => format!("Landlock 探测失败: {e}"),
+            });
+        }
+        Ok(i32::try_from(abi).unwrap_or(i32::MAX))
+    })
+    .clone()
+}
+
+/// Why a command cannot be sandboxed as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("the sandbox is required but unavailable: {0}")]
+    Unavailable(String),
+    #[error("cannot build the sandbox: {0}")]
+    Build(String),
+}
+
+fn cstring(p: &Path) -> Result<CString, SandboxError> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| SandboxError::Build(format!("{} holds a NUL byte", p.display())))
+}
+
+/// The directories a command may write to, canonical and existing: the workspace
+/// and the additional directories (when writable) and the temp directories.
+fn writable_roots(policy: &SandboxPolicy, workspace: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    if policy.workspace_writable {
+        out.push(workspace.to_path_buf());
+        for dir in &policy.additional_dirs {
+            if let Ok(c) = dir.canonicalize()
+                && !out.contains(&c)
+            {
+                out.push(c);
+            }
+        }
+    }
+    for p in [
+        PathBuf::from("/tmp"),
+        PathBuf::from("/var/tmp"),
+        PathBuf::from("/dev/shm"),
+        std::env::temp_dir(),
+    ] {
+        if let Ok(c) = p.canonicalize()
+            && !out.contains(&c)
+        {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Everything the children need, prepared before fork.
+pub struct Prepared {
+    ruleset: Option<OwnedFd>,
+    seccomp: Vec<seccomp::Program>,
+    /// The namespaces the command joins, made once per process ([`namespaces`]).
+    joined: Option<Arc<Namespaces>>,
+    /// The workspace: `setns` into a mount namespace resets the working directory.
+    cwd: CString,
+    /// The namespaces could not be made: the child fails with this errno, or only warns.
+    refuse: Option<i32>,
+    warn: bool,
+    /// Files the command must not leave behind.
+    absent: Vec<PathBuf>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("landlock", &self.ruleset.is_some())
+            .field("seccomp", &self.seccomp.len())
+            .field("namespaces", &self.joined.is_some())
+            .finish()
+    }
+}
+
+/// Written to the command's stderr when the namespaces cannot be made.
+const WARNING: &[u8] = b"flower: warning: no user namespace, so this command sees the machine \
+writable where Landlock allows it, the git files are not protected, and processes it leaves \
+behind are not killed with it\n";
+
+/// Prepares the sandbox for one command in `workspace`. `Ok(None)`: run unconfined
+/// (sandbox off, or unavailable and not required).
+pub fn prepare(policy: &SandboxPolicy, workspace: &Path) -> Result<Option<Prepared>, SandboxError> {
+    prepare_with(policy, workspace, &support())
+}
+
+/// [`prepare`] for a given kernel support: without Landlock, a required sandbox is
+/// an error, otherwise the command runs with the other layers only (the caller has
+/// said so once).
+pub fn prepare_with(
+    policy: &SandboxPolicy,
+    workspace: &Path,
+    support: &Support,
+) -> Result<Option<Prepared>, SandboxError> {
+    if !policy.enabled {
+        return Ok(None);
+    }
+    let abi = match support {
+        Support::Missing(why) if policy.required => {
+            return Err(SandboxError::Unavailable(why.clone()));
+        }
+        Support::Missing(_) => 0,
+        _ => landlock_abi().unwrap_or(0),
+    };
+    let roots = writable_roots(policy, workspace);
+    let ruleset = if abi > 0 {
+        landlock::ruleset(policy, workspace, &roots)?
+    } else {
+        None
+    };
+    if ruleset.is_none() && policy.required {
+        return Err(SandboxError::Unavailable(
+            "Landlock refused the ruleset".into(),
+        ));
+    }
+    // Landlock ABI 9 scopes path UNIX sockets to the workspace; before it, seccomp
+    // refuses to create any.
+    let unix_by_landlock = ruleset.is_some() && abi >= landlock::RESOLVE_UNIX_ABI;
+    let seccomp = seccomp::programs(!policy.network && !unix_by_landlock)?;
+    let plan = Plan::new(policy, workspace, &roots)?;
+    let (joined, refuse, warn) = match namespaces::get(&plan) {
+        Ok(ns) => (Some(ns), None, false),
+        // The network cannot be turned off, or the workspace cannot be made
+        // read-only: refuse rather than run with it.
+        Err(e) if !policy.network || plan.workspace_needs_mount() => {
+            (None, Some(e.raw_os_error().unwrap_or(libc::EPERM)), false)
+        }
+        Err(_) => (None, None, true),
+    };
+    Ok(Some(Prepared {
+        ruleset,
+        seccomp,
+        joined,
+        cwd: cstring(workspace)?,
+        refuse,
+        warn,
+        absent: plan.absent,
+    }))
+}
+
+/// Files a command must not leave behind, removed after it ends.
+#[derive(Debug, Clone, Default)]
+pub struct Sweep(Vec<PathBuf>);
+
+impl Sweep {
+    /// Removes what the command created of them; one line for each, for its result.
+    pub fn run(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        for p in &self.0 {
+            if p.symlink_metadata().is_ok() {
+                let removed = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
+                notes.push(match removed {
+                    Ok(()) => format!(
+                        "flower removed {}, which this command created: git would have read \
+                         another repository's config through it.",
+                        p.display()
+                    ),
+                    Err(e) => format!(
+                        "flower could not remove {} ({e}), which this command created: git \
+                         would read another repository's config through it.",
+                        p.display()
+                    ),
+                });
+            }
+        }
+        notes
+    }
+}
+
+impl Prepared {
+    /// What to remove after the command (see [`Sweep`]).
+    pub fn sweep(&self) -> Sweep {
+        Sweep(self.absent.clone())
+    }
+
+    /// Whether Landlock confines the command.
+    pub fn landlocked(&self) -> bool {
+        self.ruleset.is_some()
+    }
+
+    /// Whether the command runs in a PID namespace of its own, so that every process
+    /// it starts dies with it (else only its process group is killed).
+    pub fn contains_processes(&self) -> bool {
+        self.joined.is_some()
+    }
+
+    /// Runs in the child between fork and exec. Only system calls: no allocation, no
+    /// locks. With a PID namespace this forks once more: the child forked by the caller
+    /// stays outside as the command's supervisor and never returns (see [`pid`]).
+    pub fn apply_in_child(&self) -> std::io::Result<()> {
+        new_session()?;
+        if let Some(ns) = &self.joined {
+            ns.enter(&self.cwd)?;
+            pid::enter_new_namespace()?;
+            // The fresh /proc is a nicety: where the kernel refuses it (a container
+            // masking parts of /proc), the host's stays.
+            let _ = mounts::fresh_proc();
+        } else if let Some(errno) = self.refuse {
+            return Err(std::io::Error::from_raw_os_error(errno));
+        } else if self.warn {
+            // SAFETY: write to our own stderr.
+            unsafe {
+                libc::write(2, WARNING.as_ptr().cast(), WARNING.len());
+            }
+        }
+        // SAFETY: prctl only sets a flag of this process.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if let Some(fd) = &self.ruleset {
+            // SAFETY: a plain system call; the ruleset fd was created before fork.
+            if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) } != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        caps::drop_all()?;
+        for program in &self.seccomp {
+            program.install()?;
+        }
+        Ok(())
+    }
+}
+
+/// Makes the child the leader of a new session without a controlling terminal: it
+/// cannot open `/dev/tty`, and the user's terminal is not its terminal.
+pub fn new_session() -> std::io::Result<()> {
+    // SAFETY: setsid is a plain system call.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
