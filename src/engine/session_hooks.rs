@@ -96,6 +96,19 @@ impl Engine {
         Some(outcome)
     }
 
+    /// [`Engine::fire`] in the sandbox of the conversation's agent.
+    async fn fire_as_agent(
+        &self,
+        conv: &Conversation<'_>,
+        event: HookEvent,
+        subject: &str,
+        fields: Map<String, Value>,
+    ) -> Option<HookOutcome> {
+        let permissions = self.permissions_of(conv.spec).ok();
+        self.fire(conv, permissions.as_ref(), event, subject, fields)
+            .await
+    }
+
     /// Stores what hooks did, as a `system` entry of the conversation.
     pub(super) fn record_hooks(
         &self,
@@ -127,15 +140,8 @@ impl Engine {
         let mut fields = Map::new();
         fields.insert("source".into(), source.into());
         fields.insert("agent_type".into(), conv.spec.name.clone().into());
-        let permissions = self.permissions_of(conv.spec).ok();
         let Some(outcome) = self
-            .fire(
-                conv,
-                permissions.as_ref(),
-                HookEvent::SessionStart,
-                source,
-                fields,
-            )
+            .fire_as_agent(conv, HookEvent::SessionStart, source, fields)
             .await
         else {
             return;
@@ -154,15 +160,8 @@ impl Engine {
     ) -> Result<(), RunError> {
         let mut fields = Map::new();
         fields.insert("prompt".into(), prompt.into());
-        let permissions = self.permissions_of(conv.spec).ok();
         let Some(outcome) = self
-            .fire(
-                conv,
-                permissions.as_ref(),
-                HookEvent::UserPromptSubmit,
-                "",
-                fields,
-            )
+            .fire_as_agent(conv, HookEvent::UserPromptSubmit, "", fields)
             .await
         else {
             return Ok(());
@@ -185,15 +184,8 @@ impl Engine {
         }
         let mut fields = Map::new();
         fields.insert("reason".into(), "other".into());
-        let permissions = self.permissions_of(conv.spec).ok();
         if let Some(outcome) = self
-            .fire(
-                conv,
-                permissions.as_ref(),
-                HookEvent::SessionEnd,
-                "",
-                fields,
-            )
+            .fire_as_agent(conv, HookEvent::SessionEnd, "", fields)
             .await
         {
             let _ = self.record_hooks(conv, &outcome);
@@ -221,11 +213,7 @@ impl Engine {
         if conv.depth > 0 {
             fields.insert("agent_type".into(), conv.spec.name.clone().into());
         }
-        let permissions = self.permissions_of(conv.spec).ok();
-        let Some(outcome) = self
-            .fire(conv, permissions.as_ref(), event, "", fields)
-            .await
-        else {
+        let Some(outcome) = self.fire_as_agent(conv, event, "", fields).await else {
             return Ok(None);
         };
         self.record_hooks(conv, &outcome)?;
@@ -399,15 +387,8 @@ impl Engine {
             "handoff".into(),
             json!({"step": step, "generation": generation + 1, "reason": reason}),
         );
-        let permissions = self.permissions_of(spec).ok();
         if let Some(outcome) = self
-            .fire(
-                &conv,
-                permissions.as_ref(),
-                HookEvent::PreCompact,
-                "auto",
-                fields,
-            )
+            .fire_as_agent(&conv, HookEvent::PreCompact, "auto", fields)
             .await
         {
             let _ = self.record_hooks(&mut conv, &outcome);
