@@ -115,11 +115,13 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     exit_status(&renderer, args.rounds, outcome)
 }
 
-/// The pipeline's worker with the settings files' allow rules: the one role they
-/// widen (`docs/conventions.md`); the judge and the coordinator keep their own lists.
+/// The pipeline's worker with the settings files' allow rules and every MCP server's
+/// tools: the one role they widen (`docs/conventions.md`); the judge and the
+/// coordinator keep their own lists.
 fn worker_for(settings: &Settings) -> flower::AgentSpec {
     let mut worker = worker();
     worker.allowed_tools.extend(settings.allow_rules());
+    worker.allowed_tools.extend(settings.mcp_rules());
     worker
 }
 

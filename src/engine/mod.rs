@@ -11,6 +11,7 @@ pub mod bash_rules;
 pub mod conventions;
 pub mod hooks;
 pub mod interrupt;
+mod mcp;
 pub mod memory;
 pub mod permissions;
 mod session_hooks;
@@ -320,12 +321,15 @@ pub struct Engine {
     hooks: Option<hooks::Hooks>,
     /// Warnings already reported (memory over its cap, …): each is said once.
     warned: Mutex<HashSet<String>>,
+    /// The MCP servers of this process; `None` when none is configured.
+    mcp: Option<Arc<crate::tools::mcp::McpHub>>,
 }
 
 /// Something recorded around the prompt when a session's run begins (in this order):
 /// the memory pin, what `SessionStart` and `UserPromptSubmit` hooks did and added.
 enum Pending {
     Memory { text: String, files: Vec<String> },
+    McpTools { tools: Value, failures: Value },
     Hook(hooks::HookOutcome),
     Context(String),
 }
@@ -344,6 +348,8 @@ struct Conversation<'a> {
     context_limit: Option<u64>,
     /// The memory block of its system prompt (pinned when the session began).
     memory: Arc<str>,
+    /// The MCP tools it may be offered (pinned when the session began).
+    mcp_tools: Arc<[crate::tools::mcp::McpTool]>,
     /// Recorded before the prompt, then after it (see [`Pending`]).
     opening: Vec<Pending>,
     after_prompt: Vec<Pending>,
@@ -371,6 +377,7 @@ impl<'a> Conversation<'a> {
             announce: None,
             context_limit: None,
             memory: Arc::from(""),
+            mcp_tools: Arc::from(Vec::new()),
             opening: Vec::new(),
             after_prompt: Vec::new(),
             hook_notes: Vec::new(),
@@ -455,16 +462,34 @@ impl Engine {
                 crate::run_dir::RunDir::new(&config.run_dir).transcripts(),
             )
         });
+        let mcp = (!conventions.mcp.is_empty()).then(|| {
+            Arc::new(crate::tools::mcp::McpHub::new(
+                conventions.mcp.clone(),
+                crate::tools::mcp::Launch {
+                    workspace: config.workspace.clone(),
+                    sandbox: config.sandbox.clone(),
+                    env: conventions.env.clone(),
+                    processes: config.processes.clone(),
+                    spill_dir: crate::run_dir::RunDir::new(&config.run_dir).trimmed(),
+                },
+            ))
+        });
         Engine {
             config,
             tools: crate::tools::builtin(),
             hooks,
             warned: Mutex::new(HashSet::new()),
+            mcp,
         }
     }
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// The MCP servers this engine starts (none configured: `None`).
+    pub fn mcp(&self) -> Option<&Arc<crate::tools::mcp::McpHub>> {
+        self.mcp.as_ref()
     }
 
     /// The store (pruning on load) this engine writes to.
@@ -508,13 +533,19 @@ impl Engine {
                 None,
             ),
         };
+        // So are the MCP tools (see `mcp`).
+        let (mcp_tools, mcp_pin) = match request.start {
+            SessionStart::New => self.list_mcp_tools(request.spec).await,
+            _ => (Self::pinned_mcp_tools(&history), None),
+        };
         let chain = Chain::new(&session_id, &self.config.workspace).with_leaf(leaf);
         let mut conversation = Conversation {
             messages: Messages::from_entries(&history),
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
-            opening: pin.into_iter().collect(),
+            mcp_tools,
+            opening: pin.into_iter().chain(mcp_pin).collect(),
             internal: request.origin == Origin::Internal,
             ..Conversation::new(request.spec, key, chain)
         };
@@ -677,7 +708,7 @@ impl Engine {
             max_tokens: self.config.max_tokens,
             system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
             messages: Vec::new(),
-            tools: self.offered_tools(&permissions, conv.depth),
+            tools: self.offered_tools(&permissions, conv),
             thinking: self.config.thinking_budget.map(|budget| {
                 if crate::model::models::adaptive_thinking_only(&model) {
                     Thinking::Adaptive
@@ -889,7 +920,7 @@ impl Engine {
             };
             let entry = conv
                 .chain
-                .tool_result(&id, &output.content, output.is_error);
+                .tool_result_value(&id, output.content_value(), output.is_error);
             self.record(conv, entry)?;
         }
         if !conv.hook_notes.is_empty() {
@@ -924,6 +955,7 @@ impl Engine {
     fn record_pending(&self, conv: &mut Conversation<'_>, item: Pending) -> Result<(), RunError> {
         let entry = match item {
             Pending::Memory { text, files } => conv.chain.memory(&text, &files),
+            Pending::McpTools { tools, failures } => conv.chain.mcp_tools(tools, failures),
             Pending::Hook(outcome) => return self.record_hooks(conv, &outcome),
             Pending::Context(text) => conv.chain.hook_context(&text),
         };
@@ -1026,7 +1058,9 @@ impl Engine {
     /// The tool definitions an agent is offered. `Task` only at the top level (no
     /// nested sub-agents); `AskUser` only when a rule names it explicitly and there is
     /// someone to ask.
-    fn offered_tools(&self, permissions: &Permissions, depth: u32) -> Vec<ToolDef> {
+    /// The conversation's MCP tools its rules allow come last.
+    fn offered_tools(&self, permissions: &Permissions, conv: &Conversation<'_>) -> Vec<ToolDef> {
+        let depth = conv.depth;
         let mut defs: Vec<ToolDef> = self
             .tools
             .iter()
@@ -1040,6 +1074,12 @@ impl Engine {
         if self.config.asker.is_some() && permissions.names(subagent::ASK_USER) {
             defs.push(subagent::ask_user_definition());
         }
+        defs.extend(
+            conv.mcp_tools
+                .iter()
+                .filter(|tool| permissions.offers(&tool.name))
+                .map(crate::tools::mcp::McpTool::definition),
+        );
         defs
     }
 
@@ -1097,9 +1137,11 @@ impl Engine {
             summary: summarize_input(name, input),
             depth,
         });
-        let output = match name {
-            subagent::TASK if depth == 0 => self.run_subagent(conv, input, totals).await,
-            subagent::ASK_USER => self.ask_user(input).await,
+        let mcp_tool = Self::mcp_tool(conv, name).cloned();
+        let output = match (name, mcp_tool) {
+            (_, Some(tool)) => self.call_mcp(&tool, input, id).await,
+            (subagent::TASK, _) if depth == 0 => self.run_subagent(conv, input, totals).await,
+            (subagent::ASK_USER, _) => self.ask_user(input).await,
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {
                     let sandbox = permissions.sandbox(&self.config.sandbox, &self.config.workspace);
