@@ -20,7 +20,10 @@ fn is_root() -> bool {
 
 fn root_or_skip() -> bool {
     if !is_root() {
-        crate::support::skip::skip(crate::support::skip::ROOT, "it needs root (the escape is root-only)");
+        crate::support::skip::skip(
+            crate::support::skip::ROOT,
+            "it needs root (the escape is root-only)",
+        );
     }
     is_root()
 }

@@ -4,7 +4,6 @@
 //! `cargo test` alone still passes on a laptop. Each caller gets its own schema
 //! (`search_path` in the URL), so tests running in parallel never see each other.
 
-
 pub const URL_VAR: &str = "FLOWER_TEST_POSTGRES_URL";
 
 /// The server's URL, or `None` (the calling test counted as skipped, see
