@@ -20,12 +20,20 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// The real python executable (a shim would not run in the sandbox's read-only
 /// home); `None`: no python3 here, the test is skipped.
 fn python() -> Option<PathBuf> {
-    let out = Command::new("python3")
+    let found = Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
-        .ok()?;
-    let path = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    path.is_file().then_some(path)
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map(|path| PathBuf::from(path.trim()))
+        .filter(|path| path.is_file());
+    if found.is_none() {
+        support::skip::skip(
+            support::skip::PYTHON,
+            "no python3 to run the test MCP server",
+        );
+    }
+    found
 }
 
 /// A project whose `.mcp.json` names the test server `t` (a copy of the script at a
