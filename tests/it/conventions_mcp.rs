@@ -643,3 +643,107 @@ fn an_http_server_answers_with_its_headers_and_a_dropped_call_reconnects() {
     assert!(tool(&server.requests()[0], "mcp__web__echo").is_none());
     drop(http);
 }
+
+#[test]
+fn settings_take_servers_by_precedence_and_expand_variables() {
+    use flower::settings::{Environment, Flags, Settings};
+    use flower::tools::mcp::Transport;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let ws = dir.path().join("ws");
+    let put = |path: PathBuf, value: Value| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, value.to_string()).unwrap();
+    };
+    put(
+        home.join(".claude/settings.json"),
+        json!({"mcpServers": {"a": {"command": "user-a"}, "b": {"command": "user-b"}}}),
+    );
+    put(
+        ws.join(".mcp.json"),
+        json!({"mcpServers": {"a": {"command": "json-a"}, "c": {"command": "json-c"}}}),
+    );
+    put(
+        ws.join(".claude/settings.json"),
+        json!({"env": {"TOKEN": "from-file"}, "mcpServers": {"c": {
+            "url": "http://${HOST:-localhost}/mcp",
+            "headers": {"Authorization": "Bearer ${TOKEN}"}
+        }}}),
+    );
+    put(
+        ws.join(".claude/settings.local.json"),
+        json!({"mcpServers": {"b": {"command": "local-b", "args": ["${ARG}", "$NOT_EXPANDED"]}}}),
+    );
+    let env = Environment::from_vars([("HOME", home.to_str().unwrap()), ("ARG", "x")]);
+    let flags = Flags {
+        workspace: Some(ws.clone()),
+        ..Flags::default()
+    };
+    let settings = Settings::load(&flags, &env).unwrap();
+    let servers = &settings.mcp.servers;
+    let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert!(
+        matches!(&servers[0].transport, Transport::Stdio { command, .. } if command == "json-a")
+    );
+    assert_eq!(servers[0].source, ws.join(".mcp.json"));
+    assert!(matches!(&servers[1].transport,
+        Transport::Stdio { command, args, .. } if command == "local-b" && args == &["x", "$NOT_EXPANDED"]));
+    match &servers[2].transport {
+        Transport::Http { url, headers } => {
+            assert_eq!(url, "http://localhost/mcp");
+            assert_eq!(
+                headers,
+                &[("Authorization".to_string(), "Bearer from-file".to_string())]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(settings.mcp_rules(), ["mcp__a", "mcp__b", "mcp__c"]);
+    assert_eq!(settings.conventions().mcp, settings.mcp);
+}
+
+#[test]
+fn a_server_that_fails_to_start_for_a_call_is_tried_again_at_the_next_call() {
+    let Some(mcp) = Mcp::new() else { return };
+    let server = calls(vec![("mcp__t__echo", json!({"text": "一"}))]);
+    let (out, result) = mcp.once(&server, &["用 echo"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let id = result["session_id"].as_str().unwrap().to_string();
+
+    // The resumed session offers the pinned tools; the server is broken now, and is
+    // mended while the model reads the first failure.
+    let good = std::fs::read_to_string(&mcp.script).unwrap();
+    std::fs::write(
+        &mcp.script,
+        "import sys\nsys.stderr.write('broken build\\n')\nsys.exit(1)\n",
+    )
+    .unwrap();
+    let script = mcp.script.clone();
+    let server = FakeServer::with_handler(move |_, index| match index {
+        0 => Reply::tool_use("mcp__t__echo", json!({"text": "坏"})),
+        1 => {
+            std::fs::write(&script, &good).unwrap();
+            Reply::tool_use("mcp__t__echo", json!({"text": "好"}))
+        }
+        _ => Reply::text("好了。"),
+    });
+    // Without --json, so that the person's lines are printed.
+    let out = mcp.run(&server, &["once", "再用", "--resume", &id]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let requests = server.requests();
+    let failed = &requests[1].tool_results()[0];
+    assert_eq!(failed["is_error"], true);
+    let said = result_text(failed);
+    assert!(
+        said.contains("could not be started") && said.contains("broken build"),
+        "{said}"
+    );
+    assert!(
+        text(&out.stderr).contains("MCP 服务器 t 启动失败"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(result_text(&requests[2].tool_results()[0]), "echo: 好");
+    mcp.assert_no_server_left();
+}
