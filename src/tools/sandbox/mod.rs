@@ -117,13 +117,24 @@ pub fn support() -> Support {
     match landlock_abi() {
         Ok(abi) if abi < 5 => Support::Partial(format!("Landlock ABI {abi}")),
         Ok(_) => Support::Full,
-        Err(why) => Support::Missing(why),
+        Err(why) => Support::Missing(why.to_string()),
     }
 }
 
+/// Why the kernel offers no Landlock.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoLandlock {
+    #[error("内核没有 Landlock")]
+    NotBuilt,
+    #[error("内核关闭了 Landlock")]
+    Disabled,
+    #[error("Landlock 探测失败: {0}")]
+    Probe(#[source] Arc<std::io::Error>),
+}
+
 /// The Landlock ABI version this kernel offers, or why there is none.
-pub fn landlock_abi() -> Result<i32, String> {
-    static ABI: OnceLock<Result<i32, String>> = OnceLock::new();
+pub fn landlock_abi() -> Result<i32, NoLandlock> {
+    static ABI: OnceLock<Result<i32, NoLandlock>> = OnceLock::new();
     ABI.get_or_init(|| {
         // SAFETY: landlock_create_ruleset with a null attribute, size 0 and the VERSION
         // flag only returns the ABI version (or an error); it creates nothing.
@@ -138,9 +149,9 @@ pub fn landlock_abi() -> Result<i32, String> {
         if abi < 0 {
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
-                Some(libc::ENOSYS) => "内核没有 Landlock".into(),
-                Some(libc::EOPNOTSUPP) => "内核关闭了 Landlock".into(),
-                _ => format!("Landlock 探测失败: {e}"),
+                Some(libc::ENOSYS) => NoLandlock::NotBuilt,
+                Some(libc::EOPNOTSUPP) => NoLandlock::Disabled,
+                _ => NoLandlock::Probe(Arc::new(e)),
             });
         }
         Ok(i32::try_from(abi).unwrap_or(i32::MAX))
