@@ -369,6 +369,12 @@ fn resilience(vars: &Vars<'_>) -> Result<Resilience, ConfigError> {
 /// network needs the sandbox, and a required sandbox needs Landlock.
 fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, ConfigError> {
     let mut policy = SandboxPolicy::standard();
+    // What git itself reads: the process's environment, not the settings files'.
+    policy.user_git = sandbox::UserGitConfig {
+        home: vars.env.home().map(Path::to_path_buf),
+        xdg_config_home: vars.env.var("XDG_CONFIG_HOME").map(PathBuf::from),
+        global: vars.env.var("GIT_CONFIG_GLOBAL").map(PathBuf::from),
+    };
     match vars.get("FLOWER_SANDBOX").as_deref() {
         None | Some("on") => {}
         Some("off") => policy.enabled = false,

@@ -58,6 +58,20 @@ pub struct SandboxPolicy {
     /// More directories writable like the workspace (and only when it is): a settings
     /// file's `permissions.additionalDirectories`. The file tools reach them too.
     pub additional_dirs: Vec<PathBuf>,
+    /// Where the user's git configuration lives, kept read-only with `protect_git`.
+    pub user_git: UserGitConfig,
+}
+
+/// Where the user's git configuration lives: resolved by the settings from `HOME`,
+/// `XDG_CONFIG_HOME` and `GIT_CONFIG_GLOBAL` (the sandbox never reads the environment).
+/// Empty: only the system's `/etc/gitconfig`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserGitConfig {
+    /// `~/.gitconfig`, and `~/.config/git` when `xdg_config_home` is not set.
+    pub home: Option<PathBuf>,
+    pub xdg_config_home: Option<PathBuf>,
+    /// `GIT_CONFIG_GLOBAL`: a file git reads instead of `~/.gitconfig`.
+    pub global: Option<PathBuf>,
 }
 
 impl SandboxPolicy {
@@ -70,6 +84,7 @@ impl SandboxPolicy {
             workspace_writable: true,
             protect_git: true,
             additional_dirs: Vec::new(),
+            user_git: UserGitConfig::default(),
         }
     }
 
