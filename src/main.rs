@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Store(args)) => {
             return cli::store::run(args).unwrap_or_else(|e| {
-                errln!("flower store: {e:#}");
+                errln!("flower store: {}", said(&e));
                 ExitCode::FAILURE
             });
         }
@@ -28,7 +28,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            errln!("flower: {error:#}");
+            errln!("flower: {}", said(&error));
             if error.downcast_ref::<flower::ConfigError>().is_some() {
                 ExitCode::from(cli::config::EXIT_USAGE)
             } else {
@@ -36,6 +36,11 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// An error and its causes, each said once (the library's errors may quote their cause).
+fn said(error: &anyhow::Error) -> String {
+    flower::error::chain(error.as_ref())
 }
 
 /// One thread is plenty: the work is waiting on the model and on tools.
