@@ -180,9 +180,8 @@ pub fn parse(
         let transport = match kind {
             "stdio" => {
                 let command = match fields.get("command") {
-                    Some(Value::String(c)) if !c.trim().is_empty() => {
-                        expand(c, lookup).map_err(|m| bad(format!("{key}.command"), m))?
-                    }
+                    Some(Value::String(c)) if !c.trim().is_empty() => expand(c, lookup)
+                        .map_err(|e| bad(format!("{key}.command"), e.to_string()))?,
                     _ => return Err(bad(format!("{key}.command"), "expected the command to run")),
                 };
                 let args = strings(fields.get("args"), &format!("{key}.args"), lookup)?;
@@ -192,7 +191,7 @@ pub fn parse(
             "http" | "streamable-http" | "streamableHttp" => {
                 let url = match fields.get("url") {
                     Some(Value::String(u)) => {
-                        expand(u, lookup).map_err(|m| bad(format!("{key}.url"), m))?
+                        expand(u, lookup).map_err(|e| bad(format!("{key}.url"), e.to_string()))?
                     }
                     _ => return Err(bad(format!("{key}.url"), "expected the server's URL")),
                 };
@@ -248,7 +247,9 @@ fn strings(
             .iter()
             .enumerate()
             .map(|(i, item)| match item {
-                Value::String(s) => expand(s, lookup).map_err(|m| bad(format!("{key}[{i}]"), m)),
+                Value::String(s) => {
+                    expand(s, lookup).map_err(|e| bad(format!("{key}[{i}]"), e.to_string()))
+                }
                 _ => Err(bad(format!("{key}[{i}]"), "expected a string")),
             })
             .collect(),
@@ -278,7 +279,10 @@ fn map_pairs(
         .map(|(name, value)| {
             let at = format!("{key}.{name}");
             match value {
-                Value::String(s) => Ok((name.clone(), expand(s, lookup).map_err(|m| bad(&at, m))?)),
+                Value::String(s) => Ok((
+                    name.clone(),
+                    expand(s, lookup).map_err(|e| bad(&at, e.to_string()))?,
+                )),
                 Value::Number(n) => Ok((name.clone(), n.to_string())),
                 Value::Bool(b) => Ok((name.clone(), b.to_string())),
                 _ => Err(bad(at, "expected a string")),
@@ -287,15 +291,26 @@ fn map_pairs(
         .collect()
 }
 
+/// Why a value's `${…}` cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandError {
+    #[error("unclosed `${{` in {0:?}")]
+    Unclosed(String),
+    #[error("`${{{0}}}` is not a variable reference")]
+    NotAVariable(String),
+    #[error("the variable {0} is not set (give a default: `${{{0}:-…}}`)")]
+    Unset(String),
+}
+
 /// `${VAR}` and `${VAR:-default}` replaced; a `$` not followed by `{` stays.
-pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("${") {
         out.push_str(&rest[..at]);
         let after = &rest[at + 2..];
         let Some(end) = after.find('}') else {
-            return Err(format!("unclosed `${{` in {text:?}"));
+            return Err(ExpandError::Unclosed(text.to_string()));
         };
         let inner = &after[..end];
         let (name, default) = match inner.split_once(":-") {
@@ -303,15 +318,13 @@ pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Str
             None => (inner, None),
         };
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("`${{{inner}}}` is not a variable reference"));
+            return Err(ExpandError::NotAVariable(inner.to_string()));
         }
         match (lookup(name), default) {
             (Some(value), _) => out.push_str(&value),
             (None, Some(default)) => out.push_str(default),
             (None, None) => {
-                return Err(format!(
-                    "the variable {name} is not set (give a default: `${{{name}:-…}}`)"
-                ));
+                return Err(ExpandError::Unset(name.to_string()));
             }
         }
         rest = &after[end + 1..];
@@ -364,6 +377,7 @@ mod tests {
         assert!(
             expand("${NOPE}", &env)
                 .unwrap_err()
+                .to_string()
                 .contains("NOPE is not set")
         );
         assert!(expand("${bad name}", &env).is_err());

@@ -77,6 +77,52 @@ pub struct CallOutcome {
     pub notice: Option<String>,
 }
 
+/// Why a server could not be started or could not list its tools. The stderr
+/// fields hold the newest lines the server wrote there (empty: nothing).
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("cannot sandbox it")]
+    Sandbox(#[source] sandbox::SandboxError),
+    #[error("cannot run {command}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("its pipes were not set up")]
+    Pipes,
+    #[error("it did not answer initialize{}", stderr_said(.stderr))]
+    Initialize {
+        #[source]
+        source: Box<rmcp::service::ClientInitializeError>,
+        stderr: String,
+    },
+    #[error("it did not answer initialize within {secs} s (MCP_TIMEOUT)")]
+    StartTimeout { secs: u64 },
+    #[error("header {name} cannot be sent")]
+    Header {
+        name: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("listing its tools failed{}", stderr_said(.stderr))]
+    List {
+        #[source]
+        source: Box<rmcp::ServiceError>,
+        stderr: String,
+    },
+    #[error("it did not list its tools within {secs} s; it was stopped")]
+    ListTimeout { secs: u64 },
+}
+
+fn stderr_said(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!(" (its stderr ended with: {stderr})")
+    }
+}
+
 /// How a stdio server's process is started.
 #[derive(Debug, Clone)]
 pub struct Launch {
@@ -237,13 +283,15 @@ impl McpHub {
                         });
                     }
                 }
-                Err(why) => listing.failures.push((server.config.name.clone(), why)),
+                Err(why) => listing
+                    .failures
+                    .push((server.config.name.clone(), crate::error::chain(&why))),
             }
         }
         listing
     }
 
-    async fn list_one(&self, server: &Server) -> Result<Vec<rmcp::model::Tool>, String> {
+    async fn list_one(&self, server: &Server) -> Result<Vec<rmcp::model::Tool>, McpError> {
         let connection = self.connection(server).await?;
         let listed = tokio::time::timeout(
             self.config.startup_timeout,
@@ -253,15 +301,17 @@ impl McpHub {
         match listed {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => {
-                let why = self.failed(server, &connection, &e.to_string()).await;
-                Err(format!("listing its tools failed: {why}"))
+                let stderr = self.failed(server, &connection).await;
+                Err(McpError::List {
+                    source: Box::new(e),
+                    stderr,
+                })
             }
             Err(_) => {
                 self.drop_connection(server, &connection).await;
-                Err(format!(
-                    "it did not list its tools within {} s; it was stopped",
-                    self.config.startup_timeout.as_secs()
-                ))
+                Err(McpError::ListTimeout {
+                    secs: self.config.startup_timeout.as_secs(),
+                })
             }
         }
     }
@@ -288,7 +338,8 @@ impl McpHub {
         };
         let connection = match self.connection(entry).await {
             Ok(connection) => connection,
-            Err(why) => {
+            Err(error) => {
+                let why = crate::error::chain(&error);
                 return CallOutcome {
                     output: ToolOutput::error(format!(
                         "The MCP server {server:?} could not be started ({why}), so {tool} was \
@@ -339,7 +390,8 @@ impl McpHub {
                 notice: None,
             },
             Ok(Err(error)) => {
-                let why = self.failed(entry, &connection, &error.to_string()).await;
+                let stderr = self.failed(entry, &connection).await;
+                let why = format!("{error}{}", stderr_said(&stderr));
                 CallOutcome {
                     output: ToolOutput::error(format!(
                         "The MCP server {server:?} stopped answering during the call of {tool} \
@@ -371,7 +423,7 @@ impl McpHub {
     }
 
     /// The server's live connection, started now if there is none.
-    async fn connection(&self, server: &Server) -> Result<Arc<Connection>, String> {
+    async fn connection(&self, server: &Server) -> Result<Arc<Connection>, McpError> {
         let mut live = server.live.lock().await;
         if let Some(connection) = live.as_ref() {
             if !connection.service.is_transport_closed() {
@@ -384,18 +436,14 @@ impl McpHub {
         Ok(connection)
     }
 
-    /// Forgets a connection that failed (stopping its process); why, with the
-    /// newest lines of its stderr.
-    async fn failed(&self, server: &Server, connection: &Arc<Connection>, error: &str) -> String {
+    /// Forgets a connection that failed (stopping its process); the newest lines of
+    /// its stderr.
+    async fn failed(&self, server: &Server, connection: &Arc<Connection>) -> String {
         // Give a dying process a moment to say why on stderr.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let tail = connection.stderr_tail();
         self.drop_connection(server, connection).await;
-        if tail.is_empty() {
-            error.to_string()
-        } else {
-            format!("{error}; its stderr ended with: {tail}")
-        }
+        tail
     }
 
     async fn drop_connection(&self, server: &Server, connection: &Arc<Connection>) {
@@ -413,7 +461,7 @@ impl McpHub {
         }
     }
 
-    async fn start(&self, server: &McpServer) -> Result<Connection, String> {
+    async fn start(&self, server: &McpServer) -> Result<Connection, McpError> {
         let timeout = self.config.startup_timeout;
         match &server.transport {
             Transport::Stdio { command, args, env } => {
@@ -437,17 +485,15 @@ impl McpHub {
                             .get_mut()
                             .unwrap_or_else(|poisoned| poisoned.into_inner())
                             .kill();
-                        return Err(if tail.is_empty() {
-                            format!("{e}")
-                        } else {
-                            format!("{e}; its stderr: {tail}")
+                        return Err(McpError::Initialize {
+                            source: Box::new(e),
+                            stderr: tail,
                         });
                     }
                     Err(_) => {
-                        return Err(format!(
-                            "it did not answer initialize within {} s (MCP_TIMEOUT)",
-                            timeout.as_secs()
-                        ));
+                        return Err(McpError::StartTimeout {
+                            secs: timeout.as_secs(),
+                        });
                     }
                 };
                 Ok(Connection {
@@ -461,10 +507,14 @@ impl McpHub {
                 install_tls_provider();
                 let mut custom = std::collections::HashMap::new();
                 for (name, value) in headers {
-                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                        .map_err(|e| format!("header {name}: {e}"))?;
+                    let header = |e: Box<dyn std::error::Error + Send + Sync>| McpError::Header {
+                        name: name.clone(),
+                        source: e,
+                    };
                     let value = reqwest::header::HeaderValue::from_str(value)
-                        .map_err(|e| format!("header {name}: {e}"))?;
+                        .map_err(|e| header(Box::new(e)))?;
+                    let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| header(Box::new(e)))?;
                     custom.insert(name, value);
                 }
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
@@ -472,13 +522,13 @@ impl McpHub {
                 let transport = StreamableHttpClientTransport::from_config(config);
                 let service = tokio::time::timeout(timeout, ().serve(transport))
                     .await
-                    .map_err(|_| {
-                        format!(
-                            "{url} did not answer initialize within {} s (MCP_TIMEOUT)",
-                            timeout.as_secs()
-                        )
+                    .map_err(|_| McpError::StartTimeout {
+                        secs: timeout.as_secs(),
                     })?
-                    .map_err(|e| format!("{url}: {e}"))?;
+                    .map_err(|e| McpError::Initialize {
+                        source: Box::new(e),
+                        stderr: String::new(),
+                    })?;
                 Ok(Connection {
                     service,
                     process: None,
@@ -499,14 +549,14 @@ impl McpHub {
             tokio::process::ChildStdin,
             tokio::process::ChildStdout,
         ),
-        String,
+        McpError,
     > {
         let launch = &self.launch;
-        let mut last = String::new();
+        let mut last = None;
         // A second attempt only when the saved namespaces turned out stale (as Bash does).
         for attempt in 0..2 {
-            let prepared = sandbox::prepare(&launch.sandbox, &launch.workspace)
-                .map_err(|e| format!("cannot sandbox it: {e}"))?;
+            let prepared =
+                sandbox::prepare(&launch.sandbox, &launch.workspace).map_err(McpError::Sandbox)?;
             let sandboxed = prepared.is_some();
             let sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
             let mut cmd = tokio::process::Command::new(command);
@@ -539,7 +589,7 @@ impl McpHub {
                     let (Some(stdin), Some(stdout), Some(stderr)) =
                         (child.stdin.take(), child.stdout.take(), child.stderr.take())
                     else {
-                        return Err("its pipes were not set up".into());
+                        return Err(McpError::Pipes);
                     };
                     let tail = Arc::new(Mutex::new(Vec::new()));
                     tokio::spawn(keep_tail(stderr, tail.clone()));
@@ -554,12 +604,21 @@ impl McpHub {
                 }
                 Err(e) if sandboxed && attempt == 0 && sandbox::is_stale(&e) => {
                     sandbox::forget_namespaces();
-                    last = e.to_string();
+                    last = Some(e);
                 }
-                Err(e) => return Err(format!("cannot run {command}: {e}")),
+                Err(e) => {
+                    return Err(McpError::Spawn {
+                        command: command.to_string(),
+                        source: e,
+                    });
+                }
             }
         }
-        Err(format!("cannot run {command}: {last}"))
+        Err(McpError::Spawn {
+            command: command.to_string(),
+            source: last
+                .unwrap_or_else(|| std::io::Error::other("the sandbox's namespaces went stale")),
+        })
     }
 }
 
