@@ -509,8 +509,13 @@ impl Engine {
             ),
         };
         let chain = Chain::new(&session_id, &self.config.workspace).with_leaf(leaf);
+        // A retry resumes with the prompt the failed attempt left unanswered: it is
+        // already the tail of the history, so it is not stacked again (and the request
+        // stays byte-identical to the failed one, whose prefix the cache holds).
+        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
         let mut conversation = Conversation {
-            messages: Messages::from_entries(&history),
+            // Moved, not copied: the entries are not needed after this.
+            messages: Messages::from_owned(history),
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
@@ -518,10 +523,6 @@ impl Engine {
             internal: request.origin == Origin::Internal,
             ..Conversation::new(request.spec, key, chain)
         };
-        // A retry resumes with the prompt the failed attempt left unanswered: it is
-        // already the tail of the history, so it is not stacked again (and the request
-        // stays byte-identical to the failed one, whose prefix the cache holds).
-        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
         let prompt = (!reuse).then_some(request.prompt);
         let hooked = request.origin != Origin::Internal;
         if hooked {
@@ -676,7 +677,7 @@ impl Engine {
             model: model.clone(),
             max_tokens: self.config.max_tokens,
             system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
-            messages: Vec::new(),
+            messages: crate::model::History::new(),
             tools: self.offered_tools(&permissions, conv.depth),
             thinking: self.config.thinking_budget.map(|budget| {
                 if crate::model::models::adaptive_thinking_only(&model) {
@@ -916,7 +917,7 @@ impl Engine {
         if let Some(hooks) = &self.hooks {
             hooks.exports.append(&conv.key, &entry);
         }
-        conv.messages.push(&entry);
+        conv.messages.push_owned(entry);
         Ok(())
     }
 
