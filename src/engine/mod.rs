@@ -839,7 +839,10 @@ impl Engine {
         totals: &mut Totals,
     ) -> Result<(), RunError> {
         let entry = conv.chain.assistant(reply);
-        self.record(conv, entry)?;
+        // Tool results follow a reply with calls; the last of them flushes both (see
+        // `SessionStore::append_deferred`).
+        let deferred = !transcript::tool_uses(&reply.content).is_empty();
+        self.record_with(conv, entry, deferred)?;
         totals.num_turns += 1;
         totals.usage.add(&reply.usage);
         totals.add_cost(crate::model::prices::request_cost_usd(model, &reply.usage));
@@ -873,7 +876,8 @@ impl Engine {
         totals: &mut Totals,
     ) -> Result<(), RunError> {
         let mut interrupted = false;
-        for (id, name, input) in calls {
+        let count = calls.len();
+        for (n, (id, name, input)) in calls.into_iter().enumerate() {
             let output = if interrupted {
                 ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
             } else {
@@ -891,7 +895,8 @@ impl Engine {
             let entry = conv
                 .chain
                 .tool_result(&id, &output.content, output.is_error);
-            self.record(conv, entry)?;
+            // The turn's last result is durable, and flushes the ones before it.
+            self.record_with(conv, entry, n + 1 < count)?;
         }
         if !conv.hook_notes.is_empty() {
             let text = std::mem::take(&mut conv.hook_notes).join("\n\n");
@@ -910,10 +915,25 @@ impl Engine {
 
     /// Appends an entry to the store and to the conversation's messages.
     fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), RunError> {
-        self.config
-            .store
-            .append(&conv.key, std::slice::from_ref(&entry))
-            .map_err(RunError::Transcript)?;
+        self.record_with(conv, entry, false)
+    }
+
+    /// [`Engine::record`]; `deferred`: a durable append of this conversation follows
+    /// before anything relies on it ([`SessionStore::append_deferred`]).
+    fn record_with(
+        &self,
+        conv: &mut Conversation<'_>,
+        entry: Value,
+        deferred: bool,
+    ) -> Result<(), RunError> {
+        let store = &self.config.store;
+        let entries = std::slice::from_ref(&entry);
+        if deferred {
+            store.append_deferred(&conv.key, entries)
+        } else {
+            store.append(&conv.key, entries)
+        }
+        .map_err(RunError::Transcript)?;
         if let Some(hooks) = &self.hooks {
             hooks.exports.append(&conv.key, &entry);
         }

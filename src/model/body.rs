@@ -246,12 +246,8 @@ fn previous_turn_end(history: &History) -> Option<usize> {
 fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
     let n = history.len();
     let value = |i: usize| history.get(i);
-    let previous = previous_turn_end(history).filter(|&i| {
-        budget >= 2
-            && value(i)
-                .and_then(|m| with_breakpoint(m.as_ref()))
-                .is_some()
-    });
+    let previous = previous_turn_end(history)
+        .filter(|&i| budget >= 2 && value(i).and_then(|m| with_breakpoint(m.as_ref())).is_some());
     let budget = budget - usize::from(previous.is_some());
     // The messages sent changed, by index, ascending.
     let mut changed: Vec<(usize, Value)> = Vec::new();
@@ -269,7 +265,12 @@ fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
         Some((_, marked)) => count_breakpoints(marked, true),
         None => history.last().map_or(0, |m| count_breakpoints(m, false)),
     };
-    let existing: usize = history.marked.iter().map(|&i| history.sealed[i].marks).sum::<usize>() + newest;
+    let existing: usize = history
+        .marked
+        .iter()
+        .map(|&i| history.sealed[i].marks)
+        .sum::<usize>()
+        + newest;
     let mut excess = (existing + used).saturating_sub(budget);
     let candidates = history.marked.iter().copied().chain(last);
     for i in candidates {

@@ -44,7 +44,8 @@ fn request() -> MessagesRequest {
         model: "claude-sonnet-4-5".into(),
         max_tokens: 2048,
         system: "You are a careful engineer.".into(),
-        messages: vec![json!({"role": "user", "content": "Read seed.txt and tell me the word."})].into(),
+        messages: vec![json!({"role": "user", "content": "Read seed.txt and tell me the word."})]
+            .into(),
         tools: vec![tool("Read"), tool("Glob")],
         thinking: None,
     }
@@ -291,7 +292,8 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
             {"type": "tool_result", "tool_use_id": "t1", "content": "data"},
             {"type": "text", "text": "and now?"}
         ]}),
-    ].into();
+    ]
+    .into();
     let before = req.clone();
     let bytes = request_body(&req);
     assert_eq!(req, before, "the caller's request must not change");
@@ -317,7 +319,8 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
         {"type": "text", "text": "visible"},
         {"type": "text", "text": ""},
         {"type": "thinking", "thinking": "t", "signature": "s"}
-    ]})].into();
+    ]})]
+    .into();
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(
         breakpoints(&body),
@@ -338,7 +341,8 @@ fn breakpoints_already_in_the_history_are_capped_at_four_oldest_dropped() {
         ]}),
         json!({"role": "assistant", "content": [marked("m3")]}),
         json!({"role": "user", "content": [marked("m4")]}),
-    ].into();
+    ]
+    .into();
     let before = req.clone();
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(req, before);
