@@ -58,6 +58,7 @@ mod store_prune;
 mod store_prune_edges;
 mod store_shared_run;
 mod store_sqlite;
+mod subagent_resilience;
 mod terminal;
 mod tools_bash;
 mod tools_glob_grep;
