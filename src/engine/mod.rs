@@ -703,63 +703,6 @@ impl Engine {
         if continuable { calls } else { Vec::new() }
     }
 
-    /// Finishes the calls of a resumed session's last turn: a `Task` goes on in its
-    /// sub-agent's session, every other call is answered as interrupted (as pruning
-    /// would have). Each result is stored as it comes.
-    async fn continue_calls(
-        &self,
-        conv: &mut Conversation<'_>,
-        calls: Vec<Call>,
-        totals: &mut Totals,
-    ) -> Result<(), RunError> {
-        for (id, name, input) in calls {
-            let output = if name == subagent::TASK && conv.depth == 0 {
-                self.emit(Event::ToolCall {
-                    name: name.clone(),
-                    summary: summarize_input(&name, &input),
-                    depth: conv.depth,
-                });
-                let output = self.run_subagent(conv, &id, &input, totals).await;
-                if let Some(error) = totals.subagent_error.take() {
-                    return Err(RunError::SubAgent(error));
-                }
-                self.emit(Event::ToolDone {
-                    name: name.clone(),
-                    is_error: output.is_error,
-                    depth: conv.depth,
-                });
-                output
-            } else {
-                ToolOutput::error(transcript::markers::INTERRUPTED_BODY)
-            };
-            let entry = self.result_entry(conv, &id, &name, &output);
-            self.record(conv, entry)?;
-        }
-        Ok(())
-    }
-
-    /// The entry holding a tool call's result; a `Task` result names its sub-agent
-    /// (`toolUseResult.agentId`, as Claude Code records it).
-    fn result_entry(
-        &self,
-        conv: &mut Conversation<'_>,
-        id: &str,
-        name: &str,
-        output: &ToolOutput,
-    ) -> Value {
-        let mut entry = conv.chain.tool_result(id, &output.content, output.is_error);
-        if name == subagent::TASK
-            && conv.depth == 0
-            && let Some(object) = entry.as_object_mut()
-        {
-            object.insert(
-                "toolUseResult".into(),
-                json!({"agentId": recovery::agent_id_for(id), "status": if output.is_error { "failed" } else { "completed" }}),
-            );
-        }
-        entry
-    }
-
     /// Copies session `id` into a new session; returns the new id.
     fn fork(&self, id: &str) -> Result<String, RunError> {
         let project = &self.config.project_key;
