@@ -546,9 +546,11 @@ fn check_store(
     let has_run = mirror.woke > 0 || !mirror.steps.is_empty();
     let given_name = settings.run_key.as_ref().map(|n| n.name.as_str());
     match &mirror.store {
-        None if has_run && dir.sessions_db().exists() => {
-            wrong(sqlite(), given, "改用 --store sqlite(或设 FLOWER_STORE=sqlite)".to_string())
-        }
+        None if has_run && dir.sessions_db().exists() => wrong(
+            sqlite(),
+            given,
+            "改用 --store sqlite(或设 FLOWER_STORE=sqlite)".to_string(),
+        ),
         Some(url) if *url != given || mirror.run_key.as_deref() != given_name => {
             let holds = match &mirror.run_key {
                 Some(name) => format!("{url}(运行 {name})"),
