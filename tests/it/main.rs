@@ -59,6 +59,7 @@ mod store_prune_edges;
 mod store_shared_run;
 mod store_sqlite;
 mod terminal;
+mod test_skips;
 mod tools_bash;
 mod tools_glob_grep;
 mod tools_input;
