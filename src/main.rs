@@ -4,6 +4,7 @@ mod cli;
 
 use clap::Parser;
 use cli::args::{Cli, Command};
+use cli::out::errln;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -13,7 +14,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Store(args)) => {
             return cli::store::run(args).unwrap_or_else(|e| {
-                eprintln!("flower store: {e:#}");
+                errln!("flower store: {e:#}");
                 ExitCode::FAILURE
             });
         }
@@ -27,7 +28,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("flower: {error:#}");
+            errln!("flower: {error:#}");
             if error.downcast_ref::<flower::ConfigError>().is_some() {
                 ExitCode::from(cli::config::EXIT_USAGE)
             } else {

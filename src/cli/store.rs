@@ -5,6 +5,7 @@
 //! a failed write leaves the database as it was. Reading commands open the database
 //! read-only and never create it.
 
+use crate::cli::out::errln;
 use clap::{Args, Subcommand};
 use flower::run_dir::RunDir;
 use flower::stores::prune::{PruneOptions, default_trim_dir};
@@ -129,12 +130,12 @@ pub fn run(args: StoreArgs) -> anyhow::Result<ExitCode> {
             Ok(()) => Ok(ExitCode::SUCCESS),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
             Err(e) => {
-                eprintln!("flower store {name}: cannot write to stdout: {e}");
+                errln!("flower store {name}: cannot write to stdout: {e}");
                 Ok(ExitCode::FAILURE)
             }
         },
         Err(message) => {
-            eprintln!("flower store {name}: {}", one_line(&message));
+            errln!("flower store {name}: {}", one_line(&message));
             Ok(ExitCode::FAILURE)
         }
     }
