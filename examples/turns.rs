@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --example turns -- 100
 //! ```
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::{AgentSpec, Run, Settings, Step, Workflow};
