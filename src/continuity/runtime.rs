@@ -125,6 +125,8 @@ pub struct RuntimeOptions {
     pub cache_ttl: Option<Duration>,
     /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
     pub thinking_budget: Option<u32>,
+    /// `output_config.effort` of every agent without its own (see `EngineConfig::effort`).
+    pub effort: Option<crate::model::Effort>,
     /// The model client; its default model is the run's model.
     pub client: Arc<dyn ModelClient>,
     /// Retry policy.
@@ -170,6 +172,7 @@ impl RuntimeOptions {
             keep_denials: 1,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             thinking_budget: None,
+            effort: None,
             client,
             resilience: Resilience::default(),
             events: crate::events::discard(),
@@ -318,6 +321,7 @@ impl Runtime {
             events: options.events.clone(),
             max_tokens,
             thinking_budget: options.thinking_budget,
+            effort: options.effort,
             subagents: options.subagents,
             asker: options.asker,
             interrupt: options.interrupt,

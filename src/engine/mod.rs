@@ -52,6 +52,14 @@ pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
     reply.stop_reason.as_deref() == Some(WINDOW_EXCEEDED_STOP)
 }
 
+/// Said to the model after a reply cut by `max_tokens`, on models that refuse an
+/// assistant prefill (Claude 4.6 and later) and whenever thinking is on.
+pub const CONTINUE_AFTER_MAX_TOKENS: &str = "你上一条回复写到长度上限被截断了。从截断的地方直接接着写:不要重复已经写过的内容,不要重新开头,也不要解释。";
+
+/// The marker a tool call cut by `max_tokens` gets in place of its input: it is never
+/// run, its result says so.
+const CUT_BY_MAX_TOKENS: &str = "the reply was cut by max_tokens inside this call";
+
 /// What is sent when the user interrupted a reply and then just pressed Enter.
 pub const CONTINUE_AFTER_INTERRUPT: &str = "继续。";
 
@@ -78,6 +86,8 @@ pub struct EngineConfig {
     /// Extended thinking budget (tokens, ≥ 1024, below `max_tokens`); `None`: off. A
     /// model that only thinks adaptively is asked to think adaptively instead.
     pub thinking_budget: Option<u32>,
+    /// `output_config.effort` of agents whose spec names none; `None`: not sent.
+    pub effort: Option<crate::model::Effort>,
     /// Agents the `Task` tool can start, by name (`subagent_type`); the first is the
     /// default. Empty: a general-purpose agent with the file and shell tools.
     pub subagents: Vec<AgentSpec>,
@@ -679,13 +689,19 @@ impl Engine {
             messages: Vec::new(),
             tools: self.offered_tools(&permissions, conv.depth),
             thinking: self.config.thinking_budget.map(|budget| {
-                if crate::model::models::adaptive_thinking_only(&model) {
+                if crate::model::models::adaptive_thinking(&model) {
                     Thinking::Adaptive
                 } else {
                     Thinking::Budget(budget)
                 }
             }),
+            effort: conv.spec.effort.or(self.config.effort),
+            server_tools: Vec::new(),
         };
+        // A reply cut by max_tokens is continued by sending it back as the start of
+        // the assistant turn only where the API allows that: never with thinking, never
+        // on models from 4.6 on (they answer 400); elsewhere a user turn asks for the rest.
+        let prefill = crate::model::models::info(&model).prefill && request.thinking.is_none();
         for item in std::mem::take(&mut conv.opening) {
             self.record_pending(conv, item)?;
         }
@@ -719,9 +735,13 @@ impl Engine {
                     return Err(RunError::Model(error));
                 }
             };
-            let reply = trim_for_continuation(reply);
+            let reply = if prefill {
+                trim_for_continuation(reply)
+            } else {
+                reply
+            };
             self.record_reply(conv, &model, &reply, totals)?;
-            let calls = transcript::tool_uses(&reply.content);
+            let calls = cut_last_call(&reply, transcript::tool_uses(&reply.content));
             match self.after_reply(&reply, &model, calls.is_empty(), &mut continuations)? {
                 Next::Stop(Stop::EndTurn) => {
                     // Stop hooks may send the agent back to work, with their reason.
@@ -734,7 +754,13 @@ impl Engine {
                     }
                 }
                 Next::Stop(stop) => return Ok(stop),
-                Next::Continue => totals.continuing = true,
+                Next::Continue { cut } => {
+                    totals.continuing = true;
+                    if cut && !prefill {
+                        let entry = conv.chain.continuation(CONTINUE_AFTER_MAX_TOKENS);
+                        self.record(conv, entry)?;
+                    }
+                }
                 Next::Tools => {
                     continuations = Continuations::default();
                     let context = reply.usage.context_tokens();
@@ -779,14 +805,15 @@ impl Engine {
                 if continuations.max_tokens > MAX_CONTINUATIONS {
                     return Ok(Next::Stop(Stop::MaxTokens));
                 }
-                Ok(Next::Continue)
+                Ok(Next::Continue { cut: true })
             }
             Some("pause_turn") => {
                 continuations.pause += 1;
                 if continuations.pause > MAX_PAUSE_CONTINUATIONS {
                     return Ok(Next::Stop(Stop::EndTurn));
                 }
-                Ok(Next::Continue)
+                // Sent back as it is: the API resumes a paused server-tool turn.
+                Ok(Next::Continue { cut: false })
             }
             Some("refusal") => Err(RunError::Refusal(reply.stop_details.clone())),
             None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
@@ -1058,8 +1085,13 @@ impl Engine {
             .get(crate::model::types::INVALID_TOOL_INPUT)
             .and_then(Value::as_str)
         {
+            let what = if why == CUT_BY_MAX_TOKENS {
+                "was cut off"
+            } else {
+                "was not valid JSON"
+            };
             return ToolOutput::error(format!(
-                "The input of this {name} call was not valid JSON ({why}); nothing was run. \
+                "The input of this {name} call {what} ({why}); nothing was run. \
                  Send the call again with a complete JSON object."
             ));
         }
@@ -1187,8 +1219,12 @@ fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
 /// What comes after a stored reply.
 enum Next {
     Stop(Stop),
-    /// Send the conversation back as it is: the model continues its own turn.
-    Continue,
+    /// The model continues its own turn: a paused turn is sent back as it is; a reply
+    /// `cut` by `max_tokens` too where a prefill is allowed, else followed by
+    /// [`CONTINUE_AFTER_MAX_TOKENS`].
+    Continue {
+        cut: bool,
+    },
     /// Answer the reply's tool calls, then ask again.
     Tools,
 }
@@ -1218,6 +1254,26 @@ fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
         }
     }
     reply
+}
+
+/// The calls of a reply to answer; a call cut by `max_tokens` (the last block of a
+/// reply that stopped there) gets the marker input instead of what arrived of it, so
+/// that it is answered with an error and never run, even when that part parses.
+fn cut_last_call(
+    reply: &ModelReply,
+    mut calls: Vec<(String, String, Value)>,
+) -> Vec<(String, String, Value)> {
+    let cut = reply.stop_reason.as_deref() == Some("max_tokens")
+        && reply
+            .content
+            .last()
+            .and_then(|b| b.get("type"))
+            .and_then(Value::as_str)
+            == Some("tool_use");
+    if cut && let Some((_, _, input)) = calls.last_mut() {
+        *input = json!({ crate::model::types::INVALID_TOOL_INPUT: CUT_BY_MAX_TOKENS });
+    }
+    calls
 }
 
 enum Turn {

@@ -229,22 +229,74 @@ impl AnthropicClient {
         })
     }
 
-    /// The `anthropic-beta` header of a request: the configured betas, then those the
+    /// The `anthropic-beta` header of a request: the configured betas (`ANTHROPIC_BETAS`,
+    /// then any `anthropic-beta` line of `ANTHROPIC_CUSTOM_HEADERS`), then those the
     /// request needs, each once.
     fn betas_for(&self, request: &MessagesRequest, model: &str) -> Vec<String> {
-        let mut betas = self.betas.clone();
+        let mut betas: Vec<String> = Vec::new();
         let mut add = |beta: &str| {
-            if !betas.iter().any(|b| b == beta) {
+            let beta = beta.trim();
+            if !beta.is_empty() && !betas.iter().any(|b| b == beta) {
                 betas.push(beta.to_string());
             }
         };
+        for beta in &self.betas {
+            add(beta);
+        }
+        for (name, value) in &self.headers {
+            if name.eq_ignore_ascii_case("anthropic-beta") {
+                value.split(',').for_each(&mut add);
+            }
+        }
         if crate::model::models::wire_id(model).1 {
             add(crate::model::models::CONTEXT_1M_BETA);
         }
-        if request.thinking.is_some() && !request.tools.is_empty() {
+        // Adaptive thinking interleaves by itself; only a budget needs the beta.
+        if matches!(request.thinking, Some(crate::model::Thinking::Budget(_)))
+            && !(request.tools.is_empty() && request.server_tools.is_empty())
+            && crate::model::models::info(model).interleaved_beta
+        {
             add(crate::model::models::INTERLEAVED_THINKING_BETA);
         }
+        for tool in &request.server_tools {
+            if let Some(beta) = tool.beta() {
+                add(beta);
+            }
+        }
         betas
+    }
+
+    /// Every header of a request, each name once: flower's own, then
+    /// `ANTHROPIC_CUSTOM_HEADERS`, where a custom header replaces flower's of the same
+    /// name (case-insensitive) and `anthropic-beta` values are merged into one header.
+    fn headers_for(&self, betas: &[String]) -> reqwest::header::HeaderMap {
+        use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+        let mut map = HeaderMap::new();
+        let mut put = |name: &str, value: &str| {
+            // Names and values were checked when the configuration was parsed.
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                map.insert(name, value);
+            }
+        };
+        match &self.credential {
+            Credential::ApiKey(key) => put("x-api-key", key),
+            Credential::Bearer(token) => put("authorization", &format!("Bearer {token}")),
+        }
+        put("anthropic-version", API_VERSION);
+        put("content-type", "application/json");
+        put("accept", "text/event-stream");
+        for (name, value) in &self.headers {
+            if !name.eq_ignore_ascii_case("anthropic-beta") {
+                put(name, value);
+            }
+        }
+        if !betas.is_empty() {
+            put("anthropic-beta", &betas.join(","));
+        }
+        map
     }
 
     /// The base URL, without a trailing `/`.
@@ -274,22 +326,11 @@ impl AnthropicClient {
             &request.model
         };
         let body = body_with_model(request, model);
-        let mut post = self.http.post(&self.endpoint);
-        post = match &self.credential {
-            Credential::ApiKey(key) => post.header("x-api-key", key),
-            Credential::Bearer(token) => post.bearer_auth(token),
-        };
-        for (name, value) in &self.headers {
-            post = post.header(name.as_str(), value.as_str());
-        }
         let betas = self.betas_for(request, model);
-        if !betas.is_empty() {
-            post = post.header("anthropic-beta", betas.join(","));
-        }
-        let send = post
-            .header("anthropic-version", API_VERSION)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
+        let send = self
+            .http
+            .post(&self.endpoint)
+            .headers(self.headers_for(&betas))
             .body(body)
             .send();
         let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
@@ -459,6 +500,8 @@ fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
         tools: Option<Tools<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         thinking: Option<Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output_config: Option<Value>,
         stream: bool,
     }
     // `claude-…[1m]` is asked for with a beta header; the id goes out without it.
@@ -466,7 +509,8 @@ fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
 
     let system = (!request.system.is_empty())
         .then(|| [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})]);
-    let tools = (!request.tools.is_empty()).then_some(Tools(&request.tools));
+    let tools = (!request.tools.is_empty() || !request.server_tools.is_empty())
+        .then_some(Tools(&request.tools, &request.server_tools));
     let own = usize::from(system.is_some()) + usize::from(tools.is_some());
     let body = Body {
         model,
@@ -475,6 +519,9 @@ fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
         messages: Messages::new(&request.messages, MAX_CACHE_BREAKPOINTS - own),
         tools,
         thinking: request.thinking.map(crate::model::Thinking::to_json),
+        output_config: request
+            .effort
+            .map(|effort| json!({"effort": effort.as_str()})),
         stream: true,
     };
     // Serializing `Value`s and plain structs into a Vec cannot fail.
@@ -485,8 +532,8 @@ fn ephemeral() -> Value {
     json!({"type": "ephemeral"})
 }
 
-/// The tools, borrowed, with a breakpoint on the last one.
-struct Tools<'a>(&'a [crate::model::ToolDef]);
+/// The tools, borrowed, then the server tools, with a breakpoint on the last one.
+struct Tools<'a>(&'a [crate::model::ToolDef], &'a [crate::model::ServerTool]);
 
 impl Serialize for Tools<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -498,14 +545,24 @@ impl Serialize for Tools<'_> {
             #[serde(skip_serializing_if = "Option::is_none")]
             cache_control: Option<Value>,
         }
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        let total = self.0.len() + self.1.len();
+        let mut seq = s.serialize_seq(Some(total))?;
         for (i, tool) in self.0.iter().enumerate() {
             seq.serialize_element(&Tool {
                 name: &tool.name,
                 description: &tool.description,
                 input_schema: &tool.input_schema,
-                cache_control: (i + 1 == self.0.len()).then(ephemeral),
+                cache_control: (i + 1 == total).then(ephemeral),
             })?;
+        }
+        for (i, tool) in self.1.iter().enumerate() {
+            let mut json = tool.to_json();
+            if self.0.len() + i + 1 == total
+                && let Some(obj) = json.as_object_mut()
+            {
+                obj.insert("cache_control".into(), ephemeral());
+            }
+            seq.serialize_element(&json)?;
         }
         seq.end()
     }

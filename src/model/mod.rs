@@ -10,7 +10,10 @@ pub mod sse;
 pub mod types;
 
 pub use error::ModelError;
-pub use types::{MessagesRequest, ModelReply, StreamDelta, Thinking, ToolDef, Usage};
+pub use types::{
+    Effort, MessagesRequest, ModelReply, ServerTool, ServerToolKind, ServerToolUsage, StreamDelta,
+    Thinking, ToolDef, Usage,
+};
 
 use crate::future::BoxFuture;
 

@@ -5,10 +5,11 @@
 
 use super::ConfigError;
 use super::sources::{Flags, Vars};
+use crate::model::Effort;
 use crate::model::anthropic::{
     self, ClientConfig, Credential, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_MODEL,
 };
-use crate::model::models::MIN_THINKING_BUDGET;
+use crate::model::models::{self, MIN_THINKING_BUDGET, ThinkingForm};
 use crate::model::prices::PriceTable;
 use crate::stores::CacheWindow;
 use std::fmt;
@@ -45,6 +46,13 @@ pub struct ModelSettings {
     pub max_tokens: u32,
     /// `--thinking[=N]`, else `MAX_THINKING_TOKENS`; `None`: off.
     pub thinking_budget: Option<u32>,
+    /// `--effort`, else `CLAUDE_CODE_EFFORT_LEVEL` (Claude Code's); `None`: not sent.
+    /// Checked against the model's table row.
+    pub effort: Option<Effort>,
+    /// The judge's effort (`FLOWER_JUDGE_EFFORT`): a verdict is where effort pays, so
+    /// by default the judge never runs below `high` (an `--effort` below it is raised to
+    /// `high` for the judge); `None`: the run's.
+    pub judge_effort: Option<Effort>,
     /// `FLOWER_CACHE_TTL` (`5m`, `1h`, `0`); `None` (`0`): every resume prunes as if
     /// the cache were cold.
     pub cache_ttl: Option<Duration>,
@@ -67,6 +75,8 @@ impl fmt::Debug for ModelSettings {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_tokens", &self.max_tokens)
             .field("thinking_budget", &self.thinking_budget)
+            .field("effort", &self.effort)
+            .field("judge_effort", &self.judge_effort)
             .field("cache_ttl", &self.cache_ttl)
             .field("prices", &self.prices.is_some())
             .finish()
@@ -188,6 +198,34 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
             ),
         ));
     }
+    let info = models::info(&id);
+    if thinking_budget.is_some() && info.thinking == ThinkingForm::Unsupported {
+        return Err(usage(
+            thinking_setting,
+            format!("model {id} has no extended thinking: leave out {thinking_setting}"),
+        ));
+    }
+    if let (Some(max), Some(limit)) = (explicit_max, info.max_output)
+        && max > limit
+    {
+        return Err(usage(
+            "FLOWER_MAX_TOKENS",
+            format!("FLOWER_MAX_TOKENS={max}: model {id} writes at most {limit} tokens"),
+        ));
+    }
+    let effort = resolve_effort(
+        flags.effort.as_deref(),
+        "CLAUDE_CODE_EFFORT_LEVEL",
+        vars,
+        &id,
+        &info,
+    )?;
+    let judge_effort = match resolve_effort(None, "FLOWER_JUDGE_EFFORT", vars, &id, &info)? {
+        Some(effort) => Some(effort),
+        None => effort.filter(|e| *e < Effort::High).map(|_| Effort::High),
+    };
+    // Without FLOWER_MAX_TOKENS, the default, within what the model can write.
+    let cap = |n: u32| info.max_output.map_or(n, |limit| n.min(limit));
     let max_tokens = match (explicit_max, thinking_budget) {
         (Some(max), Some(budget)) if budget >= max => {
             return Err(usage(
@@ -199,8 +237,19 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         }
         (Some(max), _) => max,
         // Room to answer after thinking.
-        (None, Some(budget)) => budget.saturating_add(crate::engine::DEFAULT_MAX_TOKENS),
-        (None, None) => crate::engine::DEFAULT_MAX_TOKENS,
+        (None, Some(budget)) => {
+            let max = cap(budget.saturating_add(crate::engine::DEFAULT_MAX_TOKENS));
+            if budget >= max {
+                return Err(usage(
+                    thinking_setting,
+                    format!(
+                        "thinking budget {budget} must be below max_tokens ({max}, what {id} can write)"
+                    ),
+                ));
+            }
+            max
+        }
+        (None, None) => cap(crate::engine::DEFAULT_MAX_TOKENS),
     };
 
     let cache_ttl = match vars
@@ -257,7 +306,44 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         idle_timeout,
         max_tokens,
         thinking_budget,
+        effort,
+        judge_effort,
         cache_ttl,
         prices,
     })
+}
+
+/// `flag` (`--effort`), else the variable `var`: a level the model accepts.
+fn resolve_effort(
+    flag: Option<&str>,
+    var: &'static str,
+    vars: &Vars<'_>,
+    id: &str,
+    info: &models::ModelInfo,
+) -> Result<Option<Effort>, ConfigError> {
+    let (setting, raw) = match flag {
+        Some(raw) => ("--effort", raw.to_string()),
+        None => match vars.unblank(var) {
+            Some(raw) => (var, raw),
+            None => return Ok(None),
+        },
+    };
+    let effort = Effort::parse(&raw).ok_or_else(|| {
+        ConfigError::invalid(
+            setting,
+            format!("{setting} {raw:?}: expected low, medium, high, xhigh or max"),
+        )
+    })?;
+    if info.accepts_effort(effort) {
+        return Ok(Some(effort));
+    }
+    let message = if info.efforts.is_empty() {
+        format!(
+            "{setting} {effort}: model {id} does not take an effort (output_config.effort); leave it out"
+        )
+    } else {
+        let levels: Vec<&str> = info.efforts.iter().map(|e| e.as_str()).collect();
+        format!("{setting} {effort}: model {id} takes {}", levels.join(", "))
+    };
+    Err(ConfigError::invalid(setting, message))
 }

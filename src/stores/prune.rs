@@ -6,6 +6,8 @@
 //!    `message.model == "<synthetic>"`) and replies that ended in `stop_reason: refusal`:
 //!    a retry storm must not read as something the model said, and a replayed refusal
 //!    only invites another;
+//!    A continuation request left unanswered at the end (the request that carried it
+//!    failed) goes too: the prompt the resume adds follows the cut reply;
 //! 2. repair the structure (see below), so the rules work on well-formed turns;
 //! 3. of the denied tool calls (a `tool_use` whose `tool_result` has `is_error: true`
 //!    and a denial text, [`is_denial_text`]), keep only the newest `keep_denials`
@@ -222,6 +224,7 @@ pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<V
         p.mark_warm_tail(window);
     }
     p.drop_synthetic_errors();
+    p.drop_unanswered_continuation();
     p.repair();
     p.drop_old_denials(opts.keep_denials);
     p.neutralize_interruptions();
@@ -491,6 +494,8 @@ struct Slot {
     uuid: Option<String>,
     parent: Option<String>,
     synthetic_error: bool,
+    /// A continuation request ([`crate::transcript::markers::is_continuation`]).
+    continuation: bool,
     content: Content,
     /// Parallel to the content array (empty unless `content` is `Blocks`).
     blocks: Vec<Block>,
@@ -519,6 +524,8 @@ impl Slot {
             parent: str_field(&entry, "parentUuid").map(str::to_string),
             synthetic_error: role == Some(Role::Assistant)
                 && (is_synthetic_error(&entry) || is_refusal(&entry)),
+            continuation: role == Some(Role::User)
+                && crate::transcript::markers::is_continuation(&entry),
             content,
             blocks,
             removed: false,
@@ -739,6 +746,20 @@ impl Pruner {
             if self.slots[i].synthetic_error {
                 self.remove(i);
             }
+        }
+    }
+
+    /// A continuation request the model never answered (the request after it failed
+    /// or the process died) goes: the prompt the resume adds follows the cut reply.
+    fn drop_unanswered_continuation(&mut self) {
+        let last = self
+            .slots
+            .iter()
+            .rposition(|s| !s.removed && s.role.is_some());
+        if let Some(i) = last
+            && self.slots[i].continuation
+        {
+            self.remove(i);
         }
     }
 

@@ -43,6 +43,8 @@ pub struct FlowerOptions {
     pub rounds: u32,
     /// Whether someone can answer the clarifier's questions (stdin is a terminal).
     pub interactive: bool,
+    /// The judge's effort; `None`: the run's.
+    pub judge_effort: Option<crate::model::Effort>,
 }
 
 impl Default for FlowerOptions {
@@ -52,6 +54,7 @@ impl Default for FlowerOptions {
             utterance: None,
             rounds: DEFAULT_ROUNDS,
             interactive: false,
+            judge_effort: None,
         }
     }
 }
@@ -199,6 +202,7 @@ pub fn flower_workflow(workspace: &Path, options: &FlowerOptions) -> Workflow {
     .gate(Arc::new(GoalGate {
         goal: goal.clone(),
         rounds: options.rounds.max(1),
+        effort: options.judge_effort,
     }));
 
     Workflow::new(vec![clarify, set_goal, work])
@@ -261,6 +265,8 @@ impl Gate for FileGate {
 pub struct GoalGate {
     pub goal: PathBuf,
     pub rounds: u32,
+    /// The judge's effort; `None`: the run's.
+    pub effort: Option<crate::model::Effort>,
 }
 
 /// Whether the judge's run failed because its context did not fit the window. The judge
@@ -307,9 +313,9 @@ impl Gate for GoalGate {
                 resumed: false,
                 woke: 0,
             });
-            let result = rt
-                .run_step(&name, &judge(), &prompt, SessionStart::New)
-                .await;
+            let mut judge = judge();
+            judge.effort = self.effort;
+            let result = rt.run_step(&name, &judge, &prompt, SessionStart::New).await;
             if result.ok && parse_verdict(&result.text) {
                 return Verdict::Pass;
             }

@@ -47,6 +47,7 @@ fn request() -> MessagesRequest {
         messages: vec![json!({"role": "user", "content": "Read seed.txt and tell me the word."})],
         tools: vec![tool("Read"), tool("Glob")],
         thinking: None,
+        ..MessagesRequest::default()
     }
 }
 
@@ -183,6 +184,7 @@ async fn usage_from_message_start_and_cumulative_message_delta() {
             output_tokens: 345,
             cache_creation_input_tokens: 50,
             cache_read_input_tokens: 900,
+            ..Usage::default()
         }
     );
     let (second, _) = call(&client, &request()).await;
@@ -193,6 +195,7 @@ async fn usage_from_message_start_and_cumulative_message_delta() {
             output_tokens: 20,
             cache_creation_input_tokens: 3,
             cache_read_input_tokens: 4,
+            ..Usage::default()
         }
     );
     // Without numbers the fake derives input tokens from the body size.

@@ -10,6 +10,7 @@ fn usage(input: u64, output: u64, write: u64, read: u64) -> Usage {
         output_tokens: output,
         cache_creation_input_tokens: write,
         cache_read_input_tokens: read,
+        ..Usage::default()
     }
 }
 
