@@ -88,6 +88,9 @@ pub struct EngineConfig {
     pub thinking_budget: Option<u32>,
     /// `output_config.effort` of agents whose spec names none; `None`: not sent.
     pub effort: Option<crate::model::Effort>,
+    /// `max_uses` of the web tools an agent's rules give it (WebSearch, WebFetch: run
+    /// by the API, see [`Permissions::web_access`]).
+    pub web: crate::model::WebLimits,
     /// Agents the `Task` tool can start, by name (`subagent_type`); the first is the
     /// default. Empty: a general-purpose agent with the file and shell tools.
     pub subagents: Vec<AgentSpec>,
@@ -696,7 +699,7 @@ impl Engine {
                 }
             }),
             effort: conv.spec.effort.or(self.config.effort),
-            server_tools: Vec::new(),
+            server_tools: self.server_tools(&permissions),
         };
         // A reply cut by max_tokens is continued by sending it back as the start of
         // the assistant turn only where the API allows that: never with thinking, never
@@ -866,6 +869,7 @@ impl Engine {
     ) -> Result<(), RunError> {
         let entry = conv.chain.assistant(reply);
         self.record(conv, entry)?;
+        self.report_server_tools(&reply.content, conv.depth);
         totals.num_turns += 1;
         totals.usage.add(&reply.usage);
         totals.add_cost(crate::model::prices::request_cost_usd(model, &reply.usage));
@@ -1070,6 +1074,67 @@ impl Engine {
         defs
     }
 
+    /// Reports the server tool calls a reply carries (the API ran them) as tool calls.
+    fn report_server_tools(&self, content: &[Value], depth: u32) {
+        for (i, block) in content.iter().enumerate() {
+            if block.get("type").and_then(Value::as_str) != Some("server_tool_use") {
+                continue;
+            }
+            let api_name = block.get("name").and_then(Value::as_str).unwrap_or("");
+            let Some(name) = crate::transcript::tools::server_tool_rule_name(api_name) else {
+                continue;
+            };
+            let input = block.get("input").unwrap_or(&Value::Null);
+            let summary = ["query", "url"]
+                .iter()
+                .find_map(|k| input.get(*k).and_then(Value::as_str))
+                .map_or_else(|| input.to_string(), str::to_string);
+            self.emit(Event::ToolCall {
+                name: name.to_string(),
+                summary,
+                depth,
+            });
+            let id = block.get("id");
+            let failed = content[i + 1..]
+                .iter()
+                .find(|b| b.get("tool_use_id") == id)
+                .and_then(|b| b.pointer("/content/type"))
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("_error"));
+            self.emit(Event::ToolDone {
+                name: name.to_string(),
+                is_error: failed,
+                depth,
+            });
+        }
+    }
+
+    /// The server tools an agent's rules give it, with their limits.
+    fn server_tools(&self, permissions: &Permissions) -> Vec<crate::model::ServerTool> {
+        use crate::model::{ServerTool, ServerToolKind};
+        use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
+        let limits = self.config.web;
+        [
+            (
+                WEB_SEARCH,
+                ServerToolKind::WebSearch,
+                limits.search_max_uses,
+            ),
+            (WEB_FETCH, ServerToolKind::WebFetch, limits.fetch_max_uses),
+        ]
+        .into_iter()
+        .filter_map(|(name, kind, max_uses)| {
+            let access = permissions.web_access(name)?;
+            Some(ServerTool {
+                kind,
+                max_uses: Some(max_uses),
+                allowed_domains: access.allowed_domains,
+                blocked_domains: access.blocked_domains,
+            })
+        })
+        .collect()
+    }
+
     /// Checks and runs one tool call. Never fails: every problem becomes an error result.
     async fn call_tool(
         &self,
@@ -1085,7 +1150,7 @@ impl Engine {
             .get(crate::model::types::INVALID_TOOL_INPUT)
             .and_then(Value::as_str)
         {
-            let what = if why == CUT_BY_MAX_TOKENS {
+            let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
                 "was cut off"
             } else {
                 "was not valid JSON"
@@ -1271,7 +1336,15 @@ fn cut_last_call(
             .and_then(Value::as_str)
             == Some("tool_use");
     if cut && let Some((_, _, input)) = calls.last_mut() {
-        *input = json!({ crate::model::types::INVALID_TOOL_INPUT: CUT_BY_MAX_TOKENS });
+        // What the stream made of the cut input (a parse error), kept after the cause.
+        let why = match input
+            .get(crate::model::types::INVALID_TOOL_INPUT)
+            .and_then(Value::as_str)
+        {
+            Some(parse) => format!("{CUT_BY_MAX_TOKENS}: {parse}"),
+            None => CUT_BY_MAX_TOKENS.to_string(),
+        };
+        *input = json!({ crate::model::types::INVALID_TOOL_INPUT: why });
     }
     calls
 }

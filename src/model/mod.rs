@@ -12,7 +12,7 @@ pub mod types;
 pub use error::ModelError;
 pub use types::{
     Effort, MessagesRequest, ModelReply, ServerTool, ServerToolKind, ServerToolUsage, StreamDelta,
-    Thinking, ToolDef, Usage,
+    Thinking, ToolDef, Usage, WebLimits,
 };
 
 use crate::future::BoxFuture;

@@ -104,6 +104,29 @@ pub struct ServerTool {
     pub blocked_domains: Vec<String>,
 }
 
+/// How many uses of each server tool one request allows (`max_uses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebLimits {
+    /// `FLOWER_WEB_SEARCH_MAX_USES`, default [`WebLimits::DEFAULT_MAX_USES`].
+    pub search_max_uses: u32,
+    /// `FLOWER_WEB_FETCH_MAX_USES`, default [`WebLimits::DEFAULT_MAX_USES`].
+    pub fetch_max_uses: u32,
+}
+
+impl WebLimits {
+    /// Uses per request of each web tool unless configured.
+    pub const DEFAULT_MAX_USES: u32 = 5;
+}
+
+impl Default for WebLimits {
+    fn default() -> Self {
+        WebLimits {
+            search_max_uses: WebLimits::DEFAULT_MAX_USES,
+            fetch_max_uses: WebLimits::DEFAULT_MAX_USES,
+        }
+    }
+}
+
 /// Which server tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ServerToolKind {

@@ -5,12 +5,12 @@
 
 use super::ConfigError;
 use super::sources::{Flags, Vars};
-use crate::model::Effort;
 use crate::model::anthropic::{
     self, ClientConfig, Credential, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_MODEL,
 };
 use crate::model::models::{self, MIN_THINKING_BUDGET, ThinkingForm};
 use crate::model::prices::PriceTable;
+use crate::model::{Effort, WebLimits};
 use crate::stores::CacheWindow;
 use std::fmt;
 use std::path::PathBuf;
@@ -53,6 +53,9 @@ pub struct ModelSettings {
     /// by default the judge never runs below `high` (an `--effort` below it is raised to
     /// `high` for the judge); `None`: the run's.
     pub judge_effort: Option<Effort>,
+    /// `max_uses` of the web tools per request (`FLOWER_WEB_SEARCH_MAX_USES`,
+    /// `FLOWER_WEB_FETCH_MAX_USES`); whether an agent has them is its permission rules'.
+    pub web: WebLimits,
     /// `FLOWER_CACHE_TTL` (`5m`, `1h`, `0`); `None` (`0`): every resume prunes as if
     /// the cache were cold.
     pub cache_ttl: Option<Duration>,
@@ -77,6 +80,7 @@ impl fmt::Debug for ModelSettings {
             .field("thinking_budget", &self.thinking_budget)
             .field("effort", &self.effort)
             .field("judge_effort", &self.judge_effort)
+            .field("web", &self.web)
             .field("cache_ttl", &self.cache_ttl)
             .field("prices", &self.prices.is_some())
             .finish()
@@ -283,6 +287,27 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         },
     };
 
+    let max_uses = |var: &str| -> Result<u32, ConfigError> {
+        match vars.unblank(var) {
+            None => Ok(WebLimits::DEFAULT_MAX_USES),
+            Some(raw) => raw
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| {
+                    usage(
+                        var,
+                        format!("{var}={raw:?}: expected a whole number from 1 to 100"),
+                    )
+                }),
+        }
+    };
+    let web = WebLimits {
+        search_max_uses: max_uses("FLOWER_WEB_SEARCH_MAX_USES")?,
+        fetch_max_uses: max_uses("FLOWER_WEB_FETCH_MAX_USES")?,
+    };
+
     let prices = match vars.get("FLOWER_PRICES") {
         None => None,
         Some(path) => {
@@ -308,6 +333,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         thinking_budget,
         effort,
         judge_effort,
+        web,
         cache_ttl,
         prices,
     })

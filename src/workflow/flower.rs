@@ -13,6 +13,7 @@ use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, SessionStart};
 use crate::future::BoxFuture;
 use crate::tools::names::{ASK_USER, BASH, EDIT, GLOB, GREP, READ, TASK, WRITE};
+use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -107,13 +108,16 @@ pub fn goal_setter() -> AgentSpec {
     ])
 }
 
-/// The coordinator: delegates through Task; its own Bash is read-only git.
+/// The coordinator: delegates through Task; its own Bash is read-only git. It and the
+/// workers may search and fetch the web (run by the API); the judge may not.
 pub fn coordinator() -> AgentSpec {
     AgentSpec::new("coordinator", COORDINATOR).allowed_tools([
         READ,
         GLOB,
         GREP,
         TASK,
+        WEB_SEARCH,
+        WEB_FETCH,
         "Write(notes/**)",
         "Edit(notes/**)",
         "Bash(git status:*)",
@@ -125,7 +129,8 @@ pub fn coordinator() -> AgentSpec {
 
 /// The sub-agent the coordinator's Task starts: every file and shell tool.
 pub fn worker() -> AgentSpec {
-    AgentSpec::new("general-purpose", WORKER).allowed_tools([READ, WRITE, EDIT, GLOB, GREP, BASH])
+    AgentSpec::new("general-purpose", WORKER)
+        .allowed_tools([READ, WRITE, EDIT, GLOB, GREP, BASH, WEB_SEARCH, WEB_FETCH])
 }
 
 /// The judge: read-only tools, and Bash to run tests.

@@ -25,6 +25,7 @@ mod manifest;
 mod model_client;
 mod model_fake_server;
 mod model_prices;
+mod model_server_tools;
 mod model_settings;
 mod once;
 mod outage_retry;
