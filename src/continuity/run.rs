@@ -160,8 +160,9 @@ pub struct Run {
     runtime: Runtime,
     wake: WakeState,
     at: At,
-    /// The database hold, for the run's life.
-    _hold: Option<Box<dyn Send>>,
+    /// The database hold, for the run's life. In a mutex (never locked) only so that a
+    /// `Run` is `Sync`: a front end shares it between threads (the Python package).
+    _hold: std::sync::Mutex<Option<Box<dyn Send>>>,
 }
 
 /// Where a run is: what [`Run`], [`Opening`], [`Locked`] and [`Peek`] all know.
@@ -398,7 +399,7 @@ impl Locked {
             runtime,
             wake,
             at,
-            _hold: hold,
+            _hold: std::sync::Mutex::new(hold),
         })
     }
 }

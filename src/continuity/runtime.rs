@@ -389,6 +389,12 @@ impl Runtime {
         lock(&self.lineage)
     }
 
+    /// The session store the runtime writes through (pruning over the run's store):
+    /// for a front end's look at transcripts (`has_session`).
+    pub fn store(&self) -> &Arc<PruningSessionStore> {
+        self.engine.store()
+    }
+
     /// The home directory `~/` permission rules mean ([`RuntimeOptions::home`]).
     pub fn home(&self) -> Option<&Path> {
         self.engine.config().home.as_deref()
@@ -776,10 +782,15 @@ pub struct Rescuer {
 impl Rescuer {
     /// Writes the in-flight step's row (if any) with `error = "killed-by-signal"`.
     pub fn rescue(&self) {
+        self.rescue_with("killed-by-signal");
+    }
+
+    /// [`Rescuer::rescue`] with another reason (a front end's cancellation).
+    pub fn rescue_with(&self, error: &str) {
         let Some(mut result) = lock(&self.in_flight).take() else {
             return;
         };
-        result.error = Some("killed-by-signal".into());
+        result.error = Some(error.into());
         result.ok = false;
         result.finish();
         // Dying anyway: a failed write has nobody left to tell.

@@ -8,35 +8,41 @@
 //! the reply still streaming.
 
 pub mod bash_rules;
+mod calls;
 pub mod conventions;
+pub mod count;
 pub mod hooks;
 pub mod interrupt;
 pub mod memory;
 pub mod permissions;
+mod reply;
 mod session_hooks;
 pub mod spec;
 mod subagent;
+mod turn;
 
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
 pub use spec::AgentSpec;
 
+pub use calls::summarize_input;
+use reply::{Continuations, Next, cut_last_call, trim_for_continuation};
+pub use reply::{MAX_CONTINUATIONS, MAX_PAUSE_CONTINUATIONS};
+use turn::Turn;
+
 use crate::future::BoxFuture;
-use crate::model::{
-    MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Thinking, ToolDef, Usage,
-};
+use crate::model::{MessagesRequest, ModelClient, ModelError, Thinking, Usage};
 use crate::stores::{PruningSessionStore, SessionKey, SessionStore, StoreError};
-use crate::tools::{ProcessGroups, Tool, ToolContext, ToolOutput};
+use crate::tools::{ProcessGroups, Tool};
 use crate::transcript::{self, Chain, Messages};
-use permissions::{Decision, Permissions};
+use permissions::Permissions;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
 /// Default `max_tokens` of a request; `FLOWER_MAX_TOKENS` overrides it.
 pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
@@ -158,13 +164,6 @@ pub struct RunRequest<'a> {
     /// Why the session runs (see [`Origin`]).
     pub origin: Origin,
 }
-
-/// How many times in a row a reply cut by `max_tokens` is continued (each
-/// continuation is its own stored turn) before the run ends with what it has.
-pub const MAX_CONTINUATIONS: u32 = 3;
-
-/// How many `pause_turn` stops in a row are sent back to continue.
-pub const MAX_PAUSE_CONTINUATIONS: u32 = 10;
 
 /// How a run ended well.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -370,6 +369,8 @@ struct Conversation<'a> {
     /// flower's own request inside the session ([`Origin::Internal`]): its turn's end
     /// is not the agent stopping, so no Stop hook runs.
     internal: bool,
+    /// Its size between replies, for counting before a request ([`count`]).
+    measure: count::Measure,
 }
 
 impl<'a> Conversation<'a> {
@@ -390,6 +391,7 @@ impl<'a> Conversation<'a> {
             hook_stop: None,
             stop_blocks: 0,
             internal: false,
+            measure: count::Measure::default(),
         }
     }
 }
@@ -529,6 +531,12 @@ impl Engine {
             memory: memory.into(),
             opening: pin.into_iter().collect(),
             internal: request.origin == Origin::Internal,
+            measure: count::Measure {
+                tokens: last_context(&history),
+                pending_bytes: 0,
+                // Once per resume or wake: what it adds was never measured.
+                count_next: !history.is_empty(),
+            },
             ..Conversation::new(request.spec, key, chain)
         };
         // A retry resumes with the prompt the failed attempt left unanswered: it is
@@ -725,6 +733,12 @@ impl Engine {
             {
                 return Err(RunError::MaxTurns(max));
             }
+            if let Some(counted) = self.counted_over_limit(conv, &mut request).await {
+                // A clean boundary (every call answered): hand off before sending a
+                // request over the limit, rather than after the API refused it.
+                totals.context = counted;
+                return Ok(Stop::ContextFull);
+            }
             let reply = match self.take_turn(conv, &mut request).await {
                 Turn::Reply(reply) => reply,
                 Turn::Interrupted => {
@@ -787,157 +801,6 @@ impl Engine {
         }
     }
 
-    /// What the stop reason of a stored reply means for the conversation.
-    fn after_reply(
-        &self,
-        reply: &ModelReply,
-        model: &str,
-        no_calls: bool,
-        continuations: &mut Continuations,
-    ) -> Result<Next, RunError> {
-        match reply.stop_reason.as_deref() {
-            // The window is full whatever the reply holds: the caller hands off.
-            Some(WINDOW_EXCEEDED_STOP) => Err(RunError::ContextWindowFull {
-                model: model.to_string(),
-            }),
-            // A reply cut inside a tool call still gets its calls answered (the cut
-            // input is answered with an error result, see `call_tool`).
-            _ if !no_calls => Ok(Next::Tools),
-            Some("max_tokens") => {
-                continuations.max_tokens += 1;
-                if continuations.max_tokens > MAX_CONTINUATIONS {
-                    return Ok(Next::Stop(Stop::MaxTokens));
-                }
-                Ok(Next::Continue { cut: true })
-            }
-            Some("pause_turn") => {
-                continuations.pause += 1;
-                if continuations.pause > MAX_PAUSE_CONTINUATIONS {
-                    return Ok(Next::Stop(Stop::EndTurn));
-                }
-                // Sent back as it is: the API resumes a paused server-tool turn.
-                Ok(Next::Continue { cut: false })
-            }
-            Some("refusal") => Err(RunError::Refusal(reply.stop_details.clone())),
-            None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
-            Some(other) => {
-                self.emit(Event::Warning {
-                    message: format!(
-                        "unknown stop_reason {other:?} from the API; treated as the end of the turn"
-                    ),
-                });
-                Ok(Next::Stop(Stop::EndTurn))
-            }
-        }
-    }
-
-    /// One model request over the conversation so far.
-    async fn take_turn(&self, conv: &mut Conversation<'_>, request: &mut MessagesRequest) -> Turn {
-        // The history is moved into the request, not cloned: a deep copy of every
-        // message on every turn made a long session quadratic (most of the harness's
-        // CPU time per turn at 200 turns). It goes back before anything else happens;
-        // if this future is dropped mid-request, the conversation is dropped with it.
-        request.messages = conv.messages.take();
-        let turn = self.request(request, conv.depth).await;
-        conv.messages.restore(std::mem::take(&mut request.messages));
-        turn
-    }
-
-    /// A reply was interrupted: record that, then what the user said (or "continue").
-    async fn after_interrupted_reply(&self, conv: &mut Conversation<'_>) -> Result<(), RunError> {
-        let entry = conv
-            .chain
-            .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));
-        self.record(conv, entry)?;
-        let line = self.ask_after_interrupt().await;
-        let text = if line.is_empty() {
-            CONTINUE_AFTER_INTERRUPT.to_string()
-        } else {
-            line
-        };
-        let entry = conv.chain.user(Value::String(text));
-        self.record(conv, entry)
-    }
-
-    /// Stores a finished reply and counts it.
-    fn record_reply(
-        &self,
-        conv: &mut Conversation<'_>,
-        model: &str,
-        reply: &ModelReply,
-        totals: &mut Totals,
-    ) -> Result<(), RunError> {
-        let entry = conv.chain.assistant(reply);
-        self.record(conv, entry)?;
-        self.report_server_tools(&reply.content, conv.depth);
-        totals.num_turns += 1;
-        totals.usage.add(&reply.usage);
-        totals.add_cost(crate::model::prices::request_cost_usd(model, &reply.usage));
-        if conv.depth == 0 {
-            totals.context = reply.usage.context_tokens();
-        }
-        let text = transcript::text_of(&reply.content);
-        if std::mem::take(&mut totals.continuing) {
-            totals.text.push_str(&text);
-        } else if !text.is_empty() {
-            totals.text = text;
-        }
-        totals.stop_reason = reply.stop_reason.clone();
-        self.emit(Event::TurnDone {
-            turn: totals.num_turns,
-            usage: reply.usage,
-            context: reply.usage.context_tokens(),
-            cost_usd: totals.cost_usd,
-            depth: conv.depth,
-        });
-        Ok(())
-    }
-
-    /// Runs a reply's tool calls in order and stores each result. After a Ctrl-C the
-    /// remaining calls are answered as interrupted and the user is asked what to say.
-    async fn answer_calls(
-        &self,
-        conv: &mut Conversation<'_>,
-        permissions: &Permissions,
-        calls: Vec<(String, String, Value)>,
-        totals: &mut Totals,
-    ) -> Result<(), RunError> {
-        let mut interrupted = false;
-        for (id, name, input) in calls {
-            let output = if interrupted {
-                ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
-            } else {
-                let output = self
-                    .call_tool(conv, permissions, &id, &name, &input, totals)
-                    .await;
-                // The call stays unanswered in the store; pruning answers it neutrally
-                // when the retry resumes the session.
-                if let Some(error) = totals.subagent_error.take() {
-                    return Err(RunError::SubAgent(error));
-                }
-                interrupted = self.config.interrupt.is_pending();
-                output
-            };
-            let entry = conv
-                .chain
-                .tool_result(&id, &output.content, output.is_error);
-            self.record(conv, entry)?;
-        }
-        if !conv.hook_notes.is_empty() {
-            let text = std::mem::take(&mut conv.hook_notes).join("\n\n");
-            let entry = conv.chain.hook_context(&text);
-            self.record(conv, entry)?;
-        }
-        if interrupted {
-            let line = self.ask_after_interrupt().await;
-            if !line.is_empty() {
-                let entry = conv.chain.user(Value::String(line));
-                self.record(conv, entry)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Appends an entry to the store and to the conversation's messages.
     fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), RunError> {
         self.config
@@ -947,6 +810,10 @@ impl Engine {
         if let Some(hooks) = &self.hooks {
             hooks.exports.append(&conv.key, &entry);
         }
+        conv.measure.pending_bytes = conv
+            .measure
+            .pending_bytes
+            .saturating_add(count::content_bytes(&entry));
         conv.messages.push(&entry);
         Ok(())
     }
@@ -1015,246 +882,16 @@ impl Engine {
             });
         }
     }
+}
 
-    /// One model request, streaming deltas out as events; a Ctrl-C stops it cleanly.
-    async fn request(&self, request: &MessagesRequest, depth: u32) -> Turn {
-        let events = self.config.events.clone();
-        let mut on_delta = move |delta: StreamDelta<'_>| {
-            let event = match delta {
-                StreamDelta::Text(text) => Event::TextDelta {
-                    text: text.to_string(),
-                    depth,
-                },
-                StreamDelta::Thinking(text) => Event::ThinkingDelta {
-                    text: text.to_string(),
-                    depth,
-                },
-                StreamDelta::ToolUseStart { .. } => return,
-            };
-            events(&event);
-        };
-        let interrupt = &self.config.interrupt;
-        tokio::select! {
-            biased;
-            _ = interrupt.wait() => Turn::Interrupted,
-            result = self.config.model.stream(request, &mut on_delta) => match result {
-                Ok(reply) => Turn::Reply(reply),
-                Err(error) => Turn::Failed(error),
-            },
-        }
-    }
-
-    /// Asks the user what to say after a Ctrl-C, then clears the interrupt.
-    async fn ask_after_interrupt(&self) -> String {
-        let line = match &self.config.on_interrupt {
-            Some(prompt) => prompt().await.unwrap_or_default(),
-            None => String::new(),
-        };
-        self.config.interrupt.clear();
-        line.trim().to_string()
-    }
-
-    /// The tool definitions an agent is offered. `Task` only at the top level (no
-    /// nested sub-agents); `AskUser` only when a rule names it explicitly and there is
-    /// someone to ask.
-    fn offered_tools(&self, permissions: &Permissions, depth: u32) -> Vec<ToolDef> {
-        let mut defs: Vec<ToolDef> = self
-            .tools
-            .iter()
-            .filter(|tool| permissions.offers(tool.name()))
-            .map(|tool| tool.definition())
-            .collect();
-        if depth == 0 && permissions.offers(subagent::TASK) {
-            defs.push(subagent::task_definition(&self.config.subagents));
-        }
-        // Only when someone can answer: a tool that can never work is noise.
-        if self.config.asker.is_some() && permissions.names(subagent::ASK_USER) {
-            defs.push(subagent::ask_user_definition());
-        }
-        defs
-    }
-
-    /// Reports the server tool calls a reply carries (the API ran them) as tool calls.
-    fn report_server_tools(&self, content: &[Value], depth: u32) {
-        for (i, block) in content.iter().enumerate() {
-            if block.get("type").and_then(Value::as_str) != Some("server_tool_use") {
-                continue;
-            }
-            let api_name = block.get("name").and_then(Value::as_str).unwrap_or("");
-            let Some(name) = crate::transcript::tools::server_tool_rule_name(api_name) else {
-                continue;
-            };
-            let input = block.get("input").unwrap_or(&Value::Null);
-            let summary = ["query", "url"]
-                .iter()
-                .find_map(|k| input.get(*k).and_then(Value::as_str))
-                .map_or_else(|| input.to_string(), str::to_string);
-            self.emit(Event::ToolCall {
-                name: name.to_string(),
-                summary,
-                depth,
-            });
-            let id = block.get("id");
-            let failed = content[i + 1..]
-                .iter()
-                .find(|b| b.get("tool_use_id") == id)
-                .and_then(|b| b.pointer("/content/type"))
-                .and_then(Value::as_str)
-                .is_some_and(|t| t.ends_with("_error"));
-            self.emit(Event::ToolDone {
-                name: name.to_string(),
-                is_error: failed,
-                depth,
-            });
-        }
-    }
-
-    /// The server tools an agent's rules give it, with their limits.
-    fn server_tools(&self, permissions: &Permissions) -> Vec<crate::model::ServerTool> {
-        use crate::model::{ServerTool, ServerToolKind};
-        use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
-        let limits = self.config.web;
-        [
-            (
-                WEB_SEARCH,
-                ServerToolKind::WebSearch,
-                limits.search_max_uses,
-            ),
-            (WEB_FETCH, ServerToolKind::WebFetch, limits.fetch_max_uses),
-        ]
-        .into_iter()
-        .filter_map(|(name, kind, max_uses)| {
-            let access = permissions.web_access(name)?;
-            Some(ServerTool {
-                kind,
-                max_uses: Some(max_uses),
-                allowed_domains: access.allowed_domains,
-                blocked_domains: access.blocked_domains,
-            })
-        })
-        .collect()
-    }
-
-    /// Checks and runs one tool call. Never fails: every problem becomes an error result.
-    async fn call_tool(
-        &self,
-        conv: &mut Conversation<'_>,
-        permissions: &Permissions,
-        id: &str,
-        name: &str,
-        input: &Value,
-        totals: &mut Totals,
-    ) -> ToolOutput {
-        let depth = conv.depth;
-        if let Some(why) = input
-            .get(crate::model::types::INVALID_TOOL_INPUT)
-            .and_then(Value::as_str)
-        {
-            let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
-                "was cut off"
-            } else {
-                "was not valid JSON"
-            };
-            return ToolOutput::error(format!(
-                "The input of this {name} call {what} ({why}); nothing was run. \
-                 Send the call again with a complete JSON object."
-            ));
-        }
-        let hook_decision = match self.pre_tool_use(conv, permissions, id, name, input).await {
-            Ok(decision) => decision,
-            Err(blocked) => return blocked,
-        };
-        let denied = match permissions.check(name, input, &self.config.workspace) {
-            Decision::Deny { message } => Some(message),
-            Decision::Ask { why } if hook_decision != Some(hooks::PermissionDecision::Allow) => {
-                self.confirm(conv.spec, name, input, &why).await
-            }
-            Decision::Allow | Decision::Ask { .. } => match &hook_decision {
-                Some(hooks::PermissionDecision::Ask(why)) => {
-                    self.confirm(conv.spec, name, input, why).await
-                }
-                _ => None,
-            },
-        };
-        if let Some(message) = denied {
-            self.emit(Event::ToolDenied {
-                name: name.to_string(),
-                message: message.clone(),
-                depth,
-            });
-            totals.denials.push(Denial {
-                tool_name: name.to_string(),
-                tool_use_id: id.to_string(),
-                tool_input: input.clone(),
-            });
-            return ToolOutput::error(message);
-        }
-        self.emit(Event::ToolCall {
-            name: name.to_string(),
-            summary: summarize_input(name, input),
-            depth,
-        });
-        let output = match name {
-            subagent::TASK if depth == 0 => self.run_subagent(conv, input, totals).await,
-            subagent::ASK_USER => self.ask_user(input).await,
-            _ => match self.tools.iter().find(|tool| tool.name() == name) {
-                Some(tool) => {
-                    let sandbox = permissions.sandbox(&self.config.sandbox, &self.config.workspace);
-                    self.run_tool(tool.as_ref(), input, sandbox).await
-                }
-                None => ToolOutput::error(format!("No such tool available: {name}")),
-            },
-        };
-        self.emit(Event::ToolDone {
-            name: name.to_string(),
-            is_error: output.is_error,
-            depth,
-        });
-        self.post_tool_use(conv, permissions, id, name, input, &output)
-            .await;
-        output
-    }
-
-    /// Runs a built-in tool; a Ctrl-C cancels it and its result says so.
-    async fn run_tool(
-        &self,
-        tool: &dyn Tool,
-        input: &Value,
-        sandbox: crate::tools::sandbox::SandboxPolicy,
-    ) -> ToolOutput {
-        let cancel = CancellationToken::new();
-        let ctx = ToolContext {
-            workspace: self.config.workspace.clone(),
-            run_dir: self.config.run_dir.clone(),
-            cancel: cancel.clone(),
-            processes: self.config.processes.clone(),
-            sandbox,
-            env: self.tool_env(),
-        };
-        self.until_interrupted(tool.call(input, &ctx), &cancel)
-            .await
-    }
-
-    /// Runs a tool call until it finishes or the user presses Ctrl-C. On an interrupt,
-    /// `cancel` fires and the call gets a moment to clean up (kill its process group);
-    /// its result then says it was interrupted. Sub-agents (Task) are not wrapped: their
-    /// own model requests and tools see the interrupt.
-    async fn until_interrupted(
-        &self,
-        call: impl std::future::Future<Output = ToolOutput>,
-        cancel: &CancellationToken,
-    ) -> ToolOutput {
-        tokio::pin!(call);
-        tokio::select! {
-            biased;
-            _ = self.config.interrupt.wait() => {
-                cancel.cancel();
-                let _ = tokio::time::timeout(Duration::from_secs(5), &mut call).await;
-                ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
-            }
-            output = &mut call => output,
-        }
-    }
+/// The context of the last turn the model answered in `history`, tokens.
+fn last_context(history: &[Value]) -> Option<u64> {
+    history
+        .iter()
+        .rev()
+        .find_map(transcript::markers::turn_usage)
+        .and_then(|usage| serde_json::from_value::<Usage>(usage.clone()).ok())
+        .map(|usage| usage.context_tokens())
 }
 
 /// Whether the last user or assistant entry of `history` is a user entry that says
@@ -1279,94 +916,4 @@ fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
         }
         _ => false,
     }
-}
-
-/// What comes after a stored reply.
-enum Next {
-    Stop(Stop),
-    /// The model continues its own turn: a paused turn is sent back as it is; a reply
-    /// `cut` by `max_tokens` too where a prefill is allowed, else followed by
-    /// [`CONTINUE_AFTER_MAX_TOKENS`].
-    Continue {
-        cut: bool,
-    },
-    /// Answer the reply's tool calls, then ask again.
-    Tools,
-}
-
-/// Continuations in a row, by cause; reset once tools run.
-#[derive(Default)]
-struct Continuations {
-    max_tokens: u32,
-    pause: u32,
-}
-
-/// A reply cut by `max_tokens` is sent back as the start of the assistant turn; the API
-/// refuses a final assistant block that ends in whitespace, so that is trimmed before
-/// the reply is stored (the stored and the sent turn stay the same bytes).
-fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
-    if reply.stop_reason.as_deref() != Some("max_tokens") {
-        return reply;
-    }
-    if let Some(Value::Object(last)) = reply.content.last_mut()
-        && last.get("type").and_then(Value::as_str) == Some("text")
-        && let Some(Value::String(text)) = last.get_mut("text")
-    {
-        let trimmed = text.trim_end().len();
-        text.truncate(trimmed);
-        if trimmed == 0 {
-            reply.content.pop();
-        }
-    }
-    reply
-}
-
-/// The calls of a reply to answer; a call cut by `max_tokens` (the last block of a
-/// reply that stopped there) gets the marker input instead of what arrived of it, so
-/// that it is answered with an error and never run, even when that part parses.
-fn cut_last_call(
-    reply: &ModelReply,
-    mut calls: Vec<(String, String, Value)>,
-) -> Vec<(String, String, Value)> {
-    let cut = reply.stop_reason.as_deref() == Some("max_tokens")
-        && reply
-            .content
-            .last()
-            .and_then(|b| b.get("type"))
-            .and_then(Value::as_str)
-            == Some("tool_use");
-    if cut && let Some((_, _, input)) = calls.last_mut() {
-        // What the stream made of the cut input (a parse error), kept after the cause.
-        let why = match input
-            .get(crate::model::types::INVALID_TOOL_INPUT)
-            .and_then(Value::as_str)
-        {
-            Some(parse) => format!("{CUT_BY_MAX_TOKENS}: {parse}"),
-            None => CUT_BY_MAX_TOKENS.to_string(),
-        };
-        *input = json!({ crate::model::types::INVALID_TOOL_INPUT: why });
-    }
-    calls
-}
-
-enum Turn {
-    Reply(ModelReply),
-    Interrupted,
-    Failed(ModelError),
-}
-
-/// A short, one-line description of a tool call for progress output.
-pub fn summarize_input(name: &str, input: &Value) -> String {
-    let field = crate::tools::names::info_of(name).map_or("", |t| t.summary_field);
-    let text = input
-        .get(field)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| json!(input).to_string());
-    let line = text.lines().next().unwrap_or_default();
-    let mut short: String = line.chars().take(100).collect();
-    if short.len() < line.len() || text.lines().nth(1).is_some() {
-        short.push('…');
-    }
-    short
 }

@@ -408,6 +408,50 @@ impl AnthropicClient {
         assembler.finish("the stream ended")
     }
 
+    /// `POST {base}/v1/messages/count_tokens` with the request's prompt (model,
+    /// system, messages, tools, thinking: what the model would read); its
+    /// `input_tokens`. Bounded by the idle timeout like a message request.
+    async fn count_impl(&self, request: &MessagesRequest) -> Result<u64, ModelError> {
+        let model = if request.model.is_empty() {
+            &self.default_model
+        } else {
+            &request.model
+        };
+        let body = count_body(request, model);
+        let betas = self.betas_for(request, model);
+        let mut headers = self.headers_for(&betas);
+        headers.insert(
+            reqwest::header::ACCEPT,
+            reqwest::header::HeaderValue::from_static("application/json"),
+        );
+        let send = self
+            .http
+            .post(format!("{}/v1/messages/count_tokens", self.base_url))
+            .headers(headers)
+            .body(body)
+            .send();
+        let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
+            Err(_) => {
+                return Err(ModelError::Connection(format!(
+                    "timed out after {} waiting for the token count",
+                    seconds(self.idle_timeout)
+                )));
+            }
+        };
+        if !response.status().is_success() {
+            return Err(self.api_error(response).await);
+        }
+        let text = self.read_body(&mut response).await;
+        serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
+            .ok_or_else(|| {
+                ModelError::Protocol(format!("count_tokens answered {}", snippet(&text)))
+            })
+    }
+
     /// The typed error for a non-2xx response.
     async fn api_error(&self, mut response: reqwest::Response) -> ModelError {
         let status = response.status();
@@ -462,6 +506,13 @@ impl ModelClient for AnthropicClient {
         on_delta: &'a mut (dyn FnMut(StreamDelta<'_>) + Send),
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(self.stream_impl(request, on_delta))
+    }
+
+    fn count_tokens<'a>(
+        &'a self,
+        request: &'a MessagesRequest,
+    ) -> BoxFuture<'a, Result<u64, ModelError>> {
+        Box::pin(self.count_impl(request))
     }
 
     fn default_model(&self) -> &str {
@@ -525,6 +576,37 @@ fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
         stream: true,
     };
     // Serializing `Value`s and plain structs into a Vec cannot fail.
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// The body of a count_tokens request: the prompt part of a message request (no
+/// `max_tokens`, `stream` or `output_config`), with the same cache breakpoints so that
+/// the counted prompt is the one that would be sent.
+pub fn count_body(request: &MessagesRequest, model: &str) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        model: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        system: Option<[Value; 1]>,
+        messages: Messages<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tools: Option<Tools<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        thinking: Option<Value>,
+    }
+    let model = crate::model::models::wire_id(model).0;
+    let system = (!request.system.is_empty())
+        .then(|| [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})]);
+    let tools = (!request.tools.is_empty() || !request.server_tools.is_empty())
+        .then_some(Tools(&request.tools, &request.server_tools));
+    let own = usize::from(system.is_some()) + usize::from(tools.is_some());
+    let body = Body {
+        model,
+        system,
+        messages: Messages::new(&request.messages, MAX_CACHE_BREAKPOINTS - own),
+        tools,
+        thinking: request.thinking.map(crate::model::Thinking::to_json),
+    };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 

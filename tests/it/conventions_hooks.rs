@@ -435,7 +435,7 @@ fn a_hook_that_hangs_crashes_or_fails_is_a_message_and_the_turn_goes_on() {
 
 #[test]
 fn hooks_run_in_the_agents_sandbox() {
-    if !crate::sandbox::landlock_or_skip("hooks_run_in_the_agents_sandbox") {
+    if !crate::sandbox::landlock_or_skip() {
         return;
     }
     let project = Project::new();

@@ -560,8 +560,9 @@ fn tags_with<'a>(dom: &'a str, tag: &str, needle: &str) -> Vec<&'a str> {
 #[test]
 fn the_report_loads_in_a_browser_with_its_curves_and_markers() {
     let Some(browser) = chromium() else {
-        eprintln!(
-            "SKIPPED the_report_loads_in_a_browser…: no chromium at /usr/bin/chromium (.ci/run installs it)"
+        support::skip::skip(
+            support::skip::CHROMIUM,
+            "no chromium at /usr/bin/chromium (.ci/run installs it)",
         );
         return;
     };

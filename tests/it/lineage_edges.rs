@@ -336,7 +336,10 @@ fn archive_moves_across_filesystems() {
     let f = fixture();
     let shm = Path::new("/dev/shm");
     if !shm.is_dir() || !different_devices(shm, f._tmp.path()) {
-        eprintln!("skipped: /dev/shm is not a second filesystem here");
+        crate::support::skip::skip(
+            crate::support::skip::TMPFS,
+            "/dev/shm is not a second filesystem here",
+        );
         return;
     }
     let elsewhere = tempfile::tempdir_in(shm).unwrap();

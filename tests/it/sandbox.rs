@@ -42,10 +42,13 @@ pub(crate) fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
-pub(crate) fn landlock_or_skip(test: &str) -> bool {
+pub(crate) fn landlock_or_skip() -> bool {
     match sandbox::support() {
         Support::Missing(why) => {
-            eprintln!("skipping {test}: this kernel has no Landlock ({why})");
+            crate::support::skip::skip(
+                crate::support::skip::LANDLOCK,
+                &format!("this kernel has no Landlock ({why})"),
+            );
             false
         }
         _ => true,
@@ -120,7 +123,7 @@ pub(crate) fn content(v: &Value) -> String {
 
 #[test]
 fn an_allowed_command_cannot_write_outside_the_workspace() {
-    if !landlock_or_skip("an_allowed_command_cannot_write_outside_the_workspace") {
+    if !landlock_or_skip() {
         return;
     }
     let s = setup();
@@ -228,7 +231,7 @@ fn an_agent_without_write_rights_gets_a_read_only_workspace() {
             .workspace_writable
     );
 
-    if !landlock_or_skip("an_agent_without_write_rights_gets_a_read_only_workspace") {
+    if !landlock_or_skip() {
         return;
     }
     read_only_workspace_holds(&setup(), true);
@@ -239,7 +242,7 @@ fn an_agent_without_write_rights_gets_a_read_only_workspace() {
 /// dir's rights back along the path).
 #[test]
 fn a_read_only_workspace_inside_the_temp_dir_stays_read_only() {
-    if !landlock_or_skip("a_read_only_workspace_inside_the_temp_dir_stays_read_only") {
+    if !landlock_or_skip() {
         return;
     }
     let dir = tempfile::Builder::new()
@@ -308,7 +311,7 @@ fn an_explicit_rule_grants_the_git_files() {
 
 #[test]
 fn no_network_cuts_the_network_off() {
-    if !landlock_or_skip("no_network_cuts_the_network_off") {
+    if !landlock_or_skip() {
         return;
     }
     let s = setup();
@@ -381,7 +384,7 @@ fn a_kernel_without_landlock_falls_back_or_refuses() {
     ));
     assert!(required.describe_with(&missing).contains("命令一律拒绝"));
     // With Landlock, the same policy is confined.
-    if landlock_or_skip("a_kernel_without_landlock_falls_back_or_refuses (confined half)") {
+    if landlock_or_skip() {
         let p = sandbox::prepare(&policy, &s.ws).unwrap().unwrap();
         assert!(p.landlocked());
     }
@@ -413,7 +416,7 @@ fn a_malformed_rule_fails_before_any_request() {
 /// the next command. A command itself cannot rename `.git` (it is a mount point).
 #[test]
 fn a_git_dir_made_anew_is_protected_in_the_next_command() {
-    if !landlock_or_skip("a_git_dir_made_anew_is_protected_in_the_next_command") {
+    if !landlock_or_skip() {
         return;
     }
     let s = setup();

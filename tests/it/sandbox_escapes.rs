@@ -18,21 +18,24 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn root_or_skip(test: &str) -> bool {
+fn root_or_skip() -> bool {
     if !is_root() {
-        eprintln!("skipping {test}: it needs root (the escape is root-only)");
+        crate::support::skip::skip(
+            crate::support::skip::ROOT,
+            "it needs root (the escape is root-only)",
+        );
     }
     is_root()
 }
 
-fn python_or_skip(test: &str) -> bool {
+fn python_or_skip() -> bool {
     let ok = Command::new("python3")
         .arg("-c")
         .arg("pass")
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping {test}: it needs python3");
+        crate::support::skip::skip(crate::support::skip::PYTHON, "it needs python3");
     }
     ok
 }
@@ -46,10 +49,10 @@ enum Needs {
 }
 
 /// Whether to skip `test` (the reason is printed).
-fn skip(test: &str, needs: Needs) -> bool {
-    !landlock_or_skip(test)
-        || (needs == Needs::Python && !python_or_skip(test))
-        || (needs == Needs::Root && !root_or_skip(test))
+fn skip(_test: &str, needs: Needs) -> bool {
+    !landlock_or_skip()
+        || (needs == Needs::Python && !python_or_skip())
+        || (needs == Needs::Root && !root_or_skip())
 }
 
 fn ok(r: &Value) -> bool {

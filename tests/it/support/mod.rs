@@ -8,6 +8,7 @@
 pub mod fake;
 pub mod pipeline;
 pub mod postgres;
+pub mod skip;
 pub mod snapshot;
 pub mod workspace;
 

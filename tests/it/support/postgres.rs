@@ -4,23 +4,17 @@
 //! `cargo test` alone still passes on a laptop. Each caller gets its own schema
 //! (`search_path` in the URL), so tests running in parallel never see each other.
 
-use std::io::Write;
-use std::sync::Once;
-
 pub const URL_VAR: &str = "FLOWER_TEST_POSTGRES_URL";
 
-/// The server's URL, or `None` (printing the reason once per test binary).
+/// The server's URL, or `None` (the calling test counted as skipped, see
+/// [`super::skip`]; a failure when `FLOWER_TEST_REQUIRE` lists `postgres`).
 pub fn url() -> Option<String> {
-    static SAID: Once = Once::new();
     let url = std::env::var(URL_VAR).ok().filter(|u| !u.trim().is_empty());
     if url.is_none() {
-        // Straight to the process's stderr: the test harness would swallow eprintln!.
-        SAID.call_once(|| {
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "skipping the PostgreSQL store tests: {URL_VAR} is not set (.ci/run starts a server and sets it)"
-            );
-        });
+        super::skip::skip(
+            super::skip::POSTGRES,
+            &format!("{URL_VAR} is not set (.ci/run starts a server and sets it)"),
+        );
     }
     url
 }

@@ -1,0 +1,934 @@
+//! flower's Python package: the library's `Workflow`, `Step`, `AgentSpec`, `Runtime`,
+//! `wake_state`, `Lineage`, `Resilience` and session stores, on the Rust core.
+//!
+//! Nothing here decides anything about a run: the settings are resolved by
+//! `Settings::resolve`, the run opened by `Run::prepare → lock → start`, the workflow
+//! run by `Workflow::run`. This layer converts values, calls Python callables, and maps
+//! errors to exceptions.
+//!
+//! Threads: a workflow runs on the tokio runtime of `pyo3-async-runtimes`, never holding
+//! the GIL; Python callables (a step's prompt, `on_event`, `on_session`) are called on
+//! that runtime's threads with the GIL taken for the call only. An exception raised by
+//! one stops the run as a cancellation does and is raised by `run`.
+
+mod convert;
+mod errors;
+mod store;
+
+use convert::to_py;
+use errors::{ConfigError, FlowerError, LockedError, StepFailedError};
+use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
+use flower::continuity::run::{Begin, Run, RunHooks};
+use flower::continuity::runtime::Rescuer;
+use flower::events::Event;
+use flower::settings::{Environment, FileLayer, Flags};
+use flower::stores::SessionStore;
+use flower::tools::ProcessGroups;
+use flower::workflow::{Context, Prompt, WorkflowError};
+use flower::{AgentSpec, Settings, Step, Workflow};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+// ---------------------------------------------------------------------------------
+// AgentSpec, Step, Workflow
+// ---------------------------------------------------------------------------------
+
+/// An agent: its name, instructions (system prompt), the tools it may use
+/// (permission rules such as `"Read"`, `"Bash(git status)"`), a turn limit and a model.
+#[pyclass(module = "flower", name = "AgentSpec", get_all, set_all)]
+#[derive(Clone)]
+struct PyAgentSpec {
+    name: String,
+    instructions: String,
+    allowed_tools: Vec<String>,
+    disallowed_tools: Vec<String>,
+    max_turns: Option<u32>,
+    model: Option<String>,
+}
+
+#[pymethods]
+impl PyAgentSpec {
+    #[new]
+    #[pyo3(signature = (name, instructions, allowed_tools = Vec::new(), disallowed_tools = Vec::new(), max_turns = None, model = None))]
+    fn new(
+        name: String,
+        instructions: String,
+        allowed_tools: Vec<String>,
+        disallowed_tools: Vec<String>,
+        max_turns: Option<u32>,
+        model: Option<String>,
+    ) -> Self {
+        PyAgentSpec {
+            name,
+            instructions,
+            allowed_tools,
+            disallowed_tools,
+            max_turns,
+            model,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "AgentSpec(name={:?}, allowed_tools={:?}, max_turns={:?})",
+            self.name, self.allowed_tools, self.max_turns
+        )
+    }
+}
+
+impl PyAgentSpec {
+    fn to_rust(&self) -> AgentSpec {
+        let mut spec = AgentSpec::new(self.name.clone(), self.instructions.clone())
+            .allowed_tools(self.allowed_tools.clone())
+            .disallowed_tools(self.disallowed_tools.clone());
+        spec.max_turns = self.max_turns;
+        spec.model = self.model.clone();
+        spec
+    }
+}
+
+/// One step: its `name` (the key of lineage across processes: renaming a step starts
+/// it fresh), its agent, and its prompt, a string or a function of the context.
+/// `resume_from` continues an earlier step's session (`fork=True` branches it);
+/// `resume_prompt` is what is said when this step's own session is continued in a
+/// later process (default: `prompt` again); `retries` extra attempts after a failure.
+#[pyclass(module = "flower", name = "Step", get_all, set_all)]
+struct PyStep {
+    name: String,
+    agent: Py<PyAgentSpec>,
+    prompt: Py<PyAny>,
+    resume_from: Option<String>,
+    fork: bool,
+    resume_prompt: Option<Py<PyAny>>,
+    retries: u32,
+}
+
+#[pymethods]
+impl PyStep {
+    #[new]
+    #[pyo3(signature = (name, agent, prompt, *, resume_from = None, fork = false, resume_prompt = None, retries = 0))]
+    fn new(
+        name: String,
+        agent: Py<PyAgentSpec>,
+        prompt: Py<PyAny>,
+        resume_from: Option<String>,
+        fork: bool,
+        resume_prompt: Option<Py<PyAny>>,
+        retries: u32,
+    ) -> Self {
+        PyStep {
+            name,
+            agent,
+            prompt,
+            resume_from,
+            fork,
+            resume_prompt,
+            retries,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Step({:?})", self.name)
+    }
+}
+
+/// Steps run in order on a `Runtime`. `continuous` (default True): each step continues
+/// across processes the session lineage remembers for its name; False: every process
+/// starts clean.
+#[pyclass(module = "flower", name = "Workflow", get_all, set_all)]
+struct PyWorkflow {
+    steps: Vec<Py<PyStep>>,
+    continuous: bool,
+}
+
+/// What a callable raised, first one wins; the run stops at its next await point.
+#[derive(Default)]
+struct Failure {
+    error: Mutex<Option<PyErr>>,
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Failure {
+    fn fail(&self, error: PyErr) {
+        let mut slot = lock(&self.error);
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+        self.set.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+
+    fn take(&self) -> Option<PyErr> {
+        lock(&self.error).take()
+    }
+}
+
+/// A Python prompt: a string, or a callable taking the context dict.
+enum PyPrompt {
+    Text(String),
+    Call(Py<PyAny>),
+}
+
+impl PyPrompt {
+    fn of(py: Python<'_>, prompt: &Py<PyAny>) -> PyResult<PyPrompt> {
+        let bound = prompt.bind(py);
+        if let Ok(text) = bound.extract::<String>() {
+            return Ok(PyPrompt::Text(text));
+        }
+        if bound.is_callable() {
+            return Ok(PyPrompt::Call(prompt.clone_ref(py)));
+        }
+        Err(pyo3::exceptions::PyTypeError::new_err(
+            "a prompt is a str or a function of the context",
+        ))
+    }
+}
+
+/// Computed prompts of the current step, by (step, which), computed once before the
+/// step starts (see [`rust_step`]).
+type PromptCache = Arc<Mutex<HashMap<(String, bool), String>>>;
+
+fn call_prompt(f: &Py<PyAny>, ctx: &Context) -> PyResult<String> {
+    Python::attach(|py| {
+        let dict = ctx_dict(py, ctx)?;
+        f.call1(py, (dict,))?.extract::<String>(py)
+    })
+}
+
+/// A callable prompt as the library's `Prompt::Dynamic`: the value computed before the
+/// step started, else computed now (a retry); an exception stops the run.
+fn dynamic(
+    f: &Py<PyAny>,
+    py: Python<'_>,
+    key: (String, bool),
+    cache: &PromptCache,
+    failure: &Arc<Failure>,
+) -> Prompt {
+    let f = f.clone_ref(py);
+    let cache = cache.clone();
+    let failure = failure.clone();
+    Prompt::Dynamic(Arc::new(move |ctx: &Context| {
+        if let Some(text) = lock(&cache).remove(&key) {
+            return text;
+        }
+        match call_prompt(&f, ctx) {
+            Ok(text) => text,
+            Err(e) => {
+                failure.fail(e);
+                String::new()
+            }
+        }
+    }))
+}
+
+/// The library's step for a Python one. Callable prompts are computed in the step's
+/// skip check, which the workflow calls just before it renders the prompt: an exception
+/// there (or earlier, anywhere) skips this and every later step, so that nothing is
+/// sent with a prompt that could not be computed, and `run` raises it.
+fn rust_step(
+    py: Python<'_>,
+    step: &PyStep,
+    cache: &PromptCache,
+    failure: &Arc<Failure>,
+) -> PyResult<Step> {
+    let agent = step.agent.borrow(py).to_rust();
+    let prompt = PyPrompt::of(py, &step.prompt)?;
+    let resume = step
+        .resume_prompt
+        .as_ref()
+        .map(|p| PyPrompt::of(py, p))
+        .transpose()?;
+    let name = step.name.clone();
+    let mut calls: Vec<(bool, Py<PyAny>)> = Vec::new();
+    let mut rust = Step::new(
+        name.clone(),
+        agent,
+        match &prompt {
+            PyPrompt::Text(text) => Prompt::Text(text.clone()),
+            PyPrompt::Call(f) => {
+                calls.push((false, f.clone_ref(py)));
+                dynamic(f, py, (name.clone(), false), cache, failure)
+            }
+        },
+    );
+    rust.resume_prompt = match &resume {
+        None => None,
+        Some(PyPrompt::Text(text)) => Some(Prompt::Text(text.clone())),
+        Some(PyPrompt::Call(f)) => {
+            calls.push((true, f.clone_ref(py)));
+            Some(dynamic(f, py, (name.clone(), true), cache, failure))
+        }
+    };
+    rust.resume_from = step.resume_from.clone();
+    rust.fork = step.fork;
+    rust.retries = step.retries;
+    let cache = cache.clone();
+    let failure = failure.clone();
+    rust.skip = Some(Arc::new(move |ctx: &Context| {
+        if failure.is_set() {
+            return Some(String::new());
+        }
+        for (resume, f) in &calls {
+            match call_prompt(f, ctx) {
+                Ok(text) => {
+                    lock(&cache).insert((name.clone(), *resume), text);
+                }
+                Err(e) => {
+                    failure.fail(e);
+                    return Some(String::new());
+                }
+            }
+        }
+        None
+    }));
+    Ok(rust)
+}
+
+/// The spec's `ctx`: `_woke`, `_sessions`, each step's output by its name, and
+/// `_results` (this process's manifest rows) and `_passed` (gated steps).
+fn ctx_dict<'py>(py: Python<'py>, ctx: &Context) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (step, text) in &ctx.outputs {
+        dict.set_item(step, text)?;
+    }
+    dict.set_item("_woke", ctx.woke)?;
+    let sessions = PyDict::new(py);
+    for (step, id) in &ctx.sessions {
+        sessions.set_item(step, id)?;
+    }
+    dict.set_item("_sessions", sessions)?;
+    let results = PyList::empty(py);
+    for result in &ctx.results {
+        let value =
+            serde_json::to_value(result).map_err(|e| FlowerError::new_err(e.to_string()))?;
+        results.append(to_py(py, &value)?)?;
+    }
+    dict.set_item("_results", results)?;
+    let passed = PyDict::new(py);
+    for (step, ok) in &ctx.passed {
+        passed.set_item(step, ok)?;
+    }
+    dict.set_item("_passed", passed)?;
+    Ok(dict)
+}
+
+/// Stops what a dropped (cancelled) run left running, like the CLI on a double Ctrl-C,
+/// and writes the in-flight step's manifest row (lineage is on disk already).
+struct StopGuard {
+    rescuer: Rescuer,
+    processes: ProcessGroups,
+    armed: bool,
+}
+
+impl StopGuard {
+    fn stop(&mut self, why: &str) {
+        if std::mem::take(&mut self.armed) {
+            self.rescuer.rescue_with(why);
+            self.processes.kill_all();
+        }
+    }
+}
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        self.stop("cancelled");
+    }
+}
+
+impl PyWorkflow {
+    /// The run as a future that owns everything it needs.
+    fn future(
+        &self,
+        py: Python<'_>,
+        rt: &PyRuntime,
+    ) -> PyResult<impl Future<Output = PyResult<Py<PyAny>>> + Send + 'static> {
+        let run = rt.open_run()?;
+        let failure = Arc::new(Failure::default());
+        *lock(&rt.hooks.failure) = failure.clone();
+        let cache: PromptCache = Arc::default();
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| rust_step(py, &s.borrow(py), &cache, &failure))
+            .collect::<PyResult<Vec<_>>>()?;
+        let workflow = Workflow::new(steps).continuous(self.continuous);
+        Ok(async move {
+            let runtime = run.runtime();
+            let mut guard = StopGuard {
+                rescuer: runtime.rescuer(),
+                processes: runtime.processes().clone(),
+                armed: true,
+            };
+            let outcome = tokio::select! {
+                biased;
+                _ = failure.notify.notified() => None,
+                outcome = workflow.run(runtime) => Some(outcome),
+            };
+            if failure.is_set() {
+                guard.stop("cancelled");
+                return Err(failure
+                    .take()
+                    .unwrap_or_else(|| FlowerError::new_err("a callback failed")));
+            }
+            guard.armed = false;
+            match outcome {
+                Some(Ok(ctx)) => Python::attach(|py| Ok(ctx_dict(py, &ctx)?.into_any().unbind())),
+                Some(Err(WorkflowError::StepFailed {
+                    step,
+                    error,
+                    context,
+                })) => Python::attach(|py| {
+                    let e = StepFailedError::new_err(format!("步骤 {step} 没跑完:{error}"));
+                    let value = e.value(py);
+                    value.setattr("step", step)?;
+                    value.setattr("error", error)?;
+                    value.setattr("context", ctx_dict(py, &context)?)?;
+                    Err(e)
+                }),
+                Some(Err(other)) => Err(FlowerError::new_err(other.to_string())),
+                None => Err(FlowerError::new_err("a callback failed")),
+            }
+        })
+    }
+}
+
+#[pymethods]
+impl PyWorkflow {
+    #[new]
+    #[pyo3(signature = (steps, continuous = true))]
+    fn new(steps: Vec<Py<PyStep>>, continuous: bool) -> Self {
+        PyWorkflow { steps, continuous }
+    }
+
+    /// Runs every step on `rt`; awaitable on the running asyncio loop, which is never
+    /// blocked. Returns the context dict. Cancelling the awaiting task stops the run
+    /// (running commands killed, the in-flight step's manifest row written with
+    /// `error="cancelled"`); lineage is on disk from the moment each session existed.
+    fn run<'py>(&self, py: Python<'py>, rt: &PyRuntime) -> PyResult<Bound<'py, PyAny>> {
+        let future = self.future(py, rt)?;
+        pyo3_async_runtimes::tokio::future_into_py(py, future)
+    }
+
+    /// `run` for a script without an event loop: blocks (without the GIL) until the
+    /// run ends. Ctrl-C stops it as cancellation does and raises KeyboardInterrupt.
+    fn run_sync(&self, py: Python<'_>, rt: &PyRuntime) -> PyResult<Py<PyAny>> {
+        let future = self.future(py, rt)?;
+        let tokio = pyo3_async_runtimes::tokio::get_runtime();
+        py.detach(|| {
+            tokio.block_on(async move {
+                let signals = async {
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Python::attach(|py| py.check_signals())?;
+                    }
+                };
+                tokio::select! {
+                    result = future => result,
+                    interrupted = signals => interrupted,
+                }
+            })
+        })
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let names: Vec<String> = self
+            .steps
+            .iter()
+            .map(|s| s.borrow(py).name.clone())
+            .collect();
+        format!(
+            "Workflow({names:?}, continuous={})",
+            if self.continuous { "True" } else { "False" }
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Runtime
+// ---------------------------------------------------------------------------------
+
+/// What the event sink (built once, when the runtime opens) reaches.
+struct Hooks {
+    on_event: Option<Py<PyAny>>,
+    on_session: Option<Py<PyAny>>,
+    /// The current workflow run's failure slot.
+    failure: Mutex<Arc<Failure>>,
+    /// The step that runs now (for `on_session`).
+    step: Mutex<String>,
+}
+
+impl Hooks {
+    fn deliver(&self, event: &Event) {
+        let failure = lock(&self.failure).clone();
+        if failure.is_set() {
+            return;
+        }
+        if let Event::StepStarted { step, .. } = event {
+            *lock(&self.step) = step.clone();
+        }
+        let session = match event {
+            Event::SessionStarted {
+                session_id,
+                depth: 0,
+                ..
+            } => Some(session_id),
+            _ => None,
+        };
+        let session_call = self.on_session.as_ref().zip(session);
+        if self.on_event.is_none() && session_call.is_none() {
+            return;
+        }
+        let result = Python::attach(|py| -> PyResult<()> {
+            if let Some(f) = &self.on_event {
+                f.call1(py, (event_dict(py, event)?,))?;
+            }
+            if let Some((f, id)) = session_call {
+                let step = lock(&self.step).clone();
+                f.call1(py, (step, id))?;
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            failure.fail(e);
+        }
+    }
+}
+
+/// An event as a dict: `{"type": ..., fields}`.
+fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match event {
+        Event::SessionStarted {
+            agent,
+            session_id,
+            resumed,
+            depth,
+        } => {
+            d.set_item("type", "session")?;
+            d.set_item("agent", agent)?;
+            d.set_item("session_id", session_id)?;
+            d.set_item("resumed", resumed)?;
+            d.set_item("depth", depth)?;
+        }
+        Event::TextDelta { text, depth } => {
+            d.set_item("type", "text")?;
+            d.set_item("text", text)?;
+            d.set_item("depth", depth)?;
+        }
+        Event::ThinkingDelta { text, depth } => {
+            d.set_item("type", "thinking")?;
+            d.set_item("text", text)?;
+            d.set_item("depth", depth)?;
+        }
+        Event::ToolCall {
+            name,
+            summary,
+            depth,
+        } => {
+            d.set_item("type", "tool_call")?;
+            d.set_item("name", name)?;
+            d.set_item("summary", summary)?;
+            d.set_item("depth", depth)?;
+        }
+        Event::ToolDenied {
+            name,
+            message,
+            depth,
+        } => {
+            d.set_item("type", "tool_denied")?;
+            d.set_item("name", name)?;
+            d.set_item("message", message)?;
+            d.set_item("depth", depth)?;
+        }
+        Event::ToolDone {
+            name,
+            is_error,
+            depth,
+        } => {
+            d.set_item("type", "tool_done")?;
+            d.set_item("name", name)?;
+            d.set_item("is_error", is_error)?;
+            d.set_item("depth", depth)?;
+        }
+        Event::TurnDone {
+            turn,
+            usage,
+            context,
+            cost_usd,
+            depth,
+        } => {
+            d.set_item("type", "turn")?;
+            d.set_item("turn", turn)?;
+            let usage =
+                serde_json::to_value(usage).map_err(|e| FlowerError::new_err(e.to_string()))?;
+            d.set_item("usage", to_py(py, &usage)?)?;
+            d.set_item("context", context)?;
+            d.set_item("cost_usd", cost_usd)?;
+            d.set_item("depth", depth)?;
+        }
+        Event::Retrying {
+            attempt,
+            max_attempts,
+            delay_s,
+            error,
+        } => {
+            d.set_item("type", "retrying")?;
+            d.set_item("attempt", attempt)?;
+            d.set_item("max_attempts", max_attempts)?;
+            d.set_item("delay_s", delay_s)?;
+            d.set_item("error", error)?;
+        }
+        Event::Offline {
+            waited_s,
+            endpoint,
+            database,
+        } => {
+            d.set_item("type", "offline")?;
+            d.set_item("waited_s", waited_s)?;
+            d.set_item("endpoint", endpoint)?;
+            d.set_item("database", database)?;
+        }
+        Event::Online => d.set_item("type", "online")?,
+        Event::Warning { message } => {
+            d.set_item("type", "warning")?;
+            d.set_item("message", message)?;
+        }
+        Event::StepStarted {
+            step,
+            index,
+            total,
+            resumed,
+            woke,
+        } => {
+            d.set_item("type", "step")?;
+            d.set_item("step", step)?;
+            d.set_item("index", index)?;
+            d.set_item("total", total)?;
+            d.set_item("resumed", resumed)?;
+            d.set_item("woke", woke)?;
+        }
+        Event::Handoff {
+            step,
+            generation,
+            context,
+            mechanical,
+        } => {
+            d.set_item("type", "handoff")?;
+            d.set_item("step", step)?;
+            d.set_item("generation", generation)?;
+            d.set_item("context", context)?;
+            d.set_item("mechanical", mechanical)?;
+        }
+        Event::StepSkipped { step, index, total } => {
+            d.set_item("type", "step_skipped")?;
+            d.set_item("step", step)?;
+            d.set_item("index", index)?;
+            d.set_item("total", total)?;
+        }
+    }
+    Ok(d)
+}
+
+/// Retry and offline-wait numbers; `Resilience.resume_prompt` is what a retry that
+/// continues its session says.
+#[pyclass(module = "flower", name = "Resilience", get_all, set_all)]
+#[derive(Clone)]
+struct PyResilience {
+    max_attempts: u32,
+    base_delay: f64,
+    max_delay: f64,
+    probe_timeout: f64,
+    probe_interval: f64,
+    max_offline_wait: f64,
+    retry_unknown: bool,
+}
+
+#[pymethods]
+impl PyResilience {
+    #[classattr]
+    #[pyo3(name = "resume_prompt")]
+    const RESUME_PROMPT: &'static str = RESUME_PROMPT;
+
+    #[new]
+    #[pyo3(signature = (*, max_attempts = 6, base_delay = 4.0, max_delay = 120.0, probe_timeout = 5.0, probe_interval = 15.0, max_offline_wait = 3600.0, retry_unknown = true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        max_attempts: u32,
+        base_delay: f64,
+        max_delay: f64,
+        probe_timeout: f64,
+        probe_interval: f64,
+        max_offline_wait: f64,
+        retry_unknown: bool,
+    ) -> Self {
+        PyResilience {
+            max_attempts,
+            base_delay,
+            max_delay,
+            probe_timeout,
+            probe_interval,
+            max_offline_wait,
+            retry_unknown,
+        }
+    }
+}
+
+impl PyResilience {
+    fn to_rust(&self) -> Resilience {
+        Resilience {
+            max_attempts: self.max_attempts,
+            base_delay: self.base_delay,
+            max_delay: self.max_delay,
+            probe_timeout: self.probe_timeout,
+            probe_interval: self.probe_interval,
+            max_offline_wait: self.max_offline_wait,
+            retry_unknown: self.retry_unknown,
+        }
+    }
+}
+
+/// One open run of `workspace` with `run_dir` (relative to the current directory, not
+/// to the workspace): the run lock is taken here and held until `close()`. Settings
+/// come from the environment as for `flower` (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
+/// FLOWER_* …); a bad value raises ConfigError, a run held by another process
+/// LockedError. `trim`, `ephemeral`, `keep_denials`: what a resumed session is fed.
+#[pyclass(module = "flower", name = "Runtime")]
+struct PyRuntime {
+    run: Mutex<Option<Arc<Run>>>,
+    hooks: Arc<Hooks>,
+    #[pyo3(get)]
+    workspace: PathBuf,
+    #[pyo3(get)]
+    run_dir: PathBuf,
+}
+
+impl PyRuntime {
+    fn open_run(&self) -> PyResult<Arc<Run>> {
+        lock(&self.run)
+            .clone()
+            .ok_or_else(|| FlowerError::new_err("the runtime is closed"))
+    }
+}
+
+#[pymethods]
+impl PyRuntime {
+    #[new]
+    #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from("runs"), *, trim = false, ephemeral = true, keep_denials = 1, on_session = None, on_event = None, resilience = None, wait = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        workspace: PathBuf,
+        run_dir: PathBuf,
+        trim: bool,
+        ephemeral: bool,
+        keep_denials: usize,
+        on_session: Option<Py<PyAny>>,
+        on_event: Option<Py<PyAny>>,
+        resilience: Option<PyRef<'_, PyResilience>>,
+        wait: bool,
+    ) -> PyResult<Self> {
+        let flags = Flags {
+            workspace: Some(workspace.clone()),
+            run_dir: Some(run_dir.clone()),
+            wait,
+            ..Flags::default()
+        };
+        let settings =
+            Settings::resolve(&flags, &Environment::from_process(), &FileLayer::default())
+                .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        settings.install_prices();
+        let hooks = Arc::new(Hooks {
+            on_event,
+            on_session,
+            failure: Mutex::new(Arc::new(Failure::default())),
+            step: Mutex::new(String::new()),
+        });
+        let sink_hooks = hooks.clone();
+        let resilience = resilience.map(|r| r.to_rust());
+        // Opening may wait for the lock (`wait=True`): without the GIL.
+        let run = py
+            .detach(move || {
+                Run::prepare(&settings)?
+                    .lock(Begin::Continue, RunHooks::default())?
+                    .start(|o| {
+                        o.trim = trim;
+                        o.ephemeral = ephemeral;
+                        o.keep_denials = keep_denials;
+                        if let Some(resilience) = resilience {
+                            o.resilience = resilience;
+                        }
+                        o.events = Arc::new(move |event: &Event| sink_hooks.deliver(event));
+                    })
+            })
+            .map_err(errors::run_error)?;
+        Ok(PyRuntime {
+            run: Mutex::new(Some(Arc::new(run))),
+            hooks,
+            workspace,
+            run_dir,
+        })
+    }
+
+    /// Whether `session_id` is still in the run's store (lineage is checked this way).
+    fn has_session(&self, py: Python<'_>, session_id: String) -> PyResult<bool> {
+        let run = self.open_run()?;
+        py.detach(move || run.runtime().store().has_session(&session_id))
+            .map_err(errors::store_error)
+    }
+
+    /// The wake state the run was opened with (see `wake_state`).
+    #[getter]
+    fn wake<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let run = self.open_run()?;
+        wake_dict(py, run.wake())
+    }
+
+    /// The run's session store, as an Agent SDK `SessionStore` (pruning on `load`).
+    #[getter]
+    fn store(&self, py: Python<'_>) -> PyResult<Py<store::PySessionStore>> {
+        let run = self.open_run()?;
+        let store: Arc<dyn SessionStore> = run.runtime().store().clone();
+        Py::new(py, store::PySessionStore { store })
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.run).is_none()
+    }
+
+    /// Ends the run: releases the run lock. Waits (a few seconds at most) for a run
+    /// that was just cancelled to finish stopping.
+    fn close(&self, py: Python<'_>) {
+        let Some(run) = lock(&self.run).take() else {
+            return;
+        };
+        py.detach(move || {
+            let mut run = run;
+            for _ in 0..500 {
+                match Arc::try_unwrap(run) {
+                    Ok(run) => return run.close(),
+                    Err(shared) => run = shared,
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(&self, py: Python<'_>, _a: Py<PyAny>, _b: Py<PyAny>, _c: Py<PyAny>) {
+        self.close(py);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// wake_state, Lineage
+// ---------------------------------------------------------------------------------
+
+fn wake_dict<'py>(py: Python<'py>, state: &flower::WakeState) -> PyResult<Bound<'py, PyAny>> {
+    let value = serde_json::to_value(state).map_err(|e| FlowerError::new_err(e.to_string()))?;
+    to_py(py, &value)
+}
+
+/// The read-only wake probe: `{"waking", "brief", "goal", "checks", "woke", "steps"}`.
+/// Writes not one byte.
+#[pyfunction]
+#[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from("runs")))]
+fn wake_state(py: Python<'_>, workspace: PathBuf, run_dir: PathBuf) -> PyResult<Bound<'_, PyAny>> {
+    let state = py.detach(move || flower::wake_state(&workspace, &run_dir));
+    wake_dict(py, &state)
+}
+
+/// `run_dir/lineage.json`: step name → session id, and how many times the directory was
+/// woken. Read as the runtime reads it (another workspace's file or a corrupt one reads
+/// as empty); `remember` writes at once; `archive` moves it (and `extra` files) into a
+/// directory and starts over.
+#[pyclass(module = "flower", name = "Lineage")]
+struct PyLineage {
+    inner: Mutex<flower::Lineage>,
+}
+
+#[pymethods]
+impl PyLineage {
+    #[new]
+    #[pyo3(signature = (run_dir = PathBuf::from("runs"), workspace = PathBuf::from(".")))]
+    fn new(run_dir: PathBuf, workspace: PathBuf) -> PyResult<Self> {
+        let workspace = workspace
+            .canonicalize()
+            .map_err(|e| FlowerError::new_err(format!("workspace {}: {e}", workspace.display())))?;
+        Ok(PyLineage {
+            inner: Mutex::new(flower::Lineage::load(&run_dir, &workspace, |_| true)),
+        })
+    }
+
+    /// Records that `step` uses `session_id` and writes the file; suffixed attempt
+    /// names (`#retry`, `#round`, `·判定#`) never enter. Whether the file holds it now.
+    fn remember(&self, step: &str, session_id: &str) -> bool {
+        lock(&self.inner).remember(step, session_id)
+    }
+
+    /// `/new`: moves lineage.json and each existing `extra` file into `into`, then
+    /// resets steps and woke. Nothing is deleted.
+    #[pyo3(signature = (into, extra = Vec::new()))]
+    fn archive(&self, into: PathBuf, extra: Vec<PathBuf>) -> PyResult<()> {
+        lock(&self.inner)
+            .archive(&into, &extra)
+            .map_err(|e| FlowerError::new_err(e.to_string()))
+    }
+
+    #[getter]
+    fn woke(&self) -> u64 {
+        lock(&self.inner).woke()
+    }
+
+    #[getter]
+    fn steps(&self) -> std::collections::BTreeMap<String, String> {
+        lock(&self.inner).steps().clone()
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        lock(&self.inner).path().to_path_buf()
+    }
+}
+
+#[pymodule]
+#[pyo3(name = "_flower")]
+fn flower_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyAgentSpec>()?;
+    m.add_class::<PyStep>()?;
+    m.add_class::<PyWorkflow>()?;
+    m.add_class::<PyRuntime>()?;
+    m.add_class::<PyResilience>()?;
+    m.add_class::<PyLineage>()?;
+    m.add_class::<store::PySessionStore>()?;
+    m.add_class::<store::PySqliteStore>()?;
+    m.add_class::<store::PyPostgresStore>()?;
+    m.add_class::<store::PyPruningStore>()?;
+    m.add_function(wrap_pyfunction!(wake_state, m)?)?;
+    m.add("FlowerError", py.get_type::<FlowerError>())?;
+    m.add("LockedError", py.get_type::<LockedError>())?;
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("StepFailedError", py.get_type::<StepFailedError>())?;
+    m.add("RESUME_PROMPT", RESUME_PROMPT)?;
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! Answering a reply's tool calls: which tools are offered, the checks (input,
+//! hooks, permission rules) before a call runs, running it until done or interrupted.
+
+use super::permissions::{Decision, Permissions};
+use super::{
+    CUT_BY_MAX_TOKENS, Conversation, Denial, Engine, Event, RunError, Totals, hooks, subagent,
+};
+use crate::model::ToolDef;
+use crate::tools::{Tool, ToolContext, ToolOutput};
+use crate::transcript;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+impl Engine {
+    /// Runs a reply's tool calls in order and stores each result. After a Ctrl-C the
+    /// remaining calls are answered as interrupted and the user is asked what to say.
+    pub(super) async fn answer_calls(
+        &self,
+        conv: &mut Conversation<'_>,
+        permissions: &Permissions,
+        calls: Vec<(String, String, Value)>,
+        totals: &mut Totals,
+    ) -> Result<(), RunError> {
+        let mut interrupted = false;
+        for (id, name, input) in calls {
+            let output = if interrupted {
+                ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
+            } else {
+                let output = self
+                    .call_tool(conv, permissions, &id, &name, &input, totals)
+                    .await;
+                // The call stays unanswered in the store; pruning answers it neutrally
+                // when the retry resumes the session.
+                if let Some(error) = totals.subagent_error.take() {
+                    return Err(RunError::SubAgent(error));
+                }
+                interrupted = self.config.interrupt.is_pending();
+                output
+            };
+            let entry = conv
+                .chain
+                .tool_result(&id, &output.content, output.is_error);
+            self.record(conv, entry)?;
+        }
+        if !conv.hook_notes.is_empty() {
+            let text = std::mem::take(&mut conv.hook_notes).join("\n\n");
+            let entry = conv.chain.hook_context(&text);
+            self.record(conv, entry)?;
+        }
+        if interrupted {
+            let line = self.ask_after_interrupt().await;
+            if !line.is_empty() {
+                let entry = conv.chain.user(Value::String(line));
+                self.record(conv, entry)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tool definitions an agent is offered. `Task` only at the top level (no
+    /// nested sub-agents); `AskUser` only when a rule names it explicitly and there is
+    /// someone to ask.
+    pub(super) fn offered_tools(&self, permissions: &Permissions, depth: u32) -> Vec<ToolDef> {
+        let mut defs: Vec<ToolDef> = self
+            .tools
+            .iter()
+            .filter(|tool| permissions.offers(tool.name()))
+            .map(|tool| tool.definition())
+            .collect();
+        if depth == 0 && permissions.offers(subagent::TASK) {
+            defs.push(subagent::task_definition(&self.config.subagents));
+        }
+        // Only when someone can answer: a tool that can never work is noise.
+        if self.config.asker.is_some() && permissions.names(subagent::ASK_USER) {
+            defs.push(subagent::ask_user_definition());
+        }
+        defs
+    }
+
+    /// The server tools an agent's rules give it, with their limits.
+    pub(super) fn server_tools(&self, permissions: &Permissions) -> Vec<crate::model::ServerTool> {
+        use crate::model::{ServerTool, ServerToolKind};
+        use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
+        let limits = self.config.web;
+        [
+            (
+                WEB_SEARCH,
+                ServerToolKind::WebSearch,
+                limits.search_max_uses,
+            ),
+            (WEB_FETCH, ServerToolKind::WebFetch, limits.fetch_max_uses),
+        ]
+        .into_iter()
+        .filter_map(|(name, kind, max_uses)| {
+            let access = permissions.web_access(name)?;
+            Some(ServerTool {
+                kind,
+                max_uses: Some(max_uses),
+                allowed_domains: access.allowed_domains,
+                blocked_domains: access.blocked_domains,
+            })
+        })
+        .collect()
+    }
+
+    /// Checks and runs one tool call. Never fails: every problem becomes an error result.
+    pub(super) async fn call_tool(
+        &self,
+        conv: &mut Conversation<'_>,
+        permissions: &Permissions,
+        id: &str,
+        name: &str,
+        input: &Value,
+        totals: &mut Totals,
+    ) -> ToolOutput {
+        let depth = conv.depth;
+        if let Some(why) = input
+            .get(crate::model::types::INVALID_TOOL_INPUT)
+            .and_then(Value::as_str)
+        {
+            let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
+                "was cut off"
+            } else {
+                "was not valid JSON"
+            };
+            return ToolOutput::error(format!(
+                "The input of this {name} call {what} ({why}); nothing was run. \
+                 Send the call again with a complete JSON object."
+            ));
+        }
+        let hook_decision = match self.pre_tool_use(conv, permissions, id, name, input).await {
+            Ok(decision) => decision,
+            Err(blocked) => return blocked,
+        };
+        let denied = match permissions.check(name, input, &self.config.workspace) {
+            Decision::Deny { message } => Some(message),
+            Decision::Ask { why } if hook_decision != Some(hooks::PermissionDecision::Allow) => {
+                self.confirm(conv.spec, name, input, &why).await
+            }
+            Decision::Allow | Decision::Ask { .. } => match &hook_decision {
+                Some(hooks::PermissionDecision::Ask(why)) => {
+                    self.confirm(conv.spec, name, input, why).await
+                }
+                _ => None,
+            },
+        };
+        if let Some(message) = denied {
+            self.emit(Event::ToolDenied {
+                name: name.to_string(),
+                message: message.clone(),
+                depth,
+            });
+            totals.denials.push(Denial {
+                tool_name: name.to_string(),
+                tool_use_id: id.to_string(),
+                tool_input: input.clone(),
+            });
+            return ToolOutput::error(message);
+        }
+        self.emit(Event::ToolCall {
+            name: name.to_string(),
+            summary: summarize_input(name, input),
+            depth,
+        });
+        let output = match name {
+            subagent::TASK if depth == 0 => self.run_subagent(conv, input, totals).await,
+            subagent::ASK_USER => self.ask_user(input).await,
+            _ => match self.tools.iter().find(|tool| tool.name() == name) {
+                Some(tool) => {
+                    let sandbox = permissions.sandbox(&self.config.sandbox, &self.config.workspace);
+                    self.run_tool(tool.as_ref(), input, sandbox).await
+                }
+                None => ToolOutput::error(format!("No such tool available: {name}")),
+            },
+        };
+        self.emit(Event::ToolDone {
+            name: name.to_string(),
+            is_error: output.is_error,
+            depth,
+        });
+        self.post_tool_use(conv, permissions, id, name, input, &output)
+            .await;
+        output
+    }
+
+    /// Runs a built-in tool; a Ctrl-C cancels it and its result says so.
+    pub(super) async fn run_tool(
+        &self,
+        tool: &dyn Tool,
+        input: &Value,
+        sandbox: crate::tools::sandbox::SandboxPolicy,
+    ) -> ToolOutput {
+        let cancel = CancellationToken::new();
+        let ctx = ToolContext {
+            workspace: self.config.workspace.clone(),
+            run_dir: self.config.run_dir.clone(),
+            cancel: cancel.clone(),
+            processes: self.config.processes.clone(),
+            sandbox,
+            env: self.tool_env(),
+        };
+        self.until_interrupted(tool.call(input, &ctx), &cancel)
+            .await
+    }
+
+    /// Runs a tool call until it finishes or the user presses Ctrl-C. On an interrupt,
+    /// `cancel` fires and the call gets a moment to clean up (kill its process group);
+    /// its result then says it was interrupted. Sub-agents (Task) are not wrapped: their
+    /// own model requests and tools see the interrupt.
+    pub(super) async fn until_interrupted(
+        &self,
+        call: impl std::future::Future<Output = ToolOutput>,
+        cancel: &CancellationToken,
+    ) -> ToolOutput {
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            _ = self.config.interrupt.wait() => {
+                cancel.cancel();
+                let _ = tokio::time::timeout(Duration::from_secs(5), &mut call).await;
+                ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
+            }
+            output = &mut call => output,
+        }
+    }
+}
+
+/// A short, one-line description of a tool call for progress output.
+pub fn summarize_input(name: &str, input: &Value) -> String {
+    let field = crate::tools::names::info_of(name).map_or("", |t| t.summary_field);
+    let text = input
+        .get(field)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| json!(input).to_string());
+    let line = text.lines().next().unwrap_or_default();
+    let mut short: String = line.chars().take(100).collect();
+    if short.len() < line.len() || text.lines().nth(1).is_some() {
+        short.push('…');
+    }
+    short
+}

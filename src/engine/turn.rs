@@ -1,0 +1,88 @@
+//! One model turn: the request over the conversation so far, streamed out as events,
+//! and what happens when a Ctrl-C interrupts it.
+
+use super::{CONTINUE_AFTER_INTERRUPT, Conversation, Engine, Event, RunError};
+use crate::model::{MessagesRequest, ModelError, ModelReply, StreamDelta};
+use crate::transcript;
+use serde_json::Value;
+
+impl Engine {
+    /// One model request over the conversation so far.
+    pub(super) async fn take_turn(
+        &self,
+        conv: &mut Conversation<'_>,
+        request: &mut MessagesRequest,
+    ) -> Turn {
+        // The history is moved into the request, not cloned: a deep copy of every
+        // message on every turn made a long session quadratic (most of the harness's
+        // CPU time per turn at 200 turns). It goes back before anything else happens;
+        // if this future is dropped mid-request, the conversation is dropped with it.
+        request.messages = conv.messages.take();
+        let turn = self.request(request, conv.depth).await;
+        conv.messages.restore(std::mem::take(&mut request.messages));
+        turn
+    }
+
+    /// A reply was interrupted: record that, then what the user said (or "continue").
+    pub(super) async fn after_interrupted_reply(
+        &self,
+        conv: &mut Conversation<'_>,
+    ) -> Result<(), RunError> {
+        let entry = conv
+            .chain
+            .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));
+        self.record(conv, entry)?;
+        let line = self.ask_after_interrupt().await;
+        let text = if line.is_empty() {
+            CONTINUE_AFTER_INTERRUPT.to_string()
+        } else {
+            line
+        };
+        let entry = conv.chain.user(Value::String(text));
+        self.record(conv, entry)
+    }
+
+    /// One model request, streaming deltas out as events; a Ctrl-C stops it cleanly.
+    pub(super) async fn request(&self, request: &MessagesRequest, depth: u32) -> Turn {
+        let events = self.config.events.clone();
+        let mut on_delta = move |delta: StreamDelta<'_>| {
+            let event = match delta {
+                StreamDelta::Text(text) => Event::TextDelta {
+                    text: text.to_string(),
+                    depth,
+                },
+                StreamDelta::Thinking(text) => Event::ThinkingDelta {
+                    text: text.to_string(),
+                    depth,
+                },
+                StreamDelta::ToolUseStart { .. } => return,
+            };
+            events(&event);
+        };
+        let interrupt = &self.config.interrupt;
+        tokio::select! {
+            biased;
+            _ = interrupt.wait() => Turn::Interrupted,
+            result = self.config.model.stream(request, &mut on_delta) => match result {
+                Ok(reply) => Turn::Reply(reply),
+                Err(error) => Turn::Failed(error),
+            },
+        }
+    }
+
+    /// Asks the user what to say after a Ctrl-C, then clears the interrupt.
+    pub(super) async fn ask_after_interrupt(&self) -> String {
+        let line = match &self.config.on_interrupt {
+            Some(prompt) => prompt().await.unwrap_or_default(),
+            None => String::new(),
+        };
+        self.config.interrupt.clear();
+        line.trim().to_string()
+    }
+}
+
+pub(super) enum Turn {
+    Reply(ModelReply),
+    Interrupted,
+    Failed(ModelError),
+}
