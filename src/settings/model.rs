@@ -339,7 +339,9 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
     })
 }
 
-/// `flag` (`--effort`), else the variable `var`: a level the model accepts.
+/// `flag` (`--effort`), else the variable `var` (for `CLAUDE_CODE_EFFORT_LEVEL`, else
+/// the settings files' `effortLevel`, as Claude Code reads it): a level the model
+/// accepts.
 fn resolve_effort(
     flag: Option<&str>,
     var: &'static str,
@@ -347,12 +349,14 @@ fn resolve_effort(
     id: &str,
     info: &models::ModelInfo,
 ) -> Result<Option<Effort>, ConfigError> {
-    let (setting, raw) = match flag {
-        Some(raw) => ("--effort", raw.to_string()),
-        None => match vars.unblank(var) {
-            Some(raw) => (var, raw),
-            None => return Ok(None),
-        },
+    let file = (var == "CLAUDE_CODE_EFFORT_LEVEL")
+        .then(|| vars.files.effort.clone())
+        .flatten();
+    let (setting, raw) = match (flag, vars.unblank(var), file) {
+        (Some(raw), _, _) => ("--effort", raw.to_string()),
+        (None, Some(raw), _) => (var, raw),
+        (None, None, Some(raw)) => ("effortLevel (settings file)", raw),
+        (None, None, None) => return Ok(None),
     };
     let effort = Effort::parse(&raw).ok_or_else(|| {
         ConfigError::invalid(

@@ -145,6 +145,8 @@ pub struct FileLayer {
     pub vars: BTreeMap<String, String>,
     /// `model`: below `--model` and `ANTHROPIC_MODEL`.
     pub model: Option<String>,
+    /// `effortLevel`: below `--effort` and `CLAUDE_CODE_EFFORT_LEVEL`.
+    pub effort: Option<String>,
     /// `permissions` of every file, merged.
     pub permissions: super::files::FilePermissions,
     /// `hooks` of every file, merged.

@@ -477,3 +477,38 @@ fn the_judge_never_runs_below_high_effort_unless_told() {
             .all(|r| r.body.get("output_config").is_none())
     );
 }
+
+/// Claude Code's settings files' `effortLevel` is read too, below the variable.
+#[test]
+fn a_settings_file_effort_level_is_read_below_the_variable() {
+    let dir = TempDir::new().unwrap();
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"effortLevel": "low"}"#,
+    )
+    .unwrap();
+    let home = dir.path().display().to_string();
+    let server = FakeServer::start(vec![Reply::text("好"), Reply::text("好")]);
+    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.requests()[0].body["output_config"]["effort"], "low");
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi"],
+        &[("HOME", &home), ("CLAUDE_CODE_EFFORT_LEVEL", "medium")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.requests()[1].body["output_config"]["effort"], "medium");
+
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"effortLevel": "extreme"}"#,
+    )
+    .unwrap();
+    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("effortLevel"), "{}", stderr(&out));
+    assert_eq!(server.request_count(), 2);
+}
