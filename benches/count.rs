@@ -11,6 +11,7 @@
 //!    sent, the fake answers at once): median and p95.
 //!
 //! Per turn, counting adds (1) + (2) × (3).
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/it/support/mod.rs"]
@@ -105,7 +106,11 @@ fn main() {
         model: "claude-sonnet-5-5".into(),
         max_tokens: 16_384,
         system: "You are a careful engineer.".into(),
-        messages: entries.iter().map(|e| e["message"].clone()).collect(),
+        messages: entries
+            .iter()
+            .map(|e| e["message"].clone())
+            .collect::<Vec<Value>>()
+            .into(),
         ..MessagesRequest::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -18,6 +18,7 @@
 //!   spent inside the model client (goal ≤ 20 ms);
 //! - harness overhead per turn: the step's wall time minus the time inside the model
 //!   client, over every model turn (goal ≤ 2 ms).
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::continuity::handoff::{DEFAULT_WINDOW, SECTIONS};
@@ -61,7 +62,7 @@ fn text_of(message: &Value) -> String {
 
 impl Scripted {
     fn reply(&self, request: &MessagesRequest) -> ModelReply {
-        let messages = &request.messages;
+        let messages = &request.messages.to_values();
         let turn = messages.iter().filter(|m| m["role"] == "assistant").count() as u64;
         let first = messages.first().map(text_of).unwrap_or_default();
         let asked = messages

@@ -25,7 +25,10 @@ impl Engine {
         totals: &mut Totals,
     ) -> Result<(), RunError> {
         let entry = conv.chain.assistant(reply);
-        self.record(conv, entry)?;
+        // Tool results follow a reply with calls; the last of them flushes both (see
+        // `SessionStore::append_deferred`).
+        let deferred = !transcript::tool_uses(&reply.content).is_empty();
+        self.record_with(conv, entry, deferred)?;
         self.report_server_tools(&reply.content, conv.depth);
         conv.measure.measured(reply.usage.context_tokens());
         totals.num_turns += 1;

@@ -2,6 +2,7 @@
 //! other providers (an OpenAI-compatible client for local models) can plug in later.
 
 pub mod anthropic;
+pub mod body;
 pub mod classify;
 pub mod error;
 pub mod models;
@@ -11,8 +12,8 @@ pub mod types;
 
 pub use error::ModelError;
 pub use types::{
-    Effort, MessagesRequest, ModelReply, ServerTool, ServerToolKind, ServerToolUsage, StreamDelta,
-    Thinking, ToolDef, Usage, WebLimits,
+    Effort, History, MessagesRequest, ModelReply, ServerTool, ServerToolKind, ServerToolUsage,
+    StreamDelta, Thinking, ToolDef, Usage, WebLimits,
 };
 
 use crate::future::BoxFuture;

@@ -500,7 +500,10 @@ fn a_settings_file_effort_level_is_read_below_the_variable() {
         &[("HOME", &home), ("CLAUDE_CODE_EFFORT_LEVEL", "medium")],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(server.requests()[1].body["output_config"]["effort"], "medium");
+    assert_eq!(
+        server.requests()[1].body["output_config"]["effort"],
+        "medium"
+    );
 
     std::fs::write(
         dir.path().join(".claude/settings.json"),
