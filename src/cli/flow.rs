@@ -84,7 +84,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         Ok(intent) => intent,
         Err(code) => return Ok(code),
     };
-    let options = flower_options(&args, interactive, intent);
+    let options = flower_options(&args, &settings, interactive, intent);
 
     let interrupt = Interrupt::new();
     let run = or_return!(
@@ -234,10 +234,16 @@ async fn decide_intent(
 }
 
 /// The pipeline's options for `intent`.
-fn flower_options(args: &FlowArgs, interactive: bool, intent: Intent) -> FlowerOptions {
+fn flower_options(
+    args: &FlowArgs,
+    settings: &Settings,
+    interactive: bool,
+    intent: Intent,
+) -> FlowerOptions {
     let mut options = FlowerOptions {
         rounds: args.rounds,
         interactive,
+        judge_effort: settings.model.judge_effort,
         ..FlowerOptions::default()
     };
     match intent {

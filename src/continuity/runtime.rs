@@ -126,6 +126,10 @@ pub struct RuntimeOptions {
     pub cache_ttl: Option<Duration>,
     /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
     pub thinking_budget: Option<u32>,
+    /// `output_config.effort` of every agent without its own (see `EngineConfig::effort`).
+    pub effort: Option<crate::model::Effort>,
+    /// `max_uses` of the web tools (see `EngineConfig::web`).
+    pub web: crate::model::WebLimits,
     /// The model client; its default model is the run's model.
     pub client: Arc<dyn ModelClient>,
     /// Retry policy.
@@ -171,6 +175,8 @@ impl RuntimeOptions {
             keep_denials: 1,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             thinking_budget: None,
+            effort: None,
+            web: crate::model::WebLimits::default(),
             client,
             resilience: Resilience::default(),
             events: crate::events::discard(),
@@ -338,6 +344,8 @@ impl Runtime {
             events: options.events.clone(),
             max_tokens,
             thinking_budget: options.thinking_budget,
+            effort: options.effort,
+            web: options.web,
             subagents: options.subagents,
             asker: options.asker,
             interrupt: options.interrupt,

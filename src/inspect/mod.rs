@@ -158,6 +158,16 @@ pub struct Tokens {
     pub output: u64,
     pub cache_creation: u64,
     pub cache_read: u64,
+    /// Server tool requests (`usage.server_tool_use`), not tokens but priced per use;
+    /// left out of JSON when there were none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub web_search: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub web_fetch: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Tokens {
@@ -171,6 +181,9 @@ impl Tokens {
         self.cache_read = self
             .cache_read
             .saturating_add(usage.cache_read_input_tokens);
+        let server = &usage.server_tool_use;
+        self.web_search = self.web_search.saturating_add(server.web_search_requests);
+        self.web_fetch = self.web_fetch.saturating_add(server.web_fetch_requests);
     }
 
     /// Another total added, saturating as [`add`](Self::add).
@@ -179,6 +192,8 @@ impl Tokens {
         self.output = self.output.saturating_add(other.output);
         self.cache_creation = self.cache_creation.saturating_add(other.cache_creation);
         self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.web_search = self.web_search.saturating_add(other.web_search);
+        self.web_fetch = self.web_fetch.saturating_add(other.web_fetch);
     }
 }
 
