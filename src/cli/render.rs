@@ -77,6 +77,11 @@ impl Renderer {
         })
     }
 
+    /// Whether a live status line is drawn (a terminal, see [`status::live`]).
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
     /// The event sink that renders through this renderer.
     pub fn sink(self: &Arc<Self>) -> EventSink {
         let renderer = self.clone();
@@ -345,6 +350,11 @@ impl Renderer {
         }
     }
 
+    /// What the run had cost before this process (see [`Status::set_cost_before`]).
+    pub fn set_cost_before(&self, before: f64) {
+        self.lock().status.set_cost_before(before);
+    }
+
     /// The context window the status line shows context against.
     pub fn set_window(&self, window: u64) {
         self.lock().status.window = Some(window);
@@ -353,14 +363,14 @@ impl Renderer {
     /// On a live terminal, the one summary line of the finished pipeline (verdict,
     /// wall time, cost, turns, peak context, handoffs) on stderr; nothing otherwise, so
     /// plain output stays as it was.
-    pub fn summary(&self, verdict: &str) {
+    pub fn summary(&self, verdict: &str, run: Option<&flower::inspect::Totals>) {
         if !self.live {
             return;
         }
         let mut state = self.lock();
         self.clear_status(&mut state);
         self.end_text_line(&mut state);
-        let line = state.status.summary(verdict);
+        let line = state.status.summary(verdict, run);
         eprintln!("{}", self.paint("1", &line));
     }
 

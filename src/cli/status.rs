@@ -20,7 +20,12 @@ pub struct Status {
     pub step: String,
     pub turn: u32,
     pub context: u64,
+    /// The run's cost so far: what the manifest said when this process began
+    /// ([`Status::set_cost_before`]) plus what this process's turns reported. `None`
+    /// once a model's price is unknown.
     pub cost: Option<f64>,
+    /// What the current engine run had reported (its turns' costs are cumulative).
+    reported: f64,
     /// The model's context window (set by the pipeline from its handoff settings).
     pub window: Option<u64>,
     /// The session generation of the step (1 = its first session), once a handoff
@@ -48,7 +53,8 @@ impl Status {
             step: String::new(),
             turn: 0,
             context: 0,
-            cost: None,
+            cost: Some(0.0),
+            reported: 0.0,
             window: None,
             generation: None,
             handoffs: 0,
@@ -72,11 +78,17 @@ impl Status {
                 self.context = *context;
                 self.peak_context = self.peak_context.max(*context);
                 self.turns += 1;
-                if cost_usd.is_some() {
-                    self.cost = *cost_usd;
+                // Cumulative per engine run: only what is new since its last turn.
+                match (self.cost.as_mut(), cost_usd) {
+                    (Some(total), Some(now)) => {
+                        *total += now - self.reported;
+                        self.reported = *now;
+                    }
+                    _ => self.cost = None,
                 }
                 self.offline = None;
             }
+            Event::SessionStarted { depth: 0, .. } => self.reported = 0.0,
             Event::StepStarted { step, .. } => {
                 if *step != self.step {
                     self.generation = None;
@@ -132,15 +144,33 @@ impl Status {
         )
     }
 
-    /// The line printed when the pipeline ends.
-    pub fn summary(&self, verdict: &str) -> String {
+    /// What the run had cost before this process began (the manifest's rows, as
+    /// `flower log` sums them).
+    pub fn set_cost_before(&mut self, before: f64) {
+        if let Some(total) = self.cost.as_mut() {
+            *total += before;
+        }
+    }
+
+    /// The line printed when the pipeline ends: this wake's wall time, then the run's
+    /// figures as `flower log` totals them (`run`), else as this process saw them.
+    pub fn summary(&self, verdict: &str, run: Option<&flower::inspect::Totals>) -> String {
+        let (spent, turns, peak, handoffs) = match run {
+            Some(t) => (
+                (!t.cost_partial).then_some(t.cost_usd),
+                t.turns,
+                t.peak_context,
+                t.handoffs as u32,
+            ),
+            None => (self.cost, self.turns, self.peak_context, self.handoffs),
+        };
         format!(
             "== {verdict} · 用时 {} · {} · {} 轮 · 峰值上下文 {} · 换代 {} ==",
             duration(self.started.elapsed().as_secs_f64()),
-            cost(self.cost),
-            self.turns,
-            tokens(self.peak_context),
-            self.handoffs
+            cost(spent),
+            turns,
+            tokens(peak),
+            handoffs
         )
     }
 }

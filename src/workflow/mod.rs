@@ -207,7 +207,7 @@ impl Workflow {
         }
         let mut ctx = Context {
             woke: if self.continuous {
-                rt.lineage().wake()
+                rt.wake()
             } else {
                 1
             },
