@@ -4,6 +4,7 @@
 //!   entries, with a realistic `lineage.json` and notes. Goal ≤ 5 ms.
 //! - `bench_manifest`: one manifest write (lock, re-read, merge, write, fsync, rename)
 //!   when `runs/manifest.json` already holds 10,000 rows of other runs. Goal ≤ 20 ms.
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::continuity::manifest::{Manifest, ManifestRow, StepResult, new_run_id};
@@ -40,6 +41,7 @@ fn foreign_row(i: usize) -> ManifestRow {
         resumed: !i.is_multiple_of(3),
         retired: Vec::new(),
         context: 28_700 + i as u64,
+        outages: Vec::new(),
     };
     r.to_row(&format!("20260901-{:06}-a1b2c3", i / 100))
 }

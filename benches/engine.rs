@@ -31,6 +31,7 @@
 //! For scale (DESIGN.md §7): Claude Code 2.1.327 takes 0.42 s and 216 MiB for the
 //! one-turn job, about 33 ms of harness time per turn over 301 turns, and 0.54 s and
 //! 267 MiB to resume a 301-turn session for one more turn.
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/it/support/mod.rs"]

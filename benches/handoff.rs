@@ -18,6 +18,7 @@
 //!   spent inside the model client (goal ≤ 20 ms);
 //! - harness overhead per turn: the step's wall time minus the time inside the model
 //!   client, over every model turn (goal ≤ 2 ms).
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::continuity::handoff::{DEFAULT_WINDOW, SECTIONS};

@@ -6,6 +6,7 @@
 //!   generation of the run below): `flower log` and `flower show` ≤ 100 ms each;
 //! - a 10,000-turn run (a 干活 session of 10,000 turns with a handoff halfway, synthetic
 //!   errors every 500 turns, a judge): `flower report` ≤ 1 s and ≤ 5 MB.
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::continuity::lineage::Lineage;

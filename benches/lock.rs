@@ -2,6 +2,7 @@
 //! `flower` (the run lock) and to a one-turn `flower once` (one session lock: created,
 //! written, removed). Prints figures next to the goal (≤ 1 ms); asserts none.
 //! Run with `cargo bench --bench lock`.
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::continuity::lock::{RunLock, SessionLocks, probe_run};

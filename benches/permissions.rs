@@ -2,7 +2,7 @@
 //! starting a sandboxed Bash command versus an unsandboxed one.
 //!
 //! `cargo bench --bench permissions`
-
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/data/bash_corpus.rs"]

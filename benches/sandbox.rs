@@ -4,7 +4,7 @@
 //! preparation and the one-off namespace creation on their own. Goal: ≤ 5 ms median.
 //!
 //! `cargo bench --bench sandbox`
-
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::tools::sandbox::{self, SandboxPolicy, Support};

@@ -4,6 +4,7 @@
 //!
 //! Goals (issue #3): pruned load ≤ 50 ms and within 2× raw; single append ≤ 1 ms
 //! median; list_sessions ≤ 5 ms. Prints figures only; nothing here asserts.
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::stores::prune::{PruneOptions, prune};

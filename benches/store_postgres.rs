@@ -9,6 +9,7 @@
 //! loopback). Without it the PostgreSQL column is skipped with a printed reason.
 //! Goals (issue 14): append ≤ 1 ms median; pruned load within 2× SQLite's.
 //! Prints figures only; nothing here asserts.
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/it/support/mod.rs"]

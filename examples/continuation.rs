@@ -9,6 +9,7 @@
 //! cargo run --example continuation
 //! cargo run --example continuation
 //! ```
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::{AgentSpec, Run, Settings, Step, Workflow};

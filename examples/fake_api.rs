@@ -12,6 +12,7 @@
 //! The model it plays: after each prompt it calls `Read` on `seed.txt` `tools` times
 //! (default 1), then answers `answer` (default `向日葵`). Requests numbered in `hold` are
 //! read and never answered (a test kills or cancels the run meanwhile).
+#![allow(clippy::disallowed_macros)] // prints its URL
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[allow(dead_code)]

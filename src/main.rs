@@ -4,6 +4,7 @@ mod cli;
 
 use clap::Parser;
 use cli::args::{Cli, Command};
+use cli::out::errln;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -13,7 +14,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Store(args)) => {
             return cli::store::run(args).unwrap_or_else(|e| {
-                eprintln!("flower store: {e:#}");
+                errln!("flower store: {}", said(&e));
                 ExitCode::FAILURE
             });
         }
@@ -27,7 +28,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("flower: {error:#}");
+            errln!("flower: {}", said(&error));
             if error.downcast_ref::<flower::ConfigError>().is_some() {
                 ExitCode::from(cli::config::EXIT_USAGE)
             } else {
@@ -35,6 +36,11 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// An error and its causes, each said once (the library's errors may quote their cause).
+fn said(error: &anyhow::Error) -> String {
+    flower::error::chain(error.as_ref())
 }
 
 /// One thread is plenty: the work is waiting on the model and on tools.

@@ -12,6 +12,7 @@ use super::config::EXIT_USAGE;
 use super::input::{self, TerminalAsker, after_interrupt};
 use super::lines::{self, tilde};
 use super::render::Renderer;
+use crate::cli::out::errln;
 use flower::WakeState;
 use flower::continuity::notes;
 use flower::continuity::run::{Begin, Locked, Run, RunHooks};
@@ -76,7 +77,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     };
     let mut locked = or_return!(opening.lock(begin, hooks()).map_err(lines::refused));
     if let Some(into) = locked.archived() {
-        eprintln!("已归档到 {}", tilde(into, home));
+        errln!("已归档到 {}", tilde(into, home));
     }
     announce(&renderer, &args, &settings, &locked);
     let intent = match decide_intent(&mut locked, said, interactive, home).await? {
@@ -145,10 +146,10 @@ fn load_settings(args: &FlowArgs, env: &Environment) -> anyhow::Result<Settings>
             flower::tools::sandbox::Support::Missing(_)
         )
     {
-        eprintln!("flower: {}", settings.sandbox.describe());
+        errln!("flower: {}", settings.sandbox.describe());
     }
     for warning in &settings.warnings {
-        eprintln!("flower: {warning}");
+        errln!("flower: {warning}");
     }
     Ok(settings)
 }
@@ -158,8 +159,8 @@ fn load_settings(args: &FlowArgs, env: &Environment) -> anyhow::Result<Settings>
 /// handlers of [`install_signals`].
 fn hooks() -> RunHooks {
     RunHooks {
-        on_wait: Some(Box::new(|what| eprintln!("{}", lines::waiting(what)))),
-        on_hold_lost: Some(Arc::new(|lost| eprintln!("{}", lines::hold_lost(lost)))),
+        on_wait: Some(Box::new(|what| errln!("{}", lines::waiting(what)))),
+        on_hold_lost: Some(Arc::new(|lost| errln!("{}", lines::hold_lost(lost)))),
     }
 }
 
@@ -180,7 +181,7 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
     if state.waking {
         renderer.line(&lines::banner(&locked.place(), state, home));
         if args.verbose {
-            eprintln!(
+            errln!(
                 "{}",
                 lines::sandbox_line(&settings.sandbox, &worker_for(settings), home)
             );
@@ -194,7 +195,7 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
     }
     if args.verbose {
         for line in super::conventions::lines(settings) {
-            eprintln!("{line}");
+            errln!("{line}");
         }
     }
 }
@@ -215,7 +216,7 @@ async fn decide_intent(
             None if interactive => match input::ask_line(ASK_WAKE).await {
                 Some(line) if line.trim() == "/new" => {
                     if let Some(into) = locked.archive()? {
-                        eprintln!("已归档到 {}", tilde(&into, home));
+                        errln!("已归档到 {}", tilde(&into, home));
                     }
                     match ask_task().await {
                         Some(request) => Intent::Fresh { request },
@@ -280,7 +281,7 @@ fn install_signals(
         interactive,
         move || {
             exit_renderer.finish();
-            eprintln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
+            errln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
         },
     )?;
     Ok(())
@@ -324,7 +325,7 @@ fn resumable(state: &WakeState) -> bool {
 }
 
 fn no_task() -> ExitCode {
-    eprintln!("flower: 要做什么? 在命令行上给一句话,例如:flower \"写个 md 转 html 的脚本\"");
+    errln!("flower: 要做什么? 在命令行上给一句话,例如:flower \"写个 md 转 html 的脚本\"");
     ExitCode::from(EXIT_USAGE)
 }
 

@@ -5,7 +5,7 @@
 
 use flower::engine::Asker;
 use flower::future::BoxFuture;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::{Mutex, mpsc};
 
@@ -57,9 +57,7 @@ impl Lines {
 
 /// Prints `question` and a `> ` prompt on stderr, then waits for a line.
 pub async fn ask_line(question: &str) -> Option<String> {
-    let mut err = std::io::stderr();
-    let _ = write!(err, "\n{question}\n> ");
-    let _ = err.flush();
+    super::out::err!("\n{question}\n> ");
     Lines::shared().next().await
 }
 

@@ -5,6 +5,7 @@
 use super::args::EXIT_LOCKED;
 use super::config::EXIT_USAGE;
 use super::format::tokens;
+use crate::cli::out::errln;
 use flower::WakeState;
 use flower::continuity::lock::Holder;
 use flower::continuity::run::{HoldLost, RunError, Waiting};
@@ -163,6 +164,6 @@ pub fn refused(error: RunError) -> anyhow::Result<ExitCode> {
         RunError::Config(e) => return Err(e.into()),
         other => return Err(other.into()),
     };
-    eprintln!("flower: {line}");
+    errln!("flower: {line}");
     Ok(ExitCode::from(code))
 }

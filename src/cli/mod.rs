@@ -11,6 +11,7 @@ pub mod input;
 pub mod lines;
 pub mod log;
 pub mod once;
+pub mod out;
 pub mod render;
 pub mod report;
 pub mod show;

@@ -6,6 +6,7 @@ use super::format;
 use super::input::{self, TerminalAsker, after_interrupt};
 use super::lines;
 use super::render::Renderer;
+use crate::cli::out::{errln, outln};
 use flower::continuity::run::open_single;
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
@@ -37,7 +38,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     };
     // A malformed rule is a usage error, before any request.
     if let Err(e) = spec.permissions_in(env.home()) {
-        eprintln!("flower: {e}");
+        errln!("flower: {e}");
         return Ok(ExitCode::from(super::config::EXIT_USAGE));
     }
     let renderer = Renderer::new(false, &settings.terminal);
@@ -45,7 +46,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let interactive = input::interactive();
     let sandbox = settings.sandbox.clone();
     for warning in &settings.warnings {
-        eprintln!("flower: {warning}");
+        errln!("flower: {warning}");
     }
     let start = match (&args.resume, args.fork) {
         (Some(id), true) => SessionStart::Fork(id.clone()),
@@ -70,7 +71,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         Err(error) => return lines::refused(error),
     };
     for warning in runtime.take_warnings() {
-        eprintln!("flower: {warning}");
+        errln!("flower: {warning}");
     }
     signals::install(
         None,
@@ -81,7 +82,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     )?;
 
     if !args.json {
-        eprintln!(
+        errln!(
             "{}",
             lines::sandbox_line(&sandbox, &spec, settings.home.as_deref())
         );
@@ -102,12 +103,12 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
             "permission_denials": outcome.permission_denials,
             "duration_ms": (result.duration_s() * 1000.0).round() as u64,
         });
-        println!("{object}");
+        outln!("{object}");
     } else {
         if let Some(error) = &result.error {
-            eprintln!("flower: {error}");
+            errln!("flower: {error}");
         }
-        eprintln!(
+        errln!(
             "-- 会话 {session_id} · {} 轮 · {} · 上下文 {}",
             result.num_turns,
             format::cost(result.cost_usd),

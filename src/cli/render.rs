@@ -4,10 +4,11 @@
 //! respected: no colours, no redrawn lines.
 
 use super::format::{display_width, tokens};
+use super::out::{self, err, errln};
 use super::status::{self, Status};
 use flower::engine::{Event, EventSink};
 use flower::settings::Terminal;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Width of a step header up to the step counter: `== 干活 ` plus 30 `=`.
@@ -100,13 +101,9 @@ impl Renderer {
     pub fn line(&self, text: &str) {
         let mut state = self.lock();
         self.clear_status(&mut state);
-        let mut out = std::io::stdout().lock();
-        if state.mid_line {
-            let _ = writeln!(out);
-            state.mid_line = false;
-        }
-        let _ = writeln!(out, "{text}");
-        let _ = out.flush();
+        let lead = if state.mid_line { "\n" } else { "" };
+        state.mid_line = false;
+        out::to_stdout(format_args!("{lead}{text}\n"));
     }
 
     /// Prints a note on stderr.
@@ -114,7 +111,7 @@ impl Renderer {
         let mut state = self.lock();
         self.clear_status(&mut state);
         self.end_text_line(&mut state);
-        eprintln!("{text}");
+        errln!("{text}");
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -123,16 +120,14 @@ impl Renderer {
 
     fn clear_status(&self, state: &mut State) {
         if state.status_shown {
-            eprint!("\r\x1b[2K");
+            err!("\r\x1b[2K");
             state.status_shown = false;
         }
     }
 
     fn end_text_line(&self, state: &mut State) {
         if state.mid_line {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out);
-            let _ = out.flush();
+            out::to_stdout(format_args!("\n"));
             state.mid_line = false;
         }
     }
@@ -142,8 +137,7 @@ impl Renderer {
             return;
         }
         self.clear_status(state);
-        eprint!("{}", self.paint("2", text));
-        let _ = std::io::stderr().flush();
+        err!("{}", self.paint("2", text));
         state.status_shown = true;
     }
 
@@ -176,16 +170,14 @@ impl Renderer {
             Event::TextDelta { text, depth: 0 } => {
                 state.thinking_shown = false;
                 self.clear_status(state);
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(text.as_bytes());
-                let _ = out.flush();
+                out::to_stdout(format_args!("{text}"));
                 state.mid_line = !text.ends_with('\n');
             }
             Event::ThinkingDelta { depth, .. } if !state.thinking_shown => {
                 state.thinking_shown = true;
                 self.clear_status(state);
                 self.end_text_line(state);
-                eprintln!(
+                errln!(
                     "{}",
                     self.paint("2", &format!("{}✻ 思考中…", indent(*depth)))
                 );
@@ -200,7 +192,7 @@ impl Renderer {
             Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
                 self.clear_status(state);
                 self.end_text_line(state);
-                eprintln!(
+                errln!(
                     "{}",
                     self.paint("2", &format!("{}↳ 子代理 {agent}", indent(*depth - 1)))
                 );
@@ -213,7 +205,7 @@ impl Renderer {
                 state.thinking_shown = false;
                 self.clear_status(state);
                 self.end_text_line(state);
-                eprintln!(
+                errln!(
                     "{}{} {}",
                     indent(*depth),
                     self.paint("36", &format!("⏺ {name}")),
@@ -223,7 +215,7 @@ impl Renderer {
             Event::ToolDenied { name, depth, .. } => {
                 self.clear_status(state);
                 self.end_text_line(state);
-                eprintln!(
+                errln!(
                     "{}{}",
                     indent(*depth),
                     self.paint("33", &format!("✗ {name} 被拒(权限规则)"))
@@ -235,7 +227,7 @@ impl Renderer {
                 depth,
             } => {
                 self.clear_status(state);
-                eprintln!(
+                errln!(
                     "{}{}",
                     indent(*depth),
                     self.paint("2", &format!("  {name} 出错"))
@@ -270,7 +262,7 @@ impl Renderer {
                 self.clear_status(state);
                 self.end_text_line(state);
                 let who = if *depth > 0 { "子代理" } else { "" };
-                eprintln!(
+                errln!(
                     "{}{}",
                     indent(*depth),
                     self.paint(
@@ -292,13 +284,13 @@ impl Renderer {
                     self.draw_status(state, &text);
                 } else {
                     let away = super::status::away(*database);
-                    eprintln!("  {away},已等 {waited_s:.0}s(探测 {endpoint})");
+                    errln!("  {away},已等 {waited_s:.0}s(探测 {endpoint})");
                 }
             }
             Event::Warning { message } => {
                 self.clear_status(state);
                 self.end_text_line(state);
-                eprintln!("{}", self.paint("33", &format!("flower: {message}")));
+                errln!("{}", self.paint("33", &format!("flower: {message}")));
             }
             Event::Online { database } => {
                 self.clear_status(state);
@@ -307,7 +299,7 @@ impl Renderer {
                 } else {
                     "网络恢复"
                 };
-                eprintln!("  {back},接着跑");
+                errln!("  {back},接着跑");
             }
             _ => {}
         }
@@ -371,7 +363,7 @@ impl Renderer {
         self.clear_status(&mut state);
         self.end_text_line(&mut state);
         let line = state.status.summary(verdict, run);
-        eprintln!("{}", self.paint("1", &line));
+        errln!("{}", self.paint("1", &line));
     }
 
     /// Ends the output cleanly (final newline, no status line left behind).

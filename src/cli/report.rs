@@ -13,6 +13,7 @@ use super::format::duration;
 use super::format::{cost, tokens};
 use super::log::{clock, kind_label, outcome, totals_line};
 use super::open_run;
+use crate::cli::out::errln;
 use clap::Args;
 use flower::continuity::handoff::{self, Threshold};
 use flower::inspect::{AttemptKind, DEFAULT_WINDOW_TOKENS, MarkKind, Run, Session, Totals};
@@ -100,7 +101,7 @@ pub fn run(args: ReportArgs, env: &flower::settings::Environment) -> anyhow::Res
         .unwrap_or_else(|| RunDir::new(&run.run_dir).report());
     let html = render(&run);
     write_report(&output, &html)?;
-    eprintln!("报告已写到 {}({} 字节)", output.display(), html.len());
+    errln!("报告已写到 {}({} 字节)", output.display(), html.len());
     Ok(ExitCode::SUCCESS)
 }
 

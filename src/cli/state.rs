@@ -8,7 +8,6 @@ use flower::continuity::run::{Peek, RunError};
 use flower::settings::Environment;
 use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::process::ExitCode;
 
 pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
@@ -73,14 +72,6 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    // `println!` would panic when the reader is gone (`flower state | head -0`); a
-    // reader that stopped listening is not an error of the probe.
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(ExitCode::SUCCESS),
-    }
+    // A reader that stopped listening (`flower state | head -0`) is not an error of the probe.
+    super::print_out(&out)
 }

@@ -6,11 +6,25 @@
 //! | Ctrl-C twice     | rescue (the in-flight row, `killed-by-signal`), exit at once with status 130 (running commands stopped); lineage is already on disk |
 //! | SIGTERM / SIGHUP | rescue: write the in-flight step's row (`killed-by-signal`), stop running commands, then die by that signal |
 //! | SIGKILL          | nothing runs; the next run resumes all the same                    |
+//! | stdout/stderr closed | as SIGTERM (the reader went away: `| head`), then die by SIGPIPE ([`output_closed`]) |
 
 use super::runtime::Rescuer;
 use crate::engine::Interrupt;
 use crate::tools::ProcessGroups;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::Notify;
+
+/// Told by a front end whose stdout or stderr lost its reader ([`output_closed`]).
+static OUTPUT_CLOSED: Notify = Notify::const_new();
+
+/// The front end's stdout or stderr lost its reader (a write met `EPIPE`: `flower … |
+/// head`, a `less` quit early). Nobody reads what the run says any more, so it stops as on
+/// SIGTERM (the in-flight step's row written, running commands stopped) and dies by
+/// SIGPIPE, as a writer to a closed pipe does; the next `flower` continues. Before the
+/// handlers are installed the news waits for them.
+pub fn output_closed() {
+    OUTPUT_CLOSED.notify_one();
+}
 
 /// Without a terminal to ask, two Ctrl-C within this long count as twice.
 pub const DOUBLE_PRESS: std::time::Duration = std::time::Duration::from_secs(2);
@@ -43,6 +57,18 @@ pub fn install(
                 processes.kill_all();
                 die_by(kind.as_raw_value());
             }
+        });
+    }
+    {
+        let rescuer = rescuer.clone();
+        let processes = processes.clone();
+        tokio::spawn(async move {
+            OUTPUT_CLOSED.notified().await;
+            if let Some(rescuer) = rescuer {
+                rescuer.rescue();
+            }
+            processes.kill_all();
+            die_by(libc::SIGPIPE);
         });
     }
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -88,6 +114,7 @@ fn die_by(signal: i32) -> ! {
         libc::signal(signal, libc::SIG_DFL);
         libc::raise(signal);
     }
-    // The default action of SIGTERM/SIGHUP terminates; should it not, exit like a shell.
+    // The default action of SIGTERM/SIGHUP/SIGPIPE terminates; should it not, exit like a
+    // shell.
     std::process::exit(128 + signal)
 }

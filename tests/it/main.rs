@@ -1,12 +1,13 @@
 //! The integration tests, in one binary: one link of the crate instead of one per file.
 //! Each module is one area; `support` is the fake Messages API server and helpers.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_macros)]
 
 mod faults_support;
 mod store_support;
 mod support;
 
 mod claude_code_import;
+mod closed_pipe;
 mod config;
 mod continuation_crash;
 mod continuation_example;
