@@ -81,7 +81,8 @@ impl Engine {
         totals: &mut Totals,
     ) -> Result<(), RunError> {
         let mut interrupted = false;
-        for (id, name, input) in calls {
+        let count = calls.len();
+        for (n, (id, name, input)) in calls.into_iter().enumerate() {
             let output = if interrupted {
                 ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
             } else {
@@ -97,7 +98,8 @@ impl Engine {
                 output
             };
             let entry = self.result_entry(conv, &id, &name, &output);
-            self.record(conv, entry)?;
+            // The turn's last result is durable, and flushes the ones before it.
+            self.record_with(conv, entry, n + 1 < count)?;
         }
         if !conv.hook_notes.is_empty() {
             let text = std::mem::take(&mut conv.hook_notes).join("\n\n");

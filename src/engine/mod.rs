@@ -549,8 +549,13 @@ impl Engine {
             ),
         };
         let chain = Chain::new(&session_id, &self.config.workspace).with_leaf(leaf);
+        // A retry resumes with the prompt the failed attempt left unanswered: it is
+        // already the tail of the history, so it is not stacked again (and the request
+        // stays byte-identical to the failed one, whose prefix the cache holds).
+        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
         let mut conversation = Conversation {
-            messages: Messages::from_entries(&history),
+            // Moved, not copied: the entries are not needed after this.
+            messages: Messages::from_owned(history),
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
@@ -558,10 +563,6 @@ impl Engine {
             internal: request.origin == Origin::Internal,
             ..Conversation::new(request.spec, key, chain)
         };
-        // A retry resumes with the prompt the failed attempt left unanswered: it is
-        // already the tail of the history, so it is not stacked again (and the request
-        // stays byte-identical to the failed one, whose prefix the cache holds).
-        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
         let prompt = (!reuse).then_some(request.prompt);
         // A `Task` call cut short goes on in its sub-agent's session before anything else.
         let mut carried = Totals::new();
@@ -805,7 +806,7 @@ impl Engine {
             model: model.clone(),
             max_tokens: self.config.max_tokens,
             system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
-            messages: Vec::new(),
+            messages: crate::model::History::new(),
             tools: self.offered_tools(&permissions, conv.depth),
             thinking: self.config.thinking_budget.map(|budget| {
                 if crate::model::models::adaptive_thinking_only(&model) {
@@ -889,14 +890,29 @@ impl Engine {
 
     /// Appends an entry to the store and to the conversation's messages.
     fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), RunError> {
-        self.config
-            .store
-            .append(&conv.key, std::slice::from_ref(&entry))
-            .map_err(RunError::Transcript)?;
+        self.record_with(conv, entry, false)
+    }
+
+    /// [`Engine::record`]; `deferred`: a durable append of this conversation follows
+    /// before anything relies on it ([`SessionStore::append_deferred`]).
+    fn record_with(
+        &self,
+        conv: &mut Conversation<'_>,
+        entry: Value,
+        deferred: bool,
+    ) -> Result<(), RunError> {
+        let store = &self.config.store;
+        let entries = std::slice::from_ref(&entry);
+        if deferred {
+            store.append_deferred(&conv.key, entries)
+        } else {
+            store.append(&conv.key, entries)
+        }
+        .map_err(RunError::Transcript)?;
         if let Some(hooks) = &self.hooks {
             hooks.exports.append(&conv.key, &entry);
         }
-        conv.messages.push(&entry);
+        conv.messages.push_owned(entry);
         Ok(())
     }
 

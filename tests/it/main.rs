@@ -42,6 +42,7 @@ mod promise_pairs;
 mod promises;
 mod prompt_cache;
 mod prompt_cache_interrupt;
+mod request_bytes;
 mod resilience;
 mod resilience_edges;
 mod run_lock;
