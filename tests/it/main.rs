@@ -16,6 +16,7 @@ mod conventions_memory;
 mod conventions_settings;
 mod engine_history;
 mod faults;
+mod figures;
 mod flow;
 mod handoff;
 mod inspect;
