@@ -183,6 +183,9 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
         ));
     }
     if args.verbose {
+        for line in lines::afresh(&locked.place().afresh(), home) {
+            errln!("flower: {line}");
+        }
         for line in super::conventions::lines(settings) {
             errln!("{line}");
         }

@@ -302,7 +302,6 @@ impl Runtime {
         prune.keep_denials = options.keep_denials;
         prune.cache = options.cache_ttl.map(CacheWindow::new);
         let store = Arc::new(PruningSessionStore::new(raw_store.clone(), prune));
-        let warnings = Vec::new();
         let resilience = options.resilience;
         let max_tokens = options.max_tokens;
         let project = match &options.shared_run {
@@ -327,7 +326,7 @@ impl Runtime {
             home: options.home,
             conventions: options.conventions,
         });
-        let lineage = match options.shared_run.clone() {
+        let mut lineage = match options.shared_run.clone() {
             Some(shared) => {
                 Lineage::load_shared(&run_dir, &workspace, shared, |id| raw_store.has_session(id))
             }
@@ -337,6 +336,16 @@ impl Runtime {
             path: RunDir::new(&run_dir).lineage(),
             source,
         })?;
+        let mut warnings = Vec::new();
+        // The run's writer keeps an unreadable lineage.json before replacing it.
+        if run_lock.is_some()
+            && let Ok(Some(aside)) = lineage.keep_unreadable()
+        {
+            warnings.push(format!(
+                "lineage.json 读不出来,原样另存为 {},这次从头开始",
+                aside.display()
+            ));
+        }
         let sessions = Arc::new(SessionLocks::with_store(&run_dir, raw_store.clone()));
         if run_lock.is_some() {
             // The run's sessions are this run's while it lives: nobody resumes or forks

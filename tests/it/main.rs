@@ -6,6 +6,7 @@ mod faults_support;
 mod store_support;
 mod support;
 
+mod afresh;
 mod claude_code_import;
 mod closed_pipe;
 mod config;
