@@ -19,11 +19,9 @@ use convert::to_py;
 use errors::{ConfigError, FlowerError, LockedError, StepFailedError};
 use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
 use flower::continuity::run::{Begin, Run, RunHooks};
-use flower::continuity::runtime::Rescuer;
 use flower::events::Event;
 use flower::settings::{Environment, FileLayer, Flags};
 use flower::stores::SessionStore;
-use flower::tools::ProcessGroups;
 use flower::workflow::{Context, Prompt, WorkflowError};
 use flower::{AgentSpec, Settings, Step, Workflow};
 use pyo3::prelude::*;
@@ -166,6 +164,12 @@ impl Failure {
         if slot.is_none() {
             *slot = Some(error);
         }
+        self.set.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+
+    /// Stops the run without an error of its own (the runtime is being closed).
+    fn stop(&self) {
         self.set.store(true, Ordering::SeqCst);
         self.notify.notify_one();
     }
@@ -329,18 +333,19 @@ fn ctx_dict<'py>(py: Python<'py>, ctx: &Context) -> PyResult<Bound<'py, PyDict>>
 }
 
 /// Stops what a dropped (cancelled) run left running, like the CLI on a double Ctrl-C,
-/// and writes the in-flight step's manifest row (lineage is on disk already).
+/// and writes the in-flight step's manifest row (lineage is on disk already). It owns
+/// the run, so that `Runtime.close()`, which waits for the last owner, returns after.
 struct StopGuard {
-    rescuer: Rescuer,
-    processes: ProcessGroups,
-    armed: bool,
+    run: Arc<Run>,
+    armed: AtomicBool,
 }
 
 impl StopGuard {
-    fn stop(&mut self, why: &str) {
-        if std::mem::take(&mut self.armed) {
-            self.rescuer.rescue_with(why);
-            self.processes.kill_all();
+    fn stop(&self, why: &str) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let runtime = self.run.runtime();
+            runtime.rescuer().rescue_with(why);
+            runtime.processes().kill_all();
         }
     }
 }
@@ -369,24 +374,28 @@ impl PyWorkflow {
             .collect::<PyResult<Vec<_>>>()?;
         let workflow = Workflow::new(steps).continuous(self.continuous);
         Ok(async move {
-            let runtime = run.runtime();
-            let mut guard = StopGuard {
-                rescuer: runtime.rescuer(),
-                processes: runtime.processes().clone(),
-                armed: true,
+            let guard = StopGuard {
+                run,
+                armed: AtomicBool::new(true),
             };
+            let runtime = guard.run.runtime();
             let outcome = tokio::select! {
                 biased;
                 _ = failure.notify.notified() => None,
                 outcome = workflow.run(runtime) => Some(outcome),
             };
             if failure.is_set() {
-                guard.stop("cancelled");
-                return Err(failure
-                    .take()
-                    .unwrap_or_else(|| FlowerError::new_err("a callback failed")));
+                // A callable's exception names the row's end; closing is a cancellation.
+                let error = failure.take();
+                guard.stop(&match &error {
+                    Some(e) => format!("stopped: {e}"),
+                    None => "cancelled".to_string(),
+                });
+                return Err(error.unwrap_or_else(|| {
+                    FlowerError::new_err("the runtime was closed while the run was going")
+                }));
             }
-            guard.armed = false;
+            guard.armed.store(false, Ordering::SeqCst);
             match outcome {
                 Some(Ok(ctx)) => Python::attach(|py| Ok(ctx_dict(py, &ctx)?.into_any().unbind())),
                 Some(Err(WorkflowError::StepFailed {
@@ -812,12 +821,16 @@ impl PyRuntime {
         lock(&self.run).is_none()
     }
 
-    /// Ends the run: releases the run lock. Waits (a few seconds at most) for a run
-    /// that was just cancelled to finish stopping.
+    /// Ends the run: releases the run lock. A run still going on it (one whose task
+    /// was just cancelled, whose stop may wait for the event loop) is stopped as a
+    /// cancellation stops it, and waited for (a few seconds at most).
     fn close(&self, py: Python<'_>) {
         let Some(run) = lock(&self.run).take() else {
             return;
         };
+        if Arc::strong_count(&run) > 1 {
+            lock(&self.hooks.failure).stop();
+        }
         py.detach(move || {
             let mut run = run;
             for _ in 0..500 {
