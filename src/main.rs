@@ -13,8 +13,8 @@ fn main() -> ExitCode {
     let env = flower::settings::Environment::from_process();
     let result = match cli.command {
         Some(Command::Store(args)) => {
-            return cli::store::run(args).unwrap_or_else(|e| {
-                errln!("flower store: {e:#}");
+            return cli::store::run(args, &env).unwrap_or_else(|e| {
+                errln!("flower store: {}", said(&e));
                 ExitCode::FAILURE
             });
         }
@@ -28,7 +28,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            errln!("flower: {error:#}");
+            errln!("flower: {}", said(&error));
             // Usage errors: nothing was sent or written.
             let usage = matches!(
                 error.downcast_ref::<flower::continuity::run::RunError>(),
@@ -44,6 +44,20 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The error and its causes, each said once: a message that already carries its
+/// source's text (`cannot open …: {0}`) does not get it appended again.
+fn said(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 /// One thread is plenty: the work is waiting on the model and on tools.

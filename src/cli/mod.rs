@@ -44,7 +44,7 @@ pub fn open_run(
     let settings = config::settings(&source.flags(), env)?;
     let (workspace, run_dir) = (&settings.workspace, &settings.run_dir);
     let peek = Peek::open(&settings).map_err(|error| match error {
-        RunError::OpenStore(e) => anyhow::anyhow!("cannot open the store: {e}"),
+        RunError::OpenStore(e) => anyhow::anyhow!("打不开存储:{e}"),
         RunError::ReadRun(e) => anyhow::anyhow!("{e}"),
         other => other.into(),
     })?;

@@ -16,7 +16,7 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let peek = match Peek::open(&settings) {
         Ok(peek) => peek,
         Err(RunError::ReadRun(e)) => {
-            return Err(anyhow::anyhow!("cannot read the run from the store: {e}"));
+            return Err(anyhow::anyhow!("从存储里读不出这个运行:{e}"));
         }
         Err(error) => return lines::refused(error),
     };

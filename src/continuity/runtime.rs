@@ -336,15 +336,10 @@ impl Runtime {
             path: RunDir::new(&run_dir).lineage(),
             source,
         })?;
-        let mut warnings = Vec::new();
-        // The run's writer keeps an unreadable lineage.json before replacing it.
-        if run_lock.is_some()
-            && let Ok(Some(aside)) = lineage.keep_unreadable()
-        {
-            warnings.push(format!(
-                "lineage.json 读不出来,原样另存为 {},这次从头开始",
-                aside.display()
-            ));
+        // The run's writer keeps an unreadable lineage.json before replacing it; in
+        // silence, as the spec's fresh start is (`flower state` and `-v` say why).
+        if run_lock.is_some() {
+            let _ = lineage.keep_unreadable();
         }
         let sessions = Arc::new(SessionLocks::with_store(&run_dir, raw_store.clone()));
         if run_lock.is_some() {
@@ -369,7 +364,7 @@ impl Runtime {
             events: options.events,
             on_session: Mutex::new(None),
             in_flight: Arc::new(Mutex::new(None)),
-            warnings: Mutex::new(warnings),
+            warnings: Mutex::new(Vec::new()),
             sessions,
             _run_lock: run_lock,
             handoff: options.handoff,
