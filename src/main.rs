@@ -46,18 +46,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its causes, each said once: a message that already carries its
-/// source's text (`cannot open …: {0}`) does not get it appended again.
+/// An error and its causes, each said once (the library's errors may quote their cause).
 fn said(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-    }
-    text
+    flower::error::chain(error.as_ref())
 }
 
 /// One thread is plenty: the work is waiting on the model and on tools.

@@ -688,7 +688,7 @@ fn archive(at: &At) -> Result<Option<PathBuf>, RunError> {
     }
     let mut lineage = match shared {
         Some(shared) => Lineage::load_shared(dir, workspace, shared.clone(), |_| Ok(true))
-            .map_err(|e| RunError::Archive(io::Error::other(e.to_string())))?,
+            .map_err(|e| RunError::Archive(io::Error::other(e)))?,
         None => Lineage::load(dir, workspace, |_| true),
     };
     lineage.archive(&into, &extra).map_err(RunError::Archive)?;

@@ -144,18 +144,29 @@ pub struct RunName {
 
 /// What a run name may be: 1 to 128 of `A-Z a-z 0-9 . _ -`, starting with a letter or
 /// digit (a project key always starts with `-`, so a name never equals one).
-pub fn check_run_name(name: &str) -> Result<(), String> {
+pub fn check_run_name(name: &str) -> Result<(), RunNameError> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if name.is_empty() || name.len() > 128 {
-        return Err("expected 1 to 128 characters".into());
+        return Err(RunNameError::Length);
     }
     if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return Err("must start with a letter or a digit".into());
+        return Err(RunNameError::Start);
     }
     if !name.chars().all(ok_char) {
-        return Err("only letters, digits, '.', '_' and '-' are allowed".into());
+        return Err(RunNameError::Characters);
     }
     Ok(())
+}
+
+/// What is wrong with a run name ([`check_run_name`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunNameError {
+    #[error("expected 1 to 128 characters")]
+    Length,
+    #[error("must start with a letter or a digit")]
+    Start,
+    #[error("only letters, digits, '.', '_' and '-' are allowed")]
+    Characters,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -163,7 +174,11 @@ pub enum SharedRunError {
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("bad run key {name:?}: {why}")]
-    BadName { name: String, why: String },
+    BadName {
+        name: String,
+        #[source]
+        why: RunNameError,
+    },
     /// A name that only came from the environment names a run begun in another
     /// workspace. Nothing was written.
     #[error(
