@@ -56,6 +56,7 @@ mod store_cli;
 mod store_conformance;
 mod store_create;
 mod store_edges;
+mod store_mismatch;
 mod store_postgres;
 mod store_prune;
 mod store_prune_edges;
