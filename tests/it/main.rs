@@ -21,6 +21,7 @@ mod flow;
 mod handoff;
 mod inspect;
 mod interrupt_plain;
+mod layers;
 mod lineage;
 mod lineage_edges;
 mod manifest;
