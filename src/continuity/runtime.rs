@@ -126,6 +126,10 @@ pub struct RuntimeOptions {
     pub cache_ttl: Option<Duration>,
     /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
     pub thinking_budget: Option<u32>,
+    /// `output_config.effort` of every agent without its own (see `EngineConfig::effort`).
+    pub effort: Option<crate::model::Effort>,
+    /// `max_uses` of the web tools (see `EngineConfig::web`).
+    pub web: crate::model::WebLimits,
     /// The model client; its default model is the run's model.
     pub client: Arc<dyn ModelClient>,
     /// Retry policy.
@@ -171,6 +175,8 @@ impl RuntimeOptions {
             keep_denials: 1,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             thinking_budget: None,
+            effort: None,
+            web: crate::model::WebLimits::default(),
             client,
             resilience: Resilience::default(),
             events: crate::events::discard(),
@@ -339,6 +345,8 @@ impl Runtime {
             events: live_row(options.events.clone(), Arc::clone(&in_flight)),
             max_tokens,
             thinking_budget: options.thinking_budget,
+            effort: options.effort,
+            web: options.web,
             subagents: options.subagents,
             asker: options.asker,
             interrupt: options.interrupt,
@@ -349,7 +357,7 @@ impl Runtime {
             conventions: options.conventions,
             recovery: Some(Arc::new(recovery)),
         });
-        let lineage = match options.shared_run.clone() {
+        let mut lineage = match options.shared_run.clone() {
             Some(shared) => {
                 Lineage::load_shared(&run_dir, &workspace, shared, |id| raw_store.has_session(id))
             }
@@ -359,6 +367,11 @@ impl Runtime {
             path: RunDir::new(&run_dir).lineage(),
             source,
         })?;
+        // The run's writer keeps an unreadable lineage.json before replacing it; in
+        // silence, as the spec's fresh start is (`flower state` and `-v` say why).
+        if run_lock.is_some() {
+            let _ = lineage.keep_unreadable();
+        }
         let sessions = Arc::new(SessionLocks::with_store(&run_dir, raw_store.clone()));
         if run_lock.is_some() {
             // The run's sessions are this run's while it lives: nobody resumes or forks
