@@ -26,7 +26,7 @@ mod turn;
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
-pub use recovery::{RESUME_PROMPT, Recovery};
+pub use recovery::{RESUME_PROMPT, Recovery, Retried};
 pub use spec::AgentSpec;
 
 pub use calls::summarize_input;
@@ -272,14 +272,6 @@ impl RunError {
     }
 }
 
-/// An error a sub-agent got past by retrying (resuming its session).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Retried {
-    /// `sub-agent <id>: <error>`.
-    pub text: String,
-    pub kind: crate::model::classify::ErrorKind,
-}
-
 /// A tool call the permission rules refused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Denial {
@@ -338,28 +330,6 @@ impl RunResult {
             resumed: false,
             subagent_retries: Vec::new(),
         }
-    }
-
-    /// This failed result, with what was spent before the run failed.
-    fn carrying(mut self, resumed: bool, carried: Totals) -> Self {
-        self.resumed = resumed;
-        self.add_carried(carried);
-        self
-    }
-
-    /// Adds what was spent before the run proper began (sub-agents continued on resume).
-    fn add_carried(&mut self, carried: Totals) {
-        self.usage.add(&carried.usage);
-        self.cost_usd = match (self.cost_usd, carried.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        let mut denials = carried.denials;
-        denials.append(&mut self.permission_denials);
-        self.permission_denials = denials;
-        let mut retries = carried.subagent_retries;
-        retries.append(&mut self.subagent_retries);
-        self.subagent_retries = retries;
     }
 }
 

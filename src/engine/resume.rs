@@ -2,7 +2,7 @@
 //! sub-agent worked: the call goes on in the sub-agent's own session (see
 //! [`super::recovery`]) instead of being answered as interrupted and sent out again.
 
-use super::{Call, Engine, RunError};
+use super::{Call, Engine, RunError, RunResult, Totals};
 use crate::stores::{SessionKey, SessionStore};
 use crate::transcript;
 use serde_json::Value;
@@ -83,5 +83,29 @@ impl Engine {
                     .is_some()
         });
         if continuable { calls } else { Vec::new() }
+    }
+}
+
+impl RunResult {
+    /// This failed result, with what was spent before the run failed.
+    pub(super) fn carrying(mut self, resumed: bool, carried: Totals) -> Self {
+        self.resumed = resumed;
+        self.add_carried(carried);
+        self
+    }
+
+    /// Adds what was spent before the run proper began (sub-agents continued on resume).
+    pub(super) fn add_carried(&mut self, carried: Totals) {
+        self.usage.add(&carried.usage);
+        self.cost_usd = match (self.cost_usd, carried.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        let mut denials = carried.denials;
+        denials.append(&mut self.permission_denials);
+        self.permission_denials = denials;
+        let mut retries = carried.subagent_retries;
+        retries.append(&mut self.subagent_retries);
+        self.subagent_retries = retries;
     }
 }
