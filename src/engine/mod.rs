@@ -18,6 +18,7 @@ pub mod memory;
 pub mod permissions;
 pub mod recovery;
 mod reply;
+mod resume;
 mod session_hooks;
 pub mod spec;
 mod subagent;
@@ -26,7 +27,7 @@ mod turn;
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
-pub use recovery::{RESUME_PROMPT, Recovery};
+pub use recovery::{RESUME_PROMPT, Recovery, Retried};
 pub use spec::AgentSpec;
 
 pub use calls::summarize_input;
@@ -272,14 +273,6 @@ impl RunError {
     }
 }
 
-/// An error a sub-agent got past by retrying (resuming its session).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Retried {
-    /// `sub-agent <id>: <error>`.
-    pub text: String,
-    pub kind: crate::model::classify::ErrorKind,
-}
-
 /// A tool call the permission rules refused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Denial {
@@ -338,21 +331,6 @@ impl RunResult {
             resumed: false,
             subagent_retries: Vec::new(),
         }
-    }
-
-    /// Adds what was spent before the run proper began (sub-agents continued on resume).
-    fn add_carried(&mut self, carried: Totals) {
-        self.usage.add(&carried.usage);
-        self.cost_usd = match (self.cost_usd, carried.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        let mut denials = carried.denials;
-        denials.append(&mut self.permission_denials);
-        self.permission_denials = denials;
-        let mut retries = carried.subagent_retries;
-        retries.append(&mut self.subagent_retries);
-        self.subagent_retries = retries;
     }
 }
 
@@ -579,17 +557,7 @@ impl Engine {
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
         let leaf = transcript::resume_leaf(&history).map(str::to_string);
-        // Memory is read once, when the session begins, and pinned in its transcript:
-        // a resumed session sends exactly what it began with (see `memory`).
-        let (memory, pin) = match request.start {
-            SessionStart::New => self.read_memory(),
-            _ => (
-                transcript::pinned_memory(&history)
-                    .unwrap_or_default()
-                    .to_string(),
-                None,
-            ),
-        };
+        let (memory, pin) = self.session_memory(&request.start, &history);
         // So are the MCP tools (see `mcp`).
         let (mcp_tools, mcp_pin) = match request.start {
             SessionStart::New => self.list_mcp_tools(request.spec).await,
@@ -621,15 +589,11 @@ impl Engine {
         let prompt = (!reuse).then_some(request.prompt);
         // A `Task` call cut short goes on in its sub-agent's session before anything else.
         let mut carried = Totals::new();
-        if !unanswered.is_empty()
-            && let Err(error) = self
-                .continue_calls(&mut conversation, unanswered, &mut carried)
-                .await
+        if let Err(error) = self
+            .continue_calls(&mut conversation, unanswered, &mut carried)
+            .await
         {
-            let mut result = RunResult::failed(&session_id, error, started);
-            result.resumed = resumed;
-            result.add_carried(carried);
-            return result;
+            return RunResult::failed(&session_id, error, started).carrying(resumed, carried);
         }
         let hooked = request.origin != Origin::Internal;
         if hooked {
@@ -640,12 +604,7 @@ impl Engine {
             {
                 // Nothing of a new session is stored; a resumed one keeps the record.
                 if resumed {
-                    let opening = std::mem::take(&mut conversation.opening);
-                    for item in opening {
-                        if let Pending::Hook(outcome) = item {
-                            let _ = self.record_hooks(&mut conversation, &outcome);
-                        }
-                    }
+                    self.record_opening_hooks(&mut conversation);
                 }
                 let mut result = RunResult::failed(&session_id, error, started);
                 result.resumed = resumed;
@@ -660,6 +619,30 @@ impl Engine {
             self.session_end(&mut conversation).await;
         }
         result
+    }
+
+    /// The memory of a session's system prompt, and the entry pinning it. Read once,
+    /// when the session begins, and pinned in its transcript: a resumed session sends
+    /// exactly what it began with (see `memory`).
+    fn session_memory(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
+        match start {
+            SessionStart::New => self.read_memory(),
+            _ => (
+                transcript::pinned_memory(history)
+                    .unwrap_or_default()
+                    .to_string(),
+                None,
+            ),
+        }
+    }
+
+    /// Records what the opening hooks did (their outcomes only).
+    fn record_opening_hooks(&self, conversation: &mut Conversation<'_>) {
+        for item in std::mem::take(&mut conversation.opening) {
+            if let Pending::Hook(outcome) = item {
+                let _ = self.record_hooks(conversation, &outcome);
+            }
+        }
     }
 
     /// Finds or creates the session: its id, the (pruned) history to continue from,
@@ -686,77 +669,6 @@ impl Engine {
                 Ok((new_id, history, false, Vec::new()))
             }
         }
-    }
-
-    /// [`Engine::load_for_resume`] for a main session whose last turn's calls never got
-    /// their results because the process died (or the run was retried) while a `Task`
-    /// call's sub-agent was working: those calls are returned, in order, instead of the
-    /// neutral answers pruning made up, so that the sub-agent is continued in its own
-    /// session ([`Engine::continue_calls`]) rather than the task sent out again.
-    fn load_resumable(&self, key: &SessionKey) -> Result<(Vec<Value>, Vec<Call>), RunError> {
-        let store = &self.config.store;
-        let id = || key.session_id.clone();
-        let mut pruned = store
-            .load(key)
-            .map_err(|source| RunError::ReadSession { id: id(), source })?
-            .ok_or_else(|| RunError::NoSession(id()))?;
-        let calls = self.continuable_calls(key, &pruned);
-        if calls.is_empty() {
-            self.store_synthesized(key, &pruned)?;
-        } else {
-            pruned.truncate(pruned.len() - calls.len());
-        }
-        Ok((pruned, calls))
-    }
-
-    /// The calls answered by the synthesized results that end `pruned`, when one of
-    /// them is a `Task` whose sub-agent session exists; none otherwise.
-    fn continuable_calls(&self, key: &SessionKey, pruned: &[Value]) -> Vec<Call> {
-        use crate::stores::prune::is_synthesized_result;
-        let tail = pruned
-            .iter()
-            .rev()
-            .take_while(|e| is_synthesized_result(e))
-            .count();
-        if tail == 0 || pruned.iter().filter(|e| is_synthesized_result(e)).count() != tail {
-            return Vec::new();
-        }
-        let (before, synthesized) = pruned.split_at(pruned.len() - tail);
-        let Some(turn) = before
-            .iter()
-            .rev()
-            .find(|e| e.get("type").and_then(Value::as_str) == Some("assistant"))
-        else {
-            return Vec::new();
-        };
-        let content = turn
-            .pointer("/message/content")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let uses = transcript::tool_uses(content);
-        let mut calls = Vec::new();
-        for entry in synthesized {
-            let Some(call_id) = entry
-                .pointer("/message/content/0/tool_use_id")
-                .and_then(Value::as_str)
-            else {
-                return Vec::new();
-            };
-            match uses.iter().find(|(id, _, _)| id == call_id) {
-                Some(call) => calls.push(call.clone()),
-                None => return Vec::new(),
-            }
-        }
-        let continuable = calls.iter().any(|(id, name, _)| {
-            name == subagent::TASK
-                && key
-                    .sub(&format!("subagents/agent-{}", recovery::agent_id_for(id)))
-                    .ok()
-                    .and_then(|sub| self.config.store.load_raw(&sub).ok().flatten())
-                    .is_some()
-        });
-        if continuable { calls } else { Vec::new() }
     }
 
     /// Copies session `id` into a new session; returns the new id.
