@@ -631,6 +631,8 @@ impl Manifest {
 
     /// Merges this process's rows into the file (see the module doc), or into the
     /// shared database and then its mirror.
+    // Long because the merge with the other processes' rows is one critical section under
+    // the lock: read back (or the unchanged shortcut), move a corrupt file aside, write, rename.
     pub fn write(&mut self) -> Result<RecordOutcome, ManifestError> {
         if let Some(shared) = &self.shared {
             let ours = self.rows.iter().map(ManifestRow::to_json).collect();

@@ -276,6 +276,8 @@ impl Runtime {
     /// The runtime of `workspace` with `run_dir` (relative to the current directory,
     /// not to the workspace). Refuses, before anything is created on disk, a handoff
     /// threshold above the model's window.
+    // Long because the parts are built in the order the run needs (the lock before the
+    // store is opened, the store before the engine), each failure its own error.
     pub fn with_options(
         workspace: impl AsRef<Path>,
         run_dir: impl AsRef<Path>,

@@ -787,6 +787,8 @@ impl Engine {
 
     /// The conversation loop: one model turn, then its tool calls, until the model
     /// ends its turn or something stops the run.
+    // Long because the loop reads as one state machine: the request is built once, then
+    // each outcome of a turn (`Next`) is a few lines of its match.
     async fn converse(
         &self,
         conv: &mut Conversation<'_>,

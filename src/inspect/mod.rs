@@ -608,9 +608,9 @@ impl Run {
             .is_some_and(|l| l.steps.contains_key(step))
     }
 
-    /// The main sessions of the run (those the manifest and lineage name), each with
-    /// its turn series, in order of first use.
-    pub fn sessions(&self) -> Vec<Session> {
+    /// Every main session the manifest and lineage name, once, in order of first use:
+    /// `(session id, step, whether it is a judge's)`.
+    fn session_order(&self) -> Vec<(String, String, bool)> {
         let mut order: Vec<(String, String, bool)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for a in &self.attempts {
@@ -629,6 +629,13 @@ impl Run {
                 }
             }
         }
+        order
+    }
+
+    /// The main sessions of the run (those the manifest and lineage name), each with
+    /// its turn series, in order of first use.
+    pub fn sessions(&self) -> Vec<Session> {
+        let order = self.session_order();
         // Where each session was woken: the start of a wake row using it.
         let mut wakes: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
         let mut handoffs: BTreeMap<&str, Option<i64>> = BTreeMap::new();

@@ -22,6 +22,7 @@ mod flow;
 mod handoff;
 mod inspect;
 mod interrupt_plain;
+mod layers;
 mod lineage;
 mod lineage_edges;
 mod manifest;

@@ -439,6 +439,9 @@ impl PyWorkflow {
     fn run_sync(&self, py: Python<'_>, rt: &PyRuntime) -> PyResult<Py<PyAny>> {
         let future = self.future(py, rt)?;
         let tokio = pyo3_async_runtimes::tokio::get_runtime();
+        // On the runtime's workers, as `run` is: polled from here, every I/O event of
+        // the run would be a wake-up across threads.
+        let mut task = tokio.spawn(future);
         py.detach(|| {
             tokio.block_on(async move {
                 let signals = async {
@@ -447,10 +450,17 @@ impl PyWorkflow {
                         Python::attach(|py| py.check_signals())?;
                     }
                 };
-                tokio::select! {
-                    result = future => result,
+                let interrupted: PyResult<()> = tokio::select! {
+                    done = &mut task => return done.unwrap_or_else(|e| {
+                        Err(FlowerError::new_err(format!("the run failed: {e}")))
+                    }),
                     interrupted = signals => interrupted,
-                }
+                };
+                // Stopped as a cancellation is: the run is dropped on its worker, and
+                // that is waited for.
+                task.abort();
+                let _ = task.await;
+                interrupted.map(|()| Python::attach(|py| py.None()))
             })
         })
     }
@@ -932,6 +942,7 @@ impl PyLineage {
 #[pyo3(name = "_flower")]
 fn flower_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+
     m.add_class::<PyAgentSpec>()?;
     m.add_class::<PyStep>()?;
     m.add_class::<PyWorkflow>()?;

@@ -34,10 +34,9 @@ def _fresh_postgres_url() -> str:
     base = os.environ.get("FLOWER_TEST_POSTGRES_URL", "").strip()
     if not base or not shutil.which("psql"):
         why = "FLOWER_TEST_POSTGRES_URL is not set or psql is missing (.ci/run starts a server and sets it)"
-        # As in the Rust tests (tests/it/support/skip.rs): a required component never skips.
-        required = os.environ.get("FLOWER_TEST_REQUIRE", "").split(",")
-        if "postgres" in (c.strip() for c in required):
-            pytest.fail(f"{why}; FLOWER_TEST_REQUIRE requires postgres")
+        # As in the Rust suite: where CI started the server, a skip is a failure.
+        if "postgres" in os.environ.get("FLOWER_TEST_REQUIRE", "").split(","):
+            pytest.fail(why)
         pytest.skip(why)
     schema = f"t_{uuid.uuid4().hex}"
     subprocess.run(["psql", base, "-q", "-c", f"CREATE SCHEMA {schema}"], check=True)
