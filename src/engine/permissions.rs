@@ -19,6 +19,9 @@
 //!   absent; for Glob, the literal directories that start `pattern` count too): relative
 //!   to the workspace, symlinks followed, `..` applied. A pattern ending in `/**` also
 //!   matches the directory itself. `..` is not allowed inside a path rule.
+//! - `WebSearch`, `WebFetch` (server tools the API runs, [`Permissions::web_access`]):
+//!   `WebFetch(domain:docs.rs)` names a domain; such tools are offered only when an allow
+//!   rule names them, and their domain rules become the tool's domain lists.
 //! - Any other tool (`Task`, …): the content is a wildcard matched against the input's
 //!   main string field (`Task`: `subagent_type`); for allowing, a tool with no known
 //!   field never matches a content rule; for denying, any string field may match.
@@ -74,6 +77,16 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub use crate::transcript::markers::DENIAL_PREFIX;
+use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
+
+/// What the rules let a server tool (WebSearch, WebFetch) do; the API enforces it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebAccess {
+    /// Only these domains; empty: any not blocked.
+    pub allowed_domains: Vec<String>,
+    /// Never these domains (empty when `allowed_domains` is not: the API takes one list).
+    pub blocked_domains: Vec<String>,
+}
 
 /// The input field holding the path of a tool whose rules are path globs (the tool
 /// table's `path_field`); `None` for the other tools.
@@ -132,6 +145,8 @@ struct PathPattern {
 #[derive(Debug, Clone)]
 enum Content {
     Whole,
+    /// `WebFetch(domain:example.com)`, `WebSearch(domain:…)`: a server tool's domain.
+    Domain(String),
     Bash(BashPattern),
     Path(PathPattern),
     Other(String),
@@ -203,6 +218,53 @@ impl Permissions {
                 .deny
                 .iter()
                 .any(|r| r.tool == tool && matches!(r.content, Content::Whole))
+    }
+
+    /// What a server tool (`WebSearch`, `WebFetch`) may do, or `None` when it is not
+    /// offered. It runs at the API, so nobody can be asked about a call midway and no
+    /// single call is checked here: an allow rule must name it (`WebFetch`, or
+    /// `WebFetch(domain:example.com)` for those domains only); a whole-tool deny or
+    /// ask rule keeps it away; deny and ask rules with a domain block that domain.
+    pub fn web_access(&self, tool: &str) -> Option<WebAccess> {
+        fn named<'r>(rules: &'r [Rule], tool: &str) -> impl Iterator<Item = &'r Content> {
+            rules
+                .iter()
+                .filter(move |r| r.tool == tool)
+                .map(|r| &r.content)
+        }
+        let allow: Vec<&Content> = named(&self.allow, tool).collect();
+        let against: Vec<&Content> = named(&self.deny, tool)
+            .chain(named(&self.ask, tool))
+            .collect();
+        if allow.is_empty() || against.iter().any(|c| matches!(c, Content::Whole)) {
+            return None;
+        }
+        let domains = |contents: &[&Content]| -> Vec<String> {
+            let mut out: Vec<String> = Vec::new();
+            for c in contents {
+                if let Content::Domain(d) = c
+                    && !out.contains(d)
+                {
+                    out.push(d.clone());
+                }
+            }
+            out
+        };
+        let blocked = domains(&against);
+        if allow.iter().any(|c| matches!(c, Content::Whole)) {
+            return Some(WebAccess {
+                allowed_domains: Vec::new(),
+                blocked_domains: blocked,
+            });
+        }
+        let allowed: Vec<String> = domains(&allow)
+            .into_iter()
+            .filter(|d| !blocked.contains(d))
+            .collect();
+        (!allowed.is_empty()).then_some(WebAccess {
+            allowed_domains: allowed,
+            blocked_domains: Vec::new(),
+        })
     }
 
     /// Whether a path rule of an allow rule for `tool` (not a whole-tool rule) names
@@ -621,6 +683,15 @@ fn rule_error(rule: &str, why: impl Into<String>) -> RuleError {
     }
 }
 
+/// A host name as the web tools' domain lists take it (`example.com`, `docs.rs`).
+fn valid_domain(domain: &str) -> bool {
+    !domain.is_empty()
+        && domain.len() <= 253
+        && domain
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '*'))
+}
+
 fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleError> {
     let t = text.trim();
     let (tool, content) = match t.find('(') {
@@ -672,6 +743,17 @@ fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleError> {
         Some("*") | Some(":*") => Content::Whole,
         Some(c) if tool == names::BASH => Content::Bash(parse_bash(text, c)?),
         Some(c) if path_field(tool).is_some() => Content::Path(parse_path(text, c, home)?),
+        Some(c) if tool == WEB_FETCH || tool == WEB_SEARCH => match c.strip_prefix("domain:") {
+            Some(domain) if valid_domain(domain.trim()) => {
+                Content::Domain(domain.trim().to_ascii_lowercase())
+            }
+            _ => {
+                return Err(rule_error(
+                    text,
+                    "a web tool's rule is the tool alone or `(domain:example.com)`",
+                ));
+            }
+        },
         Some(c) => Content::Other(c.to_string()),
     };
     Ok(Rule {
