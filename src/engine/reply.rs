@@ -23,7 +23,10 @@ impl Engine {
         totals: &mut Totals,
     ) -> Result<(), RunError> {
         let entry = conv.chain.assistant(reply);
-        self.record(conv, entry)?;
+        // Tool results follow a reply with calls; the last of them flushes both (see
+        // `SessionStore::append_deferred`).
+        let deferred = !transcript::tool_uses(&reply.content).is_empty();
+        self.record_with(conv, entry, deferred)?;
         totals.num_turns += 1;
         totals.usage.add(&reply.usage);
         totals.add_cost(crate::model::prices::request_cost_usd(model, &reply.usage));

@@ -24,10 +24,7 @@
 use crate::future::BoxFuture;
 use crate::model::sse::{MessageAssembler, SseParser, snippet};
 use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
-use serde::Serialize;
-use serde::ser::SerializeSeq;
-use serde_json::{Value, json};
-use std::borrow::Cow;
+use serde_json::Value;
 use std::fmt;
 use std::time::Duration;
 
@@ -44,8 +41,7 @@ pub const API_VERSION: &str = "2023-06-01";
 /// The idle timeout when `FLOWER_STREAM_IDLE_TIMEOUT` is not set.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The API allows at most this many `cache_control` breakpoints per request.
-pub const MAX_CACHE_BREAKPOINTS: usize = 4;
+pub use crate::model::body::{CACHE_LOOKBACK_BLOCKS, MAX_CACHE_BREAKPOINTS};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -275,7 +271,7 @@ impl AnthropicClient {
         } else {
             &request.model
         };
-        let body = body_with_model(request, model);
+        let body = crate::model::body::body_with_model(request, model);
         let mut post = self.http.post(&self.endpoint);
         post = match &self.credential {
             Credential::ApiKey(key) => post.header("x-api-key", key),
@@ -446,272 +442,7 @@ impl ModelClient for AnthropicClient {
 /// [`CACHE_LOOKBACK_BLOCKS`] blocks or more, the end of the previous turn. Breakpoints already present
 /// in the messages are kept, except the oldest ones when the total would pass the limit.
 pub fn request_body(request: &MessagesRequest) -> Vec<u8> {
-    body_with_model(request, &request.model)
-}
-
-fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        model: &'a str,
-        max_tokens: u32,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        system: Option<[Value; 1]>,
-        messages: Messages<'a>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        tools: Option<Tools<'a>>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        thinking: Option<Value>,
-        stream: bool,
-    }
-    // `claude-…[1m]` is asked for with a beta header; the id goes out without it.
-    let model = crate::model::models::wire_id(model).0;
-
-    let system = (!request.system.is_empty())
-        .then(|| [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})]);
-    let tools = (!request.tools.is_empty()).then_some(Tools(&request.tools));
-    let own = usize::from(system.is_some()) + usize::from(tools.is_some());
-    let body = Body {
-        model,
-        max_tokens: request.max_tokens,
-        system,
-        messages: Messages::new(&request.messages, MAX_CACHE_BREAKPOINTS - own),
-        tools,
-        thinking: request.thinking.map(crate::model::Thinking::to_json),
-        stream: true,
-    };
-    // Serializing `Value`s and plain structs into a Vec cannot fail.
-    serde_json::to_vec(&body).unwrap_or_default()
-}
-
-fn ephemeral() -> Value {
-    json!({"type": "ephemeral"})
-}
-
-/// The tools, borrowed, with a breakpoint on the last one.
-struct Tools<'a>(&'a [crate::model::ToolDef]);
-
-impl Serialize for Tools<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Tool<'a> {
-            name: &'a str,
-            description: &'a str,
-            input_schema: &'a Value,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            cache_control: Option<Value>,
-        }
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for (i, tool) in self.0.iter().enumerate() {
-            seq.serialize_element(&Tool {
-                name: &tool.name,
-                description: &tool.description,
-                input_schema: &tool.input_schema,
-                cache_control: (i + 1 == self.0.len()).then(ephemeral),
-            })?;
-        }
-        seq.end()
-    }
-}
-
-/// The messages as sent: borrowed, except the few that get a breakpoint added or an
-/// old one removed (so a long history is not copied on every turn).
-struct Messages<'a>(Vec<Cow<'a, Value>>);
-
-/// The API looks for an earlier cache entry at most this many blocks before a
-/// breakpoint.
-pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
-
-/// The message that ended the previous request (the one before the newest assistant
-/// turn), when the newest turn is too long for the cache's lookback to reach back to
-/// it from the newest breakpoint (many parallel tool calls): marking it too makes the
-/// cache entry the previous request wrote there a hit.
-fn previous_turn_end(messages: &[Value]) -> Option<usize> {
-    let n = messages.len();
-    if n < 3 || messages[n - 2].get("role").and_then(Value::as_str) != Some("assistant") {
-        return None;
-    }
-    let blocks = |m: &Value| {
-        m.get("content")
-            .and_then(Value::as_array)
-            .map_or(1, Vec::len)
-    };
-    let between = blocks(&messages[n - 2]) + blocks(&messages[n - 1]);
-    (between >= CACHE_LOOKBACK_BLOCKS).then_some(n - 3)
-}
-
-impl<'a> Messages<'a> {
-    fn new(messages: &'a [Value], budget: usize) -> Self {
-        let previous = previous_turn_end(messages)
-            .filter(|&i| budget >= 2 && with_breakpoint(&messages[i]).is_some());
-        let budget = budget - usize::from(previous.is_some());
-        let mut out: Vec<Cow<'a, Value>> = messages.iter().map(Cow::Borrowed).collect();
-        let mut used = 0;
-        if let Some(last) = out.last_mut()
-            && let Some(marked) = with_breakpoint(last.as_ref())
-        {
-            *last = Cow::Owned(marked);
-            used = 1;
-        }
-        // Breakpoints the caller put in the history: drop the oldest past the budget.
-        // The newest message's block marked above is counted once, by `used`.
-        let last_index = out.len().saturating_sub(1);
-        let existing: usize = out
-            .iter()
-            .enumerate()
-            .map(|(i, m)| count_breakpoints(m, i == last_index && used == 1))
-            .sum();
-        let mut excess = (existing + used).saturating_sub(budget);
-        for (i, message) in out.iter_mut().enumerate() {
-            if excess == 0 {
-                break;
-            }
-            let skip_last = i == last_index && used == 1;
-            if count_breakpoints(message, skip_last) == 0 {
-                continue;
-            }
-            excess -= strip_breakpoints(message.to_mut(), excess, skip_last);
-        }
-        if let Some(i) = previous
-            && let Some(marked) = with_breakpoint(out[i].as_ref())
-        {
-            // Its own old marks were counted against the budget above; one more block
-            // marked on top of them stays within four only if none was there, so any
-            // other mark in it goes.
-            let mut marked = marked;
-            let keep = breakpoint_blocks(&marked).len().saturating_sub(1);
-            strip_breakpoints(&mut marked, keep, true);
-            out[i] = Cow::Owned(marked);
-        }
-        Messages(out)
-    }
-}
-
-impl Serialize for Messages<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for message in &self.0 {
-            seq.serialize_element(message.as_ref())?;
-        }
-        seq.end()
-    }
-}
-
-/// A copy of `message` with a breakpoint on its last cacheable content block, or
-/// `None` when it has none.
-fn with_breakpoint(message: &Value) -> Option<Value> {
-    let mut message = message.clone();
-    let obj = message.as_object_mut()?;
-    match obj.get_mut("content")? {
-        Value::String(text) if !text.is_empty() => {
-            let text = std::mem::take(text);
-            obj.insert(
-                "content".into(),
-                json!([{"type": "text", "text": text, "cache_control": ephemeral()}]),
-            );
-        }
-        Value::Array(blocks) => {
-            let block = blocks.iter_mut().rev().find(|b| cacheable(b))?;
-            block
-                .as_object_mut()?
-                .insert("cache_control".into(), ephemeral());
-        }
-        _ => return None,
-    }
-    Some(message)
-}
-
-fn cacheable(block: &Value) -> bool {
-    match block.get("type").and_then(Value::as_str) {
-        Some("thinking" | "redacted_thinking") | None => false,
-        Some("text") => block
-            .get("text")
-            .and_then(Value::as_str)
-            .is_some_and(|t| !t.is_empty()),
-        Some(_) => block.is_object(),
-    }
-}
-
-/// The blocks of a message that carry a breakpoint, including blocks nested in a
-/// `tool_result`, in document order.
-fn breakpoint_blocks(message: &Value) -> Vec<(usize, Option<usize>)> {
-    let mut found = Vec::new();
-    let Some(blocks) = message.get("content").and_then(Value::as_array) else {
-        return found;
-    };
-    for (i, block) in blocks.iter().enumerate() {
-        if let Some(inner) = block.get("content").and_then(Value::as_array) {
-            for (j, nested) in inner.iter().enumerate() {
-                if nested.get("cache_control").is_some() {
-                    found.push((i, Some(j)));
-                }
-            }
-        }
-        if block.get("cache_control").is_some() {
-            found.push((i, None));
-        }
-    }
-    found
-}
-
-/// The marked block of the newest message is its last breakpoint; `skip_last` leaves it
-/// out of the count.
-///
-/// Counts what [`breakpoint_blocks`] lists, but by scanning each object's few keys
-/// rather than looking names up: this runs over every block of every message on every
-/// turn, and hashing the names made it half of the cost of building a request body.
-fn count_breakpoints(message: &Value, skip_last: bool) -> usize {
-    fn field<'v>(value: &'v Value, name: &str) -> Option<&'v Value> {
-        let object = value.as_object()?;
-        object.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
-    }
-    let Some(Value::Array(blocks)) = field(message, "content") else {
-        return 0;
-    };
-    let mut n = 0;
-    for block in blocks.iter().filter_map(Value::as_object) {
-        for (key, value) in block {
-            match (key.as_str(), value) {
-                ("cache_control", _) => n += 1,
-                ("content", Value::Array(inner)) => {
-                    n += inner
-                        .iter()
-                        .filter(|b| field(b, "cache_control").is_some())
-                        .count();
-                }
-                _ => {}
-            }
-        }
-    }
-    if skip_last { n.saturating_sub(1) } else { n }
-}
-
-/// Removes up to `max` breakpoints from `message`, oldest first; returns how many.
-fn strip_breakpoints(message: &mut Value, max: usize, skip_last: bool) -> usize {
-    let mut found = breakpoint_blocks(message);
-    if skip_last {
-        found.pop();
-    }
-    found.truncate(max);
-    let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for (i, nested) in found {
-        let target = match nested {
-            None => blocks.get_mut(i),
-            Some(j) => blocks
-                .get_mut(i)
-                .and_then(|b| b.get_mut("content"))
-                .and_then(Value::as_array_mut)
-                .and_then(|inner| inner.get_mut(j)),
-        };
-        if let Some(Value::Object(block)) = target
-            && block.shift_remove("cache_control").is_some()
-        {
-            removed += 1;
-        }
-    }
-    removed
+    crate::model::body::body_with_model(request, &request.model)
 }
 
 /// The error type the API documents for a status, for error bodies without one

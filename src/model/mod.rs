@@ -2,6 +2,7 @@
 //! other providers (an OpenAI-compatible client for local models) can plug in later.
 
 pub mod anthropic;
+pub mod body;
 pub mod classify;
 pub mod error;
 pub mod models;
@@ -10,7 +11,7 @@ pub mod sse;
 pub mod types;
 
 pub use error::ModelError;
-pub use types::{MessagesRequest, ModelReply, StreamDelta, Thinking, ToolDef, Usage};
+pub use types::{History, MessagesRequest, ModelReply, StreamDelta, Thinking, ToolDef, Usage};
 
 use crate::future::BoxFuture;
 

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::body::History;
+
 /// The key of the marker object that replaces a tool call's input when the streamed
 /// JSON was not a valid object: `{"<key>": "<why>: <snippet>"}`. The engine answers
 /// such a call with an error result instead of running it.
@@ -17,8 +19,8 @@ pub struct ToolDef {
 }
 
 /// What the engine asks of a model. `messages` are API messages
-/// (`{"role": …, "content": [...]}`) as JSON, because they come straight from stored
-/// transcript entries. The client adds `stream: true` and the `cache_control`
+/// (`{"role": …, "content": [...]}`), kept serialized ([`History`]), because they
+/// come straight from stored transcript entries and are sent again every turn. The client adds `stream: true` and the `cache_control`
 /// breakpoints; the serialized body is deterministic for the same request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MessagesRequest {
@@ -26,7 +28,7 @@ pub struct MessagesRequest {
     pub max_tokens: u32,
     /// The system prompt (may be empty).
     pub system: String,
-    pub messages: Vec<Value>,
+    pub messages: History,
     pub tools: Vec<ToolDef>,
     /// Extended thinking; `None` sends no `thinking` field.
     pub thinking: Option<Thinking>,

@@ -106,6 +106,14 @@ pub const HOLDER_TAG: &str = "flower";
 pub trait SessionStore: Send + Sync {
     /// Appends a batch atomically: it lands whole or not at all. `[]` is a no-op.
     fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError>;
+    /// [`append`](Self::append), for a batch that another append follows shortly (a
+    /// reply whose tool results come next): the store may acknowledge it once it is
+    /// committed (it survives this process being killed, and every reader sees it)
+    /// but before it is flushed to stable storage, which the next `append` then does
+    /// for both. The default is `append`.
+    fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+        self.append(key, entries)
+    }
     /// `None` for a key never written.
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError>;
     /// Main sessions of a project (never subpaths), with mtime in epoch ms.

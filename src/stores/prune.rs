@@ -276,6 +276,10 @@ impl SessionStore for PruningSessionStore {
         self.inner.append(key, entries)
     }
 
+    fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+        self.inner.append_deferred(key, entries)
+    }
+
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
         self.inner.load_pruned(key, &self.options)
     }
