@@ -28,9 +28,13 @@ const LAYERS: &[&[&str]] = &[
 const MAX_FN_LINES: usize = 80;
 const MAX_FILE_LINES: usize = 1000;
 
-/// Files another engineer is rewriting (issue 30): the size rules leave them out
-/// until then (the layer rule does not).
-const LONG_FILES_ALLOWED: [&str; 2] = ["stores/postgres.rs", "stores/prune.rs"];
+/// Files another engineer is rewriting (issue 30; `stores/postgres` is becoming a
+/// directory): the size rules leave them out until then (the layer rule does not).
+const LONG_FILES_ALLOWED: [&str; 2] = ["stores/postgres", "stores/prune"];
+
+fn size_rules_apply(rel: &str) -> bool {
+    !LONG_FILES_ALLOWED.iter().any(|p| rel.starts_with(p))
+}
 
 /// What a long function's comment must say.
 const WHY_LONG: &str = "long because";
@@ -199,7 +203,7 @@ fn violations(sources: &[Source]) -> Vec<String> {
         let mut seen = Collected::default();
         seen.visit_file(&file);
         let lines = source.text.lines().count();
-        if lines > MAX_FILE_LINES && !LONG_FILES_ALLOWED.contains(&rel) {
+        if lines > MAX_FILE_LINES && size_rules_apply(rel) {
             out.push(format!(
                 "src/{rel}: {lines} lines, over {MAX_FILE_LINES}: cut where a name explains the piece"
             ));
@@ -207,7 +211,7 @@ fn violations(sources: &[Source]) -> Vec<String> {
         for f in &seen.fns {
             if f.lines > MAX_FN_LINES
                 && !says_why_long(&source.text, f.line)
-                && !LONG_FILES_ALLOWED.contains(&rel)
+                && size_rules_apply(rel)
             {
                 out.push(format!(
                     "src/{rel}:{}: fn {} is {} lines, over {MAX_FN_LINES}, with no comment \
