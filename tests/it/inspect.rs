@@ -499,7 +499,8 @@ fn the_report_draws_the_threshold_the_run_used() {
             assert_eq!(row["context_window"], 200_000, "{row}");
             assert_eq!(row["handoff_threshold"], threshold, "{row}");
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+        let out = Flower::bin()
+            .command()
             .current_dir(&project.dir)
             .arg("report")
             .env("FLOWER_HANDOFF_AT", "90%")

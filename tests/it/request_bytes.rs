@@ -13,7 +13,7 @@ use crate::support::Flower;
 use flower::stores::project_key;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use support::{FakeServer, Reply};
 use tempfile::TempDir;
 
@@ -157,7 +157,8 @@ fn request_bodies_are_byte_identical_across_a_long_session() {
     }
     let project = project_key(&root);
     let source = imported(&root);
-    let import = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let import = Flower::bin()
+        .command()
         .current_dir(&root)
         .args(["store", "import"])
         .arg(&source)

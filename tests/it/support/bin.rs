@@ -106,6 +106,11 @@ impl Flower {
         self
     }
 
+    /// `flower` with no arguments yet (add them to the [`Flower::command`]).
+    pub fn bin() -> Flower {
+        Flower::new::<&str>(&[])
+    }
+
     /// The command, for what the builder does not cover (stdio, `spawn`).
     pub fn command(self) -> Command {
         self.cmd
