@@ -2,7 +2,8 @@
 //! no `crate::` path from a lower layer to a higher one, no import cycle among the
 //! modules of `src/cli/`, no function over [`MAX_FN_LINES`] lines without a comment
 //! just above it saying why (containing "long because"), no file over
-//! [`MAX_FILE_LINES`] lines. Each rule is also shown to fail on a made-up snippet.
+//! [`MAX_FILE_LINES`] lines, no read of the process environment outside `src/settings/`.
+//! Each rule is also shown to fail on a made-up snippet.
 
 use proc_macro2::Span;
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,6 +39,15 @@ fn size_rules_apply(rel: &str) -> bool {
 
 /// What a long function's comment must say.
 const WHY_LONG: &str = "long because";
+
+/// The functions of `std::env` that read the process environment.
+const ENV_READERS: [&str; 5] = ["var", "var_os", "vars", "vars_os", "home_dir"];
+
+/// Whether a file may read the process environment: the settings (`Environment::
+/// from_process`) and nothing else.
+fn may_read_env(rel: &str) -> bool {
+    rel.starts_with("settings/")
+}
 
 /// A source file: its path under `src/` and its text.
 struct Source {
@@ -220,6 +230,19 @@ fn violations(sources: &[Source]) -> Vec<String> {
                 ));
             }
         }
+        if !may_read_env(rel) {
+            for (path, line) in &seen.paths {
+                if let [.., env, read] = path.as_slice()
+                    && env == "env"
+                    && ENV_READERS.contains(&read.as_str())
+                {
+                    out.push(format!(
+                        "src/{rel}:{line}: reads the environment ({}); only src/settings/ does",
+                        path.join("::")
+                    ));
+                }
+            }
+        }
         let Some(top) = top_module(rel) else {
             continue;
         };
@@ -388,6 +411,31 @@ fn a_long_function_needs_a_comment_saying_why() {
         found[1].starts_with("src/engine/d.rs:3: fn long is 82 lines"),
         "{}",
         found[1]
+    );
+}
+
+#[test]
+fn reading_the_environment_outside_the_settings_is_found() {
+    let found = violations(&[
+        source(
+            "tools/git.rs",
+            "fn f() { let _ = std::env::var_os(\"HOME\"); }\n",
+        ),
+        source(
+            "engine/x.rs",
+            "use std::env;\nfn f() { let _ = env::var(\"X\"); }\n",
+        ),
+        source(
+            "settings/sources.rs",
+            "fn f() { let _ = std::env::vars_os(); }\n",
+        ),
+    ]);
+    assert_eq!(
+        found,
+        [
+            "src/tools/git.rs:1: reads the environment (std::env::var_os); only src/settings/ does",
+            "src/engine/x.rs:2: reads the environment (env::var); only src/settings/ does",
+        ]
     );
 }
 
