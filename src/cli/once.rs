@@ -36,6 +36,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         disallowed_tools: args.disallowed_tools.clone(),
         max_turns: args.max_turns,
         model: None,
+        effort: None,
     };
     // A malformed rule is a usage error, before any request.
     if let Err(e) = spec.permissions_in(env.home()) {

@@ -612,6 +612,13 @@ fn session_table(h: &mut String, run: &Run, sessions: &[Session], totals: &Total
         tokens(totals.tokens.cache_creation),
         tokens(totals.tokens.cache_read),
     );
+    if totals.tokens.web_search + totals.tokens.web_fetch > 0 {
+        let _ = writeln!(
+            h,
+            "<p>服务端工具:网页搜索 {} 次,网页抓取 {} 次(API 端执行,已计入费用)</p>",
+            totals.tokens.web_search, totals.tokens.web_fetch,
+        );
+    }
     for s in sessions {
         let _ = writeln!(
             h,

@@ -20,6 +20,21 @@ pub const TASK: &str = "Task";
 /// Asks the user a question (the engine's, not a `tools::Tool`).
 pub const ASK_USER: &str = "AskUser";
 
+/// Searches the web: a server tool, run by the API (`web_search`), never by flower.
+pub const WEB_SEARCH: &str = "WebSearch";
+/// Fetches a web page or PDF: a server tool, run by the API (`web_fetch`).
+pub const WEB_FETCH: &str = "WebFetch";
+
+/// The permission-rule name (Claude Code's) of a server tool the API names `api_name`
+/// in its `server_tool_use` blocks; `None` for other names.
+pub fn server_tool_rule_name(api_name: &str) -> Option<&'static str> {
+    match api_name {
+        "web_search" => Some(WEB_SEARCH),
+        "web_fetch" => Some(WEB_FETCH),
+        _ => None,
+    }
+}
+
 /// What the harness knows about a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ToolInfo {
