@@ -202,7 +202,7 @@ pub enum RunError {
     /// The agent's permission rules do not parse.
     #[error(transparent)]
     Rules(#[from] permissions::RuleError),
-    #[error("cannot write the transcript: {0}")]
+    #[error("transcript 写不进去:{0}")]
     Transcript(#[source] StoreError),
     #[error("cannot read session {id}: {source}")]
     ReadSession { id: String, source: StoreError },

@@ -6,7 +6,9 @@ mod faults_support;
 mod store_support;
 mod support;
 
+mod afresh;
 mod claude_code_import;
+mod cli_small;
 mod closed_pipe;
 mod config;
 mod continuation_crash;
