@@ -52,6 +52,8 @@ macro_rules! or_return {
     };
 }
 
+// Long because the front end's part of a run reads in the order the person sees it:
+// settings, the prompt, the run's phases with their questions, then the rendering.
 pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&args, env)?;
     let home = settings.home.as_deref();

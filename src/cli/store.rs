@@ -287,6 +287,7 @@ struct Backend<'a> {
 }
 
 impl Backend<'_> {
+    // Long because it is one match over the store subcommands, a few lines each.
     fn run(&self, command: &StoreCommand) -> Result<Value, Failed> {
         let shown = &self.shown;
         let key = |text: &str| {

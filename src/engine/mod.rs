@@ -19,6 +19,7 @@ pub mod permissions;
 pub mod recovery;
 mod reply;
 mod resume;
+mod session;
 mod session_hooks;
 pub mod spec;
 mod subagent;
@@ -33,6 +34,7 @@ pub use spec::AgentSpec;
 pub use calls::summarize_input;
 use reply::{Continuations, Next, cut_last_call, trim_for_continuation};
 pub use reply::{MAX_CONTINUATIONS, MAX_PAUSE_CONTINUATIONS};
+use session::ends_with_prompt;
 use turn::Turn;
 
 use crate::future::BoxFuture;
@@ -537,17 +539,13 @@ impl Engine {
     }
 
     /// Runs one session to its end. Never panics; every failure is in the result.
+    // Long because a session's start has its phases in order (open, announce, memory,
+    // the calls a cut turn left, hooks, then the loop), each failing its own way.
     pub async fn run(&self, request: RunRequest<'_>) -> RunResult {
         let started = Instant::now();
         let (session_id, history, resumed, unanswered) = match self.open_session(&request.start) {
             Ok(opened) => opened,
-            Err(error) => {
-                let id = match &request.start {
-                    SessionStart::Resume(id) | SessionStart::Fork(id) => id.clone(),
-                    SessionStart::New => String::new(),
-                };
-                return RunResult::failed(&id, error, started);
-            }
+            Err(error) => return RunResult::failed(request.start.named(), error, started),
         };
         self.emit(Event::SessionStarted {
             agent: request.spec.name.clone(),
@@ -557,7 +555,9 @@ impl Engine {
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
         let leaf = transcript::resume_leaf(&history).map(str::to_string);
-        let (memory, pin) = self.session_memory(&request.start, &history);
+        // Memory is read once, when the session begins, and pinned in its transcript:
+        // a resumed session sends exactly what it began with (see `memory`).
+        let (memory, pin) = self.memory_for(&request.start, &history);
         // So are the MCP tools (see `mcp`).
         let (mcp_tools, mcp_pin) = match request.start {
             SessionStart::New => self.list_mcp_tools(request.spec).await,
@@ -619,121 +619,6 @@ impl Engine {
             self.session_end(&mut conversation).await;
         }
         result
-    }
-
-    /// The memory of a session's system prompt, and the entry pinning it. Read once,
-    /// when the session begins, and pinned in its transcript: a resumed session sends
-    /// exactly what it began with (see `memory`).
-    fn session_memory(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
-        match start {
-            SessionStart::New => self.read_memory(),
-            _ => (
-                transcript::pinned_memory(history)
-                    .unwrap_or_default()
-                    .to_string(),
-                None,
-            ),
-        }
-    }
-
-    /// Records what the opening hooks did (their outcomes only).
-    fn record_opening_hooks(&self, conversation: &mut Conversation<'_>) {
-        for item in std::mem::take(&mut conversation.opening) {
-            if let Pending::Hook(outcome) = item {
-                let _ = self.record_hooks(conversation, &outcome);
-            }
-        }
-    }
-
-    /// Finds or creates the session: its id, the (pruned) history to continue from,
-    /// whether it is a continuation, and the calls of its last turn to finish first
-    /// (see [`Engine::load_resumable`]).
-    fn open_session(&self, start: &SessionStart) -> Result<Opened, RunError> {
-        let project = &self.config.project_key;
-        match start {
-            SessionStart::New => Ok((
-                uuid::Uuid::new_v4().to_string(),
-                Vec::new(),
-                false,
-                Vec::new(),
-            )),
-            SessionStart::Resume(id) => {
-                let key = SessionKey::main(project, id);
-                let (history, unanswered) = self.load_resumable(&key)?;
-                Ok((id.clone(), history, true, unanswered))
-            }
-            SessionStart::Fork(id) => {
-                let new_id = self.fork(id)?;
-                let key = SessionKey::main(project, &new_id);
-                let history = self.load_for_resume(&key)?;
-                Ok((new_id, history, false, Vec::new()))
-            }
-        }
-    }
-
-    /// Copies session `id` into a new session; returns the new id.
-    fn fork(&self, id: &str) -> Result<String, RunError> {
-        let project = &self.config.project_key;
-        let source = SessionKey::main(project, id);
-        let raw = self
-            .config
-            .store
-            .load_raw(&source)
-            .map_err(|source| RunError::ReadSession {
-                id: id.to_string(),
-                source,
-            })?
-            .ok_or_else(|| RunError::NoForkSource(id.to_string()))?;
-        let new_id = uuid::Uuid::new_v4().to_string();
-        let copied: Vec<Value> = raw
-            .into_iter()
-            .map(|mut entry| {
-                if let Some(obj) = entry.as_object_mut() {
-                    obj.insert("sessionId".into(), new_id.clone().into());
-                    obj.insert("forkedFrom".into(), id.into());
-                }
-                entry
-            })
-            .collect();
-        let key = SessionKey::main(project, &new_id);
-        self.config
-            .store
-            .append(&key, &copied)
-            .map_err(RunError::WriteFork)?;
-        Ok(new_id)
-    }
-
-    /// Loads what a resumed session is fed. Entries the pruning layer had to add (a
-    /// result for a tool call that never got one) become part of the conversation now,
-    /// so they are written, and the chain continues from them.
-    fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, RunError> {
-        let store = &self.config.store;
-        let id = || key.session_id.clone();
-        // One pass: parsing and pruning fused in the store, no copy of the raw transcript.
-        let pruned = store
-            .load(key)
-            .map_err(|source| RunError::ReadSession { id: id(), source })?
-            .ok_or_else(|| RunError::NoSession(id()))?;
-        self.store_synthesized(key, &pruned)?;
-        Ok(pruned)
-    }
-
-    /// Stores the results pruning synthesized for calls that never got one.
-    fn store_synthesized(&self, key: &SessionKey, pruned: &[Value]) -> Result<(), RunError> {
-        let store = &self.config.store;
-        let id = || key.session_id.clone();
-        let added: Vec<Value> = pruned
-            .iter()
-            .filter(|e| crate::stores::prune::is_synthesized_result(e))
-            .cloned()
-            .collect();
-        // Their uuids are idempotency keys: appending one that is already stored is a no-op.
-        if !added.is_empty() {
-            store
-                .append(key, &added)
-                .map_err(|source| RunError::WriteSession { id: id(), source })?;
-        }
-        Ok(())
     }
 
     /// Drives a conversation from a user message (`None`: the history already ends
@@ -938,6 +823,20 @@ impl Engine {
         Permissions::with_home(&spec.allowed_tools, &deny, home)?.with_ask(&conventions.ask, home)
     }
 
+    /// The memory block of a session's system prompt: read now for a new session
+    /// (with the entry pinning it), else the one its transcript pinned.
+    fn memory_for(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
+        match start {
+            SessionStart::New => self.read_memory(),
+            _ => (
+                transcript::pinned_memory(history)
+                    .unwrap_or_default()
+                    .to_string(),
+                None,
+            ),
+        }
+    }
+
     /// Reads the project's memory for a new session: its text and the entry pinning
     /// it (none when there is no memory). Its warnings are reported once a process.
     fn read_memory(&self) -> (String, Option<Pending>) {
@@ -986,28 +885,4 @@ fn last_context(history: &[Value]) -> Option<u64> {
         .find_map(transcript::markers::turn_usage)
         .and_then(|usage| serde_json::from_value::<Usage>(usage.clone()).ok())
         .map(|usage| usage.context_tokens())
-}
-
-/// Whether the last user or assistant entry of `history` is a user entry that says
-/// exactly `prompt` (and so is still unanswered).
-fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
-    // What hooks added after the prompt (context) is not an answer to it.
-    let last = history.iter().rev().find(|e| {
-        matches!(
-            e.get("type").and_then(Value::as_str),
-            Some("user" | "assistant")
-        ) && !transcript::markers::is_hook_context(e)
-    });
-    let Some(last) = last else { return false };
-    if last.get("type").and_then(Value::as_str) != Some("user") {
-        return false;
-    }
-    match last.pointer("/message/content") {
-        Some(Value::String(text)) => text == prompt,
-        Some(Value::Array(blocks)) => {
-            matches!(blocks.as_slice(), [block] if block.get("type").and_then(Value::as_str) == Some("text")
-                && block.get("text").and_then(Value::as_str) == Some(prompt))
-        }
-        _ => false,
-    }
 }

@@ -82,6 +82,8 @@ impl Engine {
     /// retry of the coordinator) is continued, not started over. A failed request is
     /// retried by resuming the sub-agent's own session, as the [`Recovery`] says; only a
     /// sub-agent that truly failed ends the call with an error.
+    // Long because a sub-agent's run (its key, a continued or new session, the retries
+    // its `Recovery` allows, the totals it adds) is one piece; see the doc above.
     pub(super) async fn run_subagent(
         &self,
         parent: &Conversation<'_>,

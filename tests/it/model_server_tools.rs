@@ -4,15 +4,15 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use serde_json::{Value, json};
-use std::process::{Command, Output};
+use std::process::Output;
 use support::pipeline::{Agent, Project, agent_of, simple_reply, text, turn_of};
 use support::{FakeServer, Recorded, Reply};
 use tempfile::TempDir;
 
 fn once(server: &FakeServer, dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(server).command();
     cmd.current_dir(dir.path())
         .args(args)
         .env("FLOWER_MAX_ATTEMPTS", "1");

@@ -9,6 +9,7 @@
 //! set; [`child_process_entry_point`] then plays that role instead of testing.
 
 use crate::flow::{Script, held_first};
+use crate::support::Flower;
 use crate::support::pipeline::{Agent, ONE_ATTEMPT, Project, agent_of, plain, text, turn_of};
 use crate::support::postgres as pg;
 use crate::support::{FakeServer, Gate, Reply};
@@ -281,8 +282,7 @@ fn a_bad_run_key_or_one_without_a_store_exits_2() {
         (vec!["x", "--run-key", "ok"], None, "needs --store"),
         (vec!["x"], Some("bad key"), "FLOWER_RUN_KEY"),
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
+        let mut cmd = Flower::bin().server(&server).command();
         cmd.current_dir(dir.path())
             .args(&args)
             .env_remove("FLOWER_STORE");
@@ -532,8 +532,7 @@ fn a_database_outage_mid_run_is_waited_out_and_the_session_resumed() {
         Reply::text("接着做完了"),
     ]);
     let dir = TempDir::new().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let mut child = cmd
         .current_dir(dir.path())
         .args(["once", "干点活", "--store", &proxy.url(&url)])

@@ -12,6 +12,7 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use flower::workflow::flower::{CLARIFY_RESUME, WORK_RESUME};
 use rexpect::process::{PtyProcess, Signal, WaitStatus};
@@ -1200,7 +1201,8 @@ fn the_live_line_moves_while_a_request_is_held() {
         .iter()
         .find(|l| l.starts_with("== 判定通过 · 用时 "))
         .unwrap_or_else(|| panic!("{lines:#?}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let out = Flower::bin()
+        .command()
         .current_dir(&project.dir)
         .args(["log", "--json"])
         .output()
