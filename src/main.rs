@@ -29,7 +29,15 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             errln!("flower: {}", said(&error));
-            if error.downcast_ref::<flower::ConfigError>().is_some() {
+            // Usage errors: nothing was sent or written.
+            let usage = matches!(
+                error.downcast_ref::<flower::continuity::run::RunError>(),
+                Some(
+                    flower::continuity::run::RunError::Foreign(_)
+                        | flower::continuity::run::RunError::WrongStore { .. }
+                )
+            );
+            if usage || error.downcast_ref::<flower::ConfigError>().is_some() {
                 ExitCode::from(cli::config::EXIT_USAGE)
             } else {
                 ExitCode::FAILURE

@@ -522,11 +522,17 @@ impl Manifest {
         let lock = self.open_lock()?;
         let _ = lock.lock();
         // Re-laid out as trees, not as rows: every field of every row stays.
-        let trees = rows
+        let mut trees = rows
             .iter()
             .map(|text| serde_json::from_str::<Value>(text))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
+        // Each row says which store holds the run: the file is only its mirror.
+        if let Some(store) = self.shared.as_ref().and_then(SharedRun::location) {
+            for row in trees.iter_mut().filter_map(Value::as_object_mut) {
+                row.insert("store".into(), Value::String(store.clone()));
+            }
+        }
         let mut bytes = serde_json::to_vec_pretty(&trees)
             .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
         bytes.push(b'\n');

@@ -54,6 +54,11 @@ pub trait RunStateStore: Send + Sync {
     ) -> Result<Vec<String>, StoreError>;
     /// Every manifest row of the run (JSON texts), in write order.
     fn manifest(&self, run_key: &str) -> Result<Vec<String>, StoreError>;
+    /// Where the store is, as a person would name it to `--store` (a URL without its
+    /// password), for the run directory's mirrors; `None`: not said.
+    fn location(&self) -> Option<String> {
+        None
+    }
     /// Holds the run for this process, across hosts, until the guard is dropped (or the
     /// process dies), waiting up to `wait` (`None`: for ever) for another holder;
     /// `Err(holder)` when another process still holds it, with what it said about
@@ -72,6 +77,10 @@ pub trait RunStateStore: Send + Sync {
 pub type HoldResult = Result<Result<Box<dyn Send>, Option<String>>, StoreError>;
 
 impl RunStateStore for PostgresStore {
+    fn location(&self) -> Option<String> {
+        Some(self.url().to_string())
+    }
+
     fn find_run(&self, run_key: &str) -> Result<Option<RunRow>, StoreError> {
         self.run_find(run_key)
     }
@@ -252,6 +261,17 @@ impl SharedRun {
 
     pub fn run_key(&self) -> &str {
         &self.row.run_key
+    }
+
+    /// The run's name, when it was given one (`--run-key`) rather than derived from the
+    /// workspace's path.
+    pub fn name(&self) -> Option<&str> {
+        self.row.named.then_some(self.row.run_key.as_str())
+    }
+
+    /// Where the run's store is, for the mirrors ([`RunStateStore::location`]).
+    pub fn location(&self) -> Option<String> {
+        self.store.location()
     }
 
     /// The project key the run's transcripts are stored under (the first workspace's).
