@@ -200,7 +200,7 @@ pub enum RunError {
     /// The agent's permission rules do not parse.
     #[error(transparent)]
     Rules(#[from] permissions::RuleError),
-    #[error("cannot write the transcript: {0}")]
+    #[error("transcript 写不进去:{0}")]
     Transcript(#[source] StoreError),
     #[error("cannot read session {id}: {source}")]
     ReadSession { id: String, source: StoreError },
@@ -811,6 +811,8 @@ impl Engine {
 
     /// The conversation loop: one model turn, then its tool calls, until the model
     /// ends its turn or something stops the run.
+    // Long because the loop reads as one state machine: the request is built once, then
+    // each outcome of a turn (`Next`) is a few lines of its match.
     async fn converse(
         &self,
         conv: &mut Conversation<'_>,

@@ -70,6 +70,7 @@
 use super::bash_rules::{self, DenyView, NotPlain, Part};
 use crate::tools::paths;
 use crate::tools::sandbox::SandboxPolicy;
+use crate::transcript::tools as names;
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -87,17 +88,11 @@ pub struct WebAccess {
     pub blocked_domains: Vec<String>,
 }
 
-/// The tools whose rules are path globs, and the input field holding the path.
-const PATH_TOOLS: [(&str, &str); 5] = [
-    ("Read", "file_path"),
-    ("Write", "file_path"),
-    ("Edit", "file_path"),
-    ("Glob", "path"),
-    ("Grep", "path"),
-];
-
-/// For other tools: the input field a content rule is matched against.
-const CONTENT_FIELDS: [(&str, &str); 1] = [("Task", "subagent_type")];
+/// The input field holding the path of a tool whose rules are path globs (the tool
+/// table's `path_field`); `None` for the other tools.
+fn path_field(tool: &str) -> Option<&'static str> {
+    names::info_of(tool).and_then(|t| t.path_field)
+}
 
 /// Message length at which a command quoted in a denial is shortened.
 const MAX_QUOTED: usize = 300;
@@ -285,10 +280,11 @@ impl Permissions {
     /// an agent offered Write or Edit, and the git files stay protected unless a
     /// Write or Edit rule names them.
     pub fn sandbox(&self, base: &SandboxPolicy, workspace: &Path) -> SandboxPolicy {
-        let writes = self.offers("Write") || self.offers("Edit");
+        let writers = || names::ALL.iter().filter(|t| t.writes_files);
+        let writes = writers().any(|t| self.offers(t.name));
         let git_granted = [".git/hooks/pre-commit", ".git/config"].iter().any(|p| {
             let p = workspace.join(p);
-            self.names_path("Write", &p, workspace) || self.names_path("Edit", &p, workspace)
+            writers().any(|t| self.names_path(t.name, &p, workspace))
         });
         SandboxPolicy {
             workspace_writable: base.workspace_writable && writes,
@@ -397,7 +393,7 @@ impl Applicable<'_> {
             }
             // Grep reads contents, so a deny rule reaching inside its search denies
             // it; Glob only lists names, so only its own rules do.
-            let searches = tool == "Grep" || (tool == "Glob" && d.tool == "Glob");
+            let searches = tool == names::GREP || (tool == names::GLOB && d.tool == names::GLOB);
             let root = resolved.unwrap_or(lexical);
             if let Some(inside) = searches.then(|| p.inside_search(root, workspace)).flatten() {
                 return Some(format!(
@@ -543,7 +539,7 @@ enum Target {
 impl Subject {
     fn of(tool: &str, input: &Value, workspace: &Path) -> Self {
         let ws = paths::root(workspace);
-        let (described, target) = if tool == "Bash" {
+        let (described, target) = if tool == names::BASH {
             match input.get("command").and_then(Value::as_str) {
                 Some(c) => (
                     format!(" with command {}", quote(c)),
@@ -551,16 +547,16 @@ impl Subject {
                 ),
                 None => (String::new(), Target::Missing),
             }
-        } else if let Some((_, field)) = PATH_TOOLS.iter().find(|(t, _)| *t == tool) {
-            let raw = match input.get(*field) {
+        } else if let Some(field) = path_field(tool) {
+            let raw = match input.get(field) {
                 // Glob and Grep search the workspace when `path` is absent (or one of
                 // the placeholders the model sometimes sends instead of omitting it).
                 Some(Value::String(s))
-                    if *field == "path" && matches!(s.as_str(), "" | "undefined" | "null") =>
+                    if field == "path" && matches!(s.as_str(), "" | "undefined" | "null") =>
                 {
                     Some(".")
                 }
-                None | Some(Value::Null) if *field == "path" => Some("."),
+                None | Some(Value::Null) if field == "path" => Some("."),
                 Some(Value::String(s)) if !s.is_empty() => Some(s.as_str()),
                 _ => None,
             };
@@ -568,7 +564,7 @@ impl Subject {
                 None => (String::new(), Target::Missing),
                 Some(raw) => {
                     let mut p = PathBuf::from(raw);
-                    if tool == "Glob"
+                    if tool == names::GLOB
                         && let Some(pat) = input.get("pattern").and_then(Value::as_str)
                     {
                         p = glob_base(&p, pat);
@@ -585,10 +581,9 @@ impl Subject {
                 }
             }
         } else {
-            let field = CONTENT_FIELDS
-                .iter()
-                .find(|(t, _)| *t == tool)
-                .and_then(|(_, f)| input.get(*f))
+            let field = names::info_of(tool)
+                .and_then(|t| t.rule_field)
+                .and_then(|f| input.get(f))
                 .and_then(Value::as_str)
                 .map(str::to_string);
             let d = field
@@ -621,9 +616,9 @@ impl Subject {
 /// a deny rule should not be sidestepped by picking the sibling tool.
 fn deny_applies(rule_tool: &str, tool: &str) -> bool {
     rule_tool == tool
-        || (rule_tool == "Read" && matches!(tool, "Glob" | "Grep"))
-        || (rule_tool == "Edit" && tool == "Write")
-        || (rule_tool == "Write" && tool == "Edit")
+        || (rule_tool == names::READ && matches!(tool, names::GLOB | names::GREP))
+        || (rule_tool == names::EDIT && tool == names::WRITE)
+        || (rule_tool == names::WRITE && tool == names::EDIT)
 }
 
 /// Glob's effective directory: `path` joined with the literal directories that start
@@ -746,10 +741,8 @@ fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleError> {
         None => Content::Whole,
         Some("") => return Err(rule_error(text, "empty pattern inside `()`")),
         Some("*") | Some(":*") => Content::Whole,
-        Some(c) if tool == "Bash" => Content::Bash(parse_bash(text, c)?),
-        Some(c) if PATH_TOOLS.iter().any(|(t, _)| *t == tool) => {
-            Content::Path(parse_path(text, c, home)?)
-        }
+        Some(c) if tool == names::BASH => Content::Bash(parse_bash(text, c)?),
+        Some(c) if path_field(tool).is_some() => Content::Path(parse_path(text, c, home)?),
         Some(c) if tool == WEB_FETCH || tool == WEB_SEARCH => match c.strip_prefix("domain:") {
             Some(domain) if valid_domain(domain.trim()) => {
                 Content::Domain(domain.trim().to_ascii_lowercase())

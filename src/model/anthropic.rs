@@ -311,6 +311,8 @@ impl AnthropicClient {
         self
     }
 
+    // Long because one request's lifecycle (send under the connect timeout, the status,
+    // the SSE read under the idle timeout) shares its timers and its error mapping.
     async fn stream_impl(
         &self,
         request: &MessagesRequest,

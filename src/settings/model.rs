@@ -121,6 +121,9 @@ impl ModelSettings {
 }
 
 /// Resolves the model settings from the flags and the variables.
+// Long because every model setting resolves here, once, in the order their precedence
+// and cross-checks need (the model before its thinking budget and window), each with
+// the message naming its source.
 pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, ConfigError> {
     let usage = |setting: &str, message: String| ConfigError::invalid(setting, message);
     let credential = match (

@@ -34,6 +34,10 @@ pub struct Flags {
     pub wait: bool,
     /// `--no-memory`: no `CLAUDE.md` / `AGENTS.md` in the system prompts.
     pub no_memory: bool,
+    /// `-f/--prompt-file`: the prompt from this file, `-` for standard input.
+    pub prompt_file: Option<PathBuf>,
+    /// `--again`: work and judge again although the judge passed and nothing was said.
+    pub again: bool,
 }
 
 /// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.

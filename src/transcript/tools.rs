@@ -46,6 +46,9 @@ pub struct ToolInfo {
     pub path_field: Option<&'static str>,
     /// Whether the tool changes files (the agents without it get a read-only workspace).
     pub writes_files: bool,
+    /// For a tool without a path: the input field a content rule (`Task(reviewer)`)
+    /// is matched against.
+    pub rule_field: Option<&'static str>,
 }
 
 pub const READ_INFO: ToolInfo = info(READ, "file_path", Some("file_path"), false);
@@ -54,7 +57,10 @@ pub const EDIT_INFO: ToolInfo = info(EDIT, "file_path", Some("file_path"), true)
 pub const GLOB_INFO: ToolInfo = info(GLOB, "pattern", Some("path"), false);
 pub const GREP_INFO: ToolInfo = info(GREP, "pattern", Some("path"), false);
 pub const BASH_INFO: ToolInfo = info(BASH, "command", None, false);
-pub const TASK_INFO: ToolInfo = info(TASK, "description", None, false);
+pub const TASK_INFO: ToolInfo = ToolInfo {
+    rule_field: Some("subagent_type"),
+    ..info(TASK, "description", None, false)
+};
 pub const ASK_USER_INFO: ToolInfo = info(ASK_USER, "question", None, false);
 
 /// Every tool an agent can be given, built-in and engine-level, in offer order.
@@ -80,6 +86,7 @@ const fn info(
         summary_field,
         path_field,
         writes_files,
+        rule_field: None,
     }
 }
 
