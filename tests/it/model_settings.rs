@@ -401,6 +401,11 @@ fn bad_model_combinations_exit_2_before_any_request() {
             "low, medium, high, max",
         ),
         (
+            vec![],
+            vec![("FLOWER_JUDGE_EFFORT", "extreme")],
+            "FLOWER_JUDGE_EFFORT",
+        ),
+        (
             vec!["--thinking", "--model", "claude-3-5-haiku-20241022"],
             vec![],
             "no extended thinking",
