@@ -811,6 +811,19 @@ impl PyRuntime {
             .map_err(errors::store_error)
     }
 
+    /// What the CLI's SIGTERM/SIGHUP handler does before the process dies: writes the
+    /// in-flight step's manifest row (`error="killed-by-signal"`) and kills the running
+    /// commands. For a handler of the script's own (`signal.signal`); the package
+    /// installs none.
+    fn rescue(&self, py: Python<'_>) -> PyResult<()> {
+        let run = self.open_run()?;
+        py.detach(move || {
+            run.runtime().rescue();
+            run.runtime().processes().kill_all();
+        });
+        Ok(())
+    }
+
     /// The wake state the run was opened with (see `wake_state`).
     #[getter]
     fn wake<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

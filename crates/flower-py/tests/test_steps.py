@@ -108,3 +108,30 @@ def test_ctrl_c_stops_run_sync_with_lineage_and_manifest_written(project, start_
 
 def test_ctrl_c_under_asyncio_run_stops_the_run_with_lineage_and_manifest_written(project, start_fake):
     ctrl_c(project, start_fake, ASYNC)
+
+
+TERM = """
+import asyncio, os, signal
+from flower import AgentSpec, Runtime, Step, Workflow
+terse = AgentSpec(name="terse", instructions="回答极简。", allowed_tools=["Read"], max_turns=4)
+rt = Runtime()
+def on_term(signum, frame):
+    rt.rescue()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+signal.signal(signal.SIGTERM, on_term)
+async def main():
+    await Workflow([Step("取词", terse, "读 seed.txt")]).run(rt)
+asyncio.run(main())
+"""
+
+
+def test_a_sigterm_handler_calling_rescue_writes_the_in_flight_row(project, start_fake):
+    held = start_fake(hold=[2])
+    child = run_python(TERM, project, held.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert held.wait_requests(2)
+    child.send_signal(signal.SIGTERM)
+    child.communicate(timeout=TIMEOUT)
+    assert child.returncode == -signal.SIGTERM
+    rows = json.loads((project / "runs/manifest.json").read_text(encoding="utf-8"))
+    assert [(r["step"], r["error"]) for r in rows] == [("取词", "killed-by-signal")]
