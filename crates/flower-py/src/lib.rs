@@ -364,6 +364,13 @@ impl PyWorkflow {
         rt: &PyRuntime,
     ) -> PyResult<impl Future<Output = PyResult<Py<PyAny>>> + Send + 'static> {
         let run = rt.open_run()?;
+        // The runtime's own reference and this one: anything more is a run still going
+        // (the library's runtime runs one workflow at a time).
+        if Arc::strong_count(&run) > 2 {
+            return Err(FlowerError::new_err(
+                "a workflow is already running on this runtime",
+            ));
+        }
         let failure = Arc::new(Failure::default());
         *lock(&rt.hooks.failure) = failure.clone();
         let cache: PromptCache = Arc::default();
