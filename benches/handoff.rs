@@ -62,7 +62,7 @@ fn text_of(message: &Value) -> String {
 
 impl Scripted {
     fn reply(&self, request: &MessagesRequest) -> ModelReply {
-        let messages = &request.messages;
+        let messages = &request.messages.to_values();
         let turn = messages.iter().filter(|m| m["role"] == "assistant").count() as u64;
         let first = messages.first().map(text_of).unwrap_or_default();
         let asked = messages

@@ -20,6 +20,27 @@ pub struct RunDirArg {
     pub path: PathBuf,
 }
 
+/// `-f/--prompt-file`: the commands that take a prompt.
+#[derive(Debug, Clone, Args)]
+pub struct PromptFileArg {
+    /// Read the prompt from FILE instead of the command line (`-`: standard input), for
+    /// a prompt too long for a command line (the OS caps it at a few hundred KB).
+    #[arg(
+        id = "prompt_file",
+        short = 'f',
+        long = "prompt-file",
+        value_name = "FILE",
+        conflicts_with = "prompt"
+    )]
+    pub file: Option<PathBuf>,
+}
+
+impl FlagGroup for PromptFileArg {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.prompt_file = self.file.clone();
+    }
+}
+
 /// `--store` of the commands that run or probe a run.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArg {
@@ -54,6 +75,11 @@ pub struct ThinkingArg {
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
     pub thinking: Option<Option<u32>>,
+
+    /// How eagerly the model spends tokens: low, medium, high, xhigh or max (the
+    /// levels the model's table row accepts). Setting: CLAUDE_CODE_EFFORT_LEVEL.
+    #[arg(long, value_name = "LEVEL")]
+    pub effort: Option<String>,
 }
 
 /// The sandbox around Bash commands (see the README's "Permissions and sandbox"),
@@ -108,6 +134,7 @@ impl FlagGroup for ModelArg {
 impl FlagGroup for ThinkingArg {
     fn add_to(&self, flags: &mut Flags) {
         flags.thinking = self.thinking;
+        flags.effort = self.effort.clone();
     }
 }
 

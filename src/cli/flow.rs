@@ -19,7 +19,7 @@ use flower::continuity::run::{Begin, Locked, Run, RunHooks};
 use flower::continuity::signals;
 use flower::engine::Interrupt;
 use flower::settings::{Environment, Settings};
-use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
+use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, judge_passed, worker};
 use flower::workflow::{Context, WorkflowError};
 use std::path::Path;
 use std::process::ExitCode;
@@ -56,7 +56,11 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let settings = load_settings(&args, env)?;
     let home = settings.home.as_deref();
     let interactive = input::interactive();
-    let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
+    let said = match &settings.prompt_file {
+        Some(file) => file.read()?,
+        None => args.prompt.join(" "),
+    };
+    let said = Some(said.trim().to_string()).filter(|s| !s.is_empty());
     let opening = or_return!(Run::prepare(&settings).map_err(lines::refused));
     let renderer = Renderer::new(true, &settings.terminal);
     renderer.set_window(settings.context_window);
@@ -84,7 +88,12 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         Ok(intent) => intent,
         Err(code) => return Ok(code),
     };
-    let options = flower_options(&args, interactive, intent);
+    // The judge passed last time and nothing new was said: nothing to do, nothing spent.
+    if matches!(intent, Intent::Wake { utterance: None }) && !settings.again && passed(&locked) {
+        renderer.note(PASSED_ALREADY);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let options = flower_options(&args, &settings, interactive, intent);
 
     let interrupt = Interrupt::new();
     let run = or_return!(
@@ -108,12 +117,23 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     }
     note_warnings(&renderer, runtime);
     install_signals(runtime, &renderer, interrupt, interactive)?;
+    if renderer.is_live()
+        && let Ok(before) = super::inspect_run(&settings)
+    {
+        renderer.set_cost_before(before.totals(&[]).cost_usd);
+    }
 
     let workflow = flower_workflow(run.workspace(), &options);
     let outcome = workflow.run(runtime).await;
     renderer.finish();
     note_warnings(&renderer, runtime);
-    exit_status(&renderer, args.rounds, outcome)
+    // The summary's figures are the run's, read as `flower log` reads them.
+    let figures = renderer
+        .is_live()
+        .then(|| super::inspect_run(&settings).ok())
+        .flatten()
+        .map(|run| run.totals(&run.sessions()));
+    exit_status(&renderer, args.rounds, outcome, figures.as_ref())
 }
 
 /// The pipeline's worker with the settings files' allow rules: the one role they
@@ -183,6 +203,9 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
         ));
     }
     if args.verbose {
+        for line in lines::afresh(&locked.place().afresh(), home) {
+            errln!("flower: {line}");
+        }
         for line in super::conventions::lines(settings) {
             errln!("{line}");
         }
@@ -234,10 +257,16 @@ async fn decide_intent(
 }
 
 /// The pipeline's options for `intent`.
-fn flower_options(args: &FlowArgs, interactive: bool, intent: Intent) -> FlowerOptions {
+fn flower_options(
+    args: &FlowArgs,
+    settings: &Settings,
+    interactive: bool,
+    intent: Intent,
+) -> FlowerOptions {
     let mut options = FlowerOptions {
         rounds: args.rounds,
         interactive,
+        judge_effort: settings.model.judge_effort,
         ..FlowerOptions::default()
     };
     match intent {
@@ -281,18 +310,19 @@ fn exit_status(
     renderer: &Renderer,
     rounds: u32,
     outcome: Result<Context, WorkflowError>,
+    figures: Option<&flower::inspect::Totals>,
 ) -> anyhow::Result<ExitCode> {
     match outcome {
         Ok(ctx) => {
             if ctx.passed.get(WORK).copied().unwrap_or(false) {
                 renderer.note("== 判定通过 ==");
-                renderer.summary("判定通过");
+                renderer.summary("判定通过", figures);
                 Ok(ExitCode::SUCCESS)
             } else {
                 renderer.note(&format!(
                     "== 这次唤醒的 {rounds} 轮用完了,判定还没通过。再跑 flower 接着做 =="
                 ));
-                renderer.summary("判定未通过");
+                renderer.summary("判定未通过", figures);
                 Ok(ExitCode::FAILURE)
             }
         }
@@ -300,11 +330,21 @@ fn exit_status(
             renderer.note(&format!(
                 "flower: 步骤 {step} 没跑完:{error}\n再跑一次 flower 就从这里接着做。"
             ));
-            renderer.summary(&format!("{step} 没跑完"));
+            renderer.summary(&format!("{step} 没跑完"), figures);
             Ok(ExitCode::FAILURE)
         }
         Err(other) => Err(other.into()),
     }
+}
+
+/// Said (and nothing spent) when a wake has nothing to do: the judge already passed.
+pub const PASSED_ALREADY: &str = "== 上次判定已经通过,没有要做的了 ==\n要接着改点什么,说一句就行:flower \"再加上……\";再验一遍:flower --again;重开一件事:flower --new \"……\"";
+
+/// Whether the run's judge passed 干活 last time (read from the manifest).
+fn passed(locked: &Locked) -> bool {
+    let place = locked.place();
+    flower::continuity::manifest::rows_of(place.run_dir, place.shared)
+        .is_ok_and(|rows| judge_passed(&rows))
 }
 
 /// Whether `state` is something `flower` without a prompt continues.

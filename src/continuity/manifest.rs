@@ -69,6 +69,19 @@ pub struct StepResult {
     pub retired: Vec<String>,
     /// Context size (tokens) of the session's last turn.
     pub context: u64,
+    /// Outages waited out during this attempt (its sub-agents' included), oldest
+    /// first. Not one of the contract's fields: the row writes it after them
+    /// (`outages`, only when there were any).
+    #[serde(skip)]
+    pub outages: Vec<Outage>,
+}
+
+/// An outage a step attempt waited out: how long, and what was away.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+pub struct Outage {
+    pub waited_s: f64,
+    /// The store's database (`true`) or the model's API.
+    pub database: bool,
 }
 
 impl StepResult {
@@ -110,6 +123,7 @@ impl StepResult {
             duration_s: self.duration_s(),
             run: run.to_owned(),
             context: None,
+            woke: None,
         }
     }
 
@@ -194,6 +208,9 @@ pub struct ManifestRow {
     pub run: String,
     /// The run's window and threshold; `None` in rows of an older flower.
     pub context: Option<RunContext>,
+    /// Which wake of the run wrote the row (lineage's `woke`: 1 for the first run):
+    /// the number the banner says; `None` in rows of an older flower.
+    pub woke: Option<u64>,
 }
 
 impl ManifestRow {
@@ -228,6 +245,10 @@ impl Serialize for ManifestRow {
             /// Written as `null` when the run does not hand off.
             #[serde(skip_serializing_if = "Option::is_none")]
             handoff_threshold: Option<Option<u64>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            woke: Option<u64>,
+            #[serde(skip_serializing_if = "<[Outage]>::is_empty")]
+            outages: &'a [Outage],
         }
         Row {
             result: &self.result,
@@ -235,6 +256,8 @@ impl Serialize for ManifestRow {
             run: &self.run,
             context_window: self.context.map(|c| c.window),
             handoff_threshold: self.context.map(|c| c.handoff_threshold),
+            woke: self.woke,
+            outages: &self.result.outages,
         }
         .serialize(serializer)
     }
@@ -286,6 +309,8 @@ struct RowFields {
     run: Lenient<String>,
     context_window: Lenient<u64>,
     handoff_threshold: Lenient<u64>,
+    woke: Lenient<u64>,
+    outages: Lenient<Vec<Lenient<Outage>>>,
 }
 
 impl RowFields {
@@ -317,6 +342,13 @@ impl RowFields {
                 resumed: self.resumed.0.unwrap_or_default(),
                 retired: texts(self.retired),
                 context: self.context.0.unwrap_or_default(),
+                outages: self
+                    .outages
+                    .0
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|o| o.0)
+                    .collect(),
             },
             duration_s: self.duration_s.0.unwrap_or_default(),
             run: self.run.0.unwrap_or_default(),
@@ -324,6 +356,7 @@ impl RowFields {
                 window,
                 handoff_threshold: self.handoff_threshold.0,
             }),
+            woke: self.woke.0,
         }
     }
 }
@@ -427,10 +460,33 @@ pub enum ManifestError {
         source: io::Error,
     },
     #[error("{} cannot be read as the run's manifest: {why}", path.display())]
-    Corrupt { path: PathBuf, why: String },
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        why: Unreadable,
+    },
     /// The shared database did not take the rows; they go out with the next write.
     #[error("the run's manifest in the database: {0}")]
     Shared(#[source] crate::stores::StoreError),
+}
+
+/// Why a manifest cannot be read (the `why` of [`ManifestError::Corrupt`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("not a JSON array of rows ({0})")]
+    NotRows(#[source] serde_json::Error),
+    #[error(transparent)]
+    Json(serde_json::Error),
+}
+
+impl From<serde_json::Error> for Unreadable {
+    fn from(e: serde_json::Error) -> Self {
+        if e.classify() == serde_json::error::Category::Data {
+            Unreadable::NotRows(e)
+        } else {
+            Unreadable::Json(e)
+        }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
@@ -465,6 +521,8 @@ pub struct Manifest {
     shared: Option<SharedRun>,
     /// What this writer's rows say about the run's context (see [`RunContext`]).
     context: Option<RunContext>,
+    /// Which wake of the run this writer's rows belong to ([`ManifestRow::woke`]).
+    woke: Option<u64>,
 }
 
 /// The run's context window and handoff threshold, recorded in every row a runtime
@@ -499,11 +557,17 @@ impl Manifest {
         let lock = self.open_lock()?;
         let _ = lock.lock();
         // Re-laid out as trees, not as rows: every field of every row stays.
-        let trees = rows
+        let mut trees = rows
             .iter()
             .map(|text| serde_json::from_str::<Value>(text))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
+        // Each row says which store holds the run: the file is only its mirror.
+        if let Some(store) = self.shared.as_ref().and_then(SharedRun::location) {
+            for row in trees.iter_mut().filter_map(Value::as_object_mut) {
+                row.insert("store".into(), Value::String(store.clone()));
+            }
+        }
         let mut bytes = serde_json::to_vec_pretty(&trees)
             .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
         bytes.push(b'\n');
@@ -540,6 +604,7 @@ impl Manifest {
             last: None,
             shared: None,
             context: None,
+            woke: None,
         }
     }
 
@@ -547,6 +612,12 @@ impl Manifest {
     pub fn with_context(mut self, context: RunContext) -> Self {
         self.context = Some(context);
         self
+    }
+
+    /// Records `woke` (lineage's wake count, this process's number) in every row
+    /// written from now on.
+    pub fn set_woke(&mut self, woke: u64) {
+        self.woke = Some(woke);
     }
 
     /// A manifest writer whose rows are merged by `run` in the shared database (the
@@ -588,6 +659,7 @@ impl Manifest {
     pub fn record(&mut self, result: &StepResult) -> Result<RecordOutcome, ManifestError> {
         let row = ManifestRow {
             context: self.context,
+            woke: self.woke,
             ..result.to_row(&self.run_id)
         };
         let same_attempt = |r: &ManifestRow| {
@@ -602,6 +674,8 @@ impl Manifest {
 
     /// Merges this process's rows into the file (see the module doc), or into the
     /// shared database and then its mirror.
+    // Long because the merge with the other processes' rows is one critical section under
+    // the lock: read back (or the unchanged shortcut), move a corrupt file aside, write, rename.
     pub fn write(&mut self) -> Result<RecordOutcome, ManifestError> {
         if let Some(shared) = &self.shared {
             let ours = self.rows.iter().map(ManifestRow::to_json).collect();
@@ -729,8 +803,10 @@ pub fn shared_rows(shared: &SharedRun) -> Result<Vec<ManifestRow>, StoreError> {
         .manifest()?
         .iter()
         .map(|text| {
-            ManifestRow::from_json(text)
-                .map_err(|e| StoreError::Io(format!("a manifest row is not JSON: {e}")))
+            ManifestRow::from_json(text).map_err(|source| StoreError::Decode {
+                what: "a manifest row is not JSON".into(),
+                source,
+            })
         })
         .collect()
 }
@@ -752,13 +828,13 @@ pub fn read_rows(run_dir: &Path) -> Result<Vec<ManifestRow>, ManifestError> {
     let Some(text) = read_text(&path)? else {
         return Ok(Vec::new());
     };
-    let corrupt = |why: String| ManifestError::Corrupt {
+    let corrupt = |why: Unreadable| ManifestError::Corrupt {
         path: path.clone(),
         why,
     };
     let rows = split_rows(&text).map_err(corrupt)?;
     rows.iter()
-        .map(|raw| ManifestRow::from_json(raw.get()).map_err(|e| corrupt(e.to_string())))
+        .map(|raw| ManifestRow::from_json(raw.get()).map_err(|e| corrupt(Unreadable::Json(e))))
         .collect()
 }
 
@@ -777,14 +853,8 @@ fn read_text(path: &Path) -> Result<Option<String>, ManifestError> {
 /// The top-level array's elements, each as its exact source text. Validates the whole
 /// document but builds no tree: other processes' rows are copied back byte for byte,
 /// and a write stays fast with 10,000 rows in the file.
-fn split_rows(text: &str) -> Result<Vec<&RawValue>, String> {
-    serde_json::from_str::<Vec<&RawValue>>(text).map_err(|e| {
-        if e.classify() == serde_json::error::Category::Data {
-            format!("not a JSON array of rows ({e})")
-        } else {
-            e.to_string()
-        }
-    })
+fn split_rows(text: &str) -> Result<Vec<&RawValue>, Unreadable> {
+    Ok(serde_json::from_str::<Vec<&RawValue>>(text)?)
 }
 
 /// Whether the row's `run` field is exactly `run_json` (a JSON string literal). Rows

@@ -2,7 +2,9 @@
 //! hooks, permission rules) before a call runs, running it until done or interrupted.
 
 use super::permissions::{Decision, Permissions};
-use super::{Conversation, Denial, Engine, Event, RunError, Totals, hooks, subagent};
+use super::{
+    CUT_BY_MAX_TOKENS, Conversation, Denial, Engine, Event, RunError, Totals, hooks, subagent,
+};
 use crate::model::ToolDef;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 use crate::transcript;
@@ -11,6 +13,66 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 impl Engine {
+    /// Finishes the calls of a resumed session's last turn: a `Task` goes on in its
+    /// sub-agent's session, every other call is answered as interrupted (as pruning
+    /// would have). Each result is stored as it comes.
+    pub(super) async fn continue_calls(
+        &self,
+        conv: &mut Conversation<'_>,
+        calls: Vec<super::Call>,
+        totals: &mut Totals,
+    ) -> Result<(), RunError> {
+        for (id, name, input) in calls {
+            let output = if name == subagent::TASK && conv.depth == 0 {
+                self.emit(Event::ToolCall {
+                    name: name.clone(),
+                    summary: summarize_input(&name, &input),
+                    depth: conv.depth,
+                });
+                let output = self.run_subagent(conv, &id, &input, totals).await;
+                if let Some(error) = totals.subagent_error.take() {
+                    return Err(RunError::SubAgent(error));
+                }
+                self.emit(Event::ToolDone {
+                    name: name.clone(),
+                    is_error: output.is_error,
+                    depth: conv.depth,
+                });
+                output
+            } else {
+                ToolOutput::error(transcript::markers::INTERRUPTED_BODY)
+            };
+            let entry = self.result_entry(conv, &id, &name, &output);
+            self.record(conv, entry)?;
+        }
+        Ok(())
+    }
+
+    /// The entry holding a tool call's result; a `Task` result names its sub-agent
+    /// (`toolUseResult.agentId`, as Claude Code records it).
+    pub(super) fn result_entry(
+        &self,
+        conv: &mut Conversation<'_>,
+        id: &str,
+        name: &str,
+        output: &ToolOutput,
+    ) -> Value {
+        let mut entry = conv.chain.tool_result(id, &output.content, output.is_error);
+        if name == subagent::TASK
+            && conv.depth == 0
+            && let Some(object) = entry.as_object_mut()
+        {
+            object.insert(
+                "toolUseResult".into(),
+                json!({
+                    "agentId": super::recovery::agent_id_for(id),
+                    "status": if output.is_error { "failed" } else { "completed" },
+                }),
+            );
+        }
+        entry
+    }
+
     /// Runs a reply's tool calls in order and stores each result. After a Ctrl-C the
     /// remaining calls are answered as interrupted and the user is asked what to say.
     pub(super) async fn answer_calls(
@@ -21,7 +83,8 @@ impl Engine {
         totals: &mut Totals,
     ) -> Result<(), RunError> {
         let mut interrupted = false;
-        for (id, name, input) in calls {
+        let count = calls.len();
+        for (n, (id, name, input)) in calls.into_iter().enumerate() {
             let output = if interrupted {
                 ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
             } else {
@@ -36,10 +99,9 @@ impl Engine {
                 interrupted = self.config.interrupt.is_pending();
                 output
             };
-            let entry = conv
-                .chain
-                .tool_result(&id, &output.content, output.is_error);
-            self.record(conv, entry)?;
+            let entry = self.result_entry(conv, &id, &name, &output);
+            // The turn's last result is durable, and flushes the ones before it.
+            self.record_with(conv, entry, n + 1 < count)?;
         }
         if !conv.hook_notes.is_empty() {
             let text = std::mem::take(&mut conv.hook_notes).join("\n\n");
@@ -76,6 +138,32 @@ impl Engine {
         defs
     }
 
+    /// The server tools an agent's rules give it, with their limits.
+    pub(super) fn server_tools(&self, permissions: &Permissions) -> Vec<crate::model::ServerTool> {
+        use crate::model::{ServerTool, ServerToolKind};
+        use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
+        let limits = self.config.web;
+        [
+            (
+                WEB_SEARCH,
+                ServerToolKind::WebSearch,
+                limits.search_max_uses,
+            ),
+            (WEB_FETCH, ServerToolKind::WebFetch, limits.fetch_max_uses),
+        ]
+        .into_iter()
+        .filter_map(|(name, kind, max_uses)| {
+            let access = permissions.web_access(name)?;
+            Some(ServerTool {
+                kind,
+                max_uses: Some(max_uses),
+                allowed_domains: access.allowed_domains,
+                blocked_domains: access.blocked_domains,
+            })
+        })
+        .collect()
+    }
+
     /// Checks and runs one tool call. Never fails: every problem becomes an error result.
     pub(super) async fn call_tool(
         &self,
@@ -91,8 +179,13 @@ impl Engine {
             .get(crate::model::types::INVALID_TOOL_INPUT)
             .and_then(Value::as_str)
         {
+            let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
+                "was cut off"
+            } else {
+                "was not valid JSON"
+            };
             return ToolOutput::error(format!(
-                "The input of this {name} call was not valid JSON ({why}); nothing was run. \
+                "The input of this {name} call {what} ({why}); nothing was run. \
                  Send the call again with a complete JSON object."
             ));
         }
@@ -131,7 +224,7 @@ impl Engine {
             depth,
         });
         let output = match name {
-            subagent::TASK if depth == 0 => self.run_subagent(conv, input, totals).await,
+            subagent::TASK if depth == 0 => self.run_subagent(conv, id, input, totals).await,
             subagent::ASK_USER => self.ask_user(input).await,
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {

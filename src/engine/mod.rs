@@ -10,10 +10,12 @@
 pub mod bash_rules;
 mod calls;
 pub mod conventions;
+pub mod count;
 pub mod hooks;
 pub mod interrupt;
 pub mod memory;
 pub mod permissions;
+pub mod recovery;
 mod reply;
 mod session_hooks;
 pub mod spec;
@@ -23,10 +25,11 @@ mod turn;
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
+pub use recovery::{RESUME_PROMPT, Recovery};
 pub use spec::AgentSpec;
 
 pub use calls::summarize_input;
-use reply::{Continuations, Next, trim_for_continuation};
+use reply::{Continuations, Next, cut_last_call, trim_for_continuation};
 pub use reply::{MAX_CONTINUATIONS, MAX_PAUSE_CONTINUATIONS};
 use turn::Turn;
 
@@ -57,6 +60,14 @@ pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
     reply.stop_reason.as_deref() == Some(WINDOW_EXCEEDED_STOP)
 }
 
+/// Said to the model after a reply cut by `max_tokens`, on models that refuse an
+/// assistant prefill (Claude 4.6 and later) and whenever thinking is on.
+pub const CONTINUE_AFTER_MAX_TOKENS: &str = "你上一条回复写到长度上限被截断了。从截断的地方直接接着写:不要重复已经写过的内容,不要重新开头,也不要解释。";
+
+/// The marker a tool call cut by `max_tokens` gets in place of its input: it is never
+/// run, its result says so.
+const CUT_BY_MAX_TOKENS: &str = "the reply was cut by max_tokens inside this call";
+
 /// What is sent when the user interrupted a reply and then just pressed Enter.
 pub const CONTINUE_AFTER_INTERRUPT: &str = "继续。";
 
@@ -83,6 +94,11 @@ pub struct EngineConfig {
     /// Extended thinking budget (tokens, ≥ 1024, below `max_tokens`); `None`: off. A
     /// model that only thinks adaptively is asked to think adaptively instead.
     pub thinking_budget: Option<u32>,
+    /// `output_config.effort` of agents whose spec names none; `None`: not sent.
+    pub effort: Option<crate::model::Effort>,
+    /// `max_uses` of the web tools an agent's rules give it (WebSearch, WebFetch: run
+    /// by the API, see [`Permissions::web_access`]).
+    pub web: crate::model::WebLimits,
     /// Agents the `Task` tool can start, by name (`subagent_type`); the first is the
     /// default. Empty: a general-purpose agent with the file and shell tools.
     pub subagents: Vec<AgentSpec>,
@@ -99,6 +115,9 @@ pub struct EngineConfig {
     /// What the project's memory and settings files add to every agent (memory in
     /// the system prompt, deny and ask rules, hooks, variables).
     pub conventions: Conventions,
+    /// How a failed sub-agent is retried (the runtime's `Resilience`); `None`: its
+    /// error is handed up to the caller's retry, which continues the sub-agent.
+    pub recovery: Option<Arc<dyn Recovery>>,
 }
 
 /// How a run gets its session.
@@ -181,7 +200,7 @@ pub enum RunError {
     /// The agent's permission rules do not parse.
     #[error(transparent)]
     Rules(#[from] permissions::RuleError),
-    #[error("cannot write the transcript: {0}")]
+    #[error("transcript 写不进去:{0}")]
     Transcript(#[source] StoreError),
     #[error("cannot read session {id}: {source}")]
     ReadSession { id: String, source: StoreError },
@@ -252,6 +271,14 @@ impl RunError {
     }
 }
 
+/// An error a sub-agent got past by retrying (resuming its session).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retried {
+    /// `sub-agent <id>: <error>`.
+    pub text: String,
+    pub kind: crate::model::classify::ErrorKind,
+}
+
 /// A tool call the permission rules refused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Denial {
@@ -280,6 +307,8 @@ pub struct RunResult {
     pub duration: Duration,
     /// Whether an existing session was continued.
     pub resumed: bool,
+    /// Errors sub-agents got past by retrying, oldest first: each is one more try.
+    pub subagent_retries: Vec<Retried>,
 }
 
 impl RunResult {
@@ -306,7 +335,23 @@ impl RunResult {
             permission_denials: Vec::new(),
             duration: started.elapsed(),
             resumed: false,
+            subagent_retries: Vec::new(),
         }
+    }
+
+    /// Adds what was spent before the run proper began (sub-agents continued on resume).
+    fn add_carried(&mut self, carried: Totals) {
+        self.usage.add(&carried.usage);
+        self.cost_usd = match (self.cost_usd, carried.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        let mut denials = carried.denials;
+        denials.append(&mut self.permission_denials);
+        self.permission_denials = denials;
+        let mut retries = carried.subagent_retries;
+        retries.append(&mut self.subagent_retries);
+        self.subagent_retries = retries;
     }
 }
 
@@ -355,6 +400,8 @@ struct Conversation<'a> {
     /// flower's own request inside the session ([`Origin::Internal`]): its turn's end
     /// is not the agent stopping, so no Stop hook runs.
     internal: bool,
+    /// Its size between replies, for counting before a request ([`count`]).
+    measure: count::Measure,
 }
 
 impl<'a> Conversation<'a> {
@@ -375,9 +422,17 @@ impl<'a> Conversation<'a> {
             hook_stop: None,
             stop_blocks: 0,
             internal: false,
+            measure: count::Measure::default(),
         }
     }
 }
+
+/// A tool call of a reply: its id, tool name and input.
+type Call = (String, String, Value);
+
+/// An opened session: its id, the history to continue from, whether it is a
+/// continuation, and the calls of its last turn still to finish.
+type Opened = (String, Vec<Value>, bool, Vec<Call>);
 
 /// Running totals of a run.
 struct Totals {
@@ -391,6 +446,8 @@ struct Totals {
     /// overload): the whole run stops with it, so that the step's retry resumes the
     /// session instead of the caller being fed "sub-agent failed: API Error …".
     subagent_error: Option<ModelError>,
+    /// Errors sub-agents got past by retrying.
+    subagent_retries: Vec<Retried>,
     /// The last reply's `stop_reason`.
     stop_reason: Option<String>,
     /// The next reply continues the last one (after `max_tokens` or `pause_turn`): its
@@ -408,6 +465,7 @@ impl Totals {
             denials: Vec::new(),
             text: String::new(),
             subagent_error: None,
+            subagent_retries: Vec::new(),
             stop_reason: None,
             continuing: false,
         }
@@ -431,6 +489,7 @@ impl Totals {
             permission_denials: self.denials,
             duration: started.elapsed(),
             resumed: false,
+            subagent_retries: self.subagent_retries,
         }
     }
 
@@ -477,7 +536,7 @@ impl Engine {
     /// Runs one session to its end. Never panics; every failure is in the result.
     pub async fn run(&self, request: RunRequest<'_>) -> RunResult {
         let started = Instant::now();
-        let (session_id, history, resumed) = match self.open_session(&request.start) {
+        let (session_id, history, resumed, unanswered) = match self.open_session(&request.start) {
             Ok(opened) => opened,
             Err(error) => {
                 let id = match &request.start {
@@ -507,20 +566,40 @@ impl Engine {
             ),
         };
         let chain = Chain::new(&session_id, &self.config.workspace).with_leaf(leaf);
+        // A retry resumes with the prompt the failed attempt left unanswered: it is
+        // already the tail of the history, so it is not stacked again (and the request
+        // stays byte-identical to the failed one, whose prefix the cache holds).
+        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
+        let measure = count::Measure {
+            tokens: last_context(&history),
+            pending_bytes: 0,
+            // Once per resume or wake: what it adds was never measured.
+            count_next: !history.is_empty(),
+        };
         let mut conversation = Conversation {
-            messages: Messages::from_entries(&history),
+            // Moved, not copied: the entries are not needed after this.
+            messages: Messages::from_owned(history),
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
             opening: pin.into_iter().collect(),
             internal: request.origin == Origin::Internal,
+            measure,
             ..Conversation::new(request.spec, key, chain)
         };
-        // A retry resumes with the prompt the failed attempt left unanswered: it is
-        // already the tail of the history, so it is not stacked again (and the request
-        // stays byte-identical to the failed one, whose prefix the cache holds).
-        let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
         let prompt = (!reuse).then_some(request.prompt);
+        // A `Task` call cut short goes on in its sub-agent's session before anything else.
+        let mut carried = Totals::new();
+        if !unanswered.is_empty()
+            && let Err(error) = self
+                .continue_calls(&mut conversation, unanswered, &mut carried)
+                .await
+        {
+            let mut result = RunResult::failed(&session_id, error, started);
+            result.resumed = resumed;
+            result.add_carried(carried);
+            return result;
+        }
         let hooked = request.origin != Origin::Internal;
         if hooked {
             self.session_start(&mut conversation, &request.start, request.origin)
@@ -545,30 +624,108 @@ impl Engine {
         let prompt = prompt.map(Value::String);
         let mut result = self.drive_from(&mut conversation, prompt, started).await;
         result.resumed = resumed;
+        result.add_carried(carried);
         if hooked {
             self.session_end(&mut conversation).await;
         }
         result
     }
 
-    /// Finds or creates the session: its id, the (pruned) history to continue from, and
-    /// whether it is a continuation.
-    fn open_session(&self, start: &SessionStart) -> Result<(String, Vec<Value>, bool), RunError> {
+    /// Finds or creates the session: its id, the (pruned) history to continue from,
+    /// whether it is a continuation, and the calls of its last turn to finish first
+    /// (see [`Engine::load_resumable`]).
+    fn open_session(&self, start: &SessionStart) -> Result<Opened, RunError> {
         let project = &self.config.project_key;
         match start {
-            SessionStart::New => Ok((uuid::Uuid::new_v4().to_string(), Vec::new(), false)),
+            SessionStart::New => Ok((
+                uuid::Uuid::new_v4().to_string(),
+                Vec::new(),
+                false,
+                Vec::new(),
+            )),
             SessionStart::Resume(id) => {
                 let key = SessionKey::main(project, id);
-                let history = self.load_for_resume(&key)?;
-                Ok((id.clone(), history, true))
+                let (history, unanswered) = self.load_resumable(&key)?;
+                Ok((id.clone(), history, true, unanswered))
             }
             SessionStart::Fork(id) => {
                 let new_id = self.fork(id)?;
                 let key = SessionKey::main(project, &new_id);
                 let history = self.load_for_resume(&key)?;
-                Ok((new_id, history, false))
+                Ok((new_id, history, false, Vec::new()))
             }
         }
+    }
+
+    /// [`Engine::load_for_resume`] for a main session whose last turn's calls never got
+    /// their results because the process died (or the run was retried) while a `Task`
+    /// call's sub-agent was working: those calls are returned, in order, instead of the
+    /// neutral answers pruning made up, so that the sub-agent is continued in its own
+    /// session ([`Engine::continue_calls`]) rather than the task sent out again.
+    fn load_resumable(&self, key: &SessionKey) -> Result<(Vec<Value>, Vec<Call>), RunError> {
+        let store = &self.config.store;
+        let id = || key.session_id.clone();
+        let mut pruned = store
+            .load(key)
+            .map_err(|source| RunError::ReadSession { id: id(), source })?
+            .ok_or_else(|| RunError::NoSession(id()))?;
+        let calls = self.continuable_calls(key, &pruned);
+        if calls.is_empty() {
+            self.store_synthesized(key, &pruned)?;
+        } else {
+            pruned.truncate(pruned.len() - calls.len());
+        }
+        Ok((pruned, calls))
+    }
+
+    /// The calls answered by the synthesized results that end `pruned`, when one of
+    /// them is a `Task` whose sub-agent session exists; none otherwise.
+    fn continuable_calls(&self, key: &SessionKey, pruned: &[Value]) -> Vec<Call> {
+        use crate::stores::prune::is_synthesized_result;
+        let tail = pruned
+            .iter()
+            .rev()
+            .take_while(|e| is_synthesized_result(e))
+            .count();
+        if tail == 0 || pruned.iter().filter(|e| is_synthesized_result(e)).count() != tail {
+            return Vec::new();
+        }
+        let (before, synthesized) = pruned.split_at(pruned.len() - tail);
+        let Some(turn) = before
+            .iter()
+            .rev()
+            .find(|e| e.get("type").and_then(Value::as_str) == Some("assistant"))
+        else {
+            return Vec::new();
+        };
+        let content = turn
+            .pointer("/message/content")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let uses = transcript::tool_uses(content);
+        let mut calls = Vec::new();
+        for entry in synthesized {
+            let Some(call_id) = entry
+                .pointer("/message/content/0/tool_use_id")
+                .and_then(Value::as_str)
+            else {
+                return Vec::new();
+            };
+            match uses.iter().find(|(id, _, _)| id == call_id) {
+                Some(call) => calls.push(call.clone()),
+                None => return Vec::new(),
+            }
+        }
+        let continuable = calls.iter().any(|(id, name, _)| {
+            name == subagent::TASK
+                && key
+                    .sub(&format!("subagents/agent-{}", recovery::agent_id_for(id)))
+                    .ok()
+                    .and_then(|sub| self.config.store.load_raw(&sub).ok().flatten())
+                    .is_some()
+        });
+        if continuable { calls } else { Vec::new() }
     }
 
     /// Copies session `id` into a new session; returns the new id.
@@ -614,6 +771,14 @@ impl Engine {
             .load(key)
             .map_err(|source| RunError::ReadSession { id: id(), source })?
             .ok_or_else(|| RunError::NoSession(id()))?;
+        self.store_synthesized(key, &pruned)?;
+        Ok(pruned)
+    }
+
+    /// Stores the results pruning synthesized for calls that never got one.
+    fn store_synthesized(&self, key: &SessionKey, pruned: &[Value]) -> Result<(), RunError> {
+        let store = &self.config.store;
+        let id = || key.session_id.clone();
         let added: Vec<Value> = pruned
             .iter()
             .filter(|e| crate::stores::prune::is_synthesized_result(e))
@@ -625,21 +790,12 @@ impl Engine {
                 .append(key, &added)
                 .map_err(|source| RunError::WriteSession { id: id(), source })?;
         }
-        Ok(pruned)
+        Ok(())
     }
 
-    /// Drives a conversation from a user message until the model ends its turn, the
-    /// turn limit is reached, or a request fails. Boxed because sub-agents recurse.
-    fn drive<'a>(
-        &'a self,
-        conv: &'a mut Conversation<'_>,
-        prompt: Value,
-        started: Instant,
-    ) -> BoxFuture<'a, RunResult> {
-        self.drive_from(conv, Some(prompt), started)
-    }
-
-    /// [`Engine::drive`]; `None`: the history already ends with the prompt.
+    /// Drives a conversation from a user message (`None`: the history already ends
+    /// with the prompt) until the model ends its turn, the turn limit is reached, or a
+    /// request fails. Boxed because sub-agents recurse.
     fn drive_from<'a>(
         &'a self,
         conv: &'a mut Conversation<'_>,
@@ -655,6 +811,8 @@ impl Engine {
 
     /// The conversation loop: one model turn, then its tool calls, until the model
     /// ends its turn or something stops the run.
+    // Long because the loop reads as one state machine: the request is built once, then
+    // each outcome of a turn (`Next`) is a few lines of its match.
     async fn converse(
         &self,
         conv: &mut Conversation<'_>,
@@ -674,16 +832,22 @@ impl Engine {
             model: model.clone(),
             max_tokens: self.config.max_tokens,
             system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
-            messages: Vec::new(),
+            messages: crate::model::History::new(),
             tools: self.offered_tools(&permissions, conv.depth),
             thinking: self.config.thinking_budget.map(|budget| {
-                if crate::model::models::adaptive_thinking_only(&model) {
+                if crate::model::models::adaptive_thinking(&model) {
                     Thinking::Adaptive
                 } else {
                     Thinking::Budget(budget)
                 }
             }),
+            effort: conv.spec.effort.or(self.config.effort),
+            server_tools: self.server_tools(&permissions),
         };
+        // A reply cut by max_tokens is continued by sending it back as the start of
+        // the assistant turn only where the API allows that: never with thinking, never
+        // on models from 4.6 on (they answer 400); elsewhere a user turn asks for the rest.
+        let prefill = crate::model::models::info(&model).prefill && request.thinking.is_none();
         for item in std::mem::take(&mut conv.opening) {
             self.record_pending(conv, item)?;
         }
@@ -704,6 +868,12 @@ impl Engine {
             {
                 return Err(RunError::MaxTurns(max));
             }
+            if let Some(counted) = self.counted_over_limit(conv, &mut request).await {
+                // A clean boundary (every call answered): hand off before sending a
+                // request over the limit, rather than after the API refused it.
+                totals.context = counted;
+                return Ok(Stop::ContextFull);
+            }
             let reply = match self.take_turn(conv, &mut request).await {
                 Turn::Reply(reply) => reply,
                 Turn::Interrupted => {
@@ -717,9 +887,13 @@ impl Engine {
                     return Err(RunError::Model(error));
                 }
             };
-            let reply = trim_for_continuation(reply);
+            let reply = if prefill {
+                trim_for_continuation(reply)
+            } else {
+                reply
+            };
             self.record_reply(conv, &model, &reply, totals)?;
-            let calls = transcript::tool_uses(&reply.content);
+            let calls = cut_last_call(&reply, transcript::tool_uses(&reply.content));
             match self.after_reply(&reply, &model, calls.is_empty(), &mut continuations)? {
                 Next::Stop(Stop::EndTurn) => {
                     // Stop hooks may send the agent back to work, with their reason.
@@ -732,7 +906,13 @@ impl Engine {
                     }
                 }
                 Next::Stop(stop) => return Ok(stop),
-                Next::Continue => totals.continuing = true,
+                Next::Continue { cut } => {
+                    totals.continuing = true;
+                    if cut && !prefill {
+                        let entry = conv.chain.continuation(CONTINUE_AFTER_MAX_TOKENS);
+                        self.record(conv, entry)?;
+                    }
+                }
                 Next::Tools => {
                     continuations = Continuations::default();
                     let context = reply.usage.context_tokens();
@@ -758,14 +938,33 @@ impl Engine {
 
     /// Appends an entry to the store and to the conversation's messages.
     fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), RunError> {
-        self.config
-            .store
-            .append(&conv.key, std::slice::from_ref(&entry))
-            .map_err(RunError::Transcript)?;
+        self.record_with(conv, entry, false)
+    }
+
+    /// [`Engine::record`]; `deferred`: a durable append of this conversation follows
+    /// before anything relies on it ([`SessionStore::append_deferred`]).
+    fn record_with(
+        &self,
+        conv: &mut Conversation<'_>,
+        entry: Value,
+        deferred: bool,
+    ) -> Result<(), RunError> {
+        let store = &self.config.store;
+        let entries = std::slice::from_ref(&entry);
+        if deferred {
+            store.append_deferred(&conv.key, entries)
+        } else {
+            store.append(&conv.key, entries)
+        }
+        .map_err(RunError::Transcript)?;
         if let Some(hooks) = &self.hooks {
             hooks.exports.append(&conv.key, &entry);
         }
-        conv.messages.push(&entry);
+        conv.measure.pending_bytes = conv
+            .measure
+            .pending_bytes
+            .saturating_add(count::content_bytes(&entry));
+        conv.messages.push_owned(entry);
         Ok(())
     }
 
@@ -833,6 +1032,16 @@ impl Engine {
             });
         }
     }
+}
+
+/// The context of the last turn the model answered in `history`, tokens.
+fn last_context(history: &[Value]) -> Option<u64> {
+    history
+        .iter()
+        .rev()
+        .find_map(transcript::markers::turn_usage)
+        .and_then(|usage| serde_json::from_value::<Usage>(usage.clone()).ok())
+        .map(|usage| usage.context_tokens())
 }
 
 /// Whether the last user or assistant entry of `history` is a user entry that says

@@ -37,12 +37,27 @@ pub enum InspectError {
     Store(#[from] StoreError),
     #[error("会话 {id} 在 sessions.db 里不存在")]
     UnknownSession { id: String },
-    #[error("步骤 {step} 在 lineage.json 里没有记录,也不是已知的会话 id")]
-    UnknownStep { step: String },
+    #[error(
+        "步骤 {step} 在 lineage.json 里没有记录,也不是已知的会话 id。{}",
+        known_steps(known)
+    )]
+    UnknownStep {
+        step: String,
+        /// The step names this run knows (lineage's, then the manifest's attempts).
+        known: Vec<String>,
+    },
     #[error("lineage.json 里 {step} 指向的会话 {id} 已不在 sessions.db 里")]
     GoneSession { step: String, id: String },
     #[error("还没有任何步骤跑过(manifest.json 和 lineage.json 都是空的)")]
     NothingRun,
+}
+
+/// `能看的步骤:确认需求、设定目标、干活 …`, or that there is none yet.
+fn known_steps(known: &[String]) -> String {
+    match known.is_empty() {
+        true => "这个运行还没有记下任何步骤(flower log 看它跑了什么)".to_string(),
+        false => format!("能看的步骤:{}(flower log 列出每一次尝试)", known.join("、")),
+    }
 }
 
 /// How an attempt name relates to its step (the four forms of a manifest `step`), as
@@ -106,6 +121,11 @@ pub struct Attempt {
     pub handoff_threshold: Option<u64>,
     /// The first row of a later process: the run was woken here.
     pub wake: bool,
+    /// Which wake of the run wrote the row, as the banner numbers them (1 for the first
+    /// run): recorded in the row, else counted from the processes before it.
+    pub woke: u64,
+    /// Outages the attempt waited out (the API's or the database's).
+    pub outages: Vec<crate::continuity::manifest::Outage>,
     /// `started_at` in epoch milliseconds, when it parses.
     #[serde(skip)]
     pub started_ms: Option<i64>,
@@ -142,6 +162,8 @@ impl Attempt {
             context_window: row.context.map(|c| c.window),
             handoff_threshold: row.context.and_then(|c| c.handoff_threshold),
             wake: false,
+            woke: row.woke.unwrap_or_default(),
+            outages: r.outages.clone(),
             started_ms: iso_to_epoch_ms(&r.started_at),
             ended_ms: iso_to_epoch_ms(&r.ended_at),
             started_at: r.started_at.clone(),
@@ -158,6 +180,16 @@ pub struct Tokens {
     pub output: u64,
     pub cache_creation: u64,
     pub cache_read: u64,
+    /// Server tool requests (`usage.server_tool_use`), not tokens but priced per use;
+    /// left out of JSON when there were none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub web_search: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub web_fetch: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Tokens {
@@ -171,6 +203,9 @@ impl Tokens {
         self.cache_read = self
             .cache_read
             .saturating_add(usage.cache_read_input_tokens);
+        let server = &usage.server_tool_use;
+        self.web_search = self.web_search.saturating_add(server.web_search_requests);
+        self.web_fetch = self.web_fetch.saturating_add(server.web_fetch_requests);
     }
 
     /// Another total added, saturating as [`add`](Self::add).
@@ -179,6 +214,8 @@ impl Tokens {
         self.output = self.output.saturating_add(other.output);
         self.cache_creation = self.cache_creation.saturating_add(other.cache_creation);
         self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.web_search = self.web_search.saturating_add(other.web_search);
+        self.web_fetch = self.web_fetch.saturating_add(other.web_fetch);
     }
 }
 
@@ -253,7 +290,9 @@ pub struct Totals {
     pub turns: u64,
     pub tokens: Tokens,
     pub handoffs: usize,
+    /// The number of the last wake, as its banner said it (1: never woken again).
     pub wakes: usize,
+    /// Tries after the first, every step attempt's (its sub-agents' included).
     pub retries: usize,
     pub outages: usize,
     pub outage_waited_s: f64,
@@ -387,6 +426,8 @@ impl Run {
             workspace: workspace.display().to_string(),
             woke,
             steps,
+            store: shared.location(),
+            run_key: shared.name().map(str::to_owned),
         };
         Ok(Self::assemble(
             run_dir,
@@ -409,16 +450,21 @@ impl Run {
         let mut attempts: Vec<Attempt> = rows.iter().map(Attempt::from_row).collect();
         // Stable: rows of one process keep their order when stamps tie or do not parse.
         attempts.sort_by_key(|a| a.started_ms.unwrap_or(i64::MIN));
-        let mut last_run: Option<&str> = None;
-        let mut wakes = Vec::new();
-        for (i, a) in attempts.iter().enumerate() {
-            if last_run.is_some_and(|r| r != a.run) {
-                wakes.push(i);
+        let mut last_run: Option<String> = None;
+        let mut counted = 0;
+        for a in attempts.iter_mut() {
+            if last_run.as_ref().is_some_and(|r| *r != a.run) {
+                a.wake = true;
             }
-            last_run = Some(&a.run);
-        }
-        for i in wakes {
-            attempts[i].wake = true;
+            if last_run.as_ref() != Some(&a.run) {
+                counted += 1;
+            }
+            // Rows of an older flower do not say: count the processes so far.
+            if a.woke == 0 {
+                a.woke = counted;
+            }
+            counted = counted.max(a.woke);
+            last_run = Some(a.run.clone());
         }
         Run {
             run_dir: run_dir.to_path_buf(),
@@ -532,12 +578,12 @@ impl Run {
                 Some(id) => (Some(t.to_owned()), id),
                 None if self.has_session(t) => return Ok((t.to_owned(), None)),
                 None if self.lineage_names_step(t) || self.attempts.iter().any(|a| a.step == t) => {
-                    return Err(InspectError::UnknownStep { step: t.into() });
+                    return Err(self.unknown_step(t));
                 }
                 None if looks_like_id(t) => {
                     return Err(InspectError::UnknownSession { id: t.into() });
                 }
-                None => return Err(InspectError::UnknownStep { step: t.into() }),
+                None => return Err(self.unknown_step(t)),
             },
             None => {
                 let last = self
@@ -565,15 +611,35 @@ impl Run {
         Ok((id, step))
     }
 
+    /// [`InspectError::UnknownStep`] for `step`, with the step names this run knows:
+    /// lineage's plain names, then each attempt name of the manifest once, in order.
+    fn unknown_step(&self, step: &str) -> InspectError {
+        let mut known: Vec<String> = Vec::new();
+        let plain = self.lineage.iter().flat_map(|l| l.steps.keys().cloned());
+        let attempts = self
+            .attempts
+            .iter()
+            .flat_map(|a| [a.base.clone(), a.step.clone()]);
+        for name in plain.chain(attempts) {
+            if !name.is_empty() && !known.contains(&name) {
+                known.push(name);
+            }
+        }
+        InspectError::UnknownStep {
+            step: step.into(),
+            known,
+        }
+    }
+
     fn lineage_names_step(&self, step: &str) -> bool {
         self.lineage
             .as_ref()
             .is_some_and(|l| l.steps.contains_key(step))
     }
 
-    /// The main sessions of the run (those the manifest and lineage name), each with
-    /// its turn series, in order of first use.
-    pub fn sessions(&self) -> Vec<Session> {
+    /// Every main session the manifest and lineage name, once, in order of first use:
+    /// `(session id, step, whether it is a judge's)`.
+    fn session_order(&self) -> Vec<(String, String, bool)> {
         let mut order: Vec<(String, String, bool)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for a in &self.attempts {
@@ -592,6 +658,13 @@ impl Run {
                 }
             }
         }
+        order
+    }
+
+    /// The main sessions of the run (those the manifest and lineage name), each with
+    /// its turn series, in order of first use.
+    pub fn sessions(&self) -> Vec<Session> {
+        let order = self.session_order();
         // Where each session was woken: the start of a wake row using it.
         let mut wakes: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
         let mut handoffs: BTreeMap<&str, Option<i64>> = BTreeMap::new();
@@ -679,22 +752,21 @@ impl Run {
             }
             t.turns = t.turns.saturating_add(a.num_turns);
             t.handoffs += a.retired.len();
-            t.wakes += usize::from(a.wake);
+            t.wakes = t.wakes.max(a.woke as usize);
+            // A retry is a try after the first: a request that failed and was never
+            // retried (a 401) is not one.
+            t.retries += a.attempts.saturating_sub(1) as usize;
+            for outage in &a.outages {
+                t.outages += 1;
+                t.outage_waited_s += outage.waited_s;
+            }
             t.peak_context = t.peak_context.max(a.context);
         }
         for s in sessions {
             t.tokens.add_tokens(&s.tokens);
             t.peak_context = t.peak_context.max(s.peak_context);
-            for m in &s.marks {
-                match m.kind {
-                    MarkKind::Retry => t.retries += 1,
-                    MarkKind::Outage => {
-                        t.outages += 1;
-                        t.outage_waited_s += m.waited_s;
-                    }
-                    _ => {}
-                }
-            }
+            // Retries and outages are the manifest's (each row says them); a
+            // transcript's marks only place them on the curve.
         }
         t
     }

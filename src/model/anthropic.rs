@@ -24,10 +24,7 @@
 use crate::future::BoxFuture;
 use crate::model::sse::{MessageAssembler, SseParser, snippet};
 use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
-use serde::Serialize;
-use serde::ser::SerializeSeq;
-use serde_json::{Value, json};
-use std::borrow::Cow;
+use serde_json::Value;
 use std::fmt;
 use std::time::Duration;
 
@@ -44,8 +41,7 @@ pub const API_VERSION: &str = "2023-06-01";
 /// The idle timeout when `FLOWER_STREAM_IDLE_TIMEOUT` is not set.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The API allows at most this many `cache_control` breakpoints per request.
-pub const MAX_CACHE_BREAKPOINTS: usize = 4;
+pub use crate::model::body::{CACHE_LOOKBACK_BLOCKS, MAX_CACHE_BREAKPOINTS};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -229,22 +225,74 @@ impl AnthropicClient {
         })
     }
 
-    /// The `anthropic-beta` header of a request: the configured betas, then those the
+    /// The `anthropic-beta` header of a request: the configured betas (`ANTHROPIC_BETAS`,
+    /// then any `anthropic-beta` line of `ANTHROPIC_CUSTOM_HEADERS`), then those the
     /// request needs, each once.
     fn betas_for(&self, request: &MessagesRequest, model: &str) -> Vec<String> {
-        let mut betas = self.betas.clone();
+        let mut betas: Vec<String> = Vec::new();
         let mut add = |beta: &str| {
-            if !betas.iter().any(|b| b == beta) {
+            let beta = beta.trim();
+            if !beta.is_empty() && !betas.iter().any(|b| b == beta) {
                 betas.push(beta.to_string());
             }
         };
+        for beta in &self.betas {
+            add(beta);
+        }
+        for (name, value) in &self.headers {
+            if name.eq_ignore_ascii_case("anthropic-beta") {
+                value.split(',').for_each(&mut add);
+            }
+        }
         if crate::model::models::wire_id(model).1 {
             add(crate::model::models::CONTEXT_1M_BETA);
         }
-        if request.thinking.is_some() && !request.tools.is_empty() {
+        // Adaptive thinking interleaves by itself; only a budget needs the beta.
+        if matches!(request.thinking, Some(crate::model::Thinking::Budget(_)))
+            && !(request.tools.is_empty() && request.server_tools.is_empty())
+            && crate::model::models::info(model).interleaved_beta
+        {
             add(crate::model::models::INTERLEAVED_THINKING_BETA);
         }
+        for tool in &request.server_tools {
+            if let Some(beta) = tool.beta() {
+                add(beta);
+            }
+        }
         betas
+    }
+
+    /// Every header of a request, each name once: flower's own, then
+    /// `ANTHROPIC_CUSTOM_HEADERS`, where a custom header replaces flower's of the same
+    /// name (case-insensitive) and `anthropic-beta` values are merged into one header.
+    fn headers_for(&self, betas: &[String]) -> reqwest::header::HeaderMap {
+        use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+        let mut map = HeaderMap::new();
+        let mut put = |name: &str, value: &str| {
+            // Names and values were checked when the configuration was parsed.
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                map.insert(name, value);
+            }
+        };
+        match &self.credential {
+            Credential::ApiKey(key) => put("x-api-key", key),
+            Credential::Bearer(token) => put("authorization", &format!("Bearer {token}")),
+        }
+        put("anthropic-version", API_VERSION);
+        put("content-type", "application/json");
+        put("accept", "text/event-stream");
+        for (name, value) in &self.headers {
+            if !name.eq_ignore_ascii_case("anthropic-beta") {
+                put(name, value);
+            }
+        }
+        if !betas.is_empty() {
+            put("anthropic-beta", &betas.join(","));
+        }
+        map
     }
 
     /// The base URL, without a trailing `/`.
@@ -263,6 +311,8 @@ impl AnthropicClient {
         self
     }
 
+    // Long because one request's lifecycle (send under the connect timeout, the status,
+    // the SSE read under the idle timeout) shares its timers and its error mapping.
     async fn stream_impl(
         &self,
         request: &MessagesRequest,
@@ -273,23 +323,12 @@ impl AnthropicClient {
         } else {
             &request.model
         };
-        let body = body_with_model(request, model);
-        let mut post = self.http.post(&self.endpoint);
-        post = match &self.credential {
-            Credential::ApiKey(key) => post.header("x-api-key", key),
-            Credential::Bearer(token) => post.bearer_auth(token),
-        };
-        for (name, value) in &self.headers {
-            post = post.header(name.as_str(), value.as_str());
-        }
+        let body = crate::model::body::body_with_model(request, model);
         let betas = self.betas_for(request, model);
-        if !betas.is_empty() {
-            post = post.header("anthropic-beta", betas.join(","));
-        }
-        let send = post
-            .header("anthropic-version", API_VERSION)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
+        let send = self
+            .http
+            .post(&self.endpoint)
+            .headers(self.headers_for(&betas))
             .body(body)
             .send();
         let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
@@ -367,6 +406,50 @@ impl AnthropicClient {
         assembler.finish("the stream ended")
     }
 
+    /// `POST {base}/v1/messages/count_tokens` with the request's prompt (model,
+    /// system, messages, tools, thinking: what the model would read); its
+    /// `input_tokens`. Bounded by the idle timeout like a message request.
+    async fn count_impl(&self, request: &MessagesRequest) -> Result<u64, ModelError> {
+        let model = if request.model.is_empty() {
+            &self.default_model
+        } else {
+            &request.model
+        };
+        let body = crate::model::body::count_body(request, model);
+        let betas = self.betas_for(request, model);
+        let mut headers = self.headers_for(&betas);
+        headers.insert(
+            reqwest::header::ACCEPT,
+            reqwest::header::HeaderValue::from_static("application/json"),
+        );
+        let send = self
+            .http
+            .post(format!("{}/v1/messages/count_tokens", self.base_url))
+            .headers(headers)
+            .body(body)
+            .send();
+        let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
+            Err(_) => {
+                return Err(ModelError::Connection(format!(
+                    "timed out after {} waiting for the token count",
+                    seconds(self.idle_timeout)
+                )));
+            }
+        };
+        if !response.status().is_success() {
+            return Err(self.api_error(response).await);
+        }
+        let text = self.read_body(&mut response).await;
+        serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
+            .ok_or_else(|| {
+                ModelError::Protocol(format!("count_tokens answered {}", snippet(&text)))
+            })
+    }
+
     /// The typed error for a non-2xx response.
     async fn api_error(&self, mut response: reqwest::Response) -> ModelError {
         let status = response.status();
@@ -423,6 +506,13 @@ impl ModelClient for AnthropicClient {
         Box::pin(self.stream_impl(request, on_delta))
     }
 
+    fn count_tokens<'a>(
+        &'a self,
+        request: &'a MessagesRequest,
+    ) -> BoxFuture<'a, Result<u64, ModelError>> {
+        Box::pin(self.count_impl(request))
+    }
+
     fn default_model(&self) -> &str {
         &self.default_model
     }
@@ -444,272 +534,7 @@ impl ModelClient for AnthropicClient {
 /// [`CACHE_LOOKBACK_BLOCKS`] blocks or more, the end of the previous turn. Breakpoints already present
 /// in the messages are kept, except the oldest ones when the total would pass the limit.
 pub fn request_body(request: &MessagesRequest) -> Vec<u8> {
-    body_with_model(request, &request.model)
-}
-
-fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        model: &'a str,
-        max_tokens: u32,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        system: Option<[Value; 1]>,
-        messages: Messages<'a>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        tools: Option<Tools<'a>>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        thinking: Option<Value>,
-        stream: bool,
-    }
-    // `claude-…[1m]` is asked for with a beta header; the id goes out without it.
-    let model = crate::model::models::wire_id(model).0;
-
-    let system = (!request.system.is_empty())
-        .then(|| [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})]);
-    let tools = (!request.tools.is_empty()).then_some(Tools(&request.tools));
-    let own = usize::from(system.is_some()) + usize::from(tools.is_some());
-    let body = Body {
-        model,
-        max_tokens: request.max_tokens,
-        system,
-        messages: Messages::new(&request.messages, MAX_CACHE_BREAKPOINTS - own),
-        tools,
-        thinking: request.thinking.map(crate::model::Thinking::to_json),
-        stream: true,
-    };
-    // Serializing `Value`s and plain structs into a Vec cannot fail.
-    serde_json::to_vec(&body).unwrap_or_default()
-}
-
-fn ephemeral() -> Value {
-    json!({"type": "ephemeral"})
-}
-
-/// The tools, borrowed, with a breakpoint on the last one.
-struct Tools<'a>(&'a [crate::model::ToolDef]);
-
-impl Serialize for Tools<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Tool<'a> {
-            name: &'a str,
-            description: &'a str,
-            input_schema: &'a Value,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            cache_control: Option<Value>,
-        }
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for (i, tool) in self.0.iter().enumerate() {
-            seq.serialize_element(&Tool {
-                name: &tool.name,
-                description: &tool.description,
-                input_schema: &tool.input_schema,
-                cache_control: (i + 1 == self.0.len()).then(ephemeral),
-            })?;
-        }
-        seq.end()
-    }
-}
-
-/// The messages as sent: borrowed, except the few that get a breakpoint added or an
-/// old one removed (so a long history is not copied on every turn).
-struct Messages<'a>(Vec<Cow<'a, Value>>);
-
-/// The API looks for an earlier cache entry at most this many blocks before a
-/// breakpoint.
-pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
-
-/// The message that ended the previous request (the one before the newest assistant
-/// turn), when the newest turn is too long for the cache's lookback to reach back to
-/// it from the newest breakpoint (many parallel tool calls): marking it too makes the
-/// cache entry the previous request wrote there a hit.
-fn previous_turn_end(messages: &[Value]) -> Option<usize> {
-    let n = messages.len();
-    if n < 3 || messages[n - 2].get("role").and_then(Value::as_str) != Some("assistant") {
-        return None;
-    }
-    let blocks = |m: &Value| {
-        m.get("content")
-            .and_then(Value::as_array)
-            .map_or(1, Vec::len)
-    };
-    let between = blocks(&messages[n - 2]) + blocks(&messages[n - 1]);
-    (between >= CACHE_LOOKBACK_BLOCKS).then_some(n - 3)
-}
-
-impl<'a> Messages<'a> {
-    fn new(messages: &'a [Value], budget: usize) -> Self {
-        let previous = previous_turn_end(messages)
-            .filter(|&i| budget >= 2 && with_breakpoint(&messages[i]).is_some());
-        let budget = budget - usize::from(previous.is_some());
-        let mut out: Vec<Cow<'a, Value>> = messages.iter().map(Cow::Borrowed).collect();
-        let mut used = 0;
-        if let Some(last) = out.last_mut()
-            && let Some(marked) = with_breakpoint(last.as_ref())
-        {
-            *last = Cow::Owned(marked);
-            used = 1;
-        }
-        // Breakpoints the caller put in the history: drop the oldest past the budget.
-        // The newest message's block marked above is counted once, by `used`.
-        let last_index = out.len().saturating_sub(1);
-        let existing: usize = out
-            .iter()
-            .enumerate()
-            .map(|(i, m)| count_breakpoints(m, i == last_index && used == 1))
-            .sum();
-        let mut excess = (existing + used).saturating_sub(budget);
-        for (i, message) in out.iter_mut().enumerate() {
-            if excess == 0 {
-                break;
-            }
-            let skip_last = i == last_index && used == 1;
-            if count_breakpoints(message, skip_last) == 0 {
-                continue;
-            }
-            excess -= strip_breakpoints(message.to_mut(), excess, skip_last);
-        }
-        if let Some(i) = previous
-            && let Some(marked) = with_breakpoint(out[i].as_ref())
-        {
-            // Its own old marks were counted against the budget above; one more block
-            // marked on top of them stays within four only if none was there, so any
-            // other mark in it goes.
-            let mut marked = marked;
-            let keep = breakpoint_blocks(&marked).len().saturating_sub(1);
-            strip_breakpoints(&mut marked, keep, true);
-            out[i] = Cow::Owned(marked);
-        }
-        Messages(out)
-    }
-}
-
-impl Serialize for Messages<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for message in &self.0 {
-            seq.serialize_element(message.as_ref())?;
-        }
-        seq.end()
-    }
-}
-
-/// A copy of `message` with a breakpoint on its last cacheable content block, or
-/// `None` when it has none.
-fn with_breakpoint(message: &Value) -> Option<Value> {
-    let mut message = message.clone();
-    let obj = message.as_object_mut()?;
-    match obj.get_mut("content")? {
-        Value::String(text) if !text.is_empty() => {
-            let text = std::mem::take(text);
-            obj.insert(
-                "content".into(),
-                json!([{"type": "text", "text": text, "cache_control": ephemeral()}]),
-            );
-        }
-        Value::Array(blocks) => {
-            let block = blocks.iter_mut().rev().find(|b| cacheable(b))?;
-            block
-                .as_object_mut()?
-                .insert("cache_control".into(), ephemeral());
-        }
-        _ => return None,
-    }
-    Some(message)
-}
-
-fn cacheable(block: &Value) -> bool {
-    match block.get("type").and_then(Value::as_str) {
-        Some("thinking" | "redacted_thinking") | None => false,
-        Some("text") => block
-            .get("text")
-            .and_then(Value::as_str)
-            .is_some_and(|t| !t.is_empty()),
-        Some(_) => block.is_object(),
-    }
-}
-
-/// The blocks of a message that carry a breakpoint, including blocks nested in a
-/// `tool_result`, in document order.
-fn breakpoint_blocks(message: &Value) -> Vec<(usize, Option<usize>)> {
-    let mut found = Vec::new();
-    let Some(blocks) = message.get("content").and_then(Value::as_array) else {
-        return found;
-    };
-    for (i, block) in blocks.iter().enumerate() {
-        if let Some(inner) = block.get("content").and_then(Value::as_array) {
-            for (j, nested) in inner.iter().enumerate() {
-                if nested.get("cache_control").is_some() {
-                    found.push((i, Some(j)));
-                }
-            }
-        }
-        if block.get("cache_control").is_some() {
-            found.push((i, None));
-        }
-    }
-    found
-}
-
-/// The marked block of the newest message is its last breakpoint; `skip_last` leaves it
-/// out of the count.
-///
-/// Counts what [`breakpoint_blocks`] lists, but by scanning each object's few keys
-/// rather than looking names up: this runs over every block of every message on every
-/// turn, and hashing the names made it half of the cost of building a request body.
-fn count_breakpoints(message: &Value, skip_last: bool) -> usize {
-    fn field<'v>(value: &'v Value, name: &str) -> Option<&'v Value> {
-        let object = value.as_object()?;
-        object.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
-    }
-    let Some(Value::Array(blocks)) = field(message, "content") else {
-        return 0;
-    };
-    let mut n = 0;
-    for block in blocks.iter().filter_map(Value::as_object) {
-        for (key, value) in block {
-            match (key.as_str(), value) {
-                ("cache_control", _) => n += 1,
-                ("content", Value::Array(inner)) => {
-                    n += inner
-                        .iter()
-                        .filter(|b| field(b, "cache_control").is_some())
-                        .count();
-                }
-                _ => {}
-            }
-        }
-    }
-    if skip_last { n.saturating_sub(1) } else { n }
-}
-
-/// Removes up to `max` breakpoints from `message`, oldest first; returns how many.
-fn strip_breakpoints(message: &mut Value, max: usize, skip_last: bool) -> usize {
-    let mut found = breakpoint_blocks(message);
-    if skip_last {
-        found.pop();
-    }
-    found.truncate(max);
-    let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for (i, nested) in found {
-        let target = match nested {
-            None => blocks.get_mut(i),
-            Some(j) => blocks
-                .get_mut(i)
-                .and_then(|b| b.get_mut("content"))
-                .and_then(Value::as_array_mut)
-                .and_then(|inner| inner.get_mut(j)),
-        };
-        if let Some(Value::Object(block)) = target
-            && block.shift_remove("cache_control").is_some()
-        {
-            removed += 1;
-        }
-    }
-    removed
+    crate::model::body::body_with_model(request, &request.model)
 }
 
 /// The error type the API documents for a status, for error bodies without one

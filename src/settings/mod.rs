@@ -55,6 +55,7 @@ use crate::continuity::runtime::RuntimeOptions;
 use crate::continuity::shared::RunName;
 use crate::engine::Conventions;
 use crate::engine::memory::MemorySource;
+use crate::error::Cause;
 use crate::model::ModelClient;
 use crate::model::anthropic::AnthropicClient;
 use crate::stores::{PostgresStore, PostgresUrl, StoreError};
@@ -76,11 +77,14 @@ pub enum ConfigError {
         /// The flag (`--store`) or variable (`FLOWER_MAX_TOKENS`) at fault.
         setting: String,
         message: String,
+        /// The parse error behind it, when there is one (`message` quotes it).
+        #[source]
+        cause: Option<Cause>,
     },
     /// No credential: neither `ANTHROPIC_API_KEY` nor `ANTHROPIC_AUTH_TOKEN` is set,
     /// and this needs the model.
     #[error(
-        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), then run flower again."
+        "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`(走网关就设 ANTHROPIC_AUTH_TOKEN),再跑 flower。"
     )]
     MissingCredential,
 }
@@ -91,6 +95,20 @@ impl ConfigError {
         ConfigError::Invalid {
             setting: setting.to_string(),
             message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A bad value of `setting`, explained by `message`, which quotes `cause`.
+    pub fn invalid_because(
+        setting: &str,
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> ConfigError {
+        ConfigError::Invalid {
+            setting: setting.to_string(),
+            message: message.into(),
+            cause: Some(Cause::new(cause)),
         }
     }
 
@@ -140,6 +158,12 @@ pub struct Settings {
     pub handoff_threshold: u64,
     /// `--wait`: wait for another flower holding the run instead of refusing.
     pub wait: bool,
+    /// `-f/--prompt-file`: where the prompt is read from, instead of the command line
+    /// (checked to be a readable file; read by the front end).
+    pub prompt_file: Option<PromptFile>,
+    /// `--again`: a wake with nothing to say works and judges again even when the
+    /// judge passed last time (else it says so and spends nothing).
+    pub again: bool,
     /// The home directory (`HOME`): `~/` in permission rules, `~` in printed paths.
     pub home: Option<PathBuf>,
     pub terminal: Terminal,
@@ -198,7 +222,7 @@ impl Settings {
         };
         let handoff_threshold = handoff
             .limit_for(&model.id)
-            .map_err(|e| ConfigError::invalid(source, format!("{source}: {e}")))?;
+            .map_err(|e| ConfigError::invalid_because(source, format!("{source}: {e}"), e))?;
         let context_window = handoff.window_for(&model.id);
         let mut warnings: Vec<String> = model.price_warning().into_iter().collect();
         warnings.extend(files.hooks.ignored.iter().cloned());
@@ -222,12 +246,14 @@ impl Settings {
             .filter(|(name, _)| env.var(name).is_none())
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
+        let run_dir = flags
+            .run_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR));
+        check_run_dir(&run_dir)?;
         Ok(Settings {
             workspace,
-            run_dir: flags
-                .run_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR)),
+            run_dir,
             model,
             resilience,
             sandbox,
@@ -237,6 +263,8 @@ impl Settings {
             context_window,
             handoff_threshold,
             wait: flags.wait,
+            prompt_file: flags.prompt_file.as_deref().map(prompt_file).transpose()?,
+            again: flags.again,
             memory,
             files: files.clone(),
             child_env,
@@ -254,7 +282,7 @@ impl Settings {
     pub fn client(&self) -> Result<Arc<dyn ModelClient>, ConfigError> {
         let config = self.model.client_config()?;
         let client = AnthropicClient::with_config(config)
-            .map_err(|e| ConfigError::invalid("ANTHROPIC_BASE_URL", e.to_string()))?;
+            .map_err(|e| ConfigError::invalid_because("ANTHROPIC_BASE_URL", e.to_string(), e))?;
         Ok(Arc::new(client))
     }
 
@@ -266,6 +294,8 @@ impl Settings {
             max_tokens: self.model.max_tokens,
             sandbox: self.sandbox.clone(),
             thinking_budget: self.model.thinking_budget,
+            effort: self.model.effort,
+            web: self.model.web,
             cache_ttl: self.model.cache_ttl,
             handoff: self.handoff.clone(),
             home: self.home.clone(),
@@ -325,6 +355,80 @@ impl Settings {
 }
 
 /// The workspace: `flags.workspace`, else the current directory, else `.`.
+/// Where `-f/--prompt-file` reads the prompt from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptFile {
+    /// `-f -`: standard input, to its end.
+    Stdin,
+    /// `-f FILE`.
+    File(PathBuf),
+}
+
+impl PromptFile {
+    /// The prompt, as UTF-8 text. A read that fails names the flag (exit 2).
+    pub fn read(&self) -> Result<String, ConfigError> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        let read = match self {
+            PromptFile::Stdin => std::io::stdin().read_to_string(&mut text).map(|_| ()),
+            PromptFile::File(path) => std::fs::read_to_string(path).map(|t| text = t),
+        };
+        read.map_err(|e| {
+            let from = match self {
+                PromptFile::Stdin => "-".to_string(),
+                PromptFile::File(path) => path.display().to_string(),
+            };
+            ConfigError::invalid("--prompt-file", format!("-f {from}:读不出来:{e}"))
+        })?;
+        Ok(text)
+    }
+}
+
+/// `-f FILE` checked: `-` is standard input; a file must be there and be a file.
+fn prompt_file(path: &Path) -> Result<PromptFile, ConfigError> {
+    if path.as_os_str() == "-" {
+        return Ok(PromptFile::Stdin);
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(PromptFile::File(path.to_path_buf())),
+        Ok(_) => Err(ConfigError::invalid(
+            "--prompt-file",
+            format!("-f {}:不是文件", path.display()),
+        )),
+        Err(e) => Err(ConfigError::invalid(
+            "--prompt-file",
+            format!("-f {}:读不出来:{e}", path.display()),
+        )),
+    }
+}
+
+/// A relative run directory stays inside the current directory (the workspace): a typo
+/// like `-r ../runs` must not create a run directory somewhere else. A run directory
+/// outside is given on purpose, as an absolute path. Checked lexically (no file is read).
+fn check_run_dir(run_dir: &Path) -> Result<(), ConfigError> {
+    if run_dir.is_absolute() {
+        return Ok(());
+    }
+    let mut depth = 0usize;
+    for part in run_dir.components() {
+        match part {
+            std::path::Component::ParentDir if depth == 0 => {
+                return Err(ConfigError::invalid(
+                    "--run-dir",
+                    format!(
+                        "-r {}:相对路径的运行目录只能在当前目录(工作区)之内,免得无意中在别处建出一个;确实要放在外面,写绝对路径(例如 -r /srv/runs/proj)",
+                        run_dir.display()
+                    ),
+                ));
+            }
+            std::path::Component::ParentDir => depth -= 1,
+            std::path::Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn workspace_of(flags: &Flags, env: &Environment) -> PathBuf {
     flags
         .workspace
@@ -351,6 +455,12 @@ fn resilience(vars: &Vars<'_>) -> Result<Resilience, ConfigError> {
 /// network needs the sandbox, and a required sandbox needs Landlock.
 fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, ConfigError> {
     let mut policy = SandboxPolicy::standard();
+    // What git itself reads: the process's environment, not the settings files'.
+    policy.user_git = sandbox::UserGitConfig {
+        home: vars.env.home().map(Path::to_path_buf),
+        xdg_config_home: vars.env.var("XDG_CONFIG_HOME").map(PathBuf::from),
+        global: vars.env.var("GIT_CONFIG_GLOBAL").map(PathBuf::from),
+    };
     match vars.get("FLOWER_SANDBOX").as_deref() {
         None | Some("on") => {}
         Some("off") => policy.enabled = false,
@@ -423,7 +533,7 @@ fn handoff_options(flags: &Flags, vars: &Vars<'_>) -> Result<HandoffOptions, Con
     if let Some(value) = at {
         options.at = value
             .parse::<Threshold>()
-            .map_err(|e| ConfigError::invalid(source, format!("{source}: {e}")))?;
+            .map_err(|e| ConfigError::invalid_because(source, format!("{source}: {e}"), e))?;
     }
     Ok(options)
 }

@@ -24,6 +24,8 @@ pub struct Flags {
     pub model: Option<String>,
     /// `--thinking` (`Some(None)`) or `--thinking=N` (`Some(Some(N))`).
     pub thinking: Option<Option<u32>>,
+    /// `--effort`: `low`, `medium`, `high`, `xhigh`, `max`.
+    pub effort: Option<String>,
     /// `--handoff-at`: tokens (`120000`, `120K`) or a share of the window (`60%`).
     pub handoff_at: Option<String>,
     /// `--no-network`, `--require-sandbox`, `--no-sandbox`.
@@ -32,6 +34,10 @@ pub struct Flags {
     pub wait: bool,
     /// `--no-memory`: no `CLAUDE.md` / `AGENTS.md` in the system prompts.
     pub no_memory: bool,
+    /// `-f/--prompt-file`: the prompt from this file, `-` for standard input.
+    pub prompt_file: Option<PathBuf>,
+    /// `--again`: work and judge again although the judge passed and nothing was said.
+    pub again: bool,
 }
 
 /// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.
@@ -143,6 +149,8 @@ pub struct FileLayer {
     pub vars: BTreeMap<String, String>,
     /// `model`: below `--model` and `ANTHROPIC_MODEL`.
     pub model: Option<String>,
+    /// `effortLevel`: below `--effort` and `CLAUDE_CODE_EFFORT_LEVEL`.
+    pub effort: Option<String>,
     /// `permissions` of every file, merged.
     pub permissions: super::files::FilePermissions,
     /// `hooks` of every file, merged.

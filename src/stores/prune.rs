@@ -6,6 +6,8 @@
 //!    `message.model == "<synthetic>"`) and replies that ended in `stop_reason: refusal`:
 //!    a retry storm must not read as something the model said, and a replayed refusal
 //!    only invites another;
+//!    A continuation request left unanswered at the end (the request that carried it
+//!    failed) goes too: the prompt the resume adds follows the cut reply;
 //! 2. repair the structure (see below), so the rules work on well-formed turns;
 //! 3. of the denied tool calls (a `tool_use` whose `tool_result` has `is_error: true`
 //!    and a denial text, [`is_denial_text`]), keep only the newest `keep_denials`
@@ -222,6 +224,7 @@ pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<V
         p.mark_warm_tail(window);
     }
     p.drop_synthetic_errors();
+    p.drop_unanswered_continuation();
     p.repair();
     p.drop_old_denials(opts.keep_denials);
     p.neutralize_interruptions();
@@ -274,6 +277,10 @@ impl std::fmt::Debug for PruningSessionStore {
 impl SessionStore for PruningSessionStore {
     fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
         self.inner.append(key, entries)
+    }
+
+    fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+        self.inner.append_deferred(key, entries)
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
@@ -419,6 +426,16 @@ enum Block {
         text_len: Option<usize>,
     },
     Thinking,
+    /// A `server_tool_use` block (the API ran the tool).
+    ServerToolUse {
+        id: String,
+    },
+    /// Its result (`web_search_tool_result`, `web_fetch_tool_result`), with the size of
+    /// its content in bytes of JSON.
+    ServerResult {
+        id: String,
+        len: usize,
+    },
     Other,
 }
 
@@ -468,6 +485,15 @@ impl Block {
                 }
             }
             Some("thinking" | "redacted_thinking") => Block::Thinking,
+            Some("server_tool_use") => Block::ServerToolUse {
+                id: str_field(block, "id").unwrap_or_default().to_string(),
+            },
+            Some(kind) if kind.ends_with("_tool_result") => Block::ServerResult {
+                id: str_field(block, "tool_use_id")
+                    .unwrap_or_default()
+                    .to_string(),
+                len: block.get("content").map_or(0, |c| c.to_string().len()),
+            },
             _ => Block::Other,
         }
     }
@@ -491,6 +517,8 @@ struct Slot {
     uuid: Option<String>,
     parent: Option<String>,
     synthetic_error: bool,
+    /// A continuation request ([`crate::transcript::markers::is_continuation`]).
+    continuation: bool,
     content: Content,
     /// Parallel to the content array (empty unless `content` is `Blocks`).
     blocks: Vec<Block>,
@@ -519,6 +547,8 @@ impl Slot {
             parent: str_field(&entry, "parentUuid").map(str::to_string),
             synthetic_error: role == Some(Role::Assistant)
                 && (is_synthetic_error(&entry) || is_refusal(&entry)),
+            continuation: role == Some(Role::User)
+                && crate::transcript::markers::is_continuation(&entry),
             content,
             blocks,
             removed: false,
@@ -739,6 +769,20 @@ impl Pruner {
             if self.slots[i].synthetic_error {
                 self.remove(i);
             }
+        }
+    }
+
+    /// A continuation request the model never answered (the request after it failed
+    /// or the process died) goes: the prompt the resume adds follows the cut reply.
+    fn drop_unanswered_continuation(&mut self) {
+        let last = self
+            .slots
+            .iter()
+            .rposition(|s| !s.removed && s.role.is_some());
+        if let Some(i) = last
+            && self.slots[i].continuation
+        {
+            self.remove(i);
         }
     }
 
@@ -1019,6 +1063,62 @@ impl Pruner {
         for (i, b, pointer) in trims {
             self.slots[i].set_result_body(b, pointer, Body::Pointer);
         }
+        self.trim_server_results(opts);
+    }
+
+    /// Large results of server tools (a fetched page, search results) in assistant
+    /// messages before the newest one: the call and its result become one text block
+    /// pointing to a file with the page's text (or the results' titles and addresses).
+    fn trim_server_results(&mut self, opts: &PruneOptions) {
+        let groups = self.groups();
+        let newest = (0..groups.len())
+            .rev()
+            .find(|&g| groups.role(g) == Role::Assistant)
+            .map(|g| groups.members(g).to_vec())
+            .unwrap_or_default();
+        let mut edits: Vec<(usize, usize, usize, String)> = Vec::new();
+        for (i, slot) in self.ruled_with_role(Role::Assistant) {
+            if newest.contains(&i) {
+                continue;
+            }
+            for (b, block) in slot.blocks.iter().enumerate() {
+                let Block::ServerResult { id, len } = block else {
+                    continue;
+                };
+                if *len <= opts.trim_threshold_bytes {
+                    continue;
+                }
+                let Some(call) = slot.blocks[..b]
+                    .iter()
+                    .rposition(|c| matches!(c, Block::ServerToolUse { id: c_id } if c_id == id))
+                else {
+                    continue;
+                };
+                let content = &slot.entry["message"]["content"];
+                let (what, text) = server_result_text(&content[call], &content[b]);
+                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
+                if let Ok(path) = write_trimmed(&opts.trim_dir, session, id, &text) {
+                    let pointer = format!(
+                        "{TRIM_POINTER_PREFIX}:{what}的结果原共 {len} 字节,内容在 {} ,需要时用 Read 读取]",
+                        path.display()
+                    );
+                    edits.push((i, call, b, pointer));
+                }
+            }
+        }
+        // Last first, so that the indices of earlier edits in the same entry hold.
+        for (i, call, b, pointer) in edits.into_iter().rev() {
+            let slot = &mut self.slots[i];
+            if let Some(list) = slot.content_array()
+                && let Some(block) = list.get_mut(b)
+            {
+                *block = serde_json::json!({"type": "text", "text": pointer});
+            }
+            if let Some(block) = slot.blocks.get_mut(b) {
+                *block = Block::Other;
+            }
+            slot.delete_block(call);
+        }
     }
 
     fn finish(self) -> Vec<Value> {
@@ -1066,6 +1166,36 @@ impl Pruner {
         }
         out
     }
+}
+
+/// What a server tool call was (`web_fetch https://…`) and the text worth keeping of
+/// its result: a fetched document's text, or the search results' titles and addresses.
+fn server_result_text(call: &Value, result: &Value) -> (String, String) {
+    let name = str_field(call, "name").unwrap_or("server tool");
+    let input = call.get("input").unwrap_or(&Value::Null);
+    let target = ["url", "query"]
+        .iter()
+        .find_map(|k| str_field(input, k))
+        .unwrap_or("");
+    let what = format!("{name} {target} ");
+    let content = result.get("content").unwrap_or(&Value::Null);
+    let text = match content {
+        Value::Array(results) => results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}\n{}\n",
+                    str_field(r, "title").unwrap_or(""),
+                    str_field(r, "url").unwrap_or("")
+                )
+            })
+            .collect::<String>(),
+        other => other
+            .pointer("/content/source/data")
+            .and_then(Value::as_str)
+            .map_or_else(|| other.to_string(), str::to_string),
+    };
+    (what, format!("{name} {target}\n\n{text}"))
 }
 
 /// The user entry that answers a call that never got a result.

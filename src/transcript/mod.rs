@@ -8,6 +8,7 @@
 //! engine writes entries, the stores and pruning read them, and neither spells a marker
 //! of its own.
 
+use crate::model::History;
 use serde_json::{Map, Value, json};
 use std::path::Path;
 
@@ -86,6 +87,18 @@ impl Chain {
     pub fn hook_context(&mut self, text: &str) -> Value {
         let mut extra = Map::new();
         extra.insert(markers::HOOK_CONTEXT_FLAG.into(), Value::Bool(true));
+        self.entry(
+            "user",
+            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
+            extra,
+        )
+    }
+
+    /// A user entry asking the model to go on with its reply cut by `max_tokens`,
+    /// marked ([`markers::CONTINUATION_FLAG`]) so that it is never taken for a prompt.
+    pub fn continuation(&mut self, text: &str) -> Value {
+        let mut extra = Map::new();
+        extra.insert(markers::CONTINUATION_FLAG.into(), Value::Bool(true));
         self.entry(
             "user",
             json!({"role": "user", "content": [{"type": "text", "text": text}]}),
@@ -223,10 +236,11 @@ pub fn pinned_memory(entries: &[Value]) -> Option<&str> {
 
 /// Builds API messages from transcript entries, incrementally: consecutive entries of
 /// the same role merge into one message (Claude Code stores one tool result per entry,
-/// and may split one assistant message over several entries).
+/// and may split one assistant message over several entries). Held serialized
+/// ([`History`]): the request body is built from it by concatenation.
 #[derive(Debug, Clone, Default)]
 pub struct Messages {
-    messages: Vec<Value>,
+    history: History,
 }
 
 impl Messages {
@@ -238,59 +252,98 @@ impl Messages {
         messages
     }
 
+    /// [`Messages::from_entries`], moving each entry's content instead of copying it
+    /// (a resume holds the history once, not twice).
+    pub fn from_owned(entries: impl IntoIterator<Item = Value>) -> Self {
+        let mut messages = Messages::default();
+        for entry in entries {
+            messages.push_owned(entry);
+        }
+        messages
+    }
+
     /// Adds one entry; entries that are not user or assistant messages are skipped.
     pub fn push(&mut self, entry: &Value) {
-        let kind = entry.get("type").and_then(Value::as_str);
-        if !matches!(kind, Some("user" | "assistant")) {
-            return;
-        }
-        let Some(message) = entry.get("message") else {
+        let Some((role, content)) = sendable(entry) else {
             return;
         };
-        let Some(role) = message.get("role").and_then(Value::as_str) else {
-            return;
-        };
-        let blocks = match message.get("content") {
-            Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
-            Some(Value::Array(blocks)) => blocks.clone(),
+        let blocks = match content {
+            Value::String(text) => vec![json!({"type": "text", "text": text})],
+            Value::Array(blocks) => blocks.clone(),
             _ => return,
         };
+        let role = role.to_string();
+        self.add(&role, blocks);
+    }
+
+    /// [`Messages::push`], taking the entry's content blocks out of it.
+    pub fn push_owned(&mut self, mut entry: Value) {
+        let Some((role, _)) = sendable(&entry) else {
+            return;
+        };
+        let role = role.to_string();
+        let content = entry
+            .get_mut("message")
+            .and_then(|m| m.get_mut("content"))
+            .map(Value::take);
+        let blocks = match content {
+            Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+            Some(Value::Array(blocks)) => blocks,
+            _ => return,
+        };
+        self.add(&role, blocks);
+    }
+
+    fn add(&mut self, role: &str, blocks: Vec<Value>) {
         if blocks.is_empty() {
             return;
         }
-        if let Some(last) = self.messages.last_mut()
+        if let Some(last) = self.history.last_mut()
             && last.get("role").and_then(Value::as_str) == Some(role)
             && let Some(Value::Array(content)) = last.get_mut("content")
         {
             content.extend(blocks);
             return;
         }
-        self.messages
+        self.history
             .push(json!({"role": role, "content": Value::Array(blocks)}));
     }
 
-    pub fn as_slice(&self) -> &[Value] {
-        &self.messages
+    /// The messages, serialized.
+    pub fn history(&self) -> &History {
+        &self.history
     }
 
+    /// The messages as `Value`s (a copy).
     pub fn to_vec(&self) -> Vec<Value> {
-        self.messages.clone()
+        self.history.to_values()
     }
 
     /// Moves the messages out (leaving none), e.g. into a request, without copying
     /// them; give them back with [`Messages::restore`].
-    pub fn take(&mut self) -> Vec<Value> {
-        std::mem::take(&mut self.messages)
+    pub fn take(&mut self) -> History {
+        std::mem::take(&mut self.history)
     }
 
     /// Puts back what [`Messages::take`] took.
-    pub fn restore(&mut self, messages: Vec<Value>) {
-        self.messages = messages;
+    pub fn restore(&mut self, history: History) {
+        self.history = history;
     }
 
     pub fn is_empty(&self) -> bool {
-        self.messages.is_empty()
+        self.history.is_empty()
     }
+}
+
+/// The role and content of a user or assistant entry's message.
+fn sendable(entry: &Value) -> Option<(&str, &Value)> {
+    let kind = entry.get("type").and_then(Value::as_str);
+    if !matches!(kind, Some("user" | "assistant")) {
+        return None;
+    }
+    let message = entry.get("message")?;
+    let role = message.get("role").and_then(Value::as_str)?;
+    Some((role, message.get("content")?))
 }
 
 /// The `tool_use` blocks of an assistant message's content.

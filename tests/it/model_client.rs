@@ -44,9 +44,11 @@ fn request() -> MessagesRequest {
         model: "claude-sonnet-4-5".into(),
         max_tokens: 2048,
         system: "You are a careful engineer.".into(),
-        messages: vec![json!({"role": "user", "content": "Read seed.txt and tell me the word."})],
+        messages: vec![json!({"role": "user", "content": "Read seed.txt and tell me the word."})]
+            .into(),
         tools: vec![tool("Read"), tool("Glob")],
         thinking: None,
+        ..MessagesRequest::default()
     }
 }
 
@@ -183,6 +185,7 @@ async fn usage_from_message_start_and_cumulative_message_delta() {
             output_tokens: 345,
             cache_creation_input_tokens: 50,
             cache_read_input_tokens: 900,
+            ..Usage::default()
         }
     );
     let (second, _) = call(&client, &request()).await;
@@ -193,6 +196,7 @@ async fn usage_from_message_start_and_cumulative_message_delta() {
             output_tokens: 20,
             cache_creation_input_tokens: 3,
             cache_read_input_tokens: 4,
+            ..Usage::default()
         }
     );
     // Without numbers the fake derives input tokens from the body size.
@@ -291,7 +295,8 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
             {"type": "tool_result", "tool_use_id": "t1", "content": "data"},
             {"type": "text", "text": "and now?"}
         ]}),
-    ];
+    ]
+    .into();
     let before = req.clone();
     let bytes = request_body(&req);
     assert_eq!(req, before, "the caller's request must not change");
@@ -301,11 +306,11 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
         ["/system/0", "/messages/2/content/1", "/tools/1"]
     );
     // The history before the newest message is sent as it was.
-    assert_eq!(body["messages"][0], req.messages[0]);
-    assert_eq!(body["messages"][1], req.messages[1]);
+    assert_eq!(body["messages"][0], *req.messages.get(0).unwrap());
+    assert_eq!(body["messages"][1], *req.messages.get(1).unwrap());
 
     // A string content becomes one text block that carries the breakpoint.
-    req.messages = vec![json!({"role": "user", "content": "hello"})];
+    req.messages = vec![json!({"role": "user", "content": "hello"})].into();
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(
         body["messages"][0]["content"],
@@ -317,7 +322,8 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
         {"type": "text", "text": "visible"},
         {"type": "text", "text": ""},
         {"type": "thinking", "thinking": "t", "signature": "s"}
-    ]})];
+    ]})]
+    .into();
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(
         breakpoints(&body),
@@ -338,7 +344,8 @@ fn breakpoints_already_in_the_history_are_capped_at_four_oldest_dropped() {
         ]}),
         json!({"role": "assistant", "content": [marked("m3")]}),
         json!({"role": "user", "content": [marked("m4")]}),
-    ];
+    ]
+    .into();
     let before = req.clone();
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(req, before);
@@ -373,22 +380,23 @@ fn breakpoints_already_in_the_history_are_capped_at_four_oldest_dropped() {
 #[test]
 fn request_body_is_deterministic() {
     let mut req = request();
-    req.messages.push(json!({"role": "assistant", "content": [
+    let mut messages = req.messages.to_values();
+    messages.push(json!({"role": "assistant", "content": [
         {"type": "tool_use", "id": "t1", "name": "Read", "input": {"z": 1, "a": [1.5, 2e10, "x"], "m": {"k": null}}}
     ]}));
-    req.messages.push(json!({"role": "user", "content": [
+    messages.push(json!({"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
     ]}));
+    req.messages = messages.clone().into();
     let first = request_body(&req);
     // A copy that went through a JSON round trip (as a transcript loaded from the
     // store does) gives the same bytes.
-    let reloaded: Vec<Value> = req
-        .messages
+    let reloaded: Vec<Value> = messages
         .iter()
         .map(|m| serde_json::from_str(&m.to_string()).unwrap())
         .collect();
     let again = MessagesRequest {
-        messages: reloaded,
+        messages: reloaded.into(),
         ..req.clone()
     };
     assert_eq!(first, request_body(&again));

@@ -19,9 +19,10 @@ fn request(system: &str, user: &str) -> MessagesRequest {
         model: "claude-haiku-4-5".into(),
         max_tokens: 100,
         system: system.into(),
-        messages: vec![json!({"role": "user", "content": user})],
+        messages: vec![json!({"role": "user", "content": user})].into(),
         tools: Vec::new(),
         thinking: None,
+        ..MessagesRequest::default()
     }
 }
 
@@ -225,7 +226,7 @@ fn recorded_request_helpers() {
             {"type": "tool_result", "tool_use_id": "t1", "content": "1\tbanana"},
             {"type": "text", "text": "what is it?"}
         ]}),
-    ];
+    ].into();
     ask(&server, &req).unwrap();
     let recorded = &server.requests()[0];
     assert_eq!(recorded.system(), "sys prompt");

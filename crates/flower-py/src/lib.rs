@@ -557,6 +557,10 @@ fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict
             d.set_item("text", text)?;
             d.set_item("depth", depth)?;
         }
+        Event::Requesting { depth } => {
+            d.set_item("type", "requesting")?;
+            d.set_item("depth", depth)?;
+        }
         Event::ThinkingDelta { text, depth } => {
             d.set_item("type", "thinking")?;
             d.set_item("text", text)?;
@@ -613,12 +617,14 @@ fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict
             max_attempts,
             delay_s,
             error,
+            depth,
         } => {
             d.set_item("type", "retrying")?;
             d.set_item("attempt", attempt)?;
             d.set_item("max_attempts", max_attempts)?;
             d.set_item("delay_s", delay_s)?;
             d.set_item("error", error)?;
+            d.set_item("depth", depth)?;
         }
         Event::Offline {
             waited_s,
@@ -630,7 +636,10 @@ fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict
             d.set_item("endpoint", endpoint)?;
             d.set_item("database", database)?;
         }
-        Event::Online => d.set_item("type", "online")?,
+        Event::Online { database } => {
+            d.set_item("type", "online")?;
+            d.set_item("database", database)?;
+        }
         Event::Warning { message } => {
             d.set_item("type", "warning")?;
             d.set_item("message", message)?;

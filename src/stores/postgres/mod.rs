@@ -1,0 +1,438 @@
+//! The PostgreSQL session store: the same transcripts as [`super::SqliteSessionStore`],
+//! in a database that several hosts share, so a run outlives its machine.
+//!
+//! Layout (schema version [`SCHEMA_VERSION`], every table prefixed `flower_` so the
+//! store can live in a database that holds other things):
+//! - `flower_meta(key, value)`: `schema_version`;
+//! - `flower_entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`:
+//!   one row per entry, `data` the entry's JSON text (text, not `jsonb`: it is given
+//!   back byte for byte), `id` orders a key's entries, a partial unique index makes
+//!   `uuid` an idempotency key;
+//! - `flower_summaries(project_key, session_id, mtime, data)`: folded inside `append`;
+//! - since version 2, a run's state beside its transcripts: `flower_runs(run_key, named,
+//!   project_key, workspace, woke, …)` (one row per run), `flower_lineage(run_key, step,
+//!   session_id)` and `flower_manifest(id, run_key, run, data)` (one row per manifest
+//!   row, `id` in write order). What the rows mean is `continuity::shared`'s business.
+//!
+//! Connections: the trait is synchronous and is called from inside a tokio runtime, so
+//! each connection (the `postgres` crate's blocking client, which runs its own small
+//! runtime) lives on a dedicated thread and serves requests over a channel. A few such
+//! threads form the pool. No TLS ([`::postgres::NoTls`]): meant for loopback or a
+//! trusted network; put a TLS-terminating proxy in front for anything else.
+//!
+//! Durability: `append` returns after PostgreSQL committed the transaction (with the
+//! server's default `synchronous_commit`, the commit is flushed to its WAL), so an
+//! acknowledged append survives this process and the server being killed.
+//! `append_deferred` (the engine's reply with tool calls, and every tool result of a
+//! turn but the last) commits without waiting for the flush: it survives this process
+//! being killed and the connection being lost, and the turn's last append, durable,
+//! flushes the WAL through all of them: one WAL flush a turn, not one per entry. Only
+//! the server itself dying in the few hundred milliseconds before that can lose them,
+//! as SQLite's `synchronous=NORMAL` may lose its last commits to a power cut; the
+//! engine then meets the failed durable append and the step resumes from what is
+//! stored (the reply is asked again).
+//!
+//! Network: every connection has TCP keepalives (30 s idle, 10 s apart, 3 probes) and a
+//! `tcp_user_timeout` of [`TCP_USER_TIMEOUT`] unless the URL sets its own, so a call on
+//! a network that silently drops packets fails (and is waited out as an outage) instead
+//! of hanging.
+//! Appends to one session take a transaction-scoped advisory lock on it (keys never hold `/`), so batches
+//! from several processes never interleave within a transcript. Advisory locks belong to
+//! a database, not a schema: every key starts with `current_schema()`, so that stores in
+//! several schemas of one database (a `search_path` per team) never block each other.
+
+mod lease;
+mod locks;
+mod pool;
+mod runs;
+mod schema;
+mod transcripts;
+mod url;
+
+pub use lease::{LEASE_CHECK, Leased, OnLeaseLost, RunLease, hostname};
+pub use runs::RunRow;
+pub use schema::SCHEMA_VERSION;
+pub use url::{PostgresUrl, UrlError};
+
+use lease::*;
+use locks::*;
+use pool::*;
+
+use super::summary::fold_session_summary;
+use super::{
+    HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError,
+};
+use ::postgres::types::Type;
+use ::postgres::{Client, NoTls};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// How long a connection attempt may take unless the URL says (`connect_timeout=`).
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long sent data may go unacknowledged before a connection counts as lost.
+pub const TCP_USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How many connections (threads) a store keeps.
+pub const POOL_SIZE: usize = 2;
+
+/// The PostgreSQL [`SessionStore`]. `Send + Sync`; cheap to share behind an `Arc`.
+pub struct PostgresStore {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    url: PostgresUrl,
+    /// The connection that holds this process's session locks, started on first use.
+    locker: Mutex<Option<mpsc::Sender<LockJob>>>,
+    /// The schema the store's tables are in (`current_schema()`), read at open.
+    schema: std::sync::OnceLock<String>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl PostgresStore {
+    /// Connects, checks the schema and applies pending migrations.
+    ///
+    /// Errors name the database (without password): unreachable, credentials refused,
+    /// a schema written by a newer flower ([`StoreError::NewerSchema`], nothing is
+    /// touched then).
+    pub fn open(url: &PostgresUrl) -> Result<Self, StoreError> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::with_capacity(POOL_SIZE);
+        for i in 0..POOL_SIZE {
+            let rx = rx.clone();
+            let config = url.config.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("flower-pg-{i}"))
+                .spawn(move || {
+                    let mut slot = Slot::new(config);
+                    loop {
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        match job {
+                            Ok(job) => job(&mut slot),
+                            Err(_) => break,
+                        }
+                    }
+                })
+                .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+            threads.push(thread);
+        }
+        let store = PostgresStore {
+            jobs: Mutex::new(Some(tx)),
+            threads: Mutex::new(threads),
+            url: url.clone(),
+            locker: Mutex::new(None),
+            schema: std::sync::OnceLock::new(),
+        };
+        store.migrate()?;
+        let schema: Option<String> =
+            store.call(|c| Ok(c.query_one("SELECT current_schema()::text", &[])?.get(0)))?;
+        let _ = store.schema.set(schema.unwrap_or_default());
+        Ok(store)
+    }
+
+    /// The URL, without password.
+    pub fn url(&self) -> &PostgresUrl {
+        &self.url
+    }
+
+    /// Runs `run` on a pooled connection and waits for its result. A connection that
+    /// was lost is dropped and reopened by the next call.
+    fn call<T: Send + 'static>(
+        &self,
+        run: impl FnOnce(&mut Client) -> Result<T, ::postgres::Error> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, answer) = mpsc::channel();
+        let job: Job = Box::new(move |slot: &mut Slot| {
+            let result = slot.client().and_then(run);
+            // A connection-class error drops the connection even before the driver
+            // has noticed that it is closed, so that the next call reconnects.
+            if let Err(e) = &result
+                && (is_unavailable(e) || slot.client.as_ref().is_some_and(Client::is_closed))
+            {
+                slot.client = None;
+            }
+            let _ = reply.send(result);
+        });
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|jobs| jobs.send(job).is_ok());
+        if sent != Some(true) {
+            return Err(self.error("the store is closed"));
+        }
+        match answer.recv() {
+            Ok(result) => result.map_err(|e| {
+                if is_unavailable(&e) {
+                    StoreError::Unavailable {
+                        path: PathBuf::from(self.url.to_string()),
+                        why: describe(&e),
+                    }
+                } else {
+                    self.error(describe(&e))
+                }
+            }),
+            Err(_) => Err(self.error("the database thread stopped")),
+        }
+    }
+
+    /// The host and port the store connects to first, for the reachability probe
+    /// while the database is away.
+    pub fn endpoint(&self) -> Option<(String, u16)> {
+        let host = match self.url.config.get_hosts().first()? {
+            ::postgres::config::Host::Tcp(host) => host.clone(),
+            ::postgres::config::Host::Unix(_) => return None,
+        };
+        let port = self.url.config.get_ports().first().copied().unwrap_or(5432);
+        Some((host, port))
+    }
+
+    fn error(&self, why: impl Into<String>) -> StoreError {
+        StoreError::Database {
+            path: PathBuf::from(self.url.to_string()),
+            why: why.into(),
+        }
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // Closing the channel ends each thread after its current job.
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let threads =
+            std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl SessionStore for PostgresStore {
+    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+        self.append_counted(key, entries).map(|_| ())
+    }
+
+    fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+        self.append_with(key, entries, false).map(|_| ())
+    }
+
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
+        key.validate()?;
+        let key = key.clone();
+        let texts: Vec<(i64, String)> = self.call(move |c| {
+            let subpath = key.subpath.clone().unwrap_or_default();
+            let rows = c.query(
+                "SELECT id, data FROM flower_entries \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY id",
+                &[&key.project_key, &key.session_id, &subpath],
+            )?;
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })?;
+        if texts.is_empty() {
+            return Ok(None);
+        }
+        texts
+            .into_iter()
+            .map(|(id, text)| {
+                serde_json::from_str(&text)
+                    .map_err(|e| self.error(format!("entry row {id} is not valid JSON: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// One statement: the newest assistant row whose usage counts
+    /// ([`crate::transcript::markers::turn_usage`]'s rules, in SQL), read backwards
+    /// along the key's index. `json`, not `jsonb`: the usage comes back as it was
+    /// written, key order and all.
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+        use crate::transcript::markers::{API_ERROR_FLAG, SYNTHETIC_MODEL};
+        key.validate()?;
+        let key = key.clone();
+        let text: Option<String> = self.call(move |c| {
+            let subpath = key.subpath.clone().unwrap_or_default();
+            let usage = prepared(
+                c,
+                "SELECT (data::json -> 'message' -> 'usage')::text FROM flower_entries \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 \
+                   AND type = 'assistant' \
+                   AND json_typeof(data::json -> 'message' -> 'usage') = 'object' \
+                   AND (json_typeof(data::json -> $4) IS DISTINCT FROM 'boolean' \
+                        OR (data::json ->> $4) <> 'true') \
+                   AND (json_typeof(data::json -> 'message' -> 'model') IS DISTINCT FROM 'string' \
+                        OR (data::json -> 'message' ->> 'model') <> $5) \
+                 ORDER BY id DESC LIMIT 1",
+                &[Type::TEXT, Type::TEXT, Type::TEXT, Type::TEXT, Type::TEXT],
+            )?;
+            let row = c.query_opt(
+                &usage,
+                &[
+                    &key.project_key,
+                    &key.session_id,
+                    &subpath,
+                    &API_ERROR_FLAG,
+                    &SYNTHETIC_MODEL,
+                ],
+            )?;
+            Ok(row.map(|r| r.get(0)))
+        })?;
+        text.map(|text| {
+            serde_json::from_str(&text).map_err(|e| self.error(format!("a stored usage: {e}")))
+        })
+        .transpose()
+    }
+
+    fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError> {
+        let project_key = project_key.to_string();
+        self.call(move |c| {
+            let rows = c.query(
+                "SELECT session_id, mtime FROM flower_summaries WHERE project_key = $1 \
+                 ORDER BY mtime DESC, session_id COLLATE \"C\"",
+                &[&project_key],
+            )?;
+            Ok(rows
+                .into_iter()
+                .map(|r| SessionInfo {
+                    session_id: r.get(0),
+                    mtime: r.get(1),
+                })
+                .collect())
+        })
+    }
+
+    fn list_session_summaries(&self, project_key: &str) -> Result<Vec<SessionSummary>, StoreError> {
+        let project_key = project_key.to_string();
+        let rows: Vec<(String, i64, String)> = self.call(move |c| {
+            let rows = c.query(
+                "SELECT session_id, mtime, data FROM flower_summaries WHERE project_key = $1 \
+                 ORDER BY mtime DESC, session_id COLLATE \"C\"",
+                &[&project_key],
+            )?;
+            Ok(rows
+                .into_iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect())
+        })?;
+        super::summary::parse_summary_rows(rows, |why| self.error(why))
+    }
+
+    fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.delete_counted(key).map(|_| ())
+    }
+
+    fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError> {
+        key.validate()?;
+        let key = key.clone();
+        self.call(move |c| {
+            let rows = c.query(
+                "SELECT DISTINCT subpath COLLATE \"C\" AS s FROM flower_entries \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' ORDER BY s",
+                &[&key.project_key, &key.session_id],
+            )?;
+            Ok(rows.into_iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn endpoint(&self) -> Option<(String, u16)> {
+        PostgresStore::endpoint(self)
+    }
+
+    fn hold_session(&self, session_id: &str, shared: bool) -> Result<SessionHold, StoreError> {
+        let locker = self.locker()?;
+        let (reply, answer) = mpsc::channel();
+        locker
+            .send(LockJob::Take {
+                session_id: session_id.to_string(),
+                shared,
+                reply,
+            })
+            .map_err(|_| self.error("the database thread stopped"))?;
+        match answer.recv() {
+            Ok(Ok(SessionHold::Held(_))) => Ok(SessionHold::Held(Box::new(SessionGuard {
+                session_id: session_id.to_string(),
+                shared,
+                locker,
+            }))),
+            Ok(Ok(busy)) => Ok(busy),
+            Ok(Err(e)) if is_unavailable(&e) => Err(StoreError::Unavailable {
+                path: PathBuf::from(self.url.to_string()),
+                why: describe(&e),
+            }),
+            Ok(Err(e)) => Err(self.error(describe(&e))),
+            Err(_) => Err(self.error("the database thread stopped")),
+        }
+    }
+
+    fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
+        let session_id = session_id.to_string();
+        self.call(move |c| {
+            c.query_one(
+                "SELECT EXISTS (SELECT 1 FROM flower_summaries WHERE session_id = $1)",
+                &[&session_id],
+            )
+            .map(|r| r.get(0))
+        })
+    }
+}
+
+/// Whether an error means the database is away for now (a lost or refused connection,
+/// a server shutting down or starting, too many connections), not that the request
+/// was wrong: such a call may succeed once the server is back.
+fn is_unavailable(e: &::postgres::Error) -> bool {
+    match e.code() {
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || code.starts_with("57P") || code == "53300"
+        }
+        // No SQLSTATE: the connection failed (I/O, closed, timed out), or something
+        // local went wrong (a type conversion): only the first kind is worth a wait.
+        None => {
+            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+            let text = e.to_string();
+            e.is_closed()
+                || io
+                || [
+                    "error connecting",
+                    "error communicating",
+                    "timeout",
+                    "connection closed",
+                ]
+                .iter()
+                .any(|t| text.starts_with(t))
+        }
+    }
+}
+
+/// The driver's error with the server's message when there is one (the plain
+/// `Display` says only "db error").
+fn describe(e: &::postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

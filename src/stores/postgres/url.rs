@@ -1,0 +1,92 @@
+//! The store URL, validated once and shown without its password.
+
+use super::*;
+
+/// A validated store URL: `postgres://` or `postgresql://`, parseable by the driver.
+#[derive(Clone)]
+pub struct PostgresUrl {
+    pub(super) config: ::postgres::Config,
+    pub(super) shown: String,
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl std::fmt::Display for PostgresUrl {
+    /// The URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+/// Why a store URL was refused. Never repeats the password.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("expected a URL starting with postgres:// or postgresql://")]
+    Scheme,
+    #[error("not a PostgreSQL URL: {0}")]
+    Driver(#[source] ::postgres::Error),
+    #[error("the URL names no host")]
+    NoHost,
+    #[error("the URL names no database (postgres://host:port/DATABASE)")]
+    NoDatabase,
+}
+
+impl FromStr for PostgresUrl {
+    type Err = UrlError;
+
+    /// Accepts `postgres://[user[:password]@]host[:port]/database[?options]`. The reason
+    /// of an error never repeats the password.
+    fn from_str(text: &str) -> Result<Self, UrlError> {
+        let text = text.trim();
+        let Some(rest) = text
+            .strip_prefix("postgres://")
+            .or_else(|| text.strip_prefix("postgresql://"))
+        else {
+            return Err(UrlError::Scheme);
+        };
+        let mut config = ::postgres::Config::from_str(text).map_err(UrlError::Driver)?;
+        network_timeouts(&mut config);
+        if config.get_hosts().is_empty() {
+            return Err(UrlError::NoHost);
+        }
+        if config.get_dbname().is_none_or(str::is_empty) {
+            return Err(UrlError::NoDatabase);
+        }
+        // Shown without the password: everything after `user:` up to the last `@`
+        // before the host part.
+        let shown = match rest.split_once('/') {
+            Some((authority, path)) => format!("postgres://{}/{path}", redact(authority)),
+            None => format!("postgres://{}", redact(rest)),
+        };
+        Ok(PostgresUrl { config, shown })
+    }
+}
+
+pub(super) fn redact(authority: &str) -> String {
+    match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{name}:***@{host}"),
+            None => format!("{user}@{host}"),
+        },
+        None => authority.to_string(),
+    }
+}
+
+/// Keepalives and a user timeout on every connection (see the module docs), where the
+/// URL left the driver's defaults (keepalives after 2 hours idle, no user timeout).
+fn network_timeouts(config: &mut ::postgres::Config) {
+    use std::time::Duration;
+    if config.get_keepalives() && config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+}
