@@ -13,10 +13,12 @@ pub mod conventions;
 pub mod count;
 pub mod hooks;
 pub mod interrupt;
+mod mcp;
 pub mod memory;
 pub mod permissions;
 pub mod recovery;
 mod reply;
+mod resume;
 mod session;
 mod session_hooks;
 pub mod spec;
@@ -26,7 +28,7 @@ mod turn;
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
-pub use recovery::{RESUME_PROMPT, Recovery};
+pub use recovery::{RESUME_PROMPT, Recovery, Retried};
 pub use spec::AgentSpec;
 
 pub use calls::summarize_input;
@@ -273,14 +275,6 @@ impl RunError {
     }
 }
 
-/// An error a sub-agent got past by retrying (resuming its session).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Retried {
-    /// `sub-agent <id>: <error>`.
-    pub text: String,
-    pub kind: crate::model::classify::ErrorKind,
-}
-
 /// A tool call the permission rules refused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Denial {
@@ -340,21 +334,6 @@ impl RunResult {
             subagent_retries: Vec::new(),
         }
     }
-
-    /// Adds what was spent before the run proper began (sub-agents continued on resume).
-    fn add_carried(&mut self, carried: Totals) {
-        self.usage.add(&carried.usage);
-        self.cost_usd = match (self.cost_usd, carried.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        let mut denials = carried.denials;
-        denials.append(&mut self.permission_denials);
-        self.permission_denials = denials;
-        let mut retries = carried.subagent_retries;
-        retries.append(&mut self.subagent_retries);
-        self.subagent_retries = retries;
-    }
 }
 
 /// The agent engine. Cheap to share: wrap it in an `Arc`.
@@ -365,12 +344,15 @@ pub struct Engine {
     hooks: Option<hooks::Hooks>,
     /// Warnings already reported (memory over its cap, …): each is said once.
     warned: Mutex<HashSet<String>>,
+    /// The MCP servers of this process; `None` when none is configured.
+    mcp: Option<Arc<crate::tools::mcp::McpHub>>,
 }
 
 /// Something recorded around the prompt when a session's run begins (in this order):
 /// the memory pin, what `SessionStart` and `UserPromptSubmit` hooks did and added.
 enum Pending {
     Memory { text: String, files: Vec<String> },
+    McpTools { tools: Value, failures: Value },
     Hook(hooks::HookOutcome),
     Context(String),
 }
@@ -389,6 +371,8 @@ struct Conversation<'a> {
     context_limit: Option<u64>,
     /// The memory block of its system prompt (pinned when the session began).
     memory: Arc<str>,
+    /// The MCP tools it may be offered (pinned when the session began).
+    mcp_tools: Arc<[crate::tools::mcp::McpTool]>,
     /// Recorded before the prompt, then after it (see [`Pending`]).
     opening: Vec<Pending>,
     after_prompt: Vec<Pending>,
@@ -418,6 +402,7 @@ impl<'a> Conversation<'a> {
             announce: None,
             context_limit: None,
             memory: Arc::from(""),
+            mcp_tools: Arc::from(Vec::new()),
             opening: Vec::new(),
             after_prompt: Vec::new(),
             hook_notes: Vec::new(),
@@ -514,16 +499,34 @@ impl Engine {
                 crate::run_dir::RunDir::new(&config.run_dir).transcripts(),
             )
         });
+        let mcp = (!conventions.mcp.is_empty()).then(|| {
+            Arc::new(crate::tools::mcp::McpHub::new(
+                conventions.mcp.clone(),
+                crate::tools::mcp::Launch {
+                    workspace: config.workspace.clone(),
+                    sandbox: config.sandbox.clone(),
+                    env: conventions.env.clone(),
+                    processes: config.processes.clone(),
+                    spill_dir: crate::run_dir::RunDir::new(&config.run_dir).trimmed(),
+                },
+            ))
+        });
         Engine {
             config,
             tools: crate::tools::builtin(),
             hooks,
             warned: Mutex::new(HashSet::new()),
+            mcp,
         }
     }
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// The MCP servers this engine starts (none configured: `None`).
+    pub fn mcp(&self) -> Option<&Arc<crate::tools::mcp::McpHub>> {
+        self.mcp.as_ref()
     }
 
     /// The store (pruning on load) this engine writes to.
@@ -542,7 +545,13 @@ impl Engine {
         let started = Instant::now();
         let (session_id, history, resumed, unanswered) = match self.open_session(&request.start) {
             Ok(opened) => opened,
-            Err(error) => return RunResult::failed(request.start.named(), error, started),
+            Err(error) => {
+                let id = match &request.start {
+                    SessionStart::Resume(id) | SessionStart::Fork(id) => id.clone(),
+                    SessionStart::New => String::new(),
+                };
+                return RunResult::failed(&id, error, started);
+            }
         };
         self.emit(Event::SessionStarted {
             agent: request.spec.name.clone(),
@@ -552,9 +561,12 @@ impl Engine {
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
         let leaf = transcript::resume_leaf(&history).map(str::to_string);
-        // Memory is read once, when the session begins, and pinned in its transcript:
-        // a resumed session sends exactly what it began with (see `memory`).
-        let (memory, pin) = self.memory_for(&request.start, &history);
+        let (memory, pin) = self.session_memory(&request.start, &history);
+        // So are the MCP tools (see `mcp`).
+        let (mcp_tools, mcp_pin) = match request.start {
+            SessionStart::New => self.list_mcp_tools(request.spec).await,
+            _ => (Self::pinned_mcp_tools(&history), None),
+        };
         let chain = Chain::new(&session_id, &self.config.workspace).with_leaf(leaf);
         // A retry resumes with the prompt the failed attempt left unanswered: it is
         // already the tail of the history, so it is not stacked again (and the request
@@ -572,7 +584,8 @@ impl Engine {
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
-            opening: pin.into_iter().collect(),
+            mcp_tools,
+            opening: pin.into_iter().chain(mcp_pin).collect(),
             internal: request.origin == Origin::Internal,
             measure,
             ..Conversation::new(request.spec, key, chain)
@@ -580,15 +593,11 @@ impl Engine {
         let prompt = (!reuse).then_some(request.prompt);
         // A `Task` call cut short goes on in its sub-agent's session before anything else.
         let mut carried = Totals::new();
-        if !unanswered.is_empty()
-            && let Err(error) = self
-                .continue_calls(&mut conversation, unanswered, &mut carried)
-                .await
+        if let Err(error) = self
+            .continue_calls(&mut conversation, unanswered, &mut carried)
+            .await
         {
-            let mut result = RunResult::failed(&session_id, error, started);
-            result.resumed = resumed;
-            result.add_carried(carried);
-            return result;
+            return RunResult::failed(&session_id, error, started).carrying(resumed, carried);
         }
         let hooked = request.origin != Origin::Internal;
         if hooked {
@@ -599,12 +608,7 @@ impl Engine {
             {
                 // Nothing of a new session is stored; a resumed one keeps the record.
                 if resumed {
-                    let opening = std::mem::take(&mut conversation.opening);
-                    for item in opening {
-                        if let Pending::Hook(outcome) = item {
-                            let _ = self.record_hooks(&mut conversation, &outcome);
-                        }
-                    }
+                    self.record_opening_hooks(&mut conversation);
                 }
                 let mut result = RunResult::failed(&session_id, error, started);
                 result.resumed = resumed;
@@ -619,6 +623,30 @@ impl Engine {
             self.session_end(&mut conversation).await;
         }
         result
+    }
+
+    /// The memory of a session's system prompt, and the entry pinning it. Read once,
+    /// when the session begins, and pinned in its transcript: a resumed session sends
+    /// exactly what it began with (see `memory`).
+    fn session_memory(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
+        match start {
+            SessionStart::New => self.read_memory(),
+            _ => (
+                transcript::pinned_memory(history)
+                    .unwrap_or_default()
+                    .to_string(),
+                None,
+            ),
+        }
+    }
+
+    /// Records what the opening hooks did (their outcomes only).
+    fn record_opening_hooks(&self, conversation: &mut Conversation<'_>) {
+        for item in std::mem::take(&mut conversation.opening) {
+            if let Pending::Hook(outcome) = item {
+                let _ = self.record_hooks(conversation, &outcome);
+            }
+        }
     }
 
     /// Drives a conversation from a user message (`None`: the history already ends
@@ -661,7 +689,7 @@ impl Engine {
             max_tokens: self.config.max_tokens,
             system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
             messages: crate::model::History::new(),
-            tools: self.offered_tools(&permissions, conv.depth),
+            tools: self.offered_tools(&permissions, conv),
             thinking: self.config.thinking_budget.map(|budget| {
                 if crate::model::models::adaptive_thinking(&model) {
                     Thinking::Adaptive
@@ -800,6 +828,7 @@ impl Engine {
     fn record_pending(&self, conv: &mut Conversation<'_>, item: Pending) -> Result<(), RunError> {
         let entry = match item {
             Pending::Memory { text, files } => conv.chain.memory(&text, &files),
+            Pending::McpTools { tools, failures } => conv.chain.mcp_tools(tools, failures),
             Pending::Hook(outcome) => return self.record_hooks(conv, &outcome),
             Pending::Context(text) => conv.chain.hook_context(&text),
         };
@@ -820,20 +849,6 @@ impl Engine {
             .cloned()
             .collect();
         Permissions::with_home(&spec.allowed_tools, &deny, home)?.with_ask(&conventions.ask, home)
-    }
-
-    /// The memory block of a session's system prompt: read now for a new session
-    /// (with the entry pinning it), else the one its transcript pinned.
-    fn memory_for(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
-        match start {
-            SessionStart::New => self.read_memory(),
-            _ => (
-                transcript::pinned_memory(history)
-                    .unwrap_or_default()
-                    .to_string(),
-                None,
-            ),
-        }
     }
 
     /// Reads the project's memory for a new session: its text and the entry pinning

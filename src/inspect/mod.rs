@@ -40,15 +40,12 @@ pub enum InspectError {
     Store(#[from] StoreError),
     #[error("会话 {id} 在 sessions.db 里不存在")]
     UnknownSession { id: String },
+    /// `known`: the step names this run knows (lineage's, then the manifest's attempts).
     #[error(
         "步骤 {step} 在 lineage.json 里没有记录,也不是已知的会话 id。{}",
         known_steps(known)
     )]
-    UnknownStep {
-        step: String,
-        /// The step names this run knows (lineage's, then the manifest's attempts).
-        known: Vec<String>,
-    },
+    UnknownStep { step: String, known: Vec<String> },
     #[error("lineage.json 里 {step} 指向的会话 {id} 已不在 sessions.db 里")]
     GoneSession { step: String, id: String },
     #[error("还没有任何步骤跑过(manifest.json 和 lineage.json 都是空的)")]
@@ -58,7 +55,7 @@ pub enum InspectError {
 /// `能看的步骤:确认需求、设定目标、干活 …`, or that there is none yet.
 fn known_steps(known: &[String]) -> String {
     match known.is_empty() {
-        true => "这个运行还没有记下任何步骤(flower log 看它跑了什么)".to_string(),
+        true => "这个运行还没有记下任何步骤(flower log 看它跑了什么)".into(),
         false => format!("能看的步骤:{}(flower log 列出每一次尝试)", known.join("、")),
     }
 }
@@ -628,10 +625,8 @@ impl Run {
                 known.push(name);
             }
         }
-        InspectError::UnknownStep {
-            step: step.into(),
-            known,
-        }
+        let step = step.into();
+        InspectError::UnknownStep { step, known }
     }
 
     fn lineage_names_step(&self, step: &str) -> bool {

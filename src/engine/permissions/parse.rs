@@ -1,7 +1,7 @@
 //! Reading permission rules: `Tool`, `Tool(content)`, the Bash patterns, the path
 //! globs (with `~/` and symlinked prefixes resolved), the web tools' domains.
 
-use super::{BashPattern, Content, PathPattern, Rule, RuleError, path_field};
+use super::{BashPattern, Content, MCP_PREFIX, PathPattern, Rule, RuleError, path_field};
 use crate::engine::bash_rules;
 use crate::tools::paths;
 use crate::transcript::tools as names;
@@ -56,6 +56,11 @@ pub(super) fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleEr
             }
             (t[..open].trim_end(), Some(inner.trim()))
         }
+    };
+    // `mcp__server__*` is `mcp__server`: every tool of the server.
+    let tool = match tool.strip_suffix("__*") {
+        Some(server) if server.starts_with(MCP_PREFIX) => server,
+        _ => tool,
     };
     if tool.is_empty() {
         return Err(rule_error(text, "empty tool name"));
