@@ -545,7 +545,13 @@ impl Engine {
         let started = Instant::now();
         let (session_id, history, resumed, unanswered) = match self.open_session(&request.start) {
             Ok(opened) => opened,
-            Err(error) => return RunResult::failed(request.start.named(), error, started),
+            Err(error) => {
+                let id = match &request.start {
+                    SessionStart::Resume(id) | SessionStart::Fork(id) => id.clone(),
+                    SessionStart::New => String::new(),
+                };
+                return RunResult::failed(&id, error, started);
+            }
         };
         self.emit(Event::SessionStarted {
             agent: request.spec.name.clone(),
@@ -555,9 +561,7 @@ impl Engine {
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
         let leaf = transcript::resume_leaf(&history).map(str::to_string);
-        // Memory is read once, when the session begins, and pinned in its transcript:
-        // a resumed session sends exactly what it began with (see `memory`).
-        let (memory, pin) = self.memory_for(&request.start, &history);
+        let (memory, pin) = self.session_memory(&request.start, &history);
         // So are the MCP tools (see `mcp`).
         let (mcp_tools, mcp_pin) = match request.start {
             SessionStart::New => self.list_mcp_tools(request.spec).await,
@@ -619,6 +623,30 @@ impl Engine {
             self.session_end(&mut conversation).await;
         }
         result
+    }
+
+    /// The memory of a session's system prompt, and the entry pinning it. Read once,
+    /// when the session begins, and pinned in its transcript: a resumed session sends
+    /// exactly what it began with (see `memory`).
+    fn session_memory(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
+        match start {
+            SessionStart::New => self.read_memory(),
+            _ => (
+                transcript::pinned_memory(history)
+                    .unwrap_or_default()
+                    .to_string(),
+                None,
+            ),
+        }
+    }
+
+    /// Records what the opening hooks did (their outcomes only).
+    fn record_opening_hooks(&self, conversation: &mut Conversation<'_>) {
+        for item in std::mem::take(&mut conversation.opening) {
+            if let Pending::Hook(outcome) = item {
+                let _ = self.record_hooks(conversation, &outcome);
+            }
+        }
     }
 
     /// Drives a conversation from a user message (`None`: the history already ends
@@ -821,20 +849,6 @@ impl Engine {
             .cloned()
             .collect();
         Permissions::with_home(&spec.allowed_tools, &deny, home)?.with_ask(&conventions.ask, home)
-    }
-
-    /// The memory block of a session's system prompt: read now for a new session
-    /// (with the entry pinning it), else the one its transcript pinned.
-    fn memory_for(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
-        match start {
-            SessionStart::New => self.read_memory(),
-            _ => (
-                transcript::pinned_memory(history)
-                    .unwrap_or_default()
-                    .to_string(),
-                None,
-            ),
-        }
     }
 
     /// Reads the project's memory for a new session: its text and the entry pinning

@@ -1,33 +1,12 @@
 //! The session a run continues: a new one, a resumed one (what the pruning layer
-//! feeds it, and the calls its last turn left to finish), or a fork.
+//! feeds it), or a fork. Continuing a cut `Task` call is `resume.rs`'s.
 
-use super::{
-    Call, Conversation, Engine, Opened, Pending, RunError, SessionStart, recovery, subagent,
-};
+use super::{Engine, Opened, RunError, SessionStart};
 use crate::stores::{SessionKey, SessionStore};
 use crate::transcript;
 use serde_json::Value;
 
-impl SessionStart {
-    /// The session id it names; empty for a new session.
-    pub(super) fn named(&self) -> &str {
-        match self {
-            SessionStart::Resume(id) | SessionStart::Fork(id) => id,
-            SessionStart::New => "",
-        }
-    }
-}
-
 impl Engine {
-    /// Records what the opening hooks did (their outcomes only).
-    pub(super) fn record_opening_hooks(&self, conversation: &mut Conversation<'_>) {
-        for item in std::mem::take(&mut conversation.opening) {
-            if let Pending::Hook(outcome) = item {
-                let _ = self.record_hooks(conversation, &outcome);
-            }
-        }
-    }
-
     /// Finds or creates the session: its id, the (pruned) history to continue from,
     /// whether it is a continuation, and the calls of its last turn to finish first
     /// (see [`Engine::load_resumable`]).
@@ -52,80 +31,6 @@ impl Engine {
                 Ok((new_id, history, false, Vec::new()))
             }
         }
-    }
-
-    /// [`Engine::load_for_resume`] for a main session whose last turn's calls never got
-    /// their results because the process died (or the run was retried) while a `Task`
-    /// call's sub-agent was working: those calls are returned, in order, instead of the
-    /// neutral answers pruning made up, so that the sub-agent is continued in its own
-    /// session ([`Engine::continue_calls`]) rather than the task sent out again.
-    pub(super) fn load_resumable(
-        &self,
-        key: &SessionKey,
-    ) -> Result<(Vec<Value>, Vec<Call>), RunError> {
-        let store = &self.config.store;
-        let id = || key.session_id.clone();
-        let mut pruned = store
-            .load(key)
-            .map_err(|source| RunError::ReadSession { id: id(), source })?
-            .ok_or_else(|| RunError::NoSession(id()))?;
-        let calls = self.continuable_calls(key, &pruned);
-        if calls.is_empty() {
-            self.store_synthesized(key, &pruned)?;
-        } else {
-            pruned.truncate(pruned.len() - calls.len());
-        }
-        Ok((pruned, calls))
-    }
-
-    /// The calls answered by the synthesized results that end `pruned`, when one of
-    /// them is a `Task` whose sub-agent session exists; none otherwise.
-    pub(super) fn continuable_calls(&self, key: &SessionKey, pruned: &[Value]) -> Vec<Call> {
-        use crate::stores::prune::is_synthesized_result;
-        let tail = pruned
-            .iter()
-            .rev()
-            .take_while(|e| is_synthesized_result(e))
-            .count();
-        if tail == 0 || pruned.iter().filter(|e| is_synthesized_result(e)).count() != tail {
-            return Vec::new();
-        }
-        let (before, synthesized) = pruned.split_at(pruned.len() - tail);
-        let Some(turn) = before
-            .iter()
-            .rev()
-            .find(|e| e.get("type").and_then(Value::as_str) == Some("assistant"))
-        else {
-            return Vec::new();
-        };
-        let content = turn
-            .pointer("/message/content")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let uses = transcript::tool_uses(content);
-        let mut calls = Vec::new();
-        for entry in synthesized {
-            let Some(call_id) = entry
-                .pointer("/message/content/0/tool_use_id")
-                .and_then(Value::as_str)
-            else {
-                return Vec::new();
-            };
-            match uses.iter().find(|(id, _, _)| id == call_id) {
-                Some(call) => calls.push(call.clone()),
-                None => return Vec::new(),
-            }
-        }
-        let continuable = calls.iter().any(|(id, name, _)| {
-            name == subagent::TASK
-                && key
-                    .sub(&format!("subagents/agent-{}", recovery::agent_id_for(id)))
-                    .ok()
-                    .and_then(|sub| self.config.store.load_raw(&sub).ok().flatten())
-                    .is_some()
-        });
-        if continuable { calls } else { Vec::new() }
     }
 
     /// Copies session `id` into a new session; returns the new id.
