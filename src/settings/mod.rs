@@ -84,7 +84,7 @@ pub enum ConfigError {
     /// No credential: neither `ANTHROPIC_API_KEY` nor `ANTHROPIC_AUTH_TOKEN` is set,
     /// and this needs the model.
     #[error(
-        "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`(走网关就设 ANTHROPIC_AUTH_TOKEN),再跑 flower。"
+        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), then run flower again."
     )]
     MissingCredential,
 }
@@ -179,6 +179,9 @@ pub struct Settings {
     /// The settings files' `env` variables the environment does not set: what Bash
     /// commands and hooks get on top of flower's environment.
     pub child_env: Vec<(String, String)>,
+    /// MCP servers (`.mcp.json`, the settings files' `mcpServers`, `${VAR}` expanded)
+    /// and their timeouts (`MCP_TIMEOUT`, `MCP_TOOL_TIMEOUT`, milliseconds).
+    pub mcp: crate::tools::mcp::McpConfig,
 }
 
 impl Settings {
@@ -240,6 +243,25 @@ impl Settings {
                 ));
             }
         };
+        let lookup = |name: &str| vars.raw(name);
+        let (mut mcp, mcp_warnings) = files::mcp_config(files, &lookup)?;
+        warnings.extend(mcp_warnings);
+        for (name, slot) in [
+            ("MCP_TIMEOUT", &mut mcp.startup_timeout),
+            ("MCP_TOOL_TIMEOUT", &mut mcp.tool_timeout),
+        ] {
+            if let Some(value) = vars.get(name) {
+                match value.parse::<u64>() {
+                    Ok(ms) if ms > 0 => *slot = std::time::Duration::from_millis(ms),
+                    _ => {
+                        return Err(ConfigError::invalid(
+                            name,
+                            format!("{name}={value:?}: expected a number of milliseconds above 0"),
+                        ));
+                    }
+                }
+            }
+        }
         let child_env = files
             .vars
             .iter()
@@ -268,6 +290,7 @@ impl Settings {
             memory,
             files: files.clone(),
             child_env,
+            mcp,
             home: env.home().map(Path::to_path_buf),
             terminal: Terminal {
                 no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty()),
@@ -315,6 +338,7 @@ impl Settings {
             deny: files::FilePermissions::rules(&permissions.deny),
             ask: files::FilePermissions::rules(&permissions.ask),
             env: self.child_env.clone(),
+            mcp: self.mcp.clone(),
         }
     }
 
@@ -333,6 +357,12 @@ impl Settings {
     /// agents it lets them widen (see [`Conventions`]).
     pub fn allow_rules(&self) -> Vec<String> {
         files::FilePermissions::rules(&self.files.permissions.allow)
+    }
+
+    /// `mcp__<server>` for every configured MCP server: what a front end adds to the
+    /// agents it gives MCP tools (flower's pipeline: the workers).
+    pub fn mcp_rules(&self) -> Vec<String> {
+        self.mcp.servers.iter().map(|s| s.rule()).collect()
     }
 
     /// Makes the price table of these settings (`FLOWER_PRICES` over the built-in one)

@@ -159,6 +159,8 @@ pub struct FileLayer {
     /// with its whole document: keys flower itself does not read (`mcpServers` …) are
     /// there for whoever does ([`FileLayer::values_of`]).
     pub files: Vec<super::files::LoadedFile>,
+    /// `.mcp.json` at the workspace root (the project's MCP servers), when there is one.
+    pub mcp_json: Option<super::files::LoadedFile>,
 }
 
 /// The environment over the files: the one lookup every variable goes through.

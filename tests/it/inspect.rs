@@ -8,6 +8,7 @@
 //! pipeline against the fake server.
 
 use crate::support;
+use crate::support::Flower;
 use crate::support::snapshot::{assert_same, snapshot};
 
 use flower::continuity::lineage::Lineage;
@@ -191,17 +192,6 @@ pub fn build_run(turns_per_session: usize) -> Built {
     Built { dir, _tmp: tmp }
 }
 
-fn flower(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flower"))
-        .current_dir(dir)
-        .args(args)
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run flower")
-}
-
 // ---------------------------------------------------------------------------------
 // Read-only, as `flower state` is
 // ---------------------------------------------------------------------------------
@@ -209,7 +199,7 @@ fn flower(dir: &Path, args: &[&str]) -> Output {
 /// Runs `flower ARGS` in `dir` and checks that nothing under `dir` changed.
 fn read_only(dir: &Path, args: &[&str]) -> Output {
     let before = snapshot(dir);
-    let out = flower(dir, args);
+    let out = Flower::new(args).dir(dir).no_color().stdin_null().output();
     assert_same(
         &before,
         &snapshot(dir),
@@ -340,7 +330,11 @@ fn log_show_and_report_write_nothing_even_over_a_live_wal() {
 #[test]
 fn report_defaults_to_runs_report_html() {
     let built = build_run(3);
-    let out = flower(&built.dir, &["report"]);
+    let out = Flower::new(&["report"])
+        .dir(&built.dir)
+        .no_color()
+        .stdin_null()
+        .output();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let html = std::fs::read_to_string(built.dir.join("runs/report.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
@@ -436,7 +430,7 @@ fn bad_input_gets_a_clear_message_and_nothing_is_written() {
         &["show", "复查"],
         &["report"],
     ] {
-        let out = flower(dir, args);
+        let out = Flower::new(args).dir(dir).no_color().stdin_null().output();
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "flower {args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "flower {args:?}: {stderr}");
@@ -515,7 +509,8 @@ fn the_report_draws_the_threshold_the_run_used() {
             assert_eq!(row["context_window"], 200_000, "{row}");
             assert_eq!(row["handoff_threshold"], threshold, "{row}");
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+        let out = Flower::bin()
+            .command()
             .current_dir(&project.dir)
             .arg("report")
             .env("FLOWER_HANDOFF_AT", "90%")
@@ -577,7 +572,11 @@ fn the_report_loads_in_a_browser_with_its_curves_and_markers() {
         return;
     };
     let built = build_run(40);
-    let out = flower(&built.dir, &["report"]);
+    let out = Flower::new(&["report"])
+        .dir(&built.dir)
+        .no_color()
+        .stdin_null()
+        .output();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report = built.dir.join("runs/report.html");
     let profile = tempfile::TempDir::new().unwrap();

@@ -14,6 +14,7 @@ mod config;
 mod continuation_crash;
 mod continuation_example;
 mod conventions_hooks;
+mod conventions_mcp;
 mod conventions_memory;
 mod conventions_settings;
 mod engine_history;
