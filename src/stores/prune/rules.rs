@@ -1,0 +1,217 @@
+//! The rules that change what was already sent (denials, interruptions, stale
+//! snapshots, trimming) and the warm tail they leave alone.
+
+use super::*;
+
+impl Pruner {
+    /// With the cache warm, marks the entries appended since the last cold load (see
+    /// the module docs). A cold load marks nothing.
+    pub(super) fn mark_warm_tail(&mut self, window: &CacheWindow) {
+        let ttl = chrono::Duration::from_std(window.ttl).unwrap_or(chrono::Duration::MAX);
+        let now = window.now.unwrap_or_else(chrono::Utc::now);
+        let mut last_reply: Option<chrono::DateTime<chrono::Utc>> = None;
+        let mut boundary = 0;
+        for (i, slot) in self.slots.iter().enumerate() {
+            let Some(role) = slot.role else { continue };
+            let Some(at) = timestamp(&slot.entry) else {
+                continue;
+            };
+            match role {
+                Role::Assistant if !slot.synthetic_error => last_reply = Some(at),
+                Role::User if slot.is_prompt() && last_reply.is_some_and(|r| at - r > ttl) => {
+                    boundary = i;
+                }
+                _ => {}
+            }
+        }
+        if last_reply.is_some_and(|r| now - r <= ttl) {
+            for slot in &mut self.slots[boundary..] {
+                slot.warm = true;
+            }
+        }
+    }
+
+    pub(super) fn drop_synthetic_errors(&mut self) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].synthetic_error {
+                self.remove(i);
+            }
+        }
+    }
+
+    pub(super) fn drop_old_denials(&mut self, keep: usize) {
+        let mut calls: HashMap<&str, (usize, usize)> = HashMap::new();
+        for (i, slot) in self.ruled_with_role(Role::Assistant) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolUse { id, .. } = block {
+                    calls.entry(id.as_str()).or_insert((i, b));
+                }
+            }
+        }
+        let mut pairs = Vec::new();
+        for (i, slot) in self.ruled_with_role(Role::User) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolResult {
+                    id,
+                    body: Body::Denial,
+                    ..
+                } = block
+                    && let Some(&call) = calls.get(id.as_str())
+                {
+                    pairs.push((call, (i, b)));
+                }
+            }
+        }
+        pairs.sort_unstable();
+        let drop = pairs.len().saturating_sub(keep);
+        let doomed = pairs[..drop]
+            .iter()
+            .flat_map(|&(call, result)| [call, result])
+            .collect();
+        self.delete_blocks(doomed);
+    }
+
+    pub(super) fn neutralize_interruptions(&mut self) {
+        let mut hits = Vec::new();
+        for (i, slot) in self.ruled_with_role(Role::User) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolResult {
+                    body: Body::Interruption,
+                    ..
+                } = block
+                {
+                    hits.push((i, b));
+                }
+            }
+        }
+        for (i, b) in hits {
+            self.slots[i].set_result_body(b, INTERRUPTED_BODY.into(), Body::Interrupted);
+        }
+    }
+
+    pub(super) fn mark_stale_snapshots(&mut self) {
+        let mut runs: Vec<(&str, &str)> = Vec::new();
+        for (_, slot) in self.ruled_with_role(Role::Assistant) {
+            for block in &slot.blocks {
+                if let Block::ToolUse {
+                    id,
+                    snapshot: Some(command),
+                } = block
+                {
+                    runs.push((id, command));
+                }
+            }
+        }
+        if runs.is_empty() {
+            return;
+        }
+        let mut results: HashMap<&str, (usize, usize, Body)> = HashMap::new();
+        for (i, slot) in self.ruled_with_role(Role::User) {
+            for (b, block) in slot.blocks.iter().enumerate() {
+                if let Block::ToolResult { id, body, .. } = block {
+                    results.entry(id.as_str()).or_insert((i, b, *body));
+                }
+            }
+        }
+        let mut newest_seen = HashSet::new();
+        let mut stale = Vec::new();
+        for (id, command) in runs.iter().rev() {
+            // Only a run that produced output supersedes or can be superseded.
+            let Some(&(i, b, _)) = results.get(id).filter(|r| r.2.is_output()) else {
+                continue;
+            };
+            if newest_seen.contains(command) {
+                stale.push((i, b));
+            } else {
+                newest_seen.insert(*command);
+            }
+        }
+        for (i, b) in stale {
+            self.slots[i].set_result_body(b, STALE_BODY.into(), Body::Stale);
+        }
+    }
+
+    pub(super) fn trim_large_results(&mut self, opts: &PruneOptions) {
+        let groups = self.groups();
+        let mut recent = HashSet::new();
+        let mut turns = 0;
+        for g in (0..groups.len()).rev() {
+            if turns == TRIM_KEEP_RECENT_TURNS {
+                break;
+            }
+            let warm = groups.members(g).iter().any(|&i| self.slots[i].warm);
+            if !warm
+                && groups.role(g) == Role::User
+                && !self.result_ids(groups.members(g)).is_empty()
+            {
+                recent.extend(groups.members(g).iter().copied());
+                turns += 1;
+            }
+        }
+        let mut trims = Vec::new();
+        for (i, slot) in self.ruled_with_role(Role::User) {
+            if recent.contains(&i) {
+                continue;
+            }
+            for (b, block) in slot.blocks.iter().enumerate() {
+                let Block::ToolResult {
+                    id,
+                    body: Body::Output,
+                    text_len: Some(len),
+                } = block
+                else {
+                    continue;
+                };
+                if *len <= opts.trim_threshold_bytes {
+                    continue;
+                }
+                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
+                let Some(value) = slot.entry["message"]["content"].get(b) else {
+                    continue;
+                };
+                let text = result_text(value);
+                if let Ok(path) = write_trimmed(&opts.trim_dir, session, id, &text) {
+                    let pointer = format!(
+                        "{TRIM_POINTER_PREFIX}:原结果共 {} 字节,全文在 {} ,需要时用 Read 读取]",
+                        text.len(),
+                        path.display()
+                    );
+                    trims.push((i, b, pointer));
+                }
+            }
+        }
+        for (i, b, pointer) in trims {
+            self.slots[i].set_result_body(b, pointer, Body::Pointer);
+        }
+    }
+}
+
+/// Writes a trimmed result to `<dir>/<session>-<tool_use_id>.txt` once (an existing
+/// file of the same size is kept), atomically, and returns its path.
+pub(super) fn write_trimmed(
+    dir: &Path,
+    session: &str,
+    id: &str,
+    text: &str,
+) -> std::io::Result<PathBuf> {
+    let safe = |s: &str| -> String {
+        s.chars()
+            .take(100)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let name = format!("{}-{}.txt", safe(session), safe(id));
+    let path = dir.join(&name);
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == text.len() as u64) {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(dir)?;
+    crate::atomic::write(&path, text.as_bytes())?;
+    Ok(path)
+}
