@@ -56,6 +56,8 @@ pub enum Event {
         max_attempts: u32,
         delay_s: f64,
         error: String,
+        /// Whose run: 0 for a step's main session, 1 for a sub-agent.
+        depth: u32,
     },
     /// Resilience: the endpoint is unreachable; waiting. Reported at each probe.
     Offline {
@@ -64,8 +66,10 @@ pub enum Event {
         /// What is away: the store's database (`true`) or the model's API.
         database: bool,
     },
-    /// Resilience: the endpoint answers again.
-    Online,
+    /// Resilience: the endpoint answers again; `database` as in [`Event::Offline`].
+    Online {
+        database: bool,
+    },
     /// Something the user should know that does not stop the run (an unknown
     /// `stop_reason`, a model without a price).
     Warning {

@@ -4,14 +4,14 @@
 //! `docs/architecture.md` has the whole picture and the trace of a run):
 //!
 //! ```text
-//! future, run_dir, atomic → model → transcript, events → stores → tools → engine
+//! future, run_dir, atomic, error → model → transcript, events → stores → tools → engine
 //!   → continuity (settings inside it) → workflow → inspect
 //!   → the binary (src/main.rs, src/cli/) and the Python package
 //! ```
 //!
 //! - [`future`]: the boxed future of the async traits; [`run_dir`]: the run directory
-//!   and its file names; [`atomic`]: the one temp-file-and-rename writer; [`events`]:
-//!   what a run reports to its front end;
+//!   and its file names; [`atomic`]: the one temp-file-and-rename writer; [`error`]:
+//!   an error printed with its causes; [`events`]: what a run reports to its front end;
 //! - [`transcript`]: the transcript entry format, its marker strings, tool names;
 //! - [`model`]: talking to a model (the Anthropic Messages API over SSE), model names,
 //!   prices, error classes;
@@ -32,6 +32,7 @@
 pub mod atomic;
 pub mod continuity;
 pub mod engine;
+pub mod error;
 pub mod events;
 pub mod future;
 pub mod inspect;

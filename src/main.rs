@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Store(args)) => {
             return cli::store::run(args).unwrap_or_else(|e| {
-                errln!("flower store: {e:#}");
+                errln!("flower store: {}", said(&e));
                 ExitCode::FAILURE
             });
         }
@@ -28,14 +28,27 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            errln!("flower: {error:#}");
-            if error.downcast_ref::<flower::ConfigError>().is_some() {
+            errln!("flower: {}", said(&error));
+            // Usage errors: nothing was sent or written.
+            let usage = matches!(
+                error.downcast_ref::<flower::continuity::run::RunError>(),
+                Some(
+                    flower::continuity::run::RunError::Foreign(_)
+                        | flower::continuity::run::RunError::WrongStore { .. }
+                )
+            );
+            if usage || error.downcast_ref::<flower::ConfigError>().is_some() {
                 ExitCode::from(cli::config::EXIT_USAGE)
             } else {
                 ExitCode::FAILURE
             }
         }
     }
+}
+
+/// An error and its causes, each said once (the library's errors may quote their cause).
+fn said(error: &anyhow::Error) -> String {
+    flower::error::chain(error.as_ref())
 }
 
 /// One thread is plenty: the work is waiting on the model and on tools.

@@ -161,6 +161,7 @@ pub fn refused(error: RunError) -> anyhow::Result<ExitCode> {
             (session_busy(&session_id, &holder), EXIT_LOCKED)
         }
         RunError::Foreign(e) => (e.to_string(), EXIT_USAGE),
+        e @ RunError::WrongStore { .. } => (e.to_string(), EXIT_USAGE),
         RunError::Config(e) => return Err(e.into()),
         other => return Err(other.into()),
     };

@@ -45,7 +45,7 @@ pub fn open_run(
     let (workspace, run_dir) = (&settings.workspace, &settings.run_dir);
     let peek = Peek::open(&settings).map_err(|error| match error {
         RunError::OpenStore(e) => anyhow::anyhow!("cannot open the store: {e}"),
-        RunError::ReadRun(e) | RunError::Foreign(e) => anyhow::anyhow!("{e}"),
+        RunError::ReadRun(e) => anyhow::anyhow!("{e}"),
         other => other.into(),
     })?;
     if let (Some(shared), Some(store)) = (peek.shared(), peek.store()) {

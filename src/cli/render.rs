@@ -151,7 +151,7 @@ impl Renderer {
             Event::Retrying { .. }
             | Event::Offline { .. }
             | Event::Warning { .. }
-            | Event::Online => self.render_resilience(&mut state, event),
+            | Event::Online { .. } => self.render_resilience(&mut state, event),
             Event::StepStarted { .. } | Event::Handoff { .. } | Event::StepSkipped { .. } => {
                 self.render_workflow(state, event)
             }
@@ -252,14 +252,19 @@ impl Renderer {
                 max_attempts,
                 delay_s,
                 error,
+                depth,
             } => {
                 self.clear_status(state);
                 self.end_text_line(state);
+                let who = if *depth > 0 { "子代理" } else { "" };
                 errln!(
-                    "{}",
+                    "{}{}",
+                    indent(*depth),
                     self.paint(
                         "33",
-                        &format!("  ↻ {delay_s:.0}s 后第 {attempt}/{max_attempts} 次尝试({error})")
+                        &format!(
+                            "↻ {delay_s:.0}s 后{who}第 {attempt}/{max_attempts} 次尝试({error})"
+                        )
                     )
                 );
             }
@@ -282,9 +287,14 @@ impl Renderer {
                 self.end_text_line(state);
                 errln!("{}", self.paint("33", &format!("flower: {message}")));
             }
-            Event::Online => {
+            Event::Online { database } => {
                 self.clear_status(state);
-                errln!("  网络恢复,接着跑");
+                let back = if *database {
+                    "数据库恢复"
+                } else {
+                    "网络恢复"
+                };
+                errln!("  {back},接着跑");
             }
             _ => {}
         }

@@ -98,7 +98,7 @@ impl Status {
                 self.context = 0;
                 self.turn = 0;
             }
-            Event::Online => self.offline = None,
+            Event::Online { .. } => self.offline = None,
             _ => {}
         }
     }

@@ -134,7 +134,8 @@ pub fn run(args: StoreArgs) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         },
-        Err(message) => {
+        Err(failed) => {
+            let message = flower::error::chain(&failed);
             errln!("flower store {name}: {}", one_line(&message));
             Ok(ExitCode::FAILURE)
         }
@@ -153,18 +154,49 @@ fn print_json(value: &Value) -> std::io::Result<()> {
     out.flush()
 }
 
-fn execute(args: &StoreArgs) -> Result<Value, String> {
+/// Why a `flower store` command failed: the line it prints (which may quote the
+/// cause), and the error behind it.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct Failed {
+    message: String,
+    #[source]
+    cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Failed {
+    fn new(message: impl Into<String>) -> Failed {
+        Failed {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    fn because(
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Failed {
+        Failed {
+            message: message.into(),
+            cause: Some(Box::new(cause)),
+        }
+    }
+}
+
+fn execute(args: &StoreArgs) -> Result<Value, Failed> {
     if let Some(raw) = &args.store {
-        let url: PostgresUrl = raw.parse().map_err(|why| format!("--store: {why}"))?;
+        let url: PostgresUrl = raw
+            .parse()
+            .map_err(|why| Failed::because(format!("--store: {why}"), why))?;
         let shown = url.to_string();
         if matches!(args.command, StoreCommand::Import { .. }) {
-            return Err(format!(
+            return Err(Failed::new(format!(
                 "imports go into a SQLite file (--db); {shown} was not touched"
-            ));
+            )));
         }
         // Opened, and migrated, as a run would open it; it always exists.
-        let open = || -> Result<Option<Box<dyn Counting>>, String> {
-            let store = PostgresStore::open(&url).map_err(|e| e.to_string())?;
+        let open = || -> Result<Option<Box<dyn Counting>>, Failed> {
+            let store = PostgresStore::open(&url).map_err(|e| Failed::because(e.to_string(), e))?;
             Ok(Some(Box::new(store)))
         };
         let backend = Backend {
@@ -173,7 +205,7 @@ fn execute(args: &StoreArgs) -> Result<Value, String> {
             open_rw: &open,
             open_ro: &open,
             exists: true,
-            describe: &|e| e.to_string(),
+            describe: &|e| Failed::because(e.to_string(), e),
         };
         return backend.run(&args.command);
     }
@@ -222,7 +254,7 @@ impl Counting for PostgresStore {
     }
 }
 
-type Open<'a> = &'a dyn Fn() -> Result<Option<Box<dyn Counting>>, String>;
+type Open<'a> = &'a dyn Fn() -> Result<Option<Box<dyn Counting>>, Failed>;
 
 /// One store the commands run on, SQLite file or PostgreSQL database.
 struct Backend<'a> {
@@ -234,27 +266,33 @@ struct Backend<'a> {
     /// `None`: there is no database (reads find nothing; nothing is created).
     open_ro: Open<'a>,
     exists: bool,
-    describe: &'a dyn Fn(&StoreError) -> String,
+    describe: &'a dyn Fn(StoreError) -> Failed,
 }
 
 impl Backend<'_> {
-    fn run(&self, command: &StoreCommand) -> Result<Value, String> {
+    fn run(&self, command: &StoreCommand) -> Result<Value, Failed> {
         let shown = &self.shown;
-        let key =
-            |text: &str| SessionKey::parse(text).map_err(|e| format!("{e} (database {shown})"));
-        let err = |e: StoreError| (self.describe)(&e);
-        let rw = || -> Result<Box<dyn Counting>, String> {
-            (self.open_rw)()?.ok_or_else(|| format!("cannot open {shown}"))
+        let key = |text: &str| {
+            SessionKey::parse(text)
+                .map_err(|e| Failed::because(format!("{e} (database {shown})"), e))
+        };
+        let err = |e: StoreError| (self.describe)(e);
+        let rw = || -> Result<Box<dyn Counting>, Failed> {
+            (self.open_rw)()?.ok_or_else(|| Failed::new(format!("cannot open {shown}")))
         };
         match command {
             StoreCommand::Append { key: text } => {
                 let key = key(text)?;
                 let mut input = Vec::new();
-                std::io::stdin()
-                    .read_to_end(&mut input)
-                    .map_err(|e| format!("cannot read stdin: {e}; nothing written to {shown}"))?;
-                let entries = parse_entries(&input)
-                    .map_err(|e| format!("<stdin>: {e}; nothing written to {shown}"))?;
+                std::io::stdin().read_to_end(&mut input).map_err(|e| {
+                    Failed::because(
+                        format!("cannot read stdin: {e}; nothing written to {shown}"),
+                        e,
+                    )
+                })?;
+                let entries = parse_entries(&input).map_err(|e| {
+                    Failed::because(format!("<stdin>: {e}; nothing written to {shown}"), e)
+                })?;
                 if entries.is_empty() {
                     return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
                 }
@@ -282,13 +320,13 @@ impl Backend<'_> {
             StoreCommand::Sessions { project_key } => match (self.open_ro)()? {
                 None => Ok(json!([])),
                 Some(store) => serde_json::to_value(store.list_sessions(project_key).map_err(err)?)
-                    .map_err(|e| e.to_string()),
+                    .map_err(|e| Failed::because(e.to_string(), e)),
             },
             StoreCommand::Summaries { project_key } => match (self.open_ro)()? {
                 None => Ok(json!([])),
                 Some(store) => {
                     serde_json::to_value(store.list_session_summaries(project_key).map_err(err)?)
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| Failed::because(e.to_string(), e))
                 }
             },
             StoreCommand::Subkeys { key: text } => {
@@ -306,41 +344,45 @@ impl Backend<'_> {
                 let deleted = rw()?.delete_counted(&key).map_err(err)?;
                 Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
             }
-            StoreCommand::Import { .. } => Err(format!("cannot import into {shown}")),
+            StoreCommand::Import { .. } => Err(Failed::new(format!("cannot import into {shown}"))),
         }
     }
 }
 
-fn open_rw(db: &Path) -> Result<SqliteSessionStore, String> {
-    SqliteSessionStore::open(db).map_err(|e| describe(&e, db))
+fn open_rw(db: &Path) -> Result<SqliteSessionStore, Failed> {
+    SqliteSessionStore::open(db).map_err(|e| describe(e, db))
 }
 
-fn open_ro(db: &Path) -> Result<Option<SqliteSessionStore>, String> {
-    SqliteSessionStore::open_read_only(db).map_err(|e| describe(&e, db))
+fn open_ro(db: &Path) -> Result<Option<SqliteSessionStore>, Failed> {
+    SqliteSessionStore::open_read_only(db).map_err(|e| describe(e, db))
 }
 
 /// A store error as one line that names the database file.
-fn describe(e: &StoreError, db: &Path) -> String {
-    match e {
+fn describe(e: StoreError, db: &Path) -> Failed {
+    let line = match e {
         StoreError::Database { .. }
         | StoreError::Unavailable { .. }
         | StoreError::NewerSchema { .. } => e.to_string(),
         _ => format!("{e} (database {})", db.display()),
-    }
+    };
+    Failed::because(line, e)
 }
 
 /// Reads a JSON array, or JSON Lines (one entry per non-blank line). Every entry must
 /// be a JSON object.
-fn parse_entries(input: &[u8]) -> Result<Vec<Value>, String> {
-    let text = std::str::from_utf8(input).map_err(|e| format!("not UTF-8 text ({e})"))?;
+fn parse_entries(input: &[u8]) -> Result<Vec<Value>, Failed> {
+    let text = std::str::from_utf8(input)
+        .map_err(|e| Failed::because(format!("not UTF-8 text ({e})"), e))?;
     if text.trim_start().starts_with('[') {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| format!("malformed JSON array: {e}"))?;
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Failed::because(format!("malformed JSON array: {e}"), e))?;
         let Value::Array(entries) = value else {
-            return Err("expected a JSON array".into());
+            return Err(Failed::new("expected a JSON array"));
         };
         if let Some(index) = entries.iter().position(|e| !e.is_object()) {
-            return Err(format!("entry {index} of the array is not a JSON object"));
+            return Err(Failed::new(format!(
+                "entry {index} of the array is not a JSON object"
+            )));
         }
         return Ok(entries);
     }
@@ -350,9 +392,12 @@ fn parse_entries(input: &[u8]) -> Result<Vec<Value>, String> {
             continue;
         }
         let value: Value = serde_json::from_str(line)
-            .map_err(|e| format!("line {}: malformed JSON: {e}", n + 1))?;
+            .map_err(|e| Failed::because(format!("line {}: malformed JSON: {e}", n + 1), e))?;
         if !value.is_object() {
-            return Err(format!("line {}: the entry is not a JSON object", n + 1));
+            return Err(Failed::new(format!(
+                "line {}: the entry is not a JSON object",
+                n + 1
+            )));
         }
         entries.push(value);
     }
@@ -364,8 +409,9 @@ fn import(
     file: &Path,
     project: Option<&str>,
     session_id: Option<&str>,
-) -> Result<Value, String> {
-    let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+) -> Result<Value, Failed> {
+    let bytes = std::fs::read(file)
+        .map_err(|e| Failed::because(format!("cannot read {}: {e}", file.display()), e))?;
     let text = String::from_utf8_lossy(&bytes);
     let (mut lines, mut malformed, mut skipped) = (0usize, 0usize, 0usize);
     let mut taken = Vec::new();
@@ -391,12 +437,12 @@ fn import(
         }
     }
     if taken.is_empty() {
-        return Err(format!(
+        return Err(Failed::new(format!(
             "{}: no transcript lines to import ({lines} lines: {malformed} malformed, {skipped} \
              of other types); nothing written to {}",
             file.display(),
             db.display()
-        ));
+        )));
     }
     let project = match project {
         Some(p) => p.to_string(),
@@ -411,17 +457,18 @@ fn import(
     };
     let key = SessionKey::main(project, session);
     key.validate().map_err(|e| {
-        format!(
+        let line = format!(
             "{e} (importing {}; give --project-key / --session-id)",
             file.display()
-        )
+        );
+        Failed::because(line, e)
     })?;
     let store = open_rw(db)?;
     // Lines with a uuid are deduplicated by the store; the others (summary, titles) are
     // skipped when already stored verbatim, so importing a file twice stores it once.
     let existing: HashSet<String> = store
         .load(&key)
-        .map_err(|e| describe(&e, db))?
+        .map_err(|e| describe(e, db))?
         .unwrap_or_default()
         .iter()
         .filter(|e| e.get("uuid").is_none())
@@ -434,7 +481,7 @@ fn import(
         .collect();
     let stored = store
         .append_counted(&key, &fresh)
-        .map_err(|e| describe(&e, db))?;
+        .map_err(|e| describe(e, db))?;
     Ok(json!({
         "key": key.to_string(),
         "file": file.display().to_string(),

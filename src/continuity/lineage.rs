@@ -35,6 +35,14 @@ pub struct LineageFile {
     pub woke: u64,
     /// Plain step name → the session id that step last used.
     pub steps: BTreeMap<String, String>,
+    /// The store that holds the run when it is not this run directory (a PostgreSQL
+    /// URL, without its password): the file is then only a mirror, and a `flower` that
+    /// is not given that store refuses the run. Absent: `sessions.db` beside the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+    /// The run's name in that store, when it has one (`--run-key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_key: Option<String>,
 }
 
 /// The lineage of one workspace and run dir, loaded once per process and kept current on
@@ -237,6 +245,12 @@ impl Lineage {
             workspace: self.workspace.clone(),
             woke: self.woke,
             steps: self.steps.clone(),
+            store: self.shared.as_ref().and_then(SharedRun::location),
+            run_key: self
+                .shared
+                .as_ref()
+                .and_then(SharedRun::name)
+                .map(str::to_owned),
         };
         let mut bytes = serde_json::to_vec_pretty(&file).map_err(io::Error::other)?;
         bytes.push(b'\n');

@@ -427,10 +427,33 @@ pub enum ManifestError {
         source: io::Error,
     },
     #[error("{} cannot be read as the run's manifest: {why}", path.display())]
-    Corrupt { path: PathBuf, why: String },
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        why: Unreadable,
+    },
     /// The shared database did not take the rows; they go out with the next write.
     #[error("the run's manifest in the database: {0}")]
     Shared(#[source] crate::stores::StoreError),
+}
+
+/// Why a manifest cannot be read (the `why` of [`ManifestError::Corrupt`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Unreadable {
+    #[error("not a JSON array of rows ({0})")]
+    NotRows(#[source] serde_json::Error),
+    #[error(transparent)]
+    Json(serde_json::Error),
+}
+
+impl From<serde_json::Error> for Unreadable {
+    fn from(e: serde_json::Error) -> Self {
+        if e.classify() == serde_json::error::Category::Data {
+            Unreadable::NotRows(e)
+        } else {
+            Unreadable::Json(e)
+        }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
@@ -499,11 +522,17 @@ impl Manifest {
         let lock = self.open_lock()?;
         let _ = lock.lock();
         // Re-laid out as trees, not as rows: every field of every row stays.
-        let trees = rows
+        let mut trees = rows
             .iter()
             .map(|text| serde_json::from_str::<Value>(text))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
+        // Each row says which store holds the run: the file is only its mirror.
+        if let Some(store) = self.shared.as_ref().and_then(SharedRun::location) {
+            for row in trees.iter_mut().filter_map(Value::as_object_mut) {
+                row.insert("store".into(), Value::String(store.clone()));
+            }
+        }
         let mut bytes = serde_json::to_vec_pretty(&trees)
             .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
         bytes.push(b'\n');
@@ -729,8 +758,10 @@ pub fn shared_rows(shared: &SharedRun) -> Result<Vec<ManifestRow>, StoreError> {
         .manifest()?
         .iter()
         .map(|text| {
-            ManifestRow::from_json(text)
-                .map_err(|e| StoreError::Io(format!("a manifest row is not JSON: {e}")))
+            ManifestRow::from_json(text).map_err(|source| StoreError::Decode {
+                what: "a manifest row is not JSON".into(),
+                source,
+            })
         })
         .collect()
 }
@@ -752,13 +783,13 @@ pub fn read_rows(run_dir: &Path) -> Result<Vec<ManifestRow>, ManifestError> {
     let Some(text) = read_text(&path)? else {
         return Ok(Vec::new());
     };
-    let corrupt = |why: String| ManifestError::Corrupt {
+    let corrupt = |why: Unreadable| ManifestError::Corrupt {
         path: path.clone(),
         why,
     };
     let rows = split_rows(&text).map_err(corrupt)?;
     rows.iter()
-        .map(|raw| ManifestRow::from_json(raw.get()).map_err(|e| corrupt(e.to_string())))
+        .map(|raw| ManifestRow::from_json(raw.get()).map_err(|e| corrupt(Unreadable::Json(e))))
         .collect()
 }
 
@@ -777,14 +808,8 @@ fn read_text(path: &Path) -> Result<Option<String>, ManifestError> {
 /// The top-level array's elements, each as its exact source text. Validates the whole
 /// document but builds no tree: other processes' rows are copied back byte for byte,
 /// and a write stays fast with 10,000 rows in the file.
-fn split_rows(text: &str) -> Result<Vec<&RawValue>, String> {
-    serde_json::from_str::<Vec<&RawValue>>(text).map_err(|e| {
-        if e.classify() == serde_json::error::Category::Data {
-            format!("not a JSON array of rows ({e})")
-        } else {
-            e.to_string()
-        }
-    })
+fn split_rows(text: &str) -> Result<Vec<&RawValue>, Unreadable> {
+    Ok(serde_json::from_str::<Vec<&RawValue>>(text)?)
 }
 
 /// Whether the row's `run` field is exactly `run_json` (a JSON string literal). Rows

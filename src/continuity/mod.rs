@@ -11,6 +11,7 @@ pub mod lock;
 pub mod manifest;
 pub mod notes;
 pub mod resilience;
+mod retry;
 pub mod run;
 pub mod runtime;
 pub mod shared;

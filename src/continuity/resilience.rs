@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 
 pub use crate::model::classify::{ErrorClass, classify, classify_error, fatal_hint};
 
-/// Sent when a retry resumes the session of an interrupted step. Exactly this text.
-pub const RESUME_PROMPT: &str =
-    "上一轮在中途被打断,没有跑完。检查一下工作台里已经落盘的东西,从中断处接着做,不要重头来过。";
+/// Sent when a retry resumes the session of an interrupted step (or sub-agent).
+pub use crate::engine::recovery::RESUME_PROMPT;
 
 /// The API the default endpoint stands for.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";

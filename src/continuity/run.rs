@@ -61,6 +61,18 @@ pub enum RunError {
     /// A run key from the environment names a run begun in another workspace.
     #[error(transparent)]
     Foreign(SharedRunError),
+    /// The run directory's lineage says the run lives in another store than the one
+    /// the settings give (a PostgreSQL run opened without `--store`, a SQLite run with
+    /// one, another database): `flag` is what to add to open it. Nothing was written.
+    #[error("这个运行存在 {holds} 里,不在 {given}。{flag}再来。什么都没有改动。")]
+    WrongStore {
+        /// Where the run is: a PostgreSQL URL (no password) or the run directory's
+        /// `sessions.db`.
+        holds: String,
+        given: String,
+        /// The flags that open it: `--store URL [--run-key NAME]`, or `--store sqlite`.
+        flag: String,
+    },
     /// Another process holds the run directory (and the settings say not to wait).
     #[error(
         "run directory {path} is in use by another flower ({})",
@@ -227,6 +239,7 @@ impl Run {
             .map_err(RunError::Workspace)?;
         let mut options = settings.runtime_options()?;
         let opened = settings.open_store().map_err(RunError::OpenStore)?;
+        check_store(opened.as_ref(), &workspace, settings)?;
         let shared = shared_run(opened.as_ref(), &workspace, settings, true)?;
         let store = opened.map(|store| store as Arc<dyn SessionStore>);
         options.store = store.clone();
@@ -313,11 +326,18 @@ impl Opening {
     /// [`Begin::New`] archives the last run; computes the wake state.
     pub fn lock(self, begin: Begin, hooks: RunHooks) -> Result<Locked, RunError> {
         let at = &self.at;
-        let run_lock = take_run_lock(&at.dir, self.wait, &hooks)?;
-        let hold = match &at.shared {
-            Some(shared) => Some(hold_shared(shared, self.wait, &hooks)?),
-            None => None,
+        // A run the database says another host holds leaves no trace here: without a
+        // run lock file yet, the database is asked first (else a local holder is found
+        // first, and named as the one running here).
+        let database_first = at.shared.is_some() && !at.dir.run_lock().exists();
+        let mut hold = match &at.shared {
+            Some(shared) if database_first => Some(hold_shared(shared, self.wait, &hooks)?),
+            _ => None,
         };
+        let run_lock = take_run_lock(&at.dir, self.wait, &hooks)?;
+        if let (Some(shared), None) = (&at.shared, &hold) {
+            hold = Some(hold_shared(shared, self.wait, &hooks)?);
+        }
         if begin == Begin::Continue {
             check_sessions_free(at)?;
         }
@@ -453,6 +473,7 @@ impl Peek {
             .canonicalize()
             .unwrap_or_else(|_| settings.workspace.clone());
         let opened = settings.open_store().map_err(RunError::OpenStore)?;
+        check_store(opened.as_ref(), &workspace, settings)?;
         let shared = shared_run(opened.as_ref(), &workspace, settings, false)?;
         Ok(Peek {
             at: At {
@@ -481,6 +502,67 @@ impl Peek {
     /// Whether a process runs here now, and who (asked without taking the lock).
     pub fn running(&self) -> Probe {
         lock::probe_run(&self.at.dir)
+    }
+}
+
+/// Refuses a run that the run directory's lineage says lives in another store than the
+/// one `settings` give ([`RunError::WrongStore`]), before anything is written: without a
+/// store, a lineage that names one; with one that does not know this run yet, a lineage
+/// of a run kept in `sessions.db` or in another database. A run the given database
+/// knows is its run (the database is the truth, the files its mirrors).
+fn check_store(
+    store: Option<&Arc<PostgresStore>>,
+    workspace: &Path,
+    settings: &Settings,
+) -> Result<(), RunError> {
+    let dir = RunDir::new(&settings.run_dir);
+    let Some(mirror) = Lineage::read(&dir, workspace) else {
+        return Ok(());
+    };
+    let wrong = |holds: String, given: String, flag: String| {
+        Err(RunError::WrongStore { holds, given, flag })
+    };
+    let sqlite = || format!("{}", dir.sessions_db().display());
+    let flags_for = |url: &str, name: Option<&str>| match name {
+        Some(name) => {
+            format!("加上 --store {url} --run-key {name}(或设 FLOWER_STORE、FLOWER_RUN_KEY)")
+        }
+        None => format!("加上 --store {url}(或设 FLOWER_STORE)"),
+    };
+    let Some(store) = store else {
+        return match &mirror.store {
+            Some(url) => wrong(
+                url.clone(),
+                sqlite(),
+                flags_for(url, mirror.run_key.as_deref()),
+            ),
+            None => Ok(()),
+        };
+    };
+    let given = store.url().to_string();
+    if shared_run(Some(store), workspace, settings, false)?.is_some() {
+        return Ok(());
+    }
+    let has_run = mirror.woke > 0 || !mirror.steps.is_empty();
+    let given_name = settings.run_key.as_ref().map(|n| n.name.as_str());
+    match &mirror.store {
+        None if has_run && dir.sessions_db().exists() => wrong(
+            sqlite(),
+            given,
+            "改用 --store sqlite(或设 FLOWER_STORE=sqlite)".to_string(),
+        ),
+        Some(url) if *url != given || mirror.run_key.as_deref() != given_name => {
+            let holds = match &mirror.run_key {
+                Some(name) => format!("{url}(运行 {name})"),
+                None => url.clone(),
+            };
+            wrong(
+                holds,
+                given,
+                flags_for(url, mirror.run_key.as_deref()).replace("加上", "改用"),
+            )
+        }
+        _ => Ok(()),
     }
 }
 
@@ -587,7 +669,7 @@ fn archive(at: &At) -> Result<Option<PathBuf>, RunError> {
     }
     let mut lineage = match shared {
         Some(shared) => Lineage::load_shared(dir, workspace, shared.clone(), |_| Ok(true))
-            .map_err(|e| RunError::Archive(io::Error::other(e.to_string())))?,
+            .map_err(|e| RunError::Archive(io::Error::other(e)))?,
         None => Lineage::load(dir, workspace, |_| true),
     };
     lineage.archive(&into, &extra).map_err(RunError::Archive)?;

@@ -15,7 +15,8 @@ use super::handoff::{self, HandoffOptions};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
 use super::manifest::{Manifest, RunContext, StepError, StepResult, new_run_id};
-use super::resilience::{self, ErrorClass, RESUME_PROMPT, Resilience};
+use super::resilience::{self, RESUME_PROMPT, Resilience};
+use super::retry::{Retrier, SubagentRecovery, Verdict};
 use super::shared::SharedRun;
 use super::succession::handoff_needed;
 use crate::engine::Denial;
@@ -216,8 +217,11 @@ pub(super) struct Attempt {
     pub(super) generation: u32,
     /// The session that is handing over, until its successor's first prompt is stored.
     pub(super) retiring: Option<String>,
-    /// 1-based count of tries (the first run and each retry).
+    /// 1-based count of tries (the first run and each retry) of the main session.
     pub(super) number: u32,
+    /// Retries of its sub-agents (each resumed its own session): the row's `attempts`
+    /// counts them too.
+    pub(super) subagent_retries: u32,
 }
 
 impl Attempt {
@@ -234,6 +238,7 @@ impl Attempt {
             generation: 1,
             retiring: None,
             number: 1,
+            subagent_retries: 0,
         }
     }
 
@@ -254,10 +259,11 @@ pub struct Runtime {
     pub(super) engine: Engine,
     lineage: Arc<Mutex<Lineage>>,
     pub(super) manifest: Arc<Mutex<Manifest>>,
-    resilience: Resilience,
     events: EventSink,
     on_session: Mutex<Option<SessionHook>>,
     in_flight: Arc<Mutex<InFlight>>,
+    /// The retry decision, shared with the sub-agents' recovery.
+    retrier: Arc<Retrier>,
     pub(super) warnings: Mutex<Vec<String>>,
     /// Sessions this runtime appends to, locked until it is dropped.
     sessions: Arc<SessionLocks>,
@@ -303,11 +309,23 @@ impl Runtime {
         prune.cache = options.cache_ttl.map(CacheWindow::new);
         let store = Arc::new(PruningSessionStore::new(raw_store.clone(), prune));
         let warnings = Vec::new();
-        let resilience = options.resilience;
         let max_tokens = options.max_tokens;
         let project = match &options.shared_run {
             Some(shared) => shared.project_key().to_string(),
             None => project_key(&workspace),
+        };
+        let retrier = Arc::new(Retrier {
+            resilience: options.resilience,
+            events: options.events.clone(),
+            model: client.base_url().map(resilience::endpoint_from),
+            store: raw_store
+                .endpoint()
+                .map(|(host, port)| resilience::Endpoint { host, port }),
+        });
+        let in_flight = Arc::new(Mutex::new(None));
+        let recovery = SubagentRecovery {
+            retrier: retrier.clone(),
+            in_flight: Arc::clone(&in_flight),
         };
         let engine = Engine::new(EngineConfig {
             model: client,
@@ -326,6 +344,7 @@ impl Runtime {
             sandbox: options.sandbox,
             home: options.home,
             conventions: options.conventions,
+            recovery: Some(Arc::new(recovery)),
         });
         let lineage = match options.shared_run.clone() {
             Some(shared) => {
@@ -356,10 +375,10 @@ impl Runtime {
             engine,
             lineage: Arc::new(Mutex::new(lineage)),
             manifest: Arc::new(Mutex::new(manifest)),
-            resilience,
             events: options.events,
             on_session: Mutex::new(None),
-            in_flight: Arc::new(Mutex::new(None)),
+            in_flight,
+            retrier,
             warnings: Mutex::new(warnings),
             sessions,
             _run_lock: run_lock,
@@ -614,66 +633,38 @@ impl Runtime {
         if run.stop_reason.is_some() {
             attempt.stop_reason = run.stop_reason.clone();
         }
-        attempt.result.attempts = attempt.number;
+        for retried in &run.subagent_retries {
+            attempt.subagent_retries += 1;
+            let error = StepError::new(retried.text.clone(), retried.kind);
+            attempt.result.errors.push(error);
+        }
+        attempt.result.attempts = attempt.number + attempt.subagent_retries;
         self.set_in_flight(Some(attempt.result.clone()));
     }
 
     /// Records a failed run's error and decides whether to retry; when it does, waits
     /// (out an outage, then the backoff) and points the attempt at the same session.
     async fn retry_after(&self, run_error: &RunError, attempt: &mut Attempt) -> bool {
-        let result = &mut attempt.result;
         let error = run_error.to_string();
-        result.errors.push(StepError::of_run(run_error));
-        result.error = Some(error.clone());
-        let model_error = run_error.model_error();
-        let store_away = run_error.store_error().is_some_and(|e| e.is_transient());
-        let class = match model_error {
-            Some(model_error) => resilience::classify_error(model_error),
-            // The database went away: like the network, it is waited for.
-            None if store_away => ErrorClass::Transient,
-            None => ErrorClass::Fatal,
-        };
-        let retry = match class {
-            ErrorClass::Transient => true,
-            ErrorClass::Unknown => self.resilience.retry_unknown,
-            ErrorClass::Fatal => false,
-        };
-        if !retry || attempt.number >= self.resilience.max_attempts {
-            // Retrying cannot help: say what the user has to fix.
-            if class == ErrorClass::Fatal
-                && let Some(hint) = model_error.and_then(resilience::fatal_hint)
-            {
-                result.error = Some(format!("{error}\n{hint}"));
+        attempt.result.errors.push(StepError::of_run(run_error));
+        attempt.result.error = Some(error.clone());
+        match self.retrier.after(run_error, attempt.number, 0).await {
+            Verdict::Retry => {}
+            Verdict::Stop(hint) => {
+                // Retrying cannot help: say what the user has to fix.
+                if let Some(hint) = hint {
+                    attempt.result.error = Some(format!("{error}\n{hint}"));
+                }
+                return false;
             }
-            return false;
+            Verdict::GaveUp => {
+                attempt
+                    .result
+                    .errors
+                    .push("gave up waiting for the network".into());
+                return false;
+            }
         }
-        let endpoint = if store_away {
-            self.store_endpoint()
-        } else {
-            self.model_endpoint()
-        };
-        let Some(waited) = self.wait_for_endpoint(endpoint, store_away).await else {
-            attempt
-                .result
-                .errors
-                .push("gave up waiting for the network".into());
-            return false;
-        };
-        let retry_after = model_error.and_then(|e| e.retry_after());
-        // After an outage the wait was the backoff: the endpoint answers again, so
-        // the retry goes out at once (while the prompt cache may still be warm).
-        let delay = if waited {
-            Duration::ZERO
-        } else {
-            self.resilience.delay(attempt.number, retry_after)
-        };
-        self.emit(Event::Retrying {
-            attempt: attempt.number + 1,
-            max_attempts: self.resilience.max_attempts,
-            delay_s: delay.as_secs_f64(),
-            error,
-        });
-        tokio::time::sleep(delay).await;
         attempt.number += 1;
         // Whatever was already spent is not redone: continue the same session.
         if let Some(id) = attempt.result.session_id.clone() {
@@ -697,50 +688,6 @@ impl Runtime {
             }
             Err(e) => lock(&self.warnings).push(format!("写 manifest.json 失败:{e}")),
         }
-    }
-
-    /// While the endpoint is unreachable, waits (probing) without spending attempts.
-    /// `None` when the wait limit passed, else whether there was an outage to wait out.
-    async fn wait_for_endpoint(
-        &self,
-        endpoint: Option<resilience::Endpoint>,
-        database: bool,
-    ) -> Option<bool> {
-        let Some(endpoint) = endpoint else {
-            return Some(false);
-        };
-        let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
-        if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
-            return Some(false);
-        }
-        let shown = format!("{}:{}", endpoint.host, endpoint.port);
-        let events = self.events.clone();
-        let online = self
-            .resilience
-            .wait_until_reachable(&endpoint, |waited| {
-                events(&Event::Offline {
-                    waited_s: waited.as_secs_f64(),
-                    endpoint: shown.clone(),
-                    database,
-                })
-            })
-            .await;
-        if online {
-            self.emit(Event::Online);
-        }
-        online.then_some(true)
-    }
-
-    /// What the model's endpoint is, for the probe; `None` when the client has none.
-    fn model_endpoint(&self) -> Option<resilience::Endpoint> {
-        let base_url = self.engine.config().model.base_url()?;
-        Some(resilience::endpoint_from(base_url))
-    }
-
-    /// Where the store's database is, for the probe; `None` for a local store.
-    fn store_endpoint(&self) -> Option<resilience::Endpoint> {
-        let (host, port) = self.engine.config().store.inner().endpoint()?;
-        Some(resilience::Endpoint { host, port })
     }
 
     pub(super) fn set_in_flight(&self, result: Option<StepResult>) {

@@ -54,6 +54,11 @@ pub trait RunStateStore: Send + Sync {
     ) -> Result<Vec<String>, StoreError>;
     /// Every manifest row of the run (JSON texts), in write order.
     fn manifest(&self, run_key: &str) -> Result<Vec<String>, StoreError>;
+    /// Where the store is, as a person would name it to `--store` (a URL without its
+    /// password), for the run directory's mirrors; `None`: not said.
+    fn location(&self) -> Option<String> {
+        None
+    }
     /// Holds the run for this process, across hosts, until the guard is dropped (or the
     /// process dies), waiting up to `wait` (`None`: for ever) for another holder;
     /// `Err(holder)` when another process still holds it, with what it said about
@@ -72,6 +77,10 @@ pub trait RunStateStore: Send + Sync {
 pub type HoldResult = Result<Result<Box<dyn Send>, Option<String>>, StoreError>;
 
 impl RunStateStore for PostgresStore {
+    fn location(&self) -> Option<String> {
+        Some(self.url().to_string())
+    }
+
     fn find_run(&self, run_key: &str) -> Result<Option<RunRow>, StoreError> {
         self.run_find(run_key)
     }
@@ -135,18 +144,29 @@ pub struct RunName {
 
 /// What a run name may be: 1 to 128 of `A-Z a-z 0-9 . _ -`, starting with a letter or
 /// digit (a project key always starts with `-`, so a name never equals one).
-pub fn check_run_name(name: &str) -> Result<(), String> {
+pub fn check_run_name(name: &str) -> Result<(), RunNameError> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     if name.is_empty() || name.len() > 128 {
-        return Err("expected 1 to 128 characters".into());
+        return Err(RunNameError::Length);
     }
     if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return Err("must start with a letter or a digit".into());
+        return Err(RunNameError::Start);
     }
     if !name.chars().all(ok_char) {
-        return Err("only letters, digits, '.', '_' and '-' are allowed".into());
+        return Err(RunNameError::Characters);
     }
     Ok(())
+}
+
+/// What is wrong with a run name ([`check_run_name`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunNameError {
+    #[error("expected 1 to 128 characters")]
+    Length,
+    #[error("must start with a letter or a digit")]
+    Start,
+    #[error("only letters, digits, '.', '_' and '-' are allowed")]
+    Characters,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -154,7 +174,11 @@ pub enum SharedRunError {
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("bad run key {name:?}: {why}")]
-    BadName { name: String, why: String },
+    BadName {
+        name: String,
+        #[source]
+        why: RunNameError,
+    },
     /// A name that only came from the environment names a run begun in another
     /// workspace. Nothing was written.
     #[error(
@@ -237,6 +261,17 @@ impl SharedRun {
 
     pub fn run_key(&self) -> &str {
         &self.row.run_key
+    }
+
+    /// The run's name, when it was given one (`--run-key`) rather than derived from the
+    /// workspace's path.
+    pub fn name(&self) -> Option<&str> {
+        self.row.named.then_some(self.row.run_key.as_str())
+    }
+
+    /// Where the run's store is, for the mirrors ([`RunStateStore::location`]).
+    pub fn location(&self) -> Option<String> {
+        self.store.location()
     }
 
     /// The project key the run's transcripts are stored under (the first workspace's).

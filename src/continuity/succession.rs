@@ -192,7 +192,7 @@ impl Runtime {
                 .await
             {
                 Ok(doc) => return handoff::successor_prompt(generation + 1, &rel, &doc),
-                Err(reason) => reason,
+                Err(reason) => reason.to_string(),
             },
         };
         let input = MechanicalInput {
@@ -229,7 +229,7 @@ impl Runtime {
         generation: u32,
         result: &mut StepResult,
         usage: &mut Usage,
-    ) -> Result<String, String> {
+    ) -> Result<String, NoDoc> {
         let rel = handoff::doc_rel(step, generation);
         let path = handoff::doc_path(&self.engine.config().workspace, step, generation);
         let mut writer = spec.clone();
@@ -266,10 +266,10 @@ impl Runtime {
                 && error.kind() == ErrorKind::ContextWindowFull
             {
                 result.errors.push(StepError::of_run(error));
-                return Err("写交接书时上下文撞到了窗口".into());
+                return Err(NoDoc::WindowFull);
             }
         }
-        Err(format!("问了 {} 次,交接书还是不完整", handoff::MAX_ASKS))
+        Err(NoDoc::AsksRanOut)
     }
 
     /// The stored transcripts of a session's sub-agents, for the mechanical document.
@@ -320,4 +320,14 @@ fn entry_time(entry: &serde_json::Value) -> Option<std::time::SystemTime> {
     let millis = u64::try_from(time.timestamp_millis()).ok()?;
     // Transcript stamps have millisecond precision: compare at that grain.
     Some(std::time::UNIX_EPOCH + Duration::from_millis(millis))
+}
+
+/// Why the session gave no complete handoff document: the reason the mechanical
+/// fallback document states.
+#[derive(Debug, thiserror::Error)]
+enum NoDoc {
+    #[error("写交接书时上下文撞到了窗口")]
+    WindowFull,
+    #[error("问了 {} 次,交接书还是不完整", handoff::MAX_ASKS)]
+    AsksRanOut,
 }

@@ -11,6 +11,66 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 impl Engine {
+    /// Finishes the calls of a resumed session's last turn: a `Task` goes on in its
+    /// sub-agent's session, every other call is answered as interrupted (as pruning
+    /// would have). Each result is stored as it comes.
+    pub(super) async fn continue_calls(
+        &self,
+        conv: &mut Conversation<'_>,
+        calls: Vec<super::Call>,
+        totals: &mut Totals,
+    ) -> Result<(), RunError> {
+        for (id, name, input) in calls {
+            let output = if name == subagent::TASK && conv.depth == 0 {
+                self.emit(Event::ToolCall {
+                    name: name.clone(),
+                    summary: summarize_input(&name, &input),
+                    depth: conv.depth,
+                });
+                let output = self.run_subagent(conv, &id, &input, totals).await;
+                if let Some(error) = totals.subagent_error.take() {
+                    return Err(RunError::SubAgent(error));
+                }
+                self.emit(Event::ToolDone {
+                    name: name.clone(),
+                    is_error: output.is_error,
+                    depth: conv.depth,
+                });
+                output
+            } else {
+                ToolOutput::error(transcript::markers::INTERRUPTED_BODY)
+            };
+            let entry = self.result_entry(conv, &id, &name, &output);
+            self.record(conv, entry)?;
+        }
+        Ok(())
+    }
+
+    /// The entry holding a tool call's result; a `Task` result names its sub-agent
+    /// (`toolUseResult.agentId`, as Claude Code records it).
+    pub(super) fn result_entry(
+        &self,
+        conv: &mut Conversation<'_>,
+        id: &str,
+        name: &str,
+        output: &ToolOutput,
+    ) -> Value {
+        let mut entry = conv.chain.tool_result(id, &output.content, output.is_error);
+        if name == subagent::TASK
+            && conv.depth == 0
+            && let Some(object) = entry.as_object_mut()
+        {
+            object.insert(
+                "toolUseResult".into(),
+                json!({
+                    "agentId": super::recovery::agent_id_for(id),
+                    "status": if output.is_error { "failed" } else { "completed" },
+                }),
+            );
+        }
+        entry
+    }
+
     /// Runs a reply's tool calls in order and stores each result. After a Ctrl-C the
     /// remaining calls are answered as interrupted and the user is asked what to say.
     pub(super) async fn answer_calls(
@@ -37,9 +97,7 @@ impl Engine {
                 interrupted = self.config.interrupt.is_pending();
                 output
             };
-            let entry = conv
-                .chain
-                .tool_result(&id, &output.content, output.is_error);
+            let entry = self.result_entry(conv, &id, &name, &output);
             // The turn's last result is durable, and flushes the ones before it.
             self.record_with(conv, entry, n + 1 < count)?;
         }
@@ -133,7 +191,7 @@ impl Engine {
             depth,
         });
         let output = match name {
-            subagent::TASK if depth == 0 => self.run_subagent(conv, input, totals).await,
+            subagent::TASK if depth == 0 => self.run_subagent(conv, id, input, totals).await,
             subagent::ASK_USER => self.ask_user(input).await,
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {

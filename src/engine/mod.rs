@@ -14,6 +14,7 @@ pub mod hooks;
 pub mod interrupt;
 pub mod memory;
 pub mod permissions;
+pub mod recovery;
 mod reply;
 mod session_hooks;
 pub mod spec;
@@ -23,6 +24,7 @@ mod turn;
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
+pub use recovery::{RESUME_PROMPT, Recovery};
 pub use spec::AgentSpec;
 
 pub use calls::summarize_input;
@@ -99,6 +101,9 @@ pub struct EngineConfig {
     /// What the project's memory and settings files add to every agent (memory in
     /// the system prompt, deny and ask rules, hooks, variables).
     pub conventions: Conventions,
+    /// How a failed sub-agent is retried (the runtime's `Resilience`); `None`: its
+    /// error is handed up to the caller's retry, which continues the sub-agent.
+    pub recovery: Option<Arc<dyn Recovery>>,
 }
 
 /// How a run gets its session.
@@ -252,6 +257,14 @@ impl RunError {
     }
 }
 
+/// An error a sub-agent got past by retrying (resuming its session).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retried {
+    /// `sub-agent <id>: <error>`.
+    pub text: String,
+    pub kind: crate::model::classify::ErrorKind,
+}
+
 /// A tool call the permission rules refused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Denial {
@@ -280,6 +293,8 @@ pub struct RunResult {
     pub duration: Duration,
     /// Whether an existing session was continued.
     pub resumed: bool,
+    /// Errors sub-agents got past by retrying, oldest first: each is one more try.
+    pub subagent_retries: Vec<Retried>,
 }
 
 impl RunResult {
@@ -306,7 +321,23 @@ impl RunResult {
             permission_denials: Vec::new(),
             duration: started.elapsed(),
             resumed: false,
+            subagent_retries: Vec::new(),
         }
+    }
+
+    /// Adds what was spent before the run proper began (sub-agents continued on resume).
+    fn add_carried(&mut self, carried: Totals) {
+        self.usage.add(&carried.usage);
+        self.cost_usd = match (self.cost_usd, carried.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        let mut denials = carried.denials;
+        denials.append(&mut self.permission_denials);
+        self.permission_denials = denials;
+        let mut retries = carried.subagent_retries;
+        retries.append(&mut self.subagent_retries);
+        self.subagent_retries = retries;
     }
 }
 
@@ -379,6 +410,13 @@ impl<'a> Conversation<'a> {
     }
 }
 
+/// A tool call of a reply: its id, tool name and input.
+type Call = (String, String, Value);
+
+/// An opened session: its id, the history to continue from, whether it is a
+/// continuation, and the calls of its last turn still to finish.
+type Opened = (String, Vec<Value>, bool, Vec<Call>);
+
 /// Running totals of a run.
 struct Totals {
     num_turns: u32,
@@ -391,6 +429,8 @@ struct Totals {
     /// overload): the whole run stops with it, so that the step's retry resumes the
     /// session instead of the caller being fed "sub-agent failed: API Error …".
     subagent_error: Option<ModelError>,
+    /// Errors sub-agents got past by retrying.
+    subagent_retries: Vec<Retried>,
     /// The last reply's `stop_reason`.
     stop_reason: Option<String>,
     /// The next reply continues the last one (after `max_tokens` or `pause_turn`): its
@@ -408,6 +448,7 @@ impl Totals {
             denials: Vec::new(),
             text: String::new(),
             subagent_error: None,
+            subagent_retries: Vec::new(),
             stop_reason: None,
             continuing: false,
         }
@@ -431,6 +472,7 @@ impl Totals {
             permission_denials: self.denials,
             duration: started.elapsed(),
             resumed: false,
+            subagent_retries: self.subagent_retries,
         }
     }
 
@@ -477,7 +519,7 @@ impl Engine {
     /// Runs one session to its end. Never panics; every failure is in the result.
     pub async fn run(&self, request: RunRequest<'_>) -> RunResult {
         let started = Instant::now();
-        let (session_id, history, resumed) = match self.open_session(&request.start) {
+        let (session_id, history, resumed, unanswered) = match self.open_session(&request.start) {
             Ok(opened) => opened,
             Err(error) => {
                 let id = match &request.start {
@@ -522,6 +564,18 @@ impl Engine {
             ..Conversation::new(request.spec, key, chain)
         };
         let prompt = (!reuse).then_some(request.prompt);
+        // A `Task` call cut short goes on in its sub-agent's session before anything else.
+        let mut carried = Totals::new();
+        if !unanswered.is_empty()
+            && let Err(error) = self
+                .continue_calls(&mut conversation, unanswered, &mut carried)
+                .await
+        {
+            let mut result = RunResult::failed(&session_id, error, started);
+            result.resumed = resumed;
+            result.add_carried(carried);
+            return result;
+        }
         let hooked = request.origin != Origin::Internal;
         if hooked {
             self.session_start(&mut conversation, &request.start, request.origin)
@@ -546,30 +600,108 @@ impl Engine {
         let prompt = prompt.map(Value::String);
         let mut result = self.drive_from(&mut conversation, prompt, started).await;
         result.resumed = resumed;
+        result.add_carried(carried);
         if hooked {
             self.session_end(&mut conversation).await;
         }
         result
     }
 
-    /// Finds or creates the session: its id, the (pruned) history to continue from, and
-    /// whether it is a continuation.
-    fn open_session(&self, start: &SessionStart) -> Result<(String, Vec<Value>, bool), RunError> {
+    /// Finds or creates the session: its id, the (pruned) history to continue from,
+    /// whether it is a continuation, and the calls of its last turn to finish first
+    /// (see [`Engine::load_resumable`]).
+    fn open_session(&self, start: &SessionStart) -> Result<Opened, RunError> {
         let project = &self.config.project_key;
         match start {
-            SessionStart::New => Ok((uuid::Uuid::new_v4().to_string(), Vec::new(), false)),
+            SessionStart::New => Ok((
+                uuid::Uuid::new_v4().to_string(),
+                Vec::new(),
+                false,
+                Vec::new(),
+            )),
             SessionStart::Resume(id) => {
                 let key = SessionKey::main(project, id);
-                let history = self.load_for_resume(&key)?;
-                Ok((id.clone(), history, true))
+                let (history, unanswered) = self.load_resumable(&key)?;
+                Ok((id.clone(), history, true, unanswered))
             }
             SessionStart::Fork(id) => {
                 let new_id = self.fork(id)?;
                 let key = SessionKey::main(project, &new_id);
                 let history = self.load_for_resume(&key)?;
-                Ok((new_id, history, false))
+                Ok((new_id, history, false, Vec::new()))
             }
         }
+    }
+
+    /// [`Engine::load_for_resume`] for a main session whose last turn's calls never got
+    /// their results because the process died (or the run was retried) while a `Task`
+    /// call's sub-agent was working: those calls are returned, in order, instead of the
+    /// neutral answers pruning made up, so that the sub-agent is continued in its own
+    /// session ([`Engine::continue_calls`]) rather than the task sent out again.
+    fn load_resumable(&self, key: &SessionKey) -> Result<(Vec<Value>, Vec<Call>), RunError> {
+        let store = &self.config.store;
+        let id = || key.session_id.clone();
+        let mut pruned = store
+            .load(key)
+            .map_err(|source| RunError::ReadSession { id: id(), source })?
+            .ok_or_else(|| RunError::NoSession(id()))?;
+        let calls = self.continuable_calls(key, &pruned);
+        if calls.is_empty() {
+            self.store_synthesized(key, &pruned)?;
+        } else {
+            pruned.truncate(pruned.len() - calls.len());
+        }
+        Ok((pruned, calls))
+    }
+
+    /// The calls answered by the synthesized results that end `pruned`, when one of
+    /// them is a `Task` whose sub-agent session exists; none otherwise.
+    fn continuable_calls(&self, key: &SessionKey, pruned: &[Value]) -> Vec<Call> {
+        use crate::stores::prune::is_synthesized_result;
+        let tail = pruned
+            .iter()
+            .rev()
+            .take_while(|e| is_synthesized_result(e))
+            .count();
+        if tail == 0 || pruned.iter().filter(|e| is_synthesized_result(e)).count() != tail {
+            return Vec::new();
+        }
+        let (before, synthesized) = pruned.split_at(pruned.len() - tail);
+        let Some(turn) = before
+            .iter()
+            .rev()
+            .find(|e| e.get("type").and_then(Value::as_str) == Some("assistant"))
+        else {
+            return Vec::new();
+        };
+        let content = turn
+            .pointer("/message/content")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let uses = transcript::tool_uses(content);
+        let mut calls = Vec::new();
+        for entry in synthesized {
+            let Some(call_id) = entry
+                .pointer("/message/content/0/tool_use_id")
+                .and_then(Value::as_str)
+            else {
+                return Vec::new();
+            };
+            match uses.iter().find(|(id, _, _)| id == call_id) {
+                Some(call) => calls.push(call.clone()),
+                None => return Vec::new(),
+            }
+        }
+        let continuable = calls.iter().any(|(id, name, _)| {
+            name == subagent::TASK
+                && key
+                    .sub(&format!("subagents/agent-{}", recovery::agent_id_for(id)))
+                    .ok()
+                    .and_then(|sub| self.config.store.load_raw(&sub).ok().flatten())
+                    .is_some()
+        });
+        if continuable { calls } else { Vec::new() }
     }
 
     /// Copies session `id` into a new session; returns the new id.
@@ -615,6 +747,14 @@ impl Engine {
             .load(key)
             .map_err(|source| RunError::ReadSession { id: id(), source })?
             .ok_or_else(|| RunError::NoSession(id()))?;
+        self.store_synthesized(key, &pruned)?;
+        Ok(pruned)
+    }
+
+    /// Stores the results pruning synthesized for calls that never got one.
+    fn store_synthesized(&self, key: &SessionKey, pruned: &[Value]) -> Result<(), RunError> {
+        let store = &self.config.store;
+        let id = || key.session_id.clone();
         let added: Vec<Value> = pruned
             .iter()
             .filter(|e| crate::stores::prune::is_synthesized_result(e))
@@ -626,21 +766,12 @@ impl Engine {
                 .append(key, &added)
                 .map_err(|source| RunError::WriteSession { id: id(), source })?;
         }
-        Ok(pruned)
+        Ok(())
     }
 
-    /// Drives a conversation from a user message until the model ends its turn, the
-    /// turn limit is reached, or a request fails. Boxed because sub-agents recurse.
-    fn drive<'a>(
-        &'a self,
-        conv: &'a mut Conversation<'_>,
-        prompt: Value,
-        started: Instant,
-    ) -> BoxFuture<'a, RunResult> {
-        self.drive_from(conv, Some(prompt), started)
-    }
-
-    /// [`Engine::drive`]; `None`: the history already ends with the prompt.
+    /// Drives a conversation from a user message (`None`: the history already ends
+    /// with the prompt) until the model ends its turn, the turn limit is reached, or a
+    /// request fails. Boxed because sub-agents recurse.
     fn drive_from<'a>(
         &'a self,
         conv: &'a mut Conversation<'_>,

@@ -1,10 +1,11 @@
 //! The tools that need the engine itself: `Task` (a sub-agent session) and `AskUser`.
 
-use super::{AgentSpec, Conversation, Engine, Event, RunError, Totals};
+use super::recovery::{RESUME_PROMPT, agent_id_for, retried_text};
+use super::{AgentSpec, Conversation, Engine, Event, Retried, RunError, Totals, ends_with_prompt};
 use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};
 use crate::tools::ToolOutput;
-use crate::transcript::Chain;
+use crate::transcript::{self, Chain, Messages};
 use serde_json::{Value, json};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -75,11 +76,16 @@ pub fn ask_user_definition() -> ToolDef {
 }
 
 impl Engine {
-    /// Runs a sub-agent whose transcript lives under `subagents/agent-<id>` of the
-    /// parent session; returns its final text.
+    /// Runs the sub-agent of `Task` call `tool_use_id`, whose transcript lives under
+    /// `subagents/agent-<id>` of the parent session ([`agent_id_for`]); returns its final
+    /// text. A session that already exists there (the call was cut short by a kill or a
+    /// retry of the coordinator) is continued, not started over. A failed request is
+    /// retried by resuming the sub-agent's own session, as the [`Recovery`] says; only a
+    /// sub-agent that truly failed ends the call with an error.
     pub(super) async fn run_subagent(
         &self,
         parent: &Conversation<'_>,
+        tool_use_id: &str,
         input: &Value,
         totals: &mut Totals,
     ) -> ToolOutput {
@@ -100,51 +106,120 @@ impl Engine {
         {
             return ToolOutput::error(format!("Task: unknown subagent_type {name:?}"));
         }
-        let agent_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
-        let key = match parent.key.sub(&format!("subagents/agent-{agent_id}")) {
+        let mut agent_id = agent_id_for(tool_use_id);
+        let mut key = match parent.key.sub(&format!("subagents/agent-{agent_id}")) {
             Ok(key) => key,
             Err(e) => return ToolOutput::error(format!("Task: {e}")),
         };
-        self.emit(Event::SessionStarted {
-            agent: spec.name.clone(),
-            session_id: format!("{}/{}", parent.chain.session_id(), agent_id),
-            resumed: false,
-            depth: parent.depth + 1,
-        });
-        let chain = Chain::sidechain(parent.chain.session_id(), &self.config.workspace, &agent_id);
-        // A sub-agent sees the memory its parent session was started with.
-        let mut conv = Conversation {
-            depth: parent.depth + 1,
-            context_limit: parent.context_limit,
-            memory: parent.memory.clone(),
-            ..Conversation::new(spec, key, chain)
-        };
-        let result = self
-            .drive(&mut conv, Value::String(prompt.to_string()), Instant::now())
-            .await;
-        totals.usage.add(&result.usage);
-        totals.add_cost(result.cost_usd);
-        totals
-            .denials
-            .extend(result.permission_denials.iter().cloned());
-        match &result.outcome {
-            Ok(_) => ToolOutput::ok(result.text),
-            Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => {
-                ToolOutput::ok(format!("{}\n\n[sub-agent stopped: {error}]", result.text))
+        // What is already stored under that id: a sub-agent cut short, when it was
+        // given this same task. A store that cannot say is asked again by the first try.
+        let mut resume = match self.config.store.load_raw(&key) {
+            Ok(Some(entries)) if first_prompt_is(&entries, prompt) => true,
+            Ok(Some(_)) => {
+                // Another task under the same id (a client that reuses call ids): a
+                // sub-agent of its own.
+                let salt = uuid::Uuid::new_v4().simple().to_string();
+                agent_id = format!("{agent_id}-{}", &salt[..8]);
+                key = match parent.key.sub(&format!("subagents/agent-{agent_id}")) {
+                    Ok(key) => key,
+                    Err(e) => return ToolOutput::error(format!("Task: {e}")),
+                };
+                false
             }
-            Err(error) => {
-                // A failed request is the step's to retry (resuming this session): an
-                // error that only the network or the server can fix is handed up rather
-                // than reported to the caller as the sub-agent's answer. A fatal one
-                // (e.g. the sub-agent's prompt is too long) is the caller's to handle.
-                if let Some(model_error) = error.model_error()
-                    && classify_error(model_error) != ErrorClass::Fatal
-                {
-                    totals.subagent_error = Some(model_error.clone());
+            Ok(None) => false,
+            Err(_) => true,
+        };
+        let session_id = format!("{}/{}", parent.chain.session_id(), agent_id);
+        let mut tries = 1;
+        loop {
+            // Each try after the first (or of a sub-agent cut short) resumes its session:
+            // pruned as a main session's is, with the resume prompt.
+            let fresh = || (Vec::new(), Some(Value::String(prompt.to_string())));
+            let opened = match resume {
+                false => Ok(fresh()),
+                true => match self.load_for_resume(&key) {
+                    // Nothing was stored before it failed: it starts as it would have.
+                    Err(RunError::NoSession(_)) => Ok(fresh()),
+                    Err(error) => Err(error),
+                    Ok(entries) => {
+                        // A try that failed before any answer is repeated as it was.
+                        let unanswered = ends_with_prompt(&entries, RESUME_PROMPT)
+                            || ends_with_prompt(&entries, prompt);
+                        let next = (!unanswered).then(|| Value::String(RESUME_PROMPT.to_string()));
+                        Ok((entries, next))
+                    }
+                },
+            };
+            let error = match opened {
+                Ok((entries, next)) => {
+                    self.emit(Event::SessionStarted {
+                        agent: spec.name.clone(),
+                        session_id: session_id.clone(),
+                        resumed: !entries.is_empty(),
+                        depth: parent.depth + 1,
+                    });
+                    let leaf = entries.iter().rev().find_map(transcript::uuid_of);
+                    let chain = Chain::sidechain(
+                        parent.chain.session_id(),
+                        &self.config.workspace,
+                        &agent_id,
+                    )
+                    .with_leaf(leaf.map(str::to_string));
+                    // A sub-agent sees the memory its parent session was started with.
+                    let mut conv = Conversation {
+                        depth: parent.depth + 1,
+                        context_limit: parent.context_limit,
+                        memory: parent.memory.clone(),
+                        messages: Messages::from_entries(&entries),
+                        ..Conversation::new(spec, key.clone(), chain)
+                    };
+                    let result = self.drive_from(&mut conv, next, Instant::now()).await;
+                    totals.usage.add(&result.usage);
+                    totals.add_cost(result.cost_usd);
+                    totals
+                        .denials
+                        .extend(result.permission_denials.iter().cloned());
+                    match result.outcome {
+                        Ok(_) => return ToolOutput::ok(result.text),
+                        Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => {
+                            return ToolOutput::ok(format!(
+                                "{}\n\n[sub-agent stopped: {error}]",
+                                result.text
+                            ));
+                        }
+                        Err(error) => error,
+                    }
                 }
-                ToolOutput::error(format!("sub-agent failed: {error}"))
+                Err(error) => error,
+            };
+            resume = true;
+            match &self.config.recovery {
+                Some(recovery) => {
+                    if !recovery.retry(&agent_id, &error, tries).await {
+                        return ToolOutput::error(format!("sub-agent failed: {error}"));
+                    }
+                    totals.subagent_retries.push(Retried {
+                        text: retried_text(&agent_id, &error),
+                        kind: error.kind(),
+                    });
+                    tries += 1;
+                }
+                None => return self.subagent_failed(error, totals),
             }
         }
+    }
+
+    /// A sub-agent failed and nobody retries it here: an error that only the network or
+    /// the server can fix is handed up (the step's retry continues this sub-agent's
+    /// session); a fatal one (e.g. its prompt is too long) is the caller's to handle.
+    fn subagent_failed(&self, error: RunError, totals: &mut Totals) -> ToolOutput {
+        if self.config.recovery.is_none()
+            && let Some(model_error) = error.model_error()
+            && classify_error(model_error) != ErrorClass::Fatal
+        {
+            totals.subagent_error = Some(model_error.clone());
+        }
+        ToolOutput::error(format!("sub-agent failed: {error}"))
     }
 
     pub(super) async fn ask_user(&self, input: &Value) -> ToolOutput {
@@ -163,5 +238,19 @@ impl Engine {
             }
         };
         self.until_interrupted(ask, &CancellationToken::new()).await
+    }
+}
+
+/// Whether the first prompt of a stored sub-agent transcript is `prompt`.
+fn first_prompt_is(entries: &[Value], prompt: &str) -> bool {
+    let first = entries.iter().find(|e| {
+        e.get("type").and_then(Value::as_str) == Some("user")
+            && !transcript::markers::is_hook_context(e)
+    });
+    match first.and_then(|e| e.pointer("/message/content")) {
+        Some(Value::String(text)) => text == prompt,
+        Some(Value::Array(blocks)) => matches!(blocks.as_slice(),
+            [block] if block.get("text").and_then(Value::as_str) == Some(prompt)),
+        _ => false,
     }
 }

@@ -394,6 +394,8 @@ impl Run {
             workspace: workspace.display().to_string(),
             woke,
             steps,
+            store: shared.location(),
+            run_key: shared.name().map(str::to_owned),
         };
         Ok(Self::assemble(
             run_dir,

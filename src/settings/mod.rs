@@ -55,6 +55,7 @@ use crate::continuity::runtime::RuntimeOptions;
 use crate::continuity::shared::RunName;
 use crate::engine::Conventions;
 use crate::engine::memory::MemorySource;
+use crate::error::Cause;
 use crate::model::ModelClient;
 use crate::model::anthropic::AnthropicClient;
 use crate::stores::{PostgresStore, PostgresUrl, StoreError};
@@ -76,6 +77,9 @@ pub enum ConfigError {
         /// The flag (`--store`) or variable (`FLOWER_MAX_TOKENS`) at fault.
         setting: String,
         message: String,
+        /// The parse error behind it, when there is one (`message` quotes it).
+        #[source]
+        cause: Option<Cause>,
     },
     /// No credential: neither `ANTHROPIC_API_KEY` nor `ANTHROPIC_AUTH_TOKEN` is set,
     /// and this needs the model.
@@ -91,6 +95,20 @@ impl ConfigError {
         ConfigError::Invalid {
             setting: setting.to_string(),
             message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A bad value of `setting`, explained by `message`, which quotes `cause`.
+    pub fn invalid_because(
+        setting: &str,
+        message: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> ConfigError {
+        ConfigError::Invalid {
+            setting: setting.to_string(),
+            message: message.into(),
+            cause: Some(Cause::new(cause)),
         }
     }
 
@@ -198,7 +216,7 @@ impl Settings {
         };
         let handoff_threshold = handoff
             .limit_for(&model.id)
-            .map_err(|e| ConfigError::invalid(source, format!("{source}: {e}")))?;
+            .map_err(|e| ConfigError::invalid_because(source, format!("{source}: {e}"), e))?;
         let context_window = handoff.window_for(&model.id);
         let mut warnings: Vec<String> = model.price_warning().into_iter().collect();
         warnings.extend(files.hooks.ignored.iter().cloned());
@@ -254,7 +272,7 @@ impl Settings {
     pub fn client(&self) -> Result<Arc<dyn ModelClient>, ConfigError> {
         let config = self.model.client_config()?;
         let client = AnthropicClient::with_config(config)
-            .map_err(|e| ConfigError::invalid("ANTHROPIC_BASE_URL", e.to_string()))?;
+            .map_err(|e| ConfigError::invalid_because("ANTHROPIC_BASE_URL", e.to_string(), e))?;
         Ok(Arc::new(client))
     }
 
@@ -351,6 +369,12 @@ fn resilience(vars: &Vars<'_>) -> Result<Resilience, ConfigError> {
 /// network needs the sandbox, and a required sandbox needs Landlock.
 fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, ConfigError> {
     let mut policy = SandboxPolicy::standard();
+    // What git itself reads: the process's environment, not the settings files'.
+    policy.user_git = sandbox::UserGitConfig {
+        home: vars.env.home().map(Path::to_path_buf),
+        xdg_config_home: vars.env.var("XDG_CONFIG_HOME").map(PathBuf::from),
+        global: vars.env.var("GIT_CONFIG_GLOBAL").map(PathBuf::from),
+    };
     match vars.get("FLOWER_SANDBOX").as_deref() {
         None | Some("on") => {}
         Some("off") => policy.enabled = false,
@@ -423,7 +447,7 @@ fn handoff_options(flags: &Flags, vars: &Vars<'_>) -> Result<HandoffOptions, Con
     if let Some(value) = at {
         options.at = value
             .parse::<Threshold>()
-            .map_err(|e| ConfigError::invalid(source, format!("{source}: {e}")))?;
+            .map_err(|e| ConfigError::invalid_because(source, format!("{source}: {e}"), e))?;
     }
     Ok(options)
 }

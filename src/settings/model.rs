@@ -121,7 +121,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         .get("ANTHROPIC_BASE_URL")
         .unwrap_or_else(|| DEFAULT_BASE_URL.into());
     let base_url = anthropic::check_base_url(&base_url)
-        .map_err(|e| usage("ANTHROPIC_BASE_URL", e.to_string()))?;
+        .map_err(|e| ConfigError::invalid_because("ANTHROPIC_BASE_URL", e.to_string(), e))?;
     let flag_model = flags.model.as_deref().filter(|m| !m.trim().is_empty());
     // `--model`, else `ANTHROPIC_MODEL` (the environment's, else a settings file's
     // `env`), else the settings files' `model`.
@@ -132,10 +132,11 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
     };
     let named = named_model.is_some();
     let id = crate::model::models::resolve(named_model.as_deref().unwrap_or(DEFAULT_MODEL))
-        .map_err(|e| usage(setting, e.to_string()))?;
+        .map_err(|e| ConfigError::invalid_because(setting, e.to_string(), e))?;
     let headers = match vars.raw("ANTHROPIC_CUSTOM_HEADERS") {
-        Some(text) => anthropic::parse_custom_headers(&text)
-            .map_err(|e| usage("ANTHROPIC_CUSTOM_HEADERS", e.to_string()))?,
+        Some(text) => anthropic::parse_custom_headers(&text).map_err(|e| {
+            ConfigError::invalid_because("ANTHROPIC_CUSTOM_HEADERS", e.to_string(), e)
+        })?,
         None => Vec::new(),
     };
     let betas = vars

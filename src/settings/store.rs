@@ -5,22 +5,21 @@
 use super::ConfigError;
 use super::sources::{Flags, Vars};
 use crate::continuity::shared::{RunName, check_run_name};
-use crate::stores::PostgresUrl;
+use crate::stores::{PostgresUrl, UrlError};
 
 /// `--store`, else `FLOWER_STORE`: `None` for SQLite (`sqlite` or unset).
 pub(super) fn store(flags: &Flags, vars: &Vars<'_>) -> Result<Option<PostgresUrl>, ConfigError> {
     if let Some(raw) = &flags.store {
         return parse_store(raw).map_err(|why| {
-            ConfigError::invalid("--store", format!("--store {}: {why}", shown_store(raw)))
+            let message = format!("--store {}: {why}", shown_store(raw));
+            ConfigError::invalid_because("--store", message, why)
         });
     }
     match vars.get("FLOWER_STORE") {
         None => Ok(None),
         Some(raw) => parse_store(&raw).map_err(|why| {
-            ConfigError::invalid(
-                "FLOWER_STORE",
-                format!("FLOWER_STORE={}: {why}", shown_store(&raw)),
-            )
+            let message = format!("FLOWER_STORE={}: {why}", shown_store(&raw));
+            ConfigError::invalid_because("FLOWER_STORE", message, why)
         }),
     }
 }
@@ -62,8 +61,9 @@ fn source(adopt: bool) -> &'static str {
 fn run_name(raw: &str, adopt: bool) -> Result<RunName, ConfigError> {
     let name = raw.trim();
     let setting = source(adopt);
-    check_run_name(name)
-        .map_err(|why| ConfigError::invalid(setting, format!("{setting} {name:?}: {why}")))?;
+    check_run_name(name).map_err(|why| {
+        ConfigError::invalid_because(setting, format!("{setting} {name:?}: {why}"), why)
+    })?;
     Ok(RunName {
         name: name.to_string(),
         adopt,
@@ -71,7 +71,7 @@ fn run_name(raw: &str, adopt: bool) -> Result<RunName, ConfigError> {
 }
 
 /// `sqlite` (the default store) → `None`; a PostgreSQL URL → `Some`.
-fn parse_store(raw: &str) -> Result<Option<PostgresUrl>, String> {
+fn parse_store(raw: &str) -> Result<Option<PostgresUrl>, UrlError> {
     let raw = raw.trim();
     if raw == "sqlite" {
         return Ok(None);

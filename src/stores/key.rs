@@ -50,14 +50,13 @@ impl SessionKey {
     /// Parses `project_key/session_id[/subpath]`. Everything after the second `/` is the
     /// subpath, which may itself contain `/`.
     pub fn parse(text: &str) -> Result<Self, StoreError> {
-        let bad = |why: &str| StoreError::BadKey {
-            key: text.to_string(),
-            why: why.to_string(),
-        };
         let mut parts = text.splitn(3, '/');
         let project_key = parts.next().unwrap_or_default();
         let Some(session_id) = parts.next() else {
-            return Err(bad("expected project_key/session_id[/subpath]"));
+            return Err(StoreError::BadKey {
+                key: text.to_string(),
+                why: KeyError::Shape,
+            });
         };
         let key = SessionKey {
             project_key: project_key.to_string(),
@@ -71,7 +70,7 @@ impl SessionKey {
     /// Checks every part of the key: a non-empty project key and session id without
     /// `/`, `\` or NUL, and a valid subpath when there is one.
     pub fn validate(&self) -> Result<(), StoreError> {
-        let check = || -> Result<(), String> {
+        let check = || -> Result<(), KeyError> {
             validate_segment("project_key", &self.project_key)?;
             validate_segment("session_id", &self.session_id)?;
             if let Some(sub) = &self.subpath {
@@ -86,15 +85,45 @@ impl SessionKey {
     }
 }
 
-fn validate_segment(what: &str, text: &str) -> Result<(), String> {
+/// What is wrong with a session key (the `why` of [`StoreError::BadKey`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("expected project_key/session_id[/subpath]")]
+    Shape,
+    #[error("{0} is empty")]
+    Empty(&'static str),
+    #[error("{0} contains '/', '\\' or NUL")]
+    Separator(&'static str),
+    #[error("{what} is {text:?}")]
+    Dots { what: &'static str, text: String },
+    #[error("the subpath is empty")]
+    EmptySubpath,
+    #[error("the subpath contains NUL")]
+    Nul,
+    #[error("the subpath is absolute")]
+    Absolute,
+    #[error("the subpath is rooted at '\\'")]
+    BackslashRooted,
+    #[error("the subpath starts with a drive prefix")]
+    DrivePrefix,
+    #[error("the subpath has an empty segment")]
+    EmptySegment,
+    #[error("the subpath has a {0:?} segment")]
+    DotSegment(String),
+}
+
+fn validate_segment(what: &'static str, text: &str) -> Result<(), KeyError> {
     if text.is_empty() {
-        return Err(format!("{what} is empty"));
+        return Err(KeyError::Empty(what));
     }
     if text.contains(['/', '\\', '\0']) {
-        return Err(format!("{what} contains '/', '\\' or NUL"));
+        return Err(KeyError::Separator(what));
     }
     if text == "." || text == ".." {
-        return Err(format!("{what} is {text:?}"));
+        return Err(KeyError::Dots {
+            what,
+            text: text.to_string(),
+        });
     }
     Ok(())
 }
@@ -105,27 +134,27 @@ fn validate_segment(what: &str, text: &str) -> Result<(), String> {
 /// NUL; any empty, `.` or `..` segment (segments split on `/` and `\`, so `a//b` and a
 /// trailing `/` are rejected too). A subpath is a storage name, never a file path, but
 /// a store that maps keys to files must not be walkable out of its directory.
-pub fn validate_subpath(subpath: &str) -> Result<(), String> {
+pub fn validate_subpath(subpath: &str) -> Result<(), KeyError> {
     if subpath.is_empty() {
-        return Err("the subpath is empty".into());
+        return Err(KeyError::EmptySubpath);
     }
     if subpath.contains('\0') {
-        return Err("the subpath contains NUL".into());
+        return Err(KeyError::Nul);
     }
     if subpath.starts_with('/') {
-        return Err("the subpath is absolute".into());
+        return Err(KeyError::Absolute);
     }
     if subpath.starts_with('\\') {
-        return Err("the subpath is rooted at '\\'".into());
+        return Err(KeyError::BackslashRooted);
     }
     let bytes = subpath.as_bytes();
     if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
-        return Err("the subpath starts with a drive prefix".into());
+        return Err(KeyError::DrivePrefix);
     }
     for segment in subpath.split(['/', '\\']) {
         match segment {
-            "" => return Err("the subpath has an empty segment".into()),
-            "." | ".." => return Err(format!("the subpath has a {segment:?} segment")),
+            "" => return Err(KeyError::EmptySegment),
+            "." | ".." => return Err(KeyError::DotSegment(segment.to_string())),
             _ => {}
         }
     }

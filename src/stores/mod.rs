@@ -13,8 +13,8 @@ pub mod prune;
 pub mod sqlite;
 pub mod summary;
 
-pub use self::postgres::{PostgresStore, PostgresUrl};
-pub use key::{SessionKey, project_key};
+pub use self::postgres::{PostgresStore, PostgresUrl, UrlError};
+pub use key::{KeyError, SessionKey, project_key};
 pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
@@ -43,7 +43,11 @@ pub struct SessionSummary {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("bad session key {key:?}: {why}")]
-    BadKey { key: String, why: String },
+    BadKey {
+        key: String,
+        #[source]
+        why: KeyError,
+    },
     #[error("{path}: {why}")]
     Database { path: PathBuf, why: String },
     /// The database is away for now (connection lost or refused, server restarting):
@@ -60,6 +64,20 @@ pub enum StoreError {
     },
     #[error("entry {index} is not a JSON object")]
     NotAnObject { index: usize },
+    /// An entry that cannot be written as JSON.
+    #[error("entry {index}: {source}")]
+    Encode {
+        index: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A stored record that is not what it should be (`what` says which).
+    #[error("{what}: {source}")]
+    Decode {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("{0}")]
     Io(String),
 }

@@ -235,7 +235,7 @@ impl SqliteSessionStore {
             let uuid = object.get("uuid").and_then(Value::as_str);
             let kind = object.get("type").and_then(Value::as_str);
             let data = serde_json::to_string(entry)
-                .map_err(|e| StoreError::Io(format!("entry {index}: {e}")))?;
+                .map_err(|source| StoreError::Encode { index, source })?;
             rows.push((uuid, kind, data));
         }
         if rows.is_empty() {
@@ -777,36 +777,31 @@ fn create_complete(path: &Path) {
         fastrand::u32(..)
     ));
     let tmp = path.with_file_name(tmp_name);
-    let build = || -> Result<(), String> {
+    let build = || -> Result<(), CreateError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&tmp, flags).map_err(|e| e.to_string())?;
-        conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA journal_mode = MEMORY")
-            .map_err(|e| e.to_string())?;
-        migrate(&conn, &tmp).map_err(|e| e.to_string())?;
+        let conn = Connection::open_with_flags(&tmp, flags)?;
+        conn.execute_batch("PRAGMA synchronous = OFF; PRAGMA journal_mode = MEMORY")?;
+        migrate(&conn, &tmp)?;
         // Last, so that the file says WAL; closing leaves no -wal behind.
-        set_wal(&conn, &tmp).map_err(|e| e.to_string())?;
-        conn.close().map_err(|(_, e)| e.to_string())?;
+        set_wal(&conn, &tmp)?;
+        conn.close().map_err(|(_, e)| e)?;
         if sibling(&tmp, "-wal").exists() {
-            return Err("a -wal was left behind".into());
+            return Err(CreateError::WalLeft);
         }
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| e.to_string())?;
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all())?;
         match std::fs::hard_link(&tmp, path) {
             Ok(()) => {
                 let dir = path
                     .parent()
                     .filter(|p| !p.as_os_str().is_empty())
                     .unwrap_or(Path::new("."));
-                std::fs::File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| e.to_string())
+                Ok(std::fs::File::open(dir).and_then(|d| d.sync_all())?)
             }
             // Another process made the store meanwhile: use that one.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     };
     // Whatever happened, the private file goes; `open` carries on with `path`.
@@ -814,6 +809,19 @@ fn create_complete(path: &Path) {
     for suffix in ["", "-journal", "-wal", "-shm"] {
         let _ = std::fs::remove_file(sibling(&tmp, suffix));
     }
+}
+
+/// Why [`create_complete`] gave up (then `open` creates the store in place).
+#[derive(Debug, thiserror::Error)]
+enum CreateError {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("a -wal was left behind")]
+    WalLeft,
 }
 
 /// Switches to WAL. The switch needs a moment without other connections' transactions

@@ -159,11 +159,25 @@ struct Started {
     sweep: sandbox::Sweep,
 }
 
+/// Why a command did not start; the text is ready for the model.
+#[derive(Debug, thiserror::Error)]
+enum NotStarted {
+    #[error("Cannot run the command: pipe: {0}")]
+    Pipe(#[source] std::io::Error),
+    #[error("Cannot run the command: {0}")]
+    Sandbox(#[source] sandbox::SandboxError),
+    #[error("Cannot run bash in the sandbox: {0}")]
+    SandboxedBash(#[source] std::io::Error),
+    #[error("Cannot run bash: {0}")]
+    Bash(#[source] std::io::Error),
+    #[error("Cannot read the command's output: {0}")]
+    Output(#[source] std::io::Error),
+}
+
 /// Starts `bash -c command` in a new session, sandboxed as `ctx.sandbox` says. A
 /// second attempt is made only when the saved namespaces turned out stale.
-fn start(command: &str, ctx: &ToolContext) -> Result<Started, String> {
-    let (reader, writer) =
-        std::io::pipe().map_err(|e| format!("Cannot run the command: pipe: {e}"))?;
+fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
+    let (reader, writer) = std::io::pipe().map_err(NotStarted::Pipe)?;
     let mut sandboxed = false;
     let mut contained = false;
     let mut sweep = sandbox::Sweep::default();
@@ -171,10 +185,10 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, String> {
     for attempt in 0..2 {
         let (w1, w2) = match (writer.try_clone(), writer.try_clone()) {
             (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => return Err(format!("Cannot run the command: pipe: {e}")),
+            (Err(e), _) | (_, Err(e)) => return Err(NotStarted::Pipe(e)),
         };
-        let prepared = sandbox::prepare(&ctx.sandbox, &ctx.workspace)
-            .map_err(|e| format!("Cannot run the command: {e}"))?;
+        let prepared =
+            sandbox::prepare(&ctx.sandbox, &ctx.workspace).map_err(NotStarted::Sandbox)?;
         sandboxed = prepared.is_some();
         contained = prepared.as_ref().is_some_and(|p| p.contains_processes());
         sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
@@ -211,11 +225,11 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, String> {
     drop(writer);
     let child = match spawned {
         Ok(c) => c,
-        Err(e) if sandboxed => return Err(format!("Cannot run bash in the sandbox: {e}")),
-        Err(e) => return Err(format!("Cannot run bash: {e}")),
+        Err(e) if sandboxed => return Err(NotStarted::SandboxedBash(e)),
+        Err(e) => return Err(NotStarted::Bash(e)),
     };
     let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
-        .map_err(|e| format!("Cannot read the command's output: {e}"))?;
+        .map_err(NotStarted::Output)?;
     Ok(Started {
         child,
         pipe,
@@ -242,7 +256,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         sweep,
     } = match start(command, ctx) {
         Ok(s) => s,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     // The command leads a session of its own, so its group id is its pid.
     let mut guard = GroupGuard::new(

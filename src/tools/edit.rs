@@ -93,7 +93,7 @@ impl Tool for Edit {
             }
             let resolved = match paths::resolve_for_write(ctx, path) {
                 Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return ToolOutput::error(e.to_string()),
             };
             input::blocking(names::EDIT, move || edit_file(&resolved, &old, &new, all)).await
         })

@@ -72,7 +72,7 @@ impl Tool for Glob {
             let base_str = if base_str.is_empty() { "." } else { &base_str };
             let root = match paths::resolve_for_read(ctx, base_str) {
                 Ok(r) => r,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return ToolOutput::error(e.to_string()),
             };
             let cancel = ctx.cancel.clone();
             input::blocking(names::GLOB, move || glob(&root, &rest, &pattern, &cancel)).await

@@ -149,7 +149,7 @@ impl Tool for Grep {
             };
             let root = match paths::resolve_for_read(ctx, path.as_deref().unwrap_or(".")) {
                 Ok(r) => r,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return ToolOutput::error(e.to_string()),
             };
             let cancel = ctx.cancel.clone();
             input::blocking(names::GREP, move || search(&root, &opts, &cancel)).await

@@ -111,18 +111,62 @@ pub fn root(dir: &Path) -> PathBuf {
     resolve(Path::new("/"), dir).unwrap_or_else(|_| dir.to_path_buf())
 }
 
-fn check_input(path: &str) -> Result<(), String> {
+/// Why a tool may not use a path. The text is ready for the model.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("The path is empty.")]
+    Empty,
+    #[error(
+        "The path {0:?} starts with `~`, which is not expanded. Give an absolute path \
+         or a path relative to the workspace."
+    )]
+    Tilde(String),
+    #[error("The path {0:?} contains a NUL byte.")]
+    Nul(String),
+    #[error(transparent)]
+    Resolve(#[from] PathError),
+    #[error(
+        "Refusing to write {path:?}: it resolves to {}{}, which is outside the workspace {}. \
+         Writes are confined to the workspace.",
+        .resolved.display(), through(*.via_link), .workspace.display()
+    )]
+    OutsideWrite {
+        path: String,
+        resolved: PathBuf,
+        via_link: bool,
+        workspace: PathBuf,
+    },
+    #[error(
+        "Refusing to read {path:?}: it resolves to {}{}, which is outside the workspace {} \
+         and the run directory {}. Reads are confined to those two directories.",
+        .resolved.display(), through(*.via_link), .workspace.display(), .run_dir.display()
+    )]
+    OutsideRead {
+        path: String,
+        resolved: PathBuf,
+        via_link: bool,
+        workspace: PathBuf,
+        run_dir: PathBuf,
+    },
+}
+
+fn through(via_link: bool) -> &'static str {
+    if via_link {
+        " through a symbolic link"
+    } else {
+        ""
+    }
+}
+
+fn check_input(path: &str) -> Result<(), Refused> {
     if path.is_empty() {
-        return Err("The path is empty.".into());
+        return Err(Refused::Empty);
     }
     if path.starts_with('~') {
-        return Err(format!(
-            "The path {path:?} starts with `~`, which is not expanded. Give an absolute path \
-             or a path relative to the workspace."
-        ));
+        return Err(Refused::Tilde(path.to_string()));
     }
     if path.contains('\0') {
-        return Err(format!("The path {path:?} contains a NUL byte."));
+        return Err(Refused::Nul(path.to_string()));
     }
     Ok(())
 }
@@ -139,49 +183,39 @@ fn in_additional(ctx: &ToolContext, resolved: &Path) -> bool {
 
 /// Resolves a path a tool is about to write. Relative paths are relative to the
 /// workspace. The error text is ready for the model.
-pub fn resolve_for_write(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+pub fn resolve_for_write(ctx: &ToolContext, path: &str) -> Result<PathBuf, Refused> {
     check_input(path)?;
     let ws = root(&ctx.workspace);
-    let resolved = resolve(&ws, Path::new(path)).map_err(|e| e.to_string())?;
+    let resolved = resolve(&ws, Path::new(path))?;
     if resolved.starts_with(&ws) || in_additional(ctx, &resolved) {
         return Ok(resolved);
     }
     let via_link = lexical(&ws, Path::new(path)).starts_with(&ws);
-    Err(format!(
-        "Refusing to write {path:?}: it resolves to {}{}, which is outside the workspace {}. \
-         Writes are confined to the workspace.",
-        resolved.display(),
-        if via_link {
-            " through a symbolic link"
-        } else {
-            ""
-        },
-        ws.display()
-    ))
+    Err(Refused::OutsideWrite {
+        path: path.to_string(),
+        resolved,
+        via_link,
+        workspace: ws,
+    })
 }
 
 /// Resolves a path a tool is about to read. Relative paths are relative to the
 /// workspace; the result must be inside the workspace or the run directory.
-pub fn resolve_for_read(ctx: &ToolContext, path: &str) -> Result<PathBuf, String> {
+pub fn resolve_for_read(ctx: &ToolContext, path: &str) -> Result<PathBuf, Refused> {
     check_input(path)?;
     let ws = root(&ctx.workspace);
     let run = root(&ctx.run_dir);
-    let resolved = resolve(&ws, Path::new(path)).map_err(|e| e.to_string())?;
+    let resolved = resolve(&ws, Path::new(path))?;
     if resolved.starts_with(&ws) || resolved.starts_with(&run) || in_additional(ctx, &resolved) {
         return Ok(resolved);
     }
     let lex = lexical(&ws, Path::new(path));
     let via_link = lex.starts_with(&ws) || lex.starts_with(&run);
-    Err(format!(
-        "Refusing to read {path:?}: it resolves to {}{}, which is outside the workspace {} \
-         and the run directory {}. Reads are confined to those two directories.",
-        resolved.display(),
-        if via_link {
-            " through a symbolic link"
-        } else {
-            ""
-        },
-        ws.display(),
-        run.display()
-    ))
+    Err(Refused::OutsideRead {
+        path: path.to_string(),
+        resolved,
+        via_link,
+        workspace: ws,
+        run_dir: run,
+    })
 }

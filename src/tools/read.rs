@@ -93,7 +93,7 @@ impl Tool for Read {
             }
             let resolved = match paths::resolve_for_read(ctx, path) {
                 Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return ToolOutput::error(e.to_string()),
             };
             let first = offset.unwrap_or(1).max(1);
             let limit = limit.unwrap_or(DEFAULT_LIMIT);

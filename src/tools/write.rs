@@ -66,7 +66,7 @@ impl Tool for Write {
             };
             let resolved = match paths::resolve_for_write(ctx, path) {
                 Ok(p) => p,
-                Err(e) => return ToolOutput::error(e),
+                Err(e) => return ToolOutput::error(e.to_string()),
             };
             input::blocking(names::WRITE, move || write_file(&resolved, &content)).await
         })

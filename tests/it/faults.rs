@@ -189,10 +189,11 @@ fn an_outage_mid_step_is_waited_out_and_the_session_resumed() {
     assert!(!Value::Array(fed).to_string().contains("API Error"));
 }
 
-/// The same outage while a sub-agent (Task) is working: its failure must not reach the
-/// coordinator as a tool result saying "API Error"; the step waits and resumes instead.
+/// The same outage while a sub-agent (Task) is working: the sub-agent waits it out and
+/// resumes its own session; the coordinator is not retried and gets the sub-agent's
+/// report as the Task's one result, never "API Error" nor an interruption marker.
 #[test]
-fn an_outage_inside_a_sub_agent_resumes_the_step_without_the_error() {
+fn an_outage_inside_a_sub_agent_resumes_the_sub_agent_without_the_error() {
     let (project, server, held) = outage_during(Agent::Worker, "网络不通,已等 ", 3);
     let after = held + 1;
     let requests = server.requests();
@@ -201,25 +202,28 @@ fn an_outage_inside_a_sub_agent_resumes_the_step_without_the_error() {
 
     let row = work_row(&project);
     assert_eq!(row["attempts"], 2, "{row:#}");
-    assert_eq!(row["resumed"], true, "{row:#}");
+    assert_eq!(row["resumed"], false, "{row:#}");
     assert_eq!(row["ok"], true, "{row:#}");
 
     let coordinator: Vec<&Recorded> = requests
         .iter()
         .filter(|r| agent_of(r) == Agent::Coordinator)
         .collect();
-    // Its last request is the retry (one may have slipped onto a kept-alive connection
-    // just before the outage and failed with it).
-    let retry = coordinator.last().unwrap();
+    assert_eq!(coordinator.len(), 2, "the coordinator was not retried");
+    let results = coordinator[1].tool_results();
+    assert_eq!(results.len(), 1, "{results:#?}");
+    assert_eq!(results[0]["content"], "写好了 hello.txt。");
+    // The sub-agent's retry continues its session with the resume prompt.
+    let workers: Vec<&Recorded> = requests
+        .iter()
+        .filter(|r| agent_of(r) == Agent::Worker)
+        .collect();
+    let retry = workers.last().unwrap();
     assert!(
         retry.index >= after,
-        "the coordinator was asked again after the outage"
+        "the sub-agent was asked again after the outage"
     );
-    assert_resumes(retry, coordinator[0]);
-    // The Task call the outage cut short is answered, neutrally.
-    let results = retry.tool_results();
-    assert_eq!(results.len(), 1, "{results:#?}");
-    assert_eq!(results[0]["content"], INTERRUPTED_BODY);
+    assert_resumes(retry, workers[0]);
     assert_eq!(project.read("hello.txt"), "hello");
 }
 

@@ -187,6 +187,8 @@ fn suffixed_names_never_enter() {
         workspace: canonical.to_string_lossy().into(),
         woke: 2,
         steps,
+        store: None,
+        run_key: None,
     };
     fs::write(
         f.run_dir.join("lineage.json"),

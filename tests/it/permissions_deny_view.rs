@@ -16,7 +16,7 @@ type Viewed = Result<(String, String), String>;
 /// The deny view as text: the commands (`;`-separated) and the sorted starts
 /// (`command:word`), or the reason it cannot be built.
 fn view(cmd: &str) -> Viewed {
-    let v = deny_view(cmd)?;
+    let v = deny_view(cmd).map_err(|why| why.to_string())?;
     let commands = v
         .commands
         .iter()

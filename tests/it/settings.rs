@@ -361,3 +361,27 @@ fn the_environment_snapshot_carries_home_terminal_and_directory() {
     assert!(!format!("{env:?}").contains(FAKE_API_KEY));
     assert!(!format!("{settings:?}").contains(FAKE_API_KEY));
 }
+
+#[test]
+fn the_sandbox_learns_where_git_reads_the_users_config_from_the_settings() {
+    // The sandbox never reads the process environment: git's own variables arrive
+    // through the one resolution, and a settings file's `env` does not change them.
+    let settings = resolve(&[
+        ("HOME", "/home/u"),
+        ("XDG_CONFIG_HOME", "/home/u/xdg"),
+        ("GIT_CONFIG_GLOBAL", "/home/u/team.gitconfig"),
+    ])
+    .unwrap();
+    let git = &settings.sandbox.user_git;
+    assert_eq!(git.home.as_deref(), Some(std::path::Path::new("/home/u")));
+    assert_eq!(
+        git.xdg_config_home.as_deref(),
+        Some(std::path::Path::new("/home/u/xdg"))
+    );
+    assert_eq!(
+        git.global.as_deref(),
+        Some(std::path::Path::new("/home/u/team.gitconfig"))
+    );
+    let bare = resolve(&[]).unwrap();
+    assert_eq!(bare.sandbox.user_git, Default::default());
+}

@@ -20,7 +20,7 @@ fn malformed_urls_are_refused_with_a_reason() {
         ("postgres://127.0.0.1:notaport/db", "not a PostgreSQL URL"),
         ("/tmp/sessions.db", "postgres://"),
     ] {
-        let err = bad.parse::<PostgresUrl>().unwrap_err();
+        let err = bad.parse::<PostgresUrl>().unwrap_err().to_string();
         assert!(err.contains(why), "{bad}: {err}");
     }
     let url: PostgresUrl = "postgresql://me:s3cret@db.example:6543/runs"

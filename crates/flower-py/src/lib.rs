@@ -439,6 +439,9 @@ impl PyWorkflow {
     fn run_sync(&self, py: Python<'_>, rt: &PyRuntime) -> PyResult<Py<PyAny>> {
         let future = self.future(py, rt)?;
         let tokio = pyo3_async_runtimes::tokio::get_runtime();
+        // On the runtime's workers, as `run` is: polled from here, every I/O event of
+        // the run would be a wake-up across threads.
+        let mut task = tokio.spawn(future);
         py.detach(|| {
             tokio.block_on(async move {
                 let signals = async {
@@ -447,10 +450,17 @@ impl PyWorkflow {
                         Python::attach(|py| py.check_signals())?;
                     }
                 };
-                tokio::select! {
-                    result = future => result,
+                let interrupted: PyResult<()> = tokio::select! {
+                    done = &mut task => return done.unwrap_or_else(|e| {
+                        Err(FlowerError::new_err(format!("the run failed: {e}")))
+                    }),
                     interrupted = signals => interrupted,
-                }
+                };
+                // Stopped as a cancellation is: the run is dropped on its worker, and
+                // that is waited for.
+                task.abort();
+                let _ = task.await;
+                interrupted.map(|()| Python::attach(|py| py.None()))
             })
         })
     }
@@ -596,12 +606,14 @@ fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict
             max_attempts,
             delay_s,
             error,
+            depth,
         } => {
             d.set_item("type", "retrying")?;
             d.set_item("attempt", attempt)?;
             d.set_item("max_attempts", max_attempts)?;
             d.set_item("delay_s", delay_s)?;
             d.set_item("error", error)?;
+            d.set_item("depth", depth)?;
         }
         Event::Offline {
             waited_s,
@@ -613,7 +625,10 @@ fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict
             d.set_item("endpoint", endpoint)?;
             d.set_item("database", database)?;
         }
-        Event::Online => d.set_item("type", "online")?,
+        Event::Online { database } => {
+            d.set_item("type", "online")?;
+            d.set_item("database", database)?;
+        }
         Event::Warning { message } => {
             d.set_item("type", "warning")?;
             d.set_item("message", message)?;
@@ -927,6 +942,7 @@ impl PyLineage {
 #[pyo3(name = "_flower")]
 fn flower_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+
     m.add_class::<PyAgentSpec>()?;
     m.add_class::<PyStep>()?;
     m.add_class::<PyWorkflow>()?;

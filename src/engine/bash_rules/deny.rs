@@ -16,7 +16,7 @@ const SHELLS: [&str; 7] = ["bash", "sh", "zsh", "dash", "ksh", "fish", "busybox"
 
 /// The deny view of `cmd` (see the module documentation). `Err` says why the command
 /// cannot be checked against deny rules.
-pub fn deny_view(cmd: &str) -> Result<DenyView, String> {
+pub fn deny_view(cmd: &str) -> Result<DenyView, Unchecked> {
     let mut view = DenyView::default();
     collect(cmd, 0, &mut view)?;
     bound_names(&mut view)?;
@@ -25,7 +25,7 @@ pub fn deny_view(cmd: &str) -> Result<DenyView, String> {
 
 /// Every command whose program is a name bound to code (an alias, a `hash -p`) is
 /// checked again as that code followed by its arguments, until nothing new appears.
-fn bound_names(view: &mut DenyView) -> Result<(), String> {
+fn bound_names(view: &mut DenyView) -> Result<(), Unchecked> {
     let mut done: Vec<(usize, usize, usize)> = Vec::new();
     for _ in 0..=MAX_SCRIPT_DEPTH {
         let mut todo = Vec::new();
@@ -51,31 +51,40 @@ fn bound_names(view: &mut DenyView) -> Result<(), String> {
             return Ok(());
         }
         for script in todo {
-            collect(&script, 1, view)
-                .map_err(|e| format!("{} cannot be checked: {e}", short(&script)))?;
+            collect(&script, 1, view).map_err(|e| Unchecked::Script {
+                script: short(&script),
+                source: Box::new(e),
+            })?;
         }
     }
-    Err("names bound to code nest too deeply".into())
+    Err(Unchecked::Construct(
+        "names bound to code nest too deeply".into(),
+    ))
 }
 
-fn collect(cmd: &str, depth: usize, view: &mut DenyView) -> Result<(), String> {
+fn collect(cmd: &str, depth: usize, view: &mut DenyView) -> Result<(), Unchecked> {
     if depth > MAX_SCRIPT_DEPTH {
-        return Err("shell scripts nest too deeply".into());
+        return Err(Unchecked::Construct("shell scripts nest too deeply".into()));
     }
-    let tree = parse_clean(cmd, PARSE_BUDGET).map_err(|e| e.to_string())?;
+    let tree = parse_clean(cmd, PARSE_BUDGET)?;
     let root = tree.root_node();
     if let Some(what) = risky_bytes(cmd, root) {
-        return Err(format!("it holds {what}, which bash may read differently"));
+        return Err(Unchecked::Construct(format!(
+            "it holds {what}, which bash may read differently"
+        )));
     }
     if let Some((what, at)) = misread_redirect(root, cmd) {
-        return Err(format!("it holds {what} ({})", short(text(at, cmd))));
+        return Err(Unchecked::Construct(format!(
+            "it holds {what} ({})",
+            short(text(at, cmd))
+        )));
     }
     heredoc_lines(root, cmd)?;
     // `{name}>file` assigns the descriptor's number to `name`: a subscript in it is
     // evaluated, as in any assignment.
     for (_, name) in named_descriptors(root, cmd) {
         if let Some(why) = assignment_hazard(&name) {
-            return Err(why);
+            return Err(Unchecked::Construct(why));
         }
     }
     let mut w = DenyWalk {
@@ -93,7 +102,7 @@ struct DenyWalk<'a, 'v> {
 }
 
 impl DenyWalk<'_, '_> {
-    fn walk(&mut self, node: Node) -> Result<(), String> {
+    fn walk(&mut self, node: Node) -> Result<(), Unchecked> {
         if !node.is_named() {
             return Ok(());
         }
@@ -119,13 +128,13 @@ impl DenyWalk<'_, '_> {
         Ok(())
     }
 
-    fn command(&mut self, node: Node) -> Result<(), String> {
+    fn command(&mut self, node: Node) -> Result<(), Unchecked> {
         let src = self.src;
         if let Some(t) = stray_token(node) {
-            return Err(format!(
+            return Err(Unchecked::Construct(format!(
                 "it uses {} in a way that cannot be checked",
                 short(text(t, src))
-            ));
+            )));
         }
         let mut words: Vec<DenyWord> = Vec::new();
         let mut c = node.walk();
@@ -135,10 +144,10 @@ impl DenyWalk<'_, '_> {
                     let w = ch.named_child(0);
                     let v = w.and_then(|w| static_value(w, src));
                     if v.is_none() {
-                        return Err(format!(
+                        return Err(Unchecked::Construct(format!(
                             "its program {} is only known when it runs",
                             short(text(ch, src))
-                        ));
+                        )));
                     }
                     words.push(v);
                 }
@@ -152,7 +161,7 @@ impl DenyWalk<'_, '_> {
 
     /// `declare`, `export`, `local`, `readonly`, `typeset`, `unset`: a computed,
     /// subscripted or special name, or `-i`/`-n`, evaluates a value as code.
-    fn declaration(&mut self, node: Node) -> Result<(), String> {
+    fn declaration(&mut self, node: Node) -> Result<(), Unchecked> {
         let src = self.src;
         let mut c = node.walk();
         for ch in node.named_children(&mut c).collect::<Vec<_>>() {
@@ -165,14 +174,16 @@ impl DenyWalk<'_, '_> {
             match ch.kind() {
                 "variable_assignment" => {}
                 "variable_name" if special_variable(t) => {
-                    return Err(format!("it sets bash's special variable {t}"));
+                    return Err(Unchecked::Construct(format!(
+                        "it sets bash's special variable {t}"
+                    )));
                 }
                 "variable_name" => {}
                 _ => match static_value(ch, src) {
                     Some(v) if !v.starts_with(['-', '+']) => {
                         let name = v.split_once('=').map_or(v.as_str(), |(n, _)| n);
                         if let Some(why) = assignment_hazard(name) {
-                            return Err(why);
+                            return Err(Unchecked::Construct(why));
                         }
                     }
                     Some(_) => {}
@@ -186,7 +197,7 @@ impl DenyWalk<'_, '_> {
 
     /// Records one simple command and where it may start; follows wrappers, `find
     /// -exec`, the names builtins assign, and the code programs run (see [`scripts_of`]).
-    fn add(&mut self, words: Vec<DenyWord>, source: &str) -> Result<(), String> {
+    fn add(&mut self, words: Vec<DenyWord>, source: &str) -> Result<(), Unchecked> {
         let index = self.view.commands.len();
         // Starts still to look at; each position is looked at once.
         let mut seen = vec![false; words.len()];
@@ -198,10 +209,10 @@ impl DenyWalk<'_, '_> {
             }
             seen[start] = true;
             let Some(program) = &words[start] else {
-                return Err(format!(
+                return Err(Unchecked::Construct(format!(
                     "a program it runs ({}) is only known when it runs",
                     short(source)
-                ));
+                )));
             };
             self.view.starts.push((index, start));
             let base = program.rsplit('/').next().unwrap_or(program);
@@ -227,8 +238,10 @@ impl DenyWalk<'_, '_> {
         self.view.commands.push(words);
         self.view.sources.push(source.to_string());
         for s in scripts {
-            collect(&s, self.depth + 1, self.view)
-                .map_err(|e| format!("its script {} cannot be checked: {e}", short(&s)))?;
+            collect(&s, self.depth + 1, self.view).map_err(|e| Unchecked::Script {
+                script: format!("its script {}", short(&s)),
+                source: Box::new(e),
+            })?;
         }
         Ok(())
     }
@@ -303,7 +316,7 @@ const WALKED: [&str; 37] = [
 
 /// The check of one node that is not a command: `Err` where bash evaluates a value as
 /// code, or where the grammar says less than bash does.
-fn check(node: Node, kind: &str, src: &str) -> Result<(), String> {
+fn check(node: Node, kind: &str, src: &str) -> Result<(), Unchecked> {
     match kind {
         "arithmetic_expansion" | "c_style_for_statement" | "subscript" => Err(evaluates(node, src)),
         "compound_statement" if node.child(0).is_some_and(|c| c.kind() == "((") => {
@@ -319,25 +332,27 @@ fn check(node: Node, kind: &str, src: &str) -> Result<(), String> {
             if plain {
                 Ok(())
             } else {
-                Err(format!(
+                Err(Unchecked::Construct(format!(
                     "the expansion {} may evaluate a value as code",
                     short(text(node, src))
-                ))
+                )))
             }
         }
         "for_statement" => {
             let mut c = node.walk();
             if !node.children(&mut c).any(|n| n.kind() == "in") {
-                return Err("a `for` loop without `in`".into());
+                return Err(Unchecked::Construct("a `for` loop without `in`".into()));
             }
             match node.child_by_field_name("variable") {
-                Some(v) => assignment_hazard(text(v, src)).map_or(Ok(()), Err),
+                Some(v) => assignment_hazard(text(v, src))
+                    .map_or(Ok(()), |why| Err(Unchecked::Construct(why))),
                 None => Ok(()),
             }
         }
         "variable_assignment" => match node.named_child(0) {
             Some(name) if name.kind() != "variable_name" => Err(evaluates(name, src)),
-            Some(name) => assignment_hazard(text(name, src)).map_or(Ok(()), Err),
+            Some(name) => assignment_hazard(text(name, src))
+                .map_or(Ok(()), |why| Err(Unchecked::Construct(why))),
             None => Ok(()),
         },
         "test_command" => {
@@ -358,33 +373,33 @@ fn check(node: Node, kind: &str, src: &str) -> Result<(), String> {
                 .children(&mut c)
                 .any(|n| matches!(n.kind(), ">&" | "<&"));
             if dup && !harmless_redirect(node, src) {
-                Err(format!(
+                Err(Unchecked::Construct(format!(
                     "bash expands the target of {} twice",
                     short(text(node, src))
-                ))
+                )))
             } else {
                 Ok(())
             }
         }
-        "ansi_c_string" if ansi_c(text(node, src)).is_none() => Err(format!(
+        "ansi_c_string" if ansi_c(text(node, src)).is_none() => Err(Unchecked::Construct(format!(
             "the $'…' string {} has escapes bash may read differently",
             short(text(node, src))
-        )),
+        ))),
         "ansi_c_string" | "compound_statement" | "regex" | "extglob_pattern" => Ok(()),
         k if WALKED.contains(&k) => Ok(()),
-        _ => Err(format!(
+        _ => Err(Unchecked::Construct(format!(
             "it uses {} ({}), which cannot be checked",
             kind,
             short(text(node, src))
-        )),
+        ))),
     }
 }
 
-fn evaluates(node: Node, src: &str) -> String {
-    format!(
+fn evaluates(node: Node, src: &str) -> Unchecked {
+    Unchecked::Construct(format!(
         "{} evaluates a value as code, which cannot be checked",
         short(text(node, src))
-    )
+    ))
 }
 
 fn has_kind_other_than_numbers(node: Node) -> bool {
@@ -402,7 +417,7 @@ fn has_kind_other_than_numbers(node: Node) -> bool {
 /// assignments in the program's environment: checked like any assignment, so that
 /// `BASH_FUNC_…`, `BASH_ENV`, `ENV`, `PS4` … are refused. A word only known at run time
 /// is a program position, which `add` refuses anyway.
-fn wrapper_assignments(args: &[DenyWord]) -> Result<(), String> {
+fn wrapper_assignments(args: &[DenyWord]) -> Result<(), Unchecked> {
     for a in args.iter().flatten() {
         if let Some((name, _)) = a.split_once('=')
             && !name.is_empty()
@@ -410,7 +425,10 @@ fn wrapper_assignments(args: &[DenyWord]) -> Result<(), String> {
             && !name.contains('/')
             && let Some(why) = assignment_hazard(name)
         {
-            return Err(format!("{why} (in the environment of {})", short(a)));
+            return Err(Unchecked::Construct(format!(
+                "{why} (in the environment of {})",
+                short(a)
+            )));
         }
     }
     Ok(())
@@ -420,12 +438,12 @@ fn wrapper_assignments(args: &[DenyWord]) -> Result<(), String> {
 /// `printf -v NAME`, `mapfile NAME`, `getopts OPTS NAME`, `wait -p NAME`): each name is
 /// checked like an assignment, so that a subscript (evaluated as arithmetic) or a
 /// special variable (`OPTIND`, `PS4` …) is refused; `let` evaluates its arguments.
-pub(super) fn assigned_names(base: &str, args: &[DenyWord], source: &str) -> Result<(), String> {
+pub(super) fn assigned_names(base: &str, args: &[DenyWord], source: &str) -> Result<(), Unchecked> {
     let evaluates = || {
-        format!(
+        Unchecked::Construct(format!(
             "{} evaluates a value as code, which cannot be checked",
             short(source)
-        )
+        ))
     };
     let names: Vec<DenyWord> = match base {
         "let" => return Err(evaluates()),
@@ -457,14 +475,14 @@ pub(super) fn assigned_names(base: &str, args: &[DenyWord], source: &str) -> Res
     for name in names {
         match name {
             None => {
-                return Err(format!(
+                return Err(Unchecked::Construct(format!(
                     "{} assigns a variable whose name is only known when it runs",
                     short(source)
-                ));
+                )));
             }
             Some(n) => {
                 if let Some(why) = assignment_hazard(&n) {
-                    return Err(why);
+                    return Err(Unchecked::Construct(why));
                 }
             }
         }
@@ -571,8 +589,13 @@ const SCRIPT_OPTIONS: [(&str, char, &str, &str); 7] = [
 /// operands, an option's value that is a command (`env -S`, `flock -c`, `su -c`,
 /// `mapfile -C` …), `trap`'s and `watch`'s operands, alias values, and the program a
 /// `hash -p` binds to a name.
-fn scripts_of(base: &str, args: &[DenyWord], source: &str) -> Result<Vec<String>, String> {
-    let unknown = || format!("the script of {} is only known when it runs", short(source));
+fn scripts_of(base: &str, args: &[DenyWord], source: &str) -> Result<Vec<String>, Unchecked> {
+    let unknown = || {
+        Unchecked::Construct(format!(
+            "the script of {} is only known when it runs",
+            short(source)
+        ))
+    };
     let known = |w: &DenyWord| w.clone().ok_or_else(unknown);
     let mut out = Vec::new();
     if let Some((_, letter, takes, long)) = SCRIPT_OPTIONS.iter().find(|(p, ..)| *p == base) {
@@ -587,7 +610,7 @@ fn scripts_of(base: &str, args: &[DenyWord], source: &str) -> Result<Vec<String>
     }
     match base {
         "eval" | "watch" | "parallel" => {
-            let v: Result<Vec<String>, String> = args.iter().map(known).collect();
+            let v: Result<Vec<String>, Unchecked> = args.iter().map(known).collect();
             out.push(v?.join(" "));
         }
         // `trap 'cmd' SIGNAL`, `su user cmd`: any operand may be the code.

@@ -5,7 +5,7 @@ use super::*;
 /// A here-document's body starts on the line after its `<<`. When something that
 /// starts on that line runs past its end (`<<EOF $(…⏎…)`, `<<EOF && (⏎…)`), bash and
 /// the grammar disagree on which lines are the body.
-pub(super) fn heredoc_lines(root: Node, src: &str) -> Result<(), String> {
+pub(super) fn heredoc_lines(root: Node, src: &str) -> Result<(), Unchecked> {
     let mut heredocs = Vec::new();
     let mut all = Vec::new();
     let mut cursor = root.walk();
@@ -29,11 +29,11 @@ pub(super) fn heredoc_lines(root: Node, src: &str) -> Result<(), String> {
             .iter()
             .any(|r| r.start >= p && r.start < nl && r.end > nl)
         {
-            return Err(
+            return Err(Unchecked::Construct(
                 "a here-document starts on a line whose next part runs past the line end, \
                  so its body cannot be located"
                     .into(),
-            );
+            ));
         }
     }
     Ok(())
@@ -44,8 +44,12 @@ pub(super) fn heredoc_lines(root: Node, src: &str) -> Result<(), String> {
 /// the first line that is exactly the delimiter (leading tabs stripped for `<<-`),
 /// that line must be where the grammar ends it, and an unquoted body may hold no
 /// substitution.
-pub(super) fn check_heredoc(node: Node, src: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("a here-document {why}, so it cannot be checked"));
+pub(super) fn check_heredoc(node: Node, src: &str) -> Result<(), Unchecked> {
+    let bad = |why: &str| {
+        Err(Unchecked::Construct(format!(
+            "a here-document {why}, so it cannot be checked"
+        )))
+    };
     let mut c = node.walk();
     let children: Vec<Node> = node.children(&mut c).collect();
     let strip_tabs = children.iter().any(|n| n.kind() == "<<-");

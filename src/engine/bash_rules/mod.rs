@@ -50,6 +50,25 @@ pub const PARSE_BUDGET: Duration = Duration::from_millis(500);
 /// How deeply `bash -c '…'`/`eval` scripts inside scripts are followed.
 const MAX_SCRIPT_DEPTH: usize = 8;
 
+/// Why a command cannot be checked against deny rules ([`deny_view`]): what the
+/// refusal tells the agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unchecked {
+    /// A construct whose effect is only known when it runs (the text says which).
+    #[error("{0}")]
+    Construct(String),
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    /// Code the command runs (`bash -c '…'`, an alias's value) cannot be checked.
+    #[error("{script} cannot be checked: {source}")]
+    Script {
+        /// How the script is named (`its script 'rm …'`).
+        script: String,
+        #[source]
+        source: Box<Unchecked>,
+    },
+}
+
 /// Why a command could not be parsed at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {

@@ -27,7 +27,7 @@ pub fn plain_parts_within(cmd: &str, budget: Duration) -> Result<Vec<Part>, NotP
     }
     if has_heredoc(root) {
         super::heredoc::heredoc_lines(root, cmd).map_err(|what| NotPlain::Construct {
-            what,
+            what: what.to_string(),
             at: cmd.into(),
         })?;
     }

@@ -79,7 +79,7 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
     };
     let (mut child, sweep) = match spawn(&hook.command, launch) {
         Ok(spawned) => spawned,
-        Err(why) => return done(Ended::Failed(why), String::new(), String::new()),
+        Err(why) => return done(Ended::Failed(why.to_string()), String::new(), String::new()),
     };
     // It leads a session of its own, so its group id is its pid.
     let pgid = child.id().and_then(|id| i32::try_from(id).ok());
@@ -143,15 +143,25 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
     done(ended, out.text(), stderr)
 }
 
+/// Why a hook's command did not start.
+#[derive(Debug, thiserror::Error)]
+enum SpawnError {
+    #[error("cannot sandbox the hook: {0}")]
+    Sandbox(#[source] sandbox::SandboxError),
+    #[error("cannot start the hook: {0}")]
+    Start(#[source] std::io::Error),
+}
+
 fn spawn(
     command: &str,
     launch: &Launch,
-) -> Result<(tokio::process::Child, sandbox::Sweep), String> {
-    let mut last = String::new();
+) -> Result<(tokio::process::Child, sandbox::Sweep), SpawnError> {
     // A second attempt only when the saved namespaces turned out stale (as Bash does).
-    for attempt in 0..2 {
-        let prepared = sandbox::prepare(&launch.sandbox, &launch.workspace)
-            .map_err(|e| format!("cannot sandbox the hook: {e}"))?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let prepared =
+            sandbox::prepare(&launch.sandbox, &launch.workspace).map_err(SpawnError::Sandbox)?;
         let sandboxed = prepared.is_some();
         let sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
         let mut cmd = tokio::process::Command::new("bash");
@@ -177,14 +187,12 @@ fn spawn(
         }
         match cmd.spawn() {
             Ok(child) => return Ok((child, sweep)),
-            Err(e) if sandboxed && attempt == 0 && sandbox::is_stale(&e) => {
+            Err(e) if sandboxed && attempt == 1 && sandbox::is_stale(&e) => {
                 sandbox::forget_namespaces();
-                last = e.to_string();
             }
-            Err(e) => return Err(format!("cannot start the hook: {e}")),
+            Err(e) => return Err(SpawnError::Start(e)),
         }
     }
-    Err(format!("cannot start the hook: {last}"))
 }
 
 fn ended_of(status: std::process::ExitStatus) -> Ended {

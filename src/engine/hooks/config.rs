@@ -120,7 +120,7 @@ impl Eq for Matcher {}
 
 impl Matcher {
     /// Parses a matcher; `Err` says why a regular expression does not compile.
-    pub fn parse(text: &str) -> Result<Matcher, String> {
+    pub fn parse(text: &str) -> Result<Matcher, regex::Error> {
         let text = text.trim();
         if text.is_empty() || text == "*" {
             return Ok(Matcher::All);
@@ -136,9 +136,7 @@ impl Matcher {
                     .collect(),
             ));
         }
-        regex::Regex::new(text)
-            .map(Matcher::Regex)
-            .map_err(|e| e.to_string())
+        regex::Regex::new(text).map(Matcher::Regex)
     }
 
     pub fn matches(&self, subject: &str) -> bool {

@@ -52,7 +52,7 @@ mod url;
 pub use lease::{LEASE_CHECK, Leased, OnLeaseLost, RunLease, hostname};
 pub use runs::RunRow;
 pub use schema::SCHEMA_VERSION;
-pub use url::PostgresUrl;
+pub use url::{PostgresUrl, UrlError};
 
 use lease::*;
 use locks::*;

@@ -22,27 +22,39 @@ impl std::fmt::Display for PostgresUrl {
     }
 }
 
+/// Why a store URL was refused. Never repeats the password.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("expected a URL starting with postgres:// or postgresql://")]
+    Scheme,
+    #[error("not a PostgreSQL URL: {0}")]
+    Driver(#[source] ::postgres::Error),
+    #[error("the URL names no host")]
+    NoHost,
+    #[error("the URL names no database (postgres://host:port/DATABASE)")]
+    NoDatabase,
+}
+
 impl FromStr for PostgresUrl {
-    type Err = String;
+    type Err = UrlError;
 
     /// Accepts `postgres://[user[:password]@]host[:port]/database[?options]`. The reason
     /// of an error never repeats the password.
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, UrlError> {
         let text = text.trim();
         let Some(rest) = text
             .strip_prefix("postgres://")
             .or_else(|| text.strip_prefix("postgresql://"))
         else {
-            return Err("expected a URL starting with postgres:// or postgresql://".into());
+            return Err(UrlError::Scheme);
         };
-        let mut config =
-            ::postgres::Config::from_str(text).map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+        let mut config = ::postgres::Config::from_str(text).map_err(UrlError::Driver)?;
         network_timeouts(&mut config);
         if config.get_hosts().is_empty() {
-            return Err("the URL names no host".into());
+            return Err(UrlError::NoHost);
         }
         if config.get_dbname().is_none_or(str::is_empty) {
-            return Err("the URL names no database (postgres://host:port/DATABASE)".into());
+            return Err(UrlError::NoDatabase);
         }
         // Shown without the password: everything after `user:` up to the last `@`
         // before the host part.

@@ -22,6 +22,7 @@
 //! Config files are read with a small reader of git's syntax (sections, quoting,
 //! escapes, continuation lines); what it cannot read it skips.
 
+use super::UserGitConfig;
 use std::path::{Component, Path, PathBuf};
 
 /// Submodules inside submodules followed at most.
@@ -46,16 +47,21 @@ struct Finder<'a> {
     /// Where missing files may be created (the writable roots).
     roots: &'a [PathBuf],
     home: Option<PathBuf>,
+    /// `XDG_CONFIG_HOME` and `GIT_CONFIG_GLOBAL`, as the settings resolved them.
+    xdg_config_home: Option<PathBuf>,
+    global: Option<PathBuf>,
     out: Protected,
     configs_read: Vec<PathBuf>,
 }
 
 /// What to protect for a command in `workspace`; missing files are created only
 /// beneath `roots`.
-pub(super) fn protected(workspace: &Path, roots: &[PathBuf]) -> Protected {
+pub(super) fn protected(workspace: &Path, roots: &[PathBuf], user: &UserGitConfig) -> Protected {
     let mut f = Finder {
         roots,
-        home: std::env::home_dir(),
+        home: user.home.clone(),
+        xdg_config_home: user.xdg_config_home.clone(),
+        global: user.global.clone(),
         out: Protected::default(),
         configs_read: Vec::new(),
     };
@@ -238,15 +244,16 @@ impl Finder<'_> {
         let mut files = Vec::new();
         if let Some(home) = self.home.clone() {
             files.push(home.join(".gitconfig"));
-            let xdg = std::env::var_os("XDG_CONFIG_HOME")
-                .map(PathBuf::from)
+            let xdg = self
+                .xdg_config_home
+                .clone()
                 .unwrap_or_else(|| home.join(".config"));
             let dir = xdg.join("git");
             self.read_only(dir.clone());
             files.push(dir.join("config"));
         }
-        if let Some(global) = std::env::var_os("GIT_CONFIG_GLOBAL") {
-            files.push(PathBuf::from(global));
+        if let Some(global) = self.global.clone() {
+            files.push(global);
         }
         files.push(PathBuf::from("/etc/gitconfig"));
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));

@@ -58,6 +58,20 @@ pub struct SandboxPolicy {
     /// More directories writable like the workspace (and only when it is): a settings
     /// file's `permissions.additionalDirectories`. The file tools reach them too.
     pub additional_dirs: Vec<PathBuf>,
+    /// Where the user's git configuration lives, kept read-only with `protect_git`.
+    pub user_git: UserGitConfig,
+}
+
+/// Where the user's git configuration lives: resolved by the settings from `HOME`,
+/// `XDG_CONFIG_HOME` and `GIT_CONFIG_GLOBAL` (the sandbox never reads the environment).
+/// Empty: only the system's `/etc/gitconfig`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserGitConfig {
+    /// `~/.gitconfig`, and `~/.config/git` when `xdg_config_home` is not set.
+    pub home: Option<PathBuf>,
+    pub xdg_config_home: Option<PathBuf>,
+    /// `GIT_CONFIG_GLOBAL`: a file git reads instead of `~/.gitconfig`.
+    pub global: Option<PathBuf>,
 }
 
 impl SandboxPolicy {
@@ -70,6 +84,7 @@ impl SandboxPolicy {
             workspace_writable: true,
             protect_git: true,
             additional_dirs: Vec::new(),
+            user_git: UserGitConfig::default(),
         }
     }
 
@@ -117,13 +132,24 @@ pub fn support() -> Support {
     match landlock_abi() {
         Ok(abi) if abi < 5 => Support::Partial(format!("Landlock ABI {abi}")),
         Ok(_) => Support::Full,
-        Err(why) => Support::Missing(why),
+        Err(why) => Support::Missing(why.to_string()),
     }
 }
 
+/// Why the kernel offers no Landlock.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoLandlock {
+    #[error("内核没有 Landlock")]
+    NotBuilt,
+    #[error("内核关闭了 Landlock")]
+    Disabled,
+    #[error("Landlock 探测失败: {0}")]
+    Probe(#[source] Arc<std::io::Error>),
+}
+
 /// The Landlock ABI version this kernel offers, or why there is none.
-pub fn landlock_abi() -> Result<i32, String> {
-    static ABI: OnceLock<Result<i32, String>> = OnceLock::new();
+pub fn landlock_abi() -> Result<i32, NoLandlock> {
+    static ABI: OnceLock<Result<i32, NoLandlock>> = OnceLock::new();
     ABI.get_or_init(|| {
         // SAFETY: landlock_create_ruleset with a null attribute, size 0 and the VERSION
         // flag only returns the ABI version (or an error); it creates nothing.
@@ -138,9 +164,9 @@ pub fn landlock_abi() -> Result<i32, String> {
         if abi < 0 {
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
-                Some(libc::ENOSYS) => "内核没有 Landlock".into(),
-                Some(libc::EOPNOTSUPP) => "内核关闭了 Landlock".into(),
-                _ => format!("Landlock 探测失败: {e}"),
+                Some(libc::ENOSYS) => NoLandlock::NotBuilt,
+                Some(libc::EOPNOTSUPP) => NoLandlock::Disabled,
+                _ => NoLandlock::Probe(Arc::new(e)),
             });
         }
         Ok(i32::try_from(abi).unwrap_or(i32::MAX))

@@ -87,7 +87,7 @@ impl Plan {
             read_only.push(workspace.to_path_buf());
         }
         if policy.protect_git {
-            let git = git::protected(workspace, roots);
+            let git = git::protected(workspace, roots, &policy.user_git);
             // Only what a command could otherwise write needs a mount; inside a
             // read-only workspace, its own mount covers it.
             let needed =

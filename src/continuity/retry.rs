@@ -1,0 +1,136 @@
+//! The one retry decision, for a step's main session and for its sub-agents alike:
+//! classify the error, wait out an outage (the model's API or the store's database),
+//! back off, say so ([`Event::Retrying`]). The runtime retries a step by resuming its
+//! session; a sub-agent is retried by the engine through [`SubagentRecovery`], which
+//! resumes the sub-agent's own session and counts the retry in the step's row.
+
+use super::manifest::{StepError, StepResult};
+use super::resilience::{self, Endpoint, ErrorClass, Resilience};
+use crate::engine::{Event, EventSink, Recovery, RunError};
+use crate::future::BoxFuture;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What to do after a failed run.
+pub(super) enum Verdict {
+    /// Waited (outage, backoff): go again.
+    Retry,
+    /// Retrying cannot help or the attempts are spent; the hint says what the user has
+    /// to fix, for a fatal error that has one.
+    Stop(Option<String>),
+    /// The endpoint stayed away longer than `max_offline_wait`.
+    GaveUp,
+}
+
+/// The retry policy with what it probes and whom it tells.
+pub(super) struct Retrier {
+    pub(super) resilience: Resilience,
+    pub(super) events: EventSink,
+    /// The model's API, for the probe; `None` when the client has none.
+    pub(super) model: Option<Endpoint>,
+    /// The store's database; `None` for a local store.
+    pub(super) store: Option<Endpoint>,
+}
+
+impl Retrier {
+    /// Try number `number` failed with `error`: whether (having waited) to go again.
+    /// `depth` is the agent's (0 for the step's main session).
+    pub(super) async fn after(&self, error: &RunError, number: u32, depth: u32) -> Verdict {
+        let model_error = error.model_error();
+        let store_away = error.store_error().is_some_and(|e| e.is_transient());
+        let class = match model_error {
+            Some(model_error) => resilience::classify_error(model_error),
+            // The database went away: like the network, it is waited for.
+            None if store_away => ErrorClass::Transient,
+            None => ErrorClass::Fatal,
+        };
+        if !self.resilience.should_retry(class) || number >= self.resilience.max_attempts {
+            let hint = match class {
+                ErrorClass::Fatal => model_error.and_then(resilience::fatal_hint),
+                _ => None,
+            };
+            return Verdict::Stop(hint.map(str::to_string));
+        }
+        let endpoint = if store_away { &self.store } else { &self.model };
+        let Some(waited) = self.wait_for(endpoint.as_ref(), store_away).await else {
+            return Verdict::GaveUp;
+        };
+        let retry_after = model_error.and_then(|e| e.retry_after());
+        // After an outage the wait was the backoff: the endpoint answers again, so
+        // the retry goes out at once (while the prompt cache may still be warm).
+        let delay = if waited {
+            Duration::ZERO
+        } else {
+            self.resilience.delay(number, retry_after)
+        };
+        (self.events)(&Event::Retrying {
+            attempt: number + 1,
+            max_attempts: self.resilience.max_attempts,
+            delay_s: delay.as_secs_f64(),
+            error: error.to_string(),
+            depth,
+        });
+        tokio::time::sleep(delay).await;
+        Verdict::Retry
+    }
+
+    /// While the endpoint is unreachable, waits (probing) without spending attempts.
+    /// `None` when the wait limit passed, else whether there was an outage to wait out.
+    async fn wait_for(&self, endpoint: Option<&Endpoint>, database: bool) -> Option<bool> {
+        let Some(endpoint) = endpoint else {
+            return Some(false);
+        };
+        let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
+        if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
+            return Some(false);
+        }
+        let shown = format!("{}:{}", endpoint.host, endpoint.port);
+        let events = self.events.clone();
+        let online = self
+            .resilience
+            .wait_until_reachable(endpoint, |waited| {
+                events(&Event::Offline {
+                    waited_s: waited.as_secs_f64(),
+                    endpoint: shown.clone(),
+                    database,
+                })
+            })
+            .await;
+        if online {
+            (self.events)(&Event::Online { database });
+        }
+        online.then_some(true)
+    }
+}
+
+/// A sub-agent's retries, by the step's policy; each one is counted in the in-flight
+/// row (an error in `errors[]`, one more in `attempts`) so that a row rescued on a
+/// signal has it too.
+pub(super) struct SubagentRecovery {
+    pub(super) retrier: Arc<Retrier>,
+    pub(super) in_flight: Arc<Mutex<Option<StepResult>>>,
+}
+
+impl Recovery for SubagentRecovery {
+    fn retry<'a>(
+        &'a self,
+        agent_id: &'a str,
+        error: &'a RunError,
+        tries: u32,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            match self.retrier.after(error, tries, 1).await {
+                Verdict::Retry => {
+                    let mut in_flight = super::runtime::lock(&self.in_flight);
+                    if let Some(row) = in_flight.as_mut() {
+                        let text = crate::engine::recovery::retried_text(agent_id, error);
+                        row.errors.push(StepError::new(text, error.kind()));
+                        row.attempts += 1;
+                    }
+                    true
+                }
+                Verdict::Stop(_) | Verdict::GaveUp => false,
+            }
+        })
+    }
+}
