@@ -177,7 +177,15 @@ fn measure_store(flower: &str, n: usize, pg: Option<&str>) -> Duration {
                 flower,
                 &server,
                 &root,
-                &["once", "再读一遍", "--json", "--resume", &id, "--allowed-tools", "Read"],
+                &[
+                    "once",
+                    "再读一遍",
+                    "--json",
+                    "--resume",
+                    &id,
+                    "--allowed-tools",
+                    "Read",
+                ],
             );
             if let Some(url) = &store_url {
                 cmd.env("FLOWER_STORE", url);

@@ -108,12 +108,7 @@ fn text(run: &Run, t: &Totals) -> String {
             out.push_str("  接上次会话");
         }
         if !a.retired.is_empty() {
-            let _ = write!(
-                out,
-                "  换代 {} 次:{}",
-                a.retired.len(),
-                folded(&a.retired)
-            );
+            let _ = write!(out, "  换代 {} 次:{}", a.retired.len(), folded(&a.retired));
         }
         out.push('\n');
     }
