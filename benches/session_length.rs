@@ -19,6 +19,7 @@
 //!    per-turn wall against SQLite's. Goal ≤ 1.5 ×.
 //!
 //! Peak RSS and CPU are the child's own, read with `wait4` by a helper process.
+#![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/it/support/mod.rs"]
@@ -149,10 +150,10 @@ fn measure_store(flower: &str, n: usize, pg: Option<&str>) -> Duration {
     let root = dir.path().canonicalize().expect("canonical");
     std::fs::write(root.join("notes.txt"), FILE_TEXT).expect("seed file");
     let id = uuid::Uuid::new_v4().to_string();
-    let key = SessionKey::main(&project_key(&root), &id);
+    let key = SessionKey::main(project_key(&root), &id);
     let entries = session(&id, n);
     let stored: usize = entries.iter().map(|e| e.to_string().len()).sum();
-    let store_url = pg.map(|url| fresh_schema(url));
+    let store_url = pg.map(fresh_schema);
     match &store_url {
         None => {
             let store = SqliteSessionStore::open(&root.join("runs/sessions.db")).expect("store");
