@@ -41,6 +41,7 @@ fn foreign_row(i: usize) -> ManifestRow {
         resumed: !i.is_multiple_of(3),
         retired: Vec::new(),
         context: 28_700 + i as u64,
+        outages: Vec::new(),
     };
     r.to_row(&format!("20260901-{:06}-a1b2c3", i / 100))
 }

@@ -16,6 +16,10 @@ pub enum Event {
         /// Depth of sub-agent nesting (0 for the main agent).
         depth: u32,
     },
+    /// A model request is sent (its reply streams as deltas, then `TurnDone`).
+    Requesting {
+        depth: u32,
+    },
     TextDelta {
         text: String,
         depth: u32,

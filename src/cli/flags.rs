@@ -54,6 +54,11 @@ pub struct ThinkingArg {
     /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
     pub thinking: Option<Option<u32>>,
+
+    /// How eagerly the model spends tokens: low, medium, high, xhigh or max (the
+    /// levels the model's table row accepts). Setting: CLAUDE_CODE_EFFORT_LEVEL.
+    #[arg(long, value_name = "LEVEL")]
+    pub effort: Option<String>,
 }
 
 /// The sandbox around Bash commands (see the README's "Permissions and sandbox"),
@@ -108,6 +113,7 @@ impl FlagGroup for ModelArg {
 impl FlagGroup for ThinkingArg {
     fn add_to(&self, flags: &mut Flags) {
         flags.thinking = self.thinking;
+        flags.effort = self.effort.clone();
     }
 }
 

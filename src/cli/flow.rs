@@ -84,7 +84,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         Ok(intent) => intent,
         Err(code) => return Ok(code),
     };
-    let options = flower_options(&args, interactive, intent);
+    let options = flower_options(&args, &settings, interactive, intent);
 
     let interrupt = Interrupt::new();
     let run = or_return!(
@@ -108,12 +108,23 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     }
     note_warnings(&renderer, runtime);
     install_signals(runtime, &renderer, interrupt, interactive)?;
+    if renderer.is_live()
+        && let Ok(before) = super::inspect_run(&settings)
+    {
+        renderer.set_cost_before(before.totals(&[]).cost_usd);
+    }
 
     let workflow = flower_workflow(run.workspace(), &options);
     let outcome = workflow.run(runtime).await;
     renderer.finish();
     note_warnings(&renderer, runtime);
-    exit_status(&renderer, args.rounds, outcome)
+    // The summary's figures are the run's, read as `flower log` reads them.
+    let figures = renderer
+        .is_live()
+        .then(|| super::inspect_run(&settings).ok())
+        .flatten()
+        .map(|run| run.totals(&run.sessions()));
+    exit_status(&renderer, args.rounds, outcome, figures.as_ref())
 }
 
 /// The pipeline's worker with the settings files' allow rules: the one role they
@@ -234,10 +245,16 @@ async fn decide_intent(
 }
 
 /// The pipeline's options for `intent`.
-fn flower_options(args: &FlowArgs, interactive: bool, intent: Intent) -> FlowerOptions {
+fn flower_options(
+    args: &FlowArgs,
+    settings: &Settings,
+    interactive: bool,
+    intent: Intent,
+) -> FlowerOptions {
     let mut options = FlowerOptions {
         rounds: args.rounds,
         interactive,
+        judge_effort: settings.model.judge_effort,
         ..FlowerOptions::default()
     };
     match intent {
@@ -281,18 +298,19 @@ fn exit_status(
     renderer: &Renderer,
     rounds: u32,
     outcome: Result<Context, WorkflowError>,
+    figures: Option<&flower::inspect::Totals>,
 ) -> anyhow::Result<ExitCode> {
     match outcome {
         Ok(ctx) => {
             if ctx.passed.get(WORK).copied().unwrap_or(false) {
                 renderer.note("== 判定通过 ==");
-                renderer.summary("判定通过");
+                renderer.summary("判定通过", figures);
                 Ok(ExitCode::SUCCESS)
             } else {
                 renderer.note(&format!(
                     "== 这次唤醒的 {rounds} 轮用完了,判定还没通过。再跑 flower 接着做 =="
                 ));
-                renderer.summary("判定未通过");
+                renderer.summary("判定未通过", figures);
                 Ok(ExitCode::FAILURE)
             }
         }
@@ -300,7 +318,7 @@ fn exit_status(
             renderer.note(&format!(
                 "flower: 步骤 {step} 没跑完:{error}\n再跑一次 flower 就从这里接着做。"
             ));
-            renderer.summary(&format!("{step} 没跑完"));
+            renderer.summary(&format!("{step} 没跑完"), figures);
             Ok(ExitCode::FAILURE)
         }
         Err(other) => Err(other.into()),

@@ -57,8 +57,17 @@ impl Lines {
 
 /// Prints `question` and a `> ` prompt on stderr, then waits for a line.
 pub async fn ask_line(question: &str) -> Option<String> {
-    super::out::err!("\n{question}\n> ");
-    Lines::shared().next().await
+    // The live status line stays away while the user types (and is taken off now).
+    super::render::pause(true);
+    let clear = if std::io::stderr().is_terminal() {
+        "\r\x1b[2K"
+    } else {
+        ""
+    };
+    super::out::err!("{clear}\n{question}\n> ");
+    let line = Lines::shared().next().await;
+    super::render::pause(false);
+    line
 }
 
 /// `AskUser` on the terminal.

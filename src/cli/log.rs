@@ -78,11 +78,9 @@ fn text(run: &Run, t: &Totals) -> String {
         .map(|a| super::format::display_width(&a.step))
         .max()
         .unwrap_or(0);
-    let mut wakes = 0;
     for a in &run.attempts {
         if a.wake {
-            wakes += 1;
-            let _ = writeln!(out, "── 唤醒 #{wakes}(进程 {})──", a.run);
+            let _ = writeln!(out, "── 唤醒 #{}(进程 {})──", a.woke, a.run);
         }
         let pad = width.saturating_sub(super::format::display_width(&a.step));
         let kind = kind_label(a.kind);

@@ -40,10 +40,16 @@ pub fn open_run(
     source: &flags::RunSource,
     env: &flower::settings::Environment,
 ) -> anyhow::Result<flower::inspect::Run> {
-    use flower::continuity::run::{Peek, RunError};
     let settings = config::settings(&source.flags(), env)?;
+    inspect_run(&settings)
+}
+
+/// The run `settings` name, read as `flower log` reads it: the one source of the
+/// figures a person is shown (cost, turns, peak context, handoffs, wakes, retries).
+pub fn inspect_run(settings: &flower::settings::Settings) -> anyhow::Result<flower::inspect::Run> {
+    use flower::continuity::run::{Peek, RunError};
     let (workspace, run_dir) = (&settings.workspace, &settings.run_dir);
-    let peek = Peek::open(&settings).map_err(|error| match error {
+    let peek = Peek::open(settings).map_err(|error| match error {
         RunError::OpenStore(e) => anyhow::anyhow!("cannot open the store: {e}"),
         RunError::ReadRun(e) => anyhow::anyhow!("{e}"),
         other => other.into(),

@@ -8,6 +8,7 @@ use super::lines;
 use super::render::Renderer;
 use crate::cli::out::{errln, outln};
 use flower::continuity::run::open_single;
+use flower::continuity::runtime::AgentOutcome;
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use flower::settings::Environment;
@@ -35,6 +36,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         disallowed_tools: args.disallowed_tools.clone(),
         max_turns: args.max_turns,
         model: None,
+        effort: None,
     };
     // A malformed rule is a usage error, before any request.
     if let Err(e) = spec.permissions_in(env.home()) {
@@ -89,9 +91,15 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     }
     let outcome = runtime.run_agent("once", &spec, &args.prompt, start).await;
     renderer.finish();
+    Ok(print_outcome(&outcome, args.json))
+}
+
+/// Prints how the session ended (one JSON object with `--json`, else a summary line
+/// on stderr); the exit code says whether it went well.
+fn print_outcome(outcome: &AgentOutcome, as_json: bool) -> ExitCode {
     let result = &outcome.result;
     let session_id = result.session_id.clone().unwrap_or_default();
-    if args.json {
+    if as_json {
         let object = json!({
             "session_id": session_id,
             "result": if result.ok { result.text.clone() } else { result.error.clone().unwrap_or_default() },
@@ -115,9 +123,9 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
             format::tokens(result.context)
         );
     }
-    Ok(if result.ok {
+    if result.ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    })
+    }
 }

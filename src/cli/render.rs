@@ -9,7 +9,22 @@ use super::status::{self, Status};
 use flower::engine::{Event, EventSink};
 use flower::settings::Terminal;
 use std::io::IsTerminal;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+/// How often the live status line is redrawn while nothing else is printed (a request
+/// in flight, a sub-agent at work, an outage): its seconds move at least once a second.
+const TICK: Duration = Duration::from_millis(500);
+
+/// Set while a line is read from the terminal: the live line is not drawn over what
+/// the user types.
+static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Stops (`true`) or resumes the live line's redraws, around reading a line.
+pub fn pause(paused: bool) {
+    PAUSED.store(paused, Ordering::SeqCst);
+}
 
 /// Width of a step header up to the step counter: `== 干活 ` plus 30 `=`.
 const HEADER_WIDTH: usize = 38;
@@ -50,6 +65,8 @@ struct State {
     status_shown: bool,
     /// The thinking marker of the current reply was shown.
     thinking_shown: bool,
+    /// The output was ended ([`Renderer::finish`]): no more redraws.
+    finished: bool,
 }
 
 /// Renders events; shared by the event sink.
@@ -66,7 +83,7 @@ impl Renderer {
     /// and `TERM`) describes it.
     pub fn new(headers: bool, terminal: &Terminal) -> Arc<Self> {
         let err_tty = std::io::stderr().is_terminal();
-        Arc::new(Renderer {
+        let renderer = Arc::new(Renderer {
             color: err_tty && !terminal.no_color,
             live: status::live(
                 std::io::stdout().is_terminal(),
@@ -75,7 +92,31 @@ impl Renderer {
             ),
             headers,
             state: Mutex::new(State::default()),
-        })
+        });
+        if renderer.live {
+            let weak = Arc::downgrade(&renderer);
+            std::thread::spawn(move || tick_until_finished(weak));
+        }
+        renderer
+    }
+
+    /// Redraws the live line with what it says now (the waits' seconds move).
+    fn tick(&self) {
+        if PAUSED.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut state = self.lock();
+        // Never into streamed text, never before a step began (the first question).
+        if state.finished || state.mid_line || state.status.step.is_empty() {
+            return;
+        }
+        let text = state.status.line();
+        self.draw_status(&mut state, &text);
+    }
+
+    /// Whether a live status line is drawn (a terminal, see [`status::live`]).
+    pub fn is_live(&self) -> bool {
+        self.live
     }
 
     /// The event sink that renders through this renderer.
@@ -155,6 +196,8 @@ impl Renderer {
             Event::StepStarted { .. } | Event::Handoff { .. } | Event::StepSkipped { .. } => {
                 self.render_workflow(state, event)
             }
+            // Shown by the ticker: the line's wait starts now.
+            Event::Requesting { .. } => {}
         }
     }
 
@@ -275,7 +318,7 @@ impl Renderer {
             } => {
                 self.end_text_line(state);
                 if self.live {
-                    let text = format!("  {}(探测 {endpoint})", state.status.line());
+                    let text = state.status.line();
                     self.draw_status(state, &text);
                 } else {
                     let away = super::status::away(*database);
@@ -337,6 +380,11 @@ impl Renderer {
         }
     }
 
+    /// What the run had cost before this process (see [`Status::set_cost_before`]).
+    pub fn set_cost_before(&self, before: f64) {
+        self.lock().status.set_cost_before(before);
+    }
+
     /// The context window the status line shows context against.
     pub fn set_window(&self, window: u64) {
         self.lock().status.window = Some(window);
@@ -345,22 +393,37 @@ impl Renderer {
     /// On a live terminal, the one summary line of the finished pipeline (verdict,
     /// wall time, cost, turns, peak context, handoffs) on stderr; nothing otherwise, so
     /// plain output stays as it was.
-    pub fn summary(&self, verdict: &str) {
+    pub fn summary(&self, verdict: &str, run: Option<&flower::inspect::Totals>) {
         if !self.live {
             return;
         }
         let mut state = self.lock();
         self.clear_status(&mut state);
         self.end_text_line(&mut state);
-        let line = state.status.summary(verdict);
+        let line = state.status.summary(verdict, run);
         errln!("{}", self.paint("1", &line));
     }
 
     /// Ends the output cleanly (final newline, no status line left behind).
     pub fn finish(&self) {
         let mut state = self.lock();
+        state.finished = true;
         self.clear_status(&mut state);
         self.end_text_line(&mut state);
+    }
+}
+
+/// The ticker's loop: redraws until the renderer is finished or gone.
+fn tick_until_finished(renderer: Weak<Renderer>) {
+    loop {
+        std::thread::sleep(TICK);
+        let Some(renderer) = renderer.upgrade() else {
+            return;
+        };
+        if renderer.lock().finished {
+            return;
+        }
+        renderer.tick();
     }
 }
 

@@ -357,6 +357,8 @@ fn legend(h: &mut String, items: &[(String, &str)]) {
     h.push_str("</div>\n");
 }
 
+// Long because it draws one SVG in document order: the curves, the window and threshold
+// lines, the markers and the legend share one scale.
 fn context_chart(h: &mut String, sessions: &[&Session], options: &ReportOptions) {
     // One curve per step: its sessions in order (a handoff's successor continues it).
     let mut steps: BTreeMap<&str, Vec<&Session>> = BTreeMap::new();
@@ -512,6 +514,7 @@ fn cost_chart(h: &mut String, sessions: &[Session]) {
     legend(h, &items);
 }
 
+// Long because the rows, the time scale and the bars of one SVG are laid out together.
 fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
     let start = run.attempts.iter().filter_map(|a| a.started_ms).min();
     let end = run.attempts.iter().filter_map(|a| a.ended_ms).max();
@@ -675,6 +678,13 @@ fn session_table(
         tokens(totals.tokens.cache_creation),
         tokens(totals.tokens.cache_read),
     );
+    if totals.tokens.web_search + totals.tokens.web_fetch > 0 {
+        let _ = writeln!(
+            h,
+            "<p>服务端工具:网页搜索 {} 次,网页抓取 {} 次(API 端执行,已计入费用)</p>",
+            totals.tokens.web_search, totals.tokens.web_fetch,
+        );
+    }
     for s in sessions {
         let _ = writeln!(
             h,

@@ -233,6 +233,8 @@ impl Renderer {
 
     /// [`Self::value`] from an entry's JSON text without building a `Value`; `Err` when
     /// the entry does not fit [`lite::Entry`] or holds thinking (nothing written then).
+    // Long because it is the fast path of `value` for every entry kind, field by field, on
+    // the borrowed entry; its arms mirror `value`'s, which reads easier side by side.
     fn raw(&mut self, out: &mut String, row: &[u8]) -> Result<(), ()> {
         let lite::Obj(entry) =
             serde_json::from_slice::<lite::Obj<lite::Entry>>(row).map_err(|_| ())?;
@@ -301,6 +303,17 @@ impl Renderer {
                                     let summary = summarise_raw(name, b.input);
                                     tool_call(out, name, &summary);
                                 }
+                                "server_tool_use" => {
+                                    let name = server_tool_name(b.name.as_deref().unwrap_or("?"));
+                                    server_tool_call(out, name, &summarise_raw(name, b.input));
+                                }
+                                kind if kind.ends_with("_tool_result") => {
+                                    let results = match &b.content {
+                                        Some(lite::Content::Blocks(list)) => Some(list.len()),
+                                        _ => None,
+                                    };
+                                    server_tool_result(out, kind, results);
+                                }
                                 other => unknown_block(out, other),
                             }
                         }
@@ -367,6 +380,16 @@ impl Renderer {
                 self.tools.insert(id.to_owned(), name.to_owned());
                 let input = block.get("input").unwrap_or(&Value::Null);
                 tool_call(out, name, &summarise_input(name, input));
+            }
+            "server_tool_use" => {
+                let name =
+                    server_tool_name(block.get("name").and_then(Value::as_str).unwrap_or("?"));
+                let input = block.get("input").unwrap_or(&Value::Null);
+                server_tool_call(out, name, &summarise_input(name, input));
+            }
+            kind if kind.ends_with("_tool_result") => {
+                let results = block.get("content").and_then(Value::as_array).map(Vec::len);
+                server_tool_result(out, kind, results);
             }
             other => unknown_block(out, other),
         }
@@ -435,6 +458,25 @@ fn text_line(out: &mut String, text: &str) {
 
 fn tool_call(out: &mut String, name: &str, summary: &str) {
     let _ = writeln!(out, "⏺ {name} {summary}");
+}
+
+/// A server tool's name as permission rules spell it (`web_search` → `WebSearch`).
+fn server_tool_name(api_name: &str) -> &str {
+    flower::transcript::tools::server_tool_rule_name(api_name).unwrap_or(api_name)
+}
+
+/// A call the API ran itself (web search, web fetch).
+fn server_tool_call(out: &mut String, name: &str, summary: &str) {
+    let _ = writeln!(out, "⏺ {name} {summary}(API 端执行)");
+}
+
+/// A server tool's result: how many search results, or that a page came back.
+fn server_tool_result(out: &mut String, kind: &str, results: Option<usize>) {
+    let _ = match (kind, results) {
+        ("web_search_tool_result", Some(n)) => writeln!(out, "  ⎿ {n} 条搜索结果"),
+        ("web_fetch_tool_result", _) => writeln!(out, "  ⎿ 网页已取回"),
+        (_, _) => writeln!(out, "  ⎿ {kind}"),
+    };
 }
 
 fn image(out: &mut String) {
@@ -562,6 +604,7 @@ fn summary_field(name: &str) -> &'static str {
             "MultiEdit" | "NotebookEdit" => "file_path",
             "AskUserQuestion" => "question",
             "WebFetch" => "url",
+            "WebSearch" => "query",
             _ => "",
         },
     }

@@ -5,6 +5,7 @@
 use super::format::duration;
 use super::format::{cost, tokens};
 use flower::engine::Event;
+use flower::tools::names::TASK;
 use std::time::Instant;
 
 /// Whether a live status line may be drawn: both stdout and stderr are terminals and
@@ -20,7 +21,12 @@ pub struct Status {
     pub step: String,
     pub turn: u32,
     pub context: u64,
+    /// The run's cost so far: what the manifest said when this process began
+    /// ([`Status::set_cost_before`]) plus what this process's turns reported. `None`
+    /// once a model's price is unknown.
     pub cost: Option<f64>,
+    /// What the current engine run had reported (its turns' costs are cumulative).
+    reported: f64,
     /// The model's context window (set by the pipeline from its handoff settings).
     pub window: Option<u64>,
     /// The session generation of the step (1 = its first session), once a handoff
@@ -31,6 +37,13 @@ pub struct Status {
     /// While the model's API or the store's database is away: seconds waited so far,
     /// and whether it is the database.
     pub offline: Option<(f64, bool)>,
+    /// When the outage began and what is probed, for the live wait.
+    offline_since: Option<(Instant, String)>,
+    /// The model request in flight (the main session's or a sub-agent's): when it was
+    /// sent and how many characters of its reply have streamed back.
+    pub request: Option<(Instant, usize)>,
+    /// What the sub-agent at work was asked to do (its Task's description).
+    pub subagent: Option<String>,
     pub turns: u64,
     pub peak_context: u64,
 }
@@ -48,11 +61,15 @@ impl Status {
             step: String::new(),
             turn: 0,
             context: 0,
-            cost: None,
+            cost: Some(0.0),
+            reported: 0.0,
             window: None,
             generation: None,
             handoffs: 0,
             offline: None,
+            offline_since: None,
+            request: None,
+            subagent: None,
             turns: 0,
             peak_context: 0,
         }
@@ -60,6 +77,7 @@ impl Status {
 
     /// Folds one event in.
     pub fn observe(&mut self, event: &Event) {
+        self.observe_wait(event);
         match event {
             Event::TurnDone {
                 turn,
@@ -72,11 +90,17 @@ impl Status {
                 self.context = *context;
                 self.peak_context = self.peak_context.max(*context);
                 self.turns += 1;
-                if cost_usd.is_some() {
-                    self.cost = *cost_usd;
+                // Cumulative per engine run: only what is new since its last turn.
+                match (self.cost.as_mut(), cost_usd) {
+                    (Some(total), Some(now)) => {
+                        *total += now - self.reported;
+                        self.reported = *now;
+                    }
+                    _ => self.cost = None,
                 }
                 self.offline = None;
             }
+            Event::SessionStarted { depth: 0, .. } => self.reported = 0.0,
             Event::StepStarted { step, .. } => {
                 if *step != self.step {
                     self.generation = None;
@@ -85,8 +109,18 @@ impl Status {
                 self.turn = 0;
             }
             Event::Offline {
-                waited_s, database, ..
-            } => self.offline = Some((*waited_s, *database)),
+                waited_s,
+                database,
+                endpoint,
+            } => {
+                self.offline = Some((*waited_s, *database));
+                if self.offline_since.is_none() {
+                    let since = Instant::now()
+                        .checked_sub(std::time::Duration::from_secs_f64(*waited_s))
+                        .unwrap_or_else(Instant::now);
+                    self.offline_since = Some((since, endpoint.clone()));
+                }
+            }
             Event::Handoff {
                 generation,
                 context,
@@ -98,9 +132,57 @@ impl Status {
                 self.context = 0;
                 self.turn = 0;
             }
-            Event::Online { .. } => self.offline = None,
+            Event::Online { .. } => {
+                self.offline = None;
+                self.offline_since = None;
+            }
             _ => {}
         }
+    }
+
+    /// What is being waited for: the request in flight, the sub-agent at work.
+    fn observe_wait(&mut self, event: &Event) {
+        match event {
+            Event::Requesting { .. } => self.request = Some((Instant::now(), 0)),
+            Event::TextDelta { text, .. } | Event::ThinkingDelta { text, .. } => {
+                if let Some((_, streamed)) = self.request.as_mut() {
+                    *streamed += text.chars().count();
+                }
+            }
+            Event::TurnDone { .. } | Event::Retrying { .. } | Event::Offline { .. } => {
+                self.request = None
+            }
+            Event::ToolCall {
+                name,
+                summary,
+                depth: 0,
+            } if name == TASK => self.subagent = Some(summary.clone()),
+            Event::ToolDone { name, depth: 0, .. } if name == TASK => self.subagent = None,
+            Event::StepStarted { .. } => {
+                self.request = None;
+                self.subagent = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The live parts of the line while waiting: the request's wait and what has
+    /// streamed back (≈ 4 characters a token), the sub-agent's task.
+    fn waiting(&self) -> String {
+        let mut parts = String::new();
+        if let Some((since, streamed)) = self.request {
+            parts.push_str(&format!(" · 等回复 {}s", since.elapsed().as_secs()));
+            if streamed > 0 {
+                parts.push_str(&format!(
+                    " · 已收 ~{} tokens",
+                    tokens(streamed.div_ceil(4) as u64)
+                ));
+            }
+        }
+        if let Some(task) = &self.subagent {
+            parts.push_str(&format!(" · 子代理在做:{task}"));
+        }
+        parts
     }
 
     /// `[干活] 第 3 轮 · 上下文 80.2K/200.0K · 第 2 代 · $0.0123 · 用时 1m02s`, or the
@@ -114,7 +196,14 @@ impl Status {
         let elapsed = duration(self.started.elapsed().as_secs_f64());
         if let Some((waited, database)) = self.offline {
             let away = away(database);
-            return format!("{step}{away},已等 {waited:.0}s · 用时 {elapsed}");
+            // Counted on between probes, so the line moves while it waits.
+            let (waited, probe) = match &self.offline_since {
+                Some((since, endpoint)) => {
+                    (since.elapsed().as_secs_f64(), format!("(探测 {endpoint})"))
+                }
+                None => (waited, String::new()),
+            };
+            return format!("{step}{away},已等 {waited:.0}s · 用时 {elapsed}{probe}");
         }
         let window = self
             .window
@@ -125,22 +214,41 @@ impl Status {
             .map(|g| format!(" · 第 {g} 代"))
             .unwrap_or_default();
         format!(
-            "{step}第 {} 轮 · 上下文 {}{window}{generation} · {} · 用时 {elapsed}",
+            "{step}第 {} 轮 · 上下文 {}{window}{generation} · {} · 用时 {elapsed}{}",
             self.turn,
             tokens(self.context),
-            cost(self.cost)
+            cost(self.cost),
+            self.waiting()
         )
     }
 
-    /// The line printed when the pipeline ends.
-    pub fn summary(&self, verdict: &str) -> String {
+    /// What the run had cost before this process began (the manifest's rows, as
+    /// `flower log` sums them).
+    pub fn set_cost_before(&mut self, before: f64) {
+        if let Some(total) = self.cost.as_mut() {
+            *total += before;
+        }
+    }
+
+    /// The line printed when the pipeline ends: this wake's wall time, then the run's
+    /// figures as `flower log` totals them (`run`), else as this process saw them.
+    pub fn summary(&self, verdict: &str, run: Option<&flower::inspect::Totals>) -> String {
+        let (spent, turns, peak, handoffs) = match run {
+            Some(t) => (
+                (!t.cost_partial).then_some(t.cost_usd),
+                t.turns,
+                t.peak_context,
+                t.handoffs as u32,
+            ),
+            None => (self.cost, self.turns, self.peak_context, self.handoffs),
+        };
         format!(
             "== {verdict} · 用时 {} · {} · {} 轮 · 峰值上下文 {} · 换代 {} ==",
             duration(self.started.elapsed().as_secs_f64()),
-            cost(self.cost),
-            self.turns,
-            tokens(self.peak_context),
-            self.handoffs
+            cost(spent),
+            turns,
+            tokens(peak),
+            handoffs
         )
     }
 }

@@ -404,6 +404,8 @@ fn parse_entries(input: &[u8]) -> Result<Vec<Value>, Failed> {
     Ok(entries)
 }
 
+// Long because one pass reads, filters, keys and deduplicates the file, and each
+// refusal names the file and what was (not) written.
 fn import(
     db: &Path,
     file: &Path,

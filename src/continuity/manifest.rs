@@ -69,6 +69,19 @@ pub struct StepResult {
     pub retired: Vec<String>,
     /// Context size (tokens) of the session's last turn.
     pub context: u64,
+    /// Outages waited out during this attempt (its sub-agents' included), oldest
+    /// first. Not one of the contract's fields: the row writes it after them
+    /// (`outages`, only when there were any).
+    #[serde(skip)]
+    pub outages: Vec<Outage>,
+}
+
+/// An outage a step attempt waited out: how long, and what was away.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+pub struct Outage {
+    pub waited_s: f64,
+    /// The store's database (`true`) or the model's API.
+    pub database: bool,
 }
 
 impl StepResult {
@@ -110,6 +123,7 @@ impl StepResult {
             duration_s: self.duration_s(),
             run: run.to_owned(),
             context: None,
+            woke: None,
         }
     }
 
@@ -194,6 +208,9 @@ pub struct ManifestRow {
     pub run: String,
     /// The run's window and threshold; `None` in rows of an older flower.
     pub context: Option<RunContext>,
+    /// Which wake of the run wrote the row (lineage's `woke`: 1 for the first run):
+    /// the number the banner says; `None` in rows of an older flower.
+    pub woke: Option<u64>,
 }
 
 impl ManifestRow {
@@ -228,6 +245,10 @@ impl Serialize for ManifestRow {
             /// Written as `null` when the run does not hand off.
             #[serde(skip_serializing_if = "Option::is_none")]
             handoff_threshold: Option<Option<u64>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            woke: Option<u64>,
+            #[serde(skip_serializing_if = "<[Outage]>::is_empty")]
+            outages: &'a [Outage],
         }
         Row {
             result: &self.result,
@@ -235,6 +256,8 @@ impl Serialize for ManifestRow {
             run: &self.run,
             context_window: self.context.map(|c| c.window),
             handoff_threshold: self.context.map(|c| c.handoff_threshold),
+            woke: self.woke,
+            outages: &self.result.outages,
         }
         .serialize(serializer)
     }
@@ -286,6 +309,8 @@ struct RowFields {
     run: Lenient<String>,
     context_window: Lenient<u64>,
     handoff_threshold: Lenient<u64>,
+    woke: Lenient<u64>,
+    outages: Lenient<Vec<Lenient<Outage>>>,
 }
 
 impl RowFields {
@@ -317,6 +342,13 @@ impl RowFields {
                 resumed: self.resumed.0.unwrap_or_default(),
                 retired: texts(self.retired),
                 context: self.context.0.unwrap_or_default(),
+                outages: self
+                    .outages
+                    .0
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|o| o.0)
+                    .collect(),
             },
             duration_s: self.duration_s.0.unwrap_or_default(),
             run: self.run.0.unwrap_or_default(),
@@ -324,6 +356,7 @@ impl RowFields {
                 window,
                 handoff_threshold: self.handoff_threshold.0,
             }),
+            woke: self.woke.0,
         }
     }
 }
@@ -488,6 +521,8 @@ pub struct Manifest {
     shared: Option<SharedRun>,
     /// What this writer's rows say about the run's context (see [`RunContext`]).
     context: Option<RunContext>,
+    /// Which wake of the run this writer's rows belong to ([`ManifestRow::woke`]).
+    woke: Option<u64>,
 }
 
 /// The run's context window and handoff threshold, recorded in every row a runtime
@@ -569,6 +604,7 @@ impl Manifest {
             last: None,
             shared: None,
             context: None,
+            woke: None,
         }
     }
 
@@ -576,6 +612,12 @@ impl Manifest {
     pub fn with_context(mut self, context: RunContext) -> Self {
         self.context = Some(context);
         self
+    }
+
+    /// Records `woke` (lineage's wake count, this process's number) in every row
+    /// written from now on.
+    pub fn set_woke(&mut self, woke: u64) {
+        self.woke = Some(woke);
     }
 
     /// A manifest writer whose rows are merged by `run` in the shared database (the
@@ -617,6 +659,7 @@ impl Manifest {
     pub fn record(&mut self, result: &StepResult) -> Result<RecordOutcome, ManifestError> {
         let row = ManifestRow {
             context: self.context,
+            woke: self.woke,
             ..result.to_row(&self.run_id)
         };
         let same_attempt = |r: &ManifestRow| {
@@ -631,6 +674,8 @@ impl Manifest {
 
     /// Merges this process's rows into the file (see the module doc), or into the
     /// shared database and then its mirror.
+    // Long because the merge with the other processes' rows is one critical section under
+    // the lock: read back (or the unchanged shortcut), move a corrupt file aside, write, rename.
     pub fn write(&mut self) -> Result<RecordOutcome, ManifestError> {
         if let Some(shared) = &self.shared {
             let ours = self.rows.iter().map(ManifestRow::to_json).collect();

@@ -4,7 +4,7 @@
 //! session; a sub-agent is retried by the engine through [`SubagentRecovery`], which
 //! resumes the sub-agent's own session and counts the retry in the step's row.
 
-use super::manifest::{StepError, StepResult};
+use super::manifest::{Outage, StepError, StepResult};
 use super::resilience::{self, Endpoint, ErrorClass, Resilience};
 use crate::engine::{Event, EventSink, Recovery, RunError};
 use crate::future::BoxFuture;
@@ -13,8 +13,8 @@ use std::time::Duration;
 
 /// What to do after a failed run.
 pub(super) enum Verdict {
-    /// Waited (outage, backoff): go again.
-    Retry,
+    /// Waited (the outage it names, if any; the backoff): go again.
+    Retry(Option<Outage>),
     /// Retrying cannot help or the attempts are spent; the hint says what the user has
     /// to fix, for a fatal error that has one.
     Stop(Option<String>),
@@ -30,6 +30,8 @@ pub(super) struct Retrier {
     pub(super) model: Option<Endpoint>,
     /// The store's database; `None` for a local store.
     pub(super) store: Option<Endpoint>,
+    /// Outages waited out and not yet folded into the attempt's row.
+    pub(super) outages: Mutex<Vec<Outage>>,
 }
 
 impl Retrier {
@@ -52,9 +54,15 @@ impl Retrier {
             return Verdict::Stop(hint.map(str::to_string));
         }
         let endpoint = if store_away { &self.store } else { &self.model };
+        let started = std::time::Instant::now();
         let Some(waited) = self.wait_for(endpoint.as_ref(), store_away).await else {
             return Verdict::GaveUp;
         };
+        let outage = waited.then(|| Outage {
+            waited_s: started.elapsed().as_secs_f64(),
+            database: store_away,
+        });
+        super::runtime::lock(&self.outages).extend(outage);
         let retry_after = model_error.and_then(|e| e.retry_after());
         // After an outage the wait was the backoff: the endpoint answers again, so
         // the retry goes out at once (while the prompt cache may still be warm).
@@ -71,7 +79,12 @@ impl Retrier {
             depth,
         });
         tokio::time::sleep(delay).await;
-        Verdict::Retry
+        Verdict::Retry(outage)
+    }
+
+    /// The outages waited out since the last call, oldest first.
+    pub(super) fn take_outages(&self) -> Vec<Outage> {
+        std::mem::take(&mut *super::runtime::lock(&self.outages))
     }
 
     /// While the endpoint is unreachable, waits (probing) without spending attempts.
@@ -120,12 +133,15 @@ impl Recovery for SubagentRecovery {
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
             match self.retrier.after(error, tries, 1).await {
-                Verdict::Retry => {
+                Verdict::Retry(outage) => {
                     let mut in_flight = super::runtime::lock(&self.in_flight);
                     if let Some(row) = in_flight.as_mut() {
                         let text = crate::engine::recovery::retried_text(agent_id, error);
                         row.errors.push(StepError::new(text, error.kind()));
                         row.attempts += 1;
+                        // A row rescued meanwhile has the outage too; the attempt takes
+                        // it from the retrier when the run ends.
+                        row.outages.extend(outage);
                     }
                     true
                 }

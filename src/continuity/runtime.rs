@@ -126,6 +126,10 @@ pub struct RuntimeOptions {
     pub cache_ttl: Option<Duration>,
     /// Extended thinking budget, tokens (see `EngineConfig::thinking_budget`).
     pub thinking_budget: Option<u32>,
+    /// `output_config.effort` of every agent without its own (see `EngineConfig::effort`).
+    pub effort: Option<crate::model::Effort>,
+    /// `max_uses` of the web tools (see `EngineConfig::web`).
+    pub web: crate::model::WebLimits,
     /// The model client; its default model is the run's model.
     pub client: Arc<dyn ModelClient>,
     /// Retry policy.
@@ -171,6 +175,8 @@ impl RuntimeOptions {
             keep_denials: 1,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             thinking_budget: None,
+            effort: None,
+            web: crate::model::WebLimits::default(),
             client,
             resilience: Resilience::default(),
             events: crate::events::discard(),
@@ -276,6 +282,8 @@ impl Runtime {
     /// The runtime of `workspace` with `run_dir` (relative to the current directory,
     /// not to the workspace). Refuses, before anything is created on disk, a handoff
     /// threshold above the model's window.
+    // Long because the parts are built in the order the run needs (the lock before the
+    // store is opened, the store before the engine), each failure its own error.
     pub fn with_options(
         workspace: impl AsRef<Path>,
         run_dir: impl AsRef<Path>,
@@ -321,6 +329,7 @@ impl Runtime {
             store: raw_store
                 .endpoint()
                 .map(|(host, port)| resilience::Endpoint { host, port }),
+            outages: Mutex::new(Vec::new()),
         });
         let in_flight = Arc::new(Mutex::new(None));
         let recovery = SubagentRecovery {
@@ -333,9 +342,11 @@ impl Runtime {
             project_key: project,
             workspace: workspace.clone(),
             run_dir: run_dir.clone(),
-            events: options.events.clone(),
+            events: live_row(options.events.clone(), Arc::clone(&in_flight)),
             max_tokens,
             thinking_budget: options.thinking_budget,
+            effort: options.effort,
+            web: options.web,
             subagents: options.subagents,
             asker: options.asker,
             interrupt: options.interrupt,
@@ -414,6 +425,15 @@ impl Runtime {
     /// The running shell commands of this runtime's agents.
     pub fn processes(&self) -> &ProcessGroups {
         &self.engine.config().processes
+    }
+
+    /// Counts this process as one more wake of the run (lineage's `woke`) and returns
+    /// its number (1 for the first run); every manifest row it writes from now on
+    /// records it, so `flower log` numbers wakes as the banner does.
+    pub fn wake(&self) -> u64 {
+        let woke = lock(&self.lineage).wake();
+        lock(&self.manifest).set_woke(woke);
+        woke
     }
 
     /// A shareable handle on the lineage, for hooks that outlive a borrow.
@@ -639,6 +659,7 @@ impl Runtime {
             attempt.result.errors.push(error);
         }
         attempt.result.attempts = attempt.number + attempt.subagent_retries;
+        attempt.result.outages.extend(self.retrier.take_outages());
         self.set_in_flight(Some(attempt.result.clone()));
     }
 
@@ -648,8 +669,10 @@ impl Runtime {
         let error = run_error.to_string();
         attempt.result.errors.push(StepError::of_run(run_error));
         attempt.result.error = Some(error.clone());
-        match self.retrier.after(run_error, attempt.number, 0).await {
-            Verdict::Retry => {}
+        let verdict = self.retrier.after(run_error, attempt.number, 0).await;
+        attempt.result.outages.extend(self.retrier.take_outages());
+        match verdict {
+            Verdict::Retry(_) => {}
             Verdict::Stop(hint) => {
                 // Retrying cannot help: say what the user has to fix.
                 if let Some(hint) = hint {
@@ -735,6 +758,37 @@ impl Rescuer {
         // Dying anyway: a failed write has nobody left to tell.
         let _ = lock(&self.manifest).record(&result);
     }
+}
+
+/// The engine's event sink: `events`, and each finished turn of a main session kept in
+/// the in-flight row (cost, turns, context), so that a row rescued on a signal says what
+/// the attempt had spent and reached, not what it had when its run began.
+fn live_row(events: EventSink, in_flight: Arc<Mutex<InFlight>>) -> EventSink {
+    // The cost the current engine run had reported so far (its events are cumulative).
+    let reported = Mutex::new(0.0_f64);
+    Arc::new(move |event: &Event| {
+        match event {
+            Event::SessionStarted { depth: 0, .. } => *lock(&reported) = 0.0,
+            Event::TurnDone {
+                context,
+                cost_usd,
+                depth: 0,
+                ..
+            } => {
+                if let Some(row) = lock(&in_flight).as_mut() {
+                    row.num_turns += 1;
+                    row.context = *context;
+                    let mut reported = lock(&reported);
+                    if let (Some(total), Some(cost)) = (row.cost_usd.as_mut(), *cost_usd) {
+                        *total += cost - *reported;
+                        *reported = cost;
+                    }
+                }
+            }
+            _ => {}
+        }
+        events(event);
+    })
 }
 
 /// Folds one engine run into the step's result.

@@ -3,7 +3,7 @@
 //! | event            | behaviour                                                          |
 //! |------------------|--------------------------------------------------------------------|
 //! | Ctrl-C once      | cooperative interrupt at the next message boundary (see [`Interrupt`]) |
-//! | Ctrl-C twice     | exit at once with status 130 (running commands stopped); lineage is already on disk |
+//! | Ctrl-C twice     | rescue (the in-flight row, `killed-by-signal`), exit at once with status 130 (running commands stopped); lineage is already on disk |
 //! | SIGTERM / SIGHUP | rescue: write the in-flight step's row (`killed-by-signal`), stop running commands, then die by that signal |
 //! | SIGKILL          | nothing runs; the next run resumes all the same                    |
 //! | stdout/stderr closed | as SIGTERM (the reader went away: `| head`), then die by SIGPIPE ([`output_closed`]) |
@@ -81,6 +81,10 @@ pub fn install(
             let soon = !asks_after_interrupt && last.is_some_and(|at| at.elapsed() < DOUBLE_PRESS);
             last = Some(std::time::Instant::now());
             if interrupt.is_pending() || soon {
+                // The step cut short keeps its row, as on SIGTERM.
+                if let Some(rescuer) = &rescuer {
+                    rescuer.rescue();
+                }
                 on_exit();
                 processes.kill_all();
                 std::process::exit(EXIT_INTERRUPTED);

@@ -2,7 +2,9 @@
 //! hooks, permission rules) before a call runs, running it until done or interrupted.
 
 use super::permissions::{Decision, Permissions};
-use super::{Conversation, Denial, Engine, Event, RunError, Totals, hooks, subagent};
+use super::{
+    CUT_BY_MAX_TOKENS, Conversation, Denial, Engine, Event, RunError, Totals, hooks, subagent,
+};
 use crate::model::ToolDef;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 use crate::transcript;
@@ -136,6 +138,32 @@ impl Engine {
         defs
     }
 
+    /// The server tools an agent's rules give it, with their limits.
+    pub(super) fn server_tools(&self, permissions: &Permissions) -> Vec<crate::model::ServerTool> {
+        use crate::model::{ServerTool, ServerToolKind};
+        use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
+        let limits = self.config.web;
+        [
+            (
+                WEB_SEARCH,
+                ServerToolKind::WebSearch,
+                limits.search_max_uses,
+            ),
+            (WEB_FETCH, ServerToolKind::WebFetch, limits.fetch_max_uses),
+        ]
+        .into_iter()
+        .filter_map(|(name, kind, max_uses)| {
+            let access = permissions.web_access(name)?;
+            Some(ServerTool {
+                kind,
+                max_uses: Some(max_uses),
+                allowed_domains: access.allowed_domains,
+                blocked_domains: access.blocked_domains,
+            })
+        })
+        .collect()
+    }
+
     /// Checks and runs one tool call. Never fails: every problem becomes an error result.
     pub(super) async fn call_tool(
         &self,
@@ -151,8 +179,13 @@ impl Engine {
             .get(crate::model::types::INVALID_TOOL_INPUT)
             .and_then(Value::as_str)
         {
+            let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
+                "was cut off"
+            } else {
+                "was not valid JSON"
+            };
             return ToolOutput::error(format!(
-                "The input of this {name} call was not valid JSON ({why}); nothing was run. \
+                "The input of this {name} call {what} ({why}); nothing was run. \
                  Send the call again with a complete JSON object."
             ));
         }

@@ -10,6 +10,7 @@
 pub mod bash_rules;
 mod calls;
 pub mod conventions;
+pub mod count;
 pub mod hooks;
 pub mod interrupt;
 pub mod memory;
@@ -28,7 +29,7 @@ pub use recovery::{RESUME_PROMPT, Recovery};
 pub use spec::AgentSpec;
 
 pub use calls::summarize_input;
-use reply::{Continuations, Next, trim_for_continuation};
+use reply::{Continuations, Next, cut_last_call, trim_for_continuation};
 pub use reply::{MAX_CONTINUATIONS, MAX_PAUSE_CONTINUATIONS};
 use turn::Turn;
 
@@ -59,6 +60,14 @@ pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
     reply.stop_reason.as_deref() == Some(WINDOW_EXCEEDED_STOP)
 }
 
+/// Said to the model after a reply cut by `max_tokens`, on models that refuse an
+/// assistant prefill (Claude 4.6 and later) and whenever thinking is on.
+pub const CONTINUE_AFTER_MAX_TOKENS: &str = "你上一条回复写到长度上限被截断了。从截断的地方直接接着写:不要重复已经写过的内容,不要重新开头,也不要解释。";
+
+/// The marker a tool call cut by `max_tokens` gets in place of its input: it is never
+/// run, its result says so.
+const CUT_BY_MAX_TOKENS: &str = "the reply was cut by max_tokens inside this call";
+
 /// What is sent when the user interrupted a reply and then just pressed Enter.
 pub const CONTINUE_AFTER_INTERRUPT: &str = "继续。";
 
@@ -85,6 +94,11 @@ pub struct EngineConfig {
     /// Extended thinking budget (tokens, ≥ 1024, below `max_tokens`); `None`: off. A
     /// model that only thinks adaptively is asked to think adaptively instead.
     pub thinking_budget: Option<u32>,
+    /// `output_config.effort` of agents whose spec names none; `None`: not sent.
+    pub effort: Option<crate::model::Effort>,
+    /// `max_uses` of the web tools an agent's rules give it (WebSearch, WebFetch: run
+    /// by the API, see [`Permissions::web_access`]).
+    pub web: crate::model::WebLimits,
     /// Agents the `Task` tool can start, by name (`subagent_type`); the first is the
     /// default. Empty: a general-purpose agent with the file and shell tools.
     pub subagents: Vec<AgentSpec>,
@@ -386,6 +400,8 @@ struct Conversation<'a> {
     /// flower's own request inside the session ([`Origin::Internal`]): its turn's end
     /// is not the agent stopping, so no Stop hook runs.
     internal: bool,
+    /// Its size between replies, for counting before a request ([`count`]).
+    measure: count::Measure,
 }
 
 impl<'a> Conversation<'a> {
@@ -406,6 +422,7 @@ impl<'a> Conversation<'a> {
             hook_stop: None,
             stop_blocks: 0,
             internal: false,
+            measure: count::Measure::default(),
         }
     }
 }
@@ -553,6 +570,12 @@ impl Engine {
         // already the tail of the history, so it is not stacked again (and the request
         // stays byte-identical to the failed one, whose prefix the cache holds).
         let reuse = request.retry && resumed && ends_with_prompt(&history, &request.prompt);
+        let measure = count::Measure {
+            tokens: last_context(&history),
+            pending_bytes: 0,
+            // Once per resume or wake: what it adds was never measured.
+            count_next: !history.is_empty(),
+        };
         let mut conversation = Conversation {
             // Moved, not copied: the entries are not needed after this.
             messages: Messages::from_owned(history),
@@ -561,6 +584,7 @@ impl Engine {
             memory: memory.into(),
             opening: pin.into_iter().collect(),
             internal: request.origin == Origin::Internal,
+            measure,
             ..Conversation::new(request.spec, key, chain)
         };
         let prompt = (!reuse).then_some(request.prompt);
@@ -787,6 +811,8 @@ impl Engine {
 
     /// The conversation loop: one model turn, then its tool calls, until the model
     /// ends its turn or something stops the run.
+    // Long because the loop reads as one state machine: the request is built once, then
+    // each outcome of a turn (`Next`) is a few lines of its match.
     async fn converse(
         &self,
         conv: &mut Conversation<'_>,
@@ -809,13 +835,19 @@ impl Engine {
             messages: crate::model::History::new(),
             tools: self.offered_tools(&permissions, conv.depth),
             thinking: self.config.thinking_budget.map(|budget| {
-                if crate::model::models::adaptive_thinking_only(&model) {
+                if crate::model::models::adaptive_thinking(&model) {
                     Thinking::Adaptive
                 } else {
                     Thinking::Budget(budget)
                 }
             }),
+            effort: conv.spec.effort.or(self.config.effort),
+            server_tools: self.server_tools(&permissions),
         };
+        // A reply cut by max_tokens is continued by sending it back as the start of
+        // the assistant turn only where the API allows that: never with thinking, never
+        // on models from 4.6 on (they answer 400); elsewhere a user turn asks for the rest.
+        let prefill = crate::model::models::info(&model).prefill && request.thinking.is_none();
         for item in std::mem::take(&mut conv.opening) {
             self.record_pending(conv, item)?;
         }
@@ -836,6 +868,12 @@ impl Engine {
             {
                 return Err(RunError::MaxTurns(max));
             }
+            if let Some(counted) = self.counted_over_limit(conv, &mut request).await {
+                // A clean boundary (every call answered): hand off before sending a
+                // request over the limit, rather than after the API refused it.
+                totals.context = counted;
+                return Ok(Stop::ContextFull);
+            }
             let reply = match self.take_turn(conv, &mut request).await {
                 Turn::Reply(reply) => reply,
                 Turn::Interrupted => {
@@ -849,9 +887,13 @@ impl Engine {
                     return Err(RunError::Model(error));
                 }
             };
-            let reply = trim_for_continuation(reply);
+            let reply = if prefill {
+                trim_for_continuation(reply)
+            } else {
+                reply
+            };
             self.record_reply(conv, &model, &reply, totals)?;
-            let calls = transcript::tool_uses(&reply.content);
+            let calls = cut_last_call(&reply, transcript::tool_uses(&reply.content));
             match self.after_reply(&reply, &model, calls.is_empty(), &mut continuations)? {
                 Next::Stop(Stop::EndTurn) => {
                     // Stop hooks may send the agent back to work, with their reason.
@@ -864,7 +906,13 @@ impl Engine {
                     }
                 }
                 Next::Stop(stop) => return Ok(stop),
-                Next::Continue => totals.continuing = true,
+                Next::Continue { cut } => {
+                    totals.continuing = true;
+                    if cut && !prefill {
+                        let entry = conv.chain.continuation(CONTINUE_AFTER_MAX_TOKENS);
+                        self.record(conv, entry)?;
+                    }
+                }
                 Next::Tools => {
                     continuations = Continuations::default();
                     let context = reply.usage.context_tokens();
@@ -912,6 +960,10 @@ impl Engine {
         if let Some(hooks) = &self.hooks {
             hooks.exports.append(&conv.key, &entry);
         }
+        conv.measure.pending_bytes = conv
+            .measure
+            .pending_bytes
+            .saturating_add(count::content_bytes(&entry));
         conv.messages.push_owned(entry);
         Ok(())
     }
@@ -980,6 +1032,16 @@ impl Engine {
             });
         }
     }
+}
+
+/// The context of the last turn the model answered in `history`, tokens.
+fn last_context(history: &[Value]) -> Option<u64> {
+    history
+        .iter()
+        .rev()
+        .find_map(transcript::markers::turn_usage)
+        .and_then(|usage| serde_json::from_value::<Usage>(usage.clone()).ok())
+        .map(|usage| usage.context_tokens())
 }
 
 /// Whether the last user or assistant entry of `history` is a user entry that says

@@ -19,6 +19,9 @@
 //!   absent; for Glob, the literal directories that start `pattern` count too): relative
 //!   to the workspace, symlinks followed, `..` applied. A pattern ending in `/**` also
 //!   matches the directory itself. `..` is not allowed inside a path rule.
+//! - `WebSearch`, `WebFetch` (server tools the API runs, [`Permissions::web_access`]):
+//!   `WebFetch(domain:docs.rs)` names a domain; such tools are offered only when an allow
+//!   rule names them, and their domain rules become the tool's domain lists.
 //! - Any other tool (`Task`, …): the content is a wildcard matched against the input's
 //!   main string field (`Task`: `subagent_type`); for allowing, a tool with no known
 //!   field never matches a content rule; for denying, any string field may match.
@@ -67,24 +70,29 @@
 use super::bash_rules::{self, DenyView, NotPlain, Part};
 use crate::tools::paths;
 use crate::tools::sandbox::SandboxPolicy;
+use crate::transcript::tools as names;
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub use crate::transcript::markers::DENIAL_PREFIX;
+use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
 
-/// The tools whose rules are path globs, and the input field holding the path.
-const PATH_TOOLS: [(&str, &str); 5] = [
-    ("Read", "file_path"),
-    ("Write", "file_path"),
-    ("Edit", "file_path"),
-    ("Glob", "path"),
-    ("Grep", "path"),
-];
+/// What the rules let a server tool (WebSearch, WebFetch) do; the API enforces it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebAccess {
+    /// Only these domains; empty: any not blocked.
+    pub allowed_domains: Vec<String>,
+    /// Never these domains (empty when `allowed_domains` is not: the API takes one list).
+    pub blocked_domains: Vec<String>,
+}
 
-/// For other tools: the input field a content rule is matched against.
-const CONTENT_FIELDS: [(&str, &str); 1] = [("Task", "subagent_type")];
+/// The input field holding the path of a tool whose rules are path globs (the tool
+/// table's `path_field`); `None` for the other tools.
+fn path_field(tool: &str) -> Option<&'static str> {
+    names::info_of(tool).and_then(|t| t.path_field)
+}
 
 /// Message length at which a command quoted in a denial is shortened.
 const MAX_QUOTED: usize = 300;
@@ -137,6 +145,8 @@ struct PathPattern {
 #[derive(Debug, Clone)]
 enum Content {
     Whole,
+    /// `WebFetch(domain:example.com)`, `WebSearch(domain:…)`: a server tool's domain.
+    Domain(String),
     Bash(BashPattern),
     Path(PathPattern),
     Other(String),
@@ -210,6 +220,53 @@ impl Permissions {
                 .any(|r| r.tool == tool && matches!(r.content, Content::Whole))
     }
 
+    /// What a server tool (`WebSearch`, `WebFetch`) may do, or `None` when it is not
+    /// offered. It runs at the API, so nobody can be asked about a call midway and no
+    /// single call is checked here: an allow rule must name it (`WebFetch`, or
+    /// `WebFetch(domain:example.com)` for those domains only); a whole-tool deny or
+    /// ask rule keeps it away; deny and ask rules with a domain block that domain.
+    pub fn web_access(&self, tool: &str) -> Option<WebAccess> {
+        fn named<'r>(rules: &'r [Rule], tool: &str) -> impl Iterator<Item = &'r Content> {
+            rules
+                .iter()
+                .filter(move |r| r.tool == tool)
+                .map(|r| &r.content)
+        }
+        let allow: Vec<&Content> = named(&self.allow, tool).collect();
+        let against: Vec<&Content> = named(&self.deny, tool)
+            .chain(named(&self.ask, tool))
+            .collect();
+        if allow.is_empty() || against.iter().any(|c| matches!(c, Content::Whole)) {
+            return None;
+        }
+        let domains = |contents: &[&Content]| -> Vec<String> {
+            let mut out: Vec<String> = Vec::new();
+            for c in contents {
+                if let Content::Domain(d) = c
+                    && !out.contains(d)
+                {
+                    out.push(d.clone());
+                }
+            }
+            out
+        };
+        let blocked = domains(&against);
+        if allow.iter().any(|c| matches!(c, Content::Whole)) {
+            return Some(WebAccess {
+                allowed_domains: Vec::new(),
+                blocked_domains: blocked,
+            });
+        }
+        let allowed: Vec<String> = domains(&allow)
+            .into_iter()
+            .filter(|d| !blocked.contains(d))
+            .collect();
+        (!allowed.is_empty()).then_some(WebAccess {
+            allowed_domains: allowed,
+            blocked_domains: Vec::new(),
+        })
+    }
+
     /// Whether a path rule of an allow rule for `tool` (not a whole-tool rule) names
     /// `path`: such a rule grants what the sandbox otherwise keeps read-only
     /// (`Edit(.git/hooks/**)`).
@@ -223,10 +280,11 @@ impl Permissions {
     /// an agent offered Write or Edit, and the git files stay protected unless a
     /// Write or Edit rule names them.
     pub fn sandbox(&self, base: &SandboxPolicy, workspace: &Path) -> SandboxPolicy {
-        let writes = self.offers("Write") || self.offers("Edit");
+        let writers = || names::ALL.iter().filter(|t| t.writes_files);
+        let writes = writers().any(|t| self.offers(t.name));
         let git_granted = [".git/hooks/pre-commit", ".git/config"].iter().any(|p| {
             let p = workspace.join(p);
-            self.names_path("Write", &p, workspace) || self.names_path("Edit", &p, workspace)
+            writers().any(|t| self.names_path(t.name, &p, workspace))
         });
         SandboxPolicy {
             workspace_writable: base.workspace_writable && writes,
@@ -335,7 +393,7 @@ impl Applicable<'_> {
             }
             // Grep reads contents, so a deny rule reaching inside its search denies
             // it; Glob only lists names, so only its own rules do.
-            let searches = tool == "Grep" || (tool == "Glob" && d.tool == "Glob");
+            let searches = tool == names::GREP || (tool == names::GLOB && d.tool == names::GLOB);
             let root = resolved.unwrap_or(lexical);
             if let Some(inside) = searches.then(|| p.inside_search(root, workspace)).flatten() {
                 return Some(format!(
@@ -481,7 +539,7 @@ enum Target {
 impl Subject {
     fn of(tool: &str, input: &Value, workspace: &Path) -> Self {
         let ws = paths::root(workspace);
-        let (described, target) = if tool == "Bash" {
+        let (described, target) = if tool == names::BASH {
             match input.get("command").and_then(Value::as_str) {
                 Some(c) => (
                     format!(" with command {}", quote(c)),
@@ -489,16 +547,16 @@ impl Subject {
                 ),
                 None => (String::new(), Target::Missing),
             }
-        } else if let Some((_, field)) = PATH_TOOLS.iter().find(|(t, _)| *t == tool) {
-            let raw = match input.get(*field) {
+        } else if let Some(field) = path_field(tool) {
+            let raw = match input.get(field) {
                 // Glob and Grep search the workspace when `path` is absent (or one of
                 // the placeholders the model sometimes sends instead of omitting it).
                 Some(Value::String(s))
-                    if *field == "path" && matches!(s.as_str(), "" | "undefined" | "null") =>
+                    if field == "path" && matches!(s.as_str(), "" | "undefined" | "null") =>
                 {
                     Some(".")
                 }
-                None | Some(Value::Null) if *field == "path" => Some("."),
+                None | Some(Value::Null) if field == "path" => Some("."),
                 Some(Value::String(s)) if !s.is_empty() => Some(s.as_str()),
                 _ => None,
             };
@@ -506,7 +564,7 @@ impl Subject {
                 None => (String::new(), Target::Missing),
                 Some(raw) => {
                     let mut p = PathBuf::from(raw);
-                    if tool == "Glob"
+                    if tool == names::GLOB
                         && let Some(pat) = input.get("pattern").and_then(Value::as_str)
                     {
                         p = glob_base(&p, pat);
@@ -523,10 +581,9 @@ impl Subject {
                 }
             }
         } else {
-            let field = CONTENT_FIELDS
-                .iter()
-                .find(|(t, _)| *t == tool)
-                .and_then(|(_, f)| input.get(*f))
+            let field = names::info_of(tool)
+                .and_then(|t| t.rule_field)
+                .and_then(|f| input.get(f))
                 .and_then(Value::as_str)
                 .map(str::to_string);
             let d = field
@@ -559,9 +616,9 @@ impl Subject {
 /// a deny rule should not be sidestepped by picking the sibling tool.
 fn deny_applies(rule_tool: &str, tool: &str) -> bool {
     rule_tool == tool
-        || (rule_tool == "Read" && matches!(tool, "Glob" | "Grep"))
-        || (rule_tool == "Edit" && tool == "Write")
-        || (rule_tool == "Write" && tool == "Edit")
+        || (rule_tool == names::READ && matches!(tool, names::GLOB | names::GREP))
+        || (rule_tool == names::EDIT && tool == names::WRITE)
+        || (rule_tool == names::WRITE && tool == names::EDIT)
 }
 
 /// Glob's effective directory: `path` joined with the literal directories that start
@@ -626,6 +683,15 @@ fn rule_error(rule: &str, why: impl Into<String>) -> RuleError {
     }
 }
 
+/// A host name as the web tools' domain lists take it (`example.com`, `docs.rs`).
+fn valid_domain(domain: &str) -> bool {
+    !domain.is_empty()
+        && domain.len() <= 253
+        && domain
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '*'))
+}
+
 fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleError> {
     let t = text.trim();
     let (tool, content) = match t.find('(') {
@@ -675,10 +741,19 @@ fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleError> {
         None => Content::Whole,
         Some("") => return Err(rule_error(text, "empty pattern inside `()`")),
         Some("*") | Some(":*") => Content::Whole,
-        Some(c) if tool == "Bash" => Content::Bash(parse_bash(text, c)?),
-        Some(c) if PATH_TOOLS.iter().any(|(t, _)| *t == tool) => {
-            Content::Path(parse_path(text, c, home)?)
-        }
+        Some(c) if tool == names::BASH => Content::Bash(parse_bash(text, c)?),
+        Some(c) if path_field(tool).is_some() => Content::Path(parse_path(text, c, home)?),
+        Some(c) if tool == WEB_FETCH || tool == WEB_SEARCH => match c.strip_prefix("domain:") {
+            Some(domain) if valid_domain(domain.trim()) => {
+                Content::Domain(domain.trim().to_ascii_lowercase())
+            }
+            _ => {
+                return Err(rule_error(
+                    text,
+                    "a web tool's rule is the tool alone or `(domain:example.com)`",
+                ));
+            }
+        },
         Some(c) => Content::Other(c.to_string()),
     };
     Ok(Rule {

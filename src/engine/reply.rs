@@ -1,10 +1,12 @@
 //! What a stored reply means for the conversation: its stop reason decides whether the
 //! run stops, continues the same turn (`max_tokens`, `pause_turn`) or answers tool calls.
 
-use super::{Conversation, Engine, Event, RunError, Stop, Totals, WINDOW_EXCEEDED_STOP};
+use super::{
+    CUT_BY_MAX_TOKENS, Conversation, Engine, Event, RunError, Stop, Totals, WINDOW_EXCEEDED_STOP,
+};
 use crate::model::ModelReply;
 use crate::transcript;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// How many times in a row a reply cut by `max_tokens` is continued (each
 /// continuation is its own stored turn) before the run ends with what it has.
@@ -27,6 +29,8 @@ impl Engine {
         // `SessionStore::append_deferred`).
         let deferred = !transcript::tool_uses(&reply.content).is_empty();
         self.record_with(conv, entry, deferred)?;
+        self.report_server_tools(&reply.content, conv.depth);
+        conv.measure.measured(reply.usage.context_tokens());
         totals.num_turns += 1;
         totals.usage.add(&reply.usage);
         totals.add_cost(crate::model::prices::request_cost_usd(model, &reply.usage));
@@ -50,6 +54,41 @@ impl Engine {
         Ok(())
     }
 
+    /// Reports the server tool calls a reply carries (the API ran them) as tool calls.
+    fn report_server_tools(&self, content: &[Value], depth: u32) {
+        for (i, block) in content.iter().enumerate() {
+            if block.get("type").and_then(Value::as_str) != Some("server_tool_use") {
+                continue;
+            }
+            let api_name = block.get("name").and_then(Value::as_str).unwrap_or("");
+            let Some(name) = crate::transcript::tools::server_tool_rule_name(api_name) else {
+                continue;
+            };
+            let input = block.get("input").unwrap_or(&Value::Null);
+            let summary = ["query", "url"]
+                .iter()
+                .find_map(|k| input.get(*k).and_then(Value::as_str))
+                .map_or_else(|| input.to_string(), str::to_string);
+            self.emit(Event::ToolCall {
+                name: name.to_string(),
+                summary,
+                depth,
+            });
+            let id = block.get("id");
+            let failed = content[i + 1..]
+                .iter()
+                .find(|b| b.get("tool_use_id") == id)
+                .and_then(|b| b.pointer("/content/type"))
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("_error"));
+            self.emit(Event::ToolDone {
+                name: name.to_string(),
+                is_error: failed,
+                depth,
+            });
+        }
+    }
+
     /// What the stop reason of a stored reply means for the conversation.
     pub(super) fn after_reply(
         &self,
@@ -64,21 +103,22 @@ impl Engine {
                 model: model.to_string(),
             }),
             // A reply cut inside a tool call still gets its calls answered (the cut
-            // input is answered with an error result, see `call_tool`).
+            // call with an error result, see `cut_last_call`).
             _ if !no_calls => Ok(Next::Tools),
             Some("max_tokens") => {
                 continuations.max_tokens += 1;
                 if continuations.max_tokens > MAX_CONTINUATIONS {
                     return Ok(Next::Stop(Stop::MaxTokens));
                 }
-                Ok(Next::Continue)
+                Ok(Next::Continue { cut: true })
             }
             Some("pause_turn") => {
                 continuations.pause += 1;
                 if continuations.pause > MAX_PAUSE_CONTINUATIONS {
                     return Ok(Next::Stop(Stop::EndTurn));
                 }
-                Ok(Next::Continue)
+                // Sent back as it is: the API resumes a paused server-tool turn.
+                Ok(Next::Continue { cut: false })
             }
             Some("refusal") => Err(RunError::Refusal(reply.stop_details.clone())),
             None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
@@ -97,8 +137,12 @@ impl Engine {
 /// What comes after a stored reply.
 pub(super) enum Next {
     Stop(Stop),
-    /// Send the conversation back as it is: the model continues its own turn.
-    Continue,
+    /// The model continues its own turn: a paused turn is sent back as it is; a reply
+    /// `cut` by `max_tokens` too where a prefill is allowed, else followed by
+    /// [`super::CONTINUE_AFTER_MAX_TOKENS`].
+    Continue {
+        cut: bool,
+    },
     /// Answer the reply's tool calls, then ask again.
     Tools,
 }
@@ -110,9 +154,10 @@ pub(super) struct Continuations {
     pause: u32,
 }
 
-/// A reply cut by `max_tokens` is sent back as the start of the assistant turn; the API
-/// refuses a final assistant block that ends in whitespace, so that is trimmed before
-/// the reply is stored (the stored and the sent turn stay the same bytes).
+/// A reply cut by `max_tokens` that is sent back as the start of the assistant turn (a
+/// prefill, where the model allows one): the API refuses a final assistant block that
+/// ends in whitespace, so that is trimmed before the reply is stored (the stored and the
+/// sent turn stay the same bytes).
 pub(super) fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
     if reply.stop_reason.as_deref() != Some("max_tokens") {
         return reply;
@@ -128,4 +173,32 @@ pub(super) fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
         }
     }
     reply
+}
+
+/// The calls of a reply to answer; a call cut by `max_tokens` (the last block of a
+/// reply that stopped there) gets the marker input instead of what arrived of it, so
+/// that it is answered with an error and never run, even when that part parses.
+pub(super) fn cut_last_call(
+    reply: &ModelReply,
+    mut calls: Vec<(String, String, Value)>,
+) -> Vec<(String, String, Value)> {
+    let cut = reply.stop_reason.as_deref() == Some("max_tokens")
+        && reply
+            .content
+            .last()
+            .and_then(|b| b.get("type"))
+            .and_then(Value::as_str)
+            == Some("tool_use");
+    if cut && let Some((_, _, input)) = calls.last_mut() {
+        // What the stream made of the cut input (a parse error), kept after the cause.
+        let why = match input
+            .get(crate::model::types::INVALID_TOOL_INPUT)
+            .and_then(Value::as_str)
+        {
+            Some(parse) => format!("{CUT_BY_MAX_TOKENS}: {parse}"),
+            None => CUT_BY_MAX_TOKENS.to_string(),
+        };
+        *input = json!({ crate::model::types::INVALID_TOOL_INPUT: why });
+    }
+    calls
 }

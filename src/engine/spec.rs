@@ -24,6 +24,9 @@ pub struct AgentSpec {
     /// Model override; `None` uses the client's default.
     #[serde(default)]
     pub model: Option<String>,
+    /// `output_config.effort` for this agent; `None`: the run's (`--effort`).
+    #[serde(skip)]
+    pub effort: Option<crate::model::Effort>,
 }
 
 impl AgentSpec {
@@ -60,6 +63,12 @@ impl AgentSpec {
 
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
+        self
+    }
+
+    /// This agent's effort, whatever the run's.
+    pub fn effort(mut self, effort: crate::model::Effort) -> Self {
+        self.effort = Some(effort);
         self
     }
 

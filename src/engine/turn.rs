@@ -44,6 +44,7 @@ impl Engine {
 
     /// One model request, streaming deltas out as events; a Ctrl-C stops it cleanly.
     pub(super) async fn request(&self, request: &MessagesRequest, depth: u32) -> Turn {
+        self.emit(Event::Requesting { depth });
         let events = self.config.events.clone();
         let mut on_delta = move |delta: StreamDelta<'_>| {
             let event = match delta {

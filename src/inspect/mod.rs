@@ -106,6 +106,11 @@ pub struct Attempt {
     pub handoff_threshold: Option<u64>,
     /// The first row of a later process: the run was woken here.
     pub wake: bool,
+    /// Which wake of the run wrote the row, as the banner numbers them (1 for the first
+    /// run): recorded in the row, else counted from the processes before it.
+    pub woke: u64,
+    /// Outages the attempt waited out (the API's or the database's).
+    pub outages: Vec<crate::continuity::manifest::Outage>,
     /// `started_at` in epoch milliseconds, when it parses.
     #[serde(skip)]
     pub started_ms: Option<i64>,
@@ -149,6 +154,8 @@ impl Attempt {
             context_window: row.context.map(|c| c.window),
             handoff_threshold: row.context.and_then(|c| c.handoff_threshold),
             wake: false,
+            woke: row.woke.unwrap_or_default(),
+            outages: r.outages.clone(),
             started_ms: iso_to_epoch_ms(&r.started_at),
             ended_ms: iso_to_epoch_ms(&r.ended_at),
             started_at: r.started_at.clone(),
@@ -165,6 +172,16 @@ pub struct Tokens {
     pub output: u64,
     pub cache_creation: u64,
     pub cache_read: u64,
+    /// Server tool requests (`usage.server_tool_use`), not tokens but priced per use;
+    /// left out of JSON when there were none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub web_search: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub web_fetch: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Tokens {
@@ -178,6 +195,9 @@ impl Tokens {
         self.cache_read = self
             .cache_read
             .saturating_add(usage.cache_read_input_tokens);
+        let server = &usage.server_tool_use;
+        self.web_search = self.web_search.saturating_add(server.web_search_requests);
+        self.web_fetch = self.web_fetch.saturating_add(server.web_fetch_requests);
     }
 
     /// Another total added, saturating as [`add`](Self::add).
@@ -186,6 +206,8 @@ impl Tokens {
         self.output = self.output.saturating_add(other.output);
         self.cache_creation = self.cache_creation.saturating_add(other.cache_creation);
         self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.web_search = self.web_search.saturating_add(other.web_search);
+        self.web_fetch = self.web_fetch.saturating_add(other.web_fetch);
     }
 }
 
@@ -260,7 +282,9 @@ pub struct Totals {
     pub turns: u64,
     pub tokens: Tokens,
     pub handoffs: usize,
+    /// The number of the last wake, as its banner said it (1: never woken again).
     pub wakes: usize,
+    /// Tries after the first, every step attempt's (its sub-agents' included).
     pub retries: usize,
     pub outages: usize,
     pub outage_waited_s: f64,
@@ -418,16 +442,21 @@ impl Run {
         let mut attempts: Vec<Attempt> = rows.iter().map(Attempt::from_row).collect();
         // Stable: rows of one process keep their order when stamps tie or do not parse.
         attempts.sort_by_key(|a| a.started_ms.unwrap_or(i64::MIN));
-        let mut last_run: Option<&str> = None;
-        let mut wakes = Vec::new();
-        for (i, a) in attempts.iter().enumerate() {
-            if last_run.is_some_and(|r| r != a.run) {
-                wakes.push(i);
+        let mut last_run: Option<String> = None;
+        let mut counted = 0;
+        for a in attempts.iter_mut() {
+            if last_run.as_ref().is_some_and(|r| *r != a.run) {
+                a.wake = true;
             }
-            last_run = Some(&a.run);
-        }
-        for i in wakes {
-            attempts[i].wake = true;
+            if last_run.as_ref() != Some(&a.run) {
+                counted += 1;
+            }
+            // Rows of an older flower do not say: count the processes so far.
+            if a.woke == 0 {
+                a.woke = counted;
+            }
+            counted = counted.max(a.woke);
+            last_run = Some(a.run.clone());
         }
         Run {
             run_dir: run_dir.to_path_buf(),
@@ -580,9 +609,9 @@ impl Run {
             .is_some_and(|l| l.steps.contains_key(step))
     }
 
-    /// The main sessions of the run (those the manifest and lineage name), each with
-    /// its turn series, in order of first use.
-    pub fn sessions(&self) -> Vec<Session> {
+    /// Every main session the manifest and lineage name, once, in order of first use:
+    /// `(session id, step, whether it is a judge's)`.
+    fn session_order(&self) -> Vec<(String, String, bool)> {
         let mut order: Vec<(String, String, bool)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for a in &self.attempts {
@@ -601,6 +630,13 @@ impl Run {
                 }
             }
         }
+        order
+    }
+
+    /// The main sessions of the run (those the manifest and lineage name), each with
+    /// its turn series, in order of first use.
+    pub fn sessions(&self) -> Vec<Session> {
+        let order = self.session_order();
         // Where each session was woken: the start of a wake row using it.
         let mut wakes: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
         let mut handoffs: BTreeMap<&str, Option<i64>> = BTreeMap::new();
@@ -688,22 +724,21 @@ impl Run {
             }
             t.turns = t.turns.saturating_add(a.num_turns);
             t.handoffs += a.retired.len();
-            t.wakes += usize::from(a.wake);
+            t.wakes = t.wakes.max(a.woke as usize);
+            // A retry is a try after the first: a request that failed and was never
+            // retried (a 401) is not one.
+            t.retries += a.attempts.saturating_sub(1) as usize;
+            for outage in &a.outages {
+                t.outages += 1;
+                t.outage_waited_s += outage.waited_s;
+            }
             t.peak_context = t.peak_context.max(a.context);
         }
         for s in sessions {
             t.tokens.add_tokens(&s.tokens);
             t.peak_context = t.peak_context.max(s.peak_context);
-            for m in &s.marks {
-                match m.kind {
-                    MarkKind::Retry => t.retries += 1,
-                    MarkKind::Outage => {
-                        t.outages += 1;
-                        t.outage_waited_s += m.waited_s;
-                    }
-                    _ => {}
-                }
-            }
+            // Retries and outages are the manifest's (each row says them); a
+            // transcript's marks only place them on the curve.
         }
         t
     }

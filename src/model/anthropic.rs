@@ -225,22 +225,74 @@ impl AnthropicClient {
         })
     }
 
-    /// The `anthropic-beta` header of a request: the configured betas, then those the
+    /// The `anthropic-beta` header of a request: the configured betas (`ANTHROPIC_BETAS`,
+    /// then any `anthropic-beta` line of `ANTHROPIC_CUSTOM_HEADERS`), then those the
     /// request needs, each once.
     fn betas_for(&self, request: &MessagesRequest, model: &str) -> Vec<String> {
-        let mut betas = self.betas.clone();
+        let mut betas: Vec<String> = Vec::new();
         let mut add = |beta: &str| {
-            if !betas.iter().any(|b| b == beta) {
+            let beta = beta.trim();
+            if !beta.is_empty() && !betas.iter().any(|b| b == beta) {
                 betas.push(beta.to_string());
             }
         };
+        for beta in &self.betas {
+            add(beta);
+        }
+        for (name, value) in &self.headers {
+            if name.eq_ignore_ascii_case("anthropic-beta") {
+                value.split(',').for_each(&mut add);
+            }
+        }
         if crate::model::models::wire_id(model).1 {
             add(crate::model::models::CONTEXT_1M_BETA);
         }
-        if request.thinking.is_some() && !request.tools.is_empty() {
+        // Adaptive thinking interleaves by itself; only a budget needs the beta.
+        if matches!(request.thinking, Some(crate::model::Thinking::Budget(_)))
+            && !(request.tools.is_empty() && request.server_tools.is_empty())
+            && crate::model::models::info(model).interleaved_beta
+        {
             add(crate::model::models::INTERLEAVED_THINKING_BETA);
         }
+        for tool in &request.server_tools {
+            if let Some(beta) = tool.beta() {
+                add(beta);
+            }
+        }
         betas
+    }
+
+    /// Every header of a request, each name once: flower's own, then
+    /// `ANTHROPIC_CUSTOM_HEADERS`, where a custom header replaces flower's of the same
+    /// name (case-insensitive) and `anthropic-beta` values are merged into one header.
+    fn headers_for(&self, betas: &[String]) -> reqwest::header::HeaderMap {
+        use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+        let mut map = HeaderMap::new();
+        let mut put = |name: &str, value: &str| {
+            // Names and values were checked when the configuration was parsed.
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                map.insert(name, value);
+            }
+        };
+        match &self.credential {
+            Credential::ApiKey(key) => put("x-api-key", key),
+            Credential::Bearer(token) => put("authorization", &format!("Bearer {token}")),
+        }
+        put("anthropic-version", API_VERSION);
+        put("content-type", "application/json");
+        put("accept", "text/event-stream");
+        for (name, value) in &self.headers {
+            if !name.eq_ignore_ascii_case("anthropic-beta") {
+                put(name, value);
+            }
+        }
+        if !betas.is_empty() {
+            put("anthropic-beta", &betas.join(","));
+        }
+        map
     }
 
     /// The base URL, without a trailing `/`.
@@ -259,6 +311,8 @@ impl AnthropicClient {
         self
     }
 
+    // Long because one request's lifecycle (send under the connect timeout, the status,
+    // the SSE read under the idle timeout) shares its timers and its error mapping.
     async fn stream_impl(
         &self,
         request: &MessagesRequest,
@@ -270,22 +324,11 @@ impl AnthropicClient {
             &request.model
         };
         let body = crate::model::body::body_with_model(request, model);
-        let mut post = self.http.post(&self.endpoint);
-        post = match &self.credential {
-            Credential::ApiKey(key) => post.header("x-api-key", key),
-            Credential::Bearer(token) => post.bearer_auth(token),
-        };
-        for (name, value) in &self.headers {
-            post = post.header(name.as_str(), value.as_str());
-        }
         let betas = self.betas_for(request, model);
-        if !betas.is_empty() {
-            post = post.header("anthropic-beta", betas.join(","));
-        }
-        let send = post
-            .header("anthropic-version", API_VERSION)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
+        let send = self
+            .http
+            .post(&self.endpoint)
+            .headers(self.headers_for(&betas))
             .body(body)
             .send();
         let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
@@ -363,6 +406,50 @@ impl AnthropicClient {
         assembler.finish("the stream ended")
     }
 
+    /// `POST {base}/v1/messages/count_tokens` with the request's prompt (model,
+    /// system, messages, tools, thinking: what the model would read); its
+    /// `input_tokens`. Bounded by the idle timeout like a message request.
+    async fn count_impl(&self, request: &MessagesRequest) -> Result<u64, ModelError> {
+        let model = if request.model.is_empty() {
+            &self.default_model
+        } else {
+            &request.model
+        };
+        let body = crate::model::body::count_body(request, model);
+        let betas = self.betas_for(request, model);
+        let mut headers = self.headers_for(&betas);
+        headers.insert(
+            reqwest::header::ACCEPT,
+            reqwest::header::HeaderValue::from_static("application/json"),
+        );
+        let send = self
+            .http
+            .post(format!("{}/v1/messages/count_tokens", self.base_url))
+            .headers(headers)
+            .body(body)
+            .send();
+        let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
+            Err(_) => {
+                return Err(ModelError::Connection(format!(
+                    "timed out after {} waiting for the token count",
+                    seconds(self.idle_timeout)
+                )));
+            }
+        };
+        if !response.status().is_success() {
+            return Err(self.api_error(response).await);
+        }
+        let text = self.read_body(&mut response).await;
+        serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
+            .ok_or_else(|| {
+                ModelError::Protocol(format!("count_tokens answered {}", snippet(&text)))
+            })
+    }
+
     /// The typed error for a non-2xx response.
     async fn api_error(&self, mut response: reqwest::Response) -> ModelError {
         let status = response.status();
@@ -417,6 +504,13 @@ impl ModelClient for AnthropicClient {
         on_delta: &'a mut (dyn FnMut(StreamDelta<'_>) + Send),
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(self.stream_impl(request, on_delta))
+    }
+
+    fn count_tokens<'a>(
+        &'a self,
+        request: &'a MessagesRequest,
+    ) -> BoxFuture<'a, Result<u64, ModelError>> {
+        Box::pin(self.count_impl(request))
     }
 
     fn default_model(&self) -> &str {

@@ -149,6 +149,17 @@ fn blocks(message: &Value) -> usize {
 /// [`request_body`](super::anthropic::request_body)): the fields in the order and the
 /// bytes `serde_json` gives a struct of them.
 pub(crate) fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8> {
+    body_of(request, model, false)
+}
+
+/// The body of a count_tokens request for `request`: its prompt (model, system,
+/// messages with the same cache marks, tools, thinking), without `max_tokens`,
+/// `output_config` or `stream`.
+pub fn count_body(request: &MessagesRequest, model: &str) -> Vec<u8> {
+    body_of(request, model, true)
+}
+
+fn body_of(request: &MessagesRequest, model: &str, counting: bool) -> Vec<u8> {
     // `claude-…[1m]` is asked for with a beta header; the id goes out without it.
     let model = crate::model::models::wire_id(model).0;
     let history = &request.messages;
@@ -161,22 +172,40 @@ pub(crate) fn body_with_model(request: &MessagesRequest, model: &str) -> Vec<u8>
         value.write(out);
     };
     put(&mut out, "model", &model);
-    put(&mut out, "max_tokens", &request.max_tokens);
+    if !counting {
+        put(&mut out, "max_tokens", &request.max_tokens);
+    }
     let has_system = !request.system.is_empty();
     if has_system {
         let system =
             [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})];
         put(&mut out, "system", &system);
     }
-    let has_tools = !request.tools.is_empty();
+    let has_tools = !request.tools.is_empty() || !request.server_tools.is_empty();
     let own = usize::from(has_system) + usize::from(has_tools);
     out.extend_from_slice(b",\"messages\":");
     write_messages(&mut out, history, MAX_CACHE_BREAKPOINTS - own);
     if has_tools {
-        put(&mut out, "tools", &Tools(&request.tools));
+        put(
+            &mut out,
+            "tools",
+            &Tools(&request.tools, &request.server_tools),
+        );
     }
     if let Some(thinking) = request.thinking {
         put(&mut out, "thinking", &thinking.to_json());
+    }
+    if counting {
+        // The prompt only: what the model would read, not how it answers.
+        out.push(b'}');
+        return out;
+    }
+    if let Some(effort) = request.effort {
+        put(
+            &mut out,
+            "output_config",
+            &json!({"effort": effort.as_str()}),
+        );
     }
     put(&mut out, "stream", &true);
     out.push(b'}');
@@ -200,8 +229,8 @@ fn ephemeral() -> Value {
     json!({"type": "ephemeral"})
 }
 
-/// The tools, borrowed, with a breakpoint on the last one.
-struct Tools<'a>(&'a [crate::model::ToolDef]);
+/// The tools, borrowed, then the server tools, with a breakpoint on the last one.
+struct Tools<'a>(&'a [crate::model::ToolDef], &'a [crate::model::ServerTool]);
 
 impl Serialize for Tools<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -213,14 +242,24 @@ impl Serialize for Tools<'_> {
             #[serde(skip_serializing_if = "Option::is_none")]
             cache_control: Option<Value>,
         }
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        let total = self.0.len() + self.1.len();
+        let mut seq = s.serialize_seq(Some(total))?;
         for (i, tool) in self.0.iter().enumerate() {
             seq.serialize_element(&Tool {
                 name: &tool.name,
                 description: &tool.description,
                 input_schema: &tool.input_schema,
-                cache_control: (i + 1 == self.0.len()).then(ephemeral),
+                cache_control: (i + 1 == total).then(ephemeral),
             })?;
+        }
+        for (i, tool) in self.1.iter().enumerate() {
+            let mut json = tool.to_json();
+            if self.0.len() + i + 1 == total
+                && let Some(obj) = json.as_object_mut()
+            {
+                obj.insert("cache_control".into(), ephemeral());
+            }
+            seq.serialize_element(&json)?;
         }
         seq.end()
     }

@@ -11,7 +11,10 @@ pub mod sse;
 pub mod types;
 
 pub use error::ModelError;
-pub use types::{History, MessagesRequest, ModelReply, StreamDelta, Thinking, ToolDef, Usage};
+pub use types::{
+    Effort, History, MessagesRequest, ModelReply, ServerTool, ServerToolKind, ServerToolUsage,
+    StreamDelta, Thinking, ToolDef, Usage, WebLimits,
+};
 
 use crate::future::BoxFuture;
 
@@ -26,6 +29,17 @@ pub trait ModelClient: Send + Sync {
         request: &'a MessagesRequest,
         on_delta: &'a mut (dyn FnMut(StreamDelta<'_>) + Send),
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+
+    /// How many input tokens `request` would be (`POST /v1/messages/count_tokens`):
+    /// the prompt as the model would read it, without sending it. A client that cannot
+    /// count says so with an error; callers then go on without the figure.
+    fn count_tokens<'a>(
+        &'a self,
+        request: &'a MessagesRequest,
+    ) -> BoxFuture<'a, Result<u64, ModelError>> {
+        let _ = request;
+        Box::pin(async { Err(ModelError::Config("this client cannot count tokens".into())) })
+    }
 
     /// The model used when a request names none.
     fn default_model(&self) -> &str;

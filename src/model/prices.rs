@@ -26,6 +26,10 @@
 //! writes) is over N tokens, for every token of that request (Sonnet 4/4.5 above 200K,
 //! Haiku 5.5 above 100K).
 //!
+//! Optional too: `web_search` and `web_fetch`, USD per 1,000 server tool requests
+//! (`usage.server_tool_use`); without them, web search costs [`WEB_SEARCH_PER_1K`] (10)
+//! and web fetch 0 (the API charges only the tokens it adds).
+//!
 //! # Overriding
 //!
 //! `FLOWER_PRICES=/path/to/prices.json` names a file of that format; its entries are
@@ -101,7 +105,16 @@ struct Row {
     cache_read: f64,
     #[serde(default)]
     long_context: Option<LongContextPrice>,
+    /// USD per 1,000 web searches; default [`WEB_SEARCH_PER_1K`].
+    #[serde(default)]
+    web_search: Option<f64>,
+    /// USD per 1,000 web fetches; default 0 (the API charges only the tokens).
+    #[serde(default)]
+    web_fetch: Option<f64>,
 }
+
+/// Anthropic's price of web search: USD 10 per 1,000 searches, on every model.
+pub const WEB_SEARCH_PER_1K: f64 = 10.0;
 
 /// What a model costs beyond its base prices.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -109,6 +122,19 @@ pub struct ExtraPrices {
     /// A 1-hour cache write, USD per million tokens.
     pub cache_write_1h: Option<f64>,
     pub long_context: Option<LongContextPrice>,
+    /// Server tools, USD per 1,000 requests: web search, web fetch.
+    pub web_search: f64,
+    pub web_fetch: f64,
+}
+
+impl ExtraPrices {
+    /// What a turn's server tool requests cost, USD.
+    pub fn server_tools_cost(&self, usage: &Usage) -> f64 {
+        let server = &usage.server_tool_use;
+        (server.web_search_requests as f64 * self.web_search
+            + server.web_fetch_requests as f64 * self.web_fetch)
+            / 1000.0
+    }
 }
 
 /// A price file that cannot be used.
@@ -147,6 +173,8 @@ impl PriceTable {
         for (model, p) in rows {
             let mut all = vec![p.input, p.output, p.cache_write, p.cache_read];
             all.extend(p.cache_write_1h);
+            all.extend(p.web_search);
+            all.extend(p.web_fetch);
             if let Some(l) = &p.long_context {
                 all.extend([l.input, l.output, l.cache_write, l.cache_read]);
                 all.extend(l.cache_write_1h);
@@ -170,6 +198,8 @@ impl PriceTable {
                 ExtraPrices {
                     cache_write_1h: p.cache_write_1h,
                     long_context: p.long_context,
+                    web_search: p.web_search.unwrap_or(WEB_SEARCH_PER_1K),
+                    web_fetch: p.web_fetch.unwrap_or(0.0),
                 },
             );
         }
@@ -247,12 +277,24 @@ impl PriceTable {
             },
             _ => base,
         };
-        Some(price.cost(usage))
+        Some(price.cost(usage) + self.server_tools_cost(model, usage))
     }
 
-    /// The cost of `usage` on `model`, USD; `None` for an unknown model.
+    /// The cost of `usage` on `model`, USD (server tool requests included); `None` for
+    /// an unknown model.
     pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
-        self.get(model).map(|p| p.cost(usage))
+        self.get(model)
+            .map(|p| p.cost(usage) + self.server_tools_cost(model, usage))
+    }
+
+    /// What the server tool requests of `usage` cost on `model`, USD.
+    fn server_tools_cost(&self, model: &str, usage: &Usage) -> f64 {
+        if usage.server_tool_use.is_zero() {
+            return 0.0;
+        }
+        self.extras(model)
+            .unwrap_or_default()
+            .server_tools_cost(usage)
     }
 
     /// The model ids in the table, sorted.

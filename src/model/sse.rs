@@ -558,6 +558,15 @@ fn merge_usage(usage: &mut Usage, v: &Value) {
     if let Some(n) = get("cache_read_input_tokens") {
         usage.cache_read_input_tokens = n;
     }
+    if let Some(server) = v.get("server_tool_use") {
+        let get = |k: &str| server.get(k).and_then(Value::as_u64);
+        if let Some(n) = get("web_search_requests") {
+            usage.server_tool_use.web_search_requests = n;
+        }
+        if let Some(n) = get("web_fetch_requests") {
+            usage.server_tool_use.web_fetch_requests = n;
+        }
+    }
 }
 
 /// The start of a long text, for error messages.
@@ -681,6 +690,7 @@ mod tests {
                 output_tokens: 42,
                 cache_creation_input_tokens: 7,
                 cache_read_input_tokens: 11,
+                ..Usage::default()
             },
         }
     }

@@ -22,7 +22,7 @@ pub struct ToolDef {
 /// (`{"role": …, "content": [...]}`), kept serialized ([`History`]), because they
 /// come straight from stored transcript entries and are sent again every turn. The client adds `stream: true` and the `cache_control`
 /// breakpoints; the serialized body is deterministic for the same request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct MessagesRequest {
     pub model: String,
     pub max_tokens: u32,
@@ -32,6 +32,146 @@ pub struct MessagesRequest {
     pub tools: Vec<ToolDef>,
     /// Extended thinking; `None` sends no `thinking` field.
     pub thinking: Option<Thinking>,
+    /// `output_config: {effort: …}`; `None` sends none (the API's default, `high`).
+    pub effort: Option<Effort>,
+    /// Tools the API runs itself (web search, web fetch), after `tools`.
+    pub server_tools: Vec<ServerTool>,
+}
+
+/// How eagerly the model spends tokens (`output_config.effort`): text, tool calls and
+/// thinking alike. `high` is the API's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Effort {
+    Low,
+    Medium,
+    High,
+    Xhigh,
+    Max,
+}
+
+impl Effort {
+    /// Every level, lowest first.
+    pub const ALL: [Effort; 5] = [
+        Effort::Low,
+        Effort::Medium,
+        Effort::High,
+        Effort::Xhigh,
+        Effort::Max,
+    ];
+
+    /// The API's name of the level.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+            Effort::Xhigh => "xhigh",
+            Effort::Max => "max",
+        }
+    }
+
+    /// `low`, `medium`, `high`, `xhigh` or `max` (any case); else `None`.
+    pub fn parse(text: &str) -> Option<Effort> {
+        let text = text.trim();
+        Effort::ALL
+            .into_iter()
+            .find(|e| e.as_str().eq_ignore_ascii_case(text))
+    }
+}
+
+impl std::fmt::Display for Effort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `web_search` server tool's version flower sends.
+pub const WEB_SEARCH_TOOL: &str = "web_search_20250305";
+/// The `web_fetch` server tool's version flower sends.
+pub const WEB_FETCH_TOOL: &str = "web_fetch_20250910";
+/// The beta header the `web_fetch_20250910` tool needs.
+pub const WEB_FETCH_BETA: &str = "web-fetch-2025-09-10";
+
+/// A tool the API runs on its side: no network from flower's process; its calls and
+/// results come back as `server_tool_use` and `web_search_tool_result` /
+/// `web_fetch_tool_result` blocks in the reply.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerTool {
+    pub kind: ServerToolKind,
+    /// At most this many uses per request; `None`: the API's default.
+    pub max_uses: Option<u32>,
+    /// Only these domains (`allowed_domains`); empty: any not blocked.
+    pub allowed_domains: Vec<String>,
+    /// Never these domains (`blocked_domains`); the API refuses both lists at once.
+    pub blocked_domains: Vec<String>,
+}
+
+/// How many uses of each server tool one request allows (`max_uses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebLimits {
+    /// `FLOWER_WEB_SEARCH_MAX_USES`, default [`WebLimits::DEFAULT_MAX_USES`].
+    pub search_max_uses: u32,
+    /// `FLOWER_WEB_FETCH_MAX_USES`, default [`WebLimits::DEFAULT_MAX_USES`].
+    pub fetch_max_uses: u32,
+}
+
+impl WebLimits {
+    /// Uses per request of each web tool unless configured.
+    pub const DEFAULT_MAX_USES: u32 = 5;
+}
+
+impl Default for WebLimits {
+    fn default() -> Self {
+        WebLimits {
+            search_max_uses: WebLimits::DEFAULT_MAX_USES,
+            fetch_max_uses: WebLimits::DEFAULT_MAX_USES,
+        }
+    }
+}
+
+/// Which server tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServerToolKind {
+    #[default]
+    WebSearch,
+    WebFetch,
+}
+
+impl ServerTool {
+    /// The tool's entry in the request's `tools`.
+    pub fn to_json(&self) -> Value {
+        let mut tool = serde_json::Map::new();
+        let (kind, name) = match self.kind {
+            ServerToolKind::WebSearch => (WEB_SEARCH_TOOL, "web_search"),
+            ServerToolKind::WebFetch => (WEB_FETCH_TOOL, "web_fetch"),
+        };
+        tool.insert("type".into(), kind.into());
+        tool.insert("name".into(), name.into());
+        if let Some(n) = self.max_uses {
+            tool.insert("max_uses".into(), n.into());
+        }
+        if !self.allowed_domains.is_empty() {
+            tool.insert(
+                "allowed_domains".into(),
+                self.allowed_domains.clone().into(),
+            );
+        }
+        if !self.blocked_domains.is_empty() {
+            tool.insert(
+                "blocked_domains".into(),
+                self.blocked_domains.clone().into(),
+            );
+        }
+        Value::Object(tool)
+    }
+
+    /// The beta header value the tool needs, if any.
+    pub fn beta(&self) -> Option<&'static str> {
+        match self.kind {
+            ServerToolKind::WebSearch => None,
+            ServerToolKind::WebFetch => Some(WEB_FETCH_BETA),
+        }
+    }
 }
 
 /// How the model is asked to think before it answers.
@@ -66,6 +206,34 @@ pub struct Usage {
     pub cache_creation_input_tokens: u64,
     #[serde(default)]
     pub cache_read_input_tokens: u64,
+    /// Server tool requests of the turn (`usage.server_tool_use`); left out of the
+    /// stored usage when there were none.
+    #[serde(default, skip_serializing_if = "ServerToolUsage::is_zero")]
+    pub server_tool_use: ServerToolUsage,
+}
+
+/// `usage.server_tool_use`: how many server tool requests a turn made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerToolUsage {
+    #[serde(default)]
+    pub web_search_requests: u64,
+    #[serde(default)]
+    pub web_fetch_requests: u64,
+}
+
+impl ServerToolUsage {
+    pub fn is_zero(&self) -> bool {
+        self.web_search_requests == 0 && self.web_fetch_requests == 0
+    }
+
+    pub fn add(&mut self, other: &ServerToolUsage) {
+        self.web_search_requests = self
+            .web_search_requests
+            .saturating_add(other.web_search_requests);
+        self.web_fetch_requests = self
+            .web_fetch_requests
+            .saturating_add(other.web_fetch_requests);
+    }
 }
 
 impl Usage {
@@ -89,6 +257,7 @@ impl Usage {
         self.cache_read_input_tokens = self
             .cache_read_input_tokens
             .saturating_add(other.cache_read_input_tokens);
+        self.server_tool_use.add(&other.server_tool_use);
     }
 }
 

@@ -13,7 +13,7 @@
 //! process environment stay above every file ([`super`]'s precedence).
 //!
 //! Keys flower reads: `permissions.allow`, `permissions.deny`, `permissions.ask`,
-//! `permissions.additionalDirectories`, `env`, `model`, `hooks`. Every other key is
+//! `permissions.additionalDirectories`, `env`, `model`, `effortLevel`, `hooks`. Every other key is
 //! kept as written ([`LoadedFile::document`]), for whoever reads it (the MCP servers'
 //! `mcpServers`, `enabledMcpjsonServers` …) and for `flower state -v`; a key flower
 //! does not know is not an error (a file written for a newer Claude Code still loads).
@@ -156,6 +156,19 @@ impl FileLayer {
                     path,
                     "model",
                     "expected a model id or alias".into(),
+                ));
+            }
+        }
+        match document.get("effortLevel") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(level)) if !level.trim().is_empty() => {
+                self.effort = Some(level.trim().to_string());
+            }
+            Some(_) => {
+                return Err(invalid(
+                    path,
+                    "effortLevel",
+                    "expected low, medium, high, xhigh or max".into(),
                 ));
             }
         }

@@ -284,6 +284,8 @@ impl Settings {
             max_tokens: self.model.max_tokens,
             sandbox: self.sandbox.clone(),
             thinking_budget: self.model.thinking_budget,
+            effort: self.model.effort,
+            web: self.model.web,
             cache_ttl: self.model.cache_ttl,
             handoff: self.handoff.clone(),
             home: self.home.clone(),

@@ -8,8 +8,9 @@ use super::sources::{Flags, Vars};
 use crate::model::anthropic::{
     self, ClientConfig, Credential, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_MODEL,
 };
-use crate::model::models::MIN_THINKING_BUDGET;
+use crate::model::models::{self, MIN_THINKING_BUDGET, ThinkingForm};
 use crate::model::prices::PriceTable;
+use crate::model::{Effort, WebLimits};
 use crate::stores::CacheWindow;
 use std::fmt;
 use std::path::PathBuf;
@@ -45,6 +46,16 @@ pub struct ModelSettings {
     pub max_tokens: u32,
     /// `--thinking[=N]`, else `MAX_THINKING_TOKENS`; `None`: off.
     pub thinking_budget: Option<u32>,
+    /// `--effort`, else `CLAUDE_CODE_EFFORT_LEVEL` (Claude Code's); `None`: not sent.
+    /// Checked against the model's table row.
+    pub effort: Option<Effort>,
+    /// The judge's effort (`FLOWER_JUDGE_EFFORT`): a verdict is where effort pays, so
+    /// by default the judge never runs below `high` (an `--effort` below it is raised to
+    /// `high` for the judge); `None`: the run's.
+    pub judge_effort: Option<Effort>,
+    /// `max_uses` of the web tools per request (`FLOWER_WEB_SEARCH_MAX_USES`,
+    /// `FLOWER_WEB_FETCH_MAX_USES`); whether an agent has them is its permission rules'.
+    pub web: WebLimits,
     /// `FLOWER_CACHE_TTL` (`5m`, `1h`, `0`); `None` (`0`): every resume prunes as if
     /// the cache were cold.
     pub cache_ttl: Option<Duration>,
@@ -67,6 +78,9 @@ impl fmt::Debug for ModelSettings {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_tokens", &self.max_tokens)
             .field("thinking_budget", &self.thinking_budget)
+            .field("effort", &self.effort)
+            .field("judge_effort", &self.judge_effort)
+            .field("web", &self.web)
             .field("cache_ttl", &self.cache_ttl)
             .field("prices", &self.prices.is_some())
             .finish()
@@ -107,6 +121,9 @@ impl ModelSettings {
 }
 
 /// Resolves the model settings from the flags and the variables.
+// Long because every model setting resolves here, once, in the order their precedence
+// and cross-checks need (the model before its thinking budget and window), each with
+// the message naming its source.
 pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, ConfigError> {
     let usage = |setting: &str, message: String| ConfigError::invalid(setting, message);
     let credential = match (
@@ -189,6 +206,34 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
             ),
         ));
     }
+    let info = models::info(&id);
+    if thinking_budget.is_some() && info.thinking == ThinkingForm::Unsupported {
+        return Err(usage(
+            thinking_setting,
+            format!("model {id} has no extended thinking: leave out {thinking_setting}"),
+        ));
+    }
+    if let (Some(max), Some(limit)) = (explicit_max, info.max_output)
+        && max > limit
+    {
+        return Err(usage(
+            "FLOWER_MAX_TOKENS",
+            format!("FLOWER_MAX_TOKENS={max}: model {id} writes at most {limit} tokens"),
+        ));
+    }
+    let effort = resolve_effort(
+        flags.effort.as_deref(),
+        "CLAUDE_CODE_EFFORT_LEVEL",
+        vars,
+        &id,
+        &info,
+    )?;
+    let judge_effort = match resolve_effort(None, "FLOWER_JUDGE_EFFORT", vars, &id, &info)? {
+        Some(effort) => Some(effort),
+        None => effort.filter(|e| *e < Effort::High).map(|_| Effort::High),
+    };
+    // Without FLOWER_MAX_TOKENS, the default, within what the model can write.
+    let cap = |n: u32| info.max_output.map_or(n, |limit| n.min(limit));
     let max_tokens = match (explicit_max, thinking_budget) {
         (Some(max), Some(budget)) if budget >= max => {
             return Err(usage(
@@ -200,8 +245,19 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         }
         (Some(max), _) => max,
         // Room to answer after thinking.
-        (None, Some(budget)) => budget.saturating_add(crate::engine::DEFAULT_MAX_TOKENS),
-        (None, None) => crate::engine::DEFAULT_MAX_TOKENS,
+        (None, Some(budget)) => {
+            let max = cap(budget.saturating_add(crate::engine::DEFAULT_MAX_TOKENS));
+            if budget >= max {
+                return Err(usage(
+                    thinking_setting,
+                    format!(
+                        "thinking budget {budget} must be below max_tokens ({max}, what {id} can write)"
+                    ),
+                ));
+            }
+            max
+        }
+        (None, None) => cap(crate::engine::DEFAULT_MAX_TOKENS),
     };
 
     let cache_ttl = match vars
@@ -235,6 +291,27 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         },
     };
 
+    let max_uses = |var: &str| -> Result<u32, ConfigError> {
+        match vars.unblank(var) {
+            None => Ok(WebLimits::DEFAULT_MAX_USES),
+            Some(raw) => raw
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| {
+                    usage(
+                        var,
+                        format!("{var}={raw:?}: expected a whole number from 1 to 100"),
+                    )
+                }),
+        }
+    };
+    let web = WebLimits {
+        search_max_uses: max_uses("FLOWER_WEB_SEARCH_MAX_USES")?,
+        fetch_max_uses: max_uses("FLOWER_WEB_FETCH_MAX_USES")?,
+    };
+
     let prices = match vars.get("FLOWER_PRICES") {
         None => None,
         Some(path) => {
@@ -258,7 +335,49 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         idle_timeout,
         max_tokens,
         thinking_budget,
+        effort,
+        judge_effort,
+        web,
         cache_ttl,
         prices,
     })
+}
+
+/// `flag` (`--effort`), else the variable `var` (for `CLAUDE_CODE_EFFORT_LEVEL`, else
+/// the settings files' `effortLevel`, as Claude Code reads it): a level the model
+/// accepts.
+fn resolve_effort(
+    flag: Option<&str>,
+    var: &'static str,
+    vars: &Vars<'_>,
+    id: &str,
+    info: &models::ModelInfo,
+) -> Result<Option<Effort>, ConfigError> {
+    let file = (var == "CLAUDE_CODE_EFFORT_LEVEL")
+        .then(|| vars.files.effort.clone())
+        .flatten();
+    let (setting, raw) = match (flag, vars.unblank(var), file) {
+        (Some(raw), _, _) => ("--effort", raw.to_string()),
+        (None, Some(raw), _) => (var, raw),
+        (None, None, Some(raw)) => ("effortLevel (settings file)", raw),
+        (None, None, None) => return Ok(None),
+    };
+    let effort = Effort::parse(&raw).ok_or_else(|| {
+        ConfigError::invalid(
+            setting,
+            format!("{setting} {raw:?}: expected low, medium, high, xhigh or max"),
+        )
+    })?;
+    if info.accepts_effort(effort) {
+        return Ok(Some(effort));
+    }
+    let message = if info.efforts.is_empty() {
+        format!(
+            "{setting} {effort}: model {id} does not take an effort (output_config.effort); leave it out"
+        )
+    } else {
+        let levels: Vec<&str> = info.efforts.iter().map(|e| e.as_str()).collect();
+        format!("{setting} {effort}: model {id} takes {}", levels.join(", "))
+    };
+    Err(ConfigError::invalid(setting, message))
 }

@@ -24,6 +24,8 @@ pub struct Flags {
     pub model: Option<String>,
     /// `--thinking` (`Some(None)`) or `--thinking=N` (`Some(Some(N))`).
     pub thinking: Option<Option<u32>>,
+    /// `--effort`: `low`, `medium`, `high`, `xhigh`, `max`.
+    pub effort: Option<String>,
     /// `--handoff-at`: tokens (`120000`, `120K`) or a share of the window (`60%`).
     pub handoff_at: Option<String>,
     /// `--no-network`, `--require-sandbox`, `--no-sandbox`.
@@ -143,6 +145,8 @@ pub struct FileLayer {
     pub vars: BTreeMap<String, String>,
     /// `model`: below `--model` and `ANTHROPIC_MODEL`.
     pub model: Option<String>,
+    /// `effortLevel`: below `--effort` and `CLAUDE_CODE_EFFORT_LEVEL`.
+    pub effort: Option<String>,
     /// `permissions` of every file, merged.
     pub permissions: super::files::FilePermissions,
     /// `hooks` of every file, merged.

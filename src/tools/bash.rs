@@ -117,15 +117,15 @@ impl Tool for Bash {
 
     fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let command = match input::required_str("Bash", input, "command") {
+            let command = match input::required_str(super::names::BASH, input, "command") {
                 Ok(c) => c,
                 Err(e) => return e,
             };
-            let timeout = match input::optional_u64("Bash", input, "timeout") {
+            let timeout = match input::optional_u64(super::names::BASH, input, "timeout") {
                 Ok(t) => t,
                 Err(e) => return e,
             };
-            if let Err(e) = input::optional_str("Bash", input, "description") {
+            if let Err(e) = input::optional_str(super::names::BASH, input, "description") {
                 return e;
             }
             if timeout == Some(0) {

@@ -212,6 +212,24 @@ fn numbered<R: BufRead>(
     } else {
         None
     };
+    let notes = notes(first, last_shown, total, stopped_for_size, size, cut_lines);
+    if !notes.is_empty() {
+        out.push('\n');
+        out.push_str(&notes.join("\n"));
+    }
+    Ok(out)
+}
+
+/// What follows the lines: where the output stopped, which lines of how many were
+/// shown, which lines were cut.
+fn notes(
+    first: u64,
+    last_shown: u64,
+    total: Option<u64>,
+    stopped_for_size: bool,
+    size: u64,
+    cut_lines: u64,
+) -> Vec<String> {
     let mut notes = Vec::new();
     if stopped_for_size {
         notes.push(format!(
@@ -246,11 +264,7 @@ fn numbered<R: BufRead>(
              {MAX_LINE_CHARS} characters. Use Grep or Bash to see them in full.]"
         ));
     }
-    if !notes.is_empty() {
-        out.push('\n');
-        out.push_str(&notes.join("\n"));
-    }
-    Ok(out)
+    notes
 }
 
 /// A stored line as text: lossy UTF-8, without a trailing `\r`, cut at

@@ -43,6 +43,16 @@ pub const HOOK_SUBTYPE: &str = "hook";
 /// something the user said, so a retry looking for its unanswered prompt skips it.
 pub const HOOK_CONTEXT_FLAG: &str = "isHookContext";
 
+/// The field marking the user entry that asks the model to go on with a reply cut by
+/// `max_tokens` (on models that refuse a prefill, or with thinking on): not something
+/// the user said. Unanswered, it is dropped on resume (the resume's prompt follows).
+pub const CONTINUATION_FLAG: &str = "isContinuation";
+
+/// Whether an entry is a continuation request ([`CONTINUATION_FLAG`]).
+pub fn is_continuation(entry: &Value) -> bool {
+    entry.get(CONTINUATION_FLAG) == Some(&Value::Bool(true))
+}
+
 /// Whether an entry is a user entry a hook added ([`HOOK_CONTEXT_FLAG`]).
 pub fn is_hook_context(entry: &Value) -> bool {
     entry.get(HOOK_CONTEXT_FLAG) == Some(&Value::Bool(true))

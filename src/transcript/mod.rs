@@ -94,6 +94,18 @@ impl Chain {
         )
     }
 
+    /// A user entry asking the model to go on with its reply cut by `max_tokens`,
+    /// marked ([`markers::CONTINUATION_FLAG`]) so that it is never taken for a prompt.
+    pub fn continuation(&mut self, text: &str) -> Value {
+        let mut extra = Map::new();
+        extra.insert(markers::CONTINUATION_FLAG.into(), Value::Bool(true));
+        self.entry(
+            "user",
+            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
+            extra,
+        )
+    }
+
     /// A `system` entry (Claude Code's shape: `subtype`, `content`, `level`) with more
     /// fields in `extra`. Never sent to the model ([`Messages`] skips it); a link of the
     /// chain like any other.

@@ -20,6 +20,21 @@ pub const TASK: &str = "Task";
 /// Asks the user a question (the engine's, not a `tools::Tool`).
 pub const ASK_USER: &str = "AskUser";
 
+/// Searches the web: a server tool, run by the API (`web_search`), never by flower.
+pub const WEB_SEARCH: &str = "WebSearch";
+/// Fetches a web page or PDF: a server tool, run by the API (`web_fetch`).
+pub const WEB_FETCH: &str = "WebFetch";
+
+/// The permission-rule name (Claude Code's) of a server tool the API names `api_name`
+/// in its `server_tool_use` blocks; `None` for other names.
+pub fn server_tool_rule_name(api_name: &str) -> Option<&'static str> {
+    match api_name {
+        "web_search" => Some(WEB_SEARCH),
+        "web_fetch" => Some(WEB_FETCH),
+        _ => None,
+    }
+}
+
 /// What the harness knows about a tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ToolInfo {
@@ -31,6 +46,9 @@ pub struct ToolInfo {
     pub path_field: Option<&'static str>,
     /// Whether the tool changes files (the agents without it get a read-only workspace).
     pub writes_files: bool,
+    /// For a tool without a path: the input field a content rule (`Task(reviewer)`)
+    /// is matched against.
+    pub rule_field: Option<&'static str>,
 }
 
 pub const READ_INFO: ToolInfo = info(READ, "file_path", Some("file_path"), false);
@@ -39,7 +57,10 @@ pub const EDIT_INFO: ToolInfo = info(EDIT, "file_path", Some("file_path"), true)
 pub const GLOB_INFO: ToolInfo = info(GLOB, "pattern", Some("path"), false);
 pub const GREP_INFO: ToolInfo = info(GREP, "pattern", Some("path"), false);
 pub const BASH_INFO: ToolInfo = info(BASH, "command", None, false);
-pub const TASK_INFO: ToolInfo = info(TASK, "description", None, false);
+pub const TASK_INFO: ToolInfo = ToolInfo {
+    rule_field: Some("subagent_type"),
+    ..info(TASK, "description", None, false)
+};
 pub const ASK_USER_INFO: ToolInfo = info(ASK_USER, "question", None, false);
 
 /// Every tool an agent can be given, built-in and engine-level, in offer order.
@@ -65,6 +86,7 @@ const fn info(
         summary_field,
         path_field,
         writes_files,
+        rule_field: None,
     }
 }
 

@@ -13,6 +13,7 @@ use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, SessionStart};
 use crate::future::BoxFuture;
 use crate::tools::names::{ASK_USER, BASH, EDIT, GLOB, GREP, READ, TASK, WRITE};
+use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,6 +44,8 @@ pub struct FlowerOptions {
     pub rounds: u32,
     /// Whether someone can answer the clarifier's questions (stdin is a terminal).
     pub interactive: bool,
+    /// The judge's effort; `None`: the run's.
+    pub judge_effort: Option<crate::model::Effort>,
 }
 
 impl Default for FlowerOptions {
@@ -52,6 +55,7 @@ impl Default for FlowerOptions {
             utterance: None,
             rounds: DEFAULT_ROUNDS,
             interactive: false,
+            judge_effort: None,
         }
     }
 }
@@ -104,13 +108,16 @@ pub fn goal_setter() -> AgentSpec {
     ])
 }
 
-/// The coordinator: delegates through Task; its own Bash is read-only git.
+/// The coordinator: delegates through Task; its own Bash is read-only git. It and the
+/// workers may search and fetch the web (run by the API); the judge may not.
 pub fn coordinator() -> AgentSpec {
     AgentSpec::new("coordinator", COORDINATOR).allowed_tools([
         READ,
         GLOB,
         GREP,
         TASK,
+        WEB_SEARCH,
+        WEB_FETCH,
         "Write(notes/**)",
         "Edit(notes/**)",
         "Bash(git status:*)",
@@ -122,7 +129,8 @@ pub fn coordinator() -> AgentSpec {
 
 /// The sub-agent the coordinator's Task starts: every file and shell tool.
 pub fn worker() -> AgentSpec {
-    AgentSpec::new("general-purpose", WORKER).allowed_tools([READ, WRITE, EDIT, GLOB, GREP, BASH])
+    AgentSpec::new("general-purpose", WORKER)
+        .allowed_tools([READ, WRITE, EDIT, GLOB, GREP, BASH, WEB_SEARCH, WEB_FETCH])
 }
 
 /// The judge: read-only tools, and Bash to run tests.
@@ -199,6 +207,7 @@ pub fn flower_workflow(workspace: &Path, options: &FlowerOptions) -> Workflow {
     .gate(Arc::new(GoalGate {
         goal: goal.clone(),
         rounds: options.rounds.max(1),
+        effort: options.judge_effort,
     }));
 
     Workflow::new(vec![clarify, set_goal, work])
@@ -261,6 +270,8 @@ impl Gate for FileGate {
 pub struct GoalGate {
     pub goal: PathBuf,
     pub rounds: u32,
+    /// The judge's effort; `None`: the run's.
+    pub effort: Option<crate::model::Effort>,
 }
 
 /// Whether the judge's run failed because its context did not fit the window. The judge
@@ -307,9 +318,9 @@ impl Gate for GoalGate {
                 resumed: false,
                 woke: 0,
             });
-            let result = rt
-                .run_step(&name, &judge(), &prompt, SessionStart::New)
-                .await;
+            let mut judge = judge();
+            judge.effort = self.effort;
+            let result = rt.run_step(&name, &judge, &prompt, SessionStart::New).await;
             if result.ok && parse_verdict(&result.text) {
                 return Verdict::Pass;
             }

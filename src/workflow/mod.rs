@@ -206,11 +206,7 @@ impl Workflow {
                 })?;
         }
         let mut ctx = Context {
-            woke: if self.continuous {
-                rt.lineage().wake()
-            } else {
-                1
-            },
+            woke: if self.continuous { rt.wake() } else { 1 },
             ..Context::default()
         };
         let total = self.steps.len();

@@ -187,6 +187,9 @@ fn an_outage_mid_step_is_waited_out_and_the_session_resumed() {
     );
     let fed = project.store_load(&work_id, true);
     assert!(!Value::Array(fed).to_string().contains("API Error"));
+    let log = crate::figures::log_json(&project);
+    assert_eq!(log["totals"]["outages"], 1, "{log:#}");
+    assert_eq!(log["totals"]["retries"], 1, "{log:#}");
 }
 
 /// The same outage while a sub-agent (Task) is working: the sub-agent waits it out and
@@ -225,6 +228,12 @@ fn an_outage_inside_a_sub_agent_resumes_the_sub_agent_without_the_error() {
     );
     assert_resumes(retry, workers[0]);
     assert_eq!(project.read("hello.txt"), "hello");
+    // One outage, waited out by the sub-agent: counted as such by `flower log`.
+    let log = crate::figures::log_json(&project);
+    assert_eq!(log["totals"]["outages"], 1, "{log:#}");
+    assert_eq!(log["totals"]["retries"], 1, "{log:#}");
+    assert!(log["totals"]["outage_waited_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(row["outages"][0]["database"], false, "{row:#}");
 }
 
 /// 529 three times, then an answer: four attempts, each retry resuming the session.

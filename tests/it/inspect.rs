@@ -11,7 +11,7 @@ use crate::support;
 use crate::support::snapshot::{assert_same, snapshot};
 
 use flower::continuity::lineage::Lineage;
-use flower::continuity::manifest::{Manifest, StepResult};
+use flower::continuity::manifest::{Manifest, Outage, StepResult};
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -161,6 +161,15 @@ pub fn build_run(turns_per_session: usize) -> Built {
         resumed: false,
         retired: Vec::new(),
         context: 0,
+        // The failed try met an outage (the transcript has its API error).
+        outages: if ok {
+            Vec::new()
+        } else {
+            vec![Outage {
+                waited_s: 8.0,
+                database: false,
+            }]
+        },
     };
     let mut first = Manifest::new(&run_dir, "20260101-000000-aaaaaa".into());
     first.record(&row("干活", A1, 0, span - 5, false)).unwrap();
@@ -248,7 +257,8 @@ fn log_show_and_report_write_nothing_even_over_a_live_wal() {
         lines[2].contains("干活·判定#1") && lines[2].contains("(判定 1)"),
         "{log}"
     );
-    assert!(lines[3].starts_with("── 唤醒 #1"), "{log}");
+    // The second process: the banner said 第 2 次唤醒.
+    assert!(lines[3].starts_with("── 唤醒 #2"), "{log}");
     assert!(
         lines[4].contains("复查") && lines[4].contains(" ok "),
         "{log}"
@@ -260,7 +270,7 @@ fn log_show_and_report_write_nothing_even_over_a_live_wal() {
     assert!(totals.contains(" 16 轮"), "{totals}");
     assert!(totals.contains("输入 1.6K 输出 0.8K"), "{totals}");
     assert!(
-        totals.contains("换代 1 · 唤醒 1 · 重试 1 · 断网 1 次"),
+        totals.contains("换代 1 · 唤醒 2 · 重试 1 · 断网 1 次"),
         "{totals}"
     );
 

@@ -79,6 +79,7 @@ fn a_row_has_exactly_the_spec_fields() {
         resumed: true,
         retired: vec!["old-session".into()],
         context: 185_900,
+        outages: Vec::new(),
     };
     m.record(&r).unwrap();
     let rows = file_rows(tmp.path());

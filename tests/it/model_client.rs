@@ -48,6 +48,7 @@ fn request() -> MessagesRequest {
             .into(),
         tools: vec![tool("Read"), tool("Glob")],
         thinking: None,
+        ..MessagesRequest::default()
     }
 }
 
@@ -184,6 +185,7 @@ async fn usage_from_message_start_and_cumulative_message_delta() {
             output_tokens: 345,
             cache_creation_input_tokens: 50,
             cache_read_input_tokens: 900,
+            ..Usage::default()
         }
     );
     let (second, _) = call(&client, &request()).await;
@@ -194,6 +196,7 @@ async fn usage_from_message_start_and_cumulative_message_delta() {
             output_tokens: 20,
             cache_creation_input_tokens: 3,
             cache_read_input_tokens: 4,
+            ..Usage::default()
         }
     );
     // Without numbers the fake derives input tokens from the body size.

@@ -22,6 +22,7 @@ fn request(system: &str, user: &str) -> MessagesRequest {
         messages: vec![json!({"role": "user", "content": user})].into(),
         tools: Vec::new(),
         thinking: None,
+        ..MessagesRequest::default()
     }
 }
 

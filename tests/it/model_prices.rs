@@ -10,6 +10,7 @@ fn usage(input: u64, output: u64, write: u64, read: u64) -> Usage {
         output_tokens: output,
         cache_creation_input_tokens: write,
         cache_read_input_tokens: read,
+        ..Usage::default()
     }
 }
 
@@ -144,4 +145,27 @@ fn a_bad_override_file_is_a_clear_error() {
         assert!(text.contains(&file.path().display().to_string()), "{text}");
         assert!(text.contains(hint), "{content}: {text}");
     }
+}
+
+/// Server tool requests are priced per use: web search at USD 10 per 1,000 on every
+/// model unless the table says otherwise, web fetch free (only its tokens cost).
+#[test]
+fn server_tool_requests_are_priced_per_use() {
+    let table = PriceTable::builtin();
+    let mut searches = Usage::default();
+    searches.server_tool_use.web_search_requests = 1000;
+    searches.server_tool_use.web_fetch_requests = 7;
+    assert_eq!(table.cost_usd("claude-sonnet-5-5", &searches), Some(10.0));
+    assert_eq!(
+        table.request_cost_usd("claude-opus-4-6", &searches),
+        Some(10.0)
+    );
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    write!(
+        file,
+        r#"{{"claude-sonnet-5-5": {{"input": 0, "output": 0, "cache_write": 0, "cache_read": 0, "web_search": 5.0, "web_fetch": 1.0}}}}"#
+    )
+    .unwrap();
+    let table = PriceTable::with_override(file.path()).unwrap();
+    assert_eq!(table.cost_usd("claude-sonnet-5-5", &searches), Some(5.007));
 }

@@ -272,3 +272,246 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
     assert_eq!(request.body["thinking"]["budget_tokens"], 3000);
     assert_eq!(request.header("anthropic-beta"), None);
 }
+
+/// `ANTHROPIC_CUSTOM_HEADERS` replaces flower's header of the same name (any case)
+/// instead of sending it twice, and its `anthropic-beta` values join flower's in one
+/// header, each name once.
+#[test]
+fn custom_headers_replace_flower_headers_and_betas_merge_once() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![Reply::text("好")]);
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--model", "claude-sonnet-4-5[1m]"],
+        &[
+            (
+                "ANTHROPIC_CUSTOM_HEADERS",
+                "Anthropic-Version: 2099-01-01\nanthropic-beta: beta-two, extra-beta\nX-Team: flower",
+            ),
+            ("ANTHROPIC_BETAS", "beta-one,beta-two"),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let request = &server.requests()[0];
+    let count = |name: &str| request.headers.iter().filter(|(n, _)| n == name).count();
+    assert_eq!(count("anthropic-version"), 1, "{:?}", request.headers);
+    assert_eq!(request.header("anthropic-version"), Some("2099-01-01"));
+    assert_eq!(count("anthropic-beta"), 1, "{:?}", request.headers);
+    assert_eq!(
+        request.header("anthropic-beta"),
+        Some("beta-one,beta-two,extra-beta,context-1m-2025-08-07")
+    );
+    assert_eq!(request.header("x-team"), Some("flower"));
+    assert_eq!(count("x-api-key"), 1);
+    assert_eq!(count("content-type"), 1);
+}
+
+/// `--effort` (or Claude Code's `CLAUDE_CODE_EFFORT_LEVEL`) goes out as
+/// `output_config.effort`; thinking on a 4.6+ model is adaptive, without the
+/// interleaved beta even when tools are offered.
+#[test]
+fn effort_and_adaptive_thinking_follow_the_model_table() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::text("好"),
+        Reply::text("好"),
+        Reply::text("好"),
+        Reply::text("好"),
+    ]);
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--effort", "low", "--thinking"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first = &server.requests()[0];
+    assert_eq!(first.body["output_config"], json!({"effort": "low"}));
+    assert_eq!(first.body["thinking"], json!({"type": "adaptive"}));
+    assert!(!first.tool_names().is_empty());
+    assert_eq!(first.header("anthropic-beta"), None);
+
+    // Claude Code's variable; the flag wins over it.
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--model", "claude-opus-4-6"],
+        &[("CLAUDE_CODE_EFFORT_LEVEL", "max")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.requests()[1].body["output_config"]["effort"], "max");
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--effort", "medium"],
+        &[("CLAUDE_CODE_EFFORT_LEVEL", "max")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        server.requests()[2].body["output_config"]["effort"],
+        "medium"
+    );
+
+    // Without it, no output_config at all (the API's default).
+    let out = flower(&server, &dir, &["once", "hi"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(server.requests()[3].body.get("output_config").is_none());
+
+    // An unknown model gets the effort it was asked for.
+    let server = FakeServer::start(vec![Reply::text("好")]);
+    let out = flower(
+        &server,
+        &dir,
+        &[
+            "once",
+            "hi",
+            "--model",
+            "my-gateway/x-1",
+            "--effort",
+            "high",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.requests()[0].body["output_config"]["effort"], "high");
+}
+
+/// Combinations the model table says the API refuses exit 2 before any request.
+#[test]
+fn bad_model_combinations_exit_2_before_any_request() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![Reply::text("不该到这")]);
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["--effort", "extreme"], vec![], "--effort"),
+        (
+            vec![],
+            vec![("CLAUDE_CODE_EFFORT_LEVEL", "lots")],
+            "CLAUDE_CODE_EFFORT_LEVEL",
+        ),
+        (
+            vec!["--effort", "low", "--model", "claude-sonnet-4-5"],
+            vec![],
+            "does not take an effort",
+        ),
+        (
+            vec!["--effort", "xhigh", "--model", "claude-opus-4-6"],
+            vec![],
+            "low, medium, high, max",
+        ),
+        (
+            vec!["--thinking", "--model", "claude-3-5-haiku-20241022"],
+            vec![],
+            "no extended thinking",
+        ),
+        (
+            vec!["--model", "claude-sonnet-4-5"],
+            vec![("FLOWER_MAX_TOKENS", "100000")],
+            "at most 64000",
+        ),
+    ];
+    for (flags, env, says) in cases {
+        let mut args = vec!["once", "hi"];
+        args.extend(flags.iter());
+        let out = flower(&server, &dir, &args, &env);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?} {env:?}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(says), "{says}: {}", stderr(&out));
+    }
+    assert_eq!(server.request_count(), 0);
+}
+
+/// The judge is where effort pays: a run at `--effort low` judges at `high`; the
+/// other agents get the run's effort; `FLOWER_JUDGE_EFFORT` sets the judge's own.
+#[test]
+fn the_judge_never_runs_below_high_effort_unless_told() {
+    use support::pipeline::{Agent, Project, agent_of, simple_reply};
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| simple_reply(req));
+    let out = project.run(&server, &["--effort", "low", "写个 hello 脚本"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let effort_of = |agent: Agent| -> Vec<Value> {
+        server
+            .requests()
+            .iter()
+            .filter(|r| agent_of(r) == agent)
+            .map(|r| r.body["output_config"]["effort"].clone())
+            .collect()
+    };
+    assert!(effort_of(Agent::Coordinator).iter().all(|e| e == "low"));
+    assert!(effort_of(Agent::Worker).iter().all(|e| e == "low"));
+    let judge = effort_of(Agent::Judge);
+    assert!(
+        !judge.is_empty() && judge.iter().all(|e| e == "high"),
+        "{judge:?}"
+    );
+
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| simple_reply(req));
+    let out = project
+        .command(&server, &["写个 hello 脚本"])
+        .env("FLOWER_JUDGE_EFFORT", "max")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let requests = server.requests();
+    let judge: Vec<&support::Recorded> = requests
+        .iter()
+        .filter(|r| agent_of(r) == Agent::Judge)
+        .collect();
+    assert!(!judge.is_empty());
+    assert!(
+        judge
+            .iter()
+            .all(|r| r.body["output_config"]["effort"] == "max")
+    );
+    assert!(
+        requests
+            .iter()
+            .filter(|r| agent_of(r) != Agent::Judge)
+            .all(|r| r.body.get("output_config").is_none())
+    );
+}
+
+/// Claude Code's settings files' `effortLevel` is read too, below the variable.
+#[test]
+fn a_settings_file_effort_level_is_read_below_the_variable() {
+    let dir = TempDir::new().unwrap();
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"effortLevel": "low"}"#,
+    )
+    .unwrap();
+    let home = dir.path().display().to_string();
+    let server = FakeServer::start(vec![Reply::text("好"), Reply::text("好")]);
+    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.requests()[0].body["output_config"]["effort"], "low");
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi"],
+        &[("HOME", &home), ("CLAUDE_CODE_EFFORT_LEVEL", "medium")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        server.requests()[1].body["output_config"]["effort"],
+        "medium"
+    );
+
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"effortLevel": "extreme"}"#,
+    )
+    .unwrap();
+    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("effortLevel"), "{}", stderr(&out));
+    assert_eq!(server.request_count(), 2);
+}

@@ -282,6 +282,7 @@ fn request_bodies_of_every_history_prefix_are_unchanged() {
                 messages: history[..n].to_vec().into(),
                 tools: tools.clone(),
                 thinking: (n % 3 == 0).then_some(Thinking::Budget(1024)),
+                ..MessagesRequest::default()
             };
             let body = request_body(&request);
             digests.push(json!({"len": body.len(), "fnv": fnv(&body)}));

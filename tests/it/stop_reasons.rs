@@ -67,10 +67,11 @@ fn end_turn_tool_use_and_stop_sequence_end_as_today() {
     assert_eq!(v["is_error"], false);
 }
 
-/// A text reply cut by max_tokens is sent back as the start of the assistant turn and
-/// the model asked for the rest; each part is its own turn; the result is the whole.
+/// On a model that allows a prefill (Sonnet 4.5) and without thinking, a text reply cut
+/// by max_tokens is sent back as the start of the assistant turn and the model asked
+/// for the rest; each part is its own turn; the result is the whole.
 #[test]
-fn max_tokens_on_text_continues_the_reply() {
+fn max_tokens_on_text_continues_the_reply_by_prefill_where_allowed() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![
         Reply::text("床前明月光,").stop_reason("max_tokens"),
@@ -78,7 +79,7 @@ fn max_tokens_on_text_continues_the_reply() {
         Reply::text("疑是地上霜。 \n").stop_reason("max_tokens"),
         Reply::text("举头望明月。"),
     ]);
-    let (out, v) = once_json(&server, &dir, &[]);
+    let (out, v) = once_json(&server, &dir, &["--model", "claude-sonnet-4-5"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(v["result"], "床前明月光,疑是地上霜。举头望明月。");
     assert_eq!(v["num_turns"], 3);
@@ -99,6 +100,124 @@ fn max_tokens_on_text_continues_the_reply() {
     );
     // No user message was added between the parts.
     assert_eq!(requests[2].messages().len(), 2);
+}
+
+/// The default model (5.x) refuses a prefill with a 400, as every model from 4.6 on
+/// does: the cut reply is continued with a user turn, and the run goes on.
+#[test]
+fn max_tokens_on_the_default_model_continues_with_a_user_turn() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::text("床前明月光,").stop_reason("max_tokens"),
+        Reply::text("疑是地上霜。 ").stop_reason("max_tokens"),
+        Reply::text("举头望明月。"),
+    ]);
+    let (out, v) = once_json(&server, &dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(v["is_error"], false, "{v}");
+    assert_eq!(v["result"], "床前明月光,疑是地上霜。 举头望明月。");
+    assert_eq!(v["num_turns"], 3);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    for (i, request) in requests.iter().enumerate().skip(1) {
+        let (role, text) = last_message(request);
+        assert_eq!(role, "user", "request {i} must end with a user turn");
+        assert_eq!(text, flower::engine::CONTINUE_AFTER_MAX_TOKENS);
+    }
+    // Every part stays its own assistant turn, as the model sent it.
+    let roles: Vec<&str> = requests[2]
+        .messages()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"]);
+}
+
+/// With extended thinking on, no model takes a prefill: a user turn continues even
+/// where a prefill would otherwise be allowed.
+#[test]
+fn max_tokens_with_thinking_continues_with_a_user_turn_on_any_model() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::thinking("想一想", "sig-1")
+            .then_text("第一段")
+            .stop_reason("max_tokens"),
+        Reply::thinking("接着想", "sig-2").then_text("第二段"),
+    ]);
+    let (out, v) = once_json(
+        &server,
+        &dir,
+        &["--model", "claude-sonnet-4-5", "--thinking"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(v["result"], "第一段第二段");
+    let second = &server.requests()[1];
+    assert_eq!(second.body["thinking"]["type"], "enabled");
+    assert_eq!(last_message(second).0, "user");
+}
+
+/// A reply cut by max_tokens inside a tool call never runs it, even when the input
+/// that arrived happens to parse; the call gets an error result and the model goes on.
+#[test]
+fn a_tool_call_cut_by_max_tokens_is_not_run() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::text("先写文件")
+            .then_tool_use("Write", json!({"file_path": "a.txt", "content": "半"}))
+            .stop_reason("max_tokens"),
+        Reply::text("重来"),
+    ]);
+    let (out, v) = once_json(&server, &dir, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(v["result"], "重来");
+    assert!(!dir.path().join("a.txt").exists(), "the cut call ran");
+    let results = server.requests()[1].tool_results();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["is_error"], true);
+    let body = results[0]["content"].to_string();
+    assert!(body.contains("max_tokens"), "{body}");
+}
+
+/// A continuation instruction the model never answered (the request after it failed)
+/// is dropped when the session is resumed: the resume's own prompt follows the cut
+/// reply instead.
+#[test]
+fn an_unanswered_continuation_is_pruned_on_resume() {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![
+        Reply::text("写到一半").stop_reason("max_tokens"),
+        Reply::error(400, "invalid_request_error", "fake: this one fails"),
+        Reply::text("接上了"),
+    ]);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
+    server.configure(&mut cmd);
+    let out = cmd
+        .current_dir(dir.path())
+        .args(["once", "写一首诗", "--json"])
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!(v["is_error"], true, "{v}");
+    let id = v["session_id"].as_str().unwrap().to_string();
+    let out = flower(
+        &server,
+        dir.path(),
+        &["once", "接着写", "--json", "--resume", &id],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let resumed = &server.requests()[2];
+    assert_eq!(
+        last_message(resumed),
+        ("user".to_string(), "接着写".to_string())
+    );
+    assert!(
+        !resumed
+            .raw_body
+            .contains(flower::engine::CONTINUE_AFTER_MAX_TOKENS),
+        "{}",
+        resumed.raw_body
+    );
 }
 
 #[test]
@@ -175,8 +294,12 @@ fn context_window_exceeded_is_a_clear_error_naming_new() {
 #[test]
 fn pause_turn_sends_the_turn_back_to_continue() {
     let dir = TempDir::new().unwrap();
+    // A long server-tool turn pauses with its call pending; sent back as it is, the
+    // API continues it (on every model: this is not a prefill).
     let server = FakeServer::start(vec![
-        Reply::text("先查一下").stop_reason("pause_turn"),
+        Reply::text("先查一下")
+            .then_server_tool_use("web_search", json!({"query": "flower"}))
+            .stop_reason("pause_turn"),
         Reply::text("查完了"),
     ]);
     let (out, v) = once_json(&server, &dir, &[]);

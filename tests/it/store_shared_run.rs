@@ -573,6 +573,9 @@ fn a_database_outage_mid_run_is_waited_out_and_the_session_resumed() {
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
     assert!(status.success(), "{said}{rest}");
     assert!(stdout.contains("接着做完了"), "{stdout}");
+    // Greeted as what came back: the database (issue 29 item 5).
+    assert!(rest.contains("数据库恢复,接着跑"), "{said}{rest}");
+    assert!(!rest.contains("网络恢复"), "{said}{rest}");
 
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "{said}{rest}");

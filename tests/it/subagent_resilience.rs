@@ -146,6 +146,9 @@ fn sub_agent_fault(fault: Reply) {
         "{row:#}"
     );
     assert_eq!(project.read("hello.txt"), "hello");
+    // `flower log` counts the retry from the same row.
+    let log = crate::figures::log_json(&project);
+    assert_eq!(log["totals"]["retries"], 1, "{log:#}");
 }
 
 #[test]

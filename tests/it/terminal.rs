@@ -997,8 +997,8 @@ fn ctrl_c_twice_exits_130_and_the_next_run_resumes() {
     // The farewell line is not asserted: bytes written to a pty right before the
     // process exits can be lost at hangup under load (seen once in CI-like runs).
 
-    // The in-flight step is not in the manifest; lineage has its session.
-    assert_eq!(project.steps(), ["确认需求", "设定目标"]);
+    // The in-flight step has its row, as on SIGTERM; lineage has its session.
+    assert_eq!(project.steps(), ["确认需求", "设定目标", "干活"]);
     let work_session = project.session("干活");
     let asked = server.request_count();
 
@@ -1021,7 +1021,14 @@ fn ctrl_c_twice_exits_130_and_the_next_run_resumes() {
         "{history:#?}"
     );
     assert_eq!(project.session("干活"), work_session);
-    let row = project.row("干活");
+    let rows: Vec<Value> = project
+        .manifest()
+        .into_iter()
+        .filter(|r| r["step"] == "干活")
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0]["error"], "killed-by-signal");
+    let row = &rows[1];
     assert_eq!(row["session_id"], work_session.as_str());
     assert_eq!(row["resumed"], true);
     assert_eq!(row["ok"], true);
@@ -1151,4 +1158,58 @@ fn a_dumb_terminal_gets_no_status_line_and_no_summary() {
     assert!(!output.contains(" · 用时 "), "{output:?}");
     assert!(output.contains("== 判定通过 =="), "{output:?}");
     assert!(output.contains("做完了。"), "{output:?}");
+}
+
+/// Issue 29 item 6: while the fake server holds a request nothing else is printed, yet
+/// the live line moves (redrawn at least once a second): the step, the elapsed time,
+/// the request's wait, and while a sub-agent works, what it was asked to do. When the
+/// run ends, the summary's cost is the run's, as `flower log --json` totals it.
+#[test]
+fn the_live_line_moves_while_a_request_is_held() {
+    let project = Project::terminal("proj");
+    let coordinator = Gate::new();
+    let worker = Gate::new();
+    let server = {
+        let (coordinator, worker) = (coordinator.clone(), worker.clone());
+        FakeServer::with_handler(move |req, _| match agent_of(req) {
+            Agent::Coordinator if answered_tool(req).is_none() => {
+                delegating_coordinator(req).gate_before(&coordinator)
+            }
+            Agent::Coordinator => delegating_coordinator(req),
+            Agent::Worker if answered_tool(req).is_none() => {
+                default_reply(req).gate_before(&worker)
+            }
+            _ => default_reply(req),
+        })
+    };
+    let mut pty = project.pty(&server, &[TASK]);
+    assert!(coordinator.wait_reached(TIMEOUT), "{}", pty.output());
+    // Two redraws of the held request: its wait counts on with no event at all.
+    pty.expect("[干活] 第 0 轮 · 上下文 ");
+    pty.expect(" · 等回复 2s");
+    coordinator.open();
+    assert!(worker.wait_reached(TIMEOUT), "{}", pty.output());
+    pty.expect(" · 子代理在做:写 hello");
+    pty.expect(" · 等回复 2s · 子代理在做:写 hello");
+    worker.open();
+    assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
+
+    let lines = pty.lines();
+    let summary = lines
+        .iter()
+        .find(|l| l.starts_with("== 判定通过 · 用时 "))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+        .current_dir(&project.dir)
+        .args(["log", "--json"])
+        .output()
+        .unwrap();
+    let log: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run_cost = format!("${:.4}", log["totals"]["cost_usd"].as_f64().unwrap());
+    assert!(
+        summary.contains(&format!(" · {run_cost} · ")),
+        "{summary} vs {run_cost}"
+    );
+    let turns = log["totals"]["turns"].as_u64().unwrap();
+    assert!(summary.contains(&format!(" · {turns} 轮 · ")), "{summary}");
 }

@@ -550,6 +550,10 @@ fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict
             d.set_item("text", text)?;
             d.set_item("depth", depth)?;
         }
+        Event::Requesting { depth } => {
+            d.set_item("type", "requesting")?;
+            d.set_item("depth", depth)?;
+        }
         Event::ThinkingDelta { text, depth } => {
             d.set_item("type", "thinking")?;
             d.set_item("text", text)?;

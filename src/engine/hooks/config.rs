@@ -256,6 +256,8 @@ impl HookSet {
         Ok(())
     }
 
+    // Long because it checks every key of a hook group in the order Claude Code documents
+    // them, each with the error naming its key.
     fn group(
         &mut self,
         group: &Value,

@@ -103,6 +103,16 @@ pub(super) enum Block {
         text_len: Option<usize>,
     },
     Thinking,
+    /// A `server_tool_use` block (the API ran the tool).
+    ServerToolUse {
+        id: String,
+    },
+    /// Its result (`web_search_tool_result`, `web_fetch_tool_result`), with the size of
+    /// its content in bytes of JSON.
+    ServerResult {
+        id: String,
+        len: usize,
+    },
     Other,
 }
 
@@ -152,6 +162,15 @@ impl Block {
                 }
             }
             Some("thinking" | "redacted_thinking") => Block::Thinking,
+            Some("server_tool_use") => Block::ServerToolUse {
+                id: str_field(block, "id").unwrap_or_default().to_string(),
+            },
+            Some(kind) if kind.ends_with("_tool_result") => Block::ServerResult {
+                id: str_field(block, "tool_use_id")
+                    .unwrap_or_default()
+                    .to_string(),
+                len: block.get("content").map_or(0, |c| c.to_string().len()),
+            },
             _ => Block::Other,
         }
     }
@@ -175,6 +194,8 @@ pub(super) struct Slot {
     pub(super) uuid: Option<String>,
     pub(super) parent: Option<String>,
     pub(super) synthetic_error: bool,
+    /// A continuation request ([`crate::transcript::markers::is_continuation`]).
+    pub(super) continuation: bool,
     pub(super) content: Content,
     /// Parallel to the content array (empty unless `content` is `Blocks`).
     pub(super) blocks: Vec<Block>,
@@ -203,6 +224,8 @@ impl Slot {
             parent: str_field(&entry, "parentUuid").map(str::to_string),
             synthetic_error: role == Some(Role::Assistant)
                 && (is_synthetic_error(&entry) || is_refusal(&entry)),
+            continuation: role == Some(Role::User)
+                && crate::transcript::markers::is_continuation(&entry),
             content,
             blocks,
             removed: false,

@@ -6,6 +6,8 @@
 //!    `message.model == "<synthetic>"`) and replies that ended in `stop_reason: refusal`:
 //!    a retry storm must not read as something the model said, and a replayed refusal
 //!    only invites another;
+//!    A continuation request left unanswered at the end (the request that carried it
+//!    failed) goes too: the prompt the resume adds follows the cut reply;
 //! 2. repair the structure (see below), so the rules work on well-formed turns;
 //! 3. of the denied tool calls (a `tool_use` whose `tool_result` has `is_error: true`
 //!    and a denial text, [`is_denial_text`]), keep only the newest `keep_denials`
@@ -229,6 +231,7 @@ pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<V
         p.mark_warm_tail(window);
     }
     p.drop_synthetic_errors();
+    p.drop_unanswered_continuation();
     p.repair();
     p.drop_old_denials(opts.keep_denials);
     p.neutralize_interruptions();

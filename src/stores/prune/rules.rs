@@ -39,6 +39,20 @@ impl Pruner {
         }
     }
 
+    /// A continuation request the model never answered (the request after it failed
+    /// or the process died) goes: the prompt the resume adds follows the cut reply.
+    pub(super) fn drop_unanswered_continuation(&mut self) {
+        let last = self
+            .slots
+            .iter()
+            .rposition(|s| !s.removed && s.role.is_some());
+        if let Some(i) = last
+            && self.slots[i].continuation
+        {
+            self.remove(i);
+        }
+    }
+
     pub(super) fn drop_old_denials(&mut self, keep: usize) {
         let mut calls: HashMap<&str, (usize, usize)> = HashMap::new();
         for (i, slot) in self.ruled_with_role(Role::Assistant) {
@@ -183,6 +197,62 @@ impl Pruner {
         for (i, b, pointer) in trims {
             self.slots[i].set_result_body(b, pointer, Body::Pointer);
         }
+        self.trim_server_results(opts);
+    }
+
+    /// Large results of server tools (a fetched page, search results) in assistant
+    /// messages before the newest one: the call and its result become one text block
+    /// pointing to a file with the page's text (or the results' titles and addresses).
+    fn trim_server_results(&mut self, opts: &PruneOptions) {
+        let groups = self.groups();
+        let newest = (0..groups.len())
+            .rev()
+            .find(|&g| groups.role(g) == Role::Assistant)
+            .map(|g| groups.members(g).to_vec())
+            .unwrap_or_default();
+        let mut edits: Vec<(usize, usize, usize, String)> = Vec::new();
+        for (i, slot) in self.ruled_with_role(Role::Assistant) {
+            if newest.contains(&i) {
+                continue;
+            }
+            for (b, block) in slot.blocks.iter().enumerate() {
+                let Block::ServerResult { id, len } = block else {
+                    continue;
+                };
+                if *len <= opts.trim_threshold_bytes {
+                    continue;
+                }
+                let Some(call) = slot.blocks[..b]
+                    .iter()
+                    .rposition(|c| matches!(c, Block::ServerToolUse { id: c_id } if c_id == id))
+                else {
+                    continue;
+                };
+                let content = &slot.entry["message"]["content"];
+                let (what, text) = server_result_text(&content[call], &content[b]);
+                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
+                if let Ok(path) = write_trimmed(&opts.trim_dir, session, id, &text) {
+                    let pointer = format!(
+                        "{TRIM_POINTER_PREFIX}:{what}的结果原共 {len} 字节,内容在 {} ,需要时用 Read 读取]",
+                        path.display()
+                    );
+                    edits.push((i, call, b, pointer));
+                }
+            }
+        }
+        // Last first, so that the indices of earlier edits in the same entry hold.
+        for (i, call, b, pointer) in edits.into_iter().rev() {
+            let slot = &mut self.slots[i];
+            if let Some(list) = slot.content_array()
+                && let Some(block) = list.get_mut(b)
+            {
+                *block = serde_json::json!({"type": "text", "text": pointer});
+            }
+            if let Some(block) = slot.blocks.get_mut(b) {
+                *block = Block::Other;
+            }
+            slot.delete_block(call);
+        }
     }
 }
 
@@ -214,4 +284,34 @@ pub(super) fn write_trimmed(
     std::fs::create_dir_all(dir)?;
     crate::atomic::write(&path, text.as_bytes())?;
     Ok(path)
+}
+
+/// What a server tool call was (`web_fetch https://…`) and the text worth keeping of
+/// its result: a fetched document's text, or the search results' titles and addresses.
+fn server_result_text(call: &Value, result: &Value) -> (String, String) {
+    let name = str_field(call, "name").unwrap_or("server tool");
+    let input = call.get("input").unwrap_or(&Value::Null);
+    let target = ["url", "query"]
+        .iter()
+        .find_map(|k| str_field(input, k))
+        .unwrap_or("");
+    let what = format!("{name} {target} ");
+    let content = result.get("content").unwrap_or(&Value::Null);
+    let text = match content {
+        Value::Array(results) => results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}\n{}\n",
+                    str_field(r, "title").unwrap_or(""),
+                    str_field(r, "url").unwrap_or("")
+                )
+            })
+            .collect::<String>(),
+        other => other
+            .pointer("/content/source/data")
+            .and_then(Value::as_str)
+            .map_or_else(|| other.to_string(), str::to_string),
+    };
+    (what, format!("{name} {target}\n\n{text}"))
 }

@@ -17,6 +17,11 @@
 //! assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
 //! ```
 //!
+//! The fake refuses what the API refuses before a model runs ([`refuse_request`]: a
+//! prefill on models that do not allow it), answers `POST /v1/messages/count_tokens`
+//! ([`CountTokens`]; those requests are kept apart, [`FakeServer::count_requests`]),
+//! and streams server tool blocks ([`Reply::then_web_search`]).
+//!
 //! Or route by content with a handler: `FakeServer::with_handler(|req, i| …)`.
 //! When a queue script runs out, the server answers `500 api_error` "fake server: script
 //! exhausted", so a test that makes one request too many fails loudly.
@@ -421,6 +426,20 @@ pub enum Block {
         name: String,
         input: Value,
     },
+    /// A call of a tool the API runs (`web_search`, `web_fetch`): streamed like a tool
+    /// call, typed `server_tool_use`, id `srvtoolu_fake_<request>_<block>`; counted in
+    /// `usage.server_tool_use`.
+    ServerToolUse {
+        name: String,
+        input: Value,
+    },
+    /// A server tool's result block (`web_search_tool_result`, `web_fetch_tool_result`),
+    /// sent whole in its `content_block_start` as the API does; `tool_use_id` names the
+    /// `server_tool_use` block just before it.
+    ServerToolResult {
+        kind: String,
+        content: Value,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -635,6 +654,51 @@ impl Reply {
         })
     }
 
+    /// A `web_search` the API ran: its `server_tool_use` call and a
+    /// `web_search_tool_result` with these `(url, title)` results.
+    pub fn then_web_search(self, query: &str, results: &[(&str, &str)]) -> Reply {
+        let content: Vec<Value> = results
+            .iter()
+            .map(|(url, title)| {
+                json!({"type": "web_search_result", "url": url, "title": title,
+                    "encrypted_content": format!("enc:{url}"), "page_age": null})
+            })
+            .collect();
+        self.then_block(Block::ServerToolUse {
+            name: "web_search".into(),
+            input: json!({"query": query}),
+        })
+        .then_block(Block::ServerToolResult {
+            kind: "web_search_tool_result".into(),
+            content: Value::Array(content),
+        })
+    }
+
+    /// A `web_fetch` the API ran: its call and a `web_fetch_tool_result` holding the
+    /// page's text as a document.
+    pub fn then_web_fetch(self, url: &str, text: &str) -> Reply {
+        self.then_block(Block::ServerToolUse {
+            name: "web_fetch".into(),
+            input: json!({"url": url}),
+        })
+        .then_block(Block::ServerToolResult {
+            kind: "web_fetch_tool_result".into(),
+            content: json!({"type": "web_fetch_result", "url": url,
+                "content": {"type": "document",
+                    "source": {"type": "text", "media_type": "text/plain", "data": text},
+                    "title": url},
+                "retrieved_at": "2026-12-05T06:00:00Z"}),
+        })
+    }
+
+    /// A server tool call without its result yet (what a `pause_turn` leaves).
+    pub fn then_server_tool_use(self, name: &str, input: Value) -> Reply {
+        self.then_block(Block::ServerToolUse {
+            name: name.into(),
+            input,
+        })
+    }
+
     // --- message details --------------------------------------------------------
 
     /// Any `stop_reason`, known to the API or not (`max_tokens` with a partial text
@@ -809,13 +873,23 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
             Block::Text(t) => t.chars().count(),
             Block::Thinking { thinking, .. } => thinking.chars().count(),
             Block::RedactedThinking(d) => d.len(),
-            Block::ToolUse { input, name, .. } => input.to_string().len() + name.len(),
+            Block::ToolUse { input, name, .. } | Block::ServerToolUse { input, name } => {
+                input.to_string().len() + name.len()
+            }
+            Block::ServerToolResult { content, .. } => content.to_string().len(),
         })
         .sum();
     let output_tokens = m
         .output_tokens
         .unwrap_or_else(|| (content_chars as u64 / 4).max(1));
     let has_tool = m.blocks.iter().any(|b| matches!(b, Block::ToolUse { .. }));
+    let server_uses = |tool: &str| {
+        m.blocks
+            .iter()
+            .filter(|b| matches!(b, Block::ServerToolUse { name, .. } if name == tool))
+            .count()
+    };
+    let (searches, fetches) = (server_uses("web_search"), server_uses("web_fetch"));
     let stop_reason = m
         .stop_reason
         .clone()
@@ -901,6 +975,25 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
                     );
                 }
             }
+            Block::ServerToolUse { name, input } => {
+                push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i, "content_block": {"type": "server_tool_use", "id": format!("srvtoolu_fake_{index:04}_{i}"), "name": name, "input": {}}}),
+                );
+                for piece in pieces(&input.to_string(), chunk) {
+                    push(
+                        "content_block_delta",
+                        delta(json!({"type": "input_json_delta", "partial_json": piece})),
+                    );
+                }
+            }
+            Block::ServerToolResult { kind, content } => {
+                let call = i.saturating_sub(1);
+                push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i, "content_block": {"type": kind, "tool_use_id": format!("srvtoolu_fake_{index:04}_{call}"), "content": content}}),
+                );
+            }
         }
         push(
             "content_block_stop",
@@ -917,6 +1010,11 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
     } else {
         json!({"output_tokens": output_tokens})
     };
+    let mut usage = usage;
+    if searches + fetches > 0 {
+        usage["server_tool_use"] =
+            json!({"web_search_requests": searches, "web_fetch_requests": fetches});
+    }
     let mut delta = json!({"stop_reason": stop_reason, "stop_sequence": null});
     if let Some(details) = &m.stop_details {
         delta["stop_details"] = details.clone();
@@ -979,6 +1077,9 @@ struct Shared {
     epoch: watch::Sender<u64>,
     /// Set by `simulate_cache`.
     cache: Mutex<Option<CacheModel>>,
+    /// `count_tokens` request bodies, in arrival order (not in `requests`).
+    counts: Mutex<Vec<Value>>,
+    count_mode: Mutex<CountTokens>,
 }
 
 enum Control {
@@ -1030,6 +1131,8 @@ impl FakeServer {
             connections: AtomicUsize::new(0),
             epoch: watch::Sender::new(0),
             cache: Mutex::new(None),
+            counts: Mutex::new(Vec::new()),
+            count_mode: Mutex::new(CountTokens::default()),
         });
         let (control, control_rx) = mpsc::unbounded_channel();
         let thread_shared = shared.clone();
@@ -1089,6 +1192,17 @@ impl FakeServer {
     /// rest up to the last breakpoint, `input_tokens` what follows it.
     pub fn simulate_cache(&self) {
         *lock(&self.shared.cache) = Some(CacheModel::default());
+    }
+
+    /// How `POST /v1/messages/count_tokens` is answered from now on.
+    pub fn count_tokens(&self, mode: CountTokens) {
+        *lock(&self.shared.count_mode) = mode;
+    }
+
+    /// The bodies of the count_tokens requests so far (they are not in
+    /// [`FakeServer::requests`]: a count is not a model turn).
+    pub fn count_requests(&self) -> Vec<Value> {
+        lock(&self.shared.counts).clone()
     }
 
     /// A copy of every request received so far, in arrival order.
@@ -1317,6 +1431,16 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
         let close = request
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        if request.method == "POST"
+            && request.path.split('?').next() == Some("/v1/messages/count_tokens")
+        {
+            let keep = count_tokens(&shared, &mut stream, &request, close).await;
+            if !keep || close {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            continue;
+        }
         let recorded = {
             let mut requests = lock(&shared.requests);
             let recorded = Recorded {
@@ -1342,7 +1466,11 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
         };
         let route = request.path.split('?').next().unwrap_or("");
         let reply = if request.method == "POST" && route == "/v1/messages" {
-            Script::next(&shared.script, &recorded)
+            // The API refuses before the model runs: the script is not consumed.
+            match refuse_request(&recorded.body) {
+                Some(why) => Reply::error(400, "invalid_request_error", why),
+                None => Script::next(&shared.script, &recorded),
+            }
         } else {
             Reply::error(
                 404,
@@ -1359,6 +1487,110 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
         if !keep_alive || close {
             let _ = stream.shutdown().await;
             return;
+        }
+    }
+}
+
+/// Models that answer a request ending with an assistant message with a 400 (Claude
+/// 4.6 and later; Anthropic's migration guide).
+pub const NO_PREFILL_MODELS: &[&str] = &[
+    "claude-opus-4-6",
+    "claude-sonnet-4-6",
+    "claude-opus-4-7",
+    "claude-opus-4-8",
+    "claude-opus-5",
+    "claude-sonnet-5",
+    "claude-haiku-5",
+    "claude-fable-",
+    "claude-mythos-",
+];
+
+/// The API's message for a prefill on those models.
+pub const PREFILL_REFUSED: &str = "This model does not support assistant message prefill. The conversation must end with a user message.";
+
+/// Why the API refuses this body before running the model, as it words it; `None`: it
+/// does not. A request may end with an assistant message (a prefill the model
+/// continues) only on models that allow it, and with thinking on only when that
+/// message starts with a thinking block; a paused server-tool turn (its
+/// `server_tool_use` sent back after `pause_turn`) continues on every model.
+pub fn refuse_request(body: &Value) -> Option<String> {
+    let messages = body["messages"].as_array()?;
+    let last = messages.last()?;
+    if last["role"] != "assistant" {
+        return None;
+    }
+    let blocks = last["content"].as_array().cloned().unwrap_or_default();
+    if blocks.iter().any(|b| b["type"] == "server_tool_use") {
+        return None;
+    }
+    let model = body["model"].as_str().unwrap_or("");
+    if NO_PREFILL_MODELS.iter().any(|p| model.starts_with(p)) {
+        return Some(PREFILL_REFUSED.to_string());
+    }
+    let thinking = body["thinking"]["type"].as_str();
+    let first = blocks
+        .first()
+        .and_then(|b| b["type"].as_str())
+        .unwrap_or("text");
+    if matches!(thinking, Some("enabled" | "adaptive"))
+        && !matches!(first, "thinking" | "redacted_thinking")
+    {
+        return Some(format!(
+            "messages.{}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
+            messages.len() - 1
+        ));
+    }
+    None
+}
+
+/// How the fake answers `POST /v1/messages/count_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CountTokens {
+    /// `{"input_tokens": body bytes / 4}`, as the fake's replies estimate input.
+    #[default]
+    Estimate,
+    /// Always this many.
+    Fixed(u64),
+    /// This HTTP status with the API's error body.
+    Fail(u16),
+}
+
+/// Answers a count_tokens request and records it (apart from message requests).
+async fn count_tokens(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    request: &Request,
+    close: bool,
+) -> bool {
+    let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+    let mode = *lock(&shared.count_mode);
+    {
+        let mut counts = lock(&shared.counts);
+        counts.push(body.clone());
+    }
+    shared.arrived.notify_all();
+    match mode {
+        CountTokens::Fail(status) => {
+            let body = error_body("api_error", "fake server: counting failed", 0);
+            write_simple(stream, status, "application/json", &body, &[], close)
+                .await
+                .is_ok()
+        }
+        _ if !body.is_object() || body.get("messages").is_none() => {
+            let body = error_body("invalid_request_error", "messages: Field required", 0);
+            write_simple(stream, 400, "application/json", &body, &[], close)
+                .await
+                .is_ok()
+        }
+        mode => {
+            let n = match mode {
+                CountTokens::Fixed(n) => n,
+                _ => (request.body.len() as u64 / 4).max(1),
+            };
+            let body = json!({"input_tokens": n}).to_string();
+            write_simple(stream, 200, "application/json", &body, &[], close)
+                .await
+                .is_ok()
         }
     }
 }

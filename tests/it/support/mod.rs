@@ -12,7 +12,7 @@ pub mod skip;
 pub mod snapshot;
 pub mod workspace;
 
-pub use fake::{Block, CacheUsage, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
+pub use fake::{Block, CacheUsage, CountTokens, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
 pub use workspace::{ToolEnv, tool_env};
 
 /// The process group of a command a test's Bash call runs in `dir`, found from outside:

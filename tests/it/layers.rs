@@ -1,0 +1,403 @@
+//! The layer line of docs/architecture.md, checked from the source (parsed with `syn`):
+//! no `crate::` path from a lower layer to a higher one, no import cycle among the
+//! modules of `src/cli/`, no function over [`MAX_FN_LINES`] lines without a comment
+//! just above it saying why (containing "long because"), no file over
+//! [`MAX_FILE_LINES`] lines. Each rule is also shown to fail on a made-up snippet.
+
+use proc_macro2::Span;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use syn::visit::Visit;
+
+/// The layers, lowest first: each may use only itself and the ones before it.
+const LAYERS: &[&[&str]] = &[
+    &["future", "run_dir", "atomic", "error"],
+    &["model"],
+    &["transcript", "events"],
+    &["stores"],
+    &["tools"],
+    &["engine"],
+    // `settings` is part of the continuity layer (it builds continuity's options and
+    // `continuity::run` takes it).
+    &["continuity", "settings"],
+    &["workflow"],
+    &["inspect"],
+    &["cli"],
+];
+
+const MAX_FN_LINES: usize = 80;
+const MAX_FILE_LINES: usize = 1000;
+
+/// Files another engineer is rewriting (issue 30): the size rules leave them out
+/// until then (the layer rule does not).
+const LONG_FILES_ALLOWED: [&str; 2] = ["stores/postgres.rs", "stores/prune.rs"];
+
+/// What a long function's comment must say.
+const WHY_LONG: &str = "long because";
+
+/// A source file: its path under `src/` and its text.
+struct Source {
+    rel: String,
+    text: String,
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+/// Whether the file belongs to the binary (`crate::` there is the binary crate and
+/// the library is `flower::`).
+fn in_binary(rel: &str) -> bool {
+    rel == "main.rs" || rel.starts_with("cli/")
+}
+
+/// The top-level module a file belongs to; `None` for `lib.rs`, which declares and
+/// re-exports every module.
+fn top_module(rel: &str) -> Option<&str> {
+    if rel == "lib.rs" {
+        return None;
+    }
+    if in_binary(rel) {
+        return Some("cli");
+    }
+    let first = rel.split('/').next()?;
+    Some(first.strip_suffix(".rs").unwrap_or(first))
+}
+
+/// The module of `src/cli/` a file is (`flow` for cli/flow.rs); `None` for
+/// `cli/mod.rs` and `main.rs`, which only declare them.
+fn cli_module(rel: &str) -> Option<&str> {
+    let rest = rel.strip_prefix("cli/")?;
+    let first = rest.split('/').next()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (name != "mod").then_some(name)
+}
+
+/// Every path a file names (`use` trees expanded), with its line; and its functions.
+#[derive(Default)]
+struct Collected {
+    paths: Vec<(Vec<String>, usize)>,
+    fns: Vec<Fn>,
+}
+
+struct Fn {
+    name: String,
+    /// The line of the `fn` keyword.
+    line: usize,
+    lines: usize,
+}
+
+impl Collected {
+    fn function(&mut self, name: &syn::Ident, fn_token: Span, close: Span) {
+        let line = fn_token.start().line;
+        self.fns.push(Fn {
+            name: name.to_string(),
+            line,
+            lines: close.start().line + 1 - line,
+        });
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => self.use_path(prefix, Some(&n.ident)),
+            syn::UseTree::Rename(r) => self.use_path(prefix, Some(&r.ident)),
+            syn::UseTree::Glob(g) => {
+                let line = g.star_token.spans[0].start().line;
+                self.paths.push((prefix.clone(), line));
+            }
+            syn::UseTree::Group(g) => {
+                for tree in &g.items {
+                    self.use_tree(prefix, tree);
+                }
+            }
+        }
+    }
+
+    fn use_path(&mut self, prefix: &[String], last: Option<&syn::Ident>) {
+        let mut path = prefix.to_vec();
+        let mut line = 0;
+        if let Some(ident) = last {
+            path.push(ident.to_string());
+            line = ident.span().start().line;
+        }
+        self.paths.push((path, line));
+    }
+}
+
+impl<'ast> Visit<'ast> for Collected {
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &item.tree);
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        let line = path
+            .segments
+            .first()
+            .map_or(0, |s| s.ident.span().start().line);
+        self.paths.push((segments, line));
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        let close = item.block.brace_token.span.close();
+        self.function(&item.sig.ident, item.sig.fn_token.span, close);
+        syn::visit::visit_item_fn(self, item);
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        let close = item.block.brace_token.span.close();
+        self.function(&item.sig.ident, item.sig.fn_token.span, close);
+        syn::visit::visit_impl_item_fn(self, item);
+    }
+
+    fn visit_trait_item_fn(&mut self, item: &'ast syn::TraitItemFn) {
+        if let Some(block) = &item.default {
+            let close = block.brace_token.span.close();
+            self.function(&item.sig.ident, item.sig.fn_token.span, close);
+        }
+        syn::visit::visit_trait_item_fn(self, item);
+    }
+}
+
+/// Whether the comment and attribute lines just above line `line` (1-based) of
+/// `text` say why the function is long.
+fn says_why_long(text: &str, line: usize) -> bool {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = line.saturating_sub(1);
+    let mut above = String::new();
+    while i > 0 {
+        let l = lines[i - 1].trim();
+        if !(l.starts_with("//") || l.starts_with("#[")) {
+            break;
+        }
+        above.push_str(l);
+        above.push('\n');
+        i -= 1;
+    }
+    above.to_lowercase().contains(WHY_LONG)
+}
+
+/// Every violation of the rules in `sources`, one line each.
+fn violations(sources: &[Source]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cli_edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for source in sources {
+        let rel = source.rel.as_str();
+        let file = match syn::parse_file(&source.text) {
+            Ok(file) => file,
+            Err(e) => {
+                out.push(format!("src/{rel}: does not parse: {e}"));
+                continue;
+            }
+        };
+        let mut seen = Collected::default();
+        seen.visit_file(&file);
+        let lines = source.text.lines().count();
+        if lines > MAX_FILE_LINES && !LONG_FILES_ALLOWED.contains(&rel) {
+            out.push(format!(
+                "src/{rel}: {lines} lines, over {MAX_FILE_LINES}: cut where a name explains the piece"
+            ));
+        }
+        for f in &seen.fns {
+            if f.lines > MAX_FN_LINES
+                && !says_why_long(&source.text, f.line)
+                && !LONG_FILES_ALLOWED.contains(&rel)
+            {
+                out.push(format!(
+                    "src/{rel}:{}: fn {} is {} lines, over {MAX_FN_LINES}, with no comment \
+                     above it saying why (\"{WHY_LONG} …\")",
+                    f.line, f.name, f.lines
+                ));
+            }
+        }
+        let Some(top) = top_module(rel) else {
+            continue;
+        };
+        let Some(layer) = layer_of(top) else {
+            out.push(format!("src/{rel}: module {top} is on no layer"));
+            continue;
+        };
+        let library = if in_binary(rel) { "flower" } else { "crate" };
+        for (path, line) in &seen.paths {
+            let (Some(first), Some(second)) = (path.first(), path.get(1)) else {
+                continue;
+            };
+            if first == library
+                && let Some(target) = layer_of(second)
+                && target > layer
+            {
+                out.push(format!(
+                    "src/{rel}:{line}: {top} (layer {layer}) uses {} (layer {target})",
+                    path.join("::")
+                ));
+            }
+            if let Some(from) = cli_module(rel) {
+                let to = match (first.as_str(), second.as_str()) {
+                    ("crate", "cli") => path.get(2),
+                    ("super", _) => Some(second),
+                    _ => None,
+                };
+                if let Some(to) = to.filter(|to| *to != from) {
+                    cli_edges
+                        .entry(from.to_string())
+                        .or_default()
+                        .insert(to.clone());
+                }
+            }
+        }
+    }
+    out.extend(cycles(&cli_edges));
+    out
+}
+
+/// The import cycles among cli modules, each as `cli: a → b → a`.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    fn walk(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        found: &mut BTreeSet<String>,
+    ) {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_string());
+            found.insert(format!("src/cli/: import cycle {}", cycle.join(" → ")));
+            return;
+        }
+        if done.contains(node) {
+            return;
+        }
+        stack.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            walk(next, edges, stack, done, found);
+        }
+        stack.pop();
+        done.insert(node.to_string());
+    }
+    let mut found = BTreeSet::new();
+    let mut done = BTreeSet::new();
+    for node in edges.keys() {
+        walk(node, edges, &mut Vec::new(), &mut done, &mut found);
+    }
+    found.into_iter().collect()
+}
+
+fn read_tree(dir: &Path, root: &Path, out: &mut Vec<Source>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            read_tree(&path, root, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            out.push(Source {
+                rel,
+                text: std::fs::read_to_string(&path).unwrap(),
+            });
+        }
+    }
+}
+
+fn source(rel: &str, text: &str) -> Source {
+    Source {
+        rel: rel.to_string(),
+        text: text.to_string(),
+    }
+}
+
+#[test]
+fn the_source_keeps_the_layer_line_and_the_size_rules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut sources = Vec::new();
+    read_tree(&root, &root, &mut sources);
+    assert!(sources.len() > 50, "read {} files", sources.len());
+    let found = violations(&sources);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn an_import_from_a_lower_layer_to_a_higher_one_is_found() {
+    let found = violations(&[
+        source("model/x.rs", "use crate::engine::Engine;\nfn f() {}\n"),
+        source("stores/y.rs", "fn f() { crate::workflow::run(); }\n"),
+        source("stores/z.rs", "use crate::{model::A, transcript::B};\n"),
+        source("cli/z.rs", "use flower::engine::Engine;\n"),
+    ]);
+    assert_eq!(
+        found,
+        [
+            "src/model/x.rs:1: model (layer 1) uses crate::engine::Engine (layer 5)",
+            "src/stores/y.rs:1: stores (layer 3) uses crate::workflow::run (layer 7)",
+        ]
+    );
+}
+
+#[test]
+fn an_import_cycle_inside_cli_is_found() {
+    let found = violations(&[
+        source("cli/flow.rs", "use crate::cli::once::run;\n"),
+        source("cli/once.rs", "use super::flow::Flow;\n"),
+        source("cli/show.rs", "use crate::cli::once::run;\n"),
+    ]);
+    assert_eq!(found, ["src/cli/: import cycle flow → once → flow"]);
+}
+
+#[test]
+fn a_long_function_needs_a_comment_saying_why() {
+    let body = "    let _ = 1;\n".repeat(MAX_FN_LINES);
+    let long = format!("/// Does a thing.\nfn long() {{\n{body}}}\n");
+    let explained = format!(
+        "// Long because the steps share one borrow.\n#[allow(unused)]\nfn long() {{\n{body}}}\n"
+    );
+    let short = format!(
+        "fn short() {{\n{}}}\n",
+        "    let _ = 1;\n".repeat(MAX_FN_LINES - 2)
+    );
+    let in_impl = format!("struct S;\nimpl S {{\n    fn long(&self) {{\n{body}    }}\n}}\n");
+    let found = violations(&[
+        source("engine/a.rs", &long),
+        source("engine/b.rs", &explained),
+        source("engine/c.rs", &short),
+        source("engine/d.rs", &in_impl),
+    ]);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(
+        found[0].starts_with("src/engine/a.rs:2: fn long is 82 lines"),
+        "{}",
+        found[0]
+    );
+    assert!(
+        found[1].starts_with("src/engine/d.rs:3: fn long is 82 lines"),
+        "{}",
+        found[1]
+    );
+}
+
+#[test]
+fn a_file_over_the_limit_is_found_unless_allowed() {
+    let text = "// line\n".repeat(MAX_FILE_LINES + 1);
+    let found = violations(&[
+        source("engine/big.rs", &text),
+        source("stores/postgres.rs", &text),
+    ]);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        found[0].starts_with("src/engine/big.rs: 1001 lines"),
+        "{}",
+        found[0]
+    );
+}
