@@ -25,8 +25,8 @@
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
-use flower::model::anthropic::request_body;
 use flower::model::MessagesRequest;
+use flower::model::anthropic::request_body;
 use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore, project_key};
 use flower::transcript::{Chain, Messages};
 use serde_json::{Value, json};
@@ -116,6 +116,8 @@ fn body_build(n: usize) {
         messages: messages.history().clone(),
         tools: Vec::new(),
         thinking: None,
+        effort: None,
+        server_tools: Vec::new(),
     };
     let rounds = (2_000_000 / (n + 10)).clamp(3, 2000);
     let start = Instant::now();
