@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let env = flower::settings::Environment::from_process();
     let result = match cli.command {
         Some(Command::Store(args)) => {
-            return cli::store::run(args).unwrap_or_else(|e| {
+            return cli::store::run(args, &env).unwrap_or_else(|e| {
                 errln!("flower store: {}", said(&e));
                 ExitCode::FAILURE
             });

@@ -1,6 +1,8 @@
 //! Command-line arguments.
 
-use super::flags::{ModelArg, RunDirArg, RunKeyArg, SandboxArgs, StoreArg, ThinkingArg, flags_of};
+use super::flags::{
+    ModelArg, PromptFileArg, RunDirArg, RunKeyArg, SandboxArgs, StoreArg, ThinkingArg, flags_of,
+};
 use clap::{Args, Parser, Subcommand};
 use flower::settings::Flags;
 
@@ -27,9 +29,17 @@ pub struct FlowArgs {
     /// What to do (first run), or something to add (on waking). Nothing = carry on.
     pub prompt: Vec<String>,
 
+    #[command(flatten)]
+    pub prompt_file: PromptFileArg,
+
     /// Archive the last run (lineage, 需求.md, 目标.md) and start something new.
     #[arg(long)]
     pub new: bool,
+
+    /// Work and judge again although the judge passed last time and nothing new is
+    /// said (without it such a wake says so and spends nothing).
+    #[arg(long)]
+    pub again: bool,
 
     /// Do not trim old large tool results when resuming (on by default here).
     #[arg(long)]
@@ -87,8 +97,10 @@ impl FlowArgs {
             &self.store,
             &self.run_key,
             &self.thinking,
+            &self.prompt_file,
         ]);
         flags.wait = self.wait;
+        flags.again = self.again;
         flags.handoff_at = self.handoff_at.clone();
         flags.no_memory = self.no_memory;
         flags
@@ -113,8 +125,12 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct OnceArgs {
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt (or -f FILE).
+    #[arg(required_unless_present = "prompt_file")]
+    pub prompt: Option<String>,
+
+    #[command(flatten)]
+    pub prompt_file: PromptFileArg,
 
     /// Continue this session.
     #[arg(long, value_name = "SESSION_ID")]
@@ -169,6 +185,7 @@ impl OnceArgs {
             &self.sandbox,
             &self.run_dir,
             &self.store,
+            &self.prompt_file,
         ]);
         flags.no_memory = self.no_memory;
         flags

@@ -80,6 +80,22 @@ pub fn lines(settings: &Settings) -> Vec<String> {
     for ignored in &files.hooks.ignored {
         out.push(format!("  ! {ignored}"));
     }
+    let mcp = &settings.mcp;
+    if mcp.servers.is_empty() {
+        out.push("MCP 服务器:没有".to_string());
+    } else {
+        out.push(format!(
+            "MCP 服务器:{} 个(工具名 mcp__<服务器>__<工具>;在流程里只给干活的子代理)",
+            mcp.servers.len()
+        ));
+        for server in &mcp.servers {
+            out.push(format!(
+                "  {}({})",
+                server.describe(),
+                tilde(&server.source, home)
+            ));
+        }
+    }
     out
 }
 
@@ -120,6 +136,21 @@ pub fn json(settings: &Settings) -> Value {
         },
         "hooks": files.hooks.listing(),
         "ignored": files.hooks.ignored,
+        "mcp_servers": settings.mcp.servers.iter().map(|s| {
+            let (kind, target) = match &s.transport {
+                flower::tools::mcp::Transport::Stdio { command, args, .. } => {
+                    ("stdio", json!({"command": command, "args": args}))
+                }
+                flower::tools::mcp::Transport::Http { url, .. } => ("http", json!({"url": url})),
+            };
+            json!({
+                "name": s.name,
+                "type": kind,
+                "rule": s.rule(),
+                "target": target,
+                "file": path(&s.source),
+            })
+        }).collect::<Vec<_>>(),
     })
 }
 

@@ -20,6 +20,27 @@ pub struct RunDirArg {
     pub path: PathBuf,
 }
 
+/// `-f/--prompt-file`: the commands that take a prompt.
+#[derive(Debug, Clone, Args)]
+pub struct PromptFileArg {
+    /// Read the prompt from FILE instead of the command line (`-`: standard input), for
+    /// a prompt too long for a command line (the OS caps it at a few hundred KB).
+    #[arg(
+        id = "prompt_file",
+        short = 'f',
+        long = "prompt-file",
+        value_name = "FILE",
+        conflicts_with = "prompt"
+    )]
+    pub file: Option<PathBuf>,
+}
+
+impl FlagGroup for PromptFileArg {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.prompt_file = self.file.clone();
+    }
+}
+
 /// `--store` of the commands that run or probe a run.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArg {

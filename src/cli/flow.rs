@@ -19,7 +19,7 @@ use flower::continuity::run::{Begin, Locked, Run, RunHooks};
 use flower::continuity::signals;
 use flower::engine::Interrupt;
 use flower::settings::{Environment, Settings};
-use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, worker};
+use flower::workflow::flower::{FlowerOptions, WORK, flower_workflow, judge_passed, worker};
 use flower::workflow::{Context, WorkflowError};
 use std::path::Path;
 use std::process::ExitCode;
@@ -56,7 +56,11 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let settings = load_settings(&args, env)?;
     let home = settings.home.as_deref();
     let interactive = input::interactive();
-    let said = Some(args.prompt.join(" ").trim().to_string()).filter(|s| !s.is_empty());
+    let said = match &settings.prompt_file {
+        Some(file) => file.read()?,
+        None => args.prompt.join(" "),
+    };
+    let said = Some(said.trim().to_string()).filter(|s| !s.is_empty());
     let opening = or_return!(Run::prepare(&settings).map_err(lines::refused));
     let renderer = Renderer::new(true, &settings.terminal);
     renderer.set_window(settings.context_window);
@@ -84,6 +88,11 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         Ok(intent) => intent,
         Err(code) => return Ok(code),
     };
+    // The judge passed last time and nothing new was said: nothing to do, nothing spent.
+    if matches!(intent, Intent::Wake { utterance: None }) && !settings.again && passed(&locked) {
+        renderer.note(PASSED_ALREADY);
+        return Ok(ExitCode::SUCCESS);
+    }
     let options = flower_options(&args, &settings, interactive, intent);
 
     let interrupt = Interrupt::new();
@@ -127,11 +136,13 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     exit_status(&renderer, args.rounds, outcome, figures.as_ref())
 }
 
-/// The pipeline's worker with the settings files' allow rules: the one role they
-/// widen (`docs/conventions.md`); the judge and the coordinator keep their own lists.
+/// The pipeline's worker with the settings files' allow rules and every MCP server's
+/// tools: the one role they widen (`docs/conventions.md`); the judge and the
+/// coordinator keep their own lists.
 fn worker_for(settings: &Settings) -> flower::AgentSpec {
     let mut worker = worker();
     worker.allowed_tools.extend(settings.allow_rules());
+    worker.allowed_tools.extend(settings.mcp_rules());
     worker
 }
 
@@ -194,6 +205,9 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
         ));
     }
     if args.verbose {
+        for line in lines::afresh(&locked.place().afresh(), home) {
+            errln!("flower: {line}");
+        }
         for line in super::conventions::lines(settings) {
             errln!("{line}");
         }
@@ -323,6 +337,16 @@ fn exit_status(
         }
         Err(other) => Err(other.into()),
     }
+}
+
+/// Said (and nothing spent) when a wake has nothing to do: the judge already passed.
+pub const PASSED_ALREADY: &str = "== 上次判定已经通过,没有要做的了 ==\n要接着改点什么,说一句就行:flower \"再加上……\";再验一遍:flower --again;重开一件事:flower --new \"……\"";
+
+/// Whether the run's judge passed 干活 last time (read from the manifest).
+fn passed(locked: &Locked) -> bool {
+    let place = locked.place();
+    flower::continuity::manifest::rows_of(place.run_dir, place.shared)
+        .is_ok_and(|rows| judge_passed(&rows))
 }
 
 /// Whether `state` is something `flower` without a prompt continues.

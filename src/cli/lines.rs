@@ -9,7 +9,7 @@ use crate::cli::out::errln;
 use flower::WakeState;
 use flower::continuity::lock::Holder;
 use flower::continuity::run::{HoldLost, RunError, Waiting};
-use flower::continuity::wake::Place;
+use flower::continuity::wake::{Afresh, Place, StoreSeen};
 use flower::engine::AgentSpec;
 use flower::stores::postgres::hostname;
 use flower::tools::sandbox::SandboxPolicy;
@@ -167,4 +167,39 @@ pub fn refused(error: RunError) -> anyhow::Result<ExitCode> {
     };
     errln!("flower: {line}");
     Ok(ExitCode::from(code))
+}
+
+/// Why this wake starts (part of) the run afresh, one line each (`flower state`, `-v`).
+pub fn afresh(reasons: &[Afresh], home: Option<&Path>) -> Vec<String> {
+    let shown = |path: &Path| tilde(path, home);
+    reasons
+        .iter()
+        .map(|reason| match reason {
+            Afresh::LineageUnreadable { path } => format!(
+                "从头开始:{} 读不出来(坏了或不完整);跑起来时原样另存为 {}.corrupt-<时间>",
+                shown(path),
+                shown(path)
+            ),
+            Afresh::LineageElsewhere { path, workspace } => format!(
+                "从头开始:{} 是另一个目录({workspace})的:目录被搬走或拷贝过,那边的会话在这里接不上",
+                shown(path)
+            ),
+            Afresh::SessionsGone { steps, store } => {
+                let which = steps
+                    .iter()
+                    .map(|(step, id)| format!("{step} {id}"))
+                    .collect::<Vec<_>>()
+                    .join("、");
+                let place = match store {
+                    StoreSeen::Missing { path } => format!("{} 不存在", shown(path)),
+                    StoreSeen::Empty { path, bytes } => {
+                        format!("{} 是空的({bytes} 字节)", shown(path))
+                    }
+                    StoreSeen::Sqlite { path } => format!("{} 里没有它们", shown(path)),
+                    StoreSeen::Database => "数据库里没有它们".to_string(),
+                };
+                format!("从头开始:血缘记着的会话不在了({which}):{place}")
+            }
+        })
+        .collect()
 }

@@ -50,7 +50,7 @@ pub fn inspect_run(settings: &flower::settings::Settings) -> anyhow::Result<flow
     use flower::continuity::run::{Peek, RunError};
     let (workspace, run_dir) = (&settings.workspace, &settings.run_dir);
     let peek = Peek::open(settings).map_err(|error| match error {
-        RunError::OpenStore(e) => anyhow::anyhow!("cannot open the store: {e}"),
+        RunError::OpenStore(e) => anyhow::anyhow!("打不开存储:{e}"),
         RunError::ReadRun(e) => anyhow::anyhow!("{e}"),
         other => other.into(),
     })?;

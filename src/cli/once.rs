@@ -22,6 +22,10 @@ your work before you say it is done. Be concise: say what you did and what you f
 
 pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let settings = super::config::settings(&args.flags(), env)?;
+    let prompt = match &settings.prompt_file {
+        Some(file) => file.read()?,
+        None => args.prompt.clone().unwrap_or_default(),
+    };
     // `--allowed-tools` and the settings files' allow rules add up (as in Claude Code);
     // without `--allowed-tools` every tool is allowed anyway.
     let mut allowed_tools = args.allowed_tools.clone();
@@ -89,7 +93,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
             lines::sandbox_line(&sandbox, &spec, settings.home.as_deref())
         );
     }
-    let outcome = runtime.run_agent("once", &spec, &args.prompt, start).await;
+    let outcome = runtime.run_agent("once", &spec, &prompt, start).await;
     renderer.finish();
     Ok(print_outcome(&outcome, args.json))
 }

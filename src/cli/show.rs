@@ -533,6 +533,30 @@ fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
                 content.len()
             );
         }
+        markers::MCP_TOOLS_SUBTYPE => {
+            let tools = entry
+                .get("mcpTools")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let _ = writeln!(
+                out,
+                "  ⚑ [MCP 工具] {tools} 个,这条会话一直提供这些(会话开始时列出)"
+            );
+            for failure in entry
+                .get("mcpFailures")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let server = failure.get("server").and_then(Value::as_str).unwrap_or("?");
+                let error = failure.get("error").and_then(Value::as_str).unwrap_or("");
+                let _ = writeln!(
+                    out,
+                    "    服务器 {server} 没有列出工具:{}",
+                    cut(&first_line(error), 200)
+                );
+            }
+        }
         other => {
             let _ = writeln!(out, "  ⚑ [system {other}] {}", first_line(content));
         }

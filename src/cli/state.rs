@@ -16,7 +16,7 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let peek = match Peek::open(&settings) {
         Ok(peek) => peek,
         Err(RunError::ReadRun(e)) => {
-            return Err(anyhow::anyhow!("cannot read the run from the store: {e}"));
+            return Err(anyhow::anyhow!("从存储里读不出这个运行:{e}"));
         }
         Err(error) => return lines::refused(error),
     };
@@ -24,6 +24,7 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let state = at.wake_state();
     // Asked without taking the lock (nothing created, nothing written, no waiting).
     let running = peek.running();
+    let afresh = at.afresh();
     let mut out = String::new();
     if args.json {
         let mut value = serde_json::to_value(&state)?;
@@ -36,6 +37,10 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
                     "since": holder.as_ref().map(|h| h.since.to_rfc3339()),
                 }),
             );
+        }
+        // Only when the wake would drop something: the spec's fields stay as they are.
+        if let (false, Some(object)) = (afresh.is_empty(), value.as_object_mut()) {
+            object.insert("afresh".into(), serde_json::to_value(&afresh)?);
         }
         if let (true, Some(object)) = (args.verbose, value.as_object_mut()) {
             object.insert("conventions".into(), super::conventions::json(&settings));
@@ -54,6 +59,9 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
         writeln!(out, "已唤醒:{} 次", state.woke)?;
         for (step, session) in &state.steps {
             writeln!(out, "步骤 {step}:{session}")?;
+        }
+        for line in lines::afresh(&afresh, settings.home.as_deref()) {
+            writeln!(out, "{line}")?;
         }
         match &running {
             Probe::Held(holder) => writeln!(out, "正在运行:是({})", lines::who(holder))?,

@@ -66,14 +66,17 @@ pub enum StoreCommand {
         trim: bool,
     },
     /// List the sessions of a project (session_id, mtime in epoch ms), newest first.
+    /// Default: this workspace's project key (the current directory's real path with
+    /// `/`, `_`, `.` turned into `-`).
     Sessions {
         #[arg(allow_hyphen_values = true)]
-        project_key: String,
+        project_key: Option<String>,
     },
-    /// List the summaries of a project's sessions, newest first.
+    /// List the summaries of a project's sessions, newest first. Default: this
+    /// workspace's project key.
     Summaries {
         #[arg(allow_hyphen_values = true)]
-        project_key: String,
+        project_key: Option<String>,
     },
     /// List the subpaths stored under KEY's session.
     Subkeys {
@@ -123,8 +126,17 @@ const IMPORTED_META_TYPES: [&str; 5] =
 
 /// Runs `flower store`. Errors are printed here, as one line; the exit code says
 /// whether it worked.
-pub fn run(args: StoreArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: StoreArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
     let name = args.command.name();
+    // No project key: this workspace's, as a run here stores its sessions under.
+    if let StoreCommand::Sessions { project_key: key }
+    | StoreCommand::Summaries { project_key: key } = &mut args.command
+        && key.is_none()
+    {
+        let here = env.current_dir().unwrap_or(Path::new("."));
+        let here = here.canonicalize().unwrap_or_else(|_| here.to_path_buf());
+        *key = Some(project_key(&here));
+    }
     match execute(&args) {
         Ok(output) => match print_json(&output) {
             Ok(()) => Ok(ExitCode::SUCCESS),
@@ -319,13 +331,18 @@ impl Backend<'_> {
             }
             StoreCommand::Sessions { project_key } => match (self.open_ro)()? {
                 None => Ok(json!([])),
-                Some(store) => serde_json::to_value(store.list_sessions(project_key).map_err(err)?)
-                    .map_err(|e| Failed::because(e.to_string(), e)),
+                Some(store) => serde_json::to_value(
+                    store
+                        .list_sessions(project_key.as_deref().unwrap_or_default())
+                        .map_err(err)?,
+                )
+                .map_err(|e| Failed::because(e.to_string(), e)),
             },
             StoreCommand::Summaries { project_key } => match (self.open_ro)()? {
                 None => Ok(json!([])),
                 Some(store) => {
-                    serde_json::to_value(store.list_session_summaries(project_key).map_err(err)?)
+                    let key = project_key.as_deref().unwrap_or_default();
+                    serde_json::to_value(store.list_session_summaries(key).map_err(err)?)
                         .map_err(|e| Failed::because(e.to_string(), e))
                 }
             },

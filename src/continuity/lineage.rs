@@ -58,6 +58,20 @@ pub struct Lineage {
     shared: Option<SharedRun>,
     /// A database write failed: the next one sends every step, not only its own.
     unsynced: bool,
+    /// `lineage.json` was there and could not be read: loaded as empty, and kept aside
+    /// before it is overwritten ([`Lineage::keep_unreadable`]).
+    unreadable: bool,
+}
+
+/// What is at `lineage.json`, for telling why a run starts afresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineageOnDisk {
+    Missing,
+    /// There, and not a lineage file (corrupt, truncated, unreadable).
+    Unreadable,
+    /// Written for another workspace (the directory was moved or copied): the path it names.
+    Elsewhere(String),
+    Matching(LineageFile),
 }
 
 /// Whether `name` is a plain step name, the only kind lineage remembers: not an attempt
@@ -79,6 +93,7 @@ impl Lineage {
             steps: BTreeMap::new(),
             shared: None,
             unsynced: false,
+            unreadable: false,
         }
     }
 
@@ -128,8 +143,10 @@ impl Lineage {
         is_alive: impl Fn(&str) -> Result<bool, E>,
     ) -> Result<Lineage, E> {
         let mut lineage = Lineage::empty(run_dir, workspace);
-        if let Some(file) = read_matching(&lineage.path, &lineage.workspace) {
-            lineage.admit(file.woke, file.steps, is_alive)?;
+        match on_disk(&lineage.path, &lineage.workspace) {
+            LineageOnDisk::Matching(file) => lineage.admit(file.woke, file.steps, is_alive)?,
+            LineageOnDisk::Unreadable => lineage.unreadable = true,
+            LineageOnDisk::Missing | LineageOnDisk::Elsewhere(_) => {}
         }
         Ok(lineage)
     }
@@ -155,6 +172,31 @@ impl Lineage {
     /// sessions are not checked against the store.
     pub fn read(run_dir: &Path, workspace: &Path) -> Option<LineageFile> {
         read_matching(&run_dir.join(LINEAGE_FILE), &canonical_string(workspace))
+    }
+
+    /// What is at `run_dir/lineage.json` for `workspace`. Strictly read-only.
+    pub fn on_disk(run_dir: &Path, workspace: &Path) -> LineageOnDisk {
+        on_disk(&run_dir.join(LINEAGE_FILE), &canonical_string(workspace))
+    }
+
+    /// Whether `lineage.json` was there and could not be read when this was loaded.
+    pub fn unreadable(&self) -> bool {
+        self.unreadable
+    }
+
+    /// Moves an unreadable `lineage.json` (see [`Lineage::unreadable`]) aside, to
+    /// `lineage.json.corrupt-<YYYYmmdd-HHMMSS>`, before a write replaces it: the spec's
+    /// silent fresh start loses nothing. Where it went; `None` when there was nothing to
+    /// keep (readable by now, or gone).
+    pub fn keep_unreadable(&mut self) -> io::Result<Option<PathBuf>> {
+        if !self.unreadable || on_disk(&self.path, &self.workspace) != LineageOnDisk::Unreadable {
+            return Ok(None);
+        }
+        let aside = aside_path(&self.path);
+        fs::rename(&self.path, &aside)?;
+        sync_dir(&self.run_dir);
+        self.unreadable = false;
+        Ok(Some(aside))
     }
 
     /// How many processes have woken this workflow (0 before the first [`Lineage::wake`]).
@@ -308,11 +350,27 @@ impl Lineage {
 
 /// Reads and parses `path`, returning it only when it is for `workspace`.
 fn read_matching(path: &Path, workspace: &str) -> Option<LineageFile> {
-    let bytes = fs::read(path).ok()?;
-    let file: LineageFile = serde_json::from_slice(&bytes).ok()?;
+    match on_disk(path, workspace) {
+        LineageOnDisk::Matching(file) => Some(file),
+        _ => None,
+    }
+}
+
+fn on_disk(path: &Path, workspace: &str) -> LineageOnDisk {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return LineageOnDisk::Missing,
+        Err(_) => return LineageOnDisk::Unreadable,
+    };
+    let Ok(file) = serde_json::from_slice::<LineageFile>(&bytes) else {
+        return LineageOnDisk::Unreadable;
+    };
     let same =
         file.workspace == workspace || canonical_string(Path::new(&file.workspace)) == workspace;
-    same.then_some(file)
+    match same {
+        true => LineageOnDisk::Matching(file),
+        false => LineageOnDisk::Elsewhere(file.workspace),
+    }
 }
 
 /// The canonical absolute form of `path`; for a path that does not exist (so cannot be

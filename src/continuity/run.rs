@@ -35,7 +35,7 @@ use crate::engine::SessionStart;
 use crate::run_dir::RunDir;
 use crate::settings::{ConfigError, Settings};
 use crate::stores::postgres::hostname;
-use crate::stores::{PostgresStore, SessionStore, StoreError};
+use crate::stores::{PostgresStore, SessionStore, SqliteSessionStore, StoreError};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,9 +54,9 @@ pub enum RunError {
     /// The workspace cannot be resolved (it is gone, or not readable).
     #[error(transparent)]
     Workspace(io::Error),
-    #[error("cannot open the store: {0}\nNothing was sent to the model.")]
+    #[error("打不开存储:{0}\n什么都没发给模型。")]
     OpenStore(#[source] StoreError),
-    #[error("cannot read the run from the store: {0}\nNothing was sent to the model.")]
+    #[error("从存储里读不出这个运行:{0}\n什么都没发给模型。")]
     ReadRun(#[source] SharedRunError),
     /// A run key from the environment names a run begun in another workspace.
     #[error(transparent)]
@@ -93,7 +93,7 @@ pub enum RunError {
         holder: Option<String>,
         waited: bool,
     },
-    #[error("cannot hold the run in the store: {0}\nNothing was sent to the model.")]
+    #[error("没能在存储里占住这个运行:{0}\n什么都没发给模型。")]
     Hold(#[source] StoreError),
     /// Another process appends to (or forks) a session this run would continue.
     #[error(
@@ -326,6 +326,11 @@ impl Opening {
     /// [`Begin::New`] archives the last run; computes the wake state.
     pub fn lock(self, begin: Begin, hooks: RunHooks) -> Result<Locked, RunError> {
         let at = &self.at;
+        // `--new` archives only a run whose store opens: a failure after the archive
+        // would leave the notes moved and nothing started.
+        if begin == Begin::New {
+            check_sqlite(at)?;
+        }
         // A run the database says another host holds leaves no trace here: without a
         // run lock file yet, the database is asked first (else a local holder is found
         // first, and named as the one running here).
@@ -393,6 +398,7 @@ impl Locked {
     /// sessions.db is untouched. Returns where they went (`None`: there was nothing);
     /// the wake state is then that of a fresh directory.
     pub fn archive(&mut self) -> Result<Option<PathBuf>, RunError> {
+        check_sqlite(&self.opening.at)?;
         let into = archive(&self.opening.at)?;
         self.wake = WakeState::default();
         Ok(into)
@@ -645,6 +651,19 @@ fn check_sessions_free(at: &At) -> Result<(), RunError> {
         }
     }
     Ok(())
+}
+
+/// The run directory's `sessions.db` (without another store), if there is one, opens:
+/// read-only, touching nothing. What the runtime would meet later, found before anything
+/// moves.
+fn check_sqlite(at: &At) -> Result<(), RunError> {
+    if at.store.is_some() {
+        return Ok(());
+    }
+    match SqliteSessionStore::open_read_only(&at.dir.sessions_db()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(RunError::OpenStore(e)),
+    }
 }
 
 /// Moves the run's lineage and notes into `notes/archive/<stamp>/` (see

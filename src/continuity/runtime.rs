@@ -357,7 +357,7 @@ impl Runtime {
             conventions: options.conventions,
             recovery: Some(Arc::new(recovery)),
         });
-        let lineage = match options.shared_run.clone() {
+        let mut lineage = match options.shared_run.clone() {
             Some(shared) => {
                 Lineage::load_shared(&run_dir, &workspace, shared, |id| raw_store.has_session(id))
             }
@@ -367,6 +367,11 @@ impl Runtime {
             path: RunDir::new(&run_dir).lineage(),
             source,
         })?;
+        // The run's writer keeps an unreadable lineage.json before replacing it; in
+        // silence, as the spec's fresh start is (`flower state` and `-v` say why).
+        if run_lock.is_some() {
+            let _ = lineage.keep_unreadable();
+        }
         let sessions = Arc::new(SessionLocks::with_store(&run_dir, raw_store.clone()));
         if run_lock.is_some() {
             // The run's sessions are this run's while it lives: nobody resumes or forks

@@ -1,13 +1,13 @@
 //! `wake_state`: the read-only probe that says whether a directory can be woken.
 
-use super::lineage::Lineage;
+use super::lineage::{Lineage, LineageOnDisk};
 use super::shared::SharedRun;
 use crate::continuity::notes;
 use crate::run_dir::RunDir;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What `wake_state` sees (the spec's `{"waking", "brief", "goal", "checks", "woke", "steps"}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -95,6 +95,111 @@ pub fn wake_state_of(
     state
 }
 
+/// Why a wake starts (part of) a run afresh although the run directory has a history:
+/// what the spec's silent fallbacks (a lineage that does not fit, a session no longer
+/// in the store) would drop without a word. `flower state` and `flower -v` say it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum Afresh {
+    /// `lineage.json` is there and cannot be read; the run keeps it aside
+    /// (`lineage.json.corrupt-<time>`) before writing a new one.
+    LineageUnreadable { path: PathBuf },
+    /// `lineage.json` was written for another workspace (the directory was moved or
+    /// copied): its sessions mean nothing here.
+    LineageElsewhere { path: PathBuf, workspace: String },
+    /// Sessions the lineage names are not in the store.
+    SessionsGone {
+        /// Step → session id.
+        steps: BTreeMap<String, String>,
+        /// Where they were looked for.
+        store: StoreSeen,
+    },
+}
+
+/// The store as [`Afresh::SessionsGone`] found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoreSeen {
+    /// `sessions.db` does not exist.
+    Missing { path: PathBuf },
+    /// `sessions.db` exists and holds nothing (0 bytes, or no flower store in it).
+    Empty { path: PathBuf, bytes: u64 },
+    /// `sessions.db` exists and has other sessions.
+    Sqlite { path: PathBuf },
+    /// The shared database.
+    Database,
+}
+
+/// Why a wake of this run starts afresh ([`Afresh`]); empty when nothing is dropped.
+/// Reads only.
+pub fn afresh_of(
+    workspace: &Path,
+    run_dir: &Path,
+    store: Option<&dyn SessionStore>,
+    shared: Option<&SharedRun>,
+) -> Vec<Afresh> {
+    let canonical = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let dir = RunDir::new(run_dir);
+    let (steps, seen) = match (shared, store) {
+        (Some(shared), Some(_)) => match shared.lineage() {
+            Ok((_, steps)) => (steps, StoreSeen::Database),
+            Err(_) => return Vec::new(),
+        },
+        _ => match Lineage::on_disk(run_dir, &canonical) {
+            LineageOnDisk::Missing => return Vec::new(),
+            LineageOnDisk::Unreadable => {
+                return vec![Afresh::LineageUnreadable {
+                    path: dir.lineage(),
+                }];
+            }
+            LineageOnDisk::Elsewhere(other) => {
+                return vec![Afresh::LineageElsewhere {
+                    path: dir.lineage(),
+                    workspace: other,
+                }];
+            }
+            LineageOnDisk::Matching(file) => {
+                let path = dir.sessions_db();
+                let seen = match (store, std::fs::metadata(&path)) {
+                    (Some(_), _) => StoreSeen::Database,
+                    (None, Err(_)) => StoreSeen::Missing { path },
+                    (None, Ok(meta)) => match SqliteSessionStore::open_read_only(&path) {
+                        Ok(Some(_)) => StoreSeen::Sqlite { path },
+                        _ => StoreSeen::Empty {
+                            path,
+                            bytes: meta.len(),
+                        },
+                    },
+                };
+                (file.steps, seen)
+            }
+        },
+    };
+    let sqlite = match (&seen, store) {
+        (StoreSeen::Sqlite { path }, None) => {
+            SqliteSessionStore::open_read_only(path).ok().flatten()
+        }
+        _ => None,
+    };
+    let look_in = store.or(sqlite.as_ref().map(|s| s as &dyn SessionStore));
+    let gone: BTreeMap<String, String> = steps
+        .into_iter()
+        .filter(|(step, id)| {
+            super::lineage::is_plain_step_name(step)
+                && !look_in.is_some_and(|s| s.has_session(id).unwrap_or(true))
+        })
+        .collect();
+    match gone.is_empty() {
+        true => Vec::new(),
+        false => vec![Afresh::SessionsGone {
+            steps: gone,
+            store: seen,
+        }],
+    }
+}
+
 /// The context size (tokens) of the last turn of a session, read-only from
 /// `run_dir/sessions.db` (the wake banner's `干活上下文`). `None` when it cannot be read.
 pub fn session_context(workspace: &Path, run_dir: &Path, session_id: &str) -> Option<u64> {
@@ -142,6 +247,11 @@ impl Place<'_> {
     /// The wake probe of this run ([`wake_state_of`]).
     pub fn wake_state(&self) -> WakeState {
         wake_state_of(self.workspace, self.run_dir, self.store, self.shared)
+    }
+
+    /// Why a wake of this run starts afresh ([`afresh_of`]).
+    pub fn afresh(&self) -> Vec<Afresh> {
+        afresh_of(self.workspace, self.run_dir, self.store, self.shared)
     }
 
     /// The context of a session's last turn (the banner's `干活上下文`).

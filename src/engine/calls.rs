@@ -57,7 +57,9 @@ impl Engine {
         name: &str,
         output: &ToolOutput,
     ) -> Value {
-        let mut entry = conv.chain.tool_result(id, &output.content, output.is_error);
+        let mut entry = conv
+            .chain
+            .tool_result_value(id, output.content_value(), output.is_error);
         if name == subagent::TASK
             && conv.depth == 0
             && let Some(object) = entry.as_object_mut()
@@ -121,7 +123,13 @@ impl Engine {
     /// The tool definitions an agent is offered. `Task` only at the top level (no
     /// nested sub-agents); `AskUser` only when a rule names it explicitly and there is
     /// someone to ask.
-    pub(super) fn offered_tools(&self, permissions: &Permissions, depth: u32) -> Vec<ToolDef> {
+    /// The conversation's MCP tools its rules allow come last.
+    pub(super) fn offered_tools(
+        &self,
+        permissions: &Permissions,
+        conv: &Conversation<'_>,
+    ) -> Vec<ToolDef> {
+        let depth = conv.depth;
         let mut defs: Vec<ToolDef> = self
             .tools
             .iter()
@@ -135,6 +143,12 @@ impl Engine {
         if self.config.asker.is_some() && permissions.names(subagent::ASK_USER) {
             defs.push(subagent::ask_user_definition());
         }
+        defs.extend(
+            conv.mcp_tools
+                .iter()
+                .filter(|tool| permissions.offers(&tool.name))
+                .map(crate::tools::mcp::McpTool::definition),
+        );
         defs
     }
 
@@ -223,9 +237,11 @@ impl Engine {
             summary: summarize_input(name, input),
             depth,
         });
-        let output = match name {
-            subagent::TASK if depth == 0 => self.run_subagent(conv, id, input, totals).await,
-            subagent::ASK_USER => self.ask_user(input).await,
+        let mcp_tool = Self::mcp_tool(conv, name).cloned();
+        let output = match (name, mcp_tool) {
+            (_, Some(tool)) => self.call_mcp(&tool, input, id).await,
+            (subagent::TASK, _) if depth == 0 => self.run_subagent(conv, id, input, totals).await,
+            (subagent::ASK_USER, _) => self.ask_user(input).await,
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {
                     let sandbox = permissions.sandbox(&self.config.sandbox, &self.config.workspace);

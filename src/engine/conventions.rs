@@ -9,6 +9,7 @@
 //! | `permissions.ask`                  | every agent (asked, or denied unattended)|
 //! | `hooks`                            | every agent's events, in its sandbox     |
 //! | `env`                              | flower's variables, Bash commands, hooks |
+//! | MCP servers                        | the agents whose rules allow `mcp__…`    |
 //!
 //! `permissions.allow` is not here: it widens only the agents a front end chooses
 //! (flower's pipeline: the workers; `flower once`: its `--allowed-tools`), never an
@@ -17,6 +18,7 @@
 
 use super::hooks::HookSet;
 use super::memory::MemorySource;
+use crate::tools::mcp::McpConfig;
 
 /// See the module doc.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,4 +35,7 @@ pub struct Conventions {
     /// Variables Bash commands and hooks get on top of flower's environment: the
     /// settings files' `env` that the environment does not set.
     pub env: Vec<(String, String)>,
+    /// MCP servers (`.mcp.json`, the settings files' `mcpServers`): their tools are
+    /// offered to the agents whose rules allow them (see [`crate::tools::mcp`]).
+    pub mcp: McpConfig,
 }

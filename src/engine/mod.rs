@@ -13,6 +13,7 @@ pub mod conventions;
 pub mod count;
 pub mod hooks;
 pub mod interrupt;
+mod mcp;
 pub mod memory;
 pub mod permissions;
 pub mod recovery;
@@ -200,7 +201,7 @@ pub enum RunError {
     /// The agent's permission rules do not parse.
     #[error(transparent)]
     Rules(#[from] permissions::RuleError),
-    #[error("cannot write the transcript: {0}")]
+    #[error("transcript 写不进去:{0}")]
     Transcript(#[source] StoreError),
     #[error("cannot read session {id}: {source}")]
     ReadSession { id: String, source: StoreError },
@@ -363,12 +364,15 @@ pub struct Engine {
     hooks: Option<hooks::Hooks>,
     /// Warnings already reported (memory over its cap, …): each is said once.
     warned: Mutex<HashSet<String>>,
+    /// The MCP servers of this process; `None` when none is configured.
+    mcp: Option<Arc<crate::tools::mcp::McpHub>>,
 }
 
 /// Something recorded around the prompt when a session's run begins (in this order):
 /// the memory pin, what `SessionStart` and `UserPromptSubmit` hooks did and added.
 enum Pending {
     Memory { text: String, files: Vec<String> },
+    McpTools { tools: Value, failures: Value },
     Hook(hooks::HookOutcome),
     Context(String),
 }
@@ -387,6 +391,8 @@ struct Conversation<'a> {
     context_limit: Option<u64>,
     /// The memory block of its system prompt (pinned when the session began).
     memory: Arc<str>,
+    /// The MCP tools it may be offered (pinned when the session began).
+    mcp_tools: Arc<[crate::tools::mcp::McpTool]>,
     /// Recorded before the prompt, then after it (see [`Pending`]).
     opening: Vec<Pending>,
     after_prompt: Vec<Pending>,
@@ -416,6 +422,7 @@ impl<'a> Conversation<'a> {
             announce: None,
             context_limit: None,
             memory: Arc::from(""),
+            mcp_tools: Arc::from(Vec::new()),
             opening: Vec::new(),
             after_prompt: Vec::new(),
             hook_notes: Vec::new(),
@@ -512,16 +519,34 @@ impl Engine {
                 crate::run_dir::RunDir::new(&config.run_dir).transcripts(),
             )
         });
+        let mcp = (!conventions.mcp.is_empty()).then(|| {
+            Arc::new(crate::tools::mcp::McpHub::new(
+                conventions.mcp.clone(),
+                crate::tools::mcp::Launch {
+                    workspace: config.workspace.clone(),
+                    sandbox: config.sandbox.clone(),
+                    env: conventions.env.clone(),
+                    processes: config.processes.clone(),
+                    spill_dir: crate::run_dir::RunDir::new(&config.run_dir).trimmed(),
+                },
+            ))
+        });
         Engine {
             config,
             tools: crate::tools::builtin(),
             hooks,
             warned: Mutex::new(HashSet::new()),
+            mcp,
         }
     }
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// The MCP servers this engine starts (none configured: `None`).
+    pub fn mcp(&self) -> Option<&Arc<crate::tools::mcp::McpHub>> {
+        self.mcp.as_ref()
     }
 
     /// The store (pruning on load) this engine writes to.
@@ -565,6 +590,11 @@ impl Engine {
                 None,
             ),
         };
+        // So are the MCP tools (see `mcp`).
+        let (mcp_tools, mcp_pin) = match request.start {
+            SessionStart::New => self.list_mcp_tools(request.spec).await,
+            _ => (Self::pinned_mcp_tools(&history), None),
+        };
         let chain = Chain::new(&session_id, &self.config.workspace).with_leaf(leaf);
         // A retry resumes with the prompt the failed attempt left unanswered: it is
         // already the tail of the history, so it is not stacked again (and the request
@@ -582,7 +612,8 @@ impl Engine {
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
-            opening: pin.into_iter().collect(),
+            mcp_tools,
+            opening: pin.into_iter().chain(mcp_pin).collect(),
             internal: request.origin == Origin::Internal,
             measure,
             ..Conversation::new(request.spec, key, chain)
@@ -833,7 +864,7 @@ impl Engine {
             max_tokens: self.config.max_tokens,
             system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
             messages: crate::model::History::new(),
-            tools: self.offered_tools(&permissions, conv.depth),
+            tools: self.offered_tools(&permissions, conv),
             thinking: self.config.thinking_budget.map(|budget| {
                 if crate::model::models::adaptive_thinking(&model) {
                     Thinking::Adaptive
@@ -972,6 +1003,7 @@ impl Engine {
     fn record_pending(&self, conv: &mut Conversation<'_>, item: Pending) -> Result<(), RunError> {
         let entry = match item {
             Pending::Memory { text, files } => conv.chain.memory(&text, &files),
+            Pending::McpTools { tools, failures } => conv.chain.mcp_tools(tools, failures),
             Pending::Hook(outcome) => return self.record_hooks(conv, &outcome),
             Pending::Context(text) => conv.chain.hook_context(&text),
         };

@@ -19,6 +19,8 @@
 //!   absent; for Glob, the literal directories that start `pattern` count too): relative
 //!   to the workspace, symlinks followed, `..` applied. A pattern ending in `/**` also
 //!   matches the directory itself. `..` is not allowed inside a path rule.
+//! - `mcp__server` (or `mcp__server__*`): every tool of that MCP server
+//!   (`mcp__server__tool`), in allow, deny and ask rules alike.
 //! - `WebSearch`, `WebFetch` (server tools the API runs, [`Permissions::web_access`]):
 //!   `WebFetch(domain:docs.rs)` names a domain; such tools are offered only when an allow
 //!   rule names them, and their domain rules become the tool's domain lists.
@@ -93,6 +95,10 @@ pub struct WebAccess {
 fn path_field(tool: &str) -> Option<&'static str> {
     names::info_of(tool).and_then(|t| t.path_field)
 }
+
+/// How MCP tools' names start (`mcp__<server>__<tool>`); a rule `mcp__<server>`
+/// names all of a server's tools.
+const MCP_PREFIX: &str = crate::tools::mcp::TOOL_PREFIX;
 
 /// Message length at which a command quoted in a denial is shortened.
 const MAX_QUOTED: usize = 300;
@@ -213,11 +219,28 @@ impl Permissions {
     /// Whether a tool is offered to the model at all: when the allow list is empty or
     /// some allow rule names it, and no whole-tool deny rule names it.
     pub fn offers(&self, tool: &str) -> bool {
-        (self.allow.is_empty() || self.allow.iter().any(|r| r.tool == tool))
+        (self.allow.is_empty() || self.allow.iter().any(|r| covers(&r.tool, tool)))
             && !self
                 .deny
                 .iter()
-                .any(|r| r.tool == tool && matches!(r.content, Content::Whole))
+                .any(|r| covers(&r.tool, tool) && matches!(r.content, Content::Whole))
+    }
+
+    /// Whether some tool of the MCP server whose rule is `server_rule` (`mcp__name`)
+    /// may be offered: the allow list is empty or names the server or one of its
+    /// tools, and no deny rule forbids the whole server.
+    pub fn offers_server(&self, server_rule: &str) -> bool {
+        let named = |r: &Rule| {
+            r.tool == server_rule
+                || r.tool
+                    .strip_prefix(server_rule)
+                    .is_some_and(|rest| rest.starts_with("__"))
+        };
+        (self.allow.is_empty() || self.allow.iter().any(named))
+            && !self
+                .deny
+                .iter()
+                .any(|r| r.tool == server_rule && matches!(r.content, Content::Whole))
     }
 
     /// What a server tool (`WebSearch`, `WebFetch`) may do, or `None` when it is not
@@ -272,7 +295,8 @@ impl Permissions {
     /// (`Edit(.git/hooks/**)`).
     pub fn names_path(&self, tool: &str, path: &Path, workspace: &Path) -> bool {
         self.allow.iter().any(|r| {
-            r.tool == tool && matches!(&r.content, Content::Path(p) if p.matches(path, workspace))
+            covers(&r.tool, tool)
+                && matches!(&r.content, Content::Path(p) if p.matches(path, workspace))
         })
     }
 
@@ -299,11 +323,11 @@ impl Permissions {
         if let Some(rule) = self
             .deny
             .iter()
-            .find(|r| r.tool == tool && matches!(r.content, Content::Whole))
+            .find(|r| covers(&r.tool, tool) && matches!(r.content, Content::Whole))
         {
             return subject.deny(&format!("the deny rule {} forbids {tool}", rule.text));
         }
-        if !self.allow.is_empty() && !self.allow.iter().any(|r| r.tool == tool) {
+        if !self.allow.is_empty() && !self.allow.iter().any(|r| covers(&r.tool, tool)) {
             return subject.deny(&format!(
                 "no allow rule names {tool} (allowed: {})",
                 list(self.allow.iter())
@@ -315,12 +339,16 @@ impl Permissions {
                 .iter()
                 .filter(|r| deny_applies(&r.tool, tool))
                 .collect(),
-            allow: self.allow.iter().filter(|r| r.tool == tool).collect(),
+            allow: self
+                .allow
+                .iter()
+                .filter(|r| covers(&r.tool, tool))
+                .collect(),
             allow_whole: self.allow.is_empty()
                 || self
                     .allow
                     .iter()
-                    .any(|r| r.tool == tool && matches!(r.content, Content::Whole)),
+                    .any(|r| covers(&r.tool, tool) && matches!(r.content, Content::Whole)),
         };
         let why = match &subject.target {
             Target::Missing => None,
@@ -610,12 +638,27 @@ impl Subject {
     }
 }
 
+/// Whether a rule's tool names `tool`: the same name, or `mcp__<server>` (all of a
+/// server's tools) for `mcp__<server>__<tool>`.
+fn covers(rule_tool: &str, tool: &str) -> bool {
+    rule_tool == tool || server_rule_covers(rule_tool, tool)
+}
+
+fn server_rule_covers(rule_tool: &str, tool: &str) -> bool {
+    rule_tool
+        .strip_prefix(MCP_PREFIX)
+        .is_some_and(|server| !server.is_empty() && !server.contains("__"))
+        && tool
+            .strip_prefix(rule_tool)
+            .is_some_and(|rest| rest.len() > 2 && rest.starts_with("__"))
+}
+
 /// Whether a deny rule written for `rule_tool` applies to a call of `tool`. Rules on
 /// reading also cover the tools that search file contents and names (Read → Glob,
 /// Grep), and rules on changing files cover both tools that change them (Edit ↔ Write):
 /// a deny rule should not be sidestepped by picking the sibling tool.
 fn deny_applies(rule_tool: &str, tool: &str) -> bool {
-    rule_tool == tool
+    covers(rule_tool, tool)
         || (rule_tool == names::READ && matches!(tool, names::GLOB | names::GREP))
         || (rule_tool == names::EDIT && tool == names::WRITE)
         || (rule_tool == names::WRITE && tool == names::EDIT)
@@ -724,6 +767,11 @@ fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleError> {
             }
             (t[..open].trim_end(), Some(inner.trim()))
         }
+    };
+    // `mcp__server__*` is `mcp__server`: every tool of the server.
+    let tool = match tool.strip_suffix("__*") {
+        Some(server) if server.starts_with(MCP_PREFIX) => server,
+        _ => tool,
     };
     if tool.is_empty() {
         return Err(rule_error(text, "empty tool name"));

@@ -20,7 +20,7 @@ pub const NOBODY_TO_ASK: &str =
 /// sub-agents were configured.
 pub const GENERAL_PURPOSE: &str = "general-purpose";
 
-fn general_purpose() -> AgentSpec {
+pub(super) fn general_purpose() -> AgentSpec {
     AgentSpec::new(
         GENERAL_PURPOSE,
         "You are a sub-agent of a coding harness. Do the task you are given in the \
@@ -170,6 +170,7 @@ impl Engine {
                         depth: parent.depth + 1,
                         context_limit: parent.context_limit,
                         memory: parent.memory.clone(),
+                        mcp_tools: parent.mcp_tools.clone(),
                         messages: Messages::from_entries(&entries),
                         ..Conversation::new(spec, key.clone(), chain)
                     };

@@ -37,12 +37,27 @@ pub enum InspectError {
     Store(#[from] StoreError),
     #[error("会话 {id} 在 sessions.db 里不存在")]
     UnknownSession { id: String },
-    #[error("步骤 {step} 在 lineage.json 里没有记录,也不是已知的会话 id")]
-    UnknownStep { step: String },
+    #[error(
+        "步骤 {step} 在 lineage.json 里没有记录,也不是已知的会话 id。{}",
+        known_steps(known)
+    )]
+    UnknownStep {
+        step: String,
+        /// The step names this run knows (lineage's, then the manifest's attempts).
+        known: Vec<String>,
+    },
     #[error("lineage.json 里 {step} 指向的会话 {id} 已不在 sessions.db 里")]
     GoneSession { step: String, id: String },
     #[error("还没有任何步骤跑过(manifest.json 和 lineage.json 都是空的)")]
     NothingRun,
+}
+
+/// `能看的步骤:确认需求、设定目标、干活 …`, or that there is none yet.
+fn known_steps(known: &[String]) -> String {
+    match known.is_empty() {
+        true => "这个运行还没有记下任何步骤(flower log 看它跑了什么)".to_string(),
+        false => format!("能看的步骤:{}(flower log 列出每一次尝试)", known.join("、")),
+    }
 }
 
 /// How an attempt name relates to its step (the four forms of a manifest `step`), as
@@ -570,12 +585,12 @@ impl Run {
                 Some(id) => (Some(t.to_owned()), id),
                 None if self.has_session(t) => return Ok((t.to_owned(), None)),
                 None if self.lineage_names_step(t) || self.attempts.iter().any(|a| a.step == t) => {
-                    return Err(InspectError::UnknownStep { step: t.into() });
+                    return Err(self.unknown_step(t));
                 }
                 None if looks_like_id(t) => {
                     return Err(InspectError::UnknownSession { id: t.into() });
                 }
-                None => return Err(InspectError::UnknownStep { step: t.into() }),
+                None => return Err(self.unknown_step(t)),
             },
             None => {
                 let last = self
@@ -601,6 +616,26 @@ impl Run {
             });
         }
         Ok((id, step))
+    }
+
+    /// [`InspectError::UnknownStep`] for `step`, with the step names this run knows:
+    /// lineage's plain names, then each attempt name of the manifest once, in order.
+    fn unknown_step(&self, step: &str) -> InspectError {
+        let mut known: Vec<String> = Vec::new();
+        let plain = self.lineage.iter().flat_map(|l| l.steps.keys().cloned());
+        let attempts = self
+            .attempts
+            .iter()
+            .flat_map(|a| [a.base.clone(), a.step.clone()]);
+        for name in plain.chain(attempts) {
+            if !name.is_empty() && !known.contains(&name) {
+                known.push(name);
+            }
+        }
+        InspectError::UnknownStep {
+            step: step.into(),
+            known,
+        }
     }
 
     fn lineage_names_step(&self, step: &str) -> bool {

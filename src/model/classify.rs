@@ -211,19 +211,15 @@ pub fn fatal_hint(err: &ModelError) -> Option<&'static str> {
     let text = err.to_string().to_lowercase();
     if *status == Some(401) || kind == "authentication_error" {
         Some(
-            "The API rejected the key: check ANTHROPIC_API_KEY (wrong, revoked, or not an Anthropic key) and export a valid one, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`, then run flower again.",
+            "API 不认这个 key:检查 ANTHROPIC_API_KEY(写错了、被吊销了,或者不是 Anthropic 的 key),export 一个有效的(例如 `export ANTHROPIC_API_KEY=sk-ant-…`)再跑 flower。",
         )
     } else if kind == "billing_error" || text.contains("credit balance") || text.contains("billing")
     {
-        Some(
-            "The account of ANTHROPIC_API_KEY cannot pay for requests: add credit (or use another key), then run flower again.",
-        )
+        Some("ANTHROPIC_API_KEY 的账户付不起请求了:充值(或换一个 key)再跑 flower。")
     } else if *status == Some(403) || kind == "permission_error" {
-        Some(
-            "ANTHROPIC_API_KEY has no access to this: check the key's permissions and the model (--model / ANTHROPIC_MODEL).",
-        )
+        Some("ANTHROPIC_API_KEY 没有这个权限:检查 key 的权限和模型(--model / ANTHROPIC_MODEL)。")
     } else if *status == Some(404) || kind == "not_found_error" {
-        Some("Not found: check the model name (--model / ANTHROPIC_MODEL) and ANTHROPIC_BASE_URL.")
+        Some("找不到:检查模型名(--model / ANTHROPIC_MODEL)和 ANTHROPIC_BASE_URL。")
     } else {
         None
     }

@@ -113,6 +113,11 @@ impl FileLayer {
             };
             layer.add(scope, &path, document, workspace, home)?;
         }
+        layer.mcp_json = read_object(&workspace.join(MCP_JSON))?.map(|document| LoadedFile {
+            scope: Scope::Project,
+            path: workspace.join(MCP_JSON),
+            document,
+        });
         Ok(layer)
     }
 
@@ -267,6 +272,67 @@ impl FileLayer {
             .iter()
             .filter_map(move |file| file.document.get(key).map(|value| (file, value)))
     }
+}
+
+/// The project's MCP servers file, at the workspace root.
+pub const MCP_JSON: &str = ".mcp.json";
+
+/// A JSON object file; `None` when there is no such file.
+fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(_) if path.is_dir() => return Ok(None),
+        Err(e) => return Err(invalid(path, "", format!("cannot be read: {e}"))),
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => Ok(Some(map)),
+        Ok(_) => Err(invalid(path, "", "expected a JSON object".into())),
+        Err(e) => Err(invalid(path, "", format!("not valid JSON: {e}"))),
+    }
+}
+
+impl FileLayer {
+    /// Every `mcpServers` value, lowest precedence first: the user's settings file,
+    /// `.mcp.json`, the project's settings file, the local one (a server of the same
+    /// name in a later one replaces the earlier).
+    pub fn mcp_servers(&self) -> Vec<(&LoadedFile, &Value)> {
+        fn of(file: &LoadedFile) -> Option<(&LoadedFile, &Value)> {
+            file.document.get("mcpServers").map(|v| (file, v))
+        }
+        let mut out: Vec<(&LoadedFile, &Value)> = Vec::new();
+        out.extend(
+            self.files
+                .iter()
+                .filter(|f| f.scope == Scope::User)
+                .filter_map(of),
+        );
+        out.extend(self.mcp_json.iter().filter_map(of));
+        out.extend(
+            self.files
+                .iter()
+                .filter(|f| f.scope != Scope::User)
+                .filter_map(of),
+        );
+        out
+    }
+}
+
+/// `mcpServers` of every file, parsed with `${VAR}` expanded by `lookup`, and the
+/// warnings (servers of a kind flower does not run).
+pub fn mcp_config(
+    layer: &FileLayer,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(crate::tools::mcp::McpConfig, Vec<String>), ConfigError> {
+    let mut config = crate::tools::mcp::McpConfig::default();
+    let mut warnings = Vec::new();
+    for (file, value) in layer.mcp_servers() {
+        let parsed = crate::tools::mcp::config::parse(value, &file.path, lookup)
+            .map_err(|e| invalid(&file.path, &e.key, e.message))?;
+        warnings.extend(parsed.ignored);
+        config.add(parsed.servers);
+    }
+    Ok((config, warnings))
 }
 
 /// A list of strings at `key` (absent: empty).

@@ -84,7 +84,7 @@ pub enum ConfigError {
     /// No credential: neither `ANTHROPIC_API_KEY` nor `ANTHROPIC_AUTH_TOKEN` is set,
     /// and this needs the model.
     #[error(
-        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), then run flower again."
+        "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`(走网关就设 ANTHROPIC_AUTH_TOKEN),再跑 flower。"
     )]
     MissingCredential,
 }
@@ -158,6 +158,12 @@ pub struct Settings {
     pub handoff_threshold: u64,
     /// `--wait`: wait for another flower holding the run instead of refusing.
     pub wait: bool,
+    /// `-f/--prompt-file`: where the prompt is read from, instead of the command line
+    /// (checked to be a readable file; read by the front end).
+    pub prompt_file: Option<PromptFile>,
+    /// `--again`: a wake with nothing to say works and judges again even when the
+    /// judge passed last time (else it says so and spends nothing).
+    pub again: bool,
     /// The home directory (`HOME`): `~/` in permission rules, `~` in printed paths.
     pub home: Option<PathBuf>,
     pub terminal: Terminal,
@@ -173,6 +179,9 @@ pub struct Settings {
     /// The settings files' `env` variables the environment does not set: what Bash
     /// commands and hooks get on top of flower's environment.
     pub child_env: Vec<(String, String)>,
+    /// MCP servers (`.mcp.json`, the settings files' `mcpServers`, `${VAR}` expanded)
+    /// and their timeouts (`MCP_TIMEOUT`, `MCP_TOOL_TIMEOUT`, milliseconds).
+    pub mcp: crate::tools::mcp::McpConfig,
 }
 
 impl Settings {
@@ -234,18 +243,39 @@ impl Settings {
                 ));
             }
         };
+        let lookup = |name: &str| vars.raw(name);
+        let (mut mcp, mcp_warnings) = files::mcp_config(files, &lookup)?;
+        warnings.extend(mcp_warnings);
+        for (name, slot) in [
+            ("MCP_TIMEOUT", &mut mcp.startup_timeout),
+            ("MCP_TOOL_TIMEOUT", &mut mcp.tool_timeout),
+        ] {
+            if let Some(value) = vars.get(name) {
+                match value.parse::<u64>() {
+                    Ok(ms) if ms > 0 => *slot = std::time::Duration::from_millis(ms),
+                    _ => {
+                        return Err(ConfigError::invalid(
+                            name,
+                            format!("{name}={value:?}: expected a number of milliseconds above 0"),
+                        ));
+                    }
+                }
+            }
+        }
         let child_env = files
             .vars
             .iter()
             .filter(|(name, _)| env.var(name).is_none())
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
+        let run_dir = flags
+            .run_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR));
+        check_run_dir(&run_dir)?;
         Ok(Settings {
             workspace,
-            run_dir: flags
-                .run_dir
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR)),
+            run_dir,
             model,
             resilience,
             sandbox,
@@ -255,9 +285,12 @@ impl Settings {
             context_window,
             handoff_threshold,
             wait: flags.wait,
+            prompt_file: flags.prompt_file.as_deref().map(prompt_file).transpose()?,
+            again: flags.again,
             memory,
             files: files.clone(),
             child_env,
+            mcp,
             home: env.home().map(Path::to_path_buf),
             terminal: Terminal {
                 no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty()),
@@ -305,6 +338,7 @@ impl Settings {
             deny: files::FilePermissions::rules(&permissions.deny),
             ask: files::FilePermissions::rules(&permissions.ask),
             env: self.child_env.clone(),
+            mcp: self.mcp.clone(),
         }
     }
 
@@ -323,6 +357,12 @@ impl Settings {
     /// agents it lets them widen (see [`Conventions`]).
     pub fn allow_rules(&self) -> Vec<String> {
         files::FilePermissions::rules(&self.files.permissions.allow)
+    }
+
+    /// `mcp__<server>` for every configured MCP server: what a front end adds to the
+    /// agents it gives MCP tools (flower's pipeline: the workers).
+    pub fn mcp_rules(&self) -> Vec<String> {
+        self.mcp.servers.iter().map(|s| s.rule()).collect()
     }
 
     /// Makes the price table of these settings (`FLOWER_PRICES` over the built-in one)
@@ -345,6 +385,80 @@ impl Settings {
 }
 
 /// The workspace: `flags.workspace`, else the current directory, else `.`.
+/// Where `-f/--prompt-file` reads the prompt from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptFile {
+    /// `-f -`: standard input, to its end.
+    Stdin,
+    /// `-f FILE`.
+    File(PathBuf),
+}
+
+impl PromptFile {
+    /// The prompt, as UTF-8 text. A read that fails names the flag (exit 2).
+    pub fn read(&self) -> Result<String, ConfigError> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        let read = match self {
+            PromptFile::Stdin => std::io::stdin().read_to_string(&mut text).map(|_| ()),
+            PromptFile::File(path) => std::fs::read_to_string(path).map(|t| text = t),
+        };
+        read.map_err(|e| {
+            let from = match self {
+                PromptFile::Stdin => "-".to_string(),
+                PromptFile::File(path) => path.display().to_string(),
+            };
+            ConfigError::invalid("--prompt-file", format!("-f {from}:读不出来:{e}"))
+        })?;
+        Ok(text)
+    }
+}
+
+/// `-f FILE` checked: `-` is standard input; a file must be there and be a file.
+fn prompt_file(path: &Path) -> Result<PromptFile, ConfigError> {
+    if path.as_os_str() == "-" {
+        return Ok(PromptFile::Stdin);
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(PromptFile::File(path.to_path_buf())),
+        Ok(_) => Err(ConfigError::invalid(
+            "--prompt-file",
+            format!("-f {}:不是文件", path.display()),
+        )),
+        Err(e) => Err(ConfigError::invalid(
+            "--prompt-file",
+            format!("-f {}:读不出来:{e}", path.display()),
+        )),
+    }
+}
+
+/// A relative run directory stays inside the current directory (the workspace): a typo
+/// like `-r ../runs` must not create a run directory somewhere else. A run directory
+/// outside is given on purpose, as an absolute path. Checked lexically (no file is read).
+fn check_run_dir(run_dir: &Path) -> Result<(), ConfigError> {
+    if run_dir.is_absolute() {
+        return Ok(());
+    }
+    let mut depth = 0usize;
+    for part in run_dir.components() {
+        match part {
+            std::path::Component::ParentDir if depth == 0 => {
+                return Err(ConfigError::invalid(
+                    "--run-dir",
+                    format!(
+                        "-r {}:相对路径的运行目录只能在当前目录(工作区)之内,免得无意中在别处建出一个;确实要放在外面,写绝对路径(例如 -r /srv/runs/proj)",
+                        run_dir.display()
+                    ),
+                ));
+            }
+            std::path::Component::ParentDir => depth -= 1,
+            std::path::Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn workspace_of(flags: &Flags, env: &Environment) -> PathBuf {
     flags
         .workspace

@@ -34,6 +34,10 @@ pub struct Flags {
     pub wait: bool,
     /// `--no-memory`: no `CLAUDE.md` / `AGENTS.md` in the system prompts.
     pub no_memory: bool,
+    /// `-f/--prompt-file`: the prompt from this file, `-` for standard input.
+    pub prompt_file: Option<PathBuf>,
+    /// `--again`: work and judge again although the judge passed and nothing was said.
+    pub again: bool,
 }
 
 /// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.
@@ -155,6 +159,8 @@ pub struct FileLayer {
     /// with its whole document: keys flower itself does not read (`mcpServers` …) are
     /// there for whoever does ([`FileLayer::values_of`]).
     pub files: Vec<super::files::LoadedFile>,
+    /// `.mcp.json` at the workspace root (the project's MCP servers), when there is one.
+    pub mcp_json: Option<super::files::LoadedFile>,
 }
 
 /// The environment over the files: the one lookup every variable goes through.

@@ -10,6 +10,7 @@ pub mod edit;
 pub mod glob;
 pub mod grep;
 pub mod input;
+pub mod mcp;
 pub use crate::transcript::tools as names;
 pub mod paths;
 pub mod process;
@@ -50,6 +51,15 @@ pub struct ToolContext {
 pub struct ToolOutput {
     pub content: String,
     pub is_error: bool,
+    /// Images after the text (an MCP tool's); none for the built-in tools.
+    pub images: Vec<Image>,
+}
+
+/// An image in a tool result: base64 data and its media type (`image/png`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub media_type: String,
+    pub data: String,
 }
 
 impl ToolOutput {
@@ -57,13 +67,31 @@ impl ToolOutput {
         ToolOutput {
             content: content.into(),
             is_error: false,
+            images: Vec::new(),
         }
+    }
+
+    /// The `content` of its `tool_result` block: the text, or with images the text
+    /// block followed by image blocks.
+    pub fn content_value(&self) -> serde_json::Value {
+        if self.images.is_empty() {
+            return serde_json::Value::String(self.content.clone());
+        }
+        let mut blocks = vec![serde_json::json!({"type": "text", "text": self.content})];
+        for image in &self.images {
+            blocks.push(serde_json::json!({
+                "type": "image",
+                "source": {"type": "base64", "media_type": image.media_type, "data": image.data},
+            }));
+        }
+        serde_json::Value::Array(blocks)
     }
 
     pub fn error(content: impl Into<String>) -> Self {
         ToolOutput {
             content: content.into(),
             is_error: true,
+            images: Vec::new(),
         }
     }
 }

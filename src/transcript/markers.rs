@@ -36,6 +36,10 @@ pub const TRIM_POINTER_PREFIX: &str = "[结果过大,已移出上下文";
 /// started with (see [`crate::engine::memory`]).
 pub const MEMORY_SUBTYPE: &str = "memory";
 
+/// The `subtype` of the `system` entry that pins the MCP tools a session was started
+/// with (see [`crate::tools::mcp`]).
+pub const MCP_TOOLS_SUBTYPE: &str = "mcp_tools";
+
 /// The `subtype` of a `system` entry recording what hooks did.
 pub const HOOK_SUBTYPE: &str = "hook";
 

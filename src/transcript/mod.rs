@@ -73,6 +73,17 @@ impl Chain {
 
     /// A user entry holding one tool result.
     pub fn tool_result(&mut self, tool_use_id: &str, content: &str, is_error: bool) -> Value {
+        self.tool_result_value(tool_use_id, Value::from(content), is_error)
+    }
+
+    /// A user entry holding one tool result whose `content` is a string or blocks
+    /// (text and images).
+    pub fn tool_result_value(
+        &mut self,
+        tool_use_id: &str,
+        content: Value,
+        is_error: bool,
+    ) -> Value {
         let block = json!({
             "type": "tool_result",
             "tool_use_id": tool_use_id,
@@ -130,6 +141,22 @@ impl Chain {
         let mut extra = Map::new();
         extra.insert("memoryFiles".into(), json!(files));
         self.system(markers::MEMORY_SUBTYPE, text, "info", extra)
+    }
+
+    /// The entry pinning the MCP tools a session was started with (`tools`: each
+    /// [`crate::tools::mcp::McpTool`] as JSON), and the servers that failed to list
+    /// theirs then.
+    pub fn mcp_tools(&mut self, tools: Value, failures: Value) -> Value {
+        let count = tools.as_array().map_or(0, Vec::len);
+        let mut extra = Map::new();
+        extra.insert("mcpTools".into(), tools);
+        extra.insert("mcpFailures".into(), failures);
+        self.system(
+            markers::MCP_TOOLS_SUBTYPE,
+            &format!("{count} MCP tools offered to this session"),
+            "info",
+            extra,
+        )
     }
 
     /// An assistant entry for a finished model reply.
@@ -230,6 +257,19 @@ pub fn pinned_memory(entries: &[Value]) -> Option<&str> {
             && e.get("subtype").and_then(Value::as_str) == Some(markers::MEMORY_SUBTYPE)
             && e.get("isSidechain") != Some(&Value::Bool(true)))
         .then(|| e.get("content").and_then(Value::as_str))
+        .flatten()
+    })
+}
+
+/// The MCP tools a session was started with: those of its first MCP entry
+/// ([`Chain::mcp_tools`]); `None` when it has none (a session begun without MCP
+/// servers goes on without, as it began).
+pub fn pinned_mcp_tools(entries: &[Value]) -> Option<&Value> {
+    entries.iter().find_map(|e| {
+        (e.get("type").and_then(Value::as_str) == Some("system")
+            && e.get("subtype").and_then(Value::as_str) == Some(markers::MCP_TOOLS_SUBTYPE)
+            && e.get("isSidechain") != Some(&Value::Bool(true)))
+        .then(|| e.get("mcpTools"))
         .flatten()
     })
 }

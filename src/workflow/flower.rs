@@ -284,6 +284,20 @@ fn judge_overflowed(result: &crate::continuity::manifest::StepResult) -> bool {
 pub const PASS_LINE: &str = "判定:通过";
 pub const FAIL_LINE: &str = "判定:未通过";
 
+/// Whether the run's last word on 干活 was the judge passing it: the last manifest row of
+/// 干活 (its attempts and its judge rounds) is a judge round that ran and passed. A
+/// wake after it with nothing to say has nothing to do.
+pub fn judge_passed(rows: &[crate::continuity::manifest::ManifestRow]) -> bool {
+    use crate::continuity::attempt::{AttemptKind, AttemptName};
+    rows.iter()
+        .rev()
+        .map(|row| (AttemptName::parse(&row.result.step), &row.result))
+        .find(|(name, _)| name.step() == WORK)
+        .is_some_and(|(name, result)| {
+            matches!(name.kind(), AttemptKind::Judge(_)) && result.ok && parse_verdict(&result.text)
+        })
+}
+
 /// Reads the judge's verdict from its final text: the last line that carries one.
 pub fn parse_verdict(text: &str) -> bool {
     text.lines()

@@ -192,7 +192,7 @@ fn a_complete_run_then_two_wakes() {
 
     // Second wake, saying nothing: nothing appended, nothing re-derived, 干活 resumes.
     let requests_before = server.request_count();
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let stdout = lines(&out);
     assert_eq!(
@@ -317,7 +317,7 @@ fn rounds_running_out_exits_1() {
 fn usage_errors_exit_2() {
     let project = Project::new();
     let server = FakeServer::start(vec![]);
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -419,7 +419,7 @@ fn wake_after_kill_in(agent: Agent, step: &str) -> Woken {
         .expect("written before the reply")
         .to_string();
     let before = server.request_count();
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let resumed = server.requests()[before].clone();
     assert_eq!(agent_of(&resumed), agent);
@@ -532,7 +532,7 @@ fn waking_trims_old_large_results_unless_no_trim() {
             .output()
             .unwrap()
     };
-    assert!(cold(&[]).status.success());
+    assert!(cold(&["--again"]).status.success());
     let trimmed = resumed_coordinator(&server, before);
     assert!(
         !trimmed.raw_body.contains(MARK),
@@ -553,7 +553,7 @@ fn waking_trims_old_large_results_unless_no_trim() {
     );
 
     let before = server.request_count();
-    assert!(cold(&["--no-trim"]).status.success());
+    assert!(cold(&["--no-trim", "--again"]).status.success());
     let whole = resumed_coordinator(&server, before);
     assert!(
         whole.raw_body.contains(MARK),
@@ -651,7 +651,7 @@ fn a_locked_store_stops_the_run_and_forgets_nothing() {
     drop(db);
 
     // The lock gone, the same conversation continues.
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(
         project.json("runs/lineage.json")["steps"]["干活"],

@@ -191,7 +191,7 @@ fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
     // The next wake reports the successor's figure and generation, and continues the
     // successor: never the retired session.
     let before = server.request_count();
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     let stdout = succeeded(&out);
     let banner = stdout.lines().next().unwrap();
     assert!(
@@ -366,7 +366,7 @@ fn a_wake_into_a_session_over_the_threshold_hands_off_before_any_request() {
 
     // Waking with the default threshold (120K): the session is over it.
     let before = server.request_count();
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     let stdout = succeeded(&out);
     assert!(
         stdout.contains("== 干活 换代 → 第 2 代 (上下文 131.1K) =="),
@@ -406,7 +406,7 @@ fn a_woken_session_refused_as_too_long_hands_off_with_its_stored_context() {
     let first = project.work_session();
 
     waking.store(true, Ordering::SeqCst);
-    let out = project.run(&server, &["--handoff-at", "150K"]);
+    let out = project.run(&server, &["--handoff-at", "150K", "--again"]);
     let stdout = succeeded(&out);
     assert!(
         stdout.contains("== 干活 换代 → 第 2 代 (上下文 131.1K) =="),
@@ -491,7 +491,7 @@ fn kill_scripted_at(
 /// The next `flower` after a kill: exit 0, the work done, one handoff in all, 干活
 /// finished by a second-generation session that lineage names.
 fn wake_and_check(project: &Project, server: &FakeServer) -> String {
-    let out = project.run(server, &[]);
+    let out = project.run(server, &["--again"]);
     let stdout = succeeded(&out);
     assert_eq!(project.read("hello.txt"), "hello", "lost work");
     let successor = project.work_session();
@@ -809,7 +809,7 @@ fn a_woken_successor_that_fills_up_hands_off_as_the_next_generation() {
         is_successor(r) && r.first_prompt().contains("是第 2 代") && turn_of(r) == 1
     });
     let first_doc = project.read(DOC);
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     let stdout = succeeded(&out);
     let handoffs = handoff_lines(&stdout);
     assert_eq!(

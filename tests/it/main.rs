@@ -6,12 +6,15 @@ mod faults_support;
 mod store_support;
 mod support;
 
+mod afresh;
 mod claude_code_import;
+mod cli_small;
 mod closed_pipe;
 mod config;
 mod continuation_crash;
 mod continuation_example;
 mod conventions_hooks;
+mod conventions_mcp;
 mod conventions_memory;
 mod conventions_settings;
 mod engine_history;

@@ -134,7 +134,7 @@ fn wake_starts_work_afresh(
 ) -> String {
     let before = server.request_count();
     let out = project
-        .command(server, &[])
+        .command(server, &["--again"])
         .current_dir(dir)
         .output()
         .unwrap();
@@ -742,7 +742,7 @@ fn a_no_trim_wake_still_drops_errors_and_old_denials() {
         (Agent::Coordinator, _) => Reply::text("做完了。"),
         _ => simple_reply(req),
     });
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(project.dir.join("a.txt").exists() && project.dir.join("b.txt").exists());
     let work = project.json("runs/lineage.json")["steps"][WORK]
@@ -759,7 +759,7 @@ fn a_no_trim_wake_still_drops_errors_and_old_denials() {
 
     let before = server.request_count();
     let out = project
-        .command(&server, &["--no-trim"])
+        .command(&server, &["--no-trim", "--again"])
         .env("FLOWER_CACHE_TTL", "0")
         .output()
         .unwrap();
@@ -809,7 +809,7 @@ fn lineage_json_is_replaced_by_rename_never_written_in_place() {
     )
     .unwrap();
 
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         std::fs::read_to_string(runs.join("lineage.before")).unwrap(),
@@ -895,7 +895,7 @@ fn killed_while_the_judge_runs_the_wake_resumes_work_not_the_judge() {
     );
 
     let before = server.request_count();
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let resumed = first_of(&server, Agent::Coordinator, before);
     assert!(resumed.messages().len() > 1, "{}", resumed.raw_body);
@@ -997,7 +997,7 @@ fn a_copied_project_starts_fresh_and_the_original_continues() {
     assert_eq!(lineage["workspace"], copy.to_str().unwrap());
 
     let before = server.request_count();
-    let out = project.run(&server, &[]);
+    let out = project.run(&server, &["--again"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         project.json("runs/lineage.json")["steps"][WORK],

@@ -482,7 +482,7 @@ fn every_judge_starts_a_new_session_across_rounds_and_wakes() {
         .count();
     assert_eq!(judged_first, 3, "{:?}", project.steps());
     // Two wakes, each judged again.
-    for wake in [&[][..], &["再加一句问候"][..]] {
+    for wake in [&["--again"][..], &["再加一句问候"][..]] {
         let out = project.run(&server, wake);
         assert_eq!(out.status.code(), Some(0), "{}", lossy(&out.stderr));
     }

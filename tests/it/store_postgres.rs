@@ -79,7 +79,7 @@ fn a_refused_connection_is_fatal_before_any_request() {
     let out = flower_in(&server, dir.path(), &["once", "hi", "--store", &refused]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot open the store"), "{err}");
+    assert!(err.contains("打不开存储"), "{err}");
     assert!(server.requests().is_empty());
 
     // The pipeline too: before any request, and before anything is written.

@@ -7,8 +7,8 @@
 use crate::store_support;
 
 use flower::stores::prune::{
-    INTERRUPTED_BODY, PruneOptions, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text,
-    is_interruption_text, is_synthesized_result, prune, snapshot_command,
+    IMAGE_POINTER_PREFIX, INTERRUPTED_BODY, PruneOptions, STALE_BODY, TRIM_POINTER_PREFIX,
+    is_denial_text, is_interruption_text, is_synthesized_result, prune, snapshot_command,
 };
 use flower::stores::{PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore};
 use proptest::prelude::*;
@@ -517,6 +517,56 @@ fn trim_moves_old_large_results_to_files_once() {
             .count(),
         1
     );
+}
+
+#[test]
+fn trim_moves_old_images_to_files_and_keeps_their_text() {
+    // A 1×1 PNG, as an MCP tool returns it.
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    let image_result = |id: &str| {
+        json!({"type": "tool_result", "tool_use_id": id, "is_error": false, "content": [
+            {"type": "text", "text": "a picture:"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+        ]})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = PruneOptions::new(dir.path().join("trimmed"));
+    opts.trim = true;
+    let input = vec![
+        user_text("u0", None, "look"),
+        assistant(
+            "a1",
+            Some("u0"),
+            vec![tool_use("t1", "mcp__s__shot", json!({}))],
+        ),
+        user_blocks("r1", Some("a1"), vec![image_result("t1")]),
+        assistant(
+            "a2",
+            Some("r1"),
+            vec![tool_use("t2", "mcp__s__shot", json!({}))],
+        ),
+        user_blocks("r2", Some("a2"), vec![image_result("t2")]),
+    ];
+    let out = pruned(input.clone(), &opts);
+    let old = result_for(&out, "t1").unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = dir.path().join("trimmed/sess-t1-1.png");
+    assert!(old.starts_with("a picture:\n"), "{old}");
+    assert!(
+        old.contains(IMAGE_POINTER_PREFIX) && old.contains(file.to_str().unwrap()),
+        "{old}"
+    );
+    let png = std::fs::read(&file).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "the image, decoded");
+    assert!(old.contains(&format!("{} 字节", png.len())), "{old}");
+    assert_eq!(
+        result_for(&out, "t2").unwrap()["content"],
+        image_result("t2")["content"],
+        "the newest turn keeps its image"
+    );
+    assert_eq!(pruned(input, &opts), out);
 }
 
 #[test]

@@ -286,11 +286,18 @@ fn a_result_of_several_text_blocks_is_measured_whole_and_one_without_text_is_kep
     let written = std::fs::read_to_string(&file).unwrap();
     assert_eq!(written, format!("{}\n{}", "a".repeat(600), "b".repeat(600)));
 
-    // No text at all (an image): nothing to measure, kept as it is.
+    // No text at all (an image): the image goes to a file, a line names it (and the
+    // line is short, so it stays).
     let image = json!([{"type": "image", "source": {"type": "base64",
                         "media_type": "image/png", "data": "iVBORw0KGgo="}}]);
-    let out = prune(old_result_with(image.clone()), &opts);
-    assert_eq!(result_body(&out, "t1"), image);
+    let out = prune(old_result_with(image), &opts);
+    let line = result_body(&out, "t1");
+    let file = dir.path().join("trimmed/sess-t1-0.png");
+    assert!(
+        line.as_str().unwrap().contains(file.to_str().unwrap()),
+        "{line}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"\x89PNG\r\n\x1a\n");
 }
 
 /// Two sittings: denials of `rm a`/`rm b` until a reply at 09:01, an API error at

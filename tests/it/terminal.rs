@@ -619,9 +619,10 @@ fn wake_prompt_enter_continues_text_is_said_and_new_starts_over() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let work_session = project.session("干活");
 
-    // (a) Enter: continue; nothing appended, nothing re-derived; 干活 resumes.
+    // (a) Enter: continue; nothing appended, nothing re-derived; 干活 resumes (the
+    // judge passed: `--again` works and judges again).
     let before = server.request_count();
-    let mut pty = project.pty(&server, &[]);
+    let mut pty = project.pty(&server, &["--again"]);
     pty.expect(
         "<- 在 ~/explore/test-ide 接上上次  需求已确认 · 目标 15 条 · 干活上下文 80.2K · 第 2 次唤醒",
     );

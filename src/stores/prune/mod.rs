@@ -17,9 +17,11 @@
 //! 5. with `ephemeral`, a result of a snapshot command ([`SNAPSHOT_COMMANDS`], run
 //!    through `Bash`) that was run again later with the same command line gets the body
 //!    [`STALE_BODY`]; the newest run stays intact;
-//! 6. with `trim`, a tool result over `trim_threshold_bytes` outside the newest
-//!    [`TRIM_KEEP_RECENT_TURNS`] turn(s) is written to a file under `trim_dir` and
-//!    replaced by a pointer naming the file and the original size;
+//! 6. with `trim`, outside the newest [`TRIM_KEEP_RECENT_TURNS`] turn(s): each image
+//!    of a tool result (an MCP tool's) is written to a file under `trim_dir` and
+//!    replaced by a line naming it ([`IMAGE_POINTER_PREFIX`]); then a tool result over
+//!    `trim_threshold_bytes` is written to a file under `trim_dir` and replaced by a
+//!    pointer naming the file and the original size;
 //! 7. repair the structure again.
 //!
 //! The repair makes the result valid for the Messages API once `user`/`assistant`
@@ -74,6 +76,9 @@ pub use crate::transcript::markers::{
     INTERRUPTED_BODY, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text, is_interruption_text,
     is_refusal, is_synthetic_error,
 };
+
+/// How the line standing for an image moved out of an old tool result starts.
+pub const IMAGE_POINTER_PREFIX: &str = "[图片已移出上下文";
 
 /// Default size above which an old tool result is trimmed (with `trim` on).
 pub const DEFAULT_TRIM_THRESHOLD_BYTES: usize = 16 * 1024;
@@ -239,6 +244,8 @@ pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<V
         p.mark_stale_snapshots();
     }
     if opts.trim {
+        // Images first: what is left of a result is text, which the text rule may trim.
+        p.move_old_images(opts);
         p.trim_large_results(opts);
     }
     p.repair();

@@ -145,7 +145,8 @@ impl Pruner {
         }
     }
 
-    pub(super) fn trim_large_results(&mut self, opts: &PruneOptions) {
+    /// The entries of the newest turns with tool results (never trimmed).
+    pub(super) fn recent_result_entries(&self) -> HashSet<usize> {
         let groups = self.groups();
         let mut recent = HashSet::new();
         let mut turns = 0;
@@ -162,6 +163,67 @@ impl Pruner {
                 turns += 1;
             }
         }
+        recent
+    }
+
+    /// Images in old tool results (an MCP tool's) are written to files under
+    /// `trim_dir`; the result keeps its text and a line per image naming the file.
+    pub(super) fn move_old_images(&mut self, opts: &PruneOptions) {
+        let recent = self.recent_result_entries();
+        let mut moves = Vec::new();
+        for (i, slot) in self.ruled_with_role(Role::User) {
+            if recent.contains(&i) {
+                continue;
+            }
+            for (b, block) in slot.blocks.iter().enumerate() {
+                let Block::ToolResult {
+                    id,
+                    body: Body::Output,
+                    text_len: None,
+                } = block
+                else {
+                    continue;
+                };
+                let Some(Value::Array(parts)) = slot.entry["message"]["content"]
+                    .get(b)
+                    .and_then(|result| result.get("content"))
+                else {
+                    continue;
+                };
+                if !parts.iter().any(|p| block_type(p) == Some("image")) {
+                    continue;
+                }
+                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
+                let mut lines: Vec<String> = Vec::new();
+                for (n, part) in parts.iter().enumerate() {
+                    match block_type(part) {
+                        Some("text") => lines.extend(str_field(part, "text").map(str::to_string)),
+                        Some("image") => {
+                            let media = part["source"]["media_type"].as_str().unwrap_or("image");
+                            let data = part["source"]["data"].as_str().unwrap_or_default();
+                            lines.push(
+                                match write_image(&opts.trim_dir, session, id, n, media, data) {
+                                    Some((path, bytes)) => format!(
+                                        "{IMAGE_POINTER_PREFIX}:{media},{bytes} 字节,在 {} ]",
+                                        path.display()
+                                    ),
+                                    None => format!("{IMAGE_POINTER_PREFIX}:{media},未能保存]"),
+                                },
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+                moves.push((i, b, lines.join("\n")));
+            }
+        }
+        for (i, b, text) in moves {
+            self.slots[i].set_result_body(b, text, Body::Output);
+        }
+    }
+
+    pub(super) fn trim_large_results(&mut self, opts: &PruneOptions) {
+        let recent = self.recent_result_entries();
         let mut trims = Vec::new();
         for (i, slot) in self.ruled_with_role(Role::User) {
             if recent.contains(&i) {
@@ -314,4 +376,74 @@ fn server_result_text(call: &Value, result: &Value) -> (String, String) {
             .map_or_else(|| other.to_string(), str::to_string),
     };
     (what, format!("{name} {target}\n\n{text}"))
+}
+
+/// Writes an image of a tool result (base64 `data`) under `dir`; its path and size, or
+/// `None` when the data is not base64 or the file cannot be written.
+fn write_image(
+    dir: &Path,
+    session: &str,
+    id: &str,
+    n: usize,
+    media: &str,
+    data: &str,
+) -> Option<(PathBuf, usize)> {
+    let bytes = decode_base64(data)?;
+    let ext = match media {
+        "image/png" => "png",
+        "image/jpeg" => "jpg",
+        "image/gif" => "gif",
+        "image/webp" => "webp",
+        _ => "bin",
+    };
+    let path = dir.join(format!(
+        "{}-{}-{n}.{ext}",
+        safe_name(session),
+        safe_name(id)
+    ));
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+        return Some((path, bytes.len()));
+    }
+    std::fs::create_dir_all(dir).ok()?;
+    crate::atomic::write(&path, &bytes).ok()?;
+    Some((path, bytes.len()))
+}
+
+/// Standard base64 (padding optional, whitespace ignored); `None` on any other byte.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' | b'\n' | b'\r' | b' ' => continue,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+fn safe_name(s: &str) -> String {
+    s.chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

@@ -1,0 +1,385 @@
+//! MCP servers as configured: `.mcp.json` at the workspace root and `mcpServers` in
+//! Claude Code's settings files, in Claude Code's format:
+//!
+//! ```json
+//! {"mcpServers": {
+//!   "files": {"command": "npx", "args": ["-y", "some-server"], "env": {"TOKEN": "${TOKEN}"}},
+//!   "docs":  {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${KEY:-none}"}}
+//! }}
+//! ```
+//!
+//! `${VAR}` and `${VAR:-default}` are expanded in `command`, `args`, `env`, `url` and
+//! `headers` when the settings are resolved (a variable that is not set and has no
+//! default is an error naming the key, as in Claude Code). Parsing is pure: the caller
+//! gives the lookup and names the file.
+
+use serde_json::{Map, Value};
+use std::time::Duration;
+
+/// How long a server has to start and answer `initialize` (`MCP_TIMEOUT`, ms).
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one tool call may take (`MCP_TOOL_TIMEOUT`, ms) before the server is
+/// stopped and the call answered with an error.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The prefix of every MCP tool's name: `mcp__<server>__<tool>`.
+pub const TOOL_PREFIX: &str = "mcp__";
+
+/// Every MCP server flower knows, and the timeouts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpConfig {
+    pub servers: Vec<McpServer>,
+    pub startup_timeout: Duration,
+    pub tool_timeout: Duration,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            servers: Vec::new(),
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            tool_timeout: DEFAULT_TOOL_TIMEOUT,
+        }
+    }
+}
+
+impl McpConfig {
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Adds (or, for a name already there, replaces: a later file has precedence)
+    /// the servers of one file.
+    pub fn add(&mut self, servers: Vec<McpServer>) {
+        for server in servers {
+            match self.servers.iter_mut().find(|s| s.name == server.name) {
+                Some(slot) => *slot = server,
+                None => self.servers.push(server),
+            }
+        }
+    }
+}
+
+/// One configured server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServer {
+    /// The name as written in the file.
+    pub name: String,
+    /// The file it came from (`.mcp.json`, a settings file).
+    pub source: std::path::PathBuf,
+    pub transport: Transport,
+}
+
+impl McpServer {
+    /// The name as it appears in tool names and permission rules: characters other
+    /// than letters, digits, `_` and `-` become `_` (as Claude Code does).
+    pub fn prefix_name(&self) -> String {
+        normalize(&self.name)
+    }
+
+    /// `mcp__<server>`: the permission rule for all its tools.
+    pub fn rule(&self) -> String {
+        format!("{TOOL_PREFIX}{}", self.prefix_name())
+    }
+
+    /// `mcp__<server>__<tool>`.
+    pub fn tool_name(&self, tool: &str) -> String {
+        format!("{TOOL_PREFIX}{}__{}", self.prefix_name(), normalize(tool))
+    }
+
+    /// One line for `flower state -v`.
+    pub fn describe(&self) -> String {
+        match &self.transport {
+            Transport::Stdio { command, args, .. } => {
+                let mut line = format!("{} (stdio): {command}", self.name);
+                for arg in args {
+                    line.push(' ');
+                    line.push_str(arg);
+                }
+                line
+            }
+            Transport::Http { url, .. } => format!("{} (http): {url}", self.name),
+        }
+    }
+}
+
+/// How flower talks to a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A process flower starts (in the sandbox), speaking JSON-RPC on stdin/stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Added to the server's environment.
+        env: Vec<(String, String)>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// A bad `mcpServers` value: the key (`mcpServers.files.args[1]`) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyError {
+    pub key: String,
+    pub message: String,
+}
+
+fn bad(key: impl Into<String>, message: impl Into<String>) -> KeyError {
+    KeyError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// What parsing one file's `mcpServers` gave: its servers, and what was skipped.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub servers: Vec<McpServer>,
+    /// Servers of a kind flower does not run (`sse`), said once as a warning.
+    pub ignored: Vec<String>,
+}
+
+/// Parses an `mcpServers` object from `source`; `lookup` gives a variable's value for
+/// `${VAR}`.
+pub fn parse(
+    value: &Value,
+    source: &std::path::Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Parsed, KeyError> {
+    let Value::Object(servers) = value else {
+        return Err(bad("mcpServers", "expected an object of servers by name"));
+    };
+    let mut parsed = Parsed::default();
+    for (name, server) in servers {
+        let key = format!("mcpServers.{name}");
+        if name.trim().is_empty() {
+            return Err(bad(key, "a server needs a name"));
+        }
+        let Value::Object(fields) = server else {
+            return Err(bad(
+                key,
+                "expected an object (command, args, env; or type, url, headers)",
+            ));
+        };
+        let kind = match fields.get("type") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(kind)) => Some(kind.as_str()),
+            Some(_) => return Err(bad(format!("{key}.type"), "expected \"stdio\" or \"http\"")),
+        };
+        let kind = kind.unwrap_or(
+            if fields.contains_key("url") && !fields.contains_key("command") {
+                "http"
+            } else {
+                "stdio"
+            },
+        );
+        let transport = match kind {
+            "stdio" => {
+                let command = match fields.get("command") {
+                    Some(Value::String(c)) if !c.trim().is_empty() => expand(c, lookup)
+                        .map_err(|e| bad(format!("{key}.command"), e.to_string()))?,
+                    _ => return Err(bad(format!("{key}.command"), "expected the command to run")),
+                };
+                let args = strings(fields.get("args"), &format!("{key}.args"), lookup)?;
+                let env = pairs(fields.get("env"), &format!("{key}.env"), lookup)?;
+                Transport::Stdio { command, args, env }
+            }
+            "http" | "streamable-http" | "streamableHttp" => {
+                let url = match fields.get("url") {
+                    Some(Value::String(u)) => {
+                        expand(u, lookup).map_err(|e| bad(format!("{key}.url"), e.to_string()))?
+                    }
+                    _ => return Err(bad(format!("{key}.url"), "expected the server's URL")),
+                };
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(bad(
+                        format!("{key}.url"),
+                        format!("{url:?} is not an http:// or https:// URL"),
+                    ));
+                }
+                let headers = pairs(fields.get("headers"), &format!("{key}.headers"), lookup)?;
+                for (header, value) in &headers {
+                    if !valid_header(header, value) {
+                        return Err(bad(
+                            format!("{key}.headers.{header}"),
+                            "not a valid HTTP header name and value",
+                        ));
+                    }
+                }
+                Transport::Http { url, headers }
+            }
+            "sse" => {
+                parsed.ignored.push(format!(
+                    "{}: {key}: the legacy SSE transport is not supported (use \"type\": \"http\"); the server is ignored",
+                    source.display()
+                ));
+                continue;
+            }
+            other => {
+                return Err(bad(
+                    format!("{key}.type"),
+                    format!("unknown server type {other:?} (expected \"stdio\" or \"http\")"),
+                ));
+            }
+        };
+        parsed.servers.push(McpServer {
+            name: name.clone(),
+            source: source.to_path_buf(),
+            transport,
+        });
+    }
+    Ok(parsed)
+}
+
+/// A list of strings (absent: empty), each expanded.
+fn strings(
+    value: Option<&Value>,
+    key: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, KeyError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => {
+                    expand(s, lookup).map_err(|e| bad(format!("{key}[{i}]"), e.to_string()))
+                }
+                _ => Err(bad(format!("{key}[{i}]"), "expected a string")),
+            })
+            .collect(),
+        Some(_) => Err(bad(key, "expected an array of strings")),
+    }
+}
+
+/// An object of strings (absent: empty), each value expanded.
+fn pairs(
+    value: Option<&Value>,
+    key: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, KeyError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(map)) => map_pairs(map, key, lookup),
+        Some(_) => Err(bad(key, "expected an object of strings")),
+    }
+}
+
+fn map_pairs(
+    map: &Map<String, Value>,
+    key: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, KeyError> {
+    map.iter()
+        .map(|(name, value)| {
+            let at = format!("{key}.{name}");
+            match value {
+                Value::String(s) => Ok((
+                    name.clone(),
+                    expand(s, lookup).map_err(|e| bad(&at, e.to_string()))?,
+                )),
+                Value::Number(n) => Ok((name.clone(), n.to_string())),
+                Value::Bool(b) => Ok((name.clone(), b.to_string())),
+                _ => Err(bad(at, "expected a string")),
+            }
+        })
+        .collect()
+}
+
+/// Why a value's `${…}` cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandError {
+    #[error("unclosed `${{` in {0:?}")]
+    Unclosed(String),
+    #[error("`${{{0}}}` is not a variable reference")]
+    NotAVariable(String),
+    #[error("the variable {0} is not set (give a default: `${{{0}:-…}}`)")]
+    Unset(String),
+}
+
+/// `${VAR}` and `${VAR:-default}` replaced; a `$` not followed by `{` stays.
+pub fn expand(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(ExpandError::Unclosed(text.to_string()));
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (inner, None),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(ExpandError::NotAVariable(inner.to_string()));
+        }
+        match (lookup(name), default) {
+            (Some(value), _) => out.push_str(&value),
+            (None, Some(default)) => out.push_str(default),
+            (None, None) => {
+                return Err(ExpandError::Unset(name.to_string()));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn normalize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn valid_header(name: &str, value: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        && value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "HOME_DIR").then(|| "/h".to_string())
+    }
+
+    #[test]
+    fn expansion_takes_variables_defaults_and_refuses_unset_ones() {
+        assert_eq!(expand("${HOME_DIR}/x", &env).as_deref(), Ok("/h/x"));
+        assert_eq!(
+            expand("${NOPE:-d}-${HOME_DIR:-z}", &env).as_deref(),
+            Ok("d-/h")
+        );
+        assert_eq!(
+            expand("$HOME_DIR ${NOPE:-}", &env).as_deref(),
+            Ok("$HOME_DIR ")
+        );
+        assert!(
+            expand("${NOPE}", &env)
+                .unwrap_err()
+                .to_string()
+                .contains("NOPE is not set")
+        );
+        assert!(expand("${bad name}", &env).is_err());
+    }
+}
