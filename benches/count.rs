@@ -8,7 +8,8 @@
 //!    and the rest are small, plus the one count of a resume.
 //! 3. What one count costs: a `count_tokens` round trip through the real client for the
 //!    whole 200-turn prompt against the fake server on loopback (the body is built and
-//!    sent, the fake answers at once): median and p95.
+//!    sent, the fake parses and records it, then answers): median and p95; and the
+//!    client's own share, building that body.
 //!
 //! Per turn, counting adds (1) + (2) × (3).
 #![allow(clippy::disallowed_macros)] // figures are printed
@@ -113,6 +114,17 @@ fn main() {
             .into(),
         ..MessagesRequest::default()
     };
+    // The client's own share of a count: building the body of the whole prompt.
+    let mut builds: Vec<Duration> = (0..COUNT_RUNS)
+        .map(|_| {
+            let started = Instant::now();
+            let body = flower::model::body::count_body(&request, "claude-sonnet-5-5");
+            std::hint::black_box(body);
+            started.elapsed()
+        })
+        .collect();
+    builds.sort();
+    let build_median = builds[builds.len() / 2];
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -134,6 +146,10 @@ fn main() {
         entries.iter().map(content_bytes).sum::<u64>() / 1024,
         ms(median),
         ms(p95)
+    );
+    println!(
+        "count: building that count's body (flower's share of it): median {:.2} ms",
+        ms(build_median)
     );
     println!(
         "count: added per turn ≈ {:.3} ms (bookkeeping + counts per turn × one count)",

@@ -48,7 +48,7 @@ fn main() -> ExitCode {
 
 /// An error and its causes, each said once (the library's errors may quote their cause).
 fn said(error: &anyhow::Error) -> String {
-    flower::error::chain(error.as_ref())
+    cli::lines::error_text(error)
 }
 
 /// One thread is plenty: the work is waiting on the model and on tools.

@@ -52,6 +52,8 @@ macro_rules! or_return {
     };
 }
 
+// Long because the front end's part of a run reads in the order the person sees it:
+// settings, the prompt, the run's phases with their questions, then the rendering.
 pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&args, env)?;
     let home = settings.home.as_deref();
@@ -117,23 +119,37 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     }
     note_warnings(&renderer, runtime);
     install_signals(runtime, &renderer, interrupt, interactive)?;
-    if renderer.is_live()
-        && let Ok(before) = super::inspect_run(&settings)
-    {
-        renderer.set_cost_before(before.totals(&[]).cost_usd);
-    }
+    count_cost_before(&renderer, &settings);
 
     let workflow = flower_workflow(run.workspace(), &options);
     let outcome = workflow.run(runtime).await;
     renderer.finish();
     note_warnings(&renderer, runtime);
-    // The summary's figures are the run's, read as `flower log` reads them.
-    let figures = renderer
-        .is_live()
-        .then(|| super::inspect_run(&settings).ok())
-        .flatten()
-        .map(|run| run.totals(&run.sessions()));
-    exit_status(&renderer, args.rounds, outcome, figures.as_ref())
+    exit_status(
+        &renderer,
+        args.rounds,
+        outcome,
+        run_figures(&renderer, &settings).as_ref(),
+    )
+}
+
+/// On a terminal, the status line's cost starts from what the run had cost before this
+/// process (the manifest's rows, as `flower log` sums them).
+fn count_cost_before(renderer: &Renderer, settings: &Settings) {
+    if renderer.is_live()
+        && let Ok(before) = super::inspect_run(settings)
+    {
+        renderer.set_cost_before(before.totals(&[]).cost_usd);
+    }
+}
+
+/// On a terminal, the summary's figures: the run's, read as `flower log` reads them.
+fn run_figures(renderer: &Renderer, settings: &Settings) -> Option<flower::inspect::Totals> {
+    if !renderer.is_live() {
+        return None;
+    }
+    let run = super::inspect_run(settings).ok()?;
+    Some(run.totals(&run.sessions()))
 }
 
 /// The pipeline's worker with the settings files' allow rules and every MCP server's

@@ -154,6 +154,11 @@ pub fn run(mut args: StoreArgs, env: &flower::settings::Environment) -> anyhow::
     }
 }
 
+/// A project key argument, filled in by [`run`] when it was left out.
+fn key_of(project_key: &Option<String>) -> &str {
+    project_key.as_deref().unwrap_or_default()
+}
+
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -282,6 +287,7 @@ struct Backend<'a> {
 }
 
 impl Backend<'_> {
+    // Long because it is one match over the store subcommands, a few lines each.
     fn run(&self, command: &StoreCommand) -> Result<Value, Failed> {
         let shown = &self.shown;
         let key = |text: &str| {
@@ -329,20 +335,15 @@ impl Backend<'_> {
                 };
                 Ok(entries.map_err(err)?.map_or(Value::Null, Value::Array))
             }
-            StoreCommand::Sessions { project_key } => match (self.open_ro)()? {
+            StoreCommand::Sessions { project_key: k } => match (self.open_ro)()? {
                 None => Ok(json!([])),
-                Some(store) => serde_json::to_value(
-                    store
-                        .list_sessions(project_key.as_deref().unwrap_or_default())
-                        .map_err(err)?,
-                )
-                .map_err(|e| Failed::because(e.to_string(), e)),
+                Some(store) => serde_json::to_value(store.list_sessions(key_of(k)).map_err(err)?)
+                    .map_err(|e| Failed::because(e.to_string(), e)),
             },
-            StoreCommand::Summaries { project_key } => match (self.open_ro)()? {
+            StoreCommand::Summaries { project_key: k } => match (self.open_ro)()? {
                 None => Ok(json!([])),
                 Some(store) => {
-                    let key = project_key.as_deref().unwrap_or_default();
-                    serde_json::to_value(store.list_session_summaries(key).map_err(err)?)
+                    serde_json::to_value(store.list_session_summaries(key_of(k)).map_err(err)?)
                         .map_err(|e| Failed::because(e.to_string(), e))
                 }
             },

@@ -54,9 +54,9 @@ pub enum RunError {
     /// The workspace cannot be resolved (it is gone, or not readable).
     #[error(transparent)]
     Workspace(io::Error),
-    #[error("打不开存储:{0}\n什么都没发给模型。")]
+    #[error("cannot open the store: {0}\nNothing was sent to the model.")]
     OpenStore(#[source] StoreError),
-    #[error("从存储里读不出这个运行:{0}\n什么都没发给模型。")]
+    #[error("cannot read the run from the store: {0}\nNothing was sent to the model.")]
     ReadRun(#[source] SharedRunError),
     /// A run key from the environment names a run begun in another workspace.
     #[error(transparent)]
@@ -93,7 +93,7 @@ pub enum RunError {
         holder: Option<String>,
         waited: bool,
     },
-    #[error("没能在存储里占住这个运行:{0}\n什么都没发给模型。")]
+    #[error("cannot hold the run in the store: {0}\nNothing was sent to the model.")]
     Hold(#[source] StoreError),
     /// Another process appends to (or forks) a session this run would continue.
     #[error(

@@ -157,6 +157,9 @@ impl Engine {
         use crate::model::{ServerTool, ServerToolKind};
         use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
         let limits = self.config.web;
+        if !limits.enabled {
+            return Vec::new();
+        }
         [
             (
                 WEB_SEARCH,

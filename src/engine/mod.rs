@@ -18,6 +18,8 @@ pub mod memory;
 pub mod permissions;
 pub mod recovery;
 mod reply;
+mod resume;
+mod session;
 mod session_hooks;
 pub mod spec;
 mod subagent;
@@ -26,12 +28,13 @@ mod turn;
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
-pub use recovery::{RESUME_PROMPT, Recovery};
+pub use recovery::{RESUME_PROMPT, Recovery, Retried};
 pub use spec::AgentSpec;
 
 pub use calls::summarize_input;
 use reply::{Continuations, Next, cut_last_call, trim_for_continuation};
 pub use reply::{MAX_CONTINUATIONS, MAX_PAUSE_CONTINUATIONS};
+use session::ends_with_prompt;
 use turn::Turn;
 
 use crate::future::BoxFuture;
@@ -272,14 +275,6 @@ impl RunError {
     }
 }
 
-/// An error a sub-agent got past by retrying (resuming its session).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Retried {
-    /// `sub-agent <id>: <error>`.
-    pub text: String,
-    pub kind: crate::model::classify::ErrorKind,
-}
-
 /// A tool call the permission rules refused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Denial {
@@ -338,21 +333,6 @@ impl RunResult {
             resumed: false,
             subagent_retries: Vec::new(),
         }
-    }
-
-    /// Adds what was spent before the run proper began (sub-agents continued on resume).
-    fn add_carried(&mut self, carried: Totals) {
-        self.usage.add(&carried.usage);
-        self.cost_usd = match (self.cost_usd, carried.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-        let mut denials = carried.denials;
-        denials.append(&mut self.permission_denials);
-        self.permission_denials = denials;
-        let mut retries = carried.subagent_retries;
-        retries.append(&mut self.subagent_retries);
-        self.subagent_retries = retries;
     }
 }
 
@@ -559,17 +539,13 @@ impl Engine {
     }
 
     /// Runs one session to its end. Never panics; every failure is in the result.
+    // Long because a session's start has its phases in order (open, announce, memory,
+    // the calls a cut turn left, hooks, then the loop), each failing its own way.
     pub async fn run(&self, request: RunRequest<'_>) -> RunResult {
         let started = Instant::now();
         let (session_id, history, resumed, unanswered) = match self.open_session(&request.start) {
             Ok(opened) => opened,
-            Err(error) => {
-                let id = match &request.start {
-                    SessionStart::Resume(id) | SessionStart::Fork(id) => id.clone(),
-                    SessionStart::New => String::new(),
-                };
-                return RunResult::failed(&id, error, started);
-            }
+            Err(error) => return RunResult::failed(request.start.named(), error, started),
         };
         self.emit(Event::SessionStarted {
             agent: request.spec.name.clone(),
@@ -581,15 +557,7 @@ impl Engine {
         let leaf = transcript::resume_leaf(&history).map(str::to_string);
         // Memory is read once, when the session begins, and pinned in its transcript:
         // a resumed session sends exactly what it began with (see `memory`).
-        let (memory, pin) = match request.start {
-            SessionStart::New => self.read_memory(),
-            _ => (
-                transcript::pinned_memory(&history)
-                    .unwrap_or_default()
-                    .to_string(),
-                None,
-            ),
-        };
+        let (memory, pin) = self.memory_for(&request.start, &history);
         // So are the MCP tools (see `mcp`).
         let (mcp_tools, mcp_pin) = match request.start {
             SessionStart::New => self.list_mcp_tools(request.spec).await,
@@ -621,15 +589,11 @@ impl Engine {
         let prompt = (!reuse).then_some(request.prompt);
         // A `Task` call cut short goes on in its sub-agent's session before anything else.
         let mut carried = Totals::new();
-        if !unanswered.is_empty()
-            && let Err(error) = self
-                .continue_calls(&mut conversation, unanswered, &mut carried)
-                .await
+        if let Err(error) = self
+            .continue_calls(&mut conversation, unanswered, &mut carried)
+            .await
         {
-            let mut result = RunResult::failed(&session_id, error, started);
-            result.resumed = resumed;
-            result.add_carried(carried);
-            return result;
+            return RunResult::failed(&session_id, error, started).carrying(resumed, carried);
         }
         let hooked = request.origin != Origin::Internal;
         if hooked {
@@ -640,12 +604,7 @@ impl Engine {
             {
                 // Nothing of a new session is stored; a resumed one keeps the record.
                 if resumed {
-                    let opening = std::mem::take(&mut conversation.opening);
-                    for item in opening {
-                        if let Pending::Hook(outcome) = item {
-                            let _ = self.record_hooks(&mut conversation, &outcome);
-                        }
-                    }
+                    self.record_opening_hooks(&mut conversation);
                 }
                 let mut result = RunResult::failed(&session_id, error, started);
                 result.resumed = resumed;
@@ -660,168 +619,6 @@ impl Engine {
             self.session_end(&mut conversation).await;
         }
         result
-    }
-
-    /// Finds or creates the session: its id, the (pruned) history to continue from,
-    /// whether it is a continuation, and the calls of its last turn to finish first
-    /// (see [`Engine::load_resumable`]).
-    fn open_session(&self, start: &SessionStart) -> Result<Opened, RunError> {
-        let project = &self.config.project_key;
-        match start {
-            SessionStart::New => Ok((
-                uuid::Uuid::new_v4().to_string(),
-                Vec::new(),
-                false,
-                Vec::new(),
-            )),
-            SessionStart::Resume(id) => {
-                let key = SessionKey::main(project, id);
-                let (history, unanswered) = self.load_resumable(&key)?;
-                Ok((id.clone(), history, true, unanswered))
-            }
-            SessionStart::Fork(id) => {
-                let new_id = self.fork(id)?;
-                let key = SessionKey::main(project, &new_id);
-                let history = self.load_for_resume(&key)?;
-                Ok((new_id, history, false, Vec::new()))
-            }
-        }
-    }
-
-    /// [`Engine::load_for_resume`] for a main session whose last turn's calls never got
-    /// their results because the process died (or the run was retried) while a `Task`
-    /// call's sub-agent was working: those calls are returned, in order, instead of the
-    /// neutral answers pruning made up, so that the sub-agent is continued in its own
-    /// session ([`Engine::continue_calls`]) rather than the task sent out again.
-    fn load_resumable(&self, key: &SessionKey) -> Result<(Vec<Value>, Vec<Call>), RunError> {
-        let store = &self.config.store;
-        let id = || key.session_id.clone();
-        let mut pruned = store
-            .load(key)
-            .map_err(|source| RunError::ReadSession { id: id(), source })?
-            .ok_or_else(|| RunError::NoSession(id()))?;
-        let calls = self.continuable_calls(key, &pruned);
-        if calls.is_empty() {
-            self.store_synthesized(key, &pruned)?;
-        } else {
-            pruned.truncate(pruned.len() - calls.len());
-        }
-        Ok((pruned, calls))
-    }
-
-    /// The calls answered by the synthesized results that end `pruned`, when one of
-    /// them is a `Task` whose sub-agent session exists; none otherwise.
-    fn continuable_calls(&self, key: &SessionKey, pruned: &[Value]) -> Vec<Call> {
-        use crate::stores::prune::is_synthesized_result;
-        let tail = pruned
-            .iter()
-            .rev()
-            .take_while(|e| is_synthesized_result(e))
-            .count();
-        if tail == 0 || pruned.iter().filter(|e| is_synthesized_result(e)).count() != tail {
-            return Vec::new();
-        }
-        let (before, synthesized) = pruned.split_at(pruned.len() - tail);
-        let Some(turn) = before
-            .iter()
-            .rev()
-            .find(|e| e.get("type").and_then(Value::as_str) == Some("assistant"))
-        else {
-            return Vec::new();
-        };
-        let content = turn
-            .pointer("/message/content")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let uses = transcript::tool_uses(content);
-        let mut calls = Vec::new();
-        for entry in synthesized {
-            let Some(call_id) = entry
-                .pointer("/message/content/0/tool_use_id")
-                .and_then(Value::as_str)
-            else {
-                return Vec::new();
-            };
-            match uses.iter().find(|(id, _, _)| id == call_id) {
-                Some(call) => calls.push(call.clone()),
-                None => return Vec::new(),
-            }
-        }
-        let continuable = calls.iter().any(|(id, name, _)| {
-            name == subagent::TASK
-                && key
-                    .sub(&format!("subagents/agent-{}", recovery::agent_id_for(id)))
-                    .ok()
-                    .and_then(|sub| self.config.store.load_raw(&sub).ok().flatten())
-                    .is_some()
-        });
-        if continuable { calls } else { Vec::new() }
-    }
-
-    /// Copies session `id` into a new session; returns the new id.
-    fn fork(&self, id: &str) -> Result<String, RunError> {
-        let project = &self.config.project_key;
-        let source = SessionKey::main(project, id);
-        let raw = self
-            .config
-            .store
-            .load_raw(&source)
-            .map_err(|source| RunError::ReadSession {
-                id: id.to_string(),
-                source,
-            })?
-            .ok_or_else(|| RunError::NoForkSource(id.to_string()))?;
-        let new_id = uuid::Uuid::new_v4().to_string();
-        let copied: Vec<Value> = raw
-            .into_iter()
-            .map(|mut entry| {
-                if let Some(obj) = entry.as_object_mut() {
-                    obj.insert("sessionId".into(), new_id.clone().into());
-                    obj.insert("forkedFrom".into(), id.into());
-                }
-                entry
-            })
-            .collect();
-        let key = SessionKey::main(project, &new_id);
-        self.config
-            .store
-            .append(&key, &copied)
-            .map_err(RunError::WriteFork)?;
-        Ok(new_id)
-    }
-
-    /// Loads what a resumed session is fed. Entries the pruning layer had to add (a
-    /// result for a tool call that never got one) become part of the conversation now,
-    /// so they are written, and the chain continues from them.
-    fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, RunError> {
-        let store = &self.config.store;
-        let id = || key.session_id.clone();
-        // One pass: parsing and pruning fused in the store, no copy of the raw transcript.
-        let pruned = store
-            .load(key)
-            .map_err(|source| RunError::ReadSession { id: id(), source })?
-            .ok_or_else(|| RunError::NoSession(id()))?;
-        self.store_synthesized(key, &pruned)?;
-        Ok(pruned)
-    }
-
-    /// Stores the results pruning synthesized for calls that never got one.
-    fn store_synthesized(&self, key: &SessionKey, pruned: &[Value]) -> Result<(), RunError> {
-        let store = &self.config.store;
-        let id = || key.session_id.clone();
-        let added: Vec<Value> = pruned
-            .iter()
-            .filter(|e| crate::stores::prune::is_synthesized_result(e))
-            .cloned()
-            .collect();
-        // Their uuids are idempotency keys: appending one that is already stored is a no-op.
-        if !added.is_empty() {
-            store
-                .append(key, &added)
-                .map_err(|source| RunError::WriteSession { id: id(), source })?;
-        }
-        Ok(())
     }
 
     /// Drives a conversation from a user message (`None`: the history already ends
@@ -1026,6 +823,20 @@ impl Engine {
         Permissions::with_home(&spec.allowed_tools, &deny, home)?.with_ask(&conventions.ask, home)
     }
 
+    /// The memory block of a session's system prompt: read now for a new session
+    /// (with the entry pinning it), else the one its transcript pinned.
+    fn memory_for(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
+        match start {
+            SessionStart::New => self.read_memory(),
+            _ => (
+                transcript::pinned_memory(history)
+                    .unwrap_or_default()
+                    .to_string(),
+                None,
+            ),
+        }
+    }
+
     /// Reads the project's memory for a new session: its text and the entry pinning
     /// it (none when there is no memory). Its warnings are reported once a process.
     fn read_memory(&self) -> (String, Option<Pending>) {
@@ -1074,28 +885,4 @@ fn last_context(history: &[Value]) -> Option<u64> {
         .find_map(transcript::markers::turn_usage)
         .and_then(|usage| serde_json::from_value::<Usage>(usage.clone()).ok())
         .map(|usage| usage.context_tokens())
-}
-
-/// Whether the last user or assistant entry of `history` is a user entry that says
-/// exactly `prompt` (and so is still unanswered).
-fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
-    // What hooks added after the prompt (context) is not an answer to it.
-    let last = history.iter().rev().find(|e| {
-        matches!(
-            e.get("type").and_then(Value::as_str),
-            Some("user" | "assistant")
-        ) && !transcript::markers::is_hook_context(e)
-    });
-    let Some(last) = last else { return false };
-    if last.get("type").and_then(Value::as_str) != Some("user") {
-        return false;
-    }
-    match last.pointer("/message/content") {
-        Some(Value::String(text)) => text == prompt,
-        Some(Value::Array(blocks)) => {
-            matches!(blocks.as_slice(), [block] if block.get("type").and_then(Value::as_str) == Some("text")
-                && block.get("text").and_then(Value::as_str) == Some(prompt))
-        }
-        _ => false,
-    }
 }

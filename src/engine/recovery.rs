@@ -16,6 +16,14 @@ use crate::future::BoxFuture;
 pub const RESUME_PROMPT: &str =
     "上一轮在中途被打断,没有跑完。检查一下工作台里已经落盘的东西,从中断处接着做,不要重头来过。";
 
+/// An error a sub-agent got past by retrying (resuming its session).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retried {
+    /// `sub-agent <id>: <error>`.
+    pub text: String,
+    pub kind: crate::model::classify::ErrorKind,
+}
+
 /// Decides whether a failed sub-agent run is tried again.
 pub trait Recovery: Send + Sync {
     /// Try number `tries` (1-based) of a sub-agent ended with `error`. Waits as the

@@ -82,6 +82,8 @@ impl Engine {
     /// retry of the coordinator) is continued, not started over. A failed request is
     /// retried by resuming the sub-agent's own session, as the [`Recovery`] says; only a
     /// sub-agent that truly failed ends the call with an error.
+    // Long because a sub-agent's run (its key, a continued or new session, the retries
+    // its `Recovery` allows, the totals it adds) is one piece; see the doc above.
     pub(super) async fn run_subagent(
         &self,
         parent: &Conversation<'_>,
@@ -92,121 +94,152 @@ impl Engine {
         let Some(prompt) = input.get("prompt").and_then(Value::as_str) else {
             return ToolOutput::error("Task: missing required field `prompt`");
         };
-        let wanted = input.get("subagent_type").and_then(Value::as_str);
         let default = general_purpose();
+        let spec = match self.subagent_spec(input, &default) {
+            Ok(spec) => spec,
+            Err(refused) => return refused,
+        };
+        let (sub, mut resume) = match self.subagent_place(parent, tool_use_id, spec, prompt) {
+            Ok(place) => place,
+            Err(e) => return ToolOutput::error(format!("Task: {e}")),
+        };
+        let mut tries = 1;
+        loop {
+            let error = match self.subagent_try(parent, &sub, resume, totals).await {
+                Ok(output) => return output,
+                Err(error) => error,
+            };
+            resume = true;
+            let Some(recovery) = &self.config.recovery else {
+                return self.subagent_failed(error, totals);
+            };
+            if !recovery.retry(&sub.agent_id, &error, tries).await {
+                return ToolOutput::error(format!("sub-agent failed: {error}"));
+            }
+            totals.subagent_retries.push(Retried {
+                text: retried_text(&sub.agent_id, &error),
+                kind: error.kind(),
+            });
+            tries += 1;
+        }
+    }
+
+    /// The agent a `Task` call asks for (`subagent_type`), or the default one.
+    fn subagent_spec<'a>(
+        &'a self,
+        input: &Value,
+        default: &'a AgentSpec,
+    ) -> Result<&'a AgentSpec, ToolOutput> {
+        let wanted = input.get("subagent_type").and_then(Value::as_str);
         let spec = match wanted {
             Some(name) => self.config.subagents.iter().find(|s| s.name == name),
             None => None,
         }
         .or(self.config.subagents.first())
-        .unwrap_or(&default);
-        if let Some(name) = wanted
-            && name != spec.name
-            && name != GENERAL_PURPOSE
-        {
-            return ToolOutput::error(format!("Task: unknown subagent_type {name:?}"));
+        .unwrap_or(default);
+        match wanted {
+            Some(name) if name != spec.name && name != GENERAL_PURPOSE => Err(ToolOutput::error(
+                format!("Task: unknown subagent_type {name:?}"),
+            )),
+            _ => Ok(spec),
         }
+    }
+
+    /// Where the sub-agent of call `tool_use_id` lives, and whether a session of it is
+    /// already there to continue: a sub-agent cut short, when it was given this same
+    /// task. A store that cannot say is asked again by the first try.
+    fn subagent_place<'a>(
+        &self,
+        parent: &Conversation<'_>,
+        tool_use_id: &str,
+        spec: &'a AgentSpec,
+        prompt: &'a str,
+    ) -> Result<(Sub<'a>, bool), crate::stores::StoreError> {
         let mut agent_id = agent_id_for(tool_use_id);
-        let mut key = match parent.key.sub(&format!("subagents/agent-{agent_id}")) {
-            Ok(key) => key,
-            Err(e) => return ToolOutput::error(format!("Task: {e}")),
-        };
-        // What is already stored under that id: a sub-agent cut short, when it was
-        // given this same task. A store that cannot say is asked again by the first try.
-        let mut resume = match self.config.store.load_raw(&key) {
+        let mut key = parent.key.sub(&format!("subagents/agent-{agent_id}"))?;
+        let resume = match self.config.store.load_raw(&key) {
             Ok(Some(entries)) if first_prompt_is(&entries, prompt) => true,
             Ok(Some(_)) => {
                 // Another task under the same id (a client that reuses call ids): a
                 // sub-agent of its own.
                 let salt = uuid::Uuid::new_v4().simple().to_string();
                 agent_id = format!("{agent_id}-{}", &salt[..8]);
-                key = match parent.key.sub(&format!("subagents/agent-{agent_id}")) {
-                    Ok(key) => key,
-                    Err(e) => return ToolOutput::error(format!("Task: {e}")),
-                };
+                key = parent.key.sub(&format!("subagents/agent-{agent_id}"))?;
                 false
             }
             Ok(None) => false,
             Err(_) => true,
         };
         let session_id = format!("{}/{}", parent.chain.session_id(), agent_id);
-        let mut tries = 1;
-        loop {
-            // Each try after the first (or of a sub-agent cut short) resumes its session:
-            // pruned as a main session's is, with the resume prompt.
-            let fresh = || (Vec::new(), Some(Value::String(prompt.to_string())));
-            let opened = match resume {
-                false => Ok(fresh()),
-                true => match self.load_for_resume(&key) {
-                    // Nothing was stored before it failed: it starts as it would have.
-                    Err(RunError::NoSession(_)) => Ok(fresh()),
-                    Err(error) => Err(error),
-                    Ok(entries) => {
-                        // A try that failed before any answer is repeated as it was.
-                        let unanswered = ends_with_prompt(&entries, RESUME_PROMPT)
-                            || ends_with_prompt(&entries, prompt);
-                        let next = (!unanswered).then(|| Value::String(RESUME_PROMPT.to_string()));
-                        Ok((entries, next))
-                    }
-                },
-            };
-            let error = match opened {
-                Ok((entries, next)) => {
-                    self.emit(Event::SessionStarted {
-                        agent: spec.name.clone(),
-                        session_id: session_id.clone(),
-                        resumed: !entries.is_empty(),
-                        depth: parent.depth + 1,
-                    });
-                    let leaf = entries.iter().rev().find_map(transcript::uuid_of);
-                    let chain = Chain::sidechain(
-                        parent.chain.session_id(),
-                        &self.config.workspace,
-                        &agent_id,
-                    )
-                    .with_leaf(leaf.map(str::to_string));
-                    // A sub-agent sees the memory its parent session was started with.
-                    let mut conv = Conversation {
-                        depth: parent.depth + 1,
-                        context_limit: parent.context_limit,
-                        memory: parent.memory.clone(),
-                        mcp_tools: parent.mcp_tools.clone(),
-                        messages: Messages::from_entries(&entries),
-                        ..Conversation::new(spec, key.clone(), chain)
-                    };
-                    let result = self.drive_from(&mut conv, next, Instant::now()).await;
-                    totals.usage.add(&result.usage);
-                    totals.add_cost(result.cost_usd);
-                    totals
-                        .denials
-                        .extend(result.permission_denials.iter().cloned());
-                    match result.outcome {
-                        Ok(_) => return ToolOutput::ok(result.text),
-                        Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => {
-                            return ToolOutput::ok(format!(
-                                "{}\n\n[sub-agent stopped: {error}]",
-                                result.text
-                            ));
-                        }
-                        Err(error) => error,
-                    }
+        let sub = Sub {
+            spec,
+            prompt,
+            agent_id,
+            key,
+            session_id,
+        };
+        Ok((sub, resume))
+    }
+
+    /// One try of a sub-agent: new, or (`resume`) its session continued, pruned as a
+    /// main session's is, with the resume prompt. Its final text, or why it failed.
+    async fn subagent_try(
+        &self,
+        parent: &Conversation<'_>,
+        sub: &Sub<'_>,
+        resume: bool,
+        totals: &mut Totals,
+    ) -> Result<ToolOutput, RunError> {
+        let fresh = || (Vec::new(), Some(Value::String(sub.prompt.to_string())));
+        let (entries, next) = match resume {
+            false => fresh(),
+            true => match self.load_for_resume(&sub.key) {
+                // Nothing was stored before it failed: it starts as it would have.
+                Err(RunError::NoSession(_)) => fresh(),
+                Err(error) => return Err(error),
+                Ok(entries) => {
+                    // A try that failed before any answer is repeated as it was.
+                    let unanswered = ends_with_prompt(&entries, RESUME_PROMPT)
+                        || ends_with_prompt(&entries, sub.prompt);
+                    let next = (!unanswered).then(|| Value::String(RESUME_PROMPT.to_string()));
+                    (entries, next)
                 }
-                Err(error) => error,
-            };
-            resume = true;
-            match &self.config.recovery {
-                Some(recovery) => {
-                    if !recovery.retry(&agent_id, &error, tries).await {
-                        return ToolOutput::error(format!("sub-agent failed: {error}"));
-                    }
-                    totals.subagent_retries.push(Retried {
-                        text: retried_text(&agent_id, &error),
-                        kind: error.kind(),
-                    });
-                    tries += 1;
-                }
-                None => return self.subagent_failed(error, totals),
-            }
+            },
+        };
+        self.emit(Event::SessionStarted {
+            agent: sub.spec.name.clone(),
+            session_id: sub.session_id.clone(),
+            resumed: !entries.is_empty(),
+            depth: parent.depth + 1,
+        });
+        let leaf = entries.iter().rev().find_map(transcript::uuid_of);
+        let chain = Chain::sidechain(
+            parent.chain.session_id(),
+            &self.config.workspace,
+            &sub.agent_id,
+        )
+        .with_leaf(leaf.map(str::to_string));
+        // A sub-agent sees the memory its parent session was started with.
+        let mut conv = Conversation {
+            depth: parent.depth + 1,
+            context_limit: parent.context_limit,
+            memory: parent.memory.clone(),
+            mcp_tools: parent.mcp_tools.clone(),
+            messages: Messages::from_entries(&entries),
+            ..Conversation::new(sub.spec, sub.key.clone(), chain)
+        };
+        let result = self.drive_from(&mut conv, next, Instant::now()).await;
+        totals.usage.add(&result.usage);
+        totals.add_cost(result.cost_usd);
+        totals
+            .denials
+            .extend(result.permission_denials.iter().cloned());
+        match result.outcome {
+            Ok(_) => Ok(ToolOutput::ok(result.text)),
+            Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => Ok(ToolOutput::ok(
+                format!("{}\n\n[sub-agent stopped: {error}]", result.text),
+            )),
+            Err(error) => Err(error),
         }
     }
 
@@ -254,4 +287,14 @@ fn first_prompt_is(entries: &[Value], prompt: &str) -> bool {
             [block] if block.get("text").and_then(Value::as_str) == Some(prompt)),
         _ => false,
     }
+}
+
+/// A `Task` call's sub-agent: what it runs as, its task, and where it lives.
+struct Sub<'a> {
+    spec: &'a AgentSpec,
+    prompt: &'a str,
+    agent_id: String,
+    key: crate::stores::SessionKey,
+    /// `<parent session>/<agent id>`, as the events name it.
+    session_id: String,
 }

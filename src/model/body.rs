@@ -282,6 +282,8 @@ fn previous_turn_end(history: &History) -> Option<usize> {
 /// breakpoint added or an old one removed. Breakpoints: the newest message's last
 /// cacheable block, the previous turn's end (see [`previous_turn_end`]), and those
 /// already present, the oldest dropped past `budget`.
+// Long because the breakpoints to add, keep and remove are decided in the same pass
+// that writes the bytes, so that sealed messages are copied untouched.
 fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
     let n = history.len();
     let value = |i: usize| history.get(i);

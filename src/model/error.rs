@@ -7,7 +7,7 @@ use std::time::Duration;
 pub enum ModelError {
     /// No `ANTHROPIC_API_KEY` in the environment.
     #[error(
-        "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`"
+        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`"
     )]
     MissingApiKey,
 

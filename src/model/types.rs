@@ -109,6 +109,9 @@ pub struct ServerTool {
 /// How many uses of each server tool one request allows (`max_uses`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WebLimits {
+    /// `FLOWER_WEB_TOOLS=off`: no agent gets them, whatever its rules (an organization
+    /// that has not enabled web search in the Console). Default on.
+    pub enabled: bool,
     /// `FLOWER_WEB_SEARCH_MAX_USES`, default [`WebLimits::DEFAULT_MAX_USES`].
     pub search_max_uses: u32,
     /// `FLOWER_WEB_FETCH_MAX_USES`, default [`WebLimits::DEFAULT_MAX_USES`].
@@ -123,6 +126,7 @@ impl WebLimits {
 impl Default for WebLimits {
     fn default() -> Self {
         WebLimits {
+            enabled: true,
             search_max_uses: WebLimits::DEFAULT_MAX_USES,
             fetch_max_uses: WebLimits::DEFAULT_MAX_USES,
         }

@@ -84,7 +84,7 @@ pub enum ConfigError {
     /// No credential: neither `ANTHROPIC_API_KEY` nor `ANTHROPIC_AUTH_TOKEN` is set,
     /// and this needs the model.
     #[error(
-        "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`(走网关就设 ANTHROPIC_AUTH_TOKEN),再跑 flower。"
+        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), then run flower again."
     )]
     MissingCredential,
 }

@@ -307,7 +307,22 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
                 }),
         }
     };
+    let enabled = match vars
+        .unblank("FLOWER_WEB_TOOLS")
+        .map(|v| v.trim().to_ascii_lowercase())
+    {
+        None => true,
+        Some(v) if v == "on" => true,
+        Some(v) if v == "off" => false,
+        Some(v) => {
+            return Err(usage(
+                "FLOWER_WEB_TOOLS",
+                format!("FLOWER_WEB_TOOLS={v:?}: expected on or off"),
+            ));
+        }
+    };
     let web = WebLimits {
+        enabled,
         search_max_uses: max_uses("FLOWER_WEB_SEARCH_MAX_USES")?,
         fetch_max_uses: max_uses("FLOWER_WEB_FETCH_MAX_USES")?,
     };

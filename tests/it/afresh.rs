@@ -118,3 +118,21 @@ fn new_on_a_sessions_db_that_cannot_be_opened_changes_nothing() {
     assert!(!project.dir.join("notes/archive").exists());
     assert_eq!(server.request_count(), requests);
 }
+
+#[test]
+fn a_moved_directory_is_said_to_have_another_directory_s_lineage() {
+    let (project, server) = finished_run();
+    let moved = project.home.join("moved");
+    std::fs::rename(&project.dir, &moved).unwrap();
+    let out = project
+        .command(&server, &["state"])
+        .current_dir(&moved)
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        said.contains("从头开始:runs/lineage.json 是另一个目录(") && said.contains("/proj)的"),
+        "{said}"
+    );
+}

@@ -11,11 +11,12 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use flower::stores::project_key;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use support::pipeline::flower_in as flower;
 use support::{FakeServer, Reply};
 use tempfile::TempDir;
@@ -31,7 +32,8 @@ const FIRST_PROMPT: &str = "greet.sh 里的问候改成 hello";
 const LAST_LINK: &str = "1bac9eab-cfcd-4bea-8d9e-bcdecafcde18";
 
 fn store(dir: &Path, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let out = Flower::bin()
+        .command()
         .arg("store")
         .args(args)
         .current_dir(dir)

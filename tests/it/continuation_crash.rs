@@ -10,6 +10,7 @@
 use crate::support;
 use crate::support::snapshot::{assert_same, snapshot};
 
+use crate::support::Flower;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Output, Stdio};
@@ -42,7 +43,7 @@ fn reply(req: &Recorded) -> Reply {
 impl Project {
     /// `flower state [--json]`, which needs no server at all.
     fn state_command(&self, json: bool) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        let mut cmd = Flower::bin().command();
         cmd.current_dir(&self.dir)
             .arg("state")
             .env("HOME", &self.home)
@@ -397,7 +398,8 @@ fn several_flowers_at_once_in_one_directory() {
 
     // sessions.db: every session of every row is listed by `flower store sessions`.
     let key = flower::stores::project_key(&project.dir);
-    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let out = Flower::bin()
+        .command()
         .current_dir(&project.dir)
         .args(["store", "sessions", &key])
         .output()

@@ -6,6 +6,7 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use flower::model::models::resolve;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -349,7 +350,7 @@ fn state_verbose_lists_what_the_conventions_load() {
         ],
     );
     let state = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
+        let mut cmd = Flower::bin().command();
         cmd.current_dir(&project.dir)
             .arg("state")
             .args(args)
@@ -390,7 +391,7 @@ fn state_verbose_lists_what_the_conventions_load() {
     );
     assert_eq!(conventions["hooks"].as_array().unwrap().len(), 1);
     // --no-memory is not a flag of state; FLOWER_MEMORY=off shows it off.
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
+    let mut cmd = Flower::bin().command();
     let out = cmd
         .current_dir(&project.dir)
         .args(["state", "-v"])

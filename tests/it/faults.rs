@@ -8,6 +8,7 @@
 use crate::faults_support;
 use crate::support;
 
+use crate::support::Flower;
 use faults_support::*;
 use flower::continuity::resilience::RESUME_PROMPT;
 use flower::stores::prune::INTERRUPTED_BODY;
@@ -445,7 +446,8 @@ fn a_tool_call_orphaned_by_a_kill_never_reaches_the_api_unanswered() {
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
 
     let sessions = {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flower"))
+        let out = Flower::bin()
+            .command()
             .current_dir(&project.dir)
             .args([
                 "store",

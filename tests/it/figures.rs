@@ -6,16 +6,17 @@
 use crate::faults_support;
 use crate::support;
 
+use crate::support::Flower;
 use faults_support::*;
 use serde_json::Value;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use support::{FakeServer, Gate, Reply};
 
 /// `flower log --json` in the project.
 pub fn log_json(project: &Project) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let out = Flower::bin()
+        .command()
         .current_dir(&project.dir)
         .args(["log", "--json"])
         .output()
@@ -26,7 +27,8 @@ pub fn log_json(project: &Project) -> Value {
 
 /// `flower log` (text) in the project.
 fn log_text(project: &Project) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let out = Flower::bin()
+        .command()
         .current_dir(&project.dir)
         .arg("log")
         .output()

@@ -11,9 +11,9 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use flower::continuity::handoff::{MECHANICAL_MARK, SECTIONS};
 use serde_json::{Value, json};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -121,7 +121,8 @@ impl Project {
     /// Session ids listed in sessions.db.
     fn stored_sessions(&self) -> Vec<String> {
         let key = flower::stores::project_key(&self.dir);
-        let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+        let out = Flower::bin()
+            .command()
             .current_dir(&self.dir)
             .args(["store", "sessions", &key])
             .output()
@@ -203,7 +204,8 @@ fn a_full_session_hands_off_to_a_successor_that_finishes_the_step() {
     assert_eq!(project.work_session(), successor_id);
 
     // `flower state` shows the current generation's figure.
-    let state = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let state = Flower::bin()
+        .command()
         .current_dir(&project.dir)
         .arg("state")
         .output()

@@ -8,6 +8,7 @@
 //! pipeline against the fake server.
 
 use crate::support;
+use crate::support::Flower;
 use crate::support::snapshot::{assert_same, snapshot};
 
 use flower::continuity::lineage::Lineage;
@@ -191,17 +192,6 @@ pub fn build_run(turns_per_session: usize) -> Built {
     Built { dir, _tmp: tmp }
 }
 
-fn flower(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flower"))
-        .current_dir(dir)
-        .args(args)
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run flower")
-}
-
 // ---------------------------------------------------------------------------------
 // Read-only, as `flower state` is
 // ---------------------------------------------------------------------------------
@@ -209,7 +199,7 @@ fn flower(dir: &Path, args: &[&str]) -> Output {
 /// Runs `flower ARGS` in `dir` and checks that nothing under `dir` changed.
 fn read_only(dir: &Path, args: &[&str]) -> Output {
     let before = snapshot(dir);
-    let out = flower(dir, args);
+    let out = Flower::new(args).dir(dir).no_color().stdin_null().output();
     assert_same(
         &before,
         &snapshot(dir),
@@ -343,7 +333,11 @@ fn log_show_and_report_write_nothing_even_over_a_live_wal() {
 #[test]
 fn report_defaults_to_runs_report_html() {
     let built = build_run(3);
-    let out = flower(&built.dir, &["report"]);
+    let out = Flower::new(&["report"])
+        .dir(&built.dir)
+        .no_color()
+        .stdin_null()
+        .output();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let html = std::fs::read_to_string(built.dir.join("runs/report.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
@@ -439,7 +433,7 @@ fn bad_input_gets_a_clear_message_and_nothing_is_written() {
         &["show", "复查"],
         &["report"],
     ] {
-        let out = flower(dir, args);
+        let out = Flower::new(args).dir(dir).no_color().stdin_null().output();
         let stderr = text(&out.stderr);
         assert!(out.status.success(), "flower {args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "flower {args:?}: {stderr}");
@@ -518,7 +512,8 @@ fn the_report_draws_the_threshold_the_run_used() {
             assert_eq!(row["context_window"], 200_000, "{row}");
             assert_eq!(row["handoff_threshold"], threshold, "{row}");
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+        let out = Flower::bin()
+            .command()
             .current_dir(&project.dir)
             .arg("report")
             .env("FLOWER_HANDOFF_AT", "90%")
@@ -580,7 +575,11 @@ fn the_report_loads_in_a_browser_with_its_curves_and_markers() {
         return;
     };
     let built = build_run(40);
-    let out = flower(&built.dir, &["report"]);
+    let out = Flower::new(&["report"])
+        .dir(&built.dir)
+        .no_color()
+        .stdin_null()
+        .output();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report = built.dir.join("runs/report.html");
     let profile = tempfile::TempDir::new().unwrap();
@@ -668,7 +667,11 @@ fn log_folds_a_long_list_of_retired_sessions() {
     row.attempts = 1;
     row.retired = ids.clone();
     later.record(&row).unwrap();
-    let out = flower(dir, &["log"]);
+    let out = Flower::new(&["log"])
+        .dir(dir)
+        .no_color()
+        .stdin_null()
+        .output();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let log = text(&out.stdout);
     let line = log.lines().find(|l| l.contains("换代 111 次")).unwrap();
@@ -688,7 +691,11 @@ fn log_folds_a_long_list_of_retired_sessions() {
 fn report_keeps_long_transcripts_beside_the_page() {
     let built = build_run(600);
     let dir = &built.dir;
-    let out = flower(dir, &["report"]);
+    let out = Flower::new(&["report"])
+        .dir(dir)
+        .no_color()
+        .stdin_null()
+        .output();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let html = std::fs::read_to_string(dir.join("runs/report.html")).unwrap();
     let whole = dir.join(format!("runs/report.transcripts/{A1}.txt"));
@@ -701,6 +708,10 @@ fn report_keeps_long_transcripts_beside_the_page() {
     // Every session is still listed, and the page is smaller than its transcripts.
     assert_eq!(html.matches("<details class=\"transcript\"").count(), 4);
     assert!(html.len() < full.len() * 2, "{} bytes", html.len());
-    let show = flower(dir, &["show", "干活"]);
+    let show = Flower::new(&["show", "干活"])
+        .dir(dir)
+        .no_color()
+        .stdin_null()
+        .output();
     assert!(show.status.success(), "{}", text(&show.stderr));
 }

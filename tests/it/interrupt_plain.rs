@@ -3,6 +3,7 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::{FakeServer, Gate, Reply};
@@ -24,8 +25,7 @@ fn two_quick_ctrl_c_exit_130_even_without_a_terminal() {
         Reply::text("never finished").gate_before(&first),
         Reply::text("never finished either").gate_before(&second),
     ]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let mut child = cmd
         .current_dir(dir.path())
         .args(["once", "hi"])

@@ -4,15 +4,15 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use serde_json::{Value, json};
-use std::process::{Command, Output};
+use std::process::Output;
 use support::pipeline::{Agent, Project, agent_of, simple_reply, text, turn_of};
 use support::{FakeServer, Recorded, Reply};
 use tempfile::TempDir;
 
 fn once(server: &FakeServer, dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(server).command();
     cmd.current_dir(dir.path())
         .args(args)
         .env("FLOWER_MAX_ATTEMPTS", "1");
@@ -112,6 +112,20 @@ fn web_tools_follow_the_permission_rules_and_settings() {
         server_tool(request, "web_fetch").unwrap()["blocked_domains"],
         json!(["evil.example"])
     );
+
+    // FLOWER_WEB_TOOLS=off: nobody gets them (an organization without web search).
+    let server = FakeServer::start(vec![Reply::text("好")]);
+    let out = once(
+        &server,
+        &dir,
+        &["once", "hi", "--allowed-tools", "WebSearch", "WebFetch"],
+        &[("FLOWER_WEB_TOOLS", "off")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let request = &server.requests()[0];
+    assert!(server_tool(request, "web_search").is_none());
+    assert!(server_tool(request, "web_fetch").is_none());
+    assert_eq!(request.header("anthropic-beta"), None);
 }
 
 #[test]
@@ -134,6 +148,11 @@ fn bad_web_tool_settings_exit_2_before_any_request() {
             vec![],
             vec![("FLOWER_WEB_FETCH_MAX_USES", "many")],
             "FLOWER_WEB_FETCH_MAX_USES",
+        ),
+        (
+            vec![],
+            vec![("FLOWER_WEB_TOOLS", "maybe")],
+            "FLOWER_WEB_TOOLS",
         ),
     ];
     for (flags, env, says) in cases {

@@ -2,23 +2,12 @@
 //! server: what goes over the wire, and what is refused (exit 2) before any request.
 
 use crate::support;
+use crate::support::Flower;
 
 use serde_json::{Value, json};
-use std::process::{Command, Output};
+use std::process::Output;
 use support::{FAKE_API_KEY, FakeServer, Reply};
 use tempfile::TempDir;
-
-fn flower(server: &FakeServer, dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
-    cmd.current_dir(dir.path())
-        .args(args)
-        .env("FLOWER_MAX_ATTEMPTS", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -35,12 +24,12 @@ const TOKEN: &str = "gw-secret-token-123";
 fn auth_token_is_sent_as_bearer_and_wins_over_the_api_key() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi"],
-        &[("ANTHROPIC_AUTH_TOKEN", TOKEN)],
-    );
+    let out = Flower::new(&["once", "hi"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([("ANTHROPIC_AUTH_TOKEN", TOKEN)])
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     let request = &server.requests()[0];
     assert_eq!(
@@ -55,18 +44,22 @@ fn auth_token_is_sent_as_bearer_and_wins_over_the_api_key() {
 
     // The token alone suffices.
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi"],
-        &[("ANTHROPIC_AUTH_TOKEN", TOKEN), ("ANTHROPIC_API_KEY", "")],
-    );
+    let out = Flower::new(&["once", "hi"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([("ANTHROPIC_AUTH_TOKEN", TOKEN), ("ANTHROPIC_API_KEY", "")])
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[0].header("x-api-key"), None);
 
     // Without it, the API key as before.
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(&server, &dir, &["once", "hi"], &[]);
+    let out = Flower::new(&["once", "hi"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .output();
     assert!(out.status.success());
     assert_eq!(server.requests()[0].header("x-api-key"), Some(FAKE_API_KEY));
     assert_eq!(server.requests()[0].header("authorization"), None);
@@ -80,12 +73,12 @@ fn a_credential_never_appears_in_errors_or_json() {
         "authentication_error",
         "invalid bearer token",
     )]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--json"],
-        &[("ANTHROPIC_AUTH_TOKEN", TOKEN)],
-    );
+    let out = Flower::new(&["once", "hi", "--json"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([("ANTHROPIC_AUTH_TOKEN", TOKEN)])
+        .output();
     assert!(!out.status.success());
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(!all.contains(TOKEN), "{all}");
@@ -97,18 +90,18 @@ fn a_credential_never_appears_in_errors_or_json() {
 fn custom_headers_and_betas_are_sent() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--model", "claude-sonnet-4-5[1m]"],
-        &[
+    let out = Flower::new(&["once", "hi", "--model", "claude-sonnet-4-5[1m]"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([
             (
                 "ANTHROPIC_CUSTOM_HEADERS",
                 "X-Team: flower\n\nX-Trace-Id:  abc 123 \n",
             ),
             ("ANTHROPIC_BETAS", "beta-one, beta-two,"),
-        ],
-    );
+        ])
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     let request = &server.requests()[0];
     assert_eq!(request.header("x-team"), Some("flower"));
@@ -149,7 +142,12 @@ fn bad_settings_exit_2_before_any_request_without_quoting_secrets() {
     for (flags, env, says) in cases {
         let mut args = vec!["once", "hi"];
         args.extend(flags.iter());
-        let out = flower(&server, &dir, &args, &env);
+        let out = Flower::new(&args)
+            .server(&server)
+            .dir(&dir)
+            .attempts(1)
+            .envs(env.iter().copied())
+            .output();
         assert_eq!(
             out.status.code(),
             Some(2),
@@ -160,7 +158,11 @@ fn bad_settings_exit_2_before_any_request_without_quoting_secrets() {
         assert!(!stderr(&out).contains("secret-without-colon"));
     }
     // The default command checks them too.
-    let out = flower(&server, &dir, &["--model", "sonet", "做点事"], &[]);
+    let out = Flower::new(&["--model", "sonet", "做点事"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .output();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_eq!(server.request_count(), 0);
 }
@@ -173,27 +175,29 @@ fn aliases_resolve_and_unknown_models_work_unpriced_with_one_warning() {
         Reply::text("好"),
         Reply::text("好"),
     ]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--json", "--model", "haiku"],
-        &[],
-    );
+    let out = Flower::new(&["once", "hi", "--json", "--model", "haiku"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[0].model(), "claude-haiku-5-5");
     assert!(json_of(&out)["total_cost_usd"].is_number());
 
     // The default model is the current Sonnet, and it has a price.
-    let out = flower(&server, &dir, &["once", "hi", "--json"], &[]);
+    let out = Flower::new(&["once", "hi", "--json"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .output();
     assert_eq!(server.requests()[1].model(), "claude-sonnet-5-5");
     assert!(json_of(&out)["total_cost_usd"].is_number());
 
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--json", "--model", "my-gateway/model-x"],
-        &[],
-    );
+    let out = Flower::new(&["once", "hi", "--json", "--model", "my-gateway/model-x"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[2].model(), "my-gateway/model-x");
     assert_eq!(json_of(&out)["total_cost_usd"], Value::Null);
@@ -212,18 +216,17 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
         Reply::thinking("先想想", "sig-1").then_tool_use("Glob", json!({"pattern": "*"})),
         Reply::text("好"),
     ]);
-    let out = flower(
-        &server,
-        &dir,
-        &[
-            "once",
-            "hi",
-            "--thinking=2048",
-            "--model",
-            "claude-sonnet-4-5",
-        ],
-        &[],
-    );
+    let out = Flower::new(&[
+        "once",
+        "hi",
+        "--thinking=2048",
+        "--model",
+        "claude-sonnet-4-5",
+    ])
+    .server(&server)
+    .dir(&dir)
+    .attempts(1)
+    .output();
     assert!(out.status.success(), "{}", stderr(&out));
     let first = &server.requests()[0];
     assert_eq!(
@@ -254,19 +257,19 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
 
     // MAX_THINKING_TOKENS turns it on too; no tools, no interleaved beta.
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &[
-            "once",
-            "hi",
-            "--allowed-tools",
-            "AskUser",
-            "--model",
-            "claude-sonnet-4-5",
-        ],
-        &[("MAX_THINKING_TOKENS", "3000")],
-    );
+    let out = Flower::new(&[
+        "once",
+        "hi",
+        "--allowed-tools",
+        "AskUser",
+        "--model",
+        "claude-sonnet-4-5",
+    ])
+    .server(&server)
+    .dir(&dir)
+    .attempts(1)
+    .envs([("MAX_THINKING_TOKENS", "3000")])
+    .output();
     assert!(out.status.success(), "{}", stderr(&out));
     let request = &server.requests()[0];
     assert_eq!(request.body["thinking"]["budget_tokens"], 3000);
@@ -280,18 +283,13 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
 fn custom_headers_replace_flower_headers_and_betas_merge_once() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--model", "claude-sonnet-4-5[1m]"],
-        &[
+    let out = Flower::new(&["once", "hi", "--model", "claude-sonnet-4-5[1m]"]).server(&server).dir(&dir).attempts(1).envs([
             (
                 "ANTHROPIC_CUSTOM_HEADERS",
                 "Anthropic-Version: 2099-01-01\nanthropic-beta: beta-two, extra-beta\nX-Team: flower",
             ),
             ("ANTHROPIC_BETAS", "beta-one,beta-two"),
-        ],
-    );
+        ]).output();
     assert!(out.status.success(), "{}", stderr(&out));
     let request = &server.requests()[0];
     let count = |name: &str| request.headers.iter().filter(|(n, _)| n == name).count();
@@ -319,12 +317,11 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
         Reply::text("好"),
         Reply::text("好"),
     ]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--effort", "low", "--thinking"],
-        &[],
-    );
+    let out = Flower::new(&["once", "hi", "--effort", "low", "--thinking"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     let first = &server.requests()[0];
     assert_eq!(first.body["output_config"], json!({"effort": "low"}));
@@ -333,20 +330,20 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
     assert_eq!(first.header("anthropic-beta"), None);
 
     // Claude Code's variable; the flag wins over it.
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--model", "claude-opus-4-6"],
-        &[("CLAUDE_CODE_EFFORT_LEVEL", "max")],
-    );
+    let out = Flower::new(&["once", "hi", "--model", "claude-opus-4-6"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([("CLAUDE_CODE_EFFORT_LEVEL", "max")])
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[1].body["output_config"]["effort"], "max");
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--effort", "medium"],
-        &[("CLAUDE_CODE_EFFORT_LEVEL", "max")],
-    );
+    let out = Flower::new(&["once", "hi", "--effort", "medium"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([("CLAUDE_CODE_EFFORT_LEVEL", "max")])
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         server.requests()[2].body["output_config"]["effort"],
@@ -354,25 +351,28 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
     );
 
     // Without it, no output_config at all (the API's default).
-    let out = flower(&server, &dir, &["once", "hi"], &[]);
+    let out = Flower::new(&["once", "hi"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(server.requests()[3].body.get("output_config").is_none());
 
     // An unknown model gets the effort it was asked for.
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &[
-            "once",
-            "hi",
-            "--model",
-            "my-gateway/x-1",
-            "--effort",
-            "high",
-        ],
-        &[],
-    );
+    let out = Flower::new(&[
+        "once",
+        "hi",
+        "--model",
+        "my-gateway/x-1",
+        "--effort",
+        "high",
+    ])
+    .server(&server)
+    .dir(&dir)
+    .attempts(1)
+    .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[0].body["output_config"]["effort"], "high");
 }
@@ -401,6 +401,11 @@ fn bad_model_combinations_exit_2_before_any_request() {
             "low, medium, high, max",
         ),
         (
+            vec![],
+            vec![("FLOWER_JUDGE_EFFORT", "extreme")],
+            "FLOWER_JUDGE_EFFORT",
+        ),
+        (
             vec!["--thinking", "--model", "claude-3-5-haiku-20241022"],
             vec![],
             "no extended thinking",
@@ -414,7 +419,12 @@ fn bad_model_combinations_exit_2_before_any_request() {
     for (flags, env, says) in cases {
         let mut args = vec!["once", "hi"];
         args.extend(flags.iter());
-        let out = flower(&server, &dir, &args, &env);
+        let out = Flower::new(&args)
+            .server(&server)
+            .dir(&dir)
+            .attempts(1)
+            .envs(env.iter().copied())
+            .output();
         assert_eq!(
             out.status.code(),
             Some(2),
@@ -490,15 +500,23 @@ fn a_settings_file_effort_level_is_read_below_the_variable() {
     .unwrap();
     let home = dir.path().display().to_string();
     let server = FakeServer::start(vec![Reply::text("好"), Reply::text("好")]);
-    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
+    let out = Flower::new(&["once", "hi"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([("HOME", &home)])
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[0].body["output_config"]["effort"], "low");
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi"],
-        &[("HOME", &home), ("CLAUDE_CODE_EFFORT_LEVEL", "medium")],
-    );
+    let out = Flower::new(&["once", "hi"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([
+            ("HOME", home.as_str()),
+            ("CLAUDE_CODE_EFFORT_LEVEL", "medium"),
+        ])
+        .output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         server.requests()[1].body["output_config"]["effort"],
@@ -510,7 +528,12 @@ fn a_settings_file_effort_level_is_read_below_the_variable() {
         r#"{"effortLevel": "extreme"}"#,
     )
     .unwrap();
-    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
+    let out = Flower::new(&["once", "hi"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(1)
+        .envs([("HOME", &home)])
+        .output();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("effortLevel"), "{}", stderr(&out));
     assert_eq!(server.request_count(), 2);

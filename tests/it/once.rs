@@ -2,8 +2,9 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use serde_json::{Value, json};
-use std::process::{Command, Output};
+use std::process::Output;
 use support::pipeline::flower_in as flower;
 use support::{FakeServer, Reply};
 use tempfile::TempDir;
@@ -220,8 +221,7 @@ fn max_turns_stops_and_says_so() {
 fn missing_api_key_is_a_clear_error_before_any_network_use() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(dir.path())
         .env_remove("ANTHROPIC_API_KEY")

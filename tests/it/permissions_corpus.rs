@@ -14,6 +14,7 @@ use support::{FakeServer, Reply};
 
 #[path = "../data/bash_corpus.rs"]
 mod data;
+use crate::support::Flower;
 use data::{Case, HARMLESS, corpus};
 
 /// Runs every case as a Bash call of one turn in a fresh workspace; returns the
@@ -32,8 +33,7 @@ fn replay(cases: &[Case], extra: &[&str]) -> (tempfile::TempDir, Vec<Value>) {
         reply = reply.then_tool_use("Bash", json!({ "command": c.cmd, "timeout": 20000 }));
     }
     let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(ws.path())
         .env("FLOWER_MAX_ATTEMPTS", "1")

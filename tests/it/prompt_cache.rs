@@ -3,26 +3,14 @@
 //! model counts it as read.
 
 use crate::support;
+use crate::support::Flower;
 
 use flower::continuity::resilience::RESUME_PROMPT;
 use flower::stores::prune::{CacheWindow, INTERRUPTED_BODY, PruneOptions, STALE_BODY, prune};
 use serde_json::{Value, json};
-use std::process::{Command, Output};
+use std::process::Output;
 use support::{FakeServer, Recorded, Reply};
 use tempfile::TempDir;
-
-fn flower(server: &FakeServer, dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
-    cmd.current_dir(dir.path())
-        .args(args)
-        .env("FLOWER_MAX_ATTEMPTS", "4")
-        .env("FLOWER_BASE_DELAY", "0");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
 
 fn json_of(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -85,7 +73,12 @@ fn a_retry_resends_the_failed_prefix_with_one_resume_prompt() {
         Reply::text("读完了"),
     ]);
     server.simulate_cache();
-    let out = flower(&server, &dir, &["once", "读 a.txt", "--json"], &[]);
+    let out = Flower::new(&["once", "读 a.txt", "--json"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(4)
+        .no_delay()
+        .output();
     assert!(
         out.status.success(),
         "{}",
@@ -117,7 +110,12 @@ fn a_wake_within_the_cache_lifetime_keeps_the_prefix_and_a_cold_one_prunes() {
     ]);
     server.simulate_cache();
     std::fs::write(dir.path().join("a.txt"), "x").unwrap();
-    let out = flower(&server, &dir, &["once", "看看目录", "--json"], &[]);
+    let out = Flower::new(&["once", "看看目录", "--json"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(4)
+        .no_delay()
+        .output();
     assert!(
         out.status.success(),
         "{}",
@@ -125,12 +123,12 @@ fn a_wake_within_the_cache_lifetime_keeps_the_prefix_and_a_cold_one_prunes() {
     );
     let id = json_of(&out)["session_id"].as_str().unwrap().to_string();
 
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "再看看", "--json", "--resume", &id],
-        &[],
-    );
+    let out = Flower::new(&["once", "再看看", "--json", "--resume", &id])
+        .server(&server)
+        .dir(&dir)
+        .attempts(4)
+        .no_delay()
+        .output();
     assert!(
         out.status.success(),
         "{}",
@@ -147,12 +145,13 @@ fn a_wake_within_the_cache_lifetime_keeps_the_prefix_and_a_cold_one_prunes() {
     );
 
     // Once the cache is cold (FLOWER_CACHE_TTL=0 stands for that), pruning applies.
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "冷了", "--json", "--resume", &id],
-        &[("FLOWER_CACHE_TTL", "0")],
-    );
+    let out = Flower::new(&["once", "冷了", "--json", "--resume", &id])
+        .server(&server)
+        .dir(&dir)
+        .attempts(4)
+        .no_delay()
+        .envs([("FLOWER_CACHE_TTL", "0")])
+        .output();
     assert!(
         out.status.success(),
         "{}",
@@ -179,7 +178,12 @@ fn many_parallel_tool_calls_still_hit_the_cache() {
         Reply::text("都读了"),
     ]);
     server.simulate_cache();
-    let out = flower(&server, &dir, &["once", "读所有文件", "--json"], &[]);
+    let out = Flower::new(&["once", "读所有文件", "--json"])
+        .server(&server)
+        .dir(&dir)
+        .attempts(4)
+        .no_delay()
+        .output();
     assert!(
         out.status.success(),
         "{}",

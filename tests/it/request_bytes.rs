@@ -8,11 +8,12 @@
 //! change, which they never are within a session).
 
 use crate::support;
+use crate::support::Flower;
 
 use flower::stores::project_key;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use support::{FakeServer, Reply};
 use tempfile::TempDir;
 
@@ -21,17 +22,6 @@ const FIXTURE: &str = concat!(
     "/tests/it/fixtures/request_bodies.json"
 );
 const SESSION: &str = "7d1f0c3e-5a2b-4c6d-9e8f-0a1b2c3d4e5f";
-
-fn flower(server: &FakeServer, dir: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
-    cmd.current_dir(dir)
-        .args(args)
-        .env("FLOWER_MAX_ATTEMPTS", "4")
-        .env("FLOWER_BASE_DELAY", "0")
-        .output()
-        .unwrap()
-}
 
 fn ok(out: &Output) -> Value {
     assert!(
@@ -167,7 +157,8 @@ fn request_bodies_are_byte_identical_across_a_long_session() {
     }
     let project = project_key(&root);
     let source = imported(&root);
-    let import = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let import = Flower::bin()
+        .command()
         .current_dir(&root)
         .args(["store", "import"])
         .arg(&source)
@@ -181,17 +172,19 @@ fn request_bodies_are_byte_identical_across_a_long_session() {
     replies.extend(second_wake());
     let server = FakeServer::start(replies);
     server.simulate_cache();
-    let out = flower(
-        &server,
-        &root,
-        &["once", "接着做", "--json", "--resume", SESSION],
-    );
+    let out = Flower::new(&["once", "接着做", "--json", "--resume", SESSION])
+        .server(&server)
+        .dir(&root)
+        .attempts(4)
+        .no_delay()
+        .output();
     assert_eq!(ok(&out)["result"], "写到一半写完了");
-    let out = flower(
-        &server,
-        &root,
-        &["once", "再看一遍 a.txt", "--json", "--resume", SESSION],
-    );
+    let out = Flower::new(&["once", "再看一遍 a.txt", "--json", "--resume", SESSION])
+        .server(&server)
+        .dir(&root)
+        .attempts(4)
+        .no_delay()
+        .output();
     assert_eq!(ok(&out)["result"], "又看了一遍");
 
     let here = root.to_string_lossy().into_owned();

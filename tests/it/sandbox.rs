@@ -4,13 +4,14 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use flower::engine::permissions::Permissions;
 use flower::tools::bash::SANDBOX_NOTE;
 use flower::tools::sandbox::{self, SandboxError, SandboxPolicy, Support};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use support::{FakeServer, Reply};
 
 /// A scratch directory outside the system temp directories (which the sandbox lets
@@ -101,8 +102,7 @@ pub(crate) fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (O
 /// `flower once "run them"` in the workspace, against `server`, with the sandbox's
 /// defaults and `s.home` as HOME.
 pub(crate) fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(server).command();
     cmd.current_dir(&s.ws)
         .env("HOME", &s.home)
         .env("FLOWER_MAX_ATTEMPTS", "1")
@@ -335,8 +335,7 @@ fn bad_sandbox_settings_exit_2_before_any_request() {
     let s = setup();
     for (var, value) in [("FLOWER_SANDBOX", "maybe"), ("FLOWER_NETWORK", "no")] {
         let server = FakeServer::start(vec![Reply::text("never")]);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
+        let mut cmd = Flower::bin().server(&server).command();
         let out = cmd
             .current_dir(&s.ws)
             .env(var, value)
@@ -349,8 +348,7 @@ fn bad_sandbox_settings_exit_2_before_any_request() {
         assert_eq!(server.request_count(), 0);
     }
     let server = FakeServer::start(vec![Reply::text("never")]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(&s.ws)
         .args(["once", "hi", "--no-sandbox", "--no-network"])
@@ -395,8 +393,7 @@ fn a_kernel_without_landlock_falls_back_or_refuses() {
 fn a_malformed_rule_fails_before_any_request() {
     let s = setup();
     let server = FakeServer::start(vec![Reply::text("never")]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(&s.ws)
         .args(["once", "hi", "--allowed-tools", "Bash(git status"])
@@ -433,8 +430,7 @@ fn a_git_dir_made_anew_is_protected_in_the_next_command() {
         .gate_before(&gate),
         Reply::text("done"),
     ]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let child = cmd
         .current_dir(&s.ws)
         .env("HOME", &s.home)

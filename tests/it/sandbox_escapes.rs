@@ -5,6 +5,7 @@
 //! reason when it is absent.
 
 use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
+use crate::support::Flower;
 use crate::support::{FakeServer, Reply};
 use serde_json::{Value, json};
 use std::fs;
@@ -115,8 +116,7 @@ fn a_command_cannot_push_input_into_the_users_terminal() {
         ),
         Reply::text("done"),
     ]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let tty = slave_path.clone();
     let tty = std::ffi::CString::new(tty.as_os_str().as_encoded_bytes()).unwrap();
     cmd.current_dir(&s.ws)

@@ -3,12 +3,12 @@
 //! source. (These used to be two extra test binaries that changed the process
 //! environment, because the library read it; it no longer does.)
 
+use crate::support::Flower;
 use crate::support::{FAKE_API_KEY, FakeServer, Reply};
 use flower::model::Usage;
 use flower::model::anthropic::{Credential, DEFAULT_BASE_URL, DEFAULT_IDLE_TIMEOUT, DEFAULT_MODEL};
 use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
 use std::io::Write as _;
-use std::process::Command;
 use std::time::Duration;
 
 fn resolve(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
@@ -181,8 +181,7 @@ fn flower_prices_prices_a_real_run() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = FakeServer::start(vec![Reply::text("好").usage(3, 1)]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(dir.path())
         .env("FLOWER_PRICES", file.path())

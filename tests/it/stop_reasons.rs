@@ -4,6 +4,7 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use serde_json::{Value, json};
 use std::process::Output;
 use support::pipeline::flower_in as flower;
@@ -189,8 +190,7 @@ fn an_unanswered_continuation_is_pruned_on_resume() {
         Reply::error(400, "invalid_request_error", "fake: this one fails"),
         Reply::text("接上了"),
     ]);
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(dir.path())
         .args(["once", "写一首诗", "--json"])
@@ -244,8 +244,7 @@ fn refusal_fails_quoting_stop_details_is_not_retried_and_not_replayed() {
             .stop_details(details),
         Reply::text("续上了"),
     ]);
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     // Retries allowed: a refusal must still not be retried.
     let out = cmd
         .current_dir(dir.path())

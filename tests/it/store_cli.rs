@@ -3,6 +3,7 @@
 
 use crate::store_support;
 
+use crate::support::Flower;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -25,7 +26,7 @@ impl Output {
 }
 
 fn command(cwd: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+    let mut cmd = Flower::bin().command();
     cmd.arg("store").args(args).current_dir(cwd);
     cmd
 }

@@ -4,6 +4,7 @@
 //! racing creators all end up on one store, and what was in place is never replaced.
 //! (Concurrent creation by separate processes is in `store_sqlite.rs`.)
 
+use crate::support::Flower;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -45,7 +46,8 @@ fn a_relative_path_works_too() {
     // `flower` opens `runs/sessions.db` relative to the current directory. Tests share
     // the process's current directory, so a child process does the `chdir`.
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flower"))
+    let out = Flower::bin()
+        .command()
         .current_dir(dir.path())
         .args(["store", "append", "p/s"])
         .stdin(std::process::Stdio::piped())

@@ -3,6 +3,7 @@
 //! Tests that need a server skip (saying why) when `FLOWER_TEST_POSTGRES_URL` is unset.
 
 use crate::store_conformance::postgres_store;
+use crate::support::Flower;
 use crate::support::pipeline::flower_in;
 use crate::support::postgres as pg;
 use crate::support::{FakeServer, Reply};
@@ -45,8 +46,7 @@ fn a_bad_store_url_exits_2_before_any_request() {
         err.contains("--store") && err.contains("postgres://"),
         "{err}"
     );
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(dir.path())
         .args(["once", "hi"])
@@ -207,8 +207,7 @@ fn once_keeps_its_transcript_in_postgres_and_resumes_without_runs_dir() {
     assert!(store.has_session(&session).unwrap());
 
     std::fs::remove_dir_all(a.path().join("runs")).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(a.path())
         .args(["once", "是多少?", "--json", "--resume", &session])
@@ -343,8 +342,7 @@ fn store_sqlite_is_the_default_store() {
     let out = flower_in(&server, dir.path(), &["once", "hi", "--store", "sqlite"]);
     assert!(out.status.success(), "{out:?}");
     assert!(dir.path().join("runs/sessions.db").exists());
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let out = cmd
         .current_dir(dir.path())
         .args(["state", "--json"])
@@ -363,7 +361,8 @@ fn the_store_command_reads_and_writes_a_postgres_store() {
     let dir = TempDir::new().unwrap();
     let flower = |args: &[&str], stdin: &str| {
         use std::io::Write as _;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flower"))
+        let mut child = Flower::bin()
+            .command()
             .current_dir(dir.path())
             .arg("store")
             .args(["--store", url.as_str()])

@@ -9,6 +9,7 @@
 //! set; [`child_process_entry_point`] then plays that role instead of testing.
 
 use crate::flow::{Script, held_first};
+use crate::support::Flower;
 use crate::support::pipeline::{Agent, ONE_ATTEMPT, Project, agent_of, plain, text, turn_of};
 use crate::support::postgres as pg;
 use crate::support::{FakeServer, Gate, Reply};
@@ -281,8 +282,7 @@ fn a_bad_run_key_or_one_without_a_store_exits_2() {
         (vec!["x", "--run-key", "ok"], None, "needs --store"),
         (vec!["x"], Some("bad key"), "FLOWER_RUN_KEY"),
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
+        let mut cmd = Flower::bin().server(&server).command();
         cmd.current_dir(dir.path())
             .args(&args)
             .env_remove("FLOWER_STORE");
@@ -532,8 +532,7 @@ fn a_database_outage_mid_run_is_waited_out_and_the_session_resumed() {
         Reply::text("接着做完了"),
     ]);
     let dir = TempDir::new().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(&server).command();
     let mut child = cmd
         .current_dir(dir.path())
         .args(["once", "干点活", "--store", &proxy.url(&url)])
@@ -918,4 +917,95 @@ fn a_session_hold_the_database_dropped_is_taken_again() {
     let SessionHold::Held(_second) = store.hold_session("s1", true).unwrap() else {
         panic!("readers share")
     };
+}
+
+/// Issue 29 item 5: a database outage in a pipeline run is counted as an outage (断网)
+/// in the step's row and by `flower log`, said as the database's, and greeted as
+/// 数据库恢复, not 网络恢复.
+#[test]
+fn a_database_outage_in_a_pipeline_is_counted_by_flower_log() {
+    let _ = database_outage_during(Agent::Coordinator);
+}
+
+/// Issue 29 item 1: the database goes away while a sub-agent works: the sub-agent
+/// waits it out and goes on in its own session; the coordinator is not retried and
+/// gets one result.
+#[test]
+fn a_database_outage_in_a_sub_agent_is_waited_out_by_the_sub_agent() {
+    let Some(server) = database_outage_during(Agent::Worker) else {
+        return;
+    };
+    let requests = server.requests();
+    let coordinator: Vec<_> = requests
+        .iter()
+        .filter(|r| agent_of(r) == Agent::Coordinator)
+        .collect();
+    assert_eq!(coordinator.len(), 2, "the coordinator was not retried");
+    let results = coordinator[1].tool_results();
+    assert_eq!(results.len(), 1, "{results:#?}");
+    assert_eq!(results[0]["content"], "写好了 hello.txt。");
+}
+
+/// The database is cut while `victim`'s first reply is on its way, and restored once
+/// flower says it waits for it. Returns the model server (`None`: no PostgreSQL).
+fn database_outage_during(victim: Agent) -> Option<FakeServer> {
+    use crate::faults_support::{self as faults, PATIENCE};
+    let url = pg::fresh_url()?;
+    drop(open(&url));
+    let mut proxy = Proxy::start(address(&url));
+    let store = proxy.url(&url);
+    let project = Project::resilient();
+    project.freeze_notes();
+    let gate = Gate::new();
+    let held = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (gate, held) = (gate.clone(), held.clone());
+        FakeServer::with_handler(move |req, _| {
+            let reply = crate::support::pipeline::simple_reply(req);
+            if agent_of(req) == victim && !held.swap(true, Ordering::SeqCst) {
+                return reply.gate_before(&gate);
+            }
+            reply
+        })
+    };
+    let mut cmd = project.command(&server, &["--store", &store]);
+    cmd.env("FLOWER_PROBE_INTERVAL", "0.1");
+    let (mut child, stderr) = faults::spawn_watched(cmd);
+    assert!(gate.wait_reached(TIMEOUT), "{}", stderr.all());
+    proxy.cut();
+    gate.open();
+    assert!(
+        stderr.wait_for("数据库连不上,已等 ", 1, PATIENCE),
+        "{}",
+        stderr.all()
+    );
+    proxy.restore();
+    let status = faults::wait_exit(&mut child, PATIENCE);
+    assert!(stderr.wait_closed(PATIENCE));
+    assert_eq!(status.code(), Some(0), "{}", stderr.all());
+    let said = stderr.all();
+    assert!(said.contains("数据库恢复,接着跑"), "{said}");
+    assert!(!said.contains("网络恢复"), "{said}");
+
+    let out = project
+        .command(&server, &["log", "--json", "--store", &store])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(log["totals"]["outages"], 1, "{log:#}");
+    assert!(log["totals"]["outage_waited_s"].as_f64().unwrap() > 0.0);
+    let work = log["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["step"] == "干活")
+        .unwrap();
+    assert_eq!(work["outages"][0]["database"], true, "{work:#}");
+    // Each pooled connection may meet its dead socket once: a retry or two, each
+    // counted once, from the row.
+    let retries = work["attempts"].as_u64().unwrap() - 1;
+    assert!(retries >= 1, "{work:#}");
+    assert_eq!(log["totals"]["retries"], retries, "{log:#}");
+    Some(server)
 }

@@ -164,6 +164,11 @@ fn a_cut_stream_in_a_sub_agent_resumes_the_sub_agent_not_the_coordinator() {
 /// SIGKILL while the worker's turn `turn` is in flight, then a plain `flower`: the woken
 /// coordinator's cut-short Task continues in the sub-agent's session.
 fn killed_during_worker_turn(turn: usize) {
+    killed_during_worker_turn_by(turn, libc::SIGKILL);
+}
+
+/// [`killed_during_worker_turn`] by `sig`.
+fn killed_during_worker_turn_by(turn: usize, sig: i32) {
     let project = Project::resilient();
     project.freeze_notes();
     let gate = Gate::new();
@@ -184,7 +189,7 @@ fn killed_during_worker_turn(turn: usize) {
     let (mut child, _stderr) = project.spawn_watched(&server, &[]);
     assert!(gate.wait_reached(PATIENCE), "the worker was never asked");
     killed.store(true, Ordering::SeqCst);
-    signal(&child, libc::SIGKILL);
+    signal(&child, sig);
     wait_exit(&mut child, PATIENCE);
     let before = server.requests().len();
     let held = server.requests()[before - 1].clone();
@@ -234,4 +239,51 @@ fn sigkill_before_a_sub_agents_first_reply_continues_its_session_on_wake() {
 #[test]
 fn sigkill_after_a_sub_agents_write_continues_its_session_on_wake() {
     killed_during_worker_turn(1);
+}
+
+#[test]
+fn sigterm_while_a_sub_agent_works_continues_its_session_on_wake() {
+    // SIGTERM writes the row and dies; the wake continues the sub-agent as after a kill.
+    killed_during_worker_turn_by(1, libc::SIGTERM);
+}
+
+/// Only a sub-agent that truly failed (its attempts spent) ends its Task call with an
+/// error; the coordinator reads it and goes on, and is itself never retried for it.
+#[test]
+fn a_sub_agent_that_truly_fails_ends_its_task_with_an_error() {
+    let project = Project::resilient();
+    project.freeze_notes();
+    let server = FakeServer::with_handler(|req, _| match agent_of(req) {
+        Agent::Worker => Reply::overloaded(),
+        _ => simple_reply(req),
+    });
+    let out = project
+        .command(&server, &[])
+        .env("FLOWER_MAX_ATTEMPTS", "2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let requests = server.requests();
+    assert_valid(&requests);
+    assert_eq!(
+        of(&requests, Agent::Worker).len(),
+        2,
+        "two tries, then it failed"
+    );
+    let coordinator = of(&requests, Agent::Coordinator);
+    assert_eq!(coordinator.len(), 2, "the coordinator was not retried");
+    let results = coordinator[1].tool_results();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["is_error"], true);
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("sub-agent failed: API Error: 529"),
+        "{:#}",
+        results[0]
+    );
+    let row = project.rows("干活").into_iter().next().unwrap();
+    assert_eq!(row["attempts"], 2, "{row:#}");
+    assert_eq!(row["ok"], true, "{row:#}");
 }

@@ -12,6 +12,7 @@
 
 use crate::support;
 
+use crate::support::Flower;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use flower::workflow::flower::{CLARIFY_RESUME, WORK_RESUME};
 use rexpect::process::{PtyProcess, Signal, WaitStatus};
@@ -1200,7 +1201,8 @@ fn the_live_line_moves_while_a_request_is_held() {
         .iter()
         .find(|l| l.starts_with("== 判定通过 · 用时 "))
         .unwrap_or_else(|| panic!("{lines:#?}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_flower"))
+    let out = Flower::bin()
+        .command()
         .current_dir(&project.dir)
         .args(["log", "--json"])
         .output()
@@ -1213,4 +1215,39 @@ fn the_live_line_moves_while_a_request_is_held() {
     );
     let turns = log["totals"]["turns"].as_u64().unwrap();
     assert!(summary.contains(&format!(" · {turns} 轮 · ")), "{summary}");
+}
+
+/// Issue 29 item 5: on a wake the status line's cost is the run's, what the earlier
+/// wakes spent (as `flower log` sums it) included, never one step's alone.
+#[test]
+fn the_status_line_counts_the_runs_cost_across_wakes() {
+    let project = Project::terminal("proj");
+    let server = busy_server();
+    let out = project.piped(&server, &[TASK]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let log = Command::new(env!("CARGO_BIN_EXE_flower"))
+        .current_dir(&project.dir)
+        .args(["log", "--json"])
+        .output()
+        .unwrap();
+    let log: Value = serde_json::from_slice(&log.stdout).unwrap();
+    let before = log["totals"]["cost_usd"].as_f64().unwrap();
+    assert!(before > 0.0, "{log:#}");
+
+    let mut pty = project.pty(&server, &["再加一行 world"]);
+    assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
+    let plain = strip_escapes(&pty.output());
+    let costs: Vec<f64> = plain
+        .split(['\r', '\n'])
+        .filter(|part| part.starts_with('[') && part.contains(" · 用时 "))
+        .filter_map(|part| {
+            let at = part.find(" · $")? + " · $".len();
+            part[at..].split(' ').next()?.parse().ok()
+        })
+        .collect();
+    assert!(!costs.is_empty(), "{plain}");
+    assert!(
+        costs.iter().all(|c| *c + 1e-9 >= before),
+        "every draw counts the earlier wake's ${before:.4}: {costs:?}"
+    );
 }

@@ -364,6 +364,13 @@ impl PyWorkflow {
         rt: &PyRuntime,
     ) -> PyResult<impl Future<Output = PyResult<Py<PyAny>>> + Send + 'static> {
         let run = rt.open_run()?;
+        // The runtime's own reference and this one: anything more is a run still going
+        // (the library's runtime runs one workflow at a time).
+        if Arc::strong_count(&run) > 2 {
+            return Err(FlowerError::new_err(
+                "a workflow is already running on this runtime",
+            ));
+        }
         let failure = Arc::new(Failure::default());
         *lock(&rt.hooks.failure) = failure.clone();
         let cache: PromptCache = Arc::default();
@@ -818,6 +825,19 @@ impl PyRuntime {
         let run = self.open_run()?;
         py.detach(move || run.runtime().store().has_session(&session_id))
             .map_err(errors::store_error)
+    }
+
+    /// What the CLI's SIGTERM/SIGHUP handler does before the process dies: writes the
+    /// in-flight step's manifest row (`error="killed-by-signal"`) and kills the running
+    /// commands. For a handler of the script's own (`signal.signal`); the package
+    /// installs none.
+    fn rescue(&self, py: Python<'_>) -> PyResult<()> {
+        let run = self.open_run()?;
+        py.detach(move || {
+            run.runtime().rescue();
+            run.runtime().processes().kill_all();
+        });
+        Ok(())
     }
 
     /// The wake state the run was opened with (see `wake_state`).

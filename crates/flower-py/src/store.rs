@@ -203,7 +203,9 @@ pub struct PyPostgresStore;
 impl PyPostgresStore {
     #[new]
     fn new(py: Python<'_>, url: String) -> PyResult<PyClassInitializer<Self>> {
-        let url: PostgresUrl = url.parse().map_err(crate::errors::ConfigError::new_err)?;
+        let url: PostgresUrl = url.parse().map_err(|e: flower::stores::UrlError| {
+            crate::errors::ConfigError::new_err(e.to_string())
+        })?;
         let store = py
             .detach(move || PostgresStore::open(&url))
             .map_err(store_error)?;

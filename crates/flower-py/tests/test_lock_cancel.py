@@ -156,3 +156,19 @@ def test_a_bad_setting_is_a_config_error_before_anything_is_written(project, fak
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY is not set"):
         Runtime()
     assert not (project / "runs").exists()
+
+
+async def test_one_workflow_at_a_time_on_a_runtime(project, start_fake, monkeypatch):
+    held = start_fake(hold=[1])
+    for key, value in held.env().items():
+        monkeypatch.setenv(key, value)
+    rt = Runtime()
+    wf = Workflow([Step("取词", terse(), PROMPT)])
+    first = asyncio.ensure_future(wf.run(rt))
+    with pytest.raises(FlowerError, match="already running"):
+        wf.run(rt)
+    first.cancel()
+    rt.close()
+    assert rt.closed
+    with pytest.raises(FlowerError, match="closed"):
+        wf.run_sync(rt)

@@ -4,6 +4,7 @@
 //! request bodies against the Messages API's rules for `messages`.
 #![allow(dead_code)]
 
+use crate::support::Flower;
 use crate::support::pipeline::Env;
 use crate::support::{FakeServer, Recorded};
 use serde_json::{Value, json};
@@ -105,7 +106,7 @@ impl Project {
 
     /// `flower store load KEY [--pruned]`: the transcript as stored (or as fed back).
     pub fn store_load(&self, session_id: &str, pruned: bool) -> Vec<Value> {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
+        let mut cmd = Flower::bin().command();
         cmd.current_dir(&self.dir)
             .args(["store", "load", &self.key(session_id)]);
         if pruned {

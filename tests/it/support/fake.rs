@@ -9,9 +9,8 @@
 //!     Reply::tool_use("Read", json!({"file_path": "seed.txt"})),
 //!     Reply::text("banana"),
 //! ]);
-//! let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-//! server.configure(&mut cmd); // ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY
-//! // … run it …
+//! // ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY; the rest of the model's settings cleared
+//! let out = Flower::new(&["once", "读 seed.txt"]).server(&server).dir(&dir).output();
 //! assert!(server.wait_for_requests(2, Duration::from_secs(10)));
 //! let first = &server.requests()[0];
 //! assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));

@@ -5,6 +5,7 @@
 //! part of it, hence the blanket `allow`s.
 #![allow(dead_code, unused_imports)]
 
+pub mod bin;
 pub mod fake;
 pub mod pipeline;
 pub mod postgres;
@@ -12,6 +13,7 @@ pub mod skip;
 pub mod snapshot;
 pub mod workspace;
 
+pub use bin::Flower;
 pub use fake::{Block, CacheUsage, CountTokens, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
 pub use workspace::{ToolEnv, tool_env};
 

@@ -4,6 +4,7 @@
 //!
 //! Test files add what only they need with their own `impl Project` blocks.
 
+use super::Flower;
 use super::{FakeServer, Recorded, Reply};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -141,8 +142,7 @@ pub const ONE_ATTEMPT: Env = &[("FLOWER_MAX_ATTEMPTS", Some("1"))];
 /// `flower ARGS` in `dir`, against `server`, with one attempt per model call (no `HOME`
 /// of its own).
 pub fn flower_in(server: &FakeServer, dir: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-    server.configure(&mut cmd);
+    let mut cmd = Flower::bin().server(server).command();
     cmd.current_dir(dir)
         .args(args)
         .env("FLOWER_MAX_ATTEMPTS", "1")
@@ -187,8 +187,7 @@ impl Project {
     /// `flower ARGS` in the project, pointed at `server`, with the project's environment;
     /// stdio as the caller sets it.
     pub fn flower(&self, server: &FakeServer, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flower"));
-        server.configure(&mut cmd);
+        let mut cmd = Flower::bin().server(server).command();
         cmd.current_dir(&self.dir)
             .args(args)
             .env("HOME", &self.home)

@@ -24,6 +24,8 @@ from ._flower import (
     wake_state,
 )
 
+__version__ = "0.1.0"
+
 __all__ = [
     "RESUME_PROMPT",
     "AgentSpec",

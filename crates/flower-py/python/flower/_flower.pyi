@@ -161,6 +161,10 @@ class Runtime:
     ) -> None: ...
     def has_session(self, session_id: str) -> bool:
         """Whether the session is still in the run's store."""
+    def rescue(self) -> None:
+        """What the CLI does on SIGTERM/SIGHUP before dying: the in-flight step's
+        manifest row written (`error="killed-by-signal"`), running commands killed. For
+        a handler installed with `signal.signal`; the package installs none."""
     @property
     def wake(self) -> WakeState:
         """The wake state the run was opened with."""
