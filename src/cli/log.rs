@@ -96,7 +96,7 @@ fn text(run: &Run, t: &Totals) -> String {
             a.step,
             " ".repeat(pad),
             duration(a.duration_s),
-            a.attempts,
+            a.requests(),
             cost(a.cost_usd),
             outcome(a),
             tokens(a.context),
@@ -106,17 +106,28 @@ fn text(run: &Run, t: &Totals) -> String {
             out.push_str("  接上次会话");
         }
         if !a.retired.is_empty() {
-            let _ = write!(
-                out,
-                "  换代 {} 次:{}",
-                a.retired.len(),
-                a.retired.join(" → ")
-            );
+            let _ = write!(out, "  换代 {} 次:{}", a.retired.len(), folded(&a.retired));
         }
         out.push('\n');
     }
     let _ = writeln!(out, "{}", totals_line(t));
     out
+}
+
+/// Retired session ids, folded past a few: the first and the last two, and how many
+/// are left out between them (a long run retires a hundred).
+fn folded(ids: &[String]) -> String {
+    const SHOWN: usize = 3;
+    if ids.len() <= SHOWN {
+        return ids.join(" → ");
+    }
+    let last = &ids[ids.len() - 2..];
+    format!(
+        "{} → …另 {} 个… → {}",
+        ids[0],
+        ids.len() - SHOWN,
+        last.join(" → ")
+    )
 }
 
 /// The totals line of `flower log`.

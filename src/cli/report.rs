@@ -3,8 +3,9 @@
 //! per step, markers at wakes, retries, outages and handoffs, lines at the window and
 //! the handoff threshold), cumulative cost over time by step, a timeline of attempts,
 //! judge rounds and outages, the attempt table, per-session totals and every
-//! transcript one click away. Reads the run without writing to it; writes only the
-//! report file.
+//! transcript one click away (a long one by its beginning and end, the whole text in
+//! a file beside the page: `report.transcripts/`). Reads the run without writing to
+//! it; writes only the report and those files.
 //!
 //! Curves longer than [`MAX_POINTS`] are downsampled by keeping each bucket's lowest
 //! and highest point (the sawtooth of handoffs survives); markers are never dropped.
@@ -99,10 +100,67 @@ pub fn run(args: ReportArgs, env: &flower::settings::Environment) -> anyhow::Res
     let output = args
         .output
         .unwrap_or_else(|| RunDir::new(&run.run_dir).report());
-    let html = render(&run);
+    let folder = transcripts_dir(&output);
+    let link = folder
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut files = Vec::new();
+    let html = render(&run, &link, &mut files);
+    if !files.is_empty() {
+        std::fs::create_dir_all(&folder)
+            .map_err(|e| anyhow::anyhow!("建 {} 失败:{e}", folder.display()))?;
+        for (name, text) in &files {
+            write_report(&folder.join(name), text)?;
+        }
+    }
     write_report(&output, &html)?;
     errln!("报告已写到 {}({} 字节)", output.display(), html.len());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Transcripts longer than this are shown in the page by their beginning and end; the
+/// whole text goes to a file beside the page (a 10,000-turn run must not make a page
+/// of many megabytes).
+pub const EMBED_MAX_BYTES: usize = 48 * 1024;
+
+/// Where the whole transcripts of a report at `output` go: `<name>.transcripts/`
+/// beside it (`runs/report.transcripts/` for the default report).
+fn transcripts_dir(output: &Path) -> PathBuf {
+    let stem = output
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".into());
+    output.with_file_name(format!("{stem}.transcripts"))
+}
+
+/// A transcript as the page shows it: whole when short, else its first and last part
+/// with a link to the whole text, which is added to `files`.
+fn embedded(text: &str, id: &str, link: &str, files: &mut Vec<(String, String)>) -> String {
+    if text.len() <= EMBED_MAX_BYTES {
+        return esc(text);
+    }
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let head = floor(EMBED_MAX_BYTES / 3);
+    let tail = floor(text.len() - (EMBED_MAX_BYTES - EMBED_MAX_BYTES / 3));
+    let name = format!("{}.txt", id.replace(['/', '\\'], "_"));
+    let href = format!("{link}/{name}");
+    let out = format!(
+        "{}\n<a href=\"{}\">…中间 {} 字节略去,全文 {} 字节在 {}…</a>\n{}",
+        esc(&text[..head]),
+        esc(&href),
+        tail - head,
+        text.len(),
+        esc(&href),
+        esc(&text[tail..])
+    );
+    files.push((name, text.to_string()));
+    out
 }
 
 fn write_report(path: &Path, html: &str) -> anyhow::Result<()> {
@@ -110,8 +168,9 @@ fn write_report(path: &Path, html: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("写 {} 失败:{e}", path.display()))
 }
 
-/// The whole page.
-pub fn render(run: &Run) -> String {
+/// The whole page; long transcripts' whole texts are added to `files` (names inside
+/// the folder `link` beside the page).
+pub fn render(run: &Run, link: &str, files: &mut Vec<(String, String)>) -> String {
     let sessions = run.sessions();
     let options = &ReportOptions::for_run(run, &sessions);
     let totals = run.totals(&sessions);
@@ -152,7 +211,7 @@ pub fn render(run: &Run) -> String {
     h.push_str("<h2>每次尝试</h2>\n");
     attempt_table(&mut h, run);
     h.push_str("<h2>会话</h2>\n");
-    session_table(&mut h, run, &sessions, &totals);
+    session_table(&mut h, run, &sessions, &totals, link, files);
     h.push_str("</body></html>\n");
     h
 }
@@ -576,7 +635,14 @@ fn attempt_table(h: &mut String, run: &Run) {
     h.push_str("</table>\n");
 }
 
-fn session_table(h: &mut String, run: &Run, sessions: &[Session], totals: &Totals) {
+fn session_table(
+    h: &mut String,
+    run: &Run,
+    sessions: &[Session],
+    totals: &Totals,
+    link: &str,
+    files: &mut Vec<(String, String)>,
+) {
     h.push_str("<table class=\"sessions\"><tr><th>会话</th><th>步骤</th><th>轮</th><th>花费</th><th>峰值上下文</th><th>输入</th><th>输出</th><th>缓存写</th><th>缓存读</th><th>子代理</th></tr>\n");
     for s in sessions {
         let _ = writeln!(
@@ -627,7 +693,12 @@ fn session_table(h: &mut String, run: &Run, sessions: &[Session], totals: &Total
             esc(&s.step),
             esc(&s.session_id),
             s.entries,
-            esc(&super::show::transcript_text(run, &s.session_id))
+            embedded(
+                &super::show::transcript_text(run, &s.session_id),
+                &s.session_id,
+                link,
+                files
+            )
         );
     }
 }

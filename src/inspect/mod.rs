@@ -134,6 +134,13 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// The model requests the step made: one per reply, and the failed one that
+    /// ended each failed try (`attempts` counts the tries, not the requests).
+    pub fn requests(&self) -> u64 {
+        let failed_tries = self.attempts.saturating_sub(u64::from(self.ok));
+        self.num_turns + failed_tries.max(self.errors.len() as u64)
+    }
+
     /// The attempt a manifest row records. A row without a step name shows as `?`; an
     /// empty session id as none.
     fn from_row(row: &ManifestRow) -> Attempt {

@@ -78,6 +78,10 @@ pub struct SqliteSessionStore {
     conn: Mutex<Connection>,
     path: PathBuf,
     read_only: bool,
+    /// The file's (device, inode) when it was opened for writing: a file renamed or
+    /// replaced meanwhile is no longer written (its `-wal` would be left orphaned
+    /// beside the old name, for whatever file comes there next to pick up).
+    identity: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for SqliteSessionStore {
@@ -139,6 +143,7 @@ impl SqliteSessionStore {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             read_only: false,
+            identity: identity(path),
         })
     }
 
@@ -193,6 +198,7 @@ impl SqliteSessionStore {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             read_only: true,
+            identity: None,
         }))
     }
 
@@ -295,7 +301,8 @@ impl SqliteSessionStore {
             tx.commit()?;
             Ok(stored.len())
         };
-        run(&mut conn).map_err(|e| sql_error(&self.path, e))
+        let started = Instant::now();
+        run(&mut conn).map_err(|e| timed_error(&self.path, e, started))
     }
 
     /// [`SessionStore::delete`], returning how many entries were removed.
@@ -324,7 +331,8 @@ impl SqliteSessionStore {
             tx.commit()?;
             Ok(removed)
         };
-        run(&mut conn).map_err(|e| sql_error(&self.path, e))
+        let started = Instant::now();
+        run(&mut conn).map_err(|e| timed_error(&self.path, e, started))
     }
 
     /// `message.usage` of the newest `assistant` entry of a key that has a usage and is
@@ -352,7 +360,8 @@ impl SqliteSessionStore {
             }
             Ok(None)
         };
-        run().map_err(|e| sql_error(&self.path, e))
+        let started = Instant::now();
+        run().map_err(|e| timed_error(&self.path, e, started))
     }
 
     /// The raw JSON text of a key's entries of one `type`, in order, each `map`ped as it
@@ -453,6 +462,22 @@ impl SqliteSessionStore {
         if self.read_only {
             return Err(database(&self.path, "opened read-only; writes are refused"));
         }
+        // One stat a write: cheap next to a commit.
+        if self.identity.is_some() && identity(&self.path) != self.identity {
+            // What the WAL holds goes into the moved file now, and the WAL under the
+            // old name is emptied, before a new file there can take it for its own
+            // (SQLite does neither when it closes a moved file); then the connection
+            // is closed.
+            let mut conn = self.lock();
+            let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+            if let Ok(closed) = Connection::open_in_memory() {
+                drop(std::mem::replace(&mut *conn, closed));
+            }
+            return Err(database(
+                &self.path,
+                "was moved or replaced while flower had it open; nothing more is written to it",
+            ));
+        }
         Ok(())
     }
 
@@ -461,7 +486,8 @@ impl SqliteSessionStore {
         run: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
         let conn = self.lock();
-        run(&conn).map_err(|e| sql_error(&self.path, e))
+        let started = Instant::now();
+        run(&conn).map_err(|e| timed_error(&self.path, e, started))
     }
 }
 
@@ -662,10 +688,11 @@ fn parse_rows<T: Send>(
 
 /// The schema version recorded in the file: 0 for a file without flower's tables.
 fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    let started = Instant::now();
     let tables: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")
         .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(|e| sql_error(path, e))?;
+        .map_err(|e| timed_error(path, e, started))?;
     if !tables.iter().any(|t| t == "meta") {
         if tables.iter().any(|t| !t.starts_with("sqlite_")) {
             return Err(database(
@@ -682,7 +709,7 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
             |r| r.get(0),
         )
         .optional()
-        .map_err(|e| sql_error(path, e))?;
+        .map_err(|e| timed_error(path, e, started))?;
     match value {
         None => Ok(0),
         Some(v) => v.trim().parse().map_err(|_| {
@@ -695,24 +722,27 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
 }
 
 fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let started = Instant::now();
     let run = || -> Result<(), StoreError> {
         conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| sql_error(path, e))?;
+            .map_err(|e| timed_error(path, e, started))?;
         // Re-read under the write lock: another process may have migrated meanwhile.
         let found = schema_version(conn, path)?;
         if found > SCHEMA_VERSION {
             return Err(newer(path, found));
         }
         for (from, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-            conn.execute_batch(sql).map_err(|e| sql_error(path, e))?;
+            conn.execute_batch(sql)
+                .map_err(|e| timed_error(path, e, started))?;
             conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('schema_version', ?1) \
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 [(from as i64 + 1).to_string()],
             )
-            .map_err(|e| sql_error(path, e))?;
+            .map_err(|e| timed_error(path, e, started))?;
         }
-        conn.execute_batch("COMMIT").map_err(|e| sql_error(path, e))
+        conn.execute_batch("COMMIT")
+            .map_err(|e| timed_error(path, e, started))
     };
     let result = run();
     if result.is_err() && !conn.is_autocommit() {
@@ -812,9 +842,35 @@ fn set_wal(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             Err(e) if is_busy(&e) && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => return Err(sql_error(path, e)),
+            Err(e) => return Err(timed_error(path, e, deadline - BUSY_TIMEOUT)),
         }
     }
+}
+
+/// The (device, inode) of the file at `path`, if it is there.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// [`sql_error`] for a write begun at `started`: a lock that is still held says how
+/// long it was waited for, which is not always [`BUSY_TIMEOUT`] (SQLite gives up at
+/// once when waiting could deadlock).
+fn timed_error(path: &Path, e: rusqlite::Error, started: Instant) -> StoreError {
+    if is_busy(&e) {
+        let waited = started.elapsed();
+        let detail = e.to_string();
+        let why = if waited >= Duration::from_secs(1) {
+            format!(
+                "still locked by another process after {} s ({detail})",
+                waited.as_secs()
+            )
+        } else {
+            format!("locked by another process, which SQLite would not wait for ({detail})")
+        };
+        return database(path, why);
+    }
+    sql_error(path, e)
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -878,10 +934,9 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
         Some(ErrorCode::ReadOnly) => {
             format!("cannot write ({detail}); is the file or its directory read-only?")
         }
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => format!(
-            "still locked by another process after {} s ({detail})",
-            BUSY_TIMEOUT.as_secs()
-        ),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            format!("locked by another process ({detail})")
+        }
         Some(ErrorCode::DiskFull) => "the disk is full".to_string(),
         Some(ErrorCode::PermissionDenied) => format!("permission denied ({detail})"),
         _ => detail,

@@ -240,6 +240,9 @@ fn log_show_and_report_write_nothing_even_over_a_live_wal() {
         "{log}"
     );
     assert!(lines[1].contains(&format!("换代 1 次:{A1}")), "{log}");
+    // 请求 counts requests: 5 replies and the 2 failed tries' requests, not the tries.
+    assert!(lines[0].contains("请求 7 "), "{log}");
+    assert!(lines[1].contains("请求 5 "), "{log}");
     assert!(
         lines[2].contains("干活·判定#1") && lines[2].contains("(判定 1)"),
         "{log}"
@@ -645,4 +648,70 @@ fn the_report_loads_in_a_browser_with_its_curves_and_markers() {
     if let Some(dest) = std::env::var_os("FLOWER_REPORT_SCREENSHOT") {
         std::fs::copy(&shot, dest).unwrap();
     }
+}
+
+/// A step that handed off many times lists its retired sessions folded: the first,
+/// how many are left out, the last two.
+#[test]
+fn log_folds_a_long_list_of_retired_sessions() {
+    let built = build_run(2);
+    let dir = &built.dir;
+    let ids: Vec<String> = (0..111)
+        .map(|i| format!("eeeeeeee-0000-4000-8000-{i:012}"))
+        .collect();
+    let mut later = Manifest::new(&dir.join("runs"), "20260101-020000-cccccc".into());
+    let mut row = StepResult::started("干活");
+    row.session_id = Some(B1.into());
+    row.ok = true;
+    row.num_turns = 3225;
+    row.attempts = 1;
+    row.retired = ids.clone();
+    later.record(&row).unwrap();
+    let out = Flower::new(&["log"])
+        .dir(dir)
+        .no_color()
+        .stdin_null()
+        .output();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = text(&out.stdout);
+    let line = log.lines().find(|l| l.contains("换代 111 次")).unwrap();
+    assert!(line.contains("请求 3225 "), "{line}");
+    assert!(
+        line.ends_with(&format!(
+            "换代 111 次:{} → …另 108 个… → {} → {}",
+            ids[0], ids[109], ids[110]
+        )),
+        "{line}"
+    );
+}
+
+/// A long transcript is not pasted whole into the page: its beginning and end are,
+/// with a link to the whole text in a file beside the page (no network either way).
+#[test]
+fn report_keeps_long_transcripts_beside_the_page() {
+    let built = build_run(600);
+    let dir = &built.dir;
+    let out = Flower::new(&["report"])
+        .dir(dir)
+        .no_color()
+        .stdin_null()
+        .output();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(dir.join("runs/report.html")).unwrap();
+    let whole = dir.join(format!("runs/report.transcripts/{A1}.txt"));
+    let full = std::fs::read_to_string(&whole).unwrap();
+    assert!(full.len() > 48 * 1024, "{}", full.len());
+    assert!(
+        html.contains(&format!("href=\"report.transcripts/{A1}.txt\"")),
+        "no link"
+    );
+    // Every session is still listed, and the page is smaller than its transcripts.
+    assert_eq!(html.matches("<details class=\"transcript\"").count(), 4);
+    assert!(html.len() < full.len() * 2, "{} bytes", html.len());
+    let show = Flower::new(&["show", "干活"])
+        .dir(dir)
+        .no_color()
+        .stdin_null()
+        .output();
+    assert!(show.status.success(), "{}", text(&show.stderr));
 }

@@ -618,3 +618,30 @@ fn a_row_that_is_not_json_is_reported_by_row() {
         assert!(err.contains("s.db") && err.contains("row 1000"), "{err}");
     }
 }
+
+/// A database renamed (or replaced) while open is not written any more: its WAL
+/// would be left under the old name, for the next file there to pick up. What was
+/// stored before stays in the renamed file.
+#[test]
+fn a_database_renamed_while_open_is_not_written_to_again() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("sessions.db");
+    let key = SessionKey::main("p", "s");
+    let store = SqliteSessionStore::open(&path).unwrap();
+    store.append(&key, &[entry("before")]).unwrap();
+    let moved = dir.path().join("moved.db");
+    std::fs::rename(&path, &moved).unwrap();
+    let refused = store.append(&key, &[entry("after")]).unwrap_err();
+    assert!(
+        refused.to_string().contains("moved or replaced"),
+        "{refused}"
+    );
+    // A new file at the old name is not written by the old store either.
+    let fresh = SqliteSessionStore::open(&path).unwrap();
+    assert!(store.append(&key, &[entry("after")]).is_err());
+    assert_eq!(fresh.load(&key).unwrap(), None);
+    drop(store);
+    drop(fresh);
+    let kept = SqliteSessionStore::open(&moved).unwrap();
+    assert_eq!(kept.load(&key).unwrap().unwrap(), vec![entry("before")]);
+}

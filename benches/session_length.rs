@@ -1,0 +1,395 @@
+//! Costs against session length (issue #30). Prints figures; asserts none. Run with
+//! `cargo bench --bench session_length` (`-- 100 1000` for some lengths only; the
+//! default is 100, 1,000 and 10,000 turns).
+//!
+//! For each length N a session of N tool turns (a `Read` call and its result, the
+//! shape of a real working session, about 1.4 KB of entries per turn) is written
+//! straight into the store, then the real release `flower` binary continues it
+//! against the fake Messages API answering at once:
+//!
+//! 1. the request body: building it in process (`request_body` over a `History` of
+//!    the session's messages), per request;
+//! 2. resume: `flower once --resume ID` for one more turn: CPU and peak RSS of the
+//!    whole process, per turn of history, next to the session's stored bytes.
+//!    Goals: RSS ≤ 2 × stored bytes + 12 MiB, CPU ≤ 20 µs per turn of history;
+//! 3. live turns: the same resume with 20 more `Read` turns; the difference to (2)
+//!    over 20 is what one turn costs at that length (CPU, and wall: the appends'
+//!    flushes are waited for, not worked);
+//! 4. with `FLOWER_TEST_POSTGRES_URL`, 2 and 3 again with the session in PostgreSQL:
+//!    per-turn wall against SQLite's. Goal ≤ 1.5 ×.
+//!
+//! Peak RSS and CPU are the child's own, read with `wait4` by a helper process.
+#![allow(clippy::disallowed_macros)] // figures are printed
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+use flower::model::MessagesRequest;
+use flower::model::anthropic::request_body;
+use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore, project_key};
+use flower::transcript::{Chain, Messages};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{FakeServer, Reply};
+
+/// Extra live turns measured on top of a resume.
+const LIVE_TURNS: usize = 20;
+/// Runs of each measurement (the median is printed).
+const RUNS: usize = 3;
+
+const FILE_TEXT: &str = "a small file\nof three lines\nto read again and again\n";
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--measure-child") {
+        return measure_child(&args[1..]);
+    }
+    let bin = std::env::var("FLOWER_BENCH_BIN").ok();
+    let flower = bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_flower"));
+    if !flower.contains("/release/") && bin.is_none() {
+        println!("warning: {flower} is not a release build; run `cargo bench`");
+    }
+    let mut lengths: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    if lengths.is_empty() {
+        lengths = vec![100, 1_000, 10_000];
+    }
+    let pg = std::env::var("FLOWER_TEST_POSTGRES_URL").ok();
+    println!("session length: {flower}, against the fake server answering at once");
+    for n in lengths {
+        println!();
+        println!("{n} turns:");
+        body_build(n);
+        let sqlite = measure_store(flower, n, None);
+        if let Some(url) = &pg {
+            let postgres = measure_store(flower, n, Some(url));
+            println!(
+                "  PostgreSQL / SQLite per live turn (wall): {:.2}; goal <= 1.5: {}",
+                postgres.as_secs_f64() / sqlite.as_secs_f64(),
+                verdict(postgres.as_secs_f64() <= 1.5 * sqlite.as_secs_f64())
+            );
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// The entries of an `n`-turn session: a prompt, `n` Read calls with their results,
+/// a final text.
+fn session(id: &str, n: usize) -> Vec<Value> {
+    let mut chain = Chain::new(id, Path::new("/bench/work"));
+    let mut entries = vec![chain.user(json!("Read notes.txt again and again."))];
+    for i in 0..n {
+        let reply = flower::model::ModelReply {
+            id: format!("msg_{i:06}"),
+            model: "claude-sonnet-4-5".into(),
+            content: vec![json!({"type": "tool_use", "id": format!("toolu_{i:06}"),
+                                 "name": "Read", "input": {"file_path": "notes.txt"}})],
+            stop_reason: Some("tool_use".into()),
+            stop_details: None,
+            usage: flower::model::Usage {
+                input_tokens: 2000,
+                output_tokens: 30,
+                ..Default::default()
+            },
+        };
+        entries.push(chain.assistant(&reply));
+        let text: String = FILE_TEXT
+            .lines()
+            .enumerate()
+            .map(|(k, l)| format!("{:>6}\t{l}\n", k + 1))
+            .collect();
+        entries.push(chain.tool_result(&format!("toolu_{i:06}"), &text, false));
+    }
+    entries
+}
+
+/// Part 1: the body of the next request, built in process.
+fn body_build(n: usize) {
+    let entries = session("bench", n);
+    let messages = Messages::from_owned(entries);
+    let request = MessagesRequest {
+        model: "claude-sonnet-4-5".into(),
+        max_tokens: 32_000,
+        system: "system prompt ".repeat(200),
+        messages: messages.history().clone(),
+        tools: Vec::new(),
+        thinking: None,
+        effort: None,
+        server_tools: Vec::new(),
+    };
+    let rounds = (2_000_000 / (n + 10)).clamp(3, 2000);
+    let start = Instant::now();
+    let mut bytes = 0;
+    for _ in 0..rounds {
+        bytes = request_body(&request).len();
+    }
+    let per = start.elapsed() / rounds as u32;
+    // For scale, what the old path did on every request: serialize every message.
+    let values: Vec<Value> = request.messages.to_values();
+    let start = Instant::now();
+    for _ in 0..rounds {
+        std::hint::black_box(serde_json::to_vec(&values).map(|v| v.len()).unwrap_or(0));
+    }
+    let reserialized = start.elapsed() / rounds as u32;
+    println!(
+        "  request body ({:.0} KB): built by concatenation {:.1} µs; every message serialized again {:.1} µs",
+        bytes as f64 / 1e3,
+        per.as_secs_f64() * 1e6,
+        reserialized.as_secs_f64() * 1e6
+    );
+}
+
+/// Parts 2 and 3 on one store; returns the wall time of one live turn.
+fn measure_store(flower: &str, n: usize, pg: Option<&str>) -> Duration {
+    let name = if pg.is_some() { "PostgreSQL" } else { "SQLite" };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().canonicalize().expect("canonical");
+    std::fs::write(root.join("notes.txt"), FILE_TEXT).expect("seed file");
+    let id = uuid::Uuid::new_v4().to_string();
+    let key = SessionKey::main(project_key(&root), &id);
+    let entries = session(&id, n);
+    let stored: usize = entries.iter().map(|e| e.to_string().len()).sum();
+    let store_url = pg.map(fresh_schema);
+    match &store_url {
+        None => {
+            let store = SqliteSessionStore::open(&root.join("runs/sessions.db")).expect("store");
+            store.append(&key, &entries).expect("append");
+        }
+        Some(url) => {
+            let store = PostgresStore::open(&url.parse().expect("url")).expect("store");
+            for chunk in entries.chunks(1000) {
+                store.append(&key, chunk).expect("append");
+            }
+        }
+    }
+    let run = |turns: usize| {
+        let mut samples = Vec::new();
+        for _ in 0..RUNS {
+            let mut script: Vec<Reply> = (0..turns)
+                .map(|_| Reply::tool_use("Read", json!({"file_path": "notes.txt"})))
+                .collect();
+            script.push(Reply::text("done"));
+            let server = FakeServer::start(script);
+            let mut cmd = flower_cmd(
+                flower,
+                &server,
+                &root,
+                &[
+                    "once",
+                    "再读一遍",
+                    "--json",
+                    "--resume",
+                    &id,
+                    "--allowed-tools",
+                    "Read",
+                ],
+            );
+            if let Some(url) = &store_url {
+                cmd.env("FLOWER_STORE", url);
+            }
+            let (usage, _) = measure(cmd, &root);
+            samples.push(usage);
+        }
+        samples.sort_by_key(|u| u.cpu);
+        samples.swap_remove(samples.len() / 2)
+    };
+    let resume = run(0);
+    let live = run(LIVE_TURNS);
+    let per_history_turn = resume.cpu / n as u32;
+    let rss_goal = 2 * stored as u64 + 12 * 1024 * 1024;
+    println!(
+        "  {name}: stored {:.1} MB of entries; resume + 1 turn: wall {:.0} ms, CPU {:.0} ms ({:.1} µs per turn of history; goal <= 20: {}), peak RSS {:.1} MiB (goal <= {:.1}: {})",
+        stored as f64 / 1e6,
+        ms(resume.wall),
+        ms(resume.cpu),
+        per_history_turn.as_secs_f64() * 1e6,
+        verdict(per_history_turn <= Duration::from_micros(20)),
+        mib(resume.max_rss),
+        mib(rss_goal),
+        verdict(resume.max_rss <= rss_goal),
+    );
+    let turn_wall = live.wall.saturating_sub(resume.wall) / LIVE_TURNS as u32;
+    let turn_cpu = live.cpu.saturating_sub(resume.cpu) / LIVE_TURNS as u32;
+    println!(
+        "  {name}: one live turn at this length: wall {:.2} ms, CPU {:.2} ms (peak RSS {:.1} MiB over {LIVE_TURNS} more turns)",
+        ms(turn_wall),
+        ms(turn_cpu),
+        mib(live.max_rss),
+    );
+    turn_wall
+}
+
+/// A schema of its own in the test database, so runs never meet.
+fn fresh_schema(base: &str) -> String {
+    let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    let created = {
+        let base = base.to_string();
+        let schema = schema.clone();
+        std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&base, postgres::NoTls)?;
+            client.batch_execute(&format!("CREATE SCHEMA {schema}"))
+        })
+        .join()
+        .unwrap()
+    };
+    created.expect("create a schema");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-csearch_path%3D{schema}")
+}
+
+/// What one child process cost.
+struct Usage {
+    wall: Duration,
+    /// Peak resident set size, bytes.
+    max_rss: u64,
+    /// User + system CPU time.
+    cpu: Duration,
+}
+
+/// Runs `cmd` to its end and measures it: wall time from spawn to reaping, peak RSS and
+/// CPU time. Panics when it fails (a benchmark of a failing run measures nothing).
+/// Returns the child's stdout.
+///
+/// Why a helper process: Linux carries a process's peak RSS across `exec` (the
+/// spawning process's high-water mark is folded into the child's `ru_maxrss`), and this
+/// bench process grows large (it keeps every request of the long session). So the
+/// command is run by a fresh copy of this small bench executable (`--measure-child`),
+/// which spawns it, reaps it with `wait4` and prints its rusage; `getrusage`'s
+/// `RUSAGE_CHILDREN` would also do for one child, but `wait4` is per child.
+///
+/// `FLOWER_BENCH_WRAP="perf record -g -o /tmp/p.data"` (or `strace -f -c`…) runs flower
+/// under a profiler instead; the figures then include the profiler.
+fn measure(cmd: Command, dir: &Path) -> (Usage, String) {
+    let stdout_path = dir.join(".bench-stdout");
+    let stderr_path = dir.join(".bench-stderr");
+    let mut helper = Command::new(std::env::current_exe().expect("bench executable"));
+    helper
+        .arg("--measure-child")
+        .arg(&stdout_path)
+        .arg(&stderr_path)
+        .arg("--");
+    if let Ok(wrap) = std::env::var("FLOWER_BENCH_WRAP") {
+        helper.args(wrap.split_whitespace());
+    }
+    helper.arg(cmd.get_program()).args(cmd.get_args());
+    // Every measured command is a `flower_cmd`, whose environment is cleared.
+    helper.env_clear();
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(value) => helper.env(name, value),
+            None => helper.env_remove(name),
+        };
+    }
+    if let Some(cwd) = cmd.get_current_dir() {
+        helper.current_dir(cwd);
+    }
+    let out = helper
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the helper");
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "flower failed ({})\nstdout: {stdout}\nstderr: {stderr}\nhelper: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().expect("helper figure"))
+        .collect();
+    let [wall_ns, max_rss_kib, cpu_ns] = figures[..] else {
+        panic!("helper printed {figures:?}");
+    };
+    let usage = Usage {
+        wall: Duration::from_nanos(wall_ns),
+        max_rss: max_rss_kib * 1024,
+        cpu: Duration::from_nanos(cpu_ns),
+    };
+    (usage, stdout)
+}
+
+/// The `--measure-child STDOUT STDERR -- PROGRAM ARGS…` mode: runs the program with
+/// its output in those files, reaps it with `wait4`, and prints `wall_ns max_rss_kib
+/// cpu_ns`; exits non-zero when the program failed.
+fn measure_child(args: &[String]) -> std::process::ExitCode {
+    let [stdout_path, stderr_path, dashes, program, rest @ ..] = args else {
+        eprintln!("usage: --measure-child STDOUT STDERR -- PROGRAM [ARGS…]");
+        return std::process::ExitCode::from(2);
+    };
+    assert_eq!(dashes, "--");
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(stdout_path).expect("stdout file"))
+        .stderr(std::fs::File::create(stderr_path).expect("stderr file"));
+    let start = Instant::now();
+    let child = cmd.spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: a zeroed rusage is a valid value; wait4 fills it for our own child.
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    let reaped = loop {
+        // SAFETY: plain FFI call with pointers to live locals.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut rusage) };
+        if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        break r;
+    };
+    let wall = start.elapsed();
+    // Reaped: `Child` must not be waited on again (dropping it does not wait).
+    drop(child);
+    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    // Linux reports ru_maxrss in KiB.
+    println!(
+        "{} {} {}",
+        wall.as_nanos(),
+        rusage.ru_maxrss,
+        ns(rusage.ru_utime) + ns(rusage.ru_stime)
+    );
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        eprintln!("status {status:#x}");
+        std::process::ExitCode::FAILURE
+    }
+}
+
+fn flower_cmd(flower: &str, server: &FakeServer, dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(flower);
+    // A clean environment, as a user's shell gives: the `LD_LIBRARY_PATH` cargo sets
+    // for benches (tree-sitter build dirs) made the loader fail ~100 opens per start.
+    cmd.env_clear();
+    for var in ["PATH", "HOME", "TMPDIR", "LANG", "USER"] {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    server.configure(&mut cmd);
+    cmd.current_dir(dir)
+        .args(args)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "meets the goal"
+    } else {
+        "MISSES the goal"
+    }
+}
