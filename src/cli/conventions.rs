@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 use std::path::Path;
 
 /// The listing's lines (Chinese, as the rest of the CLI speaks).
+/// Long because it is one flat listing, a section per kind of convention in the
+/// order `flower state -v` prints them; cut, the order would be spread over helpers.
 pub fn lines(settings: &Settings) -> Vec<String> {
     let home = settings.home.as_deref();
     let mut out = Vec::new();

@@ -206,6 +206,8 @@ impl Settings {
     /// The one resolution: `flags` over `env` over `files` over the defaults, every
     /// value checked. Reads no file except the price table `FLOWER_PRICES` names, and
     /// touches nothing.
+    /// Long because it is the one place every knob is read, in precedence order: a
+    /// flat list of knobs reads better whole than split by accident of length.
     pub fn resolve(
         flags: &Flags,
         env: &Environment,

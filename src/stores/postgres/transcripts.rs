@@ -13,6 +13,8 @@ impl PostgresStore {
     /// does not wait for the WAL flush (`synchronous_commit = off` for this
     /// transaction). The server flushes it within `3 × wal_writer_delay` on its own,
     /// and a durable commit after it flushes the WAL through both: one flush a turn.
+    /// Long because the idempotent insert, the sequence numbering and the reconnect
+    /// after a dropped connection are one transaction whose steps share its state.
     pub(super) fn append_with(
         &self,
         key: &SessionKey,

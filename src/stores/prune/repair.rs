@@ -133,6 +133,9 @@ impl Pruner {
     }
 
     /// One repair step; `true` when it changed something (and grouping must be redone).
+    /// Long because its three checks (empty entries, unsendable leading groups, stray
+    /// and missing tool results) run in a fixed order over one grouping, and each one
+    /// that changes something ends the round.
     pub(super) fn repair_round(&mut self) -> bool {
         let empty: Vec<usize> = self
             .alive()

@@ -145,6 +145,8 @@ pub struct Parsed {
 
 /// Parses an `mcpServers` object from `source`; `lookup` gives a variable's value for
 /// `${VAR}`.
+/// Long because it is one pass over a server entry's keys, each checked and named
+/// in its error where it is read.
 pub fn parse(
     value: &Value,
     source: &std::path::Path,

@@ -17,6 +17,8 @@ pub const MAX_TEXT_BYTES: usize = 50_000;
 pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
 /// Converts `result` of a call identified by `call_id` (for the spill file's name).
+/// Long because it is one match arm per MCP content kind (text, image, audio,
+/// resource, link), each kept beside the limit that applies to it.
 pub fn to_output(result: CallToolResult, spill_dir: &Path, call_id: &str) -> ToolOutput {
     let mut text = String::new();
     let mut images = Vec::new();

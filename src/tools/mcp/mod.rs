@@ -319,6 +319,8 @@ impl McpHub {
     /// Calls `tool` on `server` with `input`. Never fails: a server that cannot be
     /// started, dies or hangs is an error result (and a notice), and is started again
     /// at the next call. `cancel` (Ctrl-C) abandons the call.
+    /// Long because the start, the retry after a dead server, the timeout and the
+    /// cancel are one race; split, each piece would need the whole state.
     pub async fn call(
         &self,
         server: &str,
@@ -538,6 +540,8 @@ impl McpHub {
     }
 
     /// Starts a stdio server's process in the sandbox.
+    /// Long because the child's sandbox setup is one ordered sequence (session,
+    /// sandbox layers, pipes, environment); its order is the contract.
     fn spawn(
         &self,
         command: &str,
