@@ -329,21 +329,8 @@ impl AnthropicClient {
             .http
             .post(&self.endpoint)
             .headers(self.headers_for(&betas))
-            .body(body)
-            .send();
-        let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
-            Err(_) => {
-                return Err(ModelError::Connection(format!(
-                    "timed out after {} waiting for the response",
-                    seconds(self.idle_timeout)
-                )));
-            }
-        };
-        if !response.status().is_success() {
-            return Err(self.api_error(response).await);
-        }
+            .body(body);
+        let mut response = self.send_within(send, "the response").await?;
         if let Some(kind) = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -426,21 +413,8 @@ impl AnthropicClient {
             .http
             .post(format!("{}/v1/messages/count_tokens", self.base_url))
             .headers(headers)
-            .body(body)
-            .send();
-        let mut response = match tokio::time::timeout(self.idle_timeout, send).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
-            Err(_) => {
-                return Err(ModelError::Connection(format!(
-                    "timed out after {} waiting for the token count",
-                    seconds(self.idle_timeout)
-                )));
-            }
-        };
-        if !response.status().is_success() {
-            return Err(self.api_error(response).await);
-        }
+            .body(body);
+        let mut response = self.send_within(send, "the token count").await?;
         let text = self.read_body(&mut response).await;
         serde_json::from_str::<Value>(&text)
             .ok()
@@ -448,6 +422,30 @@ impl AnthropicClient {
             .ok_or_else(|| {
                 ModelError::Protocol(format!("count_tokens answered {}", snippet(&text)))
             })
+    }
+
+    /// Sends `request` and waits at most the idle timeout for its status line: a
+    /// request that gets no answer is a connection error naming `waiting_for`, an
+    /// error status is the API's error.
+    async fn send_within(
+        &self,
+        request: reqwest::RequestBuilder,
+        waiting_for: &str,
+    ) -> Result<reqwest::Response, ModelError> {
+        let response = match tokio::time::timeout(self.idle_timeout, request.send()).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
+            Err(_) => {
+                return Err(ModelError::Connection(format!(
+                    "timed out after {} waiting for {waiting_for}",
+                    seconds(self.idle_timeout)
+                )));
+            }
+        };
+        if !response.status().is_success() {
+            return Err(self.api_error(response).await);
+        }
+        Ok(response)
     }
 
     /// The typed error for a non-2xx response.
