@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -126,9 +127,16 @@ def fake(start_fake, monkeypatch) -> Fake:
 
 
 def run_python(script: str, cwd: Path, env: dict[str, str], **kwargs) -> subprocess.Popen:
-    """Another Python process running `script` (this interpreter, this venv)."""
+    """Another Python process running `script` (this interpreter, this venv), with
+    SIGINT at its default as in a user's terminal: a CI job started in the background of a
+    non-interactive shell ignores SIGINT, and Python then installs no KeyboardInterrupt
+    handler at all (the Ctrl-C tests hung on it)."""
     return subprocess.Popen(
-        [sys.executable, "-c", script], cwd=cwd, env=env, **kwargs
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kwargs,
     )
 
 
