@@ -50,7 +50,7 @@ mod transcripts;
 mod url;
 
 pub use lease::{LEASE_CHECK, Leased, OnLeaseLost, RunLease, hostname};
-pub use runs::RunRow;
+pub use runs::{ManifestSeen, MergedManifest, RunRow};
 pub use schema::SCHEMA_VERSION;
 pub use url::{PostgresUrl, UrlError};
 
