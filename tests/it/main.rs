@@ -18,6 +18,7 @@ mod conventions_mcp;
 mod conventions_memory;
 mod conventions_settings;
 mod engine_history;
+mod error_causes;
 mod faults;
 mod figures;
 mod flow;
