@@ -33,9 +33,9 @@
 //! stored (the reply is asked again).
 //!
 //! Network: every connection has TCP keepalives (30 s idle, 10 s apart, 3 probes) and a
-//! `tcp_user_timeout` of [`TCP_USER_TIMEOUT`] unless the URL sets its own, so a call on
-//! a network that silently drops packets fails (and is waited out as an outage) instead
-//! of hanging.
+//! `tcp_user_timeout` of [`TCP_USER_TIMEOUT`] unless the URL sets its own (in
+//! milliseconds, as libpq reads it), so a call on a network that silently drops packets
+//! fails (and is waited out as an outage) instead of hanging (tests/it/store_network_drop.rs).
 //! Appends to one session take a transaction-scoped advisory lock on it (keys never hold `/`), so batches
 //! from several processes never interleave within a transcript. Advisory locks belong to
 //! a database, not a schema: every key starts with `current_schema()`, so that stores in
