@@ -237,12 +237,26 @@ impl DroppingLink {
 
     /// From now on the namespace drops every packet, both ways, and says nothing.
     pub fn drop_packets(&self) {
-        let rules = format!(
-            "table inet {TABLE} {{\n\
-             chain input {{ type filter hook input priority -300; policy accept; counter drop; }}\n\
-             chain output {{ type filter hook output priority -300; policy accept; counter drop; }}\n\
-             }}\n"
+        self.install(
+            "chain input { type filter hook input priority -300; policy accept; counter drop; }\n\
+             chain output { type filter hook output priority -300; policy accept; counter drop; }",
         );
+    }
+
+    /// From now on the namespace drops every packet coming in but bare TCP
+    /// acknowledgements (no data: no longer than a header with timestamps; no SYN, FIN
+    /// or RST): what the host sends is lost, its acknowledgements and everything going
+    /// out pass. The host sees its answers arrive, but its next request never does,
+    /// nor its closing.
+    pub fn drop_data_coming_in(&self) {
+        self.install(
+            "chain input { type filter hook input priority -300; policy accept; \
+             ip length > 52 counter drop; tcp flags != ack counter drop; }",
+        );
+    }
+
+    fn install(&self, chains: &str) {
+        let rules = format!("table inet {TABLE} {{\n{chains}\n}}\n");
         let mut child = Command::new("nsenter")
             .args([&format!("--net={}", self.ns_path), "nft", "-f", "-"])
             .stdin(Stdio::piped())
