@@ -139,7 +139,7 @@ impl ExtraPrices {
 
 /// A price file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("price table {source_name}: {why}")]
+#[error("价格表 {source_name}:{why}")]
 pub struct PriceError {
     /// The file's path, or "built-in".
     pub source_name: String,
@@ -168,7 +168,7 @@ impl PriceTable {
             why,
         };
         let rows: HashMap<String, Row> =
-            serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| error(format!("不是合法的价格表({e})")))?;
         let mut table = PriceTable::default();
         for (model, p) in rows {
             let mut all = vec![p.input, p.output, p.cache_write, p.cache_read];
@@ -181,7 +181,7 @@ impl PriceTable {
             }
             if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
                 return Err(error(format!(
-                    "{model}: prices must be non-negative numbers"
+                    "{model}:价格要是非负数"
                 )));
             }
             table.models.insert(
@@ -211,7 +211,7 @@ impl PriceTable {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| PriceError {
             source_name: name.clone(),
-            why: e.to_string(),
+            why: format!("读不出来({e})"),
         })?;
         PriceTable::from_json(&text, &name)
     }

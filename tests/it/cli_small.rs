@@ -130,7 +130,7 @@ fn an_error_is_said_once_and_in_chinese() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
-        stderr.matches("not a SQLite database").count(),
+        stderr.matches("不是 SQLite 数据库").count(),
         1,
         "{stderr}"
     );

@@ -453,7 +453,7 @@ fn bad_input_gets_a_clear_message_and_nothing_is_written() {
         fails_with(
             dir,
             args,
-            "manifest.json cannot be read as the run's manifest",
+            "manifest.json 读不成运行清单",
         );
     }
 }

@@ -222,7 +222,7 @@ impl PostgresStore {
                     }
                 }
             })
-            .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+            .map_err(|e| StoreError::Io(format!("起不了数据库线程({e})")))?;
         match answer.recv() {
             Ok(Ok(None)) => Ok(Leased::Held(RunLease {
                 stop: Some(stop),
@@ -236,7 +236,7 @@ impl PostgresStore {
                 let _ = thread.join();
                 Err(self.error(describe(&e)))
             }
-            Err(_) => Err(self.error("the database thread stopped")),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 }

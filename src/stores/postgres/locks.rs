@@ -216,7 +216,7 @@ impl PostgresStore {
         std::thread::Builder::new()
             .name("flower-pg-locks".into())
             .spawn(move || serving.serve(queue))
-            .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+            .map_err(|e| StoreError::Io(format!("起不了数据库线程({e})")))?;
         *locker = Some(jobs.clone());
         Ok(jobs)
     }

@@ -124,7 +124,7 @@ impl PostgresStore {
                         }
                     }
                 })
-                .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+                .map_err(|e| StoreError::Io(format!("起不了数据库线程({e})")))?;
             threads.push(thread);
         }
         let store = PostgresStore {
@@ -171,7 +171,7 @@ impl PostgresStore {
             .as_ref()
             .map(|jobs| jobs.send(job).is_ok());
         if sent != Some(true) {
-            return Err(self.error("the store is closed"));
+            return Err(self.error("存储已经关了"));
         }
         match answer.recv() {
             Ok(result) => result.map_err(|e| {
@@ -184,7 +184,7 @@ impl PostgresStore {
                     self.error(describe(&e))
                 }
             }),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -250,7 +250,7 @@ impl SessionStore for PostgresStore {
             .into_iter()
             .map(|(id, text)| {
                 serde_json::from_str(&text)
-                    .map_err(|e| self.error(format!("entry row {id} is not valid JSON: {e}")))
+                    .map_err(|e| self.error(format!("第 {id} 行记录不是合法的 JSON({e})")))
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
@@ -292,7 +292,7 @@ impl SessionStore for PostgresStore {
             Ok(row.map(|r| r.get(0)))
         })?;
         text.map(|text| {
-            serde_json::from_str(&text).map_err(|e| self.error(format!("a stored usage: {e}")))
+            serde_json::from_str(&text).map_err(|e| self.error(format!("存着的用量读不出来({e})")))
         })
         .transpose()
     }
@@ -361,7 +361,7 @@ impl SessionStore for PostgresStore {
                 shared,
                 reply,
             })
-            .map_err(|_| self.error("the database thread stopped"))?;
+            .map_err(|_| self.error("数据库线程停了"))?;
         match answer.recv() {
             Ok(Ok(SessionHold::Held(_))) => Ok(SessionHold::Held(Box::new(SessionGuard {
                 session_id: session_id.to_string(),
@@ -374,7 +374,7 @@ impl SessionStore for PostgresStore {
                 why: describe(&e),
             }),
             Ok(Err(e)) => Err(self.error(describe(&e))),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -422,11 +422,11 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
 /// `Display` says only "db error").
 fn describe(e: &::postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
-        return format!("{} ({})", db.message(), db.code().code());
+        return format!("PostgreSQL 出错({} ({}))", db.message(), db.code().code());
     }
     match std::error::Error::source(e) {
-        Some(source) => format!("{e}: {source}"),
-        None => e.to_string(),
+        Some(source) => format!("PostgreSQL 出错({e}: {source})"),
+        None => format!("PostgreSQL 出错({e})"),
     }
 }
 
