@@ -291,8 +291,7 @@ impl Backend<'_> {
     fn run(&self, command: &StoreCommand) -> Result<Value, Failed> {
         let shown = &self.shown;
         let key = |text: &str| {
-            SessionKey::parse(text)
-                .map_err(|e| Failed::because(format!("{e}(数据库 {shown})"), e))
+            SessionKey::parse(text).map_err(|e| Failed::because(format!("{e}(数据库 {shown})"), e))
         };
         let err = |e: StoreError| (self.describe)(e);
         let rw = || -> Result<Box<dyn Counting>, Failed> {
@@ -303,14 +302,10 @@ impl Backend<'_> {
                 let key = key(text)?;
                 let mut input = Vec::new();
                 std::io::stdin().read_to_end(&mut input).map_err(|e| {
-                    Failed::because(
-                        format!("读不了标准输入({e});{shown} 什么都没写"),
-                        e,
-                    )
+                    Failed::because(format!("读不了标准输入({e});{shown} 什么都没写"), e)
                 })?;
-                let entries = parse_entries(&input).map_err(|e| {
-                    Failed::because(format!("标准输入:{e};{shown} 什么都没写"), e)
-                })?;
+                let entries = parse_entries(&input)
+                    .map_err(|e| Failed::because(format!("标准输入:{e};{shown} 什么都没写"), e))?;
                 if entries.is_empty() {
                     return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
                 }
@@ -398,9 +393,7 @@ fn parse_entries(input: &[u8]) -> Result<Vec<Value>, Failed> {
             return Err(Failed::new("要的是 JSON 数组"));
         };
         if let Some(index) = entries.iter().position(|e| !e.is_object()) {
-            return Err(Failed::new(format!(
-                "数组第 {index} 项不是 JSON 对象"
-            )));
+            return Err(Failed::new(format!("数组第 {index} 项不是 JSON 对象")));
         }
         return Ok(entries);
     }
@@ -412,10 +405,7 @@ fn parse_entries(input: &[u8]) -> Result<Vec<Value>, Failed> {
         let value: Value = serde_json::from_str(line)
             .map_err(|e| Failed::because(format!("第 {} 行:JSON 写坏了({e})", n + 1), e))?;
         if !value.is_object() {
-            return Err(Failed::new(format!(
-                "第 {} 行:这一条不是 JSON 对象",
-                n + 1
-            )));
+            return Err(Failed::new(format!("第 {} 行:这一条不是 JSON 对象", n + 1)));
         }
         entries.push(value);
     }

@@ -45,10 +45,7 @@ fn said(error: &clap::Error) -> String {
             None => format!("{arg} 不能是 {value:?}"),
         },
         ErrorKind::ValueValidation => {
-            let why = error
-                .source()
-                .map(|e| format!("({e})"))
-                .unwrap_or_default();
+            let why = error.source().map(|e| format!("({e})")).unwrap_or_default();
             format!("{arg} 不能是 {value:?}{why}")
         }
         ErrorKind::MissingRequiredArgument => format!("少了 {arg}"),

@@ -61,17 +61,11 @@ pub fn context_window(model: &str) -> u64 {
 /// A bad handoff setting. Its text is shown to the user as is.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum HandoffError {
-    #[error(
-        "换代阈值 {value:?} 不行:{why}(写 token 数,如 120000 或 120K;或窗口的百分比,如 60%)"
-    )]
+    #[error("换代阈值 {value:?} 不行:{why}(写 token 数,如 120000 或 120K;或窗口的百分比,如 60%)")]
     BadThreshold { value: String, why: String },
-    #[error(
-        "上下文窗口 {value:?} 不行:{why}(写 token 数,如 200000 或 200K)"
-    )]
+    #[error("上下文窗口 {value:?} 不行:{why}(写 token 数,如 200000 或 200K)")]
     BadWindow { value: String, why: String },
-    #[error(
-        "上下文窗口({window} token)比换代阈值({threshold} token)还小"
-    )]
+    #[error("上下文窗口({window} token)比换代阈值({threshold} token)还小")]
     ThresholdAboveWindow { threshold: u64, window: u64 },
 }
 
@@ -129,10 +123,7 @@ impl FromStr for Threshold {
         };
         let t = value.trim();
         if let Some(percent) = t.strip_suffix('%') {
-            let p: f64 = percent
-                .trim()
-                .parse()
-                .map_err(|_| bad("% 前面不是数"))?;
+            let p: f64 = percent.trim().parse().map_err(|_| bad("% 前面不是数"))?;
             if !p.is_finite() || p <= 0.0 {
                 return Err(bad("要大于 0%"));
             }

@@ -804,7 +804,7 @@ pub fn shared_rows(shared: &SharedRun) -> Result<Vec<ManifestRow>, StoreError> {
         .iter()
         .map(|text| {
             ManifestRow::from_json(text).map_err(|source| StoreError::Decode {
-                what: "a manifest row is not JSON".into(),
+                what: "运行清单的一行".into(),
                 source,
             })
         })

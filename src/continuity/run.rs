@@ -74,10 +74,7 @@ pub enum RunError {
         flag: String,
     },
     /// Another process holds the run directory (and the settings say not to wait).
-    #[error(
-        "另一个 flower 正在用运行目录 {path}({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用运行目录 {path}({})", holder_text(holder))]
     Locked {
         path: PathBuf,
         holder: Option<Holder>,
@@ -96,10 +93,7 @@ pub enum RunError {
     #[error("没能在存储里占住这个运行:{0}\n什么都没发给模型。")]
     Hold(#[source] StoreError),
     /// Another process appends to (or forks) a session this run would continue.
-    #[error(
-        "另一个 flower 正在用会话 {session_id}({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用会话 {session_id}({})", holder_text(holder))]
     SessionBusy {
         session_id: String,
         holder: Option<Holder>,

@@ -70,19 +70,13 @@ pub enum RuntimeError {
     Handoff(#[from] handoff::HandoffError),
     /// Another runtime, in this process or another, holds the run directory. Nothing was
     /// written.
-    #[error(
-        "另一个 flower 正在用运行目录 {path}({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用运行目录 {path}({})", holder_text(holder))]
     Locked {
         path: PathBuf,
         holder: Option<Holder>,
     },
     /// Another process appends to (or forks) a session this runtime would continue.
-    #[error(
-        "另一个 flower 正在用会话 {session_id}({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用会话 {session_id}({})", holder_text(holder))]
     SessionBusy {
         session_id: String,
         holder: Option<Holder>,

@@ -141,11 +141,7 @@ impl FileLayer {
                     Value::Number(n) => n.to_string(),
                     Value::Bool(b) => b.to_string(),
                     _ => {
-                        return Err(invalid(
-                            path,
-                            &format!("env.{name}"),
-                            "要一个字符串".into(),
-                        ));
+                        return Err(invalid(path, &format!("env.{name}"), "要一个字符串".into()));
                     }
                 };
                 self.vars.insert(name.clone(), value);
@@ -157,11 +153,7 @@ impl FileLayer {
                 self.model = Some(model.trim().to_string());
             }
             Some(_) => {
-                return Err(invalid(
-                    path,
-                    "model",
-                    "要一个模型 id 或别名".into(),
-                ));
+                return Err(invalid(path, "model", "要一个模型 id 或别名".into()));
             }
         }
         match document.get("effortLevel") {
@@ -344,11 +336,7 @@ fn strings(path: &Path, value: Option<&Value>, key: &str) -> Result<Vec<String>,
             .enumerate()
             .map(|(i, item)| match item {
                 Value::String(s) => Ok(s.clone()),
-                _ => Err(invalid(
-                    path,
-                    &format!("{key}[{i}]"),
-                    "要一个字符串".into(),
-                )),
+                _ => Err(invalid(path, &format!("{key}[{i}]"), "要一个字符串".into())),
             })
             .collect(),
         Some(_) => Err(invalid(path, key, "要一个字符串数组".into())),

@@ -111,12 +111,7 @@ impl ModelSettings {
             Some(table) => table.get(&self.id).is_some(),
             None => PriceTable::builtin().get(&self.id).is_some(),
         };
-        (!known).then(|| {
-            format!(
-                "模型 {} 不在价格表里:它的花费记为 null",
-                self.id
-            )
-        })
+        (!known).then(|| format!("模型 {} 不在价格表里:它的花费记为 null", self.id))
     }
 }
 
@@ -271,9 +266,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         Some(v) => {
             return Err(usage(
                 "FLOWER_CACHE_TTL",
-                format!(
-                    "FLOWER_CACHE_TTL={v:?}:要 5m、1h 或 0(0:每次续跑都当缓存已冷来剪)"
-                ),
+                format!("FLOWER_CACHE_TTL={v:?}:要 5m、1h 或 0(0:每次续跑都当缓存已冷来剪)"),
             ));
         }
     };
@@ -299,12 +292,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
                 .parse::<u32>()
                 .ok()
                 .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| {
-                    usage(
-                        var,
-                        format!("{var}={raw:?}:要 1 到 100 的整数"),
-                    )
-                }),
+                .ok_or_else(|| usage(var, format!("{var}={raw:?}:要 1 到 100 的整数"))),
         }
     };
     let enabled = match vars
@@ -387,9 +375,7 @@ fn resolve_effort(
         return Ok(Some(effort));
     }
     let message = if info.efforts.is_empty() {
-        format!(
-            "{setting} {effort}:模型 {id} 不接受 effort(output_config.effort);去掉它"
-        )
+        format!("{setting} {effort}:模型 {id} 不接受 effort(output_config.effort);去掉它")
     } else {
         let levels: Vec<&str> = info.efforts.iter().map(|e| e.as_str()).collect();
         format!("{setting} {effort}:模型 {id} 只接受 {}", levels.join("、"))

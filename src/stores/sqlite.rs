@@ -108,10 +108,8 @@ impl SqliteSessionStore {
             && !parent.exists()
         {
             std::fs::create_dir_all(parent).map_err(|e| {
-                database(
-                    path,
-                    format!("建不了目录 {}({e})", parent.display()),
-                )
+                let why = format!("建不了目录 {}({e})", parent.display());
+                database_because(path, why, e)
             })?;
         }
         if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -125,10 +123,7 @@ impl SqliteSessionStore {
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(path, e))?;
         if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-            return Err(database(
-                path,
-                "打不开来写:文件是只读的",
-            ));
+            return Err(database(path, "打不开来写:文件是只读的"));
         }
         // Check the version before changing anything, so a newer file is left alone.
         let found = schema_version(&conn, path)?;
@@ -159,7 +154,7 @@ impl SqliteSessionStore {
     pub fn open_read_only(path: &Path) -> Result<Option<Self>, StoreError> {
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(database(path, format!("读不了({e})"))),
+            Err(e) => return Err(database_because(path, format!("读不了({e})"), e)),
             Ok(meta) if meta.is_dir() => {
                 return Err(database(path, "是目录,不是数据库文件"));
             }
@@ -444,9 +439,10 @@ impl SqliteSessionStore {
         })?;
         match parsed {
             Ok(entries) => Ok((!entries.is_empty()).then_some(entries)),
-            Err((id, e)) => Err(database(
+            Err((id, e)) => Err(database_because(
                 &self.path,
                 format!("第 {id} 行记录不是合法的 JSON({e})"),
+                e,
             )),
         }
     }
@@ -539,7 +535,7 @@ impl SessionStore for SqliteSessionStore {
             stmt.query_map([project_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect()
         })?;
-        super::summary::parse_summary_rows(rows, |why| database(&self.path, why))
+        super::summary::parse_summary_rows(rows, |why, e| database_because(&self.path, why, e))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
@@ -711,12 +707,10 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
         .map_err(|e| timed_error(path, e, started))?;
     match value {
         None => Ok(0),
-        Some(v) => v.trim().parse().map_err(|_| {
-            database(
-                path,
-                format!("meta 表里的 schema_version {v:?} 读不懂"),
-            )
-        }),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| database(path, format!("meta 表里的 schema_version {v:?} 读不懂"))),
     }
 }
 
@@ -860,14 +854,11 @@ fn timed_error(path: &Path, e: rusqlite::Error, started: Instant) -> StoreError 
         let waited = started.elapsed();
         let detail = e.to_string();
         let why = if waited >= Duration::from_secs(1) {
-            format!(
-                "等了 {} 秒,还被另一个进程锁着({detail})",
-                waited.as_secs()
-            )
+            format!("等了 {} 秒,还被另一个进程锁着({detail})", waited.as_secs())
         } else {
             format!("被另一个进程锁着,SQLite 没有等({detail})")
         };
-        return database(path, why);
+        return database_because(path, why, e);
     }
     sql_error(path, e)
 }
@@ -910,6 +901,20 @@ fn database(path: &Path, why: impl Into<String>) -> StoreError {
     StoreError::Database {
         path: path.to_path_buf(),
         why: why.into(),
+        source: None,
+    }
+}
+
+/// [`database`] because of `source` (SQLite's, the file system's, a row's JSON).
+fn database_because(
+    path: &Path,
+    why: impl Into<String>,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> StoreError {
+    StoreError::Database {
+        path: path.to_path_buf(),
+        why: why.into(),
+        source: Some(Box::new(source)),
     }
 }
 
@@ -940,5 +945,5 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
         Some(ErrorCode::PermissionDenied) => format!("没有权限({detail})"),
         _ => format!("SQLite 出错({detail})"),
     };
-    database(path, why)
+    database_because(path, why, e)
 }

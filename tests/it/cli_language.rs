@@ -133,7 +133,12 @@ fn bad_flags_settings_and_a_missing_key_are_said_in_chinese() {
         vec!["-r", "../elsewhere", REQUEST],
     ] {
         let out = project.run(&server, &args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
         assert_chinese(&format!("{args:?}"), &out);
     }
     for (name, value) in [

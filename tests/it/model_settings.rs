@@ -125,7 +125,11 @@ fn bad_settings_exit_2_before_any_request_without_quoting_secrets() {
             vec![("ANTHROPIC_CUSTOM_HEADERS", "X-Ok: 1\nsecret-without-colon")],
             "ANTHROPIC_CUSTOM_HEADERS 第 2 行",
         ),
-        (vec!["--model", "sonet"], vec![], "没有 \"sonet\" 这个模型别名"),
+        (
+            vec!["--model", "sonet"],
+            vec![],
+            "没有 \"sonet\" 这个模型别名",
+        ),
         (vec!["--thinking=512"], vec![], "低于 API 的下限"),
         (
             vec!["--thinking=8000"],

@@ -165,10 +165,7 @@ fn a_read_only_store_refuses_writes_and_says_why() {
         reader.delete(&key),
     ] {
         let shown = refused.unwrap_err().to_string();
-        assert!(
-            shown.contains("是只读打开的,不能写"),
-            "{shown}"
-        );
+        assert!(shown.contains("是只读打开的,不能写"), "{shown}");
     }
     assert_eq!(reader.load(&key).unwrap().unwrap().len(), 3);
 }
@@ -824,6 +821,13 @@ fn a_server_with_no_connection_to_spare_is_an_outage() {
                 error.to_string().contains("too many connections"),
                 "{error}"
             );
+            // The server's error is the typed source; printed, its message is said once.
+            let db = std::error::Error::source(&error)
+                .and_then(|s| s.downcast_ref::<postgres::error::DbError>())
+                .map(|db| db.code().code().to_string());
+            assert_eq!(db.as_deref(), Some("53300"), "{error:?}");
+            let chain = flower::error::chain(&error);
+            assert_eq!(chain.matches("too many connections").count(), 1, "{chain}");
         }
         other => panic!("an outage, not {other:?}"),
     }

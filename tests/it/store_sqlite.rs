@@ -632,10 +632,7 @@ fn a_database_renamed_while_open_is_not_written_to_again() {
     let moved = dir.path().join("moved.db");
     std::fs::rename(&path, &moved).unwrap();
     let refused = store.append(&key, &[entry("after")]).unwrap_err();
-    assert!(
-        refused.to_string().contains("被挪走或换掉了"),
-        "{refused}"
-    );
+    assert!(refused.to_string().contains("被挪走或换掉了"), "{refused}");
     // A new file at the old name is not written by the old store either.
     let fresh = SqliteSessionStore::open(&path).unwrap();
     assert!(store.append(&key, &[entry("after")]).is_err());

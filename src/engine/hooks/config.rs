@@ -311,10 +311,7 @@ impl HookSet {
             let command = match hook.get("command") {
                 Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
                 _ => {
-                    return Err(bad(
-                        format!("{key}.command"),
-                        "要一条非空的 shell 命令",
-                    ));
+                    return Err(bad(format!("{key}.command"), "要一条非空的 shell 命令"));
                 }
             };
             let timeout = match hook.get("timeout") {
