@@ -28,3 +28,14 @@ pub fn said(error: &(dyn std::error::Error + 'static)) -> String {
 fn is_chinese(c: char) -> bool {
     matches!(c, '\u{4e00}'..='\u{9fff}')
 }
+
+/// A reason kept as text (a step's error, a manifest row's): after `:` when it is
+/// flower's own Chinese, in parentheses when it is another program's words (the
+/// API's `API Error: …`).
+pub fn reason(text: &str) -> String {
+    if text.chars().any(is_chinese) {
+        format!(":{text}")
+    } else {
+        format!("({text})")
+    }
+}

@@ -252,3 +252,17 @@ fn a_corrupt_store_an_unknown_step_and_store_errors_are_said_in_chinese() {
         assert_chinese(&format!("{args:?} on a corrupt sessions.db"), &out);
     }
 }
+
+#[test]
+fn a_model_error_is_quoted_after_chinese_words() {
+    let project = Project::new();
+    let bad_key = || Reply::error(401, "authentication_error", "invalid x-api-key");
+    let server = FakeServer::with_handler(move |_, _| bad_key());
+    for args in [vec!["once", "hi"], vec![REQUEST]] {
+        let out = project.run(&server, &args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("invalid x-api-key"), "{stderr}");
+        assert_chinese(&format!("{args:?} with a 401"), &out);
+    }
+}
