@@ -106,7 +106,7 @@ const MCP_PREFIX: &str = crate::tools::mcp::TOOL_PREFIX;
 const MAX_QUOTED: usize = 300;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad permission rule {rule:?}: {why}")]
+#[error("权限规则 {rule:?} 不行:{why}")]
 pub struct RuleError {
     pub rule: String,
     pub why: String,
