@@ -62,6 +62,7 @@ mod store_cli;
 mod store_conformance;
 mod store_create;
 mod store_edges;
+mod store_migrate;
 mod store_mismatch;
 mod store_postgres;
 mod store_prune;
