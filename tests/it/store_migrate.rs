@@ -1,14 +1,16 @@
 //! Upgrading a schema-1 `sessions.db` (the key's three columns in every entry row) to
 //! the current layout: what was stored reads the same before and after, a read-only
 //! open reads an old file without upgrading it, and the upgrade is all or nothing, also
-//! when the process is killed in the middle of it.
+//! when the process is killed in the middle of it. The same for PostgreSQL's version 2,
+//! upgraded by several stores (hosts) opening it at once.
 //!
 //! Old files are made the way schema 1 laid them out: a store of today, turned back by
 //! SQL into schema 1's tables and indexes (migration 1's own text).
 
 use crate::store_support;
+use crate::support::postgres as pg;
 
-use flower::stores::{SessionKey, SessionStore, SqliteSessionStore};
+use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -69,7 +71,7 @@ fn keys() -> [SessionKey; 4] {
 }
 
 /// Turns appended to the keys in turn, so their rows interleave in the file.
-fn fill(store: &SqliteSessionStore) {
+fn fill(store: &dyn SessionStore) {
     let keys = keys();
     for round in 0..5 {
         for (k, key) in keys.iter().enumerate() {
@@ -94,7 +96,7 @@ fn fill(store: &SqliteSessionStore) {
 
 /// Everything a resume, `show` and `log` read of the keys.
 fn everything(store: &SqliteSessionStore) -> Value {
-    let mut out = Vec::new();
+    let mut out = vec![read_back(store)];
     for key in keys() {
         let mut raw = Vec::new();
         let n = store
@@ -104,11 +106,21 @@ fn everything(store: &SqliteSessionStore) -> Value {
             .unwrap();
         let assistants = store.scan_type(&key, "assistant", |row| row.len()).unwrap();
         out.push(json!({
-            "key": key.to_string(),
-            "load": store.load(&key).unwrap(),
             "raw": raw,
             "n": n,
             "assistants": assistants.map(|(total, lens)| json!([total, lens])),
+        }));
+    }
+    Value::Array(out)
+}
+
+/// What every store reads back of the keys.
+fn read_back(store: &dyn SessionStore) -> Value {
+    let mut out = Vec::new();
+    for key in keys() {
+        out.push(json!({
+            "key": key.to_string(),
+            "load": store.load(&key).unwrap(),
             "usage": store.last_assistant_usage(&key).unwrap(),
             "subkeys": store.list_subkeys(&key).unwrap(),
         }));
@@ -288,5 +300,101 @@ fn an_upgrade_killed_half_way_is_redone() {
     assert_eq!(
         store.load(&SessionKey::parse("p/short").unwrap()).unwrap(),
         Some(batch(99))
+    );
+}
+
+/// Turns a PostgreSQL store of today back into version 2.
+pub const TO_POSTGRES_2: &str = "
+    CREATE TABLE flower_entries_2 (
+        id          BIGSERIAL PRIMARY KEY,
+        project_key TEXT   NOT NULL,
+        session_id  TEXT   NOT NULL,
+        subpath     TEXT   NOT NULL DEFAULT '',
+        uuid        TEXT,
+        type        TEXT,
+        stored_at   BIGINT NOT NULL,
+        data        TEXT   NOT NULL
+    );
+    INSERT INTO flower_entries_2
+        SELECT e.id, t.project_key, t.session_id, t.subpath, e.uuid, e.type, e.stored_at, e.data
+        FROM flower_entries e JOIN flower_transcripts t ON t.id = e.transcript;
+    SELECT setval(pg_get_serial_sequence('flower_entries_2', 'id'), max(id)) FROM flower_entries_2;
+    DROP TABLE flower_entries;
+    DROP TABLE flower_transcripts;
+    ALTER TABLE flower_entries_2 RENAME TO flower_entries;
+    CREATE INDEX flower_entries_by_key ON flower_entries (project_key, session_id, subpath, id);
+    CREATE UNIQUE INDEX flower_entries_uuid ON flower_entries (project_key, session_id, subpath, uuid)
+        WHERE uuid IS NOT NULL;
+    UPDATE flower_meta SET value = '2' WHERE key = 'schema_version';
+";
+
+fn postgres_version(url: &str) -> String {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT value FROM flower_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap()
+        .get::<_, String>(0)
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_postgres_version_2_store_is_upgraded_once_by_stores_opening_it_at_once() {
+    let Some(url) = pg::fresh_url() else { return };
+    let parsed: flower::stores::PostgresUrl = url.parse().unwrap();
+    let want = {
+        let store = PostgresStore::open(&parsed).unwrap();
+        fill(&store);
+        read_back(&store)
+    };
+    pg::execute(&url, &format!("BEGIN; {TO_POSTGRES_2} COMMIT;"));
+    assert_eq!(postgres_version(&url), "2");
+    // Four stores (four hosts) open it at once: one upgrades, all read the same.
+    let opened: Vec<_> = (0..4)
+        .map(|_| {
+            let parsed = parsed.clone();
+            std::thread::spawn(move || read_back(&PostgresStore::open(&parsed).unwrap()))
+        })
+        .collect();
+    for thread in opened {
+        assert!(
+            thread.join().unwrap() == want,
+            "read differently after the upgrade"
+        );
+    }
+    assert_eq!(postgres_version(&url), "3");
+    let store = PostgresStore::open(&parsed).unwrap();
+    let [main, sub, other, _] = keys();
+    let again = store.load(&main).unwrap().unwrap();
+    assert_eq!(store.append_counted(&main, &again).unwrap(), 5);
+    let fresh = user_text(
+        "00000000-0000-4000-8000-ffffffffffff",
+        Some("a-0-4"),
+        "later",
+    );
+    assert_eq!(
+        store
+            .append_counted(&main, std::slice::from_ref(&fresh))
+            .unwrap(),
+        1
+    );
+    let loaded = store.load(&main).unwrap().unwrap();
+    assert_eq!(loaded.len(), 21);
+    assert_eq!(loaded.last(), Some(&fresh));
+    assert_eq!(store.delete_counted(&sub).unwrap(), 10);
+    assert_eq!(store.list_subkeys(&main).unwrap(), Vec::<String>::new());
+    assert_eq!(store.delete_counted(&other).unwrap(), 10);
+    assert_eq!(store.load(&other).unwrap(), None);
+    // Appended again after its delete, a key starts afresh.
+    store.append(&sub, &again[..2]).unwrap();
+    assert_eq!(store.load(&sub).unwrap().unwrap(), again[..2].to_vec());
+    assert_eq!(
+        store.list_subkeys(&main).unwrap(),
+        vec!["subagents/agent-a".to_string()]
     );
 }
