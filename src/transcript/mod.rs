@@ -345,6 +345,17 @@ impl Messages {
             content.extend(blocks);
             return;
         }
+        // A reply of thinking only (cut by max_tokens before it wrote anything) stays in
+        // the transcript but is not sent: the API refuses an assistant message whose
+        // last block is thinking. The user turns around it then go as two in a row,
+        // which the API takes as one.
+        if let Some(last) = self.history.last()
+            && last.get("role").and_then(Value::as_str) == Some("assistant")
+            && let Some(Value::Array(content)) = last.get("content")
+            && is_thinking_only(content)
+        {
+            self.history.drop_last();
+        }
         self.history
             .push(json!({"role": role, "content": Value::Array(blocks)}));
     }
@@ -384,6 +395,17 @@ fn sendable(entry: &Value) -> Option<(&str, &Value)> {
     let message = entry.get("message")?;
     let role = message.get("role").and_then(Value::as_str)?;
     Some((role, message.get("content")?))
+}
+
+/// Whether an assistant message's content is thinking blocks and nothing else (a
+/// reply cut by max_tokens while the model was thinking).
+pub fn is_thinking_only(content: &[Value]) -> bool {
+    content.iter().all(|block| {
+        matches!(
+            block.get("type").and_then(Value::as_str),
+            Some("thinking" | "redacted_thinking")
+        )
+    })
 }
 
 /// The `tool_use` blocks of an assistant message's content.
