@@ -98,7 +98,7 @@ fn main() -> std::process::ExitCode {
     }
     println!();
     println!("against session length (entries appended one at a time):");
-    for n in lengths {
+    for &n in &lengths {
         let turns = (n + 1) as f64;
         let (now, old, json) = appended(n);
         let per = |b: u64| b as f64 / turns / 1e3;
@@ -124,7 +124,119 @@ fn main() -> std::process::ExitCode {
             per(now) * 1e3 / cc
         );
     }
+    if let Ok(url) = std::env::var("FLOWER_TEST_POSTGRES_URL") {
+        println!();
+        println!(
+            "PostgreSQL (the entry rows' table, indexes and TOAST, and the transcripts table; entries appended one at a time):"
+        );
+        for &n in &lengths {
+            let (now, old) = postgres(&url, n);
+            let turns = (n + 1) as f64;
+            println!(
+                "  {:>6} turns: {:.2} KB per turn; version 2: {:.2} KB per turn; this / version 2 {:.3}",
+                n + 1,
+                now as f64 / turns / 1e3,
+                old as f64 / turns / 1e3,
+                now as f64 / old as f64
+            );
+        }
+    }
     std::process::ExitCode::SUCCESS
+}
+
+/// Version 2's entry table and indexes (PostgreSQL migration 1).
+const POSTGRES_2: &str = "
+    CREATE TABLE flower_entries (
+        id          BIGSERIAL PRIMARY KEY,
+        project_key TEXT   NOT NULL,
+        session_id  TEXT   NOT NULL,
+        subpath     TEXT   NOT NULL DEFAULT '',
+        uuid        TEXT,
+        type        TEXT,
+        stored_at   BIGINT NOT NULL,
+        data        TEXT   NOT NULL
+    );
+    CREATE INDEX flower_entries_by_key ON flower_entries (project_key, session_id, subpath, id);
+    CREATE UNIQUE INDEX flower_entries_uuid ON flower_entries (project_key, session_id, subpath, uuid)
+        WHERE uuid IS NOT NULL;
+";
+
+/// The `n`-turn session appended entry by entry into a PostgreSQL store of this build
+/// and into version 2's entry table; the bytes of each.
+fn postgres(base: &str, n: usize) -> (u64, u64) {
+    let root = std::path::PathBuf::from("/bench/work");
+    let id = uuid::Uuid::new_v4().to_string();
+    let key = SessionKey::main(project_key(&root), &id);
+    let entries = session(&root, &id, n);
+    let now_url = fresh_schema(base);
+    {
+        let store =
+            flower::stores::PostgresStore::open(&now_url.parse().expect("url")).expect("store");
+        for entry in &entries {
+            store
+                .append(&key, std::slice::from_ref(entry))
+                .expect("append");
+        }
+    }
+    let old_url = fresh_schema(base);
+    let sizes = std::thread::spawn(move || {
+        let size = |c: &mut postgres::Client, tables: &str| -> u64 {
+            c.batch_execute("CHECKPOINT").ok();
+            let sql = format!(
+                "SELECT sum(pg_total_relation_size(t::regclass))::bigint FROM unnest('{{{tables}}}'::text[]) AS t"
+            );
+            c.query_one(&sql, &[]).expect("size").get::<_, i64>(0) as u64
+        };
+        let mut now = postgres::Client::connect(&now_url, postgres::NoTls).expect("connect");
+        let now = size(&mut now, "flower_entries,flower_transcripts");
+        let mut old = postgres::Client::connect(&old_url, postgres::NoTls).expect("connect");
+        old.batch_execute(POSTGRES_2).expect("version 2 table");
+        let insert = old
+            .prepare(
+                "INSERT INTO flower_entries \
+                 (project_key, session_id, subpath, uuid, type, stored_at, data) \
+                 VALUES ($1, $2, '', $3, $4, $5, $6) \
+                 ON CONFLICT (project_key, session_id, subpath, uuid) WHERE uuid IS NOT NULL \
+                 DO NOTHING",
+            )
+            .expect("prepare");
+        for entry in &entries {
+            let data = entry.to_string();
+            old.execute(
+                &insert,
+                &[
+                    &key.project_key,
+                    &key.session_id,
+                    &entry["uuid"].as_str(),
+                    &entry["type"].as_str(),
+                    &1_796_000_000_000_i64,
+                    &data,
+                ],
+            )
+            .expect("insert");
+        }
+        let old = size(&mut old, "flower_entries");
+        (now, old)
+    });
+    sizes.join().expect("sizes")
+}
+
+/// A schema of its own in the test database, so runs never meet.
+fn fresh_schema(base: &str) -> String {
+    let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    let created = {
+        let base = base.to_string();
+        let schema = schema.clone();
+        std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&base, postgres::NoTls)?;
+            client.batch_execute(&format!("CREATE SCHEMA {schema}"))
+        })
+        .join()
+        .expect("thread")
+    };
+    created.expect("create a schema");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-csearch_path%3D{schema}")
 }
 
 /// The bytes of a store file and its WAL.
