@@ -4,10 +4,15 @@
 //! Layout (schema version [`SCHEMA_VERSION`], every table prefixed `flower_` so the
 //! store can live in a database that holds other things):
 //! - `flower_meta(key, value)`: `schema_version`;
-//! - `flower_entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`:
-//!   one row per entry, `data` the entry's JSON text (text, not `jsonb`: it is given
-//!   back byte for byte), `id` orders a key's entries, a partial unique index makes
-//!   `uuid` an idempotency key;
+//! - `flower_transcripts(id, project_key, session_id, subpath)`: one row per key, kept
+//!   when its entries are deleted (an append racing a delete never refers to a row
+//!   that is gone);
+//! - `flower_entries(id, transcript, uuid, type, stored_at, data)`: one row per entry,
+//!   `data` the entry's JSON text (text, not `jsonb`: it is given back byte for byte),
+//!   `transcript` its key's row, `id` orders a key's entries, a partial unique index
+//!   makes `uuid` an idempotency key. Until version 3 every row carried the key's three
+//!   columns itself (in the row and both indexes); the upgrade copies the rows into the
+//!   new table in the migration's one transaction;
 //! - `flower_summaries(project_key, session_id, mtime, data)`: folded inside `append`;
 //! - since version 2, a run's state beside its transcripts: `flower_runs(run_key, named,
 //!   project_key, workspace, woke, …)` (one row per run), `flower_lineage(run_key, step,
@@ -60,7 +65,8 @@ use pool::*;
 
 use super::summary::fold_session_summary;
 use super::{
-    HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError,
+    DriverError, HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary,
+    StoreError,
 };
 use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
@@ -124,7 +130,10 @@ impl PostgresStore {
                         }
                     }
                 })
-                .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+                .map_err(|source| StoreError::Io {
+                    what: "起不了数据库线程".into(),
+                    source,
+                })?;
             threads.push(thread);
         }
         let store = PostgresStore {
@@ -171,20 +180,11 @@ impl PostgresStore {
             .as_ref()
             .map(|jobs| jobs.send(job).is_ok());
         if sent != Some(true) {
-            return Err(self.error("the store is closed"));
+            return Err(self.error("存储已经关了"));
         }
         match answer.recv() {
-            Ok(result) => result.map_err(|e| {
-                if is_unavailable(&e) {
-                    StoreError::Unavailable {
-                        path: PathBuf::from(self.url.to_string()),
-                        why: describe(&e),
-                    }
-                } else {
-                    self.error(describe(&e))
-                }
-            }),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Ok(result) => result.map_err(|e| self.failed(e)),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -203,6 +203,47 @@ impl PostgresStore {
         StoreError::Database {
             path: PathBuf::from(self.url.to_string()),
             why: why.into(),
+            source: None,
+        }
+    }
+
+    /// [`error`](Self::error) because of `source`, which `why` quotes.
+    fn error_because(
+        &self,
+        why: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Database {
+            path: PathBuf::from(self.url.to_string()),
+            why: why.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The driver's error as the store's: [`StoreError::Unavailable`] when its kind
+    /// says the database is away ([`is_unavailable`]), else a database error. What
+    /// the server refused keeps the server's error as its source, anything else the
+    /// driver's.
+    fn failed(&self, e: ::postgres::Error) -> StoreError {
+        let path = PathBuf::from(self.url.to_string());
+        let why = describe(&e);
+        let unavailable = is_unavailable(&e);
+        let source: DriverError = match e.as_db_error() {
+            Some(db) => Box::new(db.clone()),
+            None => Box::new(e),
+        };
+        if unavailable {
+            StoreError::Unavailable {
+                path,
+                why,
+                source: Some(source),
+            }
+        } else {
+            StoreError::Database {
+                path,
+                why,
+                source: Some(source),
+            }
         }
     }
 }
@@ -237,8 +278,9 @@ impl SessionStore for PostgresStore {
         let texts: Vec<(i64, String)> = self.call(move |c| {
             let subpath = key.subpath.clone().unwrap_or_default();
             let rows = c.query(
-                "SELECT id, data FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY id",
+                "SELECT id, data FROM flower_entries WHERE transcript = \
+                 (SELECT id FROM flower_transcripts \
+                  WHERE project_key = $1 AND session_id = $2 AND subpath = $3) ORDER BY id",
                 &[&key.project_key, &key.session_id, &subpath],
             )?;
             Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
@@ -249,8 +291,9 @@ impl SessionStore for PostgresStore {
         texts
             .into_iter()
             .map(|(id, text)| {
-                serde_json::from_str(&text)
-                    .map_err(|e| self.error(format!("entry row {id} is not valid JSON: {e}")))
+                serde_json::from_str(&text).map_err(|e| {
+                    self.error_because(format!("第 {id} 行记录不是合法的 JSON({e})"), e)
+                })
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
@@ -269,7 +312,8 @@ impl SessionStore for PostgresStore {
             let usage = prepared(
                 c,
                 "SELECT (data::json -> 'message' -> 'usage')::text FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 \
+                 WHERE transcript = (SELECT id FROM flower_transcripts \
+                   WHERE project_key = $1 AND session_id = $2 AND subpath = $3) \
                    AND type = 'assistant' \
                    AND json_typeof(data::json -> 'message' -> 'usage') = 'object' \
                    AND (json_typeof(data::json -> $4) IS DISTINCT FROM 'boolean' \
@@ -292,7 +336,8 @@ impl SessionStore for PostgresStore {
             Ok(row.map(|r| r.get(0)))
         })?;
         text.map(|text| {
-            serde_json::from_str(&text).map_err(|e| self.error(format!("a stored usage: {e}")))
+            serde_json::from_str(&text)
+                .map_err(|e| self.error_because(format!("存着的用量读不出来({e})"), e))
         })
         .transpose()
     }
@@ -328,7 +373,7 @@ impl SessionStore for PostgresStore {
                 .map(|r| (r.get(0), r.get(1), r.get(2)))
                 .collect())
         })?;
-        super::summary::parse_summary_rows(rows, |why| self.error(why))
+        super::summary::parse_summary_rows(rows, |why, e| self.error_because(why, e))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
@@ -340,8 +385,10 @@ impl SessionStore for PostgresStore {
         let key = key.clone();
         self.call(move |c| {
             let rows = c.query(
-                "SELECT DISTINCT subpath COLLATE \"C\" AS s FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' ORDER BY s",
+                "SELECT subpath COLLATE \"C\" AS s FROM flower_transcripts t \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' \
+                   AND EXISTS (SELECT 1 FROM flower_entries e WHERE e.transcript = t.id) \
+                 ORDER BY s",
                 &[&key.project_key, &key.session_id],
             )?;
             Ok(rows.into_iter().map(|r| r.get(0)).collect())
@@ -361,7 +408,7 @@ impl SessionStore for PostgresStore {
                 shared,
                 reply,
             })
-            .map_err(|_| self.error("the database thread stopped"))?;
+            .map_err(|_| self.error("数据库线程停了"))?;
         match answer.recv() {
             Ok(Ok(SessionHold::Held(_))) => Ok(SessionHold::Held(Box::new(SessionGuard {
                 session_id: session_id.to_string(),
@@ -369,12 +416,8 @@ impl SessionStore for PostgresStore {
                 locker,
             }))),
             Ok(Ok(busy)) => Ok(busy),
-            Ok(Err(e)) if is_unavailable(&e) => Err(StoreError::Unavailable {
-                path: PathBuf::from(self.url.to_string()),
-                why: describe(&e),
-            }),
-            Ok(Err(e)) => Err(self.error(describe(&e))),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Ok(Err(e)) => Err(self.failed(e)),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -399,21 +442,20 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
             let code = code.code();
             code.starts_with("08") || code.starts_with("57P") || code == "53300"
         }
-        // No SQLSTATE: the connection failed (I/O, closed, timed out), or something
-        // local went wrong (a type conversion): only the first kind is worth a wait.
+        // No SQLSTATE: the connection failed (closed, or an I/O error connecting or
+        // talking to the server), or something local went wrong (a type conversion, a
+        // message that would not encode or parse: `InvalidData`/`InvalidInput`): only
+        // the first kind is worth a wait. Decided by the kind of the driver's cause.
         None => {
-            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-            let text = e.to_string();
-            e.is_closed()
-                || io
-                || [
-                    "error connecting",
-                    "error communicating",
-                    "timeout",
-                    "connection closed",
-                ]
-                .iter()
-                .any(|t| text.starts_with(t))
+            let io = std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| {
+                    !matches!(
+                        io.kind(),
+                        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+                    )
+                });
+            e.is_closed() || io
         }
     }
 }
@@ -422,11 +464,11 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
 /// `Display` says only "db error").
 fn describe(e: &::postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
-        return format!("{} ({})", db.message(), db.code().code());
+        return format!("PostgreSQL 出错({} ({}))", db.message(), db.code().code());
     }
     match std::error::Error::source(e) {
-        Some(source) => format!("{e}: {source}"),
-        None => e.to_string(),
+        Some(source) => format!("PostgreSQL 出错({e}: {source})"),
+        None => format!("PostgreSQL 出错({e})"),
     }
 }
 
