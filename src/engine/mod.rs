@@ -68,6 +68,12 @@ pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
 /// assistant prefill (Claude 4.6 and later) and whenever thinking is on.
 pub const CONTINUE_AFTER_MAX_TOKENS: &str = "你上一条回复写到长度上限被截断了。从截断的地方直接接着写:不要重复已经写过的内容,不要重新开头,也不要解释。";
 
+/// [`CONTINUE_AFTER_MAX_TOKENS`] for a reply cut while the model was still thinking:
+/// it wrote nothing, and its thinking is not sent back (the API refuses an assistant
+/// message that ends with a thinking block).
+pub const CONTINUE_AFTER_THINKING_CUT: &str =
+    "你上一条回复还在思考时就写到了长度上限,什么都没写出来。这次少想一些,直接作答。";
+
 /// The marker a tool call cut by `max_tokens` gets in place of its input: it is never
 /// run, its result says so.
 const CUT_BY_MAX_TOKENS: &str = "the reply was cut by max_tokens inside this call";
@@ -628,7 +634,11 @@ impl Engine {
     /// The memory of a session's system prompt, and the entry pinning it. Read once,
     /// when the session begins, and pinned in its transcript: a resumed session sends
     /// exactly what it began with (see `memory`).
-    fn session_memory(&self, start: &SessionStart, history: &[Loaded]) -> (String, Option<Pending>) {
+    fn session_memory(
+        &self,
+        start: &SessionStart,
+        history: &[Loaded],
+    ) -> (String, Option<Pending>) {
         match start {
             SessionStart::New => self.read_memory(),
             _ => (transcript::pinned_memory(history).unwrap_or_default(), None),
@@ -760,7 +770,12 @@ impl Engine {
                 Next::Continue { cut } => {
                     totals.continuing = true;
                     if cut && !prefill {
-                        let entry = conv.chain.continuation(CONTINUE_AFTER_MAX_TOKENS);
+                        let text = if transcript::is_thinking_only(&reply.content) {
+                            CONTINUE_AFTER_THINKING_CUT
+                        } else {
+                            CONTINUE_AFTER_MAX_TOKENS
+                        };
+                        let entry = conv.chain.continuation(text);
                         self.record(conv, entry)?;
                     }
                 }

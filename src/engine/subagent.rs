@@ -96,10 +96,10 @@ impl Engine {
         };
         let default = general_purpose();
         let spec = match self.subagent_spec(input, &default) {
-            Ok(spec) => spec,
+            Ok(spec) => spec.bound_by(parent.spec),
             Err(refused) => return refused,
         };
-        let (sub, mut resume) = match self.subagent_place(parent, tool_use_id, spec, prompt) {
+        let (sub, mut resume) = match self.subagent_place(parent, tool_use_id, &spec, prompt) {
             Ok(place) => place,
             Err(e) => return ToolOutput::error(format!("Task: {e}")),
         };

@@ -17,7 +17,8 @@ pub const MAX_CACHE_BREAKPOINTS: usize = 4;
 /// breakpoint.
 pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
 
-/// The messages of a conversation (`{"role": …, "content": …}`), append-only. Every
+/// The messages of a conversation (`{"role": …, "content": …}`), append-only (but for
+/// the newest, which [`History::drop_last`] may take back). Every
 /// message but the newest is sealed: kept only as its JSON text and the few facts the
 /// cache marks need. The newest stays a `Value`, since the next entry of the same role
 /// joins it ([`History::last_mut`]).
@@ -94,6 +95,12 @@ impl History {
             blocks,
             marks,
         });
+    }
+
+    /// Forgets the newest message (never a sealed one): what is sent next follows the
+    /// one before it.
+    pub fn drop_last(&mut self) {
+        self.open = None;
     }
 
     /// The newest message, to add blocks to.

@@ -128,6 +128,10 @@ mod tests {
             r#"{"type":"assistant","message":{"content":"no role"}}"#,
             r#"{"type":"assistant","message":{"role":"assistant","content":"a\u0001","role":"assistant"}}"#,
             r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"k","k":1,"k":2}]}}"#,
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"}]}}"#,
+            r#"{"type":"user","message":{"role":"user","content":"after thinking only"}}"#,
+            r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"thinking"},{"type":"redacted_thinking","data":"d"}]}}"#,
+            r#"{"type":"user","message":{"role":"user","content":"next"}}"#,
             r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"b"}]}}"#,
             r#"{"type":"assistant","message":{"role":"assistant","content":"tail"}}"#,
         ];

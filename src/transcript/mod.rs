@@ -286,7 +286,12 @@ fn pinned_field(
 /// ([`Chain::memory`]); `None` when it has none (a session begun before memory existed,
 /// or imported from Claude Code: it goes on without, as it began).
 pub fn pinned_memory(entries: &[Loaded]) -> Option<String> {
-    match pinned_field(entries, markers::MEMORY_SUBTYPE, "content", Value::is_string)? {
+    match pinned_field(
+        entries,
+        markers::MEMORY_SUBTYPE,
+        "content",
+        Value::is_string,
+    )? {
         Value::String(text) => Some(text),
         _ => None,
     }
@@ -382,6 +387,17 @@ impl Messages {
             content.extend(blocks);
             return;
         }
+        // A reply of thinking only (cut by max_tokens before it wrote anything) stays in
+        // the transcript but is not sent: the API refuses an assistant message whose
+        // last block is thinking. The user turns around it then go as two in a row,
+        // which the API takes as one.
+        if let Some(last) = self.history.last()
+            && last.get("role").and_then(Value::as_str) == Some("assistant")
+            && let Some(Value::Array(content)) = last.get("content")
+            && is_thinking_only(content)
+        {
+            self.history.drop_last();
+        }
         self.history
             .push(json!({"role": role, "content": Value::Array(blocks)}));
     }
@@ -452,12 +468,20 @@ impl Gather {
 
     fn seal(&mut self) {
         let Some(role) = self.role.take() else { return };
-        // Serializing a string cannot fail.
-        let role_json = serde_json::to_string(&role).unwrap_or_default();
-        let json = format!(r#"{{"role":{role_json},"content":[{}]}}"#, self.text);
-        self.messages
-            .history
-            .push_sealed(json, role == "assistant", self.blocks);
+        // A reply of thinking only is not sent when a message follows (`Messages::add`);
+        // a block of that type spells the word.
+        let thinking_only = role == "assistant"
+            && self.text.contains("thinking")
+            && serde_json::from_str::<Vec<Value>>(&format!("[{}]", self.text))
+                .is_ok_and(|blocks| is_thinking_only(&blocks));
+        if !thinking_only {
+            // Serializing a string cannot fail.
+            let role_json = serde_json::to_string(&role).unwrap_or_default();
+            let json = format!(r#"{{"role":{role_json},"content":[{}]}}"#, self.text);
+            self.messages
+                .history
+                .push_sealed(json, role == "assistant", self.blocks);
+        }
         self.text.clear();
         self.blocks = 0;
         self.entries.clear();
@@ -542,6 +566,17 @@ fn sendable(entry: &Value) -> Option<(&str, &Value)> {
     let message = entry.get("message")?;
     let role = message.get("role").and_then(Value::as_str)?;
     Some((role, message.get("content")?))
+}
+
+/// Whether an assistant message's content is thinking blocks and nothing else (a
+/// reply cut by max_tokens while the model was thinking).
+pub fn is_thinking_only(content: &[Value]) -> bool {
+    content.iter().all(|block| {
+        matches!(
+            block.get("type").and_then(Value::as_str),
+            Some("thinking" | "redacted_thinking")
+        )
+    })
 }
 
 /// The `tool_use` blocks of an assistant message's content.

@@ -331,7 +331,11 @@ mod tests {
         for text in entries {
             let value: Value = serde_json::from_str(&text).unwrap();
             let from_text = Slot::from_text(text.clone().into_boxed_str()).unwrap();
-            assert_eq!(facts(&from_text), facts(&Slot::new(value.clone())), "{text}");
+            assert_eq!(
+                facts(&from_text),
+                facts(&Slot::new(value.clone())),
+                "{text}"
+            );
             assert_eq!(from_text.value().into_owned(), value);
         }
         assert!(Slot::from_text(r#"{"type":"user""#.into()).is_err());

@@ -234,8 +234,11 @@ impl Pruner {
             let mut parent = assistant.uuid.clone();
             let mut made = Vec::new();
             for id in ids {
-                let mut slot =
-                    Slot::new(synthesized_result(&assistant.value(), &id, parent.as_deref()));
+                let mut slot = Slot::new(synthesized_result(
+                    &assistant.value(),
+                    &id,
+                    parent.as_deref(),
+                ));
                 slot.synthesized = true;
                 slot.warm = assistant.warm;
                 parent = slot.uuid.clone();

@@ -1514,6 +1514,9 @@ pub const PREFILL_REFUSED: &str = "This model does not support assistant message
 /// `server_tool_use` sent back after `pause_turn`) continues on every model.
 pub fn refuse_request(body: &Value) -> Option<String> {
     let messages = body["messages"].as_array()?;
+    if let Some(why) = refuse_thinking_blocks(messages) {
+        return Some(why);
+    }
     let last = messages.last()?;
     if last["role"] != "assistant" {
         return None;
@@ -1538,6 +1541,35 @@ pub fn refuse_request(body: &Value) -> Option<String> {
             "messages.{}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
             messages.len() - 1
         ));
+    }
+    None
+}
+
+/// What the API refuses in the thinking blocks of any assistant message, as it words
+/// it: one that ends with a thinking block (a reply of thinking only sent back), and a
+/// thinking block without its signature.
+fn refuse_thinking_blocks(messages: &[Value]) -> Option<String> {
+    for (i, message) in messages.iter().enumerate() {
+        if message["role"] != "assistant" {
+            continue;
+        }
+        let Some(blocks) = message["content"].as_array() else {
+            continue;
+        };
+        for (j, block) in blocks.iter().enumerate() {
+            let unsigned = block["signature"].as_str().is_none_or(str::is_empty);
+            if block["type"] == "thinking" && unsigned {
+                return Some(format!(
+                    "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                ));
+            }
+        }
+        let last = blocks.last().and_then(|b| b["type"].as_str());
+        if matches!(last, Some("thinking" | "redacted_thinking")) {
+            return Some(format!(
+                "messages.{i}: The final block in an assistant message cannot be `thinking`."
+            ));
+        }
     }
     None
 }
