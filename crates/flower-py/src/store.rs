@@ -3,7 +3,7 @@
 //! call runs on a blocking thread of the extension's tokio runtime; the event loop and
 //! the GIL are free meanwhile.
 
-use crate::convert::{from_py, to_py};
+use crate::convert::{from_py, serialized, to_py};
 use crate::errors::{FlowerError, store_error};
 use flower::stores::prune::PruneOptions;
 use flower::stores::{
@@ -111,16 +111,7 @@ impl PySessionStore {
         blocking(
             py,
             move || store.list_sessions(&project_key),
-            |py, sessions| {
-                let list = PyList::empty(py);
-                for s in sessions {
-                    let d = PyDict::new(py);
-                    d.set_item("session_id", s.session_id)?;
-                    d.set_item("mtime", s.mtime)?;
-                    list.append(d)?;
-                }
-                Ok(list.into_any().unbind())
-            },
+            |py, sessions| Ok(serialized(py, &sessions)?.unbind()),
         )
     }
 
@@ -134,17 +125,7 @@ impl PySessionStore {
         blocking(
             py,
             move || store.list_session_summaries(&project_key),
-            |py, summaries| {
-                let list = PyList::empty(py);
-                for s in summaries {
-                    let d = PyDict::new(py);
-                    d.set_item("session_id", s.session_id)?;
-                    d.set_item("mtime", s.mtime)?;
-                    d.set_item("data", to_py(py, &s.data)?)?;
-                    list.append(d)?;
-                }
-                Ok(list.into_any().unbind())
-            },
+            |py, summaries| Ok(serialized(py, &summaries)?.unbind()),
         )
     }
 
