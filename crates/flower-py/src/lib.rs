@@ -15,7 +15,7 @@ mod convert;
 mod errors;
 mod store;
 
-use convert::{serialized, to_py};
+use convert::serialized;
 use errors::{ConfigError, FlowerError, LockedError, StepFailedError};
 use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
 use flower::continuity::run::{Begin, Run, RunHooks};
