@@ -11,6 +11,7 @@ use flower::continuity::lock::Holder;
 use flower::continuity::run::{HoldLost, RunError, Waiting};
 use flower::continuity::wake::{Afresh, Place, StoreSeen};
 use flower::engine::AgentSpec;
+use flower::error::chain;
 use flower::stores::postgres::hostname;
 use flower::tools::sandbox::SandboxPolicy;
 use flower::workflow::flower::WORK;
@@ -209,18 +210,6 @@ pub fn afresh(reasons: &[Afresh], home: Option<&Path>) -> Vec<String> {
 /// the others as the library says them; each cause said once.
 pub fn error_text(error: &anyhow::Error) -> String {
     const NOTHING_SENT: &str = "什么都没发给模型。";
-    let chain = |e: &dyn std::error::Error| {
-        let mut parts: Vec<String> = Vec::new();
-        let mut current = Some(e);
-        while let Some(e) = current {
-            let text = e.to_string();
-            if !parts.iter().any(|p| p.contains(&text)) {
-                parts.push(text);
-            }
-            current = e.source();
-        }
-        parts.join(": ")
-    };
     if let Some(flower::ConfigError::MissingCredential) = error.downcast_ref() {
         return "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`(走网关就设 ANTHROPIC_AUTH_TOKEN),再跑 flower。".into();
     }
@@ -232,6 +221,6 @@ pub fn error_text(error: &anyhow::Error) -> String {
         Some(RunError::Hold(e)) => {
             format!("没能在存储里占住这个运行:{}\n{NOTHING_SENT}", chain(e))
         }
-        _ => flower::error::chain(error.as_ref()),
+        _ => chain(error.as_ref()),
     }
 }

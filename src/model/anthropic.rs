@@ -21,6 +21,9 @@
 //!
 //! Requests must run inside a tokio runtime with I/O and time enabled.
 
+// reqwest's own text ("error sending request") says nothing about why; the cause
+// (connection refused, DNS) is in its chain.
+use crate::error::chain;
 use crate::future::BoxFuture;
 use crate::model::sse::{MessageAssembler, SseParser, snippet};
 use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
@@ -212,7 +215,7 @@ impl AnthropicClient {
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("flower/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ModelError::Config(format!("cannot set up HTTP: {}", error_chain(&e))))?;
+            .map_err(|e| ModelError::Config(format!("cannot set up HTTP: {}", chain(&e))))?;
         Ok(AnthropicClient {
             http,
             endpoint: format!("{base_url}/v1/messages"),
@@ -359,7 +362,7 @@ impl AnthropicClient {
                 Ok(Ok(Some(chunk))) => chunk,
                 Ok(Ok(None)) => break,
                 Ok(Err(e)) => {
-                    return assembler.finish(&format!("connection lost ({})", error_chain(&e)));
+                    return assembler.finish(&format!("connection lost ({})", chain(&e)));
                 }
                 Err(_) if assembler.is_complete() => break,
                 Err(_) => {
@@ -434,7 +437,7 @@ impl AnthropicClient {
     ) -> Result<reqwest::Response, ModelError> {
         let response = match tokio::time::timeout(self.idle_timeout, request.send()).await {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
+            Ok(Err(e)) => return Err(ModelError::Connection(chain(&e))),
             Err(_) => {
                 return Err(ModelError::Connection(format!(
                     "timed out after {} waiting for {waiting_for}",
@@ -549,21 +552,6 @@ fn documented_kind(status: u16) -> &'static str {
         529 => "overloaded_error",
         _ => "http_error",
     }
-}
-
-/// An error and its sources, joined: reqwest's own text ("error sending request") says
-/// nothing about why; the cause (connection refused, DNS) is in the chain.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut current = Some(error);
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        current = e.source();
-    }
-    parts.join(": ")
 }
 
 fn seconds(d: Duration) -> String {

@@ -64,6 +64,21 @@ fn base(store: Arc<dyn SessionStore>) -> PyClassInitializer<PySessionStore> {
     PyClassInitializer::from(PySessionStore { store })
 }
 
+/// A store class over the store `open` opens, opened without the GIL (a database may
+/// take its time to answer).
+fn opened<S, C>(
+    py: Python<'_>,
+    open: impl FnOnce() -> Result<S, flower::stores::StoreError> + Send,
+    class: C,
+) -> PyResult<PyClassInitializer<C>>
+where
+    S: SessionStore + Send + 'static,
+    C: pyo3::PyClass<BaseType = PySessionStore>,
+{
+    let store = py.detach(open).map_err(store_error)?;
+    Ok(base(Arc::new(store)).add_subclass(class))
+}
+
 fn none(py: Python<'_>) -> PyResult<Py<PyAny>> {
     Ok(py.None())
 }
@@ -168,10 +183,7 @@ pub struct PySqliteStore;
 impl PySqliteStore {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<PyClassInitializer<Self>> {
-        let store = py
-            .detach(move || SqliteSessionStore::open(&path))
-            .map_err(store_error)?;
-        Ok(base(Arc::new(store)).add_subclass(PySqliteStore))
+        opened(py, move || SqliteSessionStore::open(&path), PySqliteStore)
     }
 }
 
@@ -187,10 +199,7 @@ impl PyPostgresStore {
         let url: PostgresUrl = url.parse().map_err(|e: flower::stores::UrlError| {
             crate::errors::ConfigError::new_err(e.to_string())
         })?;
-        let store = py
-            .detach(move || PostgresStore::open(&url))
-            .map_err(store_error)?;
-        Ok(base(Arc::new(store)).add_subclass(PyPostgresStore))
+        opened(py, move || PostgresStore::open(&url), PyPostgresStore)
     }
 }
 

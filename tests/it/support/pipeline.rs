@@ -273,6 +273,15 @@ impl Project {
         serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
     }
 
+    /// `runs/sessions.db` replaced by `bytes` (its WAL and shared-memory files gone).
+    pub fn replace_sessions_db(&self, bytes: &[u8]) {
+        let runs = self.dir.join("runs");
+        for side in ["sessions.db-wal", "sessions.db-shm"] {
+            let _ = std::fs::remove_file(runs.join(side));
+        }
+        std::fs::write(runs.join("sessions.db"), bytes).unwrap();
+    }
+
     /// The rows of `runs/manifest.json` (empty when there is none).
     pub fn manifest(&self) -> Vec<Value> {
         self.json("runs/manifest.json")
@@ -288,4 +297,14 @@ impl Project {
             .map(|r| r["step"].as_str().unwrap().to_string())
             .collect()
     }
+}
+
+/// A project where one whole pipeline run has finished (every step, the judge passed),
+/// and the server that answered it.
+pub fn finished_run() -> (Project, FakeServer) {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| simple_reply(req));
+    let out = project.run(&server, &[REQUEST]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    (project, server)
 }
