@@ -6,7 +6,7 @@ use crate::support;
 use serde_json::{Value, json};
 use std::process::Output;
 use support::pipeline::{Refused, flower_with_env as flower, refused_before_any_request};
-use support::{FAKE_API_KEY, FakeServer, Reply};
+use support::{FAKE_API_KEY, FakeServer, Recorded, Reply};
 use tempfile::TempDir;
 
 fn stderr(out: &Output) -> String {
@@ -18,20 +18,21 @@ fn json_of(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(out)))
 }
 
+/// `flower once hi ARGS` with `env` against a server that answers 好: the one request
+/// it sent (the run must succeed).
+fn one_request(args: &[&str], env: &[(&str, &str)]) -> Recorded {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![Reply::text("好")]);
+    let out = flower(&server, &dir, &[&["once", "hi"], args].concat(), env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    server.requests().remove(0)
+}
+
 const TOKEN: &str = "gw-secret-token-123";
 
 #[test]
 fn auth_token_is_sent_as_bearer_and_wins_over_the_api_key() {
-    let dir = TempDir::new().unwrap();
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi"],
-        &[("ANTHROPIC_AUTH_TOKEN", TOKEN)],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
+    let request = one_request(&[], &[("ANTHROPIC_AUTH_TOKEN", TOKEN)]);
     assert_eq!(
         request.header("authorization"),
         Some(format!("Bearer {TOKEN}").as_str())
@@ -43,22 +44,16 @@ fn auth_token_is_sent_as_bearer_and_wins_over_the_api_key() {
     );
 
     // The token alone suffices.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi"],
+    let request = one_request(
+        &[],
         &[("ANTHROPIC_AUTH_TOKEN", TOKEN), ("ANTHROPIC_API_KEY", "")],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(server.requests()[0].header("x-api-key"), None);
+    assert_eq!(request.header("x-api-key"), None);
 
     // Without it, the API key as before.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(&server, &dir, &["once", "hi"], &[]);
-    assert!(out.status.success());
-    assert_eq!(server.requests()[0].header("x-api-key"), Some(FAKE_API_KEY));
-    assert_eq!(server.requests()[0].header("authorization"), None);
+    let request = one_request(&[], &[]);
+    assert_eq!(request.header("x-api-key"), Some(FAKE_API_KEY));
+    assert_eq!(request.header("authorization"), None);
 }
 
 #[test]
@@ -84,12 +79,8 @@ fn a_credential_never_appears_in_errors_or_json() {
 
 #[test]
 fn custom_headers_and_betas_are_sent() {
-    let dir = TempDir::new().unwrap();
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--model", "claude-sonnet-4-5[1m]"],
+    let request = one_request(
+        &["--model", "claude-sonnet-4-5[1m]"],
         &[
             (
                 "ANTHROPIC_CUSTOM_HEADERS",
@@ -98,8 +89,6 @@ fn custom_headers_and_betas_are_sent() {
             ("ANTHROPIC_BETAS", "beta-one, beta-two,"),
         ],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
     assert_eq!(request.header("x-team"), Some("flower"));
     assert_eq!(request.header("x-trace-id"), Some("abc 123"));
     assert_eq!(
@@ -231,22 +220,10 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
     );
 
     // MAX_THINKING_TOKENS turns it on too; no tools, no interleaved beta.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &[
-            "once",
-            "hi",
-            "--allowed-tools",
-            "AskUser",
-            "--model",
-            "claude-sonnet-4-5",
-        ],
+    let request = one_request(
+        &["--allowed-tools", "AskUser", "--model", "claude-sonnet-4-5"],
         &[("MAX_THINKING_TOKENS", "3000")],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
     assert_eq!(request.body["thinking"]["budget_tokens"], 3000);
     assert_eq!(request.header("anthropic-beta"), None);
 }
@@ -256,12 +233,8 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
 /// header, each name once.
 #[test]
 fn custom_headers_replace_flower_headers_and_betas_merge_once() {
-    let dir = TempDir::new().unwrap();
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &["once", "hi", "--model", "claude-sonnet-4-5[1m]"],
+    let request = one_request(
+        &["--model", "claude-sonnet-4-5[1m]"],
         &[
             (
                 "ANTHROPIC_CUSTOM_HEADERS",
@@ -270,8 +243,6 @@ fn custom_headers_replace_flower_headers_and_betas_merge_once() {
             ("ANTHROPIC_BETAS", "beta-one,beta-two"),
         ],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
     let count = |name: &str| request.headers.iter().filter(|(n, _)| n == name).count();
     assert_eq!(count("anthropic-version"), 1, "{:?}", request.headers);
     assert_eq!(request.header("anthropic-version"), Some("2099-01-01"));
@@ -337,22 +308,8 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
     assert!(server.requests()[3].body.get("output_config").is_none());
 
     // An unknown model gets the effort it was asked for.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = flower(
-        &server,
-        &dir,
-        &[
-            "once",
-            "hi",
-            "--model",
-            "my-gateway/x-1",
-            "--effort",
-            "high",
-        ],
-        &[],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(server.requests()[0].body["output_config"]["effort"], "high");
+    let request = one_request(&["--model", "my-gateway/x-1", "--effort", "high"], &[]);
+    assert_eq!(request.body["output_config"]["effort"], "high");
 }
 
 /// Combinations the model table says the API refuses exit 2 before any request.
