@@ -10,6 +10,7 @@ use crate::faults_support;
 use crate::support;
 
 use faults_support::*;
+use flower::continuity::lock::{Probe, probe_run};
 use flower::workflow::flower::WORK_RESUME;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -124,6 +125,21 @@ fn killed_mid_step_by(sig: i32, in_tool: bool) {
     assert_eq!(rows[1]["session_id"], work_id.as_str());
     if !in_tool {
         assert_eq!(project.read("hello.txt"), "hello");
+    }
+}
+
+/// Waits until nobody holds the run lock of `run_dir`. The kernel releases a killed
+/// run's lock when the last copy of its descriptor closes: a command the run was
+/// forking when it died holds one until it execs, which on a loaded machine can come
+/// after the kill was reaped.
+fn wait_lock_free(run_dir: &Path) {
+    let deadline = Instant::now() + PATIENCE;
+    while let Probe::Held(holder) = probe_run(run_dir) {
+        assert!(
+            Instant::now() < deadline,
+            "the run lock is still held: {holder:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -270,6 +286,22 @@ fn endless_reply(req: &Recorded, plan: &Plan) -> Reply {
             ),
             _ => Reply::text("写好了 hello.txt。"),
         },
+        // The notes are written until a Write of them has worked: a kill between the
+        // reply that asks for it and the tool's run leaves an interrupted call, after
+        // which a model writes again (a step whose notes never appear is redone on
+        // every wake, and the kills would stop landing in 干活).
+        Agent::Clarifier | Agent::GoalSetter => {
+            let written = req.tool_results().iter().any(|r| r["is_error"] != true);
+            if written {
+                simple_reply(req)
+            } else {
+                let (file, content) = match agent_of(req) {
+                    Agent::Clarifier => ("notes/需求.md", BRIEF),
+                    _ => ("notes/目标.md", GOAL),
+                };
+                Reply::tool_use("Write", json!({"file_path": file, "content": content}))
+            }
+        }
         _ => simple_reply(req),
     }
 }
@@ -356,6 +388,7 @@ fn sigkill_at_random_moments_fifty_times_never_loses_the_session() {
             };
         }
         let _ = std::fs::remove_file(&pid_file);
+        wait_lock_free(&project.dir.join("runs"));
         // A directory that has nothing to wake is asked for the task again.
         let state = project.state();
         let fresh = !state.waking && state.steps.is_empty();
