@@ -21,9 +21,6 @@
 //!
 //! Requests must run inside a tokio runtime with I/O and time enabled.
 
-// reqwest's own text ("error sending request") says nothing about why; the cause
-// (connection refused, DNS) is in its chain.
-use crate::error::chain;
 use crate::future::BoxFuture;
 use crate::model::sse::{MessageAssembler, SseParser, snippet};
 use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
@@ -107,12 +104,13 @@ impl fmt::Debug for ClientConfig {
 pub fn check_base_url(base_url: &str) -> Result<String, ModelError> {
     let base_url = base_url.trim().trim_end_matches('/').to_string();
     let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
-        ModelError::Config(format!(
-            "ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"
-        ))
+        ModelError::config_because(
+            format!("ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"),
+            e,
+        )
     })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(ModelError::Config(format!(
+        return Err(ModelError::config(format!(
             "ANTHROPIC_BASE_URL {base_url:?} must be an http:// or https:// URL"
         )));
     }
@@ -129,7 +127,7 @@ pub fn parse_custom_headers(text: &str) -> Result<Vec<(String, String)>, ModelEr
             continue;
         }
         let bad = |why: &str| {
-            ModelError::Config(format!(
+            ModelError::config(format!(
                 "ANTHROPIC_CUSTOM_HEADERS line {}: {why} (expected `Name: value`)",
                 n + 1
             ))
@@ -215,7 +213,10 @@ impl AnthropicClient {
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("flower/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ModelError::Config(format!("cannot set up HTTP: {}", chain(&e))))?;
+            .map_err(|e| {
+                let why = format!("cannot set up HTTP: {}", crate::error::chain(&e));
+                ModelError::config_because(why, e)
+            })?;
         Ok(AnthropicClient {
             http,
             endpoint: format!("{base_url}/v1/messages"),
@@ -342,7 +343,7 @@ impl AnthropicClient {
         {
             let kind = kind.to_string();
             let body = self.read_body(&mut response).await;
-            return Err(ModelError::Protocol(format!(
+            return Err(ModelError::protocol(format!(
                 "expected text/event-stream, got {kind}: {}",
                 snippet(&body)
             )));
@@ -362,11 +363,12 @@ impl AnthropicClient {
                 Ok(Ok(Some(chunk))) => chunk,
                 Ok(Ok(None)) => break,
                 Ok(Err(e)) => {
-                    return assembler.finish(&format!("connection lost ({})", chain(&e)));
+                    let why = format!("connection lost ({})", crate::error::chain(&e));
+                    return assembler.finish_broken(&why, e);
                 }
                 Err(_) if assembler.is_complete() => break,
                 Err(_) => {
-                    return Err(ModelError::Connection(format!(
+                    return Err(ModelError::timed_out(format!(
                         "timed out: no data from the server for {} while streaming \
                          (after {} events)",
                         seconds(self.idle_timeout),
@@ -423,7 +425,7 @@ impl AnthropicClient {
             .ok()
             .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
             .ok_or_else(|| {
-                ModelError::Protocol(format!("count_tokens answered {}", snippet(&text)))
+                ModelError::protocol(format!("count_tokens answered {}", snippet(&text)))
             })
     }
 
@@ -437,9 +439,9 @@ impl AnthropicClient {
     ) -> Result<reqwest::Response, ModelError> {
         let response = match tokio::time::timeout(self.idle_timeout, request.send()).await {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(ModelError::Connection(chain(&e))),
+            Ok(Err(e)) => return Err(ModelError::connection(e)),
             Err(_) => {
-                return Err(ModelError::Connection(format!(
+                return Err(ModelError::timed_out(format!(
                     "timed out after {} waiting for {waiting_for}",
                     seconds(self.idle_timeout)
                 )));

@@ -38,7 +38,7 @@ pub trait ModelClient: Send + Sync {
         request: &'a MessagesRequest,
     ) -> BoxFuture<'a, Result<u64, ModelError>> {
         let _ = request;
-        Box::pin(async { Err(ModelError::Config("this client cannot count tokens".into())) })
+        Box::pin(async { Err(ModelError::config("this client cannot count tokens")) })
     }
 
     /// The model used when a request names none.

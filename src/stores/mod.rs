@@ -48,12 +48,24 @@ pub enum StoreError {
         #[source]
         why: KeyError,
     },
+    /// The database failed or refused: `why` says how in a line (quoting the cause),
+    /// `source` is the driver's error behind it when there is one.
     #[error("{path}: {why}")]
-    Database { path: PathBuf, why: String },
+    Database {
+        path: PathBuf,
+        why: String,
+        #[source]
+        source: Option<DriverError>,
+    },
     /// The database is away for now (connection lost or refused, server restarting):
     /// the same call may succeed later. Retried like a network outage.
     #[error("{path}: {why}")]
-    Unavailable { path: PathBuf, why: String },
+    Unavailable {
+        path: PathBuf,
+        why: String,
+        #[source]
+        source: Option<DriverError>,
+    },
     #[error(
         "{path} was written by a newer flower (schema version {found}, this build knows up to {known}); upgrade flower to use it"
     )]
@@ -78,9 +90,20 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("{0}")]
-    Io(String),
+    /// Something local the store needs failed (a database thread would not start).
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
+
+/// The error a database driver gave, kept as it is: `rusqlite::Error` (SQLite),
+/// `postgres::Error` (or the server's `postgres::error::DbError` for what the server
+/// refused), `std::io::Error` (the file system), `serde_json::Error` (a stored row).
+/// `downcast_ref` it to look at its kind (`sqlite_error_code()`, `code()`).
+pub type DriverError = Box<dyn std::error::Error + Send + Sync>;
 
 impl StoreError {
     /// Whether waiting and trying again may help (see [`StoreError::Unavailable`]).

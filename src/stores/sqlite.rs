@@ -108,10 +108,8 @@ impl SqliteSessionStore {
             && !parent.exists()
         {
             std::fs::create_dir_all(parent).map_err(|e| {
-                database(
-                    path,
-                    format!("cannot create the directory {}: {e}", parent.display()),
-                )
+                let why = format!("cannot create the directory {}: {e}", parent.display());
+                database_because(path, why, e)
             })?;
         }
         if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -159,7 +157,7 @@ impl SqliteSessionStore {
     pub fn open_read_only(path: &Path) -> Result<Option<Self>, StoreError> {
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(database(path, format!("cannot read: {e}"))),
+            Err(e) => return Err(database_because(path, format!("cannot read: {e}"), e)),
             Ok(meta) if meta.is_dir() => {
                 return Err(database(path, "is a directory, not a database file"));
             }
@@ -445,9 +443,10 @@ impl SqliteSessionStore {
         })?;
         match parsed {
             Ok(entries) => Ok((!entries.is_empty()).then_some(entries)),
-            Err((id, e)) => Err(database(
+            Err((id, e)) => Err(database_because(
                 &self.path,
                 format!("entry row {id} is not valid JSON: {e}"),
+                e,
             )),
         }
     }
@@ -540,7 +539,7 @@ impl SessionStore for SqliteSessionStore {
             stmt.query_map([project_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect()
         })?;
-        super::summary::parse_summary_rows(rows, |why| database(&self.path, why))
+        super::summary::parse_summary_rows(rows, |why, e| database_because(&self.path, why, e))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
@@ -868,7 +867,7 @@ fn timed_error(path: &Path, e: rusqlite::Error, started: Instant) -> StoreError 
         } else {
             format!("locked by another process, which SQLite would not wait for ({detail})")
         };
-        return database(path, why);
+        return database_because(path, why, e);
     }
     sql_error(path, e)
 }
@@ -911,6 +910,20 @@ fn database(path: &Path, why: impl Into<String>) -> StoreError {
     StoreError::Database {
         path: path.to_path_buf(),
         why: why.into(),
+        source: None,
+    }
+}
+
+/// [`database`] because of `source` (SQLite's, the file system's, a row's JSON).
+fn database_because(
+    path: &Path,
+    why: impl Into<String>,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> StoreError {
+    StoreError::Database {
+        path: path.to_path_buf(),
+        why: why.into(),
+        source: Some(Box::new(source)),
     }
 }
 
@@ -941,5 +954,5 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
         Some(ErrorCode::PermissionDenied) => format!("permission denied ({detail})"),
         _ => detail,
     };
-    database(path, why)
+    database_because(path, why, e)
 }

@@ -824,6 +824,13 @@ fn a_server_with_no_connection_to_spare_is_an_outage() {
                 error.to_string().contains("too many connections"),
                 "{error}"
             );
+            // The server's error is the typed source; printed, its message is said once.
+            let db = std::error::Error::source(&error)
+                .and_then(|s| s.downcast_ref::<postgres::error::DbError>())
+                .map(|db| db.code().code().to_string());
+            assert_eq!(db.as_deref(), Some("53300"), "{error:?}");
+            let chain = flower::error::chain(&error);
+            assert_eq!(chain.matches("too many connections").count(), 1, "{chain}");
         }
         other => panic!("an outage, not {other:?}"),
     }

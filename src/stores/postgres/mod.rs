@@ -33,9 +33,9 @@
 //! stored (the reply is asked again).
 //!
 //! Network: every connection has TCP keepalives (30 s idle, 10 s apart, 3 probes) and a
-//! `tcp_user_timeout` of [`TCP_USER_TIMEOUT`] unless the URL sets its own, so a call on
-//! a network that silently drops packets fails (and is waited out as an outage) instead
-//! of hanging.
+//! `tcp_user_timeout` of [`TCP_USER_TIMEOUT`] unless the URL sets its own (in
+//! milliseconds, as libpq reads it), so a call on a network that silently drops packets
+//! fails (and is waited out as an outage) instead of hanging (tests/it/store_network_drop.rs).
 //! Appends to one session take a transaction-scoped advisory lock on it (keys never hold `/`), so batches
 //! from several processes never interleave within a transcript. Advisory locks belong to
 //! a database, not a schema: every key starts with `current_schema()`, so that stores in
@@ -60,7 +60,8 @@ use pool::*;
 
 use super::summary::fold_session_summary;
 use super::{
-    HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError,
+    DriverError, HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary,
+    StoreError,
 };
 use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
@@ -124,7 +125,10 @@ impl PostgresStore {
                         }
                     }
                 })
-                .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+                .map_err(|source| StoreError::Io {
+                    what: "cannot start a database thread".into(),
+                    source,
+                })?;
             threads.push(thread);
         }
         let store = PostgresStore {
@@ -174,16 +178,7 @@ impl PostgresStore {
             return Err(self.error("the store is closed"));
         }
         match answer.recv() {
-            Ok(result) => result.map_err(|e| {
-                if is_unavailable(&e) {
-                    StoreError::Unavailable {
-                        path: PathBuf::from(self.url.to_string()),
-                        why: describe(&e),
-                    }
-                } else {
-                    self.error(describe(&e))
-                }
-            }),
+            Ok(result) => result.map_err(|e| self.failed(e)),
             Err(_) => Err(self.error("the database thread stopped")),
         }
     }
@@ -203,6 +198,47 @@ impl PostgresStore {
         StoreError::Database {
             path: PathBuf::from(self.url.to_string()),
             why: why.into(),
+            source: None,
+        }
+    }
+
+    /// [`error`](Self::error) because of `source`, which `why` quotes.
+    fn error_because(
+        &self,
+        why: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Database {
+            path: PathBuf::from(self.url.to_string()),
+            why: why.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The driver's error as the store's: [`StoreError::Unavailable`] when its kind
+    /// says the database is away ([`is_unavailable`]), else a database error. What
+    /// the server refused keeps the server's error as its source, anything else the
+    /// driver's.
+    fn failed(&self, e: ::postgres::Error) -> StoreError {
+        let path = PathBuf::from(self.url.to_string());
+        let why = describe(&e);
+        let unavailable = is_unavailable(&e);
+        let source: DriverError = match e.as_db_error() {
+            Some(db) => Box::new(db.clone()),
+            None => Box::new(e),
+        };
+        if unavailable {
+            StoreError::Unavailable {
+                path,
+                why,
+                source: Some(source),
+            }
+        } else {
+            StoreError::Database {
+                path,
+                why,
+                source: Some(source),
+            }
         }
     }
 }
@@ -249,8 +285,9 @@ impl SessionStore for PostgresStore {
         texts
             .into_iter()
             .map(|(id, text)| {
-                serde_json::from_str(&text)
-                    .map_err(|e| self.error(format!("entry row {id} is not valid JSON: {e}")))
+                serde_json::from_str(&text).map_err(|e| {
+                    self.error_because(format!("entry row {id} is not valid JSON: {e}"), e)
+                })
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
@@ -292,7 +329,8 @@ impl SessionStore for PostgresStore {
             Ok(row.map(|r| r.get(0)))
         })?;
         text.map(|text| {
-            serde_json::from_str(&text).map_err(|e| self.error(format!("a stored usage: {e}")))
+            serde_json::from_str(&text)
+                .map_err(|e| self.error_because(format!("a stored usage: {e}"), e))
         })
         .transpose()
     }
@@ -328,7 +366,7 @@ impl SessionStore for PostgresStore {
                 .map(|r| (r.get(0), r.get(1), r.get(2)))
                 .collect())
         })?;
-        super::summary::parse_summary_rows(rows, |why| self.error(why))
+        super::summary::parse_summary_rows(rows, |why, e| self.error_because(why, e))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
@@ -369,11 +407,7 @@ impl SessionStore for PostgresStore {
                 locker,
             }))),
             Ok(Ok(busy)) => Ok(busy),
-            Ok(Err(e)) if is_unavailable(&e) => Err(StoreError::Unavailable {
-                path: PathBuf::from(self.url.to_string()),
-                why: describe(&e),
-            }),
-            Ok(Err(e)) => Err(self.error(describe(&e))),
+            Ok(Err(e)) => Err(self.failed(e)),
             Err(_) => Err(self.error("the database thread stopped")),
         }
     }
@@ -399,21 +433,20 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
             let code = code.code();
             code.starts_with("08") || code.starts_with("57P") || code == "53300"
         }
-        // No SQLSTATE: the connection failed (I/O, closed, timed out), or something
-        // local went wrong (a type conversion): only the first kind is worth a wait.
+        // No SQLSTATE: the connection failed (closed, or an I/O error connecting or
+        // talking to the server), or something local went wrong (a type conversion, a
+        // message that would not encode or parse: `InvalidData`/`InvalidInput`): only
+        // the first kind is worth a wait. Decided by the kind of the driver's cause.
         None => {
-            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-            let text = e.to_string();
-            e.is_closed()
-                || io
-                || [
-                    "error connecting",
-                    "error communicating",
-                    "timeout",
-                    "connection closed",
-                ]
-                .iter()
-                .any(|t| text.starts_with(t))
+            let io = std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| {
+                    !matches!(
+                        io.kind(),
+                        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+                    )
+                });
+            e.is_closed() || io
         }
     }
 }

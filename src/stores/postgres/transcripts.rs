@@ -36,7 +36,7 @@ impl PostgresStore {
                 .and_then(Value::as_str)
                 .map(str::to_string);
             let data = serde_json::to_string(entry)
-                .map_err(|e| StoreError::Io(format!("entry {index}: {e}")))?;
+                .map_err(|source| StoreError::Encode { index, source })?;
             rows.push((uuid, kind, data));
         }
         if rows.is_empty() {

@@ -179,13 +179,31 @@ pub fn landlock_abi() -> Result<i32, NoLandlock> {
 pub enum SandboxError {
     #[error("the sandbox is required but unavailable: {0}")]
     Unavailable(String),
-    #[error("cannot build the sandbox: {0}")]
-    Build(String),
+    /// `why` quotes the error of the kernel interface behind it, kept as `source`.
+    #[error("cannot build the sandbox: {why}")]
+    Build {
+        why: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl SandboxError {
+    /// The sandbox cannot be built because of `source`; `why` quotes it.
+    pub(crate) fn build(
+        why: String,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> SandboxError {
+        SandboxError::Build {
+            why,
+            source: Box::new(source),
+        }
+    }
 }
 
 fn cstring(p: &Path) -> Result<CString, SandboxError> {
     CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| SandboxError::Build(format!("{} holds a NUL byte", p.display())))
+        .map_err(|e| SandboxError::build(format!("{} holds a NUL byte", p.display()), e))
 }
 
 /// The directories a command may write to, canonical and existing: the workspace

@@ -7,6 +7,7 @@
 
 pub mod bin;
 pub mod fake;
+pub mod netns;
 pub mod pipeline;
 pub mod postgres;
 pub mod skip;
