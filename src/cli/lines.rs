@@ -11,7 +11,6 @@ use flower::continuity::lock::Holder;
 use flower::continuity::run::{HoldLost, RunError, Waiting};
 use flower::continuity::wake::{Afresh, Place, StoreSeen};
 use flower::engine::AgentSpec;
-use flower::error::chain;
 use flower::stores::postgres::hostname;
 use flower::tools::sandbox::SandboxPolicy;
 use flower::workflow::flower::WORK;
