@@ -453,29 +453,29 @@ pub fn judge_name(step: &str, n: u32) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{}: {source}", path.display())]
+    #[error("{} 用不了({source})", path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("{} cannot be read as the run's manifest: {why}", path.display())]
+    #[error("{} 读不成运行清单:{why}", path.display())]
     Corrupt {
         path: PathBuf,
         #[source]
         why: Unreadable,
     },
     /// The shared database did not take the rows; they go out with the next write.
-    #[error("the run's manifest in the database: {0}")]
+    #[error("数据库里的运行清单:{0}")]
     Shared(#[source] crate::stores::StoreError),
 }
 
 /// Why a manifest cannot be read (the `why` of [`ManifestError::Corrupt`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Unreadable {
-    #[error("not a JSON array of rows ({0})")]
+    #[error("不是由行组成的 JSON 数组({0})")]
     NotRows(#[source] serde_json::Error),
-    #[error(transparent)]
+    #[error("JSON 写坏了({0})")]
     Json(serde_json::Error),
 }
 
@@ -804,7 +804,7 @@ pub fn shared_rows(shared: &SharedRun) -> Result<Vec<ManifestRow>, StoreError> {
         .iter()
         .map(|text| {
             ManifestRow::from_json(text).map_err(|source| StoreError::Decode {
-                what: "a manifest row is not JSON".into(),
+                what: "运行清单的一行".into(),
                 source,
             })
         })

@@ -161,11 +161,11 @@ pub fn check_run_name(name: &str) -> Result<(), RunNameError> {
 /// What is wrong with a run name ([`check_run_name`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RunNameError {
-    #[error("expected 1 to 128 characters")]
+    #[error("要 1 到 128 个字符")]
     Length,
-    #[error("must start with a letter or a digit")]
+    #[error("要以字母或数字开头")]
     Start,
-    #[error("only letters, digits, '.', '_' and '-' are allowed")]
+    #[error("只能有字母、数字、'.'、'_' 和 '-'")]
     Characters,
 }
 
@@ -173,7 +173,7 @@ pub enum RunNameError {
 pub enum SharedRunError {
     #[error("{0}")]
     Store(#[from] StoreError),
-    #[error("bad run key {name:?}: {why}")]
+    #[error("运行名 {name:?} 不行:{why}")]
     BadName {
         name: String,
         #[source]

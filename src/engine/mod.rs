@@ -198,47 +198,47 @@ pub enum Stop {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// `max_turns` was reached.
-    #[error("max_turns reached ({0})")]
+    #[error("到了 max_turns({0})")]
     MaxTurns(u32),
     /// A model request failed.
     #[error(transparent)]
     Model(ModelError),
     /// A sub-agent's request failed with an error worth retrying: the whole run stops
     /// with it, so that the step's retry resumes the session.
-    #[error("sub-agent failed: {0}")]
+    #[error("子代理失败了:{0}")]
     SubAgent(ModelError),
     /// The agent's permission rules do not parse.
     #[error(transparent)]
     Rules(#[from] permissions::RuleError),
     #[error("transcript 写不进去:{0}")]
     Transcript(#[source] StoreError),
-    #[error("cannot read session {id}: {source}")]
+    #[error("读不了会话 {id}:{source}")]
     ReadSession { id: String, source: StoreError },
-    #[error("cannot write session {id}: {source}")]
+    #[error("写不了会话 {id}:{source}")]
     WriteSession { id: String, source: StoreError },
-    #[error("no session {0} in the store")]
+    #[error("存储里没有会话 {0}")]
     NoSession(String),
-    #[error("no session {0} to fork in the store")]
+    #[error("存储里没有要分叉的会话 {0}")]
     NoForkSource(String),
-    #[error("cannot write the fork: {0}")]
+    #[error("分叉写不进去:{0}")]
     WriteFork(#[source] StoreError),
     /// The model declined (`stop_reason: refusal`). Retrying the same request on the
     /// same model gives the same answer, so this is never retried; the refusal is
     /// pruned from what a resume feeds.
-    #[error("the model refused to answer (stop_reason refusal){}", refusal_details(.0))]
+    #[error("模型拒绝回答(stop_reason refusal){}", refusal_details(.0))]
     Refusal(Option<Value>),
     /// The context window is full (`stop_reason: model_context_window_exceeded`): the
     /// conversation cannot go on in this session.
     #[error(
-        "the context window of {model} is full (stop_reason model_context_window_exceeded); \
-         start a fresh session with `flower --new`"
+        "{model} 的上下文窗口满了(stop_reason model_context_window_exceeded);\
+         用 `flower --new` 开一条新会话"
     )]
     ContextWindowFull { model: String },
     /// A `UserPromptSubmit` hook blocked the prompt: it was not sent (nor stored).
-    #[error("a UserPromptSubmit hook blocked the prompt: {0}")]
+    #[error("UserPromptSubmit 钩子拦下了这句话:{0}")]
     PromptBlocked(String),
     /// A hook answered `continue: false`: the agent stopped (its `stopReason`).
-    #[error("a hook stopped the agent: {0}")]
+    #[error("钩子让代理停下了:{0}")]
     HookStopped(String),
 }
 

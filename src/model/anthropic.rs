@@ -104,14 +104,11 @@ impl fmt::Debug for ClientConfig {
 pub fn check_base_url(base_url: &str) -> Result<String, ModelError> {
     let base_url = base_url.trim().trim_end_matches('/').to_string();
     let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
-        ModelError::config_because(
-            format!("ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"),
-            e,
-        )
+        ModelError::config_because(format!("ANTHROPIC_BASE_URL {base_url:?} 不是 URL({e})"), e)
     })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(ModelError::config(format!(
-            "ANTHROPIC_BASE_URL {base_url:?} must be an http:// or https:// URL"
+            "ANTHROPIC_BASE_URL {base_url:?} 要是 http:// 或 https:// 开头的 URL"
         )));
     }
     Ok(base_url)
@@ -128,18 +125,18 @@ pub fn parse_custom_headers(text: &str) -> Result<Vec<(String, String)>, ModelEr
         }
         let bad = |why: &str| {
             ModelError::config(format!(
-                "ANTHROPIC_CUSTOM_HEADERS line {}: {why} (expected `Name: value`)",
+                "ANTHROPIC_CUSTOM_HEADERS 第 {} 行:{why}(要写成 `Name: value`)",
                 n + 1
             ))
         };
-        let (name, value) = line.split_once(':').ok_or_else(|| bad("no colon"))?;
+        let (name, value) = line.split_once(':').ok_or_else(|| bad("没有冒号"))?;
         let name = name.trim();
         let value = value.trim();
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(bad("not a header name"));
+            return Err(bad("不是合法的头名"));
         }
         if reqwest::header::HeaderValue::from_str(value).is_err() {
-            return Err(bad("the value has characters a header cannot carry"));
+            return Err(bad("值里有头里放不了的字符"));
         }
         headers.push((name.to_string(), value.to_string()));
     }
@@ -214,7 +211,7 @@ impl AnthropicClient {
             .user_agent(concat!("flower/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| {
-                let why = format!("cannot set up HTTP: {}", crate::error::chain(&e));
+                let why = format!("HTTP 客户端建不起来({})", crate::error::chain(&e));
                 ModelError::config_because(why, e)
             })?;
         Ok(AnthropicClient {

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum ModelError {
     /// No `ANTHROPIC_API_KEY` in the environment.
     #[error(
-        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…`"
+        "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`"
     )]
     MissingApiKey,
 
@@ -52,7 +52,7 @@ pub enum ModelError {
 
     /// flower's own configuration cannot work (e.g. `ANTHROPIC_BASE_URL` is not an
     /// http(s) URL). Like [`ModelError::MissingApiKey`], retrying cannot help.
-    #[error("configuration error: {why}")]
+    #[error("配置不对:{why}")]
     Config {
         why: String,
         #[source]

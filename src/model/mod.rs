@@ -38,7 +38,7 @@ pub trait ModelClient: Send + Sync {
         request: &'a MessagesRequest,
     ) -> BoxFuture<'a, Result<u64, ModelError>> {
         let _ = request;
-        Box::pin(async { Err(ModelError::config("this client cannot count tokens")) })
+        Box::pin(async { Err(ModelError::config("这个客户端不会数 token")) })
     }
 
     /// The model used when a request names none.

@@ -298,9 +298,9 @@ pub fn info(model: &str) -> ModelInfo {
 /// A model name that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelNameError {
-    #[error("unknown model alias {0:?}: use one of opus, sonnet, haiku, or a full model id")]
+    #[error("没有 {0:?} 这个模型别名:用 opus、sonnet、haiku 之一,或写完整的模型 id")]
     UnknownAlias(String),
-    #[error("empty model name")]
+    #[error("模型名是空的")]
     Empty,
 }
 

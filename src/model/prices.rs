@@ -140,7 +140,7 @@ impl ExtraPrices {
 
 /// A price file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("price table {source_name}: {why}")]
+#[error("价格表 {source_name}:{why}")]
 pub struct PriceError {
     /// The file's path, or "built-in".
     pub source_name: String,
@@ -174,7 +174,7 @@ impl PriceTable {
         };
         let rows: HashMap<String, Row> = serde_json::from_str(text).map_err(|e| PriceError {
             source_name: source_name.to_string(),
-            why: e.to_string(),
+            why: format!("不是合法的价格表({e})"),
             cause: Some(Cause::new(e)),
         })?;
         let mut table = PriceTable::default();
@@ -188,9 +188,7 @@ impl PriceTable {
                 all.extend(l.cache_write_1h);
             }
             if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
-                return Err(error(format!(
-                    "{model}: prices must be non-negative numbers"
-                )));
+                return Err(error(format!("{model}:价格要是非负数")));
             }
             table.models.insert(
                 model.clone(),
@@ -219,7 +217,7 @@ impl PriceTable {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| PriceError {
             source_name: name.clone(),
-            why: e.to_string(),
+            why: format!("读不出来({e})"),
             cause: Some(Cause::new(e)),
         })?;
         PriceTable::from_json(&text, &name)

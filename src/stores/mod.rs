@@ -42,7 +42,7 @@ pub struct SessionSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("bad session key {key:?}: {why}")]
+    #[error("会话键 {key:?} 不行:{why}")]
     BadKey {
         key: String,
         #[source]
@@ -50,7 +50,7 @@ pub enum StoreError {
     },
     /// The database failed or refused: `why` says how in a line (quoting the cause),
     /// `source` is the driver's error behind it when there is one.
-    #[error("{path}: {why}")]
+    #[error("{path}:{why}")]
     Database {
         path: PathBuf,
         why: String,
@@ -59,7 +59,7 @@ pub enum StoreError {
     },
     /// The database is away for now (connection lost or refused, server restarting):
     /// the same call may succeed later. Retried like a network outage.
-    #[error("{path}: {why}")]
+    #[error("{path}:{why}")]
     Unavailable {
         path: PathBuf,
         why: String,
@@ -67,31 +67,31 @@ pub enum StoreError {
         source: Option<DriverError>,
     },
     #[error(
-        "{path} was written by a newer flower (schema version {found}, this build knows up to {known}); upgrade flower to use it"
+        "{path} 是更新版本的 flower 写的(schema 版本 {found},这个 flower 只认到 {known});升级 flower 再用它"
     )]
     NewerSchema {
         path: PathBuf,
         found: i64,
         known: i64,
     },
-    #[error("entry {index} is not a JSON object")]
+    #[error("第 {index} 条不是 JSON 对象")]
     NotAnObject { index: usize },
     /// An entry that cannot be written as JSON.
-    #[error("entry {index}: {source}")]
+    #[error("第 {index} 条写不成 JSON({source})")]
     Encode {
         index: usize,
         #[source]
         source: serde_json::Error,
     },
     /// A stored record that is not what it should be (`what` says which).
-    #[error("{what}: {source}")]
+    #[error("{what} 读不出来({source})")]
     Decode {
         what: String,
         #[source]
         source: serde_json::Error,
     },
     /// Something local the store needs failed (a database thread would not start).
-    #[error("{what}: {source}")]
+    #[error("{what}({source})")]
     Io {
         what: String,
         #[source]

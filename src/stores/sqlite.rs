@@ -86,13 +86,13 @@ impl SqliteSessionStore {
     /// directory or file that cannot be written.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         if path.is_dir() {
-            return Err(database(path, "is a directory, not a database file"));
+            return Err(database(path, "是目录,不是数据库文件"));
         }
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
             && !parent.exists()
         {
             std::fs::create_dir_all(parent).map_err(|e| {
-                let why = format!("cannot create the directory {}: {e}", parent.display());
+                let why = format!("建不了目录 {}({e})", parent.display());
                 database_because(path, why, e)
             })?;
         }
@@ -107,10 +107,7 @@ impl SqliteSessionStore {
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(path, e))?;
         if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-            return Err(database(
-                path,
-                "cannot open for writing: the file is read-only",
-            ));
+            return Err(database(path, "打不开来写:文件是只读的"));
         }
         // Check the version before changing anything, so a newer file is left alone.
         let found = schema_version(&conn, path)?;
@@ -142,9 +139,9 @@ impl SqliteSessionStore {
     pub fn open_read_only(path: &Path) -> Result<Option<Self>, StoreError> {
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(database_because(path, format!("cannot read: {e}"), e)),
+            Err(e) => return Err(database_because(path, format!("读不了({e})"), e)),
             Ok(meta) if meta.is_dir() => {
-                return Err(database(path, "is a directory, not a database file"));
+                return Err(database(path, "是目录,不是数据库文件"));
             }
             Ok(_) => {}
         }
@@ -156,8 +153,7 @@ impl SqliteSessionStore {
             Some(len) if len > 0 && !shm.exists() => {
                 return Err(database(
                     path,
-                    "has a write-ahead log but no -shm index; open it read-write once (any \
-                     flower store command that writes) to recover it",
+                    "有 -wal 日志却没有 -shm 索引;用读写方式打开一次(任何会写的 flower store 命令)就能恢复",
                 ));
             }
             Some(len) if len > 0 => "mode=ro&readonly_shm=1",
@@ -439,7 +435,7 @@ impl SqliteSessionStore {
             Ok(entries) => Ok((!entries.is_empty()).then_some(entries)),
             Err((id, e)) => Err(database_because(
                 &self.path,
-                format!("entry row {id} is not valid JSON: {e}"),
+                format!("第 {id} 行记录不是合法的 JSON({e})"),
                 e,
             )),
         }
@@ -453,7 +449,7 @@ impl SqliteSessionStore {
 
     fn writable(&self) -> Result<(), StoreError> {
         if self.read_only {
-            return Err(database(&self.path, "opened read-only; writes are refused"));
+            return Err(database(&self.path, "是只读打开的,不能写"));
         }
         // One stat a write: cheap next to a commit.
         if self.identity.is_some() && identity(&self.path) != self.identity {
@@ -468,7 +464,7 @@ impl SqliteSessionStore {
             }
             return Err(database(
                 &self.path,
-                "was moved or replaced while flower had it open; nothing more is written to it",
+                "flower 开着它的时候被挪走或换掉了;不再往里写",
             ));
         }
         Ok(())
@@ -761,7 +757,7 @@ fn set_wal(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             Ok(mode) => {
                 return Err(database(
                     path,
-                    format!("cannot switch to WAL mode (journal mode stays {mode})"),
+                    format!("切不到 WAL 模式(journal mode 还是 {mode})"),
                 ));
             }
             Err(e) if is_busy(&e) && Instant::now() < deadline => {
@@ -786,12 +782,9 @@ fn timed_error(path: &Path, e: rusqlite::Error, started: Instant) -> StoreError 
         let waited = started.elapsed();
         let detail = e.to_string();
         let why = if waited >= Duration::from_secs(1) {
-            format!(
-                "still locked by another process after {} s ({detail})",
-                waited.as_secs()
-            )
+            format!("等了 {} 秒,还被另一个进程锁着({detail})", waited.as_secs())
         } else {
-            format!("locked by another process, which SQLite would not wait for ({detail})")
+            format!("被另一个进程锁着,SQLite 没有等({detail})")
         };
         return database_because(path, why, e);
     }
@@ -865,20 +858,20 @@ fn newer(path: &Path, found: i64) -> StoreError {
 fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
     let detail = e.to_string();
     let why = match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => "not a SQLite database (or encrypted)".to_string(),
-        Some(ErrorCode::DatabaseCorrupt) => format!("the database is corrupt ({detail})"),
+        Some(ErrorCode::NotADatabase) => "不是 SQLite 数据库(或者加密了)".to_string(),
+        Some(ErrorCode::DatabaseCorrupt) => format!("数据库坏了({detail})"),
         Some(ErrorCode::CannotOpen) => {
-            format!("cannot open or create the database ({detail}); is its directory writable?")
+            format!("打不开也建不了数据库({detail});它的目录可写吗?")
         }
         Some(ErrorCode::ReadOnly) => {
-            format!("cannot write ({detail}); is the file or its directory read-only?")
+            format!("写不进去({detail});文件或目录是只读的吗?")
         }
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            format!("locked by another process ({detail})")
+            format!("被另一个进程锁着({detail})")
         }
-        Some(ErrorCode::DiskFull) => "the disk is full".to_string(),
-        Some(ErrorCode::PermissionDenied) => format!("permission denied ({detail})"),
-        _ => detail,
+        Some(ErrorCode::DiskFull) => "磁盘满了".to_string(),
+        Some(ErrorCode::PermissionDenied) => format!("没有权限({detail})"),
+        _ => format!("SQLite 出错({detail})"),
     };
     database_because(path, why, e)
 }

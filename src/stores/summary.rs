@@ -18,7 +18,7 @@ pub fn parse_summary_rows(
     rows.into_iter()
         .map(|(session_id, mtime, data)| {
             let data = serde_json::from_str(&data)
-                .map_err(|e| bad(format!("summary of {session_id} is not valid JSON: {e}"), e))?;
+                .map_err(|e| bad(format!("{session_id} 的摘要不是合法的 JSON({e})"), e))?;
             Ok(super::SessionSummary {
                 session_id,
                 mtime,

@@ -112,7 +112,7 @@ fn new_on_a_sessions_db_that_cannot_be_opened_changes_nothing() {
     let out = project.run(&server, &["--new", "另一件事"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("not a SQLite database"), "{stderr}");
+    assert!(stderr.contains("不是 SQLite 数据库"), "{stderr}");
     assert_eq!(project.read("runs/lineage.json"), lineage);
     assert_eq!(project.read("notes/需求.md"), brief);
     assert!(!project.dir.join("notes/archive").exists());

@@ -129,11 +129,7 @@ fn an_error_is_said_once_and_in_chinese() {
     let out = project.run(&server, &["--new", "另一件事"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(
-        stderr.matches("not a SQLite database").count(),
-        1,
-        "{stderr}"
-    );
+    assert_eq!(stderr.matches("不是 SQLite 数据库").count(), 1, "{stderr}");
     assert!(
         stderr.contains("打不开存储") && stderr.contains("什么都没发给模型"),
         "{stderr}"

@@ -79,11 +79,7 @@ fn a_corrupt_sessions_db_names_the_file_and_sqlites_cause() {
         1,
         "names the file once: {stderr}"
     );
-    assert_eq!(
-        stderr.matches("not a SQLite database").count(),
-        1,
-        "{stderr}"
-    );
+    assert_eq!(stderr.matches("不是 SQLite 数据库").count(), 1, "{stderr}");
     // SQLite's own words, from the typed source.
     assert_eq!(
         stderr.matches("file is not a database").count(),
@@ -154,7 +150,7 @@ fn model_and_configuration_errors_keep_their_cause() {
         "the URL parser's error under it: {model:?}"
     );
     let chain = flower::error::chain(&error);
-    assert_eq!(chain.matches("not a URL").count(), 1, "{chain}");
+    assert_eq!(chain.matches("不是 URL").count(), 1, "{chain}");
 
     // A price file that is not JSON keeps the parser's error.
     let error = PriceTable::from_json("{", "prices.json").unwrap_err();

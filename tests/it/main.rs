@@ -8,6 +8,7 @@ mod support;
 
 mod afresh;
 mod claude_code_import;
+mod cli_language;
 mod cli_small;
 mod closed_pipe;
 mod config;

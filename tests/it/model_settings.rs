@@ -123,14 +123,18 @@ fn bad_settings_exit_2_before_any_request_without_quoting_secrets() {
         (
             vec![],
             vec![("ANTHROPIC_CUSTOM_HEADERS", "X-Ok: 1\nsecret-without-colon")],
-            "ANTHROPIC_CUSTOM_HEADERS line 2",
+            "ANTHROPIC_CUSTOM_HEADERS 第 2 行",
         ),
-        (vec!["--model", "sonet"], vec![], "unknown model alias"),
-        (vec!["--thinking=512"], vec![], "below the API minimum"),
+        (
+            vec!["--model", "sonet"],
+            vec![],
+            "没有 \"sonet\" 这个模型别名",
+        ),
+        (vec!["--thinking=512"], vec![], "低于 API 的下限"),
         (
             vec!["--thinking=8000"],
             vec![("FLOWER_MAX_TOKENS", "4000")],
-            "must be below max_tokens",
+            "必须小于 max_tokens",
         ),
         (
             vec![],
@@ -202,7 +206,7 @@ fn aliases_resolve_and_unknown_models_work_unpriced_with_one_warning() {
     assert_eq!(server.requests()[2].model(), "my-gateway/model-x");
     assert_eq!(json_of(&out)["total_cost_usd"], Value::Null);
     assert_eq!(
-        stderr(&out).matches("no price").count(),
+        stderr(&out).matches("不在价格表里").count(),
         1,
         "{}",
         stderr(&out)
@@ -393,12 +397,12 @@ fn bad_model_combinations_exit_2_before_any_request() {
         (
             vec!["--effort", "low", "--model", "claude-sonnet-4-5"],
             vec![],
-            "does not take an effort",
+            "不接受 effort",
         ),
         (
             vec!["--effort", "xhigh", "--model", "claude-opus-4-6"],
             vec![],
-            "low, medium, high, max",
+            "low、medium、high、max",
         ),
         (
             vec![],
@@ -408,12 +412,12 @@ fn bad_model_combinations_exit_2_before_any_request() {
         (
             vec!["--thinking", "--model", "claude-3-5-haiku-20241022"],
             vec![],
-            "no extended thinking",
+            "没有扩展思考",
         ),
         (
             vec!["--model", "claude-sonnet-4-5"],
             vec![("FLOWER_MAX_TOKENS", "100000")],
-            "at most 64000",
+            "最多写 64000",
         ),
     ];
     for (flags, env, says) in cases {

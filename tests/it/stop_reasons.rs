@@ -347,7 +347,7 @@ fn context_window_exceeded_is_a_clear_error_naming_new() {
     let out = flower(&server, dir.path(), &["once", "继续"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("context window"), "{err}");
+    assert!(err.contains("上下文窗口满了"), "{err}");
     assert!(err.contains("--new"), "{err}");
     assert_eq!(server.request_count(), 1);
 }

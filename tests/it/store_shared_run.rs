@@ -279,7 +279,7 @@ fn a_bad_run_key_or_one_without_a_store_exits_2() {
     for (args, env, want) in [
         (vec!["x", "--run-key=-dash"], None, "--run-key"),
         (vec!["x", "--run-key", "a/b"], None, "--run-key"),
-        (vec!["x", "--run-key", "ok"], None, "needs --store"),
+        (vec!["x", "--run-key", "ok"], None, "要和 --store"),
         (vec!["x"], Some("bad key"), "FLOWER_RUN_KEY"),
     ] {
         let mut cmd = Flower::bin().server(&server).command();

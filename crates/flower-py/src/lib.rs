@@ -459,7 +459,7 @@ impl PyWorkflow {
                 };
                 let interrupted: PyResult<()> = tokio::select! {
                     done = &mut task => return done.unwrap_or_else(|e| {
-                        Err(FlowerError::new_err(format!("the run failed: {e}")))
+                        Err(FlowerError::new_err(format!("运行的任务异常结束({e})")))
                     }),
                     interrupted = signals => interrupted,
                 };
@@ -923,9 +923,9 @@ impl PyLineage {
     #[new]
     #[pyo3(signature = (run_dir = PathBuf::from("runs"), workspace = PathBuf::from(".")))]
     fn new(run_dir: PathBuf, workspace: PathBuf) -> PyResult<Self> {
-        let workspace = workspace
-            .canonicalize()
-            .map_err(|e| FlowerError::new_err(format!("workspace {}: {e}", workspace.display())))?;
+        let workspace = workspace.canonicalize().map_err(|e| {
+            FlowerError::new_err(format!("工作区 {} 用不了({e})", workspace.display()))
+        })?;
         Ok(PyLineage {
             inner: Mutex::new(flower::Lineage::load(&run_dir, &workspace, |_| true)),
         })

@@ -32,7 +32,7 @@ where
     pyo3_async_runtimes::tokio::future_into_py(py, async move {
         let value = tokio::task::spawn_blocking(work)
             .await
-            .map_err(|e| FlowerError::new_err(format!("store call failed: {e}")))?
+            .map_err(|e| FlowerError::new_err(format!("存储调用异常结束({e})")))?
             .map_err(store_error)?;
         Python::attach(|py| make(py, value))
     })

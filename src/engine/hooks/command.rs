@@ -146,9 +146,9 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
 /// Why a hook's command did not start.
 #[derive(Debug, thiserror::Error)]
 enum SpawnError {
-    #[error("cannot sandbox the hook: {0}")]
+    #[error("没法把钩子放进沙箱:{0}")]
     Sandbox(#[source] sandbox::SandboxError),
-    #[error("cannot start the hook: {0}")]
+    #[error("钩子起不来({0})")]
     Start(#[source] std::io::Error),
 }
 

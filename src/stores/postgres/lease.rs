@@ -223,7 +223,7 @@ impl PostgresStore {
                 }
             })
             .map_err(|source| StoreError::Io {
-                what: "cannot start a database thread".into(),
+                what: "起不了数据库线程".into(),
                 source,
             })?;
         match answer.recv() {
@@ -239,7 +239,7 @@ impl PostgresStore {
                 let _ = thread.join();
                 Err(self.failed(e))
             }
-            Err(_) => Err(self.error("the database thread stopped")),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 }

@@ -217,7 +217,7 @@ impl PostgresStore {
             .name("flower-pg-locks".into())
             .spawn(move || serving.serve(queue))
             .map_err(|source| StoreError::Io {
-                what: "cannot start a database thread".into(),
+                what: "起不了数据库线程".into(),
                 source,
             })?;
         *locker = Some(jobs.clone());

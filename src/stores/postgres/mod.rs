@@ -131,7 +131,7 @@ impl PostgresStore {
                     }
                 })
                 .map_err(|source| StoreError::Io {
-                    what: "cannot start a database thread".into(),
+                    what: "起不了数据库线程".into(),
                     source,
                 })?;
             threads.push(thread);
@@ -180,11 +180,11 @@ impl PostgresStore {
             .as_ref()
             .map(|jobs| jobs.send(job).is_ok());
         if sent != Some(true) {
-            return Err(self.error("the store is closed"));
+            return Err(self.error("存储已经关了"));
         }
         match answer.recv() {
             Ok(result) => result.map_err(|e| self.failed(e)),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -292,7 +292,7 @@ impl SessionStore for PostgresStore {
             .into_iter()
             .map(|(id, text)| {
                 serde_json::from_str(&text).map_err(|e| {
-                    self.error_because(format!("entry row {id} is not valid JSON: {e}"), e)
+                    self.error_because(format!("第 {id} 行记录不是合法的 JSON({e})"), e)
                 })
             })
             .collect::<Result<Vec<_>, _>>()
@@ -337,7 +337,7 @@ impl SessionStore for PostgresStore {
         })?;
         text.map(|text| {
             serde_json::from_str(&text)
-                .map_err(|e| self.error_because(format!("a stored usage: {e}"), e))
+                .map_err(|e| self.error_because(format!("存着的用量读不出来({e})"), e))
         })
         .transpose()
     }
@@ -408,7 +408,7 @@ impl SessionStore for PostgresStore {
                 shared,
                 reply,
             })
-            .map_err(|_| self.error("the database thread stopped"))?;
+            .map_err(|_| self.error("数据库线程停了"))?;
         match answer.recv() {
             Ok(Ok(SessionHold::Held(_))) => Ok(SessionHold::Held(Box::new(SessionGuard {
                 session_id: session_id.to_string(),
@@ -417,7 +417,7 @@ impl SessionStore for PostgresStore {
             }))),
             Ok(Ok(busy)) => Ok(busy),
             Ok(Err(e)) => Err(self.failed(e)),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -464,11 +464,11 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
 /// `Display` says only "db error").
 fn describe(e: &::postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
-        return format!("{} ({})", db.message(), db.code().code());
+        return format!("PostgreSQL 出错({} ({}))", db.message(), db.code().code());
     }
     match std::error::Error::source(e) {
-        Some(source) => format!("{e}: {source}"),
-        None => e.to_string(),
+        Some(source) => format!("PostgreSQL 出错({e}: {source})"),
+        None => format!("PostgreSQL 出错({e})"),
     }
 }
 

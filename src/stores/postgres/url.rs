@@ -25,13 +25,13 @@ impl std::fmt::Display for PostgresUrl {
 /// Why a store URL was refused. Never repeats the password.
 #[derive(Debug, thiserror::Error)]
 pub enum UrlError {
-    #[error("expected a URL starting with postgres:// or postgresql://")]
+    #[error("要 postgres:// 或 postgresql:// 开头的 URL")]
     Scheme,
-    #[error("not a PostgreSQL URL: {0}")]
+    #[error("不是 PostgreSQL 的 URL({0})")]
     Driver(#[source] ::postgres::Error),
-    #[error("the URL names no host")]
+    #[error("URL 里没有主机")]
     NoHost,
-    #[error("the URL names no database (postgres://host:port/DATABASE)")]
+    #[error("URL 里没有数据库名(postgres://host:port/DATABASE)")]
     NoDatabase,
 }
 

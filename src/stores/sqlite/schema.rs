@@ -180,7 +180,7 @@ pub(super) fn schema_version(conn: &Connection, path: &Path) -> Result<i64, Stor
         if tables.iter().any(|t| !t.starts_with("sqlite_")) {
             return Err(database(
                 path,
-                "is a SQLite database but not a flower session store (no meta table)",
+                "是 SQLite 数据库,但不是 flower 的会话库(没有 meta 表)",
             ));
         }
         return Ok(0);
@@ -195,12 +195,10 @@ pub(super) fn schema_version(conn: &Connection, path: &Path) -> Result<i64, Stor
         .map_err(|e| timed_error(path, e, started))?;
     match value {
         None => Ok(0),
-        Some(v) => v.trim().parse().map_err(|_| {
-            database(
-                path,
-                format!("has an unreadable schema_version {v:?} in its meta table"),
-            )
-        }),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| database(path, format!("meta 表里的 schema_version {v:?} 读不懂"))),
     }
 }
 

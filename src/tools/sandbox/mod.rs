@@ -177,10 +177,10 @@ pub fn landlock_abi() -> Result<i32, NoLandlock> {
 /// Why a command cannot be sandboxed as asked.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("the sandbox is required but unavailable: {0}")]
+    #[error("要求沙箱,可沙箱用不了:{0}")]
     Unavailable(String),
     /// `why` quotes the error of the kernel interface behind it, kept as `source`.
-    #[error("cannot build the sandbox: {why}")]
+    #[error("沙箱建不起来:{why}")]
     Build {
         why: String,
         #[source]
