@@ -36,74 +36,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod schema;
+use schema::{Layout, migrate, schema_version, transcript_id, uuid_key};
+
 /// The schema version this build writes and the newest it can read.
 pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a writer waits for another process's write lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Migration `i` brings the schema from version `i` to `i + 1`. Append only: a shipped
-/// migration is never edited.
-const MIGRATIONS: [&str; 2] = ["
-    CREATE TABLE meta (
-        key   TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    );
-    CREATE TABLE entries (
-        id          INTEGER PRIMARY KEY,
-        project_key TEXT    NOT NULL,
-        session_id  TEXT    NOT NULL,
-        subpath     TEXT    NOT NULL DEFAULT '',
-        uuid        TEXT,
-        type        TEXT,
-        stored_at   INTEGER NOT NULL,
-        data        TEXT    NOT NULL
-    );
-    CREATE INDEX entries_by_key ON entries (project_key, session_id, subpath, id);
-    CREATE UNIQUE INDEX entries_uuid ON entries (project_key, session_id, subpath, uuid)
-        WHERE uuid IS NOT NULL;
-    CREATE TABLE summaries (
-        project_key TEXT    NOT NULL,
-        session_id  TEXT    NOT NULL,
-        mtime       INTEGER NOT NULL,
-        data        TEXT    NOT NULL,
-        PRIMARY KEY (project_key, session_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX summaries_by_session ON summaries (session_id);
-", "
-    CREATE TABLE transcripts (
-        id          INTEGER PRIMARY KEY,
-        project_key TEXT NOT NULL,
-        session_id  TEXT NOT NULL,
-        subpath     TEXT NOT NULL DEFAULT '',
-        UNIQUE (project_key, session_id, subpath)
-    );
-    INSERT INTO transcripts (project_key, session_id, subpath)
-        SELECT project_key, session_id, subpath FROM entries
-        GROUP BY project_key, session_id, subpath ORDER BY min(id);
-    CREATE TABLE entries_2 (
-        id         INTEGER PRIMARY KEY,
-        transcript INTEGER NOT NULL,
-        uuid       BLOB,
-        type       TEXT,
-        stored_at  INTEGER NOT NULL,
-        data       TEXT    NOT NULL
-    );
-    INSERT INTO entries_2 (id, transcript, uuid, type, stored_at, data)
-        SELECT e.id, t.id,
-               CASE WHEN e.uuid GLOB
-                 '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'
-               THEN unhex(replace(e.uuid, '-', '')) ELSE e.uuid END,
-               e.type, e.stored_at, e.data
-        FROM entries e JOIN transcripts t
-          ON t.project_key = e.project_key AND t.session_id = e.session_id
-         AND t.subpath = e.subpath
-        ORDER BY e.id;
-    DROP TABLE entries;
-    ALTER TABLE entries_2 RENAME TO entries;
-    CREATE INDEX entries_by_transcript ON entries (transcript);
-    CREATE UNIQUE INDEX entries_uuid ON entries (transcript, uuid) WHERE uuid IS NOT NULL;
-"];
 
 /// When a commit reaches the disk (SQLite's `synchronous` in WAL mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -618,102 +558,6 @@ impl SessionStore for SqliteSessionStore {
     }
 }
 
-/// How entry rows name their key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layout {
-    /// Schema 1: the key's three columns in every row (a file opened read-only).
-    Keyed,
-    /// Since schema 2: the id of the key's `transcripts` row.
-    Numbered,
-}
-
-impl Layout {
-    /// The condition picking a key's entry rows; `?1`, `?2`, `?3` are its project key,
-    /// session id and subpath (`''` for a main transcript).
-    fn rows_of(self) -> &'static str {
-        match self {
-            Layout::Keyed => "project_key = ?1 AND session_id = ?2 AND subpath = ?3",
-            Layout::Numbered => {
-                "transcript = (SELECT id FROM transcripts \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3)"
-            }
-        }
-    }
-
-    /// The sub-transcripts of a session (`?1`, `?2`) that hold entries, in order.
-    fn subkeys(self) -> &'static str {
-        match self {
-            Layout::Keyed => {
-                "SELECT DISTINCT subpath FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' ORDER BY subpath"
-            }
-            Layout::Numbered => {
-                "SELECT subpath FROM transcripts t \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' \
-                 AND EXISTS (SELECT 1 FROM entries WHERE transcript = t.id) ORDER BY subpath"
-            }
-        }
-    }
-}
-
-/// An entry's `uuid` as the `entries` table keeps it: the 16 bytes of a canonical UUID
-/// (36 characters, lowercase hex and hyphens at 8, 13, 18, 23), 20 bytes less in the
-/// row and in the index; any other text unchanged. One to one either way. Migration 2
-/// converts old rows by the same rule.
-fn uuid_key(text: &str) -> rusqlite::types::Value {
-    canonical_uuid(text).map_or_else(
-        || rusqlite::types::Value::Text(text.to_string()),
-        |bytes| rusqlite::types::Value::Blob(bytes.to_vec()),
-    )
-}
-
-fn canonical_uuid(text: &str) -> Option<[u8; 16]> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 36 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    let mut digits = Vec::with_capacity(32);
-    for (i, &c) in bytes.iter().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            if c != b'-' {
-                return None;
-            }
-            continue;
-        }
-        digits.push(match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            _ => return None,
-        });
-    }
-    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = pair[0] << 4 | pair[1];
-    }
-    Some(out)
-}
-
-/// The id of a key's `transcripts` row, made when there is none yet. Inside the
-/// caller's write transaction, so no other writer makes it meanwhile.
-fn transcript_id(conn: &Connection, key: &SessionKey, subpath: &str) -> rusqlite::Result<i64> {
-    let found = conn
-        .prepare_cached(
-            "SELECT id FROM transcripts WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
-        )?
-        .query_row(params![key.project_key, key.session_id, subpath], |r| {
-            r.get(0)
-        })
-        .optional()?;
-    if let Some(id) = found {
-        return Ok(id);
-    }
-    conn.prepare_cached(
-        "INSERT INTO transcripts (project_key, session_id, subpath) VALUES (?1, ?2, ?3)",
-    )?
-    .execute(params![key.project_key, key.session_id, subpath])?;
-    Ok(conn.last_insert_rowid())
-}
-
 /// Entry rows copied out of SQLite, their JSON texts back to back.
 struct Batch {
     /// Index of the first row in the whole result.
@@ -832,69 +676,6 @@ fn parse_rows<T: Send>(
         }
         Ok(Ok(out))
     })
-}
-
-/// The schema version recorded in the file: 0 for a file without flower's tables.
-fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
-    let started = Instant::now();
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(|e| timed_error(path, e, started))?;
-    if !tables.iter().any(|t| t == "meta") {
-        if tables.iter().any(|t| !t.starts_with("sqlite_")) {
-            return Err(database(
-                path,
-                "是 SQLite 数据库,但不是 flower 的会话库(没有 meta 表)",
-            ));
-        }
-        return Ok(0);
-    }
-    let value: Option<String> = conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(|e| timed_error(path, e, started))?;
-    match value {
-        None => Ok(0),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| database(path, format!("meta 表里的 schema_version {v:?} 读不懂"))),
-    }
-}
-
-fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
-    let started = Instant::now();
-    let run = || -> Result<(), StoreError> {
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| timed_error(path, e, started))?;
-        // Re-read under the write lock: another process may have migrated meanwhile.
-        let found = schema_version(conn, path)?;
-        if found > SCHEMA_VERSION {
-            return Err(newer(path, found));
-        }
-        for (from, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-            conn.execute_batch(sql)
-                .map_err(|e| timed_error(path, e, started))?;
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', ?1) \
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [(from as i64 + 1).to_string()],
-            )
-            .map_err(|e| timed_error(path, e, started))?;
-        }
-        conn.execute_batch("COMMIT")
-            .map_err(|e| timed_error(path, e, started))
-    };
-    let result = run();
-    if result.is_err() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-    result
 }
 
 /// Makes a new store at `path` (which does not exist) the fast way: built in a private
