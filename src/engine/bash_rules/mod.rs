@@ -117,6 +117,15 @@ impl std::fmt::Display for NotPlain {
     }
 }
 
+impl std::error::Error for NotPlain {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            NotPlain::Parse(e) => Some(e),
+            NotPlain::Construct { .. } => None,
+        }
+    }
+}
+
 /// A word of [`deny_view`]: its text, or `None` when only known at run time.
 pub type DenyWord = Option<String>;
 

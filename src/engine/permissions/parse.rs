@@ -101,8 +101,13 @@ pub(super) fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleEr
 }
 
 fn one_command(rule: &str, text: &str) -> Result<Vec<String>, RuleError> {
-    let mut cmds = bash_rules::plain_parts(text)
-        .map_err(|e| rule_error(rule, format!("不是一条普通的简单命令({e})")))?;
+    let mut cmds = bash_rules::plain_parts(text).map_err(|e| {
+        let why = format!("不是一条普通的简单命令({e})");
+        RuleError {
+            cause: Some(crate::error::Cause::new(e)),
+            ..rule_error(rule, why)
+        }
+    })?;
     match cmds.len() {
         1 => Ok(cmds.remove(0).words),
         0 => Err(rule_error(rule, "没有命令")),

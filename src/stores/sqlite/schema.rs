@@ -1,7 +1,7 @@
 //! The schema of `sessions.db`: its migrations, the version a file records, and how
 //! entry rows name their key in each layout ([`Layout`]).
 
-use super::{SCHEMA_VERSION, database, newer, timed_error};
+use super::{SCHEMA_VERSION, database, database_because, newer, timed_error};
 use crate::stores::{SessionKey, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
@@ -198,7 +198,7 @@ pub(super) fn schema_version(conn: &Connection, path: &Path) -> Result<i64, Stor
         Some(v) => v
             .trim()
             .parse()
-            .map_err(|_| database(path, format!("meta 表里的 schema_version {v:?} 读不懂"))),
+            .map_err(|e| database_because(path, format!("meta 表里的 schema_version {v:?} 读不懂"), e)),
     }
 }
 
