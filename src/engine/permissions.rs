@@ -110,6 +110,9 @@ const MAX_QUOTED: usize = 300;
 pub struct RuleError {
     pub rule: String,
     pub why: String,
+    /// The glob parser's error, when that is what refused the rule (`why` quotes it).
+    #[source]
+    pub cause: Option<crate::error::Cause>,
 }
 
 /// The outcome of a permission check.

@@ -216,10 +216,17 @@ pub fn classify_error(err: &ModelError) -> ErrorClass {
 /// What the user has to fix after a fatal error, when flower can tell: a rejected key, a
 /// key without access, an exhausted balance, an unknown model or endpoint.
 pub fn fatal_hint(err: &ModelError) -> Option<&'static str> {
-    let ModelError::Api { status, kind, .. } = err else {
+    let ModelError::Api {
+        status,
+        kind,
+        message,
+        ..
+    } = err
+    else {
         return None;
     };
-    let text = err.to_string().to_lowercase();
+    // The API names billing trouble only in its message when the kind is generic.
+    let text = message.to_lowercase();
     if *status == Some(401) || kind == "authentication_error" {
         Some(
             "API 不认这个 key:检查 ANTHROPIC_API_KEY(写错了、被吊销了,或者不是 Anthropic 的 key),export 一个有效的(例如 `export ANTHROPIC_API_KEY=sk-ant-…`)再跑 flower。",

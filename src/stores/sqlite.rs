@@ -3,13 +3,21 @@
 //!
 //! Layout (schema version [`SCHEMA_VERSION`]):
 //! - `meta(key, value)`: `schema_version`, the version of the newest migration applied;
-//! - `entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`: one
-//!   row per transcript entry, `data` the entry's JSON text; `subpath` is `''` for a
-//!   main transcript; `id` orders a key's entries; a partial unique index on
-//!   `(project_key, session_id, subpath, uuid)` makes `uuid` an idempotency key;
+//! - `transcripts(id, project_key, session_id, subpath)`: one row per key (`subpath`
+//!   is `''` for a main transcript), so that entry rows carry a small number instead of
+//!   the key's text (in the row and in both indexes: most of a row's overhead);
+//! - `entries(id, transcript, uuid, type, stored_at, data)`: one row per transcript
+//!   entry, `data` the entry's JSON text; `id` orders a transcript's entries; a partial
+//!   unique index on `(transcript, uuid)` makes `uuid` an idempotency key. `uuid` is
+//!   kept as its 16 bytes when it is a canonical UUID (lowercase, hyphenated: what
+//!   flower mints), any other text as it is ([`uuid_key`]; a blob never equals a text);
 //! - `summaries(project_key, session_id, mtime, data)`: one row per main transcript,
 //!   folded inside `append` (see [`super::summary`]); `mtime` (epoch ms, storage time)
 //!   is also what `list_sessions` reports, so the two always agree.
+//!
+//! Schema 1 kept the key's three columns in every entry row. Opening a schema-1 file
+//! for writing upgrades it in one transaction (all or nothing, like every migration);
+//! a read-only open reads it as it is.
 //!
 //! The file is in WAL mode with `synchronous=NORMAL`: a commit is in the WAL (the OS
 //! page cache) when `append` returns, so it survives the process being killed; only a
@@ -28,14 +36,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The schema version this build writes and the newest it can read.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a writer waits for another process's write lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Append only: a shipped
 /// migration is never edited.
-const MIGRATIONS: [&str; 1] = ["
+const MIGRATIONS: [&str; 2] = ["
     CREATE TABLE meta (
         key   TEXT PRIMARY KEY,
         value TEXT NOT NULL
@@ -61,6 +69,39 @@ const MIGRATIONS: [&str; 1] = ["
         PRIMARY KEY (project_key, session_id)
     ) WITHOUT ROWID;
     CREATE INDEX summaries_by_session ON summaries (session_id);
+", "
+    CREATE TABLE transcripts (
+        id          INTEGER PRIMARY KEY,
+        project_key TEXT NOT NULL,
+        session_id  TEXT NOT NULL,
+        subpath     TEXT NOT NULL DEFAULT '',
+        UNIQUE (project_key, session_id, subpath)
+    );
+    INSERT INTO transcripts (project_key, session_id, subpath)
+        SELECT project_key, session_id, subpath FROM entries
+        GROUP BY project_key, session_id, subpath ORDER BY min(id);
+    CREATE TABLE entries_2 (
+        id         INTEGER PRIMARY KEY,
+        transcript INTEGER NOT NULL,
+        uuid       BLOB,
+        type       TEXT,
+        stored_at  INTEGER NOT NULL,
+        data       TEXT    NOT NULL
+    );
+    INSERT INTO entries_2 (id, transcript, uuid, type, stored_at, data)
+        SELECT e.id, t.id,
+               CASE WHEN e.uuid GLOB
+                 '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'
+               THEN unhex(replace(e.uuid, '-', '')) ELSE e.uuid END,
+               e.type, e.stored_at, e.data
+        FROM entries e JOIN transcripts t
+          ON t.project_key = e.project_key AND t.session_id = e.session_id
+         AND t.subpath = e.subpath
+        ORDER BY e.id;
+    DROP TABLE entries;
+    ALTER TABLE entries_2 RENAME TO entries;
+    CREATE INDEX entries_by_transcript ON entries (transcript);
+    CREATE UNIQUE INDEX entries_uuid ON entries (transcript, uuid) WHERE uuid IS NOT NULL;
 "];
 
 /// When a commit reaches the disk (SQLite's `synchronous` in WAL mode).
@@ -78,6 +119,9 @@ pub struct SqliteSessionStore {
     conn: Mutex<Connection>,
     path: PathBuf,
     read_only: bool,
+    /// How entry rows name their key: schema 1 (a file opened read-only, not upgraded)
+    /// or the current one.
+    layout: Layout,
     /// The file's (device, inode) when it was opened for writing: a file renamed or
     /// replaced meanwhile is no longer written (its `-wal` would be left orphaned
     /// beside the old name, for whatever file comes there next to pick up).
@@ -138,6 +182,7 @@ impl SqliteSessionStore {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             read_only: false,
+            layout: Layout::Numbered,
             identity: identity(path),
         })
     }
@@ -192,6 +237,11 @@ impl SqliteSessionStore {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             read_only: true,
+            layout: if found < 2 {
+                Layout::Keyed
+            } else {
+                Layout::Numbered
+            },
             identity: None,
         }))
     }
@@ -226,7 +276,7 @@ impl SqliteSessionStore {
             let Some(object) = entry.as_object() else {
                 return Err(StoreError::NotAnObject { index });
             };
-            let uuid = object.get("uuid").and_then(Value::as_str);
+            let uuid = object.get("uuid").and_then(Value::as_str).map(uuid_key);
             let kind = object.get("type").and_then(Value::as_str);
             let data = serde_json::to_string(entry)
                 .map_err(|source| StoreError::Encode { index, source })?;
@@ -243,21 +293,13 @@ impl SqliteSessionStore {
             let now = now_ms();
             let mut stored = Vec::new();
             {
+                let transcript = transcript_id(&tx, key, subpath)?;
                 let mut insert = tx.prepare_cached(
-                    "INSERT OR IGNORE INTO entries \
-                     (project_key, session_id, subpath, uuid, type, stored_at, data) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT OR IGNORE INTO entries (transcript, uuid, type, stored_at, data) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?;
                 for (index, (uuid, kind, data)) in rows.iter().enumerate() {
-                    let n = insert.execute(params![
-                        key.project_key,
-                        key.session_id,
-                        subpath,
-                        uuid,
-                        kind,
-                        now,
-                        data
-                    ])?;
+                    let n = insert.execute(params![transcript, uuid, kind, now, data])?;
                     if n == 1 {
                         stored.push(index);
                     }
@@ -312,15 +354,29 @@ impl SqliteSessionStore {
                         "DELETE FROM summaries WHERE project_key = ?1 AND session_id = ?2",
                         params![key.project_key, key.session_id],
                     )?;
-                    tx.execute(
-                        "DELETE FROM entries WHERE project_key = ?1 AND session_id = ?2",
+                    let removed = tx.execute(
+                        "DELETE FROM entries WHERE transcript IN \
+                         (SELECT id FROM transcripts WHERE project_key = ?1 AND session_id = ?2)",
                         params![key.project_key, key.session_id],
-                    )?
+                    )?;
+                    tx.execute(
+                        "DELETE FROM transcripts WHERE project_key = ?1 AND session_id = ?2",
+                        params![key.project_key, key.session_id],
+                    )?;
+                    removed
                 }
-                Some(sub) => tx.execute(
-                    "DELETE FROM entries WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
-                    params![key.project_key, key.session_id, sub],
-                )?,
+                Some(sub) => {
+                    let removed = tx.execute(
+                        &format!("DELETE FROM entries WHERE {}", Layout::Numbered.rows_of()),
+                        params![key.project_key, key.session_id, sub],
+                    )?;
+                    tx.execute(
+                        "DELETE FROM transcripts \
+                         WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+                        params![key.project_key, key.session_id, sub],
+                    )?;
+                    removed
+                }
             };
             tx.commit()?;
             Ok(removed)
@@ -338,11 +394,10 @@ impl SqliteSessionStore {
         let subpath = key.subpath.as_deref().unwrap_or("");
         let conn = self.lock();
         let run = || -> rusqlite::Result<Option<Value>> {
-            let mut stmt = conn.prepare_cached(
-                "SELECT data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 AND type = 'assistant' \
-                 ORDER BY id DESC",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT data FROM entries WHERE {} AND type = 'assistant' ORDER BY id DESC",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
             while let Some(row) = rows.next()? {
                 let Ok(entry) = serde_json::from_slice::<Value>(row.get_ref(0)?.as_bytes()?) else {
@@ -372,21 +427,20 @@ impl SqliteSessionStore {
         let subpath = key.subpath.as_deref().unwrap_or("");
         self.query(|conn| {
             let total: i64 = conn
-                .prepare_cached(
-                    "SELECT COUNT(*) FROM entries \
-                     WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
-                )?
+                .prepare_cached(&format!(
+                    "SELECT COUNT(*) FROM entries WHERE {}",
+                    self.layout.rows_of()
+                ))?
                 .query_row(params![key.project_key, key.session_id, subpath], |r| {
                     r.get(0)
                 })?;
             if total == 0 {
                 return Ok(None);
             }
-            let mut stmt = conn.prepare_cached(
-                "SELECT data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 AND type = ?4 \
-                 ORDER BY id",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT data FROM entries WHERE {} AND type = ?4 ORDER BY id",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath, kind])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
@@ -407,10 +461,10 @@ impl SqliteSessionStore {
         key.validate()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
         self.query(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT data FROM entries WHERE {} ORDER BY id",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
             let mut count = 0;
             while let Some(row) = rows.next()? {
@@ -430,10 +484,10 @@ impl SqliteSessionStore {
         key.validate()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
         let parsed = self.query(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT id, data FROM entries WHERE {} ORDER BY id",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
             parse_rows(&mut rows, map)
         })?;
@@ -545,10 +599,7 @@ impl SessionStore for SqliteSessionStore {
     fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError> {
         key.validate()?;
         self.query(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT DISTINCT subpath FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' ORDER BY subpath",
-            )?;
+            let mut stmt = conn.prepare_cached(self.layout.subkeys())?;
             stmt.query_map(params![key.project_key, key.session_id], |r| r.get(0))?
                 .collect()
         })
@@ -560,6 +611,102 @@ impl SessionStore for SqliteSessionStore {
                 .query_row([session_id], |r| r.get(0))
         })
     }
+}
+
+/// How entry rows name their key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Schema 1: the key's three columns in every row (a file opened read-only).
+    Keyed,
+    /// Since schema 2: the id of the key's `transcripts` row.
+    Numbered,
+}
+
+impl Layout {
+    /// The condition picking a key's entry rows; `?1`, `?2`, `?3` are its project key,
+    /// session id and subpath (`''` for a main transcript).
+    fn rows_of(self) -> &'static str {
+        match self {
+            Layout::Keyed => "project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+            Layout::Numbered => {
+                "transcript = (SELECT id FROM transcripts \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3)"
+            }
+        }
+    }
+
+    /// The sub-transcripts of a session (`?1`, `?2`) that hold entries, in order.
+    fn subkeys(self) -> &'static str {
+        match self {
+            Layout::Keyed => {
+                "SELECT DISTINCT subpath FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' ORDER BY subpath"
+            }
+            Layout::Numbered => {
+                "SELECT subpath FROM transcripts t \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' \
+                 AND EXISTS (SELECT 1 FROM entries WHERE transcript = t.id) ORDER BY subpath"
+            }
+        }
+    }
+}
+
+/// An entry's `uuid` as the `entries` table keeps it: the 16 bytes of a canonical UUID
+/// (36 characters, lowercase hex and hyphens at 8, 13, 18, 23), 20 bytes less in the
+/// row and in the index; any other text unchanged. One to one either way. Migration 2
+/// converts old rows by the same rule.
+fn uuid_key(text: &str) -> rusqlite::types::Value {
+    canonical_uuid(text).map_or_else(
+        || rusqlite::types::Value::Text(text.to_string()),
+        |bytes| rusqlite::types::Value::Blob(bytes.to_vec()),
+    )
+}
+
+fn canonical_uuid(text: &str) -> Option<[u8; 16]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 36 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut digits = Vec::with_capacity(32);
+    for (i, &c) in bytes.iter().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if c != b'-' {
+                return None;
+            }
+            continue;
+        }
+        digits.push(match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        });
+    }
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = pair[0] << 4 | pair[1];
+    }
+    Some(out)
+}
+
+/// The id of a key's `transcripts` row, made when there is none yet. Inside the
+/// caller's write transaction, so no other writer makes it meanwhile.
+fn transcript_id(conn: &Connection, key: &SessionKey, subpath: &str) -> rusqlite::Result<i64> {
+    let found = conn
+        .prepare_cached(
+            "SELECT id FROM transcripts WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+        )?
+        .query_row(params![key.project_key, key.session_id, subpath], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if let Some(id) = found {
+        return Ok(id);
+    }
+    conn.prepare_cached(
+        "INSERT INTO transcripts (project_key, session_id, subpath) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![key.project_key, key.session_id, subpath])?;
+    Ok(conn.last_insert_rowid())
 }
 
 /// Entry rows copied out of SQLite, their JSON texts back to back.

@@ -64,6 +64,7 @@ mod store_cli;
 mod store_conformance;
 mod store_create;
 mod store_edges;
+mod store_migrate;
 mod store_mismatch;
 mod store_network_drop;
 mod store_postgres;

@@ -623,8 +623,11 @@ fn a_version_1_database_is_migrated_and_keeps_its_transcripts() {
     // Back to what version 1 had.
     pg::execute(
         &url,
-        "DROP TABLE flower_manifest, flower_lineage, flower_runs; \
-         UPDATE flower_meta SET value = '1' WHERE key = 'schema_version';",
+        &format!(
+            "{} DROP TABLE flower_manifest, flower_lineage, flower_runs; \
+             UPDATE flower_meta SET value = '1' WHERE key = 'schema_version';",
+            crate::store_migrate::TO_POSTGRES_2
+        ),
     );
     let store = open(&url);
     assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);

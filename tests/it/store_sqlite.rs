@@ -409,7 +409,7 @@ fn a_newer_schema_is_refused_and_left_untouched() {
             Err(StoreError::NewerSchema {
                 path,
                 found: 99,
-                known: 1,
+                known: 2,
             }) => assert_eq!(path, db),
             other => panic!("expected NewerSchema, got {other:?}"),
         }
@@ -509,7 +509,7 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "1");
+    assert_eq!(version, "2");
     let mut tables: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
         .unwrap()
@@ -518,7 +518,7 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
         .collect::<Result<_, _>>()
         .unwrap();
     tables.sort();
-    assert_eq!(tables, ["entries", "meta", "summaries"]);
+    assert_eq!(tables, ["entries", "meta", "summaries", "transcripts"]);
     // Reopening an up-to-date store is fine and keeps the data.
     drop(conn);
     let store = SqliteSessionStore::open(&db).unwrap();

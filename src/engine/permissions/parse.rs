@@ -12,6 +12,7 @@ fn rule_error(rule: &str, why: impl Into<String>) -> RuleError {
     RuleError {
         rule: rule.to_string(),
         why: why.into(),
+        cause: None,
     }
 }
 
@@ -164,7 +165,13 @@ fn parse_path(rule: &str, content: &str, home: Option<&Path>) -> Result<PathPatt
             .backslash_escape(true)
             .build()
             .map(|g| g.compile_matcher())
-            .map_err(|e| rule_error(rule, format!("glob 写错了({e})")))
+            .map_err(|e| {
+                let why = format!("glob 写错了({e})");
+                RuleError {
+                    cause: Some(crate::error::Cause::new(e)),
+                    ..rule_error(rule, why)
+                }
+            })
     };
     let matcher = build(&pat)?;
     let base = match pat.strip_suffix("/**") {

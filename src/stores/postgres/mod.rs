@@ -4,10 +4,15 @@
 //! Layout (schema version [`SCHEMA_VERSION`], every table prefixed `flower_` so the
 //! store can live in a database that holds other things):
 //! - `flower_meta(key, value)`: `schema_version`;
-//! - `flower_entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`:
-//!   one row per entry, `data` the entry's JSON text (text, not `jsonb`: it is given
-//!   back byte for byte), `id` orders a key's entries, a partial unique index makes
-//!   `uuid` an idempotency key;
+//! - `flower_transcripts(id, project_key, session_id, subpath)`: one row per key, kept
+//!   when its entries are deleted (an append racing a delete never refers to a row
+//!   that is gone);
+//! - `flower_entries(id, transcript, uuid, type, stored_at, data)`: one row per entry,
+//!   `data` the entry's JSON text (text, not `jsonb`: it is given back byte for byte),
+//!   `transcript` its key's row, `id` orders a key's entries, a partial unique index
+//!   makes `uuid` an idempotency key. Until version 3 every row carried the key's three
+//!   columns itself (in the row and both indexes); the upgrade copies the rows into the
+//!   new table in the migration's one transaction;
 //! - `flower_summaries(project_key, session_id, mtime, data)`: folded inside `append`;
 //! - since version 2, a run's state beside its transcripts: `flower_runs(run_key, named,
 //!   project_key, workspace, woke, …)` (one row per run), `flower_lineage(run_key, step,
@@ -273,8 +278,9 @@ impl SessionStore for PostgresStore {
         let texts: Vec<(i64, String)> = self.call(move |c| {
             let subpath = key.subpath.clone().unwrap_or_default();
             let rows = c.query(
-                "SELECT id, data FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY id",
+                "SELECT id, data FROM flower_entries WHERE transcript = \
+                 (SELECT id FROM flower_transcripts \
+                  WHERE project_key = $1 AND session_id = $2 AND subpath = $3) ORDER BY id",
                 &[&key.project_key, &key.session_id, &subpath],
             )?;
             Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
@@ -306,7 +312,8 @@ impl SessionStore for PostgresStore {
             let usage = prepared(
                 c,
                 "SELECT (data::json -> 'message' -> 'usage')::text FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 \
+                 WHERE transcript = (SELECT id FROM flower_transcripts \
+                   WHERE project_key = $1 AND session_id = $2 AND subpath = $3) \
                    AND type = 'assistant' \
                    AND json_typeof(data::json -> 'message' -> 'usage') = 'object' \
                    AND (json_typeof(data::json -> $4) IS DISTINCT FROM 'boolean' \
@@ -378,8 +385,10 @@ impl SessionStore for PostgresStore {
         let key = key.clone();
         self.call(move |c| {
             let rows = c.query(
-                "SELECT DISTINCT subpath COLLATE \"C\" AS s FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' ORDER BY s",
+                "SELECT subpath COLLATE \"C\" AS s FROM flower_transcripts t \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' \
+                   AND EXISTS (SELECT 1 FROM flower_entries e WHERE e.transcript = t.id) \
+                 ORDER BY s",
                 &[&key.project_key, &key.session_id],
             )?;
             Ok(rows.into_iter().map(|r| r.get(0)).collect())
