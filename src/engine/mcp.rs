@@ -72,9 +72,9 @@ impl Engine {
     }
 
     /// The MCP tools a resumed session was started with.
-    pub(super) fn pinned_mcp_tools(history: &[Value]) -> Arc<[McpTool]> {
+    pub(super) fn pinned_mcp_tools(history: &[crate::transcript::Loaded]) -> Arc<[McpTool]> {
         let tools = crate::transcript::pinned_mcp_tools(history)
-            .and_then(|v| serde_json::from_value::<Vec<McpTool>>(v.clone()).ok())
+            .and_then(|v| serde_json::from_value::<Vec<McpTool>>(v).ok())
             .unwrap_or_default();
         Arc::from(tools)
     }

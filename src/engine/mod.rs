@@ -41,7 +41,7 @@ use crate::future::BoxFuture;
 use crate::model::{MessagesRequest, ModelClient, ModelError, Thinking, Usage};
 use crate::stores::{PruningSessionStore, SessionKey, SessionStore, StoreError};
 use crate::tools::{ProcessGroups, Tool};
-use crate::transcript::{self, Chain, Messages};
+use crate::transcript::{self, Chain, Loaded, Messages};
 use permissions::Permissions;
 use serde::Serialize;
 use serde_json::Value;
@@ -425,7 +425,7 @@ type Call = (String, String, Value);
 
 /// An opened session: its id, the history to continue from, whether it is a
 /// continuation, and the calls of its last turn still to finish.
-type Opened = (String, Vec<Value>, bool, Vec<Call>);
+type Opened = (String, Vec<Loaded>, bool, Vec<Call>);
 
 /// Running totals of a run.
 struct Totals {
@@ -566,7 +566,7 @@ impl Engine {
             depth: 0,
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
-        let leaf = transcript::resume_leaf(&history).map(str::to_string);
+        let leaf = transcript::resume_leaf_loaded(&history);
         let (memory, pin) = self.session_memory(&request.start, &history);
         // So are the MCP tools (see `mcp`).
         let (mcp_tools, mcp_pin) = match request.start {
@@ -586,7 +586,7 @@ impl Engine {
         };
         let mut conversation = Conversation {
             // Moved, not copied: the entries are not needed after this.
-            messages: Messages::from_owned(history),
+            messages: Messages::from_loaded(history),
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
@@ -634,15 +634,14 @@ impl Engine {
     /// The memory of a session's system prompt, and the entry pinning it. Read once,
     /// when the session begins, and pinned in its transcript: a resumed session sends
     /// exactly what it began with (see `memory`).
-    fn session_memory(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
+    fn session_memory(
+        &self,
+        start: &SessionStart,
+        history: &[Loaded],
+    ) -> (String, Option<Pending>) {
         match start {
             SessionStart::New => self.read_memory(),
-            _ => (
-                transcript::pinned_memory(history)
-                    .unwrap_or_default()
-                    .to_string(),
-                None,
-            ),
+            _ => (transcript::pinned_memory(history).unwrap_or_default(), None),
         }
     }
 
@@ -903,11 +902,12 @@ impl Engine {
 }
 
 /// The context of the last turn the model answered in `history`, tokens.
-fn last_context(history: &[Value]) -> Option<u64> {
+fn last_context(history: &[Loaded]) -> Option<u64> {
     history
         .iter()
         .rev()
-        .find_map(transcript::markers::turn_usage)
-        .and_then(|usage| serde_json::from_value::<Usage>(usage.clone()).ok())
+        .filter(|e| e.kind == transcript::Kind::Assistant)
+        .find_map(|e| transcript::markers::turn_usage(&e.value()).cloned())
+        .and_then(|usage| serde_json::from_value::<Usage>(usage).ok())
         .map(|usage| usage.context_tokens())
 }

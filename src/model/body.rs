@@ -71,6 +71,32 @@ impl History {
         });
     }
 
+    /// Appends a message already serialized: `json` must be exactly what serializing
+    /// it as a `Value` gives (`{"role":…,"content":[…]}`, see
+    /// [`super::canonical::is_canonical`]), with `blocks` content blocks. It is sealed
+    /// at once, and so is the message before it.
+    pub fn push_sealed(&mut self, json: String, assistant: bool, blocks: usize) {
+        if let Some(previous) = self.open.take() {
+            self.seal(previous);
+        }
+        // A mark is a key of that name: a text without one has none.
+        let marks = if json.contains("\"cache_control\"") {
+            serde_json::from_str::<Value>(&json).map_or(0, |m| count_breakpoints(&m, false))
+        } else {
+            0
+        };
+        if marks > 0 {
+            self.marked.push(self.sealed.len());
+        }
+        self.bytes += json.len();
+        self.sealed.push(Sealed {
+            json: json.into_boxed_str(),
+            assistant,
+            blocks,
+            marks,
+        });
+    }
+
     /// Forgets the newest message (never a sealed one): what is sent next follows the
     /// one before it.
     pub fn drop_last(&mut self) {

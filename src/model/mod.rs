@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 pub mod body;
+pub mod canonical;
 pub mod classify;
 pub mod error;
 pub mod models;

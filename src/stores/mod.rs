@@ -18,6 +18,7 @@ pub use key::{KeyError, SessionKey, project_key};
 pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
+use crate::transcript::Loaded;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -179,15 +180,29 @@ pub trait SessionStore: Send + Sync {
         None
     }
 
-    /// What a resumed session is fed: `load` then [`prune::prune`]. A store may do both
-    /// in one pass; the SQLite store reads each entry's facts right after parsing it.
+    /// What a resumed session is fed: `load` then [`prune::prune`]; the default goes
+    /// through [`load_resume`](Self::load_resume).
     fn load_pruned(
         &self,
         key: &SessionKey,
         options: &PruneOptions,
     ) -> Result<Option<Vec<Value>>, StoreError> {
         Ok(self
+            .load_resume(key, options)?
+            .map(|entries| entries.into_iter().map(Loaded::into_value).collect()))
+    }
+
+    /// [`load_pruned`](Self::load_pruned), each entry a [`Loaded`]. A store that reads
+    /// entries as JSON text hands each one to [`prune::prepare_text`] as it reads it:
+    /// an entry no rule changes stays that text, and no `Value` tree of the transcript
+    /// is ever built (on a long one, 5 × its text).
+    fn load_resume(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Loaded>>, StoreError> {
+        Ok(self
             .load(key)?
-            .map(|entries| prune::prune(entries, options)))
+            .map(|entries| prune::prune_values(entries, options)))
     }
 }

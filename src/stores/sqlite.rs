@@ -29,6 +29,7 @@ use super::prune::{self, PruneOptions};
 use super::summary::fold_session_summary;
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
 use super::{json, par};
+use crate::transcript::Loaded;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -475,11 +476,11 @@ impl SqliteSessionStore {
         })
     }
 
-    /// The entries of a key, each `map`ped right after it is parsed.
+    /// The entries of a key, each read from its row's JSON text by `read`.
     fn load_mapped<T: Send>(
         &self,
         key: &SessionKey,
-        map: impl Fn(Value) -> T + Sync,
+        read: impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T> + Sync,
     ) -> Result<Option<Vec<T>>, StoreError> {
         key.validate()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
@@ -489,7 +490,7 @@ impl SqliteSessionStore {
                 self.layout.rows_of()
             ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
-            parse_rows(&mut rows, map)
+            parse_rows(&mut rows, read)
         })?;
         match parsed {
             Ok(entries) => Ok((!entries.is_empty()).then_some(entries)),
@@ -550,17 +551,21 @@ impl SessionStore for SqliteSessionStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        self.load_mapped(key, |entry| entry)
+        self.load_mapped(key, json::parse)
     }
 
-    fn load_pruned(
+    fn load_resume(
         &self,
         key: &SessionKey,
         options: &PruneOptions,
-    ) -> Result<Option<Vec<Value>>, StoreError> {
-        // Each entry's facts are read right after it is parsed, while it is in cache.
+    ) -> Result<Option<Vec<Loaded>>, StoreError> {
+        // Each entry's facts are read from its text as it is read; no tree is built.
         Ok(self
-            .load_mapped(key, prune::prepare)?
+            .load_mapped(key, |bytes, scratch| match std::str::from_utf8(bytes) {
+                Ok(text) => prune::prepare_text(text.into()),
+                // Not UTF-8, so not JSON: the parser says where.
+                Err(_) => json::parse(bytes, scratch).map(prune::prepare),
+            })?
             .map(|prepared| prune::prune_prepared(prepared, options)))
     }
 
@@ -740,36 +745,37 @@ impl Batch {
         self.ends.push(self.bytes.len());
     }
 
-    fn parse<T>(&self, map: &impl Fn(Value) -> T) -> Result<Vec<T>, ParseError> {
+    fn parse<T>(
+        &self,
+        read: &impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T>,
+    ) -> Result<Vec<T>, ParseError> {
         let mut start = 0;
         let mut out = Vec::with_capacity(self.ends.len());
         let mut scratch = json::Scratch::default();
         for (&end, &id) in self.ends.iter().zip(&self.ids) {
-            let entry = json::parse(&self.bytes[start..end], &mut scratch).map_err(|e| (id, e))?;
-            out.push(map(entry));
+            out.push(read(&self.bytes[start..end], &mut scratch).map_err(|e| (id, e))?);
             start = end;
         }
         Ok(out)
     }
 }
 
-/// Reads a query's `(id, data)` rows and parses each `data` as JSON then `map`s it, in
-/// row order. Parsing is most of the cost of a long transcript, so once there is more
+/// Reads a query's `(id, data)` rows and `read`s each `data`, in row order. Parsing is most of the cost of a long transcript, so once there is more
 /// than one batch, batches go to parser threads (one per core) while SQLite is still
 /// reading; the calling thread joins the parsing when the rows are read.
 fn parse_rows<T: Send>(
     rows: &mut rusqlite::Rows<'_>,
-    map: impl Fn(Value) -> T + Sync,
+    read: impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T> + Sync,
 ) -> rusqlite::Result<Result<Vec<T>, ParseError>> {
     // Most transcripts fit in one batch: grow it as needed.
     let mut batch = Batch::new(0, 0);
     while batch.bytes.len() < BATCH_BYTES {
         let Some(row) = rows.next()? else {
-            return Ok(batch.parse(&map));
+            return Ok(batch.parse(&read));
         };
         batch.push(row.get(0)?, row.get_ref(1)?.as_bytes()?);
     }
-    let map = &map;
+    let read = &read;
     let (tx, rx) = mpsc::channel::<Batch>();
     let queue = Mutex::new(rx);
     std::thread::scope(|scope| {
@@ -778,7 +784,7 @@ fn parse_rows<T: Send>(
             loop {
                 let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
                 let Ok(batch) = next else { return done };
-                done.push((batch.first, batch.parse(map)));
+                done.push((batch.first, batch.parse(read)));
             }
         };
         let helpers: Vec<_> = (1..par::threads())
@@ -789,7 +795,7 @@ fn parse_rows<T: Send>(
         let mut hand_over = |full: Batch| {
             // The receiver lives as long as this scope, but never lose a batch.
             if let Err(mpsc::SendError(full)) = tx.send(full) {
-                here.push((full.first, full.parse(map)));
+                here.push((full.first, full.parse(read)));
             }
         };
         let read_result = (|| -> rusqlite::Result<()> {

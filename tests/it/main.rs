@@ -30,6 +30,7 @@ mod layers;
 mod lineage;
 mod lineage_edges;
 mod manifest;
+mod manifest_mirror;
 mod model_client;
 mod model_count_tokens;
 mod model_fake_server;

@@ -55,7 +55,7 @@ mod transcripts;
 mod url;
 
 pub use lease::{LEASE_CHECK, Leased, OnLeaseLost, RunLease, hostname};
-pub use runs::RunRow;
+pub use runs::{ManifestSeen, MergedManifest, RunRow};
 pub use schema::SCHEMA_VERSION;
 pub use url::{PostgresUrl, UrlError};
 
@@ -63,11 +63,13 @@ use lease::*;
 use locks::*;
 use pool::*;
 
+use super::prune::{self, PruneOptions};
 use super::summary::fold_session_summary;
 use super::{
     DriverError, HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary,
     StoreError,
 };
+use crate::transcript::Loaded;
 use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
 use serde_json::Value;
@@ -199,6 +201,39 @@ impl PostgresStore {
         Some((host, port))
     }
 
+    /// A key's entries, each `read` from its row's JSON text, in order; `None` for a key
+    /// never written.
+    fn load_texts<T>(
+        &self,
+        key: &SessionKey,
+        read: impl Fn(String) -> serde_json::Result<T>,
+    ) -> Result<Option<Vec<T>>, StoreError> {
+        key.validate()?;
+        let key = key.clone();
+        let texts: Vec<(i64, String)> = self.call(move |c| {
+            let subpath = key.subpath.clone().unwrap_or_default();
+            let rows = c.query(
+                "SELECT id, data FROM flower_entries WHERE transcript = \
+                 (SELECT id FROM flower_transcripts \
+                  WHERE project_key = $1 AND session_id = $2 AND subpath = $3) ORDER BY id",
+                &[&key.project_key, &key.session_id, &subpath],
+            )?;
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })?;
+        if texts.is_empty() {
+            return Ok(None);
+        }
+        texts
+            .into_iter()
+            .map(|(id, text)| {
+                read(text).map_err(|e| {
+                    self.error_because(format!("第 {id} 行记录不是合法的 JSON({e})"), e)
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
     fn error(&self, why: impl Into<String>) -> StoreError {
         StoreError::Database {
             path: PathBuf::from(self.url.to_string()),
@@ -273,30 +308,18 @@ impl SessionStore for PostgresStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        key.validate()?;
-        let key = key.clone();
-        let texts: Vec<(i64, String)> = self.call(move |c| {
-            let subpath = key.subpath.clone().unwrap_or_default();
-            let rows = c.query(
-                "SELECT id, data FROM flower_entries WHERE transcript = \
-                 (SELECT id FROM flower_transcripts \
-                  WHERE project_key = $1 AND session_id = $2 AND subpath = $3) ORDER BY id",
-                &[&key.project_key, &key.session_id, &subpath],
-            )?;
-            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
-        })?;
-        if texts.is_empty() {
-            return Ok(None);
-        }
-        texts
-            .into_iter()
-            .map(|(id, text)| {
-                serde_json::from_str(&text).map_err(|e| {
-                    self.error_because(format!("第 {id} 行记录不是合法的 JSON({e})"), e)
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+        self.load_texts(key, |text| serde_json::from_str(&text))
+    }
+
+    fn load_resume(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Loaded>>, StoreError> {
+        // Each entry's facts are read from its text; no tree is built.
+        Ok(self
+            .load_texts(key, |text| prune::prepare_text(text.into_boxed_str()))?
+            .map(|prepared| prune::prune_prepared(prepared, options)))
     }
 
     /// One statement: the newest assistant row whose usage counts

@@ -409,6 +409,21 @@ impl Prepared {
     }
 }
 
+/// Sets what `cmd`'s child does between fork and exec: the confinement `prepared`
+/// holds, or unconfined (`None`) only a session of its own.
+pub fn confine(cmd: &mut tokio::process::Command, prepared: Option<Prepared>) {
+    match prepared {
+        // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
+        Some(prepared) => unsafe {
+            cmd.pre_exec(move || prepared.apply_in_child());
+        },
+        // SAFETY: setsid is a system call.
+        None => unsafe {
+            cmd.pre_exec(new_session);
+        },
+    }
+}
+
 /// Makes the child the leader of a new session without a controlling terminal: it
 /// cannot open `/dev/tty`, and the user's terminal is not its terminal.
 pub fn new_session() -> std::io::Result<()> {

@@ -292,7 +292,9 @@ impl Recorded {
     }
 }
 
-fn content_text(content: &Value) -> String {
+/// The text of a message's or a tool result's `content`: a string, or its text blocks
+/// (and those of the tool results in it) joined by newlines.
+pub fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(blocks) => blocks
@@ -1086,6 +1088,24 @@ enum Control {
     Resume(std::net::TcpListener, std::sync::mpsc::Sender<()>),
 }
 
+/// The variables a run must not inherit from the person running the tests: the
+/// model's settings and proxies. [`FakeServer::configure`] sets its own.
+pub const CLEARED: [&str; 13] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "ANTHROPIC_BETAS",
+    "MAX_THINKING_TOKENS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
 /// The fake Messages API server. Dropping it shuts it down.
 pub struct FakeServer {
     shared: Arc<Shared>,
@@ -1158,27 +1178,14 @@ impl FakeServer {
     }
 
     /// Points a `flower` command at this server: `ANTHROPIC_BASE_URL`,
-    /// `ANTHROPIC_API_KEY` = [`FAKE_API_KEY`]; clears `ANTHROPIC_MODEL` and the proxy
-    /// variables so that the test does not depend on the caller's environment.
+    /// `ANTHROPIC_API_KEY` = [`FAKE_API_KEY`]; clears the rest of [`CLEARED`] so that
+    /// the test does not depend on the caller's environment.
     pub fn configure<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
-        cmd.env("ANTHROPIC_BASE_URL", self.url())
-            .env("ANTHROPIC_API_KEY", FAKE_API_KEY)
-            .env_remove("ANTHROPIC_MODEL")
-            .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env_remove("ANTHROPIC_CUSTOM_HEADERS")
-            .env_remove("ANTHROPIC_BETAS")
-            .env_remove("MAX_THINKING_TOKENS");
-        for var in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
+        for var in CLEARED {
             cmd.env_remove(var);
         }
-        cmd
+        cmd.env("ANTHROPIC_BASE_URL", self.url())
+            .env("ANTHROPIC_API_KEY", FAKE_API_KEY)
     }
 
     /// From now on, account the prompt cache like the API and report it in each reply's
