@@ -9,10 +9,9 @@ use flower::settings::Flags;
 /// Exit status when another process holds the run directory (or the session).
 pub const EXIT_LOCKED: u8 = 3;
 
-/// flower: an LLM coding agent that never loses the conversation.
+/// flower:一个永远不丢对话的 LLM 编程代理。
 ///
-/// Run it in a directory with a task. Run it again in the same directory, after Ctrl-C,
-/// a killed terminal or a reboot, and it continues the same conversation.
+/// 在一个目录里给它一件事。之后在同一个目录再跑一次 —— 按过 Ctrl-C、终端崩了、机器重启,都一样 —— 它接着上次那段对话往下说。
 #[derive(Debug, Parser)]
 #[command(name = "flower", version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
@@ -26,26 +25,25 @@ pub struct Cli {
 /// The default command: clarify → set goal → work → judge, continuing the last run.
 #[derive(Debug, Args)]
 pub struct FlowArgs {
-    /// What to do (first run), or something to add (on waking). Nothing = carry on.
+    /// 要做什么(第一次),或者唤醒时再说一句。什么都不说 = 接着做
     pub prompt: Vec<String>,
 
     #[command(flatten)]
     pub prompt_file: PromptFileArg,
 
-    /// Archive the last run (lineage, 需求.md, 目标.md) and start something new.
+    /// 归档上一件事(血缘、需求.md、目标.md),重开一件事
     #[arg(long)]
     pub new: bool,
 
-    /// Work and judge again although the judge passed last time and nothing new is
-    /// said (without it such a wake says so and spends nothing).
+    /// 上次判定已经通过、这次也没说新的,仍然再干活、再判定一次(不加它,这样的唤醒只说一句,一分钱不花)
     #[arg(long)]
     pub again: bool,
 
-    /// Do not trim old large tool results when resuming (on by default here).
+    /// 续跑时不裁剪旧的大工具结果(这条路径默认裁剪)
     #[arg(long)]
     pub no_trim: bool,
 
-    /// Total 干活 rounds of this wake (the judge may send the work back rounds-1 times).
+    /// 这次唤醒干活的总轮数(判定最多打回 rounds-1 次),默认 3
     #[arg(long, default_value_t = flower::workflow::flower::DEFAULT_ROUNDS, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
 
@@ -55,13 +53,11 @@ pub struct FlowArgs {
     #[command(flatten)]
     pub model: ModelArg,
 
-    /// Also print the sandbox state under the banner, and what was loaded from the
-    /// project's conventions (memory files, settings files, hooks).
+    /// 在横幅下面也报沙箱状态,以及从项目约定里装载了什么(记忆文件、设置文件、hooks)
     #[arg(short = 'v', long)]
     pub verbose: bool,
 
-    /// Leave CLAUDE.md / AGENTS.md out of the agents' system prompts (else
-    /// FLOWER_MEMORY=off does).
+    /// 不把 CLAUDE.md / AGENTS.md 放进代理的系统提示(也可以设 FLOWER_MEMORY=off)
     #[arg(long)]
     pub no_memory: bool,
 
@@ -77,12 +73,10 @@ pub struct FlowArgs {
     #[command(flatten)]
     pub thinking: ThinkingArg,
 
-    /// If another flower is running in this run directory, wait for it to end instead of
-    /// exiting with status 3.
+    /// 另一个 flower 正在这个运行目录里跑时,等它结束,而不是以状态 3 退出
     #[arg(long)]
     pub wait: bool,
-    /// When a step's session hands off to a successor (换代): a token count (120000,
-    /// 120K) or a percentage of the context window (60%). Else FLOWER_HANDOFF_AT, else 60%.
+    /// 一步的会话什么时候换代:token 数(120000、120K)或上下文窗口的百分比(60%)。没给就看 FLOWER_HANDOFF_AT,再没有就是 60%
     #[arg(long, value_name = "TOKENS|PERCENT")]
     pub handoff_at: Option<String>,
 }
@@ -109,46 +103,46 @@ impl FlowArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// One agent, one session, outside any workflow (no lineage, no manifest).
+    /// 一个代理、一条会话,不走流程(没有血缘,没有运行清单)
     Once(OnceArgs),
-    /// Whether this directory can be woken (read-only).
+    /// 这个目录接不接得上(只读)
     State(StateArgs),
-    /// Inspect and move transcripts in sessions.db.
+    /// 查看、搬动 sessions.db 里的 transcript
     Store(super::store::StoreArgs),
-    /// What happened in this run: one line per step attempt, then totals (read-only).
+    /// 这次运行发生了什么:每次尝试一行,最后是合计(只读)
     Log(super::log::LogArgs),
-    /// A session's transcript, readable (read-only).
+    /// 一条会话的 transcript,读得懂的样子(只读)
     Show(super::show::ShowArgs),
-    /// One self-contained HTML page with the run's charts and transcripts.
+    /// 一页自带一切的 HTML:这次运行的图表和 transcript
     Report(super::report::ReportArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct OnceArgs {
-    /// The prompt (or -f FILE).
+    /// 要说的话(或用 -f FILE)
     #[arg(required_unless_present = "prompt_file")]
     pub prompt: Option<String>,
 
     #[command(flatten)]
     pub prompt_file: PromptFileArg,
 
-    /// Continue this session.
+    /// 接着这条会话
     #[arg(long, value_name = "SESSION_ID")]
     pub resume: Option<String>,
 
-    /// With --resume: branch into a new session, leaving the original untouched.
+    /// 和 --resume 一起:分叉出一条新会话,原会话不动
     #[arg(long, requires = "resume")]
     pub fork: bool,
 
-    /// Permission rules that allow calls, e.g. Read "Bash(git status:*)". Default: all tools.
+    /// 放行调用的权限规则,例如 Read "Bash(git status:*)"。默认:所有工具
     #[arg(long, num_args = 1.., value_name = "RULE")]
     pub allowed_tools: Vec<String>,
 
-    /// Permission rules that deny calls (they win over allow rules).
+    /// 拒绝调用的权限规则(压过放行规则)
     #[arg(long, num_args = 1.., value_name = "RULE")]
     pub disallowed_tools: Vec<String>,
 
-    /// Stop after this many model turns.
+    /// 模型跑满这么多轮就停
     #[arg(long)]
     pub max_turns: Option<u32>,
 
@@ -158,11 +152,11 @@ pub struct OnceArgs {
     #[command(flatten)]
     pub thinking: ThinkingArg,
 
-    /// Print one JSON object instead of streaming text.
+    /// 打印一个 JSON 对象,而不是流式文本
     #[arg(long)]
     pub json: bool,
 
-    /// Leave CLAUDE.md / AGENTS.md out of the system prompt (else FLOWER_MEMORY=off does).
+    /// 不把 CLAUDE.md / AGENTS.md 放进系统提示(也可以设 FLOWER_MEMORY=off)
     #[arg(long)]
     pub no_memory: bool,
 
@@ -194,12 +188,11 @@ impl OnceArgs {
 
 #[derive(Debug, Args)]
 pub struct StateArgs {
-    /// Print JSON.
+    /// 打印 JSON
     #[arg(long)]
     pub json: bool,
 
-    /// Also list what the project's conventions load: memory files, settings files,
-    /// permission rules, hooks.
+    /// 也列出项目约定装载了什么:记忆文件、设置文件、权限规则、hooks
     #[arg(short = 'v', long)]
     pub verbose: bool,
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// `-r/--run-dir`: every command that reads or writes a run.
 #[derive(Debug, Clone, Args)]
 pub struct RunDirArg {
-    /// Run directory, relative to the current directory.
+    /// 运行目录,相对当前目录(在工作区外面就写绝对路径)
     #[arg(
         id = "run_dir",
         short = 'r',
@@ -23,8 +23,7 @@ pub struct RunDirArg {
 /// `-f/--prompt-file`: the commands that take a prompt.
 #[derive(Debug, Clone, Args)]
 pub struct PromptFileArg {
-    /// Read the prompt from FILE instead of the command line (`-`: standard input), for
-    /// a prompt too long for a command line (the OS caps it at a few hundred KB).
+    /// 从 FILE 读要说的话,而不是命令行(`-`:标准输入),用于命令行放不下的长文本(系统对一个参数的上限是几百 KB)
     #[arg(
         id = "prompt_file",
         short = 'f',
@@ -44,8 +43,8 @@ impl FlagGroup for PromptFileArg {
 /// `--store` of the commands that run or probe a run.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArg {
-    /// Where transcripts live: a postgres://user@host:port/db URL shared by hosts, or
-    /// `sqlite` (runs/sessions.db, the default). Else FLOWER_STORE.
+    /// transcript 存在哪:多台机器共享的 postgres://user@host:port/db,或 `sqlite`
+    /// (runs/sessions.db,默认)。没给就看 FLOWER_STORE
     #[arg(id = "store", long = "store", value_name = "URL")]
     pub url: Option<String>,
 }
@@ -53,8 +52,7 @@ pub struct StoreArg {
 /// `--run-key` of the commands that run or probe a run.
 #[derive(Debug, Clone, Args)]
 pub struct RunKeyArg {
-    /// The run's name in a shared store, for hosts that mount the workspace at
-    /// different paths (else FLOWER_RUN_KEY; default: the workspace's project key).
+    /// 运行在共享存储里的名字,给把工作区挂在不同路径的机器用(没给就看 FLOWER_RUN_KEY;默认:工作区的 project key)
     #[arg(id = "run_key", long = "run-key", value_name = "NAME")]
     pub name: Option<String>,
 }
@@ -62,8 +60,7 @@ pub struct RunKeyArg {
 /// `--model`: the commands that talk to the model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArg {
-    /// Model (else ANTHROPIC_MODEL, else the built-in default): an id, or an alias
-    /// (opus, sonnet, haiku); `[1m]` asks for the 1M context window.
+    /// 模型(没给就看 ANTHROPIC_MODEL,再没有用内置默认):id 或别名(opus、sonnet、haiku);加 `[1m]` 要 1M 上下文窗口
     #[arg(long)]
     pub model: Option<String>,
 }
@@ -71,13 +68,11 @@ pub struct ModelArg {
 /// `--thinking`: the commands that talk to the model.
 #[derive(Debug, Clone, Args)]
 pub struct ThinkingArg {
-    /// Extended thinking, with an optional budget in tokens (`--thinking=8000`; bare:
-    /// MAX_THINKING_TOKENS, else 10000). At least 1024, below max_tokens.
+    /// 扩展思考,可带 token 预算(`--thinking=8000`;不带值:MAX_THINKING_TOKENS,再没有是 10000)。至少 1024,小于 max_tokens
     #[arg(long, value_name = "BUDGET", num_args = 0..=1, require_equals = true)]
     pub thinking: Option<Option<u32>>,
 
-    /// How eagerly the model spends tokens: low, medium, high, xhigh or max (the
-    /// levels the model's table row accepts). Setting: CLAUDE_CODE_EFFORT_LEVEL.
+    /// 模型花 token 的力度:low、medium、high、xhigh 或 max(以模型表里那一行接受的为准)。设置:CLAUDE_CODE_EFFORT_LEVEL
     #[arg(long, value_name = "LEVEL")]
     pub effort: Option<String>,
 }
@@ -86,17 +81,15 @@ pub struct ThinkingArg {
 /// resolved with the `FLOWER_SANDBOX` and `FLOWER_NETWORK` settings.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
-    /// Bash commands get no network (a new, empty network namespace).
-    /// Setting: FLOWER_NETWORK=off.
+    /// Bash 命令没有网络(一个新的空网络命名空间)。设置:FLOWER_NETWORK=off
     #[arg(long)]
     pub no_network: bool,
 
-    /// Refuse to run Bash commands when the kernel cannot sandbox them (no Landlock).
-    /// Setting: FLOWER_SANDBOX=require.
+    /// 内核没法给 Bash 命令上沙箱(没有 Landlock)时拒绝运行它们。设置:FLOWER_SANDBOX=require
     #[arg(long, conflicts_with = "no_sandbox")]
     pub require_sandbox: bool,
 
-    /// Run Bash commands without the sandbox. Setting: FLOWER_SANDBOX=off.
+    /// 不用沙箱跑 Bash 命令。设置:FLOWER_SANDBOX=off
     #[arg(long)]
     pub no_sandbox: bool,
 }
@@ -164,13 +157,12 @@ pub struct RunSource {
     #[command(flatten)]
     pub run_dir: RunDirArg,
 
-    /// Read the run from this PostgreSQL store (postgres://…) instead of the run
-    /// directory, or `sqlite` for runs/ (the default). Else FLOWER_STORE.
+    /// 从这个 PostgreSQL 存储(postgres://…)读运行,而不是运行目录;`sqlite` 是 runs/
+    /// (默认)。没给就看 FLOWER_STORE
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
 
-    /// With --store: the run's name in the store (else FLOWER_RUN_KEY; default: this
-    /// workspace's project key).
+    /// 和 --store 一起:运行在存储里的名字(没给就看 FLOWER_RUN_KEY;默认:这个工作区的 project key)
     #[arg(long, value_name = "NAME")]
     pub run_key: Option<String>,
 }

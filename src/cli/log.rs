@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// Print one JSON document (`{"attempts": […], "totals": {…}}`).
+    /// 打印一个 JSON 文档(`{"attempts": […], "totals": {…}}`)
     #[arg(long)]
     pub json: bool,
 

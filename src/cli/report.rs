@@ -39,7 +39,7 @@ const COLOURS: &[&str] = &[
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// Where to write the report (default: <run dir>/report.html).
+    /// 报告写到哪(默认:<运行目录>/report.html)
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
 

@@ -20,23 +20,22 @@ const SUMMARY_CHARS: usize = 120;
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// A step name (looked up in lineage.json) or a session id. Default: the last step run.
+    /// 步骤名(到 lineage.json 里查)或会话 id。默认:最后跑的那一步
     pub target: Option<String>,
 
-    /// Show what a resume would feed the model (errors, old denials and stale results
-    /// removed; large old results trimmed unless --no-trim).
+    /// 显示续跑时喂给模型的样子(摘掉报错、旧的被拒调用和过期结果;旧的大结果被裁剪,除非 --no-trim)
     #[arg(long)]
     pub pruned: bool,
 
-    /// With --pruned: as `flower --no-trim` would resume (large results kept whole).
+    /// 和 --pruned 一起:按 `flower --no-trim` 的续跑方式(大结果整个留着)
     #[arg(long, requires = "pruned")]
     pub no_trim: bool,
 
-    /// Also show the sub-agents' transcripts.
+    /// 也显示子代理的 transcript
     #[arg(long)]
     pub subagents: bool,
 
-    /// Print one JSON document: the session and its entries.
+    /// 打印一个 JSON 文档:会话和它的条目
     #[arg(long)]
     pub json: bool,
 
@@ -126,8 +125,7 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
 }
 
 /// Renders a transcript: user text, assistant turns with usage, tool calls with their
-/// input summarised, results cut to a few lines with the byte count, denials,
-/// interruptions, synthetic API errors and unknown entries marked as such.
+/// input summarised, results cut to a few lines with the byte count, denials,interruptions, synthetic API errors and unknown entries marked as such.
 pub fn render(out: &mut String, entries: &[Value]) {
     let mut r = Renderer::default();
     for entry in entries {
@@ -680,8 +678,7 @@ pub fn transcript_text(run: &Run, session_id: &str) -> String {
 
 /// The fields of an entry the renderer reads, borrowed from its JSON text where no
 /// escape forces a copy; the rest is skipped unparsed. Stricter than `Value` lookups
-/// (a field of an unexpected type is an error, and the caller falls back to `Value`),
-/// and like them where it succeeds: the last of duplicate keys wins, `null` reads as
+/// (a field of an unexpected type is an error, and the caller falls back to `Value`),and like them where it succeeds: the last of duplicate keys wins, `null` reads as
 /// absent.
 mod lite {
     use serde::Deserialize;

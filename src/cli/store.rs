@@ -22,7 +22,7 @@ use std::process::ExitCode;
 /// `flower store [--db PATH] <command>`.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
-    /// The session database.
+    /// 会话库(默认 runs/sessions.db)
     #[arg(
         long,
         value_name = "PATH",
@@ -30,8 +30,7 @@ pub struct StoreArgs {
         global = true
     )]
     pub db: PathBuf,
-    /// A PostgreSQL store (postgres://user@host:port/db) instead of `--db`; not for
-    /// `import`.
+    /// 用 PostgreSQL 存储(postgres://user@host:port/db)代替 `--db`;`import` 不能用
     #[arg(long, value_name = "URL", global = true)]
     pub store: Option<String>,
     #[command(subcommand)]
@@ -48,56 +47,49 @@ fn default_db() -> PathBuf {
 /// options.
 #[derive(Debug, Clone, Subcommand)]
 pub enum StoreCommand {
-    /// Append entries read from stdin (a JSON array, or JSON Lines) to KEY, as one batch.
+    /// 把标准输入里的条目(JSON 数组或 JSON Lines)一批追加到 KEY
     Append {
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
-    /// Print the transcript of KEY as a JSON array (`null` if never written).
+    /// 把 KEY 的 transcript 打印成 JSON 数组(没写过就是 `null`)
     Load {
         #[arg(allow_hyphen_values = true)]
         key: String,
-        /// Print what a resumed session is fed (pruned) instead of what is stored.
+        /// 打印续跑时喂给会话的样子(剪除后),而不是存着的原样
         #[arg(long)]
         pruned: bool,
-        /// With --pruned: also trim old large tool results (written under
-        /// `<db dir>/trimmed`).
+        /// 和 --pruned 一起:也裁剪旧的大工具结果(写到 `<库所在目录>/trimmed` 下)
         #[arg(long, requires = "pruned")]
         trim: bool,
     },
-    /// List the sessions of a project (session_id, mtime in epoch ms), newest first.
-    /// Default: this workspace's project key (the current directory's real path with
-    /// `/`, `_`, `.` turned into `-`).
+    /// 列出一个项目的会话(session_id、mtime,epoch 毫秒),新的在前。默认:这个工作区的 project key(当前目录的真实路径,`/`、`_`、`.` 换成 `-`)
     Sessions {
         #[arg(allow_hyphen_values = true)]
         project_key: Option<String>,
     },
-    /// List the summaries of a project's sessions, newest first. Default: this
-    /// workspace's project key.
+    /// 列出一个项目各会话的摘要,新的在前。默认:这个工作区的 project key
     Summaries {
         #[arg(allow_hyphen_values = true)]
         project_key: Option<String>,
     },
-    /// List the subpaths stored under KEY's session.
+    /// 列出 KEY 那条会话下存着的 subpath
     Subkeys {
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
-    /// Delete KEY (a main key takes its subkeys with it).
+    /// 删除 KEY(主键连同它的子键一起删)
     Delete {
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
-    /// Import a Claude Code transcript (`~/.claude/projects/<key>/<session>.jsonl`):
-    /// every line with a uuid (the parentUuid chain, `attachment` and `system` lines
-    /// included) and the summary lines (`summary`, titles, `tag`, `last-prompt`).
+    /// 导入一份 Claude Code 的 transcript(`~/.claude/projects/<key>/<session>.jsonl`):每一行带 uuid 的(parentUuid 链,含 `attachment` 和 `system` 行)和摘要行(`summary`、标题、`tag`、`last-prompt`)
     Import {
         file: PathBuf,
-        /// Default: the project key of the transcript's first `cwd`, else the name of
-        /// the directory holding the file.
+        /// 默认:transcript 里第一个 `cwd` 的 project key,没有就用文件所在目录的名字
         #[arg(long)]
         project_key: Option<String>,
-        /// Default: the file name without `.jsonl`.
+        /// 默认:去掉 `.jsonl` 的文件名
         #[arg(long)]
         session_id: Option<String>,
     },
@@ -118,8 +110,7 @@ impl StoreCommand {
 }
 
 /// Line types without a uuid that `import` takes besides the chain: they feed the
-/// session summary. Every line that has a uuid is taken whatever its type (`user`,
-/// `assistant`, `system`, `attachment`, …): each is a link of the `parentUuid` chain,
+/// session summary. Every line that has a uuid is taken whatever its type (`user`,`assistant`, `system`, `attachment`, …): each is a link of the `parentUuid` chain,
 /// and skipping one would leave its children pointing at nothing.
 const IMPORTED_META_TYPES: [&str; 5] =
     ["summary", "custom-title", "ai-title", "tag", "last-prompt"];

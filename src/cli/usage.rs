@@ -8,14 +8,75 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use std::error::Error as _;
 use std::process::ExitCode;
 
+/// The help's headings, in the interface's language.
+const TEMPLATE: &str = "{about-with-newline}\n用法:{usage}\n\n{all-args}{after-help}";
+
+/// `command` and its subcommands with the help in Chinese: clap's headings, and its own
+/// `-h`/`-V` flags and `help` subcommand (whose texts are clap's English) replaced.
+fn localised(command: clap::Command) -> clap::Command {
+    use clap::{Arg, ArgAction};
+    let has_version = command.get_version().is_some();
+    let mut command = command
+        .help_template(TEMPLATE)
+        .subcommand_help_heading("命令")
+        .subcommand_value_name("命令")
+        .disable_help_subcommand(true)
+        .disable_help_flag(true)
+        .mut_args(|arg| {
+            let heading = if arg.is_positional() {
+                "参数"
+            } else {
+                "选项"
+            };
+            // clap words "[default: …]" itself: the help texts say their defaults.
+            let arg = arg.help_heading(heading);
+            match arg.get_action().takes_values() {
+                true => arg.hide_default_value(true).hide_possible_values(true),
+                false => arg,
+            }
+        })
+        .arg(
+            Arg::new("help")
+                .short('h')
+                .long("help")
+                .action(ArgAction::Help)
+                .help("显示帮助")
+                .help_heading("选项"),
+        );
+    if has_version {
+        command = command.disable_version_flag(true).arg(
+            Arg::new("version")
+                .short('V')
+                .long("version")
+                .action(ArgAction::Version)
+                .help("显示版本")
+                .help_heading("选项"),
+        );
+    }
+    command.mut_subcommands(localised)
+}
+
 /// The parsed command line, or the exit status after saying what is wrong with it.
 pub fn parse<P: clap::Parser>() -> Result<P, ExitCode> {
-    P::try_parse().map_err(|error| match error.kind() {
+    let parsed = localised(P::command())
+        .try_get_matches()
+        .and_then(|mut matches| P::from_arg_matches_mut(&mut matches));
+    parsed.map_err(|error| match error.kind() {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = error.print();
-            ExitCode::from(if error.use_stderr() { EXIT_USAGE } else { 0 })
+            // clap's usage line says `[OPTIONS]` whatever the headings say.
+            let mut text = error.render().to_string().replace("[OPTIONS]", "[选项]");
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            if error.use_stderr() {
+                super::out::err!("{text}");
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                super::out::to_stdout(format_args!("{text}"));
+                ExitCode::SUCCESS
+            }
         }
         _ => {
             errln!("flower: {}", said(&error));

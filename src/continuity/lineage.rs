@@ -325,10 +325,7 @@ impl Lineage {
             if fs::symlink_metadata(&dest).is_ok() || moves.iter().any(|(_, d)| *d == dest) {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
-                    format!(
-                        "{} already exists; not overwriting an archive",
-                        dest.display()
-                    ),
+                    format!("{} 已经存在;不覆盖归档", dest.display()),
                 ));
             }
             moves.push((source, dest));
@@ -403,7 +400,7 @@ fn lock_tmp(tmp: &Path) -> io::Result<File> {
         }
     }
     Err(io::Error::other(format!(
-        "{} keeps changing under the lock",
+        "{} 在锁下还一直在变",
         tmp.display()
     )))
 }

@@ -252,7 +252,7 @@ impl RunLocking {
             RunLocking::Held(held) => Err(LockError::Io {
                 path: run_dir.to_path_buf(),
                 source: io::Error::other(format!(
-                    "the run lock given is for another run directory, {}",
+                    "给的运行锁是另一个运行目录的({})",
                     held.dir().display()
                 )),
             }),

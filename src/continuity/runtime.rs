@@ -680,10 +680,7 @@ impl Runtime {
                 return false;
             }
             Verdict::GaveUp => {
-                attempt
-                    .result
-                    .errors
-                    .push("gave up waiting for the network".into());
+                attempt.result.errors.push("等网络等到了上限,不再等".into());
                 return false;
             }
         }

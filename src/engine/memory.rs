@@ -198,7 +198,8 @@ impl Reader<'_> {
                 }
             },
             Err(e) => {
-                self.warnings.push(format!("读不了 {}:{e}", path.display()));
+                self.warnings
+                    .push(format!("读不了 {}({e})", path.display()));
                 return;
             }
         };

@@ -124,9 +124,7 @@ impl Engine {
             None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
             Some(other) => {
                 self.emit(Event::Warning {
-                    message: format!(
-                        "unknown stop_reason {other:?} from the API; treated as the end of the turn"
-                    ),
+                    message: format!("API 回了不认识的 stop_reason {other:?};当作这一轮结束"),
                 });
                 Ok(Next::Stop(Stop::EndTurn))
             }

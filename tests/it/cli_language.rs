@@ -266,3 +266,46 @@ fn a_model_error_is_quoted_after_chinese_words() {
         assert_chinese(&format!("{args:?} with a 401"), &out);
     }
 }
+
+/// The help is read by the same person: Chinese, clap's own headings and flags included.
+#[test]
+fn the_help_is_in_chinese() {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|_, _| Reply::text("好的。"));
+    for args in [
+        vec!["--help"],
+        vec!["-h"],
+        vec!["once", "--help"],
+        vec!["state", "--help"],
+        vec!["store", "--help"],
+        vec!["store", "load", "--help"],
+        vec!["store", "import", "--help"],
+        vec!["log", "--help"],
+        vec!["show", "--help"],
+        vec!["report", "--help"],
+    ] {
+        let out = project.run(&server, &args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let help = text(&out.stdout);
+        assert!(help.contains("用法:"), "{args:?}:\n{help}");
+        for line in help.lines() {
+            if let Some(prose) = english_prose(line) {
+                panic!("{args:?}: English in the help ({prose:?}):\n{line}\n---\n{help}");
+            }
+            // A flag's line says what it does in Chinese (clap's "Print help" did not).
+            if line.trim_start().starts_with('-') && line.contains("  ") {
+                let said = line.trim_start().split_once("  ").map(|(_, s)| s);
+                assert!(
+                    said.is_none_or(|s| s.trim().is_empty() || s.chars().any(is_cjk)),
+                    "{args:?}: {line}"
+                );
+            }
+        }
+    }
+    assert_eq!(server.request_count(), 0);
+}

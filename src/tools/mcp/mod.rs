@@ -81,37 +81,37 @@ pub struct CallOutcome {
 /// fields hold the newest lines the server wrote there (empty: nothing).
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
-    #[error("cannot sandbox it")]
+    #[error("放不进沙箱:{0}")]
     Sandbox(#[source] sandbox::SandboxError),
-    #[error("cannot run {command}")]
+    #[error("运行不了 {command}({source})")]
     Spawn {
         command: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("its pipes were not set up")]
+    #[error("它的管道没建起来")]
     Pipes,
-    #[error("it did not answer initialize{}", stderr_said(.stderr))]
+    #[error("它没有回应 initialize({source}){}", stderr_said(.stderr))]
     Initialize {
         #[source]
         source: Box<rmcp::service::ClientInitializeError>,
         stderr: String,
     },
-    #[error("it did not answer initialize within {secs} s (MCP_TIMEOUT)")]
+    #[error("它 {secs} 秒内没有回应 initialize(MCP_TIMEOUT)")]
     StartTimeout { secs: u64 },
-    #[error("header {name} cannot be sent")]
+    #[error("头 {name} 发不出去({source})")]
     Header {
         name: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("listing its tools failed{}", stderr_said(.stderr))]
+    #[error("列工具失败了({source}){}", stderr_said(.stderr))]
     List {
         #[source]
         source: Box<rmcp::ServiceError>,
         stderr: String,
     },
-    #[error("it did not list its tools within {secs} s; it was stopped")]
+    #[error("它 {secs} 秒内没有列出工具,已停掉")]
     ListTimeout { secs: u64 },
 }
 
@@ -119,7 +119,7 @@ fn stderr_said(stderr: &str) -> String {
     if stderr.is_empty() {
         String::new()
     } else {
-        format!(" (its stderr ended with: {stderr})")
+        format!(";它的 stderr 最后是:{stderr}")
     }
 }
 
