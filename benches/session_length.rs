@@ -153,7 +153,7 @@ fn measure_store(flower: &str, n: usize, pg: Option<&str>) -> Duration {
     let key = SessionKey::main(project_key(&root), &id);
     let entries = session(&id, n);
     let stored: usize = entries.iter().map(|e| e.to_string().len()).sum();
-    let store_url = pg.map(fresh_schema);
+    let store_url = pg.map(support::postgres::schema_in);
     match &store_url {
         None => {
             let store = SqliteSessionStore::open(&root.join("runs/sessions.db")).expect("store");
@@ -221,24 +221,6 @@ fn measure_store(flower: &str, n: usize, pg: Option<&str>) -> Duration {
         mib(live.max_rss),
     );
     turn_wall
-}
-
-/// A schema of its own in the test database, so runs never meet.
-fn fresh_schema(base: &str) -> String {
-    let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let created = {
-        let base = base.to_string();
-        let schema = schema.clone();
-        std::thread::spawn(move || {
-            let mut client = postgres::Client::connect(&base, postgres::NoTls)?;
-            client.batch_execute(&format!("CREATE SCHEMA {schema}"))
-        })
-        .join()
-        .unwrap()
-    };
-    created.expect("create a schema");
-    let sep = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{sep}options=-csearch_path%3D{schema}")
 }
 
 fn verdict(ok: bool) -> &'static str {

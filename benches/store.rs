@@ -161,8 +161,9 @@ fn child(mode: &str) {
             timed(|| {
                 let mut stmt = conn
                     .prepare(
-                        "SELECT data FROM entries WHERE project_key = 'proj' \
-                         AND session_id = 'long' AND subpath = '' ORDER BY id",
+                        "SELECT data FROM entries WHERE transcript = (SELECT id FROM transcripts \
+                         WHERE project_key = 'proj' AND session_id = 'long' AND subpath = '') \
+                         ORDER BY id",
                     )
                     .unwrap();
                 let mut rows = stmt.query([]).unwrap();

@@ -7,13 +7,18 @@ use std::fmt;
 use std::sync::Arc;
 
 /// `error` and each of its sources, joined by `": "`; a source whose text an earlier
-/// level already says is skipped.
+/// level already says is skipped, and so is one that only puts a label of its own in
+/// front of what was said (PostgreSQL's `FATAL: …` after the message it quotes).
 pub fn chain(error: &(dyn Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current = Some(error);
     while let Some(e) = current {
         let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
+        let said = |t: &str| parts.iter().any(|p| p.contains(t));
+        let labelled = text
+            .split_once(": ")
+            .is_some_and(|(_, rest)| !rest.is_empty() && said(rest));
+        if !said(&text) && !labelled {
             parts.push(text);
         }
         current = e.source();
@@ -22,8 +27,12 @@ pub fn chain(error: &(dyn Error + 'static)) -> String {
 }
 
 /// A cause kept as its typed error inside an error that must stay `Clone` and
-/// `PartialEq` (a configuration error is compared in tests, copied into results).
-/// Two causes are equal when they say the same.
+/// `PartialEq` (a configuration error is compared in tests; a model error is copied
+/// into retry records). Two causes are equal when they say the same.
+///
+/// It is not an `Error` itself but derefs to the one it holds: as a thiserror
+/// `#[source]`, the outer error's `source()` is then the typed cause itself, which a
+/// caller can `downcast_ref` (`reqwest::Error`, `std::io::Error`, …).
 #[derive(Debug, Clone)]
 pub struct Cause(Arc<dyn Error + Send + Sync>);
 
@@ -38,15 +47,17 @@ impl Cause {
     }
 }
 
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+impl std::ops::Deref for Cause {
+    type Target = dyn Error + Send + Sync + 'static;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
 }
 
-impl Error for Cause {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        self.0.source()
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -75,5 +86,27 @@ mod tests {
         let io = || std::io::Error::other("disk full");
         assert_eq!(chain(&Quoting(io())), "cannot open the store: disk full");
         assert_eq!(chain(&Silent(io())), "cannot open the store: disk full");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("too many connections (53300)")]
+    struct Described(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_that_only_labels_what_was_said_is_skipped() {
+        let labelled = Described(std::io::Error::other("FATAL: too many connections"));
+        assert_eq!(chain(&labelled), "too many connections (53300)");
+    }
+
+    #[derive(Debug, Clone, thiserror::Error)]
+    #[error("bad value")]
+    struct Kept(#[source] super::Cause);
+
+    #[test]
+    fn a_kept_cause_is_the_source_itself() {
+        let kept = Kept(super::Cause::new(std::io::Error::other("disk full")));
+        let source = std::error::Error::source(&kept).map(|s| s.is::<std::io::Error>());
+        assert_eq!(source, Some(true));
+        assert_eq!(chain(&kept), "bad value: disk full");
     }
 }

@@ -4,11 +4,15 @@
 //! for its vocabulary.
 
 use crate::model::Usage;
+use serde::Serialize;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, PartialEq)]
+/// Serialized as `{"type": …, fields…}` (what the Python package hands `on_event`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// A session id exists (minted, resumed or forked). Reported before the first request.
+    #[serde(rename = "session")]
     SessionStarted {
         agent: String,
         session_id: String,
@@ -17,17 +21,11 @@ pub enum Event {
         depth: u32,
     },
     /// A model request is sent (its reply streams as deltas, then `TurnDone`).
-    Requesting {
-        depth: u32,
-    },
-    TextDelta {
-        text: String,
-        depth: u32,
-    },
-    ThinkingDelta {
-        text: String,
-        depth: u32,
-    },
+    Requesting { depth: u32 },
+    #[serde(rename = "text")]
+    TextDelta { text: String, depth: u32 },
+    #[serde(rename = "thinking")]
+    ThinkingDelta { text: String, depth: u32 },
     /// A tool call is about to run (after the permission check).
     ToolCall {
         name: String,
@@ -45,6 +43,7 @@ pub enum Event {
         depth: u32,
     },
     /// A model turn finished.
+    #[serde(rename = "turn")]
     TurnDone {
         turn: u32,
         usage: Usage,
@@ -71,16 +70,13 @@ pub enum Event {
         database: bool,
     },
     /// Resilience: the endpoint answers again; `database` as in [`Event::Offline`].
-    Online {
-        database: bool,
-    },
+    Online { database: bool },
     /// Something the user should know that does not stop the run (an unknown
     /// `stop_reason`, a model without a price).
-    Warning {
-        message: String,
-    },
+    Warning { message: String },
     /// Workflow: a step (or a gate round of it) begins. `index`/`total` count the
     /// workflow's steps (0/0 for a round). `resumed`: it continues its own earlier session.
+    #[serde(rename = "step")]
     StepStarted {
         step: String,
         index: usize,

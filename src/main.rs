@@ -2,13 +2,15 @@
 
 mod cli;
 
-use clap::Parser;
 use cli::args::{Cli, Command};
 use cli::out::errln;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match cli::usage::parse::<Cli>() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     // The one read of the process environment; every command resolves its settings from it.
     let env = flower::settings::Environment::from_process();
     let result = match cli.command {

@@ -346,7 +346,8 @@ fn exit_status(
         }
         Err(WorkflowError::StepFailed { step, error, .. }) => {
             renderer.note(&format!(
-                "flower: 步骤 {step} 没跑完:{error}\n再跑一次 flower 就从这里接着做。"
+                "flower: 步骤 {step} 没跑完{}\n再跑一次 flower 就从这里接着做。",
+                super::said::reason(&error)
             ));
             renderer.summary(&format!("{step} 没跑完"), figures);
             Ok(ExitCode::FAILURE)

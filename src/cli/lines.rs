@@ -204,34 +204,7 @@ pub fn afresh(reasons: &[Afresh], home: Option<&Path>) -> Vec<String> {
         .collect()
 }
 
-/// An error that ends a command, as the person reads it: the library's errors a person
-/// meets most (a missing key, a store that does not open) in the interface's language,
-/// the others as the library says them; each cause said once.
+/// An error that ends a command, as the person reads it (see [`super::said::said`]).
 pub fn error_text(error: &anyhow::Error) -> String {
-    const NOTHING_SENT: &str = "什么都没发给模型。";
-    let chain = |e: &dyn std::error::Error| {
-        let mut parts: Vec<String> = Vec::new();
-        let mut current = Some(e);
-        while let Some(e) = current {
-            let text = e.to_string();
-            if !parts.iter().any(|p| p.contains(&text)) {
-                parts.push(text);
-            }
-            current = e.source();
-        }
-        parts.join(": ")
-    };
-    if let Some(flower::ConfigError::MissingCredential) = error.downcast_ref() {
-        return "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`(走网关就设 ANTHROPIC_AUTH_TOKEN),再跑 flower。".into();
-    }
-    match error.downcast_ref::<RunError>() {
-        Some(RunError::OpenStore(e)) => format!("打不开存储:{}\n{NOTHING_SENT}", chain(e)),
-        Some(RunError::ReadRun(e)) => {
-            format!("从存储里读不出这个运行:{}\n{NOTHING_SENT}", chain(e))
-        }
-        Some(RunError::Hold(e)) => {
-            format!("没能在存储里占住这个运行:{}\n{NOTHING_SENT}", chain(e))
-        }
-        _ => flower::error::chain(error.as_ref()),
-    }
+    super::said::said(error.as_ref())
 }

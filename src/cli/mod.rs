@@ -14,10 +14,12 @@ pub mod once;
 pub mod out;
 pub mod render;
 pub mod report;
+pub mod said;
 pub mod show;
 pub mod state;
 pub mod status;
 pub mod store;
+pub mod usage;
 
 /// Writes `text` to stdout; a reader that went away (`| head`) is not an error.
 pub fn print_out(text: &str) -> anyhow::Result<std::process::ExitCode> {

@@ -118,7 +118,7 @@ fn print_outcome(outcome: &AgentOutcome, as_json: bool) -> ExitCode {
         outln!("{object}");
     } else {
         if let Some(error) = &result.error {
-            errln!("flower: {error}");
+            errln!("flower: 没跑完{}", super::said::reason(error));
         }
         errln!(
             "-- 会话 {session_id} · {} 轮 · {} · 上下文 {}",

@@ -142,12 +142,12 @@ pub fn run(mut args: StoreArgs, env: &flower::settings::Environment) -> anyhow::
             Ok(()) => Ok(ExitCode::SUCCESS),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
             Err(e) => {
-                errln!("flower store {name}: cannot write to stdout: {e}");
+                errln!("flower store {name}: 写不了标准输出({e})");
                 Ok(ExitCode::FAILURE)
             }
         },
         Err(failed) => {
-            let message = flower::error::chain(&failed);
+            let message = super::said::said(&failed);
             errln!("flower store {name}: {}", one_line(&message));
             Ok(ExitCode::FAILURE)
         }
@@ -204,11 +204,11 @@ fn execute(args: &StoreArgs) -> Result<Value, Failed> {
     if let Some(raw) = &args.store {
         let url: PostgresUrl = raw
             .parse()
-            .map_err(|why| Failed::because(format!("--store: {why}"), why))?;
+            .map_err(|why| Failed::because(format!("--store {raw}:{why}"), why))?;
         let shown = url.to_string();
         if matches!(args.command, StoreCommand::Import { .. }) {
             return Err(Failed::new(format!(
-                "imports go into a SQLite file (--db); {shown} was not touched"
+                "import 只导进 SQLite 文件(--db);{shown} 没有动"
             )));
         }
         // Opened, and migrated, as a run would open it; it always exists.
@@ -291,26 +291,21 @@ impl Backend<'_> {
     fn run(&self, command: &StoreCommand) -> Result<Value, Failed> {
         let shown = &self.shown;
         let key = |text: &str| {
-            SessionKey::parse(text)
-                .map_err(|e| Failed::because(format!("{e} (database {shown})"), e))
+            SessionKey::parse(text).map_err(|e| Failed::because(format!("{e}(数据库 {shown})"), e))
         };
         let err = |e: StoreError| (self.describe)(e);
         let rw = || -> Result<Box<dyn Counting>, Failed> {
-            (self.open_rw)()?.ok_or_else(|| Failed::new(format!("cannot open {shown}")))
+            (self.open_rw)()?.ok_or_else(|| Failed::new(format!("打不开 {shown}")))
         };
         match command {
             StoreCommand::Append { key: text } => {
                 let key = key(text)?;
                 let mut input = Vec::new();
                 std::io::stdin().read_to_end(&mut input).map_err(|e| {
-                    Failed::because(
-                        format!("cannot read stdin: {e}; nothing written to {shown}"),
-                        e,
-                    )
+                    Failed::because(format!("读不了标准输入({e});{shown} 什么都没写"), e)
                 })?;
-                let entries = parse_entries(&input).map_err(|e| {
-                    Failed::because(format!("<stdin>: {e}; nothing written to {shown}"), e)
-                })?;
+                let entries = parse_entries(&input)
+                    .map_err(|e| Failed::because(format!("标准输入:{e};{shown} 什么都没写"), e))?;
                 if entries.is_empty() {
                     return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
                 }
@@ -362,7 +357,7 @@ impl Backend<'_> {
                 let deleted = rw()?.delete_counted(&key).map_err(err)?;
                 Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
             }
-            StoreCommand::Import { .. } => Err(Failed::new(format!("cannot import into {shown}"))),
+            StoreCommand::Import { .. } => Err(Failed::new(format!("不能导进 {shown}"))),
         }
     }
 }
@@ -381,7 +376,7 @@ fn describe(e: StoreError, db: &Path) -> Failed {
         StoreError::Database { .. }
         | StoreError::Unavailable { .. }
         | StoreError::NewerSchema { .. } => e.to_string(),
-        _ => format!("{e} (database {})", db.display()),
+        _ => format!("{e}(数据库 {})", db.display()),
     };
     Failed::because(line, e)
 }
@@ -390,17 +385,15 @@ fn describe(e: StoreError, db: &Path) -> Failed {
 /// be a JSON object.
 fn parse_entries(input: &[u8]) -> Result<Vec<Value>, Failed> {
     let text = std::str::from_utf8(input)
-        .map_err(|e| Failed::because(format!("not UTF-8 text ({e})"), e))?;
+        .map_err(|e| Failed::because(format!("不是 UTF-8 文本({e})"), e))?;
     if text.trim_start().starts_with('[') {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| Failed::because(format!("malformed JSON array: {e}"), e))?;
+            .map_err(|e| Failed::because(format!("JSON 数组写坏了({e})"), e))?;
         let Value::Array(entries) = value else {
-            return Err(Failed::new("expected a JSON array"));
+            return Err(Failed::new("要的是 JSON 数组"));
         };
         if let Some(index) = entries.iter().position(|e| !e.is_object()) {
-            return Err(Failed::new(format!(
-                "entry {index} of the array is not a JSON object"
-            )));
+            return Err(Failed::new(format!("数组第 {index} 项不是 JSON 对象")));
         }
         return Ok(entries);
     }
@@ -410,12 +403,9 @@ fn parse_entries(input: &[u8]) -> Result<Vec<Value>, Failed> {
             continue;
         }
         let value: Value = serde_json::from_str(line)
-            .map_err(|e| Failed::because(format!("line {}: malformed JSON: {e}", n + 1), e))?;
+            .map_err(|e| Failed::because(format!("第 {} 行:JSON 写坏了({e})", n + 1), e))?;
         if !value.is_object() {
-            return Err(Failed::new(format!(
-                "line {}: the entry is not a JSON object",
-                n + 1
-            )));
+            return Err(Failed::new(format!("第 {} 行:这一条不是 JSON 对象", n + 1)));
         }
         entries.push(value);
     }
@@ -431,7 +421,7 @@ fn import(
     session_id: Option<&str>,
 ) -> Result<Value, Failed> {
     let bytes = std::fs::read(file)
-        .map_err(|e| Failed::because(format!("cannot read {}: {e}", file.display()), e))?;
+        .map_err(|e| Failed::because(format!("读不了 {}({e})", file.display()), e))?;
     let text = String::from_utf8_lossy(&bytes);
     let (mut lines, mut malformed, mut skipped) = (0usize, 0usize, 0usize);
     let mut taken = Vec::new();
@@ -458,8 +448,8 @@ fn import(
     }
     if taken.is_empty() {
         return Err(Failed::new(format!(
-            "{}: no transcript lines to import ({lines} lines: {malformed} malformed, {skipped} \
-             of other types); nothing written to {}",
+            "{}:没有能导入的 transcript 行(共 {lines} 行:{malformed} 行写坏了,{skipped} 行是别的类型);\
+             {} 什么都没写",
             file.display(),
             db.display()
         )));
@@ -478,7 +468,7 @@ fn import(
     let key = SessionKey::main(project, session);
     key.validate().map_err(|e| {
         let line = format!(
-            "{e} (importing {}; give --project-key / --session-id)",
+            "{e}(导入 {} 时;用 --project-key / --session-id 指定)",
             file.display()
         );
         Failed::because(line, e)

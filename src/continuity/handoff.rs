@@ -61,17 +61,11 @@ pub fn context_window(model: &str) -> u64 {
 /// A bad handoff setting. Its text is shown to the user as is.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum HandoffError {
-    #[error(
-        "handoff threshold {value:?} is not valid: {why} (give a token count such as 120000 or 120K, or a percentage of the window such as 60%)"
-    )]
+    #[error("换代阈值 {value:?} 不行:{why}(写 token 数,如 120000 或 120K;或窗口的百分比,如 60%)")]
     BadThreshold { value: String, why: String },
-    #[error(
-        "context window {value:?} is not valid: {why} (give a token count such as 200000 or 200K)"
-    )]
+    #[error("上下文窗口 {value:?} 不行:{why}(写 token 数,如 200000 或 200K)")]
     BadWindow { value: String, why: String },
-    #[error(
-        "the context window ({window} tokens) is smaller than the handoff threshold ({threshold} tokens)"
-    )]
+    #[error("上下文窗口({window} token)比换代阈值({threshold} token)还小")]
     ThresholdAboveWindow { threshold: u64, window: u64 },
 }
 
@@ -129,22 +123,19 @@ impl FromStr for Threshold {
         };
         let t = value.trim();
         if let Some(percent) = t.strip_suffix('%') {
-            let p: f64 = percent
-                .trim()
-                .parse()
-                .map_err(|_| bad("not a number before %"))?;
+            let p: f64 = percent.trim().parse().map_err(|_| bad("% 前面不是数"))?;
             if !p.is_finite() || p <= 0.0 {
-                return Err(bad("it must be more than 0%"));
+                return Err(bad("要大于 0%"));
             }
             if p > 100.0 {
-                return Err(bad("it cannot be more than 100% of the window"));
+                return Err(bad("不能超过窗口的 100%"));
             }
             return Ok(Threshold::Percent(p));
         }
         match parse_tokens(t) {
-            Some(0) => Err(bad("it must be more than 0 tokens")),
+            Some(0) => Err(bad("要大于 0 token")),
             Some(n) => Ok(Threshold::Tokens(n)),
-            None => Err(bad("not a token count or a percentage")),
+            None => Err(bad("既不是 token 数也不是百分比")),
         }
     }
 }
@@ -173,9 +164,9 @@ pub fn parse_window(value: &str) -> Result<u64, HandoffError> {
         why: why.to_string(),
     };
     match parse_tokens(value) {
-        Some(0) => Err(bad("it must be more than 0 tokens")),
+        Some(0) => Err(bad("要大于 0 token")),
         Some(n) => Ok(n),
-        None => Err(bad("not a token count")),
+        None => Err(bad("不是 token 数")),
     }
 }
 

@@ -95,7 +95,7 @@ impl Holder {
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pid {}, since {}", self.pid, self.since.to_rfc3339())
+        write!(f, "pid {},{} 起", self.pid, self.since.to_rfc3339())
     }
 }
 
@@ -111,26 +111,26 @@ pub enum Probe {
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// Someone else holds the lock.
-    #[error("{} is held by another flower ({})", path.display(), describe(holder))]
+    #[error("另一个 flower 占着 {}({})", path.display(), describe(holder))]
     Held {
         path: PathBuf,
         holder: Option<Holder>,
     },
-    #[error("lock {}: {source}", path.display())]
+    #[error("锁 {} 用不了({source})", path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
     /// The shared store could not take or check its twin of a session lock.
-    #[error("the store's session lock: {0}")]
+    #[error("存储里的会话锁:{0}")]
     Store(#[from] crate::stores::StoreError),
 }
 
 fn describe(holder: &Option<Holder>) -> String {
     holder
         .as_ref()
-        .map_or_else(|| "pid unknown".into(), Holder::to_string)
+        .map_or_else(|| "pid 不详".into(), Holder::to_string)
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> LockError + '_ {

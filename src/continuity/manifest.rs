@@ -32,6 +32,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+mod mirror;
+
 use super::attempt::{AttemptKind, AttemptName};
 use super::lineage::aside_path;
 use super::shared::SharedRun;
@@ -453,29 +455,29 @@ pub fn judge_name(step: &str, n: u32) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("{}: {source}", path.display())]
+    #[error("{} 用不了({source})", path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("{} cannot be read as the run's manifest: {why}", path.display())]
+    #[error("{} 读不成运行清单:{why}", path.display())]
     Corrupt {
         path: PathBuf,
         #[source]
         why: Unreadable,
     },
     /// The shared database did not take the rows; they go out with the next write.
-    #[error("the run's manifest in the database: {0}")]
+    #[error("数据库里的运行清单:{0}")]
     Shared(#[source] crate::stores::StoreError),
 }
 
 /// Why a manifest cannot be read (the `why` of [`ManifestError::Corrupt`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Unreadable {
-    #[error("not a JSON array of rows ({0})")]
+    #[error("不是由行组成的 JSON 数组({0})")]
     NotRows(#[source] serde_json::Error),
-    #[error(transparent)]
+    #[error("JSON 写坏了({0})")]
     Json(serde_json::Error),
 }
 
@@ -549,30 +551,6 @@ impl Manifest {
             .open(&lock_path)
             .map_err(io_err(&lock_path))
     }
-
-    /// Replaces `manifest.json` by `rows` (JSON texts, as the database keeps them),
-    /// atomically, under the writers' lock, in the file's pretty layout.
-    fn write_mirror(&self, rows: &[String]) -> Result<(), ManifestError> {
-        fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
-        let lock = self.open_lock()?;
-        let _ = lock.lock();
-        // Re-laid out as trees, not as rows: every field of every row stays.
-        let mut trees = rows
-            .iter()
-            .map(|text| serde_json::from_str::<Value>(text))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
-        // Each row says which store holds the run: the file is only its mirror.
-        if let Some(store) = self.shared.as_ref().and_then(SharedRun::location) {
-            for row in trees.iter_mut().filter_map(Value::as_object_mut) {
-                row.insert("store".into(), Value::String(store.clone()));
-            }
-        }
-        let mut bytes = serde_json::to_vec_pretty(&trees)
-            .map_err(|e| io_err(&self.path)(io::Error::other(e)))?;
-        bytes.push(b'\n');
-        crate::atomic::write(&self.path, &bytes).map_err(io_err(&self.path))
-    }
 }
 
 /// The identity and layout of the file this writer last wrote. When both the file and
@@ -590,6 +568,8 @@ struct Written {
     /// Bytes of `[` plus the other processes' rows, where this process's part begins.
     others_len: u64,
     others_count: usize,
+    /// The mirror of a shared manifest: the other processes' rows it holds.
+    seen: Option<crate::continuity::shared::ManifestSeen>,
 }
 
 impl Manifest {
@@ -677,16 +657,8 @@ impl Manifest {
     // Long because the merge with the other processes' rows is one critical section under
     // the lock: read back (or the unchanged shortcut), move a corrupt file aside, write, rename.
     pub fn write(&mut self) -> Result<RecordOutcome, ManifestError> {
-        if let Some(shared) = &self.shared {
-            let ours = self.rows.iter().map(ManifestRow::to_json).collect();
-            let all = shared
-                .merge_manifest(&self.run_id, ours)
-                .map_err(ManifestError::Shared)?;
-            self.write_mirror(&all)?;
-            return Ok(RecordOutcome {
-                moved_aside: None,
-                rows: all.len(),
-            });
+        if let Some(shared) = self.shared.clone() {
+            return self.write_shared(&shared);
         }
         fs::create_dir_all(&self.run_dir).map_err(io_err(&self.run_dir))?;
         let lock = self.open_lock()?;
@@ -756,6 +728,7 @@ impl Manifest {
                 mtime: (meta.mtime(), meta.mtime_nsec()),
                 others_len,
                 others_count,
+                seen: None,
             });
         }
         drop(lock);
@@ -804,7 +777,7 @@ pub fn shared_rows(shared: &SharedRun) -> Result<Vec<ManifestRow>, StoreError> {
         .iter()
         .map(|text| {
             ManifestRow::from_json(text).map_err(|source| StoreError::Decode {
-                what: "a manifest row is not JSON".into(),
+                what: "运行清单的一行".into(),
                 source,
             })
         })

@@ -87,7 +87,7 @@ impl Resilience {
             match value.parse::<u32>() {
                 Ok(n) if n >= 1 => r.max_attempts = n,
                 _ => warnings.push(format!(
-                    "ignoring FLOWER_MAX_ATTEMPTS={value:?}: expected a whole number ≥ 1 (attempts, the first included); using {}",
+                    "FLOWER_MAX_ATTEMPTS={value:?}:要一个 ≥ 1 的整数(尝试次数,含第一次);先用 {}",
                     r.max_attempts
                 )),
             }
@@ -109,7 +109,7 @@ impl Resilience {
                     Range::Positive => "> 0",
                 };
                 warnings.push(format!(
-                    "ignoring {name}={value:?}: expected seconds as a decimal number {want}; using {}",
+                    "{name}={value:?}:要一个 {want} 的秒数;先用 {}",
                     field
                 ));
             }
@@ -137,7 +137,7 @@ impl Resilience {
                 "true" | "1" | "yes" | "on" => r.retry_unknown = true,
                 "false" | "0" | "no" | "off" => r.retry_unknown = false,
                 _ => warnings.push(format!(
-                    "ignoring FLOWER_RETRY_UNKNOWN={value:?}: expected true/false/1/0; using {}",
+                    "FLOWER_RETRY_UNKNOWN={value:?}:要 true/false/1/0;先用 {}",
                     r.retry_unknown
                 )),
             }

@@ -54,9 +54,9 @@ pub enum RunError {
     /// The workspace cannot be resolved (it is gone, or not readable).
     #[error(transparent)]
     Workspace(io::Error),
-    #[error("cannot open the store: {0}\nNothing was sent to the model.")]
+    #[error("打不开存储:{0}\n什么都没发给模型。")]
     OpenStore(#[source] StoreError),
-    #[error("cannot read the run from the store: {0}\nNothing was sent to the model.")]
+    #[error("从存储里读不出这个运行:{0}\n什么都没发给模型。")]
     ReadRun(#[source] SharedRunError),
     /// A run key from the environment names a run begun in another workspace.
     #[error(transparent)]
@@ -74,10 +74,7 @@ pub enum RunError {
         flag: String,
     },
     /// Another process holds the run directory (and the settings say not to wait).
-    #[error(
-        "run directory {path} is in use by another flower ({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用运行目录 {path}({})", holder_text(holder))]
     Locked {
         path: PathBuf,
         holder: Option<Holder>,
@@ -85,21 +82,18 @@ pub enum RunError {
     /// Another process, on some host, holds the run in the shared database; `waited`:
     /// it was waited for, and the wait ended without the run.
     #[error(
-        "run {run_key} is in use by another flower ({})",
-        holder.as_deref().unwrap_or("unknown")
+        "另一个 flower 正在跑运行 {run_key}({})",
+        holder.as_deref().unwrap_or("不知道是谁")
     )]
     RunBusy {
         run_key: String,
         holder: Option<String>,
         waited: bool,
     },
-    #[error("cannot hold the run in the store: {0}\nNothing was sent to the model.")]
+    #[error("没能在存储里占住这个运行:{0}\n什么都没发给模型。")]
     Hold(#[source] StoreError),
     /// Another process appends to (or forks) a session this run would continue.
-    #[error(
-        "session {session_id} is in use by another flower ({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用会话 {session_id}({})", holder_text(holder))]
     SessionBusy {
         session_id: String,
         holder: Option<Holder>,

@@ -41,13 +41,13 @@ pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("workspace {path}: {source}")]
+    #[error("工作区 {path} 用不了({source})")]
     Workspace {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("run directory {path}: {source}")]
+    #[error("运行目录 {path} 用不了({source})")]
     RunDir {
         path: PathBuf,
         #[source]
@@ -58,7 +58,7 @@ pub enum RuntimeError {
     /// The store could not say whether lineage's sessions still exist. Nothing was
     /// written: the conversation is still there once the database can be read again.
     #[error(
-        "could not check the sessions named in {path} against sessions.db: {source}\nNothing was changed. Make the database readable (is another program holding a lock on it?) and run flower again."
+        "没能到 sessions.db 里核对 {path} 记着的会话:{source}\n什么都没有改动。让数据库能读(是不是别的程序锁着它?),再跑 flower。"
     )]
     LineageCheck {
         path: PathBuf,
@@ -70,19 +70,13 @@ pub enum RuntimeError {
     Handoff(#[from] handoff::HandoffError),
     /// Another runtime, in this process or another, holds the run directory. Nothing was
     /// written.
-    #[error(
-        "run directory {path} is in use by another flower ({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用运行目录 {path}({})", holder_text(holder))]
     Locked {
         path: PathBuf,
         holder: Option<Holder>,
     },
     /// Another process appends to (or forks) a session this runtime would continue.
-    #[error(
-        "session {session_id} is in use by another flower ({})",
-        holder_text(holder)
-    )]
+    #[error("另一个 flower 正在用会话 {session_id}({})", holder_text(holder))]
     SessionBusy {
         session_id: String,
         holder: Option<Holder>,
@@ -95,7 +89,7 @@ pub enum RuntimeError {
 pub(super) fn holder_text(holder: &Option<Holder>) -> String {
     holder
         .as_ref()
-        .map_or_else(|| "pid unknown".into(), Holder::to_string)
+        .map_or_else(|| "pid 不详".into(), Holder::to_string)
 }
 
 impl RuntimeError {

@@ -25,6 +25,7 @@
 //! another project's conversation here.
 
 use crate::stores::postgres::{Leased, OnLeaseLost, PostgresStore, RunRow};
+pub use crate::stores::postgres::{ManifestSeen, MergedManifest};
 use crate::stores::{StoreError, project_key};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -52,6 +53,27 @@ pub trait RunStateStore: Send + Sync {
         run: &str,
         rows: Vec<String>,
     ) -> Result<Vec<String>, StoreError>;
+    /// [`Self::merge_manifest`] for a mirror that holds the other processes' rows up
+    /// to `seen`: only what they added since comes back when none of those went away.
+    /// By default every row, as [`Self::merge_manifest`] gives them.
+    fn merge_manifest_since(
+        &self,
+        run_key: &str,
+        run: &str,
+        rows: Vec<String>,
+        seen: Option<ManifestSeen>,
+    ) -> Result<MergedManifest, StoreError> {
+        let _ = seen;
+        let ours = rows.len();
+        let mut all = self.merge_manifest(run_key, run, rows)?;
+        // Ours follow the others' (see `merge_manifest`).
+        all.truncate(all.len().saturating_sub(ours));
+        Ok(MergedManifest {
+            others: all,
+            appended: false,
+            seen: None,
+        })
+    }
     /// Every manifest row of the run (JSON texts), in write order.
     fn manifest(&self, run_key: &str) -> Result<Vec<String>, StoreError>;
     /// Where the store is, as a person would name it to `--store` (a URL without its
@@ -115,6 +137,16 @@ impl RunStateStore for PostgresStore {
         self.manifest_merge(run_key, run, rows)
     }
 
+    fn merge_manifest_since(
+        &self,
+        run_key: &str,
+        run: &str,
+        rows: Vec<String>,
+        seen: Option<ManifestSeen>,
+    ) -> Result<MergedManifest, StoreError> {
+        self.manifest_merge_since(run_key, run, rows, seen)
+    }
+
     fn manifest(&self, run_key: &str) -> Result<Vec<String>, StoreError> {
         self.manifest_rows(run_key)
     }
@@ -161,11 +193,11 @@ pub fn check_run_name(name: &str) -> Result<(), RunNameError> {
 /// What is wrong with a run name ([`check_run_name`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RunNameError {
-    #[error("expected 1 to 128 characters")]
+    #[error("要 1 到 128 个字符")]
     Length,
-    #[error("must start with a letter or a digit")]
+    #[error("要以字母或数字开头")]
     Start,
-    #[error("only letters, digits, '.', '_' and '-' are allowed")]
+    #[error("只能有字母、数字、'.'、'_' 和 '-'")]
     Characters,
 }
 
@@ -173,7 +205,7 @@ pub enum RunNameError {
 pub enum SharedRunError {
     #[error("{0}")]
     Store(#[from] StoreError),
-    #[error("bad run key {name:?}: {why}")]
+    #[error("运行名 {name:?} 不行:{why}")]
     BadName {
         name: String,
         #[source]
@@ -303,6 +335,17 @@ impl SharedRun {
     /// See [`RunStateStore::merge_manifest`].
     pub fn merge_manifest(&self, run: &str, rows: Vec<String>) -> Result<Vec<String>, StoreError> {
         self.store.merge_manifest(&self.row.run_key, run, rows)
+    }
+
+    /// See [`RunStateStore::merge_manifest_since`].
+    pub fn merge_manifest_since(
+        &self,
+        run: &str,
+        rows: Vec<String>,
+        seen: Option<ManifestSeen>,
+    ) -> Result<MergedManifest, StoreError> {
+        self.store
+            .merge_manifest_since(&self.row.run_key, run, rows, seen)
     }
 
     /// The run's manifest rows (JSON texts); `continuity::manifest::shared_rows` reads them.

@@ -27,7 +27,6 @@ impl Engine {
         let Some(hub) = &self.mcp else {
             return (Arc::from(Vec::new()), None);
         };
-        let home = self.config.home.as_deref();
         let mut users: Vec<Permissions> = self.permissions_of(spec).into_iter().collect();
         let main = users.first().cloned();
         if main
@@ -40,7 +39,8 @@ impl Engine {
             } else {
                 self.config.subagents.as_slice()
             };
-            users.extend(subagents.iter().filter_map(|s| s.permissions_in(home).ok()));
+            let of_subagent = |s: &AgentSpec| self.permissions_of(&s.bound_by(spec)).ok();
+            users.extend(subagents.iter().filter_map(of_subagent));
         }
         let wanted = |server: &McpServer| users.iter().any(|p| p.offers_server(&server.rule()));
         if !hub.config().servers.iter().any(wanted) {
@@ -72,9 +72,9 @@ impl Engine {
     }
 
     /// The MCP tools a resumed session was started with.
-    pub(super) fn pinned_mcp_tools(history: &[Value]) -> Arc<[McpTool]> {
+    pub(super) fn pinned_mcp_tools(history: &[crate::transcript::Loaded]) -> Arc<[McpTool]> {
         let tools = crate::transcript::pinned_mcp_tools(history)
-            .and_then(|v| serde_json::from_value::<Vec<McpTool>>(v.clone()).ok())
+            .and_then(|v| serde_json::from_value::<Vec<McpTool>>(v).ok())
             .unwrap_or_default();
         Arc::from(tools)
     }

@@ -41,7 +41,7 @@ use crate::future::BoxFuture;
 use crate::model::{MessagesRequest, ModelClient, ModelError, Thinking, Usage};
 use crate::stores::{PruningSessionStore, SessionKey, SessionStore, StoreError};
 use crate::tools::{ProcessGroups, Tool};
-use crate::transcript::{self, Chain, Messages};
+use crate::transcript::{self, Chain, Loaded, Messages};
 use permissions::Permissions;
 use serde::Serialize;
 use serde_json::Value;
@@ -67,6 +67,12 @@ pub fn window_exceeded(reply: &crate::model::ModelReply) -> bool {
 /// Said to the model after a reply cut by `max_tokens`, on models that refuse an
 /// assistant prefill (Claude 4.6 and later) and whenever thinking is on.
 pub const CONTINUE_AFTER_MAX_TOKENS: &str = "你上一条回复写到长度上限被截断了。从截断的地方直接接着写:不要重复已经写过的内容,不要重新开头,也不要解释。";
+
+/// [`CONTINUE_AFTER_MAX_TOKENS`] for a reply cut while the model was still thinking:
+/// it wrote nothing, and its thinking is not sent back (the API refuses an assistant
+/// message that ends with a thinking block).
+pub const CONTINUE_AFTER_THINKING_CUT: &str =
+    "你上一条回复还在思考时就写到了长度上限,什么都没写出来。这次少想一些,直接作答。";
 
 /// The marker a tool call cut by `max_tokens` gets in place of its input: it is never
 /// run, its result says so.
@@ -192,47 +198,47 @@ pub enum Stop {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// `max_turns` was reached.
-    #[error("max_turns reached ({0})")]
+    #[error("到了 max_turns({0})")]
     MaxTurns(u32),
     /// A model request failed.
     #[error(transparent)]
     Model(ModelError),
     /// A sub-agent's request failed with an error worth retrying: the whole run stops
     /// with it, so that the step's retry resumes the session.
-    #[error("sub-agent failed: {0}")]
+    #[error("子代理失败了:{0}")]
     SubAgent(ModelError),
     /// The agent's permission rules do not parse.
     #[error(transparent)]
     Rules(#[from] permissions::RuleError),
     #[error("transcript 写不进去:{0}")]
     Transcript(#[source] StoreError),
-    #[error("cannot read session {id}: {source}")]
+    #[error("读不了会话 {id}:{source}")]
     ReadSession { id: String, source: StoreError },
-    #[error("cannot write session {id}: {source}")]
+    #[error("写不了会话 {id}:{source}")]
     WriteSession { id: String, source: StoreError },
-    #[error("no session {0} in the store")]
+    #[error("存储里没有会话 {0}")]
     NoSession(String),
-    #[error("no session {0} to fork in the store")]
+    #[error("存储里没有要分叉的会话 {0}")]
     NoForkSource(String),
-    #[error("cannot write the fork: {0}")]
+    #[error("分叉写不进去:{0}")]
     WriteFork(#[source] StoreError),
     /// The model declined (`stop_reason: refusal`). Retrying the same request on the
     /// same model gives the same answer, so this is never retried; the refusal is
     /// pruned from what a resume feeds.
-    #[error("the model refused to answer (stop_reason refusal){}", refusal_details(.0))]
+    #[error("模型拒绝回答(stop_reason refusal){}", refusal_details(.0))]
     Refusal(Option<Value>),
     /// The context window is full (`stop_reason: model_context_window_exceeded`): the
     /// conversation cannot go on in this session.
     #[error(
-        "the context window of {model} is full (stop_reason model_context_window_exceeded); \
-         start a fresh session with `flower --new`"
+        "{model} 的上下文窗口满了(stop_reason model_context_window_exceeded);\
+         用 `flower --new` 开一条新会话"
     )]
     ContextWindowFull { model: String },
     /// A `UserPromptSubmit` hook blocked the prompt: it was not sent (nor stored).
-    #[error("a UserPromptSubmit hook blocked the prompt: {0}")]
+    #[error("UserPromptSubmit 钩子拦下了这句话:{0}")]
     PromptBlocked(String),
     /// A hook answered `continue: false`: the agent stopped (its `stopReason`).
-    #[error("a hook stopped the agent: {0}")]
+    #[error("钩子让代理停下了:{0}")]
     HookStopped(String),
 }
 
@@ -419,7 +425,7 @@ type Call = (String, String, Value);
 
 /// An opened session: its id, the history to continue from, whether it is a
 /// continuation, and the calls of its last turn still to finish.
-type Opened = (String, Vec<Value>, bool, Vec<Call>);
+type Opened = (String, Vec<Loaded>, bool, Vec<Call>);
 
 /// Running totals of a run.
 struct Totals {
@@ -560,7 +566,7 @@ impl Engine {
             depth: 0,
         });
         let key = SessionKey::main(&self.config.project_key, &session_id);
-        let leaf = transcript::resume_leaf(&history).map(str::to_string);
+        let leaf = transcript::resume_leaf_loaded(&history);
         let (memory, pin) = self.session_memory(&request.start, &history);
         // So are the MCP tools (see `mcp`).
         let (mcp_tools, mcp_pin) = match request.start {
@@ -580,7 +586,7 @@ impl Engine {
         };
         let mut conversation = Conversation {
             // Moved, not copied: the entries are not needed after this.
-            messages: Messages::from_owned(history),
+            messages: Messages::from_loaded(history),
             announce: request.on_session,
             context_limit: request.context_limit,
             memory: memory.into(),
@@ -628,15 +634,14 @@ impl Engine {
     /// The memory of a session's system prompt, and the entry pinning it. Read once,
     /// when the session begins, and pinned in its transcript: a resumed session sends
     /// exactly what it began with (see `memory`).
-    fn session_memory(&self, start: &SessionStart, history: &[Value]) -> (String, Option<Pending>) {
+    fn session_memory(
+        &self,
+        start: &SessionStart,
+        history: &[Loaded],
+    ) -> (String, Option<Pending>) {
         match start {
             SessionStart::New => self.read_memory(),
-            _ => (
-                transcript::pinned_memory(history)
-                    .unwrap_or_default()
-                    .to_string(),
-                None,
-            ),
+            _ => (transcript::pinned_memory(history).unwrap_or_default(), None),
         }
     }
 
@@ -765,7 +770,12 @@ impl Engine {
                 Next::Continue { cut } => {
                     totals.continuing = true;
                     if cut && !prefill {
-                        let entry = conv.chain.continuation(CONTINUE_AFTER_MAX_TOKENS);
+                        let text = if transcript::is_thinking_only(&reply.content) {
+                            CONTINUE_AFTER_THINKING_CUT
+                        } else {
+                            CONTINUE_AFTER_MAX_TOKENS
+                        };
+                        let entry = conv.chain.continuation(text);
                         self.record(conv, entry)?;
                     }
                 }
@@ -892,11 +902,12 @@ impl Engine {
 }
 
 /// The context of the last turn the model answered in `history`, tokens.
-fn last_context(history: &[Value]) -> Option<u64> {
+fn last_context(history: &[Loaded]) -> Option<u64> {
     history
         .iter()
         .rev()
-        .find_map(transcript::markers::turn_usage)
-        .and_then(|usage| serde_json::from_value::<Usage>(usage.clone()).ok())
+        .filter(|e| e.kind == transcript::Kind::Assistant)
+        .find_map(|e| transcript::markers::turn_usage(&e.value()).cloned())
+        .and_then(|usage| serde_json::from_value::<Usage>(usage).ok())
         .map(|usage| usage.context_tokens())
 }

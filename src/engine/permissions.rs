@@ -106,10 +106,13 @@ const MCP_PREFIX: &str = crate::tools::mcp::TOOL_PREFIX;
 const MAX_QUOTED: usize = 300;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad permission rule {rule:?}: {why}")]
+#[error("权限规则 {rule:?} 不行:{why}")]
 pub struct RuleError {
     pub rule: String,
     pub why: String,
+    /// The glob parser's error, when that is what refused the rule (`why` quotes it).
+    #[source]
+    pub cause: Option<crate::error::Cause>,
 }
 
 /// The outcome of a permission check.

@@ -3,8 +3,8 @@
 //! [`super::recovery`]) instead of being answered as interrupted and sent out again.
 
 use super::{Call, Engine, RunError, RunResult, Totals};
-use crate::stores::{SessionKey, SessionStore};
-use crate::transcript;
+use crate::stores::SessionKey;
+use crate::transcript::{self, Kind, Loaded};
 use serde_json::Value;
 
 impl Engine {
@@ -16,11 +16,11 @@ impl Engine {
     pub(super) fn load_resumable(
         &self,
         key: &SessionKey,
-    ) -> Result<(Vec<Value>, Vec<Call>), RunError> {
+    ) -> Result<(Vec<Loaded>, Vec<Call>), RunError> {
         let store = &self.config.store;
         let id = || key.session_id.clone();
         let mut pruned = store
-            .load(key)
+            .load_entries(key)
             .map_err(|source| RunError::ReadSession { id: id(), source })?
             .ok_or_else(|| RunError::NoSession(id()))?;
         let calls = self.continuable_calls(key, &pruned);
@@ -34,24 +34,19 @@ impl Engine {
 
     /// The calls answered by the synthesized results that end `pruned`, when one of
     /// them is a `Task` whose sub-agent session exists; none otherwise.
-    fn continuable_calls(&self, key: &SessionKey, pruned: &[Value]) -> Vec<Call> {
-        use crate::stores::prune::is_synthesized_result;
-        let tail = pruned
-            .iter()
-            .rev()
-            .take_while(|e| is_synthesized_result(e))
-            .count();
-        if tail == 0 || pruned.iter().filter(|e| is_synthesized_result(e)).count() != tail {
+    fn continuable_calls(&self, key: &SessionKey, pruned: &[Loaded]) -> Vec<Call> {
+        let synthesized = |e: &Loaded| {
+            e.maybe_synthesized && crate::stores::prune::is_synthesized_result(&e.value())
+        };
+        let tail = pruned.iter().rev().take_while(|e| synthesized(e)).count();
+        if tail == 0 || pruned.iter().filter(|e| synthesized(e)).count() != tail {
             return Vec::new();
         }
         let (before, synthesized) = pruned.split_at(pruned.len() - tail);
-        let Some(turn) = before
-            .iter()
-            .rev()
-            .find(|e| e.get("type").and_then(Value::as_str) == Some("assistant"))
-        else {
+        let Some(turn) = before.iter().rev().find(|e| e.kind == Kind::Assistant) else {
             return Vec::new();
         };
+        let turn = turn.value();
         let content = turn
             .pointer("/message/content")
             .and_then(Value::as_array)
@@ -60,6 +55,7 @@ impl Engine {
         let uses = transcript::tool_uses(content);
         let mut calls = Vec::new();
         for entry in synthesized {
+            let entry = entry.value();
             let Some(call_id) = entry
                 .pointer("/message/content/0/tool_use_id")
                 .and_then(Value::as_str)

@@ -3,7 +3,7 @@
 
 use super::{Engine, Opened, RunError, SessionStart};
 use crate::stores::{SessionKey, SessionStore};
-use crate::transcript;
+use crate::transcript::{self, Kind, Loaded};
 use serde_json::Value;
 
 impl Engine {
@@ -68,12 +68,12 @@ impl Engine {
     /// Loads what a resumed session is fed. Entries the pruning layer had to add (a
     /// result for a tool call that never got one) become part of the conversation now,
     /// so they are written, and the chain continues from them.
-    pub(super) fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Value>, RunError> {
+    pub(super) fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Loaded>, RunError> {
         let store = &self.config.store;
         let id = || key.session_id.clone();
-        // One pass: parsing and pruning fused in the store, no copy of the raw transcript.
+        // Entries stay their stored text: the history is made from it.
         let pruned = store
-            .load(key)
+            .load_entries(key)
             .map_err(|source| RunError::ReadSession { id: id(), source })?
             .ok_or_else(|| RunError::NoSession(id()))?;
         self.store_synthesized(key, &pruned)?;
@@ -84,14 +84,16 @@ impl Engine {
     pub(super) fn store_synthesized(
         &self,
         key: &SessionKey,
-        pruned: &[Value],
+        pruned: &[Loaded],
     ) -> Result<(), RunError> {
         let store = &self.config.store;
         let id = || key.session_id.clone();
         let added: Vec<Value> = pruned
             .iter()
+            .filter(|e| e.maybe_synthesized)
+            .map(Loaded::value)
             .filter(|e| crate::stores::prune::is_synthesized_result(e))
-            .cloned()
+            .map(std::borrow::Cow::into_owned)
             .collect();
         // Their uuids are idempotency keys: appending one that is already stored is a no-op.
         if !added.is_empty() {
@@ -105,14 +107,14 @@ impl Engine {
 
 /// Whether the last user or assistant entry of `history` is a user entry that says
 /// exactly `prompt` (and so is still unanswered).
-pub(super) fn ends_with_prompt(history: &[Value], prompt: &str) -> bool {
+pub(super) fn ends_with_prompt(history: &[Loaded], prompt: &str) -> bool {
     // What hooks added after the prompt (context) is not an answer to it.
-    let last = history.iter().rev().find(|e| {
-        matches!(
-            e.get("type").and_then(Value::as_str),
-            Some("user" | "assistant")
-        ) && !transcript::markers::is_hook_context(e)
-    });
+    let last = history
+        .iter()
+        .rev()
+        .filter(|e| matches!(e.kind, Kind::User | Kind::Assistant))
+        .map(Loaded::value)
+        .find(|e| !transcript::markers::is_hook_context(e));
     let Some(last) = last else { return false };
     if last.get("type").and_then(Value::as_str) != Some("user") {
         return false;

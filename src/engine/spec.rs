@@ -8,7 +8,8 @@ use std::path::Path;
 ///
 /// `allowed_tools` and `disallowed_tools` hold permission rules (`Read`, `Bash(git
 /// status:*)`, `Edit(src/**)` …; see [`super::permissions`]). An empty `allowed_tools`
-/// allows every tool the engine has; deny rules always win.
+/// allows every tool the engine has; deny rules always win, and bind the sub-agents it
+/// starts too ([`AgentSpec::bound_by`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentSpec {
     pub name: String,
@@ -70,6 +71,19 @@ impl AgentSpec {
     pub fn effort(mut self, effort: crate::model::Effort) -> Self {
         self.effort = Some(effort);
         self
+    }
+
+    /// This agent as a sub-agent of `parent`: the parent's deny rules added to its own.
+    /// What a caller may not do (`flower once --disallowed-tools`), the agents it starts
+    /// may not do either; allow rules are not inherited (an agent's own say what it may).
+    pub fn bound_by(&self, parent: &AgentSpec) -> AgentSpec {
+        let mut spec = self.clone();
+        for rule in &parent.disallowed_tools {
+            if !spec.disallowed_tools.contains(rule) {
+                spec.disallowed_tools.push(rule.clone());
+            }
+        }
+        spec
     }
 
     /// The parsed permission rules; the first malformed rule is the error. Callers

@@ -96,10 +96,10 @@ impl Engine {
         };
         let default = general_purpose();
         let spec = match self.subagent_spec(input, &default) {
-            Ok(spec) => spec,
+            Ok(spec) => spec.bound_by(parent.spec),
             Err(refused) => return refused,
         };
-        let (sub, mut resume) = match self.subagent_place(parent, tool_use_id, spec, prompt) {
+        let (sub, mut resume) = match self.subagent_place(parent, tool_use_id, &spec, prompt) {
             Ok(place) => place,
             Err(e) => return ToolOutput::error(format!("Task: {e}")),
         };
@@ -212,20 +212,23 @@ impl Engine {
             resumed: !entries.is_empty(),
             depth: parent.depth + 1,
         });
-        let leaf = entries.iter().rev().find_map(transcript::uuid_of);
+        let leaf = entries
+            .iter()
+            .rev()
+            .find_map(|e| transcript::uuid_of(&e.value()).map(str::to_string));
         let chain = Chain::sidechain(
             parent.chain.session_id(),
             &self.config.workspace,
             &sub.agent_id,
         )
-        .with_leaf(leaf.map(str::to_string));
+        .with_leaf(leaf);
         // A sub-agent sees the memory its parent session was started with.
         let mut conv = Conversation {
             depth: parent.depth + 1,
             context_limit: parent.context_limit,
             memory: parent.memory.clone(),
             mcp_tools: parent.mcp_tools.clone(),
-            messages: Messages::from_entries(&entries),
+            messages: Messages::from_loaded(entries),
             ..Conversation::new(sub.spec, sub.key.clone(), chain)
         };
         let result = self.drive_from(&mut conv, next, Instant::now()).await;

@@ -264,7 +264,7 @@ pub struct Turn {
 }
 
 /// A main session of the run with its turn series.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Session {
     pub session_id: String,
     /// The plain step it served.
@@ -696,16 +696,8 @@ impl Run {
                     None => Session {
                         session_id: id.clone(),
                         step,
-                        entries: 0,
-                        turns: Vec::new(),
-                        marks: Vec::new(),
-                        tokens: Tokens::default(),
-                        cost_usd: None,
-                        peak_context: 0,
-                        subagents: Vec::new(),
                         missing: true,
-                        judge,
-                        model: None,
+                        ..Session::default()
                     },
                 };
                 session.judge = judge;

@@ -136,15 +136,7 @@ pub(super) fn series(
         session_id: id.to_owned(),
         step: step.to_owned(),
         entries,
-        turns: Vec::new(),
-        marks: Vec::new(),
-        tokens: Tokens::default(),
-        cost_usd: None,
-        peak_context: 0,
-        subagents: Vec::new(),
-        missing: false,
-        judge: false,
-        model: None,
+        ..Session::default()
     };
     let mut pending_error: Option<(usize, Option<i64>, String)> = None;
     for facts in assistants {

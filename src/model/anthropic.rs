@@ -104,13 +104,11 @@ impl fmt::Debug for ClientConfig {
 pub fn check_base_url(base_url: &str) -> Result<String, ModelError> {
     let base_url = base_url.trim().trim_end_matches('/').to_string();
     let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
-        ModelError::Config(format!(
-            "ANTHROPIC_BASE_URL {base_url:?} is not a URL ({e})"
-        ))
+        ModelError::config_because(format!("ANTHROPIC_BASE_URL {base_url:?} 不是 URL({e})"), e)
     })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(ModelError::Config(format!(
-            "ANTHROPIC_BASE_URL {base_url:?} must be an http:// or https:// URL"
+        return Err(ModelError::config(format!(
+            "ANTHROPIC_BASE_URL {base_url:?} 要是 http:// 或 https:// 开头的 URL"
         )));
     }
     Ok(base_url)
@@ -126,19 +124,19 @@ pub fn parse_custom_headers(text: &str) -> Result<Vec<(String, String)>, ModelEr
             continue;
         }
         let bad = |why: &str| {
-            ModelError::Config(format!(
-                "ANTHROPIC_CUSTOM_HEADERS line {}: {why} (expected `Name: value`)",
+            ModelError::config(format!(
+                "ANTHROPIC_CUSTOM_HEADERS 第 {} 行:{why}(要写成 `Name: value`)",
                 n + 1
             ))
         };
-        let (name, value) = line.split_once(':').ok_or_else(|| bad("no colon"))?;
+        let (name, value) = line.split_once(':').ok_or_else(|| bad("没有冒号"))?;
         let name = name.trim();
         let value = value.trim();
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(bad("not a header name"));
+            return Err(bad("不是合法的头名"));
         }
         if reqwest::header::HeaderValue::from_str(value).is_err() {
-            return Err(bad("the value has characters a header cannot carry"));
+            return Err(bad("值里有头里放不了的字符"));
         }
         headers.push((name.to_string(), value.to_string()));
     }
@@ -212,7 +210,10 @@ impl AnthropicClient {
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("flower/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ModelError::Config(format!("cannot set up HTTP: {}", error_chain(&e))))?;
+            .map_err(|e| {
+                let why = format!("HTTP 客户端建不起来({})", crate::error::chain(&e));
+                ModelError::config_because(why, e)
+            })?;
         Ok(AnthropicClient {
             http,
             endpoint: format!("{base_url}/v1/messages"),
@@ -339,7 +340,7 @@ impl AnthropicClient {
         {
             let kind = kind.to_string();
             let body = self.read_body(&mut response).await;
-            return Err(ModelError::Protocol(format!(
+            return Err(ModelError::protocol(format!(
                 "expected text/event-stream, got {kind}: {}",
                 snippet(&body)
             )));
@@ -359,11 +360,12 @@ impl AnthropicClient {
                 Ok(Ok(Some(chunk))) => chunk,
                 Ok(Ok(None)) => break,
                 Ok(Err(e)) => {
-                    return assembler.finish(&format!("connection lost ({})", error_chain(&e)));
+                    let why = format!("connection lost ({})", crate::error::chain(&e));
+                    return assembler.finish_broken(&why, e);
                 }
                 Err(_) if assembler.is_complete() => break,
                 Err(_) => {
-                    return Err(ModelError::Connection(format!(
+                    return Err(ModelError::timed_out(format!(
                         "timed out: no data from the server for {} while streaming \
                          (after {} events)",
                         seconds(self.idle_timeout),
@@ -420,7 +422,7 @@ impl AnthropicClient {
             .ok()
             .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
             .ok_or_else(|| {
-                ModelError::Protocol(format!("count_tokens answered {}", snippet(&text)))
+                ModelError::protocol(format!("count_tokens answered {}", snippet(&text)))
             })
     }
 
@@ -434,9 +436,9 @@ impl AnthropicClient {
     ) -> Result<reqwest::Response, ModelError> {
         let response = match tokio::time::timeout(self.idle_timeout, request.send()).await {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(ModelError::Connection(error_chain(&e))),
+            Ok(Err(e)) => return Err(ModelError::connection(e)),
             Err(_) => {
-                return Err(ModelError::Connection(format!(
+                return Err(ModelError::timed_out(format!(
                     "timed out after {} waiting for {waiting_for}",
                     seconds(self.idle_timeout)
                 )));
@@ -549,21 +551,6 @@ fn documented_kind(status: u16) -> &'static str {
         529 => "overloaded_error",
         _ => "http_error",
     }
-}
-
-/// An error and its sources, joined: reqwest's own text ("error sending request") says
-/// nothing about why; the cause (connection refused, DNS) is in the chain.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut current = Some(error);
-    while let Some(e) = current {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        current = e.source();
-    }
-    parts.join(": ")
 }
 
 fn seconds(d: Duration) -> String {

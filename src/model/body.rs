@@ -17,7 +17,8 @@ pub const MAX_CACHE_BREAKPOINTS: usize = 4;
 /// breakpoint.
 pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
 
-/// The messages of a conversation (`{"role": …, "content": …}`), append-only. Every
+/// The messages of a conversation (`{"role": …, "content": …}`), append-only (but for
+/// the newest, which [`History::drop_last`] may take back). Every
 /// message but the newest is sealed: kept only as its JSON text and the few facts the
 /// cache marks need. The newest stays a `Value`, since the next entry of the same role
 /// joins it ([`History::last_mut`]).
@@ -68,6 +69,38 @@ impl History {
             blocks: blocks(&message),
             marks,
         });
+    }
+
+    /// Appends a message already serialized: `json` must be exactly what serializing
+    /// it as a `Value` gives (`{"role":…,"content":[…]}`, see
+    /// [`super::canonical::is_canonical`]), with `blocks` content blocks. It is sealed
+    /// at once, and so is the message before it.
+    pub fn push_sealed(&mut self, json: String, assistant: bool, blocks: usize) {
+        if let Some(previous) = self.open.take() {
+            self.seal(previous);
+        }
+        // A mark is a key of that name: a text without one has none.
+        let marks = if json.contains("\"cache_control\"") {
+            serde_json::from_str::<Value>(&json).map_or(0, |m| count_breakpoints(&m, false))
+        } else {
+            0
+        };
+        if marks > 0 {
+            self.marked.push(self.sealed.len());
+        }
+        self.bytes += json.len();
+        self.sealed.push(Sealed {
+            json: json.into_boxed_str(),
+            assistant,
+            blocks,
+            marks,
+        });
+    }
+
+    /// Forgets the newest message (never a sealed one): what is sent next follows the
+    /// one before it.
+    pub fn drop_last(&mut self) {
+        self.open = None;
     }
 
     /// The newest message, to add blocks to.

@@ -60,13 +60,21 @@ const WINDOW_PHRASES: &[&str] = &[
     "context window",
 ];
 
-/// What kind of failure a model error is (see [`ErrorKind`]).
+/// What kind of failure a model error is (see [`ErrorKind`]), by its variant: only
+/// the API's own error can say the window is full, and the API says it only in its
+/// message (a 400 `invalid_request_error` "prompt is too long: … tokens > …
+/// maximum"), so that message is read; flower's own errors (a lost connection, a
+/// malformed stream) never are, whatever their causes say.
 pub fn error_kind(err: &ModelError) -> ErrorKind {
-    let lower = err.to_string().to_lowercase();
-    if WINDOW_PHRASES.iter().any(|p| lower.contains(p)) {
-        ErrorKind::ContextWindowFull
-    } else {
-        ErrorKind::Other
+    match err {
+        ModelError::Api { message, .. }
+            if WINDOW_PHRASES
+                .iter()
+                .any(|p| message.to_lowercase().contains(p)) =>
+        {
+            ErrorKind::ContextWindowFull
+        }
+        _ => ErrorKind::Other,
     }
 }
 
@@ -176,12 +184,15 @@ fn has_code(text: &str, code: &str) -> bool {
     })
 }
 
-/// Classifies a model error, trusting its typed status and kind before its text.
+/// Classifies a model error by its variant, and an API error by its status and kind;
+/// only an API error whose status and kind both say nothing is classified by the
+/// API's text ([`classify`]). A cause kept inside flower's own errors is never read
+/// as text: a connection that failed is transient whatever its cause says.
 pub fn classify_error(err: &ModelError) -> ErrorClass {
     match err {
-        ModelError::MissingApiKey | ModelError::Config(_) => ErrorClass::Fatal,
-        ModelError::Connection(_) | ModelError::Incomplete(_) => ErrorClass::Transient,
-        ModelError::Protocol(_) => ErrorClass::Unknown,
+        ModelError::MissingApiKey | ModelError::Config { .. } => ErrorClass::Fatal,
+        ModelError::Connection(_) | ModelError::Incomplete { .. } => ErrorClass::Transient,
+        ModelError::Protocol { .. } => ErrorClass::Unknown,
         ModelError::Api { status, kind, .. } => {
             if let Some(class) = status.and_then(classify_status) {
                 return class;
@@ -205,10 +216,17 @@ pub fn classify_error(err: &ModelError) -> ErrorClass {
 /// What the user has to fix after a fatal error, when flower can tell: a rejected key, a
 /// key without access, an exhausted balance, an unknown model or endpoint.
 pub fn fatal_hint(err: &ModelError) -> Option<&'static str> {
-    let ModelError::Api { status, kind, .. } = err else {
+    let ModelError::Api {
+        status,
+        kind,
+        message,
+        ..
+    } = err
+    else {
         return None;
     };
-    let text = err.to_string().to_lowercase();
+    // The API names billing trouble only in its message when the kind is generic.
+    let text = message.to_lowercase();
     if *status == Some(401) || kind == "authentication_error" {
         Some(
             "API 不认这个 key:检查 ANTHROPIC_API_KEY(写错了、被吊销了,或者不是 Anthropic 的 key),export 一个有效的(例如 `export ANTHROPIC_API_KEY=sk-ant-…`)再跑 flower。",

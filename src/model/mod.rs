@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 pub mod body;
+pub mod canonical;
 pub mod classify;
 pub mod error;
 pub mod models;
@@ -38,7 +39,7 @@ pub trait ModelClient: Send + Sync {
         request: &'a MessagesRequest,
     ) -> BoxFuture<'a, Result<u64, ModelError>> {
         let _ = request;
-        Box::pin(async { Err(ModelError::Config("this client cannot count tokens".into())) })
+        Box::pin(async { Err(ModelError::config("这个客户端不会数 token")) })
     }
 
     /// The model used when a request names none.

@@ -112,155 +112,30 @@ const fn row(
 /// Sources: Anthropic's model overview, migration guide ("prefilling assistant messages
 /// returns a 400 error" on 4.6 models and later), adaptive thinking and effort pages
 /// (platform.claude.com, read 2026-12-05).
+#[rustfmt::skip]
 pub const MODELS: &[ModelInfo] = &[
-    row(
-        "claude-mythos-",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        128_000,
-        EFFORT_ALL,
-    ),
-    row(
-        "claude-fable-",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        128_000,
-        EFFORT_ALL,
-    ),
-    row(
-        "claude-opus-5",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        128_000,
-        EFFORT_ALL,
-    ),
-    row(
-        "claude-sonnet-5",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        128_000,
-        EFFORT_ALL,
-    ),
-    row(
-        "claude-haiku-5",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        64_000,
-        EFFORT_ALL,
-    ),
-    row(
-        "claude-opus-4-8",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        128_000,
-        EFFORT_ALL,
-    ),
-    row(
-        "claude-opus-4-7",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        128_000,
-        EFFORT_ALL,
-    ),
-    row(
-        "claude-opus-4-6",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        128_000,
-        EFFORT_TO_MAX,
-    ),
-    row(
-        "claude-sonnet-4-6",
-        Adaptive,
-        false,
-        LARGE_CONTEXT_WINDOW,
-        64_000,
-        EFFORT_TO_MAX,
-    ),
-    row(
-        "claude-opus-4-5",
-        Budget,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        64_000,
-        EFFORT_TO_HIGH,
-    ),
-    row(
-        "claude-sonnet-4-5",
-        Budget,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        64_000,
-        EFFORT_NONE,
-    ),
-    row(
-        "claude-haiku-4-5",
-        Budget,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        64_000,
-        EFFORT_NONE,
-    ),
-    row(
-        "claude-opus-4",
-        Budget,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        32_000,
-        EFFORT_NONE,
-    ),
-    row(
-        "claude-sonnet-4",
-        Budget,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        64_000,
-        EFFORT_NONE,
-    ),
+    row("claude-mythos-", Adaptive, false, LARGE_CONTEXT_WINDOW, 128_000, EFFORT_ALL),
+    row("claude-fable-", Adaptive, false, LARGE_CONTEXT_WINDOW, 128_000, EFFORT_ALL),
+    row("claude-opus-5", Adaptive, false, LARGE_CONTEXT_WINDOW, 128_000, EFFORT_ALL),
+    row("claude-sonnet-5", Adaptive, false, LARGE_CONTEXT_WINDOW, 128_000, EFFORT_ALL),
+    row("claude-haiku-5", Adaptive, false, LARGE_CONTEXT_WINDOW, 64_000, EFFORT_ALL),
+    row("claude-opus-4-8", Adaptive, false, LARGE_CONTEXT_WINDOW, 128_000, EFFORT_ALL),
+    row("claude-opus-4-7", Adaptive, false, LARGE_CONTEXT_WINDOW, 128_000, EFFORT_ALL),
+    row("claude-opus-4-6", Adaptive, false, LARGE_CONTEXT_WINDOW, 128_000, EFFORT_TO_MAX),
+    row("claude-sonnet-4-6", Adaptive, false, LARGE_CONTEXT_WINDOW, 64_000, EFFORT_TO_MAX),
+    row("claude-opus-4-5", Budget, true, STANDARD_CONTEXT_WINDOW, 64_000, EFFORT_TO_HIGH),
+    row("claude-sonnet-4-5", Budget, true, STANDARD_CONTEXT_WINDOW, 64_000, EFFORT_NONE),
+    row("claude-haiku-4-5", Budget, true, STANDARD_CONTEXT_WINDOW, 64_000, EFFORT_NONE),
+    row("claude-opus-4", Budget, true, STANDARD_CONTEXT_WINDOW, 32_000, EFFORT_NONE),
+    row("claude-sonnet-4", Budget, true, STANDARD_CONTEXT_WINDOW, 64_000, EFFORT_NONE),
     ModelInfo {
         // Thinks with a budget, but the interleaved-thinking beta is Claude 4's.
         interleaved_beta: false,
-        ..row(
-            "claude-3-7-sonnet",
-            Budget,
-            true,
-            STANDARD_CONTEXT_WINDOW,
-            64_000,
-            EFFORT_NONE,
-        )
+        ..row("claude-3-7-sonnet", Budget, true, STANDARD_CONTEXT_WINDOW, 64_000, EFFORT_NONE)
     },
-    row(
-        "claude-3-5-haiku",
-        Unsupported,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        8_192,
-        EFFORT_NONE,
-    ),
-    row(
-        "claude-3-opus",
-        Unsupported,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        4_096,
-        EFFORT_NONE,
-    ),
-    row(
-        "claude-3-haiku",
-        Unsupported,
-        true,
-        STANDARD_CONTEXT_WINDOW,
-        4_096,
-        EFFORT_NONE,
-    ),
+    row("claude-3-5-haiku", Unsupported, true, STANDARD_CONTEXT_WINDOW, 8_192, EFFORT_NONE),
+    row("claude-3-opus", Unsupported, true, STANDARD_CONTEXT_WINDOW, 4_096, EFFORT_NONE),
+    row("claude-3-haiku", Unsupported, true, STANDARD_CONTEXT_WINDOW, 4_096, EFFORT_NONE),
 ];
 
 impl ModelInfo {
@@ -298,9 +173,9 @@ pub fn info(model: &str) -> ModelInfo {
 /// A model name that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelNameError {
-    #[error("unknown model alias {0:?}: use one of opus, sonnet, haiku, or a full model id")]
+    #[error("没有 {0:?} 这个模型别名:用 opus、sonnet、haiku 之一,或写完整的模型 id")]
     UnknownAlias(String),
-    #[error("empty model name")]
+    #[error("模型名是空的")]
     Empty,
 }
 

@@ -49,6 +49,7 @@
 //! many requests); [`PriceTable::request_cost_usd`] prices one request and applies the
 //! long-context rates when its prompt is over the threshold.
 
+use crate::error::Cause;
 use crate::model::Usage;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -139,11 +140,14 @@ impl ExtraPrices {
 
 /// A price file that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("price table {source_name}: {why}")]
+#[error("价格表 {source_name}:{why}")]
 pub struct PriceError {
     /// The file's path, or "built-in".
     pub source_name: String,
     pub why: String,
+    /// The reader's or the parser's error, when there is one (`why` quotes it).
+    #[source]
+    pub cause: Option<Cause>,
 }
 
 /// A table of model prices.
@@ -166,9 +170,13 @@ impl PriceTable {
         let error = |why: String| PriceError {
             source_name: source_name.to_string(),
             why,
+            cause: None,
         };
-        let rows: HashMap<String, Row> =
-            serde_json::from_str(text).map_err(|e| error(e.to_string()))?;
+        let rows: HashMap<String, Row> = serde_json::from_str(text).map_err(|e| PriceError {
+            source_name: source_name.to_string(),
+            why: format!("不是合法的价格表({e})"),
+            cause: Some(Cause::new(e)),
+        })?;
         let mut table = PriceTable::default();
         for (model, p) in rows {
             let mut all = vec![p.input, p.output, p.cache_write, p.cache_read];
@@ -180,9 +188,7 @@ impl PriceTable {
                 all.extend(l.cache_write_1h);
             }
             if all.iter().any(|x| !x.is_finite() || *x < 0.0) {
-                return Err(error(format!(
-                    "{model}: prices must be non-negative numbers"
-                )));
+                return Err(error(format!("{model}:价格要是非负数")));
             }
             table.models.insert(
                 model.clone(),
@@ -211,7 +217,8 @@ impl PriceTable {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| PriceError {
             source_name: name.clone(),
-            why: e.to_string(),
+            why: format!("读不出来({e})"),
+            cause: Some(Cause::new(e)),
         })?;
         PriceTable::from_json(&text, &name)
     }

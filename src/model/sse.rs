@@ -10,6 +10,7 @@
 //!   `content_block_*`, `message_delta`, `message_stop`, `ping`, `error`) into a
 //!   [`ModelReply`], reporting progress through [`StreamDelta`]s as it goes.
 
+use crate::error::Cause;
 use crate::model::{ModelError, ModelReply, StreamDelta, Usage};
 use serde_json::{Map, Value};
 
@@ -317,11 +318,12 @@ impl MessageAssembler {
         let data: Value = match serde_json::from_str(&event.data) {
             Ok(v) => v,
             Err(e) if known => {
-                return Err(ModelError::Protocol(format!(
+                let why = format!(
                     "{} event: data is not JSON ({e}): {}",
                     event.event,
                     snippet(&event.data)
-                )));
+                );
+                return Err(ModelError::protocol_because(why, e));
             }
             Err(_) => return Ok(()),
         };
@@ -381,7 +383,7 @@ impl MessageAssembler {
     fn message_start(&mut self, data: &Value) -> Result<(), ModelError> {
         let message = data
             .get("message")
-            .ok_or_else(|| ModelError::Protocol("message_start without message".into()))?;
+            .ok_or_else(|| ModelError::protocol("message_start without message"))?;
         self.started = true;
         if let Some(id) = message.get("id").and_then(Value::as_str) {
             self.id = id.to_string();
@@ -406,7 +408,7 @@ impl MessageAssembler {
         let index = block_index(data, "content_block_start")?;
         let block = data
             .get("content_block")
-            .ok_or_else(|| ModelError::Protocol("content_block_start without block".into()))?;
+            .ok_or_else(|| ModelError::protocol("content_block_start without block"))?;
         if self.blocks.len() <= index {
             self.blocks.resize_with(index + 1, || None);
         }
@@ -436,14 +438,12 @@ impl MessageAssembler {
     ) -> Result<(), ModelError> {
         let index = block_index(data, "content_block_delta")?;
         let Some(block) = self.blocks.get_mut(index).and_then(Option::as_mut) else {
-            return Err(ModelError::Protocol(format!(
+            return Err(ModelError::protocol(format!(
                 "content_block_delta for block {index}, which was never started"
             )));
         };
         let Some(delta) = data.get("delta") else {
-            return Err(ModelError::Protocol(
-                "content_block_delta without delta".into(),
-            ));
+            return Err(ModelError::protocol("content_block_delta without delta"));
         };
         let field = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or("");
         match (delta.get("type").and_then(Value::as_str), block) {
@@ -469,7 +469,7 @@ impl MessageAssembler {
                 json.push_str(field("partial_json"));
             }
             (Some(kind), Block::Done(_)) => {
-                return Err(ModelError::Protocol(format!(
+                return Err(ModelError::protocol(format!(
                     "{kind} for block {index} after its content_block_stop"
                 )));
             }
@@ -483,14 +483,14 @@ impl MessageAssembler {
     fn block_stop(&mut self, data: &Value) -> Result<(), ModelError> {
         let index = block_index(data, "content_block_stop")?;
         let slot = self.blocks.get_mut(index).ok_or_else(|| {
-            ModelError::Protocol(format!("content_block_stop for unknown block {index}"))
+            ModelError::protocol(format!("content_block_stop for unknown block {index}"))
         })?;
         match slot.take() {
             Some(block) => {
                 *slot = Some(Block::Done(block.finish()?));
                 Ok(())
             }
-            None => Err(ModelError::Protocol(format!(
+            None => Err(ModelError::protocol(format!(
                 "content_block_stop for unknown block {index}"
             ))),
         }
@@ -499,8 +499,22 @@ impl MessageAssembler {
     /// The finished reply; [`ModelError::Incomplete`] unless `message_stop` arrived.
     /// `why` says how the stream ended (for the error message).
     pub fn finish(self, why: &str) -> Result<ModelReply, ModelError> {
+        self.finish_cut(why, None)
+    }
+
+    /// [`finish`](Self::finish) after the connection broke with `cause`, which `why`
+    /// quotes: an incomplete reply keeps it as its source.
+    pub fn finish_broken(
+        self,
+        why: &str,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Result<ModelReply, ModelError> {
+        self.finish_cut(why, Some(Cause::new(cause)))
+    }
+
+    fn finish_cut(self, why: &str, cause: Option<Cause>) -> Result<ModelReply, ModelError> {
         if !self.stopped {
-            return Err(ModelError::Incomplete(format!(
+            let why = format!(
                 "{why} after {} events{}",
                 self.events,
                 if self.started {
@@ -508,7 +522,8 @@ impl MessageAssembler {
                 } else {
                     ", before message_start"
                 }
-            )));
+            );
+            return Err(ModelError::Incomplete { why, cause });
         }
         let mut content = Vec::with_capacity(self.blocks.len());
         for block in self.blocks.into_iter().flatten() {
@@ -539,7 +554,7 @@ fn block_index(data: &Value, event: &str) -> Result<usize, ModelError> {
         .and_then(|i| usize::try_from(i).ok())
         // A bound on the index keeps a hostile server from making us allocate wildly.
         .filter(|&i| i < 100_000)
-        .ok_or_else(|| ModelError::Protocol(format!("{event} without a valid index")))
+        .ok_or_else(|| ModelError::protocol(format!("{event} without a valid index")))
 }
 
 /// Overwrites the usage fields present (and not null) in `v`; the others keep their
@@ -789,12 +804,14 @@ mod tests {
         let cut = RECORDED.find("event: message_stop").unwrap();
         let (reply, _) = run(&[&RECORDED.as_bytes()[..cut]]);
         match reply {
-            Err(ModelError::Incomplete(why)) => assert!(why.contains("stream ended"), "{why}"),
+            Err(ModelError::Incomplete { why, .. }) => {
+                assert!(why.contains("stream ended"), "{why}")
+            }
             other => panic!("expected Incomplete, got {other:?}"),
         }
         let (reply, _) = run(&[b""]);
         assert!(
-            matches!(reply, Err(ModelError::Incomplete(w)) if w.contains("before message_start"))
+            matches!(reply, Err(ModelError::Incomplete { why: w, .. }) if w.contains("before message_start"))
         );
     }
 
@@ -918,7 +935,7 @@ mod tests {
         };
         assert!(matches!(
             asm.handle(&bad, &mut sink),
-            Err(ModelError::Protocol(_))
+            Err(ModelError::Protocol { .. })
         ));
         let unknown = SseEvent {
             event: "brand_new".into(),
@@ -931,7 +948,7 @@ mod tests {
         };
         assert!(matches!(
             asm.handle(&orphan, &mut sink),
-            Err(ModelError::Protocol(_))
+            Err(ModelError::Protocol { .. })
         ));
     }
 }

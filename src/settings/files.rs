@@ -103,13 +103,13 @@ impl FileLayer {
                 // A directory of that name, say: there is no file to read.
                 Err(_) if path.is_dir() => continue,
                 Err(e) => {
-                    return Err(invalid(&path, "", format!("cannot be read: {e}")));
+                    return Err(invalid(&path, "", format!("读不出来({e})")));
                 }
             };
             let document = match serde_json::from_str::<Value>(&text) {
                 Ok(Value::Object(map)) => map,
-                Ok(_) => return Err(invalid(&path, "", "expected a JSON object".into())),
-                Err(e) => return Err(invalid(&path, "", format!("not valid JSON: {e}"))),
+                Ok(_) => return Err(invalid(&path, "", "要一个 JSON 对象".into())),
+                Err(e) => return Err(invalid(&path, "", format!("不是合法的 JSON({e})"))),
             };
             layer.add(scope, &path, document, workspace, home)?;
         }
@@ -132,7 +132,7 @@ impl FileLayer {
     ) -> Result<(), ConfigError> {
         if let Some(env) = document.get("env") {
             let Value::Object(env) = env else {
-                return Err(invalid(path, "env", "expected an object of strings".into()));
+                return Err(invalid(path, "env", "要一个值都是字符串的对象".into()));
             };
             for (name, value) in env {
                 let value = match value {
@@ -141,11 +141,7 @@ impl FileLayer {
                     Value::Number(n) => n.to_string(),
                     Value::Bool(b) => b.to_string(),
                     _ => {
-                        return Err(invalid(
-                            path,
-                            &format!("env.{name}"),
-                            "expected a string".into(),
-                        ));
+                        return Err(invalid(path, &format!("env.{name}"), "要一个字符串".into()));
                     }
                 };
                 self.vars.insert(name.clone(), value);
@@ -157,11 +153,7 @@ impl FileLayer {
                 self.model = Some(model.trim().to_string());
             }
             Some(_) => {
-                return Err(invalid(
-                    path,
-                    "model",
-                    "expected a model id or alias".into(),
-                ));
+                return Err(invalid(path, "model", "要一个模型 id 或别名".into()));
             }
         }
         match document.get("effortLevel") {
@@ -173,7 +165,7 @@ impl FileLayer {
                 return Err(invalid(
                     path,
                     "effortLevel",
-                    "expected low, medium, high, xhigh or max".into(),
+                    "要 low、medium、high、xhigh 或 max".into(),
                 ));
             }
         }
@@ -204,7 +196,7 @@ impl FileLayer {
             return Err(invalid(
                 path,
                 "permissions",
-                "expected an object (allow, deny, ask, additionalDirectories)".into(),
+                "要一个对象(allow、deny、ask、additionalDirectories)".into(),
             ));
         };
         for (key, list) in [
@@ -239,7 +231,7 @@ impl FileLayer {
                         return Err(invalid(
                             path,
                             &format!("{key}[{i}]"),
-                            "`~/` needs HOME, which is not set".into(),
+                            "`~/` 要靠 HOME,可 HOME 没有设置".into(),
                         ));
                     }
                 }
@@ -250,7 +242,7 @@ impl FileLayer {
                 return Err(invalid(
                     path,
                     &format!("{key}[{i}]"),
-                    format!("{} is not a directory", resolved.display()),
+                    format!("{} 不是目录", resolved.display()),
                 ));
             }
             let resolved = resolved.canonicalize().unwrap_or(resolved);
@@ -283,12 +275,12 @@ fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, ConfigError> {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(_) if path.is_dir() => return Ok(None),
-        Err(e) => return Err(invalid(path, "", format!("cannot be read: {e}"))),
+        Err(e) => return Err(invalid(path, "", format!("读不出来({e})"))),
     };
     match serde_json::from_str::<Value>(&text) {
         Ok(Value::Object(map)) => Ok(Some(map)),
-        Ok(_) => Err(invalid(path, "", "expected a JSON object".into())),
-        Err(e) => Err(invalid(path, "", format!("not valid JSON: {e}"))),
+        Ok(_) => Err(invalid(path, "", "要一个 JSON 对象".into())),
+        Err(e) => Err(invalid(path, "", format!("不是合法的 JSON({e})"))),
     }
 }
 
@@ -344,14 +336,10 @@ fn strings(path: &Path, value: Option<&Value>, key: &str) -> Result<Vec<String>,
             .enumerate()
             .map(|(i, item)| match item {
                 Value::String(s) => Ok(s.clone()),
-                _ => Err(invalid(
-                    path,
-                    &format!("{key}[{i}]"),
-                    "expected a string".into(),
-                )),
+                _ => Err(invalid(path, &format!("{key}[{i}]"), "要一个字符串".into())),
             })
             .collect(),
-        Some(_) => Err(invalid(path, key, "expected an array of strings".into())),
+        Some(_) => Err(invalid(path, key, "要一个字符串数组".into())),
     }
 }
 
@@ -362,5 +350,5 @@ fn invalid(path: &Path, key: &str, why: String) -> ConfigError {
     } else {
         format!("{}: {key}", path.display())
     };
-    ConfigError::invalid(&at, format!("settings file {at}: {why}"))
+    ConfigError::invalid(&at, format!("设置文件 {at}:{why}"))
 }

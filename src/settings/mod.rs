@@ -84,7 +84,7 @@ pub enum ConfigError {
     /// No credential: neither `ANTHROPIC_API_KEY` nor `ANTHROPIC_AUTH_TOKEN` is set,
     /// and this needs the model.
     #[error(
-        "ANTHROPIC_API_KEY is not set: export your Anthropic API key, e.g. `export ANTHROPIC_API_KEY=sk-ant-…` (or ANTHROPIC_AUTH_TOKEN for a gateway), then run flower again."
+        "没有设置 ANTHROPIC_API_KEY:先 export 你的 Anthropic API key,例如 `export ANTHROPIC_API_KEY=sk-ant-…`(走网关就设 ANTHROPIC_AUTH_TOKEN),再跑 flower。"
     )]
     MissingCredential,
 }
@@ -227,7 +227,7 @@ impl Settings {
         };
         let handoff_threshold = handoff
             .limit_for(&model.id)
-            .map_err(|e| ConfigError::invalid_because(source, format!("{source}: {e}"), e))?;
+            .map_err(|e| ConfigError::invalid_because(source, format!("{source}:{e}"), e))?;
         let context_window = handoff.window_for(&model.id);
         let mut warnings: Vec<String> = model.price_warning().into_iter().collect();
         warnings.extend(files.hooks.ignored.iter().cloned());
@@ -241,7 +241,7 @@ impl Settings {
             Some(other) => {
                 return Err(ConfigError::invalid(
                     "FLOWER_MEMORY",
-                    format!("FLOWER_MEMORY={other:?}: expected on or off"),
+                    format!("FLOWER_MEMORY={other:?}:要 on 或 off"),
                 ));
             }
         };
@@ -258,7 +258,7 @@ impl Settings {
                     _ => {
                         return Err(ConfigError::invalid(
                             name,
-                            format!("{name}={value:?}: expected a number of milliseconds above 0"),
+                            format!("{name}={value:?}:要一个 > 0 的毫秒数"),
                         ));
                     }
                 }
@@ -410,7 +410,7 @@ impl PromptFile {
                 PromptFile::Stdin => "-".to_string(),
                 PromptFile::File(path) => path.display().to_string(),
             };
-            ConfigError::invalid("--prompt-file", format!("-f {from}:读不出来:{e}"))
+            ConfigError::invalid("--prompt-file", format!("-f {from}:读不出来({e})"))
         })?;
         Ok(text)
     }
@@ -429,7 +429,7 @@ fn prompt_file(path: &Path) -> Result<PromptFile, ConfigError> {
         )),
         Err(e) => Err(ConfigError::invalid(
             "--prompt-file",
-            format!("-f {}:读不出来:{e}", path.display()),
+            format!("-f {}:读不出来({e})", path.display()),
         )),
     }
 }
@@ -476,7 +476,8 @@ fn resilience(vars: &Vars<'_>) -> Result<Resilience, ConfigError> {
     match bad.first() {
         None => Ok(resilience),
         Some(first) => {
-            let first = first.strip_prefix("ignoring ").unwrap_or(first);
+            // The lenient reading's "先用 <default>" does not hold here: the value is refused.
+            let first = first.split(";先用").next().unwrap_or(first);
             let setting = first.split('=').next().unwrap_or_default();
             Err(ConfigError::invalid(setting, first))
         }
@@ -500,7 +501,7 @@ fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, Confi
         Some(other) => {
             return Err(ConfigError::invalid(
                 "FLOWER_SANDBOX",
-                format!("FLOWER_SANDBOX={other:?}: expected on, off or require"),
+                format!("FLOWER_SANDBOX={other:?}:要 on、off 或 require"),
             ));
         }
     }
@@ -510,7 +511,7 @@ fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, Confi
         Some(other) => {
             return Err(ConfigError::invalid(
                 "FLOWER_NETWORK",
-                format!("FLOWER_NETWORK={other:?}: expected on or off"),
+                format!("FLOWER_NETWORK={other:?}:要 on 或 off"),
             ));
         }
     }
@@ -529,8 +530,7 @@ fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, Confi
     if !policy.enabled && !policy.network {
         return Err(ConfigError::invalid(
             "--no-network",
-            "--no-network (FLOWER_NETWORK=off) needs the sandbox; it cannot be combined \
-             with --no-sandbox or FLOWER_SANDBOX=off",
+            "--no-network(FLOWER_NETWORK=off)靠沙箱断网,不能和 --no-sandbox 或 FLOWER_SANDBOX=off 一起用",
         ));
     }
     if policy.enabled
@@ -553,7 +553,7 @@ fn handoff_options(flags: &Flags, vars: &Vars<'_>) -> Result<HandoffOptions, Con
         options.window = Some(handoff::parse_window(&value).map_err(|e| {
             ConfigError::invalid(
                 "FLOWER_CONTEXT_WINDOW",
-                format!("FLOWER_CONTEXT_WINDOW: {e}"),
+                format!("FLOWER_CONTEXT_WINDOW:{e}"),
             )
         })?);
     }
@@ -565,7 +565,7 @@ fn handoff_options(flags: &Flags, vars: &Vars<'_>) -> Result<HandoffOptions, Con
     if let Some(value) = at {
         options.at = value
             .parse::<Threshold>()
-            .map_err(|e| ConfigError::invalid_because(source, format!("{source}: {e}"), e))?;
+            .map_err(|e| ConfigError::invalid_because(source, format!("{source}:{e}"), e))?;
     }
     Ok(options)
 }

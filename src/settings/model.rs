@@ -111,12 +111,7 @@ impl ModelSettings {
             Some(table) => table.get(&self.id).is_some(),
             None => PriceTable::builtin().get(&self.id).is_some(),
         };
-        (!known).then(|| {
-            format!(
-                "model {} has no price in the table: its cost is reported as null",
-                self.id
-            )
-        })
+        (!known).then(|| format!("模型 {} 不在价格表里:它的花费记为 null", self.id))
     }
 }
 
@@ -170,7 +165,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
                 .ok_or_else(|| {
                     usage(
                         "FLOWER_MAX_TOKENS",
-                        format!("FLOWER_MAX_TOKENS={raw:?}: expected a whole number ≥ 1"),
+                        format!("FLOWER_MAX_TOKENS={raw:?}:要一个 ≥ 1 的整数"),
                     )
                 })?,
         ),
@@ -180,7 +175,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         Some(raw) => Some(raw.trim().parse::<u32>().map_err(|_| {
             usage(
                 "MAX_THINKING_TOKENS",
-                format!("MAX_THINKING_TOKENS={raw:?} is not a whole number of tokens"),
+                format!("MAX_THINKING_TOKENS={raw:?}:要一个整数(token 数)"),
             )
         })?),
         None => None,
@@ -202,7 +197,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         return Err(usage(
             thinking_setting,
             format!(
-                "thinking budget {budget} is below the API minimum of {MIN_THINKING_BUDGET} tokens"
+                "{thinking_setting} {budget}:思考预算低于 API 的下限 {MIN_THINKING_BUDGET} token"
             ),
         ));
     }
@@ -210,7 +205,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
     if thinking_budget.is_some() && info.thinking == ThinkingForm::Unsupported {
         return Err(usage(
             thinking_setting,
-            format!("model {id} has no extended thinking: leave out {thinking_setting}"),
+            format!("模型 {id} 没有扩展思考:去掉 {thinking_setting}"),
         ));
     }
     if let (Some(max), Some(limit)) = (explicit_max, info.max_output)
@@ -218,7 +213,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
     {
         return Err(usage(
             "FLOWER_MAX_TOKENS",
-            format!("FLOWER_MAX_TOKENS={max}: model {id} writes at most {limit} tokens"),
+            format!("FLOWER_MAX_TOKENS={max}:模型 {id} 最多写 {limit} token"),
         ));
     }
     let effort = resolve_effort(
@@ -239,7 +234,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
             return Err(usage(
                 thinking_setting,
                 format!(
-                    "thinking budget {budget} must be below max_tokens ({max}, FLOWER_MAX_TOKENS)"
+                    "{thinking_setting} {budget}:思考预算必须小于 max_tokens({max},FLOWER_MAX_TOKENS)"
                 ),
             ));
         }
@@ -251,7 +246,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
                 return Err(usage(
                     thinking_setting,
                     format!(
-                        "thinking budget {budget} must be below max_tokens ({max}, what {id} can write)"
+                        "{thinking_setting} {budget}:思考预算必须小于 max_tokens({max},{id} 最多能写这么多)"
                     ),
                 ));
             }
@@ -271,9 +266,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         Some(v) => {
             return Err(usage(
                 "FLOWER_CACHE_TTL",
-                format!(
-                    "FLOWER_CACHE_TTL={v:?}: expected 5m, 1h or 0 (0: prune every resume as if the cache were cold)"
-                ),
+                format!("FLOWER_CACHE_TTL={v:?}:要 5m、1h 或 0(0:每次续跑都当缓存已冷来剪)"),
             ));
         }
     };
@@ -285,7 +278,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
             _ => {
                 return Err(usage(
                     "FLOWER_STREAM_IDLE_TIMEOUT",
-                    format!("FLOWER_STREAM_IDLE_TIMEOUT={raw:?}: expected seconds as a number > 0"),
+                    format!("FLOWER_STREAM_IDLE_TIMEOUT={raw:?}:要一个 > 0 的秒数"),
                 ));
             }
         },
@@ -299,12 +292,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
                 .parse::<u32>()
                 .ok()
                 .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| {
-                    usage(
-                        var,
-                        format!("{var}={raw:?}: expected a whole number from 1 to 100"),
-                    )
-                }),
+                .ok_or_else(|| usage(var, format!("{var}={raw:?}:要 1 到 100 的整数"))),
         }
     };
     let enabled = match vars
@@ -317,7 +305,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         Some(v) => {
             return Err(usage(
                 "FLOWER_WEB_TOOLS",
-                format!("FLOWER_WEB_TOOLS={v:?}: expected on or off"),
+                format!("FLOWER_WEB_TOOLS={v:?}:要 on 或 off"),
             ));
         }
     };
@@ -334,7 +322,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
             Some(PriceTable::with_override(&path).map_err(|e| {
                 usage(
                     "FLOWER_PRICES",
-                    format!("FLOWER_PRICES={}: {e}", path.display()),
+                    format!("FLOWER_PRICES={}:{e}", path.display()),
                 )
             })?)
         }
@@ -380,19 +368,17 @@ fn resolve_effort(
     let effort = Effort::parse(&raw).ok_or_else(|| {
         ConfigError::invalid(
             setting,
-            format!("{setting} {raw:?}: expected low, medium, high, xhigh or max"),
+            format!("{setting} {raw:?}:要 low、medium、high、xhigh 或 max"),
         )
     })?;
     if info.accepts_effort(effort) {
         return Ok(Some(effort));
     }
     let message = if info.efforts.is_empty() {
-        format!(
-            "{setting} {effort}: model {id} does not take an effort (output_config.effort); leave it out"
-        )
+        format!("{setting} {effort}:模型 {id} 不接受 effort(output_config.effort);去掉它")
     } else {
         let levels: Vec<&str> = info.efforts.iter().map(|e| e.as_str()).collect();
-        format!("{setting} {effort}: model {id} takes {}", levels.join(", "))
+        format!("{setting} {effort}:模型 {id} 只接受 {}", levels.join("、"))
     };
     Err(ConfigError::invalid(setting, message))
 }

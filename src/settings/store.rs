@@ -11,14 +11,14 @@ use crate::stores::{PostgresUrl, UrlError};
 pub(super) fn store(flags: &Flags, vars: &Vars<'_>) -> Result<Option<PostgresUrl>, ConfigError> {
     if let Some(raw) = &flags.store {
         return parse_store(raw).map_err(|why| {
-            let message = format!("--store {}: {why}", shown_store(raw));
+            let message = format!("--store {}:{why}", shown_store(raw));
             ConfigError::invalid_because("--store", message, why)
         });
     }
     match vars.get("FLOWER_STORE") {
         None => Ok(None),
         Some(raw) => parse_store(&raw).map_err(|why| {
-            let message = format!("FLOWER_STORE={}: {why}", shown_store(&raw));
+            let message = format!("FLOWER_STORE={}:{why}", shown_store(&raw));
             ConfigError::invalid_because("FLOWER_STORE", message, why)
         }),
     }
@@ -44,7 +44,7 @@ pub(super) fn run_key(
             Err(ConfigError::invalid(
                 setting,
                 format!(
-                    "{setting} {}: a run key names a run in a shared database; it needs --store postgres://… (or FLOWER_STORE)",
+                    "{setting} {}:运行名指的是共享数据库里的运行,要和 --store postgres://…(或 FLOWER_STORE)一起用",
                     name.name
                 ),
             ))
@@ -62,7 +62,7 @@ fn run_name(raw: &str, adopt: bool) -> Result<RunName, ConfigError> {
     let name = raw.trim();
     let setting = source(adopt);
     check_run_name(name).map_err(|why| {
-        ConfigError::invalid_because(setting, format!("{setting} {name:?}: {why}"), why)
+        ConfigError::invalid_because(setting, format!("{setting} {name:?}:{why}"), why)
     })?;
     Ok(RunName {
         name: name.to_string(),

@@ -88,27 +88,27 @@ impl SessionKey {
 /// What is wrong with a session key (the `why` of [`StoreError::BadKey`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    #[error("expected project_key/session_id[/subpath]")]
+    #[error("要写成 project_key/session_id[/subpath]")]
     Shape,
-    #[error("{0} is empty")]
+    #[error("{0} 是空的")]
     Empty(&'static str),
-    #[error("{0} contains '/', '\\' or NUL")]
+    #[error("{0} 里有 '/'、'\\' 或 NUL")]
     Separator(&'static str),
-    #[error("{what} is {text:?}")]
+    #[error("{what} 不能是 {text:?}")]
     Dots { what: &'static str, text: String },
-    #[error("the subpath is empty")]
+    #[error("subpath 是空的")]
     EmptySubpath,
-    #[error("the subpath contains NUL")]
+    #[error("subpath 里有 NUL")]
     Nul,
-    #[error("the subpath is absolute")]
+    #[error("subpath 是绝对路径")]
     Absolute,
-    #[error("the subpath is rooted at '\\'")]
+    #[error("subpath 以 '\\' 开头")]
     BackslashRooted,
-    #[error("the subpath starts with a drive prefix")]
+    #[error("subpath 以盘符开头")]
     DrivePrefix,
-    #[error("the subpath has an empty segment")]
+    #[error("subpath 里有空段")]
     EmptySegment,
-    #[error("the subpath has a {0:?} segment")]
+    #[error("subpath 里有 {0:?} 段")]
     DotSegment(String),
 }
 

@@ -18,6 +18,7 @@ pub use key::{KeyError, SessionKey, project_key};
 pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
+use crate::transcript::Loaded;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -42,45 +43,68 @@ pub struct SessionSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("bad session key {key:?}: {why}")]
+    #[error("会话键 {key:?} 不行:{why}")]
     BadKey {
         key: String,
         #[source]
         why: KeyError,
     },
-    #[error("{path}: {why}")]
-    Database { path: PathBuf, why: String },
+    /// The database failed or refused: `why` says how in a line (quoting the cause),
+    /// `source` is the driver's error behind it when there is one.
+    #[error("{path}:{why}")]
+    Database {
+        path: PathBuf,
+        why: String,
+        #[source]
+        source: Option<DriverError>,
+    },
     /// The database is away for now (connection lost or refused, server restarting):
     /// the same call may succeed later. Retried like a network outage.
-    #[error("{path}: {why}")]
-    Unavailable { path: PathBuf, why: String },
+    #[error("{path}:{why}")]
+    Unavailable {
+        path: PathBuf,
+        why: String,
+        #[source]
+        source: Option<DriverError>,
+    },
     #[error(
-        "{path} was written by a newer flower (schema version {found}, this build knows up to {known}); upgrade flower to use it"
+        "{path} 是更新版本的 flower 写的(schema 版本 {found},这个 flower 只认到 {known});升级 flower 再用它"
     )]
     NewerSchema {
         path: PathBuf,
         found: i64,
         known: i64,
     },
-    #[error("entry {index} is not a JSON object")]
+    #[error("第 {index} 条不是 JSON 对象")]
     NotAnObject { index: usize },
     /// An entry that cannot be written as JSON.
-    #[error("entry {index}: {source}")]
+    #[error("第 {index} 条写不成 JSON({source})")]
     Encode {
         index: usize,
         #[source]
         source: serde_json::Error,
     },
     /// A stored record that is not what it should be (`what` says which).
-    #[error("{what}: {source}")]
+    #[error("{what} 读不出来({source})")]
     Decode {
         what: String,
         #[source]
         source: serde_json::Error,
     },
-    #[error("{0}")]
-    Io(String),
+    /// Something local the store needs failed (a database thread would not start).
+    #[error("{what}({source})")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
+
+/// The error a database driver gave, kept as it is: `rusqlite::Error` (SQLite),
+/// `postgres::Error` (or the server's `postgres::error::DbError` for what the server
+/// refused), `std::io::Error` (the file system), `serde_json::Error` (a stored row).
+/// `downcast_ref` it to look at its kind (`sqlite_error_code()`, `code()`).
+pub type DriverError = Box<dyn std::error::Error + Send + Sync>;
 
 impl StoreError {
     /// Whether waiting and trying again may help (see [`StoreError::Unavailable`]).
@@ -156,15 +180,29 @@ pub trait SessionStore: Send + Sync {
         None
     }
 
-    /// What a resumed session is fed: `load` then [`prune::prune`]. A store may do both
-    /// in one pass; the SQLite store reads each entry's facts right after parsing it.
+    /// What a resumed session is fed: `load` then [`prune::prune`]; the default goes
+    /// through [`load_resume`](Self::load_resume).
     fn load_pruned(
         &self,
         key: &SessionKey,
         options: &PruneOptions,
     ) -> Result<Option<Vec<Value>>, StoreError> {
         Ok(self
+            .load_resume(key, options)?
+            .map(|entries| entries.into_iter().map(Loaded::into_value).collect()))
+    }
+
+    /// [`load_pruned`](Self::load_pruned), each entry a [`Loaded`]. A store that reads
+    /// entries as JSON text hands each one to [`prune::prepare_text`] as it reads it:
+    /// an entry no rule changes stays that text, and no `Value` tree of the transcript
+    /// is ever built (on a long one, 5 × its text).
+    fn load_resume(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Loaded>>, StoreError> {
+        Ok(self
             .load(key)?
-            .map(|entries| prune::prune(entries, options)))
+            .map(|entries| prune::prune_values(entries, options)))
     }
 }

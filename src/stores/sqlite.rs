@@ -3,13 +3,21 @@
 //!
 //! Layout (schema version [`SCHEMA_VERSION`]):
 //! - `meta(key, value)`: `schema_version`, the version of the newest migration applied;
-//! - `entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`: one
-//!   row per transcript entry, `data` the entry's JSON text; `subpath` is `''` for a
-//!   main transcript; `id` orders a key's entries; a partial unique index on
-//!   `(project_key, session_id, subpath, uuid)` makes `uuid` an idempotency key;
+//! - `transcripts(id, project_key, session_id, subpath)`: one row per key (`subpath`
+//!   is `''` for a main transcript), so that entry rows carry a small number instead of
+//!   the key's text (in the row and in both indexes: most of a row's overhead);
+//! - `entries(id, transcript, uuid, type, stored_at, data)`: one row per transcript
+//!   entry, `data` the entry's JSON text; `id` orders a transcript's entries; a partial
+//!   unique index on `(transcript, uuid)` makes `uuid` an idempotency key. `uuid` is
+//!   kept as its 16 bytes when it is a canonical UUID (lowercase, hyphenated: what
+//!   flower mints), any other text as it is ([`uuid_key`]; a blob never equals a text);
 //! - `summaries(project_key, session_id, mtime, data)`: one row per main transcript,
 //!   folded inside `append` (see [`super::summary`]); `mtime` (epoch ms, storage time)
 //!   is also what `list_sessions` reports, so the two always agree.
+//!
+//! Schema 1 kept the key's three columns in every entry row. Opening a schema-1 file
+//! for writing upgrades it in one transaction (all or nothing, like every migration);
+//! a read-only open reads it as it is.
 //!
 //! The file is in WAL mode with `synchronous=NORMAL`: a commit is in the WAL (the OS
 //! page cache) when `append` returns, so it survives the process being killed; only a
@@ -21,6 +29,7 @@ use super::prune::{self, PruneOptions};
 use super::summary::fold_session_summary;
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
 use super::{json, par};
+use crate::transcript::Loaded;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -28,14 +37,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The schema version this build writes and the newest it can read.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a writer waits for another process's write lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Append only: a shipped
 /// migration is never edited.
-const MIGRATIONS: [&str; 1] = ["
+const MIGRATIONS: [&str; 2] = ["
     CREATE TABLE meta (
         key   TEXT PRIMARY KEY,
         value TEXT NOT NULL
@@ -61,6 +70,39 @@ const MIGRATIONS: [&str; 1] = ["
         PRIMARY KEY (project_key, session_id)
     ) WITHOUT ROWID;
     CREATE INDEX summaries_by_session ON summaries (session_id);
+", "
+    CREATE TABLE transcripts (
+        id          INTEGER PRIMARY KEY,
+        project_key TEXT NOT NULL,
+        session_id  TEXT NOT NULL,
+        subpath     TEXT NOT NULL DEFAULT '',
+        UNIQUE (project_key, session_id, subpath)
+    );
+    INSERT INTO transcripts (project_key, session_id, subpath)
+        SELECT project_key, session_id, subpath FROM entries
+        GROUP BY project_key, session_id, subpath ORDER BY min(id);
+    CREATE TABLE entries_2 (
+        id         INTEGER PRIMARY KEY,
+        transcript INTEGER NOT NULL,
+        uuid       BLOB,
+        type       TEXT,
+        stored_at  INTEGER NOT NULL,
+        data       TEXT    NOT NULL
+    );
+    INSERT INTO entries_2 (id, transcript, uuid, type, stored_at, data)
+        SELECT e.id, t.id,
+               CASE WHEN e.uuid GLOB
+                 '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'
+               THEN unhex(replace(e.uuid, '-', '')) ELSE e.uuid END,
+               e.type, e.stored_at, e.data
+        FROM entries e JOIN transcripts t
+          ON t.project_key = e.project_key AND t.session_id = e.session_id
+         AND t.subpath = e.subpath
+        ORDER BY e.id;
+    DROP TABLE entries;
+    ALTER TABLE entries_2 RENAME TO entries;
+    CREATE INDEX entries_by_transcript ON entries (transcript);
+    CREATE UNIQUE INDEX entries_uuid ON entries (transcript, uuid) WHERE uuid IS NOT NULL;
 "];
 
 /// When a commit reaches the disk (SQLite's `synchronous` in WAL mode).
@@ -78,6 +120,9 @@ pub struct SqliteSessionStore {
     conn: Mutex<Connection>,
     path: PathBuf,
     read_only: bool,
+    /// How entry rows name their key: schema 1 (a file opened read-only, not upgraded)
+    /// or the current one.
+    layout: Layout,
     /// The file's (device, inode) when it was opened for writing: a file renamed or
     /// replaced meanwhile is no longer written (its `-wal` would be left orphaned
     /// beside the old name, for whatever file comes there next to pick up).
@@ -102,16 +147,14 @@ impl SqliteSessionStore {
     /// directory or file that cannot be written.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         if path.is_dir() {
-            return Err(database(path, "is a directory, not a database file"));
+            return Err(database(path, "是目录,不是数据库文件"));
         }
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
             && !parent.exists()
         {
             std::fs::create_dir_all(parent).map_err(|e| {
-                database(
-                    path,
-                    format!("cannot create the directory {}: {e}", parent.display()),
-                )
+                let why = format!("建不了目录 {}({e})", parent.display());
+                database_because(path, why, e)
             })?;
         }
         if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -125,10 +168,7 @@ impl SqliteSessionStore {
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(path, e))?;
         if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-            return Err(database(
-                path,
-                "cannot open for writing: the file is read-only",
-            ));
+            return Err(database(path, "打不开来写:文件是只读的"));
         }
         // Check the version before changing anything, so a newer file is left alone.
         let found = schema_version(&conn, path)?;
@@ -143,6 +183,7 @@ impl SqliteSessionStore {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             read_only: false,
+            layout: Layout::Numbered,
             identity: identity(path),
         })
     }
@@ -159,9 +200,9 @@ impl SqliteSessionStore {
     pub fn open_read_only(path: &Path) -> Result<Option<Self>, StoreError> {
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(database(path, format!("cannot read: {e}"))),
+            Err(e) => return Err(database_because(path, format!("读不了({e})"), e)),
             Ok(meta) if meta.is_dir() => {
-                return Err(database(path, "is a directory, not a database file"));
+                return Err(database(path, "是目录,不是数据库文件"));
             }
             Ok(_) => {}
         }
@@ -173,8 +214,7 @@ impl SqliteSessionStore {
             Some(len) if len > 0 && !shm.exists() => {
                 return Err(database(
                     path,
-                    "has a write-ahead log but no -shm index; open it read-write once (any \
-                     flower store command that writes) to recover it",
+                    "有 -wal 日志却没有 -shm 索引;用读写方式打开一次(任何会写的 flower store 命令)就能恢复",
                 ));
             }
             Some(len) if len > 0 => "mode=ro&readonly_shm=1",
@@ -198,6 +238,11 @@ impl SqliteSessionStore {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             read_only: true,
+            layout: if found < 2 {
+                Layout::Keyed
+            } else {
+                Layout::Numbered
+            },
             identity: None,
         }))
     }
@@ -232,7 +277,7 @@ impl SqliteSessionStore {
             let Some(object) = entry.as_object() else {
                 return Err(StoreError::NotAnObject { index });
             };
-            let uuid = object.get("uuid").and_then(Value::as_str);
+            let uuid = object.get("uuid").and_then(Value::as_str).map(uuid_key);
             let kind = object.get("type").and_then(Value::as_str);
             let data = serde_json::to_string(entry)
                 .map_err(|source| StoreError::Encode { index, source })?;
@@ -249,21 +294,13 @@ impl SqliteSessionStore {
             let now = now_ms();
             let mut stored = Vec::new();
             {
+                let transcript = transcript_id(&tx, key, subpath)?;
                 let mut insert = tx.prepare_cached(
-                    "INSERT OR IGNORE INTO entries \
-                     (project_key, session_id, subpath, uuid, type, stored_at, data) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT OR IGNORE INTO entries (transcript, uuid, type, stored_at, data) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?;
                 for (index, (uuid, kind, data)) in rows.iter().enumerate() {
-                    let n = insert.execute(params![
-                        key.project_key,
-                        key.session_id,
-                        subpath,
-                        uuid,
-                        kind,
-                        now,
-                        data
-                    ])?;
+                    let n = insert.execute(params![transcript, uuid, kind, now, data])?;
                     if n == 1 {
                         stored.push(index);
                     }
@@ -318,15 +355,29 @@ impl SqliteSessionStore {
                         "DELETE FROM summaries WHERE project_key = ?1 AND session_id = ?2",
                         params![key.project_key, key.session_id],
                     )?;
-                    tx.execute(
-                        "DELETE FROM entries WHERE project_key = ?1 AND session_id = ?2",
+                    let removed = tx.execute(
+                        "DELETE FROM entries WHERE transcript IN \
+                         (SELECT id FROM transcripts WHERE project_key = ?1 AND session_id = ?2)",
                         params![key.project_key, key.session_id],
-                    )?
+                    )?;
+                    tx.execute(
+                        "DELETE FROM transcripts WHERE project_key = ?1 AND session_id = ?2",
+                        params![key.project_key, key.session_id],
+                    )?;
+                    removed
                 }
-                Some(sub) => tx.execute(
-                    "DELETE FROM entries WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
-                    params![key.project_key, key.session_id, sub],
-                )?,
+                Some(sub) => {
+                    let removed = tx.execute(
+                        &format!("DELETE FROM entries WHERE {}", Layout::Numbered.rows_of()),
+                        params![key.project_key, key.session_id, sub],
+                    )?;
+                    tx.execute(
+                        "DELETE FROM transcripts \
+                         WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+                        params![key.project_key, key.session_id, sub],
+                    )?;
+                    removed
+                }
             };
             tx.commit()?;
             Ok(removed)
@@ -344,11 +395,10 @@ impl SqliteSessionStore {
         let subpath = key.subpath.as_deref().unwrap_or("");
         let conn = self.lock();
         let run = || -> rusqlite::Result<Option<Value>> {
-            let mut stmt = conn.prepare_cached(
-                "SELECT data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 AND type = 'assistant' \
-                 ORDER BY id DESC",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT data FROM entries WHERE {} AND type = 'assistant' ORDER BY id DESC",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
             while let Some(row) = rows.next()? {
                 let Ok(entry) = serde_json::from_slice::<Value>(row.get_ref(0)?.as_bytes()?) else {
@@ -378,21 +428,20 @@ impl SqliteSessionStore {
         let subpath = key.subpath.as_deref().unwrap_or("");
         self.query(|conn| {
             let total: i64 = conn
-                .prepare_cached(
-                    "SELECT COUNT(*) FROM entries \
-                     WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
-                )?
+                .prepare_cached(&format!(
+                    "SELECT COUNT(*) FROM entries WHERE {}",
+                    self.layout.rows_of()
+                ))?
                 .query_row(params![key.project_key, key.session_id, subpath], |r| {
                     r.get(0)
                 })?;
             if total == 0 {
                 return Ok(None);
             }
-            let mut stmt = conn.prepare_cached(
-                "SELECT data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 AND type = ?4 \
-                 ORDER BY id",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT data FROM entries WHERE {} AND type = ?4 ORDER BY id",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath, kind])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
@@ -413,10 +462,10 @@ impl SqliteSessionStore {
         key.validate()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
         self.query(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT data FROM entries WHERE {} ORDER BY id",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
             let mut count = 0;
             while let Some(row) = rows.next()? {
@@ -427,27 +476,28 @@ impl SqliteSessionStore {
         })
     }
 
-    /// The entries of a key, each `map`ped right after it is parsed.
+    /// The entries of a key, each read from its row's JSON text by `read`.
     fn load_mapped<T: Send>(
         &self,
         key: &SessionKey,
-        map: impl Fn(Value) -> T + Sync,
+        read: impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T> + Sync,
     ) -> Result<Option<Vec<T>>, StoreError> {
         key.validate()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
         let parsed = self.query(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, data FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3 ORDER BY id",
-            )?;
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT id, data FROM entries WHERE {} ORDER BY id",
+                self.layout.rows_of()
+            ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
-            parse_rows(&mut rows, map)
+            parse_rows(&mut rows, read)
         })?;
         match parsed {
             Ok(entries) => Ok((!entries.is_empty()).then_some(entries)),
-            Err((id, e)) => Err(database(
+            Err((id, e)) => Err(database_because(
                 &self.path,
-                format!("entry row {id} is not valid JSON: {e}"),
+                format!("第 {id} 行记录不是合法的 JSON({e})"),
+                e,
             )),
         }
     }
@@ -460,7 +510,7 @@ impl SqliteSessionStore {
 
     fn writable(&self) -> Result<(), StoreError> {
         if self.read_only {
-            return Err(database(&self.path, "opened read-only; writes are refused"));
+            return Err(database(&self.path, "是只读打开的,不能写"));
         }
         // One stat a write: cheap next to a commit.
         if self.identity.is_some() && identity(&self.path) != self.identity {
@@ -475,7 +525,7 @@ impl SqliteSessionStore {
             }
             return Err(database(
                 &self.path,
-                "was moved or replaced while flower had it open; nothing more is written to it",
+                "flower 开着它的时候被挪走或换掉了;不再往里写",
             ));
         }
         Ok(())
@@ -501,17 +551,21 @@ impl SessionStore for SqliteSessionStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        self.load_mapped(key, |entry| entry)
+        self.load_mapped(key, json::parse)
     }
 
-    fn load_pruned(
+    fn load_resume(
         &self,
         key: &SessionKey,
         options: &PruneOptions,
-    ) -> Result<Option<Vec<Value>>, StoreError> {
-        // Each entry's facts are read right after it is parsed, while it is in cache.
+    ) -> Result<Option<Vec<Loaded>>, StoreError> {
+        // Each entry's facts are read from its text as it is read; no tree is built.
         Ok(self
-            .load_mapped(key, prune::prepare)?
+            .load_mapped(key, |bytes, scratch| match std::str::from_utf8(bytes) {
+                Ok(text) => prune::prepare_text(text.into()),
+                // Not UTF-8, so not JSON: the parser says where.
+                Err(_) => json::parse(bytes, scratch).map(prune::prepare),
+            })?
             .map(|prepared| prune::prune_prepared(prepared, options)))
     }
 
@@ -540,7 +594,7 @@ impl SessionStore for SqliteSessionStore {
             stmt.query_map([project_key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect()
         })?;
-        super::summary::parse_summary_rows(rows, |why| database(&self.path, why))
+        super::summary::parse_summary_rows(rows, |why, e| database_because(&self.path, why, e))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
@@ -550,10 +604,7 @@ impl SessionStore for SqliteSessionStore {
     fn list_subkeys(&self, key: &SessionKey) -> Result<Vec<String>, StoreError> {
         key.validate()?;
         self.query(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT DISTINCT subpath FROM entries \
-                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' ORDER BY subpath",
-            )?;
+            let mut stmt = conn.prepare_cached(self.layout.subkeys())?;
             stmt.query_map(params![key.project_key, key.session_id], |r| r.get(0))?
                 .collect()
         })
@@ -565,6 +616,102 @@ impl SessionStore for SqliteSessionStore {
                 .query_row([session_id], |r| r.get(0))
         })
     }
+}
+
+/// How entry rows name their key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Schema 1: the key's three columns in every row (a file opened read-only).
+    Keyed,
+    /// Since schema 2: the id of the key's `transcripts` row.
+    Numbered,
+}
+
+impl Layout {
+    /// The condition picking a key's entry rows; `?1`, `?2`, `?3` are its project key,
+    /// session id and subpath (`''` for a main transcript).
+    fn rows_of(self) -> &'static str {
+        match self {
+            Layout::Keyed => "project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+            Layout::Numbered => {
+                "transcript = (SELECT id FROM transcripts \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3)"
+            }
+        }
+    }
+
+    /// The sub-transcripts of a session (`?1`, `?2`) that hold entries, in order.
+    fn subkeys(self) -> &'static str {
+        match self {
+            Layout::Keyed => {
+                "SELECT DISTINCT subpath FROM entries \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' ORDER BY subpath"
+            }
+            Layout::Numbered => {
+                "SELECT subpath FROM transcripts t \
+                 WHERE project_key = ?1 AND session_id = ?2 AND subpath <> '' \
+                 AND EXISTS (SELECT 1 FROM entries WHERE transcript = t.id) ORDER BY subpath"
+            }
+        }
+    }
+}
+
+/// An entry's `uuid` as the `entries` table keeps it: the 16 bytes of a canonical UUID
+/// (36 characters, lowercase hex and hyphens at 8, 13, 18, 23), 20 bytes less in the
+/// row and in the index; any other text unchanged. One to one either way. Migration 2
+/// converts old rows by the same rule.
+fn uuid_key(text: &str) -> rusqlite::types::Value {
+    canonical_uuid(text).map_or_else(
+        || rusqlite::types::Value::Text(text.to_string()),
+        |bytes| rusqlite::types::Value::Blob(bytes.to_vec()),
+    )
+}
+
+fn canonical_uuid(text: &str) -> Option<[u8; 16]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 36 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut digits = Vec::with_capacity(32);
+    for (i, &c) in bytes.iter().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if c != b'-' {
+                return None;
+            }
+            continue;
+        }
+        digits.push(match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        });
+    }
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = pair[0] << 4 | pair[1];
+    }
+    Some(out)
+}
+
+/// The id of a key's `transcripts` row, made when there is none yet. Inside the
+/// caller's write transaction, so no other writer makes it meanwhile.
+fn transcript_id(conn: &Connection, key: &SessionKey, subpath: &str) -> rusqlite::Result<i64> {
+    let found = conn
+        .prepare_cached(
+            "SELECT id FROM transcripts WHERE project_key = ?1 AND session_id = ?2 AND subpath = ?3",
+        )?
+        .query_row(params![key.project_key, key.session_id, subpath], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if let Some(id) = found {
+        return Ok(id);
+    }
+    conn.prepare_cached(
+        "INSERT INTO transcripts (project_key, session_id, subpath) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![key.project_key, key.session_id, subpath])?;
+    Ok(conn.last_insert_rowid())
 }
 
 /// Entry rows copied out of SQLite, their JSON texts back to back.
@@ -598,36 +745,37 @@ impl Batch {
         self.ends.push(self.bytes.len());
     }
 
-    fn parse<T>(&self, map: &impl Fn(Value) -> T) -> Result<Vec<T>, ParseError> {
+    fn parse<T>(
+        &self,
+        read: &impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T>,
+    ) -> Result<Vec<T>, ParseError> {
         let mut start = 0;
         let mut out = Vec::with_capacity(self.ends.len());
         let mut scratch = json::Scratch::default();
         for (&end, &id) in self.ends.iter().zip(&self.ids) {
-            let entry = json::parse(&self.bytes[start..end], &mut scratch).map_err(|e| (id, e))?;
-            out.push(map(entry));
+            out.push(read(&self.bytes[start..end], &mut scratch).map_err(|e| (id, e))?);
             start = end;
         }
         Ok(out)
     }
 }
 
-/// Reads a query's `(id, data)` rows and parses each `data` as JSON then `map`s it, in
-/// row order. Parsing is most of the cost of a long transcript, so once there is more
+/// Reads a query's `(id, data)` rows and `read`s each `data`, in row order. Parsing is most of the cost of a long transcript, so once there is more
 /// than one batch, batches go to parser threads (one per core) while SQLite is still
 /// reading; the calling thread joins the parsing when the rows are read.
 fn parse_rows<T: Send>(
     rows: &mut rusqlite::Rows<'_>,
-    map: impl Fn(Value) -> T + Sync,
+    read: impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T> + Sync,
 ) -> rusqlite::Result<Result<Vec<T>, ParseError>> {
     // Most transcripts fit in one batch: grow it as needed.
     let mut batch = Batch::new(0, 0);
     while batch.bytes.len() < BATCH_BYTES {
         let Some(row) = rows.next()? else {
-            return Ok(batch.parse(&map));
+            return Ok(batch.parse(&read));
         };
         batch.push(row.get(0)?, row.get_ref(1)?.as_bytes()?);
     }
-    let map = &map;
+    let read = &read;
     let (tx, rx) = mpsc::channel::<Batch>();
     let queue = Mutex::new(rx);
     std::thread::scope(|scope| {
@@ -636,7 +784,7 @@ fn parse_rows<T: Send>(
             loop {
                 let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
                 let Ok(batch) = next else { return done };
-                done.push((batch.first, batch.parse(map)));
+                done.push((batch.first, batch.parse(read)));
             }
         };
         let helpers: Vec<_> = (1..par::threads())
@@ -647,7 +795,7 @@ fn parse_rows<T: Send>(
         let mut hand_over = |full: Batch| {
             // The receiver lives as long as this scope, but never lose a batch.
             if let Err(mpsc::SendError(full)) = tx.send(full) {
-                here.push((full.first, full.parse(map)));
+                here.push((full.first, full.parse(read)));
             }
         };
         let read_result = (|| -> rusqlite::Result<()> {
@@ -697,7 +845,7 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
         if tables.iter().any(|t| !t.starts_with("sqlite_")) {
             return Err(database(
                 path,
-                "is a SQLite database but not a flower session store (no meta table)",
+                "是 SQLite 数据库,但不是 flower 的会话库(没有 meta 表)",
             ));
         }
         return Ok(0);
@@ -712,12 +860,10 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
         .map_err(|e| timed_error(path, e, started))?;
     match value {
         None => Ok(0),
-        Some(v) => v.trim().parse().map_err(|_| {
-            database(
-                path,
-                format!("has an unreadable schema_version {v:?} in its meta table"),
-            )
-        }),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| database(path, format!("meta 表里的 schema_version {v:?} 读不懂"))),
     }
 }
 
@@ -836,7 +982,7 @@ fn set_wal(conn: &Connection, path: &Path) -> Result<(), StoreError> {
             Ok(mode) => {
                 return Err(database(
                     path,
-                    format!("cannot switch to WAL mode (journal mode stays {mode})"),
+                    format!("切不到 WAL 模式(journal mode 还是 {mode})"),
                 ));
             }
             Err(e) if is_busy(&e) && Instant::now() < deadline => {
@@ -861,14 +1007,11 @@ fn timed_error(path: &Path, e: rusqlite::Error, started: Instant) -> StoreError 
         let waited = started.elapsed();
         let detail = e.to_string();
         let why = if waited >= Duration::from_secs(1) {
-            format!(
-                "still locked by another process after {} s ({detail})",
-                waited.as_secs()
-            )
+            format!("等了 {} 秒,还被另一个进程锁着({detail})", waited.as_secs())
         } else {
-            format!("locked by another process, which SQLite would not wait for ({detail})")
+            format!("被另一个进程锁着,SQLite 没有等({detail})")
         };
-        return database(path, why);
+        return database_because(path, why, e);
     }
     sql_error(path, e)
 }
@@ -911,6 +1054,20 @@ fn database(path: &Path, why: impl Into<String>) -> StoreError {
     StoreError::Database {
         path: path.to_path_buf(),
         why: why.into(),
+        source: None,
+    }
+}
+
+/// [`database`] because of `source` (SQLite's, the file system's, a row's JSON).
+fn database_because(
+    path: &Path,
+    why: impl Into<String>,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> StoreError {
+    StoreError::Database {
+        path: path.to_path_buf(),
+        why: why.into(),
+        source: Some(Box::new(source)),
     }
 }
 
@@ -926,20 +1083,20 @@ fn newer(path: &Path, found: i64) -> StoreError {
 fn sql_error(path: &Path, e: rusqlite::Error) -> StoreError {
     let detail = e.to_string();
     let why = match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => "not a SQLite database (or encrypted)".to_string(),
-        Some(ErrorCode::DatabaseCorrupt) => format!("the database is corrupt ({detail})"),
+        Some(ErrorCode::NotADatabase) => "不是 SQLite 数据库(或者加密了)".to_string(),
+        Some(ErrorCode::DatabaseCorrupt) => format!("数据库坏了({detail})"),
         Some(ErrorCode::CannotOpen) => {
-            format!("cannot open or create the database ({detail}); is its directory writable?")
+            format!("打不开也建不了数据库({detail});它的目录可写吗?")
         }
         Some(ErrorCode::ReadOnly) => {
-            format!("cannot write ({detail}); is the file or its directory read-only?")
+            format!("写不进去({detail});文件或目录是只读的吗?")
         }
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            format!("locked by another process ({detail})")
+            format!("被另一个进程锁着({detail})")
         }
-        Some(ErrorCode::DiskFull) => "the disk is full".to_string(),
-        Some(ErrorCode::PermissionDenied) => format!("permission denied ({detail})"),
-        _ => detail,
+        Some(ErrorCode::DiskFull) => "磁盘满了".to_string(),
+        Some(ErrorCode::PermissionDenied) => format!("没有权限({detail})"),
+        _ => format!("SQLite 出错({detail})"),
     };
-    database(path, why)
+    database_because(path, why, e)
 }

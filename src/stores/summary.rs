@@ -9,15 +9,16 @@ use serde_json::{Map, Value};
 
 /// Summary rows as stored (session id, mtime, the JSON text) into
 /// [`SessionSummary`](super::SessionSummary)s;
-/// a row whose JSON does not parse is reported through `bad` (a store's own error).
+/// a row whose JSON does not parse is reported through `bad` (a store's own error),
+/// with what is wrong and the parser's error.
 pub fn parse_summary_rows(
     rows: Vec<(String, i64, String)>,
-    bad: impl Fn(String) -> super::StoreError,
+    bad: impl Fn(String, serde_json::Error) -> super::StoreError,
 ) -> Result<Vec<super::SessionSummary>, super::StoreError> {
     rows.into_iter()
         .map(|(session_id, mtime, data)| {
             let data = serde_json::from_str(&data)
-                .map_err(|e| bad(format!("summary of {session_id} is not valid JSON: {e}")))?;
+                .map_err(|e| bad(format!("{session_id} 的摘要不是合法的 JSON({e})"), e))?;
             Ok(super::SessionSummary {
                 session_id,
                 mtime,

@@ -201,16 +201,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
             .stderr(Stdio::from(w2))
             .kill_on_drop(true)
             .envs(ctx.env.iter().map(|(k, v)| (k, v)));
-        match prepared {
-            // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
-            Some(prepared) => unsafe {
-                cmd.pre_exec(move || prepared.apply_in_child());
-            },
-            // SAFETY: setsid is a system call.
-            None => unsafe {
-                cmd.pre_exec(sandbox::new_session);
-            },
-        }
+        sandbox::confine(&mut cmd, prepared);
         spawned = cmd.spawn();
         // The Command holds copies of the pipe's write end; they must close, or the
         // pipe never reports end of file.

@@ -10,10 +10,14 @@
 
 use crate::model::History;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::path::Path;
 
+mod loaded;
 pub mod markers;
 pub mod tools;
+
+pub use loaded::{Json, Kind, Loaded};
 
 pub use markers::{INTERRUPTED_TOOL_RESULT, INTERRUPTED_TURN};
 
@@ -248,30 +252,56 @@ pub fn resume_leaf(entries: &[Value]) -> Option<&str> {
         .find_map(uuid_of)
 }
 
+/// [`resume_leaf`] of a loaded transcript (entries parsed from the newest back, until
+/// one has the leaf).
+pub fn resume_leaf_loaded(entries: &[Loaded]) -> Option<String> {
+    entries.iter().rev().find_map(|e| {
+        let value = e.value();
+        resume_leaf(std::slice::from_ref(&value)).map(str::to_string)
+    })
+}
+
+/// The field `field` of the first main-chain `system` entry of a loaded transcript
+/// with this subtype that has a value there that `keep` takes.
+fn pinned_field(
+    entries: &[Loaded],
+    subtype: &str,
+    field: &str,
+    keep: impl Fn(&Value) -> bool,
+) -> Option<Value> {
+    entries
+        .iter()
+        .filter(|e| e.kind == Kind::System)
+        .find_map(|e| {
+            let e = e.value();
+            (e.get("type").and_then(Value::as_str) == Some("system")
+                && e.get("subtype").and_then(Value::as_str) == Some(subtype)
+                && e.get("isSidechain") != Some(&Value::Bool(true)))
+            .then(|| e.get(field).filter(|v| keep(v)).cloned())
+            .flatten()
+        })
+}
+
 /// The memory text a session was started with: that of its first memory entry
 /// ([`Chain::memory`]); `None` when it has none (a session begun before memory existed,
 /// or imported from Claude Code: it goes on without, as it began).
-pub fn pinned_memory(entries: &[Value]) -> Option<&str> {
-    entries.iter().find_map(|e| {
-        (e.get("type").and_then(Value::as_str) == Some("system")
-            && e.get("subtype").and_then(Value::as_str) == Some(markers::MEMORY_SUBTYPE)
-            && e.get("isSidechain") != Some(&Value::Bool(true)))
-        .then(|| e.get("content").and_then(Value::as_str))
-        .flatten()
-    })
+pub fn pinned_memory(entries: &[Loaded]) -> Option<String> {
+    match pinned_field(
+        entries,
+        markers::MEMORY_SUBTYPE,
+        "content",
+        Value::is_string,
+    )? {
+        Value::String(text) => Some(text),
+        _ => None,
+    }
 }
 
 /// The MCP tools a session was started with: those of its first MCP entry
 /// ([`Chain::mcp_tools`]); `None` when it has none (a session begun without MCP
 /// servers goes on without, as it began).
-pub fn pinned_mcp_tools(entries: &[Value]) -> Option<&Value> {
-    entries.iter().find_map(|e| {
-        (e.get("type").and_then(Value::as_str) == Some("system")
-            && e.get("subtype").and_then(Value::as_str) == Some(markers::MCP_TOOLS_SUBTYPE)
-            && e.get("isSidechain") != Some(&Value::Bool(true)))
-        .then(|| e.get("mcpTools"))
-        .flatten()
-    })
+pub fn pinned_mcp_tools(entries: &[Loaded]) -> Option<Value> {
+    pinned_field(entries, markers::MCP_TOOLS_SUBTYPE, "mcpTools", |_| true)
 }
 
 /// Builds API messages from transcript entries, incrementally: consecutive entries of
@@ -300,6 +330,18 @@ impl Messages {
             messages.push_owned(entry);
         }
         messages
+    }
+
+    /// [`Messages::from_owned`] for a loaded transcript: the content of an entry kept
+    /// as its stored text goes into the history as that text (when it is what
+    /// serializing it gives, [`crate::model::canonical::is_canonical`]), never built
+    /// as a tree; each entry is dropped once its message is sealed.
+    pub fn from_loaded(entries: impl IntoIterator<Item = Loaded>) -> Self {
+        let mut gather = Gather::default();
+        for entry in entries {
+            gather.push(entry);
+        }
+        gather.finish()
     }
 
     /// Adds one entry; entries that are not user or assistant messages are skipped.
@@ -345,6 +387,17 @@ impl Messages {
             content.extend(blocks);
             return;
         }
+        // A reply of thinking only (cut by max_tokens before it wrote anything) stays in
+        // the transcript but is not sent: the API refuses an assistant message whose
+        // last block is thinking. The user turns around it then go as two in a row,
+        // which the API takes as one.
+        if let Some(last) = self.history.last()
+            && last.get("role").and_then(Value::as_str) == Some("assistant")
+            && let Some(Value::Array(content)) = last.get("content")
+            && is_thinking_only(content)
+        {
+            self.history.drop_last();
+        }
         self.history
             .push(json!({"role": role, "content": Value::Array(blocks)}));
     }
@@ -375,6 +428,135 @@ impl Messages {
     }
 }
 
+/// The message [`Messages::from_loaded`] is gathering: consecutive entries of one role.
+#[derive(Default)]
+struct Gather {
+    messages: Messages,
+    role: Option<String>,
+    /// The blocks' JSON, comma-separated.
+    text: String,
+    blocks: usize,
+    /// The entries it is made of, until it is sealed: the newest message stays a
+    /// `Value` (the next entry of its role joins it), built from them.
+    entries: Vec<Loaded>,
+}
+
+impl Gather {
+    fn push(&mut self, entry: Loaded) {
+        if !matches!(entry.kind, Kind::User | Kind::Assistant) {
+            return;
+        }
+        let Some((role, blocks)) = sendable_json(&entry.json) else {
+            return;
+        };
+        if blocks.is_empty() {
+            return;
+        }
+        if self.role.as_deref() != Some(role.as_ref()) {
+            self.seal();
+            self.role = Some(role.into_owned());
+        }
+        for block in blocks {
+            if self.blocks > 0 {
+                self.text.push(',');
+            }
+            self.text.push_str(&block);
+            self.blocks += 1;
+        }
+        self.entries.push(entry);
+    }
+
+    fn seal(&mut self) {
+        let Some(role) = self.role.take() else { return };
+        // A reply of thinking only is not sent when a message follows (`Messages::add`);
+        // a block of that type spells the word.
+        let thinking_only = role == "assistant"
+            && self.text.contains("thinking")
+            && serde_json::from_str::<Vec<Value>>(&format!("[{}]", self.text))
+                .is_ok_and(|blocks| is_thinking_only(&blocks));
+        if !thinking_only {
+            // Serializing a string cannot fail.
+            let role_json = serde_json::to_string(&role).unwrap_or_default();
+            let json = format!(r#"{{"role":{role_json},"content":[{}]}}"#, self.text);
+            self.messages
+                .history
+                .push_sealed(json, role == "assistant", self.blocks);
+        }
+        self.text.clear();
+        self.blocks = 0;
+        self.entries.clear();
+    }
+
+    fn finish(mut self) -> Messages {
+        for entry in std::mem::take(&mut self.entries) {
+            self.messages.push_owned(entry.into_value());
+        }
+        self.messages
+    }
+}
+
+/// The role of a user or assistant entry's message, and its content blocks' JSON as
+/// serializing them gives it (a string content is one text block): sliced from the
+/// entry's text when that is exact, serialized from the parsed entry otherwise.
+fn sendable_json(json: &Json) -> Option<(Cow<'_, str>, Vec<Cow<'_, str>>)> {
+    use crate::model::canonical::is_canonical;
+    if let Json::Text(text) = json
+        && let Ok(view) = serde_json::from_str::<EntryView<'_>>(text)
+        && matches!(view.kind.as_deref(), Some("user" | "assistant"))
+    {
+        let message = view.message?;
+        let role = message.role?;
+        let content = message.content?.get();
+        let blocks = match content.as_bytes().first() {
+            Some(b'"') if is_canonical(content) => Some(vec![Cow::Owned(format!(
+                r#"{{"type":"text","text":{content}}}"#
+            ))]),
+            Some(b'[') => serde_json::from_str::<Vec<&serde_json::value::RawValue>>(content)
+                .ok()
+                .map(|list| list.into_iter().map(|b| b.get()).collect::<Vec<_>>())
+                .filter(|list| list.iter().all(|b| is_canonical(b)))
+                .map(|list| list.into_iter().map(Cow::Borrowed).collect()),
+            Some(b'"') => None,
+            // Nothing the API takes (`Messages::push` skips it too).
+            _ => return None,
+        };
+        if let Some(blocks) = blocks {
+            return Some((role, blocks));
+        }
+    }
+    // Anything else as `Messages::push` reads it.
+    let value = json.value();
+    let (role, content) = sendable(&value)?;
+    let blocks = match content {
+        Value::String(text) => vec![json!({"type": "text", "text": text})],
+        Value::Array(blocks) => blocks.clone(),
+        _ => return None,
+    };
+    let blocks = blocks
+        .iter()
+        .map(|b| Cow::Owned(serde_json::to_string(b).unwrap_or_default()))
+        .collect();
+    Some((Cow::Owned(role.to_string()), blocks))
+}
+
+/// The fields of an entry [`sendable_json`] reads, borrowed from its text. A repeated
+/// field or one of another type fails, and the entry is read as a `Value` instead.
+#[derive(serde::Deserialize)]
+struct EntryView<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    message: Option<MessageView<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct MessageView<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a serde_json::value::RawValue>,
+}
+
 /// The role and content of a user or assistant entry's message.
 fn sendable(entry: &Value) -> Option<(&str, &Value)> {
     let kind = entry.get("type").and_then(Value::as_str);
@@ -384,6 +566,17 @@ fn sendable(entry: &Value) -> Option<(&str, &Value)> {
     let message = entry.get("message")?;
     let role = message.get("role").and_then(Value::as_str)?;
     Some((role, message.get("content")?))
+}
+
+/// Whether an assistant message's content is thinking blocks and nothing else (a
+/// reply cut by max_tokens while the model was thinking).
+pub fn is_thinking_only(content: &[Value]) -> bool {
+    content.iter().all(|block| {
+        matches!(
+            block.get("type").and_then(Value::as_str),
+            Some("thinking" | "redacted_thinking")
+        )
+    })
 }
 
 /// The `tool_use` blocks of an assistant message's content.

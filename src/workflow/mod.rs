@@ -152,15 +152,15 @@ impl Context {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkflowError {
-    #[error("step {step} failed: {error}")]
+    #[error("步骤 {step} 失败了:{error}")]
     StepFailed {
         step: String,
         error: String,
         context: Box<Context>,
     },
-    #[error("step {step}: resume_from names {from:?}, which has no session yet")]
+    #[error("步骤 {step}:resume_from 指的 {from:?} 还没有会话")]
     NoSessionToResume { step: String, from: String },
-    #[error("step {step}: {source}")]
+    #[error("步骤 {step}:{source}")]
     BadRule {
         step: String,
         #[source]

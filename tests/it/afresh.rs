@@ -6,16 +6,8 @@
 //! that cannot be opened changes nothing.
 
 use crate::support::FakeServer;
-use crate::support::pipeline::{Project, REQUEST, simple_reply, text};
+use crate::support::pipeline::{Project, finished_run, text};
 use serde_json::Value;
-
-fn finished_run() -> (Project, FakeServer) {
-    let project = Project::new();
-    let server = FakeServer::with_handler(|req, _| simple_reply(req));
-    let out = project.run(&server, &[REQUEST]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    (project, server)
-}
 
 fn state(project: &Project, server: &FakeServer, json: bool) -> String {
     let args: &[&str] = if json {
@@ -70,11 +62,7 @@ fn an_unreadable_lineage_is_said_and_kept_aside_when_the_run_starts_afresh() {
 #[test]
 fn a_zero_byte_sessions_db_is_said_to_be_empty_not_missing() {
     let (project, server) = finished_run();
-    let runs = project.dir.join("runs");
-    for side in ["sessions.db-wal", "sessions.db-shm"] {
-        let _ = std::fs::remove_file(runs.join(side));
-    }
-    std::fs::write(runs.join("sessions.db"), b"").unwrap();
+    project.replace_sessions_db(b"");
     let said = state(&project, &server, false);
     assert!(
         said.contains("从头开始:血缘记着的会话不在了(干活 "),
@@ -88,7 +76,7 @@ fn a_zero_byte_sessions_db_is_said_to_be_empty_not_missing() {
     assert_eq!(gone["store"]["bytes"], 0);
 
     // Deleted outright it is missing, and said so.
-    std::fs::remove_file(runs.join("sessions.db")).unwrap();
+    std::fs::remove_file(project.dir.join("runs/sessions.db")).unwrap();
     let said = state(&project, &server, false);
     assert!(said.contains("runs/sessions.db 不存在"), "{said}");
 }
@@ -96,15 +84,7 @@ fn a_zero_byte_sessions_db_is_said_to_be_empty_not_missing() {
 #[test]
 fn new_on_a_sessions_db_that_cannot_be_opened_changes_nothing() {
     let (project, server) = finished_run();
-    let runs = project.dir.join("runs");
-    for side in ["sessions.db-wal", "sessions.db-shm"] {
-        let _ = std::fs::remove_file(runs.join(side));
-    }
-    std::fs::write(
-        runs.join("sessions.db"),
-        b"this is not a database, it is garbage",
-    )
-    .unwrap();
+    project.replace_sessions_db(b"this is not a database, it is garbage");
     let lineage = project.read("runs/lineage.json");
     let brief = project.read("notes/需求.md");
     let requests = server.request_count();
@@ -112,7 +92,7 @@ fn new_on_a_sessions_db_that_cannot_be_opened_changes_nothing() {
     let out = project.run(&server, &["--new", "另一件事"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("not a SQLite database"), "{stderr}");
+    assert!(stderr.contains("不是 SQLite 数据库"), "{stderr}");
     assert_eq!(project.read("runs/lineage.json"), lineage);
     assert_eq!(project.read("notes/需求.md"), brief);
     assert!(!project.dir.join("notes/archive").exists());

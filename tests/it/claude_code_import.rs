@@ -58,15 +58,7 @@ fn json_of(out: &Output) -> Value {
 
 /// The text of a user entry's message (a string, or its text blocks).
 fn text(entry: &Value) -> String {
-    match &entry["message"]["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
+    crate::support::content_text(&entry["message"]["content"])
 }
 
 /// Walks `parentUuid` back from the last entry that has a uuid, as Claude Code does

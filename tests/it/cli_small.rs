@@ -5,21 +5,15 @@
 //! key, and a relative `-r` that would leave the workspace.
 
 use crate::flow::{Script, held_first};
-use crate::support::pipeline::{Agent, Project, REQUEST, agent_of, simple_reply, text, turn_of};
+use crate::support::pipeline::{
+    Agent, Project, REQUEST, agent_of, finished_run, simple_reply, text, turn_of,
+};
 use crate::support::postgres as pg;
 use crate::support::{FakeServer, Reply};
 use serde_json::Value;
 use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
-
-fn finished_run() -> (Project, FakeServer) {
-    let project = Project::new();
-    let server = FakeServer::with_handler(|req, _| simple_reply(req));
-    let out = project.run(&server, &[REQUEST]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    (project, server)
-}
 
 /// 5 MB: far beyond what one command-line argument may be (128 KB on Linux).
 fn big_prompt() -> String {
@@ -121,19 +115,11 @@ fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
 #[test]
 fn an_error_is_said_once_and_in_chinese() {
     let (project, server) = finished_run();
-    let runs = project.dir.join("runs");
-    for side in ["sessions.db-wal", "sessions.db-shm"] {
-        let _ = std::fs::remove_file(runs.join(side));
-    }
-    std::fs::write(runs.join("sessions.db"), b"garbage garbage garbage garbage").unwrap();
+    project.replace_sessions_db(b"garbage garbage garbage garbage");
     let out = project.run(&server, &["--new", "另一件事"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(
-        stderr.matches("not a SQLite database").count(),
-        1,
-        "{stderr}"
-    );
+    assert_eq!(stderr.matches("不是 SQLite 数据库").count(), 1, "{stderr}");
     assert!(
         stderr.contains("打不开存储") && stderr.contains("什么都没发给模型"),
         "{stderr}"

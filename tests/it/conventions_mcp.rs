@@ -164,15 +164,7 @@ fn tool<'a>(req: &'a Recorded, name: &str) -> Option<&'a Value> {
 }
 
 fn result_text(result: &Value) -> String {
-    match &result["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
+    crate::support::content_text(&result["content"])
 }
 
 /// Replies: the tool calls in order, one per turn, then a closing text.

@@ -232,8 +232,8 @@ fn a_bad_settings_file_is_exit_2_naming_the_file_and_the_key_before_any_request(
     let local = project.dir.join(".claude/settings.local.json");
     let user = project.home.join(".claude/settings.json");
     let cases: [(&Path, &str, &str); 9] = [
-        (&local, "{not json", "not valid JSON"),
-        (&local, "[1, 2]", "expected a JSON object"),
+        (&local, "{not json", "不是合法的 JSON"),
+        (&local, "[1, 2]", "要一个 JSON 对象"),
         (&local, r#"{"model": 5}"#, ": model"),
         (&local, r#"{"model": "  "}"#, ": model"),
         (
@@ -377,7 +377,7 @@ fn state_verbose_lists_what_the_conventions_load() {
         "权限 ask:Bash(git push:*)",
         "hooks:1 个",
         "PreToolUse Bash: ./check.sh (5 s,",
-        "hooks.Notification: flower has no such event; ignored",
+        "hooks.Notification:flower 没有这个事件,忽略",
     ] {
         assert!(listed.contains(wanted), "{wanted} missing:\n{listed}");
     }

@@ -621,7 +621,7 @@ fn a_locked_store_stops_the_run_and_forgets_nothing() {
     assert!(stderr.contains("sessions.db"), "stderr: {stderr}");
     // Says what is wrong, after how long: not SQLite's "database is locked" alone.
     assert!(
-        stderr.contains("still locked by another process after 10 s"),
+        stderr.contains("等了 10 秒,还被另一个进程锁着"),
         "stderr: {stderr}"
     );
     assert_eq!(project.read("runs/lineage.json"), lineage_before);
@@ -640,7 +640,7 @@ fn a_locked_store_stops_the_run_and_forgets_nothing() {
     let stderr = text(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "stderr: {stderr}");
     assert!(
-        stderr.contains("lineage.json") && stderr.contains("Nothing was changed"),
+        stderr.contains("lineage.json") && stderr.contains("什么都没有改动"),
         "stderr: {stderr}"
     );
     assert_eq!(project.read("runs/lineage.json"), lineage_before);

@@ -431,14 +431,14 @@ fn bad_handoff_settings_stop_before_any_request() {
     let project = Project::new();
     let server = FakeServer::start(vec![]);
     let cases: [BadCase; 6] = [
-        (&["--handoff-at", "0"], None, "more than 0"),
+        (&["--handoff-at", "0"], None, "要大于 0"),
         (&["--handoff-at", "150%"], None, "100%"),
-        (&["--handoff-at", "abc"], None, "not a token count"),
+        (&["--handoff-at", "abc"], None, "既不是 token 数"),
         (&[], Some(("FLOWER_HANDOFF_AT", "abc")), "FLOWER_HANDOFF_AT"),
         (
             &["--handoff-at", "120000"],
             Some(("FLOWER_CONTEXT_WINDOW", "100000")),
-            "smaller than the handoff threshold",
+            "比换代阈值(120000 token)还小",
         ),
         (
             &[],

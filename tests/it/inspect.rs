@@ -450,11 +450,7 @@ fn bad_input_gets_a_clear_message_and_nothing_is_written() {
     // A corrupt one: named, and left where it is.
     std::fs::write(&manifest, "[{\"step\": ").unwrap();
     for args in [&["log"][..], &["log", "--json"], &["report"]] {
-        fails_with(
-            dir,
-            args,
-            "manifest.json cannot be read as the run's manifest",
-        );
+        fails_with(dir, args, "manifest.json 读不成运行清单");
     }
 }
 

@@ -53,6 +53,7 @@ impl FakeRunStore {
             return Err(StoreError::Unavailable {
                 path: PathBuf::from("fake"),
                 why: "the database is away".into(),
+                source: None,
             });
         }
         Ok(state)

@@ -698,10 +698,10 @@ fn a_corrupt_manifest_says_whether_it_is_not_json_or_not_an_array() {
     let path = tmp.path().join("manifest.json");
     fs::write(&path, r#"{"step": "a"}"#).unwrap();
     let err = read_rows(tmp.path()).unwrap_err().to_string();
-    assert!(err.contains("not a JSON array of rows"), "{err}");
+    assert!(err.contains("不是由行组成的 JSON 数组"), "{err}");
     fs::write(&path, r#"[{"step": "a"},"#).unwrap();
     let err = read_rows(tmp.path()).unwrap_err().to_string();
-    assert!(!err.contains("not a JSON array"), "{err}");
+    assert!(!err.contains("不是由行组成的 JSON 数组"), "{err}");
     assert!(err.contains("EOF"), "{err}");
 }
 

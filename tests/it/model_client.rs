@@ -510,7 +510,7 @@ async fn a_stream_cut_before_message_stop_is_incomplete_not_a_reply() {
     let client = client(&server);
     let (result, deltas) = call(&client, &request()).await;
     match result {
-        Err(ModelError::Incomplete(why)) => assert!(why.contains("5 events"), "{why}"),
+        Err(ModelError::Incomplete { why, .. }) => assert!(why.contains("5 events"), "{why}"),
         other => panic!("expected Incomplete, got {other:?}"),
     }
     // What streamed before the cut was shown.
@@ -524,7 +524,7 @@ async fn a_stream_cut_before_message_stop_is_incomplete_not_a_reply() {
     // Cut right after the headers.
     let (result, _) = call(&client, &request()).await;
     assert!(
-        matches!(result, Err(ModelError::Incomplete(_))),
+        matches!(result, Err(ModelError::Incomplete { .. })),
         "{result:?}"
     );
 }
@@ -550,8 +550,14 @@ async fn a_refused_port_is_a_connection_error_and_service_resumes_on_the_same_po
     let client = client(&server);
     server.stop_accepting();
     match call(&client, &request()).await.0 {
-        Err(ModelError::Connection(why)) => {
-            assert!(why.to_lowercase().contains("connect"), "{why}")
+        Err(error @ ModelError::Connection(_)) => {
+            assert!(
+                error.to_string().to_lowercase().contains("connect"),
+                "{error}"
+            );
+            // The HTTP client's error is kept as the typed source, not only as text.
+            let source = std::error::Error::source(&error).expect("a source");
+            assert!(source.is::<reqwest::Error>(), "{source:?}");
         }
         other => panic!("expected Connection, got {other:?}"),
     }
@@ -570,7 +576,13 @@ async fn a_server_that_never_answers_times_out_as_a_connection_error() {
     let client = client(&server).with_idle_timeout(Duration::from_millis(300));
     for _ in 0..2 {
         match call(&client, &request()).await.0 {
-            Err(ModelError::Connection(why)) => assert!(why.contains("timed out"), "{why}"),
+            Err(error @ ModelError::Connection(_)) => {
+                assert!(error.to_string().contains("timed out"), "{error}");
+                let source = std::error::Error::source(&error)
+                    .and_then(|s| s.downcast_ref::<std::io::Error>())
+                    .map(std::io::Error::kind);
+                assert_eq!(source, Some(std::io::ErrorKind::TimedOut), "{error}");
+            }
             other => panic!("expected a timeout, got {other:?}"),
         }
     }

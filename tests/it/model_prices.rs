@@ -135,7 +135,7 @@ fn a_bad_override_file_is_a_clear_error() {
         ),
         (
             r#"{"m": {"input": -1, "output": 2, "cache_write": 1, "cache_read": 1}}"#,
-            "non-negative",
+            "非负数",
         ),
     ] {
         let mut file = tempfile::NamedTempFile::new().unwrap();

@@ -4,23 +4,13 @@
 
 use crate::support;
 
-use crate::support::Flower;
 use serde_json::{Value, json};
-use std::process::Output;
-use support::pipeline::{Agent, Project, agent_of, simple_reply, text, turn_of};
+use support::pipeline::{
+    Agent, Project, Refused, agent_of, flower_with_env as once, refused_before_any_request,
+    simple_reply, text, turn_of,
+};
 use support::{FakeServer, Recorded, Reply};
 use tempfile::TempDir;
-
-fn once(server: &FakeServer, dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Flower::bin().server(server).command();
-    cmd.current_dir(dir.path())
-        .args(args)
-        .env("FLOWER_MAX_ATTEMPTS", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
 
 /// The request's server tools (`tools` entries with a `type`), by name.
 fn server_tool(request: &Recorded, name: &str) -> Option<Value> {
@@ -132,8 +122,7 @@ fn web_tools_follow_the_permission_rules_and_settings() {
 fn bad_web_tool_settings_exit_2_before_any_request() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("不该到这")]);
-    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
-    let cases: Vec<Case> = vec![
+    let cases: Vec<Refused> = vec![
         (
             vec!["--allowed-tools", "WebFetch(example.com)"],
             vec![],
@@ -155,23 +144,7 @@ fn bad_web_tool_settings_exit_2_before_any_request() {
             "FLOWER_WEB_TOOLS",
         ),
     ];
-    for (flags, env, says) in cases {
-        let mut args = vec!["once", "hi"];
-        args.extend(flags.iter());
-        let out = once(&server, &dir, &args, &env);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(
-            text(&out.stderr).contains(says),
-            "{says}: {}",
-            text(&out.stderr)
-        );
-    }
-    assert_eq!(server.request_count(), 0);
+    refused_before_any_request(&server, &dir, &["once", "hi"], &cases);
 }
 
 /// A page of this many bytes is over the trim threshold (16 KiB).

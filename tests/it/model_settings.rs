@@ -2,11 +2,11 @@
 //! server: what goes over the wire, and what is refused (exit 2) before any request.
 
 use crate::support;
-use crate::support::Flower;
 
 use serde_json::{Value, json};
 use std::process::Output;
-use support::{FAKE_API_KEY, FakeServer, Reply};
+use support::pipeline::{Refused, flower_with_env as flower, refused_before_any_request};
+use support::{FAKE_API_KEY, FakeServer, Recorded, Reply};
 use tempfile::TempDir;
 
 fn stderr(out: &Output) -> String {
@@ -18,20 +18,21 @@ fn json_of(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(out)))
 }
 
+/// `flower once hi ARGS` with `env` against a server that answers 好: the one request
+/// it sent (the run must succeed).
+fn one_request(args: &[&str], env: &[(&str, &str)]) -> Recorded {
+    let dir = TempDir::new().unwrap();
+    let server = FakeServer::start(vec![Reply::text("好")]);
+    let out = flower(&server, &dir, &[&["once", "hi"], args].concat(), env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    server.requests().remove(0)
+}
+
 const TOKEN: &str = "gw-secret-token-123";
 
 #[test]
 fn auth_token_is_sent_as_bearer_and_wins_over_the_api_key() {
-    let dir = TempDir::new().unwrap();
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = Flower::new(&["once", "hi"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([("ANTHROPIC_AUTH_TOKEN", TOKEN)])
-        .output();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
+    let request = one_request(&[], &[("ANTHROPIC_AUTH_TOKEN", TOKEN)]);
     assert_eq!(
         request.header("authorization"),
         Some(format!("Bearer {TOKEN}").as_str())
@@ -43,26 +44,16 @@ fn auth_token_is_sent_as_bearer_and_wins_over_the_api_key() {
     );
 
     // The token alone suffices.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = Flower::new(&["once", "hi"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([("ANTHROPIC_AUTH_TOKEN", TOKEN), ("ANTHROPIC_API_KEY", "")])
-        .output();
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(server.requests()[0].header("x-api-key"), None);
+    let request = one_request(
+        &[],
+        &[("ANTHROPIC_AUTH_TOKEN", TOKEN), ("ANTHROPIC_API_KEY", "")],
+    );
+    assert_eq!(request.header("x-api-key"), None);
 
     // Without it, the API key as before.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = Flower::new(&["once", "hi"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .output();
-    assert!(out.status.success());
-    assert_eq!(server.requests()[0].header("x-api-key"), Some(FAKE_API_KEY));
-    assert_eq!(server.requests()[0].header("authorization"), None);
+    let request = one_request(&[], &[]);
+    assert_eq!(request.header("x-api-key"), Some(FAKE_API_KEY));
+    assert_eq!(request.header("authorization"), None);
 }
 
 #[test]
@@ -73,12 +64,12 @@ fn a_credential_never_appears_in_errors_or_json() {
         "authentication_error",
         "invalid bearer token",
     )]);
-    let out = Flower::new(&["once", "hi", "--json"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([("ANTHROPIC_AUTH_TOKEN", TOKEN)])
-        .output();
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--json"],
+        &[("ANTHROPIC_AUTH_TOKEN", TOKEN)],
+    );
     assert!(!out.status.success());
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(!all.contains(TOKEN), "{all}");
@@ -88,22 +79,16 @@ fn a_credential_never_appears_in_errors_or_json() {
 
 #[test]
 fn custom_headers_and_betas_are_sent() {
-    let dir = TempDir::new().unwrap();
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = Flower::new(&["once", "hi", "--model", "claude-sonnet-4-5[1m]"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([
+    let request = one_request(
+        &["--model", "claude-sonnet-4-5[1m]"],
+        &[
             (
                 "ANTHROPIC_CUSTOM_HEADERS",
                 "X-Team: flower\n\nX-Trace-Id:  abc 123 \n",
             ),
             ("ANTHROPIC_BETAS", "beta-one, beta-two,"),
-        ])
-        .output();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
+        ],
+    );
     assert_eq!(request.header("x-team"), Some("flower"));
     assert_eq!(request.header("x-trace-id"), Some("abc 123"));
     assert_eq!(
@@ -118,19 +103,22 @@ fn custom_headers_and_betas_are_sent() {
 fn bad_settings_exit_2_before_any_request_without_quoting_secrets() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("不该到这")]);
-    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
-    let cases: Vec<Case> = vec![
+    let cases: Vec<Refused> = vec![
         (
             vec![],
             vec![("ANTHROPIC_CUSTOM_HEADERS", "X-Ok: 1\nsecret-without-colon")],
-            "ANTHROPIC_CUSTOM_HEADERS line 2",
+            "ANTHROPIC_CUSTOM_HEADERS 第 2 行",
         ),
-        (vec!["--model", "sonet"], vec![], "unknown model alias"),
-        (vec!["--thinking=512"], vec![], "below the API minimum"),
+        (
+            vec!["--model", "sonet"],
+            vec![],
+            "没有 \"sonet\" 这个模型别名",
+        ),
+        (vec!["--thinking=512"], vec![], "低于 API 的下限"),
         (
             vec!["--thinking=8000"],
             vec![("FLOWER_MAX_TOKENS", "4000")],
-            "must be below max_tokens",
+            "必须小于 max_tokens",
         ),
         (
             vec![],
@@ -139,30 +127,11 @@ fn bad_settings_exit_2_before_any_request_without_quoting_secrets() {
         ),
         (vec![], vec![("FLOWER_CACHE_TTL", "2h")], "FLOWER_CACHE_TTL"),
     ];
-    for (flags, env, says) in cases {
-        let mut args = vec!["once", "hi"];
-        args.extend(flags.iter());
-        let out = Flower::new(&args)
-            .server(&server)
-            .dir(&dir)
-            .attempts(1)
-            .envs(env.iter().copied())
-            .output();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?} {env:?}: {}",
-            stderr(&out)
-        );
-        assert!(stderr(&out).contains(says), "{says}: {}", stderr(&out));
-        assert!(!stderr(&out).contains("secret-without-colon"));
+    for said in refused_before_any_request(&server, &dir, &["once", "hi"], &cases) {
+        assert!(!said.contains("secret-without-colon"), "{said}");
     }
     // The default command checks them too.
-    let out = Flower::new(&["--model", "sonet", "做点事"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .output();
+    let out = flower(&server, &dir, &["--model", "sonet", "做点事"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_eq!(server.request_count(), 0);
 }
@@ -175,34 +144,32 @@ fn aliases_resolve_and_unknown_models_work_unpriced_with_one_warning() {
         Reply::text("好"),
         Reply::text("好"),
     ]);
-    let out = Flower::new(&["once", "hi", "--json", "--model", "haiku"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .output();
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--json", "--model", "haiku"],
+        &[],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[0].model(), "claude-haiku-5-5");
     assert!(json_of(&out)["total_cost_usd"].is_number());
 
     // The default model is the current Sonnet, and it has a price.
-    let out = Flower::new(&["once", "hi", "--json"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .output();
+    let out = flower(&server, &dir, &["once", "hi", "--json"], &[]);
     assert_eq!(server.requests()[1].model(), "claude-sonnet-5-5");
     assert!(json_of(&out)["total_cost_usd"].is_number());
 
-    let out = Flower::new(&["once", "hi", "--json", "--model", "my-gateway/model-x"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .output();
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--json", "--model", "my-gateway/model-x"],
+        &[],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[2].model(), "my-gateway/model-x");
     assert_eq!(json_of(&out)["total_cost_usd"], Value::Null);
     assert_eq!(
-        stderr(&out).matches("no price").count(),
+        stderr(&out).matches("不在价格表里").count(),
         1,
         "{}",
         stderr(&out)
@@ -216,17 +183,18 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
         Reply::thinking("先想想", "sig-1").then_tool_use("Glob", json!({"pattern": "*"})),
         Reply::text("好"),
     ]);
-    let out = Flower::new(&[
-        "once",
-        "hi",
-        "--thinking=2048",
-        "--model",
-        "claude-sonnet-4-5",
-    ])
-    .server(&server)
-    .dir(&dir)
-    .attempts(1)
-    .output();
+    let out = flower(
+        &server,
+        &dir,
+        &[
+            "once",
+            "hi",
+            "--thinking=2048",
+            "--model",
+            "claude-sonnet-4-5",
+        ],
+        &[],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let first = &server.requests()[0];
     assert_eq!(
@@ -256,22 +224,10 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
     );
 
     // MAX_THINKING_TOKENS turns it on too; no tools, no interleaved beta.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = Flower::new(&[
-        "once",
-        "hi",
-        "--allowed-tools",
-        "AskUser",
-        "--model",
-        "claude-sonnet-4-5",
-    ])
-    .server(&server)
-    .dir(&dir)
-    .attempts(1)
-    .envs([("MAX_THINKING_TOKENS", "3000")])
-    .output();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
+    let request = one_request(
+        &["--allowed-tools", "AskUser", "--model", "claude-sonnet-4-5"],
+        &[("MAX_THINKING_TOKENS", "3000")],
+    );
     assert_eq!(request.body["thinking"]["budget_tokens"], 3000);
     assert_eq!(request.header("anthropic-beta"), None);
 }
@@ -281,17 +237,16 @@ fn thinking_sends_a_budget_with_the_interleaved_beta_and_max_tokens_above_it() {
 /// header, each name once.
 #[test]
 fn custom_headers_replace_flower_headers_and_betas_merge_once() {
-    let dir = TempDir::new().unwrap();
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = Flower::new(&["once", "hi", "--model", "claude-sonnet-4-5[1m]"]).server(&server).dir(&dir).attempts(1).envs([
+    let request = one_request(
+        &["--model", "claude-sonnet-4-5[1m]"],
+        &[
             (
                 "ANTHROPIC_CUSTOM_HEADERS",
                 "Anthropic-Version: 2099-01-01\nanthropic-beta: beta-two, extra-beta\nX-Team: flower",
             ),
             ("ANTHROPIC_BETAS", "beta-one,beta-two"),
-        ]).output();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let request = &server.requests()[0];
+        ],
+    );
     let count = |name: &str| request.headers.iter().filter(|(n, _)| n == name).count();
     assert_eq!(count("anthropic-version"), 1, "{:?}", request.headers);
     assert_eq!(request.header("anthropic-version"), Some("2099-01-01"));
@@ -317,11 +272,12 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
         Reply::text("好"),
         Reply::text("好"),
     ]);
-    let out = Flower::new(&["once", "hi", "--effort", "low", "--thinking"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .output();
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--effort", "low", "--thinking"],
+        &[],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let first = &server.requests()[0];
     assert_eq!(first.body["output_config"], json!({"effort": "low"}));
@@ -330,20 +286,20 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
     assert_eq!(first.header("anthropic-beta"), None);
 
     // Claude Code's variable; the flag wins over it.
-    let out = Flower::new(&["once", "hi", "--model", "claude-opus-4-6"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([("CLAUDE_CODE_EFFORT_LEVEL", "max")])
-        .output();
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--model", "claude-opus-4-6"],
+        &[("CLAUDE_CODE_EFFORT_LEVEL", "max")],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[1].body["output_config"]["effort"], "max");
-    let out = Flower::new(&["once", "hi", "--effort", "medium"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([("CLAUDE_CODE_EFFORT_LEVEL", "max")])
-        .output();
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi", "--effort", "medium"],
+        &[("CLAUDE_CODE_EFFORT_LEVEL", "max")],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         server.requests()[2].body["output_config"]["effort"],
@@ -351,30 +307,13 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
     );
 
     // Without it, no output_config at all (the API's default).
-    let out = Flower::new(&["once", "hi"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .output();
+    let out = flower(&server, &dir, &["once", "hi"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(server.requests()[3].body.get("output_config").is_none());
 
     // An unknown model gets the effort it was asked for.
-    let server = FakeServer::start(vec![Reply::text("好")]);
-    let out = Flower::new(&[
-        "once",
-        "hi",
-        "--model",
-        "my-gateway/x-1",
-        "--effort",
-        "high",
-    ])
-    .server(&server)
-    .dir(&dir)
-    .attempts(1)
-    .output();
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(server.requests()[0].body["output_config"]["effort"], "high");
+    let request = one_request(&["--model", "my-gateway/x-1", "--effort", "high"], &[]);
+    assert_eq!(request.body["output_config"]["effort"], "high");
 }
 
 /// Combinations the model table says the API refuses exit 2 before any request.
@@ -382,8 +321,7 @@ fn effort_and_adaptive_thinking_follow_the_model_table() {
 fn bad_model_combinations_exit_2_before_any_request() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![Reply::text("不该到这")]);
-    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
-    let cases: Vec<Case> = vec![
+    let cases: Vec<Refused> = vec![
         (vec!["--effort", "extreme"], vec![], "--effort"),
         (
             vec![],
@@ -393,12 +331,12 @@ fn bad_model_combinations_exit_2_before_any_request() {
         (
             vec!["--effort", "low", "--model", "claude-sonnet-4-5"],
             vec![],
-            "does not take an effort",
+            "不接受 effort",
         ),
         (
             vec!["--effort", "xhigh", "--model", "claude-opus-4-6"],
             vec![],
-            "low, medium, high, max",
+            "low、medium、high、max",
         ),
         (
             vec![],
@@ -408,32 +346,15 @@ fn bad_model_combinations_exit_2_before_any_request() {
         (
             vec!["--thinking", "--model", "claude-3-5-haiku-20241022"],
             vec![],
-            "no extended thinking",
+            "没有扩展思考",
         ),
         (
             vec!["--model", "claude-sonnet-4-5"],
             vec![("FLOWER_MAX_TOKENS", "100000")],
-            "at most 64000",
+            "最多写 64000",
         ),
     ];
-    for (flags, env, says) in cases {
-        let mut args = vec!["once", "hi"];
-        args.extend(flags.iter());
-        let out = Flower::new(&args)
-            .server(&server)
-            .dir(&dir)
-            .attempts(1)
-            .envs(env.iter().copied())
-            .output();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?} {env:?}: {}",
-            stderr(&out)
-        );
-        assert!(stderr(&out).contains(says), "{says}: {}", stderr(&out));
-    }
-    assert_eq!(server.request_count(), 0);
+    refused_before_any_request(&server, &dir, &["once", "hi"], &cases);
 }
 
 /// The judge is where effort pays: a run at `--effort low` judges at `high`; the
@@ -500,23 +421,18 @@ fn a_settings_file_effort_level_is_read_below_the_variable() {
     .unwrap();
     let home = dir.path().display().to_string();
     let server = FakeServer::start(vec![Reply::text("好"), Reply::text("好")]);
-    let out = Flower::new(&["once", "hi"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([("HOME", &home)])
-        .output();
+    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(server.requests()[0].body["output_config"]["effort"], "low");
-    let out = Flower::new(&["once", "hi"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([
+    let out = flower(
+        &server,
+        &dir,
+        &["once", "hi"],
+        &[
             ("HOME", home.as_str()),
             ("CLAUDE_CODE_EFFORT_LEVEL", "medium"),
-        ])
-        .output();
+        ],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         server.requests()[1].body["output_config"]["effort"],
@@ -528,12 +444,7 @@ fn a_settings_file_effort_level_is_read_below_the_variable() {
         r#"{"effortLevel": "extreme"}"#,
     )
     .unwrap();
-    let out = Flower::new(&["once", "hi"])
-        .server(&server)
-        .dir(&dir)
-        .attempts(1)
-        .envs([("HOME", &home)])
-        .output();
+    let out = flower(&server, &dir, &["once", "hi"], &[("HOME", &home)]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("effortLevel"), "{}", stderr(&out));
     assert_eq!(server.request_count(), 2);

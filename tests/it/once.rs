@@ -313,3 +313,75 @@ fn a_tool_call_with_broken_json_input_gets_an_error_result() {
     // The call itself went back to the API as an object, so the request is valid.
     assert!(second.messages()[1]["content"][0]["input"].is_object());
 }
+
+/// `--disallowed-tools` and the settings files' deny rules bind the sub-agent a Task
+/// starts: its denied calls are refused (the files stay), a whole-tool deny is not
+/// even offered to it, and the denials are counted with the run's.
+#[test]
+fn disallowed_tools_bind_the_subagent_a_task_starts() {
+    let project = support::pipeline::Project::new();
+    std::fs::write(project.dir.join("victim.txt"), "keep me").unwrap();
+    std::fs::write(project.dir.join("notes.txt"), "hello\n").unwrap();
+    std::fs::create_dir_all(project.dir.join(".claude")).unwrap();
+    std::fs::write(
+        project.dir.join(".claude/settings.json"),
+        r#"{"permissions": {"deny": ["Edit(notes.txt)"]}}"#,
+    )
+    .unwrap();
+    let edit = json!({"file_path": "notes.txt", "old_string": "h", "new_string": "H"});
+    let task = json!({"description": "清理", "prompt": "删掉 victim.txt,改 notes.txt"});
+    let server = FakeServer::start(vec![
+        Reply::tool_use("Task", task),
+        // The sub-agent's turns.
+        Reply::tool_use("Bash", json!({"command": "rm victim.txt"}))
+            .then_tool_use("Edit", edit)
+            .then_tool_use("Bash", json!({"command": "echo ran > made.txt"})),
+        Reply::text("删不掉,也改不了"),
+        // The caller's.
+        Reply::text("子代理说做不了"),
+    ]);
+    let out = project.run(
+        &server,
+        &[
+            "once",
+            "清理一下",
+            "--json",
+            "--disallowed-tools",
+            "Bash(rm:*)",
+            "Write",
+        ],
+    );
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    // The sub-agent's first request: its own task, no Write (nor Task) offered.
+    assert_eq!(requests[1].first_prompt(), "删掉 victim.txt,改 notes.txt");
+    let offered = requests[1].tool_names();
+    assert!(!offered.contains(&"Write".to_string()), "{offered:?}");
+    assert!(offered.contains(&"Bash".to_string()), "{offered:?}");
+    let results = requests[2].tool_results();
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[0]["is_error"], true, "{}", results[0]);
+    assert!(
+        results[0].to_string().contains("Bash(rm:*)"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(results[1]["is_error"], true, "{}", results[1]);
+    assert!(
+        results[1].to_string().contains("Edit(notes.txt)"),
+        "{}",
+        results[1]
+    );
+    assert_eq!(project.read("victim.txt"), "keep me");
+    assert_eq!(project.read("notes.txt"), "hello\n");
+    // The control: what no rule covers runs in the sub-agent.
+    assert_eq!(results[2]["is_error"], false, "{}", results[2]);
+    assert_eq!(project.read("made.txt").trim(), "ran");
+    let v = json_of(&out);
+    assert_eq!(
+        v["permission_denials"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+}

@@ -600,9 +600,9 @@ fn malformed_rules_are_errors() {
     }
     // The reason says what is wrong with it.
     let why = |r: &str| Permissions::new(&[r.to_string()], &[]).expect_err(r).why;
-    assert_eq!(why("Bash(# note:*)"), "no command");
+    assert_eq!(why("Bash(# note:*)"), "没有命令");
     assert!(
-        why("Bash(a && b:*)").contains("one rule per command"),
+        why("Bash(a && b:*)").contains("多条命令分开写"),
         "{}",
         why("Bash(a && b:*)")
     );

@@ -7,6 +7,7 @@ use flower::continuity::resilience::{
 };
 use flower::model::ModelError;
 use std::collections::HashMap;
+use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use ErrorClass::{Fatal, Transient, Unknown};
@@ -166,6 +167,10 @@ fn class_names() {
     assert_eq!(Fatal.to_string(), "fatal");
 }
 
+fn io(kind: ErrorKind, text: &str) -> std::io::Error {
+    std::io::Error::new(kind, text)
+}
+
 fn api(status: Option<u16>, kind: &str, message: &str) -> ModelError {
     ModelError::Api {
         status,
@@ -215,17 +220,31 @@ fn classify_error_trusts_the_typed_error_first() {
             Transient,
         ),
         (
-            ModelError::Connection("tcp connect error: Connection refused (os error 111)".into()),
+            ModelError::connection(io(
+                ErrorKind::ConnectionRefused,
+                "tcp connect error: Connection refused (os error 111)",
+            )),
+            Transient,
+        ),
+        // By the variant, whatever the cause says.
+        (
+            ModelError::connection(io(
+                ErrorKind::InvalidData,
+                "invalid peer certificate: UnknownIssuer",
+            )),
             Transient,
         ),
         (
-            ModelError::Connection("invalid peer certificate: UnknownIssuer".into()),
+            ModelError::Incomplete {
+                why: "stream closed".into(),
+                cause: None,
+            },
             Transient,
         ),
-        (ModelError::Incomplete("stream closed".into()), Transient),
+        (ModelError::protocol("expected `event:` line"), Unknown),
         (
-            ModelError::Protocol("expected `event:` line".into()),
-            Unknown,
+            ModelError::config("invalid x-api-key connection refused"),
+            Fatal,
         ),
     ];
     for (err, want) in cases {
@@ -235,11 +254,17 @@ fn classify_error_trusts_the_typed_error_first() {
     // the text carries enough to tell.
     assert_eq!(classify(&ModelError::MissingApiKey.to_string()), Fatal);
     assert_eq!(
-        classify(&ModelError::Connection("dns error".into()).to_string()),
+        classify(&ModelError::connection(io(ErrorKind::Other, "dns error")).to_string()),
         Transient
     );
     assert_eq!(
-        classify(&ModelError::Incomplete("cut".into()).to_string()),
+        classify(
+            &ModelError::Incomplete {
+                why: "cut".into(),
+                cause: None
+            }
+            .to_string()
+        ),
         Transient
     );
 }

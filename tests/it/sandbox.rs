@@ -402,7 +402,7 @@ fn a_malformed_rule_fails_before_any_request() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("bad permission rule \"Bash(git status\""),
+        stderr.contains("权限规则 \"Bash(git status\" 不行"),
         "{stderr}"
     );
     assert_eq!(server.request_count(), 0);

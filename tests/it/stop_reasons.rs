@@ -5,6 +5,7 @@
 use crate::support;
 
 use crate::support::Flower;
+use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
 use std::process::Output;
 use support::pipeline::flower_in as flower;
@@ -157,6 +158,67 @@ fn max_tokens_with_thinking_continues_with_a_user_turn_on_any_model() {
     assert_eq!(last_message(second).0, "user");
 }
 
+/// A reply cut by max_tokens while the model was still thinking holds thinking blocks
+/// only (signed or not). The API refuses an assistant message that ends with a thinking
+/// block, so that reply is kept in the transcript but left out of what is sent: the
+/// user turn that asks for the answer follows the prompt, on a model that refuses a
+/// prefill and on one that takes it alike, and a resume sends it the same way.
+#[test]
+fn a_reply_of_thinking_only_cut_by_max_tokens_is_not_sent_back() {
+    for model in ["claude-opus-4-6", "claude-sonnet-4-5"] {
+        for signature in ["sig-1", ""] {
+            let dir = TempDir::new().unwrap();
+            let server = FakeServer::start(vec![
+                Reply::thinking("想了很久", signature).stop_reason("max_tokens"),
+                Reply::thinking("这次短一点", "sig-2").then_text("答案"),
+                Reply::thinking("再答", "sig-3").then_text("又一个答案"),
+            ]);
+            let (out, v) = once_json(&server, &dir, &["--model", model, "--thinking"]);
+            let case = format!("{model}, signature {signature:?}");
+            assert!(out.status.success(), "{case}: {}", stderr(&out));
+            assert_eq!(v["is_error"], false, "{case}: {v}");
+            assert_eq!(v["result"], "答案", "{case}");
+            assert_eq!(v["num_turns"], 2, "{case}");
+            let requests = server.requests();
+            assert_eq!(requests.len(), 2, "{case}");
+            let second = &requests[1];
+            let roles: Vec<&str> = second
+                .messages()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap())
+                .collect();
+            assert_eq!(roles, ["user", "user"], "{case}: {}", second.raw_body);
+            assert!(!second.raw_body.contains("想了很久"), "{case}");
+            assert_eq!(
+                last_message(second),
+                (
+                    "user".to_string(),
+                    flower::engine::CONTINUE_AFTER_THINKING_CUT.to_string()
+                ),
+                "{case}"
+            );
+            // The transcript keeps the cut reply; a resume still leaves it out.
+            let id = v["session_id"].as_str().unwrap();
+            let workspace = dir.path().canonicalize().unwrap();
+            let key = SessionKey::main(project_key(&workspace), id);
+            let store = SqliteSessionStore::open(&dir.path().join("runs/sessions.db")).unwrap();
+            let stored = serde_json::to_string(&store.load(&key).unwrap()).unwrap();
+            assert!(stored.contains("想了很久"), "{case}: {stored}");
+            let args = ["once", "再来", "--json", "--model", model, "--thinking"];
+            let out = flower(
+                &server,
+                dir.path(),
+                &[&args[..], &["--resume", id]].concat(),
+            );
+            assert!(out.status.success(), "{case}: {}", stderr(&out));
+            let resumed = &server.requests()[2];
+            assert!(!resumed.raw_body.contains("想了很久"), "{case}");
+            assert!(resumed.raw_body.contains("这次短一点"), "{case}");
+            assert_eq!(json_of(&out)["result"], "又一个答案", "{case}");
+        }
+    }
+}
+
 /// A reply cut by max_tokens inside a tool call never runs it, even when the input
 /// that arrived happens to parse; the call gets an error result and the model goes on.
 #[test]
@@ -285,7 +347,7 @@ fn context_window_exceeded_is_a_clear_error_naming_new() {
     let out = flower(&server, dir.path(), &["once", "继续"]);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("context window"), "{err}");
+    assert!(err.contains("上下文窗口满了"), "{err}");
     assert!(err.contains("--new"), "{err}");
     assert_eq!(server.request_count(), 1);
 }

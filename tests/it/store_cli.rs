@@ -273,7 +273,7 @@ fn import_of_a_file_without_transcript_lines_fails() {
     let file = dir.path().join("junk.jsonl");
     std::fs::write(&file, "not json\n{\"type\":\"queue-operation\"}\n").unwrap();
     let out = run(dir.path(), &["import", file.to_str().unwrap()], "");
-    assert_fails(&out, &["junk.jsonl", "no transcript lines"]);
+    assert_fails(&out, &["junk.jsonl", "没有能导入的 transcript 行"]);
     let out = run(dir.path(), &["import", "missing.jsonl"], "");
     assert_fails(&out, &["missing.jsonl"]);
     assert!(!dir.path().join("runs").exists());
@@ -298,21 +298,21 @@ fn malformed_stdin_and_non_objects_write_nothing() {
     let cases = [
         (
             "[{\"type\":\"x\"}, {\"type\":",
-            vec!["<stdin>", "malformed JSON", "runs/sessions.db"],
+            vec!["标准输入", "JSON 数组写坏了", "runs/sessions.db"],
         ),
         (
             "{\"type\":\"x\",\"uuid\":\"new1\"}\n{oops}\n",
-            vec!["<stdin>", "line 2", "malformed JSON"],
+            vec!["标准输入", "第 2 行", "JSON 写坏了"],
         ),
         (
             "{\"type\":\"x\",\"uuid\":\"new2\"}\n42\n",
-            vec!["<stdin>", "line 2", "not a JSON object"],
+            vec!["标准输入", "第 2 行", "不是 JSON 对象"],
         ),
         (
             "[{\"type\":\"x\",\"uuid\":\"new3\"}, \"text\"]",
-            vec!["<stdin>", "entry 1", "not a JSON object"],
+            vec!["标准输入", "第 1 项", "不是 JSON 对象"],
         ),
-        ("\u{1}\u{ff}", vec!["<stdin>"]),
+        ("\u{1}\u{ff}", vec!["标准输入"]),
     ];
     for (stdin, needles) in cases {
         let out = run(dir.path(), &["append", "p/s"], stdin);
@@ -331,9 +331,9 @@ fn bad_keys_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     for key in ["nokey", "p/s/../../etc", "p/s//x", "/abs/s"] {
         let out = run(dir.path(), &["append", key], "{\"type\":\"x\"}");
-        assert_fails(&out, &["bad session key", "runs/sessions.db"]);
+        assert_fails(&out, &["会话键", "不行", "runs/sessions.db"]);
         let out = run(dir.path(), &["load", key], "");
-        assert_fails(&out, &["bad session key"]);
+        assert_fails(&out, &["会话键"]);
     }
     assert!(snapshot(dir.path()).is_empty(), "nothing created");
 }
@@ -353,7 +353,7 @@ fn a_file_that_is_not_sqlite_or_is_corrupt_is_named() {
         let mut args = args.clone();
         args.extend(["--db", notdb.to_str().unwrap()]);
         let out = run(dir.path(), &args, "{\"type\":\"x\"}");
-        assert_fails(&out, &["notes.txt", "not a SQLite database"]);
+        assert_fails(&out, &["notes.txt", "不是 SQLite 数据库"]);
     }
     assert_eq!(snapshot(dir.path()), before);
 
@@ -365,9 +365,9 @@ fn a_file_that_is_not_sqlite_or_is_corrupt_is_named() {
     bytes[100..4096].fill(0x5A);
     std::fs::write(&db, &bytes).unwrap();
     let out = run(dir.path(), &["load", "p/s"], "");
-    assert_fails(&out, &["runs/sessions.db", "corrupt"]);
+    assert_fails(&out, &["runs/sessions.db", "坏了"]);
     let out = run(dir.path(), &["append", "p/s"], "{\"type\":\"x\"}");
-    assert_fails(&out, &["runs/sessions.db", "corrupt"]);
+    assert_fails(&out, &["runs/sessions.db", "坏了"]);
 }
 
 #[test]
@@ -381,7 +381,7 @@ fn a_newer_schema_is_refused_by_name() {
     let before = snapshot(db.parent().unwrap());
     for args in [["append", "p/s"], ["load", "p/s"]] {
         let out = run(dir.path(), &args, "{\"type\":\"x\"}");
-        assert_fails(&out, &["runs/sessions.db", "newer", "7"]);
+        assert_fails(&out, &["runs/sessions.db", "更新版本的 flower", "7"]);
     }
     assert_eq!(snapshot(db.parent().unwrap()), before);
 }

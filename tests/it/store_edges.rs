@@ -43,7 +43,7 @@ fn a_directory_is_no_store_to_read_and_says_so() {
     let error = SqliteSessionStore::open_read_only(dir.path()).unwrap_err();
     let shown = error.to_string();
     assert!(shown.contains(dir.path().to_str().unwrap()), "{shown}");
-    assert!(shown.contains("is a directory"), "{shown}");
+    assert!(shown.contains("是目录,不是数据库文件"), "{shown}");
 }
 
 /// A path that cannot be looked at is an error naming it, not "no store yet": a reader
@@ -57,7 +57,7 @@ fn a_read_only_open_through_a_file_is_an_error_not_an_absent_store() {
     let error = SqliteSessionStore::open_read_only(&db).unwrap_err();
     let shown = error.to_string();
     assert!(shown.contains(db.to_str().unwrap()), "{shown}");
-    assert!(shown.contains("cannot read"), "{shown}");
+    assert!(shown.contains("读不了"), "{shown}");
 }
 
 #[test]
@@ -165,10 +165,7 @@ fn a_read_only_store_refuses_writes_and_says_why() {
         reader.delete(&key),
     ] {
         let shown = refused.unwrap_err().to_string();
-        assert!(
-            shown.contains("opened read-only; writes are refused"),
-            "{shown}"
-        );
+        assert!(shown.contains("是只读打开的,不能写"), "{shown}");
     }
     assert_eq!(reader.load(&key).unwrap().unwrap().len(), 3);
 }
@@ -179,7 +176,7 @@ fn a_read_only_store_refuses_writes_and_says_why() {
 fn a_store_that_cannot_be_in_wal_mode_is_refused() {
     let error = SqliteSessionStore::open(std::path::Path::new("")).unwrap_err();
     let shown = error.to_string();
-    assert!(shown.contains("cannot switch to WAL mode"), "{shown}");
+    assert!(shown.contains("切不到 WAL 模式"), "{shown}");
 }
 
 /// An empty `sessions.db` (made by hand, or left by a tool that created the file and
@@ -236,7 +233,7 @@ fn a_database_whose_directory_refuses_its_log_says_to_check_the_directory() {
     drop(refusing);
     let shown = result.unwrap_err().to_string();
     assert!(shown.contains(db.to_str().unwrap()), "{shown}");
-    assert!(shown.contains("is its directory writable?"), "{shown}");
+    assert!(shown.contains("它的目录可写吗?"), "{shown}");
 }
 
 const FULL_DISK_ROLE: &str = "FLOWER_EDGE_FULL_DISK";
@@ -274,7 +271,7 @@ fn a_full_disk_is_said_plainly_and_loses_no_acknowledged_append() {
         .lines()
         .find_map(|l| l.split_once("full-disk: ").map(|(_, report)| report))
         .unwrap_or_else(|| panic!("no report from the child: {stdout}"));
-    assert!(report.contains("the disk is full"), "{report}");
+    assert!(report.contains("磁盘满了"), "{report}");
     assert!(report.contains("acknowledged and loaded alike"), "{report}");
 }
 
@@ -824,6 +821,13 @@ fn a_server_with_no_connection_to_spare_is_an_outage() {
                 error.to_string().contains("too many connections"),
                 "{error}"
             );
+            // The server's error is the typed source; printed, its message is said once.
+            let db = std::error::Error::source(&error)
+                .and_then(|s| s.downcast_ref::<postgres::error::DbError>())
+                .map(|db| db.code().code().to_string());
+            assert_eq!(db.as_deref(), Some("53300"), "{error:?}");
+            let chain = flower::error::chain(&error);
+            assert_eq!(chain.matches("too many connections").count(), 1, "{chain}");
         }
         other => panic!("an outage, not {other:?}"),
     }

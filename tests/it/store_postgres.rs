@@ -16,9 +16,9 @@ use tempfile::TempDir;
 fn malformed_urls_are_refused_with_a_reason() {
     for (bad, why) in [
         ("mysql://h/db", "postgres://"),
-        ("postgres://", "no host"),
-        ("postgres://127.0.0.1:5432", "no database"),
-        ("postgres://127.0.0.1:notaport/db", "not a PostgreSQL URL"),
+        ("postgres://", "没有主机"),
+        ("postgres://127.0.0.1:5432", "没有数据库名"),
+        ("postgres://127.0.0.1:notaport/db", "不是 PostgreSQL 的 URL"),
         ("/tmp/sessions.db", "postgres://"),
     ] {
         let err = bad.parse::<PostgresUrl>().unwrap_err().to_string();
@@ -105,7 +105,7 @@ fn a_newer_schema_is_a_clear_error_and_nothing_is_touched() {
         matches!(err, StoreError::NewerSchema { found: 99, .. }),
         "{err}"
     );
-    assert!(err.to_string().contains("newer flower"), "{err}");
+    assert!(err.to_string().contains("更新版本的 flower"), "{err}");
     // Nothing was created next to it.
     let check = url.clone();
     let tables = std::thread::spawn(move || {

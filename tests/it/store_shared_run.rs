@@ -10,7 +10,10 @@
 
 use crate::flow::{Script, held_first};
 use crate::support::Flower;
-use crate::support::pipeline::{Agent, ONE_ATTEMPT, Project, agent_of, plain, text, turn_of};
+use crate::support::pipeline::{
+    Agent, ONE_ATTEMPT, Project, Refused, agent_of, plain, refused_before_any_request, text,
+    turn_of,
+};
 use crate::support::postgres as pg;
 use crate::support::{FakeServer, Gate, Reply};
 use flower::continuity::manifest::{Manifest, StepResult};
@@ -276,33 +279,17 @@ fn a_run_key_from_the_environment_never_takes_over_another_workspaces_run() {
 fn a_bad_run_key_or_one_without_a_store_exits_2() {
     let dir = TempDir::new().unwrap();
     let server = FakeServer::start(vec![]);
-    for (args, env, want) in [
-        (vec!["x", "--run-key=-dash"], None, "--run-key"),
-        (vec!["x", "--run-key", "a/b"], None, "--run-key"),
-        (vec!["x", "--run-key", "ok"], None, "needs --store"),
-        (vec!["x"], Some("bad key"), "FLOWER_RUN_KEY"),
-    ] {
-        let mut cmd = Flower::bin().server(&server).command();
-        cmd.current_dir(dir.path())
-            .args(&args)
-            .env_remove("FLOWER_STORE");
-        if let Some(value) = env {
-            cmd.env("FLOWER_RUN_KEY", value);
-        }
-        let out = cmd.stdin(Stdio::null()).output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-        assert!(
-            text(&out.stderr).contains(want),
-            "{args:?}: {}",
-            text(&out.stderr)
-        );
-    }
-    assert_eq!(server.request_count(), 0);
+    let cases: Vec<Refused> = vec![
+        (vec!["--run-key=-dash"], vec![], "--run-key"),
+        (vec!["--run-key", "a/b"], vec![], "--run-key"),
+        (vec!["--run-key", "ok"], vec![], "要和 --store"),
+        (
+            vec![],
+            vec![("FLOWER_RUN_KEY", "bad key")],
+            "FLOWER_RUN_KEY",
+        ),
+    ];
+    refused_before_any_request(&server, &dir, &["x"], &cases);
     assert!(!dir.path().join("runs").exists());
 }
 
@@ -623,8 +610,11 @@ fn a_version_1_database_is_migrated_and_keeps_its_transcripts() {
     // Back to what version 1 had.
     pg::execute(
         &url,
-        "DROP TABLE flower_manifest, flower_lineage, flower_runs; \
-         UPDATE flower_meta SET value = '1' WHERE key = 'schema_version';",
+        &format!(
+            "{} DROP TABLE flower_manifest, flower_lineage, flower_runs; \
+             UPDATE flower_meta SET value = '1' WHERE key = 'schema_version';",
+            crate::store_migrate::TO_POSTGRES_2
+        ),
     );
     let store = open(&url);
     assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);

@@ -319,8 +319,8 @@ fn a_wal_without_its_index_is_refused_read_only_and_recovered_read_write() {
     let err = SqliteSessionStore::open_read_only(&db).unwrap_err();
     assert!(err.to_string().contains("sessions.db"), "{err}");
     // Says what is wrong and how to mend it, not whatever SQLite would say.
-    assert!(err.to_string().contains("no -shm index"), "{err}");
-    assert!(err.to_string().contains("read-write once"), "{err}");
+    assert!(err.to_string().contains("没有 -shm 索引"), "{err}");
+    assert!(err.to_string().contains("用读写方式打开一次"), "{err}");
     assert_eq!(snapshot(dir.path()), before);
     // A writer rebuilds the index from the WAL: nothing acknowledged is lost.
     let store = SqliteSessionStore::open(&db).unwrap();
@@ -409,7 +409,7 @@ fn a_newer_schema_is_refused_and_left_untouched() {
             Err(StoreError::NewerSchema {
                 path,
                 found: 99,
-                known: 1,
+                known: 2,
             }) => assert_eq!(path, db),
             other => panic!("expected NewerSchema, got {other:?}"),
         }
@@ -445,12 +445,12 @@ fn a_file_that_is_not_sqlite_is_refused_and_left_untouched() {
     assert_database_error(
         SqliteSessionStore::open(&db).map(|_| ()),
         &db,
-        "not a SQLite database",
+        "不是 SQLite 数据库",
     );
     assert_database_error(
         SqliteSessionStore::open_read_only(&db).map(|_| ()),
         &db,
-        "not a SQLite database",
+        "不是 SQLite 数据库",
     );
     assert_eq!(snapshot(dir.path()), before);
 }
@@ -467,11 +467,11 @@ fn a_corrupt_file_is_refused_with_its_name() {
     }
     std::fs::write(&db, &bytes).unwrap();
     let open = SqliteSessionStore::open(&db).map(|_| ());
-    assert_database_error(open, &db, "corrupt");
+    assert_database_error(open, &db, "数据库坏了");
     assert_database_error(
         SqliteSessionStore::open_read_only(&db).map(|_| ()),
         &db,
-        "corrupt",
+        "数据库坏了",
     );
 }
 
@@ -487,7 +487,7 @@ fn a_foreign_sqlite_database_is_not_taken_over() {
     assert_database_error(
         SqliteSessionStore::open(&db).map(|_| ()),
         &db,
-        "not a flower session store",
+        "不是 flower 的会话库",
     );
     assert_eq!(snapshot(dir.path()), before);
 }
@@ -509,7 +509,7 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "1");
+    assert_eq!(version, "2");
     let mut tables: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
         .unwrap()
@@ -518,7 +518,7 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
         .collect::<Result<_, _>>()
         .unwrap();
     tables.sort();
-    assert_eq!(tables, ["entries", "meta", "summaries"]);
+    assert_eq!(tables, ["entries", "meta", "summaries", "transcripts"]);
     // Reopening an up-to-date store is fine and keeps the data.
     drop(conn);
     let store = SqliteSessionStore::open(&db).unwrap();
@@ -615,7 +615,7 @@ fn a_row_that_is_not_json_is_reported_by_row() {
             .map(|_| ()),
     ] {
         let err = result.unwrap_err().to_string();
-        assert!(err.contains("s.db") && err.contains("row 1000"), "{err}");
+        assert!(err.contains("s.db") && err.contains("第 1000 行"), "{err}");
     }
 }
 
@@ -632,10 +632,7 @@ fn a_database_renamed_while_open_is_not_written_to_again() {
     let moved = dir.path().join("moved.db");
     std::fs::rename(&path, &moved).unwrap();
     let refused = store.append(&key, &[entry("after")]).unwrap_err();
-    assert!(
-        refused.to_string().contains("moved or replaced"),
-        "{refused}"
-    );
+    assert!(refused.to_string().contains("被挪走或换掉了"), "{refused}");
     // A new file at the old name is not written by the old store either.
     let fresh = SqliteSessionStore::open(&path).unwrap();
     assert!(store.append(&key, &[entry("after")]).is_err());

@@ -12,7 +12,6 @@
 
 use crate::support;
 
-use crate::support::Flower;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use flower::workflow::flower::{CLARIFY_RESUME, WORK_RESUME};
 use rexpect::process::{PtyProcess, Signal, WaitStatus};
@@ -1201,13 +1200,7 @@ fn the_live_line_moves_while_a_request_is_held() {
         .iter()
         .find(|l| l.starts_with("== 判定通过 · 用时 "))
         .unwrap_or_else(|| panic!("{lines:#?}"));
-    let out = Flower::bin()
-        .command()
-        .current_dir(&project.dir)
-        .args(["log", "--json"])
-        .output()
-        .unwrap();
-    let log: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let log = crate::figures::log_json(&project);
     let run_cost = format!("${:.4}", log["totals"]["cost_usd"].as_f64().unwrap());
     assert!(
         summary.contains(&format!(" · {run_cost} · ")),

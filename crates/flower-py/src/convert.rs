@@ -3,7 +3,15 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde::Serialize;
 use serde_json::{Map, Number, Value};
+
+/// What serde makes of `value` (an event, a manifest row, a state), as a Python object.
+pub fn serialized<'py, T: Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyAny>> {
+    let value = serde_json::to_value(value)
+        .map_err(|e| crate::errors::FlowerError::new_err(e.to_string()))?;
+    to_py(py, &value)
+}
 
 /// A JSON value as the Python object `json.loads` would make.
 pub fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {

@@ -75,12 +75,12 @@ pub fn run_error(error: RunError) -> PyErr {
             ))
         }
         RunError::Config(e) => ConfigError::new_err(e.to_string()),
-        other => FlowerError::new_err(other.to_string()),
+        other => FlowerError::new_err(flower::error::chain(&other)),
     }
 }
 
 pub fn store_error(error: StoreError) -> PyErr {
-    FlowerError::new_err(error.to_string())
+    FlowerError::new_err(flower::error::chain(&error))
 }
 
 /// `pid N,HH:MM 起`, or `HOST 上,pid N,HH:MM 起` for a holder on another host.

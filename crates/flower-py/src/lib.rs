@@ -15,7 +15,7 @@ mod convert;
 mod errors;
 mod store;
 
-use convert::to_py;
+use convert::serialized;
 use errors::{ConfigError, FlowerError, LockedError, StepFailedError};
 use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
 use flower::continuity::run::{Begin, Run, RunHooks};
@@ -319,9 +319,7 @@ fn ctx_dict<'py>(py: Python<'py>, ctx: &Context) -> PyResult<Bound<'py, PyDict>>
     dict.set_item("_sessions", sessions)?;
     let results = PyList::empty(py);
     for result in &ctx.results {
-        let value =
-            serde_json::to_value(result).map_err(|e| FlowerError::new_err(e.to_string()))?;
-        results.append(to_py(py, &value)?)?;
+        results.append(serialized(py, result)?)?;
     }
     dict.set_item("_results", results)?;
     let passed = PyDict::new(py);
@@ -459,7 +457,7 @@ impl PyWorkflow {
                 };
                 let interrupted: PyResult<()> = tokio::select! {
                     done = &mut task => return done.unwrap_or_else(|e| {
-                        Err(FlowerError::new_err(format!("the run failed: {e}")))
+                        Err(FlowerError::new_err(format!("运行的任务异常结束({e})")))
                     }),
                     interrupted = signals => interrupted,
                 };
@@ -536,148 +534,9 @@ impl Hooks {
     }
 }
 
-/// An event as a dict: `{"type": ..., fields}`.
-fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    match event {
-        Event::SessionStarted {
-            agent,
-            session_id,
-            resumed,
-            depth,
-        } => {
-            d.set_item("type", "session")?;
-            d.set_item("agent", agent)?;
-            d.set_item("session_id", session_id)?;
-            d.set_item("resumed", resumed)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::TextDelta { text, depth } => {
-            d.set_item("type", "text")?;
-            d.set_item("text", text)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::Requesting { depth } => {
-            d.set_item("type", "requesting")?;
-            d.set_item("depth", depth)?;
-        }
-        Event::ThinkingDelta { text, depth } => {
-            d.set_item("type", "thinking")?;
-            d.set_item("text", text)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::ToolCall {
-            name,
-            summary,
-            depth,
-        } => {
-            d.set_item("type", "tool_call")?;
-            d.set_item("name", name)?;
-            d.set_item("summary", summary)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::ToolDenied {
-            name,
-            message,
-            depth,
-        } => {
-            d.set_item("type", "tool_denied")?;
-            d.set_item("name", name)?;
-            d.set_item("message", message)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::ToolDone {
-            name,
-            is_error,
-            depth,
-        } => {
-            d.set_item("type", "tool_done")?;
-            d.set_item("name", name)?;
-            d.set_item("is_error", is_error)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::TurnDone {
-            turn,
-            usage,
-            context,
-            cost_usd,
-            depth,
-        } => {
-            d.set_item("type", "turn")?;
-            d.set_item("turn", turn)?;
-            let usage =
-                serde_json::to_value(usage).map_err(|e| FlowerError::new_err(e.to_string()))?;
-            d.set_item("usage", to_py(py, &usage)?)?;
-            d.set_item("context", context)?;
-            d.set_item("cost_usd", cost_usd)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::Retrying {
-            attempt,
-            max_attempts,
-            delay_s,
-            error,
-            depth,
-        } => {
-            d.set_item("type", "retrying")?;
-            d.set_item("attempt", attempt)?;
-            d.set_item("max_attempts", max_attempts)?;
-            d.set_item("delay_s", delay_s)?;
-            d.set_item("error", error)?;
-            d.set_item("depth", depth)?;
-        }
-        Event::Offline {
-            waited_s,
-            endpoint,
-            database,
-        } => {
-            d.set_item("type", "offline")?;
-            d.set_item("waited_s", waited_s)?;
-            d.set_item("endpoint", endpoint)?;
-            d.set_item("database", database)?;
-        }
-        Event::Online { database } => {
-            d.set_item("type", "online")?;
-            d.set_item("database", database)?;
-        }
-        Event::Warning { message } => {
-            d.set_item("type", "warning")?;
-            d.set_item("message", message)?;
-        }
-        Event::StepStarted {
-            step,
-            index,
-            total,
-            resumed,
-            woke,
-        } => {
-            d.set_item("type", "step")?;
-            d.set_item("step", step)?;
-            d.set_item("index", index)?;
-            d.set_item("total", total)?;
-            d.set_item("resumed", resumed)?;
-            d.set_item("woke", woke)?;
-        }
-        Event::Handoff {
-            step,
-            generation,
-            context,
-            mechanical,
-        } => {
-            d.set_item("type", "handoff")?;
-            d.set_item("step", step)?;
-            d.set_item("generation", generation)?;
-            d.set_item("context", context)?;
-            d.set_item("mechanical", mechanical)?;
-        }
-        Event::StepSkipped { step, index, total } => {
-            d.set_item("type", "step_skipped")?;
-            d.set_item("step", step)?;
-            d.set_item("index", index)?;
-            d.set_item("total", total)?;
-        }
-    }
-    Ok(d)
+/// An event as a dict: `{"type": ..., fields}`, as [`Event`] serializes.
+fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyAny>> {
+    serialized(py, event)
 }
 
 /// Retry and offline-wait numbers; `Resilience.resume_prompt` is what a retry that
@@ -844,7 +703,7 @@ impl PyRuntime {
     #[getter]
     fn wake<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let run = self.open_run()?;
-        wake_dict(py, run.wake())
+        serialized(py, run.wake())
     }
 
     /// The run's session store, as an Agent SDK `SessionStore` (pruning on `load`).
@@ -895,18 +754,13 @@ impl PyRuntime {
 // wake_state, Lineage
 // ---------------------------------------------------------------------------------
 
-fn wake_dict<'py>(py: Python<'py>, state: &flower::WakeState) -> PyResult<Bound<'py, PyAny>> {
-    let value = serde_json::to_value(state).map_err(|e| FlowerError::new_err(e.to_string()))?;
-    to_py(py, &value)
-}
-
 /// The read-only wake probe: `{"waking", "brief", "goal", "checks", "woke", "steps"}`.
 /// Writes not one byte.
 #[pyfunction]
 #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from("runs")))]
 fn wake_state(py: Python<'_>, workspace: PathBuf, run_dir: PathBuf) -> PyResult<Bound<'_, PyAny>> {
     let state = py.detach(move || flower::wake_state(&workspace, &run_dir));
-    wake_dict(py, &state)
+    serialized(py, &state)
 }
 
 /// `run_dir/lineage.json`: step name → session id, and how many times the directory was
@@ -923,9 +777,9 @@ impl PyLineage {
     #[new]
     #[pyo3(signature = (run_dir = PathBuf::from("runs"), workspace = PathBuf::from(".")))]
     fn new(run_dir: PathBuf, workspace: PathBuf) -> PyResult<Self> {
-        let workspace = workspace
-            .canonicalize()
-            .map_err(|e| FlowerError::new_err(format!("workspace {}: {e}", workspace.display())))?;
+        let workspace = workspace.canonicalize().map_err(|e| {
+            FlowerError::new_err(format!("工作区 {} 用不了({e})", workspace.display()))
+        })?;
         Ok(PyLineage {
             inner: Mutex::new(flower::Lineage::load(&run_dir, &workspace, |_| true)),
         })

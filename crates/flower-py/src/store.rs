@@ -3,7 +3,7 @@
 //! call runs on a blocking thread of the extension's tokio runtime; the event loop and
 //! the GIL are free meanwhile.
 
-use crate::convert::{from_py, to_py};
+use crate::convert::{from_py, serialized, to_py};
 use crate::errors::{FlowerError, store_error};
 use flower::stores::prune::PruneOptions;
 use flower::stores::{
@@ -32,7 +32,7 @@ where
     pyo3_async_runtimes::tokio::future_into_py(py, async move {
         let value = tokio::task::spawn_blocking(work)
             .await
-            .map_err(|e| FlowerError::new_err(format!("store call failed: {e}")))?
+            .map_err(|e| FlowerError::new_err(format!("存储调用异常结束({e})")))?
             .map_err(store_error)?;
         Python::attach(|py| make(py, value))
     })
@@ -62,6 +62,21 @@ fn key_of(key: &Bound<'_, PyAny>) -> PyResult<SessionKey> {
 
 fn base(store: Arc<dyn SessionStore>) -> PyClassInitializer<PySessionStore> {
     PyClassInitializer::from(PySessionStore { store })
+}
+
+/// A store class over the store `open` opens, opened without the GIL (a database may
+/// take its time to answer).
+fn opened<S, C>(
+    py: Python<'_>,
+    open: impl FnOnce() -> Result<S, flower::stores::StoreError> + Send,
+    class: C,
+) -> PyResult<PyClassInitializer<C>>
+where
+    S: SessionStore + Send + 'static,
+    C: pyo3::PyClass<BaseType = PySessionStore>,
+{
+    let store = py.detach(open).map_err(store_error)?;
+    Ok(base(Arc::new(store)).add_subclass(class))
 }
 
 fn none(py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -111,16 +126,7 @@ impl PySessionStore {
         blocking(
             py,
             move || store.list_sessions(&project_key),
-            |py, sessions| {
-                let list = PyList::empty(py);
-                for s in sessions {
-                    let d = PyDict::new(py);
-                    d.set_item("session_id", s.session_id)?;
-                    d.set_item("mtime", s.mtime)?;
-                    list.append(d)?;
-                }
-                Ok(list.into_any().unbind())
-            },
+            |py, sessions| Ok(serialized(py, &sessions)?.unbind()),
         )
     }
 
@@ -134,17 +140,7 @@ impl PySessionStore {
         blocking(
             py,
             move || store.list_session_summaries(&project_key),
-            |py, summaries| {
-                let list = PyList::empty(py);
-                for s in summaries {
-                    let d = PyDict::new(py);
-                    d.set_item("session_id", s.session_id)?;
-                    d.set_item("mtime", s.mtime)?;
-                    d.set_item("data", to_py(py, &s.data)?)?;
-                    list.append(d)?;
-                }
-                Ok(list.into_any().unbind())
-            },
+            |py, summaries| Ok(serialized(py, &summaries)?.unbind()),
         )
     }
 
@@ -187,10 +183,7 @@ pub struct PySqliteStore;
 impl PySqliteStore {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<PyClassInitializer<Self>> {
-        let store = py
-            .detach(move || SqliteSessionStore::open(&path))
-            .map_err(store_error)?;
-        Ok(base(Arc::new(store)).add_subclass(PySqliteStore))
+        opened(py, move || SqliteSessionStore::open(&path), PySqliteStore)
     }
 }
 
@@ -206,10 +199,7 @@ impl PyPostgresStore {
         let url: PostgresUrl = url.parse().map_err(|e: flower::stores::UrlError| {
             crate::errors::ConfigError::new_err(e.to_string())
         })?;
-        let store = py
-            .detach(move || PostgresStore::open(&url))
-            .map_err(store_error)?;
-        Ok(base(Arc::new(store)).add_subclass(PyPostgresStore))
+        opened(py, move || PostgresStore::open(&url), PyPostgresStore)
     }
 }
 

@@ -132,17 +132,42 @@ async def test_a_prompt_function_that_raises_sends_nothing_and_raises(project, f
     assert list(lineage["steps"]) == ["取词"]
 
 
+# Each event type's fields, in order, as `on_event` gets them.
+EVENT_FIELDS = {
+    "step": ["type", "step", "index", "total", "resumed", "woke"],
+    "session": ["type", "agent", "session_id", "resumed", "depth"],
+    "requesting": ["type", "depth"],
+    "text": ["type", "text", "depth"],
+    "tool_call": ["type", "name", "summary", "depth"],
+    "tool_done": ["type", "name", "is_error", "depth"],
+    "turn": ["type", "turn", "usage", "context", "cost_usd", "depth"],
+}
+
+
 async def test_on_session_hears_each_steps_session_and_events_cover_turns(project, fake):
     sessions = []
-    types = []
-    rt = Runtime(on_session=lambda step, sid: sessions.append((step, sid)), on_event=lambda e: types.append(e["type"]))
+    events = []
+    rt = Runtime(on_session=lambda step, sid: sessions.append((step, sid)), on_event=events.append)
     try:
         ctx = await Workflow([Step("取词", terse(), PROMPT)]).run(rt)
     finally:
         rt.close()
     assert sessions == [("取词", ctx["_sessions"]["取词"])]
+    types = [e["type"] for e in events]
     assert types.count("turn") == 2
     assert {"step", "session", "text", "tool_call", "tool_done", "turn"} <= set(types)
+    for event in events:
+        assert list(event) == EVENT_FIELDS[event["type"]], event
+    step = events[types.index("step")]
+    assert step == {"type": "step", "step": "取词", "index": 1, "total": 1, "resumed": False, "woke": 1}
+    session = events[types.index("session")]
+    assert session["session_id"] == ctx["_sessions"]["取词"] and session["depth"] == 0
+    call = events[types.index("tool_call")]
+    assert call["name"] == "Read" and call["depth"] == 0
+    turn = events[types.index("turn")]
+    assert turn["turn"] == 1 and isinstance(turn["usage"], dict)
+    assert isinstance(turn["usage"]["input_tokens"], int) and isinstance(turn["context"], int)
+    assert turn["cost_usd"] is None or isinstance(turn["cost_usd"], float)
 
 
 def test_a_bad_setting_is_a_config_error_before_anything_is_written(project, fake, monkeypatch):

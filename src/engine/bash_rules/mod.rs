@@ -80,7 +80,7 @@ pub enum ParseError {
     #[error("parsing the command took longer than {} ms", .0.as_millis())]
     TimedOut(Duration),
     #[error("the bash grammar could not be loaded: {0}")]
-    Grammar(String),
+    Grammar(#[source] crate::error::Cause),
     #[error("bash syntax error near {0:?}")]
     Syntax(String),
 }
@@ -149,7 +149,7 @@ fn parse(cmd: &str, budget: Duration) -> Result<Tree, ParseError> {
     let mut parser = Parser::new();
     parser
         .set_language(&tree_sitter_bash::LANGUAGE.into())
-        .map_err(|e| ParseError::Grammar(e.to_string()))?;
+        .map_err(|e| ParseError::Grammar(crate::error::Cause::new(e)))?;
     let deadline = Instant::now() + budget;
     // The grammar's C scanner calls isdigit() and kin on decoded code points, which is
     // undefined (and crashed flower) for one above 255. The parser sees each non-ASCII

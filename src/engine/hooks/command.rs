@@ -146,9 +146,9 @@ pub async fn run(hook: &HookCommand, input: &[u8], launch: &Launch) -> HookRun {
 /// Why a hook's command did not start.
 #[derive(Debug, thiserror::Error)]
 enum SpawnError {
-    #[error("cannot sandbox the hook: {0}")]
+    #[error("没法把钩子放进沙箱:{0}")]
     Sandbox(#[source] sandbox::SandboxError),
-    #[error("cannot start the hook: {0}")]
+    #[error("钩子起不来({0})")]
     Start(#[source] std::io::Error),
 }
 
@@ -175,16 +175,7 @@ fn spawn(
         for (name, value) in launch.env.iter() {
             cmd.env(name, value);
         }
-        match prepared {
-            // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
-            Some(prepared) => unsafe {
-                cmd.pre_exec(move || prepared.apply_in_child());
-            },
-            // SAFETY: setsid is a system call.
-            None => unsafe {
-                cmd.pre_exec(sandbox::new_session);
-            },
-        }
+        sandbox::confine(&mut cmd, prepared);
         match cmd.spawn() {
             Ok(child) => return Ok((child, sweep)),
             Err(e) if sandboxed && attempt == 1 && sandbox::is_stale(&e) => {

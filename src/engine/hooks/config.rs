@@ -229,13 +229,13 @@ impl HookSet {
         let Value::Object(events) = value else {
             return Err(bad(
                 "hooks".into(),
-                "expected an object of events (\"PreToolUse\": [...])".into(),
+                "要一个按事件分的对象(\"PreToolUse\": [...])".into(),
             ));
         };
         for (name, groups) in events {
             let Some(event) = HookEvent::from_name(name) else {
                 self.ignored.push(format!(
-                    "{}: hooks.{name}: flower has no such event; ignored",
+                    "{}: hooks.{name}:flower 没有这个事件,忽略",
                     file.display()
                 ));
                 continue;
@@ -243,7 +243,7 @@ impl HookSet {
             let Value::Array(groups) = groups else {
                 return Err(bad(
                     format!("hooks.{name}"),
-                    "expected an array of {\"matcher\": …, \"hooks\": [...]}".into(),
+                    "要一个 {\"matcher\": …, \"hooks\": [...]} 的数组".into(),
                 ));
             };
             for (i, group) in groups.iter().enumerate() {
@@ -271,21 +271,21 @@ impl HookSet {
         let Value::Object(group) = group else {
             return Err(bad(
                 key.into(),
-                "expected an object {\"matcher\": …, \"hooks\": [...]}",
+                "要一个对象 {\"matcher\": …, \"hooks\": [...]}",
             ));
         };
         let matcher = match group.get("matcher") {
             None | Some(Value::Null) => Matcher::All,
             Some(Value::String(text)) => Matcher::parse(text).map_err(|e| HookConfigError {
                 key: format!("{key}.matcher"),
-                message: format!("not a valid regular expression: {e}"),
+                message: format!("不是合法的正则表达式({e})"),
             })?,
-            Some(_) => return Err(bad(format!("{key}.matcher"), "expected a string")),
+            Some(_) => return Err(bad(format!("{key}.matcher"), "要一个字符串")),
         };
         let Some(Value::Array(hooks)) = group.get("hooks") else {
             return Err(bad(
                 format!("{key}.hooks"),
-                "expected an array of {\"type\": \"command\", \"command\": …}",
+                "要一个 {\"type\": \"command\", \"command\": …} 的数组",
             ));
         };
         let mut commands = Vec::new();
@@ -294,27 +294,24 @@ impl HookSet {
             let Value::Object(hook) = hook else {
                 return Err(bad(
                     key,
-                    "expected an object {\"type\": \"command\", \"command\": …}",
+                    "要一个对象 {\"type\": \"command\", \"command\": …}",
                 ));
             };
             match hook.get("type").and_then(Value::as_str) {
                 Some("command") => {}
                 Some(other) => {
                     self.ignored.push(format!(
-                        "{}: {key}: hooks of type {other:?} are not supported by flower; ignored",
+                        "{}: {key}:flower 不支持 {other:?} 类型的钩子,忽略",
                         file.display()
                     ));
                     continue;
                 }
-                None => return Err(bad(format!("{key}.type"), "expected \"command\"")),
+                None => return Err(bad(format!("{key}.type"), "要 \"command\"")),
             }
             let command = match hook.get("command") {
                 Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
                 _ => {
-                    return Err(bad(
-                        format!("{key}.command"),
-                        "expected a non-empty shell command",
-                    ));
+                    return Err(bad(format!("{key}.command"), "要一条非空的 shell 命令"));
                 }
             };
             let timeout = match hook.get("timeout") {
@@ -326,14 +323,14 @@ impl HookSet {
                     _ => {
                         return Err(bad(
                             format!("{key}.timeout"),
-                            "expected seconds, a number above 0 (at most 86400)",
+                            "要一个秒数,大于 0(最多 86400)",
                         ));
                     }
                 },
                 Some(_) => {
                     return Err(bad(
                         format!("{key}.timeout"),
-                        "expected seconds, a number above 0 (at most 86400)",
+                        "要一个秒数,大于 0(最多 86400)",
                     ));
                 }
             };

@@ -12,6 +12,7 @@ fn rule_error(rule: &str, why: impl Into<String>) -> RuleError {
     RuleError {
         rule: rule.to_string(),
         why: why.into(),
+        cause: None,
     }
 }
 
@@ -29,13 +30,13 @@ pub(super) fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleEr
     let (tool, content) = match t.find('(') {
         None => {
             if t.contains(')') {
-                return Err(rule_error(text, "a `)` without `(`"));
+                return Err(rule_error(text, "有 `)` 没有 `(`"));
             }
             (t, None)
         }
         Some(open) => {
             if !t.ends_with(')') {
-                return Err(rule_error(text, "the rule must end with `)`"));
+                return Err(rule_error(text, "规则要以 `)` 结尾"));
             }
             let inner = &t[open + 1..t.len() - 1];
             let mut depth = 0i32;
@@ -45,14 +46,14 @@ pub(super) fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleEr
                     ')' => {
                         depth -= 1;
                         if depth < 0 {
-                            return Err(rule_error(text, "unbalanced parentheses"));
+                            return Err(rule_error(text, "括号不配对"));
                         }
                     }
                     _ => {}
                 }
             }
             if depth != 0 {
-                return Err(rule_error(text, "unbalanced parentheses"));
+                return Err(rule_error(text, "括号不配对"));
             }
             (t[..open].trim_end(), Some(inner.trim()))
         }
@@ -63,20 +64,17 @@ pub(super) fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleEr
         _ => tool,
     };
     if tool.is_empty() {
-        return Err(rule_error(text, "empty tool name"));
+        return Err(rule_error(text, "工具名是空的"));
     }
     if !tool
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
-        return Err(rule_error(
-            text,
-            "a tool name has only letters, digits, `_`, `-` and `.`",
-        ));
+        return Err(rule_error(text, "工具名只能有字母、数字、`_`、`-` 和 `.`"));
     }
     let content = match content {
         None => Content::Whole,
-        Some("") => return Err(rule_error(text, "empty pattern inside `()`")),
+        Some("") => return Err(rule_error(text, "`()` 里是空的")),
         Some("*") | Some(":*") => Content::Whole,
         Some(c) if tool == names::BASH => Content::Bash(parse_bash(text, c)?),
         Some(c) if path_field(tool).is_some() => Content::Path(parse_path(text, c, home)?),
@@ -88,7 +86,7 @@ pub(super) fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleEr
                 _ => {
                     return Err(rule_error(
                         text,
-                        "a web tool's rule is the tool alone or `(domain:example.com)`",
+                        "网络工具的规则只能是工具名本身或 `(domain:example.com)`",
                     ));
                 }
             }
@@ -103,19 +101,12 @@ pub(super) fn parse_rule(text: &str, home: Option<&Path>) -> Result<Rule, RuleEr
 }
 
 fn one_command(rule: &str, text: &str) -> Result<Vec<String>, RuleError> {
-    let mut cmds = bash_rules::plain_parts(text).map_err(|e| {
-        rule_error(
-            rule,
-            format!("the command is not a plain simple command: {e}"),
-        )
-    })?;
+    let mut cmds = bash_rules::plain_parts(text)
+        .map_err(|e| rule_error(rule, format!("不是一条普通的简单命令({e})")))?;
     match cmds.len() {
         1 => Ok(cmds.remove(0).words),
-        0 => Err(rule_error(rule, "no command")),
-        _ => Err(rule_error(
-            rule,
-            "a rule names one simple command; write one rule per command",
-        )),
+        0 => Err(rule_error(rule, "没有命令")),
+        _ => Err(rule_error(rule, "一条规则只写一条简单命令;多条命令分开写")),
     }
 }
 
@@ -149,7 +140,7 @@ fn parse_path(rule: &str, content: &str, home: Option<&Path>) -> Result<PathPatt
     let mut pat = content.to_string();
     let absolute;
     if let Some(rest) = pat.strip_prefix("~/") {
-        let home = home.ok_or_else(|| rule_error(rule, "`~/` needs $HOME, which is not set"))?;
+        let home = home.ok_or_else(|| rule_error(rule, "`~/` 要靠 $HOME,可 $HOME 没有设置"))?;
         pat = format!(
             "{}/{}",
             globset::escape(&paths::root(home).to_string_lossy()),
@@ -166,7 +157,7 @@ fn parse_path(rule: &str, content: &str, home: Option<&Path>) -> Result<PathPatt
         }
     }
     if pat.split('/').any(|c| c == "..") {
-        return Err(rule_error(rule, "`..` is not allowed in a path rule"));
+        return Err(rule_error(rule, "路径规则里不能有 `..`"));
     }
     let build = |p: &str| {
         GlobBuilder::new(p)
@@ -174,7 +165,13 @@ fn parse_path(rule: &str, content: &str, home: Option<&Path>) -> Result<PathPatt
             .backslash_escape(true)
             .build()
             .map(|g| g.compile_matcher())
-            .map_err(|e| rule_error(rule, format!("bad glob: {e}")))
+            .map_err(|e| {
+                let why = format!("glob 写错了({e})");
+                RuleError {
+                    cause: Some(crate::error::Cause::new(e)),
+                    ..rule_error(rule, why)
+                }
+            })
     };
     let matcher = build(&pat)?;
     let base = match pat.strip_suffix("/**") {

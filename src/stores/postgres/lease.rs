@@ -222,7 +222,10 @@ impl PostgresStore {
                     }
                 }
             })
-            .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+            .map_err(|source| StoreError::Io {
+                what: "起不了数据库线程".into(),
+                source,
+            })?;
         match answer.recv() {
             Ok(Ok(None)) => Ok(Leased::Held(RunLease {
                 stop: Some(stop),
@@ -234,9 +237,9 @@ impl PostgresStore {
             }
             Ok(Err(e)) => {
                 let _ = thread.join();
-                Err(self.error(describe(&e)))
+                Err(self.failed(e))
             }
-            Err(_) => Err(self.error("the database thread stopped")),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 }

@@ -216,7 +216,10 @@ impl PostgresStore {
         std::thread::Builder::new()
             .name("flower-pg-locks".into())
             .spawn(move || serving.serve(queue))
-            .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+            .map_err(|source| StoreError::Io {
+                what: "起不了数据库线程".into(),
+                source,
+            })?;
         *locker = Some(jobs.clone());
         Ok(jobs)
     }

@@ -4,10 +4,15 @@
 //! Layout (schema version [`SCHEMA_VERSION`], every table prefixed `flower_` so the
 //! store can live in a database that holds other things):
 //! - `flower_meta(key, value)`: `schema_version`;
-//! - `flower_entries(id, project_key, session_id, subpath, uuid, type, stored_at, data)`:
-//!   one row per entry, `data` the entry's JSON text (text, not `jsonb`: it is given
-//!   back byte for byte), `id` orders a key's entries, a partial unique index makes
-//!   `uuid` an idempotency key;
+//! - `flower_transcripts(id, project_key, session_id, subpath)`: one row per key, kept
+//!   when its entries are deleted (an append racing a delete never refers to a row
+//!   that is gone);
+//! - `flower_entries(id, transcript, uuid, type, stored_at, data)`: one row per entry,
+//!   `data` the entry's JSON text (text, not `jsonb`: it is given back byte for byte),
+//!   `transcript` its key's row, `id` orders a key's entries, a partial unique index
+//!   makes `uuid` an idempotency key. Until version 3 every row carried the key's three
+//!   columns itself (in the row and both indexes); the upgrade copies the rows into the
+//!   new table in the migration's one transaction;
 //! - `flower_summaries(project_key, session_id, mtime, data)`: folded inside `append`;
 //! - since version 2, a run's state beside its transcripts: `flower_runs(run_key, named,
 //!   project_key, workspace, woke, …)` (one row per run), `flower_lineage(run_key, step,
@@ -33,9 +38,9 @@
 //! stored (the reply is asked again).
 //!
 //! Network: every connection has TCP keepalives (30 s idle, 10 s apart, 3 probes) and a
-//! `tcp_user_timeout` of [`TCP_USER_TIMEOUT`] unless the URL sets its own, so a call on
-//! a network that silently drops packets fails (and is waited out as an outage) instead
-//! of hanging.
+//! `tcp_user_timeout` of [`TCP_USER_TIMEOUT`] unless the URL sets its own (in
+//! milliseconds, as libpq reads it), so a call on a network that silently drops packets
+//! fails (and is waited out as an outage) instead of hanging (tests/it/store_network_drop.rs).
 //! Appends to one session take a transaction-scoped advisory lock on it (keys never hold `/`), so batches
 //! from several processes never interleave within a transcript. Advisory locks belong to
 //! a database, not a schema: every key starts with `current_schema()`, so that stores in
@@ -50,7 +55,7 @@ mod transcripts;
 mod url;
 
 pub use lease::{LEASE_CHECK, Leased, OnLeaseLost, RunLease, hostname};
-pub use runs::RunRow;
+pub use runs::{ManifestSeen, MergedManifest, RunRow};
 pub use schema::SCHEMA_VERSION;
 pub use url::{PostgresUrl, UrlError};
 
@@ -58,10 +63,13 @@ use lease::*;
 use locks::*;
 use pool::*;
 
+use super::prune::{self, PruneOptions};
 use super::summary::fold_session_summary;
 use super::{
-    HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError,
+    DriverError, HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary,
+    StoreError,
 };
+use crate::transcript::Loaded;
 use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
 use serde_json::Value;
@@ -124,7 +132,10 @@ impl PostgresStore {
                         }
                     }
                 })
-                .map_err(|e| StoreError::Io(format!("cannot start a database thread: {e}")))?;
+                .map_err(|source| StoreError::Io {
+                    what: "起不了数据库线程".into(),
+                    source,
+                })?;
             threads.push(thread);
         }
         let store = PostgresStore {
@@ -171,20 +182,11 @@ impl PostgresStore {
             .as_ref()
             .map(|jobs| jobs.send(job).is_ok());
         if sent != Some(true) {
-            return Err(self.error("the store is closed"));
+            return Err(self.error("存储已经关了"));
         }
         match answer.recv() {
-            Ok(result) => result.map_err(|e| {
-                if is_unavailable(&e) {
-                    StoreError::Unavailable {
-                        path: PathBuf::from(self.url.to_string()),
-                        why: describe(&e),
-                    }
-                } else {
-                    self.error(describe(&e))
-                }
-            }),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Ok(result) => result.map_err(|e| self.failed(e)),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -199,10 +201,84 @@ impl PostgresStore {
         Some((host, port))
     }
 
+    /// A key's entries, each `read` from its row's JSON text, in order; `None` for a key
+    /// never written.
+    fn load_texts<T>(
+        &self,
+        key: &SessionKey,
+        read: impl Fn(String) -> serde_json::Result<T>,
+    ) -> Result<Option<Vec<T>>, StoreError> {
+        key.validate()?;
+        let key = key.clone();
+        let texts: Vec<(i64, String)> = self.call(move |c| {
+            let subpath = key.subpath.clone().unwrap_or_default();
+            let rows = c.query(
+                "SELECT id, data FROM flower_entries WHERE transcript = \
+                 (SELECT id FROM flower_transcripts \
+                  WHERE project_key = $1 AND session_id = $2 AND subpath = $3) ORDER BY id",
+                &[&key.project_key, &key.session_id, &subpath],
+            )?;
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+        })?;
+        if texts.is_empty() {
+            return Ok(None);
+        }
+        texts
+            .into_iter()
+            .map(|(id, text)| {
+                read(text).map_err(|e| {
+                    self.error_because(format!("第 {id} 行记录不是合法的 JSON({e})"), e)
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
     fn error(&self, why: impl Into<String>) -> StoreError {
         StoreError::Database {
             path: PathBuf::from(self.url.to_string()),
             why: why.into(),
+            source: None,
+        }
+    }
+
+    /// [`error`](Self::error) because of `source`, which `why` quotes.
+    fn error_because(
+        &self,
+        why: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Database {
+            path: PathBuf::from(self.url.to_string()),
+            why: why.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The driver's error as the store's: [`StoreError::Unavailable`] when its kind
+    /// says the database is away ([`is_unavailable`]), else a database error. What
+    /// the server refused keeps the server's error as its source, anything else the
+    /// driver's.
+    fn failed(&self, e: ::postgres::Error) -> StoreError {
+        let path = PathBuf::from(self.url.to_string());
+        let why = describe(&e);
+        let unavailable = is_unavailable(&e);
+        let source: DriverError = match e.as_db_error() {
+            Some(db) => Box::new(db.clone()),
+            None => Box::new(e),
+        };
+        if unavailable {
+            StoreError::Unavailable {
+                path,
+                why,
+                source: Some(source),
+            }
+        } else {
+            StoreError::Database {
+                path,
+                why,
+                source: Some(source),
+            }
         }
     }
 }
@@ -232,28 +308,18 @@ impl SessionStore for PostgresStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        key.validate()?;
-        let key = key.clone();
-        let texts: Vec<(i64, String)> = self.call(move |c| {
-            let subpath = key.subpath.clone().unwrap_or_default();
-            let rows = c.query(
-                "SELECT id, data FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 ORDER BY id",
-                &[&key.project_key, &key.session_id, &subpath],
-            )?;
-            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
-        })?;
-        if texts.is_empty() {
-            return Ok(None);
-        }
-        texts
-            .into_iter()
-            .map(|(id, text)| {
-                serde_json::from_str(&text)
-                    .map_err(|e| self.error(format!("entry row {id} is not valid JSON: {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+        self.load_texts(key, |text| serde_json::from_str(&text))
+    }
+
+    fn load_resume(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Loaded>>, StoreError> {
+        // Each entry's facts are read from its text; no tree is built.
+        Ok(self
+            .load_texts(key, |text| prune::prepare_text(text.into_boxed_str()))?
+            .map(|prepared| prune::prune_prepared(prepared, options)))
     }
 
     /// One statement: the newest assistant row whose usage counts
@@ -269,7 +335,8 @@ impl SessionStore for PostgresStore {
             let usage = prepared(
                 c,
                 "SELECT (data::json -> 'message' -> 'usage')::text FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath = $3 \
+                 WHERE transcript = (SELECT id FROM flower_transcripts \
+                   WHERE project_key = $1 AND session_id = $2 AND subpath = $3) \
                    AND type = 'assistant' \
                    AND json_typeof(data::json -> 'message' -> 'usage') = 'object' \
                    AND (json_typeof(data::json -> $4) IS DISTINCT FROM 'boolean' \
@@ -292,7 +359,8 @@ impl SessionStore for PostgresStore {
             Ok(row.map(|r| r.get(0)))
         })?;
         text.map(|text| {
-            serde_json::from_str(&text).map_err(|e| self.error(format!("a stored usage: {e}")))
+            serde_json::from_str(&text)
+                .map_err(|e| self.error_because(format!("存着的用量读不出来({e})"), e))
         })
         .transpose()
     }
@@ -328,7 +396,7 @@ impl SessionStore for PostgresStore {
                 .map(|r| (r.get(0), r.get(1), r.get(2)))
                 .collect())
         })?;
-        super::summary::parse_summary_rows(rows, |why| self.error(why))
+        super::summary::parse_summary_rows(rows, |why, e| self.error_because(why, e))
     }
 
     fn delete(&self, key: &SessionKey) -> Result<(), StoreError> {
@@ -340,8 +408,10 @@ impl SessionStore for PostgresStore {
         let key = key.clone();
         self.call(move |c| {
             let rows = c.query(
-                "SELECT DISTINCT subpath COLLATE \"C\" AS s FROM flower_entries \
-                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' ORDER BY s",
+                "SELECT subpath COLLATE \"C\" AS s FROM flower_transcripts t \
+                 WHERE project_key = $1 AND session_id = $2 AND subpath <> '' \
+                   AND EXISTS (SELECT 1 FROM flower_entries e WHERE e.transcript = t.id) \
+                 ORDER BY s",
                 &[&key.project_key, &key.session_id],
             )?;
             Ok(rows.into_iter().map(|r| r.get(0)).collect())
@@ -361,7 +431,7 @@ impl SessionStore for PostgresStore {
                 shared,
                 reply,
             })
-            .map_err(|_| self.error("the database thread stopped"))?;
+            .map_err(|_| self.error("数据库线程停了"))?;
         match answer.recv() {
             Ok(Ok(SessionHold::Held(_))) => Ok(SessionHold::Held(Box::new(SessionGuard {
                 session_id: session_id.to_string(),
@@ -369,12 +439,8 @@ impl SessionStore for PostgresStore {
                 locker,
             }))),
             Ok(Ok(busy)) => Ok(busy),
-            Ok(Err(e)) if is_unavailable(&e) => Err(StoreError::Unavailable {
-                path: PathBuf::from(self.url.to_string()),
-                why: describe(&e),
-            }),
-            Ok(Err(e)) => Err(self.error(describe(&e))),
-            Err(_) => Err(self.error("the database thread stopped")),
+            Ok(Err(e)) => Err(self.failed(e)),
+            Err(_) => Err(self.error("数据库线程停了")),
         }
     }
 
@@ -399,21 +465,20 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
             let code = code.code();
             code.starts_with("08") || code.starts_with("57P") || code == "53300"
         }
-        // No SQLSTATE: the connection failed (I/O, closed, timed out), or something
-        // local went wrong (a type conversion): only the first kind is worth a wait.
+        // No SQLSTATE: the connection failed (closed, or an I/O error connecting or
+        // talking to the server), or something local went wrong (a type conversion, a
+        // message that would not encode or parse: `InvalidData`/`InvalidInput`): only
+        // the first kind is worth a wait. Decided by the kind of the driver's cause.
         None => {
-            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-            let text = e.to_string();
-            e.is_closed()
-                || io
-                || [
-                    "error connecting",
-                    "error communicating",
-                    "timeout",
-                    "connection closed",
-                ]
-                .iter()
-                .any(|t| text.starts_with(t))
+            let io = std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| {
+                    !matches!(
+                        io.kind(),
+                        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+                    )
+                });
+            e.is_closed() || io
         }
     }
 }
@@ -422,11 +487,11 @@ fn is_unavailable(e: &::postgres::Error) -> bool {
 /// `Display` says only "db error").
 fn describe(e: &::postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
-        return format!("{} ({})", db.message(), db.code().code());
+        return format!("PostgreSQL 出错({} ({}))", db.message(), db.code().code());
     }
     match std::error::Error::source(e) {
-        Some(source) => format!("{e}: {source}"),
-        None => e.to_string(),
+        Some(source) => format!("PostgreSQL 出错({e}: {source})"),
+        None => format!("PostgreSQL 出错({e})"),
     }
 }
 

@@ -3,6 +3,26 @@
 
 use super::*;
 
+/// The other processes' manifest rows a mirror holds: the newest one's id, and how
+/// many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManifestSeen {
+    pub newest: i64,
+    pub count: i64,
+}
+
+/// What a manifest merge gives back for the mirror.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergedManifest {
+    /// The other processes' rows (JSON texts) in order: all of them, or, when
+    /// `appended`, only those after the `seen` the merge was given.
+    pub others: Vec<String>,
+    pub appended: bool,
+    /// The other processes' rows now (`None`: not known; the mirror is then always
+    /// written whole).
+    pub seen: Option<ManifestSeen>,
+}
+
 /// One row of `flower_runs`: a run and the workspace it began in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRow {
@@ -176,6 +196,64 @@ impl PostgresStore {
                 .collect();
             tx.commit()?;
             Ok(all)
+        })
+    }
+
+    /// [`Self::manifest_merge`] for a mirror that already holds the other processes'
+    /// rows up to `seen` (their newest id and how many there were): when none of those
+    /// went away meanwhile, only the other processes' rows written since come back, so
+    /// that a write costs what changed, not the run's length. Ours are the newest rows
+    /// after the merge (the merges of a run take turns), so they follow the others'.
+    pub fn manifest_merge_since(
+        &self,
+        run_key: &str,
+        run: &str,
+        rows: Vec<String>,
+        seen: Option<ManifestSeen>,
+    ) -> Result<MergedManifest, StoreError> {
+        let (run_key, run) = (run_key.to_string(), run.to_string());
+        self.call(move |c| {
+            let mut tx = c.transaction()?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/manifest/' || $1, 0))",
+                &[&run_key],
+            )?;
+            tx.execute(
+                "DELETE FROM flower_manifest WHERE run_key = $1 AND run = $2",
+                &[&run_key, &run],
+            )?;
+            tx.execute(
+                "INSERT INTO flower_manifest (run_key, run, data) \
+                 SELECT $1, $2, d FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) ORDER BY n",
+                &[&run_key, &run, &rows],
+            )?;
+            let since = seen.map_or(i64::MAX, |s| s.newest);
+            let counts = tx.query_one(
+                "SELECT count(*) FILTER (WHERE id <= $3), count(*), coalesce(max(id), 0) \
+                 FROM flower_manifest WHERE run_key = $1 AND run <> $2",
+                &[&run_key, &run, &since],
+            )?;
+            let now = ManifestSeen {
+                newest: counts.get(2),
+                count: counts.get(1),
+            };
+            let appended = seen.is_some_and(|s| s.count == counts.get::<_, i64>(0));
+            let from = if appended { since } else { i64::MIN };
+            let others = tx
+                .query(
+                    "SELECT data FROM flower_manifest \
+                     WHERE run_key = $1 AND run <> $2 AND id > $3 ORDER BY id",
+                    &[&run_key, &run, &from],
+                )?
+                .into_iter()
+                .map(|r| r.get(0))
+                .collect();
+            tx.commit()?;
+            Ok(MergedManifest {
+                others,
+                appended,
+                seen: Some(now),
+            })
         })
     }
 

@@ -3,10 +3,10 @@
 use super::*;
 
 /// The schema version this build writes and the newest it can read.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Append only.
-pub(super) const MIGRATIONS: [&str; 2] = ["
+pub(super) const MIGRATIONS: [&str; 3] = ["
     CREATE TABLE flower_entries (
         id          BIGSERIAL PRIMARY KEY,
         project_key TEXT   NOT NULL,
@@ -53,6 +53,40 @@ pub(super) const MIGRATIONS: [&str; 2] = ["
         data    TEXT NOT NULL
     );
     CREATE INDEX flower_manifest_by_run ON flower_manifest (run_key, run);
+", "
+    CREATE TABLE flower_transcripts (
+        id          BIGSERIAL PRIMARY KEY,
+        project_key TEXT NOT NULL,
+        session_id  TEXT NOT NULL,
+        subpath     TEXT NOT NULL DEFAULT '',
+        UNIQUE (project_key, session_id, subpath)
+    );
+    INSERT INTO flower_transcripts (project_key, session_id, subpath)
+        SELECT project_key, session_id, subpath FROM flower_entries
+        GROUP BY project_key, session_id, subpath ORDER BY min(id);
+    CREATE TABLE flower_entries_3 (
+        id         BIGSERIAL PRIMARY KEY,
+        transcript BIGINT NOT NULL,
+        uuid       TEXT,
+        type       TEXT,
+        stored_at  BIGINT NOT NULL,
+        data       TEXT   NOT NULL
+    );
+    INSERT INTO flower_entries_3 (id, transcript, uuid, type, stored_at, data)
+        SELECT e.id, t.id, e.uuid, e.type, e.stored_at, e.data
+        FROM flower_entries e JOIN flower_transcripts t
+          ON t.project_key = e.project_key AND t.session_id = e.session_id
+         AND t.subpath = e.subpath
+        ORDER BY e.id;
+    SELECT setval(pg_get_serial_sequence('flower_entries_3', 'id'),
+                  coalesce(max(id), 0) + 1, false) FROM flower_entries_3;
+    DROP TABLE flower_entries;
+    ALTER TABLE flower_entries_3 RENAME TO flower_entries;
+    ALTER INDEX flower_entries_3_pkey RENAME TO flower_entries_pkey;
+    ALTER SEQUENCE flower_entries_3_id_seq RENAME TO flower_entries_id_seq;
+    CREATE INDEX flower_entries_by_transcript ON flower_entries (transcript, id);
+    CREATE UNIQUE INDEX flower_entries_uuid ON flower_entries (transcript, uuid)
+        WHERE uuid IS NOT NULL;
 "];
 
 /// Serialises migrations between processes (an arbitrary constant: "flower" in ASCII).

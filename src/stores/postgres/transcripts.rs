@@ -36,7 +36,7 @@ impl PostgresStore {
                 .and_then(Value::as_str)
                 .map(str::to_string);
             let data = serde_json::to_string(entry)
-                .map_err(|e| StoreError::Io(format!("entry {index}: {e}")))?;
+                .map_err(|source| StoreError::Encode { index, source })?;
             rows.push((uuid, kind, data));
         }
         if rows.is_empty() {
@@ -73,15 +73,22 @@ impl PostgresStore {
             let now = now_ms();
             // One statement, after the lock (so it reads the summary as the last
             // append left it); ids follow the batch's order.
+            // The key's transcripts row is made by its first append (under the lock:
+            // no other append to the key is between the look and the insert).
             let insert = prepared(
                 tx,
-                "WITH ins AS ( \
-                   INSERT INTO flower_entries \
-                   (project_key, session_id, subpath, uuid, type, stored_at, data) \
-                   SELECT $1, $2, $3, u, t, $7, d \
+                "WITH old AS ( \
+                   SELECT id FROM flower_transcripts \
+                   WHERE project_key = $1 AND session_id = $2 AND subpath = $3), \
+                 new AS ( \
+                   INSERT INTO flower_transcripts (project_key, session_id, subpath) \
+                   SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM old) RETURNING id), \
+                 ins AS ( \
+                   INSERT INTO flower_entries (transcript, uuid, type, stored_at, data) \
+                   SELECT (SELECT id FROM old UNION ALL SELECT id FROM new), u, t, $7, d \
                    FROM unnest($4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS x(u, t, d, n) \
                    ORDER BY n \
-                   ON CONFLICT (project_key, session_id, subpath, uuid) WHERE uuid IS NOT NULL \
+                   ON CONFLICT (transcript, uuid) WHERE uuid IS NOT NULL \
                    DO NOTHING RETURNING uuid) \
                  SELECT (SELECT count(*) FROM ins), \
                         (SELECT array_agg(uuid) FILTER (WHERE uuid IS NOT NULL) FROM ins), \
@@ -162,13 +169,16 @@ impl PostgresStore {
                         &[&key.project_key, &key.session_id],
                     )?;
                     tx.execute(
-                        "DELETE FROM flower_entries WHERE project_key = $1 AND session_id = $2",
+                        "DELETE FROM flower_entries WHERE transcript IN \
+                         (SELECT id FROM flower_transcripts \
+                          WHERE project_key = $1 AND session_id = $2)",
                         &[&key.project_key, &key.session_id],
                     )?
                 }
                 Some(sub) => tx.execute(
-                    "DELETE FROM flower_entries \
-                     WHERE project_key = $1 AND session_id = $2 AND subpath = $3",
+                    "DELETE FROM flower_entries WHERE transcript = \
+                     (SELECT id FROM flower_transcripts \
+                      WHERE project_key = $1 AND session_id = $2 AND subpath = $3)",
                     &[&key.project_key, &key.session_id, sub],
                 )?,
             };

@@ -25,13 +25,13 @@ impl std::fmt::Display for PostgresUrl {
 /// Why a store URL was refused. Never repeats the password.
 #[derive(Debug, thiserror::Error)]
 pub enum UrlError {
-    #[error("expected a URL starting with postgres:// or postgresql://")]
+    #[error("要 postgres:// 或 postgresql:// 开头的 URL")]
     Scheme,
-    #[error("not a PostgreSQL URL: {0}")]
+    #[error("不是 PostgreSQL 的 URL({0})")]
     Driver(#[source] ::postgres::Error),
-    #[error("the URL names no host")]
+    #[error("URL 里没有主机")]
     NoHost,
-    #[error("the URL names no database (postgres://host:port/DATABASE)")]
+    #[error("URL 里没有数据库名(postgres://host:port/DATABASE)")]
     NoDatabase,
 }
 
@@ -78,15 +78,25 @@ pub(super) fn redact(authority: &str) -> String {
 
 /// Keepalives and a user timeout on every connection (see the module docs), where the
 /// URL left the driver's defaults (keepalives after 2 hours idle, no user timeout).
+/// `tcp_user_timeout` in the URL counts milliseconds, as in libpq (the driver reads
+/// seconds: `tcp_user_timeout=30000`, meant as 30 s, would wait over 8 hours).
 fn network_timeouts(config: &mut ::postgres::Config) {
     use std::time::Duration;
-    if config.get_keepalives() && config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
-        config
-            .keepalives_idle(Duration::from_secs(30))
-            .keepalives_interval(Duration::from_secs(10))
-            .keepalives_retries(3);
+    if config.get_keepalives() {
+        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            config.keepalives_idle(Duration::from_secs(30));
+        }
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(Duration::from_secs(10));
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(3);
+        }
     }
-    if config.get_tcp_user_timeout().is_none() {
-        config.tcp_user_timeout(TCP_USER_TIMEOUT);
-    }
+    // The driver stored the URL's whole number N as N seconds.
+    let timeout = match config.get_tcp_user_timeout() {
+        Some(given) => Duration::from_millis(given.as_secs()),
+        None => TCP_USER_TIMEOUT,
+    };
+    config.tcp_user_timeout(timeout);
 }

@@ -82,6 +82,23 @@ pub(super) enum Body {
 }
 
 impl Body {
+    /// What a result with this text is.
+    pub(super) fn of(text: &str, is_error: bool) -> Body {
+        if is_error && is_denial_text(text) {
+            Body::Denial
+        } else if text == INTERRUPTED_BODY {
+            Body::Interrupted
+        } else if text == STALE_BODY {
+            Body::Stale
+        } else if text.starts_with(TRIM_POINTER_PREFIX) {
+            Body::Pointer
+        } else if is_interruption_text(text) {
+            Body::Interruption
+        } else {
+            Body::Output
+        }
+    }
+
     /// Whether the result carries output of a run (that can supersede or be stale).
     pub(super) fn is_output(self) -> bool {
         matches!(self, Body::Output | Body::Pointer)
@@ -133,19 +150,7 @@ impl Block {
             Some("tool_result") => {
                 let text = result_text(block);
                 let is_error = block.get("is_error") == Some(&Value::Bool(true));
-                let body = if is_error && is_denial_text(&text) {
-                    Body::Denial
-                } else if text == INTERRUPTED_BODY {
-                    Body::Interrupted
-                } else if text == STALE_BODY {
-                    Body::Stale
-                } else if text.starts_with(TRIM_POINTER_PREFIX) {
-                    Body::Pointer
-                } else if is_interruption_text(&text) {
-                    Body::Interruption
-                } else {
-                    Body::Output
-                };
+                let body = Body::of(&text, is_error);
                 let only_text = match block.get("content") {
                     Some(Value::String(_)) => true,
                     Some(Value::Array(parts)) => {
@@ -189,8 +194,13 @@ pub(super) enum Content {
 /// touch an entry's JSON only to change it (a cold pass over 20 MB of entries costs
 /// more than all the rules together).
 pub(super) struct Slot {
-    pub(super) entry: Value,
+    /// As stored (its text) until a rule changes it.
+    pub(super) entry: Json,
     pub(super) role: Option<Role>,
+    /// A `system` entry.
+    pub(super) system: bool,
+    /// When it was written (user and assistant entries).
+    pub(super) timestamp: Option<chrono::DateTime<chrono::Utc>>,
     pub(super) uuid: Option<String>,
     pub(super) parent: Option<String>,
     pub(super) synthetic_error: bool,
@@ -220,6 +230,8 @@ impl Slot {
         };
         Slot {
             role,
+            system: str_field(&entry, "type") == Some("system"),
+            timestamp: role.and_then(|_| timestamp(&entry)),
             uuid: str_field(&entry, "uuid").map(str::to_string),
             parent: str_field(&entry, "parentUuid").map(str::to_string),
             synthetic_error: role == Some(Role::Assistant)
@@ -231,7 +243,7 @@ impl Slot {
             removed: false,
             synthesized: false,
             warm: false,
-            entry,
+            entry: Json::Value(entry),
         }
     }
 
@@ -258,8 +270,14 @@ impl Slot {
             }
     }
 
+    /// The entry, parsed from its text if need be.
+    pub(super) fn value(&self) -> Cow<'_, Value> {
+        self.entry.value()
+    }
+
     pub(super) fn content_array(&mut self) -> Option<&mut Vec<Value>> {
         self.entry
+            .value_mut()
             .get_mut("message")?
             .get_mut("content")?
             .as_array_mut()

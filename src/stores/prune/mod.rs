@@ -59,6 +59,7 @@
 //! `prune(prune(x)) == prune(x)` for every transcript.
 
 mod facts;
+mod raw;
 mod repair;
 mod rules;
 
@@ -66,6 +67,8 @@ use facts::*;
 use repair::*;
 
 use super::{SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
+use crate::transcript::markers::SYNTHETIC_MODEL;
+use crate::transcript::{Json, Kind, Loaded};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -213,6 +216,14 @@ pub fn snapshot_command(command: &str) -> Option<String> {
 /// writes each trimmed result to a file under `opts.trim_dir` once; a result whose file
 /// cannot be written is left whole.
 pub fn prune(entries: Vec<Value>, opts: &PruneOptions) -> Vec<Value> {
+    prune_values(entries, opts)
+        .into_iter()
+        .map(Loaded::into_value)
+        .collect()
+}
+
+/// [`prune`], each entry as a [`Loaded`].
+pub fn prune_values(entries: Vec<Value>, opts: &PruneOptions) -> Vec<Loaded> {
     // Reading the facts is a cold pass over every entry: the one part of pruning
     // worth spreading across cores.
     prune_prepared(par::map(entries, PARALLEL_MIN_ENTRIES, prepare), opts)
@@ -229,8 +240,15 @@ pub fn prepare(entry: Value) -> PreparedEntry {
     PreparedEntry(Slot::new(entry))
 }
 
-/// [`prune`] of entries read with [`prepare`].
-pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<Value> {
+/// [`prepare`] for an entry's stored JSON text, without parsing it into a `Value`: the
+/// text is kept, and is what [`prune_prepared`] gives back for an entry no rule
+/// changes. An error if the text is not valid JSON.
+pub fn prepare_text(text: Box<str>) -> Result<PreparedEntry, serde_json::Error> {
+    Slot::from_text(text).map(PreparedEntry)
+}
+
+/// [`prune`] of entries read with [`prepare`] or [`prepare_text`].
+pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<Loaded> {
     let mut p = Pruner::new(entries.into_iter().map(|e| e.0).collect());
     if let Some(window) = &opts.cache {
         p.mark_warm_tail(window);
@@ -268,6 +286,12 @@ impl PruningSessionStore {
     /// The stored transcript, unpruned.
     pub fn load_raw(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
         self.inner.load(key)
+    }
+
+    /// What `load` returns, each entry kept as its stored text unless pruning changed
+    /// it: what a resume feeds into the request history.
+    pub fn load_entries(&self, key: &SessionKey) -> Result<Option<Vec<Loaded>>, StoreError> {
+        self.inner.load_resume(key, &self.options)
     }
 
     pub fn options(&self) -> &PruneOptions {
@@ -313,6 +337,14 @@ impl SessionStore for PruningSessionStore {
         options: &PruneOptions,
     ) -> Result<Option<Vec<Value>>, StoreError> {
         self.inner.load_pruned(key, options)
+    }
+
+    fn load_resume(
+        &self,
+        key: &SessionKey,
+        options: &PruneOptions,
+    ) -> Result<Option<Vec<Loaded>>, StoreError> {
+        self.inner.load_resume(key, options)
     }
 
     fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError> {

@@ -234,8 +234,11 @@ impl Pruner {
             let mut parent = assistant.uuid.clone();
             let mut made = Vec::new();
             for id in ids {
-                let mut slot =
-                    Slot::new(synthesized_result(&assistant.entry, &id, parent.as_deref()));
+                let mut slot = Slot::new(synthesized_result(
+                    &assistant.value(),
+                    &id,
+                    parent.as_deref(),
+                ));
                 slot.synthesized = true;
                 slot.warm = assistant.warm;
                 parent = slot.uuid.clone();
@@ -257,7 +260,7 @@ impl Pruner {
         }
     }
 
-    pub(super) fn finish(self) -> Vec<Value> {
+    pub(super) fn finish(self) -> Vec<Loaded> {
         let Pruner {
             slots,
             removed_links,
@@ -293,12 +296,31 @@ impl Pruner {
             {
                 let linked = resolve(parent, slot.synthesized);
                 if linked.as_deref() != Some(parent)
-                    && let Some(object) = entry.as_object_mut()
+                    && let Some(object) = entry.value_mut().as_object_mut()
                 {
                     object.insert("parentUuid".into(), linked.map_or(Value::Null, Value::from));
                 }
             }
-            out.push(entry);
+            let kind = match slot.role {
+                Some(Role::User) => Kind::User,
+                Some(Role::Assistant) => Kind::Assistant,
+                None if slot.system => Kind::System,
+                None => Kind::Other,
+            };
+            // Only user and assistant entries have their blocks read.
+            let maybe_synthesized = slot.role.is_none()
+                || matches!(
+                    slot.blocks.as_slice(),
+                    [Block::ToolResult {
+                        body: Body::Interrupted,
+                        ..
+                    }]
+                );
+            out.push(Loaded {
+                json: entry,
+                kind,
+                maybe_synthesized,
+            });
         }
         out
     }

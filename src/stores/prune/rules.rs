@@ -13,7 +13,7 @@ impl Pruner {
         let mut boundary = 0;
         for (i, slot) in self.slots.iter().enumerate() {
             let Some(role) = slot.role else { continue };
-            let Some(at) = timestamp(&slot.entry) else {
+            let Some(at) = slot.timestamp else {
                 continue;
             };
             match role {
@@ -166,99 +166,94 @@ impl Pruner {
         recent
     }
 
-    /// Images in old tool results (an MCP tool's) are written to files under
-    /// `trim_dir`; the result keeps its text and a line per image naming the file.
-    pub(super) fn move_old_images(&mut self, opts: &PruneOptions) {
+    /// Rewrites the bodies of old tool results that carry output (outside the newest
+    /// turns and the warm tail): `edit` is given the entry, the block's index, the
+    /// call's id and the text's size (`None`: not only text) and says the new body.
+    fn rewrite_old_results(
+        &mut self,
+        mut edit: impl FnMut(&Slot, usize, &str, Option<usize>) -> Option<(String, Body)>,
+    ) {
         let recent = self.recent_result_entries();
-        let mut moves = Vec::new();
+        let mut edits = Vec::new();
         for (i, slot) in self.ruled_with_role(Role::User) {
             if recent.contains(&i) {
                 continue;
             }
             for (b, block) in slot.blocks.iter().enumerate() {
-                let Block::ToolResult {
+                if let Block::ToolResult {
                     id,
                     body: Body::Output,
-                    text_len: None,
+                    text_len,
                 } = block
-                else {
-                    continue;
-                };
-                let Some(Value::Array(parts)) = slot.entry["message"]["content"]
-                    .get(b)
-                    .and_then(|result| result.get("content"))
-                else {
-                    continue;
-                };
-                if !parts.iter().any(|p| block_type(p) == Some("image")) {
-                    continue;
+                    && let Some(body) = edit(slot, b, id, *text_len)
+                {
+                    edits.push((i, b, body));
                 }
-                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
-                let mut lines: Vec<String> = Vec::new();
-                for (n, part) in parts.iter().enumerate() {
-                    match block_type(part) {
-                        Some("text") => lines.extend(str_field(part, "text").map(str::to_string)),
-                        Some("image") => {
-                            let media = part["source"]["media_type"].as_str().unwrap_or("image");
-                            let data = part["source"]["data"].as_str().unwrap_or_default();
-                            lines.push(
-                                match write_image(&opts.trim_dir, session, id, n, media, data) {
-                                    Some((path, bytes)) => format!(
-                                        "{IMAGE_POINTER_PREFIX}:{media},{bytes} 字节,在 {} ]",
-                                        path.display()
-                                    ),
-                                    None => format!("{IMAGE_POINTER_PREFIX}:{media},未能保存]"),
-                                },
-                            );
-                        }
-                        _ => {}
-                    }
-                }
-                moves.push((i, b, lines.join("\n")));
             }
         }
-        for (i, b, text) in moves {
-            self.slots[i].set_result_body(b, text, Body::Output);
+        for (i, b, (text, body)) in edits {
+            self.slots[i].set_result_body(b, text, body);
         }
     }
 
+    /// Images in old tool results (an MCP tool's) are written to files under
+    /// `trim_dir`; the result keeps its text and a line per image naming the file.
+    pub(super) fn move_old_images(&mut self, opts: &PruneOptions) {
+        self.rewrite_old_results(|slot, b, id, text_len| {
+            if text_len.is_some() {
+                return None;
+            }
+            let entry = slot.value();
+            let Some(Value::Array(parts)) = entry["message"]["content"]
+                .get(b)
+                .and_then(|result| result.get("content"))
+            else {
+                return None;
+            };
+            if !parts.iter().any(|p| block_type(p) == Some("image")) {
+                return None;
+            }
+            let session = str_field(&entry, "sessionId").unwrap_or("session");
+            let mut lines: Vec<String> = Vec::new();
+            for (n, part) in parts.iter().enumerate() {
+                match block_type(part) {
+                    Some("text") => lines.extend(str_field(part, "text").map(str::to_string)),
+                    Some("image") => {
+                        let media = part["source"]["media_type"].as_str().unwrap_or("image");
+                        let data = part["source"]["data"].as_str().unwrap_or_default();
+                        lines.push(
+                            match write_image(&opts.trim_dir, session, id, n, media, data) {
+                                Some((path, bytes)) => format!(
+                                    "{IMAGE_POINTER_PREFIX}:{media},{bytes} 字节,在 {} ]",
+                                    path.display()
+                                ),
+                                None => format!("{IMAGE_POINTER_PREFIX}:{media},未能保存]"),
+                            },
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            Some((lines.join("\n"), Body::Output))
+        });
+    }
+
     pub(super) fn trim_large_results(&mut self, opts: &PruneOptions) {
-        let recent = self.recent_result_entries();
-        let mut trims = Vec::new();
-        for (i, slot) in self.ruled_with_role(Role::User) {
-            if recent.contains(&i) {
-                continue;
+        self.rewrite_old_results(|slot, b, id, text_len| {
+            if text_len? <= opts.trim_threshold_bytes {
+                return None;
             }
-            for (b, block) in slot.blocks.iter().enumerate() {
-                let Block::ToolResult {
-                    id,
-                    body: Body::Output,
-                    text_len: Some(len),
-                } = block
-                else {
-                    continue;
-                };
-                if *len <= opts.trim_threshold_bytes {
-                    continue;
-                }
-                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
-                let Some(value) = slot.entry["message"]["content"].get(b) else {
-                    continue;
-                };
-                let text = result_text(value);
-                if let Ok(path) = write_trimmed(&opts.trim_dir, session, id, &text) {
-                    let pointer = format!(
-                        "{TRIM_POINTER_PREFIX}:原结果共 {} 字节,全文在 {} ,需要时用 Read 读取]",
-                        text.len(),
-                        path.display()
-                    );
-                    trims.push((i, b, pointer));
-                }
-            }
-        }
-        for (i, b, pointer) in trims {
-            self.slots[i].set_result_body(b, pointer, Body::Pointer);
-        }
+            let entry = slot.value();
+            let session = str_field(&entry, "sessionId").unwrap_or("session");
+            let text = result_text(entry["message"]["content"].get(b)?);
+            let path = write_trimmed(&opts.trim_dir, session, id, &text).ok()?;
+            let pointer = format!(
+                "{TRIM_POINTER_PREFIX}:原结果共 {} 字节,全文在 {} ,需要时用 Read 读取]",
+                text.len(),
+                path.display()
+            );
+            Some((pointer, Body::Pointer))
+        });
         self.trim_server_results(opts);
     }
 
@@ -290,9 +285,10 @@ impl Pruner {
                 else {
                     continue;
                 };
-                let content = &slot.entry["message"]["content"];
+                let entry = slot.value();
+                let content = &entry["message"]["content"];
                 let (what, text) = server_result_text(&content[call], &content[b]);
-                let session = str_field(&slot.entry, "sessionId").unwrap_or("session");
+                let session = str_field(&entry, "sessionId").unwrap_or("session");
                 if let Ok(path) = write_trimmed(&opts.trim_dir, session, id, &text) {
                     let pointer = format!(
                         "{TRIM_POINTER_PREFIX}:{what}的结果原共 {len} 字节,内容在 {} ,需要时用 Read 读取]",

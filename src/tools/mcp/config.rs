@@ -153,24 +153,24 @@ pub fn parse(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Parsed, KeyError> {
     let Value::Object(servers) = value else {
-        return Err(bad("mcpServers", "expected an object of servers by name"));
+        return Err(bad("mcpServers", "要一个按名字列出服务器的对象"));
     };
     let mut parsed = Parsed::default();
     for (name, server) in servers {
         let key = format!("mcpServers.{name}");
         if name.trim().is_empty() {
-            return Err(bad(key, "a server needs a name"));
+            return Err(bad(key, "服务器要有名字"));
         }
         let Value::Object(fields) = server else {
             return Err(bad(
                 key,
-                "expected an object (command, args, env; or type, url, headers)",
+                "要一个对象(command、args、env;或 type、url、headers)",
             ));
         };
         let kind = match fields.get("type") {
             None | Some(Value::Null) => None,
             Some(Value::String(kind)) => Some(kind.as_str()),
-            Some(_) => return Err(bad(format!("{key}.type"), "expected \"stdio\" or \"http\"")),
+            Some(_) => return Err(bad(format!("{key}.type"), "要 \"stdio\" 或 \"http\"")),
         };
         let kind = kind.unwrap_or(
             if fields.contains_key("url") && !fields.contains_key("command") {
@@ -184,7 +184,7 @@ pub fn parse(
                 let command = match fields.get("command") {
                     Some(Value::String(c)) if !c.trim().is_empty() => expand(c, lookup)
                         .map_err(|e| bad(format!("{key}.command"), e.to_string()))?,
-                    _ => return Err(bad(format!("{key}.command"), "expected the command to run")),
+                    _ => return Err(bad(format!("{key}.command"), "要写要运行的命令")),
                 };
                 let args = strings(fields.get("args"), &format!("{key}.args"), lookup)?;
                 let env = pairs(fields.get("env"), &format!("{key}.env"), lookup)?;
@@ -195,12 +195,12 @@ pub fn parse(
                     Some(Value::String(u)) => {
                         expand(u, lookup).map_err(|e| bad(format!("{key}.url"), e.to_string()))?
                     }
-                    _ => return Err(bad(format!("{key}.url"), "expected the server's URL")),
+                    _ => return Err(bad(format!("{key}.url"), "要写服务器的 URL")),
                 };
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(bad(
                         format!("{key}.url"),
-                        format!("{url:?} is not an http:// or https:// URL"),
+                        format!("{url:?} 不是 http:// 或 https:// 开头的 URL"),
                     ));
                 }
                 let headers = pairs(fields.get("headers"), &format!("{key}.headers"), lookup)?;
@@ -208,7 +208,7 @@ pub fn parse(
                     if !valid_header(header, value) {
                         return Err(bad(
                             format!("{key}.headers.{header}"),
-                            "not a valid HTTP header name and value",
+                            "不是合法的 HTTP 头名和值",
                         ));
                     }
                 }
@@ -216,7 +216,7 @@ pub fn parse(
             }
             "sse" => {
                 parsed.ignored.push(format!(
-                    "{}: {key}: the legacy SSE transport is not supported (use \"type\": \"http\"); the server is ignored",
+                    "{}: {key}:不支持老的 SSE 传输(改用 \"type\": \"http\");忽略这个服务器",
                     source.display()
                 ));
                 continue;
@@ -224,7 +224,7 @@ pub fn parse(
             other => {
                 return Err(bad(
                     format!("{key}.type"),
-                    format!("unknown server type {other:?} (expected \"stdio\" or \"http\")"),
+                    format!("没有 {other:?} 这种服务器类型(要 \"stdio\" 或 \"http\")"),
                 ));
             }
         };
@@ -252,10 +252,10 @@ fn strings(
                 Value::String(s) => {
                     expand(s, lookup).map_err(|e| bad(format!("{key}[{i}]"), e.to_string()))
                 }
-                _ => Err(bad(format!("{key}[{i}]"), "expected a string")),
+                _ => Err(bad(format!("{key}[{i}]"), "要一个字符串")),
             })
             .collect(),
-        Some(_) => Err(bad(key, "expected an array of strings")),
+        Some(_) => Err(bad(key, "要一个字符串数组")),
     }
 }
 
@@ -268,7 +268,7 @@ fn pairs(
     match value {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Object(map)) => map_pairs(map, key, lookup),
-        Some(_) => Err(bad(key, "expected an object of strings")),
+        Some(_) => Err(bad(key, "要一个值都是字符串的对象")),
     }
 }
 
@@ -287,7 +287,7 @@ fn map_pairs(
                 )),
                 Value::Number(n) => Ok((name.clone(), n.to_string())),
                 Value::Bool(b) => Ok((name.clone(), b.to_string())),
-                _ => Err(bad(at, "expected a string")),
+                _ => Err(bad(at, "要一个字符串")),
             }
         })
         .collect()
@@ -298,9 +298,9 @@ fn map_pairs(
 pub enum ExpandError {
     #[error("unclosed `${{` in {0:?}")]
     Unclosed(String),
-    #[error("`${{{0}}}` is not a variable reference")]
+    #[error("`${{{0}}}` 不是变量引用")]
     NotAVariable(String),
-    #[error("the variable {0} is not set (give a default: `${{{0}:-…}}`)")]
+    #[error("变量 {0} 没有设置(给个默认值:`${{{0}:-…}}`)")]
     Unset(String),
 }
 
@@ -380,7 +380,7 @@ mod tests {
             expand("${NOPE}", &env)
                 .unwrap_err()
                 .to_string()
-                .contains("NOPE is not set")
+                .contains("NOPE 没有设置")
         );
         assert!(expand("${bad name}", &env).is_err());
     }

@@ -574,16 +574,7 @@ impl McpHub {
             for (name, value) in launch.env.iter().chain(env) {
                 cmd.env(name, value);
             }
-            match prepared {
-                // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
-                Some(prepared) => unsafe {
-                    cmd.pre_exec(move || prepared.apply_in_child());
-                },
-                // SAFETY: setsid is a system call.
-                None => unsafe {
-                    cmd.pre_exec(sandbox::new_session);
-                },
-            }
+            sandbox::confine(&mut cmd, prepared);
             match cmd.spawn() {
                 Ok(mut child) => {
                     let pid = child.id();

@@ -35,8 +35,8 @@ const DEVICES: [(&str, bool); 8] = [
     ("/dev/pts", true),
 ];
 
-fn build(e: &dyn std::fmt::Display) -> SandboxError {
-    SandboxError::Build(e.to_string())
+fn build(e: impl std::error::Error + Send + Sync + 'static) -> SandboxError {
+    SandboxError::build(e.to_string(), e)
 }
 
 /// The ruleset for a command in `workspace` with these writable roots, or `None` when
@@ -51,13 +51,11 @@ pub(super) fn ruleset(
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)
-        .map_err(|e| build(&e))?
+        .map_err(build)?
         .scope(Scope::Signal)
-        .map_err(|e| build(&e))?;
+        .map_err(build)?;
     if !policy.network {
-        ruleset = ruleset
-            .scope(Scope::AbstractUnixSocket)
-            .map_err(|e| build(&e))?;
+        ruleset = ruleset.scope(Scope::AbstractUnixSocket).map_err(build)?;
     }
     // With the network on, path sockets are reachable everywhere, as before ABI 9.
     let everywhere = if policy.network {
@@ -67,12 +65,12 @@ pub(super) fn ruleset(
     };
     let mut created = ruleset
         .create()
-        .map_err(|e| build(&e))?
+        .map_err(build)?
         .add_rule(PathBeneath::new(
-            PathFd::new("/").map_err(|e| build(&e))?,
+            PathFd::new("/").map_err(build)?,
             everywhere,
         ))
-        .map_err(|e| build(&e))?;
+        .map_err(build)?;
     for dir in roots {
         if let Ok(fd) = PathFd::new(dir) {
             // Path sockets: beneath the workspace only (the temp directories hold the
@@ -84,7 +82,7 @@ pub(super) fn ruleset(
             };
             created = created
                 .add_rule(PathBeneath::new(fd, rights))
-                .map_err(|e| build(&e))?;
+                .map_err(build)?;
         }
     }
     if !policy.network
@@ -93,7 +91,7 @@ pub(super) fn ruleset(
     {
         created = created
             .add_rule(PathBeneath::new(fd, read | AccessFs::ResolveUnix))
-            .map_err(|e| build(&e))?;
+            .map_err(build)?;
     }
     let device = AccessFs::ReadFile | AccessFs::WriteFile;
     for (dev, ioctl) in DEVICES {
@@ -108,7 +106,7 @@ pub(super) fn ruleset(
             }
             created = created
                 .add_rule(PathBeneath::new(fd, rights))
-                .map_err(|e| build(&e))?;
+                .map_err(build)?;
         }
     }
     Ok(created.into())

@@ -177,15 +177,33 @@ pub fn landlock_abi() -> Result<i32, NoLandlock> {
 /// Why a command cannot be sandboxed as asked.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("the sandbox is required but unavailable: {0}")]
+    #[error("要求沙箱,可沙箱用不了:{0}")]
     Unavailable(String),
-    #[error("cannot build the sandbox: {0}")]
-    Build(String),
+    /// `why` quotes the error of the kernel interface behind it, kept as `source`.
+    #[error("沙箱建不起来:{why}")]
+    Build {
+        why: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl SandboxError {
+    /// The sandbox cannot be built because of `source`; `why` quotes it.
+    pub(crate) fn build(
+        why: String,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> SandboxError {
+        SandboxError::Build {
+            why,
+            source: Box::new(source),
+        }
+    }
 }
 
 fn cstring(p: &Path) -> Result<CString, SandboxError> {
     CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| SandboxError::Build(format!("{} holds a NUL byte", p.display())))
+        .map_err(|e| SandboxError::build(format!("{} holds a NUL byte", p.display()), e))
 }
 
 /// The directories a command may write to, canonical and existing: the workspace
@@ -388,6 +406,21 @@ impl Prepared {
             program.install()?;
         }
         Ok(())
+    }
+}
+
+/// Sets what `cmd`'s child does between fork and exec: the confinement `prepared`
+/// holds, or unconfined (`None`) only a session of its own.
+pub fn confine(cmd: &mut tokio::process::Command, prepared: Option<Prepared>) {
+    match prepared {
+        // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
+        Some(prepared) => unsafe {
+            cmd.pre_exec(move || prepared.apply_in_child());
+        },
+        // SAFETY: setsid is a system call.
+        None => unsafe {
+            cmd.pre_exec(new_session);
+        },
     }
 }
 

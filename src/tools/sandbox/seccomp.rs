@@ -41,8 +41,8 @@ impl Program {
     }
 }
 
-fn build(e: impl std::fmt::Display) -> SandboxError {
-    SandboxError::Build(format!("seccomp: {e}"))
+fn build(e: impl std::error::Error + Send + Sync + 'static) -> SandboxError {
+    SandboxError::build(format!("seccomp: {e}"), e)
 }
 
 fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SandboxError> {

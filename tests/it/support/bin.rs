@@ -11,27 +11,10 @@
 //! ```
 
 use super::FakeServer;
+use super::fake::CLEARED;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-
-/// The variables a run must not inherit from the person running the tests: the
-/// model's settings and proxies. [`FakeServer::configure`] sets its own.
-const CLEARED: [&str; 13] = [
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "ANTHROPIC_MODEL",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_CUSTOM_HEADERS",
-    "ANTHROPIC_BETAS",
-    "MAX_THINKING_TOKENS",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-];
 
 /// `flower ARGS`, being set up.
 pub struct Flower {

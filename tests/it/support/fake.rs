@@ -292,7 +292,9 @@ impl Recorded {
     }
 }
 
-fn content_text(content: &Value) -> String {
+/// The text of a message's or a tool result's `content`: a string, or its text blocks
+/// (and those of the tool results in it) joined by newlines.
+pub fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(blocks) => blocks
@@ -1086,6 +1088,24 @@ enum Control {
     Resume(std::net::TcpListener, std::sync::mpsc::Sender<()>),
 }
 
+/// The variables a run must not inherit from the person running the tests: the
+/// model's settings and proxies. [`FakeServer::configure`] sets its own.
+pub const CLEARED: [&str; 13] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "ANTHROPIC_BETAS",
+    "MAX_THINKING_TOKENS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
 /// The fake Messages API server. Dropping it shuts it down.
 pub struct FakeServer {
     shared: Arc<Shared>,
@@ -1158,27 +1178,14 @@ impl FakeServer {
     }
 
     /// Points a `flower` command at this server: `ANTHROPIC_BASE_URL`,
-    /// `ANTHROPIC_API_KEY` = [`FAKE_API_KEY`]; clears `ANTHROPIC_MODEL` and the proxy
-    /// variables so that the test does not depend on the caller's environment.
+    /// `ANTHROPIC_API_KEY` = [`FAKE_API_KEY`]; clears the rest of [`CLEARED`] so that
+    /// the test does not depend on the caller's environment.
     pub fn configure<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
-        cmd.env("ANTHROPIC_BASE_URL", self.url())
-            .env("ANTHROPIC_API_KEY", FAKE_API_KEY)
-            .env_remove("ANTHROPIC_MODEL")
-            .env_remove("ANTHROPIC_AUTH_TOKEN")
-            .env_remove("ANTHROPIC_CUSTOM_HEADERS")
-            .env_remove("ANTHROPIC_BETAS")
-            .env_remove("MAX_THINKING_TOKENS");
-        for var in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
+        for var in CLEARED {
             cmd.env_remove(var);
         }
-        cmd
+        cmd.env("ANTHROPIC_BASE_URL", self.url())
+            .env("ANTHROPIC_API_KEY", FAKE_API_KEY)
     }
 
     /// From now on, account the prompt cache like the API and report it in each reply's
@@ -1514,6 +1521,9 @@ pub const PREFILL_REFUSED: &str = "This model does not support assistant message
 /// `server_tool_use` sent back after `pause_turn`) continues on every model.
 pub fn refuse_request(body: &Value) -> Option<String> {
     let messages = body["messages"].as_array()?;
+    if let Some(why) = refuse_thinking_blocks(messages) {
+        return Some(why);
+    }
     let last = messages.last()?;
     if last["role"] != "assistant" {
         return None;
@@ -1538,6 +1548,35 @@ pub fn refuse_request(body: &Value) -> Option<String> {
             "messages.{}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking",
             messages.len() - 1
         ));
+    }
+    None
+}
+
+/// What the API refuses in the thinking blocks of any assistant message, as it words
+/// it: one that ends with a thinking block (a reply of thinking only sent back), and a
+/// thinking block without its signature.
+fn refuse_thinking_blocks(messages: &[Value]) -> Option<String> {
+    for (i, message) in messages.iter().enumerate() {
+        if message["role"] != "assistant" {
+            continue;
+        }
+        let Some(blocks) = message["content"].as_array() else {
+            continue;
+        };
+        for (j, block) in blocks.iter().enumerate() {
+            let unsigned = block["signature"].as_str().is_none_or(str::is_empty);
+            if block["type"] == "thinking" && unsigned {
+                return Some(format!(
+                    "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                ));
+            }
+        }
+        let last = blocks.last().and_then(|b| b["type"].as_str());
+        if matches!(last, Some("thinking" | "redacted_thinking")) {
+            return Some(format!(
+                "messages.{i}: The final block in an assistant message cannot be `thinking`."
+            ));
+        }
     }
     None
 }

@@ -7,6 +7,7 @@
 
 pub mod bin;
 pub mod fake;
+pub mod netns;
 pub mod pipeline;
 pub mod postgres;
 pub mod skip;
@@ -14,7 +15,9 @@ pub mod snapshot;
 pub mod workspace;
 
 pub use bin::Flower;
-pub use fake::{Block, CacheUsage, CountTokens, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply};
+pub use fake::{
+    Block, CacheUsage, CountTokens, FAKE_API_KEY, FakeServer, Gate, Recorded, Reply, content_text,
+};
 pub use workspace::{ToolEnv, tool_env};
 
 /// The process group of a command a test's Bash call runs in `dir`, found from outside:

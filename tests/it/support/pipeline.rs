@@ -142,12 +142,55 @@ pub const ONE_ATTEMPT: Env = &[("FLOWER_MAX_ATTEMPTS", Some("1"))];
 /// `flower ARGS` in `dir`, against `server`, with one attempt per model call (no `HOME`
 /// of its own).
 pub fn flower_in(server: &FakeServer, dir: &Path, args: &[&str]) -> Output {
-    let mut cmd = Flower::bin().server(server).command();
-    cmd.current_dir(dir)
-        .args(args)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
+    flower_with_env(server, dir, args, &[])
+}
+
+/// [`flower_in`] with `env` on top.
+pub fn flower_with_env(
+    server: &FakeServer,
+    dir: impl AsRef<Path>,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    Flower::new(args)
+        .server(server)
+        .dir(dir)
+        .attempts(1)
+        .envs(env.iter().copied())
         .output()
-        .expect("run flower")
+}
+
+/// A command flower refuses: its arguments after the common ones, its environment,
+/// what its stderr says.
+pub type Refused<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+
+/// `flower BASE ARGS` in `dir` against `server` for each case, stdin closed and no
+/// `FLOWER_STORE`: each exits 2 with its message, and not one request is made. Their
+/// stderr, in order.
+pub fn refused_before_any_request(
+    server: &FakeServer,
+    dir: impl AsRef<Path>,
+    base: &[&str],
+    cases: &[Refused<'_>],
+) -> Vec<String> {
+    let mut said = Vec::new();
+    for (args, env, says) in cases {
+        let args = [base, args].concat();
+        let out = Flower::new(&args)
+            .server(server)
+            .dir(dir.as_ref())
+            .attempts(1)
+            .env_remove("FLOWER_STORE")
+            .envs(env.iter().copied())
+            .stdin_null()
+            .output();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?} {env:?}: {says}: {stderr}");
+        said.push(stderr);
+    }
+    assert_eq!(server.request_count(), 0);
+    said
 }
 
 /// A temporary home with a project directory in it, so the banner can show `~/…`.
@@ -230,6 +273,15 @@ impl Project {
         serde_json::from_str(&self.read(rel)).unwrap_or(Value::Null)
     }
 
+    /// `runs/sessions.db` replaced by `bytes` (its WAL and shared-memory files gone).
+    pub fn replace_sessions_db(&self, bytes: &[u8]) {
+        let runs = self.dir.join("runs");
+        for side in ["sessions.db-wal", "sessions.db-shm"] {
+            let _ = std::fs::remove_file(runs.join(side));
+        }
+        std::fs::write(runs.join("sessions.db"), bytes).unwrap();
+    }
+
     /// The rows of `runs/manifest.json` (empty when there is none).
     pub fn manifest(&self) -> Vec<Value> {
         self.json("runs/manifest.json")
@@ -245,4 +297,14 @@ impl Project {
             .map(|r| r["step"].as_str().unwrap().to_string())
             .collect()
     }
+}
+
+/// A project where one whole pipeline run has finished (every step, the judge passed),
+/// and the server that answered it.
+pub fn finished_run() -> (Project, FakeServer) {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| simple_reply(req));
+    let out = project.run(&server, &[REQUEST]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    (project, server)
 }

@@ -21,11 +21,15 @@ pub fn url() -> Option<String> {
 
 /// A URL whose objects land in a new, empty schema, or `None` without a server.
 pub fn fresh_url() -> Option<String> {
-    let base = url()?;
+    url().map(|base| schema_in(&base))
+}
+
+/// `base` with a new, empty schema of its own as the `search_path`.
+pub fn schema_in(base: &str) -> String {
     let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
     // Created from a plain thread: the blocking client must not run inside a runtime.
     let created = {
-        let base = base.clone();
+        let base = base.to_string();
         let schema = schema.clone();
         std::thread::spawn(move || {
             let mut client = postgres::Client::connect(&base, postgres::NoTls)?;
@@ -36,7 +40,7 @@ pub fn fresh_url() -> Option<String> {
     };
     created.unwrap_or_else(|e| panic!("{URL_VAR}={base}: cannot create a schema: {e}"));
     let sep = if base.contains('?') { '&' } else { '?' };
-    Some(format!("{base}{sep}options=-csearch_path%3D{schema}"))
+    format!("{base}{sep}options=-csearch_path%3D{schema}")
 }
 
 /// Runs SQL against the schema of `url` (from [`fresh_url`]), from a plain thread.

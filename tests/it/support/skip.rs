@@ -3,8 +3,9 @@
 //!
 //! - each skip is counted, and the test binary says how many tests skipped and why at
 //!   its very end, after the harness's `test result:` line;
-//! - `FLOWER_TEST_REQUIRE=postgres,chromium` (set by `.ci/run`, which starts the server
-//!   and installs the browser) turns a skip of a listed component into a failure.
+//! - `FLOWER_TEST_REQUIRE=postgres,chromium,netns` (set by `.ci/run`, which starts the
+//!   server, installs the browser, iproute2 and nftables, and runs as root) turns a skip
+//!   of a listed component into a failure.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,6 +21,8 @@ pub const LANDLOCK: &str = "landlock";
 pub const ROOT: &str = "root";
 pub const PYTHON: &str = "python3";
 pub const TMPFS: &str = "tmpfs";
+/// A network namespace whose packets can be dropped (root, iproute2, nftables).
+pub const NETNS: &str = "netns";
 
 /// Skipped test (the harness names each test's thread after it) → component and why.
 static SKIPPED: Mutex<BTreeMap<String, (String, String)>> = Mutex::new(BTreeMap::new());
