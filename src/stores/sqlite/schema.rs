@@ -195,10 +195,9 @@ pub(super) fn schema_version(conn: &Connection, path: &Path) -> Result<i64, Stor
         .map_err(|e| timed_error(path, e, started))?;
     match value {
         None => Ok(0),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|e| database_because(path, format!("meta 表里的 schema_version {v:?} 读不懂"), e)),
+        Some(v) => v.trim().parse().map_err(|e| {
+            database_because(path, format!("meta 表里的 schema_version {v:?} 读不懂"), e)
+        }),
     }
 }
 
