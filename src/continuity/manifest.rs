@@ -541,6 +541,36 @@ pub struct RunContext {
 
 impl Manifest {
     /// Opens (creating it) the file whose lock serialises this directory's writers.
+    /// After a write under the lock: a fresh token in the lock file and what was written,
+    /// so that the next write can tell whether anyone else wrote the file since.
+    fn remember_written(
+        &mut self,
+        lock: &File,
+        meta: &fs::Metadata,
+        others_len: u64,
+        others_count: usize,
+        seen: Option<crate::continuity::shared::ManifestSeen>,
+    ) {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let token = format!("{} {:016x}\n", self.run_id, fastrand::u64(..));
+        if lock
+            .set_len(0)
+            .and_then(|()| lock.write_all_at(token.as_bytes(), 0))
+            .is_ok()
+        {
+            self.last = Some(Written {
+                token,
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                mtime: (meta.mtime(), meta.mtime_nsec()),
+                others_len,
+                others_count,
+                seen,
+            });
+        }
+    }
+
     fn open_lock(&self) -> Result<File, ManifestError> {
         let lock_path = self.run_dir.join(MANIFEST_LOCK_FILE);
         OpenOptions::new()
@@ -712,24 +742,8 @@ impl Manifest {
         // write time with 10,000 rows). Until the filesystem commits the rename by
         // itself (seconds), a power cut brings back the previous whole file, never half.
 
-        let token = format!("{} {:016x}\n", self.run_id, fastrand::u64(..));
-        if locked
-            && lock
-                .set_len(0)
-                .and_then(|()| lock.write_all_at(token.as_bytes(), 0))
-                .is_ok()
-        {
-            use std::os::unix::fs::MetadataExt;
-            self.last = Some(Written {
-                token,
-                dev: meta.dev(),
-                ino: meta.ino(),
-                len: meta.len(),
-                mtime: (meta.mtime(), meta.mtime_nsec()),
-                others_len,
-                others_count,
-                seen: None,
-            });
+        if locked {
+            self.remember_written(&lock, &meta, others_len, others_count, None);
         }
         drop(lock);
         Ok(RecordOutcome {

@@ -72,24 +72,8 @@ impl Manifest {
         let meta = out.metadata().map_err(io_err(&tmp))?;
         fs::rename(&tmp, &self.path).map_err(io_err(&self.path))?;
 
-        let token = format!("{} {:016x}\n", self.run_id, fastrand::u64(..));
-        if locked
-            && lock
-                .set_len(0)
-                .and_then(|()| lock.write_all_at(token.as_bytes(), 0))
-                .is_ok()
-        {
-            use std::os::unix::fs::MetadataExt;
-            self.last = Some(Written {
-                token,
-                dev: meta.dev(),
-                ino: meta.ino(),
-                len: meta.len(),
-                mtime: (meta.mtime(), meta.mtime_nsec()),
-                others_len,
-                others_count,
-                seen: merged.seen,
-            });
+        if locked {
+            self.remember_written(&lock, &meta, others_len, others_count, merged.seen);
         }
         drop(lock);
         Ok(RecordOutcome {

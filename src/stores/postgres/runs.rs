@@ -170,22 +170,7 @@ impl PostgresStore {
         let (run_key, run) = (run_key.to_string(), run.to_string());
         self.call(move |c| {
             let mut tx = c.transaction()?;
-            // One merge of a run at a time: each then sees every merge before it, so
-            // the mirror written from its answer is never missing a committed row.
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/manifest/' || $1, 0))",
-                &[&run_key],
-            )?;
-            tx.execute(
-                "DELETE FROM flower_manifest WHERE run_key = $1 AND run = $2",
-                &[&run_key, &run],
-            )?;
-            // All rows in one statement, ids in their order.
-            tx.execute(
-                "INSERT INTO flower_manifest (run_key, run, data) \
-                 SELECT $1, $2, d FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) ORDER BY n",
-                &[&run_key, &run, &rows],
-            )?;
+            replace_process_rows(&mut tx, &run_key, &run, &rows)?;
             let all = tx
                 .query(
                     "SELECT data FROM flower_manifest WHERE run_key = $1 ORDER BY id",
@@ -214,19 +199,7 @@ impl PostgresStore {
         let (run_key, run) = (run_key.to_string(), run.to_string());
         self.call(move |c| {
             let mut tx = c.transaction()?;
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/manifest/' || $1, 0))",
-                &[&run_key],
-            )?;
-            tx.execute(
-                "DELETE FROM flower_manifest WHERE run_key = $1 AND run = $2",
-                &[&run_key, &run],
-            )?;
-            tx.execute(
-                "INSERT INTO flower_manifest (run_key, run, data) \
-                 SELECT $1, $2, d FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) ORDER BY n",
-                &[&run_key, &run, &rows],
-            )?;
+            replace_process_rows(&mut tx, &run_key, &run, &rows)?;
             let since = seen.map_or(i64::MAX, |s| s.newest);
             let counts = tx.query_one(
                 "SELECT count(*) FILTER (WHERE id <= $3), count(*), coalesce(max(id), 0) \
@@ -280,4 +253,30 @@ pub(super) fn run_row(r: &::postgres::Row) -> RunRow {
         workspace: r.get(3),
         woke: r.get::<_, i64>(4).max(0) as u64,
     }
+}
+
+/// Inside a manifest merge: takes the run's merge lock and replaces this process's rows
+/// (`run`) with `rows`. One merge of a run at a time: each then sees every merge before
+/// it, so the mirror written from its answer is never missing a committed row.
+fn replace_process_rows(
+    tx: &mut postgres::Transaction<'_>,
+    run_key: &str,
+    run: &str,
+    rows: &[String],
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/manifest/' || $1, 0))",
+        &[&run_key],
+    )?;
+    tx.execute(
+        "DELETE FROM flower_manifest WHERE run_key = $1 AND run = $2",
+        &[&run_key, &run],
+    )?;
+    // All rows in one statement, ids in their order.
+    tx.execute(
+        "INSERT INTO flower_manifest (run_key, run, data) \
+         SELECT $1, $2, d FROM unnest($3::text[]) WITH ORDINALITY AS t(d, n) ORDER BY n",
+        &[&run_key, &run, &rows],
+    )?;
+    Ok(())
 }
