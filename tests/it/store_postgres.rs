@@ -318,22 +318,31 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
     // pool hands it to; then it reconnects. So over all the calls that follow, at most
     // POOL_SIZE fail, each with an error naming the database.
     let mut failures = 0;
-    let mut retrying = |what: &mut dyn FnMut() -> Result<(), flower::stores::StoreError>| loop {
-        match what() {
-            Ok(()) => break,
+    let loaded = retrying(&mut failures, || store.load(&key));
+    assert_eq!(loaded.unwrap().len(), 10);
+    retrying(&mut failures, || {
+        store.append(&key, &[json!({"type": "x", "uuid": "after"})])
+    });
+    let loaded = retrying(&mut failures, || store.load(&key));
+    assert_eq!(loaded.unwrap().len(), 11);
+}
+
+/// `call` until it succeeds, counting its failures into `failures`, at most
+/// `POOL_SIZE` in all (one per dead pooled connection), each naming the database.
+fn retrying<T>(
+    failures: &mut usize,
+    mut call: impl FnMut() -> Result<T, flower::stores::StoreError>,
+) -> T {
+    loop {
+        match call() {
+            Ok(value) => return value,
             Err(e) => {
                 assert!(e.to_string().contains("postgres://"), "{e}");
-                failures += 1;
-                assert!(failures <= flower::stores::postgres::POOL_SIZE, "{e}");
+                *failures += 1;
+                assert!(*failures <= flower::stores::postgres::POOL_SIZE, "{e}");
             }
         }
-    };
-    let mut loaded = 0;
-    retrying(&mut || Ok(loaded = store.load(&key)?.unwrap().len()));
-    assert_eq!(loaded, 10);
-    retrying(&mut || store.append(&key, &[json!({"type": "x", "uuid": "after"})]));
-    retrying(&mut || Ok(loaded = store.load(&key)?.unwrap().len()));
-    assert_eq!(loaded, 11);
+    }
 }
 
 /// `--store sqlite` (and `FLOWER_STORE=sqlite`) name the default store explicitly.
