@@ -84,6 +84,52 @@ fn synthetic_api_errors_are_dropped_and_their_children_relinked() {
     assert_eq!(find(&out, "u3")["parentUuid"], "u2");
 }
 
+/// Entry ids in the form flower mints (lowercase uuids) and in any other form (the
+/// same uuid in capitals, Claude Code's or a hand-made id) relink as the exact text
+/// they were written as, and the two forms of one uuid stay two ids.
+#[test]
+fn relinked_parents_keep_the_exact_text_of_any_id() {
+    let lower = "6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b";
+    let upper = lower.to_uppercase();
+    let error = "0a1b2c3d-4e5f-4a6b-8c7d-8e9fa0b1c2d3";
+    let input = vec![
+        user_text(lower, None, "do it"),
+        assistant(&upper, Some(lower), vec![bash("t1", "cargo build")]),
+        user_blocks("u2", Some(&upper), vec![tool_result("t1", "built", false)]),
+        api_error(error, Some("u2")),
+        api_error("E2", Some(error)),
+        user_text("u3", Some("E2"), "继续"),
+        assistant("a2", Some("u3"), vec![text("done")]),
+    ];
+    let out = pruned(input, &options());
+    assert_eq!(uuids(&out), [lower, upper.as_str(), "u2", "u3", "a2"]);
+    assert_eq!(find(&out, &upper)["parentUuid"], lower);
+    assert_eq!(find(&out, "u2")["parentUuid"], upper.as_str());
+    assert_eq!(find(&out, "u3")["parentUuid"], "u2");
+
+    // Relinked past a removed entry to a parent whose id is in capitals.
+    let input = vec![
+        user_text(lower, None, "do it"),
+        assistant(&upper, Some(lower), vec![text("ok")]),
+        api_error(error, Some(&upper)),
+        user_text("u3", Some(error), "继续"),
+        assistant("a2", Some("u3"), vec![text("done")]),
+    ];
+    let out = pruned(input, &options());
+    assert_eq!(find(&out, "u3")["parentUuid"], upper.as_str());
+
+    // A removed entry's id in capitals is not the lowercase id of another entry.
+    let input = vec![
+        user_text(lower, None, "do it"),
+        api_error(&upper, Some(lower)),
+        user_text("u3", Some(&upper), "继续"),
+        assistant("a2", Some("u3"), vec![text("done")]),
+    ];
+    let out = pruned(input, &options());
+    assert_eq!(uuids(&out), [lower, "u3", "a2"]);
+    assert_eq!(find(&out, "u3")["parentUuid"], lower);
+}
+
 fn denied_turn(n: u32, parent: &str, denial: &str) -> Vec<Value> {
     let a = format!("a{n}");
     let u = format!("r{n}");

@@ -181,6 +181,47 @@ impl Block {
     }
 }
 
+/// An entry's `uuid` or `parentUuid` as pruning keeps it. Every entry has both, so a
+/// long transcript holds tens of thousands: the canonical form flower mints
+/// (lowercase, hyphenated) is kept as its 16 bytes rather than 36 on the heap, any
+/// other text as it is. One to one (a text never equals a canonical id), so equality
+/// and hashing are the text's.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(super) enum Id {
+    Canonical(u128),
+    Text(Box<str>),
+}
+
+impl Id {
+    pub(super) fn new(text: &str) -> Id {
+        match uuid::Uuid::try_parse(text) {
+            Ok(id)
+                if id
+                    .hyphenated()
+                    .encode_lower(&mut uuid::Uuid::encode_buffer())
+                    == text =>
+            {
+                Id::Canonical(id.as_u128())
+            }
+            _ => Id::Text(text.into()),
+        }
+    }
+
+    /// The id as it was written.
+    pub(super) fn text(&self) -> Cow<'_, str> {
+        match self {
+            Id::Canonical(id) => Cow::Owned(uuid::Uuid::from_u128(*id).hyphenated().to_string()),
+            Id::Text(text) => Cow::Borrowed(text),
+        }
+    }
+}
+
+impl std::fmt::Debug for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.text().fmt(f)
+    }
+}
+
 /// What a user or assistant entry's `message.content` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Content {
@@ -201,8 +242,8 @@ pub(super) struct Slot {
     pub(super) system: bool,
     /// When it was written (user and assistant entries).
     pub(super) timestamp: Option<chrono::DateTime<chrono::Utc>>,
-    pub(super) uuid: Option<String>,
-    pub(super) parent: Option<String>,
+    pub(super) uuid: Option<Id>,
+    pub(super) parent: Option<Id>,
     pub(super) synthetic_error: bool,
     /// A continuation request ([`crate::transcript::markers::is_continuation`]).
     pub(super) continuation: bool,
@@ -232,8 +273,8 @@ impl Slot {
             role,
             system: str_field(&entry, "type") == Some("system"),
             timestamp: role.and_then(|_| timestamp(&entry)),
-            uuid: str_field(&entry, "uuid").map(str::to_string),
-            parent: str_field(&entry, "parentUuid").map(str::to_string),
+            uuid: str_field(&entry, "uuid").map(Id::new),
+            parent: str_field(&entry, "parentUuid").map(Id::new),
             synthetic_error: role == Some(Role::Assistant)
                 && (is_synthetic_error(&entry) || is_refusal(&entry)),
             continuation: role == Some(Role::User)

@@ -84,8 +84,8 @@ impl EntryFacts<'_> {
                 .and(self.timestamp.as_deref())
                 .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
                 .map(|t| t.with_timezone(&chrono::Utc)),
-            uuid: self.uuid.map(Cow::into_owned),
-            parent: self.parent.map(Cow::into_owned),
+            uuid: self.uuid.as_deref().map(Id::new),
+            parent: self.parent.as_deref().map(Id::new),
             synthetic_error: role == Some(Role::Assistant) && synthetic,
             continuation: role == Some(Role::User) && self.continuation == Some(true),
             content,

@@ -28,10 +28,10 @@ impl Groups {
 pub(super) struct Pruner {
     pub(super) slots: Vec<Slot>,
     /// uuid of a removed entry → its parentUuid.
-    pub(super) removed_links: HashMap<String, Option<String>>,
+    pub(super) removed_links: HashMap<Id, Option<Id>>,
     /// uuid of an assistant entry → the last result synthesized after it; the
     /// assistant's other children hang below that result.
-    pub(super) redirects: HashMap<String, String>,
+    pub(super) redirects: HashMap<Id, Id>,
 }
 
 impl Pruner {
@@ -234,10 +234,11 @@ impl Pruner {
             let mut parent = assistant.uuid.clone();
             let mut made = Vec::new();
             for id in ids {
+                let parent_text = parent.as_ref().map(Id::text);
                 let mut slot = Slot::new(synthesized_result(
                     &assistant.value(),
                     &id,
-                    parent.as_deref(),
+                    parent_text.as_deref(),
                 ));
                 slot.synthesized = true;
                 slot.warm = assistant.warm;
@@ -266,8 +267,8 @@ impl Pruner {
             removed_links,
             redirects,
         } = self;
-        let resolve = |start: &str, synthesized: bool| -> Option<String> {
-            let mut current = start.to_string();
+        let resolve = |start: &Id, synthesized: bool| -> Option<Id> {
+            let mut current = start.clone();
             // Each step follows a removed entry or a redirect; more steps than there are
             // links means a cycle in the input.
             for _ in 0..=(removed_links.len() + redirects.len()) {
@@ -291,14 +292,16 @@ impl Pruner {
                 continue;
             }
             let mut entry = slot.entry;
-            if let Some(parent) = slot.parent.as_deref()
+            if let Some(parent) = slot.parent.as_ref()
                 && (removed_links.contains_key(parent) || redirects.contains_key(parent))
             {
                 let linked = resolve(parent, slot.synthesized);
-                if linked.as_deref() != Some(parent)
+                if linked.as_ref() != Some(parent)
                     && let Some(object) = entry.value_mut().as_object_mut()
                 {
-                    object.insert("parentUuid".into(), linked.map_or(Value::Null, Value::from));
+                    let linked =
+                        linked.map_or(Value::Null, |id| Value::from(id.text().into_owned()));
+                    object.insert("parentUuid".into(), linked);
                 }
             }
             let kind = match slot.role {
