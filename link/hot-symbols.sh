@@ -12,17 +12,22 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cargo build --release --bin flower
 bin=target/release/flower
-# The engine bench's one-turn part, each run under callgrind (names left mangled).
-FLOWER_BENCH_WRAP="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$out/cg.%p" \
+# Each part's runs under callgrind (names left mangled), into a directory of its own:
+# the one-turn part first, so that its functions lie together at the very start.
+mkdir "$out/one" "$out/resume"
+FLOWER_BENCH_WRAP="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$out/one/cg.%p" \
     cargo bench --bench engine -- one > /dev/null
-# The session-length bench's resume and live turns (SQLite), likewise.
-env -u FLOWER_TEST_POSTGRES_URL \
-    FLOWER_BENCH_WRAP="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$out/cg.%p" \
-    cargo bench --bench session_length -- 100 > /dev/null
-valgrind --tool=callgrind --demangle=no --callgrind-out-file="$out/cg.version" \
+valgrind --tool=callgrind --demangle=no --callgrind-out-file="$out/one/cg.version" \
     "$bin" --version > /dev/null 2>&1
-# Every function callgrind saw, kept when it is a code symbol of the binary.
-sed -n 's/^c\{0,1\}fn=([0-9]*) //p' "$out"/cg.* | sort -u > "$out/executed"
+# The session-length bench's resume and live turns (SQLite).
+env -u FLOWER_TEST_POSTGRES_URL \
+    FLOWER_BENCH_WRAP="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$out/resume/cg.%p" \
+    cargo bench --bench session_length -- 100 > /dev/null
+# Every function callgrind saw, kept when it is a code symbol of the binary: the
+# one-turn part's, then those only the resume ran.
+executed() { sed -n 's/^c\{0,1\}fn=([0-9]*) //p' "$out/$1"/cg.* | sort -u; }
 nm "$bin" | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sort -u > "$out/code"
-comm -12 "$out/executed" "$out/code" > link/hot-symbols.txt
-wc -l link/hot-symbols.txt
+executed one | comm -12 - "$out/code" > "$out/first"
+executed resume | comm -12 - "$out/code" | comm -23 - "$out/first" > "$out/then"
+cat "$out/first" "$out/then" > link/hot-symbols.txt
+wc -l "$out/first" "$out/then"
