@@ -407,3 +407,34 @@ fn the_store_command_reads_and_writes_a_postgres_store() {
     let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
     assert_eq!(store.load(&SessionKey::main("-p", "s1")).unwrap(), None);
 }
+
+/// A row whose text is not JSON (written by hand, or a bad disk): loading and resuming
+/// name the row and say why, and the store goes on answering on the same connections
+/// (the rows after the bad one, never read, do not answer the next call).
+#[test]
+fn a_corrupt_row_is_named_and_the_store_keeps_answering() {
+    let Some(url) = pg::fresh_url() else { return };
+    let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    let key = SessionKey::main("p", "s");
+    let entries: Vec<_> = (0..50)
+        .map(|i| json!({"type": "x", "uuid": format!("u{i}")}))
+        .collect();
+    store.append(&key, &entries).unwrap();
+    pg::execute(
+        &url,
+        "UPDATE flower_entries SET data = '{not json' WHERE id = \
+         (SELECT min(id) + 10 FROM flower_entries)",
+    );
+    let options = flower::stores::prune::PruneOptions::new(std::env::temp_dir());
+    for _ in 0..2 * flower::stores::postgres::POOL_SIZE {
+        let e = store.load(&key).unwrap_err().to_string();
+        assert!(e.contains("行记录不是合法的 JSON"), "{e}");
+        let e = store.load_resume(&key, &options).unwrap_err().to_string();
+        assert!(e.contains("行记录不是合法的 JSON"), "{e}");
+        // Every pooled connection still answers the next call in step.
+        assert!(store.has_session("s").unwrap());
+        let other = SessionKey::main("p", "t");
+        store.append(&other, &entries[..1]).unwrap();
+        assert_eq!(store.load(&other).unwrap().unwrap().len(), 1);
+    }
+}

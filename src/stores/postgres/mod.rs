@@ -202,36 +202,44 @@ impl PostgresStore {
     }
 
     /// A key's entries, each `read` from its row's JSON text, in order; `None` for a key
-    /// never written.
-    fn load_texts<T>(
+    /// never written. Each row is read as it arrives, on the connection's thread, so
+    /// that only the entries are held, never all the rows' text a second time (a
+    /// resume's peak memory is its transcript).
+    fn load_texts<T: Send + 'static>(
         &self,
         key: &SessionKey,
-        read: impl Fn(String) -> serde_json::Result<T>,
+        read: impl Fn(String) -> serde_json::Result<T> + Send + 'static,
     ) -> Result<Option<Vec<T>>, StoreError> {
+        use ::postgres::fallible_iterator::FallibleIterator;
         key.validate()?;
         let key = key.clone();
-        let texts: Vec<(i64, String)> = self.call(move |c| {
+        let entries = self.call(move |c| {
             let subpath = key.subpath.clone().unwrap_or_default();
-            let rows = c.query(
+            let params: [&(dyn ::postgres::types::ToSql + Sync); 3] =
+                [&key.project_key, &key.session_id, &subpath];
+            let mut rows = c.query_raw(
                 "SELECT id, data FROM flower_entries WHERE transcript = \
                  (SELECT id FROM flower_transcripts \
                   WHERE project_key = $1 AND session_id = $2 AND subpath = $3) ORDER BY id",
-                &[&key.project_key, &key.session_id, &subpath],
+                params,
             )?;
-            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
+            let mut entries = Vec::new();
+            while let Some(row) = rows.next()? {
+                match read(row.try_get(1)?) {
+                    Ok(entry) => entries.push(entry),
+                    // The rows not read yet are discarded by the driver when `rows`
+                    // is dropped; the connection stays in step for the next call.
+                    Err(e) => return Ok(Err((row.try_get::<_, i64>(0)?, e))),
+                }
+            }
+            Ok(Ok(entries))
         })?;
-        if texts.is_empty() {
-            return Ok(None);
+        match entries {
+            Ok(entries) => Ok((!entries.is_empty()).then_some(entries)),
+            Err((id, e)) => {
+                Err(self.error_because(format!("第 {id} 行记录不是合法的 JSON({e})"), e))
+            }
         }
-        texts
-            .into_iter()
-            .map(|(id, text)| {
-                read(text).map_err(|e| {
-                    self.error_because(format!("第 {id} 行记录不是合法的 JSON({e})"), e)
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
     }
 
     fn error(&self, why: impl Into<String>) -> StoreError {
