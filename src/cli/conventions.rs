@@ -139,7 +139,8 @@ pub fn json(settings: &Settings) -> Value {
         "hooks": files.hooks.listing(),
         "ignored": files.hooks.ignored,
         "mcp_servers": settings.mcp.servers.iter().map(|s| {
-            let (kind, target) = match &s.transport {
+            // As the file writes them: an expanded `${TOKEN}` is never printed.
+            let (kind, target) = match &s.written {
                 flower::tools::mcp::Transport::Stdio { command, args, .. } => {
                     ("stdio", json!({"command": command, "args": args}))
                 }

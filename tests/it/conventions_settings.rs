@@ -406,6 +406,49 @@ fn state_verbose_lists_what_the_conventions_load() {
     );
 }
 
+/// `flower state -v` shows an MCP server's command, arguments and URL as the file
+/// writes them: a token passed in through `${VAR}` is never printed, in text or JSON.
+#[test]
+fn state_shows_mcp_servers_as_written_never_an_expanded_secret() {
+    let project = Project::new();
+    write(
+        &project.dir.join(".mcp.json"),
+        &json!({"mcpServers": {
+            "tok": {"command": "srv", "args": ["--token=${MCP_TOKEN}", "--plain"]},
+            "web": {"type": "http", "url": "https://mcp.example/x?key=${MCP_TOKEN}",
+                    "headers": {"Authorization": "Bearer ${MCP_TOKEN}"}}
+        }})
+        .to_string(),
+    );
+    let state = |args: &[&str]| {
+        let mut cmd = Flower::bin().command();
+        cmd.current_dir(&project.dir)
+            .arg("state")
+            .args(args)
+            .env("HOME", &project.home)
+            .env("MCP_TOKEN", "s3cret-value");
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let listed = state(&["-v"]);
+    assert!(
+        listed.contains("tok (stdio): srv --token=${MCP_TOKEN} --plain")
+            && listed.contains("web (http): https://mcp.example/x?key=${MCP_TOKEN}"),
+        "{listed}"
+    );
+    let json = state(&["--json", "-v"]);
+    let servers: Value = serde_json::from_str(&json).unwrap();
+    let servers = &servers["conventions"]["mcp_servers"];
+    assert_eq!(servers.as_array().map(Vec::len), Some(2), "{json}");
+    for said in [&listed, &json] {
+        assert!(
+            !said.contains("s3cret-value"),
+            "a secret was printed: {said}"
+        );
+    }
+}
+
 #[test]
 fn allow_rules_widen_only_the_workers_and_the_judge_stays_read_only() {
     use support::pipeline::{Agent, agent_of, simple_reply};

@@ -69,6 +69,10 @@ pub struct McpServer {
     /// The file it came from (`.mcp.json`, a settings file).
     pub source: std::path::PathBuf,
     pub transport: Transport,
+    /// Its command and arguments, or its URL, as the file writes them (`${VAR}` not
+    /// expanded; no environment, no headers): what `flower state` shows, so that a
+    /// secret passed in through the environment is never printed.
+    pub written: Transport,
 }
 
 impl McpServer {
@@ -88,9 +92,9 @@ impl McpServer {
         format!("{TOOL_PREFIX}{}__{}", self.prefix_name(), normalize(tool))
     }
 
-    /// One line for `flower state -v`.
+    /// One line for `flower state -v`, as the file writes it ([`McpServer::written`]).
     pub fn describe(&self) -> String {
-        match &self.transport {
+        match &self.written {
             Transport::Stdio { command, args, .. } => {
                 let mut line = format!("{} (stdio): {command}", self.name);
                 for arg in args {
@@ -179,6 +183,17 @@ pub fn parse(
                 "stdio"
             },
         );
+        let raw = |field: &str| match fields.get(field) {
+            Some(Value::String(text)) => text.clone(),
+            _ => String::new(),
+        };
+        let raw_args = || match fields.get("args") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        };
         let transport = match kind {
             "stdio" => {
                 let command = match fields.get("command") {
@@ -228,10 +243,22 @@ pub fn parse(
                 ));
             }
         };
+        let written = match transport {
+            Transport::Stdio { .. } => Transport::Stdio {
+                command: raw("command"),
+                args: raw_args(),
+                env: Vec::new(),
+            },
+            Transport::Http { .. } => Transport::Http {
+                url: raw("url"),
+                headers: Vec::new(),
+            },
+        };
         parsed.servers.push(McpServer {
             name: name.clone(),
             source: source.to_path_buf(),
             transport,
+            written,
         });
     }
     Ok(parsed)
