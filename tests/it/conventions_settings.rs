@@ -329,6 +329,21 @@ fn an_ask_rule_asks_the_person_at_the_terminal() {
     assert!(declined.contains("the user declined it"), "{declined}");
 }
 
+/// What `flower state ARGS` prints in `project` (no API key needed), with `env` added;
+/// it must succeed.
+fn state_in(project: &Project, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut cmd = Flower::bin().command();
+    cmd.current_dir(&project.dir)
+        .arg("state")
+        .args(args)
+        .env("HOME", &project.home)
+        .env_remove("ANTHROPIC_API_KEY")
+        .envs(env.iter().copied());
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 #[test]
 fn state_verbose_lists_what_the_conventions_load() {
     let project = Project::new();
@@ -349,17 +364,7 @@ fn state_verbose_lists_what_the_conventions_load() {
             None,
         ],
     );
-    let state = |args: &[&str]| {
-        let mut cmd = Flower::bin().command();
-        cmd.current_dir(&project.dir)
-            .arg("state")
-            .args(args)
-            .env("HOME", &project.home)
-            .env_remove("ANTHROPIC_API_KEY");
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-        text(&out.stdout)
-    };
+    let state = |args: &[&str]| state_in(&project, args, &[]);
     let plain = state(&[]);
     assert!(
         !plain.contains("项目记忆"),
@@ -420,17 +425,7 @@ fn state_shows_mcp_servers_as_written_never_an_expanded_secret() {
         }})
         .to_string(),
     );
-    let state = |args: &[&str]| {
-        let mut cmd = Flower::bin().command();
-        cmd.current_dir(&project.dir)
-            .arg("state")
-            .args(args)
-            .env("HOME", &project.home)
-            .env("MCP_TOKEN", "s3cret-value");
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-        text(&out.stdout)
-    };
+    let state = |args: &[&str]| state_in(&project, args, &[("MCP_TOKEN", "s3cret-value")]);
     let listed = state(&["-v"]);
     assert!(
         listed.contains("tok (stdio): srv --token=${MCP_TOKEN} --plain")
