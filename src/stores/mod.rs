@@ -5,6 +5,7 @@
 //! keeps everything verbatim in `runs/sessions.db`; [`PruningSessionStore`] wraps any
 //! store and cleans what `load` feeds back to the model, never what is stored.
 
+mod entry_uuid;
 mod json;
 pub mod key;
 mod par;

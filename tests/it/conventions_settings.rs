@@ -442,6 +442,26 @@ fn state_shows_mcp_servers_as_written_never_an_expanded_secret() {
             "a secret was printed: {said}"
         );
     }
+    // A URL refused for its scheme is quoted as written too.
+    write(
+        &project.dir.join(".mcp.json"),
+        &json!({"mcpServers": {"web": {"type": "http", "url": "${MCP_URL}"}}}).to_string(),
+    );
+    let out = Flower::bin()
+        .command()
+        .current_dir(&project.dir)
+        .args(["state", "-v"])
+        .env("HOME", &project.home)
+        .env("MCP_URL", "ftp://s3cret-value@host")
+        .output()
+        .unwrap();
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("\"${MCP_URL}\" 不是 http://"), "{said}");
+    assert!(
+        !said.contains("s3cret-value"),
+        "a secret was printed: {said}"
+    );
 }
 
 #[test]

@@ -864,3 +864,54 @@ proptest! {
         }
     }
 }
+
+/// An entry id in one of the forms a transcript may hold: flower's canonical uuid,
+/// the same uuid in capitals, braced, without hyphens, or any short name.
+fn any_id_form() -> impl Strategy<Value = String> {
+    (any::<u128>(), 0..5u8, "[a-zA-Z0-9-]{1,12}").prop_map(|(bits, form, name)| {
+        let id = uuid::Uuid::from_u128(bits);
+        match form {
+            0 => id.hyphenated().to_string(),
+            1 => id.hyphenated().to_string().to_uppercase(),
+            2 => id.braced().to_string(),
+            3 => id.simple().to_string(),
+            _ => name,
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Whatever form its ids take, a transcript stored in SQLite comes back with each
+    /// id as written, an entry appended twice is stored once, and a resume relinks
+    /// past a removed entry to its parent's exact text.
+    #[test]
+    fn ids_of_any_form_round_trip_and_relink_exactly(
+        ids in prop::collection::hash_set(any_id_form(), 4),
+    ) {
+        let ids: Vec<String> = ids.into_iter().collect();
+        let (first, reply, error, next) = (&ids[0], &ids[1], &ids[2], &ids[3]);
+        let entries = vec![
+            user_text(first, None, "do it"),
+            assistant(reply, Some(first), vec![text("ok")]),
+            api_error(error, Some(reply)),
+            user_text(next, Some(error), "继续"),
+        ];
+        let dir = tempfile::TempDir::new().unwrap();
+        let store = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
+        let key = SessionKey::main("p", "s");
+        store.append(&key, &entries).unwrap();
+        store.append(&key, &entries).unwrap();
+        let stored = store.load(&key).unwrap().unwrap();
+        prop_assert_eq!(&stored, &entries);
+        let store = PruningSessionStore::new(Arc::new(store), options());
+        let resumed = store.load(&key).unwrap().unwrap();
+        prop_assert_eq!(uuids(&resumed), [first.as_str(), reply, next]);
+        prop_assert_eq!(&find(&resumed, next)["parentUuid"], &json!(reply));
+    }
+}

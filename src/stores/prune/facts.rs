@@ -182,10 +182,9 @@ impl Block {
 }
 
 /// An entry's `uuid` or `parentUuid` as pruning keeps it. Every entry has both, so a
-/// long transcript holds tens of thousands: the canonical form flower mints
-/// (lowercase, hyphenated) is kept as its 16 bytes rather than 36 on the heap, any
-/// other text as it is. One to one (a text never equals a canonical id), so equality
-/// and hashing are the text's.
+/// long transcript holds tens of thousands: a canonical uuid
+/// ([`crate::stores::entry_uuid`]) is kept as its 16 bytes rather than 36 on the heap,
+/// any other text as it is. One to one, so equality and hashing are the text's.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum Id {
     Canonical(u128),
@@ -194,23 +193,14 @@ pub(super) enum Id {
 
 impl Id {
     pub(super) fn new(text: &str) -> Id {
-        match uuid::Uuid::try_parse(text) {
-            Ok(id)
-                if id
-                    .hyphenated()
-                    .encode_lower(&mut uuid::Uuid::encode_buffer())
-                    == text =>
-            {
-                Id::Canonical(id.as_u128())
-            }
-            _ => Id::Text(text.into()),
-        }
+        crate::stores::entry_uuid::canonical(text)
+            .map_or_else(|| Id::Text(text.into()), Id::Canonical)
     }
 
     /// The id as it was written.
     pub(super) fn text(&self) -> Cow<'_, str> {
         match self {
-            Id::Canonical(id) => Cow::Owned(uuid::Uuid::from_u128(*id).hyphenated().to_string()),
+            Id::Canonical(bits) => Cow::Owned(crate::stores::entry_uuid::text(*bits)),
             Id::Text(text) => Cow::Borrowed(text),
         }
     }

@@ -112,36 +112,10 @@ impl Layout {
 /// row and in the index; any other text unchanged. One to one either way. Migration 2
 /// converts old rows by the same rule.
 pub(super) fn uuid_key(text: &str) -> rusqlite::types::Value {
-    canonical_uuid(text).map_or_else(
+    crate::stores::entry_uuid::canonical(text).map_or_else(
         || rusqlite::types::Value::Text(text.to_string()),
-        |bytes| rusqlite::types::Value::Blob(bytes.to_vec()),
+        |bits| rusqlite::types::Value::Blob(bits.to_be_bytes().to_vec()),
     )
-}
-
-fn canonical_uuid(text: &str) -> Option<[u8; 16]> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 36 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    let mut digits = Vec::with_capacity(32);
-    for (i, &c) in bytes.iter().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            if c != b'-' {
-                return None;
-            }
-            continue;
-        }
-        digits.push(match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            _ => return None,
-        });
-    }
-    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = pair[0] << 4 | pair[1];
-    }
-    Some(out)
 }
 
 /// The id of a key's `transcripts` row, made when there is none yet. Inside the

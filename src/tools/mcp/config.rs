@@ -183,39 +183,46 @@ pub fn parse(
                 "stdio"
             },
         );
-        let raw = |field: &str| match fields.get(field) {
-            Some(Value::String(text)) => text.clone(),
-            _ => String::new(),
-        };
-        let raw_args = || match fields.get("args") {
-            Some(Value::Array(items)) => items
-                .iter()
-                .filter_map(|item| item.as_str().map(str::to_string))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let transport = match kind {
+        let (transport, written) = match kind {
             "stdio" => {
-                let command = match fields.get("command") {
-                    Some(Value::String(c)) if !c.trim().is_empty() => expand(c, lookup)
-                        .map_err(|e| bad(format!("{key}.command"), e.to_string()))?,
+                let written_command = match fields.get("command") {
+                    Some(Value::String(c)) if !c.trim().is_empty() => c,
                     _ => return Err(bad(format!("{key}.command"), "要写要运行的命令")),
                 };
+                let command = expand(written_command, lookup)
+                    .map_err(|e| bad(format!("{key}.command"), e.to_string()))?;
                 let args = strings(fields.get("args"), &format!("{key}.args"), lookup)?;
+                // Every item a string: `strings` refused anything else.
+                let written_args = fields
+                    .get("args")
+                    .and_then(Value::as_array)
+                    .map(|items| {
+                        items
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let env = pairs(fields.get("env"), &format!("{key}.env"), lookup)?;
-                Transport::Stdio { command, args, env }
+                let written = Transport::Stdio {
+                    command: written_command.clone(),
+                    args: written_args,
+                    env: Vec::new(),
+                };
+                (Transport::Stdio { command, args, env }, written)
             }
             "http" | "streamable-http" | "streamableHttp" => {
-                let url = match fields.get("url") {
-                    Some(Value::String(u)) => {
-                        expand(u, lookup).map_err(|e| bad(format!("{key}.url"), e.to_string()))?
-                    }
-                    _ => return Err(bad(format!("{key}.url"), "要写服务器的 URL")),
+                let Some(Value::String(written_url)) = fields.get("url") else {
+                    return Err(bad(format!("{key}.url"), "要写服务器的 URL"));
                 };
+                let url = expand(written_url, lookup)
+                    .map_err(|e| bad(format!("{key}.url"), e.to_string()))?;
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(bad(
                         format!("{key}.url"),
-                        format!("{url:?} 不是 http:// 或 https:// 开头的 URL"),
+                        // As written: what `${VAR}` gave may be a secret.
+                        format!("{written_url:?} 不是 http:// 或 https:// 开头的 URL"),
                     ));
                 }
                 let headers = pairs(fields.get("headers"), &format!("{key}.headers"), lookup)?;
@@ -227,7 +234,11 @@ pub fn parse(
                         ));
                     }
                 }
-                Transport::Http { url, headers }
+                let written = Transport::Http {
+                    url: written_url.clone(),
+                    headers: Vec::new(),
+                };
+                (Transport::Http { url, headers }, written)
             }
             "sse" => {
                 parsed.ignored.push(format!(
@@ -242,17 +253,6 @@ pub fn parse(
                     format!("没有 {other:?} 这种服务器类型(要 \"stdio\" 或 \"http\")"),
                 ));
             }
-        };
-        let written = match transport {
-            Transport::Stdio { .. } => Transport::Stdio {
-                command: raw("command"),
-                args: raw_args(),
-                env: Vec::new(),
-            },
-            Transport::Http { .. } => Transport::Http {
-                url: raw("url"),
-                headers: Vec::new(),
-            },
         };
         parsed.servers.push(McpServer {
             name: name.clone(),
