@@ -332,16 +332,23 @@ fn an_ask_rule_asks_the_person_at_the_terminal() {
 /// What `flower state ARGS` prints in `project` (no API key needed), with `env` added;
 /// it must succeed.
 fn state_in(project: &Project, args: &[&str], env: &[(&str, &str)]) -> String {
-    let mut cmd = Flower::bin().command();
-    cmd.current_dir(&project.dir)
+    let out = state_output(project, args, env);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// How `flower state ARGS` ended in `project`, with `env` added.
+fn state_output(project: &Project, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    Flower::bin()
+        .command()
+        .current_dir(&project.dir)
         .arg("state")
         .args(args)
         .env("HOME", &project.home)
         .env_remove("ANTHROPIC_API_KEY")
-        .envs(env.iter().copied());
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-    text(&out.stdout)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -447,14 +454,7 @@ fn state_shows_mcp_servers_as_written_never_an_expanded_secret() {
         &project.dir.join(".mcp.json"),
         &json!({"mcpServers": {"web": {"type": "http", "url": "${MCP_URL}"}}}).to_string(),
     );
-    let out = Flower::bin()
-        .command()
-        .current_dir(&project.dir)
-        .args(["state", "-v"])
-        .env("HOME", &project.home)
-        .env("MCP_URL", "ftp://s3cret-value@host")
-        .output()
-        .unwrap();
+    let out = state_output(&project, &["-v"], &[("MCP_URL", "ftp://s3cret-value@host")]);
     let said = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("\"${MCP_URL}\" 不是 http://"), "{said}");
