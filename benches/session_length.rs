@@ -26,7 +26,7 @@
 mod child;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
-use child::{flower_cmd, measure, measure_child, mib, ms};
+use child::{Usage, flower_cmd, measure, measure_child, mib, ms};
 
 use flower::model::MessagesRequest;
 use flower::model::anthropic::request_body;
@@ -37,10 +37,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use support::{FakeServer, Reply};
 
-/// Extra live turns measured on top of a resume.
+/// Extra live turns measured on top of a resume: enough that a process's start and
+/// resume, whose wall time varies by milliseconds, is a small part of the difference.
 const LIVE_TURNS: usize = 20;
 /// Runs of each measurement (the median is printed).
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 
 const FILE_TEXT: &str = "a small file\nof three lines\nto read again and again\n";
 
@@ -64,9 +65,26 @@ fn main() -> std::process::ExitCode {
         println!();
         println!("{n} turns:");
         body_build(n);
-        let sqlite = measure_store(flower, n, None);
+        let mut subjects = vec![Subject::new(n, None)];
         if let Some(url) = &pg {
-            let postgres = measure_store(flower, n, Some(url));
+            subjects.push(Subject::new(n, Some(url)));
+        }
+        // Interleaved (a run of each store in turn, RUNS times), so that the machine's
+        // load drifting over the minutes weighs on both alike.
+        let mut resumes: Vec<Vec<Usage>> = subjects.iter().map(|_| Vec::new()).collect();
+        let mut lives: Vec<Vec<Usage>> = subjects.iter().map(|_| Vec::new()).collect();
+        for _ in 0..RUNS {
+            for (i, subject) in subjects.iter().enumerate() {
+                resumes[i].push(subject.run(flower, 0));
+                lives[i].push(subject.run(flower, LIVE_TURNS));
+            }
+        }
+        let turns: Vec<Duration> = subjects
+            .iter()
+            .zip(resumes.into_iter().zip(lives))
+            .map(|(subject, (resume, live))| subject.report(n, median(resume), median(live)))
+            .collect();
+        if let [sqlite, postgres] = turns[..] {
             println!(
                 "  PostgreSQL / SQLite per live turn (wall): {:.2}; goal <= 1.5: {}",
                 postgres.as_secs_f64() / sqlite.as_secs_f64(),
@@ -143,84 +161,118 @@ fn body_build(n: usize) {
     );
 }
 
-/// Parts 2 and 3 on one store; returns the wall time of one live turn.
-fn measure_store(flower: &str, n: usize, pg: Option<&str>) -> Duration {
-    let name = if pg.is_some() { "PostgreSQL" } else { "SQLite" };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let root = dir.path().canonicalize().expect("canonical");
-    std::fs::write(root.join("notes.txt"), FILE_TEXT).expect("seed file");
-    let id = uuid::Uuid::new_v4().to_string();
-    let key = SessionKey::main(project_key(&root), &id);
-    let entries = session(&id, n);
-    let stored: usize = entries.iter().map(|e| e.to_string().len()).sum();
-    let store_url = pg.map(support::postgres::schema_in);
-    match &store_url {
-        None => {
-            let store = SqliteSessionStore::open(&root.join("runs/sessions.db")).expect("store");
-            store.append(&key, &entries).expect("append");
-        }
-        Some(url) => {
-            let store = PostgresStore::open(&url.parse().expect("url")).expect("store");
-            for chunk in entries.chunks(1000) {
-                store.append(&key, chunk).expect("append");
+/// Parts 2 and 3: one store holding an `n`-turn session, continued by the binary.
+struct Subject {
+    name: &'static str,
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    id: String,
+    /// The PostgreSQL store's URL (its own schema); `None` for SQLite.
+    store_url: Option<String>,
+    stored: usize,
+}
+
+impl Subject {
+    fn new(n: usize, pg: Option<&str>) -> Subject {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().canonicalize().expect("canonical");
+        std::fs::write(root.join("notes.txt"), FILE_TEXT).expect("seed file");
+        let id = uuid::Uuid::new_v4().to_string();
+        let key = SessionKey::main(project_key(&root), &id);
+        let entries = session(&id, n);
+        let stored: usize = entries.iter().map(|e| e.to_string().len()).sum();
+        let store_url = pg.map(support::postgres::schema_in);
+        match &store_url {
+            None => {
+                let store =
+                    SqliteSessionStore::open(&root.join("runs/sessions.db")).expect("store");
+                store.append(&key, &entries).expect("append");
             }
+            Some(url) => {
+                let store = PostgresStore::open(&url.parse().expect("url")).expect("store");
+                for chunk in entries.chunks(1000) {
+                    store.append(&key, chunk).expect("append");
+                }
+            }
+        }
+        Subject {
+            name: if pg.is_some() { "PostgreSQL" } else { "SQLite" },
+            _dir: dir,
+            root,
+            id,
+            store_url,
+            stored,
         }
     }
-    let run = |turns: usize| {
-        let mut samples = Vec::new();
-        for _ in 0..RUNS {
-            let mut script: Vec<Reply> = (0..turns)
-                .map(|_| Reply::tool_use("Read", json!({"file_path": "notes.txt"})))
-                .collect();
-            script.push(Reply::text("done"));
-            let server = FakeServer::start(script);
-            let mut cmd = flower_cmd(
-                flower,
-                &server,
-                &root,
-                &[
-                    "once",
-                    "再读一遍",
-                    "--json",
-                    "--resume",
-                    &id,
-                    "--allowed-tools",
-                    "Read",
-                ],
-            );
-            if let Some(url) = &store_url {
-                cmd.env("FLOWER_STORE", url);
-            }
-            let (usage, _) = measure(cmd, &root);
-            samples.push(usage);
+
+    /// One `once --resume` of the session that makes `turns` tool calls and ends.
+    fn run(&self, flower: &str, turns: usize) -> Usage {
+        let mut script: Vec<Reply> = (0..turns)
+            .map(|_| Reply::tool_use("Read", json!({"file_path": "notes.txt"})))
+            .collect();
+        script.push(Reply::text("done"));
+        let server = FakeServer::start(script);
+        let mut cmd = flower_cmd(
+            flower,
+            &server,
+            &self.root,
+            &[
+                "once",
+                "再读一遍",
+                "--json",
+                "--resume",
+                &self.id,
+                "--allowed-tools",
+                "Read",
+            ],
+        );
+        if let Some(url) = &self.store_url {
+            cmd.env("FLOWER_STORE", url);
         }
-        samples.sort_by_key(|u| u.cpu);
-        samples.swap_remove(samples.len() / 2)
+        measure(cmd, &self.root).0
+    }
+
+    /// Prints the resume's and a live turn's figures; returns a live turn's wall time.
+    fn report(&self, n: usize, resume: Usage, live: Usage) -> Duration {
+        let name = self.name;
+        let per_history_turn = resume.cpu / n as u32;
+        let rss_goal = 2 * self.stored as u64 + 12 * 1024 * 1024;
+        println!(
+            "  {name}: stored {:.1} MB of entries; resume + 1 turn: wall {:.0} ms, CPU {:.0} ms ({:.1} µs per turn of history; goal <= 20: {}), peak RSS {:.1} MiB (goal <= {:.1}: {})",
+            self.stored as f64 / 1e6,
+            ms(resume.wall),
+            ms(resume.cpu),
+            per_history_turn.as_secs_f64() * 1e6,
+            verdict(per_history_turn <= Duration::from_micros(20)),
+            mib(resume.max_rss),
+            mib(rss_goal),
+            verdict(resume.max_rss <= rss_goal),
+        );
+        let turn_wall = live.wall.saturating_sub(resume.wall) / LIVE_TURNS as u32;
+        let turn_cpu = live.cpu.saturating_sub(resume.cpu) / LIVE_TURNS as u32;
+        println!(
+            "  {name}: one live turn at this length: wall {:.2} ms, CPU {:.2} ms (peak RSS {:.1} MiB over {LIVE_TURNS} more turns)",
+            ms(turn_wall),
+            ms(turn_cpu),
+            mib(live.max_rss),
+        );
+        turn_wall
+    }
+}
+
+/// Each figure's own median: the run with the median CPU time need not have the median
+/// wall time, and a live turn's wall is a difference of two medians.
+fn median(samples: Vec<Usage>) -> Usage {
+    let middle = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
     };
-    let resume = run(0);
-    let live = run(LIVE_TURNS);
-    let per_history_turn = resume.cpu / n as u32;
-    let rss_goal = 2 * stored as u64 + 12 * 1024 * 1024;
-    println!(
-        "  {name}: stored {:.1} MB of entries; resume + 1 turn: wall {:.0} ms, CPU {:.0} ms ({:.1} µs per turn of history; goal <= 20: {}), peak RSS {:.1} MiB (goal <= {:.1}: {})",
-        stored as f64 / 1e6,
-        ms(resume.wall),
-        ms(resume.cpu),
-        per_history_turn.as_secs_f64() * 1e6,
-        verdict(per_history_turn <= Duration::from_micros(20)),
-        mib(resume.max_rss),
-        mib(rss_goal),
-        verdict(resume.max_rss <= rss_goal),
-    );
-    let turn_wall = live.wall.saturating_sub(resume.wall) / LIVE_TURNS as u32;
-    let turn_cpu = live.cpu.saturating_sub(resume.cpu) / LIVE_TURNS as u32;
-    println!(
-        "  {name}: one live turn at this length: wall {:.2} ms, CPU {:.2} ms (peak RSS {:.1} MiB over {LIVE_TURNS} more turns)",
-        ms(turn_wall),
-        ms(turn_cpu),
-        mib(live.max_rss),
-    );
-    turn_wall
+    let nanos = |d: Duration| d.as_nanos() as u64;
+    Usage {
+        wall: Duration::from_nanos(middle(samples.iter().map(|u| nanos(u.wall)).collect())),
+        cpu: Duration::from_nanos(middle(samples.iter().map(|u| nanos(u.cpu)).collect())),
+        max_rss: middle(samples.iter().map(|u| u.max_rss).collect()),
+    }
 }
 
 fn verdict(ok: bool) -> &'static str {

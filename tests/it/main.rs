@@ -69,6 +69,7 @@ mod store_migrate;
 mod store_mismatch;
 mod store_network_drop;
 mod store_postgres;
+mod store_postgres_writers;
 mod store_prune;
 mod store_prune_edges;
 mod store_shared_run;

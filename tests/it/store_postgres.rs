@@ -314,9 +314,9 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
              WHERE pid <> pg_backend_pid() AND application_name = '{name}'"
         ),
     );
-    // Every pooled connection may meet its dead socket once, in whichever call the
-    // pool hands it to; then it reconnects. So over all the calls that follow, at most
-    // POOL_SIZE fail, each with an error naming the database.
+    // Every connection (the pool's, the append connection) may meet its dead socket
+    // once, in whichever call it serves; then it reconnects. So over all the calls that
+    // follow, at most CONNECTIONS fail, each with an error naming the database.
     let mut failures = 0;
     let loaded = retrying(&mut failures, || store.load(&key));
     assert_eq!(loaded.unwrap().len(), 10);
@@ -328,7 +328,7 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
 }
 
 /// `call` until it succeeds, counting its failures into `failures`, at most
-/// `POOL_SIZE` in all (one per dead pooled connection), each naming the database.
+/// `CONNECTIONS` in all (one per dead connection), each naming the database.
 fn retrying<T>(
     failures: &mut usize,
     mut call: impl FnMut() -> Result<T, flower::stores::StoreError>,
@@ -339,7 +339,7 @@ fn retrying<T>(
             Err(e) => {
                 assert!(e.to_string().contains("postgres://"), "{e}");
                 *failures += 1;
-                assert!(*failures <= flower::stores::postgres::POOL_SIZE, "{e}");
+                assert!(*failures <= flower::stores::postgres::CONNECTIONS, "{e}");
             }
         }
     }

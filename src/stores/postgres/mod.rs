@@ -48,6 +48,7 @@
 
 mod lease;
 mod locks;
+mod pipe;
 mod pool;
 mod runs;
 mod schema;
@@ -61,7 +62,9 @@ pub use url::{PostgresUrl, UrlError};
 
 use lease::*;
 use locks::*;
+use pipe::*;
 use pool::*;
+use transcripts::WrittenSummary;
 
 use super::prune::{self, PruneOptions};
 use super::summary::fold_session_summary;
@@ -88,6 +91,10 @@ pub const TCP_USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// How many connections (threads) a store keeps.
 pub const POOL_SIZE: usize = 2;
 
+/// How many connections a store's calls use at most: the pool and the append
+/// connection (`pipe.rs`); besides them, one that holds session locks, when one is held.
+pub const CONNECTIONS: usize = POOL_SIZE + 1;
+
 /// The PostgreSQL [`SessionStore`]. `Send + Sync`; cheap to share behind an `Arc`.
 pub struct PostgresStore {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
@@ -97,6 +104,11 @@ pub struct PostgresStore {
     locker: Mutex<Option<mpsc::Sender<LockJob>>>,
     /// The schema the store's tables are in (`current_schema()`), read at open.
     schema: std::sync::OnceLock<String>,
+    /// The append connection's queue (`pipe.rs`), started on first use.
+    pipe: Mutex<Option<mpsc::Sender<Piped>>>,
+    /// Each session's summary as this process last wrote it, so that the next append
+    /// can fold into it without reading it first (`transcripts.rs`).
+    summaries: Mutex<std::collections::HashMap<(String, String), WrittenSummary>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -144,6 +156,8 @@ impl PostgresStore {
             url: url.clone(),
             locker: Mutex::new(None),
             schema: std::sync::OnceLock::new(),
+            pipe: Mutex::new(None),
+            summaries: Mutex::new(std::collections::HashMap::new()),
         };
         store.migrate()?;
         let schema: Option<String> =

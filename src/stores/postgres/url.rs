@@ -6,6 +6,8 @@ use super::*;
 #[derive(Clone)]
 pub struct PostgresUrl {
     pub(super) config: ::postgres::Config,
+    /// The same settings for the async driver (the pipelined appends, `pipe.rs`).
+    pub(super) async_config: tokio_postgres::Config,
     pub(super) shown: String,
 }
 
@@ -48,8 +50,9 @@ impl FromStr for PostgresUrl {
         else {
             return Err(UrlError::Scheme);
         };
-        let mut config = ::postgres::Config::from_str(text).map_err(UrlError::Driver)?;
-        network_timeouts(&mut config);
+        let mut async_config = tokio_postgres::Config::from_str(text).map_err(UrlError::Driver)?;
+        network_timeouts(&mut async_config);
+        let config = ::postgres::Config::from(async_config.clone());
         if config.get_hosts().is_empty() {
             return Err(UrlError::NoHost);
         }
@@ -62,7 +65,11 @@ impl FromStr for PostgresUrl {
             Some((authority, path)) => format!("postgres://{}/{path}", redact(authority)),
             None => format!("postgres://{}", redact(rest)),
         };
-        Ok(PostgresUrl { config, shown })
+        Ok(PostgresUrl {
+            config,
+            async_config,
+            shown,
+        })
     }
 }
 
@@ -80,7 +87,7 @@ pub(super) fn redact(authority: &str) -> String {
 /// URL left the driver's defaults (keepalives after 2 hours idle, no user timeout).
 /// `tcp_user_timeout` in the URL counts milliseconds, as in libpq (the driver reads
 /// seconds: `tcp_user_timeout=30000`, meant as 30 s, would wait over 8 hours).
-fn network_timeouts(config: &mut ::postgres::Config) {
+fn network_timeouts(config: &mut tokio_postgres::Config) {
     use std::time::Duration;
     if config.get_keepalives() {
         if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {

@@ -1,0 +1,121 @@
+//! Several processes appending to one PostgreSQL session. Each store folds a session's
+//! summary from the copy it wrote last and sends the append in one round trip; when
+//! another writer moved the summary meanwhile (or an entry was there already), it must
+//! notice and fold from what is stored. The check: whoever writes, replays or deletes,
+//! the transcript and the summary are what the SQLite store (which reads the summary
+//! inside its transaction) makes of the same calls.
+
+use crate::support::postgres as pg;
+use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// One call, by writer 0 or 1.
+#[derive(Debug, Clone)]
+enum Call {
+    Append(usize, Vec<Value>),
+    /// Batch `k` (modulo how many there were) again: every uuid in it is stored already.
+    Replay(usize, usize),
+    Delete(usize),
+}
+
+/// An entry with a uuid from a small set (so batches repeat uuids, within and across
+/// them) and one field the summary folds.
+fn entry() -> impl Strategy<Value = Value> {
+    (prop::option::of(0u8..6), 0u8..7, 0u8..3).prop_map(|(uuid, field, n)| {
+        let mut entry = match field {
+            0 => json!({"type": "user", "message": {"role": "user", "content": format!("prompt {n}")}}),
+            1 => json!({"type": "x", "customTitle": format!("title {n}")}),
+            2 => json!({"type": "tag", "tag": if n == 0 { String::new() } else { format!("tag {n}") }}),
+            3 => json!({"type": "x", "gitBranch": format!("branch {n}")}),
+            4 => json!({"type": "x", "cwd": format!("/work/{n}")}),
+            5 => json!({"type": "x", "timestamp": format!("2026-01-0{}T00:00:00Z", n + 1)}),
+            _ => json!({"type": "x", "lastPrompt": format!("last {n}")}),
+        };
+        if let Some(uuid) = uuid {
+            entry["uuid"] = json!(format!("u{uuid}"));
+        }
+        entry
+    })
+}
+
+fn call() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        6 => (0usize..2, prop::collection::vec(entry(), 1..4)).prop_map(|(w, b)| Call::Append(w, b)),
+        2 => (0usize..2, 0usize..8).prop_map(|(w, k)| Call::Replay(w, k)),
+        1 => (0usize..2).prop_map(Call::Delete),
+    ]
+}
+
+fn summaries(store: &dyn SessionStore) -> Vec<(String, Value)> {
+    let mut all: Vec<_> = store
+        .list_session_summaries("p")
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.session_id, s.data))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn two_writers_leave_the_summary_sqlite_makes(calls in prop::collection::vec(call(), 1..14)) {
+        let Some(url) = pg::fresh_url() else { return Ok(()) };
+        let writers = [
+            PostgresStore::open(&url.parse().unwrap()).unwrap(),
+            PostgresStore::open(&url.parse().unwrap()).unwrap(),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = SqliteSessionStore::open(&dir.path().join("sessions.db")).unwrap();
+        let key = SessionKey::main("p", "s");
+        let mut batches: Vec<Vec<Value>> = Vec::new();
+        for call in calls {
+            match call {
+                Call::Append(w, batch) => {
+                    let stored = writers[w].append_counted(&key, &batch).unwrap();
+                    prop_assert_eq!(stored, sqlite.append_counted(&key, &batch).unwrap());
+                    batches.push(batch);
+                }
+                Call::Replay(w, k) if !batches.is_empty() => {
+                    let batch = batches[k % batches.len()].clone();
+                    let stored = writers[w].append_counted(&key, &batch).unwrap();
+                    prop_assert_eq!(stored, sqlite.append_counted(&key, &batch).unwrap());
+                }
+                Call::Replay(..) => {}
+                Call::Delete(w) => {
+                    writers[w].delete(&key).unwrap();
+                    sqlite.delete(&key).unwrap();
+                }
+            }
+            prop_assert_eq!(writers[0].load(&key).unwrap(), sqlite.load(&key).unwrap());
+            prop_assert_eq!(summaries(&writers[1]), summaries(&sqlite));
+        }
+    }
+}
+
+/// The summary's `mtime` never goes back, whichever writer wrote last.
+#[test]
+fn the_summary_time_never_goes_back_between_writers() {
+    let Some(url) = pg::fresh_url() else { return };
+    let writers = [
+        PostgresStore::open(&url.parse().unwrap()).unwrap(),
+        PostgresStore::open(&url.parse().unwrap()).unwrap(),
+    ];
+    let key = SessionKey::main("p", "s");
+    let mut last = 0;
+    for i in 0..20 {
+        writers[i % 3 / 2]
+            .append(&key, &[json!({"type": "x", "uuid": format!("u{i}")})])
+            .unwrap();
+        let mtime = writers[0].list_session_summaries("p").unwrap()[0].mtime;
+        assert!(mtime >= last, "{mtime} < {last}");
+        last = mtime;
+    }
+}
