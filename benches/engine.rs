@@ -119,6 +119,7 @@ fn one_turn(flower: &str) {
     measure(warm, dir.path());
     println!();
     println!("one-turn `flower once` (n={ONE_TURN_RUNS} each):");
+    println!("  {}", hot_symbols_found(flower));
     for existing in [false, true] {
         let mut walls = Vec::new();
         let mut rss = Vec::new();
@@ -161,6 +162,34 @@ fn one_turn(flower: &str) {
             verdict(rss_max <= 20 * 1024 * 1024)
         );
     }
+}
+
+/// How many of `link/hot-symbols.txt`'s names the binary holds. The list names
+/// functions as mangled for one build, and a change to the crate graph renames them:
+/// a stale list shows here as a figure, not only as a higher peak below.
+fn hot_symbols_found(flower: &str) -> String {
+    let list = concat!(env!("CARGO_MANIFEST_DIR"), "/link/hot-symbols.txt");
+    let Ok(text) = std::fs::read_to_string(list) else {
+        return format!("hot-symbol list: cannot read {list}");
+    };
+    let names: std::collections::HashSet<&str> = text.lines().collect();
+    let Ok(out) = std::process::Command::new("nm")
+        .args(["--defined-only", flower])
+        .output()
+    else {
+        return "hot-symbol list: `nm` is not installed; cannot count its names in the binary"
+            .into();
+    };
+    let found = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.rsplit(' ').next())
+        .filter(|name| names.contains(name))
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    format!(
+        "hot-symbol list: {found} of its {} names are in this binary (it holds both the release and the bench build's names; a fresh list finds about as many as it recorded for this build: run link/hot-symbols.sh when the figure falls)",
+        names.len()
+    )
 }
 
 /// The long session a resume measurement continues.

@@ -282,3 +282,31 @@ fn a_statement_lost_on_the_way_ends_at_the_tcp_user_timeout() {
         Dropping::DataToTheDatabase,
     );
 }
+
+/// A connection to a host that drops every packet (no answer to the SYN, no refusal)
+/// ends at the connect timeout, 10 s unless the URL says: an outage to wait out, not
+/// the kernel's two minutes of SYN retries first.
+#[test]
+fn a_connection_never_answered_ends_at_the_connect_timeout() {
+    let Some(url) = pg::fresh_url() else { return };
+    let Some(mut link) = DroppingLink::new() else {
+        return;
+    };
+    let at = link.forward(address(&url));
+    link.drop_packets();
+    for (params, within) in [
+        ("", Duration::from_secs(60)),
+        ("connect_timeout=1", Duration::from_secs(8)),
+    ] {
+        let started = Instant::now();
+        let opened = PostgresStore::open(&through(&url, at, params).parse().unwrap());
+        let waited = started.elapsed();
+        match opened {
+            Err(error @ flower::stores::StoreError::Unavailable { .. }) => {
+                assert!(error.is_transient(), "{error}")
+            }
+            other => panic!("an outage, not {other:?}"),
+        }
+        assert!(waited < within, "{params:?}: gave up after {waited:?}");
+    }
+}

@@ -83,8 +83,9 @@ pub(super) fn redact(authority: &str) -> String {
     }
 }
 
-/// Keepalives and a user timeout on every connection (see the module docs), where the
-/// URL left the driver's defaults (keepalives after 2 hours idle, no user timeout).
+/// Keepalives, a connect timeout and a user timeout on every connection (see the module
+/// docs), where the URL left the driver's defaults (keepalives after 2 hours idle, no
+/// timeouts).
 /// `tcp_user_timeout` in the URL counts milliseconds, as in libpq (the driver reads
 /// seconds: `tcp_user_timeout=30000`, meant as 30 s, would wait over 8 hours).
 fn network_timeouts(config: &mut tokio_postgres::Config) {
@@ -99,6 +100,11 @@ fn network_timeouts(config: &mut tokio_postgres::Config) {
         if config.get_keepalives_retries().is_none() {
             config.keepalives_retries(3);
         }
+    }
+    // Without it, a connection to a host that drops packets waits for the kernel's
+    // SYN retries (about two minutes) before the outage wait can begin.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
     }
     // The driver stored the URL's whole number N as N seconds.
     let timeout = match config.get_tcp_user_timeout() {
