@@ -365,19 +365,23 @@ const INSERT_FOLDING_SUMMARY: &str = concat!(
      SELECT count(*) FROM ins"
 );
 
-const FOLDING_TYPES: [Type; 11] = [
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::TEXT_ARRAY,
-    Type::INT8,
-    Type::INT8,
-    Type::TEXT,
-    Type::INT8,
-    Type::TEXT,
-];
+/// [`ENTRY_TYPES`], then the summary's: as last written, as folded now.
+const FOLDING_TYPES: [Type; 11] = {
+    let [a, b, c, d, e, f, g] = ENTRY_TYPES;
+    [
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+    ]
+};
 
 /// Whether `e` is [`INSERT_FOLDING_SUMMARY`] finding that the summary moved (or an
 /// entry was there already): the NULL `mtime` it writes then.
