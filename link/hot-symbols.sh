@@ -9,7 +9,8 @@
 # `cargo build --release` (what the README builds) and `cargo bench` (the dev-dependencies
 # are in its graph): each part is recorded from both binaries and the names of both kept
 # (LLD skips the names a binary does not have).
-# Needs valgrind (callgrind). Run from the repository root, then rebuild:
+# Needs valgrind (callgrind); with FLOWER_TEST_POSTGRES_URL set (see .ci/postgres.sh) it
+# also covers the PostgreSQL store. Run from the repository root, then rebuild:
 #   link/hot-symbols.sh && cargo build --release
 set -euo pipefail
 out=$(mktemp -d)
@@ -23,7 +24,9 @@ mkdir "$out/one" "$out/resume"
 # Each part's runs under callgrind (names left mangled), into a directory of its own:
 # the one-turn part first, so that its functions lie together at the very start.
 # `record BIN`: the one-turn runs, `--version` and the session-length bench's resume and
-# live turns (SQLite) of that binary; an empty BIN is the bench's own build.
+# live turns of that binary (SQLite, and PostgreSQL when FLOWER_TEST_POSTGRES_URL names a
+# server: its append connection and resume are laid out with the rest); an empty BIN is
+# the bench's own build.
 record() {
     local tag=$1 bin=$2
     env ${bin:+FLOWER_BENCH_BIN=$bin} \
@@ -31,7 +34,7 @@ record() {
         cargo bench --bench engine -- one > /dev/null
     valgrind --tool=callgrind --demangle=no --callgrind-out-file="$out/one/cg.$tag.version" \
         "${bin:-target/release/flower}" --version > /dev/null 2>&1
-    env -u FLOWER_TEST_POSTGRES_URL ${bin:+FLOWER_BENCH_BIN=$bin} \
+    env ${bin:+FLOWER_BENCH_BIN=$bin} \
         FLOWER_BENCH_WRAP="valgrind --tool=callgrind --demangle=no --callgrind-out-file=$out/resume/cg.$tag.%p" \
         cargo bench --bench session_length -- 100 > /dev/null
 }
