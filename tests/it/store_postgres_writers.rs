@@ -100,22 +100,36 @@ proptest! {
     }
 }
 
-/// The summary's `mtime` never goes back, whichever writer wrote last.
+/// The summary's `mtime` is the time of the latest append, whichever writer made it and
+/// whichever way (folded from its own copy or read first), and never goes back.
 #[test]
-fn the_summary_time_never_goes_back_between_writers() {
+fn the_summary_time_is_the_latest_appends_between_writers() {
     let Some(url) = pg::fresh_url() else { return };
     let writers = [
         PostgresStore::open(&url.parse().unwrap()).unwrap(),
         PostgresStore::open(&url.parse().unwrap()).unwrap(),
     ];
     let key = SessionKey::main("p", "s");
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
     let mut last = 0;
     for i in 0..20 {
+        let before = now_ms();
+        // Writer 0 twice, then writer 1: each writer appends after itself and after
+        // the other.
         writers[i % 3 / 2]
             .append(&key, &[json!({"type": "x", "uuid": format!("u{i}")})])
             .unwrap();
         let mtime = writers[0].list_session_summaries("p").unwrap()[0].mtime;
-        assert!(mtime >= last, "{mtime} < {last}");
+        assert!(
+            mtime >= before,
+            "append {i}: mtime {mtime} is older than the append ({before})"
+        );
+        assert!(mtime >= last, "append {i}: {mtime} < {last}");
         last = mtime;
     }
 }

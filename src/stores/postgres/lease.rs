@@ -185,7 +185,7 @@ impl PostgresStore {
         on_lost: OnLeaseLost,
     ) -> Result<Leased, StoreError> {
         let lease = LeaseConn {
-            config: self.url.config.clone(),
+            config: self.url.blocking(),
             run_key: run_key.to_string(),
             holder: holder.to_string(),
         };

@@ -209,7 +209,7 @@ impl PostgresStore {
         }
         let (jobs, queue) = mpsc::channel();
         let serving = Locker {
-            config: self.url.config.clone(),
+            config: self.url.blocking(),
             client: None,
             held: std::collections::HashMap::new(),
         };

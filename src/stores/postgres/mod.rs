@@ -105,7 +105,7 @@ pub struct PostgresStore {
     /// The schema the store's tables are in (`current_schema()`), read at open.
     schema: std::sync::OnceLock<String>,
     /// The append connection's queue (`pipe.rs`), started on first use.
-    pipe: Mutex<Option<mpsc::Sender<Piped>>>,
+    pipe: Mutex<Option<mpsc::Sender<PipeJob>>>,
     /// Each session's summary as this process last wrote it, so that the next append
     /// can fold into it without reading it first (`transcripts.rs`).
     summaries: Mutex<std::collections::HashMap<(String, String), WrittenSummary>>,
@@ -131,7 +131,7 @@ impl PostgresStore {
         let mut threads = Vec::with_capacity(POOL_SIZE);
         for i in 0..POOL_SIZE {
             let rx = rx.clone();
-            let config = url.config.clone();
+            let config = url.blocking();
             let thread = std::thread::Builder::new()
                 .name(format!("flower-pg-{i}"))
                 .spawn(move || {

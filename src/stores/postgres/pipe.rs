@@ -23,9 +23,14 @@ pub(super) struct Piped {
     pub(super) sql: &'static str,
     pub(super) types: &'static [Type],
     pub(super) params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>>,
-    /// The statement's one row, once the transaction committed.
-    pub(super) reply: mpsc::Sender<Result<tokio_postgres::Row, tokio_postgres::Error>>,
 }
+
+/// A [`Piped`] transaction and where its answer goes: the statement's one row, once the
+/// transaction committed, or the first error it met.
+pub(super) type PipeJob = (
+    Piped,
+    mpsc::Sender<Result<tokio_postgres::Row, tokio_postgres::Error>>,
+);
 
 /// The connection and what was prepared on it.
 struct Connection {
@@ -39,13 +44,10 @@ impl PostgresStore {
     /// row it returns. An error is the first one the transaction met; nothing of it
     /// was committed unless the error is the connection's own (the answer to `COMMIT`
     /// lost), as with any commit.
-    pub(super) fn pipe(
-        &self,
-        make: impl FnOnce(mpsc::Sender<Result<tokio_postgres::Row, tokio_postgres::Error>>) -> Piped,
-    ) -> Result<tokio_postgres::Row, PipeError> {
+    pub(super) fn pipe(&self, piped: Piped) -> Result<tokio_postgres::Row, PipeError> {
         let (reply, answer) = mpsc::channel();
         let jobs = self.pipe_queue().map_err(PipeError::Store)?;
-        if jobs.send(make(reply)).is_err() {
+        if jobs.send((piped, reply)).is_err() {
             return Err(PipeError::Store(self.error("数据库线程停了")));
         }
         match answer.recv() {
@@ -54,13 +56,13 @@ impl PostgresStore {
         }
     }
 
-    fn pipe_queue(&self) -> Result<mpsc::Sender<Piped>, StoreError> {
+    fn pipe_queue(&self) -> Result<mpsc::Sender<PipeJob>, StoreError> {
         let mut pipe = self.pipe.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(jobs) = pipe.as_ref() {
             return Ok(jobs.clone());
         }
-        let (jobs, queue) = mpsc::channel::<Piped>();
-        let config = self.url.async_config.clone();
+        let (jobs, queue) = mpsc::channel::<PipeJob>();
+        let config = self.url.config.clone();
         let io_error = |source| StoreError::Io {
             what: "起不了数据库线程".into(),
             source,
@@ -75,8 +77,9 @@ impl PostgresStore {
                 let mut connection = None;
                 // Between jobs the connection is not driven (as with the blocking
                 // driver); the idle check below finds one that died meanwhile.
-                while let Ok(job) = queue.recv() {
-                    runtime.block_on(serve(&config, &mut connection, job));
+                while let Ok((piped, reply)) = queue.recv() {
+                    let result = runtime.block_on(serve(&config, &mut connection, &piped));
+                    let _ = reply.send(result);
                 }
             })
             .map_err(io_error)?;
@@ -91,15 +94,19 @@ pub(super) enum PipeError {
     Driver(tokio_postgres::Error),
 }
 
-async fn serve(config: &tokio_postgres::Config, slot: &mut Option<Connection>, job: Piped) {
-    let result = run(config, slot, &job).await;
+async fn serve(
+    config: &tokio_postgres::Config,
+    slot: &mut Option<Connection>,
+    job: &Piped,
+) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+    let result = run(config, slot, job).await;
     // A connection-class error drops the connection, so that the next job reconnects.
     if let Err(e) = &result
         && (is_unavailable(e) || slot.as_ref().is_some_and(|c| c.client.is_closed()))
     {
         *slot = None;
     }
-    let _ = job.reply.send(result);
+    result
 }
 
 async fn run(

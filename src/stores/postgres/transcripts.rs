@@ -39,16 +39,16 @@ impl PostgresStore {
         let begin = format!("BEGIN; {lazy}SELECT pg_advisory_xact_lock({lock})");
         let now = now_ms();
         if key.subpath.is_some() {
-            let row = self
-                .pipe(|reply| Piped {
+            let params = batch.into_params(key, now);
+            return self
+                .pipe(Piped {
                     begin,
                     sql: INSERT_ENTRIES,
                     types: &ENTRY_TYPES,
-                    params: batch.params(key, now),
-                    reply,
+                    params,
                 })
-                .map_err(|e| self.pipe_failed(e))?;
-            return Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+                .and_then(stored)
+                .map_err(|e| self.pipe_failed(e));
         }
         let session = (key.project_key.clone(), key.session_id.clone());
         // Taken out while this append runs: put back only once a write is known.
@@ -57,35 +57,37 @@ impl PostgresStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&session);
-        if let Some(prev) = kept
-            && batch.uuids_distinct()
-        {
-            let data = fold_session_summary(Some(prev.data), entries);
-            let written = WrittenSummary {
-                mtime: now.max(prev.mtime),
-                text: data.to_string(),
-                data,
-            };
-            let mut params = batch.params(key, now);
-            params.push(Box::new(prev.mtime));
-            params.push(Box::new(prev.text));
-            params.push(Box::new(written.mtime));
-            params.push(Box::new(written.text.clone()));
-            match self.pipe(|reply| Piped {
-                begin: begin.clone(),
-                sql: INSERT_FOLDING_SUMMARY,
-                types: &FOLDING_TYPES,
-                params,
-                reply,
-            }) {
-                Ok(row) => {
-                    self.keep_summary(session, written);
-                    return Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        let batch = match kept {
+            Some(prev) if batch.uuids_distinct() => {
+                let data = fold_session_summary(Some(prev.data), entries);
+                let written = WrittenSummary {
+                    mtime: now.max(prev.mtime),
+                    text: data.to_string(),
+                    data,
+                };
+                let mut params = batch.into_params(key, now);
+                params.push(Box::new(prev.mtime));
+                params.push(Box::new(prev.text));
+                params.push(Box::new(written.mtime));
+                params.push(Box::new(written.text.clone()));
+                let piped = Piped {
+                    begin: begin.clone(),
+                    sql: INSERT_FOLDING_SUMMARY,
+                    types: &FOLDING_TYPES,
+                    params,
+                };
+                match self.pipe(piped).and_then(stored) {
+                    Ok(count) => {
+                        self.keep_summary(session, written);
+                        return Ok(count);
+                    }
+                    // Rare: the batch is made again rather than copied on every append.
+                    Err(PipeError::Driver(e)) if summary_moved(&e) => Batch::of(entries)?,
+                    Err(e) => return Err(self.pipe_failed(e)),
                 }
-                Err(PipeError::Driver(e)) if summary_moved(&e) => {}
-                Err(e) => return Err(self.pipe_failed(e)),
             }
-        }
+            _ => batch,
+        };
         let (count, written) = self.append_reading_summary(key, entries, batch, &begin, now)?;
         if let Some(written) = written {
             self.keep_summary(session, written);
@@ -275,9 +277,9 @@ impl Batch {
             .all(|uuid| seen.insert(uuid.as_str()))
     }
 
-    /// The parameters of [`ENTRY_TYPES`].
-    fn params(
-        &self,
+    /// The parameters of [`ENTRY_TYPES`], the batch moved into them.
+    fn into_params(
+        self,
         key: &SessionKey,
         now: i64,
     ) -> Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>> {
@@ -285,12 +287,18 @@ impl Batch {
             Box::new(key.project_key.clone()),
             Box::new(key.session_id.clone()),
             Box::new(key.subpath.clone().unwrap_or_default()),
-            Box::new(self.uuids.clone()),
-            Box::new(self.kinds.clone()),
-            Box::new(self.datas.clone()),
+            Box::new(self.uuids),
+            Box::new(self.kinds),
+            Box::new(self.datas),
             Box::new(now),
         ]
     }
+}
+
+/// How many entries a piped append stored: its row's first column.
+fn stored(row: tokio_postgres::Row) -> Result<usize, PipeError> {
+    let count: i64 = row.try_get(0).map_err(PipeError::Driver)?;
+    Ok(usize::try_from(count).unwrap_or(0))
 }
 
 /// Inserts a batch into a key's transcript ($1 project, $2 session, $3 subpath, $4–$6

@@ -5,10 +5,17 @@ use super::*;
 /// A validated store URL: `postgres://` or `postgresql://`, parseable by the driver.
 #[derive(Clone)]
 pub struct PostgresUrl {
-    pub(super) config: ::postgres::Config,
-    /// The same settings for the async driver (the pipelined appends, `pipe.rs`).
-    pub(super) async_config: tokio_postgres::Config,
+    /// The async driver's settings (the append connection, `pipe.rs`); the blocking
+    /// driver's are made from them ([`Self::blocking`]).
+    pub(super) config: tokio_postgres::Config,
     pub(super) shown: String,
+}
+
+impl PostgresUrl {
+    /// The settings for the blocking driver (the pool, the lock and lease connections).
+    pub(super) fn blocking(&self) -> ::postgres::Config {
+        ::postgres::Config::from(self.config.clone())
+    }
 }
 
 impl std::fmt::Debug for PostgresUrl {
@@ -50,9 +57,8 @@ impl FromStr for PostgresUrl {
         else {
             return Err(UrlError::Scheme);
         };
-        let mut async_config = tokio_postgres::Config::from_str(text).map_err(UrlError::Driver)?;
-        network_timeouts(&mut async_config);
-        let config = ::postgres::Config::from(async_config.clone());
+        let mut config = tokio_postgres::Config::from_str(text).map_err(UrlError::Driver)?;
+        network_timeouts(&mut config);
         if config.get_hosts().is_empty() {
             return Err(UrlError::NoHost);
         }
@@ -65,11 +71,7 @@ impl FromStr for PostgresUrl {
             Some((authority, path)) => format!("postgres://{}/{path}", redact(authority)),
             None => format!("postgres://{}", redact(rest)),
         };
-        Ok(PostgresUrl {
-            config,
-            async_config,
-            shown,
-        })
+        Ok(PostgresUrl { config, shown })
     }
 }
 
