@@ -495,7 +495,9 @@ impl Totals {
 }
 
 impl Engine {
-    pub fn new(config: EngineConfig) -> Self {
+    pub fn new(mut config: EngineConfig) -> Self {
+        // The run's record is protected from every agent's writes (the write policy).
+        config.sandbox.protect.record = Some(config.run_dir.clone());
         let conventions = &config.conventions;
         let hooks = (!conventions.hooks.is_empty()).then(|| {
             hooks::Hooks::new(

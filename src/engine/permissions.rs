@@ -71,6 +71,7 @@
 
 use super::bash_rules::{self, DenyView, NotPlain, Part};
 use crate::tools::paths;
+use crate::tools::protected;
 use crate::tools::sandbox::SandboxPolicy;
 use crate::transcript::tools as names;
 use globset::GlobMatcher;
@@ -305,19 +306,29 @@ impl Permissions {
         })
     }
 
-    /// The sandbox for this agent's Bash commands: the workspace is writable only for
-    /// an agent offered Write or Edit, and the git files stay protected unless a
-    /// Write or Edit rule names them.
+    /// The sandbox for this agent's Bash commands (and the write policy of its file
+    /// tools): the workspace is writable only for an agent offered Write or Edit, and a
+    /// protected path stays protected unless a Write or Edit rule names it
+    /// ([`crate::tools::protected`]); a rule naming `.git/hooks` or `.git/config` turns
+    /// the whole git protection off.
     pub fn sandbox(&self, base: &SandboxPolicy, workspace: &Path) -> SandboxPolicy {
         let writers = || names::ALL.iter().filter(|t| t.writes_files);
         let writes = writers().any(|t| self.offers(t.name));
-        let git_granted = [".git/hooks/pre-commit", ".git/config"].iter().any(|p| {
-            let p = workspace.join(p);
-            writers().any(|t| self.names_path(t.name, &p, workspace))
-        });
+        let named = |p: &Path| writers().any(|t| self.names_path(t.name, p, workspace));
+        let mut protect = base.protect.clone();
+        let mut git_granted = false;
+        for target in protected::candidates(base, workspace, base.protect.record.as_deref()) {
+            if target.probes().iter().any(|p| named(p)) {
+                git_granted |= matches!(target.kind, protected::Kind::Listed(e) if e.git);
+                if !protect.allowed.contains(&target.path) {
+                    protect.allowed.push(target.path);
+                }
+            }
+        }
         SandboxPolicy {
             workspace_writable: base.workspace_writable && writes,
             protect_git: base.protect_git && !git_granted,
+            protect,
             ..base.clone()
         }
     }

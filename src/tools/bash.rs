@@ -42,8 +42,9 @@ pub const TAIL_BYTES: usize = 15_000;
 const GRACE: Duration = Duration::from_millis(300);
 /// Added to the result of a sandboxed command that failed on a forbidden write.
 pub const SANDBOX_NOTE: &str = "(This command ran in flower's sandbox: it may write only in \
-the workspace, the temp directory and /dev/null; git's hooks and config files are read-only \
-and .git cannot be renamed; mounting, device nodes and terminal input are refused. A write \
+the workspace, the temp directory and /dev/null; git's hooks and config files, the protected \
+control files (.claude/settings*.json, .mcp.json, .vscode, shell rc files, …) and the run \
+directory are read-only, and .git cannot be renamed; mounting, device nodes and terminal input are refused. A write \
 elsewhere fails with \"Permission denied\" or \"Read-only file system\", a rename of a \
 protected path with \"Device or resource busy\", a refused call with \"Operation not \
 permitted\".)";

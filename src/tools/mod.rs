@@ -13,6 +13,7 @@ pub mod input;
 pub mod mcp;
 pub use crate::transcript::tools as names;
 pub mod paths;
+pub mod protected;
 pub mod process;
 pub mod read;
 pub mod sandbox;

@@ -7,6 +7,9 @@
 //! inside the workspace or the run directory (reads). A symlink inside the workspace
 //! that points outside therefore does not let a tool out.
 //!
+//! A write must also spare the protected paths ([`super::protected`]): the control
+//! files and the run's record.
+//!
 //! Not covered: a race where a directory is replaced by a symlink between the check and
 //! the use, and hard links (which cannot be told from ordinary files). Tools run in the
 //! agent's own workspace, not against an adversary racing them.
@@ -148,6 +151,9 @@ pub enum Refused {
         workspace: PathBuf,
         run_dir: PathBuf,
     },
+    /// A protected path (the write policy, [`super::protected`]).
+    #[error(transparent)]
+    Protected(#[from] super::protected::Refusal),
 }
 
 fn through(via_link: bool) -> &'static str {
@@ -182,12 +188,15 @@ fn in_additional(ctx: &ToolContext, resolved: &Path) -> bool {
 }
 
 /// Resolves a path a tool is about to write. Relative paths are relative to the
-/// workspace. The error text is ready for the model.
+/// workspace; the result must be inside it (or an additional directory) and not a
+/// protected path ([`super::protected::check_write`]). The error text is ready for the
+/// model.
 pub fn resolve_for_write(ctx: &ToolContext, path: &str) -> Result<PathBuf, Refused> {
     check_input(path)?;
     let ws = root(&ctx.workspace);
     let resolved = resolve(&ws, Path::new(path))?;
     if resolved.starts_with(&ws) || in_additional(ctx, &resolved) {
+        super::protected::check_write(&ctx.sandbox, &ws, &ctx.run_dir, path, &resolved)?;
         return Ok(resolved);
     }
     let via_link = lexical(&ws, Path::new(path)).starts_with(&ws);

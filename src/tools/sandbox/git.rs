@@ -41,6 +41,9 @@ pub(super) struct Protected {
     /// repository's config); git needs its directory writable, so they are removed
     /// after the command instead ([`super::Prepared::sweep`]).
     pub absent: Vec<PathBuf>,
+    /// Every path above, existing or not, and those that would be created or protected
+    /// if they existed: what the file tools refuse to write ([`named`]).
+    pub named: Vec<PathBuf>,
 }
 
 struct Finder<'a> {
@@ -52,6 +55,11 @@ struct Finder<'a> {
     global: Option<PathBuf>,
     out: Protected,
     configs_read: Vec<PathBuf>,
+}
+
+/// Every path git's protection names for `workspace`, existing or not; creates nothing.
+pub(crate) fn named(workspace: &Path, user: &UserGitConfig) -> Vec<PathBuf> {
+    protected(workspace, &[], user).named
 }
 
 /// What to protect for a command in `workspace`; missing files are created only
@@ -78,6 +86,9 @@ impl Finder<'_> {
     }
 
     fn read_only(&mut self, p: PathBuf) {
+        if !self.out.named.contains(&p) {
+            self.out.named.push(p.clone());
+        }
         if p.symlink_metadata().is_ok() && !self.out.read_only.contains(&p) {
             self.out.read_only.push(p);
         }
@@ -150,6 +161,7 @@ impl Finder<'_> {
         let commondir = gitdir.join("commondir");
         if commondir.symlink_metadata().is_err() {
             self.out.absent.push(commondir.clone());
+            self.out.named.push(commondir.clone());
         }
         if let Ok(text) = std::fs::read_to_string(&commondir) {
             self.read_only(commondir);
@@ -191,6 +203,7 @@ impl Finder<'_> {
                 self.pin(p.clone());
                 if p.join("commondir").symlink_metadata().is_err() {
                     self.out.absent.push(p.join("commondir"));
+                    self.out.named.push(p.join("commondir"));
                 }
                 self.file(p.join("config"));
                 self.hooks_dir(p.join("hooks"));

@@ -34,6 +34,7 @@ mod seccomp;
 
 pub use namespaces::{forget_namespaces, is_stale};
 
+use crate::tools::protected::{Absent, Protection};
 use namespaces::{Namespaces, Plan};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -60,6 +61,9 @@ pub struct SandboxPolicy {
     pub additional_dirs: Vec<PathBuf>,
     /// Where the user's git configuration lives, kept read-only with `protect_git`.
     pub user_git: UserGitConfig,
+    /// The protected paths' opt-outs and the run's record ([`crate::tools::protected`]),
+    /// which bind the file tools too, with or without the sandbox.
+    pub protect: Protection,
 }
 
 /// Where the user's git configuration lives: resolved by the settings from `HOME`,
@@ -85,6 +89,7 @@ impl SandboxPolicy {
             protect_git: true,
             additional_dirs: Vec::new(),
             user_git: UserGitConfig::default(),
+            protect: Protection::default(),
         }
     }
 
@@ -247,7 +252,7 @@ pub struct Prepared {
     refuse: Option<i32>,
     warn: bool,
     /// Files the command must not leave behind.
-    absent: Vec<PathBuf>,
+    absent: Vec<Absent>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -325,33 +330,21 @@ pub fn prepare_with(
     }))
 }
 
-/// Files a command must not leave behind, removed after it ends.
+/// Files a command must not leave behind, removed after it ends (see [`Absent`]).
 #[derive(Debug, Clone, Default)]
-pub struct Sweep(Vec<PathBuf>);
+pub struct Sweep(Vec<Absent>);
 
 impl Sweep {
     /// Removes what the command created of them; one line for each, for its result.
     pub fn run(&self) -> Vec<String> {
-        let mut notes = Vec::new();
-        for p in &self.0 {
-            if p.symlink_metadata().is_ok() {
-                let removed = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir_all(p));
-                notes.push(match removed {
-                    Ok(()) => format!(
-                        "flower removed {}, which this command created: git would have read \
-                         another repository's config through it.",
-                        p.display()
-                    ),
-                    Err(e) => format!(
-                        "flower could not remove {} ({e}), which this command created: git \
-                         would read another repository's config through it.",
-                        p.display()
-                    ),
-                });
-            }
-        }
-        notes
+        self.0.iter().filter_map(Absent::sweep).collect()
     }
+}
+
+/// Every path git's protection names for `workspace`, existing or not (what the file
+/// tools refuse to write); creates nothing.
+pub(crate) fn git_named(workspace: &Path, user: &UserGitConfig) -> Vec<PathBuf> {
+    git::named(workspace, user)
 }
 
 impl Prepared {

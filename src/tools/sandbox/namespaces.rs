@@ -9,6 +9,7 @@
 
 use super::mounts::{self, MAX_ROOTS, View};
 use super::{SandboxError, SandboxPolicy, cstring, git};
+use crate::tools::protected::{self, Absent};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt as _;
@@ -34,9 +35,13 @@ pub(super) struct Plan {
     expect: Vec<Expect>,
     /// A read-only workspace inside a writable root: only a mount keeps it read-only.
     workspace_mounted: bool,
-    /// Files to remove should the command create them (see [`git::Protected::absent`]).
-    pub(super) absent: Vec<PathBuf>,
+    /// Files to remove should the command create them (see [`git::Protected::absent`]
+    /// and [`protected::for_commands`]).
+    pub(super) absent: Vec<Absent>,
 }
+
+/// Why a new `commondir` is removed (for the command's result).
+const COMMONDIR: &str = "git 会经它读另一个仓库的配置";
 
 /// Whether `p` lies strictly beneath `root`.
 fn beneath(p: &Path, root: &Path) -> bool {
@@ -82,20 +87,28 @@ impl Plan {
         let workspace_mounted = !policy.workspace_writable && inside_root(workspace);
         let mut read_only: Vec<PathBuf> = Vec::new();
         let mut pinned: Vec<PathBuf> = Vec::new();
-        let mut absent: Vec<PathBuf> = Vec::new();
+        let mut absent: Vec<Absent> = Vec::new();
         if workspace_mounted {
             read_only.push(workspace.to_path_buf());
         }
+        // Only what a command could otherwise write needs a mount; inside a read-only
+        // workspace, its own mount covers it.
+        let needed = |p: &PathBuf| inside_root(p) && !(workspace_mounted && beneath(p, workspace));
         if policy.protect_git {
             let git = git::protected(workspace, roots, &policy.user_git);
-            // Only what a command could otherwise write needs a mount; inside a
-            // read-only workspace, its own mount covers it.
-            let needed =
-                |p: &PathBuf| inside_root(p) && !(workspace_mounted && beneath(p, workspace));
             read_only.extend(git.read_only.into_iter().filter(needed));
             pinned.extend(git.pinned.into_iter().filter(needed));
-            absent.extend(git.absent.into_iter().filter(needed));
+            absent.extend(
+                git.absent
+                    .into_iter()
+                    .filter(needed)
+                    .map(|p| Absent::new(p, COMMONDIR)),
+            );
         }
+        // The control files and the run's record (the one write policy's list).
+        let control = protected::for_commands(policy, workspace);
+        read_only.extend(control.read_only.into_iter().filter(needed));
+        absent.extend(control.absent.into_iter().filter(|a| needed(&a.path)));
         let targets: Vec<PathBuf> = read_only
             .iter()
             .chain(&pinned)

@@ -1,0 +1,435 @@
+//! The one write policy: the paths no agent creates, changes, renames or deletes,
+//! whatever writes on its behalf (Write, Edit, Bash, hooks, MCP stdio servers).
+//!
+//! These are the files that configure what runs next: the settings and MCP servers the
+//! next `flower` (or Claude Code) obeys, the hooks and config git runs, the editors'
+//! and shells' start-up files, and the run's own record (the stored prompts a resume
+//! sends, the run lock). An agent that could write them could change the rules of the
+//! next run; `docs/sandbox.md` ("Protected paths") has the list and the guarantee.
+//!
+//! This module owns the list ([`LIST`]) and the decision; the others ask it:
+//! - the file tools call [`check_write`] with the path as written and as resolved;
+//! - the sandbox ([`super::sandbox`]) asks [`for_commands`] what to bind read-only
+//!   (the paths that exist) and what to remove after the command (the ones that did
+//!   not exist: a missing path cannot be bind-mounted);
+//! - the permission rules opt a path out ([`Protection::allowed`], filled by
+//!   `Permissions::sandbox` from [`candidates`]): an allow rule of a writing tool that
+//!   names the path (`Edit(.mcp.json)`, `Edit(.vscode/**)`).
+
+use super::paths;
+use super::sandbox::SandboxPolicy;
+use std::path::{Path, PathBuf};
+
+/// A protected path, relative to each root an agent writes (the workspace and the
+/// additional directories).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub path: &'static str,
+    /// A directory: everything beneath it is protected too.
+    pub dir: bool,
+    /// Git's part of the list, governed by [`SandboxPolicy::protect_git`] (in the
+    /// sandbox, git's own finder covers more of it).
+    pub git: bool,
+    /// What it is, for the refusal (Chinese).
+    pub what: &'static str,
+}
+
+const fn file(path: &'static str, what: &'static str) -> Entry {
+    Entry {
+        path,
+        dir: false,
+        git: false,
+        what,
+    }
+}
+
+const fn dir(path: &'static str, what: &'static str) -> Entry {
+    Entry {
+        path,
+        dir: true,
+        git: false,
+        what,
+    }
+}
+
+const SETTINGS: &str = "Claude Code 与 flower 的设置文件,下一次运行照它行事";
+const SHELL: &str = "shell 的启动文件,用户下次开 shell 时执行";
+
+/// Claude Code's sandbox list (sandbox-runtime's dangerous files and directories, plus
+/// its settings files) and the other shells' start-up files.
+pub const LIST: &[Entry] = &[
+    file(".claude/settings.json", SETTINGS),
+    file(".claude/settings.local.json", SETTINGS),
+    file(".mcp.json", "MCP 服务器配置,下一次运行会启动它列的程序"),
+    dir(".claude/commands", "Claude Code 的斜杠命令"),
+    dir(".claude/agents", "Claude Code 的子代理定义"),
+    dir(".claude/skills", "Claude Code 的技能"),
+    Entry {
+        path: ".git/hooks",
+        dir: true,
+        git: true,
+        what: "git 钩子,用户下次运行 git 时执行",
+    },
+    Entry {
+        path: ".git/config",
+        dir: false,
+        git: true,
+        what: "git 配置(core.fsmonitor、core.hooksPath 等会执行程序)",
+    },
+    file(".gitconfig", "git 配置"),
+    file(".gitmodules", "git 子模块配置"),
+    file(".ripgreprc", "ripgrep 的配置"),
+    dir(".vscode", "VS Code 的工作区配置(任务、设置会执行程序)"),
+    dir(".idea", "JetBrains IDE 的工作区配置"),
+    file(".bashrc", SHELL),
+    file(".bash_profile", SHELL),
+    file(".bash_login", SHELL),
+    file(".bash_logout", SHELL),
+    file(".profile", SHELL),
+    file(".zshrc", SHELL),
+    file(".zprofile", SHELL),
+    file(".zshenv", SHELL),
+    file(".zlogin", SHELL),
+    file(".zlogout", SHELL),
+];
+
+/// What the rules of a run opt out of the protection, and the run's record.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Protection {
+    /// Protected paths (absolute, as [`candidates`] spells them) that an allow rule of a
+    /// writing tool names: no longer protected for that agent.
+    pub allowed: Vec<PathBuf>,
+    /// The run directory (canonical), protected wherever an agent could write it. Set
+    /// by the engine; `None`: no record to protect (a library user's bare engine).
+    pub record: Option<PathBuf>,
+}
+
+/// What a protected path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Listed(&'static Entry),
+    /// The run directory.
+    Record,
+    /// A file git's finder names (an included config, `core.hooksPath`, a submodule's).
+    Git,
+}
+
+/// One protected path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Absolute, as spelled from its root (not resolved).
+    pub path: PathBuf,
+    pub kind: Kind,
+}
+
+impl Target {
+    fn dir(&self) -> bool {
+        match self.kind {
+            Kind::Listed(e) => e.dir,
+            Kind::Record => true,
+            Kind::Git => self.path.is_dir(),
+        }
+    }
+
+    /// The paths a permission rule must name to opt this one out: the path itself, and
+    /// for a directory something beneath it (`Edit(.vscode/**)`; for git's hooks also
+    /// one hook, `Edit(.git/hooks/pre-commit)`, as before the list existed).
+    pub fn probes(&self) -> Vec<PathBuf> {
+        let mut out = vec![self.path.clone()];
+        if self.dir() {
+            out.push(self.path.join("x"));
+        }
+        if matches!(self.kind, Kind::Listed(e) if e.git && e.dir) {
+            out.push(self.path.join("pre-commit"));
+        }
+        out
+    }
+
+    fn what(&self) -> &'static str {
+        match self.kind {
+            Kind::Listed(e) => e.what,
+            Kind::Record => "本次运行的记录(会话、锁、lineage、manifest),下一次恢复会把存下的提示发给模型",
+            Kind::Git => "git 读取并据以执行程序的文件",
+        }
+    }
+}
+
+/// The roots an agent writes: the workspace and the additional directories.
+fn roots(policy: &SandboxPolicy, workspace: &Path) -> Vec<PathBuf> {
+    let mut out = vec![paths::root(workspace)];
+    for d in &policy.additional_dirs {
+        let r = paths::root(d);
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Every protected path, opted out or not: the list beneath each root, and the record.
+/// `Permissions::sandbox` probes these against the allow rules.
+pub fn candidates(policy: &SandboxPolicy, workspace: &Path, record: Option<&Path>) -> Vec<Target> {
+    let mut out = Vec::new();
+    for root in roots(policy, workspace) {
+        for entry in LIST {
+            out.push(Target {
+                path: root.join(entry.path),
+                kind: Kind::Listed(entry),
+            });
+        }
+    }
+    if let Some(r) = record {
+        out.push(Target {
+            path: r.to_path_buf(),
+            kind: Kind::Record,
+        });
+    }
+    out
+}
+
+/// The protected paths in force: [`candidates`] less what is opted out, git's part only
+/// with `protect_git`.
+fn in_force(policy: &SandboxPolicy, workspace: &Path, record: Option<&Path>) -> Vec<Target> {
+    candidates(policy, workspace, record)
+        .into_iter()
+        .filter(|t| !matches!(t.kind, Kind::Listed(e) if e.git && !policy.protect_git))
+        .filter(|t| !policy.protect.allowed.contains(&t.path))
+        .collect()
+}
+
+/// Why a write is refused. The text (Chinese) names the path, what it is, and the rule
+/// that would allow it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "拒绝写入 {path:?}:它{via}是受保护的路径 {protected}({what})。代理不能创建、修改、改名或删除它,\
+     因为下一次运行或用户的工具会照它行事。确实要让代理改它,得由用户在权限规则里写明这个路径,例如 \
+     --allowed-tools '{rule}'。"
+)]
+pub struct Refusal {
+    pub path: String,
+    pub protected: String,
+    via: String,
+    what: &'static str,
+    pub rule: String,
+}
+
+/// The allow rule that opts `target` out, relative to the workspace where it can be.
+fn rule_for(target: &Target, workspace: &Path) -> String {
+    let ws = paths::root(workspace);
+    let shown = match target.path.strip_prefix(&ws) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => target.path.display().to_string(),
+    };
+    match target.kind {
+        Kind::Listed(e) if e.git => "Edit(.git/hooks/**)".to_string(),
+        _ if target.dir() => format!("Edit({shown}/**)"),
+        _ => format!("Edit({shown})"),
+    }
+}
+
+/// Whether a write to `path` (as written, relative to the workspace) that resolves to
+/// `resolved` touches a protected path; `record` is the run directory. Both spellings
+/// are checked against both forms of each protected path (as spelled, and with its
+/// symbolic links resolved), so neither `..`, nor a link planted to point at a protected
+/// path, nor a protected path that is itself reached through a link gets past.
+pub fn check_write(
+    policy: &SandboxPolicy,
+    workspace: &Path,
+    record: &Path,
+    path: &str,
+    resolved: &Path,
+) -> Result<(), Refusal> {
+    let ws = paths::root(workspace);
+    let lexical = paths::lexical(&ws, Path::new(path));
+    let mut targets = in_force(policy, workspace, Some(&paths::root(record)));
+    if policy.protect_git {
+        targets.extend(
+            super::sandbox::git_named(&ws, &policy.user_git)
+                .into_iter()
+                .filter(|p| !policy.protect.allowed.contains(p))
+                .map(|path| Target {
+                    path,
+                    kind: Kind::Git,
+                }),
+        );
+    }
+    for t in &targets {
+        let real = paths::resolve(Path::new("/"), &t.path).unwrap_or_else(|_| t.path.clone());
+        let hit = [&t.path, &real]
+            .iter()
+            .any(|p| resolved.starts_with(p) || lexical.starts_with(p));
+        if hit {
+            let shown = t
+                .path
+                .strip_prefix(&ws)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| t.path.display().to_string());
+            let via = if !lexical.starts_with(&t.path) && !lexical.starts_with(&real) {
+                format!("解析为 {},", resolved.display())
+            } else {
+                String::new()
+            };
+            return Err(Refusal {
+                path: path.to_string(),
+                protected: shown,
+                via,
+                what: t.what(),
+                rule: rule_for(t, workspace),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A protected path that did not exist when a command started: whatever the command
+/// (or anyone while it ran) made there is removed when it ends, and its result says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Absent {
+    /// Absolute; as spelled, so its parents may be links.
+    pub path: PathBuf,
+    /// Why it must not appear (Chinese, for the result).
+    pub why: &'static str,
+    /// The symbolic links on the path when the command started, with their inodes: a
+    /// link that is still the same is left alone (the resolved spelling is swept on
+    /// its own); any other link on the way is the command's and is removed.
+    links: Vec<(PathBuf, u64)>,
+}
+
+impl Absent {
+    /// `path` as it is now (missing).
+    pub fn new(path: PathBuf, why: &'static str) -> Absent {
+        use std::os::unix::fs::MetadataExt as _;
+        let mut links = Vec::new();
+        let mut sofar = PathBuf::from("/");
+        for c in path.components().skip(1) {
+            sofar.push(c);
+            match sofar.symlink_metadata() {
+                Ok(m) if m.file_type().is_symlink() => links.push((sofar.clone(), m.ino())),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        Absent { path, why, links }
+    }
+
+    /// Removes what is at the path now, walking it by directory descriptors without
+    /// following any link, so that a directory swapped for a link while this runs cannot
+    /// send the removal elsewhere. `None`: nothing was there.
+    pub fn sweep(&self) -> Option<String> {
+        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+        let parts: Vec<_> = self.path.components().skip(1).collect();
+        let mut dir = std::fs::File::open("/").ok()?;
+        let mut sofar = PathBuf::from("/");
+        for (i, c) in parts.iter().enumerate() {
+            sofar.push(c);
+            let here = PathBuf::from(format!("/proc/self/fd/{}", dir_fd(&dir))).join(c);
+            let m = here.symlink_metadata().ok()?;
+            let last = i + 1 == parts.len();
+            if m.file_type().is_symlink() {
+                if self.links.contains(&(sofar.clone(), m.ino())) {
+                    return None;
+                }
+                return Some(self.note(&sofar, std::fs::remove_file(&here)));
+            }
+            if last {
+                let removed = if m.is_dir() {
+                    std::fs::remove_dir_all(&here)
+                } else {
+                    std::fs::remove_file(&here)
+                };
+                return Some(self.note(&sofar, removed));
+            }
+            if !m.is_dir() {
+                return None;
+            }
+            dir = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(&here)
+                .ok()?;
+        }
+        None
+    }
+
+    fn note(&self, removed: &Path, result: std::io::Result<()>) -> String {
+        match result {
+            Ok(()) => format!(
+                "flower 删除了 {}:命令运行时它被新建出来,而 {} 是受保护的路径({})。",
+                removed.display(),
+                self.path.display(),
+                self.why
+            ),
+            Err(e) => format!(
+                "flower 没能删除 {}({e}):命令运行时它被新建出来,而 {} 是受保护的路径({})。",
+                removed.display(),
+                self.path.display(),
+                self.why
+            ),
+        }
+    }
+}
+
+fn dir_fd(f: &std::fs::File) -> i32 {
+    use std::os::fd::AsRawFd as _;
+    f.as_raw_fd()
+}
+
+/// What the sandbox does for a command: bind read-only what exists, sweep afterwards
+/// what did not.
+#[derive(Debug, Default)]
+pub struct ForCommands {
+    /// Canonical paths that exist now.
+    pub read_only: Vec<PathBuf>,
+    pub absent: Vec<Absent>,
+}
+
+/// The protected paths for a command in `workspace` (git's own part is the sandbox's
+/// git finder's): those that exist are to be bound read-only, those that do not are
+/// swept after the command, both as spelled and as resolved.
+pub fn for_commands(policy: &SandboxPolicy, workspace: &Path) -> ForCommands {
+    let mut out = ForCommands::default();
+    let targets = in_force(policy, workspace, policy.protect.record.as_deref());
+    for t in targets
+        .iter()
+        .filter(|t| !matches!(t.kind, Kind::Listed(e) if e.git))
+    {
+        let real = paths::resolve(Path::new("/"), &t.path).unwrap_or_else(|_| t.path.clone());
+        if real.symlink_metadata().is_ok() {
+            if !out.read_only.contains(&real) {
+                out.read_only.push(real);
+            }
+        } else {
+            for p in [&t.path, &real] {
+                if !out.absent.iter().any(|a| &a.path == p) {
+                    out.absent.push(Absent::new(p.clone(), t.what()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_is_relative_and_plain() {
+        for e in LIST {
+            assert!(!e.path.starts_with('/') && !e.path.contains(".."), "{}", e.path);
+        }
+        let names: Vec<_> = LIST.iter().map(|e| e.path).collect();
+        for needed in [
+            ".claude/settings.json",
+            ".claude/settings.local.json",
+            ".mcp.json",
+            ".git/hooks",
+            ".git/config",
+            ".vscode",
+            ".idea",
+            ".bashrc",
+        ] {
+            assert!(names.contains(&needed), "{needed}");
+        }
+    }
+}
