@@ -52,7 +52,7 @@ const fn dir(path: &'static str, what: &'static str) -> Entry {
     }
 }
 
-const SETTINGS: &str = "Claude Code 与 flower 的设置文件,下一次运行照它行事";
+const SETTINGS: &str = "Claude Code 与 flower 的设置文件";
 const SHELL: &str = "shell 的启动文件,用户下次开 shell 时执行";
 
 /// Claude Code's sandbox list (sandbox-runtime's dangerous files and directories, plus
@@ -221,7 +221,8 @@ fn rule_for(target: &Target, workspace: &Path) -> String {
         Err(_) => target.path.display().to_string(),
     };
     match target.kind {
-        Kind::Listed(e) if e.git => "Edit(.git/hooks/**)".to_string(),
+        Kind::Listed(e) if e.git && e.dir => "Edit(.git/hooks/**)".to_string(),
+        Kind::Listed(e) if e.git => "Edit(.git/config)".to_string(),
         _ if target.dir() => format!("Edit({shown}/**)"),
         _ => format!("Edit({shown})"),
     }
@@ -352,19 +353,18 @@ impl Absent {
     }
 
     fn note(&self, removed: &Path, result: std::io::Result<()>) -> String {
+        let what = if removed == self.path {
+            format!("命令运行时新建了受保护的路径 {}({})", removed.display(), self.why)
+        } else {
+            format!(
+                "命令运行时新建了它,挡在受保护的路径 {}({})上",
+                self.path.display(),
+                self.why
+            )
+        };
         match result {
-            Ok(()) => format!(
-                "flower 删除了 {}:命令运行时它被新建出来,而 {} 是受保护的路径({})。",
-                removed.display(),
-                self.path.display(),
-                self.why
-            ),
-            Err(e) => format!(
-                "flower 没能删除 {}({e}):命令运行时它被新建出来,而 {} 是受保护的路径({})。",
-                removed.display(),
-                self.path.display(),
-                self.why
-            ),
+            Ok(()) => format!("flower 删除了 {}:{what}。", removed.display()),
+            Err(e) => format!("flower 没能删除 {}({e}):{what}。", removed.display()),
         }
     }
 }

@@ -50,6 +50,7 @@ mod permissions_proptest;
 mod promise_pairs;
 mod promises;
 mod prompt_cache;
+mod protected_paths;
 mod prompt_cache_interrupt;
 mod request_bytes;
 mod resilience;
