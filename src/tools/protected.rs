@@ -148,7 +148,9 @@ impl Target {
     fn what(&self) -> &'static str {
         match self.kind {
             Kind::Listed(e) => e.what,
-            Kind::Record => "本次运行的记录(会话、锁、lineage、manifest),下一次恢复会把存下的提示发给模型",
+            Kind::Record => {
+                "本次运行的记录(会话、锁、lineage、manifest),下一次恢复会把存下的提示发给模型"
+            }
             Kind::Git => "git 读取并据以执行程序的文件",
         }
     }
@@ -354,7 +356,11 @@ impl Absent {
 
     fn note(&self, removed: &Path, result: std::io::Result<()>) -> String {
         let what = if removed == self.path {
-            format!("命令运行时新建了受保护的路径 {}({})", removed.display(), self.why)
+            format!(
+                "命令运行时新建了受保护的路径 {}({})",
+                removed.display(),
+                self.why
+            )
         } else {
             format!(
                 "命令运行时新建了它,挡在受保护的路径 {}({})上",
@@ -416,7 +422,11 @@ mod tests {
     #[test]
     fn every_entry_is_relative_and_plain() {
         for e in LIST {
-            assert!(!e.path.starts_with('/') && !e.path.contains(".."), "{}", e.path);
+            assert!(
+                !e.path.starts_with('/') && !e.path.contains(".."),
+                "{}",
+                e.path
+            );
         }
         let names: Vec<_> = LIST.iter().map(|e| e.path).collect();
         for needed in [

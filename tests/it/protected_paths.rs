@@ -148,12 +148,26 @@ async fn the_file_tools_refuse_every_protected_path() {
         fs::read_to_string(ws.join(".git/hooks/pre-commit")).unwrap(),
         HOOK
     );
-    assert_eq!(fs::read_to_string(ws.join("runs/sessions.db")).unwrap(), "db");
-    for absent in [".mcp.json", ".claude", ".vscode", "sub", "conf/workspace.xml"] {
+    assert_eq!(
+        fs::read_to_string(ws.join("runs/sessions.db")).unwrap(),
+        "db"
+    );
+    for absent in [
+        ".mcp.json",
+        ".claude",
+        ".vscode",
+        "sub",
+        "conf/workspace.xml",
+    ] {
         assert!(!ws.join(absent).exists(), "{absent}");
     }
     // Ordinary files beside them are still written.
-    for path in [".claude/CLAUDE.md", "src/.vscode.md", "runs.txt", ".gitignore"] {
+    for path in [
+        ".claude/CLAUDE.md",
+        "src/.vscode.md",
+        "runs.txt",
+        ".gitignore",
+    ] {
         let out = Write
             .call(&json!({"file_path": path, "content": "ok"}), &e.ctx)
             .await;
@@ -214,7 +228,10 @@ fn a_first_run_cannot_plant_what_a_second_run_obeys() {
     fs::create_dir_all(s.ws.join("runs")).unwrap();
     fs::write(s.ws.join("runs/run.lock"), "").unwrap();
     let marker = s.root.join("planted-ran");
-    let fsmonitor = format!("[core]\n\tfsmonitor = \"touch {}; false\"\n", marker.display());
+    let fsmonitor = format!(
+        "[core]\n\tfsmonitor = \"touch {}; false\"\n",
+        marker.display()
+    );
     let mcp = mcp_json(&marker);
     let plants: Vec<(&str, Value)> = vec![
         (
@@ -247,7 +264,11 @@ fn a_first_run_cannot_plant_what_a_second_run_obeys() {
         ("Bash", json!({"command": "rm -f runs/run.lock"})),
     ];
     let (out, results) = calls(&s, &plants, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(results.len(), plants.len());
     for ((tool, input), r) in plants.iter().zip(&results) {
         let text = content(r);
@@ -258,7 +279,11 @@ fn a_first_run_cannot_plant_what_a_second_run_obeys() {
         );
     }
     for (r, i) in results.iter().zip(0..4) {
-        assert!(content(r).contains("受保护的路径"), "call {i}: {}", content(r));
+        assert!(
+            content(r).contains("受保护的路径"),
+            "call {i}: {}",
+            content(r)
+        );
     }
     assert!(!s.ws.join(".claude/settings.local.json").exists());
     assert!(!s.ws.join(".mcp.json").exists());
@@ -320,7 +345,11 @@ fn without_the_sandbox_the_file_tools_still_refuse() {
         ],
         &["--no-sandbox"],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for r in &results {
         assert!(refused(r), "{}", content(r));
     }

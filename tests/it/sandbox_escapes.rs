@@ -640,7 +640,12 @@ fn missing_control_files_cannot_be_planted_by_a_command() {
     for (c, r) in commands.iter().zip(&results) {
         assert!(content(r).contains("flower 删除了"), "{c}: {}", content(r));
     }
-    for p in [".claude/settings.local.json", ".claude/commands", ".vscode", ".bashrc"] {
+    for p in [
+        ".claude/settings.local.json",
+        ".claude/commands",
+        ".vscode",
+        ".bashrc",
+    ] {
         assert!(s.ws.join(p).symlink_metadata().is_err(), "{p} was left");
     }
     // The link was removed, not followed: what it pointed at is untouched.
@@ -687,7 +692,11 @@ fn existing_control_files_cannot_be_changed_by_a_command() {
         assert!(!ok(r), "{c}: {}", content(r));
     }
     // The additional directory itself is writable: only its rc file is protected.
-    assert!(content(&results[8]).contains("wrote-home"), "{}", content(&results[8]));
+    assert!(
+        content(&results[8]).contains("wrote-home"),
+        "{}",
+        content(&results[8])
+    );
     assert_eq!(
         fs::read_to_string(s.ws.join(".claude/settings.json")).unwrap(),
         settings
