@@ -119,6 +119,9 @@ pub enum Kind {
 pub struct Target {
     /// Absolute, as spelled from its root (not resolved).
     pub path: PathBuf,
+    /// The canonical directory it is spelled from: what lies between it and `path` is
+    /// what a command could make or replace.
+    pub root: PathBuf,
     pub kind: Kind,
 }
 
@@ -176,6 +179,7 @@ pub fn candidates(policy: &SandboxPolicy, workspace: &Path, record: Option<&Path
         for entry in LIST {
             out.push(Target {
                 path: root.join(entry.path),
+                root: root.clone(),
                 kind: Kind::Listed(entry),
             });
         }
@@ -183,6 +187,7 @@ pub fn candidates(policy: &SandboxPolicy, workspace: &Path, record: Option<&Path
     if let Some(r) = record {
         out.push(Target {
             path: r.to_path_buf(),
+            root: r.parent().unwrap_or(Path::new("/")).to_path_buf(),
             kind: Kind::Record,
         });
     }
@@ -252,6 +257,7 @@ pub fn check_write(
                 .filter(|p| !policy.protect.allowed.contains(p))
                 .map(|path| Target {
                     path,
+                    root: PathBuf::from("/"),
                     kind: Kind::Git,
                 }),
         );
@@ -290,6 +296,9 @@ pub fn check_write(
 pub struct Absent {
     /// Absolute; as spelled, so its parents may be links.
     pub path: PathBuf,
+    /// The first component beneath the canonical root it is spelled from: while that is
+    /// missing, so is everything beneath it (one `lstat` after most commands).
+    first: PathBuf,
     /// Why it must not appear (Chinese, for the result).
     pub why: &'static str,
     /// The symbolic links on the path when the command started, with their inodes: a
@@ -299,20 +308,27 @@ pub struct Absent {
 }
 
 impl Absent {
-    /// `path` as it is now (missing).
-    pub fn new(path: PathBuf, why: &'static str) -> Absent {
+    /// `path`, beneath the canonical directory `root`, as it is now (missing).
+    pub fn new(root: &Path, path: PathBuf, why: &'static str) -> Absent {
         use std::os::unix::fs::MetadataExt as _;
         let mut links = Vec::new();
-        let mut sofar = PathBuf::from("/");
-        for c in path.components().skip(1) {
+        let mut sofar = root.to_path_buf();
+        let mut first = None;
+        for c in path.strip_prefix(root).unwrap_or(&path).components() {
             sofar.push(c);
+            first.get_or_insert_with(|| sofar.clone());
             match sofar.symlink_metadata() {
                 Ok(m) if m.file_type().is_symlink() => links.push((sofar.clone(), m.ino())),
                 Ok(_) => {}
                 Err(_) => break,
             }
         }
-        Absent { path, why, links }
+        Absent {
+            first: first.unwrap_or_else(|| path.clone()),
+            path,
+            why,
+            links,
+        }
     }
 
     /// Removes what is at the path now, walking it by directory descriptors without
@@ -320,6 +336,7 @@ impl Absent {
     /// send the removal elsewhere. `None`: nothing was there.
     pub fn sweep(&self) -> Option<String> {
         use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+        self.first.symlink_metadata().ok()?;
         let parts: Vec<_> = self.path.components().skip(1).collect();
         let mut dir = std::fs::File::open("/").ok()?;
         let mut sofar = PathBuf::from("/");
@@ -399,7 +416,17 @@ pub fn for_commands(policy: &SandboxPolicy, workspace: &Path) -> ForCommands {
         .iter()
         .filter(|t| !matches!(t.kind, Kind::Listed(e) if e.git))
     {
-        let real = paths::resolve(Path::new("/"), &t.path).unwrap_or_else(|_| t.path.clone());
+        // Most of the list is missing: one `lstat` says so without resolving the rest.
+        let first = t
+            .path
+            .strip_prefix(&t.root)
+            .ok()
+            .and_then(|rel| rel.components().next())
+            .map(|c| t.root.join(c));
+        let real = match first {
+            Some(f) if f.symlink_metadata().is_err() => t.path.clone(),
+            _ => paths::resolve(Path::new("/"), &t.path).unwrap_or_else(|_| t.path.clone()),
+        };
         if real.symlink_metadata().is_ok() {
             if !out.read_only.contains(&real) {
                 out.read_only.push(real);
@@ -407,7 +434,7 @@ pub fn for_commands(policy: &SandboxPolicy, workspace: &Path) -> ForCommands {
         } else {
             for p in [&t.path, &real] {
                 if !out.absent.iter().any(|a| &a.path == p) {
-                    out.absent.push(Absent::new(p.clone(), t.what()));
+                    out.absent.push(Absent::new(&t.root, p.clone(), t.what()));
                 }
             }
         }

@@ -98,12 +98,11 @@ impl Plan {
             let git = git::protected(workspace, roots, &policy.user_git);
             read_only.extend(git.read_only.into_iter().filter(needed));
             pinned.extend(git.pinned.into_iter().filter(needed));
-            absent.extend(
-                git.absent
-                    .into_iter()
-                    .filter(needed)
-                    .map(|p| Absent::new(p, COMMONDIR)),
-            );
+            absent.extend(git.absent.into_iter().filter(needed).map(|p| {
+                // Its git directory is pinned: only `commondir` itself is new.
+                let dir = p.parent().unwrap_or(Path::new("/")).to_path_buf();
+                Absent::new(&dir, p, COMMONDIR)
+            }));
         }
         // The control files and the run's record (the one write policy's list).
         let control = protected::for_commands(policy, workspace);
