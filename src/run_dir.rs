@@ -14,6 +14,7 @@
 //!   trimmed/           old large tool results, out of the transcript fed back
 //!   report.html        `flower report`'s default output
 //!   transcripts/<id>.jsonl  a session as JSONL, written when its hooks need it
+//!   settings-pin.json  the workspace's settings files as the run last loaded them
 //! ```
 
 use std::ffi::OsStr;
@@ -42,6 +43,8 @@ pub const TRIMMED_DIR: &str = "trimmed";
 pub const REPORT_FILE: &str = "report.html";
 /// Where sessions are exported as JSONL for hooks (`transcript_path`).
 pub const TRANSCRIPTS_DIR: &str = "transcripts";
+/// The workspace's settings files as the run last loaded them (`settings::pin`).
+pub const SETTINGS_PIN_FILE: &str = "settings-pin.json";
 
 /// A run directory: a path (relative to the current directory unless absolute) and the
 /// paths of its files. Creating it, locking it and reading it are other modules' jobs.
@@ -112,6 +115,11 @@ impl RunDir {
     /// `report.html`.
     pub fn report(&self) -> PathBuf {
         self.path.join(REPORT_FILE)
+    }
+
+    /// `settings-pin.json`.
+    pub fn settings_pin(&self) -> PathBuf {
+        self.path.join(SETTINGS_PIN_FILE)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Command-line arguments.
 
 use super::flags::{
-    ModelArg, PromptFileArg, RunDirArg, RunKeyArg, SandboxArgs, StoreArg, ThinkingArg, flags_of,
+    AcceptSettingsArg, ModelArg, PromptFileArg, RunDirArg, RunKeyArg, SandboxArgs, StoreArg,
+    ThinkingArg, flags_of,
 };
 use clap::{Args, Parser, Subcommand};
 use flower::settings::Flags;
@@ -76,6 +77,10 @@ pub struct FlowArgs {
     /// 另一个 flower 正在这个运行目录里跑时,等它结束,而不是以状态 3 退出
     #[arg(long)]
     pub wait: bool,
+
+    #[command(flatten)]
+    pub accept_settings: AcceptSettingsArg,
+
     /// 一步的会话什么时候换代:token 数(120000、120K)或上下文窗口的百分比(60%)。没给就看 FLOWER_HANDOFF_AT,再没有就是 60%
     #[arg(long, value_name = "TOKENS|PERCENT")]
     pub handoff_at: Option<String>,
@@ -92,6 +97,7 @@ impl FlowArgs {
             &self.run_key,
             &self.thinking,
             &self.prompt_file,
+            &self.accept_settings,
         ]);
         flags.wait = self.wait;
         flags.again = self.again;
@@ -168,6 +174,9 @@ pub struct OnceArgs {
 
     #[command(flatten)]
     pub store: StoreArg,
+
+    #[command(flatten)]
+    pub accept_settings: AcceptSettingsArg,
 }
 
 impl OnceArgs {
@@ -180,6 +189,7 @@ impl OnceArgs {
             &self.run_dir,
             &self.store,
             &self.prompt_file,
+            &self.accept_settings,
         ]);
         flags.no_memory = self.no_memory;
         flags

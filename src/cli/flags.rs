@@ -94,6 +94,20 @@ pub struct SandboxArgs {
     pub no_sandbox: bool,
 }
 
+/// `--accept-settings`: the commands that start agents in a run directory.
+#[derive(Debug, Clone, Args)]
+pub struct AcceptSettingsArg {
+    /// 工作区的设置文件(.claude/settings.json、.claude/settings.local.json、.mcp.json)和这个运行上次用的不一样时,照新的用(看过改动再加)。没有对应的环境变量:设置文件不能替你点头
+    #[arg(long)]
+    pub accept_settings: bool,
+}
+
+impl FlagGroup for AcceptSettingsArg {
+    fn add_to(&self, flags: &mut Flags) {
+        flags.accept_settings = self.accept_settings;
+    }
+}
+
 /// A group of flags that says something to the settings resolution.
 pub trait FlagGroup {
     /// Adds what this group says to `flags`.

@@ -63,7 +63,18 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         None => args.prompt.join(" "),
     };
     let said = Some(said.trim().to_string()).filter(|s| !s.is_empty());
-    let opening = or_return!(Run::prepare(&settings).map_err(lines::refused));
+    let mut opening = or_return!(Run::prepare(&settings).map_err(lines::refused));
+    // Settings files changed since the run pinned them: applied only when a person
+    // says so (`--new` is a person starting afresh: it pins what is there).
+    if let Some(drift) = opening.settings_drift().filter(|_| !args.new) {
+        let accepted = settings.accept_settings;
+        or_return!(
+            super::accept::confirm(&drift, accepted, interactive)
+                .await
+                .map_err(Ok)
+        );
+        opening.accept_settings();
+    }
     let renderer = Renderer::new(true, &settings.terminal);
     renderer.set_window(settings.context_window);
 

@@ -162,6 +162,7 @@ pub fn refused(error: RunError) -> anyhow::Result<ExitCode> {
         }
         RunError::Foreign(e) => (e.to_string(), EXIT_USAGE),
         e @ RunError::WrongStore { .. } => (e.to_string(), EXIT_USAGE),
+        e @ RunError::SettingsChanged(_) => (e.to_string(), EXIT_USAGE),
         RunError::Config(e) => return Err(e.into()),
         other => return Err(other.into()),
     };

@@ -1,6 +1,7 @@
 //! The flower command line: the default command (the workflow), `once`, `state`, `store`,
 //! and the read-only views of a run: `log`, `show`, `report`.
 
+pub mod accept;
 pub mod args;
 pub mod config;
 pub mod conventions;

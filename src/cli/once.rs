@@ -21,16 +21,32 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 your work before you say it is done. Be concise: say what you did and what you found.";
 
 pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> {
-    let settings = super::config::settings(&args.flags(), env)?;
+    let mut settings = super::config::settings(&args.flags(), env)?;
+    // Settings files changed since a run here pinned them: applied only when a person
+    // says so (see `cli::accept`).
+    if let Some(drift) = flower::continuity::run::single_drift(&settings) {
+        if let Err(code) = super::accept::confirm(&drift, false, input::interactive()).await {
+            return Ok(code);
+        }
+        settings.accept_settings = true;
+    }
     let prompt = match &settings.prompt_file {
         Some(file) => file.read()?,
         None => args.prompt.clone().unwrap_or_default(),
     };
     // `--allowed-tools` and the settings files' allow rules add up (as in Claude Code);
     // without `--allowed-tools` every tool is allowed anyway.
+    // A workspace file's rules do not widen what the command line said (issue #40).
     let mut allowed_tools = args.allowed_tools.clone();
     if !allowed_tools.is_empty() {
-        allowed_tools.extend(settings.allow_rules());
+        allowed_tools.extend(settings.user_allow_rules());
+        for rule in settings.workspace_allow_rules() {
+            errln!(
+                "flower: 没有采用 {} 里的 permissions.allow {:?}:给了 --allowed-tools,项目和本地的设置文件不能放宽它。真要放行,把它加进 --allowed-tools(或写进 ~/.claude/settings.json)",
+                rule.source.display(),
+                rule.rule
+            );
+        }
     }
     // No model of its own: the client's, which the settings resolved (aliases, `[1m]`).
     let spec = AgentSpec {

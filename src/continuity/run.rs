@@ -33,6 +33,7 @@ use super::shared::{SharedRun, SharedRunError};
 use super::wake::{Place, WakeState};
 use crate::engine::SessionStart;
 use crate::run_dir::RunDir;
+use crate::settings::pin::{Drift, Pinned, SettingsPin};
 use crate::settings::{ConfigError, Settings};
 use crate::stores::postgres::hostname;
 use crate::stores::{PostgresStore, SessionStore, SqliteSessionStore, StoreError};
@@ -105,6 +106,22 @@ pub enum RunError {
     Archive(io::Error),
     #[error(transparent)]
     Runtime(RuntimeError),
+    /// The workspace's settings files changed (or appeared, or went) since the run
+    /// pinned them, and nobody said to apply them (`--accept-settings`). Nothing was
+    /// sent or written.
+    #[error("{}", settings_changed(.0))]
+    SettingsChanged(Drift),
+    /// The settings the run started with could not be pinned in the run directory.
+    #[error("记不下这次运行用的设置文件({0})")]
+    Pin(#[source] io::Error),
+}
+
+/// What [`RunError::SettingsChanged`] says: the changes, and how to apply them.
+fn settings_changed(drift: &Drift) -> String {
+    format!(
+        "设置文件和这个运行上次用的不一样:\n{}\n没人确认,不采用。看过这些改动、要用它们,就加 --accept-settings 再跑一次。什么都没发给模型,什么都没有改动。",
+        drift.lines().join("\n")
+    )
 }
 
 impl From<RuntimeError> for RunError {
@@ -247,6 +264,8 @@ impl Run {
             },
             wait: settings.wait,
             options,
+            pin: pinning(settings),
+            accepted: settings.accept_settings,
         })
     }
 
@@ -287,6 +306,28 @@ pub struct Opening {
     at: At,
     wait: bool,
     options: RuntimeOptions,
+    /// What the settings loaded from the workspace's files; `None`: no files were read
+    /// (a library user's settings), nothing to pin or compare.
+    pin: Option<SettingsPin>,
+    /// The person said to apply changed settings files.
+    accepted: bool,
+}
+
+/// The pin of what `settings` loaded, when they were loaded from files.
+fn pinning(settings: &Settings) -> Option<SettingsPin> {
+    let pin = &settings.files.pin;
+    (pin.version != 0).then(|| pin.clone())
+}
+
+/// What changed in the workspace's settings files since `dir`'s pin. Without a pin,
+/// a run with a history counts every file as new (its pin is gone, or it began before
+/// pinning); a fresh one has nothing to compare.
+fn drift_since(dir: &RunDir, now: &SettingsPin, history: bool) -> Option<Drift> {
+    match SettingsPin::read(dir) {
+        Pinned::Pin(pinned) => pinned.drift(now),
+        Pinned::Missing if !history => None,
+        Pinned::Missing | Pinned::Unreadable => SettingsPin::default().drift(now),
+    }
 }
 
 impl Opening {
@@ -313,12 +354,38 @@ impl Opening {
         self.at.place()
     }
 
+    /// What changed in the workspace's settings files (`.claude/settings*.json`,
+    /// `.mcp.json`) since the run pinned them: read-only, before the lock. `None`:
+    /// nothing, or a fresh run (which pins what is there).
+    pub fn settings_drift(&self) -> Option<Drift> {
+        let now = self.pin.as_ref()?;
+        let state = self.probe();
+        let history = state.waking || !state.steps.is_empty() || self.at.dir.lineage().exists();
+        drift_since(&self.at.dir, now, history)
+    }
+
+    /// A person said to apply the changed settings files: [`Opening::lock`] pins them.
+    pub fn accept_settings(&mut self) {
+        self.accepted = true;
+    }
+
     /// One run, one process: takes the run lock (waiting for another holder with
     /// [`Settings::wait`], after telling `hooks.on_wait`), then across hosts holds the
     /// run in the shared database for the process's life; refuses a run whose sessions
     /// another process appends to (unless they are about to be archived); with
     /// [`Begin::New`] archives the last run; computes the wake state.
+    ///
+    /// Settings files changed since the run pinned them are refused
+    /// ([`RunError::SettingsChanged`]) before anything, unless accepted
+    /// ([`Opening::accept_settings`], [`Settings::accept_settings`]) or `--new` (a person
+    /// starts a new task); then, and on every run, what was loaded is pinned.
     pub fn lock(self, begin: Begin, hooks: RunHooks) -> Result<Locked, RunError> {
+        if begin == Begin::Continue
+            && !self.accepted
+            && let Some(drift) = self.settings_drift()
+        {
+            return Err(RunError::SettingsChanged(drift));
+        }
         let at = &self.at;
         // `--new` archives only a run whose store opens: a failure after the archive
         // would leave the notes moved and nothing started.
@@ -344,6 +411,9 @@ impl Opening {
             Begin::New => archive(at)?,
             Begin::Continue => None,
         };
+        if let Some(pin) = &self.pin {
+            pin.write(&at.dir).map_err(RunError::Pin)?;
+        }
         let wake = self.probe();
         Ok(Locked {
             opening: self,
@@ -435,6 +505,9 @@ pub fn open_single(
 ) -> Result<Runtime, RunError> {
     let mut options = settings.runtime_options()?;
     let dir = RunDir::new(&settings.run_dir);
+    if let Some(drift) = single_drift(settings) {
+        return Err(RunError::SettingsChanged(drift));
+    }
     if let SessionStart::Resume(id) | SessionStart::Fork(id) = start
         && let Probe::Held(holder) = lock::probe_session(&dir, id)
     {
@@ -457,6 +530,17 @@ pub fn open_single(
         runtime.claim_session(id)?;
     }
     Ok(runtime)
+}
+
+/// What changed in the workspace's settings files since the run directory's pin, for
+/// a single session (`flower once`), unless the person accepted it: compared only
+/// where a pipeline run pinned them (a session outside any run pins nothing).
+pub fn single_drift(settings: &Settings) -> Option<Drift> {
+    if settings.accept_settings {
+        return None;
+    }
+    let now = pinning(settings)?;
+    drift_since(&RunDir::new(&settings.run_dir), &now, false)
 }
 
 /// A run looked at without touching it (`flower state`): its store and, with a shared

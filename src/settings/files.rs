@@ -21,7 +21,9 @@
 //! the key, and the binary exits 2 before anything is sent.
 
 use super::ConfigError;
+use super::pin::{PIN_VERSION, PinnedFile, SettingsPin};
 use super::sources::FileLayer;
+use super::strict;
 use crate::engine::permissions::Permissions;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -49,7 +51,9 @@ impl Scope {
 pub struct LoadedFile {
     pub scope: Scope,
     pub path: PathBuf,
-    /// The file's top-level object, as written (every key, known or not).
+    /// The file's top-level object as applied: every key, known or not, as written,
+    /// except what a workspace file may not widen ([`super::strict`]); the file as
+    /// written is in the pin ([`FileLayer::pin`]).
     pub document: Map<String, Value>,
 }
 
@@ -58,6 +62,7 @@ pub struct LoadedFile {
 pub struct FileRule {
     pub rule: String,
     pub source: PathBuf,
+    pub scope: Scope,
 }
 
 /// `permissions` of every file, merged.
@@ -93,32 +98,74 @@ pub fn paths(workspace: &Path, home: Option<&Path>) -> Vec<(Scope, PathBuf)> {
 impl FileLayer {
     /// Reads the settings files of `workspace` (the project's) and `home` (the user's)
     /// and merges them. A file that is not there is skipped; one that cannot be read,
-    /// is not a JSON object, or has a known key flower cannot use is the error.
+    /// is not a JSON object, or has a known key flower cannot use is the error. The
+    /// workspace's files are pinned as written ([`FileLayer::pin`]); what in them
+    /// would widen the user's settings is left out ([`super::strict`]).
     pub fn load(workspace: &Path, home: Option<&Path>) -> Result<FileLayer, ConfigError> {
-        let mut layer = FileLayer::default();
+        let mut layer = FileLayer {
+            pin: SettingsPin {
+                version: PIN_VERSION,
+                files: Vec::new(),
+            },
+            ..FileLayer::default()
+        };
         for (scope, path) in paths(workspace, home) {
-            let text = match std::fs::read_to_string(&path) {
-                Ok(text) => text,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                // A directory of that name, say: there is no file to read.
-                Err(_) if path.is_dir() => continue,
-                Err(e) => {
-                    return Err(invalid(&path, "", format!("读不出来({e})")));
-                }
+            let Some((text, document)) = read_object(&path)? else {
+                continue;
             };
-            let document = match serde_json::from_str::<Value>(&text) {
-                Ok(Value::Object(map)) => map,
-                Ok(_) => return Err(invalid(&path, "", "要一个 JSON 对象".into())),
-                Err(e) => return Err(invalid(&path, "", format!("不是合法的 JSON({e})"))),
-            };
+            if scope != Scope::User {
+                layer.pin_file(workspace, &path, &text, &document);
+            }
+            let document = layer.narrow(scope, &path, document, workspace, home);
             layer.add(scope, &path, document, workspace, home)?;
         }
-        layer.mcp_json = read_object(&workspace.join(MCP_JSON))?.map(|document| LoadedFile {
-            scope: Scope::Project,
-            path: workspace.join(MCP_JSON),
-            document,
-        });
+        let mcp_path = workspace.join(MCP_JSON);
+        if let Some((text, document)) = read_object(&mcp_path)? {
+            layer.pin_file(workspace, &mcp_path, &text, &document);
+            let document = layer.narrow(Scope::Project, &mcp_path, document, workspace, home);
+            layer.mcp_json = Some(LoadedFile {
+                scope: Scope::Project,
+                path: mcp_path,
+                document,
+            });
+        }
         Ok(layer)
+    }
+
+    /// Records a workspace file as written in [`FileLayer::pin`].
+    fn pin_file(
+        &mut self,
+        workspace: &Path,
+        path: &Path,
+        text: &str,
+        document: &Map<String, Value>,
+    ) {
+        let name = path.strip_prefix(workspace).unwrap_or(path);
+        self.pin.files.push(PinnedFile::new(
+            &name.to_string_lossy(),
+            text.as_bytes(),
+            document.clone(),
+        ));
+    }
+
+    /// `document` without what would widen the user's settings ([`super::strict`]).
+    fn narrow(
+        &mut self,
+        scope: Scope,
+        path: &Path,
+        document: Map<String, Value>,
+        workspace: &Path,
+        home: Option<&Path>,
+    ) -> Map<String, Value> {
+        let mut ignored = Vec::new();
+        let before = strict::Before {
+            layer: self,
+            workspace,
+            home,
+        };
+        let document = strict::narrow(scope, path, document, &before, &mut ignored);
+        self.ignored.extend(ignored);
+        document
     }
 
     /// Merges one file's document over what is there (files come in precedence order).
@@ -170,7 +217,7 @@ impl FileLayer {
             }
         }
         if let Some(permissions) = document.get("permissions") {
-            self.add_permissions(path, permissions, workspace, home)?;
+            self.add_permissions(scope, path, permissions, workspace, home)?;
         }
         if let Some(hooks) = document.get("hooks") {
             self.hooks
@@ -187,6 +234,7 @@ impl FileLayer {
 
     fn add_permissions(
         &mut self,
+        scope: Scope,
         path: &Path,
         permissions: &Value,
         workspace: &Path,
@@ -216,6 +264,7 @@ impl FileLayer {
                 list.push(FileRule {
                     rule,
                     source: path.to_path_buf(),
+                    scope,
                 });
             }
         }
@@ -224,19 +273,12 @@ impl FileLayer {
             .into_iter()
             .enumerate()
         {
-            let resolved = if let Some(rest) = dir.strip_prefix("~/") {
-                match home {
-                    Some(home) => home.join(rest),
-                    None => {
-                        return Err(invalid(
-                            path,
-                            &format!("{key}[{i}]"),
-                            "`~/` 要靠 HOME,可 HOME 没有设置".into(),
-                        ));
-                    }
-                }
-            } else {
-                workspace.join(&dir)
+            let Some(resolved) = strict::resolve_dir(&dir, workspace, home) else {
+                return Err(invalid(
+                    path,
+                    &format!("{key}[{i}]"),
+                    "`~/` 要靠 HOME,可 HOME 没有设置".into(),
+                ));
             };
             if !resolved.is_dir() {
                 return Err(invalid(
@@ -269,16 +311,17 @@ impl FileLayer {
 /// The project's MCP servers file, at the workspace root.
 pub const MCP_JSON: &str = ".mcp.json";
 
-/// A JSON object file; `None` when there is no such file.
-fn read_object(path: &Path) -> Result<Option<Map<String, Value>>, ConfigError> {
+/// A JSON object file, its text and its object; `None` when there is no such file.
+fn read_object(path: &Path) -> Result<Option<(String, Map<String, Value>)>, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // A directory of that name, say: there is no file to read.
         Err(_) if path.is_dir() => return Ok(None),
         Err(e) => return Err(invalid(path, "", format!("读不出来({e})"))),
     };
     match serde_json::from_str::<Value>(&text) {
-        Ok(Value::Object(map)) => Ok(Some(map)),
+        Ok(Value::Object(map)) => Ok(Some((text, map))),
         Ok(_) => Err(invalid(path, "", "要一个 JSON 对象".into())),
         Err(e) => Err(invalid(path, "", format!("不是合法的 JSON({e})"))),
     }

@@ -43,8 +43,10 @@
 
 pub mod files;
 pub mod model;
+pub mod pin;
 pub mod sources;
 mod store;
+mod strict;
 
 pub use model::{DEFAULT_THINKING_BUDGET, ModelSettings};
 pub use sources::{Environment, FileLayer, Flags, SandboxFlags};
@@ -164,6 +166,10 @@ pub struct Settings {
     /// `--again`: a wake with nothing to say works and judges again even when the
     /// judge passed last time (else it says so and spends nothing).
     pub again: bool,
+    /// `--accept-settings`: the workspace's settings files changed since the run pinned
+    /// them, and the person says to apply them (see [`pin`]). A flag only: no variable,
+    /// which a settings file could set, says yes for the person.
+    pub accept_settings: bool,
     /// The home directory (`HOME`): `~/` in permission rules, `~` in printed paths.
     pub home: Option<PathBuf>,
     pub terminal: Terminal,
@@ -231,6 +237,7 @@ impl Settings {
         let context_window = handoff.window_for(&model.id);
         let mut warnings: Vec<String> = model.price_warning().into_iter().collect();
         warnings.extend(files.hooks.ignored.iter().cloned());
+        warnings.extend(files.ignored.iter().cloned());
         let workspace = workspace_of(flags, env);
         let mut sandbox = sandbox;
         sandbox.additional_dirs = files.permissions.additional_directories.clone();
@@ -289,6 +296,7 @@ impl Settings {
             wait: flags.wait,
             prompt_file: flags.prompt_file.as_deref().map(prompt_file).transpose()?,
             again: flags.again,
+            accept_settings: flags.accept_settings,
             memory,
             files: files.clone(),
             child_env,
@@ -359,6 +367,29 @@ impl Settings {
     /// agents it lets them widen (see [`Conventions`]).
     pub fn allow_rules(&self) -> Vec<String> {
         files::FilePermissions::rules(&self.files.permissions.allow)
+    }
+
+    /// The user's own file's `permissions.allow` rules: all that may add to a list the
+    /// command line gave (`flower once --allowed-tools`); a workspace file's rules do
+    /// not widen what the person said there.
+    pub fn user_allow_rules(&self) -> Vec<String> {
+        let permissions = &self.files.permissions;
+        permissions
+            .allow
+            .iter()
+            .filter(|rule| rule.scope == files::Scope::User)
+            .map(|rule| rule.rule.clone())
+            .collect()
+    }
+
+    /// The workspace files' `permissions.allow` rules (project, local), with their file.
+    pub fn workspace_allow_rules(&self) -> Vec<&files::FileRule> {
+        let permissions = &self.files.permissions;
+        permissions
+            .allow
+            .iter()
+            .filter(|rule| rule.scope != files::Scope::User)
+            .collect()
     }
 
     /// `mcp__<server>` for every configured MCP server: what a front end adds to the

@@ -38,6 +38,8 @@ pub struct Flags {
     pub prompt_file: Option<PathBuf>,
     /// `--again`: work and judge again although the judge passed and nothing was said.
     pub again: bool,
+    /// `--accept-settings`: apply settings files changed since the run pinned them.
+    pub accept_settings: bool,
 }
 
 /// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.
@@ -161,6 +163,12 @@ pub struct FileLayer {
     pub files: Vec<super::files::LoadedFile>,
     /// `.mcp.json` at the workspace root (the project's MCP servers), when there is one.
     pub mcp_json: Option<super::files::LoadedFile>,
+    /// The workspace's files as written (project, local, `.mcp.json`): what a run
+    /// pins and a later run compares ([`super::pin`]).
+    pub pin: super::pin::SettingsPin,
+    /// What the workspace's files said and was not applied because it would widen
+    /// the user's settings ([`super::strict`]), one line each.
+    pub ignored: Vec<String>,
 }
 
 /// The environment over the files: the one lookup every variable goes through.

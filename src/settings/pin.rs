@@ -1,0 +1,255 @@
+//! The settings a run started with, pinned in its run directory (issue #40, item 1b).
+//!
+//! An agent can write the workspace's files, and the next `flower` there reads the
+//! settings files. So a run records what it loaded from the workspace
+//! (`.claude/settings.json`, `.claude/settings.local.json`, `.mcp.json`): per file a
+//! SHA-256 of its bytes and the document as written, in `runs/settings-pin.json`
+//! ([`crate::run_dir::SETTINGS_PIN_FILE`]). A later run that finds them changed, new or
+//! removed shows what changed ([`Drift::lines`], secret values masked) and applies it
+//! only when a person says so; accepting pins again.
+//!
+//! The user's own `~/.claude/settings.json` is not pinned: it lies outside the
+//! workspace, where no agent writes (the sandbox confines Bash, the file tools stay in
+//! the workspace and the directories the user's file adds), and it is how a person
+//! changes a setting on purpose without a question.
+//!
+//! The pin stays in the run directory of this host: it vouches for this workspace's
+//! files, which another host sharing the run through PostgreSQL does not have (its own
+//! first run there pins what its directory holds).
+
+use crate::run_dir::RunDir;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The format of `settings-pin.json`.
+pub const PIN_VERSION: u32 = 1;
+
+/// What a run loaded from the workspace's settings files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingsPin {
+    pub version: u32,
+    /// In a fixed order: the project's file, the local one, `.mcp.json`; those that
+    /// were not there are not listed.
+    pub files: Vec<PinnedFile>,
+}
+
+/// One settings file as a run loaded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedFile {
+    /// Relative to the workspace: `.claude/settings.json`, `.mcp.json` …
+    pub file: String,
+    /// SHA-256 of the file's bytes, lower-case hex.
+    pub sha256: String,
+    /// The file's top-level object, as written (before anything was ignored).
+    pub document: Map<String, Value>,
+}
+
+impl PinnedFile {
+    /// `file` (relative to the workspace) with `bytes` and its parsed `document`.
+    pub fn new(file: &str, bytes: &[u8], document: Map<String, Value>) -> PinnedFile {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(bytes);
+        let sha256 = digest.iter().map(|b| format!("{b:02x}")).collect();
+        PinnedFile {
+            file: file.to_string(),
+            sha256,
+            document,
+        }
+    }
+}
+
+/// What the run directory holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pinned {
+    /// No pin: a run that never started here (or one from before pinning).
+    Missing,
+    Pin(SettingsPin),
+    /// A pin that cannot be read: nothing in it is trusted.
+    Unreadable,
+}
+
+impl SettingsPin {
+    /// The pin of `dir`.
+    pub fn read(dir: &RunDir) -> Pinned {
+        match std::fs::read(dir.settings_pin()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Pinned::Missing,
+            Err(_) => Pinned::Unreadable,
+            Ok(bytes) => match serde_json::from_slice::<SettingsPin>(&bytes) {
+                Ok(pin) if pin.version == PIN_VERSION => Pinned::Pin(pin),
+                _ => Pinned::Unreadable,
+            },
+        }
+    }
+
+    /// Writes this pin into `dir` (which exists: the run lock is in it), atomically.
+    pub fn write(&self, dir: &RunDir) -> std::io::Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        crate::atomic::write(&dir.settings_pin(), &bytes)
+    }
+
+    /// What changed from this pin to `now`; `None` when no file says anything
+    /// different (a file only reformatted is no change).
+    pub fn drift(&self, now: &SettingsPin) -> Option<Drift> {
+        let mut names: Vec<&str> = self.files.iter().map(|f| f.file.as_str()).collect();
+        for file in &now.files {
+            if !names.contains(&file.file.as_str()) {
+                names.push(&file.file);
+            }
+        }
+        let find = |pin: &'_ SettingsPin, name: &str| {
+            pin.files
+                .iter()
+                .find(|f| f.file == name)
+                .map(|f| f.document.clone())
+        };
+        let mut files = Vec::new();
+        for name in names {
+            let (before, after) = (find(self, name), find(now, name));
+            if before == after {
+                continue;
+            }
+            let kind = match (&before, &after) {
+                (None, _) => ChangeKind::Added,
+                (_, None) => ChangeKind::Removed,
+                _ => ChangeKind::Changed,
+            };
+            let keys = key_changes(&before.unwrap_or_default(), &after.unwrap_or_default());
+            files.push(FileChange {
+                file: name.to_string(),
+                kind,
+                keys,
+            });
+        }
+        (!files.is_empty()).then_some(Drift { files })
+    }
+}
+
+/// The settings files that changed since the run pinned them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    pub files: Vec<FileChange>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// Relative to the workspace.
+    pub file: String,
+    pub kind: ChangeKind,
+    pub keys: Vec<KeyChange>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Removed,
+    Changed,
+}
+
+/// One key (dotted: `env.FLOWER_NETWORK`) added, removed or changed, with its values
+/// as shown (a secret's masked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyChange {
+    pub key: String,
+    pub before: Option<String>,
+    pub after: Option<String>,
+}
+
+impl Drift {
+    /// What changed, for a person: one line per file, then one per key.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for file in &self.files {
+            let what = match file.kind {
+                ChangeKind::Added => "新出现",
+                ChangeKind::Removed => "删掉了",
+                ChangeKind::Changed => "改了",
+            };
+            out.push(format!("  {}({what})", file.file));
+            for key in &file.keys {
+                out.push(match (&key.before, &key.after) {
+                    (None, Some(after)) => format!("    + {} = {after}", key.key),
+                    (Some(before), None) => format!("    - {}(原来是 {before})", key.key),
+                    (Some(before), Some(after)) => {
+                        format!("    ~ {}:{before} → {after}", key.key)
+                    }
+                    (None, None) => format!("    ~ {}", key.key),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// The keys of two documents that differ, flattened to dotted paths (objects are
+/// opened, arrays compared whole).
+fn key_changes(before: &Map<String, Value>, after: &Map<String, Value>) -> Vec<KeyChange> {
+    let (mut old, mut new) = (BTreeMap::new(), BTreeMap::new());
+    flatten("", before, &mut old);
+    flatten("", after, &mut new);
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|key| old.get(*key) != new.get(*key))
+        .map(|key| KeyChange {
+            key: key.clone(),
+            before: old.get(key).map(|v| shown(key, v)),
+            after: new.get(key).map(|v| shown(key, v)),
+        })
+        .collect()
+}
+
+fn flatten(prefix: &str, map: &Map<String, Value>, out: &mut BTreeMap<String, Value>) {
+    for (name, value) in map {
+        let key = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        match value {
+            Value::Object(inner) if !inner.is_empty() => flatten(&key, inner, out),
+            other => {
+                out.insert(key, other.clone());
+            }
+        }
+    }
+}
+
+/// Parts of a name that say its value is a secret (matched upper-cased).
+const SECRET_NAMES: &[&str] = &[
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "AUTH",
+    "COOKIE",
+    "HEADERS",
+    "FLOWER_STORE",
+];
+
+/// Text inside a value that says it holds a secret (matched lower-cased).
+const SECRET_TEXT: &[&str] = &["key=", "token=", "secret=", "password=", "bearer "];
+
+/// A value as a person is shown it: JSON, shortened; a secret's masked.
+fn shown(key: &str, value: &Value) -> String {
+    let last = key.rsplit('.').next().unwrap_or(key).to_uppercase();
+    let text = value.to_string();
+    let lower = text.to_lowercase();
+    let url_credentials = lower.contains("://") && lower.contains('@');
+    if SECRET_NAMES.iter().any(|s| last.contains(s))
+        || SECRET_TEXT.iter().any(|s| lower.contains(s))
+        || url_credentials
+    {
+        return "(隐去)".to_string();
+    }
+    const MAX: usize = 120;
+    if text.chars().count() > MAX {
+        let cut: String = text.chars().take(MAX).collect();
+        return format!("{cut}…");
+    }
+    text
+}

@@ -1,0 +1,271 @@
+//! "The stricter wins" across the settings files' scopes (issue #40, item 1b).
+//!
+//! The workspace's files (project, local, `.mcp.json`) can be written by an agent; the
+//! user's `~/.claude/settings.json` cannot. So for the keys that decide what a run may
+//! reach, a workspace file may narrow what the user's file (and the defaults) say,
+//! never widen it. A widening value is taken out of the document before anything
+//! reads it, and one line on stderr ([`super::FileLayer::ignored`]) names the file, the
+//! key, and how to apply it on purpose (the variable in the person's own environment,
+//! the user's file, or a flag).
+//!
+//! | key (project, local)                        | applied when                              |
+//! |---------------------------------------------|-------------------------------------------|
+//! | `env.FLOWER_SANDBOX`                        | as strict or stricter (off < on < require) |
+//! | `env.FLOWER_NETWORK`                        | as strict or stricter (on < off)           |
+//! | `env.ANTHROPIC_BASE_URL`, `…_API_KEY`, `…_AUTH_TOKEN`, `…_CUSTOM_HEADERS`, `FLOWER_STORE` | equal to what the user's file says (where the key goes is never the workspace's choice) |
+//! | `permissions.additionalDirectories`         | an entry inside the workspace or inside a directory the user's file adds |
+//! | `sandbox.enabled: false`, `allowUnsandboxedCommands`, `excludedCommands`, `enableWeakerNestedSandbox`, `network.allowUnixSockets`, `network.allowAllUnixSockets`, `network.allowLocalBinding: true`, `network.httpProxyPort`, `network.socksProxyPort` | never |
+//! | `enableAllProjectMcpServers: true`, `enabledMcpjsonServers`, `apiKeyHelper`, `awsAuthRefresh`, `awsCredentialExport`, `otelHeadersHelper` | never |
+//! | `mcpServers.<name>` (also `.mcp.json`)      | no server of that name in the user's file  |
+//!
+//! `sandbox.network.allowedDomains` and `deniedDomains` stay for their reader, which
+//! merges them: allowed lists intersect, denied lists add up.
+
+use super::files::Scope;
+use super::sources::FileLayer;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Variables whose value says where the key goes or what it is: a workspace file may
+/// only repeat the user's value.
+const IDENTITY_VARS: &[&str] = &[
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "FLOWER_STORE",
+];
+
+/// Top-level keys a workspace file never sets (each widens, or runs a command that
+/// hands out credentials).
+const NEVER_TOP: &[&str] = &[
+    "apiKeyHelper",
+    "awsAuthRefresh",
+    "awsCredentialExport",
+    "otelHeadersHelper",
+    "enabledMcpjsonServers",
+];
+
+/// `sandbox.*` keys a workspace file never sets, with the value that would be harmless
+/// (`None`: none is).
+const NEVER_SANDBOX: &[(&str, Option<Value>)] = &[
+    ("enabled", Some(Value::Bool(true))),
+    ("allowUnsandboxedCommands", Some(Value::Bool(false))),
+    ("excludedCommands", None),
+    ("enableWeakerNestedSandbox", Some(Value::Bool(false))),
+    ("autoAllowBashIfSandboxed", Some(Value::Bool(false))),
+];
+
+/// `sandbox.network.*` keys a workspace file never sets, likewise.
+const NEVER_NETWORK: &[(&str, Option<Value>)] = &[
+    ("allowUnixSockets", None),
+    ("allowAllUnixSockets", Some(Value::Bool(false))),
+    ("allowLocalBinding", Some(Value::Bool(false))),
+    ("httpProxyPort", None),
+    ("socksProxyPort", None),
+];
+
+const USER_FILE: &str = "~/.claude/settings.json";
+
+/// What the user's file (and the files before this one) say, for comparing.
+pub(super) struct Before<'a> {
+    pub layer: &'a FileLayer,
+    pub workspace: &'a Path,
+    pub home: Option<&'a Path>,
+}
+
+/// `document` of a `scope` file at `path` without what would widen the run; the lines
+/// saying what was left out go to `ignored`. The user's file is returned as it is.
+pub(super) fn narrow(
+    scope: Scope,
+    path: &Path,
+    mut document: Map<String, Value>,
+    before: &Before<'_>,
+    ignored: &mut Vec<String>,
+) -> Map<String, Value> {
+    if scope == Scope::User {
+        return document;
+    }
+    let mut ignore = |key: String, how: String| {
+        ignored.push(format!(
+            "没有采用 {} 里的 {key}:项目和本地的设置文件只能收紧用户的设置,不能放宽。{how}",
+            path.display()
+        ));
+    };
+    if let Some(Value::Object(env)) = document.get_mut("env") {
+        env.retain(|name, value| {
+            let value = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            match var_verdict(name, &value, before.layer) {
+                Ok(()) => true,
+                Err(how) => {
+                    ignore(format!("env.{name}"), how);
+                    false
+                }
+            }
+        });
+    }
+    if let Some(Value::Object(permissions)) = document.get_mut("permissions")
+        && let Some(Value::Array(dirs)) = permissions.get_mut("additionalDirectories")
+    {
+        dirs.retain(|dir| {
+            let Value::String(dir) = dir else { return true };
+            if dir_allowed(dir, before) {
+                return true;
+            }
+            ignore(
+                format!("permissions.additionalDirectories {dir:?}"),
+                format!(
+                    "真要让代理写那里,把它写进 {USER_FILE} 的 permissions.additionalDirectories"
+                ),
+            );
+            false
+        });
+    }
+    if let Some(Value::Object(sandbox)) = document.get_mut("sandbox") {
+        drop_keys(sandbox, NEVER_SANDBOX, "sandbox", &mut ignore);
+        if let Some(Value::Object(network)) = sandbox.get_mut("network") {
+            drop_keys(network, NEVER_NETWORK, "sandbox.network", &mut ignore);
+        }
+    }
+    let how = || format!("真要这样,写进 {USER_FILE}");
+    if document.get("enableAllProjectMcpServers") == Some(&Value::Bool(true)) {
+        document.remove("enableAllProjectMcpServers");
+        ignore("enableAllProjectMcpServers".into(), how());
+    }
+    for key in NEVER_TOP {
+        if document.remove(*key).is_some() {
+            ignore((*key).to_string(), how());
+        }
+    }
+    if let Some(Value::Object(servers)) = document.get_mut("mcpServers") {
+        let users = user_servers(before.layer);
+        servers.retain(|name, _| {
+            if !users.contains(name) {
+                return true;
+            }
+            ignore(
+                format!("mcpServers.{name}"),
+                format!("同名的 MCP 服务器以 {USER_FILE} 里的为准;真要换,改那里"),
+            );
+            false
+        });
+    }
+    document
+}
+
+/// Takes out of `object` each of `keys` whose value is not the harmless one.
+fn drop_keys(
+    object: &mut Map<String, Value>,
+    keys: &[(&str, Option<Value>)],
+    prefix: &str,
+    ignore: &mut impl FnMut(String, String),
+) {
+    for (key, harmless) in keys {
+        let Some(value) = object.get(*key) else {
+            continue;
+        };
+        if harmless.as_ref() == Some(value) {
+            continue;
+        }
+        object.remove(*key);
+        ignore(
+            format!("{prefix}.{key}"),
+            format!("真要这样,写进 {USER_FILE}"),
+        );
+    }
+}
+
+/// Whether a workspace file may set variable `name` to `value`, given what the files
+/// before it set; `Err`: how a person applies it on purpose.
+fn var_verdict(name: &str, value: &str, layer: &FileLayer) -> Result<(), String> {
+    let current = layer.vars.get(name).map(|v| v.trim().to_string());
+    let value = value.trim();
+    let on_purpose = |flag: &str| {
+        format!("真要这样,在你自己的环境里设 {name}={value}{flag},或写进 {USER_FILE} 的 env")
+    };
+    match name {
+        "FLOWER_SANDBOX" => {
+            let rank = |v: &str| match v {
+                "off" => Some(0),
+                "on" => Some(1),
+                "require" => Some(2),
+                _ => None,
+            };
+            let now = rank(current.as_deref().unwrap_or("on")).unwrap_or(1);
+            match rank(value) {
+                // Not a value at all: the resolution refuses it, naming the file.
+                None => Ok(()),
+                Some(new) if new >= now => Ok(()),
+                Some(_) => Err(on_purpose("(或加 --no-sandbox)")),
+            }
+        }
+        "FLOWER_NETWORK" => {
+            let strict = |v: &str| v == "off";
+            let now = strict(current.as_deref().unwrap_or("on"));
+            match value {
+                "on" if now => Err(on_purpose("")),
+                _ => Ok(()),
+            }
+        }
+        _ if IDENTITY_VARS.contains(&name) => {
+            if current.as_deref() == Some(value) {
+                return Ok(());
+            }
+            // The value is not repeated: it may be a credential.
+            Err(format!(
+                "真要这样,在你自己的环境里设 {name},或写进 {USER_FILE} 的 env"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An additional directory a workspace file may add: inside the workspace (where the
+/// agent writes anyway) or inside a directory the user's file adds.
+fn dir_allowed(dir: &str, before: &Before<'_>) -> bool {
+    let Some(resolved) = resolve_dir(dir, before.workspace, before.home) else {
+        return false;
+    };
+    let Ok(resolved) = resolved.canonicalize() else {
+        // Not there: the file's reader refuses it, naming the file and the key.
+        return true;
+    };
+    let workspace = before
+        .workspace
+        .canonicalize()
+        .unwrap_or_else(|_| before.workspace.to_path_buf());
+    resolved.starts_with(&workspace)
+        || before
+            .layer
+            .permissions
+            .additional_directories
+            .iter()
+            .any(|allowed| resolved.starts_with(allowed))
+}
+
+/// An `additionalDirectories` entry as a path: `~` and `~/…` from the home, anything
+/// else from the workspace; `None`: `~` without a home.
+pub(super) fn resolve_dir(dir: &str, workspace: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    if dir == "~" {
+        return home.map(Path::to_path_buf);
+    }
+    match dir.strip_prefix("~/") {
+        Some(rest) => home.map(|home| home.join(rest)),
+        None => Some(workspace.join(dir)),
+    }
+}
+
+/// The names of the MCP servers the user's file defines.
+fn user_servers(layer: &FileLayer) -> Vec<String> {
+    layer
+        .files
+        .iter()
+        .filter(|f| f.scope == Scope::User)
+        .filter_map(|f| f.document.get("mcpServers"))
+        .filter_map(Value::as_object)
+        .flat_map(|servers| servers.keys().cloned())
+        .collect()
+}
