@@ -217,33 +217,60 @@ fn flatten(prefix: &str, map: &Map<String, Value>, out: &mut BTreeMap<String, Va
     }
 }
 
-/// Parts of a name that say its value is a secret (matched upper-cased).
-const SECRET_NAMES: &[&str] = &[
+/// Words of a name that say its value is a secret (`ANTHROPIC_AUTH_TOKEN`,
+/// `apiKeyHelper`; not `FLOWER_MAX_TOKENS`), upper-cased.
+const SECRET_WORDS: &[&str] = &[
     "KEY",
+    "APIKEY",
     "TOKEN",
     "SECRET",
     "PASSWORD",
     "PASSWD",
+    "PWD",
     "CREDENTIAL",
+    "CREDENTIALS",
     "AUTH",
+    "AUTHORIZATION",
     "COOKIE",
     "HEADERS",
-    "FLOWER_STORE",
 ];
 
 /// Text inside a value that says it holds a secret (matched lower-cased).
 const SECRET_TEXT: &[&str] = &["key=", "token=", "secret=", "password=", "bearer "];
 
+/// Whether a key's last name says its value is a secret: one of its words (split at
+/// `_`, `-` and a lower-case letter followed by an upper-case one) is in
+/// [`SECRET_WORDS`], or it is `FLOWER_STORE` (a URL that may hold a password).
+fn secret_name(key: &str) -> bool {
+    let last = key.rsplit('.').next().unwrap_or(key);
+    if last == "FLOWER_STORE" {
+        return true;
+    }
+    let mut words = vec![String::new()];
+    let mut previous_lower = false;
+    for c in last.chars() {
+        if c == '_' || c == '-' {
+            words.push(String::new());
+            previous_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && previous_lower {
+            words.push(String::new());
+        }
+        previous_lower = c.is_lowercase();
+        if let Some(word) = words.last_mut() {
+            word.extend(c.to_uppercase());
+        }
+    }
+    words.iter().any(|w| SECRET_WORDS.contains(&w.as_str()))
+}
+
 /// A value as a person is shown it: JSON, shortened; a secret's masked.
 fn shown(key: &str, value: &Value) -> String {
-    let last = key.rsplit('.').next().unwrap_or(key).to_uppercase();
     let text = value.to_string();
     let lower = text.to_lowercase();
     let url_credentials = lower.contains("://") && lower.contains('@');
-    if SECRET_NAMES.iter().any(|s| last.contains(s))
-        || SECRET_TEXT.iter().any(|s| lower.contains(s))
-        || url_credentials
-    {
+    if secret_name(key) || SECRET_TEXT.iter().any(|s| lower.contains(s)) || url_credentials {
         return "(隐去)".to_string();
     }
     const MAX: usize = 120;

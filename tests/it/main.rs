@@ -60,6 +60,7 @@ mod run_open;
 mod sandbox;
 mod sandbox_escapes;
 mod settings;
+mod settings_pin;
 mod signals;
 mod stop_reasons;
 mod store_cli;
