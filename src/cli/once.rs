@@ -20,6 +20,8 @@ const INSTRUCTIONS: &str = "You are flower, a coding agent working in the user's
 (the current directory). Use the tools to read, search, change and run things there; check \
 your work before you say it is done. Be concise: say what you did and what you found.";
 
+// Long because it reads in the order a person sees it: settings and their questions, the
+// agent's rules, the runtime, the run, the outcome.
 pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let mut settings = super::config::settings(&args.flags(), env)?;
     // Settings files changed since a run here pinned them: applied only when a person

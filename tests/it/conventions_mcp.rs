@@ -675,12 +675,31 @@ fn settings_take_servers_by_precedence_and_expand_variables() {
     let servers = &settings.mcp.servers;
     let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["a", "b", "c"]);
+    // A server of the user's file is not replaced by a workspace file's of the same
+    // name (the stricter wins, issue #40): each such one is said on stderr.
     assert!(
-        matches!(&servers[0].transport, Transport::Stdio { command, .. } if command == "json-a")
+        matches!(&servers[0].transport, Transport::Stdio { command, .. } if command == "user-a")
     );
-    assert_eq!(servers[0].source, ws.join(".mcp.json"));
+    assert_eq!(servers[0].source, home.join(".claude/settings.json"));
     assert!(matches!(&servers[1].transport,
-        Transport::Stdio { command, args, .. } if command == "local-b" && args == &["x", "$NOT_EXPANDED"]));
+        Transport::Stdio { command, .. } if command == "user-b"));
+    for (file, name) in [(".mcp.json", "a"), (".claude/settings.local.json", "b")] {
+        let said = format!("{} 里的 mcpServers.{name}", ws.join(file).display());
+        assert!(
+            settings.warnings.iter().any(|w| w.contains(&said)),
+            "{said}: {:?}",
+            settings.warnings
+        );
+    }
+    // Among the workspace's files the later one still replaces (`c` above), and a
+    // variable of its own expands.
+    put(
+        ws.join(".claude/settings.local.json"),
+        json!({"mcpServers": {"d": {"command": "local-d", "args": ["${ARG}", "$NOT_EXPANDED"]}}}),
+    );
+    let local = Settings::load(&flags, &env).unwrap();
+    assert!(local.mcp.servers.iter().any(|s| matches!(&s.transport,
+        Transport::Stdio { command, args, .. } if command == "local-d" && args == &["x", "$NOT_EXPANDED"])));
     match &servers[2].transport {
         Transport::Http { url, headers } => {
             assert_eq!(url, "http://localhost/mcp");

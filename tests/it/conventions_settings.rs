@@ -205,11 +205,13 @@ fn additional_directories_are_reachable_by_the_file_tools() {
     let refused = server.requests()[1].tool_results()[0].clone();
     assert_eq!(refused["is_error"], true, "{refused}");
 
+    // From the user's own file (a workspace file may not add a directory outside the
+    // workspace: tests/it/settings_pin.rs).
     settings(
         &project,
         [
+            Some(json!({"permissions": {"additionalDirectories": ["~/shared"]}})),
             None,
-            Some(json!({"permissions": {"additionalDirectories": ["../shared"]}})),
             None,
         ],
     );
