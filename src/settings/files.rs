@@ -311,8 +311,11 @@ impl FileLayer {
 /// The project's MCP servers file, at the workspace root.
 pub const MCP_JSON: &str = ".mcp.json";
 
+/// A settings file's text and its top-level object.
+type Read = (String, Map<String, Value>);
+
 /// A JSON object file, its text and its object; `None` when there is no such file.
-fn read_object(path: &Path) -> Result<Option<(String, Map<String, Value>)>, ConfigError> {
+fn read_object(path: &Path) -> Result<Option<Read>, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -14,12 +14,14 @@
 //! | `env.FLOWER_NETWORK`                        | as strict or stricter (on < off)           |
 //! | `env.ANTHROPIC_BASE_URL`, `…_API_KEY`, `…_AUTH_TOKEN`, `…_CUSTOM_HEADERS`, `FLOWER_STORE` | equal to what the user's file says (where the key goes is never the workspace's choice) |
 //! | `permissions.additionalDirectories`         | an entry inside the workspace or inside a directory the user's file adds |
-//! | `sandbox.enabled: false`, `allowUnsandboxedCommands`, `excludedCommands`, `enableWeakerNestedSandbox`, `network.allowUnixSockets`, `network.allowAllUnixSockets`, `network.allowLocalBinding: true`, `network.httpProxyPort`, `network.socksProxyPort` | never |
+//! | `sandbox.enabled: false`, `allowUnsandboxedCommands`, `excludedCommands`, `enableWeakerNestedSandbox`, `autoAllowBashIfSandboxed` (Claude Code's; flower reads none) | never |
 //! | `enableAllProjectMcpServers: true`, `enabledMcpjsonServers`, `apiKeyHelper`, `awsAuthRefresh`, `awsCredentialExport`, `otelHeadersHelper` | never |
 //! | `mcpServers.<name>` (also `.mcp.json`)      | no server of that name in the user's file  |
 //!
-//! `sandbox.network.allowedDomains` and `deniedDomains` stay for their reader, which
-//! merges them: allowed lists intersect, denied lists add up.
+//! `sandbox.network.*` is left to its reader, which applies the same rule itself:
+//! allowed lists intersect, denied lists add up, a boolean only narrows. Hooks and the
+//! workspace's MCP servers are not filtered: they are the project's conventions, and
+//! the pin ([`super::pin`]) makes sure none is obeyed that no person has seen.
 
 use super::files::Scope;
 use super::sources::FileLayer;
@@ -36,8 +38,9 @@ const IDENTITY_VARS: &[&str] = &[
     "FLOWER_STORE",
 ];
 
-/// Top-level keys a workspace file never sets (each widens, or runs a command that
-/// hands out credentials).
+/// Top-level keys a workspace file never sets: each hands out a credential or approves
+/// servers, and flower reads none of them (the key comes from the person's environment
+/// or the user's `env`; `.mcp.json`'s servers are approved by the pin).
 const NEVER_TOP: &[&str] = &[
     "apiKeyHelper",
     "awsAuthRefresh",
@@ -47,7 +50,9 @@ const NEVER_TOP: &[&str] = &[
 ];
 
 /// `sandbox.*` keys a workspace file never sets, with the value that would be harmless
-/// (`None`: none is).
+/// (`None`: none is). flower reads none of them: its sandbox is `FLOWER_SANDBOX` and
+/// the flags; `sandbox.network` has its own reader, which applies the stricter-wins
+/// rule itself (allowed lists intersect, denied lists add up, booleans only narrow).
 const NEVER_SANDBOX: &[(&str, Option<Value>)] = &[
     ("enabled", Some(Value::Bool(true))),
     ("allowUnsandboxedCommands", Some(Value::Bool(false))),
@@ -56,14 +61,12 @@ const NEVER_SANDBOX: &[(&str, Option<Value>)] = &[
     ("autoAllowBashIfSandboxed", Some(Value::Bool(false))),
 ];
 
-/// `sandbox.network.*` keys a workspace file never sets, likewise.
-const NEVER_NETWORK: &[(&str, Option<Value>)] = &[
-    ("allowUnixSockets", None),
-    ("allowAllUnixSockets", Some(Value::Bool(false))),
-    ("allowLocalBinding", Some(Value::Bool(false))),
-    ("httpProxyPort", None),
-    ("socksProxyPort", None),
-];
+/// How a person widens the sandbox on purpose.
+const SANDBOX_HOW: &str = "flower 的沙箱由你自己环境里的 FLOWER_SANDBOX、FLOWER_NETWORK(或 ~/.claude/settings.json 的 env)和 --no-sandbox、--no-network 决定";
+
+/// Where the key comes from instead.
+const CREDENTIAL_HOW: &str =
+    "flower 只从你自己的环境(或 ~/.claude/settings.json 的 env)拿 key;.mcp.json 的服务器由人确认过的设置放行";
 
 const USER_FILE: &str = "~/.claude/settings.json";
 
@@ -126,18 +129,14 @@ pub(super) fn narrow(
     }
     if let Some(Value::Object(sandbox)) = document.get_mut("sandbox") {
         drop_keys(sandbox, NEVER_SANDBOX, "sandbox", &mut ignore);
-        if let Some(Value::Object(network)) = sandbox.get_mut("network") {
-            drop_keys(network, NEVER_NETWORK, "sandbox.network", &mut ignore);
-        }
     }
-    let how = || format!("真要这样,写进 {USER_FILE}");
     if document.get("enableAllProjectMcpServers") == Some(&Value::Bool(true)) {
         document.remove("enableAllProjectMcpServers");
-        ignore("enableAllProjectMcpServers".into(), how());
+        ignore("enableAllProjectMcpServers".into(), CREDENTIAL_HOW.into());
     }
     for key in NEVER_TOP {
         if document.remove(*key).is_some() {
-            ignore((*key).to_string(), how());
+            ignore((*key).to_string(), CREDENTIAL_HOW.into());
         }
     }
     if let Some(Value::Object(servers)) = document.get_mut("mcpServers") {
@@ -171,10 +170,7 @@ fn drop_keys(
             continue;
         }
         object.remove(*key);
-        ignore(
-            format!("{prefix}.{key}"),
-            format!("真要这样,写进 {USER_FILE}"),
-        );
+        ignore(format!("{prefix}.{key}"), SANDBOX_HOW.into());
     }
 }
 
