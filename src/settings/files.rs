@@ -10,7 +10,11 @@
 //! Precedence is Claude Code's: local over project over user for a single value
 //! (`model`, each variable of `env`); lists merge (the permission rules of every file
 //! apply, `additionalDirectories` add up, hooks of every file run). Flags and the
-//! process environment stay above every file ([`super`]'s precedence).
+//! process environment stay above every file ([`super`]'s precedence). Two exceptions,
+//! because an agent can write the workspace's files: security-relevant keys follow
+//! "the stricter wins" ([`super::strict`]), and the workspace's files are pinned as
+//! written ([`FileLayer::pin`], [`super::pin`]) so that a run obeys only what a person
+//! has seen.
 //!
 //! Keys flower reads: `permissions.allow`, `permissions.deny`, `permissions.ask`,
 //! `permissions.additionalDirectories`, `env`, `model`, `effortLevel`, `hooks`. Every other key is

@@ -65,8 +65,7 @@ const NEVER_SANDBOX: &[(&str, Option<Value>)] = &[
 const SANDBOX_HOW: &str = "flower 的沙箱由你自己环境里的 FLOWER_SANDBOX、FLOWER_NETWORK(或 ~/.claude/settings.json 的 env)和 --no-sandbox、--no-network 决定";
 
 /// Where the key comes from instead.
-const CREDENTIAL_HOW: &str =
-    "flower 只从你自己的环境(或 ~/.claude/settings.json 的 env)拿 key;.mcp.json 的服务器由人确认过的设置放行";
+const CREDENTIAL_HOW: &str = "flower 只从你自己的环境(或 ~/.claude/settings.json 的 env)拿 key;.mcp.json 的服务器由人确认过的设置放行";
 
 const USER_FILE: &str = "~/.claude/settings.json";
 
