@@ -133,3 +133,61 @@ fn the_summary_time_is_the_latest_appends_between_writers() {
         last = mtime;
     }
 }
+
+/// One writer's appends to its session take one round trip each once it has written
+/// the summary (the first reads it); a sub-agent's transcript has no summary and never
+/// reads first; another writer's append makes the next one read first again.
+#[test]
+fn appends_take_one_round_trip_after_the_first() {
+    let Some(url) = pg::fresh_url() else { return };
+    let [a, b] = [
+        PostgresStore::open(&url.parse().unwrap()).unwrap(),
+        PostgresStore::open(&url.parse().unwrap()).unwrap(),
+    ];
+    let key = SessionKey::main("p", "s");
+    let line = |i: usize| [json!({"type": "x", "uuid": format!("u{i}")})];
+    for i in 0..5 {
+        a.append(&key, &line(i)).unwrap();
+    }
+    let trips = a.append_trips();
+    assert_eq!((trips.one_trip, trips.read_first), (4, 1), "{trips:?}");
+
+    let sub = SessionKey {
+        subpath: Some("subagents/agent-1".into()),
+        ..key.clone()
+    };
+    a.append(&sub, &line(10)).unwrap();
+    a.append(&sub, &line(11)).unwrap();
+    assert_eq!(a.append_trips().one_trip, 6, "{:?}", a.append_trips());
+
+    b.append(&key, &line(20)).unwrap();
+    a.append(&key, &line(21)).unwrap();
+    assert_eq!(
+        a.append_trips().read_first,
+        2,
+        "after another writer's append the summary is read first: {:?}",
+        a.append_trips()
+    );
+    a.append(&key, &line(22)).unwrap();
+    assert_eq!(a.append_trips().one_trip, 7, "{:?}", a.append_trips());
+}
+
+/// Every connection of the store carries the server-side settings that end a vanished
+/// host's connection (and its locks) and a transaction whose client stopped sending.
+#[test]
+fn connections_carry_the_server_side_keepalives_and_transaction_timeout() {
+    let Some(url) = pg::fresh_url() else { return };
+    let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
+    // Both pool connections: calls alternate between the pool's threads only by
+    // chance, so ask often enough that each has answered.
+    for _ in 0..8 {
+        assert_eq!(
+            store
+                .server_setting("idle_in_transaction_session_timeout")
+                .unwrap(),
+            "1min"
+        );
+        assert_eq!(store.server_setting("tcp_keepalives_idle").unwrap(), "30");
+        assert_eq!(store.server_setting("tcp_keepalives_count").unwrap(), "3");
+    }
+}

@@ -37,14 +37,12 @@ pub enum Leased {
 /// `current_schema()`).
 pub(super) const RUN_LOCK_KEY: &str = "hashtextextended(current_schema() || '/run/' || $1, 0)";
 
-/// A connection that holds session-level locks: TCP keepalives on, so that the server
-/// ends it, and lets go of its locks, within about a minute of its host vanishing.
+/// A connection that holds session-level locks, with the server-side settings every
+/// connection of the store has ([`SERVER_SETTINGS`]): the server ends it, and lets go
+/// of its locks, within about a minute of its host vanishing.
 pub(super) fn connect_holding(config: &::postgres::Config) -> Result<Client, ::postgres::Error> {
     let mut c = config.connect(NoTls)?;
-    c.batch_execute(
-        "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
-         SET tcp_keepalives_count = 3",
-    )?;
+    c.batch_execute(SERVER_SETTINGS)?;
     Ok(c)
 }
 

@@ -82,6 +82,18 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Set on every connection the store opens, in the round trip after it connects (not
+/// as the startup packet's `options`, which connection poolers such as PgBouncer
+/// refuse). The server's own keepalives end a connection whose host vanished within
+/// about a minute, so its session locks are let go; `idle_in_transaction_session_timeout`
+/// ends a transaction whose client stopped sending (a partition that healed, a process
+/// stopped with SIGSTOP), so that no transaction holds a session's or the run's lock
+/// for longer. flower's transactions send their statements back to back: none waits on
+/// the client for anything but the network.
+pub const SERVER_SETTINGS: &str = "SET tcp_keepalives_idle = 30; \
+     SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3; \
+     SET idle_in_transaction_session_timeout = '60s'";
+
 /// How long a connection attempt may take unless the URL says (`connect_timeout=`).
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -109,6 +121,25 @@ pub struct PostgresStore {
     /// Each session's summary as this process last wrote it, so that the next append
     /// can fold into it without reading it first (`transcripts.rs`).
     summaries: Mutex<std::collections::HashMap<(String, String), WrittenSummary>>,
+    /// How this store's appends went ([`PostgresStore::append_trips`]).
+    trips: AppendTripCounters,
+}
+
+/// How many of a store's appends took one round trip and how many read the session's
+/// summary first (the first append to a session in this process, one after another
+/// writer, a retry). What the tests read to know that the one-round-trip path is the one
+/// taken: a guard that always failed would pass every other test and show only in a
+/// bench.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppendTrips {
+    pub one_trip: u64,
+    pub read_first: u64,
+}
+
+#[derive(Debug, Default)]
+struct AppendTripCounters {
+    one_trip: std::sync::atomic::AtomicU64,
+    read_first: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -158,6 +189,7 @@ impl PostgresStore {
             schema: std::sync::OnceLock::new(),
             pipe: Mutex::new(None),
             summaries: Mutex::new(std::collections::HashMap::new()),
+            trips: AppendTripCounters::default(),
         };
         store.migrate()?;
         let schema: Option<String> =
@@ -169,6 +201,22 @@ impl PostgresStore {
     /// The URL, without password.
     pub fn url(&self) -> &PostgresUrl {
         &self.url
+    }
+
+    /// How this store's appends went so far.
+    pub fn append_trips(&self) -> AppendTrips {
+        use std::sync::atomic::Ordering::Relaxed;
+        AppendTrips {
+            one_trip: self.trips.one_trip.load(Relaxed),
+            read_first: self.trips.read_first.load(Relaxed),
+        }
+    }
+
+    /// A server setting (`current_setting(name)`) as a pooled connection of this store
+    /// sees it: what [`SERVER_SETTINGS`] set, for an operator or a test to check.
+    pub fn server_setting(&self, name: &str) -> Result<String, StoreError> {
+        let name = name.to_string();
+        self.call(move |c| Ok(c.query_one("SELECT current_setting($1)", &[&name])?.get(0)))
     }
 
     /// Runs `run` on a pooled connection and waits for its result. A connection that

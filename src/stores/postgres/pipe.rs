@@ -167,6 +167,7 @@ async fn connection<'a>(
             let (client, driver) = config.connect(tokio_postgres::NoTls).await?;
             // Ends by itself when the client is dropped or the connection fails.
             tokio::spawn(driver);
+            client.batch_execute(SERVER_SETTINGS).await?;
             Ok(slot.insert(Connection {
                 client,
                 prepared: std::collections::HashMap::new(),

@@ -40,7 +40,9 @@ impl Slot {
             Some(client) => Ok(client),
             slot @ None => {
                 PREPARED.with(|p| p.borrow_mut().clear());
-                Ok(slot.insert(self.config.connect(NoTls)?))
+                let mut client = self.config.connect(NoTls)?;
+                client.batch_execute(SERVER_SETTINGS)?;
+                Ok(slot.insert(client))
             }
         }
     }

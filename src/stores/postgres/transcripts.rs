@@ -48,6 +48,7 @@ impl PostgresStore {
                     params,
                 })
                 .and_then(stored)
+                .map(|count| counted(&self.trips.one_trip, count))
                 .map_err(|e| self.pipe_failed(e));
         }
         let session = (key.project_key.clone(), key.session_id.clone());
@@ -79,7 +80,7 @@ impl PostgresStore {
                 match self.pipe(piped).and_then(stored) {
                     Ok(count) => {
                         self.keep_summary(session, written);
-                        return Ok(count);
+                        return Ok(counted(&self.trips.one_trip, count));
                     }
                     // Rare: the batch is made again rather than copied on every append.
                     Err(PipeError::Driver(e)) if summary_moved(&e) => Batch::of(entries)?,
@@ -92,7 +93,7 @@ impl PostgresStore {
         if let Some(written) = written {
             self.keep_summary(session, written);
         }
-        Ok(count)
+        Ok(counted(&self.trips.read_first, count))
     }
 
     fn keep_summary(&self, session: (String, String), written: WrittenSummary) {
@@ -433,4 +434,10 @@ impl Drop for Open<'_> {
             let _ = self.client.batch_execute("ROLLBACK");
         }
     }
+}
+
+/// `count`, after adding one to `trips`.
+fn counted(trips: &std::sync::atomic::AtomicU64, count: usize) -> usize {
+    trips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    count
 }
