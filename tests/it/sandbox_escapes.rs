@@ -668,6 +668,9 @@ fn existing_control_files_cannot_be_changed_by_a_command() {
         "{{\"permissions\":{{\"additionalDirectories\":[\"{}\"]}}}}",
         s.home.display()
     );
+    // In the user's file: a workspace file may not add the home (the stricter wins).
+    fs::create_dir_all(s.home.join(".claude")).unwrap();
+    fs::write(s.home.join(".claude/settings.json"), &settings).unwrap();
     fs::create_dir_all(s.ws.join(".claude")).unwrap();
     fs::write(s.ws.join(".claude/settings.json"), &settings).unwrap();
     fs::create_dir_all(s.ws.join(".vscode")).unwrap();
