@@ -107,6 +107,10 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         return Ok(ExitCode::SUCCESS);
     }
     let options = flower_options(&args, &settings, interactive, intent);
+    // Lineage's wakes start again at 0 after `--new` or `/new`: a new task, which has
+    // cost nothing yet whatever the manifest's earlier rows say.
+    let new_task = locked.wake().woke == 0;
+    know_sessions(&renderer, &locked);
 
     let interrupt = Interrupt::new();
     let run = or_return!(
@@ -130,7 +134,9 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     }
     note_warnings(&renderer, runtime);
     install_signals(runtime, &renderer, interrupt, interactive)?;
-    count_cost_before(&renderer, &settings);
+    if !new_task {
+        count_cost_before(&renderer, &settings);
+    }
 
     let workflow = flower_workflow(run.workspace(), &options);
     let outcome = workflow.run(runtime).await;
@@ -144,8 +150,22 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     )
 }
 
-/// On a terminal, the status line's cost starts from what the run had cost before this
-/// process (the manifest's rows, as `flower log` sums them).
+/// The status line starts a continued session where the banner said it stands: the
+/// context of its last turn and its generation, per step lineage holds.
+fn know_sessions(renderer: &Renderer, locked: &Locked) {
+    if !renderer.is_live() {
+        return;
+    }
+    let place = locked.place();
+    for (step, id) in &locked.wake().steps {
+        if let Some(context) = place.context(id) {
+            renderer.know(step, context, place.generation(id));
+        }
+    }
+}
+
+/// On a terminal, the status line's cost starts from what the current task had cost
+/// before this process (the manifest's rows, as `flower log` sums them).
 fn count_cost_before(renderer: &Renderer, settings: &Settings) {
     if renderer.is_live()
         && let Ok(before) = super::inspect_run(settings)
@@ -344,23 +364,24 @@ fn exit_status(
     match outcome {
         Ok(ctx) => {
             if ctx.passed.get(WORK).copied().unwrap_or(false) {
-                renderer.note("== 判定通过 ==");
-                renderer.summary("判定通过", figures);
+                renderer.verdict("== 判定通过 ==", "判定通过", None, figures);
                 Ok(ExitCode::SUCCESS)
             } else {
-                renderer.note(&format!(
-                    "== 这次唤醒的 {rounds} 轮用完了,判定还没通过。再跑 flower 接着做 =="
-                ));
-                renderer.summary("判定未通过", figures);
+                renderer.verdict(
+                    &format!("== 这次唤醒的 {rounds} 轮用完了,判定还没通过。再跑 flower 接着做 =="),
+                    "判定未通过",
+                    Some(&format!("这次唤醒的 {rounds} 轮用完了。再跑 flower 接着做。")),
+                    figures,
+                );
                 Ok(ExitCode::FAILURE)
             }
         }
         Err(WorkflowError::StepFailed { step, error, .. }) => {
-            renderer.note(&format!(
+            let said = format!(
                 "flower: 步骤 {step} 没跑完{}\n再跑一次 flower 就从这里接着做。",
                 super::said::reason(&error)
-            ));
-            renderer.summary(&format!("{step} 没跑完"), figures);
+            );
+            renderer.verdict(&said, &format!("{step} 没跑完"), Some(&said), figures);
             Ok(ExitCode::FAILURE)
         }
         Err(other) => Err(other.into()),

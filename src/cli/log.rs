@@ -11,9 +11,13 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// 打印一个 JSON 文档(`{"attempts": […], "totals": {…}}`)
+    /// 打印一个 JSON 文档(`{"attempts": […], "totals": {…}, "earlier": N}`)
     #[arg(long)]
     pub json: bool,
+
+    /// 连 flower --new 归档掉的早先任务也列出来(合计仍只算当前任务)
+    #[arg(long)]
+    pub all: bool,
 
     #[command(flatten)]
     pub source: super::flags::RunSource,
@@ -24,13 +28,17 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
     let sessions = run.sessions();
     let totals = run.totals(&sessions);
     let out = if args.json {
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "attempts": run.attempts,
             "totals": totals,
+            "earlier": run.earlier.len(),
         });
+        if args.all {
+            doc["earlier_attempts"] = serde_json::to_value(&run.earlier)?;
+        }
         format!("{}\n", serde_json::to_string_pretty(&doc)?)
     } else {
-        text(&run, &totals)
+        text(&run, &totals, args.all)
     };
     print_out(&out)
 }
@@ -67,56 +75,93 @@ pub fn outcome(a: &Attempt) -> String {
     format!("出错:{short}")
 }
 
-fn text(run: &Run, t: &Totals) -> String {
+fn text(run: &Run, t: &Totals, all: bool) -> String {
     let mut out = String::new();
-    if run.attempts.is_empty() {
+    let shown: Vec<&Attempt> = match all {
+        true => run.earlier.iter().chain(&run.attempts).collect(),
+        false => run.attempts.iter().collect(),
+    };
+    if let Some(line) = earlier_line(run, all) {
+        let _ = writeln!(out, "{line}");
+    }
+    if run.attempts.is_empty() && run.earlier.is_empty() {
         out.push_str("manifest.json 里还没有任何步骤记录。\n");
     }
-    let width = run
-        .attempts
+    let width = shown
         .iter()
         .map(|a| super::format::display_width(&a.step))
         .max()
         .unwrap_or(0);
-    for a in &run.attempts {
-        if a.wake {
-            let _ = writeln!(out, "── 唤醒 #{}(进程 {})──", a.woke, a.run);
+    let mut task = shown.first().map_or(0, |a| a.task);
+    for a in shown {
+        if a.task != task {
+            task = a.task;
+            let _ = writeln!(out, "── 新任务 #{}(进程 {})──", a.task, a.run);
         }
-        let pad = width.saturating_sub(super::format::display_width(&a.step));
-        let kind = kind_label(a.kind);
-        let kind = if kind.is_empty() {
-            String::new()
-        } else {
-            format!(" ({kind})")
-        };
-        let _ = write!(
-            out,
-            "{}  {}{}  {:>7}  请求 {}  {}  {}  上下文 {}{}",
-            clock(&a.started_at),
-            a.step,
-            " ".repeat(pad),
-            duration(a.duration_s),
-            a.requests(),
-            cost(a.cost_usd),
-            outcome(a),
-            tokens(a.context),
-            kind,
-        );
-        if a.resumed {
-            out.push_str("  接上次会话");
-        }
-        if !a.retired.is_empty() {
-            let _ = write!(out, "  换代 {} 次:{}", a.retired.len(), folded(&a.retired));
-        }
-        out.push('\n');
+        out.push_str(&row(a, width));
     }
     let _ = writeln!(out, "{}", totals_line(t));
     out
 }
 
-/// Retired session ids, folded past a few: the first and the last two, and how many
-/// are left out between them (a long run retires a hundred).
-fn folded(ids: &[String]) -> String {
+/// The line saying that earlier tasks' rows exist and are not shown or counted (or,
+/// with `--all`, shown but not counted); `None` when there are none.
+pub fn earlier_line(run: &Run, all: bool) -> Option<String> {
+    let first = run.earlier.first()?;
+    let last = run.earlier.last()?;
+    let tasks = last.task + 1 - first.task;
+    Some(match all {
+        true => format!(
+            "(早先 {tasks} 个任务的 {} 次尝试也列在下面;合计只算当前任务)",
+            run.earlier.len()
+        ),
+        false => format!(
+            "(早先还有 {tasks} 个任务的 {} 次尝试(flower --new 归档了它们,或这里重新开始过),不列在下面,也不计入合计;看全部:flower log --all)",
+            run.earlier.len()
+        ),
+    })
+}
+
+/// One attempt's line.
+fn row(a: &Attempt, width: usize) -> String {
+    let mut out = String::new();
+    if a.wake {
+        let _ = writeln!(out, "── 唤醒 #{}(进程 {})──", a.woke, a.run);
+    }
+    let pad = width.saturating_sub(super::format::display_width(&a.step));
+    let kind = kind_label(a.kind);
+    let kind = if kind.is_empty() {
+        String::new()
+    } else {
+        format!(" ({kind})")
+    };
+    let _ = write!(
+        out,
+        "{}  {}{}  {:>7}  请求 {}  {}  {}  上下文 {}{}",
+        clock(&a.started_at),
+        a.step,
+        " ".repeat(pad),
+        duration(a.duration_s),
+        a.requests,
+        cost(a.cost_usd),
+        outcome(a),
+        tokens(a.context),
+        kind,
+    );
+    if a.resumed {
+        out.push_str("  接上次会话");
+    }
+    if !a.retired.is_empty() {
+        let _ = write!(out, "  换代 {} 次:{}", a.retired.len(), folded(&a.chain()));
+    }
+    out.push('\n');
+    out
+}
+
+/// A step's chain of sessions (those it handed over from, then the one lineage holds),
+/// folded past a few: the first and the last two, and how many are left out between
+/// them (a long run retires a hundred).
+pub fn folded(ids: &[&str]) -> String {
     const SHOWN: usize = 3;
     if ids.len() <= SHOWN {
         return ids.join(" → ");
@@ -138,10 +183,12 @@ pub fn totals_line(t: &Totals) -> String {
         ""
     };
     format!(
-        "合计:用时 {} · {}{partial} · {} 轮 · tokens 输入 {} 输出 {} 缓存写 {} 缓存读 {} · 峰值上下文 {} · 换代 {} · 唤醒 {} · 重试 {} · 断网 {} 次共等 {}",
+        "合计:用时 {} · {}{partial} · {} 轮 · 请求 {}(其中子代理 {})· tokens(含子代理)输入 {} 输出 {} 缓存写 {} 缓存读 {} · 峰值上下文 {} · 换代 {} · 唤醒 {} · 重试 {} · 断网 {} 次共等 {}",
         duration(t.wall_s),
         cost(Some(t.cost_usd)),
         t.turns,
+        t.requests,
+        t.subagent_requests,
         tokens(t.tokens.input),
         tokens(t.tokens.output),
         tokens(t.tokens.cache_creation),

@@ -67,6 +67,9 @@ struct State {
     thinking_shown: bool,
     /// The output was ended ([`Renderer::finish`]): no more redraws.
     finished: bool,
+    /// Each plain step's place in the workflow (`3/3`), from its header: its retries,
+    /// rounds and judges are shown at the same place.
+    places: std::collections::BTreeMap<String, (usize, usize)>,
 }
 
 /// Renders events; shared by the event sink.
@@ -354,8 +357,17 @@ impl Renderer {
                 resumed,
                 woke,
             } if self.headers => {
+                let mut state = state;
+                let base = flower::inspect::parse_step_name(step).0;
+                let (index, total) = match *total {
+                    0 => state.places.get(&base).copied().unwrap_or((0, 0)),
+                    total => {
+                        state.places.insert(base, (*index, total));
+                        (*index, total)
+                    }
+                };
                 drop(state);
-                self.line(&step_header(step, *index, *total, *resumed, *woke));
+                self.line(&step_header(step, index, total, *resumed, *woke));
             }
             Event::Handoff {
                 step,
@@ -390,11 +402,18 @@ impl Renderer {
         self.lock().status.window = Some(window);
     }
 
-    /// On a live terminal, the one summary line of the finished pipeline (verdict,
-    /// wall time, cost, turns, peak context, handoffs) on stderr; nothing otherwise, so
-    /// plain output stays as it was.
-    pub fn summary(&self, verdict: &str, run: Option<&flower::inspect::Totals>) {
+    /// How the finished pipeline ended, said once: on a live terminal the summary line
+    /// (verdict, wall time, cost, turns, peak context, handoffs) and then `advice`;
+    /// otherwise `plain`, as piped output always said it.
+    pub fn verdict(
+        &self,
+        plain: &str,
+        verdict: &str,
+        advice: Option<&str>,
+        run: Option<&flower::inspect::Totals>,
+    ) {
         if !self.live {
+            self.note(plain);
             return;
         }
         let mut state = self.lock();
@@ -402,6 +421,15 @@ impl Renderer {
         self.end_text_line(&mut state);
         let line = state.status.summary(verdict, run);
         errln!("{}", self.paint("1", &line));
+        if let Some(advice) = advice {
+            errln!("{advice}");
+        }
+    }
+
+    /// What the run knows of a step's session before this process runs it (the
+    /// banner's context and generation): the status line starts from it.
+    pub fn know(&self, step: &str, context: u64, generation: u32) {
+        self.lock().status.know(step, context, generation);
     }
 
     /// Ends the output cleanly (final newline, no status line left behind).

@@ -12,7 +12,7 @@
 
 use super::format::duration;
 use super::format::{cost, tokens};
-use super::log::{clock, kind_label, outcome, totals_line};
+use super::log::{clock, earlier_line, folded, kind_label, outcome, totals_line};
 use super::open_run;
 use crate::cli::out::errln;
 use clap::Args;
@@ -200,6 +200,9 @@ pub fn render(run: &Run, link: &str, files: &mut Vec<(String, String)>) -> Strin
         esc(&run.run_dir.display().to_string())
     );
     let _ = writeln!(h, "<p class=\"totals\">{}</p>", esc(&totals_line(&totals)));
+    if let Some(line) = earlier_line(run, false) {
+        let _ = writeln!(h, "<p class=\"earlier\">{}</p>", esc(&line));
+    }
 
     let mains: Vec<&Session> = sessions.iter().filter(|s| !s.judge).collect();
     h.push_str("<h2>上下文(每轮)</h2>\n");
@@ -623,11 +626,11 @@ fn attempt_table(h: &mut String, run: &Run) {
             esc(&a.step),
             esc(&kind_label(a.kind)),
             duration(a.duration_s),
-            a.attempts,
+            a.requests,
             esc(&outcome(a)),
             cost(a.cost_usd),
             tokens(a.context),
-            esc(&a.retired.join(" → ")),
+            esc(&handoffs(a)),
             esc(a.session_id.as_deref().unwrap_or("")),
             esc(&short_id(a.session_id.as_deref().unwrap_or("-"))),
         );
@@ -643,7 +646,7 @@ fn session_table(
     link: &str,
     files: &mut Vec<(String, String)>,
 ) {
-    h.push_str("<table class=\"sessions\"><tr><th>会话</th><th>步骤</th><th>轮</th><th>花费</th><th>峰值上下文</th><th>输入</th><th>输出</th><th>缓存写</th><th>缓存读</th><th>子代理</th></tr>\n");
+    h.push_str("<table class=\"sessions\"><caption>花费和 tokens 含子代理;轮只算会话自己的</caption><tr><th>会话</th><th>步骤</th><th>轮</th><th>花费</th><th>峰值上下文</th><th>输入</th><th>输出</th><th>缓存写</th><th>缓存读</th><th>子代理</th></tr>\n");
     for s in sessions {
         let _ = writeln!(
             h,
@@ -658,12 +661,12 @@ fn session_table(
             esc(&s.step),
             if s.judge { " · 判定" } else { "" },
             s.turns.len(),
-            cost(s.cost_usd),
+            cost(s.all_cost_usd()),
             tokens(s.peak_context),
-            tokens(s.tokens.input),
-            tokens(s.tokens.output),
-            tokens(s.tokens.cache_creation),
-            tokens(s.tokens.cache_read),
+            tokens(s.all_tokens().input),
+            tokens(s.all_tokens().output),
+            tokens(s.all_tokens().cache_creation),
+            tokens(s.all_tokens().cache_read),
             s.subagents.len(),
         );
     }
@@ -701,6 +704,16 @@ fn session_table(
             )
         );
     }
+}
+
+/// The 换代 column: the step's sessions in succession, ending in the one lineage holds
+/// (short ids); empty when it did not hand off.
+fn handoffs(a: &flower::inspect::Attempt) -> String {
+    if a.retired.is_empty() {
+        return String::new();
+    }
+    let short: Vec<String> = a.chain().into_iter().map(short_id).collect();
+    folded(&short.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 fn short_id(id: &str) -> String {

@@ -6,6 +6,7 @@ use super::format::duration;
 use super::format::{cost, tokens};
 use flower::engine::Event;
 use flower::tools::names::TASK;
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// Whether a live status line may be drawn: both stdout and stderr are terminals and
@@ -46,6 +47,13 @@ pub struct Status {
     pub subagent: Option<String>,
     pub turns: u64,
     pub peak_context: u64,
+    /// The step's own session is waiting for a reply: the turn shown is the one
+    /// awaited (`第 1 轮` before the first reply, never `第 0 轮`).
+    awaiting: bool,
+    /// Per plain step: the context of its session's last turn and its generation, as
+    /// the banner read them from the run (set by [`Status::know`]) and as this
+    /// process's turns and handoffs moved them; a continued session starts from them.
+    known: BTreeMap<String, (u64, u32)>,
 }
 
 impl Default for Status {
@@ -72,6 +80,8 @@ impl Status {
             subagent: None,
             turns: 0,
             peak_context: 0,
+            awaiting: false,
+            known: BTreeMap::new(),
         }
     }
 
@@ -88,8 +98,11 @@ impl Status {
             } => {
                 self.turn = *turn;
                 self.context = *context;
+                self.awaiting = false;
                 self.peak_context = self.peak_context.max(*context);
                 self.turns += 1;
+                let generation = self.generation.unwrap_or(1);
+                self.known.insert(base_of(&self.step), (*context, generation));
                 // Cumulative per engine run: only what is new since its last turn.
                 match (self.cost.as_mut(), cost_usd) {
                     (Some(total), Some(now)) => {
@@ -101,12 +114,20 @@ impl Status {
                 self.offline = None;
             }
             Event::SessionStarted { depth: 0, .. } => self.reported = 0.0,
-            Event::StepStarted { step, .. } => {
-                if *step != self.step {
-                    self.generation = None;
-                }
+            Event::Requesting { depth: 0 } => self.awaiting = true,
+            Event::StepStarted { step, resumed, .. } => {
+                // A continued session shows where it stands before its first reply
+                // (the banner's figures); a new one starts at nothing.
+                let known = self.known.get(&base_of(step)).copied();
+                let (context, generation) = match (resumed, known) {
+                    (true, Some(known)) => known,
+                    _ => (0, 1),
+                };
+                self.context = context;
+                self.generation = (generation > 1).then_some(generation);
                 self.step = step.clone();
                 self.turn = 0;
+                self.awaiting = false;
             }
             Event::Offline {
                 waited_s,
@@ -131,6 +152,7 @@ impl Status {
                 self.peak_context = self.peak_context.max(*context);
                 self.context = 0;
                 self.turn = 0;
+                self.known.insert(base_of(&self.step), (0, *generation));
             }
             Event::Online { .. } => {
                 self.offline = None;
@@ -215,11 +237,17 @@ impl Status {
             .unwrap_or_default();
         format!(
             "{step}第 {} 轮 · 上下文 {}{window}{generation} · {} · 用时 {elapsed}{}",
-            self.turn,
+            self.turn + u32::from(self.awaiting),
             tokens(self.context),
             cost(self.cost),
             self.waiting()
         )
+    }
+
+    /// What the run knows of a step's session before this process runs it: the
+    /// context of its last turn and its generation (the banner's figures).
+    pub fn know(&mut self, step: &str, context: u64, generation: u32) {
+        self.known.insert(step.to_owned(), (context, generation));
     }
 
     /// What the run had cost before this process began (the manifest's rows, as
@@ -260,5 +288,14 @@ pub fn away(database: bool) -> &'static str {
         "数据库连不上"
     } else {
         "网络不通"
+    }
+}
+
+/// The session an attempt name continues: its plain step's (`干活#round2` → `干活`);
+/// a judge's is its own (every round a new session).
+fn base_of(step: &str) -> String {
+    match flower::inspect::parse_step_name(step) {
+        (_, flower::inspect::AttemptKind::Judge(_)) => step.to_owned(),
+        (base, _) => base,
     }
 }

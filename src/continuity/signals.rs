@@ -34,7 +34,8 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Installs the handlers on the current tokio runtime. `asks_after_interrupt`: the user
 /// is asked for a line after a Ctrl-C (stdin is a terminal). `on_exit` runs before a
-/// double Ctrl-C exits (finish the progress output, say how to continue). The store
+/// double Ctrl-C exits and before SIGTERM or SIGHUP end the process (finish the
+/// progress output, say how to continue). The store
 /// needs no closing: every append is durable when it returns.
 pub fn install(
     rescuer: Option<Rescuer>,
@@ -43,17 +44,21 @@ pub fn install(
     asks_after_interrupt: bool,
     on_exit: impl Fn() + Send + Sync + 'static,
 ) -> std::io::Result<()> {
+    let on_exit = std::sync::Arc::new(on_exit);
     // Without a rescuer (`flower once`) there is no row to write; the running commands
-    // are still stopped before the process dies by the signal.
+    // are still stopped before the process dies by the signal. The front end ends its
+    // output first (a status line drawn on the terminal is cleared).
     for kind in [SignalKind::terminate(), SignalKind::hangup()] {
         let mut stream = signal(kind)?;
         let rescuer = rescuer.clone();
         let processes = processes.clone();
+        let on_exit = on_exit.clone();
         tokio::spawn(async move {
             if stream.recv().await.is_some() {
                 if let Some(rescuer) = rescuer {
                     rescuer.rescue();
                 }
+                on_exit();
                 processes.kill_all();
                 die_by(kind.as_raw_value());
             }

@@ -126,6 +126,13 @@ pub struct Attempt {
     pub woke: u64,
     /// Outages the attempt waited out (the API's or the database's).
     pub outages: Vec<crate::continuity::manifest::Outage>,
+    /// The model requests the step made (see [`requests_of`]): what `flower log`'s
+    /// and the report's 请求 column show.
+    pub requests: u64,
+    /// Which task of the directory the row belongs to (1 for the first; `flower --new`
+    /// or a fresh start begins the next): a row of a new process that recorded wake 1
+    /// after earlier rows begins a task.
+    pub task: u64,
     /// `started_at` in epoch milliseconds, when it parses.
     #[serde(skip)]
     pub started_ms: Option<i64>,
@@ -133,12 +140,25 @@ pub struct Attempt {
     pub ended_ms: Option<i64>,
 }
 
+/// The model requests of a step's own sessions: one per reply, and the failed one that
+/// ended each failed try (`attempts` counts the tries, not the requests). A sub-agent's
+/// requests are its own (see [`Totals::subagent_requests`]).
+fn requests_of(num_turns: u64, attempts: u64, ok: bool, errors: usize) -> u64 {
+    let failed_tries = attempts.saturating_sub(u64::from(ok));
+    num_turns.saturating_add(failed_tries.max(errors as u64))
+}
+
 impl Attempt {
-    /// The model requests the step made: one per reply, and the failed one that
-    /// ended each failed try (`attempts` counts the tries, not the requests).
-    pub fn requests(&self) -> u64 {
-        let failed_tries = self.attempts.saturating_sub(u64::from(self.ok));
-        self.num_turns + failed_tries.max(self.errors.len() as u64)
+    /// The sessions of the step in order of succession: those it handed over from
+    /// (换代), then the one it ended in, which is the one lineage holds.
+    pub fn chain(&self) -> Vec<&str> {
+        let mut chain: Vec<&str> = self.retired.iter().map(String::as_str).collect();
+        if let Some(id) = self.session_id.as_deref()
+            && chain.last() != Some(&id)
+        {
+            chain.push(id);
+        }
+        chain
     }
 
     /// The attempt a manifest row records. A row without a step name shows as `?`; an
@@ -170,6 +190,13 @@ impl Attempt {
             handoff_threshold: row.context.and_then(|c| c.handoff_threshold),
             wake: false,
             woke: row.woke.unwrap_or_default(),
+            requests: requests_of(
+                u64::from(r.num_turns),
+                u64::from(r.attempts),
+                r.ok,
+                r.errors.len(),
+            ),
+            task: 1,
             outages: r.outages.clone(),
             started_ms: iso_to_epoch_ms(&r.started_at),
             ended_ms: iso_to_epoch_ms(&r.ended_at),
@@ -278,6 +305,12 @@ pub struct Session {
     pub peak_context: u64,
     /// Sub-agent transcripts stored under it.
     pub subagents: Vec<String>,
+    /// What its sub-agents' transcripts add: tokens, replies, requests (replies and
+    /// failed requests), cost.
+    pub subagent_tokens: Tokens,
+    pub subagent_turns: u64,
+    pub subagent_requests: u64,
+    pub subagent_cost_usd: Option<f64>,
     /// The session is named by the manifest but gone from the store.
     pub missing: bool,
     /// A judge's session (`name·判定#<N>`), not one of the step's own.
@@ -286,7 +319,28 @@ pub struct Session {
     pub model: Option<String>,
 }
 
-/// Totals over the whole run.
+impl Session {
+    /// Its tokens with its sub-agents' (as its cost in the manifest counts them).
+    pub fn all_tokens(&self) -> Tokens {
+        let mut all = self.tokens;
+        all.add_tokens(&self.subagent_tokens);
+        all
+    }
+
+    /// Its cost with its sub-agents', from the transcripts (`None`: a price unknown).
+    pub fn all_cost_usd(&self) -> Option<f64> {
+        match (self.cost_usd, self.subagent_cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, None) if self.subagent_turns == 0 => a,
+            (None, b) if self.turns.is_empty() => b,
+            _ => None,
+        }
+    }
+}
+
+/// Totals over the current task of the run (see [`Attempt::task`]). Sub-agents are
+/// counted in every figure but `turns`: cost (the manifest's rows include them),
+/// tokens and requests (their transcripts, stored under their main session).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Totals {
     /// From the first attempt's start to the last attempt's end.
@@ -294,7 +348,16 @@ pub struct Totals {
     pub cost_usd: f64,
     /// Some attempt's cost is unknown (the model's price is not in the table).
     pub cost_partial: bool,
+    /// The replies of the steps' own sessions (the judges' included), not their
+    /// sub-agents' ([`subagent_turns`](Self::subagent_turns)).
     pub turns: u64,
+    /// The sub-agents' replies.
+    pub subagent_turns: u64,
+    /// Model requests, sub-agents' included: each attempt's [`Attempt::requests`] plus
+    /// [`subagent_requests`](Self::subagent_requests).
+    pub requests: u64,
+    pub subagent_requests: u64,
+    /// Tokens by kind, sub-agents' included.
     pub tokens: Tokens,
     pub handoffs: usize,
     /// The number of the last wake, as its banner said it (1: never woken again).
@@ -311,8 +374,11 @@ pub struct Run {
     pub run_dir: PathBuf,
     pub workspace: PathBuf,
     pub project_key: String,
-    /// Manifest rows in time order.
+    /// Manifest rows of the current task (see [`Attempt::task`]) in time order.
     pub attempts: Vec<Attempt>,
+    /// Rows of earlier tasks (archived by `flower --new`), in time order: shown only
+    /// when asked for (`flower log --all`), never counted in [`Run::totals`].
+    pub earlier: Vec<Attempt>,
     /// `lineage.json`, when it is readable and for this workspace.
     pub lineage: Option<LineageFile>,
     store: Option<RunStore>,
@@ -459,8 +525,15 @@ impl Run {
         attempts.sort_by_key(|a| a.started_ms.unwrap_or(i64::MIN));
         let mut last_run: Option<String> = None;
         let mut counted = 0;
+        let mut task = 1;
         for a in attempts.iter_mut() {
-            if last_run.as_ref().is_some_and(|r| *r != a.run) {
+            let new_process = last_run.as_ref().is_some_and(|r| *r != a.run);
+            // A later process that recorded wake 1 woke no earlier task: the lineage
+            // was archived (`--new`) or started afresh. Its wakes count from 1 again.
+            if new_process && a.woke == 1 {
+                task += 1;
+                counted = 0;
+            } else if new_process {
                 a.wake = true;
             }
             if last_run.as_ref() != Some(&a.run) {
@@ -471,13 +544,16 @@ impl Run {
                 a.woke = counted;
             }
             counted = counted.max(a.woke);
+            a.task = task;
             last_run = Some(a.run.clone());
         }
+        let (attempts, earlier) = attempts.into_iter().partition(|a| a.task == task);
         Run {
             run_dir: run_dir.to_path_buf(),
             project_key,
             workspace,
             attempts,
+            earlier,
             lineage,
             store,
         }
@@ -726,11 +802,41 @@ impl Run {
                 }
                 session.marks.sort_by_key(|m| m.turn);
                 if !session.missing {
-                    session.subagents = self.subagents(&self.key(&id));
+                    self.add_subagents(&mut session);
                 }
                 session
             })
             .collect()
+    }
+
+    /// Lists a main session's sub-agent transcripts and adds up what they say.
+    fn add_subagents(&self, session: &mut Session) {
+        let key = self.key(&session.session_id);
+        session.subagents = self.subagents(&key);
+        session.subagent_cost_usd = Some(0.0);
+        let Some(store) = &self.store else {
+            return;
+        };
+        for subpath in &session.subagents {
+            let Ok(sub_key) = key.sub(subpath) else {
+                continue;
+            };
+            let Ok(Some((count, facts))) =
+                store.scan_type(&sub_key, "assistant", AssistantFacts::of_json)
+            else {
+                continue;
+            };
+            let sub = series(subpath, &session.step, count, facts.into_iter().flatten());
+            session.subagent_tokens.add_tokens(&sub.tokens);
+            let turns = sub.turns.len() as u64;
+            session.subagent_turns += turns;
+            session.subagent_requests += turns + sub.marks.len() as u64;
+            session.subagent_cost_usd = match (session.subagent_cost_usd, sub.cost_usd) {
+                (Some(a), Some(b)) => Some(a + b),
+                (total, None) if turns == 0 => total,
+                _ => None,
+            };
+        }
     }
 
     /// Totals over the attempts and the given sessions.
@@ -748,6 +854,7 @@ impl Run {
                 None => {}
             }
             t.turns = t.turns.saturating_add(a.num_turns);
+            t.requests = t.requests.saturating_add(a.requests);
             t.handoffs += a.retired.len();
             t.wakes = t.wakes.max(a.woke as usize);
             // A retry is a try after the first: a request that failed and was never
@@ -760,7 +867,10 @@ impl Run {
             t.peak_context = t.peak_context.max(a.context);
         }
         for s in sessions {
-            t.tokens.add_tokens(&s.tokens);
+            t.tokens.add_tokens(&s.all_tokens());
+            t.subagent_turns += s.subagent_turns;
+            t.subagent_requests += s.subagent_requests;
+            t.requests = t.requests.saturating_add(s.subagent_requests);
             t.peak_context = t.peak_context.max(s.peak_context);
             // Retries and outages are the manifest's (each row says them); a
             // transcript's marks only place them on the curve.
