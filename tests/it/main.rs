@@ -22,6 +22,7 @@ mod engine_history;
 mod error_causes;
 mod faults;
 mod figures;
+mod figures_agree;
 mod flow;
 mod handoff;
 mod inspect;

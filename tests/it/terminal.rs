@@ -212,6 +212,11 @@ impl Pty {
         status
     }
 
+    /// Sends `signal` to flower (as `kill` from another terminal would).
+    pub(crate) fn signal(&mut self, signal: Signal) {
+        self.process.signal(signal).unwrap();
+    }
+
     fn kill(&mut self) -> WaitStatus {
         self.process.signal(Signal::SIGKILL).unwrap();
         self.wait()
@@ -240,7 +245,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// What a terminal shows, line by line: a `\r` returns to the start of the line (the
 /// status line is redrawn and cleared that way), escape sequences are not text.
-fn screen_lines(raw: &str) -> Vec<String> {
+pub(crate) fn screen_lines(raw: &str) -> Vec<String> {
     raw.split('\n')
         .map(|line| {
             let line = line.strip_suffix('\r').unwrap_or(line);
@@ -249,7 +254,7 @@ fn screen_lines(raw: &str) -> Vec<String> {
         .collect()
 }
 
-fn strip_escapes(text: &str) -> String {
+pub(crate) fn strip_escapes(text: &str) -> String {
     let mut out = String::new();
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -383,7 +388,7 @@ fn held_prefix(text: &str) -> String {
 /// What every `flower` of these tests gets: a terminal type and small retry settings.
 /// Retries stay enabled (6 attempts) so that an interrupt mistaken for a failure would
 /// show as a second attempt.
-const TERMINAL_ENV: Env = &[
+pub(crate) const TERMINAL_ENV: Env = &[
     ("TERM", Some("xterm")),
     ("FLOWER_BASE_DELAY", Some("0.05")),
     ("FLOWER_MAX_DELAY", Some("0.2")),
@@ -1186,7 +1191,7 @@ fn the_live_line_moves_while_a_request_is_held() {
     let mut pty = project.pty(&server, &[TASK]);
     assert!(coordinator.wait_reached(TIMEOUT), "{}", pty.output());
     // Two redraws of the held request: its wait counts on with no event at all.
-    pty.expect("[干活] 第 0 轮 · 上下文 ");
+    pty.expect("[干活] 第 1 轮 · 上下文 ");
     pty.expect(" · 等回复 2s");
     coordinator.open();
     assert!(worker.wait_reached(TIMEOUT), "{}", pty.output());
