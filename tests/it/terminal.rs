@@ -493,7 +493,7 @@ fn fresh_directory_asks_what_to_do_and_the_answer_starts_the_pipeline() {
     assert!(first.last_user_text().contains("AskUser"));
     assert!(!first.last_user_text().contains("不是终端"));
 
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     let lines = pty.lines();
     for header in [
@@ -574,7 +574,7 @@ fn ask_user_on_a_terminal_and_a_killed_clarification_is_not_asked_again() {
 
     // Woken again: the clarification continues; the question is not asked again.
     let mut pty = project.pty(&server, &[]);
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     let resumed = &server.requests()[2];
     assert_eq!(agent_of(resumed), Agent::Clarifier);
@@ -634,7 +634,7 @@ fn wake_prompt_enter_continues_text_is_said_and_new_starts_over() {
     pty.expect(&format!("{ASK_WAKE}\r\n> "));
     assert_eq!(server.request_count(), before, "nothing sent before Enter");
     pty.line("");
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     let later = &server.requests()[before..];
     assert!(
@@ -668,7 +668,7 @@ fn wake_prompt_enter_continues_text_is_said_and_new_starts_over() {
     let mut pty = project.pty(&server, &[]);
     pty.expect(&format!("{ASK_WAKE}\r\n> "));
     pty.line(said);
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     let lines = pty.lines();
     for line in [
@@ -741,7 +741,7 @@ fn wake_prompt_enter_continues_text_is_said_and_new_starts_over() {
     assert_eq!(server.request_count(), before);
 
     pty.line("另一件事");
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     let clarify = &server.requests()[before];
     assert_eq!(agent_of(clarify), Agent::Clarifier);
@@ -808,7 +808,7 @@ fn ctrl_c_once_while_a_reply_streams_continues_the_same_session() {
         [user_text(TURN_INTERRUPTED), user_text(said)]
     );
 
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     // Not a failed attempt: one attempt, no errors, the same session throughout.
     let row = project.row("确认需求");
@@ -924,7 +924,7 @@ fn ctrl_c_once_while_a_tool_runs_cancels_it() {
         "{}",
         next.last_user_text()
     );
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     let row = project.row("干活");
     assert_eq!(row["ok"], true, "{row:#}");
@@ -962,7 +962,7 @@ fn ctrl_c_once_while_a_question_waits_cancels_the_question() {
         "{history:#?}"
     );
     assert_eq!(history[n - 1], user_text(said));
-    pty.expect("== 判定通过 ==");
+    pty.expect("== 判定通过 · 用时 ");
     assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
     let row = project.row("确认需求");
     assert_eq!(
