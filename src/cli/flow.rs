@@ -370,7 +370,9 @@ fn exit_status(
                 renderer.verdict(
                     &format!("== 这次唤醒的 {rounds} 轮用完了,判定还没通过。再跑 flower 接着做 =="),
                     "判定未通过",
-                    Some(&format!("这次唤醒的 {rounds} 轮用完了。再跑 flower 接着做。")),
+                    Some(&format!(
+                        "这次唤醒的 {rounds} 轮用完了。再跑 flower 接着做。"
+                    )),
                     figures,
                 );
                 Ok(ExitCode::FAILURE)

@@ -102,7 +102,8 @@ impl Status {
                 self.peak_context = self.peak_context.max(*context);
                 self.turns += 1;
                 let generation = self.generation.unwrap_or(1);
-                self.known.insert(base_of(&self.step), (*context, generation));
+                self.known
+                    .insert(base_of(&self.step), (*context, generation));
                 // Cumulative per engine run: only what is new since its last turn.
                 match (self.cost.as_mut(), cost_usd) {
                     (Some(total), Some(now)) => {

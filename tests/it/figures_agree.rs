@@ -61,7 +61,10 @@ fn tallied_server() -> (FakeServer, Arc<Mutex<Served>>, Hold) {
 }
 
 fn log_text(project: &Project) -> String {
-    let out = Flower::new(&["log"]).dir(&project.dir).stdin_null().output();
+    let out = Flower::new(&["log"])
+        .dir(&project.dir)
+        .stdin_null()
+        .output();
     assert!(out.status.success(), "{}", text(&out.stderr));
     text(&out.stdout)
 }
@@ -188,7 +191,9 @@ fn every_view_of_one_run_shows_the_same_true_figures() {
     let context = tokens(work["context"].as_u64().unwrap());
     let generation = work["retired"].as_array().unwrap().len() + 1;
     assert!(
-        banner.contains(&format!("干活上下文 {context} · 第 {generation} 代 · 第 2 次唤醒")),
+        banner.contains(&format!(
+            "干活上下文 {context} · 第 {generation} 代 · 第 2 次唤醒"
+        )),
         "{banner}"
     );
     wake.expect(&format!(
@@ -209,7 +214,10 @@ fn every_view_of_one_run_shows_the_same_true_figures() {
     assert_eq!(totals["requests"], server.request_count() as u64);
     assert_eq!(totals["tokens"]["input"], served.input, "{totals:#}");
     assert_eq!(totals["tokens"]["output"], served.output, "{totals:#}");
-    assert!(totals["subagent_requests"].as_u64().unwrap() > 0, "{totals:#}");
+    assert!(
+        totals["subagent_requests"].as_u64().unwrap() > 0,
+        "{totals:#}"
+    );
     let row_requests: Vec<u64> = attempts
         .iter()
         .map(|a| a["requests"].as_u64().unwrap())
@@ -239,8 +247,15 @@ fn every_view_of_one_run_shows_the_same_true_figures() {
     for figure in [
         cost.clone(),
         format!(" {turns} 轮"),
-        format!("请求 {}(其中子代理 {})", served.requests, totals["subagent_requests"]),
-        format!("输入 {} 输出 {}", tokens(served.input), tokens(served.output)),
+        format!(
+            "请求 {}(其中子代理 {})",
+            served.requests, totals["subagent_requests"]
+        ),
+        format!(
+            "输入 {} 输出 {}",
+            tokens(served.input),
+            tokens(served.output)
+        ),
         format!("峰值上下文 {peak}"),
         format!("换代 {} · 唤醒 2", totals["handoffs"]),
     ] {
@@ -291,12 +306,19 @@ fn a_task_archived_by_new_is_neither_listed_nor_counted() {
     assert_eq!(exited(new.wait()), Some(0), "{}", new.output());
     let log = log_json(&project);
     let attempts = log["attempts"].as_array().unwrap();
-    assert_eq!(attempts.len(), project.manifest().len() - old_rows, "{log:#}");
+    assert_eq!(
+        attempts.len(),
+        project.manifest().len() - old_rows,
+        "{log:#}"
+    );
     assert_eq!(log["earlier"], old_rows, "{log:#}");
     assert_eq!(log["totals"]["wakes"], 1, "{log:#}");
     assert!(attempts.iter().all(|a| a["wake"] == false), "{log:#}");
     let current = log["totals"]["cost_usd"].as_f64().unwrap();
-    let row_costs: f64 = attempts.iter().map(|a| a["cost_usd"].as_f64().unwrap()).sum();
+    let row_costs: f64 = attempts
+        .iter()
+        .map(|a| a["cost_usd"].as_f64().unwrap())
+        .sum();
     assert!((current - row_costs).abs() < 1e-9, "{log:#}");
 
     // The status line counted this task only: never more than it cost in the end.
@@ -325,7 +347,10 @@ fn a_task_archived_by_new_is_neither_listed_nor_counted() {
         "{text_log}"
     );
     assert!(!text_log.contains("── 唤醒 #"), "{text_log}");
-    let out = Flower::new(&["log", "--all"]).dir(&project.dir).stdin_null().output();
+    let out = Flower::new(&["log", "--all"])
+        .dir(&project.dir)
+        .stdin_null()
+        .output();
     let all = text(&out.stdout);
     assert!(all.contains("── 唤醒 #2"), "{all}");
     assert!(all.contains("── 新任务 #2"), "{all}");
@@ -369,5 +394,8 @@ fn the_judge_is_counted_at_its_steps_place() {
         .find(|l| l.starts_with("== 干活·判定#1 "))
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(judge.ends_with("  3/3"), "{judge}");
-    assert!(stdout.contains("== 干活 ==============================  3/3\n"), "{stdout}");
+    assert!(
+        stdout.contains("== 干活 ==============================  3/3\n"),
+        "{stdout}"
+    );
 }

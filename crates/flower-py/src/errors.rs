@@ -7,6 +7,7 @@ use flower::stores::postgres::hostname;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use std::path::Path;
 
 create_exception!(
     flower,
@@ -34,9 +35,24 @@ create_exception!(
 );
 
 /// A run that cannot be opened, as a Python exception. The refusals read as the CLI
-/// prints them (`src/cli/lines.rs`, without its `flower: ` prefix).
-pub fn run_error(error: RunError) -> PyErr {
+/// prints them (`src/cli/lines.rs`, without its `flower: ` prefix), except a run held
+/// by this very process: another `Runtime` of the script, which `kill` would not help.
+pub fn run_error(error: RunError, run_dir: &Path) -> PyErr {
+    let own = |holder: &Option<Holder>| {
+        holder
+            .as_ref()
+            .is_some_and(|h| h.pid == std::process::id() && elsewhere(h).is_none())
+    };
     match error {
+        RunError::Locked { holder, .. } if own(&holder) => LockedError::new_err(format!(
+            "the run in {:?} is already open in this process (another Runtime holds it); close() that Runtime first, or use one Runtime at a time (`with Runtime(...) as rt:`)",
+            run_dir.display().to_string()
+        )),
+        RunError::SessionBusy { session_id, holder } if own(&holder) => {
+            LockedError::new_err(format!(
+                "session {session_id} is in use by another Runtime of this process; close() it first"
+            ))
+        }
         RunError::Locked { holder, .. } => {
             let stop = holder
                 .as_ref()

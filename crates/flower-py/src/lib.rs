@@ -14,6 +14,7 @@
 mod convert;
 mod errors;
 mod store;
+mod valid;
 
 use convert::serialized;
 use errors::{ConfigError, FlowerError, LockedError, StepFailedError};
@@ -24,6 +25,7 @@ use flower::settings::{Environment, FileLayer, Flags};
 use flower::stores::SessionStore;
 use flower::workflow::{Context, Prompt, WorkflowError};
 use flower::{AgentSpec, Settings, Step, Workflow};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::collections::HashMap;
@@ -57,24 +59,28 @@ struct PyAgentSpec {
 
 #[pymethods]
 impl PyAgentSpec {
+    /// Every value is checked here, so that a bad one is a `TypeError` or `ValueError`
+    /// naming it before anything runs or is written.
     #[new]
-    #[pyo3(signature = (name, instructions, allowed_tools = Vec::new(), disallowed_tools = Vec::new(), max_turns = None, model = None))]
+    #[pyo3(signature = (name, instructions, allowed_tools = None, disallowed_tools = None, max_turns = None, model = None))]
     fn new(
         name: String,
         instructions: String,
-        allowed_tools: Vec<String>,
-        disallowed_tools: Vec<String>,
-        max_turns: Option<u32>,
+        allowed_tools: Option<&Bound<'_, PyAny>>,
+        disallowed_tools: Option<&Bound<'_, PyAny>>,
+        max_turns: Option<&Bound<'_, PyAny>>,
         model: Option<String>,
-    ) -> Self {
-        PyAgentSpec {
+    ) -> PyResult<Self> {
+        let spec = PyAgentSpec {
+            allowed_tools: valid::strings("allowed_tools", allowed_tools)?,
+            disallowed_tools: valid::strings("disallowed_tools", disallowed_tools)?,
+            max_turns: valid::max_turns(max_turns)?,
             name,
             instructions,
-            allowed_tools,
-            disallowed_tools,
-            max_turns,
             model,
-        }
+        };
+        spec.check_rules()?;
+        Ok(spec)
     }
 
     fn __repr__(&self) -> String {
@@ -86,6 +92,12 @@ impl PyAgentSpec {
 }
 
 impl PyAgentSpec {
+    /// Each permission rule parses (`ValueError` naming the first that does not).
+    fn check_rules(&self) -> PyResult<()> {
+        valid::rules("allowed_tools", &self.allowed_tools)?;
+        valid::rules("disallowed_tools", &self.disallowed_tools)
+    }
+
     fn to_rust(&self) -> AgentSpec {
         let mut spec = AgentSpec::new(self.name.clone(), self.instructions.clone())
             .allowed_tools(self.allowed_tools.clone())
@@ -424,10 +436,25 @@ impl PyWorkflow {
 
 #[pymethods]
 impl PyWorkflow {
+    /// At least one step, each a `Step`, their names unique (lineage is keyed by the
+    /// name: two steps of one name would share a session), their agents' rules valid.
     #[new]
     #[pyo3(signature = (steps, continuous = true))]
-    fn new(steps: Vec<Py<PyStep>>, continuous: bool) -> Self {
-        PyWorkflow { steps, continuous }
+    fn new(py: Python<'_>, steps: &Bound<'_, PyAny>, continuous: bool) -> PyResult<Self> {
+        let steps = valid::steps(steps)?;
+        let mut names: Vec<String> = Vec::new();
+        for step in &steps {
+            let step = step.borrow(py);
+            if names.contains(&step.name) {
+                return Err(PyValueError::new_err(format!(
+                    "Workflow: two steps are named {:?}; step names must be unique (a step's session is remembered across processes by its name)",
+                    step.name
+                )));
+            }
+            names.push(step.name.clone());
+            step.agent.borrow(py).check_rules()?;
+        }
+        Ok(PyWorkflow { steps, continuous })
     }
 
     /// Runs every step on `rt`; awaitable on the running asyncio loop, which is never
@@ -442,6 +469,17 @@ impl PyWorkflow {
     /// `run` for a script without an event loop: blocks (without the GIL) until the
     /// run ends. Ctrl-C stops it as cancellation does and raises KeyboardInterrupt.
     fn run_sync(&self, py: Python<'_>, rt: &PyRuntime) -> PyResult<Py<PyAny>> {
+        rt.open_run()?;
+        // Blocking here would block that loop (and every task on it) for the whole run.
+        if py
+            .import("asyncio")?
+            .call_method0("get_running_loop")
+            .is_ok()
+        {
+            return Err(PyRuntimeError::new_err(
+                "Workflow.run_sync() cannot be called from a running event loop (it would block the loop for the whole run); use `await workflow.run(rt)` there",
+            ));
+        }
         let future = self.future(py, rt)?;
         let tokio = pyo3_async_runtimes::tokio::get_runtime();
         // On the runtime's workers, as `run` is: polled from here, every I/O event of
@@ -637,6 +675,16 @@ impl PyRuntime {
         resilience: Option<PyRef<'_, PyResilience>>,
         wait: bool,
     ) -> PyResult<Self> {
+        if !workspace.is_dir() {
+            let why = match std::fs::metadata(&workspace) {
+                Ok(_) => "is not a directory".to_string(),
+                Err(e) => format!("cannot be used ({e})"),
+            };
+            return Err(ConfigError::new_err(format!(
+                "Runtime(workspace={:?}): the workspace {why}",
+                workspace.display().to_string()
+            )));
+        }
         let flags = Flags {
             workspace: Some(workspace.clone()),
             run_dir: Some(run_dir.clone()),
@@ -670,7 +718,7 @@ impl PyRuntime {
                         o.events = Arc::new(move |event: &Event| sink_hooks.deliver(event));
                     })
             })
-            .map_err(errors::run_error)?;
+            .map_err(|e| errors::run_error(e, &run_dir))?;
         Ok(PyRuntime {
             run: Mutex::new(Some(Arc::new(run))),
             hooks,

@@ -1,0 +1,89 @@
+"""Bad arguments are refused when the object is constructed, as TypeError, ValueError or
+ConfigError naming the argument and the value, before anything runs or is written."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from flower import AgentSpec, ConfigError, FlowerError, LockedError, Runtime, Step, Workflow
+
+
+def spec(**kwargs) -> AgentSpec:
+    return AgentSpec(name="terse", instructions="回答极简。", **kwargs)
+
+
+def test_a_workspace_that_does_not_exist_is_named(project, fake):
+    with pytest.raises(ConfigError) as refused:
+        Runtime(workspace="/nonexistent/proj")
+    assert "/nonexistent/proj" in str(refused.value)
+    assert isinstance(refused.value, FlowerError)
+    (project / "a-file").write_text("x", encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        Runtime(workspace="a-file")
+    assert not (project / "runs").exists()
+
+
+def test_a_str_for_a_list_of_rules_is_a_type_error():
+    with pytest.raises(TypeError, match=r"allowed_tools must be a list of str, not a str: write allowed_tools=\[\"Read\"\]"):
+        spec(allowed_tools="Read")
+    with pytest.raises(TypeError, match=r"disallowed_tools\[1\] must be a str, not int: 3"):
+        spec(disallowed_tools=["Bash", 3])
+    assert spec(allowed_tools=("Read", "Glob")).allowed_tools == ["Read", "Glob"]
+
+
+def test_a_turn_limit_below_one_is_a_value_error():
+    for bad in (-1, 0, 2**40):
+        with pytest.raises(ValueError, match=f"max_turns must be at least 1 .*got {bad}"):
+            spec(max_turns=bad)
+    with pytest.raises(TypeError, match="max_turns must be an int or None, not str"):
+        spec(max_turns="3")
+    assert spec(max_turns=None).max_turns is None
+    assert spec(max_turns=4).max_turns == 4
+
+
+def test_a_rule_that_does_not_parse_is_refused_before_any_run(project):
+    with pytest.raises(ValueError, match=r"allowed_tools\[1\] = \"Bash\(\" is not a permission rule"):
+        spec(allowed_tools=["Read", "Bash("])
+    with pytest.raises(ValueError, match=r"disallowed_tools\[0\] = \"Bash\(\)\""):
+        spec(disallowed_tools=["Bash()"])
+    assert not (project / "runs").exists()
+
+
+def test_a_workflow_needs_steps_with_distinct_names():
+    with pytest.raises(ValueError, match="needs at least one Step"):
+        Workflow([])
+    with pytest.raises(ValueError, match="two steps are named '取词'|two steps are named \"取词\""):
+        Workflow([Step("取词", spec(), "a"), Step("取词", spec(), "b")])
+    with pytest.raises(TypeError, match=r"steps\[1\] must be a Step, not str"):
+        Workflow([Step("取词", spec(), "a"), "再说"])
+    with pytest.raises(TypeError, match="not a str"):
+        Workflow("取词")
+
+
+def test_a_rule_spoiled_after_construction_is_refused_by_the_workflow(project):
+    agent = spec(allowed_tools=["Read"])
+    agent.allowed_tools = ["Bash("]
+    with pytest.raises(ValueError, match="is not a permission rule"):
+        Workflow([Step("取词", agent, "a")])
+
+
+async def test_run_sync_inside_a_running_loop_is_refused(project, fake):
+    with Runtime() as rt:
+        workflow = Workflow([Step("取词", spec(allowed_tools=["Read"]), "读 seed.txt")])
+        with pytest.raises(RuntimeError, match=r"cannot be called from a running event loop.*await workflow.run\(rt\)"):
+            workflow.run_sync(rt)
+    assert fake.count == 0, "nothing was sent"
+
+
+def test_a_second_runtime_in_this_process_is_told_to_close_the_first(project, fake):
+    with Runtime() as first:
+        with pytest.raises(LockedError) as refused:
+            Runtime()
+        message = str(refused.value)
+        assert "already open in this process" in message, message
+        assert f"kill {os.getpid()}" not in message, message
+        assert not first.closed
+    with Runtime():
+        pass
