@@ -399,3 +399,40 @@ fn the_judge_is_counted_at_its_steps_place() {
         "{stdout}"
     );
 }
+
+/// Items 5 and 6 on a run whose rows are known exactly (built through the library): the
+/// report's 请求 column says what `flower log` says (7, 5, … not the tries), and its
+/// 换代 column ends in the session lineage holds, as the log's chain does.
+#[test]
+fn the_reports_requests_and_handoffs_are_the_logs() {
+    let built = crate::inspect::build_run(5);
+    let project_dir = &built.dir;
+    let out = Flower::new(&["log"]).dir(project_dir).stdin_null().output();
+    let log = text(&out.stdout);
+    let logged: Vec<u64> = log
+        .lines()
+        .filter_map(|l| l.split("  请求 ").nth(1))
+        .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(logged, [7, 5, 1, 5], "{log}");
+    let holds = crate::inspect::A2;
+    let handed = log.lines().find(|l| l.contains("换代 1 次:")).unwrap();
+    assert!(handed.ends_with(&format!(" → {holds}")), "{handed}");
+
+    let path = built.dir.join("report.html");
+    let out = Flower::new(&["report", "-o", path.to_str().unwrap()])
+        .dir(project_dir)
+        .stdin_null()
+        .output();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(path).unwrap();
+    let rows = table(&html, "attempts");
+    let reported: Vec<u64> = rows[1..].iter().map(|r| r[4].parse().unwrap()).collect();
+    assert_eq!(reported, logged, "{rows:#?}");
+    let chain = &rows[2][8];
+    assert_eq!(
+        chain,
+        &format!("{} → {}", &crate::inspect::A1[..8], &holds[..8]),
+        "{rows:#?}"
+    );
+}

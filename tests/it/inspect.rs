@@ -25,8 +25,8 @@ use support::pipeline::{Project, simple_reply, text};
 // ---------------------------------------------------------------------------------
 
 /// Session ids of the built run.
-const A1: &str = "aaaaaaaa-0000-4000-8000-000000000001";
-const A2: &str = "aaaaaaaa-0000-4000-8000-000000000002";
+pub(crate) const A1: &str = "aaaaaaaa-0000-4000-8000-000000000001";
+pub(crate) const A2: &str = "aaaaaaaa-0000-4000-8000-000000000002";
 const B1: &str = "bbbbbbbb-0000-4000-8000-000000000001";
 const J1: &str = "cccccccc-0000-4000-8000-000000000001";
 

@@ -31,7 +31,9 @@ class StepFailedError(FlowerError):
 
 class AgentSpec:
     """An agent: name, instructions (system prompt), the tools it may use as permission
-    rules (`"Read"`, `"Bash(git status)"`), a turn limit, a model."""
+    rules (`"Read"`, `"Bash(git status)"`), a turn limit, a model. A str where a list
+    belongs, a rule that does not parse or `max_turns` below 1 raise TypeError or
+    ValueError here."""
 
     name: str
     instructions: str
@@ -83,7 +85,7 @@ class Step:
 class Workflow:
     """Steps in order. `continuous=True` (the default): each step continues across
     processes the session lineage remembers for its name; False: every process starts
-    each step in a new session."""
+    each step in a new session. No steps, or two steps of one name, raise ValueError."""
 
     steps: list[Step]
     continuous: bool
@@ -96,7 +98,8 @@ class Workflow:
         stops the run the same way and is raised here."""
     def run_sync(self, rt: Runtime) -> Context:
         """`run` for a script without an event loop. Ctrl-C stops the run as
-        cancellation does and raises KeyboardInterrupt."""
+        cancellation does and raises KeyboardInterrupt. Called while an asyncio loop
+        runs in this thread it raises RuntimeError (it would block the loop)."""
 
 class Event(TypedDict, total=False):
     type: Literal[
