@@ -38,16 +38,9 @@ create_exception!(
 /// prints them (`src/cli/lines.rs`, without its `flower: ` prefix), except a run held
 /// by this very process: another `Runtime` of the script, which `kill` would not help.
 pub fn run_error(error: RunError, run_dir: &Path) -> PyErr {
-    let own = |holder: &Option<Holder>| {
-        holder
-            .as_ref()
-            .is_some_and(|h| h.pid == std::process::id() && elsewhere(h).is_none())
-    };
+    let own = |holder: &Option<Holder>| holder.as_ref().is_some_and(is_this_process);
     match error {
-        RunError::Locked { holder, .. } if own(&holder) => LockedError::new_err(format!(
-            "the run in {:?} is already open in this process (another Runtime holds it); close() that Runtime first, or use one Runtime at a time (`with Runtime(...) as rt:`)",
-            run_dir.display().to_string()
-        )),
+        RunError::Locked { holder, .. } if own(&holder) => held_here(run_dir),
         RunError::SessionBusy { session_id, holder } if own(&holder) => {
             LockedError::new_err(format!(
                 "session {session_id} is in use by another Runtime of this process; close() it first"
@@ -93,6 +86,19 @@ pub fn run_error(error: RunError, run_dir: &Path) -> PyErr {
         RunError::Config(e) => ConfigError::new_err(e.to_string()),
         other => FlowerError::new_err(flower::error::chain(&other)),
     }
+}
+
+/// The run in `run_dir` is held by another `Runtime` of this process.
+pub fn held_here(run_dir: &Path) -> PyErr {
+    LockedError::new_err(format!(
+        "the run in {:?} is already open in this process (another Runtime holds it); close() that Runtime first, or use one Runtime at a time (`with Runtime(...) as rt:`)",
+        run_dir.display().to_string()
+    ))
+}
+
+/// Whether `holder` is this process.
+pub fn is_this_process(holder: &Holder) -> bool {
+    holder.pid == std::process::id() && elsewhere(holder).is_none()
 }
 
 pub fn store_error(error: StoreError) -> PyErr {

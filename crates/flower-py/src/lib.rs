@@ -685,6 +685,13 @@ impl PyRuntime {
                 workspace.display().to_string()
             )));
         }
+        // Waiting for this very process would never end.
+        if let flower::continuity::lock::Probe::Held(Some(holder)) =
+            flower::continuity::lock::probe_run(&run_dir)
+            && errors::is_this_process(&holder)
+        {
+            return Err(errors::held_here(&run_dir));
+        }
         let flags = Flags {
             workspace: Some(workspace.clone()),
             run_dir: Some(run_dir.clone()),

@@ -4,8 +4,10 @@ ConfigError naming the argument and the value, before anything runs or is writte
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
+from conftest import TIMEOUT
 
 from flower import AgentSpec, ConfigError, FlowerError, LockedError, Runtime, Step, Workflow
 
@@ -84,6 +86,20 @@ def test_a_second_runtime_in_this_process_is_told_to_close_the_first(project, fa
         message = str(refused.value)
         assert "already open in this process" in message, message
         assert f"kill {os.getpid()}" not in message, message
+        # Waiting would wait for this very process: refused at once as well.
+        waited: list[BaseException] = []
+
+        def wait_for_it() -> None:
+            try:
+                Runtime(wait=True).close()
+            except BaseException as e:  # noqa: BLE001 - what was raised is the result
+                waited.append(e)
+
+        waiter = threading.Thread(target=wait_for_it, daemon=True)
+        waiter.start()
+        waiter.join(TIMEOUT)
+        assert not waiter.is_alive(), "Runtime(wait=True) waits for its own process"
+        assert isinstance(waited[0], LockedError) and "already open in this process" in str(waited[0])
         assert not first.closed
     with Runtime():
         pass
