@@ -127,7 +127,7 @@ struct PyStep {
 #[pymethods]
 impl PyStep {
     #[new]
-    #[pyo3(signature = (name, agent, prompt, *, resume_from = None, fork = false, resume_prompt = None, retries = 0))]
+    #[pyo3(signature = (name, agent, prompt, *, resume_from = None, fork = false, resume_prompt = None, retries = None))]
     fn new(
         name: String,
         agent: Py<PyAgentSpec>,
@@ -135,9 +135,13 @@ impl PyStep {
         resume_from: Option<String>,
         fork: bool,
         resume_prompt: Option<Py<PyAny>>,
-        retries: u32,
-    ) -> Self {
-        PyStep {
+        retries: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let retries = match retries {
+            Some(value) => valid::count("retries", value, 0, "")?,
+            None => 0,
+        };
+        Ok(PyStep {
             name,
             agent,
             prompt,
@@ -145,7 +149,7 @@ impl PyStep {
             fork,
             resume_prompt,
             retries,
-        }
+        })
     }
 
     fn __repr__(&self) -> String {

@@ -60,27 +60,34 @@ pub fn rules(name: &str, rules: &[String]) -> PyResult<()> {
 
 /// A turn limit: `None`, or an int of at least 1.
 pub fn max_turns(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u32>> {
-    let Some(value) = value.filter(|v| !v.is_none()) else {
-        return Ok(None);
-    };
+    match value.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(value) => count("max_turns", value, 1, " (or None for no limit)").map(Some),
+    }
+}
+
+/// An int of at least `min` that fits a `u32` (`also`: what else the argument may be,
+/// for the message; not empty when it may be None).
+pub fn count(name: &str, value: &Bound<'_, PyAny>, min: u32, also: &str) -> PyResult<u32> {
     if value.is_instance_of::<pyo3::types::PyBool>()
         || !value.is_instance_of::<pyo3::types::PyInt>()
     {
+        let or_none = if also.is_empty() { "" } else { " or None" };
         return Err(PyTypeError::new_err(format!(
-            "max_turns must be an int or None, not {}: {}",
+            "{name} must be an int{or_none}, not {}: {}",
             type_name(value),
             repr(value)
         )));
     }
     let out_of_range = || {
         PyValueError::new_err(format!(
-            "max_turns must be at least 1 (or None for no limit), got {}",
+            "{name} must be at least {min}{also}, got {}",
             repr(value)
         ))
     };
     let n: i128 = value.extract().map_err(|_| out_of_range())?;
     match u32::try_from(n) {
-        Ok(n) if n >= 1 => Ok(Some(n)),
+        Ok(n) if n >= min => Ok(n),
         _ => Err(out_of_range()),
     }
 }

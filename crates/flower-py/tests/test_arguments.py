@@ -43,6 +43,9 @@ def test_a_turn_limit_below_one_is_a_value_error():
         spec(max_turns="3")
     assert spec(max_turns=None).max_turns is None
     assert spec(max_turns=4).max_turns == 4
+    with pytest.raises(ValueError, match="retries must be at least 0, got -1"):
+        Step("取词", spec(), "a", retries=-1)
+    assert Step("取词", spec(), "a", retries=2).retries == 2
 
 
 def test_a_rule_that_does_not_parse_is_refused_before_any_run(project):
