@@ -62,6 +62,13 @@ fn a_planted_settings_file_is_refused_unattended_and_applied_with_accept_setting
         );
     }
     assert_eq!(server.request_count(), 0, "nothing sent");
+    // `flower state -v` says so too, read-only.
+    let out = project.run(&server, &["state", "-v"]);
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("和运行记下的不一样") && said.contains("+ env.FLOWER_MAX_TOKENS"),
+        "{said}"
+    );
     assert_eq!(
         before,
         snapshot(&project.dir.join("runs")),
