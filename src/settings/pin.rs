@@ -3,7 +3,8 @@
 //! An agent can write the workspace's files, and the next `flower` there reads the
 //! settings files. So a run records what it loaded from the workspace
 //! (`.claude/settings.json`, `.claude/settings.local.json`, `.mcp.json`): per file a
-//! SHA-256 of its bytes and the document as written, in `runs/settings-pin.json`
+//! SHA-256 of its bytes and the document as written (a secret's value as a digest of
+//! it), in `runs/settings-pin.json`
 //! ([`crate::run_dir::SETTINGS_PIN_FILE`]). A later run that finds them changed, new or
 //! removed shows what changed ([`Drift::lines`], secret values masked) and applies it
 //! only when a person says so; accepting pins again.
@@ -41,7 +42,9 @@ pub struct PinnedFile {
     pub file: String,
     /// SHA-256 of the file's bytes, lower-case hex.
     pub sha256: String,
-    /// The file's top-level object, as written (before anything was ignored).
+    /// The file's top-level object, as written (before anything was ignored), except
+    /// that a secret's value is replaced by a digest of it ([`masked`]): the pin tells
+    /// a changed secret without keeping it.
     pub document: Map<String, Value>,
 }
 
@@ -50,13 +53,44 @@ impl PinnedFile {
     pub fn new(file: &str, bytes: &[u8], document: Map<String, Value>) -> PinnedFile {
         use sha2::Digest as _;
         let digest = sha2::Sha256::digest(bytes);
-        let sha256 = digest.iter().map(|b| format!("{b:02x}")).collect();
         PinnedFile {
             file: file.to_string(),
-            sha256,
-            document,
+            sha256: hex(&digest),
+            document: masked("", document),
         }
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a masked value starts with.
+const MASKED: &str = "(隐去) sha256:";
+
+/// `document` with each secret value (see [`secret`]; an array is one value, as in
+/// [`Drift`]) replaced by [`MASKED`] and the first 16 hex digits of its SHA-256.
+fn masked(prefix: &str, document: Map<String, Value>) -> Map<String, Value> {
+    use sha2::Digest as _;
+    document
+        .into_iter()
+        .map(|(name, value)| {
+            let key = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}.{name}")
+            };
+            let value = match value {
+                Value::Object(inner) => Value::Object(masked(&key, inner)),
+                other if secret(&key, &other) => {
+                    let digest = sha2::Sha256::digest(other.to_string().as_bytes());
+                    Value::String(format!("{MASKED}{}", &hex(&digest)[..16]))
+                }
+                other => other,
+            };
+            (name, value)
+        })
+        .collect()
 }
 
 /// What the run directory holds.
@@ -265,12 +299,18 @@ fn secret_name(key: &str) -> bool {
     words.iter().any(|w| SECRET_WORDS.contains(&w.as_str()))
 }
 
+/// Whether the value at `key` is a secret: by its name, or by what it says (a
+/// `token=`, a `Bearer `, a URL with credentials).
+fn secret(key: &str, value: &Value) -> bool {
+    let lower = value.to_string().to_lowercase();
+    let url_credentials = lower.contains("://") && lower.contains('@');
+    secret_name(key) || SECRET_TEXT.iter().any(|s| lower.contains(s)) || url_credentials
+}
+
 /// A value as a person is shown it: JSON, shortened; a secret's masked.
 fn shown(key: &str, value: &Value) -> String {
     let text = value.to_string();
-    let lower = text.to_lowercase();
-    let url_credentials = lower.contains("://") && lower.contains('@');
-    if secret_name(key) || SECRET_TEXT.iter().any(|s| lower.contains(s)) || url_credentials {
+    if secret(key, value) || text.contains(MASKED) {
         return "(隐去)".to_string();
     }
     const MAX: usize = 120;
