@@ -44,6 +44,7 @@ mod permissions;
 mod permissions_bash_differential;
 mod permissions_corpus;
 mod permissions_deny_view;
+mod permissions_gaps;
 mod permissions_parse;
 mod permissions_parse_edges;
 mod permissions_paths;

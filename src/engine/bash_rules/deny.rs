@@ -1,6 +1,7 @@
 //! The deny view: every simple command anywhere in a command, for deny rules (see the
 //! parent module's documentation).
 
+use super::env_split;
 use super::heredoc::{check_heredoc, heredoc_lines};
 use super::*;
 
@@ -71,6 +72,12 @@ fn collect(cmd: &str, depth: usize, view: &mut DenyView) -> Result<(), Unchecked
     if let Some(what) = risky_bytes(cmd, root) {
         return Err(Unchecked::Construct(format!(
             "it holds {what}, which bash may read differently"
+        )));
+    }
+    if let Some(at) = skipped_text(cmd, root) {
+        return Err(Unchecked::Construct(format!(
+            "it holds text the parser skipped ({}), which bash runs",
+            short(cmd.get(at).unwrap_or(cmd))
         )));
     }
     if let Some((what, at)) = misread_redirect(root, cmd) {
@@ -203,6 +210,7 @@ impl DenyWalk<'_, '_> {
         let mut seen = vec![false; words.len()];
         let mut queue = vec![0usize];
         let mut scripts: Vec<String> = Vec::new();
+        let mut respelled: Vec<Vec<DenyWord>> = Vec::new();
         while let Some(start) = queue.pop() {
             if start >= words.len() || seen[start] {
                 continue;
@@ -234,9 +242,22 @@ impl DenyWalk<'_, '_> {
             assigned_names(base, args, source)?;
             self.bind(base, args);
             scripts.extend(scripts_of(base, args, source)?);
+            if base == "env" {
+                respelled.extend(env_command_line(args, source)?);
+            }
         }
         self.view.commands.push(words);
         self.view.sources.push(source.to_string());
+        // `env -S…` reads its split string as its own command line again.
+        for line in respelled {
+            if self.depth > MAX_SCRIPT_DEPTH {
+                return Err(Unchecked::Construct("env -S nests too deeply".into()));
+            }
+            self.depth += 1;
+            let added = self.add(line, source);
+            self.depth -= 1;
+            added?;
+        }
         for s in scripts {
             collect(&s, self.depth + 1, self.view).map_err(|e| Unchecked::Script {
                 script: format!("its script {}", short(&s)),
@@ -411,6 +432,27 @@ fn has_kind_other_than_numbers(node: Node) -> bool {
         }
         _ => true,
     })
+}
+
+/// The command line env reads after splitting its first `-S` string (see
+/// [`env_split`]): `env`, the split words, the arguments after the option.
+fn env_command_line(args: &[DenyWord], source: &str) -> Result<Option<Vec<DenyWord>>, Unchecked> {
+    let unreadable = |why: String| {
+        Unchecked::Construct(format!("{why}, in {}: it cannot be checked", short(source)))
+    };
+    let Some((value, rest)) = env_split::first_split(args).map_err(unreadable)? else {
+        return Ok(None);
+    };
+    let Some(value) = value else {
+        return Err(Unchecked::Construct(format!(
+            "the -S string of {} is only known when it runs",
+            short(source)
+        )));
+    };
+    let mut line = vec![Some("env".to_string())];
+    line.extend(env_split::split(&value).map_err(unreadable)?);
+    line.extend(args.get(rest..).unwrap_or_default().iter().cloned());
+    Ok(Some(line))
 }
 
 /// `NAME=value` arguments of a wrapper (`env BASH_ENV=x bash`, `sudo PS4=… cmd`) are

@@ -28,6 +28,7 @@
 //! [`MAX_DEPTH`] and parses over [`PARSE_BUDGET`] are errors, never a crash or a hang.
 
 mod deny;
+mod env_split;
 mod heredoc;
 mod plain;
 
@@ -291,6 +292,44 @@ fn next_node(cursor: &mut TreeCursor, descend: bool) -> bool {
             return false;
         }
     }
+}
+
+/// Text the grammar skipped as if it were blank: every byte of a plain command must
+/// lie in a token of the parse or be a space, tab or newline. The grammar drops an
+/// escaped blank (`\ ./x`) and the newline before it, where bash runs the program
+/// ` ./x` on a line of its own.
+fn skipped_text(cmd: &str, root: Node) -> Option<Range<usize>> {
+    // Kinds whose text is one unit to the plain subset, whatever their children.
+    const WHOLE: [&str; 5] = ["string", "raw_string", "heredoc_body", "comment", "word"];
+    let mut covered = Vec::new();
+    let mut cursor = root.walk();
+    loop {
+        let n = cursor.node();
+        let whole = n.child_count() == 0 || WHOLE.contains(&n.kind());
+        if whole {
+            covered.push(n.byte_range());
+        }
+        if !next_node(&mut cursor, !whole) {
+            break;
+        }
+    }
+    covered.sort_by_key(|r| r.start);
+    let mut at = 0;
+    let blank = |r: Range<usize>| {
+        cmd.as_bytes()
+            .get(r.clone())
+            .is_none_or(|b| b.iter().all(|c| matches!(c, b' ' | b'\t' | b'\n')))
+    };
+    for r in covered
+        .into_iter()
+        .chain(std::iter::once(cmd.len()..cmd.len()))
+    {
+        if r.start > at && !blank(at..r.start) {
+            return Some(at..r.start);
+        }
+        at = at.max(r.end);
+    }
+    None
 }
 
 /// Backslash-newline and control characters outside single quotes: where the grammar

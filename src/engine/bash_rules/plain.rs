@@ -19,6 +19,12 @@ pub fn plain_parts_within(cmd: &str, budget: Duration) -> Result<Vec<Part>, NotP
             at: cmd.into(),
         });
     }
+    if let Some(at) = skipped_text(cmd, root) {
+        return Err(NotPlain::Construct {
+            what: "text the parser skipped (an escaped blank)".into(),
+            at: cmd.get(at).unwrap_or(cmd).into(),
+        });
+    }
     if let Some((what, at)) = misread_redirect(root, cmd) {
         return Err(NotPlain::Construct {
             what: what.into(),
