@@ -51,6 +51,10 @@ fn shellish() -> impl Strategy<Value = String> {
         Just("{ ".to_string()),
         Just(" }".to_string()),
         Just("\\".to_string()),
+        // An escaped blank: the grammar skips it (and a newline before it) as if it
+        // were blank, where bash makes it part of a word.
+        Just("\\ ".to_string()),
+        Just("\\\t".to_string()),
         Just("$'".to_string()),
         Just("${".to_string()),
         Just("<<EOF\n".to_string()),
@@ -74,8 +78,45 @@ fn simple() -> impl Strategy<Value = String> {
     "[a-z]{1,8}( [a-z-]{1,8}){0,3}"
 }
 
+/// An escaped blank (`\ `, `\<tab>`) followed by a word: the grammar skips the escape
+/// and the line break before it, where bash runs the word as a program of its own.
+fn escaped_blank() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(vec!["\\ ", "\\\t"]),
+        prop_oneof![simple(), shellish()],
+    )
+        .prop_map(|(e, s)| format!("{e}{s}"))
+}
+
+/// The known shapes of appended lines that once got through, as plain cases: they
+/// fail on every run, whatever the seeds draw.
+#[test]
+fn the_known_shapes_of_a_hidden_line_are_not_allowed() {
+    let p = perms();
+    for cmd in [
+        "git status\n\\ ./x",
+        "git status \n\\ a",
+        "git status\n\\\t./x",
+        "git status\n \\ ./x",
+        "echo hi\n\\ rm -rf /",
+        "npm run x\n\\ ./x",
+        "git status;\\ ./x",
+        "git status && \\ ./x",
+    ] {
+        assert!(!allowed(&p, cmd), "{cmd:?} was allowed");
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    // Enough cases that a failure one draw in 3,000 finds (the escaped blank of
+    // issue 40) fails CI 29 times in 30 (about 25 s in a loaded debug build); the
+    // shapes found so far also replay from `tests/proptest-regressions/`, have a
+    // property of their own below and stand as plain cases above.
+    #![proptest_config(ProptestConfig {
+        cases: 10_000,
+        max_global_rejects: 10_000,
+        ..ProptestConfig::default()
+    })]
 
     /// Appending `; <anything not allowed>` (or `&&`, `||`, `|`, `&`, a newline) to
     /// an allowed command never makes it allowed.
@@ -91,6 +132,23 @@ proptest! {
         // `&` + `&git status` is `&&git status`: an operator that merges with the
         // separator makes another command line, not "something appended".
         prop_assume!(!s.starts_with(['&', '|', ';', '<', '>']));
+        let combined = format!("{a}{sep}{s}");
+        prop_assert!(!allowed(&p, &combined), "{combined:?} was allowed");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// A line (or list element) that starts with an escaped blank is never allowed
+    /// by the command before it.
+    #[test]
+    fn an_escaped_blank_never_joins_a_line_to_the_one_before(
+        a in allowed_command(),
+        sep in prop::sample::select(vec!["\n", " \n", "\n ", ";", "; ", "&&", "|", "||"]),
+        s in escaped_blank(),
+    ) {
+        let p = perms();
         let combined = format!("{a}{sep}{s}");
         prop_assert!(!allowed(&p, &combined), "{combined:?} was allowed");
     }
