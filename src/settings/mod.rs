@@ -41,6 +41,7 @@
 //!    value cannot be used. Thread it down as a value (e.g. into
 //!    [`RuntimeOptions`] in [`Settings::runtime_options`]); nothing below reads it again.
 
+pub mod child_env;
 pub mod files;
 pub mod model;
 pub mod pin;
@@ -182,9 +183,13 @@ pub struct Settings {
     /// What the settings files said (the files read, their permission rules, hooks,
     /// every key as written).
     pub files: FileLayer,
-    /// The settings files' `env` variables the environment does not set: what Bash
-    /// commands and hooks get on top of flower's environment.
+    /// What Bash commands, hooks and MCP servers get explicitly, on top of flower's
+    /// environment without its secrets: the settings files' `env` variables the
+    /// environment does not set, and the variables `FLOWER_PASS_ENV` names.
     pub child_env: Vec<(String, String)>,
+    /// `FLOWER_PASS_ENV`: names or `*` patterns of variables children get although
+    /// they look secret (see `docs/sandbox.md`).
+    pub pass_env: Vec<String>,
     /// MCP servers (`.mcp.json`, the settings files' `mcpServers`, `${VAR}` expanded)
     /// and their timeouts (`MCP_TIMEOUT`, `MCP_TOOL_TIMEOUT`, milliseconds).
     pub mcp: crate::tools::mcp::McpConfig,
@@ -271,12 +276,8 @@ impl Settings {
                 }
             }
         }
-        let child_env = files
-            .vars
-            .iter()
-            .filter(|(name, _)| env.var(name).is_none())
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect();
+        let pass_env = child_env::pass_env(env)?;
+        let child_env = child_env::child_env(env, files, &pass_env);
         let run_dir = flags
             .run_dir
             .clone()
@@ -300,6 +301,7 @@ impl Settings {
             memory,
             files: files.clone(),
             child_env,
+            pass_env,
             mcp,
             home: env.home().map(Path::to_path_buf),
             terminal: Terminal {

@@ -124,6 +124,11 @@ impl Environment {
         self.vars.get(name).map(String::as_str)
     }
 
+    /// Every variable, in no particular order.
+    pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// The home directory (`HOME`, when set and not empty).
     pub fn home(&self) -> Option<&Path> {
         self.home.as_deref()

@@ -18,7 +18,7 @@
 //! When a sandboxed command fails on something the sandbox forbids, its result says so.
 
 use super::input;
-use super::process::GroupGuard;
+use super::process::{self, GroupGuard};
 use super::sandbox;
 use super::{Tool, ToolContext, ToolOutput};
 use crate::future::BoxFuture;
@@ -200,8 +200,9 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
             .stdin(Stdio::null())
             .stdout(Stdio::from(w1))
             .stderr(Stdio::from(w2))
-            .kill_on_drop(true)
-            .envs(ctx.env.iter().map(|(k, v)| (k, v)));
+            .kill_on_drop(true);
+        process::withhold_secrets(&mut cmd);
+        cmd.envs(ctx.env.iter().map(|(k, v)| (k, v)));
         sandbox::confine(&mut cmd, prepared);
         spawned = cmd.spawn();
         // The Command holds copies of the pipe's write end; they must close, or the

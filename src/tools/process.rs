@@ -1,10 +1,20 @@
-//! The process groups of the shell commands running now.
+//! What every process flower starts (Bash commands, hooks, MCP stdio servers) has in
+//! common: the process groups of those running now, the environment they inherit and
+//! the descriptors they do not.
 //!
 //! Commands run in process groups of their own, so nothing else stops them when flower
 //! dies without unwinding (SIGTERM, SIGHUP, a double Ctrl-C): the signal handler kills
 //! what is registered here. The registry is a value handed to the tools and the signal
 //! handlers, not a global, so two runtimes in one process keep their commands apart.
+//!
+//! A child inherits flower's environment minus its secrets ([`withhold_secrets`]): an
+//! agent that reads its environment must not find the API key there. The variables a
+//! child does get on purpose (a settings file's `env`, `FLOWER_PASS_ENV`, an MCP
+//! server's own `env`) are set after it, explicitly. And it inherits no descriptor but
+//! 0, 1 and 2 ([`close_inherited_descriptors`]).
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A shared set of process group ids. Cheap to clone; clones share the set.
@@ -99,5 +109,136 @@ impl GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Parts of a variable's name that mark a secret, compared case-insensitively:
+/// codex's default excludes (`KEY`, `SECRET`, `TOKEN`) and more.
+pub const SECRET_NAME_PARTS: [&str; 7] = [
+    "KEY",
+    "SECRET",
+    "TOKEN",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+];
+
+/// Variables that hold secrets under other names: a PostgreSQL store's URL (with its
+/// password), headers sent with every request (often an authorization), the test
+/// suite's database.
+pub const SECRET_NAMES: [&str; 3] = [
+    "FLOWER_STORE",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "FLOWER_TEST_POSTGRES_URL",
+];
+
+/// Whether a variable is withheld from children by its name.
+pub fn secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_NAMES.contains(&upper.as_str()) || SECRET_NAME_PARTS.iter().any(|p| upper.contains(p))
+}
+
+/// Whether a value carries a password in a URL (`scheme://user:password@host`), as a
+/// database URL under any name does.
+fn url_with_password(value: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(value);
+    text.split("://").skip(1).any(|rest| {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        authority
+            .rsplit_once('@')
+            .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    })
+}
+
+/// Removes from `cmd`'s inherited environment every variable that holds a secret:
+/// by its name ([`secret_name`]), a URL with a password in its value, or a copy of a
+/// withheld value (8 bytes or longer) inside its value. Call it before setting the
+/// variables the child gets on purpose: those are set explicitly and stay.
+///
+/// It reads the process environment at the spawn, as the inheritance it filters does.
+pub fn withhold_secrets(cmd: &mut tokio::process::Command) {
+    let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    let by_name = |name: &OsStr, value: &OsStr| {
+        secret_name(&name.to_string_lossy()) || url_with_password(value.as_bytes())
+    };
+    let secrets: Vec<&[u8]> = vars
+        .iter()
+        .filter(|(n, v)| by_name(n, v) && v.len() >= 8)
+        .map(|(_, v)| v.as_bytes())
+        .collect();
+    for (name, value) in &vars {
+        let copy = secrets
+            .iter()
+            .any(|s| value.as_bytes().windows(s.len()).any(|w| w == *s));
+        if by_name(name, value) || copy {
+            cmd.env_remove(name);
+        }
+    }
+}
+
+/// Between fork and exec: every descriptor above 2 is closed at the exec (marked
+/// close-on-exec), so that a child inherits none of flower's (a descriptor flower was
+/// started with, one a library user left inheritable). Descriptors the sandbox and the
+/// standard library still need until the exec stay open until then.
+pub fn close_inherited_descriptors() -> std::io::Result<()> {
+    // SAFETY: close_range only changes this (forked) process's descriptor flags.
+    let marked = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if marked == 0 {
+        return Ok(());
+    }
+    // Before Linux 5.11: one fcntl per descriptor up to the limit.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct given; fcntl only changes flags.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let top = i32::try_from(limit.rlim_cur.min(1 << 20)).unwrap_or(1 << 20);
+        for fd in 3..top {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_values_that_hold_secrets() {
+        for name in [
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "gh_token",
+            "DB_PASSWORD",
+            "AWS_SECRET_ACCESS_KEY",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "FLOWER_STORE",
+        ] {
+            assert!(secret_name(name), "{name}");
+        }
+        for name in ["PATH", "HOME", "FLOWER_SANDBOX", "GIT_AUTHOR_NAME", "LANG"] {
+            assert!(!secret_name(name), "{name}");
+        }
+        assert!(url_with_password(b"postgres://u:pw@db:5432/x"));
+        assert!(url_with_password(b"x https://a:b@h/p"));
+        assert!(!url_with_password(b"postgres://u@db/x"));
+        assert!(!url_with_password(b"https://h/p?a=b:c@d"));
+        assert!(!url_with_password(b"/usr/bin:/bin"));
     }
 }

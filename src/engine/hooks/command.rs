@@ -7,7 +7,7 @@
 
 use super::config::HookCommand;
 use crate::tools::ProcessGroups;
-use crate::tools::process::GroupGuard;
+use crate::tools::process::{self, GroupGuard};
 use crate::tools::sandbox::{self, SandboxPolicy};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -172,6 +172,7 @@ fn spawn(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        process::withhold_secrets(&mut cmd);
         for (name, value) in launch.env.iter() {
             cmd.env(name, value);
         }

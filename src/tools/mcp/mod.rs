@@ -564,6 +564,8 @@ impl McpHub {
             let sandboxed = prepared.is_some();
             let sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
             let mut cmd = tokio::process::Command::new(command);
+            // What the server's own `env` names is set after this, and stays.
+            crate::tools::process::withhold_secrets(&mut cmd);
             cmd.args(args)
                 .current_dir(&launch.workspace)
                 .stdin(Stdio::piped())

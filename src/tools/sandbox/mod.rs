@@ -403,16 +403,24 @@ impl Prepared {
 }
 
 /// Sets what `cmd`'s child does between fork and exec: the confinement `prepared`
-/// holds, or unconfined (`None`) only a session of its own.
+/// holds, or unconfined (`None`) only a session of its own; either way, no descriptor
+/// above 2 survives the exec.
 pub fn confine(cmd: &mut tokio::process::Command, prepared: Option<Prepared>) {
+    use crate::tools::process::close_inherited_descriptors;
     match prepared {
         // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
         Some(prepared) => unsafe {
-            cmd.pre_exec(move || prepared.apply_in_child());
+            cmd.pre_exec(move || {
+                prepared.apply_in_child()?;
+                close_inherited_descriptors()
+            });
         },
-        // SAFETY: setsid is a system call.
+        // SAFETY: setsid and close_range are system calls.
         None => unsafe {
-            cmd.pre_exec(new_session);
+            cmd.pre_exec(|| {
+                new_session()?;
+                close_inherited_descriptors()
+            });
         },
     }
 }
