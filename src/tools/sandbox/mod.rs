@@ -17,6 +17,7 @@
 //!   socket scoping, at the highest Landlock ABI the kernel offers.
 //! - [`caps`]: every capability dropped (bounding set included), `no_new_privs`.
 //! - [`seccomp`]: refuses the mount API, `mknod` of devices, `TIOCSTI`/`TIOCLINUX`,
+//!   `perf_event_open`, `userfaultfd`, the keyrings, a nested user namespace,
 //!   io_uring, and under `--no-network` (when Landlock cannot scope path sockets)
 //!   `socket(AF_UNIX, …)`.
 //!

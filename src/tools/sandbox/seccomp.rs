@@ -9,6 +9,14 @@
 //! - the `TIOCSTI` and `TIOCLINUX` ioctls, which push input into a terminal (compared
 //!   on the low 32 bits, as the kernel reads the request);
 //! - io_uring, whose operations (socket, connect, open …) bypass seccomp;
+//! - what Docker's default profile refuses and a build or a test never needs:
+//!   `perf_event_open` (kernel profiling, a side channel), `userfaultfd` (stalls the
+//!   kernel at will, a staple of exploits), the kernel keyrings (`keyctl`, `add_key`,
+//!   `request_key`, not namespaced: the user's other keys), and a user namespace of
+//!   the command's own (`unshare` or `clone` with `CLONE_NEWUSER`), in which it would
+//!   be root with every capability over what it mounts there. `clone3` passes its
+//!   flags in memory seccomp cannot read, so it fails with `ENOSYS` (Docker's answer
+//!   too): libc then falls back to `clone`, whose flags are checked;
 //! - with `block_unix` (`--no-network` without Landlock's path-socket scoping):
 //!   `socket(AF_UNIX, …)`. `socketpair` stays allowed: its sockets are already
 //!   connected to each other and cannot reach a listener.
@@ -81,9 +89,25 @@ fn rules(block_unix: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxErr
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
         libc::SYS_io_uring_register,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
     ] {
         rules.insert(nr, Vec::new());
     }
+    // The flags are the first argument of both on x86_64 and aarch64 (`clone`'s
+    // order differs only in the later arguments).
+    let new_user = || -> Result<Vec<SeccompRule>, SandboxError> {
+        let flag = u64::from(libc::CLONE_NEWUSER as u32);
+        Ok(vec![
+            SeccompRule::new(vec![condition(0, SeccompCmpOp::MaskedEq(flag), flag)?])
+                .map_err(build)?,
+        ])
+    };
+    rules.insert(libc::SYS_unshare, new_user()?);
+    rules.insert(libc::SYS_clone, new_user()?);
     #[cfg(target_arch = "x86_64")]
     rules.insert(libc::SYS_mknod, device_node(1)?);
     rules.insert(libc::SYS_mknodat, device_node(2)?);
@@ -121,7 +145,18 @@ pub(super) fn programs(block_unix: bool) -> Result<Vec<Program>, SandboxError> {
         arch,
     )
     .map_err(build)?;
-    let mut out = vec![Program(BpfProgram::try_from(filter).map_err(build)?)];
+    // `clone3` alone fails with ENOSYS, so that libc falls back to `clone`.
+    let clone3 = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(build)?;
+    let mut out = vec![
+        Program(BpfProgram::try_from(filter).map_err(build)?),
+        Program(BpfProgram::try_from(clone3).map_err(build)?),
+    ];
     if cfg!(target_arch = "x86_64") {
         out.push(Program(x32_filter()));
     }
