@@ -126,6 +126,15 @@ pub const TEMPLATES: &[&str] = &[
     "shopt -s expand_aliases\nalias x=env\nx T",
     "env -iS 'T'",
     "env -vS 'T'",
+    // Issue 40: env's own options, `-u NAME`, `-C DIR`, `\_` and a nested `-S` at the
+    // start of a split string, and an abbreviated `--split-string`.
+    "env -S'-v T'",
+    "env -S'-i T'",
+    "env -S'-u X T'",
+    "env -S'-C . T'",
+    "env -S'-v\\_\"\"T'",
+    "env -S'-S\"-i T\"'",
+    "env --split='-v T'",
     "flock . -c 'T'",
     "mapfile -C 'T #' -c 1 <<< x",
     "script -qc 'T' /dev/null",
