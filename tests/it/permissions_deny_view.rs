@@ -314,16 +314,57 @@ fn wrappers_and_scripts_expose_every_program_they_may_run() {
             seen("su -c rm x ; -c ; rm x", "0:0 1:0 2:0"),
         ),
         ("watch rm x", seen("watch rm x ; rm x", "0:0 0:1 0:2 1:0")),
+        // The split string is read twice: as env's own command line (`env rm x`) and,
+        // to be safe, as shell code.
         (
             "env -S 'rm x'",
-            seen("env -S rm x ; rm x", "0:0 0:1 0:2 1:0"),
+            seen(
+                "env -S rm x ; env rm x ; rm x",
+                "0:0 0:1 0:2 1:0 1:1 1:2 2:0",
+            ),
         ),
         (
             "env --split-string='rm x'",
-            seen("env --split-string=rm x ; rm x", "0:0 0:1 1:0"),
+            seen(
+                "env --split-string=rm x ; env rm x ; rm x",
+                "0:0 0:1 1:0 1:1 1:2 2:0",
+            ),
         ),
         ("env -S", seen("env -S", "0:0 0:1")),
-        ("env -S=rm", seen("env -S=rm ; rm", "0:0 0:1 1:0")),
+        (
+            "env -S=rm",
+            seen("env -S=rm ; env =rm ; rm", "0:0 0:1 1:0 1:1 2:0"),
+        ),
+        // env's options, `-u NAME`, `\_`, a nested `-S` inside the string (issue 40).
+        (
+            "env -S'-u X rm v'",
+            seen(
+                "env -S-u X rm v ; env -u X rm v ; -u X rm v",
+                "0:0 0:1 1:0 1:1 1:2 1:3 1:4 2:0",
+            ),
+        ),
+        (
+            "env -S'-i\\_rm'",
+            seen(
+                "env -S-i\\_rm ; env -i rm ; -i_rm",
+                "0:0 0:1 1:0 1:1 1:2 2:0",
+            ),
+        ),
+        (
+            "env -S'-S\"rm v\"'",
+            seen(
+                "env -S-S\"rm v\" ; env -Srm v ; env rm v ; rm v ; -Srm v",
+                "0:0 0:1 1:0 1:1 2:0 2:1 2:2 3:0 4:0",
+            ),
+        ),
+        (
+            "env -S'${X} v'",
+            refused("a program it runs (\"env -S'${X} v'\") is only known when it runs"),
+        ),
+        (
+            "env -S'\\q'",
+            refused("env -S: invalid sequence \\q, in \"env -S'\\\\q'\": it cannot be checked"),
+        ),
         ("env -i rm x", seen("env -i rm x", "0:0 0:1 0:2 0:3")),
         ("sudo rm x", seen("sudo rm x", "0:0 0:1 0:2")),
         (
