@@ -164,3 +164,32 @@ fn an_mcp_server_gets_no_secret_but_its_own_env() {
         "what the server's own env names comes through"
     );
 }
+
+#[test]
+fn a_bad_pass_list_stops_flower_with_exit_2_before_any_request() {
+    let project = Project::new();
+    let server = FakeServer::start(vec![Reply::text("好了。")]);
+    let said = crate::support::pipeline::refused_before_any_request(
+        &server,
+        &project.dir,
+        &["once", "go"],
+        &[
+            (
+                vec![],
+                vec![("FLOWER_PASS_ENV", "GITHUB_TOKEN,*")],
+                "不能只写 *",
+            ),
+            (
+                vec![],
+                vec![("FLOWER_PASS_ENV", "A-B")],
+                "\"A-B\" 不是变量名",
+            ),
+            (vec![], vec![("FLOWER_PASS_ENV", "1X")], "FLOWER_PASS_ENV"),
+        ],
+    );
+    assert!(
+        said[0].contains("FLOWER_PASS_ENV=GITHUB_TOKEN,NPM_*"),
+        "{}",
+        said[0]
+    );
+}
