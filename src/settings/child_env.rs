@@ -1,6 +1,6 @@
-//! What the processes flower starts get of its environment on purpose: the settings
-//! files' `env` variables, and the variables `FLOWER_PASS_ENV` names. Everything else
-//! they inherit minus its secrets (`tools::process::withhold_secrets`).
+//! What the processes flower starts get of its environment: all of it but its secrets
+//! (`tools::process::withheld_names`, unless `FLOWER_PASS_ENV` names them), and the
+//! settings files' `env` variables on top.
 
 use super::sources::FileLayer;
 use super::{ConfigError, Environment};
@@ -40,55 +40,13 @@ pub(super) fn pass_env(env: &Environment) -> Result<Vec<String>, ConfigError> {
     Ok(out)
 }
 
-/// Whether `name` matches `pattern` (`*`: any run of characters).
-pub fn matches(pattern: &str, name: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == name,
-        Some((head, tail)) => {
-            let Some(rest) = name.strip_prefix(head) else {
-                return false;
-            };
-            (0..=rest.len())
-                .filter(|&i| rest.is_char_boundary(i))
-                .any(|i| matches(tail, &rest[i..]))
-        }
-    }
-}
-
-/// The variables children are given explicitly: the files' `env` ones the
-/// environment does not set, then the environment's that `pass` names.
-pub(super) fn child_env(
-    env: &Environment,
-    files: &FileLayer,
-    pass: &[String],
-) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = files
+/// The settings files' `env` variables the environment does not set: what children
+/// get explicitly.
+pub(super) fn child_env(env: &Environment, files: &FileLayer) -> Vec<(String, String)> {
+    files
         .vars
         .iter()
         .filter(|(name, _)| env.var(name).is_none())
         .map(|(name, value)| (name.clone(), value.clone()))
-        .collect();
-    let mut passed: Vec<(String, String)> = env
-        .vars()
-        .filter(|(name, _)| pass.iter().any(|p| matches(p, name)))
-        .map(|(name, value)| (name.to_string(), value.to_string()))
-        .collect();
-    passed.sort();
-    out.extend(passed);
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn patterns() {
-        assert!(matches("GITHUB_TOKEN", "GITHUB_TOKEN"));
-        assert!(!matches("GITHUB_TOKEN", "GITHUB_TOKENS"));
-        assert!(matches("NPM_*", "NPM_TOKEN"));
-        assert!(matches("*_TOKEN", "GH_TOKEN"));
-        assert!(matches("A*B*C", "AxxBxC"));
-        assert!(!matches("A*B*C", "AxxBx"));
-    }
+        .collect()
 }

@@ -184,11 +184,11 @@ pub struct Settings {
     /// every key as written).
     pub files: FileLayer,
     /// What Bash commands, hooks and MCP servers get explicitly, on top of flower's
-    /// environment without its secrets: the settings files' `env` variables the
-    /// environment does not set, and the variables `FLOWER_PASS_ENV` names.
+    /// environment without its secrets (`sandbox.withheld_env`): the settings files'
+    /// `env` variables the environment does not set.
     pub child_env: Vec<(String, String)>,
-    /// `FLOWER_PASS_ENV`: names or `*` patterns of variables children get although
-    /// they look secret (see `docs/sandbox.md`).
+    /// `FLOWER_PASS_ENV`: names or `*` patterns of variables children inherit although
+    /// they look secret (see `docs/sandbox.md`); the rest are in `sandbox.withheld_env`.
     pub pass_env: Vec<String>,
     /// MCP servers (`.mcp.json`, the settings files' `mcpServers`, `${VAR}` expanded)
     /// and their timeouts (`MCP_TIMEOUT`, `MCP_TOOL_TIMEOUT`, milliseconds).
@@ -277,7 +277,8 @@ impl Settings {
             }
         }
         let pass_env = child_env::pass_env(env)?;
-        let child_env = child_env::child_env(env, files, &pass_env);
+        let child_env = child_env::child_env(env, files);
+        sandbox.withheld_env = crate::tools::process::withheld_names(env.vars(), &pass_env);
         let run_dir = flags
             .run_dir
             .clone()

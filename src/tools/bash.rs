@@ -201,7 +201,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
             .stdout(Stdio::from(w1))
             .stderr(Stdio::from(w2))
             .kill_on_drop(true);
-        process::withhold_secrets(&mut cmd);
+        process::withhold(&mut cmd, &ctx.sandbox.withheld_env);
         cmd.envs(ctx.env.iter().map(|(k, v)| (k, v)));
         sandbox::confine(&mut cmd, prepared);
         spawned = cmd.spawn();

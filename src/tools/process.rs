@@ -7,14 +7,14 @@
 //! what is registered here. The registry is a value handed to the tools and the signal
 //! handlers, not a global, so two runtimes in one process keep their commands apart.
 //!
-//! A child inherits flower's environment minus its secrets ([`withhold_secrets`]): an
-//! agent that reads its environment must not find the API key there. The variables a
-//! child does get on purpose (a settings file's `env`, `FLOWER_PASS_ENV`, an MCP
-//! server's own `env`) are set after it, explicitly. And it inherits no descriptor but
-//! 0, 1 and 2 ([`close_inherited_descriptors`]).
+//! A child inherits flower's environment minus its secrets ([`withheld_names`], which
+//! the settings resolve from their snapshot of the environment, into
+//! [`SandboxPolicy::withheld_env`](super::sandbox::SandboxPolicy::withheld_env)): an
+//! agent that reads its environment must not find the API key there. `FLOWER_PASS_ENV`
+//! keeps named ones; the variables a child gets on purpose (a settings file's `env`, an
+//! MCP server's own `env`) are set after the removal, explicitly. And it inherits no
+//! descriptor but 0, 1 and 2 ([`close_inherited_descriptors`]).
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A shared set of process group ids. Cheap to clone; clones share the set.
@@ -151,29 +151,51 @@ fn url_with_password(value: &[u8]) -> bool {
     })
 }
 
-/// Removes from `cmd`'s inherited environment every variable that holds a secret:
-/// by its name ([`secret_name`]), a URL with a password in its value, or a copy of a
-/// withheld value (8 bytes or longer) inside its value. Call it before setting the
-/// variables the child gets on purpose: those are set explicitly and stay.
-///
-/// It reads the process environment at the spawn, as the inheritance it filters does.
-pub fn withhold_secrets(cmd: &mut tokio::process::Command) {
-    let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
-    let by_name = |name: &OsStr, value: &OsStr| {
-        secret_name(&name.to_string_lossy()) || url_with_password(value.as_bytes())
-    };
-    let secrets: Vec<&[u8]> = vars
+/// The variables of `vars` (flower's environment) that the processes it starts do not
+/// inherit: a secret by its name ([`secret_name`]), a URL with a password in its value,
+/// or a copy of such a value (8 bytes or longer) inside its value, unless `passed`
+/// (names or `*` patterns) names it. Sorted.
+pub fn withheld_names<'a>(
+    vars: impl Iterator<Item = (&'a str, &'a str)>,
+    passed: &[String],
+) -> Vec<String> {
+    let vars: Vec<(&str, &str)> = vars.collect();
+    let secret = |name: &str, value: &str| secret_name(name) || url_with_password(value.as_bytes());
+    let values: Vec<&str> = vars
         .iter()
-        .filter(|(n, v)| by_name(n, v) && v.len() >= 8)
-        .map(|(_, v)| v.as_bytes())
+        .filter(|(n, v)| secret(n, v) && v.len() >= 8)
+        .map(|(_, v)| *v)
         .collect();
-    for (name, value) in &vars {
-        let copy = secrets
-            .iter()
-            .any(|s| value.as_bytes().windows(s.len()).any(|w| w == *s));
-        if by_name(name, value) || copy {
-            cmd.env_remove(name);
+    let mut out: Vec<String> = vars
+        .iter()
+        .filter(|(n, v)| secret(n, v) || values.iter().any(|s| v.contains(s)))
+        .filter(|(n, _)| !passed.iter().any(|p| name_matches(p, n)))
+        .map(|(n, _)| n.to_string())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Whether `name` matches `pattern` (`*`: any run of characters).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((head, tail)) => {
+            let Some(rest) = name.strip_prefix(head) else {
+                return false;
+            };
+            (0..=rest.len())
+                .filter(|&i| rest.is_char_boundary(i))
+                .any(|i| name_matches(tail, &rest[i..]))
         }
+    }
+}
+
+/// Removes the `withheld` variables ([`withheld_names`]) from what `cmd` inherits.
+/// Call it before setting the variables the child gets on purpose: those stay.
+pub fn withhold(cmd: &mut tokio::process::Command, withheld: &[String]) {
+    for name in withheld {
+        cmd.env_remove(name);
     }
 }
 
@@ -240,5 +262,32 @@ mod tests {
         assert!(!url_with_password(b"postgres://u@db/x"));
         assert!(!url_with_password(b"https://h/p?a=b:c@d"));
         assert!(!url_with_password(b"/usr/bin:/bin"));
+    }
+
+    #[test]
+    fn withheld_names_and_what_passes() {
+        let vars = [
+            ("PATH", "/usr/bin"),
+            ("ANTHROPIC_API_KEY", "sk-ant-0123456789"),
+            ("COPY", "x sk-ant-0123456789"),
+            ("DATABASE_URL", "postgres://u:p@h/d"),
+            ("GH_TOKEN", "short"),
+            ("NPM_TOKEN", "npm-token-value"),
+        ];
+        let passed = ["GH_*".to_string()];
+        assert_eq!(
+            withheld_names(vars.iter().copied(), &passed),
+            ["ANTHROPIC_API_KEY", "COPY", "DATABASE_URL", "NPM_TOKEN"]
+        );
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(name_matches("GITHUB_TOKEN", "GITHUB_TOKEN"));
+        assert!(!name_matches("GITHUB_TOKEN", "GITHUB_TOKENS"));
+        assert!(name_matches("NPM_*", "NPM_TOKEN"));
+        assert!(name_matches("*_TOKEN", "GH_TOKEN"));
+        assert!(name_matches("A*B*C", "AxxBxC"));
+        assert!(!name_matches("A*B*C", "AxxBx"));
     }
 }

@@ -106,6 +106,8 @@ fn long_option(name: &str) -> Result<&'static str, SplitError> {
 
 /// Splits `s` as env's `-S` does; a word holding `${NAME}` is only known when env runs
 /// (`None`).
+/// Long because it is one pass over the string with env's quoting states, as
+/// coreutils' `build_argv` is; split by state it would hide which state a case is in.
 pub(super) fn split(s: &str) -> Result<Vec<DenyWord>, SplitError> {
     let mut out: Vec<DenyWord> = Vec::new();
     // The argument being built (`None` between arguments), and whether it holds a

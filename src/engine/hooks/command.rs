@@ -172,7 +172,7 @@ fn spawn(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        process::withhold_secrets(&mut cmd);
+        process::withhold(&mut cmd, &launch.sandbox.withheld_env);
         for (name, value) in launch.env.iter() {
             cmd.env(name, value);
         }

@@ -565,7 +565,7 @@ impl McpHub {
             let sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
             let mut cmd = tokio::process::Command::new(command);
             // What the server's own `env` names is set after this, and stays.
-            crate::tools::process::withhold_secrets(&mut cmd);
+            crate::tools::process::withhold(&mut cmd, &launch.sandbox.withheld_env);
             cmd.args(args)
                 .current_dir(&launch.workspace)
                 .stdin(Stdio::piped())

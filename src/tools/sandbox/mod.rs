@@ -65,6 +65,11 @@ pub struct SandboxPolicy {
     /// The protected paths' opt-outs and the run's record ([`crate::tools::protected`]),
     /// which bind the file tools too, with or without the sandbox.
     pub protect: Protection,
+    /// Variables of flower's environment that commands, hooks and MCP servers do not
+    /// inherit, with or without the sandbox: its secrets, resolved by the settings
+    /// ([`crate::tools::process::withheld_names`]; the sandbox never reads the
+    /// environment).
+    pub withheld_env: Vec<String>,
 }
 
 /// Where the user's git configuration lives: resolved by the settings from `HOME`,
@@ -91,6 +96,7 @@ impl SandboxPolicy {
             additional_dirs: Vec::new(),
             user_git: UserGitConfig::default(),
             protect: Protection::default(),
+            withheld_env: Vec::new(),
         }
     }
 
