@@ -63,14 +63,17 @@ fn main() {
         .build()
         .unwrap();
     let n = 300;
-    let standard = SandboxPolicy::standard();
+    // The run directory inside the workspace, protected as the engine sets it.
+    std::fs::create_dir_all(ws.join("runs")).unwrap();
+    let mut standard = SandboxPolicy::standard();
+    standard.protect.record = Some(ws.join("runs"));
     let offline = SandboxPolicy {
         network: false,
-        ..SandboxPolicy::standard()
+        ..standard.clone()
     };
     let judge = SandboxPolicy {
         workspace_writable: false,
-        ..SandboxPolicy::standard()
+        ..standard.clone()
     };
 
     println!("parent side, per call (median of {n}):");
