@@ -335,14 +335,14 @@ impl Absent {
     /// following any link, so that a directory swapped for a link while this runs cannot
     /// send the removal elsewhere. `None`: nothing was there.
     pub fn sweep(&self) -> Option<String> {
-        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+        use std::os::unix::fs::MetadataExt as _;
         self.first.symlink_metadata().ok()?;
         let parts: Vec<_> = self.path.components().skip(1).collect();
         let mut dir = std::fs::File::open("/").ok()?;
         let mut sofar = PathBuf::from("/");
         for (i, c) in parts.iter().enumerate() {
             sofar.push(c);
-            let here = PathBuf::from(format!("/proc/self/fd/{}", dir_fd(&dir))).join(c);
+            let here = in_dir(&dir, c.as_os_str());
             let m = here.symlink_metadata().ok()?;
             let last = i + 1 == parts.len();
             if m.file_type().is_symlink() {
@@ -362,11 +362,7 @@ impl Absent {
             if !m.is_dir() {
                 return None;
             }
-            dir = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-                .open(&here)
-                .ok()?;
+            dir = open_dir(&here)?;
         }
         None
     }
@@ -392,9 +388,102 @@ impl Absent {
     }
 }
 
-fn dir_fd(f: &std::fs::File) -> i32 {
+/// `name` inside the directory `dir` holds, as a path the kernel resolves through the
+/// descriptor (only `name` itself is looked up by name).
+fn in_dir(dir: &std::fs::File, name: &std::ffi::OsStr) -> PathBuf {
     use std::os::fd::AsRawFd as _;
-    f.as_raw_fd()
+    PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name)
+}
+
+/// Opens a directory, refusing a link in its place.
+fn open_dir(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+        .ok()
+}
+
+/// The directory `path` (absolute), opened component by component without following a
+/// link; `None` when a link or a non-directory is in the way.
+fn open_dir_nofollow(path: &Path) -> Option<std::fs::File> {
+    let mut dir = std::fs::File::open("/").ok()?;
+    for c in path.components().skip(1) {
+        dir = open_dir(&in_dir(&dir, c.as_os_str()))?;
+    }
+    Some(dir)
+}
+
+/// Files kept whole by the second line: larger ones are only bound read-only.
+const KEEP_MAX: u64 = 256 * 1024;
+
+/// The second line under the mounts: the protected regular files that exist, with their
+/// bytes, taken before a command and checked after it. One that changed (the mounts
+/// could not be made: no user namespace) is put back, and the result says so. Cheap:
+/// a few small files (a settings file, `.mcp.json`, `.git/config`).
+#[derive(Debug, Clone, Default)]
+pub struct Kept(Vec<(PathBuf, Vec<u8>, u32)>);
+
+impl Kept {
+    /// Reads `files` (canonical) now; directories and large files are skipped.
+    pub fn take(files: &[PathBuf]) -> Kept {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mut out = Vec::new();
+        for f in files {
+            let Ok(m) = f.symlink_metadata() else {
+                continue;
+            };
+            if !m.is_file() || m.len() > KEEP_MAX {
+                continue;
+            }
+            if let Ok(bytes) = std::fs::read(f) {
+                out.push((f.clone(), bytes, m.permissions().mode()));
+            }
+        }
+        Kept(out)
+    }
+
+    /// Puts back what changed; one line for each, for the result.
+    pub fn check(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        for (path, bytes, mode) in &self.0 {
+            let same = path
+                .symlink_metadata()
+                .is_ok_and(|m| m.is_file() && std::fs::read(path).is_ok_and(|b| &b == bytes));
+            if same {
+                continue;
+            }
+            notes.push(match restore(path, bytes, *mode) {
+                Ok(()) => format!(
+                    "flower 把受保护的 {} 恢复成了命令运行前的内容:命令改动了它。",
+                    path.display()
+                ),
+                Err(e) => format!(
+                    "flower 没能恢复受保护的 {}({e}):命令改动了它。",
+                    path.display()
+                ),
+            });
+        }
+        notes
+    }
+}
+
+/// Writes `bytes` back at `path` through its parent opened without following links.
+fn restore(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
+    let (parent, name) = (
+        path.parent().ok_or_else(gone)?,
+        path.file_name().ok_or_else(gone)?,
+    );
+    let dir = open_dir_nofollow(parent).ok_or_else(gone)?;
+    let at = in_dir(&dir, name);
+    if at.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        std::fs::remove_dir_all(&at)?;
+    }
+    crate::atomic::write(&at, bytes)?;
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode))
 }
 
 /// What the sandbox does for a command: bind read-only what exists, sweep afterwards
@@ -468,5 +557,58 @@ mod tests {
         ] {
             assert!(names.contains(&needed), "{needed}");
         }
+    }
+
+    fn scratch() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        (dir, root)
+    }
+
+    /// A link the command put where a missing protected path leads is removed, never
+    /// followed; a real file there is removed; a link that was there before is left.
+    #[test]
+    fn the_sweep_removes_links_in_the_way_without_following_them() {
+        let (_d, root) = scratch();
+        let target = root.join(".claude/settings.json");
+        let absent = Absent::new(&root, target.clone(), "x");
+        assert_eq!(absent.sweep(), None, "nothing there");
+        std::fs::create_dir_all(root.join("elsewhere")).unwrap();
+        std::fs::write(root.join("elsewhere/settings.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join(".claude")).unwrap();
+        assert!(absent.sweep().is_some());
+        assert!(root.join(".claude").symlink_metadata().is_err());
+        assert!(root.join("elsewhere/settings.json").exists());
+        std::fs::create_dir_all(root.join(".claude")).unwrap();
+        std::fs::write(&target, "{}").unwrap();
+        assert!(absent.sweep().is_some());
+        assert!(!target.exists() && root.join(".claude").is_dir());
+        // The user's own link, there before: the resolved spelling is swept instead.
+        std::fs::remove_dir(root.join(".claude")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join(".claude")).unwrap();
+        let users = Absent::new(&root, root.join(".claude/other.json"), "x");
+        assert_eq!(users.sweep(), None);
+        assert!(root.join(".claude").symlink_metadata().is_ok());
+    }
+
+    /// The second line puts a changed protected file back, but never through a link
+    /// put in place of its directory.
+    #[test]
+    fn kept_files_are_put_back_but_not_through_a_link() {
+        let (_d, root) = scratch();
+        let file = root.join("a/settings.json");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(&file, "mine").unwrap();
+        let kept = Kept::take(std::slice::from_ref(&file));
+        assert!(kept.check().is_empty());
+        std::fs::write(&file, "planted").unwrap();
+        assert_eq!(kept.check().len(), 1);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+        std::fs::rename(root.join("a"), root.join("a2")).unwrap();
+        std::fs::create_dir_all(root.join("b")).unwrap();
+        std::os::unix::fs::symlink(root.join("b"), root.join("a")).unwrap();
+        let notes = kept.check();
+        assert!(notes[0].contains("没能恢复"), "{notes:?}");
+        assert!(!root.join("b/settings.json").exists());
     }
 }

@@ -35,7 +35,7 @@ mod seccomp;
 
 pub use namespaces::{forget_namespaces, is_stale};
 
-use crate::tools::protected::{Absent, Protection};
+use crate::tools::protected::{Absent, Kept, Protection};
 use namespaces::{Namespaces, Plan};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -260,6 +260,8 @@ pub struct Prepared {
     warn: bool,
     /// Files the command must not leave behind.
     absent: Vec<Absent>,
+    /// The protected files as they were, when no mount keeps them read-only.
+    kept: Kept,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -333,18 +335,28 @@ pub fn prepare_with(
         cwd: cstring(workspace)?,
         refuse,
         warn,
+        // Without its mounts, the protected files are put back after the command.
+        kept: if warn {
+            Kept::take(&plan.kept_files)
+        } else {
+            Kept::default()
+        },
         absent: plan.absent,
     }))
 }
 
-/// Files a command must not leave behind, removed after it ends (see [`Absent`]).
+/// Files a command must not leave behind, removed after it ends (see [`Absent`]), and
+/// protected files it must not change ([`Kept`]).
 #[derive(Debug, Clone, Default)]
-pub struct Sweep(Vec<Absent>);
+pub struct Sweep(Vec<Absent>, Kept);
 
 impl Sweep {
-    /// Removes what the command created of them; one line for each, for its result.
+    /// Removes what the command created of them and puts back what it changed; one
+    /// line for each, for its result.
     pub fn run(&self) -> Vec<String> {
-        self.0.iter().filter_map(Absent::sweep).collect()
+        let mut notes = self.1.check();
+        notes.extend(self.0.iter().filter_map(Absent::sweep));
+        notes
     }
 }
 
@@ -357,7 +369,7 @@ pub(crate) fn git_named(workspace: &Path, user: &UserGitConfig) -> Vec<PathBuf> 
 impl Prepared {
     /// What to remove after the command (see [`Sweep`]).
     pub fn sweep(&self) -> Sweep {
-        Sweep(self.absent.clone())
+        Sweep(self.absent.clone(), self.kept.clone())
     }
 
     /// Whether Landlock confines the command.

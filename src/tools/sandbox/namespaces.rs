@@ -38,6 +38,8 @@ pub(super) struct Plan {
     /// Files to remove should the command create them (see [`git::Protected::absent`]
     /// and [`protected::for_commands`]).
     pub(super) absent: Vec<Absent>,
+    /// The protected regular files ([`protected::Kept`], when the mounts cannot be made).
+    pub(super) kept_files: Vec<PathBuf>,
 }
 
 /// Why a new `commondir` is removed (for the command's result).
@@ -121,6 +123,7 @@ impl Plan {
         pinned.retain(|p| !roots.contains(p) && !read_only.contains(p) && p.is_dir());
         read_only.sort_by_key(depth);
         read_only.dedup();
+        let kept_files = read_only.iter().filter(|p| p.is_file()).cloned().collect();
         let mut writable: Vec<PathBuf> = roots.iter().filter(|r| r.is_dir()).cloned().collect();
         writable.sort_by_key(depth);
         writable.truncate(MAX_ROOTS);
@@ -150,6 +153,7 @@ impl Plan {
             expect,
             workspace_mounted,
             absent,
+            kept_files,
         })
     }
 
