@@ -276,8 +276,8 @@ impl std::fmt::Debug for Prepared {
 
 /// Written to the command's stderr when the namespaces cannot be made.
 const WARNING: &[u8] = b"flower: warning: no user namespace, so this command sees the machine \
-writable where Landlock allows it, the git files are not protected, and processes it leaves \
-behind are not killed with it\n";
+writable where Landlock allows it, protected files are only put back after it (git's hooks \
+not at all), and processes it leaves behind are not killed with it\n";
 
 /// Prepares the sandbox for one command in `workspace`. `Ok(None)`: run unconfined
 /// (sandbox off, or unavailable and not required).
