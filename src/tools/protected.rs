@@ -56,7 +56,8 @@ const SETTINGS: &str = "Claude Code 与 flower 的设置文件";
 const SHELL: &str = "shell 的启动文件,用户下次开 shell 时执行";
 
 /// Claude Code's sandbox list (sandbox-runtime's dangerous files and directories, plus
-/// its settings files) and the other shells' start-up files.
+/// its settings files), `.claude/skills` and `.claude/hooks`, and the other shells'
+/// start-up files.
 pub const LIST: &[Entry] = &[
     file(".claude/settings.json", SETTINGS),
     file(".claude/settings.local.json", SETTINGS),
@@ -64,6 +65,10 @@ pub const LIST: &[Entry] = &[
     dir(".claude/commands", "Claude Code 的斜杠命令"),
     dir(".claude/agents", "Claude Code 的子代理定义"),
     dir(".claude/skills", "Claude Code 的技能"),
+    dir(
+        ".claude/hooks",
+        "钩子脚本的惯常位置:钩子的 allow 回答会跳过 ask 规则",
+    ),
     Entry {
         path: ".git/hooks",
         dir: true,
