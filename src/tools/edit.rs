@@ -23,7 +23,9 @@ spaces) as it appears AFTER the line number prefix. The line number prefix forma
 line number + tab. Everything after that tab is the actual file content to match. Never \
 include any part of the line number prefix in the old_string or new_string.
 - The file_path parameter should be an absolute path; a relative path is resolved against \
-the workspace. Edits are confined to the workspace.
+the workspace. Edits are confined to the workspace, and the protected control files \
+(.claude/settings*.json, .mcp.json, .git/hooks, .git/config, .vscode, …) and the run directory \
+are refused.
 - ALWAYS prefer editing existing files in the codebase. NEVER write new files unless \
 explicitly required.
 - Only use emojis if the user explicitly requests it. Avoid adding emojis to files unless asked.

@@ -278,7 +278,7 @@ pub fn check_write(
                 .strip_prefix(&ws)
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|_| t.path.display().to_string());
-            let via = if !lexical.starts_with(&t.path) && !lexical.starts_with(&real) {
+            let via = if !lexical.starts_with(&t.path) {
                 format!("解析为 {},", resolved.display())
             } else {
                 String::new()

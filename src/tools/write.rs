@@ -16,7 +16,9 @@ Usage:
 - The file_path parameter should be an absolute path; a relative path is resolved against \
 the workspace. Missing parent directories are created.
 - Writes are confined to the workspace: a path outside it (directly, through `..` or through \
-a symbolic link) is refused.
+a symbolic link) is refused, and so are the protected control files (.claude/settings*.json, \
+.mcp.json, .claude/commands, .git/hooks, .git/config, .vscode, shell rc files, …) and the run \
+directory.
 - If this is an existing file, read it with the Read tool first, and prefer the Edit tool for \
 changing part of a file.
 - ALWAYS prefer editing existing files in the codebase. NEVER write new files unless \
