@@ -355,6 +355,12 @@ fn a_task_archived_by_new_is_neither_listed_nor_counted() {
     assert!(all.contains("── 唤醒 #2"), "{all}");
     assert!(all.contains("── 新任务 #2"), "{all}");
     assert_eq!(all.lines().last(), text_log.lines().last(), "{all}");
+
+    // The report is the current task's too, and says the same of the earlier one.
+    let html = report(&project);
+    assert!(html.contains(&format!("早先还有 1 个任务的 {old_rows} 次尝试")));
+    let rows = table(&html, "attempts");
+    assert_eq!(rows.len() - 1, attempts.len(), "{rows:#?}");
 }
 
 /// Item 8: SIGTERM while the status line is drawn ends the output: the line is
