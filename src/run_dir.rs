@@ -13,6 +13,7 @@
 //!   locks/<id>.lock    one per session a process appends to or forks
 //!   trimmed/           old large tool results, out of the transcript fed back
 //!   report.html        `flower report`'s default output
+//!   said.json          what was said on a wake and is not yet derived, worked and judged
 //!   transcripts/<id>.jsonl  a session as JSONL, written when its hooks need it
 //!   settings-pin.json  the workspace's settings files as the run last loaded them
 //! ```
@@ -45,6 +46,8 @@ pub const REPORT_FILE: &str = "report.html";
 pub const TRANSCRIPTS_DIR: &str = "transcripts";
 /// The workspace's settings files as the run last loaded them (`settings::pin`).
 pub const SETTINGS_PIN_FILE: &str = "settings-pin.json";
+/// What was said on a wake and not yet finished with (`continuity::notes::Said`).
+pub const SAID_FILE: &str = "said.json";
 
 /// A run directory: a path (relative to the current directory unless absolute) and the
 /// paths of its files. Creating it, locking it and reading it are other modules' jobs.
@@ -120,6 +123,11 @@ impl RunDir {
     /// `settings-pin.json`.
     pub fn settings_pin(&self) -> PathBuf {
         self.path.join(SETTINGS_PIN_FILE)
+    }
+
+    /// `said.json`.
+    pub fn said(&self) -> PathBuf {
+        self.path.join(SAID_FILE)
     }
 }
 

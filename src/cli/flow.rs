@@ -14,7 +14,7 @@ use super::lines::{self, tilde};
 use super::render::Renderer;
 use crate::cli::out::errln;
 use flower::WakeState;
-use flower::continuity::notes;
+use flower::continuity::notes::Said;
 use flower::continuity::run::{Begin, Locked, Run, RunHooks};
 use flower::continuity::signals;
 use flower::engine::Interrupt;
@@ -80,8 +80,9 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
     // the run directory, its lock included, is created. Decided again under the lock.
+    // `--new` with nothing said asks first too: every refusal comes before the archive.
     let said = match said {
-        None if !args.new && !resumable(&opening.probe()) => match ask_first(interactive).await {
+        None if args.new || !resumable(&opening.probe()) => match ask_first(interactive).await {
             Ok(request) => Some(request),
             Err(code) => return Ok(code),
         },
@@ -101,12 +102,21 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         Ok(intent) => intent,
         Err(code) => return Ok(code),
     };
+    // What an earlier wake said and did not finish with (cut short before the judge).
+    let pending = match intent {
+        Intent::Wake { .. } => Said::read(locked.dir()),
+        _ => None,
+    };
     // The judge passed last time and nothing new was said: nothing to do, nothing spent.
-    if matches!(intent, Intent::Wake { utterance: None }) && !settings.again && passed(&locked) {
+    if matches!(intent, Intent::Wake { utterance: None })
+        && pending.is_none()
+        && !settings.again
+        && passed(&locked)
+    {
         renderer.note(PASSED_ALREADY);
         return Ok(ExitCode::SUCCESS);
     }
-    let options = flower_options(&args, &settings, interactive, intent);
+    let mut options = flower_options(&args, &settings, interactive, intent);
     // Lineage's wakes start again at 0 after `--new` or `/new`: a new task, which has
     // cost nothing yet whatever the manifest's earlier rows say.
     let new_task = locked.wake().woke == 0;
@@ -129,9 +139,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let runtime = run.runtime();
     // Only once the run can be opened (its lineage checked against the store) is
     // anything written: a run that cannot start leaves the notes as they were.
-    if let Some(text) = &options.utterance {
-        notes::append_wake_note(run.workspace(), text)?;
-    }
+    let said = take_up_said(&renderer, &run, &mut options, pending)?;
     note_warnings(&renderer, runtime);
     install_signals(runtime, &renderer, interrupt, interactive)?;
     if !new_task {
@@ -140,6 +148,10 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
 
     let workflow = flower_workflow(run.workspace(), &options);
     let outcome = workflow.run(runtime).await;
+    // Derived, worked and judged (passed or not): what was said is finished with.
+    if said && outcome.is_ok() {
+        Said::clear(run.dir())?;
+    }
     renderer.finish();
     note_warnings(&renderer, runtime);
     exit_status(
@@ -148,6 +160,36 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         outcome,
         run_figures(&renderer, &settings).as_ref(),
     )
+}
+
+/// What was said on waking, recorded in the run directory before it is appended to the
+/// brief, together with what an earlier wake said and did not finish with: the
+/// pipeline re-derives 目标.md from it (unless that is done), works it and judges it.
+/// Whether anything is pending.
+fn take_up_said(
+    renderer: &Renderer,
+    run: &Run,
+    options: &mut FlowerOptions,
+    pending: Option<Said>,
+) -> anyhow::Result<bool> {
+    let said = match options.utterance.take() {
+        Some(text) => Said::record(run.dir(), run.workspace(), &text)?,
+        None => {
+            let Some(said) = pending else {
+                return Ok(false);
+            };
+            said.append_missing(run.workspace())?;
+            renderer.note(&match said.prompt() {
+                Some(text) => format!("flower: 上次唤醒时说的还没做完,接着做:{text}"),
+                None => "flower: 上次唤醒时说的还没做完,接着做".to_string(),
+            });
+            said
+        }
+    };
+    options.utterance = said.prompt();
+    options.rederive = !said.derived;
+    options.said_in = Some(run.dir().clone());
+    Ok(true)
 }
 
 /// The status line starts a continued session where the banner said it stands: the
@@ -276,13 +318,14 @@ async fn decide_intent(
             },
             None if interactive => match input::ask_line(ASK_WAKE).await {
                 Some(line) if line.trim() == "/new" => {
+                    // Asked before anything moves: leaving here archives nothing.
+                    let Some(request) = ask_task().await else {
+                        return Ok(Err(ExitCode::from(EXIT_USAGE)));
+                    };
                     if let Some(into) = locked.archive()? {
                         errln!("已归档到 {}", tilde(&into, home));
                     }
-                    match ask_task().await {
-                        Some(request) => Intent::Fresh { request },
-                        None => return Ok(Err(ExitCode::from(EXIT_USAGE))),
-                    }
+                    Intent::Fresh { request }
                 }
                 Some(line) if !line.trim().is_empty() => Intent::Wake {
                     utterance: Some(line.trim().to_string()),

@@ -752,6 +752,8 @@ fn archive(at: &At) -> Result<Option<PathBuf>, RunError> {
         notes::brief_path(workspace),
         notes::goal_path(workspace),
         handoff::handoff_dir(workspace),
+        // What a wake said and the pipeline had not finished with belongs to this task.
+        dir.said(),
     ];
     if shared.is_none() && !dir.lineage().exists() && !extra.iter().any(|p| p.exists()) {
         return Ok(None);

@@ -37,9 +37,15 @@ pub const DEFAULT_ROUNDS: u32 = 3;
 pub struct FlowerOptions {
     /// The task, on a first run (sent to the clarifier).
     pub request: Option<String>,
-    /// What the user said on waking: the prompt of the resumed 干活, and a reason to
-    /// re-derive 目标.md.
+    /// What the user said on waking (or said before and is not finished with): the
+    /// prompt of the resumed 干活.
     pub utterance: Option<String>,
+    /// Re-derive 目标.md even though it is there: something was said on waking and
+    /// the checklist does not cover it yet.
+    pub rederive: bool,
+    /// The run directory whose `said.json` records what was said: once 目标.md is
+    /// re-derived it is marked so ([`notes::Said::mark_derived`]).
+    pub said_in: Option<crate::run_dir::RunDir>,
     /// Total 干活 rounds this wake (the judge's budget).
     pub rounds: u32,
     /// Whether someone can answer the clarifier's questions (stdin is a terminal).
@@ -53,6 +59,8 @@ impl Default for FlowerOptions {
         FlowerOptions {
             request: None,
             utterance: None,
+            rederive: false,
+            said_in: None,
             rounds: DEFAULT_ROUNDS,
             interactive: false,
             judge_effort: None,
@@ -168,7 +176,7 @@ pub fn flower_workflow(workspace: &Path, options: &FlowerOptions) -> Workflow {
         }))
         .gate(Arc::new(FileGate::brief(brief.clone())));
 
-    let rederive = options.utterance.is_some();
+    let rederive = options.rederive;
     let brief_for_goal = brief.clone();
     let goal_for_skip = goal.clone();
     let set_goal = Step::new(
@@ -185,7 +193,10 @@ pub fn flower_workflow(workspace: &Path, options: &FlowerOptions) -> Workflow {
         }
         notes::read(&goal_for_skip).filter(|text| notes::count_checks(text) > 0)
     }))
-    .gate(Arc::new(FileGate::goal(goal.clone())));
+    .gate(Arc::new(FileGate::goal(
+        goal.clone(),
+        options.said_in.clone(),
+    )));
 
     let (brief_for_work, goal_for_work) = (brief.clone(), goal.clone());
     let work_resume = options
@@ -219,6 +230,8 @@ struct FileGate {
     path: PathBuf,
     check: fn(&str) -> bool,
     feedback: &'static str,
+    /// Where a pending utterance is recorded: a pass marks it derived.
+    said_in: Option<crate::run_dir::RunDir>,
 }
 
 impl FileGate {
@@ -227,14 +240,16 @@ impl FileGate {
             path,
             check: notes::brief_complete,
             feedback: "notes/需求.md 还不完整:它必须有 `## 目标`、`## 范围`、`## 约束`、`## 验收` 四段,每段都不能空。把它写完整。",
+            said_in: None,
         }
     }
 
-    fn goal(path: PathBuf) -> Self {
+    fn goal(path: PathBuf, said_in: Option<crate::run_dir::RunDir>) -> Self {
         FileGate {
             path,
             check: |text| notes::count_checks(text) > 0,
             feedback: "notes/目标.md 里还没有判定清单:每条一行 `- [ ] …`。把它写出来。",
+            said_in,
         }
     }
 }
@@ -252,6 +267,10 @@ impl Gate for FileGate {
         _ctx: &'a Context,
     ) -> BoxFuture<'a, Verdict> {
         let done = notes::read(&self.path).is_some_and(|text| (self.check)(&text));
+        // A failed mark only means the next run derives the checklist once more.
+        if done && let Some(dir) = &self.said_in {
+            let _ = notes::Said::mark_derived(dir);
+        }
         Box::pin(async move {
             if done {
                 Verdict::Pass
