@@ -48,8 +48,14 @@ pub fn banner(place: &Place, state: &WakeState, home: Option<&Path>) -> String {
         parts.push(format!("第 {generation} 代"));
     }
     parts.push(format!("第 {} 次唤醒", state.woke + 1));
+    // No session to continue (a lineage that does not fit, sessions gone): the spec's
+    // silent fresh start, but not called a continuation.
+    let how = match state.steps.is_empty() {
+        true => "照确认好的需求开新对话",
+        false => "接上上次",
+    };
     format!(
-        "<- 在 {} 接上上次  {}",
+        "<- 在 {} {how}  {}",
         tilde(place.workspace, home),
         parts.join(" · ")
     )
@@ -185,6 +191,13 @@ pub fn afresh(reasons: &[Afresh], home: Option<&Path>) -> Vec<String> {
                 "从头开始:{} 是另一个目录({workspace})的:目录被搬走或拷贝过,那边的会话在这里接不上",
                 shown(path)
             ),
+            Afresh::SessionsGone {
+                store: StoreSeen::Unreadable { path, bytes, why },
+                ..
+            } => format!(
+                "接不上:{} 读不出来({why},{bytes} 字节);flower 不会在它上面接着跑:从备份恢复它,或者挪开它从头开始",
+                shown(path)
+            ),
             Afresh::SessionsGone { steps, store } => {
                 let which = steps
                     .iter()
@@ -197,6 +210,7 @@ pub fn afresh(reasons: &[Afresh], home: Option<&Path>) -> Vec<String> {
                         format!("{} 是空的({bytes} 字节)", shown(path))
                     }
                     StoreSeen::Sqlite { path } => format!("{} 里没有它们", shown(path)),
+                    StoreSeen::Unreadable { path, .. } => format!("{} 读不出来", shown(path)),
                     StoreSeen::Database => "数据库里没有它们".to_string(),
                 };
                 format!("从头开始:血缘记着的会话不在了({which}):{place}")

@@ -4,6 +4,7 @@
 use super::format::duration;
 use super::format::{cost, tokens};
 use super::{open_run, print_out};
+use crate::cli::out::errln;
 use clap::Args;
 use flower::inspect::{Attempt, AttemptKind, Run, Totals};
 use std::fmt::Write as _;
@@ -24,7 +25,25 @@ pub struct LogArgs {
 }
 
 pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
-    let run = open_run(&args.source, env)?;
+    let run = match open_run(&args.source, env) {
+        Ok(run) => run,
+        // The transcripts cannot be read: the manifest's attempts are still shown.
+        Err(error) => match error.downcast_ref::<flower::inspect::InspectError>() {
+            Some(flower::inspect::InspectError::Store(store)) => {
+                let settings = super::config::settings(&args.source.flags(), env)?;
+                let run = flower::inspect::Run::open_without_store(
+                    &settings.workspace,
+                    &settings.run_dir,
+                )?;
+                errln!(
+                    "flower: {};下面只有 manifest.json 记下的尝试,tokens 和上下文数不全",
+                    super::said::said(store)
+                );
+                run
+            }
+            _ => return Err(error),
+        },
+    };
     let sessions = run.sessions();
     let totals = run.totals(&sessions);
     let out = if args.json {

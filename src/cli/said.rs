@@ -6,13 +6,24 @@
 /// that a line is never half flower's English.
 pub fn said(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = String::new();
+    // What follows the first line of the outermost error (a hint like `什么都没发给模型。`):
+    // the causes belong to the first line, the hint stays last.
+    let mut after = String::new();
     let mut said: Vec<String> = Vec::new();
     let mut current = Some(error);
     while let Some(e) = current {
         let part = e.to_string();
-        if !said.iter().any(|p| p.contains(&part)) {
+        // SQLite's own error under rusqlite's says the same again with a code number.
+        let restated = e.downcast_ref::<rusqlite::ffi::Error>().is_some();
+        if !restated && !said.iter().any(|p| p.contains(&part)) {
             if text.is_empty() {
-                text = part.clone();
+                match part.split_once('\n') {
+                    Some((first, rest)) => {
+                        text = first.to_string();
+                        after = format!("\n{rest}");
+                    }
+                    None => text = part.clone(),
+                }
             } else if part.chars().any(is_chinese) {
                 text = format!("{text}:{part}");
             } else {
@@ -22,7 +33,7 @@ pub fn said(error: &(dyn std::error::Error + 'static)) -> String {
         }
         current = e.source();
     }
-    text
+    text + &after
 }
 
 fn is_chinese(c: char) -> bool {

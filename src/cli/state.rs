@@ -5,6 +5,7 @@ use super::config;
 use super::lines;
 use flower::continuity::lock::Probe;
 use flower::continuity::run::{Peek, RunError};
+use flower::continuity::wake::{Afresh, StoreSeen};
 use flower::settings::Environment;
 use flower::workflow::flower::WORK;
 use std::fmt::Write as _;
@@ -53,7 +54,25 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
             (Some(_), false) => "不完整",
             (None, _) => "没有",
         };
-        writeln!(out, "接得上:{}", if state.waking { "是" } else { "否" })?;
+        // A store that cannot be read stops the run: not continuable until it is fixed.
+        let unreadable = afresh.iter().any(|a| {
+            matches!(
+                a,
+                Afresh::SessionsGone {
+                    store: StoreSeen::Unreadable { .. },
+                    ..
+                }
+            )
+        });
+        let continues = state.waking && !unreadable && at.run_dir.is_dir();
+        writeln!(out, "接得上:{}", if continues { "是" } else { "否" })?;
+        if state.waking && !at.run_dir.is_dir() {
+            writeln!(
+                out,
+                "运行目录 {} 不存在:这里没有可接的对话(-r 指对了吗?)",
+                lines::tilde(at.run_dir, settings.home.as_deref())
+            )?;
+        }
         writeln!(out, "需求.md:{brief}")?;
         writeln!(out, "目标:{} 条", state.checks)?;
         writeln!(out, "已唤醒:{} 次", state.woke)?;

@@ -387,11 +387,9 @@ impl Opening {
             return Err(RunError::SettingsChanged(drift));
         }
         let at = &self.at;
-        // `--new` archives only a run whose store opens: a failure after the archive
-        // would leave the notes moved and nothing started.
-        if begin == Begin::New {
-            check_sqlite(at)?;
-        }
+        // Only a run whose store opens is locked, archived (`--new`: a failure after the
+        // archive would leave the notes moved and nothing started) or announced as woken.
+        check_sqlite(at)?;
         // A run the database says another host holds leaves no trace here: without a
         // run lock file yet, the database is asked first (else a local holder is found
         // first, and named as the one running here).

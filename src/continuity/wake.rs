@@ -126,6 +126,14 @@ pub enum StoreSeen {
     Empty { path: PathBuf, bytes: u64 },
     /// `sessions.db` exists and has other sessions.
     Sqlite { path: PathBuf },
+    /// `sessions.db` exists and cannot be read (not a database, damaged, locked):
+    /// nothing is known to be gone, and a run refuses to start until it is fixed.
+    Unreadable {
+        path: PathBuf,
+        bytes: u64,
+        /// What SQLite said, in flower's words.
+        why: String,
+    },
     /// The shared database.
     Database,
 }
@@ -167,9 +175,14 @@ pub fn afresh_of(
                     (None, Err(_)) => StoreSeen::Missing { path },
                     (None, Ok(meta)) => match SqliteSessionStore::open_read_only(&path) {
                         Ok(Some(_)) => StoreSeen::Sqlite { path },
-                        _ => StoreSeen::Empty {
+                        Ok(None) => StoreSeen::Empty {
                             path,
                             bytes: meta.len(),
+                        },
+                        Err(e) => StoreSeen::Unreadable {
+                            path,
+                            bytes: meta.len(),
+                            why: store_why(&e),
                         },
                     },
                 };
@@ -197,6 +210,14 @@ pub fn afresh_of(
             steps: gone,
             store: seen,
         }],
+    }
+}
+
+/// What is wrong with a store, in flower's words (a SQLite file's reason without its path).
+fn store_why(error: &crate::stores::StoreError) -> String {
+    match error {
+        crate::stores::StoreError::Database { why, .. } => why.clone(),
+        other => other.to_string(),
     }
 }
 

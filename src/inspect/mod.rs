@@ -479,6 +479,29 @@ impl Run {
         ))
     }
 
+    /// [`Run::open`] without the transcripts: for `flower log` when `sessions.db` cannot
+    /// be read, the attempts manifest.json records are still worth showing.
+    pub fn open_without_store(workspace: &Path, run_dir: &Path) -> Result<Run, InspectError> {
+        if !run_dir.is_dir() {
+            return Err(InspectError::NoRunDir {
+                path: run_dir.to_path_buf(),
+            });
+        }
+        let workspace = workspace
+            .canonicalize()
+            .unwrap_or_else(|_| workspace.to_path_buf());
+        let rows = manifest::read_rows(run_dir)?;
+        let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
+        Ok(Self::assemble(
+            run_dir,
+            project_key(&workspace),
+            workspace,
+            &rows,
+            lineage,
+            None,
+        ))
+    }
+
     /// A run whose lineage, manifest and transcripts live in a shared database (see
     /// [`crate::continuity::shared`]): the database is read, not the run directory's
     /// mirrors, so another host's view needs no `runs/` at all. Transcripts are read

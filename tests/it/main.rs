@@ -22,6 +22,7 @@ mod conventions_settings;
 mod engine_history;
 mod error_causes;
 mod faults;
+mod faults_described;
 mod figures;
 mod figures_agree;
 mod flow;
