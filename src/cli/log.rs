@@ -25,6 +25,7 @@ pub struct LogArgs {
 }
 
 pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
+    let mut incomplete = false;
     let run = match open_run(&args.source, env) {
         Ok(run) => run,
         // The transcripts cannot be read: the manifest's attempts are still shown.
@@ -39,6 +40,7 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
                     "flower: {};下面只有 manifest.json 记下的尝试,tokens 和上下文数不全",
                     super::said::said(store)
                 );
+                incomplete = true;
                 run
             }
             _ => return Err(error),
@@ -59,7 +61,13 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
     } else {
         text(&run, &totals, args.all)
     };
-    print_out(&out)
+    let printed = print_out(&out)?;
+    // Shown, but not the whole run: a script must not take the totals for complete.
+    Ok(if incomplete {
+        ExitCode::FAILURE
+    } else {
+        printed
+    })
 }
 
 /// What kind of attempt a step name is, in words.

@@ -113,12 +113,17 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     }
     let outcome = runtime.run_agent("once", &spec, &prompt, start).await;
     renderer.finish();
-    Ok(print_outcome(&outcome, args.json))
+    // A session that never came to be (`--resume` of an unknown id) gets no footer.
+    let exists = outcome.result.session_id.as_deref().is_some_and(|id| {
+        use flower::stores::SessionStore as _;
+        runtime.store().has_session(id).unwrap_or(true)
+    });
+    Ok(print_outcome(&outcome, args.json, exists))
 }
 
 /// Prints how the session ended (one JSON object with `--json`, else a summary line
 /// on stderr); the exit code says whether it went well.
-fn print_outcome(outcome: &AgentOutcome, as_json: bool) -> ExitCode {
+fn print_outcome(outcome: &AgentOutcome, as_json: bool, exists: bool) -> ExitCode {
     let result = &outcome.result;
     let session_id = result.session_id.clone().unwrap_or_default();
     if as_json {
@@ -138,12 +143,14 @@ fn print_outcome(outcome: &AgentOutcome, as_json: bool) -> ExitCode {
         if let Some(error) = &result.error {
             errln!("flower: 没跑完{}", super::said::reason(error));
         }
-        errln!(
-            "-- 会话 {session_id} · {} 轮 · {} · 上下文 {}",
-            result.num_turns,
-            format::cost(result.cost_usd),
-            format::tokens(result.context)
-        );
+        if exists {
+            errln!(
+                "-- 会话 {session_id} · {} 轮 · {} · 上下文 {}",
+                result.num_turns,
+                format::cost(result.cost_usd),
+                format::tokens(result.context)
+            );
+        }
     }
     if result.ok {
         ExitCode::SUCCESS

@@ -19,6 +19,10 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
         Err(RunError::ReadRun(e)) => {
             return Err(anyhow::anyhow!("从存储里读不出这个运行:{e}"));
         }
+        // Read-only and sending nothing: the refusal's "nothing was sent" is not its news.
+        Err(RunError::OpenStore(e)) => {
+            return Err(anyhow::anyhow!("打不开存储:{}", super::said::said(&e)));
+        }
         Err(error) => return lines::refused(error),
     };
     let at = peek.place();

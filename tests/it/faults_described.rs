@@ -35,7 +35,8 @@ fn log_still_lists_the_manifest_when_sessions_db_is_corrupt() {
     corrupt_sessions_db(&project);
     let out = project.run(&server, &["log"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // Shown, and exit 1: the totals are not the whole run's.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         stdout.lines().filter(|l| l.contains("  请求 ")).count(),
         rows,
@@ -57,7 +58,10 @@ fn a_run_on_a_corrupt_sessions_db_refuses_before_claiming_a_continuation() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(!stdout.contains("接上上次"), "{stdout}");
     assert!(stderr.contains("不是 SQLite 数据库"), "{stderr}");
-    assert!(!stderr.contains("Error code 26"), "the cause twice: {stderr}");
+    assert!(
+        !stderr.contains("Error code 26"),
+        "the cause twice: {stderr}"
+    );
     assert_eq!(
         stderr.lines().last(),
         Some("什么都没发给模型。"),
@@ -82,7 +86,12 @@ fn a_corrupt_lineage_starts_fresh_without_claiming_a_continuation() {
     assert!(!stdout.contains("<- 接上次"), "{stdout}");
     let kept = std::fs::read_dir(project.dir.join("runs"))
         .unwrap()
-        .any(|e| e.unwrap().file_name().to_string_lossy().starts_with("lineage.json.corrupt-"));
+        .any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("lineage.json.corrupt-")
+        });
     assert!(kept, "the broken file is kept aside");
 }
 

@@ -25,3 +25,36 @@ fn new_without_a_task_and_no_terminal_archives_nothing() {
         text(&state.stdout)
     );
 }
+
+/// `once --resume` of a session that does not exist: the error, and no session footer
+/// naming a session that never was.
+#[test]
+fn once_resume_of_an_unknown_session_prints_no_footer() {
+    let project = Project::new();
+    let server = support::FakeServer::with_handler(|req, _| support::pipeline::simple_reply(req));
+    let out = project.run(&server, &["once", "hi", "--resume", "nosuch-id"]);
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("nosuch-id"), "{stderr}");
+    assert!(!stderr.contains("-- 会话"), "{stderr}");
+    assert_eq!(server.request_count(), 0);
+}
+
+/// `state` sends nothing to any model: a store it cannot open is not told as if it
+/// could have.
+#[test]
+fn state_on_a_store_it_cannot_open_does_not_speak_of_the_model() {
+    let project = Project::new();
+    let out = project.run(
+        &support::FakeServer::start(vec![]),
+        &[
+            "state",
+            "--store",
+            "postgres://flower:wrong@127.0.0.1:1/flower",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("打不开存储"), "{stderr}");
+    assert!(!stderr.contains("模型"), "{stderr}");
+}
