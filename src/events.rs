@@ -71,6 +71,9 @@ pub enum Event {
     },
     /// Resilience: the endpoint answers again; `database` as in [`Event::Offline`].
     Online { database: bool },
+    /// Resilience: Ctrl-C stopped an outage wait after `waited_s`; the session is tried
+    /// again at once (and the person asked, as after an interrupted reply).
+    OfflineWaitInterrupted { waited_s: f64, database: bool },
     /// Something the user should know that does not stop the run (an unknown
     /// `stop_reason`, a model without a price).
     Warning { message: String },

@@ -195,7 +195,8 @@ impl Renderer {
             Event::Retrying { .. }
             | Event::Offline { .. }
             | Event::Warning { .. }
-            | Event::Online { .. } => self.render_resilience(&mut state, event),
+            | Event::Online { .. }
+            | Event::OfflineWaitInterrupted { .. } => self.render_resilience(&mut state, event),
             Event::StepStarted { .. } | Event::Handoff { .. } | Event::StepSkipped { .. } => {
                 self.render_workflow(state, event)
             }
@@ -341,6 +342,14 @@ impl Renderer {
                     "网络恢复"
                 };
                 errln!("  {back},接着跑");
+            }
+            Event::OfflineWaitInterrupted { waited_s, database } => {
+                self.clear_status(state);
+                self.end_text_line(state);
+                let away = super::status::away(*database);
+                errln!(
+                    "  已打断等待({away},等了 {waited_s:.0}s),现在再试一次;再按一次 Ctrl-C 退出"
+                );
             }
             _ => {}
         }

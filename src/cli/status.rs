@@ -155,7 +155,7 @@ impl Status {
                 self.turn = 0;
                 self.known.insert(base_of(&self.step), (0, *generation));
             }
-            Event::Online { .. } => {
+            Event::Online { .. } | Event::OfflineWaitInterrupted { .. } => {
                 self.offline = None;
                 self.offline_since = None;
             }

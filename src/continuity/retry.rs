@@ -32,6 +32,10 @@ pub(super) struct Retrier {
     pub(super) store: Option<Endpoint>,
     /// Outages waited out and not yet folded into the attempt's row.
     pub(super) outages: Mutex<Vec<Outage>>,
+    /// Ctrl-C once: an outage wait stops and the session is tried again at once; the
+    /// interrupt stays pending, so the engine then asks the person for a line as after
+    /// any interrupted reply (and a second Ctrl-C exits).
+    pub(super) interrupt: crate::engine::Interrupt,
 }
 
 impl Retrier {
@@ -99,16 +103,23 @@ impl Retrier {
         }
         let shown = format!("{}:{}", endpoint.host, endpoint.port);
         let events = self.events.clone();
-        let online = self
-            .resilience
-            .wait_until_reachable(endpoint, |waited| {
+        let started = std::time::Instant::now();
+        let online = tokio::select! {
+            online = self.resilience.wait_until_reachable(endpoint, |waited| {
                 events(&Event::Offline {
                     waited_s: waited.as_secs_f64(),
                     endpoint: shown.clone(),
                     database,
                 })
-            })
-            .await;
+            }) => online,
+            () = self.interrupt.wait() => {
+                (self.events)(&Event::OfflineWaitInterrupted {
+                    waited_s: started.elapsed().as_secs_f64(),
+                    database,
+                });
+                return Some(true);
+            }
+        };
         if online {
             (self.events)(&Event::Online { database });
         }

@@ -324,6 +324,7 @@ impl Runtime {
                 .endpoint()
                 .map(|(host, port)| resilience::Endpoint { host, port }),
             outages: Mutex::new(Vec::new()),
+            interrupt: options.interrupt.clone(),
         });
         let in_flight = Arc::new(Mutex::new(None));
         let recovery = SubagentRecovery {

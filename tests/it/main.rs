@@ -41,6 +41,7 @@ mod model_prices;
 mod model_server_tools;
 mod model_settings;
 mod once;
+mod outage_interrupt;
 mod outage_retry;
 mod permissions;
 mod permissions_bash_differential;
