@@ -32,9 +32,13 @@ pub enum Event {
         summary: String,
         depth: u32,
     },
+    /// A tool call that was not run. `message` is what the model is told; `summary` the
+    /// call as the person sees it (the command, the path); `by` what stopped it.
     ToolDenied {
         name: String,
         message: String,
+        summary: String,
+        by: DeniedBy,
         depth: u32,
     },
     ToolDone {
@@ -103,6 +107,18 @@ pub enum Event {
         index: usize,
         total: usize,
     },
+}
+
+/// What stopped a tool call ([`Event::ToolDenied`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DeniedBy {
+    /// A permission rule, as written (`Bash(rm:*)`); `None`: no rule allows the call.
+    Rule { rule: Option<String> },
+    /// An `ask` rule or hook wanted the person's yes and did not get it.
+    Person,
+    /// A `PreToolUse` hook blocked it; `reason` is what the hook said.
+    Hook { reason: String },
 }
 
 /// Receives engine events. Must be cheap: it is called for every streamed delta.

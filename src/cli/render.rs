@@ -254,13 +254,19 @@ impl Renderer {
                     summary
                 );
             }
-            Event::ToolDenied { name, depth, .. } => {
+            Event::ToolDenied {
+                name,
+                summary,
+                by,
+                depth,
+                ..
+            } => {
                 self.clear_status(state);
                 self.end_text_line(state);
                 errln!(
                     "{}{}",
                     indent(*depth),
-                    self.paint("33", &format!("✗ {name} 被拒(权限规则)"))
+                    self.paint("33", &denied_line(name, summary, by))
                 );
             }
             Event::ToolDone {
@@ -466,4 +472,29 @@ fn tick_until_finished(renderer: Weak<Renderer>) {
 
 fn indent(depth: u32) -> String {
     "  ".repeat(depth as usize + 1)
+}
+
+/// `✗ Bash 被拒:rm x(规则 Bash(rm:*))`: the call and what stopped it.
+fn denied_line(name: &str, summary: &str, by: &flower::events::DeniedBy) -> String {
+    use flower::events::DeniedBy;
+    let call = match summary.trim() {
+        "" => name.to_string(),
+        summary => format!("{name} {summary}"),
+    };
+    match by {
+        DeniedBy::Rule { rule: Some(rule) } => format!("✗ {call} 被拒(权限规则 {rule})"),
+        DeniedBy::Rule { rule: None } => format!("✗ {call} 被拒(没有允许它的权限规则)"),
+        DeniedBy::Person => format!("✗ {call} 被拒(要人确认,没有得到允许)"),
+        DeniedBy::Hook { reason } => {
+            // The hook's own words: after `:` when Chinese, else in parentheses.
+            let first = reason.lines().next().unwrap_or_default().trim();
+            match first {
+                "" => format!("✗ {call} 被 PreToolUse hook 拦下"),
+                said => format!(
+                    "✗ {call} 被 PreToolUse hook 拦下{}",
+                    super::said::reason(said)
+                ),
+            }
+        }
+    }
 }

@@ -489,6 +489,24 @@ fn unshowable_user(out: &mut String) {
     let _ = writeln!(out, "[无法显示的用户条目]");
 }
 
+/// `PreToolUse:Bash 的 hook 拦下了这次调用`: a hook record's headline in the person's
+/// language (the entry's content is the transcript's English, kept for Claude Code). An
+/// entry without `hookOutcome` (an older flower) keeps its content.
+fn hook_headline(entry: &Value, content: &str) -> String {
+    let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
+    let label = match (field("hookEvent"), field("hookSubject")) {
+        ("", _) => return first_line(content),
+        (event, "") => event.to_string(),
+        (event, subject) => format!("{event}:{subject}"),
+    };
+    match field("hookOutcome") {
+        "blocked" => format!("{label} 的 hook 拦下了它"),
+        "failed" => format!("{label} 的 hook 出错了"),
+        "ran" => format!("{label} 的 hook 跑过了"),
+        _ => first_line(content),
+    }
+}
+
 /// A `system` entry: what hooks did (each command, how it ended, what it said), the
 /// memory a session began with, or any other kind as one line.
 fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
@@ -496,7 +514,7 @@ fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
     let content = entry.get("content").and_then(Value::as_str).unwrap_or("");
     match subtype {
         markers::HOOK_SUBTYPE => {
-            let _ = writeln!(out, "  ⚑ [hook {stamp}] {}", first_line(content));
+            let _ = writeln!(out, "  ⚑ [hook {stamp}] {}", hook_headline(entry, content));
             let runs = entry.get("hookRuns").and_then(Value::as_array);
             for run in runs.into_iter().flatten() {
                 let field = |k: &str| run.get(k).and_then(Value::as_str).unwrap_or("");

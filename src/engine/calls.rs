@@ -5,6 +5,7 @@ use super::permissions::{Decision, Permissions};
 use super::{
     CUT_BY_MAX_TOKENS, Conversation, Denial, Engine, Event, RunError, Totals, hooks, subagent,
 };
+use crate::events::DeniedBy;
 use crate::model::ToolDef;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 use crate::transcript;
@@ -208,24 +209,37 @@ impl Engine {
         }
         let hook_decision = match self.pre_tool_use(conv, permissions, id, name, input).await {
             Ok(decision) => decision,
-            Err(blocked) => return blocked,
+            Err((blocked, reason)) => {
+                // Shown while it runs, not only in the transcript.
+                self.emit(Event::ToolDenied {
+                    name: name.to_string(),
+                    message: blocked.content.clone(),
+                    summary: summarize_input(name, input),
+                    by: DeniedBy::Hook { reason },
+                    depth,
+                });
+                return blocked;
+            }
         };
+        let asked = |denied: Option<String>| denied.map(|message| (message, DeniedBy::Person));
         let denied = match permissions.check(name, input, &self.config.workspace) {
-            Decision::Deny { message } => Some(message),
+            Decision::Deny { message, rule } => Some((message, DeniedBy::Rule { rule })),
             Decision::Ask { why } if hook_decision != Some(hooks::PermissionDecision::Allow) => {
-                self.confirm(conv.spec, name, input, &why).await
+                asked(self.confirm(conv.spec, name, input, &why).await)
             }
             Decision::Allow | Decision::Ask { .. } => match &hook_decision {
                 Some(hooks::PermissionDecision::Ask(why)) => {
-                    self.confirm(conv.spec, name, input, why).await
+                    asked(self.confirm(conv.spec, name, input, why).await)
                 }
                 _ => None,
             },
         };
-        if let Some(message) = denied {
+        if let Some((message, by)) = denied {
             self.emit(Event::ToolDenied {
                 name: name.to_string(),
                 message: message.clone(),
+                summary: summarize_input(name, input),
+                by,
                 depth,
             });
             totals.denials.push(Denial {

@@ -121,8 +121,11 @@ pub struct RuleError {
 pub enum Decision {
     Allow,
     /// `message` is the tool_result text the model gets (starts with "Permission to use ").
+    /// `rule`: the rule that denied it, as written (`Bash(rm:*)`), for the person; `None`
+    /// when no rule allows the call (or it cannot be checked against them).
     Deny {
         message: String,
+        rule: Option<String>,
     },
     /// Allowed, but an `ask` rule (a settings file's `permissions.ask`) wants the person
     /// to confirm it first; `why` says which rule, for the question.
@@ -341,13 +344,16 @@ impl Permissions {
             .iter()
             .find(|r| covers(&r.tool, tool) && matches!(r.content, Content::Whole))
         {
-            return subject.deny(&format!("the deny rule {} forbids {tool}", rule.text));
+            return subject.deny(Why::rule(
+                format!("the deny rule {} forbids {tool}", rule.text),
+                rule,
+            ));
         }
         if !self.allow.is_empty() && !self.allow.iter().any(|r| covers(&r.tool, tool)) {
-            return subject.deny(&format!(
+            return subject.deny(Why::text(format!(
                 "no allow rule names {tool} (allowed: {})",
                 list(self.allow.iter())
-            ));
+            )));
         }
         let rules = Applicable {
             deny: self
@@ -376,7 +382,7 @@ impl Permissions {
         };
         match why {
             None => self.ask_about(tool, input, workspace),
-            Some(why) => subject.deny(&why),
+            Some(why) => subject.deny(why),
         }
     }
 
@@ -391,7 +397,7 @@ impl Permissions {
             ask: Vec::new(),
         };
         match as_deny.check(tool, input, workspace) {
-            Decision::Deny { message } => {
+            Decision::Deny { message, .. } => {
                 // The deny check's reason, worded for an ask rule.
                 let why = message
                     .split_once(" has been denied: ")
@@ -414,11 +420,11 @@ struct Applicable<'a> {
 }
 
 impl Applicable<'_> {
-    fn no_allow_rule(&self) -> String {
-        format!(
+    fn no_allow_rule(&self) -> Why {
+        Why::text(format!(
             "no allow rule matches (allowed: {})",
             list(self.allow.iter().copied())
-        )
+        ))
     }
 
     fn check_path(
@@ -427,24 +433,27 @@ impl Applicable<'_> {
         resolved: Option<&Path>,
         lexical: &Path,
         workspace: &Path,
-    ) -> Option<String> {
+    ) -> Option<Why> {
         for d in &self.deny {
             let Content::Path(p) = &d.content else {
                 continue;
             };
             if resolved.is_some_and(|r| p.matches(r, workspace)) || p.matches(lexical, workspace) {
-                return Some(format!("it matches the deny rule {}", d.text));
+                return Some(Why::rule(format!("it matches the deny rule {}", d.text), d));
             }
             // Grep reads contents, so a deny rule reaching inside its search denies
             // it; Glob only lists names, so only its own rules do.
             let searches = tool == names::GREP || (tool == names::GLOB && d.tool == names::GLOB);
             let root = resolved.unwrap_or(lexical);
             if let Some(inside) = searches.then(|| p.inside_search(root, workspace)).flatten() {
-                return Some(format!(
-                    "the search would reach {}, which the deny rule {} covers; \
-                     search a narrower path",
-                    inside.display(),
-                    d.text
+                return Some(Why::rule(
+                    format!(
+                        "the search would reach {}, which the deny rule {} covers; \
+                         search a narrower path",
+                        inside.display(),
+                        d.text
+                    ),
+                    d,
                 ));
             }
         }
@@ -452,10 +461,10 @@ impl Applicable<'_> {
             return None;
         }
         let Some(resolved) = resolved else {
-            return Some(format!(
+            return Some(Why::text(format!(
                 "the path cannot be resolved, so no allow rule can match (allowed: {})",
                 list(self.allow.iter().copied())
-            ));
+            )));
         };
         let allowed = self.allow.iter().any(|r| match &r.content {
             Content::Path(p) => p.matches(resolved, workspace),
@@ -464,7 +473,7 @@ impl Applicable<'_> {
         (!allowed).then(|| self.no_allow_rule())
     }
 
-    fn check_other(&self, field: Option<&str>, input: &Value) -> Option<String> {
+    fn check_other(&self, field: Option<&str>, input: &Value) -> Option<Why> {
         for d in &self.deny {
             if let Content::Other(pat) = &d.content {
                 let hit = match field {
@@ -472,7 +481,7 @@ impl Applicable<'_> {
                     None => string_values(input).iter().any(|v| wildcard(pat, v)),
                 };
                 if hit {
-                    return Some(format!("it matches the deny rule {}", d.text));
+                    return Some(Why::rule(format!("it matches the deny rule {}", d.text), d));
                 }
             }
         }
@@ -484,7 +493,7 @@ impl Applicable<'_> {
         (!allowed).then(|| self.no_allow_rule())
     }
 
-    fn check_bash(&self, cmd: &str) -> Option<String> {
+    fn check_bash(&self, cmd: &str) -> Option<Why> {
         let deny: Vec<(&Rule, &BashPattern)> = self
             .deny
             .iter()
@@ -497,10 +506,10 @@ impl Applicable<'_> {
             let view = match bash_rules::deny_view(cmd) {
                 Ok(v) => v,
                 Err(why) => {
-                    return Some(format!(
+                    return Some(Why::text(format!(
                         "it cannot be checked against the deny rules ({}): {why}",
                         list(deny.iter().map(|(r, _)| *r))
-                    ));
+                    )));
                 }
             };
             if let Some(why) = deny_hit(&view, &deny) {
@@ -513,17 +522,17 @@ impl Applicable<'_> {
         let parts = match bash_rules::plain_parts(cmd) {
             Ok(parts) => parts,
             Err(NotPlain::Parse(e)) => {
-                return Some(format!(
+                return Some(Why::text(format!(
                     "the command could not be analysed safely ({e}), so it cannot be \
                      checked against the permission rules"
-                ));
+                )));
             }
             Err(e) => {
-                return Some(format!(
+                return Some(Why::text(format!(
                     "{} (allowed: {}); it uses {e}, which only a bare `Bash` rule allows",
                     "no allow rule matches",
                     list(self.allow.iter().copied())
-                ));
+                )));
             }
         };
         let compound = parts.len() > 1;
@@ -538,12 +547,31 @@ impl Applicable<'_> {
             let _ = write!(why, " its part {}", quote(&unmatched.source));
         }
         let _ = write!(why, " (allowed: {})", list(self.allow.iter().copied()));
-        Some(why)
+        Some(Why::text(why))
+    }
+}
+
+/// Why a call is denied: the model's words, and the rule that did it (for the person).
+struct Why {
+    text: String,
+    rule: Option<String>,
+}
+
+impl Why {
+    fn text(text: String) -> Why {
+        Why { text, rule: None }
+    }
+
+    fn rule(text: String, rule: &Rule) -> Why {
+        Why {
+            text,
+            rule: Some(rule.text.clone()),
+        }
     }
 }
 
 /// The first deny rule some command of the view matches, as a reason.
-fn deny_hit(view: &DenyView, deny: &[(&Rule, &BashPattern)]) -> Option<String> {
+fn deny_hit(view: &DenyView, deny: &[(&Rule, &BashPattern)]) -> Option<Why> {
     let compound = view.commands.len() > 1;
     for &(index, start) in &view.starts {
         let words = &view.commands[index][start..];
@@ -553,7 +581,10 @@ fn deny_hit(view: &DenyView, deny: &[(&Rule, &BashPattern)]) -> Option<String> {
             } else {
                 "it ".into()
             };
-            return Some(format!("{who}matches the deny rule {}", rule.text));
+            return Some(Why::rule(
+                format!("{who}matches the deny rule {}", rule.text),
+                rule,
+            ));
         }
     }
     None
@@ -644,12 +675,13 @@ impl Subject {
         }
     }
 
-    fn deny(&self, why: &str) -> Decision {
+    fn deny(&self, why: Why) -> Decision {
         Decision::Deny {
             message: format!(
-                "{DENIAL_PREFIX}{}{} has been denied: {why}. The call was not run.",
-                self.tool, self.described
+                "{DENIAL_PREFIX}{}{} has been denied: {}. The call was not run.",
+                self.tool, self.described, why.text
             ),
+            rule: why.rule,
         }
     }
 }

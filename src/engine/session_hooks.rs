@@ -234,8 +234,9 @@ impl Engine {
         Ok(Some(format!("{event} hook feedback:\n{reason}")))
     }
 
-    /// `PreToolUse`: `Err(result)` when a hook blocked the call (the result the model
-    /// gets); else what the hooks said about the permission check.
+    /// `PreToolUse`: `Err((result, reason))` when a hook blocked the call (the result
+    /// the model gets, and the hook's words for the person); else what the hooks said
+    /// about the permission check.
     pub(super) async fn pre_tool_use(
         &self,
         conv: &mut Conversation<'_>,
@@ -243,7 +244,7 @@ impl Engine {
         id: &str,
         name: &str,
         input: &Value,
-    ) -> Result<Option<PermissionDecision>, ToolOutput> {
+    ) -> Result<Option<PermissionDecision>, (ToolOutput, String)> {
         let fields = tool_fields(id, name, input);
         let Some(outcome) = self
             .fire(conv, Some(permissions), HookEvent::PreToolUse, name, fields)
@@ -256,14 +257,16 @@ impl Engine {
         conv.hook_notes.extend(outcome.context_note());
         if let Some(reason) = outcome.stop() {
             conv.hook_stop = Some(reason.clone());
-            return Err(ToolOutput::error(format!(
+            let result = ToolOutput::error(format!(
                 "A PreToolUse hook stopped the agent before this {name} call ran: {reason}"
-            )));
+            ));
+            return Err((result, reason));
         }
         if let Some(reason) = outcome.block_reason() {
-            return Err(ToolOutput::error(format!(
+            let result = ToolOutput::error(format!(
                 "A PreToolUse hook blocked this {name} call; it was not run. The hook said:\n{reason}"
-            )));
+            ));
+            return Err((result, reason));
         }
         Ok(outcome.permission())
     }

@@ -158,7 +158,7 @@ fn pre_tool_use_exit_2_blocks_the_call_and_the_model_reads_stderr() {
     let show = project.run(&server, &["show", session]);
     let shown = text(&show.stdout);
     assert!(
-        shown.contains("[hook") && shown.contains("PreToolUse:Write hook blocked"),
+        shown.contains("[hook") && shown.contains("PreToolUse:Write 的 hook 拦下了它"),
         "{shown}"
     );
     assert!(

@@ -34,7 +34,7 @@ fn table(allow: &[&str], deny: &[&str], rows: &[(&str, bool)]) {
         if allowed(&d) != *want {
             failures.push(format!("{cmd:?}: expected allowed={want}, got {d:?}"));
         }
-        if let Decision::Deny { message } = &d {
+        if let Decision::Deny { message, .. } = &d {
             assert!(message.starts_with(DENIAL_PREFIX), "{message}");
             assert!(message.starts_with("Permission to use Bash"), "{message}");
             assert!(message.ends_with("The call was not run."), "{message}");
@@ -456,10 +456,11 @@ fn denial_messages_name_tool_command_and_rules() {
             message: "Permission to use Bash with command \"rm -rf x\" has been denied: no allow \
                       rule matches (allowed: Bash(git status:*), Bash(git diff:*)). The call was \
                       not run."
-                .into()
+                .into(),
+            rule: None,
         }
     );
-    let Decision::Deny { message } = bash(&p, "git status; rm -rf /") else {
+    let Decision::Deny { message, .. } = bash(&p, "git status; rm -rf /") else {
         panic!("must be denied")
     };
     assert!(message.contains("\"git status; rm -rf /\""), "{message}");
@@ -469,19 +470,19 @@ fn denial_messages_name_tool_command_and_rules() {
         "{message}"
     );
 
-    let Decision::Deny { message } = bash(&p, "git status > x") else {
+    let Decision::Deny { message, .. } = bash(&p, "git status > x") else {
         panic!("must be denied")
     };
     assert!(message.contains("redirects output to a file"), "{message}");
 
-    let Decision::Deny { message } = bash(&p, "echo 'x") else {
+    let Decision::Deny { message, .. } = bash(&p, "echo 'x") else {
         panic!("must be denied")
     };
     assert!(message.contains("could not be analysed"), "{message}");
     assert!(message.contains("syntax error"), "{message}");
 
     let p = perms(&[], &["Bash(rm:*)"]);
-    let Decision::Deny { message } = bash(&p, "ls && sudo rm -rf /") else {
+    let Decision::Deny { message, .. } = bash(&p, "ls && sudo rm -rf /") else {
         panic!("must be denied")
     };
     assert!(message.contains("deny rule Bash(rm:*)"), "{message}");
@@ -492,20 +493,21 @@ fn denial_messages_name_tool_command_and_rules() {
         Decision::Deny {
             message: "Permission to use Bash with command \"rm -rf x\" has been denied: it \
                       matches the deny rule Bash(rm:*). The call was not run."
-                .into()
+                .into(),
+            rule: Some("Bash(rm:*)".into()),
         }
     );
 
     // A long command is quoted cut to its first 300 characters; one of 300 whole.
     let p = perms(&["Bash(git status:*)"], &[]);
     let exactly = format!("echo {}", "a".repeat(295));
-    let Decision::Deny { message } = bash(&p, &exactly) else {
+    let Decision::Deny { message, .. } = bash(&p, &exactly) else {
         panic!("must be denied")
     };
     assert!(message.contains(&format!("{exactly:?}")), "{message}");
     assert!(!message.contains('…'), "{message}");
     let longer = format!("{exactly}b");
-    let Decision::Deny { message } = bash(&p, &longer) else {
+    let Decision::Deny { message, .. } = bash(&p, &longer) else {
         panic!("must be denied")
     };
     assert!(message.contains(&format!("{exactly:?}…")), "{message}");
@@ -513,7 +515,8 @@ fn denial_messages_name_tool_command_and_rules() {
 
     // A tool no rule names.
     let p = perms(&["Read", "Glob"], &[]);
-    let Decision::Deny { message } = p.check("Write", &json!({"file_path": "a"}), Path::new("/w"))
+    let Decision::Deny { message, .. } =
+        p.check("Write", &json!({"file_path": "a"}), Path::new("/w"))
     else {
         panic!("must be denied")
     };
@@ -525,7 +528,7 @@ fn denial_messages_name_tool_command_and_rules() {
 
     // A whole-tool deny.
     let p = perms(&[], &["Bash"]);
-    let Decision::Deny { message } = bash(&p, "ls") else {
+    let Decision::Deny { message, .. } = bash(&p, "ls") else {
         panic!("must be denied")
     };
     assert!(

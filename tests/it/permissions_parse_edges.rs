@@ -19,7 +19,7 @@ fn allowed_as_echo(cmd: &str) -> bool {
 /// The reason an `echo` prefix rule refuses `cmd` (the text of the denial).
 fn refusal(cmd: &str) -> String {
     match check(&["Bash(echo:*)"], &[], cmd) {
-        Decision::Deny { message } => message,
+        Decision::Deny { message, .. } => message,
         other => panic!("{} bytes: {other:?}", cmd.len()),
     }
 }

@@ -284,7 +284,7 @@ fn single_star_does_not_cross_directories() {
 fn path_denials_name_the_path_and_rule() {
     let t = tree();
     let p = Permissions::new(&rules(&["Read(src/**)"]), &rules(&["Read(src/deep/**)"])).unwrap();
-    let Decision::Deny { message } = p.check("Read", &fp("src/../secret.txt"), &t.ws) else {
+    let Decision::Deny { message, .. } = p.check("Read", &fp("src/../secret.txt"), &t.ws) else {
         panic!("must be denied")
     };
     assert!(
@@ -299,7 +299,7 @@ fn path_denials_name_the_path_and_rule() {
         message.contains("no allow rule matches (allowed: Read(src/**))"),
         "{message}"
     );
-    let Decision::Deny { message } = p.check("Read", &fp("src/deep/x/y.rs"), &t.ws) else {
+    let Decision::Deny { message, .. } = p.check("Read", &fp("src/deep/x/y.rs"), &t.ws) else {
         panic!("must be denied")
     };
     assert!(message.contains("deny rule Read(src/deep/**)"), "{message}");

@@ -216,13 +216,14 @@ impl HookOutcome {
             .iter()
             .any(|r| !matches!(r.ended, Ended::Exit(0) | Ended::Exit(2)));
         let blocked = self.block_reason();
-        let (summary, level) = match (&blocked, failed) {
+        let (summary, level, outcome) = match (&blocked, failed) {
             (Some(reason), _) => (
                 format!("{} hook blocked: {}", self.label(), first_lines(reason)),
                 "warning",
+                "blocked",
             ),
-            (None, true) => (format!("{} hook failed", self.label()), "warning"),
-            (None, false) => (format!("{} hook ran", self.label()), "info"),
+            (None, true) => (format!("{} hook failed", self.label()), "warning", "failed"),
+            (None, false) => (format!("{} hook ran", self.label()), "info", "ran"),
         };
         let runs: Vec<Value> = self
             .runs
@@ -250,6 +251,8 @@ impl HookOutcome {
             extra.insert("hookSubject".into(), self.subject.clone().into());
         }
         extra.insert("hookRuns".into(), Value::Array(runs));
+        // What happened, for a reader that words it itself (`flower show`).
+        extra.insert("hookOutcome".into(), outcome.into());
         (summary, level, extra)
     }
 }
