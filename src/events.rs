@@ -44,6 +44,8 @@ pub enum Event {
     ToolDone {
         name: String,
         is_error: bool,
+        /// A Ctrl-C stopped it (its result is the interruption marker): not a failure.
+        interrupted: bool,
         depth: u32,
     },
     /// A model turn finished.

@@ -272,14 +272,17 @@ impl Renderer {
             Event::ToolDone {
                 name,
                 is_error: true,
+                interrupted,
                 depth,
             } => {
                 self.clear_status(state);
-                errln!(
-                    "{}{}",
-                    indent(*depth),
-                    self.paint("2", &format!("  {name} 出错"))
-                );
+                // A Ctrl-C is the person's doing, not the tool's failure.
+                let said = match (*interrupted, name.as_str()) {
+                    (true, flower::tools::names::ASK_USER) => "  问题取消了(Ctrl-C)".to_string(),
+                    (true, _) => format!("  {name} 被打断了(Ctrl-C)"),
+                    (false, _) => format!("  {name} 出错"),
+                };
+                errln!("{}{}", indent(*depth), self.paint("2", &said));
             }
             _ => {}
         }

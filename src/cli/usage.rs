@@ -106,7 +106,7 @@ fn said(error: &clap::Error) -> String {
             None => format!("{arg} 不能是 {value:?}"),
         },
         ErrorKind::ValueValidation => {
-            let why = error.source().map(|e| format!("({e})")).unwrap_or_default();
+            let why = error.source().map(value_reason).unwrap_or_default();
             format!("{arg} 不能是 {value:?}{why}")
         }
         ErrorKind::MissingRequiredArgument => format!("少了 {arg}"),
@@ -136,4 +136,30 @@ fn said(error: &clap::Error) -> String {
     .map(|s| format!(";是不是想写 {s}?"))
     .unwrap_or_else(|| "。".to_string());
     format!("{what}{suggested}用法:flower --help")
+}
+
+/// Why a value did not parse, in the interface's language: a number's parse error
+/// worded from its kind; any other reason after `:` when it is Chinese, else quoted in
+/// parentheses.
+fn value_reason(error: &(dyn std::error::Error + 'static)) -> String {
+    use std::num::IntErrorKind;
+    if let Some(e) = error.downcast_ref::<std::num::ParseIntError>() {
+        let why = match e.kind() {
+            IntErrorKind::Empty => "是空的,要一个整数",
+            IntErrorKind::PosOverflow => "太大了",
+            IntErrorKind::NegOverflow => "太小了",
+            IntErrorKind::Zero => "不能是 0",
+            _ => "要一个不带小数点的非负整数",
+        };
+        return format!(":{why}");
+    }
+    if error.downcast_ref::<std::num::ParseFloatError>().is_some() {
+        return ":要一个数".to_string();
+    }
+    let text = error.to_string();
+    // clap's ranged integer parser: `N is not in A..=B`.
+    if let Some((_, range)) = text.split_once(" is not in ") {
+        return format!(":要在 {range} 之间");
+    }
+    super::said::reason(&text)
 }

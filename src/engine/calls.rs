@@ -37,6 +37,7 @@ impl Engine {
                 self.emit(Event::ToolDone {
                     name: name.clone(),
                     is_error: output.is_error,
+                    interrupted: output.is_interrupted(),
                     depth: conv.depth,
                 });
                 output
@@ -270,6 +271,7 @@ impl Engine {
         self.emit(Event::ToolDone {
             name: name.to_string(),
             is_error: output.is_error,
+            interrupted: output.is_interrupted(),
             depth,
         });
         self.post_tool_use(conv, permissions, id, name, input, &output)

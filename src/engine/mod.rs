@@ -242,6 +242,16 @@ pub enum RunError {
     HookStopped(String),
 }
 
+/// A model error for the model: the API's own words (`API Error: …`) as they are; the
+/// variants worded for the person (a missing key, a configuration) in English.
+fn model_error_for_model(error: &ModelError) -> String {
+    match error {
+        ModelError::MissingApiKey => "no API key is set (ANTHROPIC_API_KEY)".into(),
+        ModelError::Config { .. } => "the model client is misconfigured".into(),
+        other => other.to_string(),
+    }
+}
+
 fn refusal_details(details: &Option<Value>) -> String {
     match details {
         Some(details) => format!(": {details}"),
@@ -250,6 +260,33 @@ fn refusal_details(details: &Option<Value>) -> String {
 }
 
 impl RunError {
+    /// The failure in the model's language (English), for a tool result: the `Display`
+    /// is the person's (Chinese).
+    pub fn for_model(&self) -> String {
+        match self {
+            RunError::MaxTurns(n) => format!("it reached max_turns ({n})"),
+            RunError::Model(error) => model_error_for_model(error),
+            RunError::SubAgent(error) => {
+                format!("a sub-agent failed: {}", model_error_for_model(error))
+            }
+            RunError::Rules(_) => "its permission rules do not parse".into(),
+            RunError::Transcript(_) => "its transcript could not be written".into(),
+            RunError::ReadSession { id, .. } => format!("session {id} could not be read"),
+            RunError::WriteSession { id, .. } => format!("session {id} could not be written"),
+            RunError::NoSession(id) => format!("there is no session {id} in the store"),
+            RunError::NoForkSource(id) => format!("there is no session {id} to fork"),
+            RunError::WriteFork(_) => "the fork could not be written".into(),
+            RunError::Refusal(_) => "the model refused to answer (stop_reason refusal)".into(),
+            RunError::ContextWindowFull { model } => format!(
+                "the context window of {model} is full (stop_reason model_context_window_exceeded)"
+            ),
+            RunError::PromptBlocked(why) => {
+                format!("a UserPromptSubmit hook blocked the prompt: {why}")
+            }
+            RunError::HookStopped(why) => format!("a hook stopped the agent: {why}"),
+        }
+    }
+
     /// What kind of failure this is, for the layers that act on it by kind (decided by
     /// `model::classify` for a model error).
     pub fn kind(&self) -> crate::model::classify::ErrorKind {

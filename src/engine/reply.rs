@@ -84,6 +84,7 @@ impl Engine {
             self.emit(Event::ToolDone {
                 name: name.to_string(),
                 is_error: failed,
+                interrupted: false,
                 depth,
             });
         }

@@ -114,7 +114,7 @@ impl Engine {
                 return self.subagent_failed(error, totals);
             };
             if !recovery.retry(&sub.agent_id, &error, tries).await {
-                return ToolOutput::error(format!("sub-agent failed: {error}"));
+                return ToolOutput::error(format!("sub-agent failed: {}", error.for_model()));
             }
             totals.subagent_retries.push(Retried {
                 text: retried_text(&sub.agent_id, &error),
@@ -239,9 +239,13 @@ impl Engine {
             .extend(result.permission_denials.iter().cloned());
         match result.outcome {
             Ok(_) => Ok(ToolOutput::ok(result.text)),
-            Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => Ok(ToolOutput::ok(
-                format!("{}\n\n[sub-agent stopped: {error}]", result.text),
-            )),
+            Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => {
+                Ok(ToolOutput::ok(format!(
+                    "{}\n\n[sub-agent stopped: {}]",
+                    result.text,
+                    error.for_model()
+                )))
+            }
             Err(error) => Err(error),
         }
     }
@@ -256,7 +260,7 @@ impl Engine {
         {
             totals.subagent_error = Some(model_error.clone());
         }
-        ToolOutput::error(format!("sub-agent failed: {error}"))
+        ToolOutput::error(format!("sub-agent failed: {}", error.for_model()))
     }
 
     pub(super) async fn ask_user(&self, input: &Value) -> ToolOutput {

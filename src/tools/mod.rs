@@ -64,6 +64,12 @@ pub struct Image {
 }
 
 impl ToolOutput {
+    /// Whether a Ctrl-C stopped the call (its result is Claude Code's interruption
+    /// marker).
+    pub fn is_interrupted(&self) -> bool {
+        self.is_error && self.content == crate::transcript::markers::INTERRUPTED_TOOL_RESULT
+    }
+
     pub fn ok(content: impl Into<String>) -> Self {
         ToolOutput {
             content: content.into(),

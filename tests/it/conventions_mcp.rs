@@ -254,6 +254,7 @@ fn a_crash_or_a_hang_mid_call_is_a_tool_error_and_the_server_starts_again() {
         said.contains("stopped answering during the call of crash"),
         "{said}"
     );
+    assert!(!has_chinese(&said), "the model's result in English: {said}");
     assert!(
         said.contains("crashing on purpose"),
         "its stderr is quoted: {said}"
@@ -750,6 +751,7 @@ fn a_server_that_fails_to_start_for_a_call_is_tried_again_at_the_next_call() {
         said.contains("could not be started") && said.contains("broken build"),
         "{said}"
     );
+    assert!(!has_chinese(&said), "the model's result in English: {said}");
     assert!(
         text(&out.stderr).contains("MCP 服务器 t 启动失败"),
         "{}",
@@ -757,4 +759,9 @@ fn a_server_that_fails_to_start_for_a_call_is_tried_again_at_the_next_call() {
     );
     assert_eq!(result_text(&requests[2].tool_results()[0]), "echo: 好");
     mcp.assert_no_server_left();
+}
+
+/// Whether `text` has Chinese in it: the model's audience gets English (issue #41.13).
+fn has_chinese(text: &str) -> bool {
+    text.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
 }

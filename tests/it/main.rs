@@ -42,6 +42,7 @@ mod model_prices;
 mod model_server_tools;
 mod model_settings;
 mod once;
+mod one_language;
 mod outage_interrupt;
 mod outage_retry;
 mod permissions;

@@ -115,6 +115,42 @@ pub enum McpError {
     ListTimeout { secs: u64 },
 }
 
+impl McpError {
+    /// Why, in the model's language (English), for a tool result: the `Display` is the
+    /// person's (Chinese).
+    pub fn for_model(&self) -> String {
+        match self {
+            McpError::Sandbox(_) => "it cannot be put into the sandbox".into(),
+            McpError::Spawn { command, source } => format!("{command} cannot be run ({source})"),
+            McpError::Pipes => "its pipes could not be set up".into(),
+            McpError::Initialize { source, stderr } => format!(
+                "it did not answer initialize ({source}){}",
+                stderr_for_model(stderr)
+            ),
+            McpError::StartTimeout { secs } => {
+                format!("it did not answer initialize within {secs} s (MCP_TIMEOUT)")
+            }
+            McpError::Header { name, source } => format!("header {name} cannot be sent ({source})"),
+            McpError::List { source, stderr } => format!(
+                "listing its tools failed ({source}){}",
+                stderr_for_model(stderr)
+            ),
+            McpError::ListTimeout { secs } => {
+                format!("it did not list its tools within {secs} s and was stopped")
+            }
+        }
+    }
+}
+
+/// The newest lines of a server's stderr, for the model.
+fn stderr_for_model(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("; the last lines of its stderr: {stderr}")
+    }
+}
+
 fn stderr_said(stderr: &str) -> String {
     if stderr.is_empty() {
         String::new()
@@ -344,9 +380,10 @@ impl McpHub {
                 let why = crate::error::chain(&error);
                 return CallOutcome {
                     output: ToolOutput::error(format!(
-                        "The MCP server {server:?} could not be started ({why}), so {tool} was \
+                        "The MCP server {server:?} could not be started ({}), so {tool} was \
                          not run. flower will try to start it again at the next call of one \
-                         of its tools."
+                         of its tools.",
+                        error.for_model()
                     )),
                     notice: Some(format!(
                         "MCP 服务器 {server} 启动失败:{},下次调用时重试",
@@ -397,8 +434,9 @@ impl McpHub {
                 CallOutcome {
                     output: ToolOutput::error(format!(
                         "The MCP server {server:?} stopped answering during the call of {tool} \
-                         ({why}); the call may or may not have taken effect. flower stopped the \
-                         server and will start it again at the next call of one of its tools."
+                         ({error}{}); the call may or may not have taken effect. flower stopped \
+                         the server and will start it again at the next call of one of its tools.",
+                        stderr_for_model(&stderr)
                     )),
                     notice: Some(format!(
                         "MCP 服务器 {server} 在调用 {tool} 时断开:{},下次调用时重启",

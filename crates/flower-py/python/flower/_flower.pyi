@@ -104,7 +104,8 @@ class Workflow:
 class Event(TypedDict, total=False):
     type: Literal[
         "session", "text", "thinking", "tool_call", "tool_denied", "tool_done", "turn",
-        "retrying", "offline", "online", "warning", "step", "handoff", "step_skipped",
+        "retrying", "offline", "online", "offline_wait_interrupted", "warning", "step",
+        "handoff", "step_skipped",
     ]
 
 class Resilience:
