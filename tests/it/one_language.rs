@@ -72,3 +72,25 @@ fn a_failed_sub_agent_is_told_to_the_model_in_english() {
     assert!(said.contains("refused"), "{said}");
     assert!(!has_chinese(&said), "{said}");
 }
+
+/// The README's Python section works as written on a fresh clone: `maturin develop`
+/// refuses to run outside a virtual environment, so the section makes one first.
+#[test]
+fn the_readmes_python_section_creates_the_venv_maturin_needs() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("Python"))
+        .expect("a Python section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a sh block");
+    let venv = block.find("python3 -m venv").expect("a venv made");
+    let activate = block.find("/bin/activate").expect("and activated");
+    let maturin = block.find("maturin develop").expect("maturin develop");
+    assert!(venv < activate && activate < maturin, "{block}");
+}

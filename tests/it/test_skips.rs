@@ -37,8 +37,32 @@ fn a_skipped_test_is_counted_at_the_end() {
         "{stderr}"
     );
     let last = stderr.trim_end().lines().rev().take(2).collect::<Vec<_>>();
-    assert!(last[1].starts_with("1 test skipped"), "{stderr}");
+    assert!(last[1].starts_with("1 test skipped, not run"), "{stderr}");
+    assert!(last[1].contains("1 fewer passed"), "{stderr}");
     assert!(last[0].contains("1 × postgres"), "{stderr}");
+}
+
+/// `cargo test` runs this binary last, so its skip count ends the output: no doc tests
+/// after it (the library's are off), and no other integration test binary.
+#[test]
+fn the_skip_count_is_the_last_thing_cargo_test_prints() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let lib = manifest
+        .split("\n[")
+        .find(|section| section.starts_with("lib]"))
+        .expect("a [lib] section");
+    assert!(
+        lib.lines().any(|l| l.replace(' ', "") == "doctest=false"),
+        "[lib] must say doctest = false: {lib}"
+    );
+    assert!(!manifest.contains("[[test]]"), "another test target");
+    let targets: Vec<_> = std::fs::read_dir(root.join("tests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs") || p.join("main.rs").exists())
+        .collect();
+    assert_eq!(targets, [root.join("tests/it")], "{targets:?}");
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! so that `cargo test` passes on a laptop; but a skip must never pass for a run:
 //!
 //! - each skip is counted, and the test binary says how many tests skipped and why at
-//!   its very end, after the harness's `test result:` line;
+//!   its very end, after the harness's `test result:` line, and that its `passed` counts
+//!   them although they did not run (the harness has no "skipped"); it is the last test
+//!   binary `cargo test` runs (no doc tests), so these are the last lines printed;
 //! - `FLOWER_TEST_REQUIRE=postgres,chromium,netns` (set by `.ci/run`, which starts the
 //!   server, installs the browser, iproute2 and nftables, and runs as root) turns a skip
 //!   of a listed component into a failure.
@@ -72,10 +74,15 @@ extern "C" fn report() {
     }
     let mut err = std::io::stderr().lock();
     let n = skipped.len();
+    let (tests, them) = if n == 1 {
+        ("test", "it")
+    } else {
+        ("tests", "them")
+    };
     let _ = writeln!(
         err,
-        "\n{n} test{} skipped (reported ok without running; {REQUIRE_VAR}=<component,…> makes that a failure):",
-        if n == 1 { "" } else { "s" }
+        "\n{n} {tests} skipped, not run: the `passed` above counts {them}, so {n} fewer passed \
+         ({REQUIRE_VAR}=<component,…> makes a skip a failure):"
     );
     for (component, (count, why)) in by_component {
         let _ = writeln!(err, "  {count} × {component}: {why}");
