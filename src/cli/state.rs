@@ -13,17 +13,9 @@ use std::process::ExitCode;
 
 pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let settings = config::settings(&args.flags(), env)?;
-    // Read-only: a run not registered in the database yet is simply not there.
-    let peek = match Peek::open(&settings) {
+    let peek = match peek(&settings)? {
         Ok(peek) => peek,
-        Err(RunError::ReadRun(e)) => {
-            return Err(anyhow::anyhow!("从存储里读不出这个运行:{e}"));
-        }
-        // Read-only and sending nothing: the refusal's "nothing was sent" is not its news.
-        Err(RunError::OpenStore(e)) => {
-            return Err(anyhow::anyhow!("打不开存储:{}", super::said::said(&e)));
-        }
-        Err(error) => return lines::refused(error),
+        Err(code) => return Ok(code),
     };
     let at = peek.place();
     let state = at.wake_state();
@@ -58,25 +50,13 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
             (Some(_), false) => "不完整",
             (None, _) => "没有",
         };
-        // A store that cannot be read stops the run: not continuable until it is fixed.
-        let unreadable = afresh.iter().any(|a| {
-            matches!(
-                a,
-                Afresh::SessionsGone {
-                    store: StoreSeen::Unreadable { .. },
-                    ..
-                }
-            )
-        });
-        let continues = state.waking && !unreadable && at.run_dir.is_dir();
-        writeln!(out, "接得上:{}", if continues { "是" } else { "否" })?;
-        if state.waking && !at.run_dir.is_dir() {
-            writeln!(
-                out,
-                "运行目录 {} 不存在:这里没有可接的对话(-r 指对了吗?)",
-                lines::tilde(at.run_dir, settings.home.as_deref())
-            )?;
-        }
+        can_continue(
+            &mut out,
+            &state,
+            &afresh,
+            at.run_dir,
+            settings.home.as_deref(),
+        )?;
         writeln!(out, "需求.md:{brief}")?;
         writeln!(out, "目标:{} 条", state.checks)?;
         writeln!(out, "已唤醒:{} 次", state.woke)?;
@@ -105,4 +85,47 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     }
     // A reader that stopped listening (`flower state | head -0`) is not an error of the probe.
     super::print_out(&out)
+}
+
+/// `接得上:是|否`: the brief is complete, the run directory is there and its store can
+/// be read (one that cannot stops the run until it is fixed); a missing run directory
+/// is said.
+fn can_continue(
+    out: &mut String,
+    state: &flower::WakeState,
+    afresh: &[Afresh],
+    run_dir: &std::path::Path,
+    home: Option<&std::path::Path>,
+) -> std::fmt::Result {
+    let unreadable = afresh.iter().any(|a| {
+        matches!(
+            a,
+            Afresh::SessionsGone {
+                store: StoreSeen::Unreadable { .. },
+                ..
+            }
+        )
+    });
+    let continues = state.waking && !unreadable && run_dir.is_dir();
+    writeln!(out, "接得上:{}", if continues { "是" } else { "否" })?;
+    if state.waking && !run_dir.is_dir() {
+        writeln!(
+            out,
+            "运行目录 {} 不存在:这里没有可接的对话(-r 指对了吗?)",
+            lines::tilde(run_dir, home)
+        )?;
+    }
+    Ok(())
+}
+
+/// The run, looked at without touching it; a refusal is printed (its exit status).
+fn peek(settings: &flower::settings::Settings) -> anyhow::Result<Result<Peek, ExitCode>> {
+    // Read-only: a run not registered in the database yet is simply not there.
+    match Peek::open(settings) {
+        Ok(peek) => Ok(Ok(peek)),
+        Err(RunError::ReadRun(e)) => Err(anyhow::anyhow!("从存储里读不出这个运行:{e}")),
+        // Read-only and sending nothing: the refusal's "nothing was sent" is not its news.
+        Err(RunError::OpenStore(e)) => Err(anyhow::anyhow!("打不开存储:{}", super::said::said(&e))),
+        Err(error) => lines::refused(error).map(Err),
+    }
 }

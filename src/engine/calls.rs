@@ -13,6 +13,22 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// The result for a call whose input was cut off or was not JSON: nothing is run.
+fn invalid_input(name: &str, input: &Value) -> Option<ToolOutput> {
+    let why = input
+        .get(crate::model::types::INVALID_TOOL_INPUT)
+        .and_then(Value::as_str)?;
+    let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
+        "was cut off"
+    } else {
+        "was not valid JSON"
+    };
+    Some(ToolOutput::error(format!(
+        "The input of this {name} call {what} ({why}); nothing was run. \
+         Send the call again with a complete JSON object."
+    )))
+}
+
 impl Engine {
     /// Finishes the calls of a resumed session's last turn: a `Task` goes on in its
     /// sub-agent's session, every other call is answered as interrupted (as pruning
@@ -194,31 +210,15 @@ impl Engine {
         totals: &mut Totals,
     ) -> ToolOutput {
         let depth = conv.depth;
-        if let Some(why) = input
-            .get(crate::model::types::INVALID_TOOL_INPUT)
-            .and_then(Value::as_str)
-        {
-            let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
-                "was cut off"
-            } else {
-                "was not valid JSON"
-            };
-            return ToolOutput::error(format!(
-                "The input of this {name} call {what} ({why}); nothing was run. \
-                 Send the call again with a complete JSON object."
-            ));
+        if let Some(refused) = invalid_input(name, input) {
+            return refused;
         }
         let hook_decision = match self.pre_tool_use(conv, permissions, id, name, input).await {
             Ok(decision) => decision,
             Err((blocked, reason)) => {
                 // Shown while it runs, not only in the transcript.
-                self.emit(Event::ToolDenied {
-                    name: name.to_string(),
-                    message: blocked.content.clone(),
-                    summary: summarize_input(name, input),
-                    by: DeniedBy::Hook { reason },
-                    depth,
-                });
+                let by = DeniedBy::Hook { reason };
+                self.emit_denied(name, input, &blocked.content, by, depth);
                 return blocked;
             }
         };
@@ -236,13 +236,7 @@ impl Engine {
             },
         };
         if let Some((message, by)) = denied {
-            self.emit(Event::ToolDenied {
-                name: name.to_string(),
-                message: message.clone(),
-                summary: summarize_input(name, input),
-                by,
-                depth,
-            });
+            self.emit_denied(name, input, &message, by, depth);
             totals.denials.push(Denial {
                 tool_name: name.to_string(),
                 tool_use_id: id.to_string(),
@@ -277,6 +271,18 @@ impl Engine {
         self.post_tool_use(conv, permissions, id, name, input, &output)
             .await;
         output
+    }
+
+    /// Tells the front end a call was not run: the call as the person sees it and what
+    /// stopped it.
+    fn emit_denied(&self, name: &str, input: &Value, message: &str, by: DeniedBy, depth: u32) {
+        self.emit(Event::ToolDenied {
+            name: name.to_string(),
+            message: message.to_string(),
+            summary: summarize_input(name, input),
+            by,
+            depth,
+        });
     }
 
     /// Runs a built-in tool; a Ctrl-C cancels it and its result says so.

@@ -523,5 +523,5 @@ fn pre_compact_runs_before_a_handoff_and_the_successor_starts_as_compact() {
     );
     // The record is in the retiring session's transcript.
     let show = text(&project.run(&server, &["show", retired]).stdout);
-    assert!(show.contains("PreCompact:auto hook ran"), "{show}");
+    assert!(show.contains("PreCompact:auto 的 hook 跑过了"), "{show}");
 }

@@ -174,3 +174,49 @@ fn new_archives_what_was_pending() {
     );
     assert!(!project.dir.join("runs/said.json").exists());
 }
+
+/// The library's side: the record is on disk before the brief has the line, a record
+/// whose line never reached the brief gets it (once), and only `clear` ends it.
+#[test]
+fn said_is_recorded_before_the_brief_and_kept_until_cleared() {
+    use flower::continuity::notes::{self, Said};
+    use flower::run_dir::RunDir;
+    let dir = tempfile::TempDir::new().unwrap();
+    let workspace = dir.path();
+    let runs = RunDir::new(workspace.join("runs"));
+    std::fs::create_dir_all(workspace.join("notes")).unwrap();
+    std::fs::write(notes::brief_path(workspace), support::pipeline::BRIEF).unwrap();
+    assert_eq!(Said::read(&runs), None);
+
+    let said = Said::record(&runs, workspace, SAID).unwrap();
+    assert!(!said.derived);
+    assert_eq!(said.prompt().as_deref(), Some(SAID));
+    assert_eq!(Said::read(&runs), Some(said.clone()));
+    let brief = std::fs::read_to_string(notes::brief_path(workspace)).unwrap();
+    assert!(
+        brief.contains("## 唤醒时追加") && brief.contains(SAID),
+        "{brief}"
+    );
+
+    // Killed between the record and the append: the next run appends it, once.
+    std::fs::write(notes::brief_path(workspace), support::pipeline::BRIEF).unwrap();
+    said.append_missing(workspace).unwrap();
+    said.append_missing(workspace).unwrap();
+    let brief = std::fs::read_to_string(notes::brief_path(workspace)).unwrap();
+    assert_eq!(brief.matches(SAID).count(), 1, "{brief}");
+
+    Said::mark_derived(&runs).unwrap();
+    assert!(Said::read(&runs).unwrap().derived);
+    // Said again: both are pending, and the checklist must be derived again.
+    let again = Said::record(&runs, workspace, "再加一条").unwrap();
+    assert!(!again.derived);
+    assert_eq!(again.utterances.len(), 2);
+
+    // A record that does not parse still means something is pending.
+    std::fs::write(runs.said(), "{not json").unwrap();
+    assert_eq!(Said::read(&runs), Some(Said::default()));
+
+    Said::clear(&runs).unwrap();
+    assert_eq!(Said::read(&runs), None);
+    Said::clear(&runs).unwrap();
+}
