@@ -244,4 +244,6 @@ pub const HARMLESS: &[(&str, &[&str])] = &[
     ("(git status)", &["Bash(git status:*)"]),
     ("{ git status; }", &["Bash(git status:*)"]),
     ("git status 2> err.txt", &["Bash(git status:*)"]),
+    ("echo $((1+2*3))", &["Bash(echo:*)"]),
+    ("(cd src && ls)", &["Bash(cd:*)", "Bash(ls:*)"]),
 ];

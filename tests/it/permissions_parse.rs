@@ -43,20 +43,46 @@ fn plain_commands_split_into_their_words() {
     );
 }
 
+/// Issue 40's over-denials the parser proves safe: a quoted substitution of plain
+/// commands (which join the parts, to be allowed on their own; the word it makes is
+/// only known when it runs), a subshell, a group, arithmetic of numbers only.
+#[test]
+fn quoted_substitutions_groups_and_number_arithmetic_are_plain() {
+    assert_eq!(
+        words("git commit -m \"$(cat <<'EOF'\nmsg $x\nEOF\n)\""),
+        vec![
+            vec!["cat"],
+            vec!["git", "commit", "-m", "\"$(cat <<'EOF'\nmsg $x\nEOF\n)\""]
+        ]
+    );
+    assert_eq!(words("(cd src && ls)"), vec![vec!["cd", "src"], vec!["ls"]]);
+    assert_eq!(words("{ ls; ls -a; }"), vec![vec!["ls"], vec!["ls", "-a"]]);
+    assert_eq!(
+        words("echo $((1+2*(3-1)))"),
+        vec![vec!["echo", "$((1+2*(3-1)))"]]
+    );
+    let open = |cmd: &str| plain_parts(cmd).unwrap().last().unwrap().open;
+    assert_eq!(open("echo a \"$(ls)\""), Some(2));
+    assert_eq!(open("echo a $((1))"), Some(2));
+    assert_eq!(open("(echo a)"), None);
+}
+
 #[test]
 fn everything_else_is_not_plain() {
     for cmd in [
         "a &",
         "a |& b",
-        "(a)",
-        "{ a; }",
+        "(a) > f",
+        "((a))",
         "a $(b)",
         "a `b`",
-        "a \"$(b)\"",
         "a \"$@\"",
         "a $#",
         "a ${x:1}",
-        "a $((1))",
+        "a $((b))",
+        "a $((0x1))",
+        "a \"$(b > f)\"",
+        "a \"`b`\"",
         "a <(b)",
         "a $'x\\x41'",
         "a $\"x\"",

@@ -7,12 +7,16 @@
 //!   simple commands made of literal words and quoted strings (no expansion of any
 //!   kind, also none inside double quotes; no glob, brace or tilde characters), joined
 //!   by `&&`, `||`, `;`, `|` and newlines, with comments, and redirections only to
-//!   `/dev/null` or between descriptors (`2>&1`). Inside it bash and the grammar agree
-//!   on every word, so a prefix, exact or wildcard rule can be matched against the
-//!   words. Everything else (here-documents, substitutions, `$'…'`, expansions,
-//!   other redirections, assignments, loops, functions, subshells, `&`, reserved
-//!   words as programs, backslash-newline, control characters, parse errors) is
-//!   outside it, and only a bare `Bash` rule allows it.
+//!   `/dev/null` or between descriptors (`2>&1`), also inside `( … )` and `{ …; }`.
+//!   Inside it bash and the grammar agree on every word, so a prefix, exact or
+//!   wildcard rule can be matched against the words. An argument only known when it
+//!   runs but made without running anything outside the subset (a glob, a plain
+//!   variable, `"$(plain commands)"`, `$((…))` of numbers) leaves the words from it on
+//!   open: only a prefix rule that ends before it matches. Everything else
+//!   (here-documents bash would expand, other substitutions, `$'…'` escapes, other
+//!   expansions, other redirections, assignments, loops, functions, `&`, reserved
+//!   words as programs, backslash-newline, text the grammar skips, control
+//!   characters, parse errors) is outside it, and only a bare `Bash` rule allows it.
 //! - [`deny_view`], for deny rules: every simple command anywhere in the tree
 //!   (substitutions, loops, function bodies, here-document bodies, `bash -c` and
 //!   `eval` scripts parsed in turn) with each word either known or dynamic, and the

@@ -115,8 +115,87 @@ fn plain_statement(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), Not
             Ok(())
         }
         "command" => plain_command(node, src, out),
+        // `( … )` and `{ …; }` run their commands as they are; `(( … ))` evaluates.
+        "subshell" | "compound_statement"
+            if node.child(0).is_some_and(|c| matches!(c.kind(), "(" | "{")) =>
+        {
+            let mut c = node.walk();
+            for ch in node.children(&mut c) {
+                if ch.is_named() {
+                    plain_statement(ch, src, out)?;
+                } else if !matches!(ch.kind(), "(" | ")" | "{" | "}" | ";" | "\n") {
+                    return Err(not_plain(ch, src));
+                }
+            }
+            Ok(())
+        }
         _ => Err(not_plain(node, src)),
     }
+}
+
+/// An argument whose value is only known when it runs but whose making runs nothing
+/// outside the plain subset: `"$(plain command)"` (its commands join the parts, each
+/// to be allowed on its own; the quotes keep the output one word of data) and
+/// `$((…))` of numbers only.
+fn computed_word(node: Node, src: &str, out: &mut Vec<Part>) -> Result<bool, NotPlain> {
+    match node.kind() {
+        "arithmetic_expansion" => Ok(numbers_only(node, src)),
+        "string" => {
+            let mut c = node.walk();
+            let children: Vec<Node> = node.named_children(&mut c).collect();
+            if !children
+                .iter()
+                .all(|n| matches!(n.kind(), "string_content" | "command_substitution"))
+                || !children.iter().any(|n| n.kind() == "command_substitution")
+            {
+                return Ok(false);
+            }
+            // The text outside the substitutions must be plain inside double quotes.
+            let mut rest = text(node, src).to_string();
+            for n in children.iter().rev() {
+                if n.kind() == "command_substitution" {
+                    let r = n.start_byte() - node.start_byte()..n.end_byte() - node.start_byte();
+                    rest.replace_range(r, "x");
+                }
+            }
+            if double_quoted(&rest).is_none() {
+                return Ok(false);
+            }
+            for n in children
+                .iter()
+                .filter(|n| n.kind() == "command_substitution")
+            {
+                let mut c = n.walk();
+                let inner: Vec<Node> = n.children(&mut c).collect();
+                // `$(` … `)` only: a backquoted one reads backslashes differently.
+                if inner.first().map(|f| f.kind()) != Some("$(") {
+                    return Ok(false);
+                }
+                for ch in inner.iter().filter(|ch| ch.is_named()) {
+                    plain_statement(*ch, src, out)?;
+                }
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// An arithmetic expression of decimal literals and operators only: nothing in it
+/// names a variable (`base#digits` and `0x…` are left out), so nothing is evaluated as
+/// code.
+fn numbers_only(node: Node, src: &str) -> bool {
+    let mut c = node.walk();
+    node.named_children(&mut c).all(|ch| match ch.kind() {
+        "number" => {
+            let t = text(ch, src);
+            !t.is_empty() && t.len() <= 18 && t.bytes().all(|b| b.is_ascii_digit())
+        }
+        "binary_expression" | "unary_expression" | "parenthesized_expression" => {
+            numbers_only(ch, src)
+        }
+        _ => false,
+    })
 }
 
 /// One simple command of plain words. A leading `time` (and its `-p`) is dropped: it
@@ -152,6 +231,10 @@ fn plain_command(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), NotPl
                 Some(v) if timed && words.is_empty() && (v == "-p" || v == "--") => {}
                 Some(v) => words.push(v),
                 None if !words.is_empty() && (glob_word(ch, src) || variable_word(ch, src)) => {
+                    open.get_or_insert(words.len());
+                    words.push(text(ch, src).to_string());
+                }
+                None if !words.is_empty() && computed_word(ch, src, out)? => {
                     open.get_or_insert(words.len());
                     words.push(text(ch, src).to_string());
                 }
