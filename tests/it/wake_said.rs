@@ -1,7 +1,8 @@
 //! What a person says on a wake is never lost (issue #41.1; spec 接续.md, "唤醒时说的那句话,
 //! 要落到三个地方"): a wake cut short anywhere between appending the utterance to
-//! 需求.md and the first 干活 request (SIGKILL, SIGTERM) leaves it recorded, and the
-//! next plain `flower` re-derives 目标.md from it, works it and judges it.
+//! 需求.md and the first 干活 request (SIGKILL, SIGTERM, a reader that went away) leaves
+//! it recorded, and the next plain `flower` re-derives 目标.md from it, works it and
+//! judges it.
 //!
 //! Kill points are events: the n-th request of an agent held at a gate.
 
@@ -9,6 +10,8 @@ use crate::faults_support::{PATIENCE, signal, wait_exit};
 use crate::support;
 
 use serde_json::json;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use support::pipeline::{Agent, GOAL, Project, REQUEST, agent_of, simple_reply, text};
@@ -73,12 +76,37 @@ fn wake_cut_at(point: (Agent, usize), sig: i32) {
 
     holding.store(true, Ordering::SeqCst);
     let before = server.request_count();
-    let mut child = project.spawn(&server, &[SAID]);
+    let output = || match sig {
+        libc::SIGPIPE => Stdio::piped(),
+        _ => Stdio::null(),
+    };
+    let mut child = project
+        .command(&server, &[SAID])
+        .stdout(output())
+        .stderr(output())
+        .spawn()
+        .unwrap();
     assert!(gate.wait_reached(PATIENCE), "{point:?} was never asked");
     assert!(project.read("notes/需求.md").contains(SAID));
-    signal(&child, sig);
-    wait_exit(&mut child, PATIENCE);
-    gate.open();
+    // The reader goes away (`flower "…" 2>&1 | head -1`): the next line written kills
+    // the run by SIGPIPE, once the held reply lets it go on.
+    drop((child.stdout.take(), child.stderr.take()));
+    // A signal is sent while the reply is held, so the process dies right there.
+    if sig != libc::SIGPIPE {
+        signal(&child, sig);
+    }
+    let status = match sig {
+        libc::SIGPIPE => {
+            gate.open();
+            wait_exit(&mut child, PATIENCE)
+        }
+        _ => {
+            let status = wait_exit(&mut child, PATIENCE);
+            gate.open();
+            status
+        }
+    };
+    assert_eq!(status.signal(), Some(sig), "{point:?}: {status:?}");
     let cut = server.request_count();
     assert!(
         server.requests()[before..]
@@ -145,6 +173,13 @@ fn a_wake_killed_by_sigkill_before_work_is_finished_by_the_next_plain_run() {
 fn a_wake_killed_by_sigterm_before_work_is_finished_by_the_next_plain_run() {
     for point in POINTS {
         wake_cut_at(point, libc::SIGTERM);
+    }
+}
+
+#[test]
+fn a_wake_whose_reader_went_away_before_work_is_finished_by_the_next_plain_run() {
+    for point in POINTS {
+        wake_cut_at(point, libc::SIGPIPE);
     }
 }
 
