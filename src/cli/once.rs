@@ -26,8 +26,9 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let mut settings = super::config::settings(&args.flags(), env)?;
     // Settings files changed since a run here pinned them: applied only when a person
     // says so (see `cli::accept`).
-    if let Some(drift) = flower::continuity::run::single_drift(&settings) {
-        if let Err(code) = super::accept::confirm(&drift, false, input::interactive()).await {
+    if let Some(drift) = flower::continuity::run::pinned_drift(&settings) {
+        let accepted = settings.accept_settings;
+        if let Err(code) = super::accept::confirm(&drift, accepted, input::interactive()).await {
             return Ok(code);
         }
         settings.accept_settings = true;

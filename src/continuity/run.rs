@@ -537,6 +537,13 @@ pub fn single_drift(settings: &Settings) -> Option<Drift> {
     if settings.accept_settings {
         return None;
     }
+    pinned_drift(settings)
+}
+
+/// What changed in the workspace's settings files since the run directory's pin,
+/// accepted or not (`None` without a pin): what `flower once` and `flower state -v`
+/// show.
+pub fn pinned_drift(settings: &Settings) -> Option<Drift> {
     let now = pinning(settings)?;
     drift_since(&RunDir::new(&settings.run_dir), &now, false)
 }

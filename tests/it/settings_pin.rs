@@ -164,6 +164,15 @@ fn a_new_mcp_json_is_refused_and_new_pins_what_is_there() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--accept-settings"));
     assert_eq!(server.request_count(), 0);
+    // With the flag it shows what it applies, and goes on (pinning nothing itself).
+    let out = project.run(&server, &["once", "--accept-settings", "hi"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("按 --accept-settings 照新的用") && stderr.contains(".mcp.json(新出现)"),
+        "{stderr}"
+    );
+    assert_eq!(project.json("runs/settings-pin.json")["files"], json!([]));
     // `--new`: a person starts a new task, and what is there is pinned.
     std::fs::remove_file(project.dir.join(".mcp.json")).unwrap();
     write(&local(&project), &json!({"model": "haiku"}));
