@@ -13,11 +13,20 @@ use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::path::Path;
 
+mod block;
+mod entry;
 mod loaded;
 pub mod markers;
+mod object;
 pub mod tools;
 
+pub use block::{
+    Block, Content, MediaBlock, RedactedThinkingBlock, ServerToolResultBlock, TextBlock,
+    ThinkingBlock, ToolResultBlock, ToolUseBlock,
+};
+pub use entry::{Entry, Message, MessageUsage, System};
 pub use loaded::{Json, Kind, Loaded};
+pub use object::{Order, Raw, RawObject};
 
 pub use markers::{INTERRUPTED_TOOL_RESULT, INTERRUPTED_TURN};
 

@@ -93,5 +93,6 @@ mod tools_glob_grep;
 mod tools_input;
 mod tools_read;
 mod tools_write_edit;
+mod transcript_types;
 mod wake_said;
 mod workflow;

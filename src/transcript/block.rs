@@ -1,0 +1,247 @@
+//! Content blocks: what a message's `content` (and a tool result's) is made of, typed
+//! per block type; a block of a type flower does not know is kept as written
+//! ([`Block::Unknown`]).
+
+use super::object::{Raw, RawObject, object};
+use serde::de::{SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// A message's (or a tool result's) `content`: a string, or blocks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    Text(String),
+    Blocks(Vec<Block>),
+}
+
+impl Content {
+    /// The blocks; a string content has none (see [`Content::text`]).
+    pub fn blocks(&self) -> &[Block] {
+        match self {
+            Content::Text(_) => &[],
+            Content::Blocks(blocks) => blocks,
+        }
+    }
+
+    /// The text: a string content, or its text blocks joined.
+    pub fn text(&self) -> String {
+        match self {
+            Content::Text(text) => text.clone(),
+            Content::Blocks(blocks) => blocks.iter().filter_map(Block::text).collect(),
+        }
+    }
+}
+
+impl Serialize for Content {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Content::Text(text) => serializer.serialize_str(text),
+            Content::Blocks(blocks) => blocks.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> Visitor<'de> for Either {
+            type Value = Content;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a list of blocks")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
+                Ok(Content::Text(text.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
+                Ok(Content::Text(text))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+                while let Some(block) = seq.next_element::<Block>()? {
+                    blocks.push(block);
+                }
+                Ok(Content::Blocks(blocks))
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
+}
+
+/// One content block.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    Text(TextBlock),
+    Thinking(ThinkingBlock),
+    RedactedThinking(RedactedThinkingBlock),
+    ToolUse(ToolUseBlock),
+    ToolResult(ToolResultBlock),
+    /// A call of a tool the API runs (web search, web fetch).
+    ServerToolUse(ToolUseBlock),
+    /// The result of a server tool call (`web_search_tool_result`,
+    /// `web_fetch_tool_result`: its `type` says which).
+    ServerToolResult(ServerToolResultBlock),
+    /// `image` or `document` (its `type` says which).
+    Media(MediaBlock),
+    /// A block of a type flower does not know (or not an object), as written.
+    Unknown(Raw),
+}
+
+impl Block {
+    /// A text block.
+    pub fn text_block(text: &str) -> Block {
+        Block::Text(TextBlock {
+            kind: Some("text".into()),
+            text: Some(text.into()),
+            ..TextBlock::default()
+        })
+    }
+
+    /// The block's `type`, as written (`None` for an unknown block that has none).
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            Block::Text(b) => b.kind.as_deref(),
+            Block::Thinking(b) => b.kind.as_deref(),
+            Block::RedactedThinking(b) => b.kind.as_deref(),
+            Block::ToolUse(b) | Block::ServerToolUse(b) => b.kind.as_deref(),
+            Block::ToolResult(b) => b.kind.as_deref(),
+            Block::ServerToolResult(b) => b.kind.as_deref(),
+            Block::Media(b) => b.kind.as_deref(),
+            Block::Unknown(_) => None,
+        }
+    }
+
+    /// The text of a text block.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Block::Text(b) => b.text.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether it is thinking (plain or redacted).
+    pub fn is_thinking(&self) -> bool {
+        matches!(self, Block::Thinking(_) | Block::RedactedThinking(_))
+    }
+}
+
+impl Serialize for Block {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Block::Text(b) => b.serialize(serializer),
+            Block::Thinking(b) => b.serialize(serializer),
+            Block::RedactedThinking(b) => b.serialize(serializer),
+            Block::ToolUse(b) | Block::ServerToolUse(b) => b.serialize(serializer),
+            Block::ToolResult(b) => b.serialize(serializer),
+            Block::ServerToolResult(b) => b.serialize(serializer),
+            Block::Media(b) => b.serialize(serializer),
+            Block::Unknown(raw) => raw.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Block {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Read as text first: a block of an unknown type is kept as exactly that.
+        let raw = Raw::deserialize(deserializer)?;
+        let Ok(fields) = raw.parse::<RawObject>() else {
+            return Ok(Block::Unknown(raw));
+        };
+        let kind = fields.get("type").and_then(|t| t.parse::<String>().ok());
+        Ok(match kind.as_deref() {
+            Some("text") => Block::Text(TextBlock::from_fields(fields)),
+            Some("thinking") => Block::Thinking(ThinkingBlock::from_fields(fields)),
+            Some("redacted_thinking") => {
+                Block::RedactedThinking(RedactedThinkingBlock::from_fields(fields))
+            }
+            Some("tool_use") => Block::ToolUse(ToolUseBlock::from_fields(fields)),
+            Some("tool_result") => Block::ToolResult(ToolResultBlock::from_fields(fields)),
+            Some("server_tool_use") => Block::ServerToolUse(ToolUseBlock::from_fields(fields)),
+            Some("web_search_tool_result" | "web_fetch_tool_result") => {
+                Block::ServerToolResult(ServerToolResultBlock::from_fields(fields))
+            }
+            Some("image" | "document") => Block::Media(MediaBlock::from_fields(fields)),
+            _ => Block::Unknown(raw),
+        })
+    }
+}
+
+object! {
+    /// `{"type":"text","text":…}`.
+    pub struct TextBlock {
+        kind: String = "type",
+        text: String = "text",
+        /// Where the text came from (a web search's results, a document); carried.
+        citations: Raw = "citations",
+        cache_control: Raw = "cache_control",
+    }
+}
+
+object! {
+    /// The model's thinking, with the signature the API checks when it is sent back.
+    pub struct ThinkingBlock {
+        kind: String = "type",
+        thinking: String = "thinking",
+        signature: String = "signature",
+    }
+}
+
+object! {
+    /// Thinking the API returned encrypted.
+    pub struct RedactedThinkingBlock {
+        kind: String = "type",
+        data: String = "data",
+    }
+}
+
+object! {
+    /// A tool call (`tool_use`, or `server_tool_use` for a tool the API runs).
+    pub struct ToolUseBlock {
+        kind: String = "type",
+        id: String = "id",
+        name: String = "name",
+        /// The call's input: read by the tool that runs it, carried as written.
+        input: Raw = "input",
+        cache_control: Raw = "cache_control",
+    }
+}
+
+object! {
+    /// A tool's result, sent back in a user message.
+    pub struct ToolResultBlock {
+        kind: String = "type",
+        tool_use_id: String = "tool_use_id",
+        content: Content = "content",
+        is_error: bool = "is_error",
+        cache_control: Raw = "cache_control",
+    }
+}
+
+object! {
+    /// A server tool's result (web search, web fetch).
+    pub struct ServerToolResultBlock {
+        kind: String = "type",
+        tool_use_id: String = "tool_use_id",
+        /// The API's result, sent back as it came.
+        content: Raw = "content",
+    }
+}
+
+object! {
+    /// An image or a document (PDF, text).
+    pub struct MediaBlock {
+        kind: String = "type",
+        /// Where the bytes are (base64, URL, file): sent as written.
+        source: Raw = "source",
+        title: String = "title",
+        context: String = "context",
+        citations: Raw = "citations",
+        cache_control: Raw = "cache_control",
+    }
+}
+
+impl ToolResultBlock {
+    /// The result's text: a string content, or its text blocks joined.
+    pub fn text(&self) -> String {
+        self.content.as_ref().map(Content::text).unwrap_or_default()
+    }
+}

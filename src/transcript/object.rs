@@ -1,0 +1,264 @@
+//! JSON objects read through types without losing a byte: the fields flower reads are
+//! typed, the others (and any whose value is not of the type flower reads) are kept
+//! as their text, and the order they came in is kept, so that an entry written back
+//! is the line it was read from (a newer Claude Code's transcript imports and goes
+//! back out unchanged). [`object!`](crate::transcript::object) declares such a type.
+
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+use std::fmt;
+
+/// A JSON value flower carries without reading it, kept as the text it came as.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Raw(Box<RawValue>);
+
+impl Raw {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The value read as `T` (for a reader above that wants it).
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.get())
+    }
+
+    /// `value` serialized.
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Raw, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Raw)
+    }
+
+    /// JSON text (checked).
+    pub fn from_text(text: String) -> Result<Raw, serde_json::Error> {
+        RawValue::from_string(text).map(Raw)
+    }
+}
+
+impl PartialEq for Raw {
+    fn eq(&self, other: &Raw) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl fmt::Debug for Raw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+/// An object's fields as written: in order, repeated keys included, each value as
+/// its text.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawObject(Vec<(String, Raw)>);
+
+impl RawObject {
+    /// The first field called `key`.
+    pub fn get(&self, key: &str) -> Option<&Raw> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Sets `key`: in its place if it is there, at the end otherwise.
+    pub fn insert(&mut self, key: &str, value: Raw) {
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some((_, old)) => *old = value,
+            None => self.0.push((key.to_string(), value)),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Raw)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    #[doc(hidden)]
+    pub fn push(&mut self, key: String, value: Raw) {
+        self.0.push((key, value));
+    }
+
+    #[doc(hidden)]
+    pub fn at(&self, index: usize) -> Option<(&str, &Raw)> {
+        self.0.get(index).map(|(k, v)| (k.as_str(), v))
+    }
+
+    #[doc(hidden)]
+    pub fn into_fields(self) -> std::vec::IntoIter<(String, Raw)> {
+        self.0.into_iter()
+    }
+}
+
+impl Serialize for RawObject {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, value) in &self.0 {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = RawObject;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(key) = map.next_key::<String>()? {
+                    fields.push((key, map.next_value::<Raw>()?));
+                }
+                Ok(RawObject(fields))
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// The order an object's fields came in: each a typed field (its number in the
+/// declaration) or one of the kept ones (its place in [`RawObject`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Order(Vec<Slot>);
+
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Slot {
+    Typed(u8),
+    Kept(u32),
+}
+
+impl Order {
+    #[doc(hidden)]
+    pub fn push(&mut self, slot: Slot) {
+        self.0.push(slot);
+    }
+
+    #[doc(hidden)]
+    pub fn slots(&self) -> &[Slot] {
+        &self.0
+    }
+
+    /// How many kept fields came with the object (later ones go at its end).
+    #[doc(hidden)]
+    pub fn kept(&self) -> usize {
+        self.0.iter().filter(|s| matches!(s, Slot::Kept(_))).count()
+    }
+}
+
+/// Declares a transcript object type: `field: Type = "jsonKey",` each an
+/// `Option<Type>` (absent is `None`), plus `rest` (the fields not declared, or whose
+/// value is not a `Type`, as written) and the order they came in. Serialized, the
+/// fields come back in that order; fields set in memory since follow, declared ones
+/// in their declaration order (which is the order flower writes them in).
+macro_rules! object {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$fmeta:meta])* $field:ident : $ty:ty = $key:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: Option<$ty>, )*
+            /// The fields not declared above (or whose value is not of the declared
+            /// type), as written.
+            pub rest: $crate::transcript::object::RawObject,
+            /// The order the fields were read in (leave it default when building one).
+            pub order: $crate::transcript::object::Order,
+        }
+
+        impl $name {
+            #[allow(unused_assignments)]
+            fn from_fields(fields: $crate::transcript::object::RawObject) -> Self {
+                use $crate::transcript::object::Slot;
+                let mut out = Self::default();
+                for (key, raw) in fields.into_fields() {
+                    let mut number: u8 = 0;
+                    let mut typed = false;
+                    $(
+                        if !typed
+                            && key == $key
+                            && out.$field.is_none()
+                            && let Ok(value) = raw.parse::<$ty>()
+                        {
+                            out.$field = Some(value);
+                            out.order.push(Slot::Typed(number));
+                            typed = true;
+                        }
+                        number += 1;
+                    )*
+                    if !typed {
+                        out.order.push(Slot::Kept(out.rest.len() as u32));
+                        out.rest.push(key, raw);
+                    }
+                }
+                out
+            }
+        }
+
+        impl serde::Serialize for $name {
+            #[allow(unused_assignments)]
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                use $crate::transcript::object::Slot;
+                let mut map = serializer.serialize_map(None)?;
+                let mut written: u64 = 0;
+                for slot in self.order.slots() {
+                    match *slot {
+                        Slot::Typed(wanted) => {
+                            let mut number: u8 = 0;
+                            $(
+                                if number == wanted && let Some(value) = &self.$field {
+                                    map.serialize_entry($key, value)?;
+                                }
+                                number += 1;
+                            )*
+                            written |= 1 << wanted;
+                        }
+                        Slot::Kept(index) => {
+                            if let Some((key, value)) = self.rest.at(index as usize) {
+                                map.serialize_entry(key, value)?;
+                            }
+                        }
+                    }
+                }
+                let mut number: u8 = 0;
+                $(
+                    if written & (1 << number) == 0 && let Some(value) = &self.$field {
+                        map.serialize_entry($key, value)?;
+                    }
+                    number += 1;
+                )*
+                for index in self.order.kept()..self.rest.len() {
+                    if let Some((key, value)) = self.rest.at(index) {
+                        map.serialize_entry(key, value)?;
+                    }
+                }
+                map.end()
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                <$crate::transcript::object::RawObject as serde::Deserialize>::deserialize(
+                    deserializer,
+                )
+                .map(Self::from_fields)
+            }
+        }
+    };
+}
+
+pub(crate) use object;

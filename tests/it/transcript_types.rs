@@ -1,0 +1,388 @@
+//! The typed transcript (`flower::transcript::Entry`, `Block`): a line of Claude Code's
+//! JSONL read into types and written again is the same bytes, unknown fields and
+//! unknown block types included, and the types read the facts the line holds.
+
+use flower::transcript::{Block, Chain, Content, Entry, Kind, System};
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+use std::path::Path;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/it/fixtures/claude_code_2.1.332_session.jsonl"
+);
+
+/// Reads `line` as an entry and writes it again.
+fn round_trip(line: &str) -> String {
+    Entry::parse(line)
+        .unwrap_or_else(|e| panic!("{e}: {line}"))
+        .to_json()
+        .unwrap()
+}
+
+#[test]
+fn every_line_of_a_claude_code_transcript_goes_back_out_byte_for_byte() {
+    let text = std::fs::read_to_string(FIXTURE).unwrap();
+    for line in text.lines() {
+        assert_eq!(round_trip(line), line);
+    }
+}
+
+#[test]
+fn the_types_read_what_a_claude_code_transcript_holds() {
+    let text = std::fs::read_to_string(FIXTURE).unwrap();
+    let entries: Vec<Entry> = text.lines().map(|l| Entry::parse(l).unwrap()).collect();
+    let calls: Vec<&str> = entries
+        .iter()
+        .flat_map(Entry::tool_uses)
+        .filter_map(|call| call.name.as_deref())
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let results = entries
+        .iter()
+        .flat_map(Entry::blocks)
+        .filter(|b| matches!(b, Block::ToolResult(r) if !r.text().is_empty()))
+        .count();
+    assert_eq!(results, 2);
+    assert_eq!(entries.iter().filter(|e| e.is_synthetic_error()).count(), 1);
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e.system() == Some(System::Other(Some("turn_duration"))))
+            .count(),
+        2
+    );
+    let first = entries.iter().find(|e| e.kind() == Kind::User).unwrap();
+    assert_eq!(first.parent_uuid, Some(None));
+    assert_eq!(
+        first.content(),
+        Some(&Content::Text("greet.sh 里的问候改成 hello".into()))
+    );
+    // Claude Code's fields flower does not read are kept, in place.
+    assert!(first.rest.get("userType").is_some());
+    assert!(first.rest.get("promptId").is_some());
+    // Lines without a uuid (titles, snapshots) read too.
+    assert_eq!(entries.iter().filter(|e| e.uuid().is_none()).count(), 7);
+}
+
+#[test]
+fn what_flower_writes_goes_back_out_byte_for_byte() {
+    let mut chain = Chain::new("s1", Path::new("/w"));
+    let mut lines = vec![
+        chain.user(json!("写个脚本")),
+        chain.user(json!([{"type": "text", "text": "a"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}])),
+        chain.tool_result("toolu_1", "out\n\u{1}", true),
+        chain.tool_result_value("toolu_2", json!([{"type": "text", "text": "x"}]), false),
+        chain.hook_context("hook said"),
+        chain.continuation("go on"),
+        chain.memory("m", &["CLAUDE.md".to_string()]),
+        chain.mcp_tools(json!([{"name": "mcp__s__t"}]), json!([])),
+        chain.api_error("API Error: 529"),
+    ];
+    let mut side = Chain::sidechain("s1", Path::new("/w"), "agent-1");
+    lines.push(side.user(json!("sub")));
+    for value in lines {
+        let line = serde_json::to_string(&value).unwrap();
+        assert_eq!(round_trip(&line), line);
+    }
+}
+
+#[test]
+fn an_entry_built_in_memory_is_written_in_flowers_field_order() {
+    let mut entry = Entry {
+        message: Some(flower::transcript::Message {
+            role: Some("user".into()),
+            content: Some(Content::Blocks(vec![Block::text_block("hi")])),
+            ..Default::default()
+        }),
+        kind: Some("user".into()),
+        uuid: Some("u1".into()),
+        parent_uuid: Some(None),
+        ..Entry::default()
+    };
+    entry
+        .rest
+        .insert("version", flower::transcript::Raw::of("2.1").unwrap());
+    assert_eq!(
+        entry.to_json().unwrap(),
+        r#"{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":[{"type":"text","text":"hi"}]},"version":"2.1"}"#
+    );
+}
+
+#[test]
+fn a_value_not_of_the_type_flower_reads_is_kept_as_written() {
+    // A lone surrogate (JavaScript's JSON.stringify writes one; Rust's strings cannot
+    // hold it), a number written as a float, a repeated key, an unknown block type.
+    let lines = [
+        r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"\ud83d"}]}}"#,
+        r#"{"type":"assistant","message":{"usage":{"input_tokens":1.0,"output_tokens":2}}}"#,
+        r#"{"type":"user","uuid":"a","uuid":"b"}"#,
+        r#"{"type":"assistant","message":{"content":[{"type":"mcp_tool_use","id":"x","server_name":"s"},7,"s",{"text":"no type"}]}}"#,
+        r#"{"type":"user","message":{"content":{"not":"a list"}}}"#,
+        r#"{ "type" : "user" }"#,
+    ];
+    for line in lines {
+        let entry = Entry::parse(line).unwrap();
+        let out = entry.to_json().unwrap();
+        if line.starts_with("{ ") {
+            assert_eq!(out, r#"{"type":"user"}"#);
+        } else {
+            assert_eq!(out, line);
+        }
+    }
+    let usage = Entry::parse(lines[1]).unwrap();
+    let usage = usage.turn_usage().unwrap();
+    assert_eq!((usage.input_tokens, usage.output_tokens), (None, Some(2)));
+    let unknown = Entry::parse(lines[3]).unwrap();
+    assert!(
+        unknown
+            .blocks()
+            .iter()
+            .all(|b| matches!(b, Block::Unknown(_)))
+    );
+}
+
+// ---- the property test ----
+
+fn text() -> BoxedStrategy<String> {
+    prop_oneof![
+        "[a-z]{0,8}",
+        "[\\x00-\\x1f\"\\\\/é中😀\u{2028}\u{7f} a]{0,10}",
+        any::<String>(),
+    ]
+    .boxed()
+}
+
+fn number() -> BoxedStrategy<Value> {
+    prop_oneof![
+        any::<u64>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+    ]
+    .boxed()
+}
+
+/// Any JSON value.
+fn any_json() -> BoxedStrategy<Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        number(),
+        text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((text(), inner), 0..4)
+                .prop_map(|fields| Value::Object(fields.into_iter().collect())),
+        ]
+    })
+    .boxed()
+}
+
+/// A field's value: mostly of the type flower reads, sometimes anything.
+fn typed(strategy: BoxedStrategy<Value>) -> BoxedStrategy<Value> {
+    prop_oneof![6 => strategy, 1 => any_json()].boxed()
+}
+
+fn string() -> BoxedStrategy<Value> {
+    text().prop_map(Value::String).boxed()
+}
+
+fn boolean() -> BoxedStrategy<Value> {
+    any::<bool>().prop_map(Value::Bool).boxed()
+}
+
+fn nullable_string() -> BoxedStrategy<Value> {
+    prop_oneof![Just(Value::Null), string()].boxed()
+}
+
+/// An object of some of `known` (with values of their strategies) and some fields
+/// flower does not know, in any order.
+fn object(known: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
+    let known: Vec<_> = known
+        .into_iter()
+        .map(|(key, value)| {
+            prop::option::weighted(0.7, value.prop_map(move |v| (key.to_string(), v)))
+        })
+        .collect();
+    let unknown = prop::collection::vec((text(), any_json()), 0..3);
+    (known, unknown)
+        .prop_flat_map(|(known, unknown)| {
+            let fields: Vec<(String, Value)> = known.into_iter().flatten().chain(unknown).collect();
+            Just(fields).prop_shuffle()
+        })
+        .prop_map(|fields| Value::Object(fields.into_iter().collect::<Map<_, _>>()))
+        .boxed()
+}
+
+const BLOCK_TYPES: [&str; 14] = [
+    "text",
+    "thinking",
+    "redacted_thinking",
+    "tool_use",
+    "tool_result",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "image",
+    "document",
+    "mcp_tool_use",
+    "container_upload",
+    "a_block_from_the_future",
+    "",
+];
+
+fn block(depth: u32) -> BoxedStrategy<Value> {
+    let content = if depth == 0 {
+        typed(string())
+    } else {
+        typed(prop_oneof![string(), blocks(depth - 1)].boxed())
+    };
+    object(vec![
+        (
+            "type",
+            typed(
+                prop::sample::select(&BLOCK_TYPES[..])
+                    .prop_map(Value::from)
+                    .boxed(),
+            ),
+        ),
+        ("text", typed(string())),
+        ("thinking", typed(string())),
+        ("signature", typed(string())),
+        ("data", typed(string())),
+        ("id", typed(string())),
+        ("name", typed(string())),
+        ("input", any_json()),
+        ("tool_use_id", typed(string())),
+        ("content", content),
+        ("is_error", typed(boolean())),
+        ("citations", any_json()),
+        ("cache_control", any_json()),
+        ("source", any_json()),
+        ("title", typed(string())),
+        ("context", typed(string())),
+    ])
+}
+
+fn blocks(depth: u32) -> BoxedStrategy<Value> {
+    prop::collection::vec(block(depth), 0..4)
+        .prop_map(Value::Array)
+        .boxed()
+}
+
+fn usage() -> BoxedStrategy<Value> {
+    let tokens = || typed(any::<u32>().prop_map(Value::from).boxed());
+    object(vec![
+        ("input_tokens", tokens()),
+        ("output_tokens", tokens()),
+        ("cache_creation_input_tokens", tokens()),
+        ("cache_read_input_tokens", tokens()),
+        ("server_tool_use", any_json()),
+    ])
+}
+
+fn message() -> BoxedStrategy<Value> {
+    object(vec![
+        ("id", typed(string())),
+        ("type", typed(string())),
+        (
+            "role",
+            typed(
+                prop::sample::select(vec!["user", "assistant"])
+                    .prop_map(Value::from)
+                    .boxed(),
+            ),
+        ),
+        ("model", typed(string())),
+        ("content", typed(prop_oneof![string(), blocks(1)].boxed())),
+        ("stop_reason", typed(nullable_string())),
+        ("stop_sequence", typed(nullable_string())),
+        ("usage", typed(usage())),
+        ("stop_details", any_json()),
+    ])
+}
+
+fn entry() -> BoxedStrategy<Value> {
+    let kinds = vec![
+        "user",
+        "assistant",
+        "system",
+        "attachment",
+        "summary",
+        "progress",
+    ];
+    object(vec![
+        (
+            "type",
+            typed(prop::sample::select(kinds).prop_map(Value::from).boxed()),
+        ),
+        ("uuid", typed(string())),
+        ("parentUuid", typed(nullable_string())),
+        ("sessionId", typed(string())),
+        ("timestamp", typed(string())),
+        ("cwd", typed(string())),
+        ("isSidechain", typed(boolean())),
+        ("agentId", typed(string())),
+        (
+            "subtype",
+            typed(
+                prop::sample::select(vec!["memory", "mcp_tools", "hook", "api_error"])
+                    .prop_map(Value::from)
+                    .boxed(),
+            ),
+        ),
+        ("content", typed(string())),
+        ("level", typed(string())),
+        (
+            "memoryFiles",
+            typed(
+                prop::collection::vec(string(), 0..3)
+                    .prop_map(Value::Array)
+                    .boxed(),
+            ),
+        ),
+        ("mcpTools", any_json()),
+        ("mcpFailures", any_json()),
+        ("hookEvent", typed(string())),
+        ("hookSubject", typed(string())),
+        ("hookRuns", any_json()),
+        ("isApiErrorMessage", typed(boolean())),
+        ("isHookContext", typed(boolean())),
+        ("isContinuation", typed(boolean())),
+        ("message", typed(message())),
+    ])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    /// A JSONL line (as Claude Code and flower write one: compact) read into the types
+    /// and written again is the same bytes, whatever fields and blocks it holds; and
+    /// the types read what it says.
+    #[test]
+    fn a_line_goes_back_out_byte_for_byte(value in entry()) {
+        let line = serde_json::to_string(&value).unwrap();
+        let entry = Entry::parse(&line).unwrap();
+        prop_assert_eq!(entry.to_json().unwrap(), line);
+        if let Some(kind) = value["type"].as_str() {
+            prop_assert_eq!(entry.kind.as_deref(), Some(kind));
+        }
+        if let Some(list) = value["message"]["content"].as_array()
+            && value["message"].is_object()
+        {
+            prop_assert_eq!(entry.blocks().len(), list.len());
+            for (block, written) in entry.blocks().iter().zip(list) {
+                if let Some(kind) = block.kind() {
+                    prop_assert_eq!(Some(kind), written["type"].as_str());
+                }
+                if let (Some(text), Block::Text(_)) = (written["text"].as_str(), block) {
+                    prop_assert_eq!(block.text(), Some(text));
+                }
+            }
+        }
+    }
+}
