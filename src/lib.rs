@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! future, run_dir, atomic, error → model → transcript, events → stores → tools → engine
-//!   → continuity (settings inside it) → workflow → inspect
+//!   → continuity → settings → run → workflow → inspect
 //!   → the binary (src/main.rs, src/cli/) and the Python package
 //! ```
 //!
@@ -21,11 +21,10 @@
 //!   the sandbox around Bash;
 //! - [`engine`]: the agent loop: turns, tool calls, permissions, sub-agents;
 //! - [`continuity`]: what makes a run continue across processes: the runtime, lineage,
-//!   manifest, resilience, 换代, locks, signals, the wake probe, and the run's lifecycle
-//!   ([`Run`]);
-//! - [`settings`]: every flag and variable resolved once into validated [`Settings`]
-//!   (part of the continuity layer: [`Run::open`] takes them); the only reader of the
-//!   process environment;
+//!   manifest, resilience, 换代, locks, signals, the wake probe;
+//! - [`settings`]: every flag and variable resolved once into validated [`Settings`];
+//!   the only reader of the process environment;
+//! - [`run`]: the run's lifecycle ([`Run`]): settings in, a runtime out;
 //! - [`workflow`]: steps and workflows, gates, and flower's default pipeline;
 //! - [`inspect`]: the read-only model of a run for `flower log`, `show` and `report`.
 
@@ -37,6 +36,7 @@ pub mod events;
 pub mod future;
 pub mod inspect;
 pub mod model;
+pub mod run;
 pub mod run_dir;
 pub mod settings;
 pub mod stores;
@@ -45,11 +45,11 @@ pub mod transcript;
 pub mod workflow;
 
 pub use crate::continuity::lineage::Lineage;
-pub use crate::continuity::run::Run;
 pub use crate::continuity::runtime::{Runtime, RuntimeOptions};
 pub use crate::continuity::wake::{WakeState, wake_state, wake_state_in};
 pub use crate::engine::spec::AgentSpec;
 pub use crate::future::BoxFuture;
+pub use crate::run::Run;
 pub use crate::run_dir::RunDir;
 pub use crate::settings::{ConfigError, Settings};
 pub use crate::workflow::{Context, Step, Workflow};

@@ -33,11 +33,8 @@ fn main() -> ExitCode {
             errln!("flower: {}", said(&error));
             // Usage errors: nothing was sent or written.
             let usage = matches!(
-                error.downcast_ref::<flower::continuity::run::RunError>(),
-                Some(
-                    flower::continuity::run::RunError::Foreign(_)
-                        | flower::continuity::run::RunError::WrongStore { .. }
-                )
+                error.downcast_ref::<flower::run::RunError>(),
+                Some(flower::run::RunError::Foreign(_) | flower::run::RunError::WrongStore { .. })
             );
             if usage || error.downcast_ref::<flower::ConfigError>().is_some() {
                 ExitCode::from(cli::config::EXIT_USAGE)

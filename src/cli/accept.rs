@@ -5,7 +5,7 @@
 use super::config::EXIT_USAGE;
 use super::input;
 use crate::cli::out::errln;
-use flower::continuity::run::RunError;
+use flower::run::RunError;
 use flower::settings::pin::Drift;
 use std::process::ExitCode;
 

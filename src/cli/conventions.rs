@@ -56,7 +56,7 @@ pub fn lines(settings: &Settings) -> Vec<String> {
     for ignored in &files.ignored {
         out.push(format!("  ! {ignored}"));
     }
-    if let Some(drift) = flower::continuity::run::pinned_drift(settings) {
+    if let Some(drift) = flower::run::pinned_drift(settings) {
         out.push(
             "  ! 和运行记下的不一样:下次 flower 先问(无人值守时要加 --accept-settings)".to_string(),
         );
@@ -140,7 +140,7 @@ pub fn json(settings: &Settings) -> Value {
             "scope": f.scope.name(),
         })).collect::<Vec<_>>(),
         // Changed since the run pinned them (relative to the workspace).
-        "settings_changed": flower::continuity::run::pinned_drift(settings)
+        "settings_changed": flower::run::pinned_drift(settings)
             .map(|d| d.files.iter().map(|f| f.file.clone()).collect::<Vec<_>>())
             .unwrap_or_default(),
         "settings_ignored": files.ignored,

@@ -5,7 +5,7 @@
 //! 需求.md, re-derives 目标.md, and is the prompt of the resumed 干活 session.
 //!
 //! The run's lifecycle (locks, database hold, busy sessions, `/new`, the wake state) is
-//! the library's ([`flower::continuity::run`]); this module asks and prints.
+//! the library's ([`flower::run`]); this module asks and prints.
 
 use super::args::FlowArgs;
 use super::config::EXIT_USAGE;
@@ -15,7 +15,7 @@ use super::render::Renderer;
 use crate::cli::out::errln;
 use flower::WakeState;
 use flower::continuity::notes::Said;
-use flower::continuity::run::{Begin, Locked, Run, RunHooks};
+use flower::run::{Begin, Locked, Run, RunHooks};
 use flower::continuity::signals;
 use flower::engine::Interrupt;
 use flower::settings::{Environment, Settings};

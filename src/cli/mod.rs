@@ -50,7 +50,7 @@ pub fn open_run(
 /// The run `settings` name, read as `flower log` reads it: the one source of the
 /// figures a person is shown (cost, turns, peak context, handoffs, wakes, retries).
 pub fn inspect_run(settings: &flower::settings::Settings) -> anyhow::Result<flower::inspect::Run> {
-    use flower::continuity::run::{Peek, RunError};
+    use flower::run::{Peek, RunError};
     let (workspace, run_dir) = (&settings.workspace, &settings.run_dir);
     let peek = Peek::open(settings).map_err(|error| match error {
         RunError::OpenStore(e) => anyhow::anyhow!("打不开存储:{e}"),

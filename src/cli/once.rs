@@ -7,7 +7,7 @@ use super::input::{self, TerminalAsker, after_interrupt};
 use super::lines;
 use super::render::Renderer;
 use crate::cli::out::{errln, outln};
-use flower::continuity::run::open_single;
+use flower::run::open_single;
 use flower::continuity::runtime::AgentOutcome;
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
@@ -26,7 +26,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let mut settings = super::config::settings(&args.flags(), env)?;
     // Settings files changed since a run here pinned them: applied only when a person
     // says so (see `cli::accept`).
-    if let Some(drift) = flower::continuity::run::pinned_drift(&settings) {
+    if let Some(drift) = flower::run::pinned_drift(&settings) {
         let accepted = settings.accept_settings;
         if let Err(code) = super::accept::confirm(&drift, accepted, input::interactive()).await {
             return Ok(code);

@@ -4,7 +4,7 @@ use super::args::StateArgs;
 use super::config;
 use super::lines;
 use flower::continuity::lock::Probe;
-use flower::continuity::run::{Peek, RunError};
+use flower::run::{Peek, RunError};
 use flower::continuity::wake::{Afresh, StoreSeen};
 use flower::settings::Environment;
 use flower::workflow::flower::WORK;

@@ -12,7 +12,6 @@ pub mod manifest;
 pub mod notes;
 pub mod resilience;
 mod retry;
-pub mod run;
 pub mod runtime;
 pub mod shared;
 pub mod signals;

@@ -86,7 +86,7 @@ pub enum RuntimeError {
 }
 
 /// The holder as an error message names it (`pid unknown` when it did not say).
-pub(super) fn holder_text(holder: &Option<Holder>) -> String {
+pub(crate) fn holder_text(holder: &Option<Holder>) -> String {
     holder
         .as_ref()
         .map_or_else(|| "pid 不详".into(), Holder::to_string)

@@ -23,11 +23,10 @@
 //!
 //! # Where this sits in the layer line
 //!
-//! Part of the continuity layer (DESIGN.md §2), below `continuity::run` and above
-//! continuity's leaf modules: it imports the value types of `model`, `stores`, `tools`,
-//! `engine` and of `continuity::{handoff, resilience, shared, runtime}`, and is imported
-//! by `continuity::run` ([`crate::Run::open`] takes a `&Settings`), the workflow and
-//! the front ends. None of the modules it imports imports it back.
+//! A layer of its own (DESIGN.md §2), above `continuity` and below `run`: it imports the
+//! value types of `model`, `stores`, `tools`, `engine` and `continuity`, and is imported
+//! by `run` ([`crate::Run::open`] takes a `&Settings`), the workflow and the front ends.
+//! None of the modules it imports imports it back.
 //!
 //! # Adding a setting
 //!

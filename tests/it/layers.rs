@@ -18,9 +18,11 @@ const LAYERS: &[&[&str]] = &[
     &["stores"],
     &["tools"],
     &["engine"],
-    // `settings` is part of the continuity layer (it builds continuity's options and
-    // `continuity::run` takes it).
-    &["continuity", "settings"],
+    &["continuity"],
+    // Every knob resolved once; it builds values of the layers below.
+    &["settings"],
+    // The run's lifecycle: takes the settings, opens the runtime.
+    &["run"],
     &["workflow"],
     &["inspect"],
     &["cli"],
@@ -352,12 +354,17 @@ fn an_import_from_a_lower_layer_to_a_higher_one_is_found() {
         source("stores/y.rs", "fn f() { crate::workflow::run(); }\n"),
         source("stores/z.rs", "use crate::{model::A, transcript::B};\n"),
         source("cli/z.rs", "use flower::engine::Engine;\n"),
+        source("continuity/a.rs", "use crate::settings::Settings;\n"),
+        source("settings/b.rs", "use crate::run::Run;\n"),
+        source("run/c.rs", "use crate::settings::Settings;\n"),
     ]);
     assert_eq!(
         found,
         [
             "src/model/x.rs:1: model (layer 1) uses crate::engine::Engine (layer 5)",
-            "src/stores/y.rs:1: stores (layer 3) uses crate::workflow::run (layer 7)",
+            "src/stores/y.rs:1: stores (layer 3) uses crate::workflow::run (layer 9)",
+            "src/continuity/a.rs:1: continuity (layer 6) uses crate::settings::Settings (layer 7)",
+            "src/settings/b.rs:1: settings (layer 7) uses crate::run::Run (layer 8)",
         ]
     );
 }

@@ -7,7 +7,7 @@ use crate::support::pipeline::{BRIEF, GOAL};
 use crate::support::{FAKE_API_KEY, FakeServer, Reply};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::SessionLocks;
-use flower::continuity::run::{Begin, Peek, Run, RunError, RunHooks};
+use flower::run::{Begin, Peek, Run, RunError, RunHooks};
 use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
 use flower::{AgentSpec, Step, Workflow};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The exception hierarchy, and the library's refusals in the CLI's words.
 
 use flower::continuity::lock::Holder;
-use flower::continuity::run::RunError;
+use flower::run::RunError;
 use flower::stores::StoreError;
 use flower::stores::postgres::hostname;
 use pyo3::create_exception;

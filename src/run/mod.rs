@@ -20,17 +20,17 @@
 //! Lost hold: with a shared database the run is held for the process's life; when the
 //! database went away and another process took the run meanwhile, this one must stop
 //! writing it. [`RunHooks::on_hold_lost`] hears it (the CLI prints its line); then, or
-//! without a hook, the process ends as on SIGTERM ([`super::signals::terminate_self`]),
+//! without a hook, the process ends as on SIGTERM ([`crate::continuity::signals::terminate_self`]),
 //! so that whatever the front end wired for SIGTERM (the in-flight row rescued, running
 //! commands stopped) runs.
 
-use super::handoff;
-use super::lineage::Lineage;
-use super::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
-use super::notes;
-use super::runtime::{Runtime, RuntimeError, RuntimeOptions, holder_text};
-use super::shared::{SharedRun, SharedRunError};
-use super::wake::{Place, WakeState};
+use crate::continuity::handoff;
+use crate::continuity::lineage::Lineage;
+use crate::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
+use crate::continuity::notes;
+use crate::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions, holder_text};
+use crate::continuity::shared::{SharedRun, SharedRunError};
+use crate::continuity::wake::{Place, WakeState};
 use crate::engine::SessionStart;
 use crate::run_dir::RunDir;
 use crate::settings::pin::{Drift, Pinned, SettingsPin};
@@ -714,7 +714,7 @@ fn on_lost(run: &SharedRun, hook: Option<OnHoldLost>) -> crate::stores::postgres
         if let Some(hook) = &hook {
             hook(&HoldLost { run_key, holder });
         }
-        super::signals::terminate_self();
+        crate::continuity::signals::terminate_self();
     })
 }
 
