@@ -617,14 +617,14 @@ fn the_untyped_transcript_readings_do_not_creep_back() {
     assert!(
         signatures <= MAX_VALUE_SIGNATURES,
         "{signatures} functions name serde_json::Value in their signature, over \
-         {MAX_VALUE_SIGNATURES}: read the transcript through flower::transcript::Entry\n{report}"
+         {MAX_VALUE_SIGNATURES} (goal {GOAL_VALUE_SIGNATURES}): read the transcript through \
+         flower::transcript::Entry\n{report}"
     );
     assert!(
         lookups <= MAX_LOOKUPS,
-        "{lookups} string-key lookups, over {MAX_LOOKUPS}: read the transcript through \
-         flower::transcript::Entry\n{report}"
+        "{lookups} string-key lookups, over {MAX_LOOKUPS} (goal {GOAL_LOOKUPS}): read the \
+         transcript through flower::transcript::Entry\n{report}"
     );
-    assert!(MAX_VALUE_SIGNATURES >= GOAL_VALUE_SIGNATURES && MAX_LOOKUPS >= GOAL_LOOKUPS);
 }
 
 #[test]
