@@ -278,6 +278,16 @@ impl Settings {
         let pass_env = child_env::pass_env(env)?;
         let child_env = child_env::child_env(env, files);
         sandbox.withheld_env = crate::tools::process::withheld_names(env.vars(), &pass_env);
+        sandbox.withheld_env.extend(
+            env.undecodable()
+                .iter()
+                .filter(|name| {
+                    !pass_env
+                        .iter()
+                        .any(|p| crate::tools::process::name_matches(p, name))
+                })
+                .cloned(),
+        );
         let run_dir = flags
             .run_dir
             .clone()

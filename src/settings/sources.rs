@@ -58,6 +58,8 @@ pub struct SandboxFlags {
 #[derive(Clone, Default)]
 pub struct Environment {
     vars: HashMap<String, String>,
+    /// Names of variables whose value is not UTF-8 (read as unset).
+    undecodable: Vec<String>,
     home: Option<PathBuf>,
     current_dir: Option<PathBuf>,
 }
@@ -79,11 +81,22 @@ impl Environment {
     /// The process's variables (those that are valid UTF-8; any other reads as unset,
     /// as `std::env::var` has it), `HOME`, and the current directory.
     pub fn from_process() -> Environment {
-        let vars = std::env::vars_os()
-            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-            .collect();
+        let mut vars = HashMap::new();
+        let mut undecodable = Vec::new();
+        for (name, value) in std::env::vars_os() {
+            let Ok(name) = name.into_string() else {
+                continue;
+            };
+            match value.into_string() {
+                Ok(value) => {
+                    vars.insert(name, value);
+                }
+                Err(_) => undecodable.push(name),
+            }
+        }
         Environment {
             vars,
+            undecodable,
             home: std::env::var_os("HOME")
                 .filter(|home| !home.is_empty())
                 .map(PathBuf::from),
@@ -108,6 +121,7 @@ impl Environment {
             .map(PathBuf::from);
         Environment {
             vars,
+            undecodable: Vec::new(),
             home,
             current_dir: None,
         }
@@ -127,6 +141,12 @@ impl Environment {
     /// Every variable, in no particular order.
     pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
         self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Names of the variables whose value is not UTF-8: they read as unset, and the
+    /// processes flower starts do not inherit them (their value cannot be checked).
+    pub fn undecodable(&self) -> &[String] {
+        &self.undecodable
     }
 
     /// The home directory (`HOME`, when set and not empty).
