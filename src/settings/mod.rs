@@ -43,6 +43,7 @@
 pub mod child_env;
 pub mod files;
 pub mod model;
+pub mod network;
 pub mod pin;
 pub mod sources;
 mod store;
@@ -245,6 +246,7 @@ impl Settings {
         let workspace = workspace_of(flags, env);
         let mut sandbox = sandbox;
         sandbox.additional_dirs = files.permissions.additional_directories.clone();
+        sandbox.net = network::rules(files, env.home())?;
         let memory = match vars.get("FLOWER_MEMORY").as_deref() {
             _ if flags.no_memory => false,
             None | Some("on") => true,

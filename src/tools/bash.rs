@@ -158,6 +158,8 @@ struct Started {
     /// Every process the command starts dies with it (a PID namespace of its own).
     contained: bool,
     sweep: sandbox::Sweep,
+    /// What the network proxy refused while the command ran.
+    refusals: sandbox::Refusals,
 }
 
 /// Why a command did not start; the text is ready for the model.
@@ -182,6 +184,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
     let mut sandboxed = false;
     let mut contained = false;
     let mut sweep = sandbox::Sweep::default();
+    let mut refusals = sandbox::Refusals::default();
     let mut spawned = Err(std::io::Error::other("not started"));
     for attempt in 0..2 {
         let (w1, w2) = match (writer.try_clone(), writer.try_clone()) {
@@ -193,6 +196,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
         sandboxed = prepared.is_some();
         contained = prepared.as_ref().is_some_and(|p| p.contains_processes());
         sweep = prepared.as_ref().map(|p| p.sweep()).unwrap_or_default();
+        refusals = prepared.as_ref().map(|p| p.refusals()).unwrap_or_default();
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
             .arg(command)
@@ -229,6 +233,7 @@ fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
         sandboxed,
         contained,
         sweep,
+        refusals,
     })
 }
 
@@ -247,6 +252,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         sandboxed,
         contained,
         sweep,
+        refusals,
     } = match start(command, ctx) {
         Ok(s) => s,
         Err(e) => return ToolOutput::error(e.to_string()),
@@ -289,7 +295,7 @@ async fn run(command: &str, timeout_ms: u64, ctx: &ToolContext) -> ToolOutput {
         drain(&mut pipe, &mut buf, &mut capture, GRACE).await;
     }
     let mut output = render(&capture, &end, timeout_ms, contained);
-    for note in sweep.run() {
+    for note in sweep.run().into_iter().chain(refusals.notes()) {
         output.content.push('\n');
         output.content.push_str(&note);
     }

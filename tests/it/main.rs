@@ -67,6 +67,7 @@ mod run_lock;
 mod run_open;
 mod sandbox;
 mod sandbox_escapes;
+mod sandbox_network;
 mod sandbox_seccomp;
 mod settings;
 mod settings_pin;

@@ -223,8 +223,9 @@ fn nothing_the_command_started_outlives_it() {
     assert!(!s.ws.join("late.txt").exists());
 }
 
-/// Item 3: `--no-network` refuses path UNIX sockets outside the workspace (a database's or
-/// docker's socket); `socketpair` still works; with the network on they connect.
+/// Item 3: path UNIX sockets outside the workspace (a database's or docker's socket) are
+/// refused, with `--no-network` and with the network on (issue 40); `socketpair` still
+/// works; `allowAllUnixSockets` in the user's settings file lets them connect.
 #[test]
 fn no_network_refuses_unix_sockets_outside_the_workspace() {
     if skip(
@@ -253,7 +254,20 @@ fn no_network_refuses_unix_sockets_outside_the_workspace() {
         content(&off[1])
     );
     let on = run_one(&s, &connect, &[]);
-    assert!(content(&on).contains("connected"), "{}", content(&on));
+    assert!(!content(&on).contains("connected"), "{}", content(&on));
+    assert!(listener.accept().is_err(), "the listener saw a connection");
+    fs::create_dir_all(s.home.join(".claude")).unwrap();
+    fs::write(
+        s.home.join(".claude/settings.json"),
+        r#"{"sandbox": {"network": {"allowAllUnixSockets": true}}}"#,
+    )
+    .unwrap();
+    let allowed = run_one(&s, &connect, &[]);
+    assert!(
+        content(&allowed).contains("connected"),
+        "{}",
+        content(&allowed)
+    );
 }
 
 /// Item 4: Metadata and hard links outside the workspace: mode, times, extended

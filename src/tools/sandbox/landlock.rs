@@ -3,9 +3,10 @@
 //! writable roots; the `/dev/null`-like devices readable and writable. Requested at the
 //! newest ABI this build knows, best effort: the kernel enforces what it supports.
 //!
-//! Scopes (ABI 6): signals only to the command's own processes; with no network, no
-//! abstract UNIX sockets outside. Path UNIX sockets (ABI 9): with no network, `connect`
-//! only to sockets beneath the workspace.
+//! Scopes (ABI 6): signals only to the command's own processes; no abstract UNIX
+//! sockets outside (the network namespace holds them too). Path UNIX sockets (ABI 9):
+//! `connect` only to sockets beneath the workspace and those `allowUnixSockets` names
+//! (with the network on); `allowAllUnixSockets` lifts both.
 
 use super::{SandboxError, SandboxPolicy};
 use ::landlock::{
@@ -54,11 +55,11 @@ pub(super) fn ruleset(
         .map_err(build)?
         .scope(Scope::Signal)
         .map_err(build)?;
-    if !policy.network {
+    let open_unix = policy.network && policy.net.all_unix_sockets;
+    if !open_unix {
         ruleset = ruleset.scope(Scope::AbstractUnixSocket).map_err(build)?;
     }
-    // With the network on, path sockets are reachable everywhere, as before ABI 9.
-    let everywhere = if policy.network {
+    let everywhere = if open_unix {
         read | AccessFs::ResolveUnix
     } else {
         read
@@ -75,7 +76,7 @@ pub(super) fn ruleset(
         if let Ok(fd) = PathFd::new(dir) {
             // Path sockets: beneath the workspace only (the temp directories hold the
             // user's agent and display sockets).
-            let rights = if dir == workspace || policy.network {
+            let rights = if dir == workspace || open_unix {
                 all
             } else {
                 all & !AccessFs::ResolveUnix
@@ -85,13 +86,22 @@ pub(super) fn ruleset(
                 .map_err(build)?;
         }
     }
-    if !policy.network
+    if !open_unix
         && !policy.workspace_writable
         && let Ok(fd) = PathFd::new(workspace)
     {
         created = created
             .add_rule(PathBeneath::new(fd, read | AccessFs::ResolveUnix))
             .map_err(build)?;
+    }
+    if policy.network && !open_unix && super::landlock_abi().unwrap_or(0) >= RESOLVE_UNIX_ABI {
+        for socket in &policy.net.unix_sockets {
+            if let Ok(fd) = PathFd::new(socket) {
+                created = created
+                    .add_rule(PathBeneath::new(fd, AccessFs::ResolveUnix))
+                    .map_err(build)?;
+            }
+        }
     }
     let device = AccessFs::ReadFile | AccessFs::WriteFile;
     for (dev, ioctl) in DEVICES {

@@ -6,8 +6,8 @@
 //!   joined with `setns`) in which the whole file system is read-only except the
 //!   writable roots (the workspace, the temp directories), the git files that run code
 //!   ([`git`]) are read-only inside those, and the directories that lead to them are
-//!   mount points (so they cannot be renamed away). With `--no-network`, a network
-//!   namespace whose only device is a loopback that is down.
+//!   mount points (so they cannot be renamed away). A network namespace of its own:
+//!   with `--no-network` its loopback is down; otherwise [`proxy`] is its only way out.
 //! - [`pid`]: a PID namespace per command, whose init is the shell: when it ends, the
 //!   kernel kills every process the command started, wherever it went (`setsid`, `&`).
 //!   A fresh `/proc` shows only the command's processes.
@@ -31,9 +31,11 @@ mod landlock;
 mod mounts;
 mod namespaces;
 mod pid;
+pub mod proxy;
 mod seccomp;
 
 pub use namespaces::{forget_namespaces, is_stale};
+pub use proxy::{NetworkRules, Refusals};
 
 use crate::tools::protected::{Absent, Kept, Protection};
 use namespaces::{Namespaces, Plan};
@@ -51,8 +53,10 @@ pub struct SandboxPolicy {
     pub enabled: bool,
     /// Refuse to run a command when the kernel cannot confine it.
     pub required: bool,
-    /// Commands may use the network.
+    /// Commands may use the network (through the proxy, under `net`).
     pub network: bool,
+    /// What the proxy lets commands reach (`sandbox.network.*`).
+    pub net: NetworkRules,
     /// The workspace is writable (agents with Write or Edit rights).
     pub workspace_writable: bool,
     /// Keep the files git reads for code execution (hooks, config …) read-only.
@@ -91,6 +95,7 @@ impl SandboxPolicy {
             enabled: true,
             required: false,
             network: true,
+            net: NetworkRules::default(),
             workspace_writable: true,
             protect_git: true,
             additional_dirs: Vec::new(),
@@ -253,6 +258,9 @@ pub struct Prepared {
     seccomp: Vec<seccomp::Program>,
     /// The namespaces the command joins, made once per process ([`namespaces`]).
     joined: Option<Arc<Namespaces>>,
+    /// The proxy's port on the namespace's loopback, set in the command's variables.
+    proxy_port: Option<u16>,
+    refusals: Refusals,
     /// The workspace: `setns` into a mount namespace resets the working directory.
     cwd: CString,
     /// The namespaces could not be made: the child fails with this errno, or only warns.
@@ -277,7 +285,8 @@ impl std::fmt::Debug for Prepared {
 /// Written to the command's stderr when the namespaces cannot be made.
 const WARNING: &[u8] = b"flower: warning: no user namespace, so this command sees the machine \
 writable where Landlock allows it, protected files are only put back after it (git's hooks \
-not at all), and processes it leaves behind are not killed with it\n";
+not at all), processes it leaves behind are not killed with it, and it has the host's \
+network, not flower's proxy\n";
 
 /// Prepares the sandbox for one command in `workspace`. `Ok(None)`: run unconfined
 /// (sandbox off, or unavailable and not required).
@@ -315,23 +324,35 @@ pub fn prepare_with(
         ));
     }
     // Landlock ABI 9 scopes path UNIX sockets to the workspace; before it, seccomp
-    // refuses to create any.
+    // refuses to create any (unless a rule allows them all).
     let unix_by_landlock = ruleset.is_some() && abi >= landlock::RESOLVE_UNIX_ABI;
-    let seccomp = seccomp::programs(!policy.network && !unix_by_landlock)?;
+    let all_unix = policy.network && policy.net.all_unix_sockets;
+    let mut seccomp = seccomp::programs(!unix_by_landlock && !all_unix)?;
+    if policy.network && !policy.net.local_binding {
+        seccomp.push(seccomp::refuse_listen()?);
+    }
     let plan = Plan::new(policy, workspace, &roots)?;
     let (joined, refuse, warn) = match namespaces::get(&plan) {
         Ok(ns) => (Some(ns), None, false),
-        // The network cannot be turned off, or the workspace cannot be made
-        // read-only: refuse rather than run with it.
-        Err(e) if !policy.network || plan.workspace_needs_mount() => {
+        // The network cannot be turned off or held to rules the user wrote, or the
+        // workspace cannot be made read-only: refuse rather than run with it.
+        Err(e)
+            if !policy.network
+                || plan.workspace_needs_mount()
+                || policy.net != NetworkRules::default() =>
+        {
             (None, Some(e.raw_os_error().unwrap_or(libc::EPERM)), false)
         }
         Err(_) => (None, None, true),
     };
+    let proxy_port = joined.as_ref().and_then(|ns| ns.proxy_port());
+    let refusals = joined.as_ref().map(|ns| ns.refusals()).unwrap_or_default();
     Ok(Some(Prepared {
         ruleset,
         seccomp,
         joined,
+        proxy_port,
+        refusals,
         cwd: cstring(workspace)?,
         refuse,
         warn,
@@ -370,6 +391,11 @@ impl Prepared {
     /// What to remove after the command (see [`Sweep`]).
     pub fn sweep(&self) -> Sweep {
         Sweep(self.absent.clone(), self.kept.clone())
+    }
+
+    /// The proxy's refusals while the command runs, for its result.
+    pub fn refusals(&self) -> Refusals {
+        self.refusals.clone()
     }
 
     /// Whether Landlock confines the command.
@@ -426,6 +452,9 @@ impl Prepared {
 /// above 2 survives the exec.
 pub fn confine(cmd: &mut tokio::process::Command, prepared: Option<Prepared>) {
     use crate::tools::process::close_inherited_descriptors;
+    if let Some(port) = prepared.as_ref().and_then(|p| p.proxy_port) {
+        cmd.envs(proxy::proxy_env(port));
+    }
     match prepared {
         // SAFETY: the closure only makes system calls (see `Prepared::apply_in_child`).
         Some(prepared) => unsafe {

@@ -2,12 +2,18 @@
 //! plan by a short-lived forked helper, kept by their `/proc/PID/ns/*` fds and joined by
 //! each command with `setns` (a few µs instead of the milliseconds the mounts take).
 //!
+//! The network namespace is always a new one: with `--no-network` its loopback stays
+//! down; otherwise the helper brings it up, listens on `127.0.0.1:0` inside it and
+//! hands that socket to flower over `SCM_RIGHTS`, where [`proxy`] serves it: the
+//! command's only way out.
+//!
 //! Before a command joins, it checks that every path of the plan is still the file it
 //! was made for (and read-only where it should be); else it fails with `ESTALE` and the
 //! caller makes the namespaces again ([`forget_namespaces`]): a `.git` deleted and made
 //! anew outside leaves the old mounts on the old inode.
 
 use super::mounts::{self, MAX_ROOTS, View};
+use super::proxy::{self, NetworkRules, Proxy, Refusals};
 use super::{SandboxError, SandboxPolicy, cstring, git};
 use crate::tools::protected::{self, Absent};
 use std::ffi::CString;
@@ -40,6 +46,8 @@ pub(super) struct Plan {
     pub(super) absent: Vec<Absent>,
     /// The protected regular files ([`protected::Kept`], when the mounts cannot be made).
     pub(super) kept_files: Vec<PathBuf>,
+    /// The proxy's rules; `None`: no network at all (loopback down).
+    network: Option<NetworkRules>,
 }
 
 /// Why a new `commondir` is removed (for the command's result).
@@ -127,10 +135,7 @@ impl Plan {
         let mut writable: Vec<PathBuf> = roots.iter().filter(|r| r.is_dir()).cloned().collect();
         writable.sort_by_key(depth);
         writable.truncate(MAX_ROOTS);
-        let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
-        if !policy.network {
-            flags |= libc::CLONE_NEWNET;
-        }
+        let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET;
         let expect = [(workspace, workspace_mounted)]
             .into_iter()
             .chain(read_only.iter().map(|p| (p.as_path(), true)))
@@ -154,6 +159,7 @@ impl Plan {
             workspace_mounted,
             absent,
             kept_files,
+            network: policy.network.then(|| policy.net.clone()),
         })
     }
 
@@ -166,6 +172,7 @@ impl Plan {
     /// The same paths (maybe other inodes).
     fn same_paths(&self, other: &Plan) -> bool {
         self.flags == other.flags
+            && self.network.is_some() == other.network.is_some()
             && self.absent == other.absent
             && self.writable == other.writable
             && self.pins == other.pins
@@ -179,10 +186,22 @@ pub(super) struct Namespaces {
     plan: Plan,
     user: OwnedFd,
     mnt: OwnedFd,
-    net: Option<OwnedFd>,
+    net: OwnedFd,
+    /// Serves the namespace's listener (not with `--no-network`).
+    proxy: Option<Proxy>,
 }
 
 impl Namespaces {
+    /// The proxy's port on the namespace's loopback, when there is a network.
+    pub(super) fn proxy_port(&self) -> Option<u16> {
+        self.proxy.as_ref().map(|p| p.port)
+    }
+
+    /// The proxy's refusals from now on.
+    pub(super) fn refusals(&self) -> Refusals {
+        self.proxy.as_ref().map(Proxy::refusals).unwrap_or_default()
+    }
+
     /// Joins the namespaces and checks the plan's paths. In the child between fork and
     /// exec: system calls only. The child is single-threaded, as joining a user
     /// namespace requires.
@@ -193,12 +212,8 @@ impl Namespaces {
         unsafe {
             if libc::setns(self.user.as_raw_fd(), libc::CLONE_NEWUSER) != 0
                 || libc::setns(self.mnt.as_raw_fd(), libc::CLONE_NEWNS) != 0
+                || libc::setns(self.net.as_raw_fd(), libc::CLONE_NEWNET) != 0
                 || libc::chdir(cwd.as_ptr()) != 0
-            {
-                return Err(err());
-            }
-            if let Some(net) = &self.net
-                && libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0
             {
                 return Err(err());
             }
@@ -263,12 +278,96 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
 }
 
-/// Forks a helper that unshares, writes its id maps and builds the mount view, then
-/// waits while the parent opens its `/proc/PID/ns/*`; then it exits.
+/// A connected pair of datagram sockets: the helper sends the listener over it.
+fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills the two fds, which we then own.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just opened and are owned by nothing else.
+    unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+/// Control-message room for one descriptor, aligned for `cmsghdr`.
+type FdSpace = [u64; 4];
+
+/// Sends `fd` over `sock` (`SCM_RIGHTS`). System calls only.
+fn send_fd(sock: libc::c_int, fd: libc::c_int) -> std::io::Result<()> {
+    let mut byte = 0u8;
+    let mut space: FdSpace = [0; 4];
+    // SAFETY: the message points at live locals; the CMSG macros compute offsets in
+    // `space`, which is large enough for one fd.
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: (&raw mut byte).cast(),
+            iov_len: 1,
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(4) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
+        libc::CMSG_DATA(cmsg)
+            .cast::<libc::c_int>()
+            .write_unaligned(fd);
+        if libc::sendmsg(sock, &msg, 0) != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Receives the descriptor [`send_fd`] sent.
+fn recv_fd(sock: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let mut byte = 0u8;
+    let mut space: FdSpace = [0; 4];
+    // SAFETY: as in `send_fd`; the received fd is checked before it is owned.
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: (&raw mut byte).cast(),
+            iov_len: 1,
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of::<FdSpace>();
+        if libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        {
+            return Err(std::io::Error::other("the namespace helper sent no socket"));
+        }
+        let fd = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Forks a helper that unshares, writes its id maps, builds the mount view and (with
+/// a network) sends its listener, then waits while the parent opens its
+/// `/proc/PID/ns/*`; then it exits.
 fn make(plan: &Plan) -> std::io::Result<Namespaces> {
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let c = |s: String| CString::new(s).map_err(std::io::Error::other);
+    let (chan_parent, chan_child) = socket_pair()?;
     let setup = Setup {
         flags: plan.flags,
         uid_map: c(format!("{uid} {uid} 1"))?,
@@ -278,6 +377,7 @@ fn make(plan: &Plan) -> std::io::Result<Namespaces> {
             pins: &plan.pins,
             read_only: &plan.read_only,
         },
+        listen_to: plan.network.is_some().then_some(chan_child.as_raw_fd()),
     };
     let (ready_r, ready_w) = pipe()?;
     let (release_r, release_w) = pipe()?;
@@ -291,6 +391,7 @@ fn make(plan: &Plan) -> std::io::Result<Namespaces> {
         unsafe {
             libc::close(ready_r.as_raw_fd());
             libc::close(release_w.as_raw_fd());
+            libc::close(chan_parent.as_raw_fd());
             let status: i32 = match setup.run() {
                 Ok(()) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(libc::EPERM),
@@ -301,37 +402,8 @@ fn make(plan: &Plan) -> std::io::Result<Namespaces> {
             libc::_exit(0);
         }
     }
-    drop(ready_w);
-    drop(release_r);
-    let mut status: i32 = -1;
-    let got = loop {
-        // SAFETY: reads at most 4 bytes into a live i32.
-        let n = unsafe { libc::read(ready_r.as_raw_fd(), (&raw mut status).cast(), 4) };
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        break n;
-    };
-    let open = |kind: &str| -> std::io::Result<OwnedFd> {
-        let f = std::fs::File::open(format!("/proc/{pid}/ns/{kind}"))?;
-        Ok(OwnedFd::from(f))
-    };
-    let made = if got != 4 {
-        Err(std::io::Error::other("the namespace helper died"))
-    } else if status != 0 {
-        Err(std::io::Error::from_raw_os_error(status))
-    } else {
-        (|| -> std::io::Result<Namespaces> {
-            Ok(Namespaces {
-                plan: plan.clone(),
-                user: open("user")?,
-                mnt: open("mnt")?,
-                net: (plan.flags & libc::CLONE_NEWNET != 0)
-                    .then(|| open("net"))
-                    .transpose()?,
-            })
-        })()
-    };
+    drop((ready_w, release_r, chan_child));
+    let made = collect(plan, pid, &ready_r, &chan_parent);
     drop(release_w);
     // SAFETY: reaps our own child; it exits once the release pipe is closed.
     unsafe {
@@ -343,12 +415,53 @@ fn make(plan: &Plan) -> std::io::Result<Namespaces> {
     made
 }
 
+/// The parent's side of [`make`]: the helper's status, its namespaces and listener.
+fn collect(
+    plan: &Plan,
+    pid: libc::pid_t,
+    ready: &OwnedFd,
+    chan: &OwnedFd,
+) -> std::io::Result<Namespaces> {
+    let mut status: i32 = -1;
+    let got = loop {
+        // SAFETY: reads at most 4 bytes into a live i32.
+        let n = unsafe { libc::read(ready.as_raw_fd(), (&raw mut status).cast(), 4) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        break n;
+    };
+    if got != 4 {
+        return Err(std::io::Error::other("the namespace helper died"));
+    }
+    if status != 0 {
+        return Err(std::io::Error::from_raw_os_error(status));
+    }
+    let open = |kind: &str| -> std::io::Result<OwnedFd> {
+        let f = std::fs::File::open(format!("/proc/{pid}/ns/{kind}"))?;
+        Ok(OwnedFd::from(f))
+    };
+    let proxy = match &plan.network {
+        Some(rules) => Some(proxy::start(recv_fd(chan)?, rules)?),
+        None => None,
+    };
+    Ok(Namespaces {
+        plan: plan.clone(),
+        user: open("user")?,
+        mnt: open("mnt")?,
+        net: open("net")?,
+        proxy,
+    })
+}
+
 /// What the namespace helper does, prepared before fork.
 struct Setup<'a> {
     flags: libc::c_int,
     uid_map: CString,
     gid_map: CString,
     view: View<'a>,
+    /// With a network: where to send the namespace's listener.
+    listen_to: Option<libc::c_int>,
 }
 
 impl Setup<'_> {
@@ -361,7 +474,67 @@ impl Setup<'_> {
         write_file(c"/proc/self/setgroups", c"deny")?;
         write_file(c"/proc/self/uid_map", &self.uid_map)?;
         write_file(c"/proc/self/gid_map", &self.gid_map)?;
+        if let Some(chan) = self.listen_to {
+            loopback_up()?;
+            let listener = listen_on_loopback()?;
+            let sent = send_fd(chan, listener);
+            // SAFETY: our own fd, sent (the parent holds its copy) or not.
+            unsafe { libc::close(listener) };
+            sent?;
+        }
         self.view.build()
+    }
+}
+
+/// Brings the namespace's `lo` up (the helper is root in its user namespace).
+fn loopback_up() -> std::io::Result<()> {
+    // SAFETY: a socket for the ioctls, an ifreq on the stack, closed before return.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (d, b) in ifr.ifr_name.iter_mut().zip(b"lo") {
+            *d = *b as libc::c_char;
+        }
+        let mut ok = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) == 0;
+        if ok {
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            ok = libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) == 0;
+        }
+        let e = std::io::Error::last_os_error();
+        libc::close(s);
+        if !ok {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// A TCP socket listening on `127.0.0.1` (a port the kernel picks) in this namespace.
+fn listen_on_loopback() -> std::io::Result<libc::c_int> {
+    // SAFETY: socket, bind and listen on a sockaddr on the stack.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut sin: libc::sockaddr_in = std::mem::zeroed();
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        if libc::bind(
+            s,
+            (&raw const sin).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ) != 0
+            || libc::listen(s, 1024) != 0
+        {
+            let e = std::io::Error::last_os_error();
+            libc::close(s);
+            return Err(e);
+        }
+        Ok(s)
     }
 }
 

@@ -17,7 +17,7 @@
 //!   be root with every capability over what it mounts there. `clone3` passes its
 //!   flags in memory seccomp cannot read, so it fails with `ENOSYS` (Docker's answer
 //!   too): libc then falls back to `clone`, whose flags are checked;
-//! - with `block_unix` (`--no-network` without Landlock's path-socket scoping):
+//! - with `block_unix` (no Landlock path-socket scoping, and no `allowAllUnixSockets`):
 //!   `socket(AF_UNIX, …)`. `socketpair` stays allowed: its sockets are already
 //!   connected to each other and cannot reach a listener.
 //!
@@ -188,4 +188,18 @@ fn x32_filter() -> BpfProgram {
         stmt(RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
         stmt(RET_K, libc::SECCOMP_RET_ALLOW),
     ]
+}
+
+/// Refuses `listen` (`allowLocalBinding: false`): no server in the command, not even
+/// on the namespace's own loopback.
+pub(super) fn refuse_listen() -> Result<Program, SandboxError> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(build)?;
+    let filter = SeccompFilter::new(
+        BTreeMap::from([(libc::SYS_listen, Vec::new())]),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(build)?;
+    Ok(Program(BpfProgram::try_from(filter).map_err(build)?))
 }

@@ -82,6 +82,17 @@ impl DroppingLink {
     /// A new link, or `None` (the calling test counted as skipped) when this machine
     /// cannot make one.
     pub fn new() -> Option<DroppingLink> {
+        DroppingLink::make(false)
+    }
+
+    /// A link whose namespace side has an address of a documentation range (TEST-NET-2
+    /// or -3), which flower's network proxy counts as public: "the internet" for the
+    /// proxy's tests.
+    pub fn public() -> Option<DroppingLink> {
+        DroppingLink::make(true)
+    }
+
+    fn make(public: bool) -> Option<DroppingLink> {
         // SAFETY: geteuid only reads.
         if unsafe { libc::geteuid() } != 0 {
             return skip("not root: a network namespace and a veth pair need CAP_NET_ADMIN");
@@ -91,7 +102,9 @@ impl DroppingLink {
             ("nsenter", "--version", "util-linux"),
             ("nft", "--version", "nftables"),
         ] {
-            if !have(program, flag) {
+            // A public link only forwards; it never drops.
+            let needed = !(public && program == "nft");
+            if needed && !have(program, flag) {
                 return skip(&format!("no `{program}` ({package} is not installed)"));
             }
         }
@@ -132,13 +145,13 @@ impl DroppingLink {
             holder: Some(holder),
             forwarders: Vec::new(),
         };
-        if let Err(why) = link.set_up(&base, tid) {
+        if let Err(why) = link.set_up(&base, tid, public) {
             return skip(&why);
         }
         Some(link)
     }
 
-    fn set_up(&mut self, base: &str, tid: i32) -> Result<(), String> {
+    fn set_up(&mut self, base: &str, tid: i32, public: bool) -> Result<(), String> {
         let (host_if, ns_if) = (format!("{base}h"), format!("{base}n"));
         let tid = tid.to_string();
         run(
@@ -152,6 +165,14 @@ impl DroppingLink {
         let subnet = (0..64)
             .map(|_| {
                 let r = uuid::Uuid::new_v4().as_u128() as u32;
+                if public {
+                    let [a, b, c] = if r & 0x100 == 0 {
+                        [198, 51, 100]
+                    } else {
+                        [203, 0, 113]
+                    };
+                    return Ipv4Addr::new(a, b, c, (r as u8) & 0xfc);
+                }
                 Ipv4Addr::new(
                     10,
                     200 + (r % 50) as u8,

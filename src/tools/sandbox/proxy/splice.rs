@@ -1,0 +1,90 @@
+//! Copying a proxied connection with `splice(2)`: socket → pipe → socket, the kernel
+//! moving pages, no copy through flower's memory. A plain copy is the fallback when
+//! no pipe can be made.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+/// Bytes asked of one `splice` call (and the pipe's size, where the kernel allows it).
+const CHUNK: usize = 1024 * 1024;
+
+fn nonblocking_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two fds, which we then own; F_SETPIPE_SZ is best effort.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let pipe = (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]));
+        libc::fcntl(fds[1], libc::F_SETPIPE_SZ, CHUNK as libc::c_int);
+        Ok(pipe)
+    }
+}
+
+/// One non-blocking `splice` of up to `len` bytes; `WouldBlock` when not ready.
+fn splice_once(from: libc::c_int, to: libc::c_int, len: usize) -> std::io::Result<usize> {
+    // SAFETY: splice between fds we hold, no offsets.
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// Moves everything `from` sends to `to` through `pipe`, then shuts `to`'s write side.
+async fn pump(from: &TcpStream, to: &TcpStream, pipe: (OwnedFd, OwnedFd)) -> std::io::Result<()> {
+    let (pipe_r, pipe_w) = pipe;
+    let (src, dst) = (from.as_raw_fd(), to.as_raw_fd());
+    loop {
+        // The pipe is empty here, so `WouldBlock` means the socket has nothing yet.
+        let mut held = from
+            .async_io(Interest::READABLE, || {
+                splice_once(src, pipe_w.as_raw_fd(), CHUNK)
+            })
+            .await?;
+        if held == 0 {
+            break;
+        }
+        while held > 0 {
+            held -= to
+                .async_io(Interest::WRITABLE, || {
+                    splice_once(pipe_r.as_raw_fd(), dst, held)
+                })
+                .await?;
+        }
+    }
+    // SAFETY: shutdown of a socket we hold.
+    unsafe { libc::shutdown(dst, libc::SHUT_WR) };
+    Ok(())
+}
+
+/// Copies both ways until both sides are done; a failure on one side ends both.
+/// `Err` (with the streams back) when no pipes could be made.
+pub(super) async fn both_ways(
+    client: TcpStream,
+    upstream: TcpStream,
+) -> Result<(), (TcpStream, TcpStream)> {
+    let (Ok(up_pipe), Ok(down_pipe)) = (nonblocking_pipe(), nonblocking_pipe()) else {
+        return Err((client, upstream));
+    };
+    let end = |r: std::io::Result<()>| {
+        if r.is_err() {
+            for s in [&client, &upstream] {
+                // SAFETY: shutdown of a socket we hold: wakes the other direction.
+                unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+        }
+    };
+    tokio::join!(
+        async { end(pump(&client, &upstream, up_pipe).await) },
+        async { end(pump(&upstream, &client, down_pipe).await) }
+    );
+    Ok(())
+}

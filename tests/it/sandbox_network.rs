@@ -1,0 +1,290 @@
+//! The network policy (issue 40 item 3), through the binary: a command runs in a
+//! network namespace of its own whose only way out is flower's proxy (HTTP CONNECT,
+//! plain-HTTP forwarding, SOCKS5 with remote names), set in its `HTTP_PROXY` /
+//! `ALL_PROXY` variables; `sandbox.network.*` decide where it may go; the host's
+//! loopback and private ranges are never reached unless the user's file names them.
+//!
+//! "The internet" is a server behind a veth pair whose far side has a TEST-NET address
+//! (root; component `netns`); everything else needs only Landlock and user namespaces.
+
+use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
+use crate::support::netns::DroppingLink;
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// An HTTP server on the host's loopback that answers `hello` and counts connections.
+struct Upstream {
+    port: u16,
+    seen: Arc<AtomicUsize>,
+}
+
+fn upstream() -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut b).is_ok_and(|n| n == 1) {
+                    head.push(b[0]);
+                }
+                let _ = conn.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n",
+                );
+            });
+        }
+    });
+    Upstream { port, seen }
+}
+
+/// Writes `network` as `sandbox.network` of the settings file at `path`.
+fn settings(path: &std::path::Path, network: Value) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        path,
+        serde_json::to_string(&json!({ "sandbox": { "network": network } })).unwrap(),
+    )
+    .unwrap();
+}
+
+fn user_settings(s: &Setup, network: Value) {
+    settings(&s.home.join(".claude/settings.json"), network);
+}
+
+fn results(s: &Setup, commands: &[String]) -> Vec<String> {
+    let (out, results) = run_commands(s, commands, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(results.len(), commands.len());
+    results.iter().map(content).collect()
+}
+
+#[test]
+fn a_denied_or_unlisted_domain_is_refused_naming_the_rule() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    user_settings(
+        &s,
+        json!({
+            "allowedDomains": ["example.com", "*.example.org"],
+            "deniedDomains": ["bad.example.org"],
+        }),
+    );
+    let out = results(
+        &s,
+        &[
+            "curl -sS http://bad.example.org/".into(),
+            "curl -sS -p http://other.example.net/; echo \"exit=$?\"".into(),
+            "curl -sS -x \"$ALL_PROXY\" http://other.example.net/; echo \"exit=$?\"".into(),
+            "env | grep -i _proxy= | sort".into(),
+        ],
+    );
+    // The proxy's answer names the rule, and so does the note flower adds.
+    assert!(
+        out[0].contains("sandbox.network.deniedDomains"),
+        "{}",
+        out[0]
+    );
+    assert!(out[0].contains("\"bad.example.org\""), "{}", out[0]);
+    assert!(out[1].contains("403"), "{}", out[1]);
+    assert!(!out[1].contains("exit=0"), "{}", out[1]);
+    assert!(
+        out[1].contains("flower 的网络代理拒绝了 other.example.net:80"),
+        "{}",
+        out[1]
+    );
+    assert!(
+        out[1].contains("sandbox.network.allowedDomains"),
+        "{}",
+        out[1]
+    );
+    // SOCKS5 says "not allowed by ruleset"; the note says which rule.
+    assert!(!out[2].contains("exit=0"), "{}", out[2]);
+    assert!(
+        out[2].contains("sandbox.network.allowedDomains"),
+        "{}",
+        out[2]
+    );
+    for var in [
+        "HTTP_PROXY=http://127.0.0.1:",
+        "ALL_PROXY=socks5h://127.0.0.1:",
+    ] {
+        assert!(out[3].contains(var), "{}", out[3]);
+    }
+    assert!(
+        out[3].contains("NO_PROXY=localhost,127.0.0.1,::1"),
+        "{}",
+        out[3]
+    );
+}
+
+#[test]
+fn the_host_loopback_is_unreachable_directly_and_through_the_proxy() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let up = upstream();
+    let p = up.port;
+    let proxied = |how: &str, host: &str| {
+        format!("curl -sS --noproxy '' {how} http://{host}:{p}/; echo \"exit=$?\"")
+    };
+    let commands = [
+        format!("exec 3<>/dev/tcp/127.0.0.1/{p} && echo connected"),
+        proxied("-x \"$HTTP_PROXY\"", "127.0.0.1"),
+        proxied("-x \"$HTTP_PROXY\"", "localhost"),
+        proxied("-p -x \"$HTTP_PROXY\"", "localhost"),
+        proxied("-x \"$ALL_PROXY\"", "localhost"),
+        proxied("-x \"$ALL_PROXY\"", "[::ffff:127.0.0.1]"),
+        "curl -sS http://169.254.169.254/latest/meta-data/; echo \"exit=$?\"".into(),
+    ];
+    let out = results(&s, &commands);
+    assert!(!out[0].contains("connected"), "{}", out[0]);
+    for (c, o) in commands.iter().zip(&out).skip(1) {
+        assert!(!o.contains("hello"), "{c}: {o}");
+        assert!(o.contains("本机或内网地址"), "{c}: {o}");
+        assert!(o.contains("~/.claude/settings.json"), "{c}: {o}");
+    }
+    assert_eq!(
+        up.seen.load(Ordering::SeqCst),
+        0,
+        "the host's listener saw a connection"
+    );
+
+    // One line in the user's file lets a name through to the local service …
+    user_settings(
+        &s,
+        json!({ "allowedDomains": ["*", format!("localhost:{p}")] }),
+    );
+    let through = [
+        proxied("-x \"$HTTP_PROXY\"", "localhost"),
+        proxied("-x \"$ALL_PROXY\"", "localhost"),
+        proxied("-x \"$HTTP_PROXY\"", "127.0.0.1"),
+    ];
+    let out = results(&s, &through);
+    assert!(out[0].contains("hello"), "{}", out[0]);
+    assert!(out[1].contains("hello"), "{}", out[1]);
+    assert!(
+        !out[2].contains("hello"),
+        "only the name was allowed: {}",
+        out[2]
+    );
+    // … which a project's file may narrow …
+    settings(
+        &s.ws.join(".claude/settings.local.json"),
+        json!({ "allowedDomains": ["example.com"] }),
+    );
+    let out = results(&s, &through[..1]);
+    assert!(!out[0].contains("hello"), "{}", out[0]);
+    // … but never widen: a project's rule alone does not open the host.
+    std::fs::remove_file(s.home.join(".claude/settings.json")).unwrap();
+    settings(
+        &s.ws.join(".claude/settings.local.json"),
+        json!({ "allowedDomains": ["*", format!("localhost:{p}")], "allowAllUnixSockets": true }),
+    );
+    let out = results(&s, &through[..1]);
+    assert!(!out[0].contains("hello"), "{}", out[0]);
+    assert!(out[0].contains("本机或内网地址"), "{}", out[0]);
+}
+
+#[test]
+fn a_public_address_is_reached_through_the_proxy_only() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let Some(mut link) = DroppingLink::public() else {
+        return;
+    };
+    let s = setup();
+    let up = upstream();
+    let at = link.forward(format!("127.0.0.1:{}", up.port).parse().unwrap());
+    let commands = [
+        format!("curl -sS http://{at}/"),
+        format!("curl -sS -p http://{at}/"),
+        format!("curl -sS -x \"$ALL_PROXY\" http://{at}/"),
+        format!(
+            "exec 3<>/dev/tcp/{}/{} && echo connected",
+            at.ip(),
+            at.port()
+        ),
+    ];
+    let out = results(&s, &commands);
+    for o in &out[..3] {
+        assert!(o.contains("hello"), "{o}");
+    }
+    assert!(!out[3].contains("connected"), "{}", out[3]);
+    // A narrower list refuses it.
+    user_settings(&s, json!({ "allowedDomains": ["example.com"] }));
+    let out = results(&s, &commands[..1]);
+    assert!(
+        out[0].contains("sandbox.network.allowedDomains"),
+        "{}",
+        out[0]
+    );
+}
+
+fn python() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "pass"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        crate::support::skip::skip(crate::support::skip::PYTHON, "it needs python3");
+    }
+    ok
+}
+
+#[test]
+fn a_server_the_command_starts_on_loopback_answers_it() {
+    if !landlock_or_skip() || !python() {
+        return;
+    }
+    let s = setup();
+    let serve = "python3 -m http.server 18080 --bind 127.0.0.1 >/dev/null 2>&1 & \
+                 for i in $(seq 400); do curl -s -o /dev/null http://127.0.0.1:18080/ \
+                 && echo served && break; sleep 0.05; done"
+        .to_string();
+    let listen = "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); \
+                  s.listen(); print(\"listening\")'"
+        .to_string();
+    let out = results(&s, &[serve.clone(), listen.clone()]);
+    assert!(out[0].contains("served"), "{}", out[0]);
+    assert!(out[1].contains("listening"), "{}", out[1]);
+    user_settings(&s, json!({ "allowLocalBinding": false }));
+    let out = results(&s, &[listen]);
+    assert!(!out[0].contains("listening"), "{}", out[0]);
+    assert!(out[0].contains("Operation not permitted"), "{}", out[0]);
+}
+
+#[test]
+fn a_bad_network_setting_exits_2_before_any_request() {
+    let s = setup();
+    for network in [
+        json!({ "allowedDomains": ["exa mple.com"] }),
+        json!({ "deniedDomains": "example.com" }),
+        json!({ "allowedDomains": ["example.com:99999"] }),
+        json!({ "allowUnixSockets": ["relative.sock"] }),
+        json!({ "allowLocalBinding": "yes" }),
+    ] {
+        user_settings(&s, network.clone());
+        let server = crate::support::FakeServer::start(vec![crate::support::Reply::text("never")]);
+        let out = crate::sandbox::once_in(&s, &server, &[]);
+        assert_eq!(out.status.code(), Some(2), "{network}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("sandbox.network."), "{network}: {stderr}");
+        assert_eq!(server.request_count(), 0);
+    }
+}
