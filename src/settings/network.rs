@@ -18,8 +18,29 @@ use super::ConfigError;
 use super::files::{LoadedFile, Scope};
 use super::sources::FileLayer;
 use crate::tools::sandbox::proxy::{HostPattern, NetworkRules};
-use serde_json::Value;
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
+
+/// The part of a settings file this reads; every other key is ignored.
+#[derive(Deserialize)]
+struct Document {
+    sandbox: Option<Sandbox>,
+}
+
+#[derive(Deserialize)]
+struct Sandbox {
+    network: Option<Network>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Network {
+    allowed_domains: Option<Vec<String>>,
+    denied_domains: Option<Vec<String>>,
+    allow_unix_sockets: Option<Vec<String>>,
+    allow_all_unix_sockets: Option<bool>,
+    allow_local_binding: Option<bool>,
+}
 
 /// The merged policy of every settings file.
 pub fn rules(files: &FileLayer, home: Option<&Path>) -> Result<NetworkRules, ConfigError> {
@@ -30,17 +51,19 @@ pub fn rules(files: &FileLayer, home: Option<&Path>) -> Result<NetworkRules, Con
             continue;
         };
         let user = file.scope == Scope::User;
-        if let Some(list) = patterns(file, network, "allowedDomains")? {
+        if let Some(list) = &network.allowed_domains {
+            let list = patterns(file, list, "allowedDomains")?;
             if user {
                 rules.allowed = vec![list];
             } else {
                 rules.allowed.push(list);
             }
         }
-        if let Some(list) = patterns(file, network, "deniedDomains")? {
-            rules.denied.extend(list);
+        if let Some(list) = &network.denied_domains {
+            rules.denied.extend(patterns(file, list, "deniedDomains")?);
         }
-        if let Some(list) = paths(file, network, home)? {
+        if let Some(list) = &network.allow_unix_sockets {
+            let list = paths(file, list, home)?;
             sockets = Some(match sockets {
                 None if user => list,
                 // The user's list (empty by default) is the base.
@@ -48,14 +71,14 @@ pub fn rules(files: &FileLayer, home: Option<&Path>) -> Result<NetworkRules, Con
                 Some(base) => base.into_iter().filter(|p| list.contains(p)).collect(),
             });
         }
-        if let Some(all) = boolean(file, network, "allowAllUnixSockets")? {
+        if let Some(all) = network.allow_all_unix_sockets {
             rules.all_unix_sockets = if user {
                 all
             } else {
                 rules.all_unix_sockets && all
             };
         }
-        if let Some(bind) = boolean(file, network, "allowLocalBinding")? {
+        if let Some(bind) = network.allow_local_binding {
             rules.local_binding &= bind;
         }
     }
@@ -64,97 +87,61 @@ pub fn rules(files: &FileLayer, home: Option<&Path>) -> Result<NetworkRules, Con
 }
 
 /// `sandbox.network` of one file, when it has one.
-fn section(file: &LoadedFile) -> Result<Option<&serde_json::Map<String, Value>>, ConfigError> {
-    let network = match file.document.get("sandbox") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(sandbox)) => sandbox.get("network"),
-        Some(_) => return Err(invalid(&file.path, "sandbox", "要一个对象")),
-    };
-    match network {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(n)) => Ok(Some(n)),
-        Some(_) => Err(invalid(&file.path, "sandbox.network", "要一个对象")),
-    }
-}
-
-fn strings(
-    file: &LoadedFile,
-    network: &serde_json::Map<String, Value>,
-    key: &str,
-) -> Result<Option<Vec<(String, String)>>, ConfigError> {
-    let at = format!("sandbox.network.{key}");
-    match network.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| match item {
-                Value::String(s) => Ok((format!("{at}[{i}]"), s.clone())),
-                _ => Err(invalid(&file.path, &format!("{at}[{i}]"), "要一个字符串")),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(_) => Err(invalid(&file.path, &at, "要一个字符串数组")),
+fn section(file: &LoadedFile) -> Result<Option<Network>, ConfigError> {
+    let document = serde_json::Value::Object(file.document.clone());
+    match serde_json::from_value::<Document>(document) {
+        Ok(d) => Ok(d.sandbox.and_then(|s| s.network)),
+        Err(e) => Err(invalid(
+            &file.path,
+            "sandbox.network",
+            &format!(
+                "要 allowedDomains、deniedDomains、allowUnixSockets(字符串数组)和 allowAllUnixSockets、allowLocalBinding(true 或 false)({e})"
+            ),
+        )),
     }
 }
 
 fn patterns(
     file: &LoadedFile,
-    network: &serde_json::Map<String, Value>,
+    list: &[String],
     key: &str,
-) -> Result<Option<Vec<HostPattern>>, ConfigError> {
-    let Some(list) = strings(file, network, key)? else {
-        return Ok(None);
-    };
-    list.into_iter()
-        .map(|(at, text)| {
-            text.parse::<HostPattern>()
-                .map_err(|e| invalid(&file.path, &at, &e.to_string()))
+) -> Result<Vec<HostPattern>, ConfigError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, text)| {
+            text.parse::<HostPattern>().map_err(|e| {
+                invalid(
+                    &file.path,
+                    &format!("sandbox.network.{key}[{i}]"),
+                    &e.to_string(),
+                )
+            })
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+        .collect()
 }
 
 fn paths(
     file: &LoadedFile,
-    network: &serde_json::Map<String, Value>,
+    list: &[String],
     home: Option<&Path>,
-) -> Result<Option<Vec<PathBuf>>, ConfigError> {
-    let Some(list) = strings(file, network, "allowUnixSockets")? else {
-        return Ok(None);
-    };
-    list.into_iter()
-        .map(|(at, text)| {
+) -> Result<Vec<PathBuf>, ConfigError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let at = format!("sandbox.network.allowUnixSockets[{i}]");
             let path = match (text.strip_prefix("~/"), home) {
                 (Some(rest), Some(home)) => home.join(rest),
                 (Some(_), None) => {
                     return Err(invalid(&file.path, &at, "`~/` 要靠 HOME,可 HOME 没有设置"));
                 }
-                (None, _) => PathBuf::from(&text),
+                (None, _) => PathBuf::from(text),
             };
             if !path.is_absolute() {
                 return Err(invalid(&file.path, &at, "要绝对路径或 `~/…`"));
             }
             Ok(path)
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
-}
-
-fn boolean(
-    file: &LoadedFile,
-    network: &serde_json::Map<String, Value>,
-    key: &str,
-) -> Result<Option<bool>, ConfigError> {
-    match network.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(invalid(
-            &file.path,
-            &format!("sandbox.network.{key}"),
-            "要 true 或 false",
-        )),
-    }
+        .collect()
 }
 
 /// A bad settings file: the setting is `<file>: <key>`, the message names both.

@@ -284,7 +284,7 @@ fn a_bad_network_setting_exits_2_before_any_request() {
         let out = crate::sandbox::once_in(&s, &server, &[]);
         assert_eq!(out.status.code(), Some(2), "{network}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("sandbox.network."), "{network}: {stderr}");
+        assert!(stderr.contains("sandbox.network"), "{network}: {stderr}");
         assert_eq!(server.request_count(), 0);
     }
 }
