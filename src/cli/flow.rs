@@ -76,7 +76,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         opening.accept_settings();
     }
     let renderer = Renderer::new(true, &settings.terminal);
-    renderer.set_window(settings.context_window);
+    renderer.set_window(settings.run_context().window);
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
     // the run directory, its lock included, is created. Decided again under the lock.

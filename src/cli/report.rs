@@ -16,8 +16,8 @@ use super::log::{clock, earlier_line, folded, kind_label, outcome, totals_line};
 use super::open_run;
 use crate::cli::out::errln;
 use clap::Args;
-use flower::continuity::handoff::{self, Threshold};
-use flower::inspect::{AttemptKind, DEFAULT_WINDOW_TOKENS, MarkKind, Run, Session, Totals};
+use flower::continuity::handoff::{self, RunContext};
+use flower::inspect::{AttemptKind, MarkKind, Run, Session, Totals};
 use flower::run_dir::RunDir;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -66,7 +66,7 @@ impl ReportOptions {
                 window,
                 handoff_threshold: a
                     .handoff_threshold
-                    .unwrap_or_else(|| default_threshold(window)),
+                    .unwrap_or_else(|| handoff::default_threshold(window)),
             })
         }) {
             return recorded;
@@ -76,23 +76,15 @@ impl ReportOptions {
             .rev()
             .find_map(|s| s.model.clone())
             .unwrap_or_default();
-        let window = if model.is_empty() {
-            DEFAULT_WINDOW_TOKENS
-        } else {
-            handoff::context_window(&model)
-        };
+        // The same defaults a runtime of today would have recorded.
+        let context = RunContext::default_for(&model);
         ReportOptions {
-            window,
-            handoff_threshold: default_threshold(window),
+            window: context.window,
+            handoff_threshold: context
+                .handoff_threshold
+                .unwrap_or_else(|| handoff::default_threshold(context.window)),
         }
     }
-}
-
-/// The default threshold's share of `window`.
-fn default_threshold(window: u64) -> u64 {
-    Threshold::default()
-        .resolve(window)
-        .unwrap_or((window as f64 * handoff::DEFAULT_PERCENT / 100.0) as u64)
 }
 
 pub fn run(args: ReportArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {

@@ -145,7 +145,7 @@ impl Threshold {
     pub fn resolve(self, window: u64) -> Result<u64, HandoffError> {
         let tokens = match self {
             Threshold::Tokens(n) => n,
-            Threshold::Percent(p) => ((window as f64) * p / 100.0).floor().max(1.0) as u64,
+            Threshold::Percent(p) => share(window, p),
         };
         if tokens > window {
             return Err(HandoffError::ThresholdAboveWindow {
@@ -201,6 +201,60 @@ impl HandoffOptions {
     pub fn limit_for(&self, model: &str) -> Result<u64, HandoffError> {
         self.at.resolve(self.window_for(model))
     }
+
+    /// The run's window and threshold for its default model, checked: what the
+    /// settings resolve once ([`crate::settings::Settings::run_context`]), the runtime
+    /// hands off at and every manifest row records.
+    pub fn context_for(&self, model: &str) -> Result<RunContext, HandoffError> {
+        Ok(RunContext {
+            window: self.window_for(model),
+            handoff_threshold: match self.enabled {
+                true => Some(self.limit_for(model)?),
+                false => None,
+            },
+        })
+    }
+
+    /// The threshold of an agent whose own model may differ from the run's: its
+    /// threshold when it fits in that model's window, else the default share of that
+    /// window (an absolute `--handoff-at` checked against the default model's larger
+    /// window cannot refuse a sub-step's model once the run is under way).
+    pub fn limit_for_agent(&self, model: &str) -> u64 {
+        self.limit_for(model)
+            .unwrap_or_else(|_| default_threshold(self.window_for(model)))
+    }
+}
+
+/// The run's context window and handoff threshold (see
+/// [`super::manifest::RunContext`], which records it in every row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunContext {
+    /// Tokens.
+    pub window: u64,
+    /// Tokens; `None` when the run does not hand off.
+    pub handoff_threshold: Option<u64>,
+}
+
+impl RunContext {
+    /// What a run recorded nothing about had (a row of an older flower): `model`'s
+    /// window from the table and the default threshold.
+    pub fn default_for(model: &str) -> RunContext {
+        let window = context_window(model);
+        RunContext {
+            window,
+            handoff_threshold: Some(default_threshold(window)),
+        }
+    }
+}
+
+/// The default threshold ([`DEFAULT_PERCENT`] of `window`).
+pub fn default_threshold(window: u64) -> u64 {
+    share(window, DEFAULT_PERCENT)
+}
+
+/// `percent` of `window`, tokens (at least one).
+fn share(window: u64, percent: f64) -> u64 {
+    ((window as f64) * percent / 100.0).floor().max(1.0) as u64
 }
 
 /// A step name as a file-name part: path separators and control characters become `-`.

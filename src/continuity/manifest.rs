@@ -530,14 +530,9 @@ pub struct Manifest {
 /// The run's context window and handoff threshold, recorded in every row a runtime
 /// writes (`context_window`, `handoff_threshold`, after `run`), so that a reader (`flower
 /// report`) draws the lines the run used, whatever settings it runs with itself. A
-/// row of an older flower has neither field: readers take the defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunContext {
-    /// Tokens.
-    pub window: u64,
-    /// Tokens; `None` when the run does not hand off.
-    pub handoff_threshold: Option<u64>,
-}
+/// row of an older flower has neither field: readers take the defaults
+/// ([`RunContext::default_for`]). Worked out in one place, [`super::handoff`].
+pub use super::handoff::RunContext;
 
 impl Manifest {
     /// Opens (creating it) the file whose lock serialises this directory's writers.

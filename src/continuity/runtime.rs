@@ -14,7 +14,7 @@
 use super::handoff::{self, HandoffOptions};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
-use super::manifest::{Manifest, RunContext, StepError, StepResult, new_run_id};
+use super::manifest::{Manifest, StepError, StepResult, new_run_id};
 use super::resilience::{self, RESUME_PROMPT, Resilience};
 use super::retry::{Retrier, SubagentRecovery, Verdict};
 use super::shared::SharedRun;
@@ -285,13 +285,7 @@ impl Runtime {
     ) -> Result<Self, RuntimeError> {
         let workspace = canonical_workspace(workspace.as_ref())?;
         let client = options.client;
-        let context = RunContext {
-            window: options.handoff.window_for(client.default_model()),
-            handoff_threshold: match options.handoff.enabled {
-                true => Some(options.handoff.limit_for(client.default_model())?),
-                false => None,
-            },
-        };
+        let context = options.handoff.context_for(client.default_model())?;
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
         // Before the store is opened or anything read: a second runtime touches nothing.
         let run_lock = options.run_lock.resolve(&run_dir).map_err(|e| match e {

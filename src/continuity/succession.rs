@@ -31,12 +31,7 @@ impl Runtime {
             .model
             .as_deref()
             .unwrap_or_else(|| self.engine.config().model.default_model());
-        let window = self.handoff.window_for(model);
-        // Checked for the default model at construction; a spec's own model with a
-        // smaller window falls back to the default share of it.
-        self.handoff
-            .limit_for(model)
-            .unwrap_or_else(|_| (window as f64 * handoff::DEFAULT_PERCENT / 100.0) as u64)
+        self.handoff.limit_for_agent(model)
     }
 
     /// A wake into a session already over the threshold hands off before any run: the

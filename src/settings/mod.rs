@@ -52,7 +52,7 @@ mod strict;
 pub use model::{DEFAULT_THINKING_BUDGET, ModelSettings};
 pub use sources::{Environment, FileLayer, Flags, SandboxFlags};
 
-use crate::continuity::handoff::{self, HandoffOptions, Threshold};
+use crate::continuity::handoff::{self, HandoffOptions, RunContext, Threshold};
 use crate::continuity::resilience::Resilience;
 use crate::continuity::runtime::RuntimeOptions;
 use crate::continuity::shared::RunName;
@@ -155,10 +155,10 @@ pub struct Settings {
     /// 换代 (`--handoff-at`, `FLOWER_HANDOFF_AT`, `FLOWER_CONTEXT_WINDOW`), checked
     /// against the model's window.
     pub handoff: HandoffOptions,
-    /// The model's context window, tokens ([`HandoffOptions::window_for`] the model).
-    pub context_window: u64,
-    /// The handoff threshold for the model, tokens (validated: within the window).
-    pub handoff_threshold: u64,
+    /// The model's window and handoff threshold, worked out once
+    /// ([`HandoffOptions::context_for`] the model): read through
+    /// [`Settings::run_context`]; the runtime hands off at it.
+    run_context: RunContext,
     /// `--wait`: wait for another flower holding the run instead of refusing.
     pub wait: bool,
     /// `-f/--prompt-file`: where the prompt is read from, instead of the command line
@@ -196,6 +196,12 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The model's context window and handoff threshold (`None`: no 换代), tokens:
+    /// what the runtime hands off at, the manifest records and the report draws.
+    pub fn run_context(&self) -> RunContext {
+        self.run_context
+    }
+
     /// The settings of a library user: no flags, the process environment, no files.
     pub fn from_env() -> Result<Settings, ConfigError> {
         Settings::resolve(
@@ -236,10 +242,9 @@ impl Settings {
         } else {
             "FLOWER_HANDOFF_AT"
         };
-        let handoff_threshold = handoff
-            .limit_for(&model.id)
+        let run_context = handoff
+            .context_for(&model.id)
             .map_err(|e| ConfigError::invalid_because(source, format!("{source}:{e}"), e))?;
-        let context_window = handoff.window_for(&model.id);
         let mut warnings: Vec<String> = model.price_warning().into_iter().collect();
         warnings.extend(files.hooks.ignored.iter().cloned());
         warnings.extend(files.ignored.iter().cloned());
@@ -304,8 +309,7 @@ impl Settings {
             store,
             run_key,
             handoff,
-            context_window,
-            handoff_threshold,
+            run_context,
             wait: flags.wait,
             prompt_file: flags.prompt_file.as_deref().map(prompt_file).transpose()?,
             again: flags.again,

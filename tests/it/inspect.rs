@@ -482,15 +482,6 @@ fn a_real_run_reads_back_step_by_step() {
 /// default; whatever the environment of `flower report` itself says.
 #[test]
 fn the_report_draws_the_threshold_the_run_used() {
-    let line = |html: &str, class: &str| -> u64 {
-        let at = html
-            .find(&format!("<line class=\"{class}\" data-tokens=\""))
-            .unwrap_or_else(|| panic!("no {class} line"));
-        let rest = &html[at..];
-        let start = rest.find("data-tokens=\"").unwrap() + "data-tokens=\"".len();
-        let end = start + rest[start..].find('"').unwrap();
-        rest[start..end].parse().unwrap()
-    };
     let cases: [(&[&str], Option<&str>, u64); 2] = [
         (&["写个 hello 脚本", "--handoff-at", "50K"], None, 50_000),
         (&["写个 hello 脚本"], Some("30%"), 60_000),
@@ -520,6 +511,63 @@ fn the_report_draws_the_threshold_the_run_used() {
         assert_eq!(line(&html, "window"), 200_000);
         assert_eq!(line(&html, "threshold"), threshold, "{args:?} {variable:?}");
     }
+}
+
+/// The tokens of the report's `class` line (`window`, `threshold`).
+fn line(html: &str, class: &str) -> u64 {
+    let at = html
+        .find(&format!("<line class=\"{class}\" data-tokens=\""))
+        .unwrap_or_else(|| panic!("no {class} line"));
+    let rest = &html[at..];
+    let start = rest.find("data-tokens=\"").unwrap() + "data-tokens=\"".len();
+    let end = start + rest[start..].find('"').unwrap();
+    rest[start..end].parse().unwrap()
+}
+
+/// One source: the threshold the settings resolve is the one the runtime hands off at
+/// (recorded in every row), and a run that recorded none (an older flower's rows) is
+/// drawn by the report at that same default, not at a figure of its own.
+#[test]
+fn the_report_and_the_runtime_take_the_threshold_from_one_source() {
+    let resolved = flower::settings::Settings::resolve(
+        &flower::settings::Flags::default(),
+        &flower::settings::Environment::default(),
+        &flower::settings::FileLayer::default(),
+    )
+    .unwrap()
+    .run_context();
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| simple_reply(req));
+    let out = project
+        .command(&server, &["写个 hello 脚本"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut rows = project.manifest();
+    assert!(!rows.is_empty());
+    for row in &mut rows {
+        assert_eq!(row["context_window"], resolved.window, "{row}");
+        assert_eq!(
+            row["handoff_threshold"],
+            json!(resolved.handoff_threshold),
+            "{row}"
+        );
+        let row = row.as_object_mut().unwrap();
+        row.remove("context_window");
+        row.remove("handoff_threshold");
+    }
+    let manifest = project.dir.join("runs/manifest.json");
+    std::fs::write(&manifest, serde_json::to_string(&rows).unwrap()).unwrap();
+    let out = Flower::bin()
+        .command()
+        .current_dir(&project.dir)
+        .arg("report")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(project.dir.join("runs/report.html")).unwrap();
+    assert_eq!(line(&html, "window"), resolved.window);
+    assert_eq!(Some(line(&html, "threshold")), resolved.handoff_threshold);
 }
 
 // ---------------------------------------------------------------------------------

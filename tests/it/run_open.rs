@@ -49,8 +49,7 @@ async fn a_run_opens_once_and_a_second_open_names_the_holder() {
     assert_eq!(ctx.woke, 1);
     let row = &flower::continuity::manifest::read_rows(run.dir()).unwrap()[0];
     let context = row.context.expect("the run's context is recorded");
-    assert_eq!(context.window, settings.context_window);
-    assert_eq!(context.handoff_threshold, Some(settings.handoff_threshold));
+    assert_eq!(context, settings.run_context());
     run.close();
     // Closed: the next process (here, the next open) continues it under the lock.
     let again = Run::open(&settings).unwrap();

@@ -214,24 +214,32 @@ fn flags_win_over_variables_which_win_over_files() {
     };
     let none = Flags::default();
     let from_files = at(&none, &[]);
-    assert_eq!(from_files.handoff_threshold, 100_000, "50% of 200K");
+    assert_eq!(
+        from_files.run_context().handoff_threshold,
+        Some(100_000),
+        "50% of 200K"
+    );
     assert_eq!(from_files.resilience.max_attempts, 3);
     let from_env = at(&none, &[("FLOWER_HANDOFF_AT", "70%")]);
-    assert_eq!(from_env.handoff_threshold, 140_000);
+    assert_eq!(from_env.run_context().handoff_threshold, Some(140_000));
     assert_eq!(from_env.resilience.max_attempts, 3);
     let flagged = Flags {
         handoff_at: Some("120K".into()),
         ..Flags::default()
     };
     let from_flag = at(&flagged, &[("FLOWER_HANDOFF_AT", "70%")]);
-    assert_eq!(from_flag.handoff_threshold, 120_000);
-    assert_eq!(from_flag.context_window, 200_000);
+    assert_eq!(from_flag.run_context().handoff_threshold, Some(120_000));
+    assert_eq!(from_flag.run_context().window, 200_000);
     // A flag replaces its variable: the variable is not even parsed.
     let over_bad = at(&flagged, &[("FLOWER_HANDOFF_AT", "lots")]);
-    assert_eq!(over_bad.handoff_threshold, 120_000);
+    assert_eq!(over_bad.run_context().handoff_threshold, Some(120_000));
     // The defaults.
     let plain = resolve(&[]).unwrap();
-    assert_eq!(plain.handoff_threshold, 120_000, "60% of 200K");
+    assert_eq!(
+        plain.run_context().handoff_threshold,
+        Some(120_000),
+        "60% of 200K"
+    );
     assert_eq!(plain.run_dir, std::path::Path::new("runs"));
     assert!(plain.sandbox.enabled && plain.sandbox.network);
     assert!(plain.store.is_none() && plain.run_key.is_none());
