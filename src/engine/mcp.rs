@@ -74,7 +74,7 @@ impl Engine {
     /// The MCP tools a resumed session was started with.
     pub(super) fn pinned_mcp_tools(history: &[crate::transcript::Loaded]) -> Arc<[McpTool]> {
         let tools = crate::transcript::pinned_mcp_tools(history)
-            .and_then(|v| serde_json::from_value::<Vec<McpTool>>(v).ok())
+            .and_then(|raw| raw.parse::<Vec<McpTool>>().ok())
             .unwrap_or_default();
         Arc::from(tools)
     }

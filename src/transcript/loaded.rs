@@ -31,6 +31,15 @@ impl Json {
         }
     }
 
+    /// The entry, typed (`None` if it is not an object).
+    pub fn entry(&self) -> Option<super::Entry> {
+        use serde::Deserialize;
+        match self {
+            Json::Text(text) => super::Entry::parse(text).ok(),
+            Json::Value(value) => super::Entry::deserialize(value).ok(),
+        }
+    }
+
     /// The entry as a `Value` to change in place (parsed once, then kept so).
     pub fn value_mut(&mut self) -> &mut Value {
         if let Json::Text(text) = self {

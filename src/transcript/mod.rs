@@ -270,47 +270,33 @@ pub fn resume_leaf_loaded(entries: &[Loaded]) -> Option<String> {
     })
 }
 
-/// The field `field` of the first main-chain `system` entry of a loaded transcript
-/// with this subtype that has a value there that `keep` takes.
-fn pinned_field(
+/// What `pick` takes from the first main-chain `system` entry of a loaded transcript
+/// with this subtype where it finds something.
+fn first_system<T>(
     entries: &[Loaded],
     subtype: &str,
-    field: &str,
-    keep: impl Fn(&Value) -> bool,
-) -> Option<Value> {
+    pick: impl Fn(Entry) -> Option<T>,
+) -> Option<T> {
     entries
         .iter()
         .filter(|e| e.kind == Kind::System)
-        .find_map(|e| {
-            let e = e.value();
-            (e.get("type").and_then(Value::as_str) == Some("system")
-                && e.get("subtype").and_then(Value::as_str) == Some(subtype)
-                && e.get("isSidechain") != Some(&Value::Bool(true)))
-            .then(|| e.get(field).filter(|v| keep(v)).cloned())
-            .flatten()
-        })
+        .filter_map(|e| e.json.entry())
+        .filter(|e| e.subtype.as_deref() == Some(subtype) && !e.is_sidechain())
+        .find_map(pick)
 }
 
 /// The memory text a session was started with: that of its first memory entry
 /// ([`Chain::memory`]); `None` when it has none (a session begun before memory existed,
 /// or imported from Claude Code: it goes on without, as it began).
 pub fn pinned_memory(entries: &[Loaded]) -> Option<String> {
-    match pinned_field(
-        entries,
-        markers::MEMORY_SUBTYPE,
-        "content",
-        Value::is_string,
-    )? {
-        Value::String(text) => Some(text),
-        _ => None,
-    }
+    first_system(entries, markers::MEMORY_SUBTYPE, |e| e.content)
 }
 
 /// The MCP tools a session was started with: those of its first MCP entry
-/// ([`Chain::mcp_tools`]); `None` when it has none (a session begun without MCP
-/// servers goes on without, as it began).
-pub fn pinned_mcp_tools(entries: &[Loaded]) -> Option<Value> {
-    pinned_field(entries, markers::MCP_TOOLS_SUBTYPE, "mcpTools", |_| true)
+/// ([`Chain::mcp_tools`]), as written; `None` when it has none (a session begun
+/// without MCP servers goes on without, as it began).
+pub fn pinned_mcp_tools(entries: &[Loaded]) -> Option<Raw> {
+    first_system(entries, markers::MCP_TOOLS_SUBTYPE, |e| e.mcp_tools)
 }
 
 /// Builds API messages from transcript entries, incrementally: consecutive entries of
