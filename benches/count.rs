@@ -104,6 +104,7 @@ fn main() {
     let server = FakeServer::start(Vec::new());
     let client = AnthropicClient::new(&server.url(), FAKE_API_KEY, "claude-sonnet-5-5").unwrap();
     let request = MessagesRequest {
+        system_shared: String::new(),
         model: "claude-sonnet-5-5".into(),
         max_tokens: 16_384,
         system: "You are a careful engineer.".into(),

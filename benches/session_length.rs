@@ -130,6 +130,7 @@ fn body_build(n: usize) {
     let entries = session("bench", n);
     let messages = Messages::from_owned(entries);
     let request = MessagesRequest {
+        system_shared: String::new(),
         model: "claude-sonnet-4-5".into(),
         max_tokens: 32_000,
         system: "system prompt ".repeat(200),

@@ -60,6 +60,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         max_turns: args.max_turns,
         model: None,
         effort: None,
+        offer: Vec::new(),
     };
     // A malformed rule is a usage error, before any request.
     if let Err(e) = spec.permissions_in(env.home()) {

@@ -148,17 +148,32 @@ impl Engine {
         conv: &Conversation<'_>,
     ) -> Vec<ToolDef> {
         let depth = conv.depth;
+        let offer = &conv.spec.offer;
+        // With a fixed offer, the tools in it that no deny rule withholds, at any depth
+        // (the permission layer refuses the rest); else those the rules allow.
+        let offered = |name: &str| {
+            if offer.is_empty() {
+                permissions.offers(name)
+            } else {
+                offer.iter().any(|o| o == name) && !permissions.withholds(name)
+            }
+        };
         let mut defs: Vec<ToolDef> = self
             .tools
             .iter()
-            .filter(|tool| permissions.offers(tool.name()))
+            .filter(|tool| offered(tool.name()))
             .map(|tool| tool.definition())
             .collect();
-        if depth == 0 && permissions.offers(subagent::TASK) {
+        if (depth == 0 || !offer.is_empty()) && offered(subagent::TASK) {
             defs.push(subagent::task_definition(&self.config.subagents));
         }
         // Only when someone can answer: a tool that can never work is noise.
-        if self.config.asker.is_some() && permissions.names(subagent::ASK_USER) {
+        let ask_user = if offer.is_empty() {
+            permissions.names(subagent::ASK_USER)
+        } else {
+            offered(subagent::ASK_USER)
+        };
+        if self.config.asker.is_some() && ask_user {
             defs.push(subagent::ask_user_definition());
         }
         defs.extend(

@@ -385,16 +385,26 @@ fn assemble(found: Vec<Found>, warnings: &mut Vec<String>) -> (Vec<MemoryFile>, 
 }
 
 /// What opens the memory block in a system prompt.
-const HEADER: &str = "# Project memory\n\nThe instructions below come from the memory files of this project and of its user (CLAUDE.md, AGENTS.md and the files they import). Follow them, except where your role above says otherwise.";
+const HEADER: &str = "# Project memory\n\nThe instructions below come from the memory files of this project and of its user (CLAUDE.md, AGENTS.md and the files they import). Follow them, except where your role's own instructions, after them, say otherwise.";
 
-/// The system prompt of an agent: its own instructions, then the memory block. The
+/// An agent's system prompt in the order it is sent: the part every agent of the run
+/// shares, then the agent's own.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SystemPrompt {
+    /// The same for every agent of a run (the memory block), so the prompt cache's
+    /// prefix (tools, then this) is written once and read by every role.
+    pub shared: String,
+    /// The agent's own instructions.
+    pub own: String,
+}
+
+/// The system prompt of an agent: the memory block first (shared by every agent of the
+/// run), then its own instructions. The one place a system prompt is put together:
+/// what every agent shares goes into `shared`, what is the agent's into `own`. The
 /// same inputs always give the same bytes.
-pub fn system_prompt(instructions: &str, memory: &str) -> String {
-    if memory.is_empty() {
-        return instructions.to_string();
+pub fn system_prompt(instructions: &str, memory: &str) -> SystemPrompt {
+    SystemPrompt {
+        shared: memory.to_string(),
+        own: instructions.to_string(),
     }
-    if instructions.is_empty() {
-        return memory.to_string();
-    }
-    format!("{instructions}\n\n{memory}")
 }

@@ -728,10 +728,12 @@ impl Engine {
         // Built once: each turn lends it the history (moved in and back out, see
         // `take_turn`), so no turn copies the tools, the system prompt or the whole
         // conversation.
+        let system = memory::system_prompt(&conv.spec.instructions, &conv.memory);
         let mut request = MessagesRequest {
             model: model.clone(),
             max_tokens: self.config.max_tokens,
-            system: memory::system_prompt(&conv.spec.instructions, &conv.memory),
+            system_shared: system.shared,
+            system: system.own,
             messages: crate::model::History::new(),
             tools: self.offered_tools(&permissions, conv),
             thinking: self.config.thinking_budget.map(|budget| {

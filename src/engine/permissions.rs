@@ -235,6 +235,13 @@ impl Permissions {
                 .any(|r| covers(&r.tool, tool) && matches!(r.content, Content::Whole))
     }
 
+    /// Whether a whole-tool deny rule names this tool: no call of it can ever run.
+    pub fn withholds(&self, tool: &str) -> bool {
+        self.deny
+            .iter()
+            .any(|r| covers(&r.tool, tool) && matches!(r.content, Content::Whole))
+    }
+
     /// Whether some tool of the MCP server whose rule is `server_rule` (`mcp__name`)
     /// may be offered: the allow list is empty or names the server or one of its
     /// tools, and no deny rule forbids the whole server.

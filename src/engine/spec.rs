@@ -28,6 +28,13 @@ pub struct AgentSpec {
     /// `output_config.effort` for this agent; `None`: the run's (`--effort`).
     #[serde(skip)]
     pub effort: Option<crate::model::Effort>,
+    /// The built-in tools offered to the model, whatever the rules allow; empty: those
+    /// the rules allow. A pipeline offers all its agents the same list so that the
+    /// prompt cache's prefix (tools, then the shared system block) is one for all of
+    /// them; the permission layer still refuses what an agent's rules do not allow,
+    /// and its instructions say which tools it may use.
+    #[serde(skip)]
+    pub offer: Vec<String>,
 }
 
 impl AgentSpec {
@@ -64,6 +71,16 @@ impl AgentSpec {
 
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
+        self
+    }
+
+    /// Offers these built-in tools whatever the rules allow (see [`AgentSpec::offer`]).
+    pub fn offer<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.offer = tools.into_iter().map(Into::into).collect();
         self
     }
 

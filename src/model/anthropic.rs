@@ -528,7 +528,8 @@ impl ModelClient for AnthropicClient {
 /// modified.
 ///
 /// Breakpoints (`cache_control: {"type": "ephemeral"}`), at most
-/// [`MAX_CACHE_BREAKPOINTS`] in all: the last tool, the system prompt, the last
+/// [`MAX_CACHE_BREAKPOINTS`] in all: the last tool, the system prompt (its shared
+/// block when it has one, see [`MessagesRequest::system_shared`]), the last
 /// cacheable block of the newest message (a string content becomes one text block for
 /// that; thinking blocks and empty text cannot carry one), and, when the newest turn has
 /// [`CACHE_LOOKBACK_BLOCKS`] blocks or more, the end of the previous turn. Breakpoints already present

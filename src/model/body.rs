@@ -208,10 +208,22 @@ fn body_of(request: &MessagesRequest, model: &str, counting: bool) -> Vec<u8> {
     if !counting {
         put(&mut out, "max_tokens", &request.max_tokens);
     }
-    let has_system = !request.system.is_empty();
+    // One breakpoint for the system prompt: after the shared part when there is one
+    // (every agent's first request reads it; the agent's own text is short and is
+    // reached by the messages' breakpoint), else after the agent's text.
+    let has_system = !request.system.is_empty() || !request.system_shared.is_empty();
     if has_system {
-        let system =
-            [json!({"type": "text", "text": request.system, "cache_control": ephemeral()})];
+        let mut system = Vec::with_capacity(2);
+        if !request.system_shared.is_empty() {
+            system.push(json!({"type": "text", "text": request.system_shared, "cache_control": ephemeral()}));
+        }
+        if !request.system.is_empty() {
+            let mut own = json!({"type": "text", "text": request.system});
+            if request.system_shared.is_empty() {
+                own["cache_control"] = ephemeral();
+            }
+            system.push(own);
+        }
         put(&mut out, "system", &system);
     }
     let has_tools = !request.tools.is_empty() || !request.server_tools.is_empty();

@@ -26,7 +26,11 @@ pub struct ToolDef {
 pub struct MessagesRequest {
     pub model: String,
     pub max_tokens: u32,
-    /// The system prompt (may be empty).
+    /// The part of the system prompt every agent of a run shares (the project memory),
+    /// sent first as its own block with a cache breakpoint, so that each agent's first
+    /// request reads it from the cache instead of writing it again (may be empty).
+    pub system_shared: String,
+    /// The agent's own system prompt, after the shared part (may be empty).
     pub system: String,
     pub messages: History,
     pub tools: Vec<ToolDef>,

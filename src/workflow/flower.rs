@@ -73,77 +73,92 @@ const CLARIFIER: &str = "你是需求确认者。你的唯一产出是 notes/需
 - 先读工作区(Read/Glob/Grep),弄清已经有什么。\n\
 - 有拿不准、会影响做法的地方,用 AskUser 一次问一件事,并给出你的建议答案让人可以直接确认。问题要少而准。\n\
 - 如果 AskUser 说没有人能回答,就不要再问:按最合理的理解定下来,把假设写进 `## 约束`。\n\
-- 确认书写完整后,用一两句话说明你定下了什么,然后结束。不要动工作区里别的文件。";
+- 确认书写完整后,用一两句话说明你定下了什么,然后结束。不要动工作区里别的文件。\n\
+你能用的工具:Read、Glob、Grep、AskUser,以及只用于 notes/ 下文件的 Write、Edit。其余工具对你不开放,调用会被拒绝。";
 
 const GOAL_SETTER: &str = "你是目标设定者。读需求确认书,推导一份陌生人也能逐条验证的判定清单,写进 notes/目标.md。\n\
 - 每条一行,格式 `- [ ] …`,一条只查一件事,写清楚怎么验(跑什么命令、看哪个文件、期望什么结果)。\n\
 - 覆盖确认书的 `## 验收` 和 `## 唤醒时追加` 里的每一件事;不要加确认书里没有的要求。\n\
-- 整个文件重写,不要保留旧清单里已经不适用的条目。写完就结束。";
+- 整个文件重写,不要保留旧清单里已经不适用的条目。写完就结束。\n\
+你能用的工具:Read、Glob、Grep,以及只用于 notes/ 下文件的 Write、Edit。其余工具对你不开放,调用会被拒绝。";
 
 const COORDINATOR: &str = "你是协调者,负责把需求确认书里的事做完,达到判定清单的每一条。\n\
 - 你自己不写代码:用 Task 把具体的活派给子代理,一次一件,prompt 里写清楚它需要知道的一切(它看不到这段对话)。\n\
 - 子代理交回后,自己用 Read/Glob/Grep 和只读的 git 命令检查结果,不对就再派。\n\
 - 决定、进度和没解决的问题写进工作区的文件,不要只留在对话里。\n\
-- 判定清单的每一条都做到了,就简短总结做了什么,然后结束。";
+- 判定清单的每一条都做到了,就简短总结做了什么,然后结束。\n\
+你能用的工具:Read、Glob、Grep、Task、WebSearch、WebFetch,只用于 notes/ 下文件的 Write、Edit,以及 Bash 里只读的 git status、git diff、git log、git show。其余工具和命令对你不开放,调用会被拒绝。";
 
 const WORKER: &str = "你是协调者派来的子代理。在工作区里把交给你的这件事做完,用你有的工具,做完自己检查一遍(能跑测试就跑)。\n\
-最后简短报告:做了什么、改了哪些文件、验证结果、还有什么没做。协调者只能看到这份报告。";
+最后简短报告:做了什么、改了哪些文件、验证结果、还有什么没做。协调者只能看到这份报告。\n\
+你能用的工具:Read、Write、Edit、Glob、Grep、Bash、WebSearch、WebFetch。Task 和 AskUser 对你不开放,调用会被拒绝。";
 
 const JUDGE: &str = "你是判定者。你只根据工作区的实际状态判定,不听任何人的解释。\n\
 - 逐条读 notes/目标.md 的判定清单,每一条都亲自去验:读文件、跑命令(可以跑测试),给出判定和证据(命令及输出、文件及行)。\n\
 - 不要修改任何文件。\n\
-- 最后一行只写结论:全部达成写 `判定:通过`,否则写 `判定:未通过`,并在前面列出没达成的条目和原因。";
+- 最后一行只写结论:全部达成写 `判定:通过`,否则写 `判定:未通过`,并在前面列出没达成的条目和原因。\n\
+你能用的工具:Read、Glob、Grep,以及用来跑命令和测试的 Bash。Write、Edit、Task、AskUser 对你不开放,调用会被拒绝。";
+
+/// The built-in tools every agent of the pipeline is offered, whatever its rules: one
+/// tool list, so the prompt cache's prefix (tools, then the memory) is written once per
+/// run, not once per role. Each agent's rules refuse what it may not use, and its
+/// instructions name what it may. The web tools run at the API, where no rule can refuse
+/// a call, so they are offered only to the agents allowed them.
+pub const PIPELINE_TOOLS: [&str; 8] = [READ, WRITE, EDIT, GLOB, GREP, BASH, TASK, ASK_USER];
 
 /// The clarifier: reads the workspace, asks through AskUser, writes only the notes.
 pub fn clarifier() -> AgentSpec {
-    AgentSpec::new("clarifier", CLARIFIER).allowed_tools([
-        READ,
-        GLOB,
-        GREP,
-        ASK_USER,
-        "Write(notes/**)",
-        "Edit(notes/**)",
-    ])
+    AgentSpec::new("clarifier", CLARIFIER)
+        .offer(PIPELINE_TOOLS)
+        .allowed_tools([
+            READ,
+            GLOB,
+            GREP,
+            ASK_USER,
+            "Write(notes/**)",
+            "Edit(notes/**)",
+        ])
 }
 
 pub fn goal_setter() -> AgentSpec {
-    AgentSpec::new("goal-setter", GOAL_SETTER).allowed_tools([
-        READ,
-        GLOB,
-        GREP,
-        "Write(notes/**)",
-        "Edit(notes/**)",
-    ])
+    AgentSpec::new("goal-setter", GOAL_SETTER)
+        .offer(PIPELINE_TOOLS)
+        .allowed_tools([READ, GLOB, GREP, "Write(notes/**)", "Edit(notes/**)"])
 }
 
 /// The coordinator: delegates through Task; its own Bash is read-only git. It and the
 /// workers may search and fetch the web (run by the API); the judge may not.
 pub fn coordinator() -> AgentSpec {
-    AgentSpec::new("coordinator", COORDINATOR).allowed_tools([
-        READ,
-        GLOB,
-        GREP,
-        TASK,
-        WEB_SEARCH,
-        WEB_FETCH,
-        "Write(notes/**)",
-        "Edit(notes/**)",
-        "Bash(git status:*)",
-        "Bash(git diff:*)",
-        "Bash(git log:*)",
-        "Bash(git show:*)",
-    ])
+    AgentSpec::new("coordinator", COORDINATOR)
+        .offer(PIPELINE_TOOLS)
+        .allowed_tools([
+            READ,
+            GLOB,
+            GREP,
+            TASK,
+            WEB_SEARCH,
+            WEB_FETCH,
+            "Write(notes/**)",
+            "Edit(notes/**)",
+            "Bash(git status:*)",
+            "Bash(git diff:*)",
+            "Bash(git log:*)",
+            "Bash(git show:*)",
+        ])
 }
 
 /// The sub-agent the coordinator's Task starts: every file and shell tool.
 pub fn worker() -> AgentSpec {
     AgentSpec::new("general-purpose", WORKER)
+        .offer(PIPELINE_TOOLS)
         .allowed_tools([READ, WRITE, EDIT, GLOB, GREP, BASH, WEB_SEARCH, WEB_FETCH])
 }
 
 /// The judge: read-only tools, and Bash to run tests.
 pub fn judge() -> AgentSpec {
-    AgentSpec::new("judge", JUDGE).allowed_tools([READ, GLOB, GREP, BASH])
+    AgentSpec::new("judge", JUDGE)
+        .offer(PIPELINE_TOOLS)
+        .allowed_tools([READ, GLOB, GREP, BASH])
 }
 
 /// Builds the pipeline for `workspace` (canonical).

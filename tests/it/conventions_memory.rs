@@ -80,8 +80,23 @@ fn memory_is_in_every_agents_system_prompt_and_a_woken_session_sends_what_it_beg
         ] {
             assert!(system.contains(wanted), "{wanted} missing from {system}");
         }
-        // The role comes first, the memory after it.
-        assert!(system.find("# Project memory").unwrap() > 10, "{system}");
+        // The memory comes first, in a block of its own with the cache mark, the same
+        // for every role; the role's instructions after it.
+        let blocks = req.body["system"].as_array().expect("system blocks");
+        assert_eq!(blocks.len(), 2, "{system}");
+        assert!(
+            blocks[0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("# Project memory")
+        );
+        assert_eq!(blocks[0]["cache_control"]["type"], "ephemeral");
+        assert_eq!(
+            blocks[0], first[0].body["system"][0],
+            "shared by every role"
+        );
+        assert!(blocks[1].get("cache_control").is_none());
+        assert_eq!(req.body["tools"], first[0].body["tools"], "one tool list");
     }
     let held = first
         .iter()

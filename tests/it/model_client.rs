@@ -41,6 +41,7 @@ fn tool(name: &str) -> ToolDef {
 
 fn request() -> MessagesRequest {
     MessagesRequest {
+        system_shared: String::new(),
         model: "claude-sonnet-4-5".into(),
         max_tokens: 2048,
         system: "You are a careful engineer.".into(),

@@ -16,6 +16,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn request(system: &str, user: &str) -> MessagesRequest {
     MessagesRequest {
+        system_shared: String::new(),
         model: "claude-haiku-4-5".into(),
         max_tokens: 100,
         system: system.into(),

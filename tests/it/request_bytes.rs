@@ -269,6 +269,7 @@ fn request_bodies_of_every_history_prefix_are_unchanged() {
     for (system, tools) in [("", vec![]), ("系统", vec![tool.clone()])] {
         for n in 1..=history.len() {
             let request = MessagesRequest {
+                system_shared: String::new(),
                 model: "claude-sonnet-4-5".into(),
                 max_tokens: 1000,
                 system: system.into(),
