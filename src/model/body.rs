@@ -274,7 +274,9 @@ fn ephemeral() -> Value {
     json!({"type": "ephemeral"})
 }
 
-/// The tools, borrowed, then the server tools, with a breakpoint on the last one.
+/// The tools, borrowed, then the server tools. The breakpoint is on the last tool
+/// before the server tools (on the last server tool when there is no other): agents
+/// allowed different web tools still share the rest of the list in the cache.
 struct Tools<'a>(&'a [crate::model::ToolDef], &'a [crate::model::ServerTool]);
 
 impl Serialize for Tools<'_> {
@@ -288,18 +290,23 @@ impl Serialize for Tools<'_> {
             cache_control: Option<Value>,
         }
         let total = self.0.len() + self.1.len();
+        let marked = if self.0.is_empty() {
+            total
+        } else {
+            self.0.len()
+        };
         let mut seq = s.serialize_seq(Some(total))?;
         for (i, tool) in self.0.iter().enumerate() {
             seq.serialize_element(&Tool {
                 name: &tool.name,
                 description: &tool.description,
                 input_schema: &tool.input_schema,
-                cache_control: (i + 1 == total).then(ephemeral),
+                cache_control: (i + 1 == marked).then(ephemeral),
             })?;
         }
         for (i, tool) in self.1.iter().enumerate() {
             let mut json = tool.to_json();
-            if self.0.len() + i + 1 == total
+            if self.0.len() + i + 1 == marked
                 && let Some(obj) = json.as_object_mut()
             {
                 obj.insert("cache_control".into(), ephemeral());

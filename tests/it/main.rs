@@ -58,6 +58,7 @@ mod promise_pairs;
 mod promises;
 mod prompt_cache;
 mod prompt_cache_interrupt;
+mod prompt_cache_roles;
 mod protected_paths;
 mod refusals;
 mod request_bytes;

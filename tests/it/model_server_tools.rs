@@ -72,8 +72,17 @@ fn web_tools_follow_the_permission_rules_and_settings() {
         fetch.get("blocked_domains").is_none(),
         "the API takes one list"
     );
-    // The last tool carries the cache breakpoint.
-    assert!(fetch.get("cache_control").is_some());
+    // The last tool before the server tools carries the cache breakpoint: agents
+    // allowed other web tools share the rest in the cache.
+    assert!(fetch.get("cache_control").is_none());
+    let tools = request.body["tools"].as_array().unwrap();
+    let marked: Vec<&Value> = tools
+        .iter()
+        .filter(|t| t.get("cache_control").is_some())
+        .collect();
+    assert_eq!(marked.len(), 1);
+    assert!(marked[0].get("input_schema").is_some(), "{}", marked[0]);
+    assert_eq!(tools[tools.len() - 3]["cache_control"]["type"], "ephemeral");
     assert_eq!(
         request.header("anthropic-beta"),
         Some("web-fetch-2025-09-10")
