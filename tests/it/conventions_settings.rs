@@ -468,18 +468,39 @@ fn state_shows_mcp_servers_as_written_never_an_expanded_secret() {
 
 #[test]
 fn allow_rules_widen_only_the_workers_and_the_judge_stays_read_only() {
-    use support::pipeline::{Agent, agent_of, simple_reply};
-    // The tools each role is offered in a whole run.
+    use support::pipeline::{Agent, agent_of, simple_reply, turn_of};
+    // The tools each role is offered in a whole run, and what the judge's attempt to
+    // write left.
     let offered = |with_settings: bool| {
         let project = Project::new();
         if with_settings {
             let allow = json!({"permissions": {"allow": ["Write", "Edit", "Bash", "Task"]}});
             settings(&project, [None, Some(allow), None]);
         }
-        let server = FakeServer::with_handler(|req, _| simple_reply(req));
+        // The judge tries to write: every role is offered the same tools (one cached
+        // prefix); its rules refuse what it may not use.
+        let server = FakeServer::with_handler(|req, _| match (agent_of(req), turn_of(req)) {
+            (Agent::Judge, 0) => Reply::tool_use(
+                "Write",
+                json!({"file_path": "hello.txt", "content": "changed"}),
+            ),
+            _ => simple_reply(req),
+        });
         let out = project.run(&server, &["写个 hello 脚本"]);
         assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+        assert_eq!(
+            project.read("hello.txt"),
+            "hello",
+            "the judge stays read-only"
+        );
         let requests = server.requests();
+        let refused = requests
+            .iter()
+            .find(|r| agent_of(r) == Agent::Judge && turn_of(r) == 1)
+            .unwrap()
+            .raw_body
+            .contains("no allow rule names Write");
+        assert!(refused, "the judge's Write is refused by its rules");
         [
             Agent::Clarifier,
             Agent::GoalSetter,
@@ -497,11 +518,4 @@ fn allow_rules_widen_only_the_workers_and_the_judge_stays_read_only() {
     let plain = offered(false);
     let widened = offered(true);
     assert_eq!(plain, widened, "no role but the workers is widened");
-    let judge = &widened[3];
-    assert!(
-        !judge
-            .iter()
-            .any(|t| t == "Write" || t == "Edit" || t == "Task"),
-        "the judge stays read-only: {judge:?}"
-    );
 }
