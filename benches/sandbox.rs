@@ -75,25 +75,44 @@ fn main() {
         workspace_writable: false,
         ..standard.clone()
     };
+    // The same without the protected paths (every one opted out, no record): their
+    // share of the cost, measured beside the rest under the same load.
+    let mut unprotected = standard.clone();
+    unprotected.protect.record = None;
+    unprotected.protect.allowed = flower::tools::protected::candidates(&standard, &ws, None)
+        .into_iter()
+        .map(|t| t.path)
+        .collect();
 
-    println!("parent side, per call (median of {n}):");
-    for (name, policy) in [("standard", &standard), ("no network", &offline)] {
+    println!("parent side, per call (median of {n}; the sweep after the command apart):");
+    for (name, policy) in [
+        ("standard", &standard),
+        ("no network", &offline),
+        ("unprotected", &unprotected),
+    ] {
         // The first prepare makes the namespaces; later ones join them.
         sandbox::forget_namespaces();
         let t = Instant::now();
         let first = sandbox::prepare(policy, &ws).unwrap();
         let made = t.elapsed();
         drop(first);
+        let mut sweeps = Vec::with_capacity(n);
         let times: Vec<Duration> = (0..n)
             .map(|_| {
                 let t = Instant::now();
-                std::hint::black_box(sandbox::prepare(policy, &ws).unwrap());
-                t.elapsed()
+                let prepared = std::hint::black_box(sandbox::prepare(policy, &ws).unwrap());
+                let took = t.elapsed();
+                let sweep = prepared.map(|p| p.sweep()).unwrap_or_default();
+                let t = Instant::now();
+                std::hint::black_box(sweep.run());
+                sweeps.push(t.elapsed());
+                took
             })
             .collect();
         println!(
-            "  {name:<12} prepare {:>7.3} ms   (first, making the namespaces: {:.2} ms)",
+            "  {name:<12} prepare {:>7.3} ms   sweep {:>7.3} ms   (first, making the namespaces: {:.2} ms)",
             ms(median(times)),
+            ms(median(sweeps)),
             ms(made)
         );
     }
@@ -107,6 +126,7 @@ fn main() {
         ("on (default)", standard),
         ("on, --no-network", offline),
         ("on, read-only workspace", judge),
+        ("on, protected paths off", unprotected),
     ] {
         rt.block_on(calls(policy.clone(), &ws, 30));
         let m = median(rt.block_on(calls(policy, &ws, n)));
