@@ -29,6 +29,7 @@
 //! - [`inspect`]: the read-only model of a run for `flower log`, `show` and `report`.
 
 pub mod atomic;
+pub mod checkpoint;
 pub mod continuity;
 pub mod engine;
 pub mod error;

@@ -24,6 +24,8 @@ fn main() -> ExitCode {
         Some(Command::Log(args)) => cli::log::run(args, &env),
         Some(Command::Show(args)) => cli::show::run(args, &env),
         Some(Command::Report(args)) => cli::report::run(args, &env),
+        Some(Command::Rewind(args)) => cli::rewind::run(args, &env),
+        Some(Command::Diff(args)) => cli::rewind::diff(args, &env),
         Some(Command::Once(args)) => block_on(cli::once::run(args, &env)),
         None => block_on(cli::flow::run(cli.flow, &env)),
     };

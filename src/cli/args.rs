@@ -121,6 +121,10 @@ pub enum Command {
     Show(super::show::ShowArgs),
     /// 一页自带一切的 HTML:这次运行的图表和 transcript
     Report(super::report::ReportArgs),
+    /// 列出工作区的检查点,或回到一个检查点(文件,以及对话)
+    Rewind(super::rewind::RewindArgs),
+    /// 从一个检查点到现在,工作区改了什么
+    Diff(super::rewind::DiffArgs),
 }
 
 #[derive(Debug, Args)]

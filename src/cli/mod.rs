@@ -15,6 +15,7 @@ pub mod once;
 pub mod out;
 pub mod render;
 pub mod report;
+pub mod rewind;
 pub mod said;
 pub mod show;
 pub mod state;

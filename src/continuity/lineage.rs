@@ -249,6 +249,13 @@ impl Lineage {
         self.save().is_ok() && saved
     }
 
+    /// Forgets `step`'s session (a rewind to before the step began), writing the file;
+    /// the next run starts the step afresh. A local lineage only (a shared run's
+    /// rewind is files only).
+    pub fn forget(&mut self, step: &str) -> bool {
+        self.steps.remove(step).is_some() && self.save().is_ok()
+    }
+
     /// Counts one more wake (once per process that runs the workflow) and writes the
     /// file, swallowing a write error. Returns the new count.
     pub fn wake(&mut self) -> u64 {

@@ -5,12 +5,14 @@
 //! frozen notes and the wake probe ([`wake`]).
 
 pub mod attempt;
+pub mod checkpointing;
 pub mod handoff;
 pub mod lineage;
 pub mod lock;
 pub mod manifest;
 pub mod notes;
 pub mod resilience;
+pub mod rewind;
 mod retry;
 pub mod runtime;
 pub mod shared;

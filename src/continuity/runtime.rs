@@ -11,6 +11,7 @@
 //! A runtime takes resolved values only ([`RuntimeOptions`]); the settings resolution
 //! (`crate::settings`) and the run's lifecycle ([`super::run::Run`]) build them.
 
+use super::checkpointing::Watch;
 use super::handoff::{self, HandoffOptions};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
@@ -19,6 +20,7 @@ use super::resilience::{self, RESUME_PROMPT, Resilience};
 use super::retry::{Retrier, SubagentRecovery, Verdict};
 use super::shared::SharedRun;
 use super::succession::handoff_needed;
+use crate::checkpoint::Checkpoints;
 use crate::engine::Denial;
 use crate::engine::{
     AgentSpec, Asker, Conventions, Engine, EngineConfig, Event, EventSink, Interrupt,
@@ -158,6 +160,10 @@ pub struct RuntimeOptions {
     /// What the project's memory and settings files add to every agent (none by
     /// default; the settings resolution fills it).
     pub conventions: Conventions,
+    /// Checkpoints of the workspace before each step attempt and after each turn that
+    /// may have changed files (`crate::checkpoint`), files over this many bytes left
+    /// out; `None` (the library's default and `flower once`): none.
+    pub checkpoints: Option<u64>,
 }
 
 impl RuntimeOptions {
@@ -187,6 +193,7 @@ impl RuntimeOptions {
             shared_run: None,
             run_lock: RunLocking::Take,
             conventions: Conventions::default(),
+            checkpoints: None,
         }
     }
 }
@@ -270,6 +277,7 @@ pub struct Runtime {
     /// Held for the runtime's whole life; `None` with [`RunLocking::Unlocked`].
     _run_lock: Option<RunLock>,
     pub(super) handoff: HandoffOptions,
+    watch: Option<Arc<Watch>>,
 }
 
 impl Runtime {
@@ -304,7 +312,17 @@ impl Runtime {
         prune.keep_denials = options.keep_denials;
         prune.cache = options.cache_ttl.map(CacheWindow::new);
         let store = Arc::new(PruningSessionStore::new(raw_store.clone(), prune));
-        let warnings = Vec::new();
+        let mut warnings = Vec::new();
+        let watch = match options.checkpoints {
+            Some(max_file_bytes) => match Checkpoints::open(&workspace, &run_dir, max_file_bytes) {
+                Ok(checkpoints) => Some(Watch::new(checkpoints, options.events.clone())),
+                Err(e) => {
+                    warnings.push(format!("检查点不可用:{}", crate::error::chain(&e)));
+                    None
+                }
+            },
+            None => None,
+        };
         let max_tokens = options.max_tokens;
         let project = match &options.shared_run {
             Some(shared) => shared.project_key().to_string(),
@@ -331,7 +349,13 @@ impl Runtime {
             project_key: project,
             workspace: workspace.clone(),
             run_dir: run_dir.clone(),
-            events: live_row(options.events.clone(), Arc::clone(&in_flight)),
+            events: live_row(
+                match &watch {
+                    Some(watch) => watch.sink(options.events.clone()),
+                    None => options.events.clone(),
+                },
+                Arc::clone(&in_flight),
+            ),
             max_tokens,
             thinking_budget: options.thinking_budget,
             effort: options.effort,
@@ -388,6 +412,7 @@ impl Runtime {
             sessions,
             _run_lock: run_lock,
             handoff: options.handoff,
+            watch,
         })
     }
 
@@ -398,6 +423,12 @@ impl Runtime {
         self.sessions
             .claim(id)
             .map_err(|e| RuntimeError::of_session(id, e))
+    }
+
+    /// The workspace's checkpoints, when this runtime takes them
+    /// ([`RuntimeOptions::checkpoints`]).
+    pub fn checkpoints(&self) -> Option<&Checkpoints> {
+        self.watch.as_ref().map(|watch| watch.checkpoints())
     }
 
     /// The lineage, as loaded (and validated) when this runtime was created.
@@ -541,6 +572,9 @@ impl Runtime {
             }
         };
         self.set_in_flight(Some(result.clone()));
+        if let Some(watch) = &self.watch {
+            watch.before_attempt(step);
+        }
         let mut attempt = Attempt::new(result, prompt, start);
         attempt.limit = handoff_step.map(|_| self.handoff_limit(spec));
         if let (SessionStart::Resume(id), Some(_)) = (&attempt.start, handoff_step) {
@@ -585,6 +619,9 @@ impl Runtime {
             if !self.retry_after(run_error, &mut attempt).await {
                 break;
             }
+        }
+        if let Some(watch) = &self.watch {
+            watch.after_attempt();
         }
         attempt.result.finish();
         self.set_in_flight(None);

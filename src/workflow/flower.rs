@@ -326,7 +326,11 @@ pub fn judge_passed(rows: &[crate::continuity::manifest::ManifestRow]) -> bool {
     rows.iter()
         .rev()
         .map(|row| (AttemptName::parse(&row.result.step), &row.result))
-        .find(|(name, _)| name.step() == WORK)
+        // A rewind's row ends the judge's word: the work continues from the rewind.
+        .find(|(name, result)| {
+            name.step() == WORK
+                || result.error.as_deref() == Some(crate::continuity::rewind::REWOUND)
+        })
         .is_some_and(|(name, result)| {
             matches!(name.kind(), AttemptKind::Judge(_)) && result.ok && parse_verdict(&result.text)
         })

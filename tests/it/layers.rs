@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["future", "run_dir", "atomic", "error"],
     &["model"],
     &["transcript", "events"],
-    &["stores"],
+    &["stores", "checkpoint"],
     &["tools"],
     &["engine"],
     &["continuity"],

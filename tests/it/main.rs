@@ -60,6 +60,7 @@ mod prompt_cache;
 mod prompt_cache_interrupt;
 mod prompt_cache_roles;
 mod protected_paths;
+mod rewind;
 mod refusals;
 mod request_bytes;
 mod resilience;

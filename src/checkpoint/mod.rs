@@ -1,0 +1,274 @@
+//! Checkpoints of the workspace (issue #44): its files as they were before each step
+//! attempt and after each turn that may have changed them, so that `flower rewind` can
+//! take them back.
+//!
+//! The objects are git's (content-addressed, deduplicated, incremental through an index
+//! whose stat data makes an unchanged file cost one `lstat`), kept in a git directory of
+//! flower's own under `runs/checkpoints/` (a protected path no agent writes), written by
+//! the `git` binary's plumbing ([`git`]). What is kept follows the workspace's
+//! `.gitignore` files; `runs/`, `.git/` and files over the size cap are never kept.
+//!
+//! ```text
+//! runs/checkpoints/
+//!   git/            the object store (a bare git directory; no refs, no gc)
+//!   index           flower's index of the workspace (stat data of the last checkpoint)
+//!   list.jsonl      one line per checkpoint (Checkpoint), appended
+//!   journal.json    a restore in progress (restore.rs)
+//! ```
+
+pub mod git;
+mod restore;
+
+pub use git::Change;
+pub use restore::{RestoreHook, finish_interrupted};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The directory under the run directory.
+pub const CHECKPOINTS_DIR: &str = "checkpoints";
+/// Files larger than this are not kept unless a setting says otherwise.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("检查点:运行 git {what} 失败")]
+    Git {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("检查点:git {what} 出错:{stderr}")]
+    GitFailed { what: String, stderr: String },
+    #[error("检查点:读写 {path} 失败")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("检查点:{path} 不在工作区里,不恢复")]
+    UnsafePath { path: String },
+    #[error("检查点:恢复后的工作区与检查点不一致(树 {got},应为 {want})")]
+    Mismatch { got: String, want: String },
+}
+
+/// What a checkpoint was taken for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// Before a step attempt (`step` is the attempt's row name: `干活`, `干活#round2`).
+    Attempt,
+    /// After a turn of a session that ran a tool which may change files.
+    Turn,
+    /// The workspace as a rewind found it, kept so that the rewind can be undone.
+    Rewind,
+}
+
+/// One line of `list.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// 1, 2, …: the point's number in `flower rewind`.
+    pub n: u32,
+    pub kind: CheckpointKind,
+    /// The attempt's row name (the judge's rounds included).
+    pub step: String,
+    /// The session whose turn it follows (turn checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Turns of that session in this attempt so far.
+    #[serde(default)]
+    pub turn: u32,
+    /// RFC 3339 with milliseconds, UTC: the conversation is cut here on a rewind.
+    pub time: String,
+    /// The workspace's tree (git object id).
+    pub tree: String,
+}
+
+/// Files added, modified, deleted and lines added, removed between two checkpoints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ChangeSummary {
+    pub added: usize,
+    pub modified: usize,
+    pub deleted: usize,
+    pub lines_added: u64,
+    pub lines_removed: u64,
+}
+
+/// The checkpoints of one workspace, kept under one run directory.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    git: git::Git,
+    dir: PathBuf,
+    max_file_bytes: u64,
+}
+
+impl Checkpoints {
+    /// Opens (creating on first use) the checkpoints of `workspace` under `run_dir`,
+    /// and finishes a restore a kill interrupted (see [`finish_interrupted`]).
+    pub fn open(
+        workspace: &Path,
+        run_dir: &Path,
+        max_file_bytes: u64,
+    ) -> Result<Checkpoints, CheckpointError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CheckpointError::Io { path, source }
+        };
+        let workspace = workspace.canonicalize().map_err(io(workspace))?;
+        std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
+        let run_dir = run_dir.canonicalize().map_err(io(run_dir))?;
+        let dir = run_dir.join(CHECKPOINTS_DIR);
+        let checkpoints = Checkpoints {
+            git: git::Git {
+                git_dir: dir.join("git"),
+                index: dir.join("index"),
+                workspace: workspace.clone(),
+            },
+            dir,
+            max_file_bytes,
+        };
+        // The run directory is never kept, wherever it is in the workspace.
+        let mut excludes = Vec::new();
+        if let Ok(inside) = run_dir.strip_prefix(&workspace) {
+            excludes.push(format!("/{}/", inside.to_string_lossy()));
+        }
+        checkpoints.git.init(&excludes)?;
+        finish_interrupted(&checkpoints)?;
+        Ok(checkpoints)
+    }
+
+    pub fn workspace(&self) -> &Path {
+        &self.git.workspace
+    }
+
+    fn list_path(&self) -> PathBuf {
+        self.dir.join("list.jsonl")
+    }
+
+    /// The workspace's tree now, its changed files' contents written to the store.
+    /// Unchanged files cost an `lstat` each (the index's stat data).
+    pub fn snapshot(&self) -> Result<String, CheckpointError> {
+        let listed = self.git.run(
+            ["ls-files", "-z", "-m", "-d", "-o", "--exclude-standard"],
+            None,
+        )?;
+        let paths: BTreeSet<&[u8]> = listed
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty() && !p.ends_with(b"/"))
+            .collect();
+        let mut update = Vec::new();
+        let mut too_big = Vec::new();
+        for path in paths {
+            let full = self.git.workspace.join(String::from_utf8_lossy(path).as_ref());
+            let over = std::fs::symlink_metadata(&full)
+                .is_ok_and(|meta| meta.is_file() && meta.len() > self.max_file_bytes);
+            let list = if over { &mut too_big } else { &mut update };
+            list.extend_from_slice(path);
+            list.push(0);
+        }
+        if !update.is_empty() {
+            self.git.run(
+                ["update-index", "--add", "--remove", "-z", "--stdin"],
+                Some(&update),
+            )?;
+        }
+        if !too_big.is_empty() {
+            self.git
+                .run(["update-index", "--force-remove", "-z", "--stdin"], Some(&too_big))?;
+        }
+        let tree = self.git.run(["write-tree"], None)?;
+        Ok(String::from_utf8_lossy(&tree).trim().to_string())
+    }
+
+    /// Takes a checkpoint and appends it to the list. A turn checkpoint whose tree is
+    /// the last one's is not listed (nothing changed): `Ok(None)`.
+    pub fn record(
+        &self,
+        kind: CheckpointKind,
+        step: &str,
+        session_id: Option<&str>,
+        turn: u32,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        let tree = self.snapshot()?;
+        let list = self.list()?;
+        if kind == CheckpointKind::Turn && list.last().is_some_and(|last| last.tree == tree) {
+            return Ok(None);
+        }
+        let checkpoint = Checkpoint {
+            n: list.last().map_or(1, |last| last.n + 1),
+            kind,
+            step: step.to_string(),
+            session_id: session_id.map(str::to_string),
+            turn,
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            tree,
+        };
+        let mut line = serde_json::to_vec(&checkpoint).unwrap_or_default();
+        line.push(b'\n');
+        let path = self.list_path();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| file.write_all(&line))
+            .map_err(|source| CheckpointError::Io { path, source })?;
+        Ok(Some(checkpoint))
+    }
+
+    /// Every checkpoint, oldest first. A line that does not read (a kill mid-append)
+    /// is skipped.
+    pub fn list(&self) -> Result<Vec<Checkpoint>, CheckpointError> {
+        let path = self.list_path();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(CheckpointError::Io { path, source }),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
+    }
+
+    /// The paths that differ from `from` to `to` (trees), with the "after" blobs.
+    pub fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>, CheckpointError> {
+        let out = self.git.run(
+            ["diff-tree", "-r", "-z", "--no-renames", "--raw", from, to],
+            None,
+        )?;
+        Ok(git::parse_raw(&out))
+    }
+
+    /// What changed from `from` to `to`: files by kind, and lines.
+    pub fn summary(&self, from: &str, to: &str) -> Result<ChangeSummary, CheckpointError> {
+        let mut summary = ChangeSummary::default();
+        for change in self.changes(from, to)? {
+            match change.status {
+                'A' => summary.added += 1,
+                'D' => summary.deleted += 1,
+                _ => summary.modified += 1,
+            }
+        }
+        let numstat = self.git.run(
+            ["diff-tree", "-r", "-z", "--no-renames", "--numstat", from, to],
+            None,
+        )?;
+        (summary.lines_added, summary.lines_removed) = git::sum_numstat(&numstat);
+        Ok(summary)
+    }
+
+    /// The patch from `from` to `to` (`flower diff`).
+    pub fn patch(&self, from: &str, to: &str) -> Result<Vec<u8>, CheckpointError> {
+        self.git.run(
+            ["diff-tree", "-r", "-p", "--no-renames", "--no-color", from, to],
+            None,
+        )
+    }
+
+    /// Takes the workspace back to `tree`: see [`restore`].
+    pub fn restore(&self, tree: &str, hook: Option<&RestoreHook>) -> Result<usize, CheckpointError> {
+        restore::restore(self, tree, hook)
+    }
+}

@@ -1,0 +1,240 @@
+//! Issue #44: checkpoints of the workspace and `flower rewind` / `flower diff`, through
+//! the binary: files back byte for byte (Write, Edit and `sed -i` alike), a mid-step
+//! rewind that forks the conversation and is continued by the next `flower`, a restore
+//! killed mid-way, and a workspace the person changed.
+
+use crate::support::pipeline::{Agent, BRIEF, GOAL, Project, REQUEST, agent_or_once, text, turn_of};
+use crate::support::{FakeServer, Recorded, Reply};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The coordinator sends two workers: the first writes new.txt and edits keep.txt, the
+/// second runs `sed -i` on data.txt. The judge passes.
+fn reply(req: &Recorded) -> Reply {
+    match (agent_or_once(req), turn_of(req)) {
+        (Agent::Clarifier, 0) => Reply::tool_use(
+            "Write",
+            json!({"file_path": "notes/需求.md", "content": BRIEF}),
+        ),
+        (Agent::GoalSetter, 0) => Reply::tool_use(
+            "Write",
+            json!({"file_path": "notes/目标.md", "content": GOAL}),
+        ),
+        (Agent::Coordinator, 0) => Reply::tool_use(
+            "Task",
+            json!({"description": "第一件", "prompt": "第一件:写 new.txt,改 keep.txt"}),
+        ),
+        (Agent::Coordinator, 1) => Reply::tool_use(
+            "Task",
+            json!({"description": "第二件", "prompt": "第二件:改 data.txt"}),
+        ),
+        (Agent::Worker, turn) if req.first_prompt().contains("第一件") => match turn {
+            0 => Reply::tool_use(
+                "Write",
+                json!({"file_path": "new.txt", "content": "new\nlines\n"}),
+            ),
+            1 => Reply::tool_use(
+                "Edit",
+                json!({"file_path": "keep.txt", "old_string": "b\n", "new_string": "B\nB2\n"}),
+            ),
+            _ => Reply::text("第一件做完了。"),
+        },
+        (Agent::Worker, 0) => Reply::tool_use(
+            "Bash",
+            json!({"command": "sed -i 's/x/y/' data.txt && rm gone.txt"}),
+        ),
+        (Agent::Judge, _) => Reply::text("都在。\n判定:通过"),
+        _ => Reply::text("好了。"),
+    }
+}
+
+/// A project with files of its own (one ignored) and the copy of what it holds.
+fn project() -> Project {
+    let project = Project::new();
+    let files: &[(&str, &[u8])] = &[
+        ("keep.txt", b"a\nb\nc\n"),
+        ("data.txt", b"x\nx2\n"),
+        ("gone.txt", b"to be removed\n"),
+        ("bin/run.sh", b"#!/bin/sh\necho hi\n"),
+        ("blob.bin", &[0, 159, 146, 150, 255]),
+        (".gitignore", b"*.log\n"),
+        ("build.log", b"ignored\n"),
+    ];
+    for (rel, bytes) in files {
+        let path = project.dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        project.dir.join("bin/run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    project
+}
+
+/// Every file under `dir` but `runs/`: its bytes and mode.
+fn tree(dir: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut files = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            if rel == "runs" {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+                files.insert(rel, (std::fs::read(&path).unwrap(), mode & 0o777));
+            }
+        }
+    }
+    files
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// The number of the listed checkpoint whose line contains `label`.
+fn point(listing: &str, label: &str) -> String {
+    let line = listing
+        .lines()
+        .find(|l| l.contains(label))
+        .unwrap_or_else(|| panic!("no {label} in\n{listing}"));
+    line.split_whitespace().next().unwrap().trim_start_matches('#').to_string()
+}
+
+#[test]
+fn rewind_to_before_a_step_restores_every_byte_of_write_edit_and_sed() {
+    let project = project();
+    let original = tree(&project.dir);
+    let server = FakeServer::with_handler(|req, _| reply(req));
+    ok(&project.run(&server, &[REQUEST]));
+    assert_eq!(project.read("data.txt"), "y\nx2\n");
+    assert_eq!(project.read("keep.txt"), "a\nB\nB2\nc\n");
+    assert!(!project.dir.join("gone.txt").exists());
+
+    let listing = ok(&project.run(&server, &["rewind"]));
+    assert!(listing.contains("确认需求 开始前"), "{listing}");
+    assert!(listing.contains("干活 开始前"), "{listing}");
+    // The first worker's turn: one file added (2 lines), one modified (+2 -1).
+    let first = listing.lines().find(|l| l.contains("干活 第 1 轮后")).unwrap();
+    assert!(first.contains("新增 1 修改 1 删除 0 · +4 -1 行"), "{listing}");
+    let second = listing.lines().find(|l| l.contains("干活 第 2 轮后")).unwrap();
+    assert!(second.contains("新增 0 修改 1 删除 1 · +1 -2 行"), "{listing}");
+
+    let diff = ok(&project.run(&server, &["diff", "干活"]));
+    assert!(diff.contains("+y") && diff.contains("-x"), "{diff}");
+
+    let requests = server.request_count();
+    let out = ok(&project.run(&server, &["rewind", "干活"]));
+    assert!(out.contains("干活:那时还没开始"), "{out}");
+    let mut expected = original.clone();
+    for (rel, body) in [("notes/需求.md", BRIEF), ("notes/目标.md", GOAL)] {
+        expected.insert(rel.into(), (body.as_bytes().to_vec(), 0o644));
+    }
+    assert_eq!(tree(&project.dir), expected);
+    assert_eq!(server.request_count(), requests, "a rewind asks no model");
+    // Lineage forgets the step; the manifest records the rewind.
+    assert!(project.json("runs/lineage.json")["steps"].get("干活").is_none());
+    let rows = project.manifest();
+    assert_eq!(rows.last().unwrap()["error"], "rewound");
+
+    // Before the first step: the workspace as it was, every byte and mode.
+    ok(&project.run(&server, &["rewind", "确认需求"]));
+    assert_eq!(tree(&project.dir), original);
+}
+
+#[test]
+fn rewind_to_a_mid_step_turn_forks_the_conversation_and_flower_continues_the_fork() {
+    let project = project();
+    let server = FakeServer::with_handler(|req, _| reply(req));
+    ok(&project.run(&server, &[REQUEST]));
+    let old = project.json("runs/lineage.json")["steps"]["干活"].clone();
+    let listing = ok(&project.run(&server, &["rewind"]));
+    let n = point(&listing, "干活 第 1 轮后");
+
+    let out = ok(&project.run(&server, &["rewind", &n]));
+    assert!(out.contains("干活:对话从这里分叉"), "{out}");
+    assert_eq!(project.read("keep.txt"), "a\nB\nB2\nc\n");
+    assert_eq!(project.read("data.txt"), "x\nx2\n");
+    assert!(project.dir.join("gone.txt").exists());
+    let fork = project.json("runs/lineage.json")["steps"]["干活"].clone();
+    assert_ne!(fork, old);
+
+    let before = server.request_count();
+    ok(&project.run(&server, &[]));
+    let requests = server.requests();
+    let coordinator: Vec<&Recorded> = requests[before..]
+        .iter()
+        .filter(|r| agent_or_once(r) == Agent::Coordinator)
+        .collect();
+    // The fork holds the first Task and its result, not the second.
+    let first = coordinator.first().expect("the next flower continues 干活");
+    assert_eq!(turn_of(first), 1);
+    let said = serde_json::to_string(first.messages()).unwrap();
+    assert!(said.contains("第一件") && !said.contains("第二件"), "{said}");
+    assert_eq!(project.read("data.txt"), "y\nx2\n");
+    assert_eq!(project.json("runs/lineage.json")["steps"]["干活"], fork);
+}
+
+#[test]
+fn a_rewind_killed_mid_restore_is_finished_by_the_next_flower() {
+    let project = project();
+    let original = tree(&project.dir);
+    let server = FakeServer::with_handler(|req, _| reply(req));
+    ok(&project.run(&server, &[REQUEST]));
+    let marker = project.home.join("paused");
+    let mut child = project
+        .command(&server, &["rewind", "确认需求"])
+        .env("FLOWER_TEST_REWIND_PAUSE", format!("2:{}", marker.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the restore never paused");
+        assert!(child.try_wait().unwrap().is_none(), "exited before pausing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Half restored now: the journal is there, and the next flower command finishes it.
+    assert!(project.dir.join("runs/checkpoints/journal.json").exists());
+    assert_ne!(tree(&project.dir), original);
+    ok(&project.run(&server, &["rewind"]));
+    assert!(!project.dir.join("runs/checkpoints/journal.json").exists());
+    assert_eq!(tree(&project.dir), original);
+}
+
+#[test]
+fn a_workspace_the_person_changed_refuses_until_told_to_discard() {
+    let project = project();
+    let server = FakeServer::with_handler(|req, _| reply(req));
+    ok(&project.run(&server, &[REQUEST]));
+    std::fs::write(project.dir.join("mine.txt"), "the person's\n").unwrap();
+    let out = project.run(&server, &["rewind", "干活"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("flower 之外的改动") && stderr.contains("mine.txt"), "{stderr}");
+    assert_eq!(project.read("mine.txt"), "the person's\n");
+    assert_eq!(project.read("data.txt"), "y\nx2\n");
+
+    ok(&project.run(&server, &["rewind", "干活", "--discard"]));
+    assert!(!project.dir.join("mine.txt").exists());
+    // Not lost: the state before the rewind is a checkpoint of its own.
+    let listing = ok(&project.run(&server, &["rewind"]));
+    let n = point(&listing, "回退前的样子");
+    ok(&project.run(&server, &["rewind", &n, "--files-only"]));
+    assert_eq!(project.read("mine.txt"), "the person's\n");
+}
