@@ -57,14 +57,19 @@ impl Git {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let args: Vec<std::ffi::OsString> =
-            args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
+        let args: Vec<std::ffi::OsString> = args
+            .into_iter()
+            .map(|a| a.as_ref().to_os_string())
+            .collect();
         let what = args
             .first()
             .map(|a| a.to_string_lossy().into_owned())
             .unwrap_or_default();
         let mut command = self.command();
-        command.args(&args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         if input.is_some() {
             command.stdin(Stdio::piped());
         }
@@ -92,7 +97,9 @@ impl Git {
         };
         std::fs::create_dir_all(&self.git_dir).map_err(io)?;
         let mut command = self.command();
-        command.env_remove("GIT_WORK_TREE").env_remove("GIT_INDEX_FILE");
+        command
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE");
         command
             .args(["init", "-q", "--bare"])
             .arg(&self.git_dir)

@@ -161,7 +161,10 @@ impl Checkpoints {
         let mut update = Vec::new();
         let mut too_big = Vec::new();
         for path in paths {
-            let full = self.git.workspace.join(String::from_utf8_lossy(path).as_ref());
+            let full = self
+                .git
+                .workspace
+                .join(String::from_utf8_lossy(path).as_ref());
             let over = std::fs::symlink_metadata(&full)
                 .is_ok_and(|meta| meta.is_file() && meta.len() > self.max_file_bytes);
             let list = if over { &mut too_big } else { &mut update };
@@ -175,8 +178,10 @@ impl Checkpoints {
             )?;
         }
         if !too_big.is_empty() {
-            self.git
-                .run(["update-index", "--force-remove", "-z", "--stdin"], Some(&too_big))?;
+            self.git.run(
+                ["update-index", "--force-remove", "-z", "--stdin"],
+                Some(&too_big),
+            )?;
         }
         let tree = self.git.run(["write-tree"], None)?;
         Ok(String::from_utf8_lossy(&tree).trim().to_string())
@@ -252,7 +257,15 @@ impl Checkpoints {
             }
         }
         let numstat = self.git.run(
-            ["diff-tree", "-r", "-z", "--no-renames", "--numstat", from, to],
+            [
+                "diff-tree",
+                "-r",
+                "-z",
+                "--no-renames",
+                "--numstat",
+                from,
+                to,
+            ],
             None,
         )?;
         (summary.lines_added, summary.lines_removed) = git::sum_numstat(&numstat);
@@ -262,13 +275,25 @@ impl Checkpoints {
     /// The patch from `from` to `to` (`flower diff`).
     pub fn patch(&self, from: &str, to: &str) -> Result<Vec<u8>, CheckpointError> {
         self.git.run(
-            ["diff-tree", "-r", "-p", "--no-renames", "--no-color", from, to],
+            [
+                "diff-tree",
+                "-r",
+                "-p",
+                "--no-renames",
+                "--no-color",
+                from,
+                to,
+            ],
             None,
         )
     }
 
     /// Takes the workspace back to `tree`: see [`restore`].
-    pub fn restore(&self, tree: &str, hook: Option<&RestoreHook>) -> Result<usize, CheckpointError> {
+    pub fn restore(
+        &self,
+        tree: &str,
+        hook: Option<&RestoreHook>,
+    ) -> Result<usize, CheckpointError> {
         restore::restore(self, tree, hook)
     }
 }

@@ -122,7 +122,11 @@ fn apply(
                 std::fs::remove_file(&full).map_err(io(&full))?;
             }
             crate::atomic::write(&full, &blob).map_err(io(&full))?;
-            let mode = if change.mode == "100755" { 0o755 } else { 0o644 };
+            let mode = if change.mode == "100755" {
+                0o755
+            } else {
+                0o644
+            };
             std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
                 .map_err(io(&full))?;
         }

@@ -122,9 +122,9 @@ pub enum Command {
     /// 一页自带一切的 HTML:这次运行的图表和 transcript
     Report(super::report::ReportArgs),
     /// 列出工作区的检查点,或回到一个检查点(文件,以及对话)
-    Rewind(super::rewind::RewindArgs),
+    Rewind(RewindArgs),
     /// 从一个检查点到现在,工作区改了什么
-    Diff(super::rewind::DiffArgs),
+    Diff(DiffArgs),
 }
 
 #[derive(Debug, Args)]
@@ -222,6 +222,60 @@ pub struct StateArgs {
 
 impl StateArgs {
     /// Everything this command line says to the settings resolution.
+    pub fn flags(&self) -> Flags {
+        flags_of(&[&self.run_dir, &self.store, &self.run_key])
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RewindArgs {
+    /// 回到哪个检查点:编号(`flower rewind` 列出),或步骤名(`干活` = 它第一次尝试之前,`干活#round2` = 那次尝试之前)。不给就列出检查点
+    pub point: Option<String>,
+
+    /// 只恢复文件,对话照旧接着
+    #[arg(long)]
+    pub files_only: bool,
+
+    /// 丢掉上一个检查点之后 flower 之外的改动(它们先存成一个检查点,还能找回)
+    #[arg(long)]
+    pub discard: bool,
+
+    /// 不问,直接回退(标准输入不是终端时本来就不问)
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
+
+    #[command(flatten)]
+    pub store: StoreArg,
+
+    #[command(flatten)]
+    pub run_key: RunKeyArg,
+}
+
+impl RewindArgs {
+    pub fn flags(&self) -> Flags {
+        flags_of(&[&self.run_dir, &self.store, &self.run_key])
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// 从哪个检查点算起(编号或步骤名,同 `flower rewind`)
+    pub point: String,
+
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
+
+    #[command(flatten)]
+    pub store: StoreArg,
+
+    #[command(flatten)]
+    pub run_key: RunKeyArg,
+}
+
+impl DiffArgs {
     pub fn flags(&self) -> Flags {
         flags_of(&[&self.run_dir, &self.store, &self.run_key])
     }

@@ -1,9 +1,8 @@
 //! `flower rewind` and `flower diff`: the workspace's checkpoints (issue #44).
 
+use super::args::{DiffArgs, RewindArgs};
 use super::config;
-use super::flags::{RunDirArg, RunKeyArg, StoreArg, flags_of};
 use super::lines;
-use clap::Args;
 use flower::Run;
 use flower::checkpoint::{Checkpoint, CheckpointKind, Checkpoints, RestoreHook, git::EMPTY_TREE};
 use flower::continuity::rewind::{RewindError, RewindOptions, resolve};
@@ -14,60 +13,6 @@ use std::process::ExitCode;
 
 /// The crash test's hook: `N:MARKER` pauses a restore after N files, writing MARKER.
 const PAUSE_VARIABLE: &str = "FLOWER_TEST_REWIND_PAUSE";
-
-#[derive(Debug, Args)]
-pub struct RewindArgs {
-    /// 回到哪个检查点:编号(`flower rewind` 列出),或步骤名(`干活` = 它第一次尝试之前,`干活#round2` = 那次尝试之前)。不给就列出检查点
-    pub point: Option<String>,
-
-    /// 只恢复文件,对话照旧接着
-    #[arg(long)]
-    pub files_only: bool,
-
-    /// 丢掉上一个检查点之后 flower 之外的改动(它们先存成一个检查点,还能找回)
-    #[arg(long)]
-    pub discard: bool,
-
-    /// 不问,直接回退(标准输入不是终端时本来就不问)
-    #[arg(short = 'y', long)]
-    pub yes: bool,
-
-    #[command(flatten)]
-    pub run_dir: RunDirArg,
-
-    #[command(flatten)]
-    pub store: StoreArg,
-
-    #[command(flatten)]
-    pub run_key: RunKeyArg,
-}
-
-impl RewindArgs {
-    pub fn flags(&self) -> Flags {
-        flags_of(&[&self.run_dir, &self.store, &self.run_key])
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct DiffArgs {
-    /// 从哪个检查点算起(编号或步骤名,同 `flower rewind`)
-    pub point: String,
-
-    #[command(flatten)]
-    pub run_dir: RunDirArg,
-
-    #[command(flatten)]
-    pub store: StoreArg,
-
-    #[command(flatten)]
-    pub run_key: RunKeyArg,
-}
-
-impl DiffArgs {
-    pub fn flags(&self) -> Flags {
-        flags_of(&[&self.run_dir, &self.store, &self.run_key])
-    }
-}
 
 /// Opens the run (its lock taken, an interrupted restore finished) and its checkpoints.
 fn open(flags: &Flags, env: &Environment) -> anyhow::Result<Result<Run, ExitCode>> {
@@ -148,7 +93,11 @@ fn pause_hook(value: &str) -> Option<RestoreHook> {
 
 fn confirmed(target: &Checkpoint) -> anyhow::Result<bool> {
     use std::io::Write as _;
-    eprint!("回退到检查点 #{}({})?工作区的文件会变回那时的样子 [y/N] ", target.n, label(target));
+    super::out::err!(
+        "回退到检查点 #{}({})?工作区的文件会变回那时的样子 [y/N] ",
+        target.n,
+        label(target)
+    );
     std::io::stderr().flush()?;
     let mut answer = String::new();
     std::io::stdin().read_line(&mut answer)?;

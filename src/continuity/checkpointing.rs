@@ -59,12 +59,9 @@ impl Watch {
 
     fn take(&self, state: &mut State, kind: CheckpointKind) {
         state.dirty = false;
-        let taken = self.checkpoints.record(
-            kind,
-            &state.row,
-            state.session.as_deref(),
-            state.turn,
-        );
+        let taken = self
+            .checkpoints
+            .record(kind, &state.row, state.session.as_deref(), state.turn);
         if let Err(e) = taken {
             (self.events)(&Event::Warning {
                 message: crate::error::chain(&e),

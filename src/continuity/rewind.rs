@@ -115,7 +115,12 @@ impl Runtime {
         checkpoints.record(CheckpointKind::Rewind, "回退前的样子", None, 0)?;
         let files = checkpoints.restore(&target.tree, options.hook.as_ref())?;
         // The workspace now: the next rewind compares with it.
-        checkpoints.record(CheckpointKind::Rewind, &format!("回退到 #{}", target.n), None, 0)?;
+        checkpoints.record(
+            CheckpointKind::Rewind,
+            &format!("回退到 #{}", target.n),
+            None,
+            0,
+        )?;
         let sessions = match options.files_only {
             true => Vec::new(),
             false => self.rewind_conversation(&target)?,

@@ -3,7 +3,9 @@
 //! rewind that forks the conversation and is continued by the next `flower`, a restore
 //! killed mid-way, and a workspace the person changed.
 
-use crate::support::pipeline::{Agent, BRIEF, GOAL, Project, REQUEST, agent_or_once, text, turn_of};
+use crate::support::pipeline::{
+    Agent, BRIEF, GOAL, Project, REQUEST, agent_or_once, text, turn_of,
+};
 use crate::support::{FakeServer, Recorded, Reply};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -84,7 +86,11 @@ fn tree(dir: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).unwrap() {
             let path = entry.unwrap().path();
-            let rel = path.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            let rel = path
+                .strip_prefix(dir)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             if rel == "runs" {
                 continue;
             }
@@ -110,7 +116,11 @@ fn point(listing: &str, label: &str) -> String {
         .lines()
         .find(|l| l.contains(label))
         .unwrap_or_else(|| panic!("no {label} in\n{listing}"));
-    line.split_whitespace().next().unwrap().trim_start_matches('#').to_string()
+    line.split_whitespace()
+        .next()
+        .unwrap()
+        .trim_start_matches('#')
+        .to_string()
 }
 
 #[test]
@@ -119,7 +129,7 @@ fn rewind_to_before_a_step_restores_every_byte_of_write_edit_and_sed() {
     let original = tree(&project.dir);
     let server = FakeServer::with_handler(|req, _| reply(req));
     ok(&project.run(&server, &[REQUEST]));
-    assert_eq!(project.read("data.txt"), "y\nx2\n");
+    assert_eq!(project.read("data.txt"), "y\ny2\n");
     assert_eq!(project.read("keep.txt"), "a\nB\nB2\nc\n");
     assert!(!project.dir.join("gone.txt").exists());
 
@@ -127,10 +137,22 @@ fn rewind_to_before_a_step_restores_every_byte_of_write_edit_and_sed() {
     assert!(listing.contains("确认需求 开始前"), "{listing}");
     assert!(listing.contains("干活 开始前"), "{listing}");
     // The first worker's turn: one file added (2 lines), one modified (+2 -1).
-    let first = listing.lines().find(|l| l.contains("干活 第 1 轮后")).unwrap();
-    assert!(first.contains("新增 1 修改 1 删除 0 · +4 -1 行"), "{listing}");
-    let second = listing.lines().find(|l| l.contains("干活 第 2 轮后")).unwrap();
-    assert!(second.contains("新增 0 修改 1 删除 1 · +1 -2 行"), "{listing}");
+    let first = listing
+        .lines()
+        .find(|l| l.contains("干活 第 1 轮后"))
+        .unwrap();
+    assert!(
+        first.contains("新增 1 修改 1 删除 0 · +4 -1 行"),
+        "{listing}"
+    );
+    let second = listing
+        .lines()
+        .find(|l| l.contains("干活 第 2 轮后"))
+        .unwrap();
+    assert!(
+        second.contains("新增 0 修改 1 删除 1 · +2 -3 行"),
+        "{listing}"
+    );
 
     let diff = ok(&project.run(&server, &["diff", "干活"]));
     assert!(diff.contains("+y") && diff.contains("-x"), "{diff}");
@@ -145,7 +167,11 @@ fn rewind_to_before_a_step_restores_every_byte_of_write_edit_and_sed() {
     assert_eq!(tree(&project.dir), expected);
     assert_eq!(server.request_count(), requests, "a rewind asks no model");
     // Lineage forgets the step; the manifest records the rewind.
-    assert!(project.json("runs/lineage.json")["steps"].get("干活").is_none());
+    assert!(
+        project.json("runs/lineage.json")["steps"]
+            .get("干活")
+            .is_none()
+    );
     let rows = project.manifest();
     assert_eq!(rows.last().unwrap()["error"], "rewound");
 
@@ -182,8 +208,11 @@ fn rewind_to_a_mid_step_turn_forks_the_conversation_and_flower_continues_the_for
     let first = coordinator.first().expect("the next flower continues 干活");
     assert_eq!(turn_of(first), 1);
     let said = serde_json::to_string(first.messages()).unwrap();
-    assert!(said.contains("第一件") && !said.contains("第二件"), "{said}");
-    assert_eq!(project.read("data.txt"), "y\nx2\n");
+    assert!(
+        said.contains("第一件") && !said.contains("第二件"),
+        "{said}"
+    );
+    assert_eq!(project.read("data.txt"), "y\ny2\n");
     assert_eq!(project.json("runs/lineage.json")["steps"]["干活"], fork);
 }
 
@@ -196,7 +225,10 @@ fn a_rewind_killed_mid_restore_is_finished_by_the_next_flower() {
     let marker = project.home.join("paused");
     let mut child = project
         .command(&server, &["rewind", "确认需求"])
-        .env("FLOWER_TEST_REWIND_PAUSE", format!("2:{}", marker.display()))
+        .env(
+            "FLOWER_TEST_REWIND_PAUSE",
+            format!("2:{}", marker.display()),
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -226,9 +258,12 @@ fn a_workspace_the_person_changed_refuses_until_told_to_discard() {
     let out = project.run(&server, &["rewind", "干活"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("flower 之外的改动") && stderr.contains("mine.txt"), "{stderr}");
+    assert!(
+        stderr.contains("flower 之外的改动") && stderr.contains("mine.txt"),
+        "{stderr}"
+    );
     assert_eq!(project.read("mine.txt"), "the person's\n");
-    assert_eq!(project.read("data.txt"), "y\nx2\n");
+    assert_eq!(project.read("data.txt"), "y\ny2\n");
 
     ok(&project.run(&server, &["rewind", "干活", "--discard"]));
     assert!(!project.dir.join("mine.txt").exists());
