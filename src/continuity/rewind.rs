@@ -17,6 +17,7 @@ use crate::checkpoint::{
     Change, Checkpoint, CheckpointError, CheckpointKind, Checkpoints, RestoreHook,
 };
 use crate::stores::{SessionKey, SessionStore, StoreError, project_key};
+use crate::transcript::Entry;
 use serde_json::Value;
 use std::path::Path;
 
@@ -164,7 +165,12 @@ impl Runtime {
             let entries = store.load_raw(&key).map_err(failed)?.unwrap_or_default();
             let kept = entries
                 .iter()
-                .take_while(|e| timestamp(e).is_none_or(|t| t <= target.time.as_str()))
+                .take_while(|entry| {
+                    // RFC 3339 in UTC with milliseconds on both sides: text order is time order.
+                    let typed = serde_json::from_value::<Entry>(Value::clone(entry)).ok();
+                    let at = typed.and_then(|entry| entry.timestamp);
+                    at.is_none_or(|at| at.as_str() <= target.time.as_str())
+                })
                 .count();
             if kept == entries.len() {
                 continue;
@@ -196,8 +202,4 @@ impl Runtime {
         }
         Ok(changed)
     }
-}
-
-fn timestamp(entry: &Value) -> Option<&str> {
-    entry.get("timestamp").and_then(Value::as_str)
 }
