@@ -20,6 +20,10 @@
 //!    (`FakeServer::simulate_cache`): the share of all prompt tokens it counts as cache
 //!    reads. Goal: ≥ 90 %. A property of the request bytes, not of speed: any build
 //!    gives the same figure (`FLOWER_BENCH_BIN` for another one).
+//! 5. the prompt cache across the pipeline's roles (`-- roles`): a whole run of 30
+//!    coordinator turns, killed (SIGKILL) half way and woken, with and without a 32 KB
+//!    CLAUDE.md: the read share, what each role wrote, and the prompt's dollars at list
+//!    prices. Goal: ≥ 96 % with the memory, ≥ 94 % without.
 //!
 //! Peak RSS is the child's own `ru_maxrss`, read with `wait4(pid)` (libc) by a small
 //! helper process (see [`measure`]); CPU time is its user + system time.
@@ -36,6 +40,8 @@
 
 #[path = "shared/child.rs"]
 mod child;
+#[path = "shared/roles.rs"]
+mod roles;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 use child::{Usage, flower_cmd, measure, measure_child, mib, ms};
@@ -82,6 +88,9 @@ fn main() -> std::process::ExitCode {
     }
     if run("cache") {
         cache_share(flower);
+    }
+    if run("roles") {
+        roles::cache_across_roles(flower);
     }
     if run("session") || run("resume") {
         let session = long_session(flower);
