@@ -16,6 +16,7 @@
 //!   said.json          what was said on a wake and is not yet derived, worked and judged
 //!   transcripts/<id>.jsonl  a session as JSONL, written when its hooks need it
 //!   settings-pin.json  the workspace's settings files as the run last loaded them
+//!   checkpoints/       the workspace's checkpoints (`crate::checkpoint`)
 //! ```
 
 use std::ffi::OsStr;
