@@ -8,6 +8,7 @@
 use crate::cli::out::errln;
 use clap::{Args, Subcommand};
 use flower::run_dir::RunDir;
+use flower::settings::{ConfigError, Environment, Flags};
 use flower::stores::prune::{PruneOptions, default_trim_dir};
 use flower::stores::{
     PostgresStore, PostgresUrl, SessionKey, SessionStore, SqliteSessionStore, StoreError,
@@ -22,24 +23,44 @@ use std::process::ExitCode;
 /// `flower store [--db PATH] <command>`.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
-    /// 会话库(默认 runs/sessions.db)
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value_os_t = default_db(),
-        global = true
-    )]
-    pub db: PathBuf,
-    /// 用 PostgreSQL 存储(postgres://user@host:port/db)代替 `--db`;`import` 不能用
+    /// 会话库(默认 runs/sessions.db;给了就不看 FLOWER_STORE)
+    #[arg(long, value_name = "PATH", global = true)]
+    pub db: Option<PathBuf>,
+    /// 用 PostgreSQL 存储(postgres://user@host:port/db)代替 `--db`;`sqlite` 是会话库。没给就看 FLOWER_STORE;`import` 不能用
     #[arg(long, value_name = "URL", global = true)]
     pub store: Option<String>,
     #[command(subcommand)]
     pub command: StoreCommand,
 }
 
-/// `runs/sessions.db`: the default run directory's store.
-fn default_db() -> PathBuf {
-    RunDir::new(flower::settings::DEFAULT_RUN_DIR).sessions_db()
+/// Which store a `flower store` command works on, as the settings resolved it.
+enum Target {
+    Sqlite(PathBuf),
+    Postgres(PostgresUrl),
+}
+
+impl StoreArgs {
+    /// `--store` and `FLOWER_STORE` through the settings, as a run resolves them; an
+    /// explicit `--db` is a flag too, so it wins over the variable (not over `--store`).
+    fn target(&self, env: &Environment) -> Result<Target, ConfigError> {
+        let flags = Flags {
+            store: self.store.clone(),
+            ..Flags::default()
+        };
+        let settings = super::config::settings(&flags, env)?;
+        let postgres = match (&self.store, &self.db) {
+            (None, Some(_)) => None,
+            _ => settings.store.clone(),
+        };
+        Ok(match postgres {
+            Some(url) => Target::Postgres(url),
+            None => Target::Sqlite(
+                self.db
+                    .clone()
+                    .unwrap_or_else(|| RunDir::new(&settings.run_dir).sessions_db()),
+            ),
+        })
+    }
 }
 
 /// KEY is `project_key/session_id[/subpath]`. Project keys start with `-`
@@ -117,8 +138,15 @@ const IMPORTED_META_TYPES: [&str; 5] =
 
 /// Runs `flower store`. Errors are printed here, as one line; the exit code says
 /// whether it worked.
-pub fn run(mut args: StoreArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: StoreArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let name = args.command.name();
+    let target = match args.target(env) {
+        Ok(target) => target,
+        Err(error) => {
+            errln!("flower store {name}: {}", one_line(&error.to_string()));
+            return Ok(ExitCode::from(super::config::EXIT_USAGE));
+        }
+    };
     // No project key: this workspace's, as a run here stores its sessions under.
     if let StoreCommand::Sessions { project_key: key }
     | StoreCommand::Summaries { project_key: key } = &mut args.command
@@ -128,7 +156,7 @@ pub fn run(mut args: StoreArgs, env: &flower::settings::Environment) -> anyhow::
         let here = here.canonicalize().unwrap_or_else(|_| here.to_path_buf());
         *key = Some(project_key(&here));
     }
-    match execute(&args) {
+    match execute(&args.command, &target) {
         Ok(output) => match print_json(&output) {
             Ok(()) => Ok(ExitCode::SUCCESS),
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
@@ -191,38 +219,16 @@ impl Failed {
     }
 }
 
-fn execute(args: &StoreArgs) -> Result<Value, Failed> {
-    if let Some(raw) = &args.store {
-        let url: PostgresUrl = raw
-            .parse()
-            .map_err(|why| Failed::because(format!("--store {raw}:{why}"), why))?;
-        let shown = url.to_string();
-        if matches!(args.command, StoreCommand::Import { .. }) {
-            return Err(Failed::new(format!(
-                "import 只导进 SQLite 文件(--db);{shown} 没有动"
-            )));
-        }
-        // Opened, and migrated, as a run would open it; it always exists.
-        let open = || -> Result<Option<Box<dyn Counting>>, Failed> {
-            let store = PostgresStore::open(&url).map_err(|e| Failed::because(e.to_string(), e))?;
-            Ok(Some(Box::new(store)))
-        };
-        let backend = Backend {
-            shown,
-            trim_dir: default_trim_dir(Path::new(flower::settings::DEFAULT_RUN_DIR)),
-            open_rw: &open,
-            open_ro: &open,
-            exists: true,
-            describe: &|e| Failed::because(e.to_string(), e),
-        };
-        return backend.run(&args.command);
-    }
-    let db = args.db.as_path();
+fn execute(command: &StoreCommand, target: &Target) -> Result<Value, Failed> {
+    let db = match target {
+        Target::Sqlite(db) => db.as_path(),
+        Target::Postgres(url) => return execute_postgres(command, url),
+    };
     if let StoreCommand::Import {
         file,
         project_key: project,
         session_id,
-    } = &args.command
+    } = command
     {
         return import(db, file, project.as_deref(), session_id.as_deref());
     }
@@ -235,7 +241,30 @@ fn execute(args: &StoreArgs) -> Result<Value, Failed> {
         exists: db.exists(),
         describe: &|e| describe(e, db),
     };
-    backend.run(&args.command)
+    backend.run(command)
+}
+
+fn execute_postgres(command: &StoreCommand, url: &PostgresUrl) -> Result<Value, Failed> {
+    let shown = url.to_string();
+    if matches!(command, StoreCommand::Import { .. }) {
+        return Err(Failed::new(format!(
+            "import 只导进 SQLite 文件(--db);{shown} 没有动"
+        )));
+    }
+    // Opened, and migrated, as a run would open it; it always exists.
+    let open = || -> Result<Option<Box<dyn Counting>>, Failed> {
+        let store = PostgresStore::open(url).map_err(|e| Failed::because(e.to_string(), e))?;
+        Ok(Some(Box::new(store)))
+    };
+    let backend = Backend {
+        shown,
+        trim_dir: default_trim_dir(Path::new(flower::settings::DEFAULT_RUN_DIR)),
+        open_rw: &open,
+        open_ro: &open,
+        exists: true,
+        describe: &|e| Failed::because(e.to_string(), e),
+    };
+    backend.run(command)
 }
 
 /// What `flower store` needs of a backend beyond the protocol: how much a write did.

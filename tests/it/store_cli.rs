@@ -397,7 +397,8 @@ fn a_read_only_directory_is_reported_and_left_alone() {
     let as_user = |args: &[&str]| {
         let mut cmd = command(dir.path(), args);
         if unsafe { libc::geteuid() } == 0 {
-            cmd.uid(65534).gid(65534);
+            // A home of its own: the settings read the user's settings file there.
+            cmd.uid(65534).gid(65534).env("HOME", dir.path());
         }
         cmd
     };
@@ -419,4 +420,70 @@ fn a_read_only_directory_is_reported_and_left_alone() {
 
     assert_eq!(snapshot(&runs), before);
     std::fs::set_permissions(&runs, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `flower store` takes its store from the settings as a run does: `FLOWER_STORE`
+/// when no flag names one (a bad value is exit 2, nothing opened), `--store sqlite`
+/// or an explicit `--db` over the variable.
+#[test]
+fn the_store_command_honours_flower_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_store = |args: &[&str], value: &str| {
+        let mut cmd = command(dir.path(), args);
+        cmd.env("FLOWER_STORE", value);
+        cmd
+    };
+
+    let mut cmd = with_store(&["sessions", "p"], "mysql://x/y");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("FLOWER_STORE"), "{err}");
+
+    // A PostgreSQL nobody listens on: the command goes there, not to runs/sessions.db.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://flower@127.0.0.1:{port}/flower");
+    let entries = serde_json::to_string(&transcript()).unwrap();
+    let out = run_cmd(with_store(&["append", "p/s"], &url), &entries);
+    assert_fails(&out, &[&format!("127.0.0.1:{port}")]);
+    assert!(
+        !dir.path().join("runs").exists(),
+        "the SQLite store is not made"
+    );
+
+    // A flag wins over the variable: `--store sqlite`, or `--db`.
+    let out = run_cmd(
+        with_store(&["append", "p/s", "--store", "sqlite"], &url),
+        &entries,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert!(dir.path().join("runs/sessions.db").exists());
+    let out = run_cmd(
+        with_store(&["append", "p/s", "--db", "other.db"], &url),
+        &entries,
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.json()["stored"], 3);
+}
+
+/// With a server: what `flower store` appended through `FLOWER_STORE` is in that
+/// database.
+#[test]
+fn the_store_command_writes_where_flower_store_says() {
+    let Some(url) = crate::support::postgres::fresh_url() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let entries = serde_json::to_string(&transcript()).unwrap();
+    let mut cmd = command(dir.path(), &["append", "q/s"]);
+    cmd.env("FLOWER_STORE", &url);
+    let out = run_cmd(cmd, &entries);
+    assert!(out.ok, "{}", out.stderr);
+    let out = run(dir.path(), &["load", "q/s", "--store", &url], "");
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.json().as_array().map(Vec::len), Some(3));
 }
