@@ -36,7 +36,7 @@ pub struct StoreArgs {
 /// Which store a `flower store` command works on, as the settings resolved it.
 enum Target {
     Sqlite(PathBuf),
-    Postgres(PostgresUrl),
+    Postgres(Box<PostgresUrl>),
 }
 
 impl StoreArgs {
@@ -53,7 +53,7 @@ impl StoreArgs {
             _ => settings.store.clone(),
         };
         Ok(match postgres {
-            Some(url) => Target::Postgres(url),
+            Some(url) => Target::Postgres(Box::new(url)),
             None => Target::Sqlite(
                 self.db
                     .clone()
