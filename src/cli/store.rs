@@ -222,7 +222,29 @@ impl Failed {
 fn execute(command: &StoreCommand, target: &Target) -> Result<Value, Failed> {
     let db = match target {
         Target::Sqlite(db) => db.as_path(),
-        Target::Postgres(url) => return execute_postgres(command, url),
+        Target::Postgres(url) => {
+            let shown = url.to_string();
+            if matches!(command, StoreCommand::Import { .. }) {
+                return Err(Failed::new(format!(
+                    "import 只导进 SQLite 文件(--db);{shown} 没有动"
+                )));
+            }
+            // Opened, and migrated, as a run would open it; it always exists.
+            let open = || -> Result<Option<Box<dyn Counting>>, Failed> {
+                let store =
+                    PostgresStore::open(url).map_err(|e| Failed::because(e.to_string(), e))?;
+                Ok(Some(Box::new(store)))
+            };
+            let backend = Backend {
+                shown,
+                trim_dir: default_trim_dir(Path::new(flower::settings::DEFAULT_RUN_DIR)),
+                open_rw: &open,
+                open_ro: &open,
+                exists: true,
+                describe: &|e| Failed::because(e.to_string(), e),
+            };
+            return backend.run(command);
+        }
     };
     if let StoreCommand::Import {
         file,
@@ -240,29 +262,6 @@ fn execute(command: &StoreCommand, target: &Target) -> Result<Value, Failed> {
         // Deleting from a database that does not exist deletes nothing; don't create it.
         exists: db.exists(),
         describe: &|e| describe(e, db),
-    };
-    backend.run(command)
-}
-
-fn execute_postgres(command: &StoreCommand, url: &PostgresUrl) -> Result<Value, Failed> {
-    let shown = url.to_string();
-    if matches!(command, StoreCommand::Import { .. }) {
-        return Err(Failed::new(format!(
-            "import 只导进 SQLite 文件(--db);{shown} 没有动"
-        )));
-    }
-    // Opened, and migrated, as a run would open it; it always exists.
-    let open = || -> Result<Option<Box<dyn Counting>>, Failed> {
-        let store = PostgresStore::open(url).map_err(|e| Failed::because(e.to_string(), e))?;
-        Ok(Some(Box::new(store)))
-    };
-    let backend = Backend {
-        shown,
-        trim_dir: default_trim_dir(Path::new(flower::settings::DEFAULT_RUN_DIR)),
-        open_rw: &open,
-        open_ro: &open,
-        exists: true,
-        describe: &|e| Failed::because(e.to_string(), e),
     };
     backend.run(command)
 }
