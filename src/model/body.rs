@@ -218,11 +218,11 @@ fn body_of(request: &MessagesRequest, model: &str, counting: bool) -> Vec<u8> {
             system.push(json!({"type": "text", "text": request.system_shared, "cache_control": ephemeral()}));
         }
         if !request.system.is_empty() {
-            let mut own = json!({"type": "text", "text": request.system});
-            if request.system_shared.is_empty() {
-                own["cache_control"] = ephemeral();
-            }
-            system.push(own);
+            system.push(if request.system_shared.is_empty() {
+                json!({"type": "text", "text": request.system, "cache_control": ephemeral()})
+            } else {
+                json!({"type": "text", "text": request.system})
+            });
         }
         put(&mut out, "system", &system);
     }
