@@ -255,7 +255,7 @@ impl Run {
         let store = opened.map(|store| store as Arc<dyn SessionStore>);
         options.store = store.clone();
         options.shared_run = shared.clone();
-        options.checkpoints = Some(crate::checkpoint::DEFAULT_MAX_FILE_BYTES);
+        options.checkpoints = Some(settings.checkpoint_max_file_bytes);
         Ok(Opening {
             at: At {
                 workspace,

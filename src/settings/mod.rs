@@ -180,6 +180,9 @@ pub struct Settings {
     /// Project memory in the system prompts (`--no-memory`, else `FLOWER_MEMORY`
     /// `on`/`off`, else on).
     pub memory: bool,
+    /// Files over this many bytes are left out of the workspace's checkpoints
+    /// (`FLOWER_CHECKPOINT_MAX_FILE_MB`, a positive whole number of MiB; default 10).
+    pub checkpoint_max_file_bytes: u64,
     /// What the settings files said (the files read, their permission rules, hooks,
     /// every key as written).
     pub files: FileLayer,
@@ -263,6 +266,18 @@ impl Settings {
                 ));
             }
         };
+        let checkpoint_max_file_bytes = match vars.unblank("FLOWER_CHECKPOINT_MAX_FILE_MB") {
+            None => crate::checkpoint::DEFAULT_MAX_FILE_BYTES,
+            Some(text) => match text.parse::<u64>() {
+                Ok(mb) if (1..=1 << 20).contains(&mb) => mb << 20,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        "FLOWER_CHECKPOINT_MAX_FILE_MB",
+                        format!("FLOWER_CHECKPOINT_MAX_FILE_MB={text:?}:要一个正整数(MiB)"),
+                    ));
+                }
+            },
+        };
         let lookup = |name: &str| vars.raw(name);
         let (mut mcp, mcp_warnings) = files::mcp_config(files, &lookup)?;
         warnings.extend(mcp_warnings);
@@ -315,6 +330,7 @@ impl Settings {
             again: flags.again,
             accept_settings: flags.accept_settings,
             memory,
+            checkpoint_max_file_bytes,
             files: files.clone(),
             child_env,
             pass_env,

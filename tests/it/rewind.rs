@@ -45,7 +45,7 @@ fn reply(req: &Recorded) -> Reply {
         },
         (Agent::Worker, 0) => Reply::tool_use(
             "Bash",
-            json!({"command": "sed -i 's/x/y/' data.txt && rm gone.txt"}),
+            json!({"command": "sed -i 's/x/y/' data.txt && rm gone.txt && head -c 2100000 /dev/zero > big.bin"}),
         ),
         (Agent::Judge, _) => Reply::text("都在。\n判定:通过"),
         _ => Reply::text("好了。"),
@@ -150,7 +150,7 @@ fn rewind_to_before_a_step_restores_every_byte_of_write_edit_and_sed() {
         .find(|l| l.contains("干活 第 2 轮后"))
         .unwrap();
     assert!(
-        second.contains("新增 0 修改 1 删除 1 · +2 -3 行"),
+        second.contains("新增 1 修改 1 删除 1 · +2 -3 行"),
         "{listing}"
     );
 
@@ -272,4 +272,42 @@ fn a_workspace_the_person_changed_refuses_until_told_to_discard() {
     let n = point(&listing, "回退前的样子");
     ok(&project.run(&server, &["rewind", &n, "--files-only"]));
     assert_eq!(project.read("mine.txt"), "the person's\n");
+}
+
+#[test]
+fn files_over_the_size_cap_are_neither_kept_nor_removed_and_a_bad_cap_is_refused() {
+    let project = project();
+    let server = FakeServer::with_handler(|req, _| reply(req));
+    let run = |args: &[&str]| {
+        project
+            .command(&server, args)
+            .env("FLOWER_CHECKPOINT_MAX_FILE_MB", "1")
+            .output()
+            .unwrap()
+    };
+    ok(&run(&[REQUEST]));
+    assert_eq!(
+        std::fs::metadata(project.dir.join("big.bin"))
+            .unwrap()
+            .len(),
+        2_100_000
+    );
+    ok(&run(&["rewind", "干活"]));
+    assert_eq!(project.read("data.txt"), "x\nx2\n");
+    // Over 1 MiB: never in a checkpoint, so the rewind leaves it where it is.
+    assert!(project.dir.join("big.bin").exists());
+
+    let requests = server.request_count();
+    let out = project
+        .command(&server, &["rewind"])
+        .env("FLOWER_CHECKPOINT_MAX_FILE_MB", "lots")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("要一个正整数"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(server.request_count(), requests);
 }
