@@ -288,3 +288,64 @@ fn a_bad_network_setting_exits_2_before_any_request() {
         assert_eq!(server.request_count(), 0);
     }
 }
+
+/// The address classes the proxy refuses, through the library: an IPv4 address inside
+/// an IPv6 one is judged as that address.
+#[test]
+fn local_addresses_are_told_from_public_ones() {
+    use flower::tools::sandbox::proxy::is_public;
+    for local in [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "255.255.255.255",
+        "198.18.0.1",
+        "::1",
+        "::",
+        "fd00::1",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:7f00:1::",
+    ] {
+        assert!(!is_public(&local.parse().unwrap()), "{local}");
+    }
+    for public in [
+        "1.1.1.1",
+        "198.51.100.2",
+        "2606:4700::1111",
+        "::ffff:8.8.8.8",
+    ] {
+        assert!(is_public(&public.parse().unwrap()), "{public}");
+    }
+}
+
+#[test]
+fn host_patterns_match_as_claude_code_writes_them() {
+    use flower::tools::sandbox::proxy::HostPattern;
+    let p = |s: &str| s.parse::<HostPattern>().unwrap();
+    assert!(p("*.example.com").matches("a.b.example.com", 443));
+    assert!(!p("*.example.com").matches("example.com", 443));
+    assert!(!p("*.example.com").matches("badexample.com", 443));
+    assert!(p("example.com:8080").matches("example.com", 8080));
+    assert!(!p("example.com:8080").matches("example.com", 80));
+    assert!(p("[::1]:5432").matches("::1", 5432));
+    assert!(p("Example.COM.").matches("example.com", 1));
+    assert!(!p("*").is_explicit());
+    for bad in [
+        "exa mple.com",
+        "*.",
+        "a..b",
+        "example.com:0",
+        "[::1",
+        "ex*ample.com",
+    ] {
+        assert!(bad.parse::<HostPattern>().is_err(), "{bad}");
+    }
+}

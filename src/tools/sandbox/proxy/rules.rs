@@ -43,7 +43,11 @@ impl std::str::FromStr for HostPattern {
         let text = text.trim();
         let (host, port) = split_port(text).map_err(|why| bad(&why))?;
         let host = host.to_ascii_lowercase();
-        let host = host.strip_suffix('.').unwrap_or(&host).to_string();
+        // A trailing dot is the root, not a wildcard's: `*.` is no `*`.
+        let host = match host.strip_suffix('.') {
+            Some(h) if !h.ends_with('*') => h.to_string(),
+            _ => host.clone(),
+        };
         let parsed = if host == "*" {
             Host::Any
         } else if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
