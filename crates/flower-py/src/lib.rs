@@ -601,26 +601,28 @@ impl PyResilience {
     #[pyo3(name = "resume_prompt")]
     const RESUME_PROMPT: &'static str = RESUME_PROMPT;
 
+    /// What is left out is the core's default (`Resilience::default()`), not a copy.
     #[new]
-    #[pyo3(signature = (*, max_attempts = 6, base_delay = 4.0, max_delay = 120.0, probe_timeout = 5.0, probe_interval = 15.0, max_offline_wait = 3600.0, retry_unknown = true))]
+    #[pyo3(signature = (*, max_attempts = None, base_delay = None, max_delay = None, probe_timeout = None, probe_interval = None, max_offline_wait = None, retry_unknown = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        max_attempts: u32,
-        base_delay: f64,
-        max_delay: f64,
-        probe_timeout: f64,
-        probe_interval: f64,
-        max_offline_wait: f64,
-        retry_unknown: bool,
+        max_attempts: Option<u32>,
+        base_delay: Option<f64>,
+        max_delay: Option<f64>,
+        probe_timeout: Option<f64>,
+        probe_interval: Option<f64>,
+        max_offline_wait: Option<f64>,
+        retry_unknown: Option<bool>,
     ) -> Self {
+        let core = Resilience::default();
         PyResilience {
-            max_attempts,
-            base_delay,
-            max_delay,
-            probe_timeout,
-            probe_interval,
-            max_offline_wait,
-            retry_unknown,
+            max_attempts: max_attempts.unwrap_or(core.max_attempts),
+            base_delay: base_delay.unwrap_or(core.base_delay),
+            max_delay: max_delay.unwrap_or(core.max_delay),
+            probe_timeout: probe_timeout.unwrap_or(core.probe_timeout),
+            probe_interval: probe_interval.unwrap_or(core.probe_interval),
+            max_offline_wait: max_offline_wait.unwrap_or(core.max_offline_wait),
+            retry_unknown: retry_unknown.unwrap_or(core.retry_unknown),
         }
     }
 }
@@ -665,15 +667,17 @@ impl PyRuntime {
 #[pymethods]
 impl PyRuntime {
     #[new]
-    #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from("runs"), *, trim = false, ephemeral = true, keep_denials = 1, on_session = None, on_event = None, resilience = None, wait = false))]
+    // What is left out (`trim`, `ephemeral`, `keep_denials`, `resilience`) is what the
+    // settings build for the CLI too: the core's defaults, not copies of them.
+    #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from(flower::settings::DEFAULT_RUN_DIR), *, trim = None, ephemeral = None, keep_denials = None, on_session = None, on_event = None, resilience = None, wait = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         workspace: PathBuf,
         run_dir: PathBuf,
-        trim: bool,
-        ephemeral: bool,
-        keep_denials: usize,
+        trim: Option<bool>,
+        ephemeral: Option<bool>,
+        keep_denials: Option<usize>,
         on_session: Option<Py<PyAny>>,
         on_event: Option<Py<PyAny>>,
         resilience: Option<PyRef<'_, PyResilience>>,
@@ -720,9 +724,9 @@ impl PyRuntime {
                 Run::prepare(&settings)?
                     .lock(Begin::Continue, RunHooks::default())?
                     .start(|o| {
-                        o.trim = trim;
-                        o.ephemeral = ephemeral;
-                        o.keep_denials = keep_denials;
+                        o.trim = trim.unwrap_or(o.trim);
+                        o.ephemeral = ephemeral.unwrap_or(o.ephemeral);
+                        o.keep_denials = keep_denials.unwrap_or(o.keep_denials);
                         if let Some(resilience) = resilience {
                             o.resilience = resilience;
                         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
+import flower
 import pytest
 from conftest import TIMEOUT
 
@@ -106,3 +107,13 @@ def test_a_second_runtime_in_this_process_is_told_to_close_the_first(project, fa
         assert not first.closed
     with Runtime():
         pass
+
+
+def test_resilience_defaults_are_the_cores():
+    # Left out, each number is the core's default (Resilience::default()); given, it is kept.
+    core = flower.Resilience()
+    assert (core.max_attempts, core.base_delay, core.max_delay) == (6, 4.0, 120.0)
+    assert (core.probe_timeout, core.probe_interval, core.max_offline_wait) == (5.0, 15.0, 3600.0)
+    assert core.retry_unknown is True
+    given = flower.Resilience(max_attempts=2, retry_unknown=False)
+    assert (given.max_attempts, given.retry_unknown, given.max_delay) == (2, False, 120.0)

@@ -122,14 +122,17 @@ class Resilience:
     def __init__(
         self,
         *,
-        max_attempts: int = 6,
-        base_delay: float = 4.0,
-        max_delay: float = 120.0,
-        probe_timeout: float = 5.0,
-        probe_interval: float = 15.0,
-        max_offline_wait: float = 3600.0,
-        retry_unknown: bool = True,
-    ) -> None: ...
+        max_attempts: int | None = None,
+        base_delay: float | None = None,
+        max_delay: float | None = None,
+        probe_timeout: float | None = None,
+        probe_interval: float | None = None,
+        max_offline_wait: float | None = None,
+        retry_unknown: bool | None = None,
+    ) -> None:
+        """What is left out (None) is the core's default: 6 attempts, 4 s doubling to
+        120 s, probes of 5 s every 15 s, offline waits up to an hour, unknown errors
+        retried."""
 
 class WakeState(TypedDict):
     waking: bool
@@ -144,7 +147,8 @@ class Runtime:
     not to the workspace). Takes the run lock (shared with the `flower` CLI) until
     `close()`; raises LockedError when another process holds it (`wait=True` waits),
     ConfigError for a bad setting. Settings come from the environment as for `flower`.
-    `trim=False`, `ephemeral=True`, `keep_denials=1`: what a resumed session is fed.
+    `trim`, `ephemeral`, `keep_denials`: what a resumed session is fed (left out: the
+    core's defaults, as for the CLI: no trimming, ephemeral content pruned, one denial kept).
     `on_event(event)` hears turns, tool calls, handoffs, outage waits …;
     `on_session(step, session_id)` each step's session the moment it exists."""
 
@@ -155,9 +159,9 @@ class Runtime:
         workspace: StrPath = ".",
         run_dir: StrPath = "runs",
         *,
-        trim: bool = False,
-        ephemeral: bool = True,
-        keep_denials: int = 1,
+        trim: bool | None = None,
+        ephemeral: bool | None = None,
+        keep_denials: int | None = None,
         on_session: Callable[[str, str], object] | None = None,
         on_event: Callable[[Event], object] | None = None,
         resilience: Resilience | None = None,
