@@ -97,11 +97,14 @@ pub struct ChangeSummary {
 }
 
 /// The checkpoints of one workspace, kept under one run directory.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Checkpoints {
     git: git::Git,
     dir: PathBuf,
     max_file_bytes: u64,
+    /// The last checkpoint's number and tree, once read: a turn's checkpoint does not
+    /// read the whole list (its writer holds the run lock, so nobody else appends).
+    last: std::sync::Mutex<Option<(u32, String)>>,
 }
 
 impl Checkpoints {
@@ -128,6 +131,7 @@ impl Checkpoints {
             },
             dir,
             max_file_bytes,
+            last: std::sync::Mutex::new(None),
         };
         // The run directory is never kept, wherever it is in the workspace.
         let mut excludes = Vec::new();
@@ -197,12 +201,15 @@ impl Checkpoints {
         turn: u32,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
         let tree = self.snapshot()?;
-        let list = self.list()?;
-        if kind == CheckpointKind::Turn && list.last().is_some_and(|last| last.tree == tree) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_none() {
+            *last = self.list()?.pop().map(|c| (c.n, c.tree));
+        }
+        if kind == CheckpointKind::Turn && last.as_ref().is_some_and(|(_, t)| *t == tree) {
             return Ok(None);
         }
         let checkpoint = Checkpoint {
-            n: list.last().map_or(1, |last| last.n + 1),
+            n: last.as_ref().map_or(1, |(n, _)| n + 1),
             kind,
             step: step.to_string(),
             session_id: session_id.map(str::to_string),
@@ -219,6 +226,7 @@ impl Checkpoints {
             .open(&path)
             .and_then(|mut file| file.write_all(&line))
             .map_err(|source| CheckpointError::Io { path, source })?;
+        *last = Some((checkpoint.n, checkpoint.tree.clone()));
         Ok(Some(checkpoint))
     }
 
