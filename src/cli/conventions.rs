@@ -91,6 +91,7 @@ pub fn lines(settings: &Settings) -> Vec<String> {
     for ignored in &files.hooks.ignored {
         out.push(format!("  ! {ignored}"));
     }
+    out.extend(agent_lines(settings));
     let mcp = &settings.mcp;
     if mcp.servers.is_empty() {
         out.push("MCP 服务器:没有".to_string());
@@ -108,6 +109,55 @@ pub fn lines(settings: &Settings) -> Vec<String> {
         }
     }
     out
+}
+
+/// The custom sub-agents (`.claude/agents/*.md`) and the files left out.
+fn agent_lines(settings: &Settings) -> Vec<String> {
+    let home = settings.home.as_deref();
+    let files = &settings.files.agents;
+    let mut out = Vec::new();
+    if files.agents.is_empty() {
+        out.push("自定义子代理:没有".to_string());
+    } else {
+        out.push(format!(
+            "自定义子代理:{} 个(Task 的 subagent_type;流程里由协调者派,权限不超过干活的子代理)",
+            files.agents.len()
+        ));
+    }
+    for agent in &files.agents {
+        let tools = match &agent.tools {
+            Some(tools) => tools.join(", "),
+            None => "角色的全部".to_string(),
+        };
+        out.push(format!(
+            "  {}:{}({},{};tools:{tools})",
+            agent.name,
+            agent.description,
+            tilde(&agent.path, home),
+            scope_name(agent.scope),
+        ));
+        let (known, unknown): (Vec<&String>, Vec<&String>) = agent
+            .unused_keys
+            .iter()
+            .partition(|k| flower::settings::agents::known_unused(k));
+        if !known.is_empty() {
+            out.push(format!("    ! flower 不用的键:{}", join(&known)));
+        }
+        if !unknown.is_empty() {
+            out.push(format!("    ! 不认识的键:{}(忽略)", join(&unknown)));
+        }
+    }
+    for ignored in &files.ignored {
+        out.push(format!("  ! {ignored}"));
+    }
+    out
+}
+
+fn join(keys: &[&String]) -> String {
+    keys.iter()
+        .map(|k| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The same as JSON.
@@ -152,6 +202,18 @@ pub fn json(settings: &Settings) -> Value {
         },
         "hooks": files.hooks.listing(),
         "ignored": files.hooks.ignored,
+        "agents": files.agents.agents.iter().map(|a| json!({
+            "name": a.name,
+            "description": a.description,
+            "scope": a.scope.name(),
+            "file": path(&a.path),
+            "tools": a.tools,
+            "disallowed_tools": a.disallowed_tools,
+            "model": a.model,
+            "max_turns": a.max_turns,
+            "unused_keys": a.unused_keys,
+        })).collect::<Vec<_>>(),
+        "agents_ignored": files.agents.ignored,
         "mcp_servers": settings.mcp.servers.iter().map(|s| {
             // As the file writes them: an expanded `${TOKEN}` is never printed.
             let (kind, target) = match &s.written {

@@ -122,6 +122,10 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let new_task = locked.wake().woke == 0;
     know_sessions(&renderer, &locked);
 
+    let (subagents, left_out) = settings.subagents_for(&worker_for(&settings));
+    for line in left_out {
+        errln!("flower: {line}");
+    }
     let interrupt = Interrupt::new();
     let run = or_return!(
         locked
@@ -132,7 +136,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
                     interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>);
                 o.interrupt = interrupt.clone();
                 o.on_interrupt = interactive.then(after_interrupt);
-                o.subagents = vec![worker_for(&settings)];
+                o.subagents = subagents.clone();
             })
             .map_err(lines::refused)
     );

@@ -54,6 +54,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     // No model of its own: the client's, which the settings resolved (aliases, `[1m]`).
     let spec = AgentSpec {
         name: "once".into(),
+        description: None,
         instructions: INSTRUCTIONS.into(),
         allowed_tools,
         disallowed_tools: args.disallowed_tools.clone(),
@@ -91,6 +92,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         o.on_interrupt = interactive.then(after_interrupt);
         // Who answers an `ask` rule's question (no AskUser tool is offered here).
         o.asker = interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>);
+        o.subagents = custom_subagents(&settings, &spec);
     });
     let runtime = match opened {
         Ok(runtime) => runtime,
@@ -159,4 +161,21 @@ fn print_outcome(outcome: &AgentOutcome, as_json: bool, exists: bool) -> ExitCod
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The sub-agents `Task` may start: none configured (the engine's default) unless the
+/// team has its own (`.claude/agents`); then the default first and each custom agent
+/// within what this command allows (`--allowed-tools`, `--disallowed-tools`).
+fn custom_subagents(settings: &flower::settings::Settings, spec: &AgentSpec) -> Vec<AgentSpec> {
+    if settings.files.agents.agents.is_empty() {
+        return Vec::new();
+    }
+    let mut role = flower::engine::general_purpose().bound_by(spec);
+    role.allowed_tools = spec.allowed_tools.clone();
+    let (mut specs, left_out) = settings.subagents_for(&role);
+    for line in left_out {
+        errln!("flower: {line}");
+    }
+    specs[0] = flower::engine::general_purpose().bound_by(spec);
+    specs
 }

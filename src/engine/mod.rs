@@ -30,6 +30,7 @@ pub use conventions::Conventions;
 pub use interrupt::Interrupt;
 pub use recovery::{RESUME_PROMPT, Recovery, Retried};
 pub use spec::AgentSpec;
+pub use subagent::{GENERAL_PURPOSE, general_purpose};
 
 pub use calls::summarize_input;
 use reply::{Continuations, Next, cut_last_call, trim_for_continuation};

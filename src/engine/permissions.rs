@@ -225,6 +225,16 @@ impl Permissions {
         self.allow.iter().any(|rule| rule.tool == tool) && self.offers(tool)
     }
 
+    /// Whether the allow rules allow every use of `tool`: the list is empty or a
+    /// whole-tool rule covers it (deny rules are not consulted).
+    pub fn allows_whole(&self, tool: &str) -> bool {
+        self.allow.is_empty()
+            || self
+                .allow
+                .iter()
+                .any(|r| covers(&r.tool, tool) && matches!(r.content, Content::Whole))
+    }
+
     /// Whether a tool is offered to the model at all: when the allow list is empty or
     /// some allow rule names it, and no whole-tool deny rule names it.
     pub fn offers(&self, tool: &str) -> bool {

@@ -1,6 +1,7 @@
 //! What an agent is: its name, instructions, tools and limits.
 
 use super::permissions::{Permissions, RuleError};
+use crate::tools::names::{ASK_USER, TASK};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -13,6 +14,9 @@ use std::path::Path;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentSpec {
     pub name: String,
+    /// What it is for, shown to the agent that starts it (`Task`); custom sub-agents'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     /// The system prompt.
     pub instructions: String,
     #[serde(default)]
@@ -101,6 +105,61 @@ impl AgentSpec {
             }
         }
         spec
+    }
+
+    /// This agent (a team's custom sub-agent) within the boundary of `role`, the agent
+    /// it stands in for: it never gets more than the role allows. Its allow rules are
+    /// kept where the role allows the whole tool, narrowed to the role's rules where
+    /// the role allows only some uses of it, and dropped where the role does not allow
+    /// the tool; no allow rules means the role's. The role's deny rules are added, and
+    /// it starts no sub-agents and asks nobody. `None` when nothing it may use is left.
+    pub fn within(&self, role: &AgentSpec) -> Option<AgentSpec> {
+        let mut spec = self.bound_by(role);
+        for tool in [TASK, ASK_USER] {
+            if !spec.disallowed_tools.iter().any(|r| r == tool) {
+                spec.disallowed_tools.push(tool.to_string());
+            }
+        }
+        if self.allowed_tools.is_empty() {
+            spec.allowed_tools = role.allowed_tools.clone();
+            return Some(spec);
+        }
+        if role.allowed_tools.is_empty() {
+            return Some(spec);
+        }
+        let bounds = Permissions::new(&role.allowed_tools, &[]).ok()?;
+        let mut allowed: Vec<String> = Vec::new();
+        for rule in &self.allowed_tools {
+            let (tool, whole) = match rule.split_once('(') {
+                Some((tool, _)) => (tool.trim(), false),
+                None => (rule.trim(), true),
+            };
+            let narrowed: Vec<String> = if bounds.allows_whole(tool) {
+                vec![rule.clone()]
+            } else if whole {
+                role.allowed_tools
+                    .iter()
+                    .filter(|r| r.split_once('(').is_some_and(|(t, _)| t.trim() == tool))
+                    .cloned()
+                    .collect()
+            } else {
+                role.allowed_tools
+                    .iter()
+                    .filter(|r| *r == rule)
+                    .cloned()
+                    .collect()
+            };
+            for rule in narrowed {
+                if !allowed.contains(&rule) {
+                    allowed.push(rule);
+                }
+            }
+        }
+        if allowed.is_empty() {
+            return None;
+        }
+        spec.allowed_tools = allowed;
+        Some(spec)
     }
 
     /// The parsed permission rules; the first malformed rule is the error. Callers

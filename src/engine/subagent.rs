@@ -20,7 +20,8 @@ pub const NOBODY_TO_ASK: &str =
 /// sub-agents were configured.
 pub const GENERAL_PURPOSE: &str = "general-purpose";
 
-pub(super) fn general_purpose() -> AgentSpec {
+/// The default sub-agent (`subagent_type` absent) when none were configured.
+pub fn general_purpose() -> AgentSpec {
     AgentSpec::new(
         GENERAL_PURPOSE,
         "You are a sub-agent of a coding harness. Do the task you are given in the \
@@ -36,14 +37,21 @@ pub fn task_definition(subagents: &[AgentSpec]) -> ToolDef {
     } else {
         subagents.iter().map(|s| s.name.clone()).collect()
     };
+    let mut description = format!(
+        "Launch a sub-agent to handle a task on its own, in a fresh context. It \
+         cannot see this conversation: the prompt must say everything it needs. It \
+         returns its final report. Available agent types: {}.",
+        names.join(", ")
+    );
+    // The team's own agents (`.claude/agents`) say what they are for.
+    for spec in subagents {
+        if let Some(what) = &spec.description {
+            description.push_str(&format!("\n- {}: {}", spec.name, what));
+        }
+    }
     ToolDef {
         name: TASK.into(),
-        description: format!(
-            "Launch a sub-agent to handle a task on its own, in a fresh context. It \
-             cannot see this conversation: the prompt must say everything it needs. It \
-             returns its final report. Available agent types: {}.",
-            names.join(", ")
-        ),
+        description,
         input_schema: json!({
             "type": "object",
             "properties": {

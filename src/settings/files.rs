@@ -133,6 +133,8 @@ impl FileLayer {
                 document,
             });
         }
+        layer.agents = super::agents::load(workspace, home);
+        layer.pin.files.extend(layer.agents.pinned.iter().cloned());
         Ok(layer)
     }
 

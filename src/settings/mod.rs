@@ -40,6 +40,7 @@
 //!    value cannot be used. Thread it down as a value (e.g. into
 //!    [`RuntimeOptions`] in [`Settings::runtime_options`]); nothing below reads it again.
 
+pub mod agents;
 pub mod child_env;
 pub mod files;
 pub mod model;
@@ -430,6 +431,31 @@ impl Settings {
     /// agents it gives MCP tools (flower's pipeline: the workers).
     pub fn mcp_rules(&self) -> Vec<String> {
         self.mcp.servers.iter().map(|s| s.rule()).collect()
+    }
+
+    /// The sub-agents `Task` may start for an agent whose default sub-agent is `role`:
+    /// `role` first (the default), then the team's custom agents
+    /// (`.claude/agents/*.md`), each within `role`'s boundary ([`crate::engine::AgentSpec::within`]).
+    /// The second list names the custom agents left out: nothing they may use is
+    /// inside the role.
+    pub fn subagents_for(
+        &self,
+        role: &crate::engine::AgentSpec,
+    ) -> (Vec<crate::engine::AgentSpec>, Vec<String>) {
+        let mut specs = vec![role.clone()];
+        let mut left_out = Vec::new();
+        for agent in &self.files.agents.agents {
+            match agent.spec().within(role) {
+                Some(spec) => specs.push(spec),
+                None => left_out.push(format!(
+                    "{}:代理 {} 的 tools 没有一个在 {} 的权限之内,不提供它",
+                    agent.path.display(),
+                    agent.name,
+                    role.name
+                )),
+            }
+        }
+        (specs, left_out)
     }
 
     /// Makes the price table of these settings (`FLOWER_PRICES` over the built-in one)

@@ -194,6 +194,9 @@ pub struct FileLayer {
     /// What the workspace's files said and was not applied because it would widen
     /// the user's settings ([`super::strict`]), one line each.
     pub ignored: Vec<String>,
+    /// Custom sub-agents (`.claude/agents/*.md`, `~/.claude/agents/*.md`) and the
+    /// files left out ([`super::agents`]).
+    pub agents: super::agents::AgentFiles,
 }
 
 /// The environment over the files: the one lookup every variable goes through.

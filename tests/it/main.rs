@@ -15,6 +15,7 @@ mod closed_pipe;
 mod config;
 mod continuation_crash;
 mod continuation_example;
+mod conventions_agents;
 mod conventions_hooks;
 mod conventions_mcp;
 mod conventions_memory;
