@@ -128,11 +128,11 @@ fn one_turn(flower: &str) {
     measure(warm, dir.path());
     println!();
     println!("one-turn `flower once` (n={ONE_TURN_RUNS} each):");
-    println!("  {}", hot_symbols_found(flower));
     for existing in [false, true] {
         let mut walls = Vec::new();
         let mut rss = Vec::new();
         let mut cpu = Vec::new();
+        let mut private = Vec::new();
         for i in 0..ONE_TURN_RUNS {
             let run = if existing {
                 dir.path().to_path_buf()
@@ -146,6 +146,7 @@ fn one_turn(flower: &str) {
             walls.push(usage.wall);
             rss.push(usage.max_rss);
             cpu.push(usage.cpu);
+            private.push(usage.private);
         }
         let wall_med = quantile(&walls, 0.5);
         let rss_max = quantile(&rss, 1.0);
@@ -164,41 +165,20 @@ fn one_turn(flower: &str) {
             ms(quantile(&cpu, 0.5)),
             verdict(wall_med <= Duration::from_millis(30))
         );
+        let private_max = quantile(&private, 1.0);
         println!(
-            "    peak RSS: median {:.1} MiB, max {:.1} MiB; goal <= 20 MiB: {}; Claude Code 216 MiB",
+            "    private (anonymous) memory at exit: median {:.2} MiB, max {:.2} MiB; goal <= 2 MiB: {}",
+            mib(quantile(&private, 0.5)),
+            mib(private_max),
+            verdict(private_max <= 2 * 1024 * 1024)
+        );
+        println!(
+            "    peak RSS (with the binary's and libraries' file pages): median {:.1} MiB, max {:.1} MiB; goal <= 20 MiB: {}; Claude Code 216 MiB",
             mib(quantile(&rss, 0.5)),
             mib(rss_max),
             verdict(rss_max <= 20 * 1024 * 1024)
         );
     }
-}
-
-/// How many of `link/hot-symbols.txt`'s names the binary holds. The list names
-/// functions as mangled for one build, and a change to the crate graph renames them:
-/// a stale list shows here as a figure, not only as a higher peak below.
-fn hot_symbols_found(flower: &str) -> String {
-    let list = concat!(env!("CARGO_MANIFEST_DIR"), "/link/hot-symbols.txt");
-    let Ok(text) = std::fs::read_to_string(list) else {
-        return format!("hot-symbol list: cannot read {list}");
-    };
-    let names: std::collections::HashSet<&str> = text.lines().collect();
-    let Ok(out) = std::process::Command::new("nm")
-        .args(["--defined-only", flower])
-        .output()
-    else {
-        return "hot-symbol list: `nm` is not installed; cannot count its names in the binary"
-            .into();
-    };
-    let found = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| line.rsplit(' ').next())
-        .filter(|name| names.contains(name))
-        .collect::<std::collections::HashSet<_>>()
-        .len();
-    format!(
-        "hot-symbol list: {found} of its {} names are in this binary (it holds both the release and the bench build's names; a fresh list finds about as many as it recorded for this build: run link/hot-symbols.sh when the figure falls)",
-        names.len()
-    )
 }
 
 /// The long session a resume measurement continues.

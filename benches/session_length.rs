@@ -249,6 +249,13 @@ impl Subject {
             mib(rss_goal),
             verdict(resume.max_rss <= rss_goal),
         );
+        let private_goal = 2 * self.stored as u64;
+        println!(
+            "  {name}: resume + 1 turn, private (anonymous) memory at exit {:.1} MiB (goal <= 2 × stored, {:.1} MiB: {})",
+            mib(resume.private),
+            mib(private_goal),
+            verdict(resume.private <= private_goal),
+        );
         let turn_wall = live.wall.saturating_sub(resume.wall) / LIVE_TURNS as u32;
         let turn_cpu = live.cpu.saturating_sub(resume.cpu) / LIVE_TURNS as u32;
         println!(
@@ -273,6 +280,7 @@ fn median(samples: Vec<Usage>) -> Usage {
         wall: Duration::from_nanos(middle(samples.iter().map(|u| nanos(u.wall)).collect())),
         cpu: Duration::from_nanos(middle(samples.iter().map(|u| nanos(u.cpu)).collect())),
         max_rss: middle(samples.iter().map(|u| u.max_rss).collect()),
+        private: middle(samples.iter().map(|u| u.private).collect()),
     }
 }
 

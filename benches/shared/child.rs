@@ -13,6 +13,11 @@ pub struct Usage {
     pub max_rss: u64,
     /// User + system CPU time.
     pub cpu: Duration,
+    /// Private (anonymous) memory at `exit_group`, bytes: `Anonymous:` of
+    /// `/proc/PID/smaps_rollup`, read while the process is stopped on its way out
+    /// (ptrace's exit event): heap, stacks, pages written by relocations; not the
+    /// binary's or libraries' file-backed pages, which the kernel can drop and share.
+    pub private: u64,
 }
 
 /// Runs `cmd` to its end and measures it: wall time from spawn to reaping, peak RSS and
@@ -68,20 +73,31 @@ pub fn measure(cmd: Command, dir: &Path) -> (Usage, String) {
         .split_whitespace()
         .map(|n| n.parse().expect("helper figure"))
         .collect();
-    let [wall_ns, max_rss_kib, cpu_ns] = figures[..] else {
+    let [wall_ns, max_rss_kib, cpu_ns, private_kib] = figures[..] else {
         panic!("helper printed {figures:?}");
     };
     let usage = Usage {
         wall: Duration::from_nanos(wall_ns),
         max_rss: max_rss_kib * 1024,
         cpu: Duration::from_nanos(cpu_ns),
+        private: private_kib * 1024,
     };
     (usage, stdout)
 }
 
+/// `Anonymous:` of `/proc/PID/smaps_rollup`, KiB (0 when unreadable).
+fn anonymous_kib(pid: libc::pid_t) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("Anonymous:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The `--measure-child STDOUT STDERR -- PROGRAM ARGS…` mode: runs the program with
-/// its output in those files, reaps it with `wait4`, and prints `wall_ns max_rss_kib
-/// cpu_ns`; exits non-zero when the program failed.
+/// its output in those files (traced: it stops at its exit, where its private memory
+/// is read), reaps it with `wait4`, and prints `wall_ns max_rss_kib cpu_ns
+/// private_kib`; exits non-zero when the program failed.
 pub fn measure_child(args: &[String]) -> std::process::ExitCode {
     let [stdout_path, stderr_path, dashes, program, rest @ ..] = args else {
         eprintln!("usage: --measure-child STDOUT STDERR -- PROGRAM [ARGS…]");
@@ -93,19 +109,54 @@ pub fn measure_child(args: &[String]) -> std::process::ExitCode {
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(stdout_path).expect("stdout file"))
         .stderr(std::fs::File::create(stderr_path).expect("stderr file"));
+    // Traced, so that it stops on its way out with its memory still mapped.
+    // SAFETY: PTRACE_TRACEME is async-signal-safe; it only marks this process traced.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let start = Instant::now();
     let child = cmd.spawn().expect("spawn");
     let pid = child.id() as libc::pid_t;
     let mut status: libc::c_int = 0;
     // SAFETY: a zeroed rusage is a valid value; wait4 fills it for our own child.
     let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut private_kib = 0u64;
     let reaped = loop {
         // SAFETY: plain FFI call with pointers to live locals.
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut rusage) };
         if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;
         }
-        break r;
+        if r != pid || !libc::WIFSTOPPED(status) {
+            break r;
+        }
+        let signal = libc::WSTOPSIG(status);
+        let event = status >> 16;
+        let mut deliver = 0;
+        if event == libc::PTRACE_EVENT_EXIT {
+            private_kib = anonymous_kib(pid);
+        } else if signal == libc::SIGTRAP && event == 0 && private_kib == 0 {
+            // The stop after exec: from now on, stop at the exit too.
+            // SAFETY: plain FFI call on our stopped tracee.
+            unsafe {
+                libc::ptrace(
+                    libc::PTRACE_SETOPTIONS,
+                    pid,
+                    0,
+                    libc::PTRACE_O_TRACEEXIT as libc::c_long,
+                )
+            };
+        } else {
+            deliver = signal;
+        }
+        // SAFETY: plain FFI call on our stopped tracee.
+        unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, deliver as libc::c_long) };
     };
     let wall = start.elapsed();
     // Reaped: `Child` must not be waited on again (dropping it does not wait).
@@ -114,10 +165,11 @@ pub fn measure_child(args: &[String]) -> std::process::ExitCode {
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     // Linux reports ru_maxrss in KiB.
     println!(
-        "{} {} {}",
+        "{} {} {} {}",
         wall.as_nanos(),
         rusage.ru_maxrss,
-        ns(rusage.ru_utime) + ns(rusage.ru_stime)
+        ns(rusage.ru_utime) + ns(rusage.ru_stime),
+        private_kib
     );
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
         std::process::ExitCode::SUCCESS
