@@ -949,7 +949,7 @@ fn last_context(history: &[Loaded]) -> Option<u64> {
         .iter()
         .rev()
         .filter(|e| e.kind == transcript::Kind::Assistant)
-        .find_map(|e| transcript::markers::turn_usage(&e.value()).cloned())
-        .and_then(|usage| serde_json::from_value::<Usage>(usage).ok())
+        .filter_map(|e| e.json.entry())
+        .find_map(|e| e.turn_usage().map(transcript::MessageUsage::to_model))
         .map(|usage| usage.context_tokens())
 }

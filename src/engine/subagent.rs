@@ -223,7 +223,7 @@ impl Engine {
         let leaf = entries
             .iter()
             .rev()
-            .find_map(|e| transcript::uuid_of(&e.value()).map(str::to_string));
+            .find_map(|e| e.json.entry().and_then(|e| e.uuid));
         let chain = Chain::sidechain(
             parent.chain.session_id(),
             &self.config.workspace,
