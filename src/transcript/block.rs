@@ -7,6 +7,9 @@ use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
+/// The field naming a block's type.
+const TAG: &str = "type";
+
 /// A message's (or a tool result's) `content`: a string, or blocks.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Content {
@@ -146,7 +149,7 @@ impl<'de> Deserialize<'de> for Block {
         let Ok(fields) = raw.parse::<RawObject>() else {
             return Ok(Block::Unknown(raw));
         };
-        let kind = fields.get("type").and_then(|t| t.parse::<String>().ok());
+        let kind = fields.get(TAG).and_then(|t| t.parse::<String>().ok());
         Ok(match kind.as_deref() {
             Some("text") => Block::Text(TextBlock::from_fields(fields)),
             Some("thinking") => Block::Thinking(ThinkingBlock::from_fields(fields)),
