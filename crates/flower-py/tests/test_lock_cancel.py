@@ -139,7 +139,7 @@ EVENT_FIELDS = {
     "requesting": ["type", "depth"],
     "text": ["type", "text", "depth"],
     "tool_call": ["type", "name", "summary", "depth"],
-    "tool_done": ["type", "name", "is_error", "depth"],
+    "tool_done": ["type", "name", "is_error", "interrupted", "depth"],
     "turn": ["type", "turn", "usage", "context", "cost_usd", "depth"],
 }
 
