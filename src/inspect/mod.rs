@@ -458,30 +458,16 @@ impl Run {
     /// when the directory is missing, the manifest does not parse or the store cannot
     /// be opened; a missing manifest or store reads as empty.
     pub fn open(workspace: &Path, run_dir: &Path) -> Result<Run, InspectError> {
-        if !run_dir.is_dir() {
-            return Err(InspectError::NoRunDir {
-                path: run_dir.to_path_buf(),
-            });
-        }
-        let workspace = workspace
-            .canonicalize()
-            .unwrap_or_else(|_| workspace.to_path_buf());
-        let rows = manifest::read_rows(run_dir)?;
-        let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
-        let store = SqliteSessionStore::open_read_only(&RunDir::new(run_dir).sessions_db())?;
-        Ok(Self::assemble(
-            run_dir,
-            project_key(&workspace),
-            workspace,
-            &rows,
-            lineage,
-            store.map(RunStore::Sqlite),
-        ))
+        Self::open_with(workspace, run_dir, true)
     }
 
     /// [`Run::open`] without the transcripts: for `flower log` when `sessions.db` cannot
     /// be read, the attempts manifest.json records are still worth showing.
     pub fn open_without_store(workspace: &Path, run_dir: &Path) -> Result<Run, InspectError> {
+        Self::open_with(workspace, run_dir, false)
+    }
+
+    fn open_with(workspace: &Path, run_dir: &Path, with_store: bool) -> Result<Run, InspectError> {
         if !run_dir.is_dir() {
             return Err(InspectError::NoRunDir {
                 path: run_dir.to_path_buf(),
@@ -492,13 +478,19 @@ impl Run {
             .unwrap_or_else(|_| workspace.to_path_buf());
         let rows = manifest::read_rows(run_dir)?;
         let lineage = crate::continuity::lineage::Lineage::read(run_dir, &workspace);
+        let store = if with_store {
+            SqliteSessionStore::open_read_only(&RunDir::new(run_dir).sessions_db())?
+                .map(RunStore::Sqlite)
+        } else {
+            None
+        };
         Ok(Self::assemble(
             run_dir,
             project_key(&workspace),
             workspace,
             &rows,
             lineage,
-            None,
+            store,
         ))
     }
 
