@@ -606,24 +606,28 @@ impl PyResilience {
     #[pyo3(signature = (*, max_attempts = None, base_delay = None, max_delay = None, probe_timeout = None, probe_interval = None, max_offline_wait = None, retry_unknown = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        max_attempts: Option<u32>,
+        max_attempts: Option<&Bound<'_, PyAny>>,
         base_delay: Option<f64>,
         max_delay: Option<f64>,
         probe_timeout: Option<f64>,
         probe_interval: Option<f64>,
         max_offline_wait: Option<f64>,
         retry_unknown: Option<bool>,
-    ) -> Self {
+    ) -> PyResult<Self> {
         let core = Resilience::default();
-        PyResilience {
-            max_attempts: max_attempts.unwrap_or(core.max_attempts),
+        let max_attempts = match max_attempts.filter(|v| !v.is_none()) {
+            Some(value) => valid::count("max_attempts", value, 1, " (or None for the default)")?,
+            None => core.max_attempts,
+        };
+        Ok(PyResilience {
+            max_attempts,
             base_delay: base_delay.unwrap_or(core.base_delay),
             max_delay: max_delay.unwrap_or(core.max_delay),
             probe_timeout: probe_timeout.unwrap_or(core.probe_timeout),
             probe_interval: probe_interval.unwrap_or(core.probe_interval),
             max_offline_wait: max_offline_wait.unwrap_or(core.max_offline_wait),
             retry_unknown: retry_unknown.unwrap_or(core.retry_unknown),
-        }
+        })
     }
 }
 
@@ -677,12 +681,18 @@ impl PyRuntime {
         run_dir: PathBuf,
         trim: Option<bool>,
         ephemeral: Option<bool>,
-        keep_denials: Option<usize>,
+        keep_denials: Option<&Bound<'_, PyAny>>,
         on_session: Option<Py<PyAny>>,
         on_event: Option<Py<PyAny>>,
         resilience: Option<PyRef<'_, PyResilience>>,
         wait: bool,
     ) -> PyResult<Self> {
+        let keep_denials = match keep_denials.filter(|v| !v.is_none()) {
+            Some(value) => {
+                Some(valid::count("keep_denials", value, 0, " (or None for the default)")? as usize)
+            }
+            None => None,
+        };
         if !workspace.is_dir() {
             let why = match std::fs::metadata(&workspace) {
                 Ok(_) => "is not a directory".to_string(),

@@ -117,3 +117,16 @@ def test_resilience_defaults_are_the_cores():
     assert core.retry_unknown is True
     given = flower.Resilience(max_attempts=2, retry_unknown=False)
     assert (given.max_attempts, given.retry_unknown, given.max_delay) == (2, False, 120.0)
+
+
+def test_counts_below_their_minimum_are_value_errors_naming_the_value(project, fake):
+    with pytest.raises(ValueError, match=r"keep_denials must be at least 0.*-1"):
+        Runtime(keep_denials=-1)
+    with pytest.raises(TypeError, match="keep_denials must be an int"):
+        Runtime(keep_denials="2")
+    assert not (project / "runs").exists()
+    with pytest.raises(ValueError, match=r"max_attempts must be at least 1.*0"):
+        flower.Resilience(max_attempts=0)
+    with pytest.raises(ValueError, match="max_attempts"):
+        flower.Resilience(max_attempts=-3)
+    assert flower.Resilience(max_attempts=None).max_attempts == flower.Resilience().max_attempts
