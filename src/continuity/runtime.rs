@@ -164,6 +164,10 @@ pub struct RuntimeOptions {
     /// may have changed files (`crate::checkpoint`), files over this many bytes left
     /// out; `None` (the library's default and `flower once`): none.
     pub checkpoints: Option<u64>,
+    /// How many of a reply's calls may run at once (see `EngineConfig`).
+    pub max_tool_concurrency: usize,
+    /// MCP tools that may run alongside other concurrent calls.
+    pub concurrent_mcp_tools: Vec<String>,
 }
 
 impl RuntimeOptions {
@@ -194,6 +198,8 @@ impl RuntimeOptions {
             run_lock: RunLocking::Take,
             conventions: Conventions::default(),
             checkpoints: None,
+            max_tool_concurrency: crate::engine::DEFAULT_MAX_TOOL_CONCURRENCY,
+            concurrent_mcp_tools: Vec::new(),
         }
     }
 }
@@ -369,6 +375,8 @@ impl Runtime {
             home: options.home,
             conventions: options.conventions,
             recovery: Some(Arc::new(recovery)),
+            max_tool_concurrency: options.max_tool_concurrency,
+            concurrent_mcp_tools: options.concurrent_mcp_tools,
         });
         let mut lineage = match options.shared_run.clone() {
             Some(shared) => {

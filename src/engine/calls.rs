@@ -3,7 +3,7 @@
 
 use super::permissions::{Decision, Permissions};
 use super::{
-    CUT_BY_MAX_TOKENS, Conversation, Denial, Engine, Event, RunError, Totals, hooks, subagent,
+    CUT_BY_MAX_TOKENS, Call, Conversation, Denial, Engine, Event, Totals, hooks, subagent,
 };
 use crate::events::DeniedBy;
 use crate::model::ToolDef;
@@ -30,42 +30,6 @@ fn invalid_input(name: &str, input: &Value) -> Option<ToolOutput> {
 }
 
 impl Engine {
-    /// Finishes the calls of a resumed session's last turn: a `Task` goes on in its
-    /// sub-agent's session, every other call is answered as interrupted (as pruning
-    /// would have). Each result is stored as it comes.
-    pub(super) async fn continue_calls(
-        &self,
-        conv: &mut Conversation<'_>,
-        calls: Vec<super::Call>,
-        totals: &mut Totals,
-    ) -> Result<(), RunError> {
-        for (id, name, input) in calls {
-            let output = if name == subagent::TASK && conv.depth == 0 {
-                self.emit(Event::ToolCall {
-                    name: name.clone(),
-                    summary: summarize_input(&name, &input),
-                    depth: conv.depth,
-                });
-                let output = self.run_subagent(conv, &id, &input, totals).await;
-                if let Some(error) = totals.subagent_error.take() {
-                    return Err(RunError::SubAgent(error));
-                }
-                self.emit(Event::ToolDone {
-                    name: name.clone(),
-                    is_error: output.is_error,
-                    interrupted: output.is_interrupted(),
-                    depth: conv.depth,
-                });
-                output
-            } else {
-                ToolOutput::error(transcript::markers::INTERRUPTED_BODY)
-            };
-            let entry = self.result_entry(conv, &id, &name, &output);
-            self.record(conv, entry)?;
-        }
-        Ok(())
-    }
-
     /// The entry holding a tool call's result; a `Task` result names its sub-agent
     /// (`toolUseResult.agentId`, as Claude Code records it).
     pub(super) fn result_entry(
@@ -91,51 +55,6 @@ impl Engine {
             );
         }
         entry
-    }
-
-    /// Runs a reply's tool calls in order and stores each result. After a Ctrl-C the
-    /// remaining calls are answered as interrupted and the user is asked what to say.
-    pub(super) async fn answer_calls(
-        &self,
-        conv: &mut Conversation<'_>,
-        permissions: &Permissions,
-        calls: Vec<(String, String, Value)>,
-        totals: &mut Totals,
-    ) -> Result<(), RunError> {
-        let mut interrupted = false;
-        let count = calls.len();
-        for (n, (id, name, input)) in calls.into_iter().enumerate() {
-            let output = if interrupted {
-                ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT)
-            } else {
-                let output = self
-                    .call_tool(conv, permissions, &id, &name, &input, totals)
-                    .await;
-                // The call stays unanswered in the store; pruning answers it neutrally
-                // when the retry resumes the session.
-                if let Some(error) = totals.subagent_error.take() {
-                    return Err(RunError::SubAgent(error));
-                }
-                interrupted = self.config.interrupt.is_pending();
-                output
-            };
-            let entry = self.result_entry(conv, &id, &name, &output);
-            // The turn's last result is durable, and flushes the ones before it.
-            self.record_with(conv, entry, n + 1 < count)?;
-        }
-        if !conv.hook_notes.is_empty() {
-            let text = std::mem::take(&mut conv.hook_notes).join("\n\n");
-            let entry = conv.chain.hook_context(&text);
-            self.record(conv, entry)?;
-        }
-        if interrupted {
-            let line = self.ask_after_interrupt().await;
-            if !line.is_empty() {
-                let entry = conv.chain.user(Value::String(line));
-                self.record(conv, entry)?;
-            }
-        }
-        Ok(())
     }
 
     /// The tool definitions an agent is offered. `Task` only at the top level (no
@@ -219,14 +138,35 @@ impl Engine {
         &self,
         conv: &mut Conversation<'_>,
         permissions: &Permissions,
-        id: &str,
-        name: &str,
-        input: &Value,
+        call: &Call,
         totals: &mut Totals,
     ) -> ToolOutput {
+        if let Some(refused) = self.check_call(conv, permissions, call, totals).await {
+            return refused;
+        }
+        let parent = subagent::Parent::of(conv);
+        let output = self.execute(&parent, permissions, call, totals).await;
+        let (id, name, input) = call;
+        self.emit_done(name, &output, conv.depth);
+        self.post_tool_use(conv, permissions, id, name, input, &output)
+            .await;
+        output
+    }
+
+    /// The checks before a call runs (its input, `PreToolUse` hooks, permission rules,
+    /// the person when a rule asks): `Some(result)` when the call is not to run. When
+    /// it is, the front end is told it starts.
+    pub(super) async fn check_call(
+        &self,
+        conv: &mut Conversation<'_>,
+        permissions: &Permissions,
+        call: &Call,
+        totals: &mut Totals,
+    ) -> Option<ToolOutput> {
+        let (id, name, input) = call;
         let depth = conv.depth;
         if let Some(refused) = invalid_input(name, input) {
-            return refused;
+            return Some(refused);
         }
         let hook_decision = match self.pre_tool_use(conv, permissions, id, name, input).await {
             Ok(decision) => decision,
@@ -234,7 +174,7 @@ impl Engine {
                 // Shown while it runs, not only in the transcript.
                 let by = DeniedBy::Hook { reason };
                 self.emit_denied(name, input, &blocked.content, by, depth);
-                return blocked;
+                return Some(blocked);
             }
         };
         let asked = |denied: Option<String>| denied.map(|message| (message, DeniedBy::Person));
@@ -257,17 +197,33 @@ impl Engine {
                 tool_use_id: id.to_string(),
                 tool_input: input.clone(),
             });
-            return ToolOutput::error(message);
+            return Some(ToolOutput::error(message));
         }
         self.emit(Event::ToolCall {
             name: name.to_string(),
             summary: summarize_input(name, input),
             depth,
         });
-        let mcp_tool = Self::mcp_tool(conv, name).cloned();
-        let output = match (name, mcp_tool) {
+        None
+    }
+
+    /// Runs a call its checks let through. Borrows nothing of the conversation but
+    /// what `parent` copied, so that several can run at once ([`super::concurrent`]).
+    pub(super) async fn execute(
+        &self,
+        parent: &subagent::Parent<'_>,
+        permissions: &Permissions,
+        call: &Call,
+        totals: &mut Totals,
+    ) -> ToolOutput {
+        let (id, name, input) = call;
+        let name = name.as_str();
+        let mcp_tool = parent.mcp_tools.iter().find(|t| t.name == name).cloned();
+        match (name, mcp_tool) {
             (_, Some(tool)) => self.call_mcp(&tool, input, id).await,
-            (subagent::TASK, _) if depth == 0 => self.run_subagent(conv, id, input, totals).await,
+            (subagent::TASK, _) if parent.depth == 0 => {
+                self.run_subagent(parent, id, input, totals).await
+            }
             (subagent::ASK_USER, _) => self.ask_user(input).await,
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {
@@ -276,16 +232,17 @@ impl Engine {
                 }
                 None => ToolOutput::error(format!("No such tool available: {name}")),
             },
-        };
+        }
+    }
+
+    /// Tells the front end a call finished.
+    pub(super) fn emit_done(&self, name: &str, output: &ToolOutput, depth: u32) {
         self.emit(Event::ToolDone {
             name: name.to_string(),
             is_error: output.is_error,
             interrupted: output.is_interrupted(),
             depth,
         });
-        self.post_tool_use(conv, permissions, id, name, input, &output)
-            .await;
-        output
     }
 
     /// Tells the front end a call was not run: the call as the person sees it and what

@@ -10,7 +10,7 @@
 //! takes effect at the next new session (a 换代 successor, the next step or round).
 
 use super::permissions::Permissions;
-use super::{AgentSpec, Conversation, Engine, Event, Pending};
+use super::{AgentSpec, Engine, Event, Pending};
 use crate::tools::ToolOutput;
 use crate::tools::mcp::{McpServer, McpTool};
 use serde_json::{Value, json};
@@ -77,11 +77,6 @@ impl Engine {
             .and_then(|raw| raw.parse::<Vec<McpTool>>().ok())
             .unwrap_or_default();
         Arc::from(tools)
-    }
-
-    /// Whether `name` is one of the conversation's MCP tools.
-    pub(super) fn mcp_tool<'c>(conv: &'c Conversation<'_>, name: &str) -> Option<&'c McpTool> {
-        conv.mcp_tools.iter().find(|t| t.name == name)
     }
 
     /// Calls an MCP tool; a server failure is told to the person in one line.

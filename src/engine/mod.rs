@@ -9,6 +9,7 @@
 
 pub mod bash_rules;
 mod calls;
+mod concurrent;
 pub mod conventions;
 pub mod count;
 pub mod hooks;
@@ -33,6 +34,7 @@ pub use spec::AgentSpec;
 pub use subagent::{GENERAL_PURPOSE, general_purpose};
 
 pub use calls::summarize_input;
+pub use concurrent::DEFAULT_MAX_TOOL_CONCURRENCY;
 use reply::{Continuations, Next, cut_last_call, trim_for_continuation};
 pub use reply::{MAX_CONTINUATIONS, MAX_PAUSE_CONTINUATIONS};
 use session::ends_with_prompt;
@@ -129,6 +131,12 @@ pub struct EngineConfig {
     /// How a failed sub-agent is retried (the runtime's `Resilience`); `None`: its
     /// error is handed up to the caller's retry, which continues the sub-agent.
     pub recovery: Option<Arc<dyn Recovery>>,
+    /// How many of a reply's calls may run at once (`FLOWER_MAX_TOOL_USE_CONCURRENCY`,
+    /// default [`DEFAULT_MAX_TOOL_CONCURRENCY`]); 1: one after another.
+    pub max_tool_concurrency: usize,
+    /// MCP tools (by their full name) that only read: they run alongside the other
+    /// concurrent calls ([`concurrent`]).
+    pub concurrent_mcp_tools: Vec<String>,
 }
 
 /// How a run gets its session.
@@ -857,8 +865,21 @@ impl Engine {
         entry: Value,
         deferred: bool,
     ) -> Result<(), RunError> {
+        self.store_entry(conv, &entry, deferred)?;
+        conv.messages.push_owned(entry);
+        Ok(())
+    }
+
+    /// Appends an entry to the store only; its message is added by the caller
+    /// (concurrent results are stored as they finish, sent in the order of the calls).
+    fn store_entry(
+        &self,
+        conv: &mut Conversation<'_>,
+        entry: &Value,
+        deferred: bool,
+    ) -> Result<(), RunError> {
         let store = &self.config.store;
-        let entries = std::slice::from_ref(&entry);
+        let entries = std::slice::from_ref(entry);
         if deferred {
             store.append_deferred(&conv.key, entries)
         } else {
@@ -866,13 +887,12 @@ impl Engine {
         }
         .map_err(RunError::Transcript)?;
         if let Some(hooks) = &self.hooks {
-            hooks.exports.append(&conv.key, &entry);
+            hooks.exports.append(&conv.key, entry);
         }
         conv.measure.pending_bytes = conv
             .measure
             .pending_bytes
-            .saturating_add(count::content_bytes(&entry));
-        conv.messages.push_owned(entry);
+            .saturating_add(count::content_bytes(entry));
         Ok(())
     }
 

@@ -94,7 +94,7 @@ impl Engine {
     // its `Recovery` allows, the totals it adds) is one piece; see the doc above.
     pub(super) async fn run_subagent(
         &self,
-        parent: &Conversation<'_>,
+        parent: &Parent<'_>,
         tool_use_id: &str,
         input: &Value,
         totals: &mut Totals,
@@ -158,7 +158,7 @@ impl Engine {
     /// task. A store that cannot say is asked again by the first try.
     fn subagent_place<'a>(
         &self,
-        parent: &Conversation<'_>,
+        parent: &Parent<'_>,
         tool_use_id: &str,
         spec: &'a AgentSpec,
         prompt: &'a str,
@@ -178,7 +178,7 @@ impl Engine {
             Ok(None) => false,
             Err(_) => true,
         };
-        let session_id = format!("{}/{}", parent.chain.session_id(), agent_id);
+        let session_id = format!("{}/{}", parent.session_id, agent_id);
         let sub = Sub {
             spec,
             prompt,
@@ -193,7 +193,7 @@ impl Engine {
     /// main session's is, with the resume prompt. Its final text, or why it failed.
     async fn subagent_try(
         &self,
-        parent: &Conversation<'_>,
+        parent: &Parent<'_>,
         sub: &Sub<'_>,
         resume: bool,
         totals: &mut Totals,
@@ -224,12 +224,8 @@ impl Engine {
             .iter()
             .rev()
             .find_map(|e| e.json.entry().and_then(|e| e.uuid));
-        let chain = Chain::sidechain(
-            parent.chain.session_id(),
-            &self.config.workspace,
-            &sub.agent_id,
-        )
-        .with_leaf(leaf);
+        let chain = Chain::sidechain(&parent.session_id, &self.config.workspace, &sub.agent_id)
+            .with_leaf(leaf);
         // A sub-agent sees the memory its parent session was started with.
         let mut conv = Conversation {
             depth: parent.depth + 1,
@@ -301,6 +297,32 @@ fn first_prompt_is(entries: &[Value], prompt: &str) -> bool {
         Some(Value::Array(blocks)) => matches!(blocks.as_slice(),
             [block] if block.get("text").and_then(Value::as_str) == Some(prompt)),
         _ => false,
+    }
+}
+
+/// What a sub-agent takes from the conversation that started it, copied out so that
+/// several sub-agents can run while the parent records their results.
+pub(super) struct Parent<'a> {
+    pub(super) spec: &'a AgentSpec,
+    pub(super) key: crate::stores::SessionKey,
+    pub(super) session_id: String,
+    pub(super) depth: u32,
+    pub(super) context_limit: Option<u64>,
+    pub(super) memory: std::sync::Arc<str>,
+    pub(super) mcp_tools: std::sync::Arc<[crate::tools::mcp::McpTool]>,
+}
+
+impl<'a> Parent<'a> {
+    pub(super) fn of(conv: &Conversation<'a>) -> Self {
+        Parent {
+            spec: conv.spec,
+            key: conv.key.clone(),
+            session_id: conv.chain.session_id().to_string(),
+            depth: conv.depth,
+            context_limit: conv.context_limit,
+            memory: conv.memory.clone(),
+            mcp_tools: conv.mcp_tools.clone(),
+        }
     }
 }
 

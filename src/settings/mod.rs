@@ -197,6 +197,54 @@ pub struct Settings {
     /// MCP servers (`.mcp.json`, the settings files' `mcpServers`, `${VAR}` expanded)
     /// and their timeouts (`MCP_TIMEOUT`, `MCP_TOOL_TIMEOUT`, milliseconds).
     pub mcp: crate::tools::mcp::McpConfig,
+    /// How many of a reply's calls may run at once, and which MCP tools may run
+    /// alongside (`FLOWER_MAX_TOOL_USE_CONCURRENCY`, `FLOWER_CONCURRENT_MCP_TOOLS`).
+    pub concurrency: Concurrency,
+}
+
+/// Which calls of one reply run at the same time (see `docs/concurrency.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    /// At most this many at once (1..=100; default Claude Code's 10); 1: in order.
+    pub max_tools: usize,
+    /// MCP tools (full names, `mcp__server__tool`) the person says only read.
+    pub mcp_tools: Vec<String>,
+}
+
+/// `FLOWER_MAX_TOOL_USE_CONCURRENCY` and `FLOWER_CONCURRENT_MCP_TOOLS`.
+fn concurrency(vars: &Vars<'_>) -> Result<Concurrency, ConfigError> {
+    const MAX: &str = "FLOWER_MAX_TOOL_USE_CONCURRENCY";
+    let max_tools = match vars.unblank(MAX) {
+        None => crate::engine::DEFAULT_MAX_TOOL_CONCURRENCY,
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=100).contains(&n) => n,
+            _ => {
+                return Err(ConfigError::invalid(
+                    MAX,
+                    format!("{MAX}={text:?}:要 1 到 100 之间的整数(1 就是一个接一个)"),
+                ));
+            }
+        },
+    };
+    const MCP: &str = "FLOWER_CONCURRENT_MCP_TOOLS";
+    let mut mcp_tools = Vec::new();
+    for name in vars.unblank(MCP).iter().flat_map(|v| v.split(',')) {
+        let name = name.trim();
+        if name.is_empty() {
+            continue;
+        }
+        if !name.starts_with("mcp__") {
+            return Err(ConfigError::invalid(
+                MCP,
+                format!("{MCP}:{name:?} 不是 MCP 工具的全名(mcp__服务器__工具)"),
+            ));
+        }
+        mcp_tools.push(name.to_string());
+    }
+    Ok(Concurrency {
+        max_tools,
+        mcp_tools,
+    })
 }
 
 impl Settings {
@@ -279,6 +327,7 @@ impl Settings {
                 }
             },
         };
+        let concurrency = concurrency(&vars)?;
         let lookup = |name: &str| vars.raw(name);
         let (mut mcp, mcp_warnings) = files::mcp_config(files, &lookup)?;
         warnings.extend(mcp_warnings);
@@ -336,6 +385,7 @@ impl Settings {
             child_env,
             pass_env,
             mcp,
+            concurrency,
             home: env.home().map(Path::to_path_buf),
             terminal: Terminal {
                 no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty()),
@@ -368,6 +418,8 @@ impl Settings {
             handoff: self.handoff.clone(),
             home: self.home.clone(),
             conventions: self.conventions(),
+            max_tool_concurrency: self.concurrency.max_tools,
+            concurrent_mcp_tools: self.concurrency.mcp_tools.clone(),
             ..RuntimeOptions::new(self.client()?)
         })
     }

@@ -12,6 +12,7 @@ mod claude_code_import;
 mod cli_language;
 mod cli_small;
 mod closed_pipe;
+mod concurrent_calls;
 mod config;
 mod continuation_crash;
 mod continuation_example;
