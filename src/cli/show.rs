@@ -7,8 +7,7 @@ use super::{open_run, print_out};
 use clap::Args;
 use flower::inspect::Run;
 use flower::stores::SessionKey;
-use flower::transcript::markers;
-use serde_json::Value;
+use flower::transcript::{Block, Content, Entry, MessageUsage, Raw, markers};
 use serde_json::value::RawValue;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -47,7 +46,7 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
     let run = open_run(&args.source, env)?;
     let (id, step) = run.resolve(args.target.as_deref())?;
     let key = run.key(&id);
-    let load = |key: &SessionKey| -> anyhow::Result<Vec<Value>> {
+    let load = |key: &SessionKey| -> anyhow::Result<Vec<Entry>> {
         let entries = if args.pruned {
             run.load_pruned(key, !args.no_trim)?
         } else {
@@ -70,7 +69,7 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
         let entries = load(&key)?;
         let mut subagents = serde_json::Map::new();
         for sub in &subs {
-            subagents.insert(sub.clone(), Value::Array(load(&key.sub(sub)?)?));
+            subagents.insert(sub.clone(), serde_json::to_value(load(&key.sub(sub)?)?)?);
         }
         let doc = serde_json::json!({
             "session_id": id,
@@ -126,10 +125,10 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
 
 /// Renders a transcript: user text, assistant turns with usage, tool calls with their
 /// input summarised, results cut to a few lines with the byte count, denials,interruptions, synthetic API errors and unknown entries marked as such.
-pub fn render(out: &mut String, entries: &[Value]) {
+pub fn render(out: &mut String, entries: &[Entry]) {
     let mut r = Renderer::default();
     for entry in entries {
-        r.value(out, entry);
+        r.entry(out, entry);
     }
 }
 
@@ -162,77 +161,67 @@ impl Renderer {
         if self.raw(out, row).is_ok() {
             return Ok(());
         }
-        let entry = serde_json::from_slice::<Value>(row).map_err(|_| ())?;
-        self.value(out, &entry);
+        let entry = serde_json::from_slice::<Entry>(row).map_err(|_| ())?;
+        self.entry(out, &entry);
         Ok(())
     }
 
-    fn value(&mut self, out: &mut String, entry: &Value) {
-        let kind = entry.get("type").and_then(Value::as_str).unwrap_or("");
+    fn entry(&mut self, out: &mut String, entry: &Entry) {
+        let kind = entry.kind.as_deref().unwrap_or("");
         let stamp = entry
-            .get("timestamp")
-            .and_then(Value::as_str)
+            .timestamp
+            .as_deref()
             .map(short_time)
             .unwrap_or_default();
-        let message = entry.get("message");
         match kind {
-            "assistant" if markers::is_synthetic_error(entry) => {
-                let text = message
-                    .and_then(|m| m.get("content"))
-                    .and_then(Value::as_array)
-                    .map(|c| flower::transcript::text_of(c))
-                    .unwrap_or_default();
+            "assistant" if entry.is_synthetic_error() => {
+                let text: String = match entry.content() {
+                    Some(Content::Blocks(blocks)) => blocks.iter().filter_map(Block::text).collect(),
+                    _ => String::new(),
+                };
                 synthetic(out, &stamp, &text);
             }
             "assistant" => {
-                let usage = message.and_then(|m| m.get("usage"));
-                let u = |k: &str| {
-                    usage
-                        .and_then(|u| u.get(k))
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0)
-                };
+                let usage = entry.message.as_ref().and_then(|m| m.usage.as_ref());
+                let u = |f: fn(&MessageUsage) -> Option<u64>| usage.and_then(f).unwrap_or(0);
                 self.turn_header(
                     out,
                     &stamp,
                     [
-                        u("input_tokens"),
-                        u("output_tokens"),
-                        u("cache_creation_input_tokens"),
-                        u("cache_read_input_tokens"),
+                        u(|u| u.input_tokens),
+                        u(|u| u.output_tokens),
+                        u(|u| u.cache_creation_input_tokens),
+                        u(|u| u.cache_read_input_tokens),
                     ],
                 );
-                match message.and_then(|m| m.get("content")) {
-                    Some(Value::Array(blocks)) => {
+                match entry.content() {
+                    Some(Content::Blocks(blocks)) => {
                         for block in blocks {
                             self.assistant_block(out, block);
                         }
                     }
-                    Some(Value::String(s)) => text_line(out, s),
-                    _ => {}
+                    Some(Content::Text(s)) => text_line(out, s),
+                    None => {}
                 }
             }
-            "user" => {
-                let content = message.and_then(|m| m.get("content"));
-                match content {
-                    Some(Value::String(text)) => user_text(out, text, &stamp),
-                    Some(Value::Array(blocks)) => {
-                        for block in blocks {
-                            self.user_block(out, block, &stamp);
-                        }
+            "user" => match entry.content() {
+                Some(Content::Text(text)) => user_text(out, text, &stamp),
+                Some(Content::Blocks(blocks)) => {
+                    for block in blocks {
+                        self.user_block(out, block, &stamp);
                     }
-                    _ => unshowable_user(out),
                 }
-            }
+                None => unshowable_user(out),
+            },
             "system" => system_entry(out, entry, &stamp),
             other => unknown_entry(out, other),
         }
     }
 
-    /// [`Self::value`] from an entry's JSON text without building a `Value`; `Err` when
+    /// [`Self::entry`] from an entry's JSON text without building a `Value`; `Err` when
     /// the entry does not fit [`lite::Entry`] or holds thinking (nothing written then).
-    // Long because it is the fast path of `value` for every entry kind, field by field, on
-    // the borrowed entry; its arms mirror `value`'s, which reads easier side by side.
+    // Long because it is the fast path of `entry` for every entry kind, field by field, on
+    // the borrowed entry; its arms mirror `entry`'s, which reads easier side by side.
     fn raw(&mut self, out: &mut String, row: &[u8]) -> Result<(), ()> {
         let lite::Obj(entry) =
             serde_json::from_slice::<lite::Obj<lite::Entry>>(row).map_err(|_| ())?;
@@ -365,53 +354,53 @@ impl Renderer {
         );
     }
 
-    fn assistant_block(&mut self, out: &mut String, block: &Value) {
-        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-        match kind {
-            "text" => text_line(out, block.get("text").and_then(Value::as_str).unwrap_or("")),
-            "thinking" | "redacted_thinking" => {
-                let _ = writeln!(out, "(思考,{} 字节)", block.to_string().len());
+    fn assistant_block(&mut self, out: &mut String, block: &Block) {
+        match block {
+            Block::Text(b) => text_line(out, b.text.as_deref().unwrap_or("")),
+            Block::Thinking(_) | Block::RedactedThinking(_) => {
+                let size = serde_json::to_string(block).map_or(0, |j| j.len());
+                let _ = writeln!(out, "(思考,{size} 字节)");
             }
-            "tool_use" => {
-                let name = block.get("name").and_then(Value::as_str).unwrap_or("?");
-                let id = block.get("id").and_then(Value::as_str).unwrap_or("");
+            Block::ToolUse(call) => {
+                let name = call.name.as_deref().unwrap_or("?");
+                let id = call.id.as_deref().unwrap_or("");
                 self.tools.insert(id.to_owned(), name.to_owned());
-                let input = block.get("input").unwrap_or(&Value::Null);
-                tool_call(out, name, &summarise_input(name, input));
+                tool_call(out, name, &summarise(name, call.input.as_ref()));
             }
-            "server_tool_use" => {
-                let name =
-                    server_tool_name(block.get("name").and_then(Value::as_str).unwrap_or("?"));
-                let input = block.get("input").unwrap_or(&Value::Null);
-                server_tool_call(out, name, &summarise_input(name, input));
+            Block::ServerToolUse(call) => {
+                let name = server_tool_name(call.name.as_deref().unwrap_or("?"));
+                server_tool_call(out, name, &summarise(name, call.input.as_ref()));
             }
-            kind if kind.ends_with("_tool_result") => {
-                let results = block.get("content").and_then(Value::as_array).map(Vec::len);
-                server_tool_result(out, kind, results);
+            Block::ServerToolResult(result) => {
+                let results = result
+                    .content
+                    .as_ref()
+                    .and_then(|c| c.parse::<Vec<serde::de::IgnoredAny>>().ok())
+                    .map(|list| list.len());
+                server_tool_result(out, result.kind.as_deref().unwrap_or(""), results);
             }
-            other => unknown_block(out, other),
+            other => {
+                let kind = other.type_name().unwrap_or_default();
+                if kind.ends_with("_tool_result") {
+                    server_tool_result(out, &kind, None);
+                } else {
+                    unknown_block(out, &kind);
+                }
+            }
         }
     }
 
-    fn user_block(&self, out: &mut String, block: &Value, stamp: &str) {
-        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-        match kind {
-            "text" => user_text(
-                out,
-                block.get("text").and_then(Value::as_str).unwrap_or(""),
-                stamp,
-            ),
-            "tool_result" => {
-                let text = result_text(block.get("content"));
-                let error = block.get("is_error").and_then(Value::as_bool) == Some(true);
-                let id = block
-                    .get("tool_use_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+    fn user_block(&self, out: &mut String, block: &Block, stamp: &str) {
+        match block {
+            Block::Text(b) => user_text(out, b.text.as_deref().unwrap_or(""), stamp),
+            Block::ToolResult(result) => {
+                let text = result_text(result.content.as_ref());
+                let error = result.is_error == Some(true);
+                let id = result.tool_use_id.as_deref().unwrap_or("");
                 self.tool_result(out, &text, error, id);
             }
-            "image" => image(out),
-            other => unknown_block(out, other),
+            Block::Media(media) if media.kind.as_deref() == Some("image") => image(out),
+            other => unknown_block(out, &other.type_name().unwrap_or_default()),
         }
     }
 
@@ -492,14 +481,14 @@ fn unshowable_user(out: &mut String) {
 /// `PreToolUse:Bash 的 hook 拦下了这次调用`: a hook record's headline in the person's
 /// language (the entry's content is the transcript's English, kept for Claude Code). An
 /// entry without `hookOutcome` (an older flower) keeps its content.
-fn hook_headline(entry: &Value, content: &str) -> String {
-    let field = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("");
-    let label = match (field("hookEvent"), field("hookSubject")) {
-        ("", _) => return first_line(content),
-        (event, "") => event.to_string(),
+fn hook_headline(entry: &Entry, content: &str) -> String {
+    let field = |f: &Option<String>| f.as_deref().unwrap_or("").to_string();
+    let label = match (field(&entry.hook_event), field(&entry.hook_subject)) {
+        (event, _) if event.is_empty() => return first_line(content),
+        (event, subject) if subject.is_empty() => event,
         (event, subject) => format!("{event}:{subject}"),
     };
-    match field("hookOutcome") {
+    match entry.hook_outcome.as_deref().unwrap_or("") {
         "blocked" => format!("{label} 的 hook 拦下了它"),
         "failed" => format!("{label} 的 hook 出错了"),
         "ran" => format!("{label} 的 hook 跑过了"),
@@ -507,42 +496,78 @@ fn hook_headline(entry: &Value, content: &str) -> String {
     }
 }
 
+/// One hook command of a hook record (`hookRuns`), each field as written: a field of
+/// an unexpected type reads as absent.
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HookRun {
+    command: Option<Raw>,
+    outcome: Option<Raw>,
+    code: Option<Raw>,
+    duration_ms: Option<Raw>,
+    stdout: Option<Raw>,
+    stderr: Option<Raw>,
+}
+
+/// A field of a record read leniently: its string, or "".
+fn string_of(raw: &Option<Raw>) -> String {
+    raw.as_ref()
+        .and_then(|r| r.parse::<String>().ok())
+        .unwrap_or_default()
+}
+
+/// A list kept as written, read leniently: its items (none if it is not a list).
+fn items<T: serde::de::DeserializeOwned + Default>(raw: Option<&Raw>) -> Vec<T> {
+    let Some(list) = raw.and_then(|r| r.parse::<Vec<Raw>>().ok()) else {
+        return Vec::new();
+    };
+    list.iter()
+        .map(|item| {
+            let object = item.get().starts_with('{');
+            object
+                .then(|| item.parse::<T>().ok())
+                .flatten()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 /// A `system` entry: what hooks did (each command, how it ended, what it said), the
 /// memory a session began with, or any other kind as one line.
-fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
-    let subtype = entry.get("subtype").and_then(Value::as_str).unwrap_or("");
-    let content = entry.get("content").and_then(Value::as_str).unwrap_or("");
+fn system_entry(out: &mut String, entry: &Entry, stamp: &str) {
+    let subtype = entry.subtype.as_deref().unwrap_or("");
+    let content = entry.content.as_deref().unwrap_or("");
     match subtype {
         markers::HOOK_SUBTYPE => {
             let _ = writeln!(out, "  ⚑ [hook {stamp}] {}", hook_headline(entry, content));
-            let runs = entry.get("hookRuns").and_then(Value::as_array);
-            for run in runs.into_iter().flatten() {
-                let field = |k: &str| run.get(k).and_then(Value::as_str).unwrap_or("");
-                let ended = match (field("outcome"), run.get("code")) {
-                    ("exit", Some(code)) => format!("退出码 {code}"),
-                    ("signal", Some(code)) => format!("信号 {code}"),
+            for run in items::<HookRun>(entry.hook_runs.as_ref()) {
+                let ended = match (string_of(&run.outcome).as_str(), &run.code) {
+                    ("exit", Some(code)) => format!("退出码 {}", code.get()),
+                    ("signal", Some(code)) => format!("信号 {}", code.get()),
                     ("timeout", _) => "超时".to_string(),
-                    ("failed", Some(why)) => format!("没能运行:{}", why.as_str().unwrap_or("")),
+                    ("failed", Some(_)) => format!("没能运行:{}", string_of(&run.code)),
                     (other, _) => other.to_string(),
                 };
-                let ms = run.get("durationMs").and_then(Value::as_u64).unwrap_or(0);
+                let ms = run
+                    .duration_ms
+                    .as_ref()
+                    .and_then(|r| r.parse::<u64>().ok())
+                    .unwrap_or(0);
                 let _ = writeln!(
                     out,
                     "    `{}` · {ended} · {ms} ms",
-                    cut(field("command"), 120)
+                    cut(&string_of(&run.command), 120)
                 );
-                for (name, text) in [("stdout", field("stdout")), ("stderr", field("stderr"))] {
+                for (name, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+                    let text = string_of(text);
                     if !text.trim().is_empty() {
-                        let _ = writeln!(out, "    {name}: {}", cut(&first_line(text), 200));
+                        let _ = writeln!(out, "    {name}: {}", cut(&first_line(&text), 200));
                     }
                 }
             }
         }
         markers::MEMORY_SUBTYPE => {
-            let files = entry
-                .get("memoryFiles")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
+            let files = entry.memory_files.as_ref().map_or(0, Vec::len);
             let _ = writeln!(
                 out,
                 "  ⚑ [项目记忆] {files} 个文件,{} 字节,放在这条会话的系统提示里",
@@ -551,25 +576,24 @@ fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
         }
         markers::MCP_TOOLS_SUBTYPE => {
             let tools = entry
-                .get("mcpTools")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
+                .mcp_tools
+                .as_ref()
+                .and_then(|r| r.parse::<Vec<serde::de::IgnoredAny>>().ok())
+                .map_or(0, |list| list.len());
             let _ = writeln!(
                 out,
                 "  ⚑ [MCP 工具] {tools} 个,这条会话一直提供这些(会话开始时列出)"
             );
-            for failure in entry
-                .get("mcpFailures")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let server = failure.get("server").and_then(Value::as_str).unwrap_or("?");
-                let error = failure.get("error").and_then(Value::as_str).unwrap_or("");
+            for failure in items::<McpFailure>(entry.mcp_failures.as_ref()) {
+                let server = failure
+                    .server
+                    .as_ref()
+                    .and_then(|r| r.parse::<String>().ok())
+                    .unwrap_or_else(|| "?".into());
                 let _ = writeln!(
                     out,
                     "    服务器 {server} 没有列出工具:{}",
-                    cut(&first_line(error), 200)
+                    cut(&first_line(&string_of(&failure.error)), 200)
                 );
             }
         }
@@ -577,6 +601,13 @@ fn system_entry(out: &mut String, entry: &Value, stamp: &str) {
             let _ = writeln!(out, "  ⚑ [system {other}] {}", first_line(content));
         }
     }
+}
+
+/// An MCP server that listed no tools (`mcpFailures`).
+#[derive(Default, serde::Deserialize)]
+struct McpFailure {
+    server: Option<Raw>,
+    error: Option<Raw>,
 }
 
 fn unknown_entry(out: &mut String, kind: &str) {
@@ -596,42 +627,61 @@ fn user_text(out: &mut String, text: &str, stamp: &str) {
 }
 
 /// A tool result's text, whether a string or a list of text blocks.
-fn result_text(content: Option<&Value>) -> std::borrow::Cow<'_, str> {
+fn result_text(content: Option<&Content>) -> std::borrow::Cow<'_, str> {
     match content {
-        Some(Value::String(s)) => s.as_str().into(),
-        Some(Value::Array(parts)) => parts
+        Some(Content::Text(s)) => s.as_str().into(),
+        Some(Content::Blocks(parts)) => parts
             .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .filter_map(part_text)
             .collect::<Vec<_>>()
             .join("\n")
             .into(),
-        _ => "".into(),
+        None => "".into(),
+    }
+}
+
+/// A part of a tool result's content: its `text`, whatever its type says.
+fn part_text(part: &Block) -> Option<std::borrow::Cow<'_, str>> {
+    #[derive(serde::Deserialize)]
+    struct Text {
+        text: Option<Raw>,
+    }
+    match part {
+        Block::Text(b) => b.text.as_deref().map(Into::into),
+        Block::Unknown(raw) if raw.get().starts_with('{') => {
+            let text = raw.parse::<Text>().ok()?.text?;
+            text.parse::<String>().ok().map(Into::into)
+        }
+        _ => None,
     }
 }
 
 /// The one field that says what a call does, else the input as compact JSON; cut.
-pub fn summarise_input(name: &str, input: &Value) -> String {
-    let text = input
-        .get(summary_field(name))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| input.to_string());
-    cut(&text.replace('\n', "⏎"), SUMMARY_CHARS)
-}
-
-/// [`summarise_input`] from the input's JSON text: only the one field is read, unless
-/// it is missing or not a string (then the input is parsed whole for its JSON).
-fn summarise_raw(name: &str, input: Option<&RawValue>) -> String {
+/// Only the one field is read, unless it is missing or not a string.
+fn summarise(name: &str, input: Option<&Raw>) -> String {
     let field = summary_field(name);
     if let Some(raw) = input
         && let Ok(Some(text)) = lite::field(raw.get(), field)
     {
         return cut(&text.replace('\n', "⏎"), SUMMARY_CHARS);
     }
-    let input = input
-        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-        .unwrap_or(Value::Null);
-    summarise_input(name, &input)
+    let text = input.map_or_else(|| "null".to_string(), |raw| compact(raw.get()));
+    cut(&text.replace('\n', "⏎"), SUMMARY_CHARS)
+}
+
+/// [`summarise`] from the input's JSON text as the fast path borrows it.
+fn summarise_raw(name: &str, input: Option<&RawValue>) -> String {
+    let input = input.and_then(|raw| Raw::from_text(raw.get().to_string()).ok());
+    summarise(name, input.as_ref())
+}
+
+/// JSON text as serde_json writes it (compact, a repeated key once).
+fn compact(json: &str) -> String {
+    if flower::model::canonical::is_canonical(json) {
+        return json.to_string();
+    }
+    // A tree only to re-write odd JSON (spaces, repeated keys), as before.
+    serde_json::from_str::<serde_json::Value>(json).map_or_else(|_| json.to_string(), |v| v.to_string())
 }
 
 /// The input field that names a call's target ("" when there is none).

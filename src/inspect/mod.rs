@@ -21,8 +21,8 @@ use crate::run_dir::RunDir;
 use crate::stores::prune::{self, PruneOptions};
 use crate::stores::summary::iso_to_epoch_ms;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
-use serde::Serialize;
-use serde_json::Value;
+use crate::transcript::{Block, Content, Entry};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -393,11 +393,19 @@ enum RunStore {
 }
 
 impl RunStore {
-    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        match self {
-            RunStore::Sqlite(store) => store.load(key),
-            RunStore::Other(store) => store.load(key),
-        }
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
+        let values = match self {
+            RunStore::Sqlite(store) => store.load(key)?,
+            RunStore::Other(store) => store.load(key)?,
+        };
+        // The protocol's opaque objects, typed here (each is an object: a store keeps
+        // nothing else).
+        Ok(values.map(|values| {
+            values
+                .iter()
+                .filter_map(|v| Entry::deserialize(v).ok())
+                .collect()
+        }))
     }
 
     fn for_each_raw(
@@ -426,9 +434,16 @@ impl RunStore {
         match self {
             RunStore::Sqlite(store) => store.scan_type(key, kind, map),
             RunStore::Other(store) => Ok(store.load(key)?.map(|entries| {
+                #[derive(Deserialize)]
+                struct Kind {
+                    #[serde(rename = "type")]
+                    kind: Option<String>,
+                }
                 let picked = entries
                     .iter()
-                    .filter(|e| e.get("type").and_then(Value::as_str) == Some(kind))
+                    .filter(|e| {
+                        Kind::deserialize(*e).is_ok_and(|k| k.kind.as_deref() == Some(kind))
+                    })
                     .map(|e| map(&serde_json::to_vec(e).unwrap_or_default()))
                     .collect();
                 (entries.len(), picked)
@@ -580,7 +595,7 @@ impl Run {
     }
 
     /// A session's stored entries; `None` when it is not in the store.
-    pub fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, InspectError> {
+    pub fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, InspectError> {
         match &self.store {
             Some(store) => Ok(store.load(key)?),
             None => Ok(None),
@@ -610,8 +625,8 @@ impl Run {
         &self,
         key: &SessionKey,
         trim: bool,
-    ) -> Result<Option<Vec<Value>>, InspectError> {
-        let Some(entries) = self.load(key)? else {
+    ) -> Result<Option<Vec<Entry>>, InspectError> {
+        let Some(store) = &self.store else {
             return Ok(None);
         };
         let real_dir = prune::default_trim_dir(&canonical(&self.run_dir));
@@ -622,17 +637,23 @@ impl Run {
         ));
         let mut options = PruneOptions::new(scratch.clone());
         options.trim = trim;
-        let pruned = prune::prune(entries, &options);
+        let pruned = store.store().load_resume(key, &options);
         let _ = std::fs::remove_dir_all(&scratch);
-        if !trim {
-            return Ok(Some(pruned));
-        }
+        let Some(pruned) = pruned? else {
+            return Ok(None);
+        };
         let from = scratch.display().to_string();
         let to = real_dir.display().to_string();
         Ok(Some(
             pruned
-                .into_iter()
-                .map(|e| rewrite_strings(e, &from, &to))
+                .iter()
+                .filter_map(|loaded| loaded.json.entry())
+                .map(|mut entry| {
+                    if trim {
+                        rewrite_pointers(&mut entry, &from, &to);
+                    }
+                    entry
+                })
                 .collect(),
         ))
     }
@@ -905,21 +926,27 @@ fn canonical(path: &Path) -> PathBuf {
         .unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Replaces `from` by `to` in every string of a JSON value.
-fn rewrite_strings(value: Value, from: &str, to: &str) -> Value {
-    match value {
-        Value::String(s) if s.contains(from) => Value::String(s.replace(from, to)),
-        Value::Array(a) => Value::Array(
-            a.into_iter()
-                .map(|v| rewrite_strings(v, from, to))
-                .collect(),
-        ),
-        Value::Object(o) => Value::Object(
-            o.into_iter()
-                .map(|(k, v)| (k, rewrite_strings(v, from, to)))
-                .collect(),
-        ),
-        other => other,
+/// Replaces `from` by `to` in the texts pruning writes pointers into (a tool result's
+/// body, the text block standing for a server tool's result).
+fn rewrite_pointers(entry: &mut Entry, from: &str, to: &str) {
+    let content = entry.message.as_mut().and_then(|m| m.content.as_mut());
+    let Some(Content::Blocks(blocks)) = content else {
+        return;
+    };
+    for block in blocks {
+        let text = match block {
+            Block::Text(b) => b.text.as_mut(),
+            Block::ToolResult(r) => match r.content.as_mut() {
+                Some(Content::Text(text)) => Some(text),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(text) = text
+            && text.contains(from)
+        {
+            *text = text.replace(from, to);
+        }
     }
 }
 

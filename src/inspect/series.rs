@@ -4,11 +4,10 @@
 use super::{Mark, MarkKind, Session, Tokens, Turn};
 use crate::model::Usage;
 use crate::stores::summary::iso_to_epoch_ms;
-use crate::transcript::markers;
-use serde_json::Value;
+use crate::transcript::{Block, Entry, markers};
 
 /// The turn series of one transcript.
-pub fn session_of(id: &str, step: &str, entries: &[Value]) -> Session {
+pub fn session_of(id: &str, step: &str, entries: &[Entry]) -> Session {
     series(
         id,
         step,
@@ -52,20 +51,14 @@ pub(super) struct LiteMessage<'a> {
 
 impl AssistantFacts {
     /// `None` when the entry is not an `assistant` entry.
-    fn of(entry: &Value) -> Option<AssistantFacts> {
-        if entry.get("type").and_then(Value::as_str) != Some("assistant") {
+    fn of(entry: &Entry) -> Option<AssistantFacts> {
+        if entry.kind.as_deref() != Some("assistant") {
             return None;
         }
-        let at = entry
-            .get("timestamp")
-            .and_then(Value::as_str)
-            .and_then(iso_to_epoch_ms);
-        let message = entry.get("message");
-        if markers::is_synthetic_error(entry) {
-            let text = entry
-                .pointer("/message/content/0/text")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+        let at = entry.timestamp.as_deref().and_then(iso_to_epoch_ms);
+        let message = entry.message.as_ref();
+        if entry.is_synthetic_error() {
+            let text = entry.blocks().first().and_then(Block::text).unwrap_or_default();
             return Some(AssistantFacts {
                 at,
                 error: Some(text.to_owned()),
@@ -79,13 +72,13 @@ impl AssistantFacts {
             error: None,
             message: message.is_some(),
             model: message
-                .and_then(|m| m.get("model"))
-                .and_then(Value::as_str)
+                .and_then(|m| m.model.as_deref())
                 .unwrap_or("")
                 .to_owned(),
             usage: message
-                .and_then(|m| m.get("usage"))
-                .and_then(|u| serde_json::from_value::<Usage>(u.clone()).ok()),
+                .and_then(|m| m.usage.as_ref())
+                .and_then(|u| serde_json::to_string(u).ok())
+                .and_then(|json| usage_of(&json)),
         })
     }
 
@@ -93,9 +86,9 @@ impl AssistantFacts {
     /// error or does not fit the light shape (then parsed whole, as [`Self::of`]).
     pub(super) fn of_json(text: &[u8]) -> Option<AssistantFacts> {
         let whole = || {
-            serde_json::from_slice::<Value>(text)
+            serde_json::from_slice::<Entry>(text)
                 .ok()
-                .and_then(|v| AssistantFacts::of(&v))
+                .and_then(|e| AssistantFacts::of(&e))
         };
         let Ok(lite) = serde_json::from_slice::<LiteEntry>(text) else {
             return whole();
@@ -107,14 +100,11 @@ impl AssistantFacts {
         if lite.api_error == Some(true) || model == Some(markers::SYNTHETIC_MODEL) {
             return whole();
         }
-        let usage = lite.message.as_ref().and_then(|m| m.usage).and_then(|raw| {
-            serde_json::from_str::<Usage>(raw.get()).ok().or_else(|| {
-                // What the whole parse would make of it (duplicate keys and the like).
-                serde_json::from_str::<Value>(raw.get())
-                    .ok()
-                    .and_then(|u| serde_json::from_value::<Usage>(u).ok())
-            })
-        });
+        let usage = lite
+            .message
+            .as_ref()
+            .and_then(|m| m.usage)
+            .and_then(|raw| usage_of(raw.get()));
         Some(AssistantFacts {
             at: lite.timestamp.and_then(iso_to_epoch_ms),
             error: None,
@@ -123,6 +113,17 @@ impl AssistantFacts {
             usage,
         })
     }
+}
+
+/// A message's `usage` as the model layer reads it; `None` if it is not one.
+fn usage_of(json: &str) -> Option<Usage> {
+    serde_json::from_str::<Usage>(json).ok().or_else(|| {
+        // A repeated key: read as serde_json reads it, the last one (a tree only for
+        // that rare case).
+        serde_json::from_str::<serde_json::Value>(json)
+            .ok()
+            .and_then(|u| serde_json::from_value::<Usage>(u).ok())
+    })
 }
 
 /// The turn series of a transcript of `entries` entries, from its assistant entries.

@@ -101,6 +101,34 @@ pub enum StoreError {
     },
 }
 
+/// An entry of an append, as a store keeps it: its JSON text (what is stored, the
+/// bytes every reader gets back) and the entry read from that text (what the store
+/// reads of it: uuid, type, the summary's fields).
+pub(crate) struct Incoming {
+    pub(crate) text: String,
+    pub(crate) entry: crate::transcript::Entry,
+}
+
+/// The entries of an append as [`Incoming`]s, in order. `Value` because the protocol
+/// hands the store opaque JSON objects ([`SessionStore::append`]); this is where they
+/// become text and, read back, typed entries.
+pub(crate) fn incoming(entries: &[Value]) -> Result<Vec<Incoming>, StoreError> {
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, value)| {
+            if !value.is_object() {
+                return Err(StoreError::NotAnObject { index });
+            }
+            let text = serde_json::to_string(value)
+                .map_err(|source| StoreError::Encode { index, source })?;
+            let entry = crate::transcript::Entry::parse(&text)
+                .map_err(|source| StoreError::Encode { index, source })?;
+            Ok(Incoming { text, entry })
+        })
+        .collect()
+}
+
 /// The error a database driver gave, kept as it is: `rusqlite::Error` (SQLite),
 /// `postgres::Error` (or the server's `postgres::error::DbError` for what the server
 /// refused), `std::io::Error` (the file system), `serde_json::Error` (a stored row).

@@ -26,7 +26,7 @@
 //! [`BUSY_TIMEOUT`] for each other.
 
 use super::prune::{self, PruneOptions};
-use super::summary::fold_session_summary;
+use super::summary::{SummaryData, fold_session_summary};
 use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
 use super::{json, par};
 use crate::transcript::Loaded;
@@ -212,17 +212,7 @@ impl SqliteSessionStore {
     /// `uuid` is already stored under the key are skipped).
     pub fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
         key.validate()?;
-        let mut rows = Vec::with_capacity(entries.len());
-        for (index, entry) in entries.iter().enumerate() {
-            let Some(object) = entry.as_object() else {
-                return Err(StoreError::NotAnObject { index });
-            };
-            let uuid = object.get("uuid").and_then(Value::as_str).map(uuid_key);
-            let kind = object.get("type").and_then(Value::as_str);
-            let data = serde_json::to_string(entry)
-                .map_err(|source| StoreError::Encode { index, source })?;
-            rows.push((uuid, kind, data));
-        }
+        let rows = super::incoming(entries)?;
         if rows.is_empty() {
             return Ok(0);
         }
@@ -239,8 +229,10 @@ impl SqliteSessionStore {
                     "INSERT OR IGNORE INTO entries (transcript, uuid, type, stored_at, data) \
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?;
-                for (index, (uuid, kind, data)) in rows.iter().enumerate() {
-                    let n = insert.execute(params![transcript, uuid, kind, now, data])?;
+                for (index, row) in rows.iter().enumerate() {
+                    let uuid = row.entry.uuid().map(uuid_key);
+                    let kind = row.entry.kind.as_deref();
+                    let n = insert.execute(params![transcript, uuid, kind, now, row.text])?;
                     if n == 1 {
                         stored.push(index);
                     }
@@ -256,10 +248,10 @@ impl SqliteSessionStore {
                     })
                     .optional()?;
                 let (prev_mtime, prev_data) = match prev {
-                    Some((mtime, text)) => (mtime, serde_json::from_str(&text).ok()),
+                    Some((mtime, text)) => (mtime, SummaryData::parse(&text)),
                     None => (0, None),
                 };
-                let data = fold_session_summary(prev_data, stored.iter().map(|&i| &entries[i]));
+                let data = fold_session_summary(prev_data, stored.iter().map(|&i| &rows[i].entry));
                 // Storage time, never older than before (the clock may step back).
                 let mtime = now.max(prev_mtime);
                 tx.prepare_cached(
@@ -272,7 +264,7 @@ impl SqliteSessionStore {
                     key.project_key,
                     key.session_id,
                     mtime,
-                    data.to_string()
+                    data.to_json()
                 ])?;
             }
             tx.commit()?;

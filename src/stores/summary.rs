@@ -5,7 +5,8 @@
 //! can read it. Every field is set-once or last-wins, so a store folds each appended
 //! batch into the previous summary without re-reading the transcript.
 
-use serde_json::{Map, Value};
+use crate::transcript::{Block, Content, Entry};
+use serde::{Deserialize, Serialize};
 
 /// Summary rows as stored (session id, mtime, the JSON text) into
 /// [`SessionSummary`](super::SessionSummary)s;
@@ -31,14 +32,53 @@ pub fn parse_summary_rows(
 /// The longest first prompt kept, in characters; longer ones are cut and get `…`.
 pub const FIRST_PROMPT_MAX_CHARS: usize = 200;
 
-/// Entry field → summary field, last value wins.
-const LAST_WINS: [(&str, &str); 5] = [
-    ("customTitle", "custom_title"),
-    ("aiTitle", "ai_title"),
-    ("lastPrompt", "last_prompt"),
-    ("summary", "summary_hint"),
-    ("gitBranch", "git_branch"),
-];
+/// A session's summary `data`, with the SDK's field names, in the order they are
+/// usually set (a field absent is not written).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SummaryData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_sidechain: Option<bool>,
+    /// Epoch ms of the first parseable `timestamp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The first slash command, until a real prompt comes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_fallback: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_prompt_locked: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ai_title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_prompt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_hint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Fields a newer flower wrote: kept as they are.
+    #[serde(flatten)]
+    pub rest: serde_json::Map<String, serde_json::Value>,
+}
+
+impl SummaryData {
+    /// A stored summary's text; `None` if it is not one (a new summary starts then).
+    pub fn parse(text: &str) -> Option<SummaryData> {
+        serde_json::from_str(text).ok()
+    }
+
+    /// The JSON text stored.
+    pub fn to_json(&self) -> String {
+        // Strings, numbers and kept JSON only: nothing here fails to serialize.
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
+    }
+}
 
 /// Folds a batch of newly stored entries into a session's summary `data`.
 ///
@@ -53,53 +93,37 @@ const LAST_WINS: [(&str, &str); 5] = [
 /// Callers fold main transcripts only: a sub-agent's entries never touch its
 /// session's summary.
 pub fn fold_session_summary<'a>(
-    prev: Option<Value>,
-    entries: impl IntoIterator<Item = &'a Value>,
-) -> Value {
-    let mut data = match prev {
-        Some(Value::Object(map)) => map,
-        _ => Map::new(),
-    };
+    prev: Option<SummaryData>,
+    entries: impl IntoIterator<Item = &'a Entry>,
+) -> SummaryData {
+    let mut data = prev.unwrap_or_default();
     for entry in entries {
-        let Some(entry) = entry.as_object() else {
-            continue;
-        };
-        if !data.contains_key("is_sidechain") {
-            let side = entry.get("isSidechain") == Some(&Value::Bool(true));
-            data.insert("is_sidechain".into(), Value::Bool(side));
+        if data.is_sidechain.is_none() {
+            data.is_sidechain = Some(entry.is_sidechain());
         }
-        if !data.contains_key("created_at")
-            && let Some(ms) = entry
-                .get("timestamp")
-                .and_then(Value::as_str)
-                .and_then(iso_to_epoch_ms)
-        {
-            data.insert("created_at".into(), Value::from(ms));
+        if data.created_at.is_none() {
+            data.created_at = entry.timestamp.as_deref().and_then(iso_to_epoch_ms);
         }
-        if !data.contains_key("cwd")
-            && let Some(cwd) = entry.get("cwd").and_then(Value::as_str)
-            && !cwd.is_empty()
-        {
-            data.insert("cwd".into(), Value::from(cwd));
+        if data.cwd.is_none() {
+            data.cwd = entry.cwd.clone().filter(|cwd| !cwd.is_empty());
         }
         fold_first_prompt(&mut data, entry);
-        for (from, to) in LAST_WINS {
-            if let Some(text) = entry.get(from).and_then(Value::as_str) {
-                data.insert(to.into(), Value::from(text));
+        for (from, to) in [
+            (&entry.custom_title, &mut data.custom_title),
+            (&entry.ai_title, &mut data.ai_title),
+            (&entry.last_prompt, &mut data.last_prompt),
+            (&entry.summary, &mut data.summary_hint),
+            (&entry.git_branch, &mut data.git_branch),
+        ] {
+            if let Some(text) = from {
+                *to = Some(text.clone());
             }
         }
-        if entry.get("type").and_then(Value::as_str) == Some("tag") {
-            match entry.get("tag").and_then(Value::as_str) {
-                Some(tag) if !tag.is_empty() => {
-                    data.insert("tag".into(), Value::from(tag));
-                }
-                _ => {
-                    data.remove("tag");
-                }
-            }
+        if entry.kind.as_deref() == Some("tag") {
+            data.tag = entry.tag.clone().filter(|tag| !tag.is_empty());
         }
     }
-    Value::Object(data)
+    data
 }
 
 /// Parses an RFC 3339 / ISO 8601 timestamp (`2024-01-01T00:00:00.000Z`) to epoch ms.
@@ -116,35 +140,23 @@ pub fn iso_to_epoch_ms(text: &str) -> Option<i64> {
     None
 }
 
-fn is_true(entry: &Map<String, Value>, field: &str) -> bool {
-    entry.get(field) == Some(&Value::Bool(true))
-}
-
-fn fold_first_prompt(data: &mut Map<String, Value>, entry: &Map<String, Value>) {
-    if data.get("first_prompt_locked") == Some(&Value::Bool(true))
-        || entry.get("type").and_then(Value::as_str) != Some("user")
-        || is_true(entry, "isMeta")
-        || is_true(entry, "isCompactSummary")
+fn fold_first_prompt(data: &mut SummaryData, entry: &Entry) {
+    if data.first_prompt_locked == Some(true)
+        || entry.kind.as_deref() != Some("user")
+        || entry.is_meta == Some(true)
+        || entry.is_compact_summary == Some(true)
     {
         return;
     }
-    let content = entry.get("message").and_then(|m| m.get("content"));
-    let texts: Vec<&str> = match content {
-        Some(Value::String(text)) => vec![text.as_str()],
-        Some(Value::Array(blocks)) => {
-            if blocks
-                .iter()
-                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-            {
+    let texts: Vec<&str> = match entry.content() {
+        Some(Content::Text(text)) => vec![text.as_str()],
+        Some(Content::Blocks(blocks)) => {
+            if blocks.iter().any(|b| matches!(b, Block::ToolResult(_))) {
                 return;
             }
-            blocks
-                .iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .collect()
+            blocks.iter().filter_map(Block::text).collect()
         }
-        _ => return,
+        None => return,
     };
     for raw in texts {
         let text = raw.replace('\n', " ");
@@ -153,12 +165,8 @@ fn fold_first_prompt(data: &mut Map<String, Value>, entry: &Map<String, Value>) 
             continue;
         }
         if let Some(command) = command_name(text) {
-            if data
-                .get("command_fallback")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                data.insert("command_fallback".into(), Value::from(command));
+            if data.command_fallback.as_deref().is_none_or(str::is_empty) {
+                data.command_fallback = Some(command.to_string());
             }
             continue;
         }
@@ -171,8 +179,8 @@ fn fold_first_prompt(data: &mut Map<String, Value>, entry: &Map<String, Value>) 
         } else {
             text.to_string()
         };
-        data.insert("first_prompt".into(), Value::from(prompt));
-        data.insert("first_prompt_locked".into(), Value::Bool(true));
+        data.first_prompt = Some(prompt);
+        data.first_prompt_locked = Some(true);
         return;
     }
 }
@@ -223,12 +231,15 @@ mod tests {
 
     #[test]
     fn command_fallback_until_a_real_prompt() {
-        let user = |text: &str| json!({"type": "user", "message": {"content": text}});
+        let user = |text: &str| {
+            Entry::parse(&json!({"type": "user", "message": {"content": text}}).to_string())
+                .unwrap()
+        };
         let data = fold_session_summary(None, &[user("<command-name>/init</command-name> x")]);
-        assert_eq!(data["command_fallback"], "/init");
-        assert!(data.get("first_prompt_locked").is_none());
+        assert_eq!(data.command_fallback.as_deref(), Some("/init"));
+        assert_eq!(data.first_prompt_locked, None);
         let data = fold_session_summary(Some(data), &[user("now real")]);
-        assert_eq!(data["first_prompt"], "now real");
-        assert_eq!(data["first_prompt_locked"], true);
+        assert_eq!(data.first_prompt.as_deref(), Some("now real"));
+        assert_eq!(data.first_prompt_locked, Some(true));
     }
 }

@@ -113,6 +113,15 @@ impl Block {
         }
     }
 
+    /// The `type` of any block, one flower does not know included (`None`: it has
+    /// none, or is not an object).
+    pub fn type_name(&self) -> Option<String> {
+        match self {
+            Block::Unknown(raw) => raw.parse::<RawObject>().ok()?.get(TAG)?.parse().ok(),
+            known => known.kind().map(str::to_string),
+        }
+    }
+
     /// The text of a text block.
     pub fn text(&self) -> Option<&str> {
         match self {

@@ -36,10 +36,25 @@ object! {
         hook_subject: String = "hookSubject",
         /// What each hook command did: read by the views that show it.
         hook_runs: Raw = "hookRuns",
+        /// How the hooks of a hook entry ended (`ran`, `blocked`, `failed`).
+        hook_outcome: String = "hookOutcome",
         is_api_error_message: bool = "isApiErrorMessage",
         is_hook_context: bool = "isHookContext",
         is_continuation: bool = "isContinuation",
         message: Message = "message",
+        /// Claude Code's: a user entry the harness wrote (not typed by a person).
+        is_meta: bool = "isMeta",
+        /// Claude Code's: a user entry holding a compaction's summary.
+        is_compact_summary: bool = "isCompactSummary",
+        /// Claude Code's session titles and hints (what a session list shows).
+        custom_title: String = "customTitle",
+        ai_title: String = "aiTitle",
+        last_prompt: String = "lastPrompt",
+        /// A `summary` entry's text.
+        summary: String = "summary",
+        git_branch: String = "gitBranch",
+        /// A `tag` entry's tag (empty: the tag is cleared).
+        tag: String = "tag",
     }
 }
 

@@ -55,9 +55,10 @@ impl fmt::Debug for Raw {
 pub struct RawObject(Vec<(String, Raw)>);
 
 impl RawObject {
-    /// The first field called `key`.
+    /// The field called `key`: the last, if it is repeated (as `JSON.parse` and
+    /// serde_json read it).
     pub fn get(&self, key: &str) -> Option<&Raw> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
     /// Sets `key`: in its place if it is there, at the end otherwise.
@@ -156,9 +157,39 @@ impl Order {
     }
 }
 
+/// Which fields of an object are a declared key (`keys`) repeated later in it: read
+/// from the last one only. Empty when no declared key repeats (the usual case: no
+/// allocation).
+#[doc(hidden)]
+pub fn superseded(fields: &RawObject, keys: &[&str]) -> Vec<bool> {
+    let declared = |key: &str| keys.iter().position(|k| *k == key);
+    let mut seen: u64 = 0;
+    let mut repeats = false;
+    for (key, _) in &fields.0 {
+        if let Some(n) = declared(key) {
+            repeats |= seen & (1 << n) != 0;
+            seen |= 1 << n;
+        }
+    }
+    if !repeats {
+        return Vec::new();
+    }
+    let mut later: u64 = 0;
+    let mut out = vec![false; fields.len()];
+    for (index, (key, _)) in fields.0.iter().enumerate().rev() {
+        if let Some(n) = declared(key) {
+            out[index] = later & (1 << n) != 0;
+            later |= 1 << n;
+        }
+    }
+    out
+}
+
 /// Declares a transcript object type: `field: Type = "jsonKey",` each an
 /// `Option<Type>` (absent is `None`), plus `rest` (the fields not declared, or whose
-/// value is not a `Type`, as written) and the order they came in. Serialized, the
+/// value is not a `Type`, as written) and the order they came in. Of a repeated key the
+/// last is the one read (as `JSON.parse` and serde_json read it), the earlier ones are
+/// kept in `rest`. Serialized, the
 /// fields come back in that order; fields set in memory since follow, declared ones
 /// in their declaration order (which is the order flower writes them in).
 macro_rules! object {
@@ -183,14 +214,16 @@ macro_rules! object {
             #[allow(unused_assignments)]
             fn from_fields(fields: $crate::transcript::object::RawObject) -> Self {
                 use $crate::transcript::object::Slot;
+                const KEYS: &[&str] = &[$($key),*];
+                let superseded = $crate::transcript::object::superseded(&fields, KEYS);
                 let mut out = Self::default();
-                for (key, raw) in fields.into_fields() {
+                for (index, (key, raw)) in fields.into_fields().enumerate() {
                     let mut number: u8 = 0;
                     let mut typed = false;
                     $(
                         if !typed
                             && key == $key
-                            && out.$field.is_none()
+                            && !superseded.get(index).copied().unwrap_or(false)
                             && let Ok(value) = raw.parse::<$ty>()
                         {
                             out.$field = Some(value);

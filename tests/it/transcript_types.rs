@@ -133,6 +133,8 @@ fn a_value_not_of_the_type_flower_reads_is_kept_as_written() {
     let usage = Entry::parse(lines[1]).unwrap();
     let usage = usage.turn_usage().unwrap();
     assert_eq!((usage.input_tokens, usage.output_tokens), (None, Some(2)));
+    // A repeated key reads as JSON.parse and serde_json read it: the last one.
+    assert_eq!(Entry::parse(lines[2]).unwrap().uuid(), Some("b"));
     let unknown = Entry::parse(lines[3]).unwrap();
     assert!(
         unknown

@@ -2,19 +2,16 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
-/// Rows rendered from their text (fast path or fallback) and as parsed `Value`s.
+/// Rows rendered from their text (fast path or fallback) and as parsed entries.
 fn both(rows: &[String]) -> (String, String) {
     let mut fast = String::new();
     let mut r = Renderer::default();
     for row in rows {
         r.row(&mut fast, row.as_bytes()).unwrap();
     }
-    let entries: Vec<Value> = rows
-        .iter()
-        .map(|r| serde_json::from_str(r).unwrap())
-        .collect();
+    let entries: Vec<Entry> = rows.iter().map(|r| Entry::parse(r).unwrap()).collect();
     let mut slow = String::new();
     render(&mut slow, &entries);
     (fast, slow)

@@ -67,12 +67,12 @@ use pool::*;
 use transcripts::WrittenSummary;
 
 use super::prune::{self, PruneOptions};
-use super::summary::fold_session_summary;
+use super::summary::{SummaryData, fold_session_summary};
 use super::{
-    DriverError, HOLDER_TAG, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary,
+    DriverError, HOLDER_TAG, Incoming, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary,
     StoreError,
 };
-use crate::transcript::Loaded;
+use crate::transcript::{Entry, Loaded};
 use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
 use serde_json::Value;

@@ -26,7 +26,8 @@ impl PostgresStore {
         durable: bool,
     ) -> Result<usize, StoreError> {
         key.validate()?;
-        let batch = Batch::of(entries)?;
+        let rows = super::super::incoming(entries)?;
+        let batch = Batch::of(&rows);
         if batch.datas.is_empty() {
             return Ok(0);
         }
@@ -60,10 +61,10 @@ impl PostgresStore {
             .remove(&session);
         let batch = match kept {
             Some(prev) if batch.uuids_distinct() => {
-                let data = fold_session_summary(Some(prev.data), entries);
+                let data = fold_session_summary(Some(prev.data), rows.iter().map(|r| &r.entry));
                 let written = WrittenSummary {
                     mtime: now.max(prev.mtime),
-                    text: data.to_string(),
+                    text: data.to_json(),
                     data,
                 };
                 let mut params = batch.into_params(key, now);
@@ -83,12 +84,13 @@ impl PostgresStore {
                         return Ok(counted(&self.trips.one_trip, count));
                     }
                     // Rare: the batch is made again rather than copied on every append.
-                    Err(PipeError::Driver(e)) if summary_moved(&e) => Batch::of(entries)?,
+                    Err(PipeError::Driver(e)) if summary_moved(&e) => Batch::of(&rows),
                     Err(e) => return Err(self.pipe_failed(e)),
                 }
             }
             _ => batch,
         };
+        let entries = rows.into_iter().map(|r| r.entry).collect();
         let (count, written) = self.append_reading_summary(key, entries, batch, &begin, now)?;
         if let Some(written) = written {
             self.keep_summary(session, written);
@@ -117,13 +119,12 @@ impl PostgresStore {
     fn append_reading_summary(
         &self,
         key: &SessionKey,
-        entries: &[Value],
+        entries: Vec<Entry>,
         batch: Batch,
         begin: &str,
         now: i64,
     ) -> Result<(usize, Option<WrittenSummary>), StoreError> {
         let key = key.clone();
-        let entries = entries.to_vec();
         let begin = begin.to_string();
         self.call(move |c| {
             let open = Open {
@@ -166,11 +167,11 @@ impl PostgresStore {
                 let prev_mtime = row.get::<_, Option<i64>>(2).unwrap_or(0);
                 let prev_data = row
                     .get::<_, Option<&str>>(3)
-                    .and_then(|text| serde_json::from_str(text).ok());
+                    .and_then(SummaryData::parse);
                 let data = fold_session_summary(prev_data, stored);
                 let summary = WrittenSummary {
                     mtime: now.max(prev_mtime),
-                    text: data.to_string(),
+                    text: data.to_json(),
                     data,
                 };
                 let upsert = prepared(
@@ -231,7 +232,7 @@ impl PostgresStore {
 pub(super) struct WrittenSummary {
     mtime: i64,
     text: String,
-    data: Value,
+    data: SummaryData,
 }
 
 /// A batch's columns: each entry's uuid, type and JSON text.
@@ -242,30 +243,12 @@ struct Batch {
 }
 
 impl Batch {
-    fn of(entries: &[Value]) -> Result<Batch, StoreError> {
-        let mut batch = Batch {
-            uuids: Vec::with_capacity(entries.len()),
-            kinds: Vec::with_capacity(entries.len()),
-            datas: Vec::with_capacity(entries.len()),
-        };
-        for (index, entry) in entries.iter().enumerate() {
-            let Some(object) = entry.as_object() else {
-                return Err(StoreError::NotAnObject { index });
-            };
-            let text = |field| {
-                object
-                    .get(field)
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            };
-            batch.uuids.push(text("uuid"));
-            batch.kinds.push(text("type"));
-            batch.datas.push(
-                serde_json::to_string(entry)
-                    .map_err(|source| StoreError::Encode { index, source })?,
-            );
+    fn of(rows: &[Incoming]) -> Batch {
+        Batch {
+            uuids: rows.iter().map(|r| r.entry.uuid.clone()).collect(),
+            kinds: rows.iter().map(|r| r.entry.kind.clone()).collect(),
+            datas: rows.iter().map(|r| r.text.clone()).collect(),
         }
-        Ok(batch)
     }
 
     /// No uuid twice in the batch: then every entry is stored unless the transcript

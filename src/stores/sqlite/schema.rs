@@ -4,6 +4,8 @@
 use super::{SCHEMA_VERSION, database, database_because, newer, timed_error};
 use crate::stores::{SessionKey, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
+// SQLite's value (a column's), not JSON.
+use rusqlite::types::Value as SqlValue;
 use std::path::Path;
 use std::time::Instant;
 
@@ -111,10 +113,10 @@ impl Layout {
 /// (36 characters, lowercase hex and hyphens at 8, 13, 18, 23), 20 bytes less in the
 /// row and in the index; any other text unchanged. One to one either way. Migration 2
 /// converts old rows by the same rule.
-pub(super) fn uuid_key(text: &str) -> rusqlite::types::Value {
+pub(super) fn uuid_key(text: &str) -> SqlValue {
     crate::stores::entry_uuid::canonical(text).map_or_else(
-        || rusqlite::types::Value::Text(text.to_string()),
-        |bits| rusqlite::types::Value::Blob(bits.to_be_bytes().to_vec()),
+        || SqlValue::Text(text.to_string()),
+        |bits| SqlValue::Blob(bits.to_be_bytes().to_vec()),
     )
 }
 
