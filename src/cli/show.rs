@@ -176,7 +176,9 @@ impl Renderer {
         match kind {
             "assistant" if entry.is_synthetic_error() => {
                 let text: String = match entry.content() {
-                    Some(Content::Blocks(blocks)) => blocks.iter().filter_map(Block::text).collect(),
+                    Some(Content::Blocks(blocks)) => {
+                        blocks.iter().filter_map(Block::text).collect()
+                    }
                     _ => String::new(),
                 };
                 synthetic(out, &stamp, &text);
@@ -660,12 +662,20 @@ fn part_text(part: &Block) -> Option<std::borrow::Cow<'_, str>> {
 /// Only the one field is read, unless it is missing or not a string.
 fn summarise(name: &str, input: Option<&Raw>) -> String {
     let field = summary_field(name);
-    if let Some(raw) = input
-        && let Ok(Some(text)) = lite::field(raw.get(), field)
-    {
-        return cut(&text.replace('\n', "⏎"), SUMMARY_CHARS);
-    }
-    let text = input.map_or_else(|| "null".to_string(), |raw| compact(raw.get()));
+    let found = |json: &str| {
+        lite::field(json, field)
+            .ok()
+            .flatten()
+            .map(|t| t.into_owned())
+    };
+    let text = match input {
+        None => "null".to_string(),
+        Some(raw) => found(raw.get()).unwrap_or_else(|| {
+            // Odd JSON (a repeated key) reads as serde_json reads it.
+            let json = compact(raw.get());
+            found(&json).unwrap_or(json)
+        }),
+    };
     cut(&text.replace('\n', "⏎"), SUMMARY_CHARS)
 }
 
@@ -681,7 +691,8 @@ fn compact(json: &str) -> String {
         return json.to_string();
     }
     // A tree only to re-write odd JSON (spaces, repeated keys), as before.
-    serde_json::from_str::<serde_json::Value>(json).map_or_else(|_| json.to_string(), |v| v.to_string())
+    serde_json::from_str::<serde_json::Value>(json)
+        .map_or_else(|_| json.to_string(), |v| v.to_string())
 }
 
 /// The input field that names a call's target ("" when there is none).

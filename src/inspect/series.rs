@@ -58,7 +58,11 @@ impl AssistantFacts {
         let at = entry.timestamp.as_deref().and_then(iso_to_epoch_ms);
         let message = entry.message.as_ref();
         if entry.is_synthetic_error() {
-            let text = entry.blocks().first().and_then(Block::text).unwrap_or_default();
+            let text = entry
+                .blocks()
+                .first()
+                .and_then(Block::text)
+                .unwrap_or_default();
             return Some(AssistantFacts {
                 at,
                 error: Some(text.to_owned()),

@@ -474,7 +474,13 @@ impl Untyped {
         struct NamesValue(bool);
         impl<'ast> Visit<'ast> for NamesValue {
             fn visit_type_path(&mut self, path: &'ast syn::TypePath) {
-                if path.path.segments.iter().any(|s| s.ident == "Value") {
+                // `Self::Value` is a serde visitor's own type, not serde_json's.
+                let associated = path
+                    .path
+                    .segments
+                    .first()
+                    .is_some_and(|s| s.ident == "Self");
+                if !associated && path.path.segments.iter().any(|s| s.ident == "Value") {
                     self.0 = true;
                 }
                 syn::visit::visit_type_path(self, path);
@@ -614,6 +620,8 @@ fn the_untyped_transcript_readings_do_not_creep_back() {
         })
         .collect();
     let report = per_file.join("\n");
+    // Shown with --nocapture: where the rest are, for whoever lowers the ceilings.
+    eprintln!("{signatures} signatures, {lookups} lookups\n{report}");
     assert!(
         signatures <= MAX_VALUE_SIGNATURES,
         "{signatures} functions name serde_json::Value in their signature, over \
@@ -636,6 +644,7 @@ fn untyped_readings_are_counted_outside_tests_only() {
          fn b(m: &Map<String, Value>) { m.get(\"uuid\"); m.pointer(\"/a\"); m.get(key); }\n\
          fn c(v: &Entry) -> u64 { v.usage[0] }\n\
          trait T { fn d(&self) -> Vec<Value>; }\n\
+         impl V { fn visit_str<E>(self) -> Result<Self::Value, E> { x } }\n\
          #[cfg(test)]\nmod tests { fn e(v: Value) { v[\"x\"]; } }\n\
          #[cfg(test)]\nmod more;\n",
         ),

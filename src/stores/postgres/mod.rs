@@ -69,8 +69,8 @@ use transcripts::WrittenSummary;
 use super::prune::{self, PruneOptions};
 use super::summary::{SummaryData, fold_session_summary};
 use super::{
-    DriverError, HOLDER_TAG, Incoming, SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary,
-    StoreError,
+    DriverError, HOLDER_TAG, Incoming, SessionHold, SessionInfo, SessionKey, SessionStore,
+    SessionSummary, StoreError,
 };
 use crate::transcript::{Entry, Loaded};
 use ::postgres::types::Type;

@@ -165,9 +165,7 @@ impl PostgresStore {
                             Some(uuid) => fresh.remove(uuid).then_some(entry),
                         });
                 let prev_mtime = row.get::<_, Option<i64>>(2).unwrap_or(0);
-                let prev_data = row
-                    .get::<_, Option<&str>>(3)
-                    .and_then(SummaryData::parse);
+                let prev_data = row.get::<_, Option<&str>>(3).and_then(SummaryData::parse);
                 let data = fold_session_summary(prev_data, stored);
                 let summary = WrittenSummary {
                     mtime: now.max(prev_mtime),
