@@ -92,6 +92,7 @@ pub fn lines(settings: &Settings) -> Vec<String> {
         out.push(format!("  ! {ignored}"));
     }
     out.extend(agent_lines(settings));
+    out.extend(skill_lines(settings));
     let mcp = &settings.mcp;
     if mcp.servers.is_empty() {
         out.push("MCP 服务器:没有".to_string());
@@ -140,6 +141,50 @@ fn agent_lines(settings: &Settings) -> Vec<String> {
             .unused_keys
             .iter()
             .partition(|k| flower::settings::agents::known_unused(k));
+        if !known.is_empty() {
+            out.push(format!("    ! flower 不用的键:{}", join(&known)));
+        }
+        if !unknown.is_empty() {
+            out.push(format!("    ! 不认识的键:{}(忽略)", join(&unknown)));
+        }
+    }
+    for ignored in &files.ignored {
+        out.push(format!("  ! {ignored}"));
+    }
+    out
+}
+
+/// The skills (`.claude/skills/*/SKILL.md`) and the ones left out.
+fn skill_lines(settings: &Settings) -> Vec<String> {
+    let home = settings.home.as_deref();
+    let files = &settings.files.skills;
+    let mut out = Vec::new();
+    if files.skills.is_empty() {
+        out.push("技能:没有".to_string());
+    } else {
+        out.push(format!(
+            "技能:{} 个(系统提示里只有名字和说明;模型调用 Skill 时才读正文)",
+            files.skills.len()
+        ));
+    }
+    for file in &files.skills {
+        let skill = &file.skill;
+        out.push(format!(
+            "  {}:{}({},{};另有 {} 个文件)",
+            skill.name,
+            skill.description,
+            tilde(&file.path, home),
+            if skill.scope == "user" {
+                "用户"
+            } else {
+                "项目"
+            },
+            skill.files.len()
+        ));
+        let (known, unknown): (Vec<&String>, Vec<&String>) = file
+            .unused_keys
+            .iter()
+            .partition(|k| flower::settings::skills::known_unused(k));
         if !known.is_empty() {
             out.push(format!("    ! flower 不用的键:{}", join(&known)));
         }
@@ -214,6 +259,15 @@ pub fn json(settings: &Settings) -> Value {
             "unused_keys": a.unused_keys,
         })).collect::<Vec<_>>(),
         "agents_ignored": files.agents.ignored,
+        "skills": files.skills.skills.iter().map(|s| json!({
+            "name": s.skill.name,
+            "description": s.skill.description,
+            "scope": s.skill.scope,
+            "file": path(&s.path),
+            "files": s.skill.files,
+            "unused_keys": s.unused_keys,
+        })).collect::<Vec<_>>(),
+        "skills_ignored": files.skills.ignored,
         "mcp_servers": settings.mcp.servers.iter().map(|s| {
             // As the file writes them: an expanded `${TOKEN}` is never printed.
             let (kind, target) = match &s.written {

@@ -7,6 +7,7 @@ use super::{
 };
 use crate::events::DeniedBy;
 use crate::model::ToolDef;
+use crate::tools::names::SKILL;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 use crate::transcript;
 use serde_json::{Value, json};
@@ -94,6 +95,9 @@ impl Engine {
         };
         if self.config.asker.is_some() && ask_user {
             defs.push(subagent::ask_user_definition());
+        }
+        if !self.config.conventions.skills.is_empty() && offered(SKILL) {
+            defs.push(super::skills::definition());
         }
         defs.extend(
             conv.mcp_tools
@@ -225,6 +229,10 @@ impl Engine {
                 self.run_subagent(parent, id, input, totals).await
             }
             (subagent::ASK_USER, _) => self.ask_user(input).await,
+            (SKILL, _) => super::skills::invoke(
+                &self.config.conventions.skills,
+                serde_json::from_value(input.clone()),
+            ),
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {
                     let sandbox = permissions.sandbox(&self.config.sandbox, &self.config.workspace);

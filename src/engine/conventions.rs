@@ -10,6 +10,7 @@
 //! | `hooks`                            | every agent's events, in its sandbox     |
 //! | `env`                              | flower's variables, Bash commands, hooks |
 //! | MCP servers                        | the agents whose rules allow `mcp__…`    |
+//! | skills (`.claude/skills`)          | every system prompt; `Skill` loads one   |
 //!
 //! `permissions.allow` is not here: it widens only the agents a front end chooses
 //! (flower's pipeline: the workers; `flower once`: its `--allowed-tools`), never an
@@ -38,4 +39,7 @@ pub struct Conventions {
     /// MCP servers (`.mcp.json`, the settings files' `mcpServers`): their tools are
     /// offered to the agents whose rules allow them (see [`crate::tools::mcp`]).
     pub mcp: McpConfig,
+    /// Agent Skills: named in every session's system prompt, loaded by the `Skill`
+    /// tool (see [`super::skills`]).
+    pub skills: Vec<super::skills::Skill>,
 }

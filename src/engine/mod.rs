@@ -22,6 +22,7 @@ mod reply;
 mod resume;
 mod session;
 mod session_hooks;
+pub mod skills;
 pub mod spec;
 mod subagent;
 mod turn;
@@ -925,27 +926,30 @@ impl Engine {
 
     /// Reads the project's memory for a new session: its text and the entry pinning
     /// it (none when there is no memory). Its warnings are reported once a process.
+    /// The skills' listing comes after the memory, pinned with it.
     fn read_memory(&self) -> (String, Option<Pending>) {
-        let Some(source) = &self.config.conventions.memory else {
-            return (String::new(), None);
+        let memory = match &self.config.conventions.memory {
+            Some(source) => source.load(),
+            None => memory::Memory::default(),
         };
-        let memory = source.load();
         for warning in &memory.warnings {
             self.warn_once(warning);
-        }
-        if memory.text.is_empty() {
-            return (String::new(), None);
         }
         let files = memory
             .files
             .iter()
             .map(|f| f.path.to_string_lossy().into_owned())
             .collect();
+        let (text, files) =
+            skills::with_listing(memory.text, files, &self.config.conventions.skills);
+        if text.is_empty() {
+            return (String::new(), None);
+        }
         let pin = Pending::Memory {
-            text: memory.text.clone(),
+            text: text.clone(),
             files,
         };
-        (memory.text, Some(pin))
+        (text, Some(pin))
     }
 
     /// Reports a warning the first time it is seen in this process.

@@ -55,6 +55,8 @@ const KNOWN_UNUSED: [&str; 9] = [
 pub enum FrontValue {
     Text(String),
     List(Vec<String>),
+    /// Indented `key: value` lines (a skill's `metadata`).
+    Map(BTreeMap<String, String>),
 }
 
 /// A file's front matter, by key.
@@ -167,7 +169,7 @@ fn markdown_files(dir: &Path) -> Vec<PathBuf> {
 /// What the pin keeps of an agent file (`file`, relative to the workspace): its front
 /// matter as read and its body, so that a change is shown key by key; a file that is
 /// not an agent's, as text.
-fn pinned(file: &str, text: &str) -> PinnedFile {
+pub(super) fn pinned(file: &str, text: &str) -> PinnedFile {
     let document = match split(text).and_then(|(front, body)| Ok((front_matter(front)?, body))) {
         Ok((front, body)) => serde_json::json!({"front_matter": front, "body": body}),
         Err(_) => serde_json::json!({"text": text}),
@@ -261,6 +263,7 @@ fn rule_list(front: &FrontMatter, key: &str) -> Result<Option<Vec<String>>, Stri
         None => return Ok(None),
         Some(FrontValue::Text(s)) => split_rules(s),
         Some(FrontValue::List(items)) => items.iter().flat_map(|i| split_rules(i)).collect(),
+        Some(FrontValue::Map(_)) => return Err(format!("{key} 应是一个字符串或列表")),
     };
     Ok(Some(items))
 }
@@ -342,7 +345,9 @@ pub(super) fn front_matter(text: &str) -> Result<FrontMatter, String> {
         }
         let inner: Vec<&str> = lines[start..i].to_vec();
         let parsed = if value.is_empty() {
-            block_list(&inner).ok_or_else(|| format!("YAML 头里 {key} 的值读不懂"))?
+            block_list(&inner)
+                .or_else(|| block_map(&inner))
+                .ok_or_else(|| format!("YAML 头里 {key} 的值读不懂"))?
         } else if let Some(style) = value.strip_prefix(['|', '>']) {
             if !matches!(style, "" | "-" | "+") {
                 return Err(format!("YAML 头里 {key} 的块写法读不懂"));
@@ -381,6 +386,23 @@ fn block_list(lines: &[&str]) -> Option<FrontValue> {
         items.push(scalar(item).ok()?);
     }
     Some(FrontValue::List(items))
+}
+
+/// Indented `key: value` lines, one level; `None` for anything else.
+fn block_map(lines: &[&str]) -> Option<FrontValue> {
+    let mut map = BTreeMap::new();
+    for line in lines.iter().map(|l| l.trim()).filter(|l| !l.is_empty()) {
+        let (key, value) = line.split_once(':')?;
+        let value = value.trim();
+        if value.is_empty()
+            || map
+                .insert(key.trim().to_string(), scalar(value).ok()?)
+                .is_some()
+        {
+            return None;
+        }
+    }
+    (!map.is_empty()).then_some(FrontValue::Map(map))
 }
 
 /// A `|` (kept lines) or `>` (folded) block.

@@ -135,6 +135,8 @@ impl FileLayer {
         }
         layer.agents = super::agents::load(workspace, home);
         layer.pin.files.extend(layer.agents.pinned.iter().cloned());
+        layer.skills = super::skills::load(workspace, home);
+        layer.pin.files.extend(layer.skills.pinned.iter().cloned());
         Ok(layer)
     }
 

@@ -46,6 +46,7 @@ pub mod files;
 pub mod model;
 pub mod network;
 pub mod pin;
+pub mod skills;
 pub mod sources;
 mod store;
 mod strict;
@@ -436,6 +437,7 @@ impl Settings {
             ask: files::FilePermissions::rules(&permissions.ask),
             env: self.child_env.clone(),
             mcp: self.mcp.clone(),
+            skills: self.files.skills.engine_skills(),
         }
     }
 

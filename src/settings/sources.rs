@@ -197,6 +197,9 @@ pub struct FileLayer {
     /// Custom sub-agents (`.claude/agents/*.md`, `~/.claude/agents/*.md`) and the
     /// files left out ([`super::agents`]).
     pub agents: super::agents::AgentFiles,
+    /// Agent Skills (`.claude/skills/*/SKILL.md`, `~/.claude/skills/`) and the ones
+    /// left out ([`super::skills`]).
+    pub skills: super::skills::SkillFiles,
 }
 
 /// The environment over the files: the one lookup every variable goes through.

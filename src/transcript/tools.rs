@@ -19,6 +19,8 @@ pub const BASH: &str = "Bash";
 pub const TASK: &str = "Task";
 /// Asks the user a question (the engine's, not a `tools::Tool`).
 pub const ASK_USER: &str = "AskUser";
+/// Loads an Agent Skill's instructions (the engine's, not a `tools::Tool`).
+pub const SKILL: &str = "Skill";
 
 /// Searches the web: a server tool, run by the API (`web_search`), never by flower.
 pub const WEB_SEARCH: &str = "WebSearch";
@@ -62,9 +64,13 @@ pub const TASK_INFO: ToolInfo = ToolInfo {
     ..info(TASK, "description", None, false)
 };
 pub const ASK_USER_INFO: ToolInfo = info(ASK_USER, "question", None, false);
+pub const SKILL_INFO: ToolInfo = ToolInfo {
+    rule_field: Some("skill"),
+    ..info(SKILL, "skill", None, false)
+};
 
 /// Every tool an agent can be given, built-in and engine-level, in offer order.
-pub const ALL: [ToolInfo; 8] = [
+pub const ALL: [ToolInfo; 9] = [
     READ_INFO,
     WRITE_INFO,
     EDIT_INFO,
@@ -73,6 +79,7 @@ pub const ALL: [ToolInfo; 8] = [
     BASH_INFO,
     TASK_INFO,
     ASK_USER_INFO,
+    SKILL_INFO,
 ];
 
 const fn info(

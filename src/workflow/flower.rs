@@ -12,7 +12,7 @@ use crate::continuity::notes;
 use crate::continuity::runtime::Runtime;
 use crate::engine::{AgentSpec, SessionStart};
 use crate::future::BoxFuture;
-use crate::tools::names::{ASK_USER, BASH, EDIT, GLOB, GREP, READ, TASK, WRITE};
+use crate::tools::names::{ASK_USER, BASH, EDIT, GLOB, GREP, READ, SKILL, TASK, WRITE};
 use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,7 +104,7 @@ const JUDGE: &str = "你是判定者。你只根据工作区的实际状态判�
 /// run, not once per role. Each agent's rules refuse what it may not use, and its
 /// instructions name what it may. The web tools run at the API, where no rule can refuse
 /// a call, so they are offered only to the agents allowed them.
-pub const PIPELINE_TOOLS: [&str; 8] = [READ, WRITE, EDIT, GLOB, GREP, BASH, TASK, ASK_USER];
+pub const PIPELINE_TOOLS: [&str; 9] = [READ, WRITE, EDIT, GLOB, GREP, BASH, TASK, ASK_USER, SKILL];
 
 /// The clarifier: reads the workspace, asks through AskUser, writes only the notes.
 pub fn clarifier() -> AgentSpec {
@@ -115,6 +115,7 @@ pub fn clarifier() -> AgentSpec {
             GLOB,
             GREP,
             ASK_USER,
+            SKILL,
             "Write(notes/**)",
             "Edit(notes/**)",
         ])
@@ -123,7 +124,7 @@ pub fn clarifier() -> AgentSpec {
 pub fn goal_setter() -> AgentSpec {
     AgentSpec::new("goal-setter", GOAL_SETTER)
         .offer(PIPELINE_TOOLS)
-        .allowed_tools([READ, GLOB, GREP, "Write(notes/**)", "Edit(notes/**)"])
+        .allowed_tools([READ, GLOB, GREP, SKILL, "Write(notes/**)", "Edit(notes/**)"])
 }
 
 /// The coordinator: delegates through Task; its own Bash is read-only git. It and the
@@ -136,6 +137,7 @@ pub fn coordinator() -> AgentSpec {
             GLOB,
             GREP,
             TASK,
+            SKILL,
             WEB_SEARCH,
             WEB_FETCH,
             "Write(notes/**)",
@@ -151,14 +153,16 @@ pub fn coordinator() -> AgentSpec {
 pub fn worker() -> AgentSpec {
     AgentSpec::new("general-purpose", WORKER)
         .offer(PIPELINE_TOOLS)
-        .allowed_tools([READ, WRITE, EDIT, GLOB, GREP, BASH, WEB_SEARCH, WEB_FETCH])
+        .allowed_tools([
+            READ, WRITE, EDIT, GLOB, GREP, BASH, SKILL, WEB_SEARCH, WEB_FETCH,
+        ])
 }
 
 /// The judge: read-only tools, and Bash to run tests.
 pub fn judge() -> AgentSpec {
     AgentSpec::new("judge", JUDGE)
         .offer(PIPELINE_TOOLS)
-        .allowed_tools([READ, GLOB, GREP, BASH])
+        .allowed_tools([READ, GLOB, GREP, BASH, SKILL])
 }
 
 /// Builds the pipeline for `workspace` (canonical).

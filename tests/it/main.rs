@@ -21,6 +21,7 @@ mod conventions_hooks;
 mod conventions_mcp;
 mod conventions_memory;
 mod conventions_settings;
+mod conventions_skills;
 mod denials_shown;
 mod engine_history;
 mod error_causes;
