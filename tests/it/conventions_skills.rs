@@ -243,3 +243,14 @@ fn a_changed_skill_is_refused_unattended_and_applied_with_accept_settings() {
     let out = project.run(&server, &["--again", "--accept-settings"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
 }
+
+#[test]
+fn skill_rules_name_one_skill() {
+    use flower::engine::permissions::{Decision, Permissions};
+    let rules = Permissions::new(&["Skill(hello-check)".to_string()], &[]).unwrap();
+    let ws = Path::new("/w");
+    let allowed = rules.check("Skill", &json!({"skill": "hello-check"}), ws);
+    assert!(matches!(allowed, Decision::Allow), "{allowed:?}");
+    let other = rules.check("Skill", &json!({"skill": "deploy"}), ws);
+    assert!(matches!(other, Decision::Deny { .. }), "{other:?}");
+}
