@@ -6,7 +6,12 @@
 //! The loopback server is reached through the proxy because the rules name it
 //! (`127.0.0.1:PORT` in `allowedDomains`, as a user's file would).
 //!
-//! `cargo bench --bench netproxy`
+//! Also printed: the CPU time each download costs, flower's process (the server's threads
+//! and, through the proxy, the proxy's thread) and the command's (curl, bash), which
+//! does not depend on how loaded the machine is; the proxy's own cost is flower's
+//! through the proxy minus flower's straight.
+//!
+//! `cargo bench --bench netproxy [-- NAME…]` (names: a part of a case's name)
 #![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -62,6 +67,18 @@ async fn speed(ctx: &ToolContext, command: &str) -> f64 {
     bytes_per_s / 1e6
 }
 
+/// CPU seconds used so far by this process (`RUSAGE_SELF`) and its waited-for children.
+fn cpu() -> (f64, f64) {
+    let get = |who| {
+        // SAFETY: getrusage fills the struct.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut u) };
+        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    (get(libc::RUSAGE_SELF), get(libc::RUSAGE_CHILDREN))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -115,22 +132,32 @@ fn main() {
         ("proxy, CONNECT", &sandboxed, curl("-p -x \"$HTTP_PROXY\"")),
         ("proxy, SOCKS5", &sandboxed, curl("-x \"$ALL_PROXY\"")),
     ];
-    println!("100 MB download by curl, median of {RUNS} (MB/s as curl reports it):");
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    println!("100 MB download by curl, median of {RUNS} (MB/s as curl reports it;");
+    println!("CPU ms per download: flower's process, the command's):");
     let mut base = 0.0;
     for (name, ctx, command) in cases {
+        if base != 0.0 && !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
         rt.block_on(speed(ctx, &command));
+        let before = cpu();
         let v: Vec<f64> = (0..RUNS)
             .map(|_| rt.block_on(speed(ctx, &command)))
             .collect();
+        let after = cpu();
+        let per = |a: f64, b: f64| (a - b) * 1e3 / RUNS as f64;
+        let (own, child) = (per(after.0, before.0), per(after.1, before.1));
         let m = median(v);
-        if base == 0.0 {
+        let ratio = if base == 0.0 {
             base = m;
-            println!("  {name:<24} {m:>9.0} MB/s");
+            String::new()
         } else {
-            println!(
-                "  {name:<24} {m:>9.0} MB/s   {:>5.1} % of straight",
-                m / base * 100.0
-            );
-        }
+            format!("{:>5.1} % of straight", m / base * 100.0)
+        };
+        println!("  {name:<24} {m:>6.0} MB/s  cpu {own:>5.1} + {child:>5.1} ms  {ratio}");
     }
 }
