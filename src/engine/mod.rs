@@ -545,6 +545,13 @@ impl Engine {
     pub fn new(mut config: EngineConfig) -> Self {
         // The run's record is protected from every agent's writes (the write policy).
         config.sandbox.protect.record = Some(config.run_dir.clone());
+        // So are the files a hook runs: its `allow` answer skips `ask` rules.
+        let roots: Vec<PathBuf> = std::iter::once(&config.workspace)
+            .chain(&config.sandbox.additional_dirs)
+            .map(|d| crate::tools::paths::root(d))
+            .collect();
+        config.sandbox.protect.hook_files =
+            hooks::files::named_files(&config.conventions.hooks, &roots);
         let conventions = &config.conventions;
         let hooks = (!conventions.hooks.is_empty()).then(|| {
             hooks::Hooks::new(

@@ -133,10 +133,24 @@ pub const SECRET_NAMES: [&str; 3] = [
     "FLOWER_TEST_POSTGRES_URL",
 ];
 
+/// Variables that lead to a key without holding one: an agent's socket signs or
+/// decrypts with the user's keys for whoever connects (ssh, gpg, the desktop keyring
+/// behind the session bus), a Kerberos ticket cache is a credential file.
+pub const AGENT_SOCKETS: [&str; 6] = [
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "GPG_AGENT_INFO",
+    "GNOME_KEYRING_CONTROL",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "KRB5CCNAME",
+];
+
 /// Whether a variable is withheld from children by its name.
 pub fn secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    SECRET_NAMES.contains(&upper.as_str()) || SECRET_NAME_PARTS.iter().any(|p| upper.contains(p))
+    SECRET_NAMES.contains(&upper.as_str())
+        || AGENT_SOCKETS.contains(&upper.as_str())
+        || SECRET_NAME_PARTS.iter().any(|p| upper.contains(p))
 }
 
 /// Whether a value carries a password in a URL (`scheme://user:password@host`), as a
@@ -251,6 +265,8 @@ mod tests {
             "AWS_SECRET_ACCESS_KEY",
             "GOOGLE_APPLICATION_CREDENTIALS",
             "FLOWER_STORE",
+            "SSH_AUTH_SOCK",
+            "GPG_AGENT_INFO",
         ] {
             assert!(secret_name(name), "{name}");
         }

@@ -107,6 +107,10 @@ pub struct Protection {
     /// The run directory (canonical), protected wherever an agent could write it. Set
     /// by the engine; `None`: no record to protect (a library user's bare engine).
     pub record: Option<PathBuf>,
+    /// Files inside a root that a configured hook's command names (absolute, lexical):
+    /// a hook's `allow` answer skips `ask` rules, so what it runs is configuration.
+    /// Set by the engine from the hooks it was given.
+    pub hook_files: Vec<PathBuf>,
 }
 
 /// What a protected path is.
@@ -117,6 +121,8 @@ pub enum Kind {
     Record,
     /// A file git's finder names (an included config, `core.hooksPath`, a submodule's).
     Git,
+    /// A file a configured hook's command names.
+    HookFile,
 }
 
 /// One protected path.
@@ -135,7 +141,7 @@ impl Target {
         match self.kind {
             Kind::Listed(e) => e.dir,
             Kind::Record => true,
-            Kind::Git => self.path.is_dir(),
+            Kind::Git | Kind::HookFile => self.path.is_dir(),
         }
     }
 
@@ -160,6 +166,7 @@ impl Target {
                 "本次运行的记录(会话、锁、lineage、manifest),下一次恢复会把存下的提示发给模型"
             }
             Kind::Git => "git 读取并据以执行程序的文件",
+            Kind::HookFile => "设置里配置的钩子命令运行的文件:钩子的 allow 回答会跳过 ask 规则",
         }
     }
 }
@@ -195,6 +202,16 @@ pub fn candidates(policy: &SandboxPolicy, workspace: &Path, record: Option<&Path
             root: r.parent().unwrap_or(Path::new("/")).to_path_buf(),
             kind: Kind::Record,
         });
+    }
+    let roots = roots(policy, workspace);
+    for f in &policy.protect.hook_files {
+        if let Some(root) = roots.iter().find(|r| f.starts_with(r) && f != *r) {
+            out.push(Target {
+                path: f.clone(),
+                root: root.clone(),
+                kind: Kind::HookFile,
+            });
+        }
     }
     out
 }

@@ -1,7 +1,7 @@
 //! What the processes flower starts inherit, through the binary (issue 40, item 2):
 //! a Bash command, a hook and an MCP stdio server see none of flower's secrets (the
 //! API key, `*TOKEN*`, `*PASSWORD*`, a URL with a password, a copy of the key under
-//! another name, the store's URL), do see what `FLOWER_PASS_ENV` names and what an MCP
+//! another name, the store's URL, the ssh and gpg agents' sockets), do see what `FLOWER_PASS_ENV` names and what an MCP
 //! server's own `env` names, and hold no descriptor but 0, 1 and 2, even when flower
 //! was started with one more.
 
@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Output};
 
 /// The variables flower is started with: secrets, and two that must come through.
-const VARS: [(&str, &str); 9] = [
+const VARS: [(&str, &str); 13] = [
     ("FOO_TOKEN", "foo-token-value"),
     ("DB_PASSWORD", "db-password-value"),
     ("Some_Secret", "some-secret-value"),
@@ -20,12 +20,20 @@ const VARS: [(&str, &str); 9] = [
     ("DATABASE_URL", "postgres://u:url-password@db/x"),
     ("FLOWER_STORE", "postgres://u:store-password@127.0.0.1:1/x"),
     ("KEY_COPY", FAKE_API_KEY),
+    // Agent sockets: keys in all but name.
+    ("SSH_AUTH_SOCK", "/tmp/ssh-agent-socket/agent.1"),
+    ("GPG_AGENT_INFO", "/run/user/1/gnupg-agent-socket:0:1"),
+    (
+        "DBUS_SESSION_BUS_ADDRESS",
+        "unix:path=/run/user/1/session-bus",
+    ),
+    ("KRB5CCNAME", "FILE:/tmp/krb5cc-ticket-cache"),
     ("PLAIN_VARIABLE", "plain-value"),
     ("PASSED_TOKEN", "passed-token-value"),
 ];
 
 /// Values a child must not see.
-const SECRETS: [&str; 7] = [
+const SECRETS: [&str; 11] = [
     FAKE_API_KEY,
     "foo-token-value",
     "db-password-value",
@@ -33,6 +41,10 @@ const SECRETS: [&str; 7] = [
     "/creds/file.json",
     "url-password",
     "store-password",
+    "ssh-agent-socket",
+    "gnupg-agent-socket",
+    "session-bus",
+    "krb5cc-ticket-cache",
 ];
 
 /// What a child writes: its environment and its descriptors.

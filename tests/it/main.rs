@@ -100,5 +100,6 @@ mod tools_input;
 mod tools_read;
 mod tools_write_edit;
 mod transcript_types;
+mod trust_corpus;
 mod wake_said;
 mod workflow;

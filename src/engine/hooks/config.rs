@@ -200,6 +200,11 @@ impl HookSet {
         self.groups.get(&event).is_some_and(|g| !g.is_empty())
     }
 
+    /// Every configured command, of every event.
+    pub fn commands(&self) -> impl Iterator<Item = &HookCommand> {
+        self.groups.values().flatten().flat_map(|g| &g.commands)
+    }
+
     /// The groups of `event`.
     pub fn groups(&self, event: HookEvent) -> &[HookGroup] {
         self.groups.get(&event).map_or(&[], Vec::as_slice)

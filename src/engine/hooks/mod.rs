@@ -14,6 +14,7 @@
 pub mod command;
 pub mod config;
 pub mod export;
+pub mod files;
 pub mod outcome;
 
 pub use command::{Ended, HookRun, Launch};
