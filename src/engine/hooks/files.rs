@@ -5,13 +5,14 @@
 //! A hook's command is read twice, independently: with the bash parser (every word of
 //! every simple command, `bash -c` scripts included) and as plain tokens (split at
 //! blanks, quotes and shell operators), so a word the parser only knows at run time
-//! (`"$(dirname "$0")/x.sh"`) still counts where it is spelled out. Every word that
-//! names a file inside a root the agents write (after `$CLAUDE_PROJECT_DIR` is
-//! replaced by the workspace; relative words from the workspace, where hooks run) is
-//! protected: an existing file, or a missing one spelled as a path (with a `/`), which
-//! an agent must not create either. Directories are not: protecting `.` or `src`
-//! would freeze the workspace. Not seen: what a script reads itself (a module it
-//! imports, a file it sources); `docs/sandbox.md` says so.
+//! (`"$(dirname "$0")/x.sh"`) still counts where it is spelled out. After
+//! `$CLAUDE_PROJECT_DIR` is replaced by the workspace, a word is a path from the
+//! workspace (where hooks run). Protected, inside a root the agents write: every
+//! existing file a word names, and a missing one spelled as a path that the hook would
+//! run (a program, an interpreter's script), which an agent must not create either.
+//! Not protected: directories (`.` or `src` would freeze the workspace), and the
+//! target of a redirection (a hook's log stays writable). Not seen: what a script
+//! reads itself (a module it imports, a file it sources); `docs/sandbox.md` says so.
 
 use super::HookSet;
 use crate::engine::bash_rules;
@@ -27,16 +28,16 @@ pub fn named_files(set: &HookSet, roots: &[PathBuf]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for command in set.commands() {
         let text = with_project_dir(&command.command, workspace);
-        for word in words(&text) {
+        for (word, runs) in words(&text) {
             // `--config=x` names `x` too.
             let candidates = [Some(word.as_str()), word.split_once('=').map(|(_, v)| v)];
             for w in candidates.into_iter().flatten().filter(|w| !w.is_empty()) {
                 let path = paths::lexical(workspace, Path::new(w));
                 let inside = roots.iter().any(|r| path.starts_with(r) && &path != r);
-                let spelled_as_path = w.contains('/');
                 let file = match path.symlink_metadata() {
                     Ok(m) => !path.is_dir() && !m.is_dir(),
-                    Err(_) => spelled_as_path,
+                    // Missing: only a program the hook would run, spelled as a path.
+                    Err(_) => runs && w.contains('/'),
                 };
                 if inside && file && !out.contains(&path) {
                     out.push(path);
@@ -57,20 +58,67 @@ fn with_project_dir(command: &str, workspace: &Path) -> String {
         .replace("$CLAUDE_PROJECT_DIR", &ws)
 }
 
-/// The parser's words (those known before the command runs) and the plain tokens.
-fn words(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    if let Ok(view) = bash_rules::deny_view(text) {
-        out.extend(view.commands.into_iter().flatten().flatten());
-    }
-    let tokens = text
-        .split(|c: char| c.is_whitespace() || "'\"`;&|<>()$".contains(c))
-        .filter(|t| !t.is_empty())
-        .map(str::to_string);
-    for t in tokens {
-        if !out.contains(&t) {
-            out.push(t);
+/// Programs whose first operand is a script they run.
+const INTERPRETERS: [&str; 16] = [
+    "sh", "bash", "zsh", "dash", "ksh", "fish", "python", "node", "deno", "bun", "ruby", "perl",
+    "php", "lua", "Rscript", "pwsh",
+];
+
+/// The script an interpreter runs: its first operand, unless an option gives the
+/// code itself (`bash -c`, `-lc`, `node -e`, `python -m`), which the parser reads.
+fn script_operand(args: &[Option<String>]) -> Option<String> {
+    for arg in args {
+        let arg = arg.as_deref()?;
+        if !arg.starts_with('-') {
+            return Some(arg.to_string());
         }
+        let code = ["-e", "-m", "--eval", "-Command", "-r"].contains(&arg)
+            || (!arg.starts_with("--") && arg.ends_with('c'));
+        if code {
+            return None;
+        }
+    }
+    None
+}
+
+/// The words of `text`, each with whether it is run as code (a program, or an
+/// interpreter's script): the parser's words of every simple command (redirection
+/// targets are not words), and the plain tokens, except those after a `>` (a file the
+/// hook writes, such as its log, must stay writable).
+fn words(text: &str) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = Vec::new();
+    if let Ok(view) = bash_rules::deny_view(text) {
+        for &(index, start) in &view.starts {
+            let words = &view.commands[index][start..];
+            let Some(Some(program)) = words.first() else {
+                continue;
+            };
+            out.push((program.clone(), true));
+            let name = program.rsplit('/').next().unwrap_or(program);
+            if INTERPRETERS.iter().any(|i| name.starts_with(i)) {
+                out.extend(script_operand(&words[1..]).map(|s| (s, true)));
+            }
+        }
+        out.extend(
+            view.commands
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|w| (w, false)),
+        );
+    }
+    let mut after_redirect = false;
+    for token in text.split_inclusive(|c: char| c.is_whitespace() || "'\"`;&|<>()$".contains(c)) {
+        let redirect = token.ends_with('>');
+        let word =
+            token.trim_end_matches(|c: char| c.is_whitespace() || "'\"`;&|<>()$".contains(c));
+        if !word.is_empty() {
+            if !after_redirect {
+                out.push((word.to_string(), false));
+            }
+            after_redirect = false;
+        }
+        after_redirect |= redirect;
     }
     out
 }
@@ -93,14 +141,21 @@ mod tests {
             {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/scripts/check.sh --x"},
             {"type": "command", "command": "python3 guard.py --rc=lib.sh && echo ok"},
             {"type": "command", "command": "bash -c 'sh ./later/new.sh' ; cat /etc/passwd"},
-            {"type": "command", "command": "ls . src $(cat scripts)"},
+            {"type": "command", "command": "ls . src $(cat scripts) > \"$CLAUDE_PROJECT_DIR/lib.sh\""},
+            {"type": "command", "command": "tee out/log.txt >> out/other.log; python3 -u tools/new.py"},
         ]}]});
         set.add_from(&hooks, Path::new("s.json")).unwrap();
         let got = named_files(&set, std::slice::from_ref(&ws));
-        let want: Vec<PathBuf> = ["guard.py", "later/new.sh", "lib.sh", "scripts/check.sh"]
-            .iter()
-            .map(|f| ws.join(f))
-            .collect();
+        let want: Vec<PathBuf> = [
+            "guard.py",
+            "later/new.sh",
+            "lib.sh",
+            "scripts/check.sh",
+            "tools/new.py",
+        ]
+        .iter()
+        .map(|f| ws.join(f))
+        .collect();
         assert_eq!(got, want);
     }
 }
