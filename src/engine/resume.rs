@@ -9,10 +9,12 @@ use serde_json::Value;
 
 impl Engine {
     /// [`Engine::load_for_resume`] for a main session whose last turn's calls never got
-    /// their results because the process died (or the run was retried) while a `Task`
-    /// call's sub-agent was working: those calls are returned, in order, instead of the
-    /// neutral answers pruning made up, so that the sub-agent is continued in its own
-    /// session ([`Engine::continue_calls`]) rather than the task sent out again.
+    /// all their results because the process died (or the run was retried) while a
+    /// `Task` call's sub-agent was working: the calls still unanswered are returned, in
+    /// order, instead of the neutral answers pruning made up, so that each sub-agent is
+    /// continued in its own session ([`Engine::continue_calls`]) rather than the task
+    /// sent out again. The turn's results that were stored (calls of the turn that ran
+    /// at the same time and finished) stay.
     pub(super) fn load_resumable(
         &self,
         key: &SessionKey,
@@ -23,49 +25,88 @@ impl Engine {
             .load_entries(key)
             .map_err(|source| RunError::ReadSession { id: id(), source })?
             .ok_or_else(|| RunError::NoSession(id()))?;
-        let calls = self.continuable_calls(key, &pruned);
+        let (made_up, calls) = self.continuable_calls(key, &pruned);
         if calls.is_empty() {
             self.store_synthesized(key, &pruned)?;
         } else {
-            pruned.truncate(pruned.len() - calls.len());
+            let mut n = 0;
+            pruned.retain(|_| {
+                n += 1;
+                !made_up.contains(&(n - 1))
+            });
         }
         Ok((pruned, calls))
     }
 
-    /// The calls answered by the synthesized results that end `pruned`, when one of
-    /// them is a `Task` whose sub-agent session exists; none otherwise.
-    fn continuable_calls(&self, key: &SessionKey, pruned: &[Loaded]) -> Vec<Call> {
+    /// The calls of the last turn that pruning answered with made-up results (where
+    /// those are in `pruned`, and the calls in the order of the turn), when one of them
+    /// is a `Task` whose sub-agent session exists; none otherwise. After the turn come
+    /// only its results, made up or stored.
+    fn continuable_calls(&self, key: &SessionKey, pruned: &[Loaded]) -> (Vec<usize>, Vec<Call>) {
+        let none = || (Vec::new(), Vec::new());
         let synthesized = |e: &Loaded| {
             e.maybe_synthesized && crate::stores::prune::is_synthesized_result(&e.value())
         };
-        let tail = pruned.iter().rev().take_while(|e| synthesized(e)).count();
-        if tail == 0 || pruned.iter().filter(|e| synthesized(e)).count() != tail {
-            return Vec::new();
-        }
-        let (before, synthesized) = pruned.split_at(pruned.len() - tail);
-        let Some(turn) = before.iter().rev().find(|e| e.kind == Kind::Assistant) else {
-            return Vec::new();
+        let Some(turn_at) = pruned.iter().rposition(|e| e.kind == Kind::Assistant) else {
+            return none();
         };
-        let turn = turn.value();
-        let content = turn
-            .pointer("/message/content")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let uses = transcript::tool_uses(content);
-        let mut calls = Vec::new();
-        for entry in synthesized {
-            let entry = entry.value();
-            let Some(call_id) = entry
-                .pointer("/message/content/0/tool_use_id")
-                .and_then(Value::as_str)
-            else {
-                return Vec::new();
-            };
-            match uses.iter().find(|(id, _, _)| id == call_id) {
-                Some(call) => calls.push(call.clone()),
-                None => return Vec::new(),
+        let mut made_up = Vec::new();
+        let mut answered = Vec::new();
+        for (i, entry) in pruned.iter().enumerate().skip(turn_at + 1) {
+            if entry.kind != Kind::User {
+                continue;
             }
+            let Some(typed) = entry.json.entry() else {
+                return none();
+            };
+            let ids: Option<Vec<String>> = typed
+                .blocks()
+                .iter()
+                .map(|b| match b {
+                    transcript::Block::ToolResult(r) => r.tool_use_id.clone(),
+                    _ => None,
+                })
+                .collect();
+            match ids {
+                Some(ids) if !ids.is_empty() => {
+                    if synthesized(entry) {
+                        made_up.push(i);
+                    }
+                    answered.extend(ids.into_iter().map(|id| (i, id)));
+                }
+                // A prompt after the turn: it was over.
+                _ => return none(),
+            }
+        }
+        if made_up.is_empty() {
+            return none();
+        }
+        let Some(turn) = pruned[turn_at].json.entry() else {
+            return none();
+        };
+        let unanswered: Vec<&str> = answered
+            .iter()
+            .filter(|(i, _)| made_up.contains(i))
+            .map(|(_, id)| id.as_str())
+            .collect();
+        let calls: Vec<Call> = turn
+            .tool_uses()
+            .filter(|u| u.id.as_deref().is_some_and(|id| unanswered.contains(&id)))
+            .map(|u| {
+                let input = u
+                    .input
+                    .as_ref()
+                    .and_then(|raw| raw.parse::<Value>().ok())
+                    .unwrap_or_else(|| serde_json::json!({}));
+                (
+                    u.id.clone().unwrap_or_default(),
+                    u.name.clone().unwrap_or_default(),
+                    input,
+                )
+            })
+            .collect();
+        if calls.len() != unanswered.len() {
+            return none();
         }
         let continuable = calls.iter().any(|(id, name, _)| {
             name == super::subagent::TASK
@@ -78,7 +119,11 @@ impl Engine {
                     .and_then(|sub| self.config.store.load_raw(&sub).ok().flatten())
                     .is_some()
         });
-        if continuable { calls } else { Vec::new() }
+        if continuable {
+            (made_up, calls)
+        } else {
+            none()
+        }
     }
 }
 

@@ -18,6 +18,7 @@ mod entry;
 mod loaded;
 pub mod markers;
 mod object;
+mod order;
 pub mod tools;
 
 pub use block::{
@@ -306,6 +307,8 @@ pub fn pinned_mcp_tools(entries: &[Loaded]) -> Option<Raw> {
 #[derive(Debug, Clone, Default)]
 pub struct Messages {
     history: History,
+    /// The call ids of the newest assistant message: the order its results are sent in.
+    calls: Vec<String>,
 }
 
 impl Messages {
@@ -371,16 +374,34 @@ impl Messages {
         self.add(&role, blocks);
     }
 
-    fn add(&mut self, role: &str, blocks: Vec<Value>) {
+    fn add(&mut self, role: &str, mut blocks: Vec<Value>) {
         if blocks.is_empty() {
             return;
         }
+        let assistant = role == "assistant";
+        let call_id = |b: &Value| order::BlockIds::of(b).and_then(order::BlockIds::call_id);
+        let result_id = |b: &Value| {
+            order::BlockIds::of(b)
+                .and_then(order::BlockIds::result_id)
+                .map(std::borrow::Cow::into_owned)
+        };
         if let Some(last) = self.history.last_mut()
             && last.get("role").and_then(Value::as_str) == Some(role)
             && let Some(Value::Array(content)) = last.get_mut("content")
         {
+            if assistant {
+                self.calls.extend(blocks.iter().filter_map(call_id));
+            }
             content.extend(blocks);
+            if !assistant {
+                order::order_results(content, &self.calls, result_id);
+            }
             return;
+        }
+        if assistant {
+            self.calls = blocks.iter().filter_map(call_id).collect();
+        } else {
+            order::order_results(&mut blocks, &self.calls, result_id);
         }
         // A reply of thinking only (cut by max_tokens before it wrote anything) stays in
         // the transcript but is not sent: the API refuses an assistant message whose
@@ -430,6 +451,8 @@ struct Gather {
     role: Option<String>,
     /// The blocks' JSON, comma-separated.
     text: String,
+    /// Where each block is in `text`.
+    parts: Vec<(usize, usize)>,
     blocks: usize,
     /// The entries it is made of, until it is sealed: the newest message stays a
     /// `Value` (the next entry of its role joins it), built from them.
@@ -447,15 +470,24 @@ impl Gather {
         if blocks.is_empty() {
             return;
         }
+        let assistant = role == "assistant";
         if self.role.as_deref() != Some(role.as_ref()) {
             self.seal();
             self.role = Some(role.into_owned());
+            if assistant {
+                self.messages.calls.clear();
+            }
         }
         for block in blocks {
             if self.blocks > 0 {
                 self.text.push(',');
             }
+            if assistant && let Some(id) = order::call_id_of_text(&block) {
+                self.messages.calls.push(id);
+            }
+            let start = self.text.len();
             self.text.push_str(&block);
+            self.parts.push((start, self.text.len()));
             self.blocks += 1;
         }
         self.entries.push(entry);
@@ -463,6 +495,13 @@ impl Gather {
 
     fn seal(&mut self) {
         let Some(role) = self.role.take() else { return };
+        if role == "user"
+            && let Some(ordered) =
+                order::order_result_texts(&self.text, &self.parts, &self.messages.calls)
+        {
+            self.text = ordered;
+        }
+        self.parts.clear();
         // A reply of thinking only is not sent when a message follows (`Messages::add`);
         // a block of that type spells the word.
         let thinking_only = role == "assistant"

@@ -13,6 +13,7 @@ mod cli_language;
 mod cli_small;
 mod closed_pipe;
 mod concurrent_calls;
+mod concurrent_faults;
 mod config;
 mod continuation_crash;
 mod continuation_example;

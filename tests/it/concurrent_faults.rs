@@ -1,0 +1,208 @@
+//! Faults with several sub-agents in flight (issue 43, item 3), through the real binary
+//! against the fake Messages API: the coordinator dispatches three workers in one
+//! reply; a SIGKILL while they work, then a plain `flower` wakes the run. Each worker
+//! goes on in its own session (its Write turn kept, the resume prompt newest), none is
+//! started over, no tool call is answered twice, and the coordinator gets the three
+//! reports in the order of its calls.
+
+use crate::faults_support;
+use crate::support;
+
+use faults_support::*;
+use flower::continuity::resilience::RESUME_PROMPT;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use support::pipeline::without_cache_marks;
+use support::{FakeServer, Gate, Recorded, Reply};
+
+const FILES: [&str; 3] = ["a.txt", "b.txt", "c.txt"];
+
+fn of(requests: &[Recorded], agent: Agent) -> Vec<&Recorded> {
+    requests.iter().filter(|r| agent_of(r) == agent).collect()
+}
+
+/// The file a worker's task names.
+fn file_of(worker: &Recorded) -> &'static str {
+    let prompt = worker.first_prompt();
+    FILES
+        .into_iter()
+        .find(|f| prompt.contains(f))
+        .unwrap_or("?")
+}
+
+/// The pipeline of [`simple_reply`], but the coordinator sends three workers at once
+/// (`task_a`, `task_b`, `task_c`), each writing its own file.
+fn three_workers(req: &Recorded) -> Reply {
+    match (agent_of(req), turn_of(req)) {
+        (Agent::Coordinator, 0) => {
+            let mut reply = Reply::text("三件事分头做。");
+            for file in FILES {
+                let id = format!("task_{}", &file[..1]);
+                let task = json!({"description": format!("写 {file}"), "prompt": format!("在工作区写 {file},内容 {file}")});
+                reply = reply.then_tool_use_with_id(id, "Task", task);
+            }
+            reply
+        }
+        (Agent::Worker, 0) => {
+            let file = file_of(req);
+            Reply::tool_use("Write", json!({"file_path": file, "content": file}))
+        }
+        (Agent::Worker, _) => Reply::text(format!("写好了 {}。", file_of(req))),
+        _ => simple_reply(req),
+    }
+}
+
+/// The Task call ids of the coordinator's requests (each once: a Task sent out again
+/// would be a new id).
+fn task_ids(requests: &[Recorded]) -> BTreeSet<String> {
+    of(requests, Agent::Coordinator)
+        .iter()
+        .flat_map(|r| tool_use_ids(r))
+        .filter(|id| id.starts_with("task_") || id.starts_with("toolu_"))
+        .collect()
+}
+
+/// SIGKILL while the workers of `held` (files) wait for their second reply, the others
+/// having finished; then a plain `flower`. Everything the module doc promises.
+fn killed_with_workers_in_flight(held: &[&'static str]) {
+    let project = Project::resilient();
+    project.freeze_notes();
+    let gate = Gate::new();
+    let killed = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (gate, killed) = (gate.clone(), killed.clone());
+        let held: Vec<&'static str> = held.to_vec();
+        FakeServer::with_handler(move |req, _| {
+            let reply = three_workers(req);
+            if !killed.load(Ordering::SeqCst)
+                && agent_of(req) == Agent::Worker
+                && turn_of(req) == 1
+                && held.contains(&file_of(req))
+            {
+                return reply.gate_before(&gate);
+            }
+            reply
+        })
+    };
+    let (mut child, _stderr) = project.spawn_watched(&server, &[]);
+    assert!(
+        gate.wait_reached_n(held.len(), PATIENCE),
+        "the held workers were never all working at once"
+    );
+    // The finished workers' results are stored when their calls end: wait for them.
+    let finished = FILES.len() - held.len();
+    let deadline = Instant::now() + PATIENCE;
+    let session = loop {
+        if let Some(id) = project.lineage_step("干活") {
+            let results = stored_results(&project.store_load(&id, false));
+            if results.len() >= finished {
+                break id;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the finished results were never stored"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    killed.store(true, Ordering::SeqCst);
+    signal(&child, libc::SIGKILL);
+    wait_exit(&mut child, PATIENCE);
+    let before = server.requests().len();
+    gate.open();
+
+    let out = project.run(&server, &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let requests = server.requests();
+    assert_valid(&requests[before..]);
+
+    // Every worker kept one session: the same opening in each of its requests, its
+    // Write turn kept; the held ones went on from the resume prompt.
+    let workers = of(&requests, Agent::Worker);
+    let mut by_file: BTreeMap<&str, Vec<&Recorded>> = BTreeMap::new();
+    for w in &workers {
+        by_file.entry(file_of(w)).or_default().push(w);
+    }
+    assert_eq!(by_file.len(), 3, "three workers");
+    for (file, reqs) in &by_file {
+        let opening = without_cache_marks(&reqs[0].messages()[0]);
+        assert!(
+            reqs.iter()
+                .all(|r| without_cache_marks(&r.messages()[0]) == opening),
+            "{file}: a worker started over"
+        );
+        let after: Vec<&&Recorded> = reqs.iter().filter(|r| r.index >= before).collect();
+        if held.contains(file) {
+            let next = after.first().expect("the held worker went on");
+            assert_eq!(
+                tool_use_ids(next).len(),
+                1,
+                "{file}: its Write turn is kept"
+            );
+            assert_eq!(
+                last_texts(next).last().map(String::as_str),
+                Some(RESUME_PROMPT),
+                "{file}"
+            );
+        } else {
+            assert!(after.is_empty(), "{file}: a finished worker was run again");
+        }
+        assert_eq!(project.read(file), *file);
+    }
+
+    // The coordinator: its three Task calls, never sent out again, each answered once
+    // with its worker's report, in the order of the calls.
+    assert_eq!(
+        task_ids(&requests),
+        BTreeSet::from(["task_a".into(), "task_b".into(), "task_c".into()])
+    );
+    let last = of(&requests, Agent::Coordinator)
+        .into_iter()
+        .filter(|r| turn_of(r) == 1)
+        .next_back()
+        .expect("the coordinator went on");
+    let results: Vec<(String, String)> = last
+        .tool_results()
+        .iter()
+        .map(|r| {
+            (
+                r["tool_use_id"].as_str().unwrap().to_string(),
+                support::fake::content_text(&r["content"]),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = FILES
+        .iter()
+        .map(|f| (format!("task_{}", &f[..1]), format!("写好了 {f}。")))
+        .collect();
+    assert_eq!(results, expected);
+    let stored = stored_results(&project.store_load(&session, false));
+    let mut ids: Vec<&str> = stored.iter().map(String::as_str).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["task_a", "task_b", "task_c"], "each answered once");
+}
+
+/// The tool_use ids the stored entries answer, in stored order.
+fn stored_results(entries: &[Value]) -> Vec<String> {
+    entries
+        .iter()
+        .filter_map(|e| e["message"]["content"].as_array())
+        .flatten()
+        .filter(|b| b["type"] == "tool_result")
+        .filter_map(|b| b["tool_use_id"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn sigkill_with_three_workers_in_flight_continues_each_on_wake() {
+    killed_with_workers_in_flight(&["a.txt", "b.txt", "c.txt"]);
+}
+
+#[test]
+fn sigkill_after_one_of_three_workers_finished_continues_the_other_two() {
+    killed_with_workers_in_flight(&["a.txt", "c.txt"]);
+}
