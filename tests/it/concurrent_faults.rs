@@ -162,8 +162,7 @@ fn killed_with_workers_in_flight(held: &[&'static str]) {
     );
     let last = of(&requests, Agent::Coordinator)
         .into_iter()
-        .filter(|r| turn_of(r) == 1)
-        .next_back()
+        .rfind(|r| turn_of(r) == 1)
         .expect("the coordinator went on");
     let results: Vec<(String, String)> = last
         .tool_results()
