@@ -50,34 +50,9 @@ impl Engine {
         let Some(turn_at) = pruned.iter().rposition(|e| e.kind == Kind::Assistant) else {
             return none();
         };
-        let mut made_up = Vec::new();
-        let mut answered = Vec::new();
-        for (i, entry) in pruned.iter().enumerate().skip(turn_at + 1) {
-            if entry.kind != Kind::User {
-                continue;
-            }
-            let Some(typed) = entry.json.entry() else {
-                return none();
-            };
-            let ids: Option<Vec<String>> = typed
-                .blocks()
-                .iter()
-                .map(|b| match b {
-                    transcript::Block::ToolResult(r) => r.tool_use_id.clone(),
-                    _ => None,
-                })
-                .collect();
-            match ids {
-                Some(ids) if !ids.is_empty() => {
-                    if synthesized(entry) {
-                        made_up.push(i);
-                    }
-                    answered.extend(ids.into_iter().map(|id| (i, id)));
-                }
-                // A prompt after the turn: it was over.
-                _ => return none(),
-            }
-        }
+        let Some((made_up, answered)) = turn_results(pruned, turn_at, synthesized) else {
+            return none();
+        };
         if made_up.is_empty() {
             return none();
         }
@@ -125,6 +100,40 @@ impl Engine {
             none()
         }
     }
+}
+
+/// The entries after the turn at `turn_at`: which are results pruning made up, and the
+/// call each result answers (with where it is). `None` when one is not a result (a
+/// prompt after the turn: it was over).
+type TurnResults = (Vec<usize>, Vec<(usize, String)>);
+
+fn turn_results(
+    pruned: &[Loaded],
+    turn_at: usize,
+    synthesized: impl Fn(&Loaded) -> bool,
+) -> Option<TurnResults> {
+    let mut made_up = Vec::new();
+    let mut answered = Vec::new();
+    for (i, entry) in pruned.iter().enumerate().skip(turn_at + 1) {
+        if entry.kind != Kind::User {
+            continue;
+        }
+        let typed = entry.json.entry()?;
+        let ids: Vec<String> = typed
+            .blocks()
+            .iter()
+            .map(|b| match b {
+                transcript::Block::ToolResult(r) => r.tool_use_id.clone(),
+                _ => None,
+            })
+            .collect::<Option<_>>()
+            .filter(|ids: &Vec<String>| !ids.is_empty())?;
+        if synthesized(entry) {
+            made_up.push(i);
+        }
+        answered.extend(ids.into_iter().map(|id| (i, id)));
+    }
+    Some((made_up, answered))
 }
 
 impl RunResult {
