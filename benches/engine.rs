@@ -21,9 +21,10 @@
 //!    reads. Goal: ≥ 90 %. A property of the request bytes, not of speed: any build
 //!    gives the same figure (`FLOWER_BENCH_BIN` for another one).
 //! 5. the prompt cache across the pipeline's roles (`-- roles`): a whole run of 30
-//!    coordinator turns, killed (SIGKILL) half way and woken, with and without a 32 KB
-//!    CLAUDE.md: the read share, what each role wrote, and the prompt's dollars at list
-//!    prices. Goal: ≥ 96 % with the memory, ≥ 94 % without.
+//!    coordinator turns over two handoffs, killed (SIGKILL) half way and woken, with and
+//!    without a 32 KB CLAUDE.md: the read share, what each role wrote, the prompt's
+//!    dollars at list prices and the judge's refused calls. Goal: ≥ 96 % with the
+//!    memory, ≥ 94 % without.
 //!
 //! Peak RSS is the child's own `ru_maxrss`, read with `wait4(pid)` (libc) by a small
 //! helper process (see [`measure`]); CPU time is its user + system time.

@@ -1,155 +1,98 @@
 //! The prompt cache across the pipeline's roles (#46 item 1): every agent is offered
 //! the same tool list and the project memory comes first, in a system block of its own,
-//! so a role's first request reads tools and memory from the cache instead of writing
-//! them again; the roles' boundaries hold (the judge's rules still refuse writes).
+//! so a role's first request (and a handoff successor's) reads tools and memory from
+//! the cache instead of writing them again; the roles' boundaries hold (the judge's
+//! rules still refuse writes). The run is the issue's: 30 coordinator turns, two
+//! handoffs, a SIGKILL and a wake (`support::roles`).
 
 use crate::support;
 
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use support::pipeline::{Agent, Project, agent_of, simple_reply, text, turn_of};
+use support::roles::{self, HANDOFFS, Part, Shares};
 use support::{FakeServer, Recorded, Reply};
 
-/// Coordinator turns before it hands the work to a sub-agent.
-const COORDINATOR_READS: usize = 28;
-
-/// The pipeline of `simple_reply`, with a coordinator that reads for 28 turns first
-/// and a judge that reads the checklist before passing.
-fn reply(req: &Recorded) -> Reply {
-    match (agent_of(req), turn_of(req)) {
-        (Agent::Coordinator, t) if t < COORDINATOR_READS => {
-            Reply::tool_use("Read", json!({"file_path": "notes/目标.md"}))
-        }
-        (Agent::Coordinator, t) if t == COORDINATOR_READS => Reply::tool_use(
-            "Task",
-            json!({"description": "写 hello", "prompt": "在工作区写 hello.txt,内容 hello"}),
-        ),
-        (Agent::Coordinator, _) => Reply::text("做完了。"),
-        (Agent::Judge, 0) => Reply::tool_use("Read", json!({"file_path": "hello.txt"})),
-        _ => simple_reply(req),
-    }
-}
-
-struct Shares {
-    read: u64,
-    prompt: u64,
-    /// Tokens written, by role.
-    written: BTreeMap<String, u64>,
-    requests: Vec<Recorded>,
-}
-
-fn run_pipeline(memory: Option<&str>) -> Shares {
+/// The pipeline of issue #46 item 1 (30 coordinator turns over three generations, a
+/// SIGKILL and a wake; see `support::roles`), its requests and what they cost.
+fn run_pipeline(memory: Option<&str>) -> (Shares, Vec<Recorded>) {
     let project = Project::new();
-    if let Some(memory) = memory {
-        std::fs::write(project.dir.join("CLAUDE.md"), memory).unwrap();
-    }
-    let server = FakeServer::with_handler(|req, _| reply(req));
-    server.simulate_cache();
-    let out = project.run(&server, &["写个 hello 脚本"]);
-    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
-    let requests = server.requests();
-    let mut shares = Shares {
-        read: 0,
-        prompt: 0,
-        written: BTreeMap::new(),
-        requests: requests.clone(),
-    };
-    for req in &requests {
-        let cache = req.cache.expect("simulated");
-        shares.read += cache.read;
-        shares.prompt += cache.prompt();
-        *shares
-            .written
-            .entry(format!("{:?}", agent_of(req)))
-            .or_default() += cache.written;
-    }
-    shares
+    let requests = roles::run(&project.dir, memory, &|server, args| {
+        project.flower(server, args)
+    });
+    (Shares::of(&requests), requests)
 }
 
-/// A memory file of about 32 KB.
-fn big_memory() -> String {
-    let mut text = String::new();
-    let mut i = 0;
-    while text.len() < 32 * 1024 {
-        text.push_str(&format!(
-            "- 约定 {i}:函数不超过 40 行,名字要说清楚它做什么。\n"
-        ));
-        i += 1;
-    }
-    text
+fn show(label: &str, shares: &Shares, requests: &[Recorded]) {
+    let written: Vec<String> = shares
+        .parts
+        .iter()
+        .map(|(part, t)| format!("{}: {}", part.label(), t.written))
+        .collect();
+    eprintln!(
+        "{label}: {} requests, cache reads {:.1} % of {} prompt tokens; written: {}",
+        requests.len(),
+        shares.share() * 100.0,
+        shares.prompt,
+        written.join(", ")
+    );
 }
 
 #[test]
 fn every_role_reads_the_tools_and_the_memory_that_the_first_role_wrote() {
-    let memory = big_memory();
-    let shares = run_pipeline(Some(&memory));
-    let requests = &shares.requests;
+    let memory = roles::big_memory();
+    let (shares, requests) = run_pipeline(Some(&memory));
+    show("32 KB CLAUDE.md", &shares, &requests);
+    assert_eq!(shares.handoffs, HANDOFFS, "the step's generations");
     let first = &requests[0];
     // One tool list, one shared block, for every role; each role's first request after
     // the run's first reads at least the tools and the memory.
     let shared_bytes = first.body["tools"].to_string().len() + memory.len();
+    let first_of = |part: Part| {
+        requests
+            .iter()
+            .find(|r| Part::of(r) == part && turn_of(r) == 0)
+            .unwrap_or_else(|| panic!("{part:?} made no request"))
+    };
     // The coordinator is the first of the agents allowed the web tools (run by the
     // API, so offered only to those allowed them): it reads the tools before them and
-    // writes the memory once more, and the worker reads it.
-    let client_tools: usize = first.body["tools"].to_string().len();
-    let coordinator = requests
-        .iter()
-        .find(|r| agent_of(r) == Agent::Coordinator)
-        .unwrap();
-    let names = |r: &Recorded| -> Vec<String> {
-        r.body["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].to_string())
-            .collect()
-    };
+    // writes the memory once more; its workers and successors read it.
+    let client_tools = first.body["tools"].to_string().len() as u64;
+    let coordinator = first_of(Part::Agent(roles::AgentKey::Coordinator));
     assert!(
-        coordinator.cache.unwrap().read * 4 >= client_tools as u64 * 99 / 100,
-        "{:?} {client_tools} {:?} {:?}",
-        coordinator.cache,
-        names(first),
-        names(coordinator)
+        coordinator.cache.unwrap().read * 4 >= client_tools * 99 / 100,
+        "{:?} {client_tools}",
+        coordinator.cache
     );
-    for agent in [Agent::GoalSetter, Agent::Worker, Agent::Judge] {
-        let req = requests
-            .iter()
-            .find(|r| agent_of(r) == agent && turn_of(r) == 0)
-            .unwrap_or_else(|| panic!("{agent:?} made no request"));
-        assert_eq!(req.body["system"][0], first.body["system"][0], "{agent:?}");
+    use roles::AgentKey::{GoalSetter, Judge, Worker};
+    let parts = [
+        Part::Agent(GoalSetter),
+        Part::Agent(Worker),
+        Part::Agent(Judge),
+        Part::Successor(1),
+        Part::Successor(2),
+    ];
+    for part in parts {
+        let req = first_of(part);
+        assert_eq!(req.body["system"][0], first.body["system"][0], "{part:?}");
         let read = req.cache.unwrap().read;
         assert!(
             read * 4 >= shared_bytes as u64 * 99 / 100,
-            "{agent:?}'s first request read {read} tokens of the {} shared",
+            "{part:?}'s first request read {read} tokens of the {} shared",
             shared_bytes / 4
         );
     }
-    let share = shares.read as f64 / shares.prompt as f64;
-    eprintln!(
-        "32 KB CLAUDE.md: {} requests, cache reads {:.1} % of {} prompt tokens; written by role: {:?}",
-        requests.len(),
-        share * 100.0,
-        shares.prompt,
-        shares.written
-    );
-    // Over this short run (38 requests) the two writes of the memory (the agents with
-    // web tools and those without) weigh more than over the issue's longer pipeline,
-    // whose goal is 96 %.
-    assert!(share >= 0.95, "read share {share}");
+    assert_eq!(shares.judge_denied, 0, "the judge's refused calls");
+    // The issue's goal is 96 %: missed by the memory's second write (about 1.5 points;
+    // see docs/model.md). This holds the share reached.
+    assert!(shares.share() >= 0.95, "read share {}", shares.share());
 }
 
 #[test]
 fn without_memory_the_roles_share_the_tools() {
-    let shares = run_pipeline(None);
-    let share = shares.read as f64 / shares.prompt as f64;
-    eprintln!(
-        "no CLAUDE.md: {} requests, cache reads {:.1} % of {} prompt tokens; written by role: {:?}",
-        shares.requests.len(),
-        share * 100.0,
-        shares.prompt,
-        shares.written
-    );
-    assert!(share >= 0.94, "read share {share}");
+    let (shares, requests) = run_pipeline(None);
+    show("no CLAUDE.md", &shares, &requests);
+    assert_eq!(shares.handoffs, HANDOFFS, "the step's generations");
+    assert!(shares.share() >= 0.94, "read share {}", shares.share());
 }
 
 /// The judge is offered Write like every role, and its rules refuse it: the boundary is

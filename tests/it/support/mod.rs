@@ -10,6 +10,7 @@ pub mod fake;
 pub mod netns;
 pub mod pipeline;
 pub mod postgres;
+pub mod roles;
 pub mod skip;
 pub mod snapshot;
 pub mod workspace;
