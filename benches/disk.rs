@@ -25,6 +25,8 @@
 #[path = "shared/child.rs"]
 #[allow(dead_code)] // only `flower_cmd` is used here
 mod child;
+#[path = "shared/peer.rs"]
+mod peer;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 use child::flower_cmd;
@@ -85,6 +87,10 @@ fn main() -> std::process::ExitCode {
     }
     let cc = CLAUDE_CODE_BYTES / CLAUDE_CODE_TURNS;
     println!("disk per turn: {flower}");
+    beside_claude_code(&flower);
+    if args.iter().any(|a| a == "peer") {
+        return std::process::ExitCode::SUCCESS;
+    }
     println!();
     println!("live sessions (the binary, N Read calls + a final text):");
     for tool_turns in [100, 300] {
@@ -380,4 +386,136 @@ fn session(root: &Path, id: &str, n: usize) -> Vec<serde_json::Value> {
     };
     entries.push(chain.assistant(&reply));
     entries
+}
+
+/// Part 0: flower and Claude Code run the same session against one fake API, each in
+/// a home and project of its own; what each left there (the read file aside), at 101
+/// and 301 turns. Goal: flower ≤ 0.5 × Claude Code per turn.
+fn beside_claude_code(flower: &str) {
+    println!();
+    let claude = match peer::claude_binary() {
+        Ok(claude) => claude,
+        Err(why) => {
+            println!("beside Claude Code: skipped: {why}");
+            return;
+        }
+    };
+    println!(
+        "beside Claude Code ({}, {}), one fake API, N Read calls of a three-line file + a final text; bytes each left in its home and project:",
+        peer::claude_version(&claude),
+        claude.display()
+    );
+    // The engine bench's three-line file, and a 2.3 KB source file (48 lines of code).
+    let source: String = (0..48)
+        .map(|i| format!("    let value_{i:02} = compute(input, {i}); // step {i} of the parse\n"))
+        .collect();
+    for (what, text) in [
+        ("a three-line file", FILE_TEXT.to_string()),
+        ("a 48-line file", source),
+    ] {
+        println!("  {what} ({} B):", text.len());
+        side_by_side(flower, &claude, &text);
+    }
+}
+
+/// [`beside_claude_code`] for one file's text, at 101 and 301 turns.
+fn side_by_side(flower: &str, claude: &Path, text: &str) {
+    let mut totals = Vec::new();
+    for tool_turns in [100, 300] {
+        let turns = tool_turns + 1;
+        let flower_left = harness_run(tool_turns, text, |server, home, dir, prompt| {
+            let out = flower_cmd(
+                flower,
+                server,
+                dir,
+                &["once", prompt, "--json", "--allowed-tools", "Read"],
+            )
+            .env("HOME", home)
+            .output()
+            .expect("run flower");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        });
+        let claude_left = harness_run(tool_turns, text, |server, home, dir, prompt| {
+            peer::run_claude(claude, server, home, dir, prompt)
+        });
+        let per = |b: u64| b as f64 / turns as f64;
+        let ratio = flower_left.0 as f64 / claude_left.0 as f64;
+        println!(
+            "    {turns:>4} turns: flower {:.0} B per turn ({} B), Claude Code {:.0} B per turn ({} B): {ratio:.3} x; goal <= 0.5: {}",
+            per(flower_left.0),
+            flower_left.0,
+            per(claude_left.0),
+            claude_left.0,
+            if ratio <= 0.5 {
+                "meets the goal"
+            } else {
+                "MISSES the goal"
+            }
+        );
+        for (who, files) in [("flower", &flower_left.1), ("Claude Code", &claude_left.1)] {
+            let shown: Vec<String> = files
+                .iter()
+                .take(6)
+                .map(|(path, bytes)| format!("{path} {bytes}"))
+                .collect();
+            println!(
+                "          {who}: {} files: {}",
+                files.len(),
+                shown.join(", ")
+            );
+        }
+        totals.push((turns, flower_left.0, claude_left.0));
+    }
+    if let [(t1, f1, c1), (t2, f2, c2)] = totals[..] {
+        let added = |a: u64, b: u64| (b as f64 - a as f64) / (t2 - t1) as f64;
+        println!(
+            "    each turn added from {t1} to {t2}: flower {:.0} B, Claude Code {:.0} B: {:.3} x",
+            added(f1, f2),
+            added(c1, c2),
+            added(f1, f2) / added(c1, c2)
+        );
+    }
+}
+
+/// Runs one harness (`run(server, home, project, prompt)`) on the Read session; the
+/// bytes it left under its home (the project is inside it) but the read file, and
+/// the files.
+fn harness_run(
+    tool_turns: usize,
+    text: &str,
+    run: impl FnOnce(&FakeServer, &Path, &Path, &str),
+) -> (u64, Vec<(String, u64)>) {
+    let home = tempfile::tempdir().expect("temp dir").keep();
+    let home = home.canonicalize().expect("canonical home");
+    let dir = home.join("proj");
+    std::fs::create_dir_all(&dir).expect("project dir");
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, text).expect("seed file");
+    let server = peer::read_session(file, tool_turns);
+    let prompt = format!("Read notes.txt {tool_turns} times, then say done.");
+    run(&server, &home, &dir, &prompt);
+    let results = server
+        .requests()
+        .iter()
+        .filter(|r| r.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .count();
+    assert!(
+        results > tool_turns,
+        "the session ran {results} model turns"
+    );
+    let files: Vec<(String, u64)> = peer::tree_files(&home)
+        .into_iter()
+        .filter(|(path, _)| path != "proj/notes.txt")
+        .collect();
+    // `FLOWER_BENCH_KEEP=1` keeps the homes to look at what each harness stored.
+    if std::env::var_os("FLOWER_BENCH_KEEP").is_some() {
+        println!("        kept: {}", home.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&home);
+    }
+    (files.iter().map(|(_, b)| b).sum(), files)
 }
