@@ -24,6 +24,8 @@
 
 #[path = "shared/child.rs"]
 mod child;
+#[path = "shared/instructions.rs"]
+mod instructions;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 use child::{Usage, flower_cmd, measure, measure_child, mib, ms};
@@ -56,8 +58,15 @@ fn main() -> std::process::ExitCode {
         println!("warning: {flower} is not a release build; run `cargo bench`");
     }
     let mut lengths: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
-    if lengths.is_empty() {
+    if lengths.is_empty() && !args.iter().any(|a| a == "instructions") {
         lengths = vec![100, 1_000, 10_000];
+    }
+    if args.iter().any(|a| a == "instructions") {
+        if lengths.is_empty() {
+            lengths = vec![100, 1_000, 3_000];
+        }
+        per_turn_instructions(flower, &lengths);
+        return std::process::ExitCode::SUCCESS;
     }
     let pg = std::env::var("FLOWER_TEST_POSTGRES_URL").ok();
     println!("session length: {flower}, against the fake server answering at once");
@@ -162,6 +171,47 @@ fn body_build(n: usize) {
     );
 }
 
+/// `-- instructions` (#46 item 2): per live turn at each length, what callgrind counts
+/// in the process (the difference of a resume with [`LIVE_TURNS`] more turns and one
+/// with none, over [`LIVE_TURNS`]), split into copying bytes and flower's own work,
+/// beside the floor: the request bytes written per turn. Goal: own work per turn flat
+/// within 1.2 × from the shortest length to the longest.
+fn per_turn_instructions(flower: &str, lengths: &[usize]) {
+    println!(
+        "instructions per live turn (valgrind --tool=callgrind, {flower}; the session's N turns stored, then `once --resume` for 0 and {LIVE_TURNS} more):"
+    );
+    let mut own = Vec::new();
+    for &n in lengths {
+        let subject = Subject::new(n, None);
+        let (Some((none, _)), Some((more, bytes))) = (
+            subject.counted(flower, 0),
+            subject.counted(flower, LIVE_TURNS),
+        ) else {
+            return;
+        };
+        let per = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / LIVE_TURNS as f64;
+        let own_per = per(none.own(), more.own());
+        let copying_per = per(none.copying, more.copying);
+        let body_per = bytes as f64 / (LIVE_TURNS + 1) as f64;
+        println!(
+            "  {:>5} turns: {:.0} K instructions per turn: own work {:.0} K, copying bytes (memcpy/memmove) {:.0} K; the floor: {:.0} KB of request body written per turn",
+            n + 1,
+            (own_per + copying_per) / 1e3,
+            own_per / 1e3,
+            copying_per / 1e3,
+            body_per / 1e3
+        );
+        own.push((n + 1, own_per));
+    }
+    if let (Some(&(first_n, first)), Some(&(last_n, last))) = (own.first(), own.last()) {
+        let ratio = last / first;
+        println!(
+            "  own work per turn at {last_n} / at {first_n} turns: {ratio:.2} x; goal <= 1.2: {}",
+            verdict(ratio <= 1.2)
+        );
+    }
+}
+
 /// Parts 2 and 3: one store holding an `n`-turn session, continued by the binary.
 struct Subject {
     name: &'static str,
@@ -171,6 +221,7 @@ struct Subject {
     /// The PostgreSQL store's URL (its own schema); `None` for SQLite.
     store_url: Option<String>,
     stored: usize,
+    stored_turns: usize,
 }
 
 impl Subject {
@@ -203,11 +254,28 @@ impl Subject {
             id,
             store_url,
             stored,
+            stored_turns: n,
         }
+    }
+
+    /// [`Subject::run`] under callgrind: what it counted, and the request bytes the
+    /// fake received.
+    fn counted(&self, flower: &str, turns: usize) -> Option<(instructions::Counted, usize)> {
+        let (cmd, server) = self.command(flower, turns);
+        let label = format!("{}-{turns}", self.stored_turns);
+        let counted = instructions::callgrind(&cmd, &self.root, &label)?;
+        let bytes = server.requests().iter().map(|r| r.raw_body.len()).sum();
+        Some((counted, bytes))
     }
 
     /// One `once --resume` of the session that makes `turns` tool calls and ends.
     fn run(&self, flower: &str, turns: usize) -> Usage {
+        let (cmd, _server) = self.command(flower, turns);
+        measure(cmd, &self.root).0
+    }
+
+    /// The command of [`Subject::run`], and the fake it talks to.
+    fn command(&self, flower: &str, turns: usize) -> (std::process::Command, FakeServer) {
         let mut script: Vec<Reply> = (0..turns)
             .map(|_| Reply::tool_use("Read", json!({"file_path": "notes.txt"})))
             .collect();
@@ -230,7 +298,7 @@ impl Subject {
         if let Some(url) = &self.store_url {
             cmd.env("FLOWER_STORE", url);
         }
-        measure(cmd, &self.root).0
+        (cmd, server)
     }
 
     /// Prints the resume's and a live turn's figures; returns a live turn's wall time.

@@ -25,17 +25,21 @@ pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct History {
     sealed: Vec<Sealed>,
+    /// The sealed messages' JSON, one after another with a comma between: a request
+    /// copies the messages it sends unchanged as one slice, so a turn's own work does
+    /// not grow with the number of messages (#46 item 2).
+    text: String,
     open: Option<Value>,
     /// Indices of the sealed messages that carry cache marks of their own (rare: an
     /// imported transcript), ascending.
     marked: Vec<usize>,
-    /// Bytes of the sealed messages' JSON.
-    bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct Sealed {
-    json: Box<str>,
+    /// Where its JSON is in [`History::text`].
+    start: usize,
+    end: usize,
     assistant: bool,
     /// Content blocks (1 for a string content).
     blocks: usize,
@@ -59,16 +63,45 @@ impl History {
         // Serializing a `Value` into a String cannot fail.
         let json = serde_json::to_string(&message).unwrap_or_default();
         let marks = count_breakpoints(&message, false);
+        let assistant = role(&message) == Some("assistant");
+        self.append_sealed(&json, assistant, blocks(&message), marks);
+    }
+
+    fn append_sealed(&mut self, json: &str, assistant: bool, blocks: usize, marks: usize) {
         if marks > 0 {
             self.marked.push(self.sealed.len());
         }
-        self.bytes += json.len();
+        if !self.sealed.is_empty() {
+            self.text.push(',');
+        }
+        let start = self.text.len();
+        self.text.push_str(json);
         self.sealed.push(Sealed {
-            json: json.into_boxed_str(),
-            assistant: role(&message) == Some("assistant"),
-            blocks: blocks(&message),
+            start,
+            end: self.text.len(),
+            assistant,
+            blocks,
             marks,
         });
+    }
+
+    /// Sealed message `i`'s JSON.
+    fn sealed_json(&self, i: usize) -> Option<&str> {
+        let sealed = self.sealed.get(i)?;
+        self.text.get(sealed.start..sealed.end)
+    }
+
+    /// Sealed messages `from..to`'s JSON with the commas between them, as sent.
+    fn sealed_run(&self, from: usize, to: usize) -> &str {
+        match (
+            self.sealed.get(from),
+            to.checked_sub(1).and_then(|l| self.sealed.get(l)),
+        ) {
+            (Some(first), Some(last)) if from < to => {
+                self.text.get(first.start..last.end).unwrap_or_default()
+            }
+            _ => "",
+        }
     }
 
     /// Appends a message already serialized: `json` must be exactly what serializing
@@ -85,16 +118,7 @@ impl History {
         } else {
             0
         };
-        if marks > 0 {
-            self.marked.push(self.sealed.len());
-        }
-        self.bytes += json.len();
-        self.sealed.push(Sealed {
-            json: json.into_boxed_str(),
-            assistant,
-            blocks,
-            marks,
-        });
+        self.append_sealed(&json, assistant, blocks, marks);
     }
 
     /// Forgets the newest message (never a sealed one): what is sent next follows the
@@ -123,8 +147,8 @@ impl History {
 
     /// Message `i` as a `Value` (sealed ones are parsed again).
     pub fn get(&self, i: usize) -> Option<Cow<'_, Value>> {
-        match self.sealed.get(i) {
-            Some(sealed) => serde_json::from_str(&sealed.json).ok().map(Cow::Owned),
+        match self.sealed_json(i) {
+            Some(json) => serde_json::from_str(json).ok().map(Cow::Owned),
             None if i == self.sealed.len() => self.open.as_ref().map(Cow::Borrowed),
             None => None,
         }
@@ -139,7 +163,7 @@ impl History {
 
     /// Bytes of JSON held for the messages (the newest not counted).
     pub fn sealed_bytes(&self) -> usize {
-        self.bytes
+        self.text.len()
     }
 
     fn is_assistant(&self, i: usize) -> bool {
@@ -406,21 +430,36 @@ fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
         }
     }
     changed.sort_unstable_by_key(|(i, _)| *i);
-    let mut changed = changed.into_iter().peekable();
+    // The sealed messages between changed ones go as runs of the history's text.
+    let sealed = history.sealed.len();
+    let start = out.len();
     out.push(b'[');
-    for i in 0..n {
-        if i > 0 {
+    let mut next = 0;
+    let comma = |out: &mut Vec<u8>| {
+        if out.len() > start + 1 {
             out.push(b',');
         }
-        if changed.peek().is_some_and(|(at, _)| *at == i) {
-            if let Some((_, message)) = changed.next() {
-                let _ = serde_json::to_writer(&mut *out, &message);
-            }
-        } else if let Some(sealed) = history.sealed.get(i) {
-            out.extend_from_slice(sealed.json.as_bytes());
-        } else if let Some(open) = &history.open {
-            let _ = serde_json::to_writer(&mut *out, open);
+    };
+    for (i, message) in &changed {
+        let run = history.sealed_run(next, (*i).min(sealed));
+        if !run.is_empty() {
+            comma(out);
+            out.extend_from_slice(run.as_bytes());
         }
+        comma(out);
+        let _ = serde_json::to_writer(&mut *out, message);
+        next = i + 1;
+    }
+    let run = history.sealed_run(next, sealed);
+    if !run.is_empty() {
+        comma(out);
+        out.extend_from_slice(run.as_bytes());
+    }
+    if next <= sealed
+        && let Some(open) = &history.open
+    {
+        comma(out);
+        let _ = serde_json::to_writer(&mut *out, open);
     }
     out.push(b']');
 }
