@@ -121,6 +121,6 @@ pub fn tree_files(root: &Path) -> Vec<(String, u64)> {
             }
         }
     }
-    files.sort_by(|a, b| b.1.cmp(&a.1));
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
     files
 }

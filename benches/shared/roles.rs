@@ -77,9 +77,9 @@ pub fn cache_across_roles(flower: &str) {
             crate::verdict(cost <= at_goal)
         );
         println!(
-            "  the judge's refused calls: {}; goal <= {JUDGE_DENIED_BEFORE} (before #46): {}",
+            "  the judge's refused calls: {}; goal: {JUDGE_DENIED_BEFORE}, as before #46: {}",
             shares.judge_denied,
-            crate::verdict(shares.judge_denied <= JUDGE_DENIED_BEFORE)
+            crate::verdict(shares.judge_denied == JUDGE_DENIED_BEFORE)
         );
     }
 }
