@@ -73,6 +73,7 @@ mod run_lock;
 mod run_open;
 mod sandbox;
 mod sandbox_escapes;
+mod sandbox_layers;
 mod sandbox_network;
 mod sandbox_seccomp;
 mod settings;

@@ -1,0 +1,194 @@
+//! One test per sandbox rule that no other test needed (#42 item 4 removed each and
+//! the whole suite still passed): each fails when that rule alone is gone.
+//!
+//! - the seccomp rule for `TIOCSTI`: a command that makes a pty its own controlling
+//!   terminal could push input into it (the kernel allows that to the terminal's
+//!   owner); and for `TIOCLINUX` (only a virtual console answers it, so the errno is
+//!   the rule's);
+//! - the capability bounding set dropped (an `exec` as uid 0 would gain it back);
+//! - a linked worktree's `commondir` in `.git/worktrees/*/` read-only (else git in that
+//!   worktree, outside the workspace, reads the config a command points it at);
+//! - a de-initialised submodule's `.git/modules/<name>/config` read-only (no checkout
+//!   leads to it; `git submodule update --init` and `git status` read it later).
+
+use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+fn one(s: &Setup, command: &str) -> String {
+    let (out, results) = run_commands(s, &[command.to_string()], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    content(&results[0])
+}
+
+fn python() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "pass"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        crate::support::skip::skip(crate::support::skip::PYTHON, "it needs python3");
+    }
+    ok
+}
+
+/// A pty of the command's own, made its controlling terminal: `TIOCSTI` is the kernel's
+/// to allow there (`dev.tty.legacy_tiocsti`), so only the seccomp rule refuses it.
+#[test]
+fn tiocsti_and_tioclinux_are_refused_on_a_terminal_the_command_owns() {
+    if !landlock_or_skip() || !python() {
+        return;
+    }
+    let s = setup();
+    fs::write(
+        s.ws.join("own_tty.py"),
+        "import errno, fcntl, os, termios\n\
+         master, slave = os.openpty()\n\
+         os.setsid()\n\
+         fcntl.ioctl(slave, termios.TIOCSCTTY, 0)\n\
+         for name, req, arg in [('TIOCSTI', termios.TIOCSTI, b'x'), ('TIOCLINUX', 0x541C, b'\\x06')]:\n\
+         \x20   try:\n\
+         \x20       fcntl.ioctl(slave, req, arg)\n\
+         \x20       print(name, 'done')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(name, errno.errorcode[e.errno])\n",
+    )
+    .unwrap();
+    let out = one(&s, "python3 own_tty.py");
+    assert!(out.contains("TIOCSTI EPERM"), "{out}");
+    // Without the rule a pty says ENOTTY or EINVAL: EPERM is the filter's answer.
+    assert!(out.contains("TIOCLINUX EPERM"), "{out}");
+}
+
+/// Every capability set is empty in what the command runs, the bounding set included.
+#[test]
+fn a_command_holds_no_capability_not_even_in_its_bounding_set() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let out = one(&s, "grep ^Cap /proc/self/status");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(set))
+            .unwrap_or_else(|| panic!("{set} missing: {out}"));
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
+}
+
+fn git(s: &Setup, dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "-c",
+            "protocol.file.allow=always",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", &s.home)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// The workspace as a repository with one commit.
+fn repository(s: &Setup) {
+    fs::remove_dir_all(s.ws.join(".git")).unwrap();
+    git(s, &s.ws, &["init", "-q", "."]);
+    fs::write(s.ws.join("a.txt"), "a\n").unwrap();
+    git(s, &s.ws, &["add", "a.txt"]);
+    git(s, &s.ws, &["commit", "-qm", "one"]);
+}
+
+/// `[core] fsmonitor` leaving `marker`, as `printf` writes it.
+fn fsmonitor(marker: &Path) -> String {
+    format!(
+        "[core]\\n\\tfsmonitor = \"touch {}; false\"\\n",
+        marker.display()
+    )
+}
+
+fn git_status_runs(s: &Setup, dir: &Path, marker: &Path) -> bool {
+    let _ = Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(dir)
+        .env("HOME", &s.home)
+        .output()
+        .unwrap();
+    marker.exists()
+}
+
+/// A linked worktree outside the workspace: its `commondir`, in the workspace's
+/// `.git/worktrees/`, cannot be pointed at a config the command wrote.
+#[test]
+fn a_linked_worktrees_commondir_cannot_be_repointed() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    repository(&s);
+    let linked = s.root.join("linked");
+    git(
+        &s,
+        &s.ws,
+        &["worktree", "add", "-q", linked.to_str().unwrap()],
+    );
+    let commondir = s.ws.join(".git/worktrees/linked/commondir");
+    let before = fs::read_to_string(&commondir).unwrap();
+    let marker = s.root.join("fsmonitor-ran");
+    let out = one(
+        &s,
+        &format!(
+            "mkdir -p evil && cp -r .git/objects .git/refs evil/ && printf '{}' > evil/config \
+             && echo {} > .git/worktrees/linked/commondir",
+            fsmonitor(&marker),
+            s.ws.join("evil").display()
+        ),
+    );
+    assert_eq!(fs::read_to_string(&commondir).unwrap(), before, "{out}");
+    assert!(!git_status_runs(&s, &linked, &marker), "{out}");
+}
+
+/// A submodule de-initialised (`git submodule deinit`): no checkout leads to its git
+/// directory, which stays under `.git/modules/`; its config is read-only all the same.
+#[test]
+fn a_deinitialised_submodules_config_cannot_be_planted() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    repository(&s);
+    let source = s.root.join("sub-src");
+    fs::create_dir_all(&source).unwrap();
+    git(&s, &source, &["init", "-q", "."]);
+    fs::write(source.join("s.txt"), "s\n").unwrap();
+    git(&s, &source, &["add", "s.txt"]);
+    git(&s, &source, &["commit", "-qm", "s"]);
+    git(
+        &s,
+        &s.ws,
+        &["submodule", "add", "-q", source.to_str().unwrap(), "sub"],
+    );
+    git(&s, &s.ws, &["commit", "-qm", "sub"]);
+    git(&s, &s.ws, &["submodule", "deinit", "-q", "-f", "sub"]);
+    let config = s.ws.join(".git/modules/sub/config");
+    let before = fs::read_to_string(&config).unwrap();
+    let marker = s.root.join("fsmonitor-ran");
+    let out = one(
+        &s,
+        &format!("printf '{}' >> .git/modules/sub/config", fsmonitor(&marker)),
+    );
+    assert_eq!(fs::read_to_string(&config).unwrap(), before, "{out}");
+    // The user checks it out again and looks.
+    git(&s, &s.ws, &["submodule", "update", "-q", "--init"]);
+    assert!(!git_status_runs(&s, &s.ws.join("sub"), &marker), "{out}");
+}
