@@ -95,7 +95,10 @@ fn prefix_rules_and_compound_commands() {
             ("git status; git diff", true),
             ("git status && git diff --stat || git status", true),
             ("git status | git diff", true),
-            ("git status &", false),
+            // `&` runs the matched command without waiting (the sandbox still ends it
+            // with the call); each command around it is matched on its own.
+            ("git status &", true),
+            ("git status & git diff", true),
             ("git status ;", true),
             // A subshell and a group run their commands as they are (issue 40).
             ("(git status)", true),

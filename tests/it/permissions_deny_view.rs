@@ -430,7 +430,6 @@ fn each_construct_outside_the_plain_subset_is_named_in_the_refusal() {
             "echo ~root",
             "a word with an expansion, glob, brace, tilde or quote bash treats specially (\"~root\")",
         ),
-        ("ls &", "a background `&` (\"&\")"),
         ("ls |& cat", "`|&` (\"|&\")"),
         (
             "ls > out",

@@ -65,12 +65,15 @@ fn quoted_substitutions_groups_and_number_arithmetic_are_plain() {
     assert_eq!(open("echo a \"$(ls)\""), Some(2));
     assert_eq!(open("echo a $((1))"), Some(2));
     assert_eq!(open("(echo a)"), None);
+    // `&` runs a command without waiting; brace expansion of plain parts makes data.
+    assert_eq!(words("a & b &"), vec![vec!["a"], vec!["b"]]);
+    assert_eq!(open("ls src/{a,b}.rs x"), Some(1));
+    assert_eq!(open("ls x {1..3}"), Some(2));
 }
 
 #[test]
 fn everything_else_is_not_plain() {
     for cmd in [
-        "a &",
         "a |& b",
         "(a) > f",
         "((a))",
@@ -96,7 +99,7 @@ fn everything_else_is_not_plain() {
         "* a",
         "? a",
         "a [x$y]",
-        "a {b,c}",
+        "{a,b} c",
         "a ~root",
         "~/x a",
         "a x=~/y",

@@ -6,15 +6,15 @@
 //!   entirely in a *plain subset* of bash, or the reason it does not. The subset is
 //!   simple commands made of literal words and quoted strings (no expansion of any
 //!   kind, also none inside double quotes; no glob, brace or tilde characters), joined
-//!   by `&&`, `||`, `;`, `|` and newlines, with comments, and redirections only to
+//!   by `&&`, `||`, `;`, `|`, `&` and newlines, with comments, and redirections only to
 //!   `/dev/null` or between descriptors (`2>&1`), also inside `( … )` and `{ …; }`.
 //!   Inside it bash and the grammar agree on every word, so a prefix, exact or
 //!   wildcard rule can be matched against the words. An argument only known when it
-//!   runs but made without running anything outside the subset (a glob, a plain
-//!   variable, `"$(plain commands)"`, `$((…))` of numbers) leaves the words from it on
+//!   runs but made without running anything outside the subset (a glob, brace
+//!   expansion of plain parts, a plain variable, `"$(plain commands)"`, `$((…))` of numbers) leaves the words from it on
 //!   open: only a prefix rule that ends before it matches. Everything else
 //!   (here-documents bash would expand, other substitutions, `$'…'` escapes, other
-//!   expansions, other redirections, assignments, loops, functions, `&`, reserved
+//!   expansions, other redirections, assignments, loops, functions, reserved
 //!   words as programs, backslash-newline, text the grammar skips, control
 //!   characters, parse errors) is outside it, and only a bare `Bash` rule allows it.
 //! - [`deny_view`], for deny rules: every simple command anywhere in the tree

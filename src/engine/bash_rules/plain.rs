@@ -94,7 +94,9 @@ fn plain_statement(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), Not
             for ch in node.children(&mut c) {
                 if ch.is_named() {
                     plain_statement(ch, src, out)?;
-                } else if !matches!(ch.kind(), ";" | "&&" | "||" | "|" | "\n") {
+                } else if !matches!(ch.kind(), ";" | "&" | "&&" | "||" | "|" | "\n") {
+                    // `&` only runs the command before it without waiting: each command
+                    // is still matched on its own.
                     return Err(not_plain(ch, src));
                 }
             }
@@ -123,7 +125,7 @@ fn plain_statement(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), Not
             for ch in node.children(&mut c) {
                 if ch.is_named() {
                     plain_statement(ch, src, out)?;
-                } else if !matches!(ch.kind(), "(" | ")" | "{" | "}" | ";" | "\n") {
+                } else if !matches!(ch.kind(), "(" | ")" | "{" | "}" | ";" | "&" | "\n") {
                     return Err(not_plain(ch, src));
                 }
             }
@@ -230,7 +232,9 @@ fn plain_command(node: Node, src: &str, out: &mut Vec<Part>) -> Result<(), NotPl
                 // `time -p cmd`: the option belongs to `time`.
                 Some(v) if timed && words.is_empty() && (v == "-p" || v == "--") => {}
                 Some(v) => words.push(v),
-                None if !words.is_empty() && (glob_word(ch, src) || variable_word(ch, src)) => {
+                None if !words.is_empty()
+                    && (glob_word(ch, src) || brace_word(ch, src) || variable_word(ch, src)) =>
+                {
                     open.get_or_insert(words.len());
                     words.push(text(ch, src).to_string());
                 }
@@ -268,6 +272,15 @@ fn glob_word(node: Node, src: &str) -> bool {
     node.kind() == "word"
         && t.contains(['*', '?', '['])
         && unquoted(&t.replace(['*', '?', '[', ']'], "x")).is_some()
+}
+
+/// An unquoted word with brace expansion of plain parts (`{a,b}`, `src/{x,y}.rs`,
+/// `{1..3}`), globs allowed too: bash makes words of data from it, runs nothing.
+fn brace_word(node: Node, src: &str) -> bool {
+    let t = text(node, src);
+    matches!(node.kind(), "word" | "concatenation" | "brace_expression")
+        && t.contains('{')
+        && unquoted(&t.replace(['{', '}', ',', '*', '?', '[', ']'], "x")).is_some()
 }
 
 /// An argument that only reads a variable or the home directory: `$NAME`, `"$NAME"`,
