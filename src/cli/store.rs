@@ -14,7 +14,9 @@ use flower::stores::{
     PostgresStore, PostgresUrl, SessionKey, SessionStore, SqliteSessionStore, StoreError,
     project_key,
 };
-use serde_json::{Value, json};
+use flower::transcript::{Entry, Raw};
+use serde::Deserialize;
+use serde_json::json;
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -182,12 +184,17 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn print_json(value: &Value) -> std::io::Result<()> {
+fn print_json(doc: &str) -> std::io::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    serde_json::to_writer_pretty(&mut out, value)?;
+    out.write_all(doc.as_bytes())?;
     out.write_all(b"\n")?;
     out.flush()
+}
+
+/// A command's output: the JSON document printed.
+fn doc(value: impl serde::Serialize) -> Result<String, Failed> {
+    serde_json::to_string_pretty(&value).map_err(|e| Failed::because(e.to_string(), e))
 }
 
 /// Why a `flower store` command failed: the line it prints (which may quote the
@@ -219,7 +226,7 @@ impl Failed {
     }
 }
 
-fn execute(command: &StoreCommand, target: &Target) -> Result<Value, Failed> {
+fn execute(command: &StoreCommand, target: &Target) -> Result<String, Failed> {
     let db = match target {
         Target::Sqlite(db) => db.as_path(),
         Target::Postgres(url) => {
@@ -268,13 +275,13 @@ fn execute(command: &StoreCommand, target: &Target) -> Result<Value, Failed> {
 
 /// What `flower store` needs of a backend beyond the protocol: how much a write did.
 trait Counting: SessionStore {
-    fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError>;
+    fn append_entries(&self, key: &SessionKey, entries: Vec<Entry>) -> Result<usize, StoreError>;
     fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError>;
 }
 
 impl Counting for SqliteSessionStore {
-    fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
-        SqliteSessionStore::append_counted(self, key, entries)
+    fn append_entries(&self, key: &SessionKey, entries: Vec<Entry>) -> Result<usize, StoreError> {
+        SqliteSessionStore::append_entries(self, key, entries)
     }
     fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
         SqliteSessionStore::delete_counted(self, key)
@@ -282,8 +289,8 @@ impl Counting for SqliteSessionStore {
 }
 
 impl Counting for PostgresStore {
-    fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
-        PostgresStore::append_counted(self, key, entries)
+    fn append_entries(&self, key: &SessionKey, entries: Vec<Entry>) -> Result<usize, StoreError> {
+        PostgresStore::append_entries(self, key, entries)
     }
     fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
         PostgresStore::delete_counted(self, key)
@@ -307,7 +314,7 @@ struct Backend<'a> {
 
 impl Backend<'_> {
     // Long because it is one match over the store subcommands, a few lines each.
-    fn run(&self, command: &StoreCommand) -> Result<Value, Failed> {
+    fn run(&self, command: &StoreCommand) -> Result<String, Failed> {
         let shown = &self.shown;
         let key = |text: &str| {
             SessionKey::parse(text).map_err(|e| Failed::because(format!("{e}(数据库 {shown})"), e))
@@ -326,10 +333,11 @@ impl Backend<'_> {
                 let entries = parse_entries(&input)
                     .map_err(|e| Failed::because(format!("标准输入:{e};{shown} 什么都没写"), e))?;
                 if entries.is_empty() {
-                    return Ok(json!({"key": key.to_string(), "received": 0, "stored": 0}));
+                    return doc(json!({"key": key.to_string(), "received": 0, "stored": 0}));
                 }
-                let stored = rw()?.append_counted(&key, &entries).map_err(err)?;
-                Ok(json!({"key": key.to_string(), "received": entries.len(), "stored": stored}))
+                let received = entries.len();
+                let stored = rw()?.append_entries(&key, entries).map_err(err)?;
+                doc(json!({"key": key.to_string(), "received": received, "stored": stored}))
             }
             StoreCommand::Load {
                 key: text,
@@ -338,7 +346,7 @@ impl Backend<'_> {
             } => {
                 let key = key(text)?;
                 let Some(store) = (self.open_ro)()? else {
-                    return Ok(Value::Null);
+                    return doc(());
                 };
                 let entries = if *pruned {
                     let mut options = PruneOptions::new(self.trim_dir.clone());
@@ -347,34 +355,30 @@ impl Backend<'_> {
                 } else {
                     store.load(&key)
                 };
-                Ok(entries.map_err(err)?.map_or(Value::Null, Value::Array))
+                doc(entries.map_err(err)?)
             }
             StoreCommand::Sessions { project_key: k } => match (self.open_ro)()? {
-                None => Ok(json!([])),
-                Some(store) => serde_json::to_value(store.list_sessions(key_of(k)).map_err(err)?)
-                    .map_err(|e| Failed::because(e.to_string(), e)),
+                None => doc(json!([])),
+                Some(store) => doc(store.list_sessions(key_of(k)).map_err(err)?),
             },
             StoreCommand::Summaries { project_key: k } => match (self.open_ro)()? {
-                None => Ok(json!([])),
-                Some(store) => {
-                    serde_json::to_value(store.list_session_summaries(key_of(k)).map_err(err)?)
-                        .map_err(|e| Failed::because(e.to_string(), e))
-                }
+                None => doc(json!([])),
+                Some(store) => doc(store.list_session_summaries(key_of(k)).map_err(err)?),
             },
             StoreCommand::Subkeys { key: text } => {
                 let key = key(text)?.main_key();
                 match (self.open_ro)()? {
-                    None => Ok(json!([])),
-                    Some(store) => Ok(json!(store.list_subkeys(&key).map_err(err)?)),
+                    None => doc(json!([])),
+                    Some(store) => doc(store.list_subkeys(&key).map_err(err)?),
                 }
             }
             StoreCommand::Delete { key: text } => {
                 let key = key(text)?;
                 if !self.exists {
-                    return Ok(json!({"key": key.to_string(), "deleted_entries": 0}));
+                    return doc(json!({"key": key.to_string(), "deleted_entries": 0}));
                 }
                 let deleted = rw()?.delete_counted(&key).map_err(err)?;
-                Ok(json!({"key": key.to_string(), "deleted_entries": deleted}))
+                doc(json!({"key": key.to_string(), "deleted_entries": deleted}))
             }
             StoreCommand::Import { .. } => Err(Failed::new(format!("不能导进 {shown}"))),
         }
@@ -401,34 +405,49 @@ fn describe(e: StoreError, db: &Path) -> Failed {
 }
 
 /// Reads a JSON array, or JSON Lines (one entry per non-blank line). Every entry must
-/// be a JSON object.
-fn parse_entries(input: &[u8]) -> Result<Vec<Value>, Failed> {
+/// be a JSON object; each is kept as written (its unknown fields and blocks included).
+fn parse_entries(input: &[u8]) -> Result<Vec<Entry>, Failed> {
     let text = std::str::from_utf8(input)
         .map_err(|e| Failed::because(format!("不是 UTF-8 文本({e})"), e))?;
     if text.trim_start().starts_with('[') {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| Failed::because(format!("JSON 数组写坏了({e})"), e))?;
-        let Value::Array(entries) = value else {
-            return Err(Failed::new("要的是 JSON 数组"));
-        };
-        if let Some(index) = entries.iter().position(|e| !e.is_object()) {
-            return Err(Failed::new(format!("数组第 {index} 项不是 JSON 对象")));
-        }
-        return Ok(entries);
+        let items: Vec<Raw> = serde_json::from_str::<Raw>(text)
+            .map_err(|e| Failed::because(format!("JSON 数组写坏了({e})"), e))?
+            .parse()
+            .map_err(|e| Failed::because("要的是 JSON 数组", e))?;
+        return items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                object(item.get())
+                    .ok_or_else(|| Failed::new(format!("数组第 {index} 项不是 JSON 对象")))
+            })
+            .collect();
     }
     let mut entries = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let value: Value = serde_json::from_str(line)
+        let item = serde_json::from_str::<Raw>(line)
             .map_err(|e| Failed::because(format!("第 {} 行:JSON 写坏了({e})", n + 1), e))?;
-        if !value.is_object() {
-            return Err(Failed::new(format!("第 {} 行:这一条不是 JSON 对象", n + 1)));
-        }
-        entries.push(value);
+        let entry = object(item.get())
+            .ok_or_else(|| Failed::new(format!("第 {} 行:这一条不是 JSON 对象", n + 1)))?;
+        entries.push(entry);
     }
     Ok(entries)
+}
+
+/// The entry of valid JSON text, `None` unless it is an object.
+fn object(json: &str) -> Option<Entry> {
+    json.starts_with('{')
+        .then(|| Entry::parse(json).ok())
+        .flatten()
+}
+
+/// Whether every reader of a store can read the line: they read rows as JSON trees,
+/// and a tree cannot hold what Rust strings cannot (a lone surrogate JavaScript wrote).
+fn readable(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line).is_ok()
 }
 
 // Long because one pass reads, filters, keys and deduplicates the file, and each
@@ -438,7 +457,7 @@ fn import(
     file: &Path,
     project: Option<&str>,
     session_id: Option<&str>,
-) -> Result<Value, Failed> {
+) -> Result<String, Failed> {
     let bytes = std::fs::read(file)
         .map_err(|e| Failed::because(format!("读不了 {}({e})", file.display()), e))?;
     let text = String::from_utf8_lossy(&bytes);
@@ -449,18 +468,17 @@ fn import(
             continue;
         }
         lines += 1;
-        let Ok(value) = serde_json::from_str::<Value>(line) else {
+        let entry = match object(line.trim()) {
+            Some(entry) if readable(line) => entry,
             // A Claude Code process killed mid-write leaves a torn last line.
-            malformed += 1;
-            continue;
+            _ => {
+                malformed += 1;
+                continue;
+            }
         };
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let chain_link = value.get("uuid").and_then(Value::as_str).is_some();
-        if chain_link || IMPORTED_META_TYPES.contains(&kind) {
-            taken.push(value);
+        let kind = entry.kind.as_deref().unwrap_or_default();
+        if entry.uuid().is_some() || IMPORTED_META_TYPES.contains(&kind) {
+            taken.push(entry);
         } else {
             skipped += 1;
         }
@@ -500,34 +518,47 @@ fn import(
         .map_err(|e| describe(e, db))?
         .unwrap_or_default()
         .iter()
-        .filter(|e| e.get("uuid").is_none())
-        .map(Value::to_string)
+        .filter_map(|e| Entry::deserialize(e).ok())
+        .filter(|e| e.uuid.is_none())
+        .filter_map(|e| canonical(&e))
         .collect();
-    let fresh: Vec<Value> = taken
-        .iter()
-        .filter(|e| e.get("uuid").is_some() || !existing.contains(&e.to_string()))
-        .cloned()
+    let taken_count = taken.len();
+    let fresh: Vec<Entry> = taken
+        .into_iter()
+        .filter(|e| e.uuid.is_some() || canonical(e).is_none_or(|text| !existing.contains(&text)))
         .collect();
     let stored = store
-        .append_counted(&key, &fresh)
+        .append_entries(&key, fresh)
         .map_err(|e| describe(e, db))?;
-    Ok(json!({
+    doc(json!({
         "key": key.to_string(),
         "file": file.display().to_string(),
         "lines": lines,
-        "taken": taken.len(),
+        "taken": taken_count,
         "stored": stored,
         "skipped": skipped,
         "malformed": malformed,
     }))
 }
 
+/// An entry as serde_json writes it (compact, keys in their order), to tell a line
+/// already stored from a new one whichever way it was written.
+fn canonical(entry: &Entry) -> Option<String> {
+    let json = entry.to_json().ok()?;
+    if flower::model::canonical::is_canonical(&json) {
+        return Some(json);
+    }
+    serde_json::from_str::<serde_json::Value>(&json)
+        .ok()
+        .map(|v| v.to_string())
+}
+
 /// The project key of the transcript's first `cwd`, else the name of the directory
 /// holding the file (Claude Code's `projects/<key>/`).
-fn default_project_key(file: &Path, entries: &[Value]) -> String {
+fn default_project_key(file: &Path, entries: &[Entry]) -> String {
     if let Some(cwd) = entries
         .iter()
-        .find_map(|e| e.get("cwd").and_then(Value::as_str))
+        .find_map(|e| e.cwd.as_deref())
         .filter(|c| !c.is_empty())
     {
         return project_key(Path::new(cwd));

@@ -129,6 +129,23 @@ pub(crate) fn incoming(entries: &[Value]) -> Result<Vec<Incoming>, StoreError> {
         .collect()
 }
 
+/// Typed entries as [`Incoming`]s: each stored as [`Entry::to_json`](crate::transcript::Entry::to_json)
+/// writes it (an entry read from a line is that line again).
+pub(crate) fn incoming_entries(
+    entries: Vec<crate::transcript::Entry>,
+) -> Result<Vec<Incoming>, StoreError> {
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let text = entry
+                .to_json()
+                .map_err(|source| StoreError::Encode { index, source })?;
+            Ok(Incoming { text, entry })
+        })
+        .collect()
+}
+
 /// The error a database driver gave, kept as it is: `rusqlite::Error` (SQLite),
 /// `postgres::Error` (or the server's `postgres::error::DbError` for what the server
 /// refused), `std::io::Error` (the file system), `serde_json::Error` (a stored row).

@@ -27,9 +27,9 @@
 
 use super::prune::{self, PruneOptions};
 use super::summary::{SummaryData, fold_session_summary};
-use super::{SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
+use super::{Incoming, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
 use super::{json, par};
-use crate::transcript::Loaded;
+use crate::transcript::{Entry, Loaded};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -212,7 +212,21 @@ impl SqliteSessionStore {
     /// `uuid` is already stored under the key are skipped).
     pub fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
         key.validate()?;
-        let rows = super::incoming(entries)?;
+        self.append_rows(key, super::incoming(entries)?)
+    }
+
+    /// [`append_counted`](Self::append_counted) of typed entries: each is stored as it
+    /// serializes, so an entry read from a Claude Code line is stored as that line.
+    pub fn append_entries(
+        &self,
+        key: &SessionKey,
+        entries: Vec<Entry>,
+    ) -> Result<usize, StoreError> {
+        key.validate()?;
+        self.append_rows(key, super::incoming_entries(entries)?)
+    }
+
+    fn append_rows(&self, key: &SessionKey, rows: Vec<Incoming>) -> Result<usize, StoreError> {
         if rows.is_empty() {
             return Ok(0);
         }

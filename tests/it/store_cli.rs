@@ -268,6 +268,50 @@ fn import_takes_a_claude_code_transcript_and_skips_what_it_cannot_use() {
 }
 
 #[test]
+fn import_keeps_each_line_as_claude_code_wrote_it() {
+    // Byte for byte as JSON.stringify writes it: unknown fields and block types (what
+    // they hold as written, even escapes serde_json would not write, `\u00e9`, `\/`),
+    // a float written `1.0`, a count written `3.0`, keys in Claude Code's order.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.jsonl");
+    let lines = [
+        r#"{"parentUuid":null,"isSidechain":false,"userType":"external","cwd":"/p","sessionId":"s","version":"9.9.9","type":"user","message":{"role":"user","content":"café a/b"},"uuid":"u1","timestamp":"2026-01-01T00:00:00.000Z","futureField":{"x":[1.0,2],"y":"\u00e9\/"}}"#,
+        r#"{"parentUuid":"u1","type":"assistant","message":{"id":"m","role":"assistant","content":[{"type":"mcp_tool_use","id":"x","server_name":"s","input":{}},{"type":"text","text":"ok","futureBlockField":true}],"usage":{"input_tokens":1,"output_tokens":3.0,"service_tier":"standard"}},"uuid":"a1"}"#,
+        r#"{"type":"ai-title","aiTitle":"t中","sessionId":"s"}"#,
+    ];
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let db = dir.path().join("x.db");
+    let db_arg = db.to_str().unwrap();
+    let args = [
+        "--db",
+        db_arg,
+        "import",
+        file.to_str().unwrap(),
+        "--project-key",
+        "K",
+    ];
+    let out = run(dir.path(), &args, "");
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.json()["stored"], 3);
+    let store = flower::stores::SqliteSessionStore::open_read_only(&db)
+        .unwrap()
+        .unwrap();
+    let mut rows = Vec::new();
+    let key = flower::stores::SessionKey::main("K", "s");
+    store
+        .for_each_raw(&key, |row| {
+            rows.push(String::from_utf8(row.to_vec()).unwrap())
+        })
+        .unwrap();
+    assert_eq!(rows, lines);
+    // Read back through the protocol as before (a tree of each).
+    let loaded = run(dir.path(), &["--db", db_arg, "load", "K/s"], "").json();
+    assert_eq!(loaded[0]["message"]["content"], "café a/b");
+    assert_eq!(loaded[0]["futureField"]["y"], "é/");
+    assert_eq!(loaded[2]["aiTitle"], "t中");
+}
+
+#[test]
 fn import_of_a_file_without_transcript_lines_fails() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("junk.jsonl");

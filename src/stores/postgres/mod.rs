@@ -374,7 +374,8 @@ impl SessionStore for PostgresStore {
     }
 
     fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
-        self.append_with(key, entries, false).map(|_| ())
+        self.append_with(key, super::incoming(entries)?, false)
+            .map(|_| ())
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {

@@ -6,7 +6,17 @@ use super::*;
 impl PostgresStore {
     /// [`SessionStore::append`], returning how many entries were stored.
     pub fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
-        self.append_with(key, entries, true)
+        self.append_with(key, super::super::incoming(entries)?, true)
+    }
+
+    /// [`append_counted`](Self::append_counted) of typed entries, each stored as it
+    /// serializes.
+    pub fn append_entries(
+        &self,
+        key: &SessionKey,
+        entries: Vec<Entry>,
+    ) -> Result<usize, StoreError> {
+        self.append_with(key, super::super::incoming_entries(entries)?, true)
     }
 
     /// An append; `durable: false` is [`SessionStore::append_deferred`]: the commit
@@ -22,11 +32,10 @@ impl PostgresStore {
     pub(super) fn append_with(
         &self,
         key: &SessionKey,
-        entries: &[Value],
+        rows: Vec<Incoming>,
         durable: bool,
     ) -> Result<usize, StoreError> {
         key.validate()?;
-        let rows = super::super::incoming(entries)?;
         let batch = Batch::of(&rows);
         if batch.datas.is_empty() {
             return Ok(0);
