@@ -54,8 +54,13 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
             "totals": totals,
             "earlier": run.earlier.len(),
         });
-        if args.all {
-            doc["earlier_attempts"] = serde_json::to_value(&run.earlier)?;
+        if args.all
+            && let Some(doc) = doc.as_object_mut()
+        {
+            doc.insert(
+                "earlier_attempts".into(),
+                serde_json::to_value(&run.earlier)?,
+            );
         }
         format!("{}\n", serde_json::to_string_pretty(&doc)?)
     } else {

@@ -15,7 +15,6 @@ use flower::stores::{
     project_key,
 };
 use flower::transcript::{Entry, Raw};
-use serde::Deserialize;
 use serde_json::json;
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -514,11 +513,10 @@ fn import(
     // Lines with a uuid are deduplicated by the store; the others (summary, titles) are
     // skipped when already stored verbatim, so importing a file twice stores it once.
     let existing: HashSet<String> = store
-        .load(&key)
+        .load_typed(&key)
         .map_err(|e| describe(e, db))?
         .unwrap_or_default()
         .iter()
-        .filter_map(|e| Entry::deserialize(e).ok())
         .filter(|e| e.uuid.is_none())
         .filter_map(|e| canonical(&e))
         .collect();

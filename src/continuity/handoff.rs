@@ -11,7 +11,7 @@
 //! The runtime drives the handoff with them.
 
 use crate::continuity::notes;
-use serde_json::Value;
+use crate::transcript::{Block, Entry, Kind, Raw, ToolUseBlock};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -380,9 +380,9 @@ pub struct MechanicalInput<'a> {
     pub brief: Option<String>,
     pub goal: Option<String>,
     /// The retiring session's raw transcript.
-    pub entries: &'a [Value],
+    pub entries: &'a [Entry],
     /// Its sub-agents' transcripts.
-    pub subagents: &'a [Vec<Value>],
+    pub subagents: &'a [Vec<Entry>],
 }
 
 /// Keeps at most `max` characters of `text`, saying how much was cut.
@@ -395,28 +395,23 @@ fn clip(text: &str, max: usize) -> String {
     format!("{}\n…(后面还有 {} 字,略)", kept.trim_end(), count - max)
 }
 
-fn is_assistant(entry: &Value) -> bool {
-    entry.get("type").and_then(Value::as_str) == Some("assistant")
-        && entry
-            .get(crate::transcript::markers::API_ERROR_FLAG)
-            .and_then(Value::as_bool)
-            != Some(true)
-}
-
-fn content(entry: &Value) -> &[Value] {
-    entry
-        .pointer("/message/content")
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+/// An assistant entry the model wrote (not a synthetic API error line).
+fn is_assistant(entry: &Entry) -> bool {
+    entry.kind() == Kind::Assistant && entry.is_api_error_message != Some(true)
 }
 
 /// The last `n` non-empty assistant texts of a transcript, oldest first.
-fn last_texts(entries: &[Value], n: usize) -> Vec<String> {
+fn last_texts(entries: &[Entry], n: usize) -> Vec<String> {
     let mut texts: Vec<String> = entries
         .iter()
         .rev()
         .filter(|e| is_assistant(e))
-        .map(|e| crate::transcript::text_of(content(e)))
+        .map(|e| {
+            e.blocks()
+                .iter()
+                .filter_map(Block::text)
+                .collect::<String>()
+        })
         .filter(|t| !t.trim().is_empty())
         .take(n)
         .collect();
@@ -424,23 +419,35 @@ fn last_texts(entries: &[Value], n: usize) -> Vec<String> {
     texts
 }
 
+/// The file a tool call names: its input's `file_path`, else its `path`.
+fn path_of(call: &ToolUseBlock) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Input {
+        file_path: Option<Raw>,
+        path: Option<Raw>,
+    }
+    let input = call.input.as_ref()?;
+    if !input.get().starts_with('{') {
+        return None;
+    }
+    let input = input.parse::<Input>().ok()?;
+    input.file_path.or(input.path)?.parse::<String>().ok()
+}
+
 /// The files the tools of these transcripts touched, first use first, with the tools.
-fn touched_files<'a>(transcripts: impl Iterator<Item = &'a [Value]>) -> Vec<(String, Vec<String>)> {
+fn touched_files<'a>(transcripts: impl Iterator<Item = &'a [Entry]>) -> Vec<(String, Vec<String>)> {
     let mut files: Vec<(String, Vec<String>)> = Vec::new();
     for entries in transcripts {
         for entry in entries.iter().filter(|e| is_assistant(e)) {
-            for (_, name, input) in crate::transcript::tool_uses(content(entry)) {
-                let Some(path) = input
-                    .get("file_path")
-                    .or_else(|| input.get("path"))
-                    .and_then(Value::as_str)
-                else {
+            for call in entry.tool_uses() {
+                let Some(path) = path_of(call) else {
                     continue;
                 };
-                match files.iter_mut().find(|(p, _)| p == path) {
+                let name = call.name.clone().unwrap_or_default();
+                match files.iter_mut().find(|(p, _)| *p == path) {
                     Some((_, tools)) if !tools.contains(&name) => tools.push(name),
                     Some(_) => {}
-                    None => files.push((path.to_string(), vec![name])),
+                    None => files.push((path, vec![name])),
                 }
             }
         }

@@ -70,10 +70,15 @@ impl Holder {
     }
 
     fn parse(text: &str) -> Option<Holder> {
-        let value: serde_json::Value = serde_json::from_str(text).ok()?;
+        #[derive(serde::Deserialize)]
+        struct Written {
+            pid: u64,
+            since: String,
+        }
+        let written: Written = serde_json::from_str(text).ok()?;
         Some(Holder {
-            pid: u32::try_from(value["pid"].as_u64()?).ok()?,
-            since: DateTime::parse_from_rfc3339(value["since"].as_str()?).ok()?,
+            pid: u32::try_from(written.pid).ok()?,
+            since: DateTime::parse_from_rfc3339(&written.since).ok()?,
             host: None,
         })
     }

@@ -17,6 +17,7 @@ use crate::engine::{
 };
 use crate::model::Usage;
 use crate::model::classify::ErrorKind;
+use crate::transcript::Entry;
 use std::path::Path;
 use std::time::Duration;
 
@@ -172,7 +173,7 @@ impl Runtime {
         let key = crate::stores::SessionKey::main(&config.project_key, old);
         let entries = config
             .store
-            .load_raw(&key)
+            .load_raw_typed(&key)
             .ok()
             .flatten()
             .unwrap_or_default();
@@ -268,7 +269,7 @@ impl Runtime {
     }
 
     /// The stored transcripts of a session's sub-agents, for the mechanical document.
-    fn subagent_entries(&self, key: &crate::stores::SessionKey) -> Vec<Vec<serde_json::Value>> {
+    fn subagent_entries(&self, key: &crate::stores::SessionKey) -> Vec<Vec<Entry>> {
         let store = &self.engine.config().store;
         store
             .inner()
@@ -276,7 +277,7 @@ impl Runtime {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|sub| key.sub(&sub).ok())
-            .filter_map(|sub| store.load_raw(&sub).ok().flatten())
+            .filter_map(|sub| store.load_raw_typed(&sub).ok().flatten())
             .collect()
     }
 }
@@ -309,8 +310,8 @@ fn reusable_doc(path: &Path, began: Option<std::time::SystemTime>) -> Option<Str
 }
 
 /// When a transcript entry was written.
-fn entry_time(entry: &serde_json::Value) -> Option<std::time::SystemTime> {
-    let stamp = entry.get("timestamp")?.as_str()?;
+fn entry_time(entry: &Entry) -> Option<std::time::SystemTime> {
+    let stamp = entry.timestamp.as_deref()?;
     let time = chrono::DateTime::parse_from_rfc3339(stamp).ok()?;
     let millis = u64::try_from(time.timestamp_millis()).ok()?;
     // Transcript stamps have millisecond precision: compare at that grain.

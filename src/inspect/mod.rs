@@ -394,18 +394,7 @@ enum RunStore {
 
 impl RunStore {
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
-        let values = match self {
-            RunStore::Sqlite(store) => store.load(key)?,
-            RunStore::Other(store) => store.load(key)?,
-        };
-        // The protocol's opaque objects, typed here (each is an object: a store keeps
-        // nothing else).
-        Ok(values.map(|values| {
-            values
-                .iter()
-                .filter_map(|v| Entry::deserialize(v).ok())
-                .collect()
-        }))
+        self.store().load_typed(key)
     }
 
     fn for_each_raw(

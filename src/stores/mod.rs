@@ -19,7 +19,7 @@ pub use key::{KeyError, SessionKey, project_key};
 pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
-use crate::transcript::Loaded;
+use crate::transcript::{Entry, Loaded};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -186,6 +186,16 @@ pub trait SessionStore: Send + Sync {
     }
     /// `None` for a key never written.
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError>;
+    /// [`load`](Self::load), each entry typed. The default reads `load`'s trees; a
+    /// store that keeps entries as text parses each straight into its [`Entry`].
+    fn load_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
+        Ok(self.load(key)?.map(|values| {
+            values
+                .iter()
+                .filter_map(|v| Entry::deserialize(v).ok())
+                .collect()
+        }))
+    }
     /// Main sessions of a project (never subpaths), with mtime in epoch ms.
     fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError>;
     fn list_session_summaries(&self, project_key: &str) -> Result<Vec<SessionSummary>, StoreError>;

@@ -504,6 +504,12 @@ impl SessionStore for SqliteSessionStore {
         self.load_mapped(key, ReadOrder::Parallel, json::parse)
     }
 
+    fn load_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
+        self.load_mapped(key, ReadOrder::Parallel, |bytes, _| {
+            serde_json::from_slice::<Entry>(bytes)
+        })
+    }
+
     fn load_resume(
         &self,
         key: &SessionKey,

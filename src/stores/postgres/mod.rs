@@ -382,6 +382,10 @@ impl SessionStore for PostgresStore {
         self.load_texts(key, |text| serde_json::from_str(&text))
     }
 
+    fn load_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
+        self.load_texts(key, |text| Entry::parse(&text))
+    }
+
     fn load_resume(
         &self,
         key: &SessionKey,

@@ -68,7 +68,7 @@ use repair::*;
 
 use super::{SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
 use crate::transcript::markers::SYNTHETIC_MODEL;
-use crate::transcript::{Json, Kind, Loaded};
+use crate::transcript::{Entry, Json, Kind, Loaded};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -286,6 +286,11 @@ impl PruningSessionStore {
     /// The stored transcript, unpruned.
     pub fn load_raw(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
         self.inner.load(key)
+    }
+
+    /// [`load_raw`](Self::load_raw), each entry typed.
+    pub fn load_raw_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
+        self.inner.load_typed(key)
     }
 
     /// What `load` returns, each entry kept as its stored text unless pruning changed
