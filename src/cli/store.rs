@@ -518,7 +518,7 @@ fn import(
         .unwrap_or_default()
         .iter()
         .filter(|e| e.uuid.is_none())
-        .filter_map(|e| canonical(e))
+        .filter_map(canonical)
         .collect();
     let taken_count = taken.len();
     let fresh: Vec<Entry> = taken
