@@ -11,6 +11,8 @@ pub mod glob;
 pub mod grep;
 pub mod input;
 pub mod mcp;
+pub mod media;
+pub mod notebook;
 pub use crate::transcript::tools as names;
 pub mod paths;
 pub mod process;
@@ -52,16 +54,21 @@ pub struct ToolContext {
 pub struct ToolOutput {
     pub content: String,
     pub is_error: bool,
-    /// Images after the text (an MCP tool's); none for the built-in tools.
-    pub images: Vec<Image>,
+    /// Images and PDFs after the text (an MCP tool's images, what Read shows of an
+    /// image, a PDF or a notebook's image outputs).
+    pub images: Vec<Attachment>,
 }
 
-/// An image in a tool result: base64 data and its media type (`image/png`).
+/// An image or a PDF in a tool result: base64 data and its media type (`image/png`,
+/// `application/pdf`), sent as an image or a document block.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Image {
+pub struct Attachment {
     pub media_type: String,
     pub data: String,
 }
+
+/// What MCP results call their attachments (only images).
+pub type Image = Attachment;
 
 impl ToolOutput {
     /// Whether a Ctrl-C stopped the call (its result is Claude Code's interruption
@@ -78,16 +85,21 @@ impl ToolOutput {
         }
     }
 
-    /// The `content` of its `tool_result` block: the text, or with images the text
-    /// block followed by image blocks.
+    /// The `content` of its `tool_result` block: the text, or with attachments the
+    /// text block followed by image and document blocks (as Claude Code stores them).
     pub fn content_value(&self) -> serde_json::Value {
         if self.images.is_empty() {
             return serde_json::Value::String(self.content.clone());
         }
         let mut blocks = vec![serde_json::json!({"type": "text", "text": self.content})];
         for image in &self.images {
+            let kind = if image.media_type.starts_with("image/") {
+                "image"
+            } else {
+                "document"
+            };
             blocks.push(serde_json::json!({
-                "type": "image",
+                "type": kind,
                 "source": {"type": "base64", "media_type": image.media_type, "data": image.data},
             }));
         }

@@ -1,8 +1,10 @@
 //! The `Read` tool: a file's lines, numbered like `cat -n`.
 //!
 //! The file is streamed line by line, never loaded whole: a multi-gigabyte log or a
-//! single 1 GB line costs no more memory than the lines shown. Binary files and images
-//! get a one-line description (kind, size) instead of bytes.
+//! single 1 GB line costs no more memory than the lines shown. Images (PNG, JPEG, GIF,
+//! WebP) and PDFs are sent as image and document blocks ([`super::media`]), notebooks
+//! as cells with their outputs ([`super::notebook`]); other binary files get a
+//! one-line description (kind, size) instead of bytes.
 
 use super::input::{self, numbered_line};
 use super::names;
@@ -37,7 +39,10 @@ the workspace.
 it's recommended to read the whole file by not providing these parameters.
 - Any lines longer than 2000 characters will be truncated.
 - Results are returned using cat -n format, with line numbers starting at 1.
-- Binary files and images are described (kind and size), not shown.
+- Images (PNG, JPEG, GIF, WebP) are shown to you as images (large ones scaled down), \
+PDFs as documents (at most 20 pages and 10 MiB at once), Jupyter notebooks (.ipynb) as \
+their cells with outputs (images included). Other binary files are described (kind and \
+size), not shown.
 - This tool can only read files, not directories. To list a directory, use the Glob tool or \
 ls via the Bash tool.
 - You can call multiple tools in a single response. It is always better to speculatively \
@@ -133,6 +138,15 @@ fn read_file(path: &Path, first: u64, limit: u64) -> ToolOutput {
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     if head.is_empty() {
         return ToolOutput::ok(format!("The file {shown} exists but is empty."));
+    }
+    if let Some(media_type) = super::media::image_media_type(&head) {
+        return super::media::read_image(path, media_type, meta.len());
+    }
+    if head.starts_with(b"%PDF-") {
+        return super::media::read_pdf(path, meta.len());
+    }
+    if path.extension().is_some_and(|e| e == "ipynb") {
+        return super::notebook::read_notebook(path);
     }
     if let Some(kind) = binary_kind(&head) {
         return ToolOutput::ok(format!(

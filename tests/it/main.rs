@@ -64,6 +64,7 @@ mod prompt_cache;
 mod prompt_cache_interrupt;
 mod prompt_cache_roles;
 mod protected_paths;
+mod read_media;
 mod refusals;
 mod request_bytes;
 mod resilience;

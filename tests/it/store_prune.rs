@@ -616,6 +616,47 @@ fn trim_moves_old_images_to_files_and_keeps_their_text() {
 }
 
 #[test]
+fn trim_moves_old_pdfs_to_files_like_images() {
+    use base64::Engine as _;
+    let pdf = crate::tools_read::pdf(1);
+    let data = base64::engine::general_purpose::STANDARD.encode(&pdf);
+    let pdf_result = |id: &str| {
+        json!({"type": "tool_result", "tool_use_id": id, "is_error": false, "content": [
+            {"type": "text", "text": "PDF spec.pdf."},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}},
+        ]})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = PruneOptions::new(dir.path().join("trimmed"));
+    opts.trim = true;
+    let read = || json!({"file_path": "spec.pdf"});
+    let input = vec![
+        user_text("u0", None, "look"),
+        assistant("a1", Some("u0"), vec![tool_use("t1", "Read", read())]),
+        user_blocks("r1", Some("a1"), vec![pdf_result("t1")]),
+        assistant("a2", Some("r1"), vec![tool_use("t2", "Read", read())]),
+        user_blocks("r2", Some("a2"), vec![pdf_result("t2")]),
+    ];
+    let out = pruned(input, &opts);
+    let old = result_for(&out, "t1").unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = dir.path().join("trimmed/sess-t1-1.pdf");
+    assert!(
+        old.contains(flower::stores::prune::DOCUMENT_POINTER_PREFIX)
+            && old.contains(file.to_str().unwrap()),
+        "{old}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), pdf);
+    assert_eq!(
+        result_for(&out, "t2").unwrap()["content"],
+        pdf_result("t2")["content"],
+        "the newest turn keeps its PDF"
+    );
+}
+
+#[test]
 fn non_chain_lines_pass_through_and_chain_lines_are_relinked() {
     let input = vec![
         json!({"type": "summary", "summary": "earlier work", "leafUuid": "zz"}),

@@ -138,15 +138,15 @@ async fn empty_files_say_so() {
 }
 
 #[tokio::test]
-async fn binary_files_and_images_are_described_not_dumped() {
+async fn binary_files_are_described_not_dumped() {
     let e = tool_env();
+    // A PNG whose header is all there is: its size is read, it cannot be shown.
     let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\0\x03\0\0\0\x02".to_vec();
     png.extend_from_slice(&[0u8; 100]);
     fs::write(e.ctx.workspace.join("pic.png"), &png).unwrap();
     let out = read(&e, json!({"file_path": "pic.png"})).await;
-    assert!(!out.is_error);
-    assert!(out.content.contains("PNG image, 3x2"), "{}", out.content);
-    assert!(out.content.contains("bytes"), "{}", out.content);
+    assert!(out.content.contains("pic.png"), "{}", out.content);
+    assert!(out.content.len() < 400, "{}", out.content);
 
     fs::write(e.ctx.workspace.join("blob.bin"), b"abc\0def\x01\x02").unwrap();
     let out = read(&e, json!({"file_path": "blob.bin"})).await;
@@ -241,4 +241,154 @@ fn tail(o: &ToolOutput) -> &str {
         start += 1;
     }
     &o.content[start..]
+}
+
+/// A PNG of `width`×`height` with some detail in it.
+pub(crate) fn png(width: u32, height: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(width, height, |x, y| {
+        image::Rgb([(x % 251) as u8, (y % 241) as u8, ((x * y) % 239) as u8])
+    });
+    let mut bytes = Vec::new();
+    image::DynamicImage::ImageRgb8(img)
+        .write_to(std::io::Cursor::new(&mut bytes), image::ImageFormat::Png)
+        .unwrap();
+    bytes
+}
+
+/// A small well-formed PDF of `pages` empty pages.
+pub(crate) fn pdf(pages: usize) -> Vec<u8> {
+    let mut objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        format!(
+            "<< /Type /Pages /Kids [{}] /Count {pages} >>",
+            (0..pages)
+                .map(|i| format!("{} 0 R", i + 3))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    ];
+    for _ in 0..pages {
+        objects.push("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] >>".into());
+    }
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, object) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{object}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for offset in offsets {
+        out.extend_from_slice(format!("{offset:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+/// A notebook: a markdown cell, a code cell printing text, one showing a PNG, one
+/// failing.
+pub(crate) fn notebook(png_bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(png_bytes);
+    json!({
+        "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+        "cells": [
+            {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["# Sales\n", "by month"]},
+            {"cell_type": "code", "id": "sum", "metadata": {}, "execution_count": 1,
+             "source": "print(sum([1, 2]))",
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": ["3\n"]}]},
+            {"cell_type": "code", "id": "plot", "metadata": {}, "execution_count": 2,
+             "source": "plot()",
+             "outputs": [{"output_type": "display_data", "metadata": {},
+                          "data": {"image/png": data, "text/plain": ["<Figure>"],
+                                   "application/json": {"a": 1}}}]},
+            {"cell_type": "code", "id": "oops", "metadata": {}, "execution_count": 3,
+             "source": "1/0",
+             "outputs": [{"output_type": "error", "ename": "ZeroDivisionError",
+                          "evalue": "division by zero",
+                          "traceback": ["\u{1b}[0;31mZeroDivisionError\u{1b}[0m: division by zero"]}]}
+        ]
+    })
+    .to_string()
+}
+
+fn decoded(data: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn images_are_sent_as_images_and_large_ones_scaled_down() {
+    let e = tool_env();
+    let small = png(40, 30);
+    fs::write(e.ctx.workspace.join("small.png"), &small).unwrap();
+    let out = read(&e, json!({"file_path": "small.png"})).await;
+    assert!(!out.is_error, "{}", out.content);
+    assert_eq!(out.images.len(), 1);
+    assert_eq!(out.images[0].media_type, "image/png");
+    assert_eq!(decoded(&out.images[0].data), small, "sent as it is");
+    let blocks = out.content_value();
+    assert_eq!(blocks[1]["type"], "image", "{blocks}");
+
+    fs::write(e.ctx.workspace.join("big.png"), png(2000, 500)).unwrap();
+    let out = read(&e, json!({"file_path": "big.png"})).await;
+    assert!(
+        out.content.contains("scaled down to 1568x392"),
+        "{}",
+        out.content
+    );
+    let sent = image::load_from_memory(&decoded(&out.images[0].data)).unwrap();
+    assert_eq!((sent.width(), sent.height()), (1568, 392));
+    assert!(out.images[0].data.len() <= 5 * 1024 * 1024);
+}
+
+#[tokio::test]
+async fn pdfs_are_sent_as_documents_within_their_cap() {
+    let e = tool_env();
+    fs::write(e.ctx.workspace.join("spec.pdf"), pdf(2)).unwrap();
+    let out = read(&e, json!({"file_path": "spec.pdf"})).await;
+    assert!(!out.is_error, "{}", out.content);
+    assert!(out.content.contains("2 pages"), "{}", out.content);
+    assert_eq!(out.images[0].media_type, "application/pdf");
+    assert_eq!(out.content_value()[1]["type"], "document");
+
+    fs::write(e.ctx.workspace.join("book.pdf"), pdf(25)).unwrap();
+    let out = read(&e, json!({"file_path": "book.pdf"})).await;
+    assert!(out.is_error);
+    assert!(out.images.is_empty());
+    assert!(out.content.contains("25 pages"), "{}", out.content);
+    assert!(out.content.contains("pdftotext"), "{}", out.content);
+}
+
+#[tokio::test]
+async fn notebooks_are_cells_with_their_outputs() {
+    let e = tool_env();
+    fs::write(e.ctx.workspace.join("sales.ipynb"), notebook(&png(20, 10))).unwrap();
+    let out = read(&e, json!({"file_path": "sales.ipynb"})).await;
+    assert!(!out.is_error, "{}", out.content);
+    for wanted in [
+        "<cell id=\"intro\" type=\"markdown\">\n# Sales\nby month\n</cell>",
+        "<cell id=\"sum\" type=\"code\">\nprint(sum([1, 2]))\n</cell>",
+        "<output cell=\"sum\" type=\"stream\">\n3\n</output>",
+        "[image 1 below]",
+        "ZeroDivisionError: division by zero\nZeroDivisionError: division by zero",
+    ] {
+        assert!(
+            out.content.contains(wanted),
+            "{wanted} missing:\n{}",
+            out.content
+        );
+    }
+    assert_eq!(out.images.len(), 1);
+    assert_eq!(out.images[0].media_type, "image/png");
 }

@@ -18,8 +18,9 @@
 //!    through `Bash`) that was run again later with the same command line gets the body
 //!    [`STALE_BODY`]; the newest run stays intact;
 //! 6. with `trim`, outside the newest [`TRIM_KEEP_RECENT_TURNS`] turn(s): each image
-//!    of a tool result (an MCP tool's) is written to a file under `trim_dir` and
-//!    replaced by a line naming it ([`IMAGE_POINTER_PREFIX`]); then a tool result over
+//!    or PDF of a tool result (an MCP tool's, Read's) is written to a file under
+//!    `trim_dir` and replaced by a line naming it ([`IMAGE_POINTER_PREFIX`],
+//!    [`DOCUMENT_POINTER_PREFIX`]); then a tool result over
 //!    `trim_threshold_bytes` is written to a file under `trim_dir` and replaced by a
 //!    pointer naming the file and the original size;
 //! 7. repair the structure again.
@@ -82,6 +83,9 @@ pub use crate::transcript::markers::{
 
 /// How the line standing for an image moved out of an old tool result starts.
 pub const IMAGE_POINTER_PREFIX: &str = "[图片已移出上下文";
+
+/// How the line standing for a PDF moved out of an old tool result starts.
+pub const DOCUMENT_POINTER_PREFIX: &str = "[文档已移出上下文";
 
 /// Default size above which an old tool result is trimmed (with `trim` on).
 pub const DEFAULT_TRIM_THRESHOLD_BYTES: usize = 16 * 1024;

@@ -196,8 +196,9 @@ impl Pruner {
         }
     }
 
-    /// Images in old tool results (an MCP tool's) are written to files under
-    /// `trim_dir`; the result keeps its text and a line per image naming the file.
+    /// Images and PDFs in old tool results (an MCP tool's, Read's) are written to files
+    /// under `trim_dir`; the result keeps its text and a line per attachment naming the
+    /// file.
     pub(super) fn move_old_images(&mut self, opts: &PruneOptions) {
         self.rewrite_old_results(|slot, b, id, text_len| {
             if text_len.is_some() {
@@ -210,7 +211,10 @@ impl Pruner {
             else {
                 return None;
             };
-            if !parts.iter().any(|p| block_type(p) == Some("image")) {
+            if !parts
+                .iter()
+                .any(|p| matches!(block_type(p), Some("image" | "document")))
+            {
                 return None;
             }
             let session = str_field(&entry, "sessionId").unwrap_or("session");
@@ -218,16 +222,20 @@ impl Pruner {
             for (n, part) in parts.iter().enumerate() {
                 match block_type(part) {
                     Some("text") => lines.extend(str_field(part, "text").map(str::to_string)),
-                    Some("image") => {
-                        let media = part["source"]["media_type"].as_str().unwrap_or("image");
+                    Some(kind @ ("image" | "document")) => {
+                        let prefix = if kind == "image" {
+                            IMAGE_POINTER_PREFIX
+                        } else {
+                            DOCUMENT_POINTER_PREFIX
+                        };
+                        let media = part["source"]["media_type"].as_str().unwrap_or(kind);
                         let data = part["source"]["data"].as_str().unwrap_or_default();
                         lines.push(
                             match write_image(&opts.trim_dir, session, id, n, media, data) {
-                                Some((path, bytes)) => format!(
-                                    "{IMAGE_POINTER_PREFIX}:{media},{bytes} 字节,在 {} ]",
-                                    path.display()
-                                ),
-                                None => format!("{IMAGE_POINTER_PREFIX}:{media},未能保存]"),
+                                Some((path, bytes)) => {
+                                    format!("{prefix}:{media},{bytes} 字节,在 {} ]", path.display())
+                                }
+                                None => format!("{prefix}:{media},未能保存]"),
                             },
                         );
                     }
@@ -390,6 +398,7 @@ fn write_image(
         "image/jpeg" => "jpg",
         "image/gif" => "gif",
         "image/webp" => "webp",
+        "application/pdf" => "pdf",
         _ => "bin",
     };
     let path = dir.join(format!(

@@ -22,6 +22,8 @@ pub const CHROMIUM: &str = "chromium";
 pub const LANDLOCK: &str = "landlock";
 pub const ROOT: &str = "root";
 pub const PYTHON: &str = "python3";
+/// The official Anthropic Python SDK (`anthropic`), whose types validate what flower sends.
+pub const ANTHROPIC_SDK: &str = "anthropic-sdk";
 pub const TMPFS: &str = "tmpfs";
 /// A network namespace whose packets can be dropped (root, iproute2, nftables).
 pub const NETNS: &str = "netns";
