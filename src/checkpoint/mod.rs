@@ -18,12 +18,12 @@
 
 pub mod git;
 mod restore;
+mod snapshot;
 
 pub use git::Change;
 pub use restore::{RestoreHook, finish_interrupted};
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -47,6 +47,12 @@ pub enum CheckpointError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    #[error("检查点:{what}失败")]
+    Objects {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("检查点:{path} 不在工作区里,不恢复")]
     UnsafePath { path: String },
@@ -100,6 +106,7 @@ pub struct ChangeSummary {
 #[derive(Debug)]
 pub struct Checkpoints {
     git: git::Git,
+    snapshots: snapshot::Snapshots,
     dir: PathBuf,
     max_file_bytes: u64,
     /// The last checkpoint's number and tree, once read: a turn's checkpoint does not
@@ -124,6 +131,12 @@ impl Checkpoints {
         let run_dir = run_dir.canonicalize().map_err(io(run_dir))?;
         let dir = run_dir.join(CHECKPOINTS_DIR);
         let checkpoints = Checkpoints {
+            snapshots: snapshot::Snapshots::new(
+                &dir.join("git"),
+                dir.join("index"),
+                workspace.clone(),
+                run_dir.clone(),
+            ),
             git: git::Git {
                 git_dir: dir.join("git"),
                 index: dir.join("index"),
@@ -152,43 +165,9 @@ impl Checkpoints {
     }
 
     /// The workspace's tree now, its changed files' contents written to the store.
-    /// Unchanged files cost an `lstat` each (the index's stat data).
+    /// Unchanged files cost an `lstat` each (the index's stat data); no `git` runs.
     pub fn snapshot(&self) -> Result<String, CheckpointError> {
-        let listed = self.git.run(
-            ["ls-files", "-z", "-m", "-d", "-o", "--exclude-standard"],
-            None,
-        )?;
-        let paths: BTreeSet<&[u8]> = listed
-            .split(|b| *b == 0)
-            .filter(|p| !p.is_empty() && !p.ends_with(b"/"))
-            .collect();
-        let mut update = Vec::new();
-        let mut too_big = Vec::new();
-        for path in paths {
-            let full = self
-                .git
-                .workspace
-                .join(String::from_utf8_lossy(path).as_ref());
-            let over = std::fs::symlink_metadata(&full)
-                .is_ok_and(|meta| meta.is_file() && meta.len() > self.max_file_bytes);
-            let list = if over { &mut too_big } else { &mut update };
-            list.extend_from_slice(path);
-            list.push(0);
-        }
-        if !update.is_empty() {
-            self.git.run(
-                ["update-index", "--add", "--remove", "-z", "--stdin"],
-                Some(&update),
-            )?;
-        }
-        if !too_big.is_empty() {
-            self.git.run(
-                ["update-index", "--force-remove", "-z", "--stdin"],
-                Some(&too_big),
-            )?;
-        }
-        let tree = self.git.run(["write-tree"], None)?;
-        Ok(String::from_utf8_lossy(&tree).trim().to_string())
+        self.snapshots.take(self.max_file_bytes)
     }
 
     /// Takes a checkpoint and appends it to the list. A turn checkpoint whose tree is
