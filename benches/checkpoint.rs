@@ -15,7 +15,13 @@ use std::time::Instant;
 
 const DIRS: usize = 100;
 const FILES: usize = 100;
-const ROUNDS: usize = 30;
+/// `CHECKPOINT_BENCH_ROUNDS=N` (30 unless set): fewer under callgrind.
+fn rounds() -> usize {
+    std::env::var("CHECKPOINT_BENCH_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(30)
+}
 
 fn disk(dir: &Path) -> u64 {
     let mut total = 0;
@@ -63,7 +69,7 @@ fn main() {
 
     let mut changed = Vec::new();
     let mut grown = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         for k in 0..5 {
             let path = ws.join(format!(
                 "src{:03}/m{:03}.rs",
@@ -83,7 +89,7 @@ fn main() {
         grown.push((disk(&store) - before) as f64);
     }
     let mut unchanged = Vec::new();
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds() {
         let started = Instant::now();
         checkpoints.snapshot().unwrap();
         unchanged.push(started.elapsed().as_secs_f64() * 1e3);

@@ -160,6 +160,11 @@ impl Checkpoints {
         &self.git.workspace
     }
 
+    /// `runs/checkpoints/`: the store, the list, the journals.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn list_path(&self) -> PathBuf {
         self.dir.join("list.jsonl")
     }

@@ -440,11 +440,14 @@ fn exit_status(
 /// Said (and nothing spent) when a wake has nothing to do: the judge already passed.
 pub const PASSED_ALREADY: &str = "== 上次判定已经通过,没有要做的了 ==\n要接着改点什么,说一句就行:flower \"再加上……\";再验一遍:flower --again;重开一件事:flower --new \"……\"";
 
-/// Whether the run's judge passed 干活 last time (read from the manifest).
+/// Whether the run's judge passed 干活 last time (read from the manifest), and no rewind
+/// a kill interrupted waits to be finished (the runtime finishes it, and its row ends
+/// that verdict).
 fn passed(locked: &Locked) -> bool {
     let place = locked.place();
-    flower::continuity::manifest::rows_of(place.run_dir, place.shared)
-        .is_ok_and(|rows| judge_passed(&rows))
+    !flower::continuity::rewind::pending(place.run_dir)
+        && flower::continuity::manifest::rows_of(place.run_dir, place.shared)
+            .is_ok_and(|rows| judge_passed(&rows))
 }
 
 /// Whether `state` is something `flower` without a prompt continues.

@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-/// The crash test's hook: `N:MARKER` pauses a restore after N files, writing MARKER.
+/// The crash tests' hook: `N:MARKER` pauses a restore after N files, `fork:MARKER` the
+/// conversation part after the first fork's entries, writing MARKER.
 const PAUSE_VARIABLE: &str = "FLOWER_TEST_REWIND_PAUSE";
 
 /// Opens the run (its lock taken, an interrupted restore finished) and its checkpoints.
@@ -42,10 +43,14 @@ pub fn run(args: RewindArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     if !args.yes && std::io::stdin().is_terminal() && !confirmed(target)? {
         return Ok(ExitCode::FAILURE);
     }
+    let pause = env.var(PAUSE_VARIABLE);
     let options = RewindOptions {
         files_only: args.files_only,
         discard: args.discard,
-        hook: env.var(PAUSE_VARIABLE).and_then(pause_hook),
+        hook: pause.and_then(pause_hook),
+        fork_pause: pause
+            .and_then(|value| value.strip_prefix("fork:"))
+            .map(Into::into),
     };
     let rewound = runtime.rewind(&point, &options)?;
     let mut out = format!(

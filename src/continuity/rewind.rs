@@ -6,6 +6,15 @@
 //! checkpoint's step with `error: "rewound"`, so that the next `flower` continues from
 //! there (the judge's earlier verdict no longer counts).
 //!
+//! The whole rewind is journaled (`runs/checkpoints/rewind.json`, written atomically
+//! before anything changes): the target, whether the files are back, and the planned
+//! cut of each session with the fork's id chosen in advance. A rewind killed at any
+//! point is finished by the next runtime that opens the run ([`Runtime::finish_rewind`]),
+//! each part idempotent: the files (the checkpoint's own journal), the forks' entries
+//! (only those the fork does not hold yet), lineage, the manifest row (not written
+//! twice). So the run is either as before (no journal yet) or, once a flower opened
+//! it, as after: never a mix.
+//!
 //! The checkpoints stay on the host that took them (under `runs/`): a run in a shared
 //! PostgreSQL database rewinds its files only where its checkpoints are, and refuses
 //! the conversation part (`--files-only` is required there).
@@ -18,8 +27,9 @@ use crate::checkpoint::{
 };
 use crate::stores::{SessionKey, SessionStore, StoreError, project_key};
 use crate::transcript::Entry;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The `error` of the manifest row a rewind writes.
 pub const REWOUND: &str = "rewound";
@@ -55,8 +65,45 @@ pub struct RewindOptions {
     /// Discard changes made outside flower since the last checkpoint (they are kept as
     /// a checkpoint of their own first, so they can still be taken back).
     pub discard: bool,
-    /// The crash test's pause ([`RestoreHook`]).
+    /// The crash test's pause in the file restore ([`RestoreHook`]).
     pub hook: Option<RestoreHook>,
+    /// The crash test's pause in the conversation part: once the first fork's entries
+    /// are written (before lineage names it), write this file and wait to be killed.
+    pub fork_pause: Option<PathBuf>,
+}
+
+/// The journal's file name under `runs/checkpoints/`.
+const JOURNAL_FILE: &str = "rewind.json";
+
+/// Whether a rewind a kill interrupted waits in `run_dir` to be finished (by the next
+/// runtime): until then, the judge's earlier verdict no longer counts.
+pub fn pending(run_dir: &Path) -> bool {
+    run_dir
+        .join(crate::checkpoint::CHECKPOINTS_DIR)
+        .join(JOURNAL_FILE)
+        .exists()
+}
+
+/// One step's planned cut: `keep` entries of `from` copied to `fork`, or (no fork) the
+/// step forgotten.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Cut {
+    step: String,
+    from: String,
+    keep: usize,
+    fork: Option<String>,
+}
+
+/// A rewind in progress.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Journal {
+    point: Checkpoint,
+    files_only: bool,
+    /// The files are the checkpoint's and `回退到 #N` is recorded.
+    files_done: bool,
+    cuts: Vec<Cut>,
+    /// The manifest row's `started_at`: a replay finds the row it already wrote.
+    row_started_at: String,
 }
 
 /// What a rewind did.
@@ -114,27 +161,98 @@ impl Runtime {
         }
         // What the rewind leaves: a checkpoint of its own, so that it can be undone.
         checkpoints.record(CheckpointKind::Rewind, "回退前的样子", None, 0)?;
-        let files = checkpoints.restore(&target.tree, options.hook.as_ref())?;
-        // The workspace now: the next rewind compares with it.
-        checkpoints.record(
-            CheckpointKind::Rewind,
-            &format!("回退到 #{}", target.n),
-            None,
-            0,
-        )?;
-        let sessions = match options.files_only {
+        let cuts = match options.files_only {
             true => Vec::new(),
-            false => self.rewind_conversation(&target)?,
+            false => self.plan_cuts(&target)?,
         };
-        let mut row = StepResult::started(AttemptName::parse(&target.step).step());
+        let mut journal = Journal {
+            point: target,
+            files_only: options.files_only,
+            files_done: false,
+            cuts,
+            row_started_at: StepResult::started("").started_at,
+        };
+        write_journal(checkpoints, &journal)?;
+        self.complete(checkpoints, &mut journal, options)
+    }
+
+    /// Finishes a rewind a kill interrupted, if there is one (the runtime that opens
+    /// the run calls this before anything else).
+    pub fn finish_rewind(&self) -> Result<Option<Rewound>, RewindError> {
+        let Some(checkpoints) = self.checkpoints() else {
+            return Ok(None);
+        };
+        let path = checkpoints.dir().join(JOURNAL_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(CheckpointError::Io { path, source }.into()),
+        };
+        // Written atomically: a journal that does not parse was never a journal.
+        let Ok(mut journal) = serde_json::from_slice::<Journal>(&bytes) else {
+            let _ = std::fs::remove_file(&path);
+            return Ok(None);
+        };
+        self.complete(checkpoints, &mut journal, &RewindOptions::default())
+            .map(Some)
+    }
+
+    /// Carries out a journaled rewind from wherever it stopped; removes the journal.
+    fn complete(
+        &self,
+        checkpoints: &Checkpoints,
+        journal: &mut Journal,
+        options: &RewindOptions,
+    ) -> Result<Rewound, RewindError> {
+        let target = journal.point.clone();
+        let mut files = 0;
+        if !journal.files_done {
+            files = checkpoints.restore(&target.tree, options.hook.as_ref())?;
+            // The workspace now: the next rewind compares with it.
+            checkpoints.record(
+                CheckpointKind::Rewind,
+                &format!("回退到 #{}", target.n),
+                None,
+                0,
+            )?;
+            journal.files_done = true;
+            write_journal(checkpoints, journal)?;
+        }
+        let step = AttemptName::parse(&target.step).step().to_string();
+        let mut sessions = Vec::new();
+        for cut in &journal.cuts {
+            if let Some(fork) = &cut.fork {
+                self.write_fork(cut, fork)?;
+                if let Some(marker) = &options.fork_pause {
+                    pause_for_kill(marker);
+                }
+            }
+        }
+        {
+            let mut lineage = self.lineage();
+            for cut in &journal.cuts {
+                match &cut.fork {
+                    Some(fork) => lineage.remember(&cut.step, fork),
+                    None => lineage.forget(&cut.step),
+                };
+                sessions.push((cut.step.clone(), cut.fork.clone()));
+            }
+        }
+        let mut row = StepResult::started(&step);
+        row.started_at = journal.row_started_at.clone();
         row.error = Some(REWOUND.to_string());
         row.text = format!("回退到检查点 #{}({})", target.n, target.step);
-        row.session_id = sessions
+        row.session_id = journal
+            .cuts
             .iter()
-            .find(|(step, _)| step == AttemptName::parse(&target.step).step())
-            .and_then(|(_, id)| id.clone());
+            .find(|cut| cut.step == step)
+            .and_then(|cut| cut.fork.clone());
         row.finish();
-        self.record(&row);
+        if !self.has_row(&row) {
+            self.record(&row);
+        }
+        let path = checkpoints.dir().join(JOURNAL_FILE);
+        std::fs::remove_file(&path).map_err(|source| CheckpointError::Io { path, source })?;
         Ok(Rewound {
             point: target,
             files,
@@ -142,28 +260,28 @@ impl Runtime {
         })
     }
 
-    /// Cuts every step session lineage names at the checkpoint's moment.
-    fn rewind_conversation(
-        &self,
-        target: &Checkpoint,
-    ) -> Result<Vec<(String, Option<String>)>, RewindError> {
-        let mut lineage = self.lineage();
-        let project = project_key(Path::new(lineage.workspace()));
-        let store = self.store();
-        let mut changed = Vec::new();
-        let steps: Vec<(String, String)> = lineage
+    fn has_row(&self, row: &StepResult) -> bool {
+        let rows = self.manifest_rows();
+        rows.iter()
+            .any(|r| r.result.step == row.step && r.result.started_at == row.started_at)
+    }
+
+    /// Plans the cut of every step session lineage names at the checkpoint's moment
+    /// (reads only): a step whose session has entries after it is forked with those up
+    /// to it, a step whose session began after it is forgotten.
+    fn plan_cuts(&self, target: &Checkpoint) -> Result<Vec<Cut>, RewindError> {
+        let steps: Vec<(String, String)> = self
+            .lineage()
             .steps()
             .iter()
             .map(|(s, id)| (s.clone(), id.clone()))
             .collect();
+        let mut cuts = Vec::new();
         for (step, id) in steps {
-            let failed = |source| RewindError::Store {
-                session_id: id.clone(),
-                source,
-            };
-            let key = SessionKey::main(&project, &id);
-            let entries = store.load_raw(&key).map_err(failed)?.unwrap_or_default();
-            let kept = entries
+            let key = self.session_key(&id);
+            let loaded = self.store().load_raw(&key).map_err(store_failed(&id))?;
+            let entries = loaded.unwrap_or_default();
+            let keep = entries
                 .iter()
                 .take_while(|entry| {
                     // RFC 3339 in UTC with milliseconds on both sides: text order is time order.
@@ -172,34 +290,74 @@ impl Runtime {
                     at.is_none_or(|at| at.as_str() <= target.time.as_str())
                 })
                 .count();
-            if kept == entries.len() {
+            if keep == entries.len() {
                 continue;
             }
-            if kept == 0 {
-                lineage.forget(&step);
-                changed.push((step, None));
-                continue;
-            }
-            let fork = uuid::Uuid::new_v4().to_string();
-            let copied: Vec<Value> = entries
-                .into_iter()
-                .take(kept)
-                .map(|mut entry| {
-                    if let Some(obj) = entry.as_object_mut() {
-                        obj.insert("sessionId".into(), fork.clone().into());
-                        obj.insert("forkedFrom".into(), id.clone().into());
-                    }
-                    entry
-                })
-                .collect();
-            store
-                .append(&SessionKey::main(&project, &fork), &copied)
-                .map_err(failed)?;
-            // Ours for the rest of this runtime, as any session it continues.
-            let _ = self.claim_session(&fork);
-            lineage.remember(&step, &fork);
-            changed.push((step, Some(fork)));
+            let fork = (keep > 0).then(|| uuid::Uuid::new_v4().to_string());
+            cuts.push(Cut {
+                step,
+                from: id,
+                keep,
+                fork,
+            });
         }
-        Ok(changed)
+        Ok(cuts)
+    }
+
+    fn session_key(&self, id: &str) -> SessionKey {
+        SessionKey::main(&project_key(Path::new(self.lineage().workspace())), id)
+    }
+
+    /// Copies the cut's entries to the fork, those it does not hold yet (a replay after
+    /// a kill mid-way appends the rest).
+    fn write_fork(&self, cut: &Cut, fork: &str) -> Result<(), RewindError> {
+        let store = self.store();
+        let fork_key = self.session_key(fork);
+        let held = store.load_raw(&fork_key).map_err(store_failed(fork))?;
+        let held = held.map_or(0, |entries| entries.len());
+        let from_key = self.session_key(&cut.from);
+        let from = store.load_raw(&from_key).map_err(store_failed(&cut.from))?;
+        let copied: Vec<Value> = from
+            .unwrap_or_default()
+            .into_iter()
+            .take(cut.keep)
+            .skip(held)
+            .map(|mut entry| {
+                if let Some(obj) = entry.as_object_mut() {
+                    obj.insert("sessionId".into(), fork.to_string().into());
+                    obj.insert("forkedFrom".into(), cut.from.clone().into());
+                }
+                entry
+            })
+            .collect();
+        if !copied.is_empty() {
+            store
+                .append(&fork_key, &copied)
+                .map_err(store_failed(fork))?;
+        }
+        // Ours for the rest of this runtime, as any session it continues.
+        let _ = self.claim_session(fork);
+        Ok(())
+    }
+}
+
+fn store_failed(id: &str) -> impl FnOnce(StoreError) -> RewindError + '_ {
+    move |source| RewindError::Store {
+        session_id: id.to_string(),
+        source,
+    }
+}
+
+fn write_journal(checkpoints: &Checkpoints, journal: &Journal) -> Result<(), CheckpointError> {
+    let path = checkpoints.dir().join(JOURNAL_FILE);
+    let bytes = serde_json::to_vec(journal).unwrap_or_default();
+    crate::atomic::write(&path, &bytes).map_err(|source| CheckpointError::Io { path, source })
+}
+
+/// The crash test's pause: the marker written, wait for the kill.
+fn pause_for_kill(marker: &Path) {
+    let _ = std::fs::write(marker, "paused");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
     }
 }

@@ -408,7 +408,8 @@ impl Runtime {
             None => Manifest::new(&run_dir, new_run_id()),
         }
         .with_context(context);
-        Ok(Runtime {
+        let writer = run_lock.is_some();
+        let runtime = Runtime {
             engine,
             lineage: Arc::new(Mutex::new(lineage)),
             manifest: Arc::new(Mutex::new(manifest)),
@@ -421,7 +422,13 @@ impl Runtime {
             _run_lock: run_lock,
             handoff: options.handoff,
             watch,
-        })
+        };
+        // A rewind a kill interrupted is finished before anything works on the run.
+        if let (true, Err(e)) = (writer, runtime.finish_rewind()) {
+            let message = format!("没能做完上次被打断的回退:{}", crate::error::chain(&e));
+            lock(&runtime.warnings).push(message);
+        }
+        Ok(runtime)
     }
 
     /// Takes the exclusive lock on session `id` (kept until the runtime is dropped), so
@@ -735,6 +742,11 @@ impl Runtime {
     }
 
     /// Records a finished step result (used by gates for judge rows).
+    /// Every row of the run's manifest (other processes' too); none when it does not read.
+    pub(super) fn manifest_rows(&self) -> Vec<super::manifest::ManifestRow> {
+        lock(&self.manifest).all_rows().unwrap_or_default()
+    }
+
     pub fn record(&self, result: &StepResult) {
         match lock(&self.manifest).record(result) {
             Ok(outcome) => {

@@ -247,6 +247,80 @@ fn a_rewind_killed_mid_restore_is_finished_by_the_next_flower() {
     ok(&project.run(&server, &["rewind"]));
     assert!(!project.dir.join("runs/checkpoints/journal.json").exists());
     assert_eq!(tree(&project.dir), original);
+    // The conversation part was finished too: the rewind's own journal is gone and
+    // its manifest row written.
+    assert!(!project.dir.join("runs/checkpoints/rewind.json").exists());
+    let rows = project.manifest();
+    assert_eq!(rows.last().unwrap()["error"], "rewound");
+}
+
+/// Spawns `flower rewind POINT` with the test pause `pause` (`N:` or `fork:`), waits
+/// for its marker and kills it.
+fn kill_paused_rewind(project: &Project, server: &FakeServer, point: &str, pause: &str) {
+    let marker = project.home.join("paused");
+    let mut child = project
+        .command(server, &["rewind", point])
+        .env(
+            "FLOWER_TEST_REWIND_PAUSE",
+            format!("{pause}{}", marker.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the rewind never paused");
+        assert!(child.try_wait().unwrap().is_none(), "exited before pausing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_rewind_killed_in_its_conversation_part_is_finished_before_the_next_flower_continues() {
+    let project = project();
+    let server = FakeServer::with_handler(|req, _| reply(req));
+    ok(&project.run(&server, &[REQUEST]));
+    let old = project.json("runs/lineage.json")["steps"]["干活"].clone();
+    let listing = ok(&project.run(&server, &["rewind"]));
+    let n = point(&listing, "干活 第 1 轮后");
+    let rewound_rows = |project: &Project| {
+        let rows = project.manifest();
+        rows.iter().filter(|r| r["error"] == "rewound").count()
+    };
+
+    kill_paused_rewind(&project, &server, &n, "fork:");
+    // Killed with the fork written and lineage not yet pointing at it: a mix on disk,
+    // which the rewind's journal names.
+    assert!(project.dir.join("runs/checkpoints/rewind.json").exists());
+    assert_eq!(project.json("runs/lineage.json")["steps"]["干活"], old);
+    assert_eq!(rewound_rows(&project), 0);
+    assert_eq!(project.read("data.txt"), "x\nx2\n");
+
+    // The next flower finishes the rewind first, then continues the fork.
+    let before = server.request_count();
+    let out = project.run(&server, &[]);
+    ok(&out);
+    assert!(
+        !project.dir.join("runs/checkpoints/rewind.json").exists(),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(rewound_rows(&project), 1, "the rewind is recorded once");
+    let requests = server.requests();
+    let first = requests[before..]
+        .iter()
+        .find(|r| agent_or_once(r) == Agent::Coordinator)
+        .expect("the next flower continues 干活");
+    assert_eq!(turn_of(first), 1);
+    let said = serde_json::to_string(first.messages()).unwrap();
+    assert!(
+        said.contains("第一件") && !said.contains("第二件"),
+        "{said}"
+    );
+    assert_ne!(project.json("runs/lineage.json")["steps"]["干活"], old);
 }
 
 #[test]
