@@ -172,7 +172,7 @@ impl Checkpoints {
     /// The workspace's tree now, its changed files' contents written to the store.
     /// Unchanged files cost an `lstat` each (the index's stat data); no `git` runs.
     pub fn snapshot(&self) -> Result<String, CheckpointError> {
-        self.snapshots.take(self.max_file_bytes)
+        self.snapshots.take(self.max_file_bytes, true)
     }
 
     /// Takes a checkpoint and appends it to the list. A turn checkpoint whose tree is
@@ -184,7 +184,10 @@ impl Checkpoints {
         session_id: Option<&str>,
         turn: u32,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
-        let tree = self.snapshot()?;
+        // A turn's leaves the index to be written later (it is the hot path).
+        let tree = self
+            .snapshots
+            .take(self.max_file_bytes, kind != CheckpointKind::Turn)?;
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_none() {
             *last = self.list()?.pop().map(|c| (c.n, c.tree));

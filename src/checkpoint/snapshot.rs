@@ -17,7 +17,7 @@ use gix_object::bstr::{BStr, BString, ByteSlice as _};
 use gix_object::tree::{Entry as TreeEntry, EntryKind};
 use gix_object::{Kind, Write as _, WriteTo as _};
 use gix_odb::loose;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -30,16 +30,26 @@ const RACY_MARGIN: Duration = Duration::from_secs(2);
 
 const HASH: gix_hash::Kind = gix_hash::Kind::Sha1;
 
+/// A turn's snapshot writes the index once this many entries changed since it was
+/// last written (it always does when dropped, and for the other snapshots).
+const SAVE_AFTER: usize = 256;
+
 #[derive(Debug, Clone)]
 struct Cached {
     stat: Stat,
     mode: Mode,
     id: gix_hash::ObjectId,
+    /// The snapshot that last saw it (a file not seen by this one is gone).
+    seen: u64,
 }
 
 #[derive(Debug, Default)]
 struct Cache {
-    files: HashMap<BString, Cached>,
+    /// By path's bytes: git's index order, and the order trees are built in.
+    files: BTreeMap<BString, Cached>,
+    generation: u64,
+    /// Entries changed since the index was written.
+    unsaved: usize,
     /// Entries whose mtime is at or after this were read too close to a change.
     racy_from: Option<SystemTime>,
     /// The last snapshot's tree of each directory ("" the root), in this process only.
@@ -99,7 +109,13 @@ impl Snapshots {
     }
 
     /// The workspace's tree now; changed files' blobs and changed trees are written.
-    pub(super) fn take(&self, max_file_bytes: u64) -> Result<String, CheckpointError> {
+    /// `persist`: write the index now (else once enough changed, or when dropped: a
+    /// kill in between costs the next process a read of those files, nothing else).
+    pub(super) fn take(
+        &self,
+        max_file_bytes: u64,
+        persist: bool,
+    ) -> Result<String, CheckpointError> {
         let started = SystemTime::now();
         let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let cache = match guard.as_mut() {
@@ -110,54 +126,65 @@ impl Snapshots {
         // Taken out until the snapshot succeeds: a failure part-way leaves no tree that
         // the next snapshot would trust wrongly.
         let mut trees = std::mem::take(&mut cache.trees);
-        let mut seen = Vec::with_capacity(cache.files.len());
+        cache.generation += 1;
+        let generation = cache.generation;
         let mut dirty: HashSet<BString> = HashSet::new();
-        let mut cache_changed = false;
         for found in self.walk() {
-            let (path, meta) = found?;
+            let (full, meta) = found?;
+            let Some(path) = full
+                .strip_prefix(&self.workspace)
+                .ok()
+                .map(|p| BStr::new(p.as_os_str().as_bytes()))
+            else {
+                continue;
+            };
             let mode = match mode_of(&meta) {
                 Some(mode) if !(meta.is_file() && meta.len() > max_file_bytes) => mode,
                 _ => continue,
             };
             let stat = stat_of(&meta);
-            let trusted = cache.files.get(&path).filter(|cached| {
-                cached.stat == stat
-                    && cached.mode == mode
-                    && racy_from.is_some_and(|from| mtime_of(&meta) < from)
-            });
-            let id = match trusted {
-                Some(cached) => cached.id,
-                None => {
-                    let Some(id) = self.write_blob(path.as_ref(), mode)? else {
-                        continue; // gone since the walk saw it
-                    };
-                    let before = cache.files.insert(path.clone(), Cached { stat, mode, id });
-                    cache_changed = true;
-                    if before.is_none_or(|b| b.id != id || b.mode != mode) {
-                        mark_dirty(&mut dirty, path.as_ref());
-                    }
-                    id
-                }
+            if let Some(cached) = cache.files.get_mut(path)
+                && cached.stat == stat
+                && cached.mode == mode
+                && racy_from.is_some_and(|from| mtime_of(&meta) < from)
+            {
+                cached.seen = generation;
+                continue;
+            }
+            let Some(id) = self.write_blob(path, mode)? else {
+                continue; // gone since the walk saw it
             };
-            seen.push((path, mode, id));
+            let cached = Cached {
+                stat,
+                mode,
+                id,
+                seen: generation,
+            };
+            let before = cache.files.insert(path.to_owned(), cached);
+            cache.unsaved += 1;
+            if before.is_none_or(|b| b.id != id || b.mode != mode) {
+                mark_dirty(&mut dirty, path);
+            }
         }
-        let present: HashSet<&BString> = seen.iter().map(|(p, _, _)| p).collect();
-        let gone: Vec<BString> = cache
+        let before = cache.files.len();
+        cache.files.retain(|path, cached| {
+            let kept = cached.seen == generation;
+            if !kept {
+                mark_dirty(&mut dirty, path.as_ref());
+            }
+            kept
+        });
+        cache.unsaved += before - cache.files.len();
+        // In git's order already (the map's byte order): no sort.
+        let entries: Vec<(&BString, Mode, gix_hash::ObjectId)> = cache
             .files
-            .keys()
-            .filter(|p| !present.contains(p))
-            .cloned()
+            .iter()
+            .map(|(path, cached)| (path, cached.mode, cached.id))
             .collect();
-        for path in gone {
-            cache.files.remove(&path);
-            mark_dirty(&mut dirty, path.as_ref());
-            cache_changed = true;
-        }
-        seen.sort_by(|a, b| a.0.cmp(&b.0));
-        let root = self.write_tree(&seen, BStr::new(b""), &dirty, &mut trees)?;
+        let root = self.write_tree(&entries, BStr::new(b""), &dirty, &mut trees)?;
         cache.trees = trees;
         cache.racy_from = started.checked_sub(RACY_MARGIN);
-        if cache_changed {
+        if cache.unsaved > 0 && (persist || cache.unsaved >= SAVE_AFTER) {
             self.save(cache)?;
         }
         Ok(root.to_string())
@@ -181,6 +208,7 @@ impl Snapshots {
                     stat: entry.stat,
                     mode: entry.mode,
                     id: entry.id,
+                    seen: 0,
                 };
                 (entry.path(&file).to_owned(), cached)
             })
@@ -188,13 +216,13 @@ impl Snapshots {
         Cache {
             files,
             racy_from,
-            trees: HashMap::new(),
+            ..Cache::default()
         }
     }
 
     /// Writes the index (atomically), its mtime the moment before which its entries are
     /// trusted.
-    fn save(&self, cache: &Cache) -> Result<(), CheckpointError> {
+    fn save(&self, cache: &mut Cache) -> Result<(), CheckpointError> {
         let mut state = gix_index::State::new(HASH);
         for (path, cached) in &cache.files {
             state.dangerously_push_entry(
@@ -223,12 +251,14 @@ impl Snapshots {
                 .and_then(|f| f.set_modified(from));
             set.map_err(io_error(&temp))?;
         }
-        std::fs::rename(&temp, &self.index).map_err(io_error(&self.index))
+        std::fs::rename(&temp, &self.index).map_err(io_error(&self.index))?;
+        cache.unsaved = 0;
+        Ok(())
     }
 
     /// Every file and symbolic link the checkpoints keep: its path (relative, `/`) and
     /// `lstat`.
-    fn walk(&self) -> impl Iterator<Item = Result<(BString, std::fs::Metadata), CheckpointError>> {
+    fn walk(&self) -> impl Iterator<Item = Result<(PathBuf, std::fs::Metadata), CheckpointError>> {
         let run_dir = self.run_dir.clone();
         let root = self.workspace.clone();
         let walker = ignore::WalkBuilder::new(&self.workspace)
@@ -249,24 +279,19 @@ impl Snapshots {
                     || is_dir && path.join(".git").symlink_metadata().is_ok())
             })
             .build();
-        let workspace = self.workspace.clone();
         walker.filter_map(move |entry| {
             // An unreadable directory is left out, as git's own walk leaves it.
             let entry = entry.ok()?;
             if entry.file_type().is_some_and(|t| t.is_dir()) {
                 return None;
             }
-            let path = entry.path();
-            let relative = path.strip_prefix(&workspace).ok()?;
+            let path = entry.into_path();
             let meta = match path.symlink_metadata() {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-                Err(source) => {
-                    let path = path.to_path_buf();
-                    return Some(Err(CheckpointError::Io { path, source }));
-                }
+                Err(source) => return Some(Err(CheckpointError::Io { path, source })),
             };
-            Some(Ok((relative.as_os_str().as_bytes().into(), meta)))
+            Some(Ok((path, meta)))
         })
     }
 
@@ -305,7 +330,7 @@ impl Snapshots {
     /// under `dir`), reusing the last snapshot's tree of a directory not marked dirty.
     fn write_tree(
         &self,
-        entries: &[(BString, Mode, gix_hash::ObjectId)],
+        entries: &[(&BString, Mode, gix_hash::ObjectId)],
         dir: &BStr,
         dirty: &HashSet<BString>,
         trees: &mut HashMap<BString, gix_hash::ObjectId>,
@@ -332,14 +357,14 @@ impl Snapshots {
                 }
                 Some(slash) => {
                     // A directory's entries are contiguous: they share `name/`.
-                    let sub: BString = path[..prefix + slash].into();
+                    let sub = BStr::new(&path[..prefix + slash]);
                     let end = i + entries[i..]
                         .iter()
                         .take_while(|(p, _, _)| {
-                            p.len() > sub.len() && p.starts_with(&sub) && p[sub.len()] == b'/'
+                            p.len() > sub.len() && p.starts_with(sub) && p[sub.len()] == b'/'
                         })
                         .count();
-                    let id = self.write_tree(&entries[i..end], sub.as_ref(), dirty, trees)?;
+                    let id = self.write_tree(&entries[i..end], sub, dirty, trees)?;
                     tree.entries.push(TreeEntry {
                         mode: EntryKind::Tree.into(),
                         filename: rest[..slash].into(),
@@ -412,4 +437,16 @@ fn stat_of(meta: &std::fs::Metadata) -> Stat {
 
 fn mtime_of(meta: &std::fs::Metadata) -> SystemTime {
     meta.modified().unwrap_or_else(|_| SystemTime::now())
+}
+
+impl Drop for Snapshots {
+    /// What the last turns' snapshots left unsaved goes to the index.
+    fn drop(&mut self) {
+        let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cache) = guard.as_mut()
+            && cache.unsaved > 0
+        {
+            let _ = self.save(cache);
+        }
+    }
 }

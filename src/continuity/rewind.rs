@@ -305,7 +305,7 @@ impl Runtime {
     }
 
     fn session_key(&self, id: &str) -> SessionKey {
-        SessionKey::main(&project_key(Path::new(self.lineage().workspace())), id)
+        SessionKey::main(project_key(Path::new(self.lineage().workspace())), id)
     }
 
     /// Copies the cut's entries to the fork, those it does not hold yet (a replay after

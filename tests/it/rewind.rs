@@ -385,3 +385,112 @@ fn files_over_the_size_cap_are_neither_kept_nor_removed_and_a_bad_cap_is_refused
     );
     assert_eq!(server.request_count(), requests);
 }
+
+/// `git add -A && git write-tree` in `ws` with a git directory and index of the test's
+/// own (`runs/` left out as flower leaves it out).
+fn git_tree(ws: &Path, scratch: &Path) -> String {
+    let git_dir = scratch.join("git");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "core.autocrlf=false", "-c", "core.filemode=true"])
+            .args(args)
+            .env("GIT_DIR", &git_dir)
+            .env("GIT_WORK_TREE", ws)
+            .env("GIT_INDEX_FILE", scratch.join("index"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .current_dir(ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    if !git_dir.exists() {
+        let init = std::process::Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(&git_dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .unwrap();
+        assert!(init.success());
+        std::fs::write(git_dir.join("info/exclude"), "/runs/\n").unwrap();
+    }
+    git(&["add", "-A"]);
+    git(&["write-tree"])
+}
+
+#[test]
+fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
+    use flower::checkpoint::{CheckpointKind, Checkpoints, DEFAULT_MAX_FILE_BYTES};
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let write = |rel: &str, body: &str| {
+        let path = ws.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    };
+    // Names whose order differs between a directory walk and git's trees.
+    for rel in [
+        "a.txt",
+        "a/b.txt",
+        "a-b/c.txt",
+        "a/b/c/d.txt",
+        "a0",
+        "名字.txt",
+    ] {
+        write(rel, &format!("{rel}\n"));
+    }
+    write("exec.sh", "#!/bin/sh\n");
+    std::fs::set_permissions(ws.join("exec.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("a.txt", ws.join("link")).unwrap();
+    write(".gitignore", "*.log\n!keep.log\nbuild/\n");
+    write("x.log", "ignored\n");
+    write("keep.log", "kept\n");
+    write("build/out.o", "ignored\n");
+    write("sub/.gitignore", "*.tmp\n");
+    write("sub/y.tmp", "ignored\n");
+    write("sub/z.txt", "kept\n");
+    write("runs/sessions.db", "never kept\n");
+
+    let runs = ws.join("runs");
+    let scratch = home.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let checkpoints = Checkpoints::open(&ws, &runs, DEFAULT_MAX_FILE_BYTES).unwrap();
+    let first = checkpoints
+        .record(CheckpointKind::Attempt, "干活", None, 0)
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.tree, git_tree(&ws, &scratch));
+
+    // Changed, removed, a mode changed, a new directory, a new ignored file: the trees
+    // on their paths written again, the others reused.
+    write("a/b.txt", "changed\n");
+    std::fs::remove_file(ws.join("a-b/c.txt")).unwrap();
+    std::fs::set_permissions(ws.join("exec.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    write("q/r/s.txt", "new\n");
+    write("q/t.log", "ignored\n");
+    let second = checkpoints.snapshot().unwrap();
+    assert_ne!(second, first.tree);
+    assert_eq!(second, git_tree(&ws, &scratch));
+    let turn = |n| {
+        checkpoints
+            .record(CheckpointKind::Turn, "干活", Some("s"), n)
+            .unwrap()
+    };
+    assert_eq!(turn(1).unwrap().tree, second);
+    assert!(turn(2).is_none(), "nothing changed since: not listed");
+
+    // Another process (the index read back): the same tree, and git reads its objects.
+    drop(checkpoints);
+    write("a.txt", "also changed\n");
+    let checkpoints = Checkpoints::open(&ws, &runs, DEFAULT_MAX_FILE_BYTES).unwrap();
+    let third = checkpoints.snapshot().unwrap();
+    assert_eq!(third, git_tree(&ws, &scratch));
+    let patch = String::from_utf8(checkpoints.patch(&first.tree, &third).unwrap()).unwrap();
+    assert!(
+        patch.contains("+also changed") && patch.contains("+changed"),
+        "{patch}"
+    );
+}
