@@ -355,8 +355,10 @@ fn session(root: &Path, id: &str, n: usize) -> Vec<serde_json::Value> {
         let reply = flower::model::ModelReply {
             id: format!("msg_{i:06}"),
             model: "claude-sonnet-4-5".into(),
-            content: vec![json!({"type": "tool_use", "id": format!("toolu_{i:06}"),
-                                 "name": "Read", "input": {"file_path": "notes.txt"}})],
+            content: blocks(vec![
+                json!({"type": "tool_use", "id": format!("toolu_{i:06}"),
+                                 "name": "Read", "input": {"file_path": "notes.txt"}}),
+            ]),
             stop_reason: Some("tool_use".into()),
             stop_details: None,
             usage: flower::model::Usage {
@@ -371,7 +373,7 @@ fn session(root: &Path, id: &str, n: usize) -> Vec<serde_json::Value> {
     let reply = flower::model::ModelReply {
         id: "msg_last".into(),
         model: "claude-sonnet-4-5".into(),
-        content: vec![json!({"type": "text", "text": "done"})],
+        content: blocks(vec![json!({"type": "text", "text": "done"})]),
         stop_reason: Some("end_turn".into()),
         stop_details: None,
         usage: flower::model::Usage {
@@ -514,4 +516,12 @@ fn harness_run(
         let _ = std::fs::remove_dir_all(&home);
     }
     (files.iter().map(|(_, b)| b).sum(), files)
+}
+
+/// Content blocks from their JSON.
+fn blocks(values: Vec<serde_json::Value>) -> Vec<flower::transcript::Block> {
+    values
+        .iter()
+        .map(|v| serde_json::from_str(&v.to_string()).expect("a block"))
+        .collect()
 }

@@ -97,7 +97,7 @@ impl Scripted {
         ModelReply {
             id: format!("msg_{turn}"),
             model: request.model.clone(),
-            content,
+            content: blocks(content),
             stop_reason: Some(if tool { "tool_use" } else { "end_turn" }.into()),
             stop_details: None,
             usage: Usage {
@@ -228,4 +228,12 @@ fn main() {
         "  harness overhead per turn:     {:.3} ms over {turns} model turns (goal ≤ 2 ms)",
         (wall.saturating_sub(model)).as_secs_f64() * 1e3 / turns as f64
     );
+}
+
+/// Content blocks from their JSON.
+fn blocks(values: Vec<serde_json::Value>) -> Vec<flower::transcript::Block> {
+    values
+        .iter()
+        .map(|v| serde_json::from_str(&v.to_string()).expect("a block"))
+        .collect()
 }

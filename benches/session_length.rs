@@ -113,8 +113,10 @@ fn session(id: &str, n: usize) -> Vec<Value> {
         let reply = flower::model::ModelReply {
             id: format!("msg_{i:06}"),
             model: "claude-sonnet-4-5".into(),
-            content: vec![json!({"type": "tool_use", "id": format!("toolu_{i:06}"),
-                                 "name": "Read", "input": {"file_path": "notes.txt"}})],
+            content: blocks(vec![
+                json!({"type": "tool_use", "id": format!("toolu_{i:06}"),
+                                 "name": "Read", "input": {"file_path": "notes.txt"}}),
+            ]),
             stop_reason: Some("tool_use".into()),
             stop_details: None,
             usage: flower::model::Usage {
@@ -358,4 +360,12 @@ fn verdict(ok: bool) -> &'static str {
     } else {
         "MISSES the goal"
     }
+}
+
+/// Content blocks from their JSON.
+fn blocks(values: Vec<serde_json::Value>) -> Vec<flower::transcript::Block> {
+    values
+        .iter()
+        .map(|v| serde_json::from_str(&v.to_string()).expect("a block"))
+        .collect()
 }

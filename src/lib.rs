@@ -30,6 +30,7 @@
 
 pub mod atomic;
 pub mod checkpoint;
+pub mod content;
 pub mod continuity;
 pub mod engine;
 pub mod error;

@@ -36,7 +36,7 @@ pub use subagent::{GENERAL_PURPOSE, general_purpose};
 
 pub use calls::summarize_input;
 pub use concurrent::DEFAULT_MAX_TOOL_CONCURRENCY;
-use reply::{Continuations, Next, cut_last_call, trim_for_continuation};
+use reply::{Continuations, Next, calls_of, cut_last_call, trim_for_continuation};
 pub use reply::{MAX_CONTINUATIONS, MAX_PAUSE_CONTINUATIONS};
 use session::ends_with_prompt;
 use turn::Turn;
@@ -236,7 +236,7 @@ pub enum RunError {
     /// same model gives the same answer, so this is never retried; the refusal is
     /// pruned from what a resume feeds.
     #[error("模型拒绝回答(stop_reason refusal){}", refusal_details(.0))]
-    Refusal(Option<Value>),
+    Refusal(Option<crate::content::Raw>),
     /// The context window is full (`stop_reason: model_context_window_exceeded`): the
     /// conversation cannot go on in this session.
     #[error(
@@ -262,9 +262,9 @@ fn model_error_for_model(error: &ModelError) -> String {
     }
 }
 
-fn refusal_details(details: &Option<Value>) -> String {
+fn refusal_details(details: &Option<crate::content::Raw>) -> String {
     match details {
-        Some(details) => format!(": {details}"),
+        Some(details) => format!(": {}", details.get()),
         None => String::new(),
     }
 }
@@ -812,7 +812,7 @@ impl Engine {
                 reply
             };
             self.record_reply(conv, &model, &reply, totals)?;
-            let calls = cut_last_call(&reply, transcript::tool_uses(&reply.content));
+            let calls = cut_last_call(&reply, calls_of(&reply.content));
             match self.after_reply(&reply, &model, calls.is_empty(), &mut continuations)? {
                 Next::Stop(Stop::EndTurn) => {
                     // Stop hooks may send the agent back to work, with their reason.
@@ -828,7 +828,7 @@ impl Engine {
                 Next::Continue { cut } => {
                     totals.continuing = true;
                     if cut && !prefill {
-                        let text = if transcript::is_thinking_only(&reply.content) {
+                        let text = if crate::content::is_thinking_only(&reply.content) {
                             CONTINUE_AFTER_THINKING_CUT
                         } else {
                             CONTINUE_AFTER_MAX_TOKENS

@@ -4,8 +4,9 @@
 use super::{
     CUT_BY_MAX_TOKENS, Conversation, Engine, Event, RunError, Stop, Totals, WINDOW_EXCEEDED_STOP,
 };
+use crate::content::{Block, text_of};
 use crate::model::ModelReply;
-use crate::transcript;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// How many times in a row a reply cut by `max_tokens` is continued (each
@@ -27,7 +28,7 @@ impl Engine {
         let entry = conv.chain.assistant(reply);
         // Tool results follow a reply with calls; the last of them flushes both (see
         // `SessionStore::append_deferred`).
-        let deferred = !transcript::tool_uses(&reply.content).is_empty();
+        let deferred = reply.content.iter().any(|b| b.as_tool_use().is_some());
         self.record_with(conv, entry, deferred)?;
         self.report_server_tools(&reply.content, conv.depth);
         conv.measure.measured(reply.usage.context_tokens());
@@ -37,7 +38,7 @@ impl Engine {
         if conv.depth == 0 {
             totals.context = reply.usage.context_tokens();
         }
-        let text = transcript::text_of(&reply.content);
+        let text = text_of(&reply.content);
         if std::mem::take(&mut totals.continuing) {
             totals.text.push_str(&text);
         } else if !text.is_empty() {
@@ -55,31 +56,45 @@ impl Engine {
     }
 
     /// Reports the server tool calls a reply carries (the API ran them) as tool calls.
-    fn report_server_tools(&self, content: &[Value], depth: u32) {
+    fn report_server_tools(&self, content: &[Block], depth: u32) {
+        /// What a call's summary shows of its input.
+        #[derive(Deserialize)]
+        struct Subject {
+            query: Option<String>,
+            url: Option<String>,
+        }
+        /// A server tool result's content: an error's `type` ends in `_error`.
+        #[derive(Deserialize)]
+        struct Outcome {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+        }
         for (i, block) in content.iter().enumerate() {
-            if block.get("type").and_then(Value::as_str) != Some("server_tool_use") {
+            let Block::ServerToolUse(call) = block else {
                 continue;
-            }
-            let api_name = block.get("name").and_then(Value::as_str).unwrap_or("");
+            };
+            let api_name = call.name.as_deref().unwrap_or_default();
             let Some(name) = crate::transcript::tools::server_tool_rule_name(api_name) else {
                 continue;
             };
-            let input = block.get("input").unwrap_or(&Value::Null);
-            let summary = ["query", "url"]
-                .iter()
-                .find_map(|k| input.get(*k).and_then(Value::as_str))
-                .map_or_else(|| input.to_string(), str::to_string);
+            let input = call.input.as_ref().map_or("null", |raw| raw.get());
+            let subject = serde_json::from_str::<Subject>(input).ok();
+            let summary = subject
+                .and_then(|s| s.query.or(s.url))
+                .unwrap_or_else(|| input.to_string());
             self.emit(Event::ToolCall {
                 name: name.to_string(),
                 summary,
                 depth,
             });
-            let id = block.get("id");
             let failed = content[i + 1..]
                 .iter()
-                .find(|b| b.get("tool_use_id") == id)
-                .and_then(|b| b.pointer("/content/type"))
-                .and_then(Value::as_str)
+                .find_map(|b| match b {
+                    Block::ServerToolResult(r) if r.tool_use_id == call.id => r.content.as_ref(),
+                    _ => None,
+                })
+                .and_then(|raw| raw.parse::<Outcome>().ok())
+                .and_then(|outcome| outcome.kind)
                 .is_some_and(|t| t.ends_with("_error"));
             self.emit(Event::ToolDone {
                 name: name.to_string(),
@@ -161,9 +176,8 @@ pub(super) fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
     if reply.stop_reason.as_deref() != Some("max_tokens") {
         return reply;
     }
-    if let Some(Value::Object(last)) = reply.content.last_mut()
-        && last.get("type").and_then(Value::as_str) == Some("text")
-        && let Some(Value::String(text)) = last.get_mut("text")
+    if let Some(Block::Text(last)) = reply.content.last_mut()
+        && let Some(text) = &mut last.text
     {
         let trimmed = text.trim_end().len();
         text.truncate(trimmed);
@@ -182,12 +196,7 @@ pub(super) fn cut_last_call(
     mut calls: Vec<(String, String, Value)>,
 ) -> Vec<(String, String, Value)> {
     let cut = reply.stop_reason.as_deref() == Some("max_tokens")
-        && reply
-            .content
-            .last()
-            .and_then(|b| b.get("type"))
-            .and_then(Value::as_str)
-            == Some("tool_use");
+        && matches!(reply.content.last(), Some(Block::ToolUse(_)));
     if cut && let Some((_, _, input)) = calls.last_mut() {
         // What the stream made of the cut input (a parse error), kept after the cause.
         let why = match input
@@ -200,4 +209,25 @@ pub(super) fn cut_last_call(
         *input = json!({ crate::model::types::INVALID_TOOL_INPUT: why });
     }
     calls
+}
+
+/// The tool calls of a reply: id, name and input (`{}` when it has none). The input
+/// is a `Value` for the tools' sake until they read typed inputs.
+pub(super) fn calls_of(content: &[Block]) -> Vec<(String, String, Value)> {
+    content
+        .iter()
+        .filter_map(Block::as_tool_use)
+        .map(|call| {
+            let input = call
+                .input
+                .as_ref()
+                .and_then(|raw| raw.parse().ok())
+                .unwrap_or_else(|| json!({}));
+            (
+                call.id.clone().unwrap_or_default(),
+                call.name.clone().unwrap_or_default(),
+                input,
+            )
+        })
+        .collect()
 }

@@ -560,10 +560,5 @@ fn seconds(d: Duration) -> String {
 
 /// The model's reply text (all text blocks, concatenated): a convenience for callers.
 pub fn reply_text(reply: &ModelReply) -> String {
-    reply
-        .content
-        .iter()
-        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-        .filter_map(|b| b.get("text").and_then(Value::as_str))
-        .collect()
+    crate::content::text_of(&reply.content)
 }

@@ -10,9 +10,11 @@
 //!   `content_block_*`, `message_delta`, `message_stop`, `ping`, `error`) into a
 //!   [`ModelReply`], reporting progress through [`StreamDelta`]s as it goes.
 
+use crate::content::{Block, Order, Raw, TextBlock, ThinkingBlock, ToolUseBlock};
 use crate::error::Cause;
 use crate::model::{ModelError, ModelReply, StreamDelta, Usage};
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use std::borrow::Cow;
 
 /// One dispatched server-sent event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,11 +145,11 @@ impl SseParser {
 
 /// A content block being streamed.
 #[derive(Debug)]
-enum Block {
+enum Streaming {
     Text {
         text: String,
         /// Citations arrive as `citations_delta`s; kept when present.
-        citations: Vec<Value>,
+        citations: Vec<Raw>,
     },
     Thinking {
         thinking: String,
@@ -155,113 +157,262 @@ enum Block {
     },
     /// `tool_use` (and `server_tool_use`): the input arrives as JSON fragments.
     ToolUse {
-        start: Map<String, Value>,
+        block: ToolUseBlock,
         json: String,
     },
     /// Anything else (`redacted_thinking`, server tool results, future types): kept as
     /// the start event gave it.
-    Verbatim(Value),
+    Verbatim(Block),
     /// Finished (`content_block_stop` seen).
-    Done(Value),
+    Done(Block),
 }
 
 /// The input of a tool call whose streamed JSON could not be used; see
 /// [`crate::model::types::INVALID_TOOL_INPUT`].
-fn invalid_input(why: &str, json: &str) -> Value {
-    let mut m = Map::new();
-    m.insert(
-        crate::model::types::INVALID_TOOL_INPUT.into(),
-        format!("{why}: {}", snippet(json)).into(),
-    );
-    Value::Object(m)
+fn invalid_input(why: &str, json: &str) -> Result<Raw, serde_json::Error> {
+    let marker = [(
+        crate::model::types::INVALID_TOOL_INPUT,
+        format!("{why}: {}", snippet(json)),
+    )];
+    Raw::of(&std::collections::BTreeMap::from(marker))
 }
 
-impl Block {
-    fn start(block: &Value) -> Block {
-        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-        let text_field = |name: &str| {
-            block
-                .get(name)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        match kind {
-            "text" => Block::Text {
-                text: text_field("text"),
+/// A block read from an event, its JSON written again as `serde_json` writes it (no
+/// whitespace): what is stored and sent back does not depend on how the server
+/// spaced its events.
+fn compact<T: serde::de::DeserializeOwned>(tree: &impl serde::Serialize) -> Result<T, ModelError> {
+    serde_json::to_string(tree)
+        .and_then(|text| serde_json::from_str(&text))
+        .map_err(|e| ModelError::protocol_because("a block that cannot be read", e))
+}
+
+impl Streaming {
+    fn start(block: Block) -> Streaming {
+        match block {
+            Block::Text(b) => Streaming::Text {
+                text: b.text.unwrap_or_default(),
                 citations: Vec::new(),
             },
-            "thinking" => Block::Thinking {
-                thinking: text_field("thinking"),
-                signature: text_field("signature"),
+            Block::Thinking(b) => Streaming::Thinking {
+                thinking: b.thinking.unwrap_or_default(),
+                signature: b.signature.unwrap_or_default(),
             },
-            "tool_use" | "server_tool_use" => {
-                let mut start = block.as_object().cloned().unwrap_or_default();
+            Block::ToolUse(mut block) | Block::ServerToolUse(mut block) => {
                 // The start event carries `"input": {}`; the real input streams after.
-                start.remove("input");
-                Block::ToolUse {
-                    start,
+                block.input = None;
+                Streaming::ToolUse {
+                    block,
                     json: String::new(),
                 }
             }
-            _ => Block::Verbatim(block.clone()),
+            other => Streaming::Verbatim(other),
         }
     }
 
     /// The block as the API accepts it back in a later request.
-    fn finish(self) -> Result<Value, ModelError> {
+    fn finish(self) -> Result<Block, ModelError> {
+        let serialize = |e| ModelError::protocol_because("a block that cannot be written", e);
         Ok(match self {
-            Block::Text { text, citations } => {
-                let mut m = Map::new();
-                m.insert("type".into(), "text".into());
-                m.insert("text".into(), text.into());
-                if !citations.is_empty() {
-                    m.insert("citations".into(), Value::Array(citations));
-                }
-                Value::Object(m)
-            }
-            Block::Thinking {
+            Streaming::Text { text, citations } => Block::Text(TextBlock {
+                kind: Some("text".into()),
+                text: Some(text),
+                citations: if citations.is_empty() {
+                    None
+                } else {
+                    Some(Raw::of(&citations).map_err(serialize)?)
+                },
+                ..TextBlock::default()
+            }),
+            Streaming::Thinking {
                 thinking,
                 signature,
-            } => {
-                let mut m = Map::new();
-                m.insert("type".into(), "thinking".into());
-                m.insert("thinking".into(), thinking.into());
-                m.insert("signature".into(), signature.into());
-                Value::Object(m)
-            }
-            Block::ToolUse { start, json } => {
+            } => Block::Thinking(ThinkingBlock {
+                kind: Some("thinking".into()),
+                thinking: Some(thinking),
+                signature: Some(signature),
+                ..ThinkingBlock::default()
+            }),
+            Streaming::ToolUse { mut block, json } => {
                 // Input that is not a JSON object (a reply cut by max_tokens mid-call)
                 // is the model's mistake, not the stream's: the call is kept, its input
                 // replaced by a marker object the engine answers with an error result,
-                // and the session goes on.
+                // and the session goes on. A good input is written again compactly.
                 let input = if json.trim().is_empty() {
-                    Value::Object(Map::new())
+                    Raw::from_text("{}".into())
                 } else {
-                    match serde_json::from_str::<Value>(&json) {
-                        Ok(value @ Value::Object(_)) => value,
+                    // Parsed to check it is an object and to write it canonically.
+                    match serde_json::from_str::<serde_json::Value>(&json) {
+                        Ok(value @ serde_json::Value::Object(_)) => Raw::of(&value),
                         Ok(_) => invalid_input("not a JSON object", &json),
                         Err(e) => invalid_input(&e.to_string(), &json),
                     }
                 };
-                let mut m = Map::new();
+                block.input = Some(input.map_err(serialize)?);
                 // Canonical key order (type, id, name, input), whatever the server sent.
-                for key in ["type", "id", "name"] {
-                    if let Some(v) = start.get(key) {
-                        m.insert(key.into(), v.clone());
-                    }
+                block.order = Order::default();
+                match block.kind.as_deref() {
+                    Some("server_tool_use") => Block::ServerToolUse(block),
+                    _ => Block::ToolUse(block),
                 }
-                m.insert("input".into(), input);
-                for (k, v) in start {
-                    if !m.contains_key(&k) {
-                        m.insert(k, v);
-                    }
-                }
-                Value::Object(m)
             }
-            Block::Verbatim(v) | Block::Done(v) => v,
+            Streaming::Verbatim(block) | Streaming::Done(block) => block,
         })
     }
+}
+
+/// The fields of a `message_start` event flower reads.
+#[derive(Deserialize)]
+struct MessageStartEvent {
+    message: Option<MessageStart>,
+}
+
+#[derive(Deserialize)]
+struct MessageStart {
+    id: Option<String>,
+    model: Option<String>,
+    stop_reason: Option<String>,
+    usage: Option<UsageFields>,
+}
+
+/// A `content_block_start` event.
+#[derive(Deserialize)]
+struct BlockStartEvent {
+    index: Option<serde_json::Number>,
+    /// Read as a tree to be written again compactly ([`compact`]).
+    content_block: Option<serde_json::Value>,
+}
+
+/// A `content_block_delta` event: the text pieces borrowed from the event's data
+/// where they need no unescaping.
+#[derive(Deserialize)]
+struct BlockDeltaEvent<'a> {
+    index: Option<serde_json::Number>,
+    #[serde(borrow)]
+    delta: Option<BlockDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct BlockDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    signature: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    partial_json: Option<Cow<'a, str>>,
+    /// Read as a tree to be written again compactly ([`compact`]).
+    citation: Option<serde_json::Value>,
+}
+
+/// A `content_block_stop` event.
+#[derive(Deserialize)]
+struct BlockStopEvent {
+    index: Option<serde_json::Number>,
+}
+
+/// A `message_delta` event.
+#[derive(Deserialize)]
+struct MessageDeltaEvent {
+    delta: Option<MessageDelta>,
+    usage: Option<UsageFields>,
+}
+
+#[derive(Deserialize)]
+struct MessageDelta {
+    stop_reason: Option<String>,
+    /// Carried to the refusal error as the API wrote it (`null` is none).
+    stop_details: Option<serde_json::Value>,
+}
+
+/// An `error` event: `{"type":"error","error":{"type":…,"message":…}}`, or the error's
+/// fields at the top.
+#[derive(Deserialize)]
+struct ErrorEvent {
+    error: Option<ErrorFields>,
+    #[serde(flatten)]
+    top: ErrorFields,
+}
+
+#[derive(Deserialize)]
+struct ErrorFields {
+    #[serde(rename = "type", default, deserialize_with = "string_or_none")]
+    kind: Option<String>,
+    #[serde(default, deserialize_with = "string_or_none")]
+    message: Option<String>,
+}
+
+/// A string, or `None` for a value of any other type.
+fn string_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct AnyString;
+    impl<'de> serde::de::Visitor<'de> for AnyString {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Option<String>, E> {
+            Ok(Some(text.to_string()))
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Option<String>, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Option<String>, A::Error> {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Option<String>, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(None)
+        }
+    }
+    d.deserialize_any(AnyString)
+}
+
+/// The `usage` fields of `message_start` and `message_delta`; absent or `null` ones
+/// leave the count as it was.
+#[derive(Deserialize)]
+struct UsageFields {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    server_tool_use: Option<ServerUsageFields>,
+}
+
+#[derive(Deserialize)]
+struct ServerUsageFields {
+    web_search_requests: Option<u64>,
+    web_fetch_requests: Option<u64>,
+}
+
+/// Only an event's `type` (for a server that sends bare `data:` lines).
+#[derive(Deserialize)]
+struct EventType<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
 }
 
 /// Assembles one streamed Messages API reply from its events.
@@ -273,13 +424,24 @@ pub struct MessageAssembler {
     id: String,
     model: String,
     /// Indexed by the API's block `index`.
-    blocks: Vec<Option<Block>>,
+    blocks: Vec<Option<Streaming>>,
     stop_reason: Option<String>,
-    stop_details: Option<Value>,
+    stop_details: Option<Raw>,
     usage: Usage,
     started: bool,
     stopped: bool,
     events: usize,
+}
+
+/// The data of a known event, read as `T`.
+fn data_of<'a, T: Deserialize<'a>>(event: &'a SseEvent, kind: &str) -> Result<T, ModelError> {
+    serde_json::from_str(&event.data).map_err(|e| {
+        let why = format!(
+            "{kind} event: data is not JSON of its shape ({e}): {}",
+            snippet(&event.data)
+        );
+        ModelError::protocol_because(why, e)
+    })
 }
 
 impl MessageAssembler {
@@ -305,73 +467,49 @@ impl MessageAssembler {
         on_delta: &mut (dyn FnMut(StreamDelta<'_>) + Send),
     ) -> Result<(), ModelError> {
         self.events += 1;
-        let known = matches!(
-            event.event.as_str(),
-            "message_start"
-                | "content_block_start"
-                | "content_block_delta"
-                | "content_block_stop"
-                | "message_delta"
-                | "message_stop"
-                | "error"
-        );
-        let data: Value = match serde_json::from_str(&event.data) {
-            Ok(v) => v,
-            Err(e) if known => {
-                let why = format!(
-                    "{} event: data is not JSON ({e}): {}",
-                    event.event,
-                    snippet(&event.data)
-                );
-                return Err(ModelError::protocol_because(why, e));
-            }
-            Err(_) => return Ok(()),
-        };
         // The Anthropic stream names each event twice (`event:` and `data.type`); the
         // event name wins, the data type covers a server that sends bare `data:` lines.
+        let bare;
         let kind = if event.event == "message" {
-            data.get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("message")
+            bare = serde_json::from_str::<EventType<'_>>(&event.data)
+                .ok()
+                .and_then(|t| t.kind);
+            bare.as_deref().unwrap_or("message")
         } else {
             event.event.as_str()
         };
         match kind {
-            "message_start" => self.message_start(&data),
-            "content_block_start" => self.block_start(&data, on_delta),
-            "content_block_delta" => self.block_delta(&data, on_delta),
-            "content_block_stop" => self.block_stop(&data),
+            "message_start" => self.message_start(data_of(event, kind)?),
+            "content_block_start" => self.block_start(data_of(event, kind)?, on_delta),
+            "content_block_delta" => self.block_delta(data_of(event, kind)?, on_delta),
+            "content_block_stop" => self.block_stop(data_of(event, kind)?),
             "message_delta" => {
-                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    self.stop_reason = Some(reason.to_string());
+                let data: MessageDeltaEvent = data_of(event, kind)?;
+                if let Some(delta) = data.delta {
+                    if let Some(reason) = delta.stop_reason {
+                        self.stop_reason = Some(reason);
+                    }
+                    if let Some(details) = &delta.stop_details {
+                        self.stop_details = Some(compact(&details)?);
+                    }
                 }
-                if let Some(details) = data.pointer("/delta/stop_details").filter(|d| !d.is_null())
-                {
-                    self.stop_details = Some(details.clone());
-                }
-                if let Some(usage) = data.get("usage") {
+                if let Some(usage) = &data.usage {
                     merge_usage(&mut self.usage, usage);
                 }
                 Ok(())
             }
             "message_stop" => {
+                let _: serde::de::IgnoredAny = data_of(event, kind)?;
                 self.stopped = true;
                 Ok(())
             }
             "error" => {
-                let error = data.get("error").unwrap_or(&data);
+                let data: ErrorEvent = data_of(event, kind)?;
+                let error = data.error.unwrap_or(data.top);
                 Err(ModelError::Api {
                     status: None,
-                    kind: error
-                        .get("type")
-                        .and_then(Value::as_str)
-                        .unwrap_or("error")
-                        .to_string(),
-                    message: error
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| snippet(&event.data)),
+                    kind: error.kind.unwrap_or_else(|| "error".into()),
+                    message: error.message.unwrap_or_else(|| snippet(&event.data)),
                     retry_after: None,
                 })
             }
@@ -380,21 +518,21 @@ impl MessageAssembler {
         }
     }
 
-    fn message_start(&mut self, data: &Value) -> Result<(), ModelError> {
+    fn message_start(&mut self, data: MessageStartEvent) -> Result<(), ModelError> {
         let message = data
-            .get("message")
+            .message
             .ok_or_else(|| ModelError::protocol("message_start without message"))?;
         self.started = true;
-        if let Some(id) = message.get("id").and_then(Value::as_str) {
-            self.id = id.to_string();
+        if let Some(id) = message.id {
+            self.id = id;
         }
-        if let Some(model) = message.get("model").and_then(Value::as_str) {
-            self.model = model.to_string();
+        if let Some(model) = message.model {
+            self.model = model;
         }
-        if let Some(reason) = message.get("stop_reason").and_then(Value::as_str) {
-            self.stop_reason = Some(reason.to_string());
+        if let Some(reason) = message.stop_reason {
+            self.stop_reason = Some(reason);
         }
-        if let Some(usage) = message.get("usage") {
+        if let Some(usage) = &message.usage {
             merge_usage(&mut self.usage, usage);
         }
         Ok(())
@@ -402,27 +540,26 @@ impl MessageAssembler {
 
     fn block_start(
         &mut self,
-        data: &Value,
+        data: BlockStartEvent,
         on_delta: &mut (dyn FnMut(StreamDelta<'_>) + Send),
     ) -> Result<(), ModelError> {
-        let index = block_index(data, "content_block_start")?;
+        let index = block_index(data.index.as_ref(), "content_block_start")?;
         let block = data
-            .get("content_block")
+            .content_block
             .ok_or_else(|| ModelError::protocol("content_block_start without block"))?;
         if self.blocks.len() <= index {
             self.blocks.resize_with(index + 1, || None);
         }
-        let started = Block::start(block);
-        if let Block::ToolUse { start, .. } = &started
-            && start.get("type").and_then(Value::as_str) == Some("tool_use")
+        let started = Streaming::start(compact(&block)?);
+        if let Streaming::ToolUse { block, .. } = &started
+            && block.kind.as_deref() == Some("tool_use")
         {
-            let field = |k: &str| start.get(k).and_then(Value::as_str).unwrap_or("");
             on_delta(StreamDelta::ToolUseStart {
-                id: field("id"),
-                name: field("name"),
+                id: block.id.as_deref().unwrap_or_default(),
+                name: block.name.as_deref().unwrap_or_default(),
             });
         }
-        if let Block::Text { text, .. } = &started
+        if let Streaming::Text { text, .. } = &started
             && !text.is_empty()
         {
             on_delta(StreamDelta::Text(text));
@@ -433,42 +570,41 @@ impl MessageAssembler {
 
     fn block_delta(
         &mut self,
-        data: &Value,
+        data: BlockDeltaEvent<'_>,
         on_delta: &mut (dyn FnMut(StreamDelta<'_>) + Send),
     ) -> Result<(), ModelError> {
-        let index = block_index(data, "content_block_delta")?;
+        let index = block_index(data.index.as_ref(), "content_block_delta")?;
         let Some(block) = self.blocks.get_mut(index).and_then(Option::as_mut) else {
             return Err(ModelError::protocol(format!(
                 "content_block_delta for block {index}, which was never started"
             )));
         };
-        let Some(delta) = data.get("delta") else {
+        let Some(delta) = data.delta else {
             return Err(ModelError::protocol("content_block_delta without delta"));
         };
-        let field = |k: &str| delta.get(k).and_then(Value::as_str).unwrap_or("");
-        match (delta.get("type").and_then(Value::as_str), block) {
-            (Some("text_delta"), Block::Text { text, .. }) => {
-                let piece = field("text");
-                text.push_str(piece);
-                on_delta(StreamDelta::Text(piece));
+        match (delta.kind.as_deref(), block) {
+            (Some("text_delta"), Streaming::Text { text, .. }) => {
+                let part = delta.text.as_deref().unwrap_or_default();
+                text.push_str(part);
+                on_delta(StreamDelta::Text(part));
             }
-            (Some("citations_delta"), Block::Text { citations, .. }) => {
-                if let Some(c) = delta.get("citation") {
-                    citations.push(c.clone());
+            (Some("citations_delta"), Streaming::Text { citations, .. }) => {
+                if let Some(c) = &delta.citation {
+                    citations.push(compact(c)?);
                 }
             }
-            (Some("thinking_delta"), Block::Thinking { thinking, .. }) => {
-                let piece = field("thinking");
-                thinking.push_str(piece);
-                on_delta(StreamDelta::Thinking(piece));
+            (Some("thinking_delta"), Streaming::Thinking { thinking, .. }) => {
+                let part = delta.thinking.as_deref().unwrap_or_default();
+                thinking.push_str(part);
+                on_delta(StreamDelta::Thinking(part));
             }
-            (Some("signature_delta"), Block::Thinking { signature, .. }) => {
-                signature.push_str(field("signature"));
+            (Some("signature_delta"), Streaming::Thinking { signature, .. }) => {
+                signature.push_str(delta.signature.as_deref().unwrap_or_default());
             }
-            (Some("input_json_delta"), Block::ToolUse { json, .. }) => {
-                json.push_str(field("partial_json"));
+            (Some("input_json_delta"), Streaming::ToolUse { json, .. }) => {
+                json.push_str(delta.partial_json.as_deref().unwrap_or_default());
             }
-            (Some(kind), Block::Done(_)) => {
+            (Some(kind), Streaming::Done(_)) => {
                 return Err(ModelError::protocol(format!(
                     "{kind} for block {index} after its content_block_stop"
                 )));
@@ -480,14 +616,14 @@ impl MessageAssembler {
         Ok(())
     }
 
-    fn block_stop(&mut self, data: &Value) -> Result<(), ModelError> {
-        let index = block_index(data, "content_block_stop")?;
+    fn block_stop(&mut self, data: BlockStopEvent) -> Result<(), ModelError> {
+        let index = block_index(data.index.as_ref(), "content_block_stop")?;
         let slot = self.blocks.get_mut(index).ok_or_else(|| {
             ModelError::protocol(format!("content_block_stop for unknown block {index}"))
         })?;
         match slot.take() {
             Some(block) => {
-                *slot = Some(Block::Done(block.finish()?));
+                *slot = Some(Streaming::Done(block.finish()?));
                 Ok(())
             }
             None => Err(ModelError::protocol(format!(
@@ -527,15 +663,15 @@ impl MessageAssembler {
         }
         let mut content = Vec::with_capacity(self.blocks.len());
         for block in self.blocks.into_iter().flatten() {
-            let value = block.finish()?;
+            let block = block.finish()?;
             // The API refuses empty text blocks in a request; one can only be noise.
-            if value.get("type").and_then(Value::as_str) == Some("text")
-                && value.get("text").and_then(Value::as_str) == Some("")
-                && value.get("citations").is_none()
+            if let Block::Text(text) = &block
+                && text.text.as_deref() == Some("")
+                && text.citations.is_none()
             {
                 continue;
             }
-            content.push(value);
+            content.push(block);
         }
         Ok(ModelReply {
             id: self.id,
@@ -548,39 +684,37 @@ impl MessageAssembler {
     }
 }
 
-fn block_index(data: &Value, event: &str) -> Result<usize, ModelError> {
-    data.get("index")
-        .and_then(Value::as_u64)
+fn block_index(index: Option<&serde_json::Number>, event: &str) -> Result<usize, ModelError> {
+    index
+        .and_then(serde_json::Number::as_u64)
         .and_then(|i| usize::try_from(i).ok())
         // A bound on the index keeps a hostile server from making us allocate wildly.
         .filter(|&i| i < 100_000)
         .ok_or_else(|| ModelError::protocol(format!("{event} without a valid index")))
 }
 
-/// Overwrites the usage fields present (and not null) in `v`; the others keep their
-/// value. `message_delta` counts are cumulative, so overwriting is right.
-fn merge_usage(usage: &mut Usage, v: &Value) {
-    let get = |k: &str| v.get(k).and_then(Value::as_u64);
-    if let Some(n) = get("input_tokens") {
-        usage.input_tokens = n;
-    }
-    if let Some(n) = get("output_tokens") {
-        usage.output_tokens = n;
-    }
-    if let Some(n) = get("cache_creation_input_tokens") {
-        usage.cache_creation_input_tokens = n;
-    }
-    if let Some(n) = get("cache_read_input_tokens") {
-        usage.cache_read_input_tokens = n;
-    }
-    if let Some(server) = v.get("server_tool_use") {
-        let get = |k: &str| server.get(k).and_then(Value::as_u64);
-        if let Some(n) = get("web_search_requests") {
-            usage.server_tool_use.web_search_requests = n;
+/// Overwrites the usage fields present (and not null); the others keep their value.
+/// `message_delta` counts are cumulative, so overwriting is right.
+fn merge_usage(usage: &mut Usage, fields: &UsageFields) {
+    let set = |to: &mut u64, from: Option<u64>| {
+        if let Some(n) = from {
+            *to = n;
         }
-        if let Some(n) = get("web_fetch_requests") {
-            usage.server_tool_use.web_fetch_requests = n;
-        }
+    };
+    set(&mut usage.input_tokens, fields.input_tokens);
+    set(&mut usage.output_tokens, fields.output_tokens);
+    set(
+        &mut usage.cache_creation_input_tokens,
+        fields.cache_creation_input_tokens,
+    );
+    set(
+        &mut usage.cache_read_input_tokens,
+        fields.cache_read_input_tokens,
+    );
+    if let Some(server) = &fields.server_tool_use {
+        let counts = &mut usage.server_tool_use;
+        set(&mut counts.web_search_requests, server.web_search_requests);
+        set(&mut counts.web_fetch_requests, server.web_fetch_requests);
     }
 }
 
@@ -597,7 +731,17 @@ pub(crate) fn snippet(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    /// Blocks from their JSON.
+    fn blocks(json: Value) -> Vec<Block> {
+        serde_json::from_str(&json.to_string()).unwrap()
+    }
+
+    /// Blocks as JSON.
+    fn json_of(blocks: &[Block]) -> Value {
+        serde_json::from_str(&serde_json::to_string(blocks).unwrap()).unwrap()
+    }
 
     /// A stream recorded from the API's documented shape, with CRLF line ends, a
     /// comment, a multi-line `data:`, an unknown event and non-ASCII text (so that
@@ -693,11 +837,11 @@ mod tests {
         ModelReply {
             id: "msg_01".into(),
             model: "claude-sonnet-4-5-20250929".into(),
-            content: vec![
-                json!({"type": "thinking", "thinking": "思考 ✓", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDYUs="}),
-                json!({"type": "text", "text": "Hé 🌸 là"}),
-                json!({"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"file_path": "/tmp/é.txt", "limit": 5}}),
-            ],
+            content: blocks(json!([
+                {"type": "thinking", "thinking": "思考 ✓", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDYUs="},
+                {"type": "text", "text": "Hé 🌸 là"},
+                {"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"file_path": "/tmp/é.txt", "limit": 5}},
+            ])),
             stop_reason: Some("tool_use".into()),
             stop_details: None,
             usage: Usage {
@@ -876,17 +1020,18 @@ mod tests {
         };
         let reply = tool(&[]).unwrap();
         assert_eq!(
-            reply.content,
-            vec![json!({"type":"tool_use","id":"t","name":"Glob","input":{}})]
+            json_of(&reply.content),
+            json!([{"type":"tool_use","id":"t","name":"Glob","input":{}}])
         );
-        assert_eq!(tool(&[""]).unwrap().content[0]["input"], json!({}));
-        let broken = tool(&["{\"pattern\": ", "\"*.rs\""]).unwrap();
-        let marker = &broken.content[0]["input"][crate::model::types::INVALID_TOOL_INPUT];
+        assert_eq!(
+            json_of(&tool(&[""]).unwrap().content)[0]["input"],
+            json!({})
+        );
+        let broken = json_of(&tool(&["{\"pattern\": ", "\"*.rs\""]).unwrap().content);
+        let marker = &broken[0]["input"][crate::model::types::INVALID_TOOL_INPUT];
         assert!(marker.as_str().unwrap().contains("*.rs"), "{marker}");
-        let not_object = tool(&["[1]"]).unwrap();
-        assert!(
-            not_object.content[0]["input"][crate::model::types::INVALID_TOOL_INPUT].is_string()
-        );
+        let not_object = json_of(&tool(&["[1]"]).unwrap().content);
+        assert!(not_object[0]["input"][crate::model::types::INVALID_TOOL_INPUT].is_string());
     }
 
     #[test]
@@ -913,7 +1058,7 @@ mod tests {
             ("message_stop", json!({"type":"message_stop"})),
         ]);
         let reply = run(&[&bytes]).0.unwrap();
-        assert_eq!(reply.content, vec![redacted]);
+        assert_eq!(json_of(&reply.content), json!([redacted]));
         assert_eq!(reply.stop_reason.as_deref(), Some("end_turn"));
         assert_eq!(
             reply.usage,

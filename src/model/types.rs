@@ -1,5 +1,6 @@
 //! Request and reply types of the Messages API, as flower uses them.
 
+use crate::content::{Block, Raw};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -277,10 +278,10 @@ pub struct ModelReply {
     pub model: String,
     /// Content blocks exactly as the API sent them (text, thinking with its signature,
     /// tool_use with its parsed input), ready to be stored and sent back unchanged.
-    pub content: Vec<Value>,
+    pub content: Vec<Block>,
     pub stop_reason: Option<String>,
     /// The API's `stop_details` (e.g. why a `refusal` happened), when it sent some.
-    pub stop_details: Option<Value>,
+    pub stop_details: Option<Raw>,
     pub usage: Usage,
 }
 

@@ -1,11 +1,11 @@
 //! A transcript entry, typed: one line of Claude Code's JSONL. The fields flower reads
 //! and writes are typed; every other field, and the order of all of them, is kept
-//! ([`super::object`]), so a line read and written again is the same bytes.
+//! ([`crate::content::object`]), so a line read and written again is the same bytes.
 
-use super::block::{Block, Content, ToolUseBlock};
 use super::loaded::Kind;
 use super::markers;
-use super::object::{Raw, object};
+use crate::content::object::object;
+use crate::content::{Block, Content, Raw, ToolUseBlock};
 
 object! {
     /// One transcript entry (a line of the JSONL file, a row of a store).

@@ -13,21 +13,18 @@ use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::path::Path;
 
-mod block;
 mod entry;
 mod loaded;
 pub mod markers;
-mod object;
 mod order;
 pub mod tools;
 
-pub use block::{
-    Block, Content, MediaBlock, RedactedThinkingBlock, ServerToolResultBlock, TextBlock,
-    ThinkingBlock, ToolResultBlock, ToolUseBlock,
+pub use crate::content::{
+    Block, Content, MediaBlock, Order, Raw, RawObject, RedactedThinkingBlock,
+    ServerToolResultBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock,
 };
 pub use entry::{Entry, Message, MessageUsage, System};
 pub use loaded::{Json, Kind, Loaded};
-pub use object::{Order, Raw, RawObject};
 
 pub use markers::{INTERRUPTED_TOOL_RESULT, INTERRUPTED_TURN};
 
@@ -184,8 +181,10 @@ impl Chain {
             "stop_reason": reply.stop_reason,
             "usage": reply.usage,
         });
-        if let (Some(details), Some(obj)) = (&reply.stop_details, message.as_object_mut()) {
-            obj.insert("stop_details".into(), details.clone());
+        if let (Some(details), Some(obj)) = (&reply.stop_details, message.as_object_mut())
+            && let Ok(details) = details.parse()
+        {
+            obj.insert("stop_details".into(), details);
         }
         self.entry("assistant", message, Map::new())
     }

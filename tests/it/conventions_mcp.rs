@@ -765,3 +765,44 @@ fn a_server_that_fails_to_start_for_a_call_is_tried_again_at_the_next_call() {
 fn has_chinese(text: &str) -> bool {
     text.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c))
 }
+
+/// A server or tool name with characters the API refuses in a tool name (a `.`, a
+/// space) is offered with those as `_`: every name of the request fits the API's
+/// `^[a-zA-Z0-9_-]{1,128}$` (one name that does not is a 400 for every request of the
+/// session), and the tool is called under its offered name.
+#[test]
+fn server_and_tool_names_with_dots_are_offered_as_the_api_takes_them() {
+    let Some(mcp) = Mcp::new() else { return };
+    mcp.write(
+        ".mcp.json",
+        &json!({"mcpServers": {"t.v2 x": {
+            "command": mcp.python,
+            "args": [mcp.script, "stdio"],
+            "env": {"MCP_LOG": "${TEST_MCP_LOG:-/nonexistent/log}"}
+        }}}),
+    );
+    let server = calls(vec![("mcp__t_v2_x__echo", json!({"text": "点"}))]);
+    let out = mcp
+        .command(&server, &["once", "--json", "用 echo"])
+        .env("MCP_EXTRA_TOOL", "read.file")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let requests = server.requests();
+    let names = requests[0].tool_names();
+    for name in ["mcp__t_v2_x__echo", "mcp__t_v2_x__read_file"] {
+        assert!(names.contains(&name.to_string()), "{names:?}");
+    }
+    for name in &names {
+        assert!(
+            !name.is_empty()
+                && name.len() <= 128
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{name:?} is a 400"
+        );
+    }
+    assert_eq!(result_text(&requests[1].tool_results()[0]), "echo: 点");
+    mcp.assert_no_server_left();
+}

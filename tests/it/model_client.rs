@@ -11,6 +11,15 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use support::{FAKE_API_KEY, FakeServer, Gate, Reply};
 
+/// A reply's blocks as JSON.
+fn blocks(reply: &flower::model::ModelReply) -> Vec<Value> {
+    reply
+        .content
+        .iter()
+        .map(|b| serde_json::from_str(&serde_json::to_string(b).unwrap()).unwrap())
+        .collect()
+}
+
 const WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, PartialEq)]
@@ -84,7 +93,7 @@ async fn text_reply_streams_in_pieces_and_assembles() {
     let server = FakeServer::start(vec![Reply::text(text).chunk_chars(5)]);
     let (reply, deltas) = call(&client(&server), &request()).await;
     let reply = reply.unwrap();
-    assert_eq!(reply.content, vec![json!({"type": "text", "text": text})]);
+    assert_eq!(blocks(&reply), vec![json!({"type": "text", "text": text})]);
     assert_eq!(reply.stop_reason.as_deref(), Some("end_turn"));
     assert_eq!(reply.id, "msg_fake_0000");
     // The fake echoes the request's model, as the API does.
@@ -108,7 +117,7 @@ async fn tool_use_input_is_assembled_from_json_deltas() {
     let (reply, deltas) = call(&client(&server), &request()).await;
     let reply = reply.unwrap();
     assert_eq!(
-        reply.content,
+        blocks(&reply),
         vec![
             json!({"type": "tool_use", "id": "toolu_fake_0000_0", "name": "Read", "input": input})
         ]
@@ -136,7 +145,7 @@ async fn thinking_text_and_tool_calls_in_one_message_come_back_verbatim() {
     let (reply, deltas) = call(&client(&server), &request()).await;
     let reply = reply.unwrap();
     assert_eq!(
-        reply.content,
+        blocks(&reply),
         vec![
             json!({"type": "thinking", "thinking": "Let me look at\nthe file first.", "signature": signature}),
             json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}),
@@ -565,7 +574,7 @@ async fn a_refused_port_is_a_connection_error_and_service_resumes_on_the_same_po
     assert_eq!(server.request_count(), 0);
     server.resume_accepting();
     let reply = call(&client, &request()).await.0.unwrap();
-    assert_eq!(reply.content, [json!({"type": "text", "text": "back"})]);
+    assert_eq!(blocks(&reply), [json!({"type": "text", "text": "back"})]);
 }
 
 #[tokio::test]
@@ -602,7 +611,7 @@ async fn slow_but_steady_streams_do_not_time_out() {
     let client = client(&server).with_idle_timeout(Duration::from_millis(400));
     let reply = call(&client, &request()).await.0.unwrap();
     assert_eq!(
-        reply.content,
+        blocks(&reply),
         [json!({"type": "text", "text": "slow and steady"})]
     );
 }
@@ -625,7 +634,7 @@ async fn unknown_events_and_comments_are_ignored() {
     let server = FakeServer::start(vec![Reply::raw_sse(stream)]);
     let reply = call(&client(&server), &request()).await.0.unwrap();
     assert_eq!(reply.id, "msg_x");
-    assert_eq!(reply.content, [json!({"type": "text", "text": "hi"})]);
+    assert_eq!(blocks(&reply), [json!({"type": "text", "text": "hi"})]);
     assert_eq!(reply.usage.output_tokens, 2);
 }
 
@@ -653,7 +662,7 @@ async fn invalid_tool_input_json_is_kept_as_a_marked_call() {
     // The stream itself was fine: the reply comes back, the broken input marked so the
     // engine can answer the call with an error result.
     let reply = call(&client(&server), &request()).await.0.expect("a reply");
-    let block = &reply.content[0];
+    let block = &blocks(&reply)[0];
     assert_eq!(block["name"], "Bash");
     let why = block["input"][flower::model::types::INVALID_TOOL_INPUT]
         .as_str()
@@ -685,7 +694,7 @@ async fn deltas_are_reported_while_the_stream_is_still_open() {
     let (reply, first) = tokio::join!(streaming, watcher);
     assert_eq!(first, Some(Delta::Text("first th".into())));
     assert_eq!(
-        reply.unwrap().content,
+        blocks(&reply.unwrap()),
         [json!({"type": "text", "text": "first then rest"})]
     );
 }
@@ -696,7 +705,7 @@ async fn keep_alive_serves_a_conversation_on_one_connection() {
     let client = client(&server);
     for i in 0..5 {
         let reply = call(&client, &request()).await.0.unwrap();
-        assert_eq!(reply.content[0]["text"], json!(format!("turn {i}")));
+        assert_eq!(blocks(&reply)[0]["text"], json!(format!("turn {i}")));
     }
     assert_eq!(server.connections(), 1);
 }

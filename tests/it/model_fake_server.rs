@@ -41,7 +41,7 @@ fn ask(server: &FakeServer, request: &MessagesRequest) -> Result<ModelReply, Mod
 }
 
 fn text_of(reply: &ModelReply) -> &str {
-    reply.content[0]["text"].as_str().unwrap()
+    reply.content[0].text().unwrap()
 }
 
 /// Sends one raw HTTP request and reads one response (chunked or content-length).

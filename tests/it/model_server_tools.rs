@@ -273,3 +273,87 @@ fn server_tool_blocks_are_stored_resumed_pruned_and_shown() {
     assert!(resumed.raw_body.contains("web_fetch_tool_result"));
     assert!(resumed.raw_body.contains("srvtoolu_fake_"));
 }
+
+/// A text block that cites a search result, streamed as the API does (`citations: []`
+/// at its start, one `citations_delta` per citation), keeps its citations: in the
+/// stored entry, in the next request of the run, and in the request of a resume (read
+/// back from the store).
+#[test]
+fn citations_on_a_text_block_are_stored_and_sent_back() {
+    let dir = TempDir::new().unwrap();
+    let event = |name: &str, data: Value| (name.to_string(), data.to_string());
+    let citation = json!({"type": "web_search_result_location", "cited_text": "甲乙丙",
+        "url": "https://example.com/a", "title": "A", "encrypted_index": "enc-1"});
+    let cited = Reply::events(vec![
+        event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "model": "claude-fake", "content": [], "stop_reason": null,
+                "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        ),
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": "", "citations": []}}),
+        ),
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "citations_delta", "citation": citation}}),
+        ),
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "据说是甲乙丙。"}}),
+        ),
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Glob", "input": {}}}),
+        ),
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": "{\"pattern\": \"*.txt\"}"}}),
+        ),
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        event(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 5}}),
+        ),
+        event("message_stop", json!({"type": "message_stop"})),
+    ]);
+    let server = FakeServer::start(vec![cited, Reply::text("好"), Reply::text("还好")]);
+    let out = once(&server, &dir, &["once", "--json", "查一下"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = result["session_id"].as_str().unwrap().to_string();
+    let out = once(
+        &server,
+        &dir,
+        &["once", "--json", "--resume", &session, "再说"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    for (which, request) in [("next turn", &requests[1]), ("resume", &requests[2])] {
+        let reply = &request.messages()[1];
+        assert_eq!(reply["role"], "assistant", "{which}");
+        assert_eq!(
+            reply["content"][0],
+            json!({"type": "text", "text": "据说是甲乙丙。", "citations": [citation]}),
+            "{which}: {}",
+            request.raw_body
+        );
+    }
+}

@@ -384,3 +384,70 @@ fn an_unknown_stop_reason_ends_the_turn_with_one_warning() {
     assert_eq!(err.matches("brand_new_reason").count(), 1, "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "好了");
 }
+
+/// Every row of the model table, spelled out here rather than read from it (a row's
+/// prefill flag flipped must fail this test): the models from 4.6 on, and a model the
+/// table does not know, refuse a prefill with a 400, so a reply cut by max_tokens goes
+/// on with a user turn there as on the default model; the older ones take the prefill.
+#[test]
+fn every_model_row_continues_a_cut_reply_the_way_that_model_takes() {
+    let refusing = [
+        "claude-mythos-1",
+        "claude-fable-1",
+        "claude-opus-5",
+        "claude-sonnet-5",
+        "claude-haiku-5",
+        "claude-opus-4-8",
+        "claude-opus-4-7",
+        "claude-opus-4-6",
+        "claude-sonnet-4-6",
+        "gateway-own-model",
+    ];
+    let taking = [
+        "claude-opus-4-5",
+        "claude-sonnet-4-5",
+        "claude-haiku-4-5",
+        "claude-opus-4-1",
+        "claude-sonnet-4-0",
+        "claude-3-7-sonnet-latest",
+        "claude-3-5-haiku-latest",
+        "claude-3-opus-latest",
+        "claude-3-haiku-20240307",
+    ];
+    // Each row of the table is one of the models above.
+    for row in flower::model::models::MODELS {
+        assert!(
+            refusing
+                .iter()
+                .chain(&taking)
+                .any(|m| flower::model::models::info(m).prefix == row.prefix),
+            "no model of row {:?} in this test",
+            row.prefix
+        );
+    }
+    let dir = TempDir::new().unwrap();
+    for (model, prefill) in refusing
+        .iter()
+        .map(|m| (m, false))
+        .chain(taking.iter().map(|m| (m, true)))
+    {
+        let server = FakeServer::start(vec![
+            Reply::text("床前明月光,").stop_reason("max_tokens"),
+            Reply::text("疑是地上霜。"),
+        ]);
+        let (out, v) = once_json(&server, &dir, &["--model", model]);
+        assert!(out.status.success(), "{model}: {}", stderr(&out));
+        assert_eq!(v["is_error"], false, "{model}: {v}");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2, "{model}");
+        let expected = if prefill {
+            ("assistant".to_string(), "床前明月光,".to_string())
+        } else {
+            (
+                "user".to_string(),
+                flower::engine::CONTINUE_AFTER_MAX_TOKENS.to_string(),
+            )
+        };
+        assert_eq!(last_message(&requests[1]), expected, "{model}");
+    }
+}

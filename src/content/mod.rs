@@ -1,8 +1,12 @@
 //! Content blocks: what a message's `content` (and a tool result's) is made of, typed
 //! per block type; a block of a type flower does not know is kept as written
-//! ([`Block::Unknown`]).
+//! ([`Block::Unknown`]). Below the model layer: a reply streams in as these blocks,
+//! the transcript stores them, a request sends them back.
 
-use super::object::{Raw, RawObject, object};
+pub mod object;
+
+pub(crate) use object::object;
+pub use object::{Order, Raw, RawObject};
 use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -99,6 +103,25 @@ impl Block {
         })
     }
 
+    /// A `tool_use` block: a call of one of flower's tools.
+    pub fn tool_use(id: &str, name: &str, input: Raw) -> Block {
+        Block::ToolUse(ToolUseBlock {
+            kind: Some("tool_use".into()),
+            id: Some(id.into()),
+            name: Some(name.into()),
+            input: Some(input),
+            ..ToolUseBlock::default()
+        })
+    }
+
+    /// The call, if it is a `tool_use` block (not a server tool's).
+    pub fn as_tool_use(&self) -> Option<&ToolUseBlock> {
+        match self {
+            Block::ToolUse(call) => Some(call),
+            _ => None,
+        }
+    }
+
     /// The block's `type`, as written (`None` for an unknown block that has none).
     pub fn kind(&self) -> Option<&str> {
         match self {
@@ -134,6 +157,17 @@ impl Block {
     pub fn is_thinking(&self) -> bool {
         matches!(self, Block::Thinking(_) | Block::RedactedThinking(_))
     }
+}
+
+/// The text blocks' text, joined.
+pub fn text_of(blocks: &[Block]) -> String {
+    blocks.iter().filter_map(Block::text).collect()
+}
+
+/// Whether the blocks are thinking and nothing else (a reply cut by `max_tokens` while
+/// the model was thinking).
+pub fn is_thinking_only(blocks: &[Block]) -> bool {
+    blocks.iter().all(Block::is_thinking)
 }
 
 impl Serialize for Block {

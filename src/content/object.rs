@@ -2,7 +2,7 @@
 //! typed, the others (and any whose value is not of the type flower reads) are kept
 //! as their text, and the order they came in is kept, so that an entry written back
 //! is the line it was read from (a newer Claude Code's transcript imports and goes
-//! back out unchanged). [`object!`](crate::transcript::object) declares such a type.
+//! back out unchanged). [`object!`](crate::content::object) declares such a type.
 
 use serde::de::{DeserializeOwned, MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -205,17 +205,17 @@ macro_rules! object {
             $( $(#[$fmeta])* pub $field: Option<$ty>, )*
             /// The fields not declared above (or whose value is not of the declared
             /// type), as written.
-            pub rest: $crate::transcript::object::RawObject,
+            pub rest: $crate::content::object::RawObject,
             /// The order the fields were read in (leave it default when building one).
-            pub order: $crate::transcript::object::Order,
+            pub order: $crate::content::object::Order,
         }
 
         impl $name {
             #[allow(unused_assignments)]
-            fn from_fields(fields: $crate::transcript::object::RawObject) -> Self {
-                use $crate::transcript::object::Slot;
+            fn from_fields(fields: $crate::content::object::RawObject) -> Self {
+                use $crate::content::object::Slot;
                 const KEYS: &[&str] = &[$($key),*];
-                let superseded = $crate::transcript::object::superseded(&fields, KEYS);
+                let superseded = $crate::content::object::superseded(&fields, KEYS);
                 let mut out = Self::default();
                 for (index, (key, raw)) in fields.into_fields().enumerate() {
                     let mut number: u8 = 0;
@@ -245,7 +245,7 @@ macro_rules! object {
             #[allow(unused_assignments)]
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 use serde::ser::SerializeMap;
-                use $crate::transcript::object::Slot;
+                use $crate::content::object::Slot;
                 let mut map = serializer.serialize_map(None)?;
                 let mut written: u64 = 0;
                 for slot in self.order.slots() {
@@ -285,7 +285,7 @@ macro_rules! object {
 
         impl<'de> serde::Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                <$crate::transcript::object::RawObject as serde::Deserialize>::deserialize(
+                <$crate::content::object::RawObject as serde::Deserialize>::deserialize(
                     deserializer,
                 )
                 .map(Self::from_fields)
