@@ -12,10 +12,9 @@ use syn::visit::Visit;
 
 /// The layers, lowest first: each may use only itself and the ones before it.
 const LAYERS: &[&[&str]] = &[
-    &["future", "run_dir", "atomic", "error"],
-    // Content blocks and the lossless JSON objects they are built of: what a reply
-    // streams in as, the transcript stores and a request sends back.
-    &["content"],
+    // `content`: the content blocks and the lossless JSON objects they are built of
+    // (what a reply streams in as, the transcript stores and a request sends back).
+    &["future", "run_dir", "atomic", "error", "content"],
     &["model"],
     &["transcript", "events"],
     &["stores", "checkpoint"],
