@@ -363,7 +363,9 @@ fn malformed_known_event_is_protocol_error_unknown_is_ignored() {
     assert!(asm.handle(&unknown, &mut sink).is_ok());
     let orphan = SseEvent {
         event: "content_block_delta".into(),
-        data: json!({"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"x"}}).to_string(),
+        data:
+            json!({"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"x"}})
+                .to_string(),
     };
     assert!(matches!(
         asm.handle(&orphan, &mut sink),
