@@ -26,6 +26,9 @@
 mod child;
 #[path = "shared/instructions.rs"]
 mod instructions;
+#[path = "shared/peer.rs"]
+#[allow(dead_code)] // the disk bench uses the rest
+mod peer;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 use child::{Usage, flower_cmd, measure, measure_child, mib, ms};
@@ -58,8 +61,15 @@ fn main() -> std::process::ExitCode {
         println!("warning: {flower} is not a release build; run `cargo bench`");
     }
     let mut lengths: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
-    if lengths.is_empty() && !args.iter().any(|a| a == "instructions") {
+    if lengths.is_empty() && !args.iter().any(|a| a == "instructions" || a == "peer") {
         lengths = vec![100, 1_000, 10_000];
+    }
+    if args.iter().any(|a| a == "peer") {
+        if lengths.is_empty() {
+            lengths = vec![100, 1_000];
+        }
+        beside_claude_code(flower, &lengths);
+        return std::process::ExitCode::SUCCESS;
     }
     if args.iter().any(|a| a == "instructions") {
         if lengths.is_empty() {
@@ -210,6 +220,63 @@ fn per_turn_instructions(flower: &str, lengths: &[usize]) {
         println!(
             "  own work per turn at {last_n} / at {first_n} turns: {ratio:.2} x; goal <= 1.2: {}",
             verdict(ratio <= 1.2)
+        );
+    }
+}
+
+/// `-- peer` (#46 item 2): flower and Claude Code run the same fresh session of N
+/// `Read` turns on one fake API; CPU (user + system, `wait4`) per turn of each, the
+/// whole session over its turns. Goal: flower ≤ 0.02 × Claude Code. CPU time, not
+/// instructions (node under valgrind is out of reach): take it on a quiet machine.
+fn beside_claude_code(flower: &str, lengths: &[usize]) {
+    let claude = match peer::claude_binary() {
+        Ok(claude) => claude,
+        Err(why) => {
+            println!("beside Claude Code: skipped: {why}");
+            return;
+        }
+    };
+    println!(
+        "CPU per turn beside Claude Code ({}), the same session of N Read calls + a final text, each fresh (load average {}):",
+        peer::claude_version(&claude),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .unwrap_or("?")
+    );
+    for &n in lengths {
+        let turns = n + 1;
+        let fresh = || {
+            let home = tempfile::tempdir().expect("temp dir");
+            let dir = home.path().canonicalize().expect("canonical").join("proj");
+            std::fs::create_dir_all(&dir).expect("project dir");
+            std::fs::write(dir.join("notes.txt"), FILE_TEXT).expect("seed file");
+            (home, dir)
+        };
+        let prompt = format!("Read notes.txt {n} times, then say done.");
+        let (home, dir) = fresh();
+        let server = peer::read_session(dir.join("notes.txt"), n);
+        let mut cmd = flower_cmd(
+            flower,
+            &server,
+            &dir,
+            &["once", &prompt, "--json", "--allowed-tools", "Read"],
+        );
+        cmd.env("HOME", home.path());
+        let ours = measure(cmd, &dir).0;
+        let (home, dir) = fresh();
+        let server = peer::read_session(dir.join("notes.txt"), n);
+        let cmd = peer::claude_command(&claude, &server, home.path(), &dir, &prompt);
+        let theirs = measure(cmd, &dir).0;
+        let per = |u: &Usage| u.cpu.as_secs_f64() * 1e3 / turns as f64;
+        let ratio = per(&ours) / per(&theirs);
+        println!(
+            "  {turns:>5} turns: flower {:.2} ms CPU per turn, Claude Code {:.2} ms ({} requests): {ratio:.4} x; goal <= 0.02: {}",
+            per(&ours),
+            per(&theirs),
+            server.request_count(),
+            verdict(ratio <= 0.02)
         );
     }
 }

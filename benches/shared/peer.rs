@@ -64,8 +64,14 @@ pub fn read_session(file: PathBuf, tool_turns: usize) -> FakeServer {
 }
 
 /// Claude Code in print mode in `dir` with its own `home`, against `server`, allowed
-/// `Read`; fails the bench when it does not finish.
-pub fn run_claude(claude: &Path, server: &FakeServer, home: &Path, dir: &Path, prompt: &str) {
+/// `Read`.
+pub fn claude_command(
+    claude: &Path,
+    server: &FakeServer,
+    home: &Path,
+    dir: &Path,
+    prompt: &str,
+) -> Command {
     let mut cmd = Command::new(claude);
     cmd.env_clear();
     for var in ["PATH", "TMPDIR", "LANG", "USER"] {
@@ -92,7 +98,14 @@ pub fn run_claude(claude: &Path, server: &FakeServer, home: &Path, dir: &Path, p
             "json",
         ])
         .stdin(Stdio::null());
-    let out = cmd.output().expect("run claude");
+    cmd
+}
+
+/// [`claude_command`], run; fails the bench when it does not finish.
+pub fn run_claude(claude: &Path, server: &FakeServer, home: &Path, dir: &Path, prompt: &str) {
+    let out = claude_command(claude, server, home, dir, prompt)
+        .output()
+        .expect("run claude");
     assert!(
         out.status.success(),
         "claude: {}\n{}",
