@@ -36,6 +36,23 @@ pub(super) struct Retrier {
     /// interrupt stays pending, so the engine then asks the person for a line as after
     /// any interrupted reply (and a second Ctrl-C exits).
     pub(super) interrupt: crate::engine::Interrupt,
+    /// Every request of the run waits while it holds: set for a `retry-after` and
+    /// while an outage lasts, so that the run waits once, not once per agent.
+    pub(super) pause: crate::engine::Pause,
+    /// One outage wait at a time: a request that fails while another waits joins it.
+    pub(super) outage_wait: tokio::sync::Mutex<()>,
+    /// Outage waits finished so far (a request that joined one sees the count move).
+    pub(super) outages_waited: std::sync::atomic::AtomicU64,
+}
+
+/// How [`Retrier::wait_for`] went.
+enum Waited {
+    /// The endpoint answered: no outage.
+    No,
+    /// This request waited the outage out (and told the person).
+    Own,
+    /// Another request of the run waited it out meanwhile.
+    Joined,
 }
 
 impl Retrier {
@@ -62,7 +79,11 @@ impl Retrier {
         let Some(waited) = self.wait_for(endpoint.as_ref(), store_away).await else {
             return Verdict::GaveUp;
         };
-        let outage = waited.then(|| Outage {
+        if matches!(waited, Waited::Joined) && !self.interrupt.is_pending() {
+            // The run already waited this outage out (and said so): go again at once.
+            return Verdict::Retry(None);
+        }
+        let outage = matches!(waited, Waited::Own).then(|| Outage {
             waited_s: started.elapsed().as_secs_f64(),
             database: store_away,
         });
@@ -70,11 +91,15 @@ impl Retrier {
         let retry_after = model_error.and_then(|e| e.retry_after());
         // After an outage the wait was the backoff: the endpoint answers again, so
         // the retry goes out at once (while the prompt cache may still be warm).
-        let delay = if waited {
-            Duration::ZERO
-        } else {
+        let delay = if matches!(waited, Waited::No) {
             self.resilience.delay(number, retry_after)
+        } else {
+            Duration::ZERO
         };
+        if retry_after.is_some() {
+            // The API said when: every request of the run waits until then.
+            self.pause.until(std::time::Instant::now() + delay);
+        }
         (self.events)(&Event::Retrying {
             attempt: number + 1,
             max_attempts: self.resilience.max_attempts,
@@ -91,16 +116,40 @@ impl Retrier {
         std::mem::take(&mut *super::runtime::lock(&self.outages))
     }
 
-    /// While the endpoint is unreachable, waits (probing) without spending attempts.
-    /// `None` when the wait limit passed, else whether there was an outage to wait out.
-    async fn wait_for(&self, endpoint: Option<&Endpoint>, database: bool) -> Option<bool> {
+    /// While the endpoint is unreachable, waits (probing) without spending attempts,
+    /// holding every request of the run meanwhile. `None` when the wait limit passed.
+    /// Requests that fail while one waits join its wait instead of starting their own.
+    async fn wait_for(&self, endpoint: Option<&Endpoint>, database: bool) -> Option<Waited> {
+        use std::sync::atomic::Ordering;
         let Some(endpoint) = endpoint else {
-            return Some(false);
+            return Some(Waited::No);
         };
+        let seen = self.outages_waited.load(Ordering::SeqCst);
+        let _one = self.outage_wait.lock().await;
+        if self.outages_waited.load(Ordering::SeqCst) != seen {
+            return Some(Waited::Joined);
+        }
         let timeout = Duration::from_secs_f64(self.resilience.probe_timeout.max(0.01));
         if resilience::reachable(&endpoint.host, endpoint.port, timeout).await {
-            return Some(false);
+            return Some(Waited::No);
         }
+        /// Lifts the pause however the wait ends (a dropped wait included).
+        struct Offline<'a>(&'a crate::engine::Pause);
+        impl Drop for Offline<'_> {
+            fn drop(&mut self) {
+                self.0.offline(false);
+            }
+        }
+        self.pause.offline(true);
+        let offline = Offline(&self.pause);
+        let waited = self.wait_online(endpoint, database).await;
+        drop(offline);
+        self.outages_waited.fetch_add(1, Ordering::SeqCst);
+        waited
+    }
+
+    /// [`Retrier::wait_for`] once the endpoint was found away.
+    async fn wait_online(&self, endpoint: &Endpoint, database: bool) -> Option<Waited> {
         let shown = format!("{}:{}", endpoint.host, endpoint.port);
         let events = self.events.clone();
         let started = std::time::Instant::now();
@@ -117,13 +166,13 @@ impl Retrier {
                     waited_s: started.elapsed().as_secs_f64(),
                     database,
                 });
-                return Some(true);
+                return Some(Waited::Own);
             }
         };
         if online {
             (self.events)(&Event::Online { database });
         }
-        online.then_some(true)
+        online.then_some(Waited::Own)
     }
 }
 

@@ -334,6 +334,7 @@ impl Runtime {
             Some(shared) => shared.project_key().to_string(),
             None => project_key(&workspace),
         };
+        let pause = crate::engine::Pause::new();
         let retrier = Arc::new(Retrier {
             resilience: options.resilience,
             events: options.events.clone(),
@@ -343,6 +344,9 @@ impl Runtime {
                 .map(|(host, port)| resilience::Endpoint { host, port }),
             outages: Mutex::new(Vec::new()),
             interrupt: options.interrupt.clone(),
+            pause: pause.clone(),
+            outage_wait: tokio::sync::Mutex::new(()),
+            outages_waited: std::sync::atomic::AtomicU64::new(0),
         });
         let in_flight = Arc::new(Mutex::new(None));
         let recovery = SubagentRecovery {
@@ -377,6 +381,7 @@ impl Runtime {
             recovery: Some(Arc::new(recovery)),
             max_tool_concurrency: options.max_tool_concurrency,
             concurrent_mcp_tools: options.concurrent_mcp_tools,
+            pause,
         });
         let mut lineage = match options.shared_run.clone() {
             Some(shared) => {

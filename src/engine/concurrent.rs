@@ -16,7 +16,8 @@
 
 use super::permissions::Permissions;
 use super::subagent::{self, Parent};
-use super::{Call, Conversation, Engine, Event, RunError, Totals};
+use super::{Call, Conversation, Engine, Event, RunError, Totals, count};
+use crate::stores::SessionStore;
 use crate::tools::ToolOutput;
 use crate::transcript;
 use futures_util::StreamExt;
@@ -27,6 +28,32 @@ use serde_json::Value;
 pub const DEFAULT_MAX_TOOL_CONCURRENCY: usize = 10;
 
 impl Engine {
+    /// Appends an entry to the store only; its message is added by the caller
+    /// (concurrent results are stored as they finish, sent in the order of the calls).
+    pub(super) fn store_entry(
+        &self,
+        conv: &mut Conversation<'_>,
+        entry: &Value,
+        deferred: bool,
+    ) -> Result<(), RunError> {
+        let store = &self.config.store;
+        let entries = std::slice::from_ref(entry);
+        if deferred {
+            store.append_deferred(&conv.key, entries)
+        } else {
+            store.append(&conv.key, entries)
+        }
+        .map_err(RunError::Transcript)?;
+        if let Some(hooks) = &self.hooks {
+            hooks.exports.append(&conv.key, entry);
+        }
+        conv.measure.pending_bytes = conv
+            .measure
+            .pending_bytes
+            .saturating_add(count::content_bytes(entry));
+        Ok(())
+    }
+
     /// Whether a call of `name` may run at the same time as its neighbours.
     pub(super) fn runs_concurrently(&self, conv: &Conversation<'_>, name: &str) -> bool {
         use crate::transcript::tools::{GLOB, GREP, READ};
@@ -94,6 +121,9 @@ impl Engine {
             self.record(conv, entry)?;
         }
         if interrupted {
+            if conv.stop_on_interrupt {
+                return Err(RunError::Interrupted);
+            }
             let line = self.ask_after_interrupt().await;
             if !line.is_empty() {
                 let entry = conv.chain.user(Value::String(line));
@@ -129,7 +159,10 @@ impl Engine {
                 None => cleared.push(i),
             }
         }
-        let parent = Parent::of(conv);
+        let parent = Parent {
+            together: true,
+            ..Parent::of(conv)
+        };
         let depth = conv.depth;
         let runs: Vec<_> = cleared
             .iter()
@@ -192,7 +225,10 @@ impl Engine {
         if calls.is_empty() {
             return Ok(());
         }
-        let parent = Parent::of(conv);
+        let parent = Parent {
+            together: true,
+            ..Parent::of(conv)
+        };
         let depth = conv.depth;
         let mut stored: Vec<(usize, Value)> = Vec::with_capacity(calls.len());
         let mut tasks = Vec::new();

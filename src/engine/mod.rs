@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod interrupt;
 mod mcp;
 pub mod memory;
+mod pause;
 pub mod permissions;
 pub mod recovery;
 mod reply;
@@ -30,6 +31,7 @@ mod turn;
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
 pub use interrupt::Interrupt;
+pub use pause::Pause;
 pub use recovery::{RESUME_PROMPT, Recovery, Retried};
 pub use spec::AgentSpec;
 pub use subagent::{GENERAL_PURPOSE, general_purpose};
@@ -43,7 +45,7 @@ use turn::Turn;
 
 use crate::future::BoxFuture;
 use crate::model::{MessagesRequest, ModelClient, ModelError, Thinking, Usage};
-use crate::stores::{PruningSessionStore, SessionKey, SessionStore, StoreError};
+use crate::stores::{PruningSessionStore, SessionKey, StoreError};
 use crate::tools::{ProcessGroups, Tool};
 use crate::transcript::{self, Chain, Loaded, Messages};
 use permissions::Permissions;
@@ -138,6 +140,8 @@ pub struct EngineConfig {
     /// MCP tools (by their full name) that only read: they run alongside the other
     /// concurrent calls ([`concurrent`]).
     pub concurrent_mcp_tools: Vec<String>,
+    /// Held by a `429` with `retry-after` or an outage: every request waits it out.
+    pub pause: Pause,
 }
 
 /// How a run gets its session.
@@ -250,6 +254,10 @@ pub enum RunError {
     /// A hook answered `continue: false`: the agent stopped (its `stopReason`).
     #[error("钩子让代理停下了:{0}")]
     HookStopped(String),
+    /// Ctrl-C stopped a sub-agent that ran alongside others: the caller asks the
+    /// person once for all of them.
+    #[error("被 Ctrl-C 打断了")]
+    Interrupted,
 }
 
 /// A model error for the model: the API's own words (`API Error: …`) as they are; the
@@ -294,6 +302,7 @@ impl RunError {
                 format!("a UserPromptSubmit hook blocked the prompt: {why}")
             }
             RunError::HookStopped(why) => format!("a hook stopped the agent: {why}"),
+            RunError::Interrupted => "the user interrupted it (Ctrl-C)".into(),
         }
     }
 
@@ -441,6 +450,9 @@ struct Conversation<'a> {
     internal: bool,
     /// Its size between replies, for counting before a request ([`count`]).
     measure: count::Measure,
+    /// A sub-agent running alongside others: a Ctrl-C stops it (its caller asks the
+    /// person once) instead of asking on its own.
+    stop_on_interrupt: bool,
 }
 
 impl<'a> Conversation<'a> {
@@ -463,6 +475,7 @@ impl<'a> Conversation<'a> {
             stop_blocks: 0,
             internal: false,
             measure: count::Measure::default(),
+            stop_on_interrupt: false,
         }
     }
 }
@@ -795,6 +808,12 @@ impl Engine {
             }
             let reply = match self.take_turn(conv, &mut request).await {
                 Turn::Reply(reply) => reply,
+                Turn::Interrupted if conv.stop_on_interrupt => {
+                    let marker = Value::String(transcript::INTERRUPTED_TURN.to_string());
+                    let entry = conv.chain.user(marker);
+                    self.record(conv, entry)?;
+                    return Err(RunError::Interrupted);
+                }
                 Turn::Interrupted => {
                     self.after_interrupted_reply(conv).await?;
                     continue;
@@ -866,7 +885,7 @@ impl Engine {
     }
 
     /// [`Engine::record`]; `deferred`: a durable append of this conversation follows
-    /// before anything relies on it ([`SessionStore::append_deferred`]).
+    /// before anything relies on it ([`crate::stores::SessionStore::append_deferred`]).
     fn record_with(
         &self,
         conv: &mut Conversation<'_>,
@@ -875,32 +894,6 @@ impl Engine {
     ) -> Result<(), RunError> {
         self.store_entry(conv, &entry, deferred)?;
         conv.messages.push_owned(entry);
-        Ok(())
-    }
-
-    /// Appends an entry to the store only; its message is added by the caller
-    /// (concurrent results are stored as they finish, sent in the order of the calls).
-    fn store_entry(
-        &self,
-        conv: &mut Conversation<'_>,
-        entry: &Value,
-        deferred: bool,
-    ) -> Result<(), RunError> {
-        let store = &self.config.store;
-        let entries = std::slice::from_ref(entry);
-        if deferred {
-            store.append_deferred(&conv.key, entries)
-        } else {
-            store.append(&conv.key, entries)
-        }
-        .map_err(RunError::Transcript)?;
-        if let Some(hooks) = &self.hooks {
-            hooks.exports.append(&conv.key, entry);
-        }
-        conv.measure.pending_bytes = conv
-            .measure
-            .pending_bytes
-            .saturating_add(count::content_bytes(entry));
         Ok(())
     }
 

@@ -115,6 +115,9 @@ impl Engine {
         loop {
             let error = match self.subagent_try(parent, &sub, resume, totals).await {
                 Ok(output) => return output,
+                Err(RunError::Interrupted) => {
+                    return ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT);
+                }
                 Err(error) => error,
             };
             resume = true;
@@ -232,6 +235,7 @@ impl Engine {
             context_limit: parent.context_limit,
             memory: parent.memory.clone(),
             mcp_tools: parent.mcp_tools.clone(),
+            stop_on_interrupt: parent.together,
             messages: Messages::from_loaded(entries),
             ..Conversation::new(sub.spec, sub.key.clone(), chain)
         };
@@ -310,6 +314,9 @@ pub(super) struct Parent<'a> {
     pub(super) context_limit: Option<u64>,
     pub(super) memory: std::sync::Arc<str>,
     pub(super) mcp_tools: std::sync::Arc<[crate::tools::mcp::McpTool]>,
+    /// Its sub-agents run alongside others: a Ctrl-C stops them, and the parent asks
+    /// the person once for all.
+    pub(super) together: bool,
 }
 
 impl<'a> Parent<'a> {
@@ -322,6 +329,7 @@ impl<'a> Parent<'a> {
             context_limit: conv.context_limit,
             memory: conv.memory.clone(),
             mcp_tools: conv.mcp_tools.clone(),
+            together: false,
         }
     }
 }

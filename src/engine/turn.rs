@@ -61,6 +61,13 @@ impl Engine {
             events(&event);
         };
         let interrupt = &self.config.interrupt;
+        // One pause for the whole run (a `retry-after`, an outage): no line of its own,
+        // whoever set it said why.
+        tokio::select! {
+            biased;
+            _ = interrupt.wait() => return Turn::Interrupted,
+            () = self.config.pause.wait() => {}
+        }
         tokio::select! {
             biased;
             _ = interrupt.wait() => Turn::Interrupted,

@@ -205,3 +205,166 @@ fn sigkill_with_three_workers_in_flight_continues_each_on_wake() {
 fn sigkill_after_one_of_three_workers_finished_continues_the_other_two() {
     killed_with_workers_in_flight(&["a.txt", "c.txt"]);
 }
+
+/// `flower once` whose first reply sends three sub-agents (`a`, `b`, `c`) at once.
+fn three_at_once(request: &Recorded) -> Option<Reply> {
+    if !request.system().contains("sub-agent of a coding harness") {
+        return Some(if request.messages().len() == 1 {
+            let mut reply = Reply::text("分头做。");
+            for name in ["a", "b", "c"] {
+                let task =
+                    json!({"description": format!("做 {name}"), "prompt": format!("做 {name}")});
+                reply = reply.then_tool_use_with_id(format!("task_{name}"), "Task", task);
+            }
+            reply
+        } else {
+            Reply::text("都好了")
+        });
+    }
+    None
+}
+
+/// One `429` with `retry-after` in one of three sub-agents pauses every request of the
+/// run: the other two, released after it, send their next requests only when the wait
+/// is over, and the person reads one retry line, not three.
+#[test]
+fn one_retry_after_pauses_every_sub_agent() {
+    let project = Project::resilient();
+    let gate = Gate::new();
+    let limited: Arc<std::sync::Mutex<Option<Instant>>> = Arc::default();
+    let arrivals: Arc<std::sync::Mutex<Vec<(String, usize, Instant)>>> = Arc::default();
+    let server = {
+        let (gate, limited, arrivals) = (gate.clone(), limited.clone(), arrivals.clone());
+        FakeServer::with_handler(move |req, _| {
+            if let Some(reply) = three_at_once(req) {
+                return reply;
+            }
+            let who = req.first_prompt();
+            let turn = req.messages().len();
+            arrivals
+                .lock()
+                .unwrap()
+                .push((who.clone(), turn, Instant::now()));
+            match (who.as_str(), turn) {
+                ("做 a", 1) => {
+                    let mut limited = limited.lock().unwrap();
+                    if limited.is_none() {
+                        *limited = Some(Instant::now());
+                        return Reply::rate_limited(2);
+                    }
+                    Reply::text("a 好了")
+                }
+                (_, 1) => Reply::tool_use("Glob", json!({"pattern": "*"})).gate_before(&gate),
+                _ => Reply::text(format!("{who} 好了")),
+            }
+        })
+    };
+    let (mut child, stderr) = project.spawn_watched(&server, &["once", "派活"]);
+    let retried = stderr.wait_for("次尝试", 1, PATIENCE);
+    gate.open();
+    let status = wait_exit(&mut child, PATIENCE);
+    assert!(retried, "no retry line: {}", stderr.all());
+    assert!(status.success(), "{}", stderr.all());
+    let limited_at = limited.lock().unwrap().expect("the 429 was sent");
+    let arrivals = arrivals.lock().unwrap().clone();
+    // b's and c's first requests went out with a's, before the 429.
+    let after: Vec<&(String, usize, Instant)> = arrivals
+        .iter()
+        .filter(|(who, turn, at)| *at > limited_at && (*turn > 1 || who == "做 a"))
+        .collect();
+    assert_eq!(
+        after.len(),
+        3,
+        "a's retry, b's and c's second turn: {arrivals:?}"
+    );
+    for (who, turn, at) in after {
+        let waited = at.duration_since(limited_at);
+        assert!(
+            waited >= Duration::from_millis(1800),
+            "{who} (turn {turn}) went out {waited:?} after the 429"
+        );
+    }
+    let lines = stderr
+        .lines()
+        .iter()
+        .filter(|l| l.contains("次尝试"))
+        .count();
+    assert_eq!(lines, 1, "{}", stderr.all());
+}
+
+/// Ctrl-C once while three sub-agents work stops all three and asks the person once
+/// (through the library: the prompt is a counter); the coordinator goes on with three
+/// interrupted results, and no sub-agent carries on by itself.
+#[tokio::test]
+async fn ctrl_c_once_stops_every_sub_agent_and_asks_once() {
+    use flower::continuity::runtime::RuntimeOptions;
+    use flower::model::anthropic::AnthropicClient;
+    use flower::{AgentSpec, Runtime};
+    use std::sync::atomic::AtomicUsize;
+
+    let dir = tempfile::TempDir::new().unwrap();
+    let gate = Gate::new();
+    let server = {
+        let gate = gate.clone();
+        FakeServer::with_handler(move |req, _| match three_at_once(req) {
+            Some(reply) => reply,
+            None => Reply::text("做完了").gate_before(&gate),
+        })
+    };
+    let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let interrupt = flower::engine::Interrupt::new();
+    let options = RuntimeOptions {
+        interrupt: interrupt.clone(),
+        on_interrupt: Some({
+            let asked = asked.clone();
+            Arc::new(move || {
+                asked.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async { Some(String::new()) })
+            })
+        }),
+        ..RuntimeOptions::new(Arc::new(client))
+    };
+    let rt = Runtime::with_options(dir.path(), dir.path().join("runs"), options).unwrap();
+    let presser = {
+        let gate = gate.clone();
+        std::thread::spawn(move || {
+            let all = gate.wait_reached_n(3, PATIENCE);
+            interrupt.trigger();
+            // Whatever a sub-agent sends after the interrupt is answered, so that a
+            // failure shows as a failed assertion, not a hang.
+            gate.open();
+            all
+        })
+    };
+    let spec = AgentSpec::new("派活的", "你把活分给子代理。").allowed_tools(["Task"]);
+    let outcome = rt
+        .run_agent("派活", &spec, "派活", flower::engine::SessionStart::New)
+        .await;
+    assert!(
+        presser.join().unwrap(),
+        "three sub-agents were never at work at once"
+    );
+    gate.open();
+    rt.close();
+    assert!(outcome.result.ok, "{:?}", outcome.result);
+    assert_eq!(outcome.result.text, "都好了");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "asked once");
+
+    let requests = server.requests();
+    let subs: Vec<&Recorded> = requests
+        .iter()
+        .filter(|r| r.system().contains("sub-agent of a coding harness"))
+        .collect();
+    assert_eq!(subs.len(), 3, "no sub-agent went on by itself");
+    let last = requests.last().unwrap();
+    let results = last.tool_results();
+    assert_eq!(results.len(), 3);
+    for result in &results {
+        assert_eq!(result["is_error"], true, "{result}");
+        assert!(
+            support::fake::content_text(&result["content"]).contains("interrupted"),
+            "{result}"
+        );
+    }
+}
