@@ -9,7 +9,8 @@
 //! - a linked worktree's `commondir` in `.git/worktrees/*/` read-only (else git in that
 //!   worktree, outside the workspace, reads the config a command points it at);
 //! - a de-initialised submodule's `.git/modules/<name>/config` read-only (no checkout
-//!   leads to it; `git submodule update --init` and `git status` read it later).
+//!   leads to it; `git submodule update --init` and `git status` read it later);
+//! - and, new with them, a program the repository's config names by a workspace path.
 
 use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
 use std::fs;
@@ -191,4 +192,46 @@ fn a_deinitialised_submodules_config_cannot_be_planted() {
     // The user checks it out again and looks.
     git(&s, &s.ws, &["submodule", "update", "-q", "--init"]);
     assert!(!git_status_runs(&s, &s.ws.join("sub"), &marker), "{out}");
+}
+
+/// A program the repository's config names by a workspace path (`core.fsmonitor =
+/// ./tools/fsmon`, an alias's script): git runs it on the user's next `git status`, so
+/// a command cannot rewrite it.
+#[test]
+fn a_program_the_git_config_names_cannot_be_rewritten() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    repository(&s);
+    let script = "#!/bin/sh\nexit 1\n";
+    fs::create_dir_all(s.ws.join("tools")).unwrap();
+    for f in ["tools/fsmon", "tools/alias.sh"] {
+        fs::write(s.ws.join(f), script).unwrap();
+        fs::set_permissions(
+            s.ws.join(f),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+    }
+    git(&s, &s.ws, &["config", "core.fsmonitor", "./tools/fsmon"]);
+    git(
+        &s,
+        &s.ws,
+        &["config", "alias.check", "!tools/alias.sh --quick"],
+    );
+    let marker = s.root.join("fsmonitor-ran");
+    let out = one(
+        &s,
+        &format!(
+            "printf '#!/bin/sh\\ntouch {m}\\nexit 1\\n' > tools/fsmon; \
+             printf '#!/bin/sh\\ntouch {m}\\n' > tools/alias.sh; \
+             mv tools tools.old",
+            m = marker.display()
+        ),
+    );
+    for f in ["tools/fsmon", "tools/alias.sh"] {
+        assert_eq!(fs::read_to_string(s.ws.join(f)).unwrap(), script, "{out}");
+    }
+    assert!(!git_status_runs(&s, &s.ws, &marker), "{out}");
 }

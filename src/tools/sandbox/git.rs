@@ -14,6 +14,8 @@
 //! - the checkouts of the submodules `.gitmodules` names: their `.git` file or
 //!   directory as above, or the empty directory itself while the submodule is not
 //!   checked out (so that no `.git` can be planted there);
+//! - the files a program-valued key names by a path (`core.fsmonitor = ./tools/fsmon`,
+//!   `alias.x = !scripts/x.sh`, a filter or diff driver), existing ones;
 //! - the directory `core.hooksPath` names, and every file an `include.path` or
 //!   `includeIf.*.path` names, in any of these config files or the user's and the
 //!   system's (`~/.gitconfig`, `$XDG_CONFIG_HOME/git`, `$GIT_CONFIG_GLOBAL`,
@@ -238,6 +240,26 @@ impl Finder<'_> {
                     self.file(p.clone());
                     self.config(&p, top, depth + 1);
                 }
+            } else if runs_program(section, key) {
+                self.program_files(&value, top);
+            }
+        }
+    }
+
+    /// The files a program-valued key names by a path (`core.fsmonitor =
+    /// ./tools/fsmon`, `alias.x = !scripts/x.sh`): git runs them from the work tree, so
+    /// they are configuration too. A word with a `/` is a path from `top`; an existing
+    /// file is kept read-only, and a missing one the file tools refuse to create.
+    fn program_files(&mut self, value: &str, top: &Path) {
+        let words = value
+            .split(|c: char| c.is_whitespace() || "'\";&|()<>`".contains(c))
+            .map(|w| w.trim_start_matches('!'))
+            .filter(|w| w.contains('/'));
+        for w in words {
+            if let Some(p) = self.expand(w, top)
+                && !p.is_dir()
+            {
+                self.read_only(p);
             }
         }
     }
@@ -275,6 +297,35 @@ impl Finder<'_> {
             self.config(&f, &cwd, 0);
         }
     }
+}
+
+/// Config keys whose value is a command git runs (lower-case, as [`parse_config`]
+/// gives them): `core.fsmonitor`, editors, pagers, helpers, diff and merge drivers,
+/// filters, `!` aliases.
+fn runs_program(section: &str, key: &str) -> bool {
+    const KEYS: [&str; 20] = [
+        "fsmonitor",
+        "sshcommand",
+        "editor",
+        "pager",
+        "askpass",
+        "gitproxy",
+        "external",
+        "program",
+        "helper",
+        "textconv",
+        "command",
+        "clean",
+        "smudge",
+        "process",
+        "driver",
+        "cmd",
+        "difffilter",
+        "packobjectshook",
+        "uploadpack",
+        "receivepack",
+    ];
+    matches!(section, "alias" | "pager") || KEYS.contains(&key)
 }
 
 /// `..` and `.` applied without touching the file system.
