@@ -59,7 +59,12 @@ fn server() -> u16 {
 
 /// curl's download speed in MB/s for `command` (which prints `%{speed_download}`).
 async fn speed(ctx: &ToolContext, command: &str) -> f64 {
-    let out = Bash.call(&json!({ "command": command }), ctx).await;
+    let out = Bash
+        .call(
+            &flower::content::Raw::of_tree(&json!({ "command": command })),
+            ctx,
+        )
+        .await;
     assert!(!out.is_error, "{command}: {}", out.content);
     let bytes_per_s: f64 = out.content.trim().parse().unwrap_or_else(|_| {
         panic!("{command}: {}", out.content);

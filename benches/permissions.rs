@@ -96,7 +96,9 @@ async fn spawn_times(sandbox: SandboxPolicy, ws: &Path, n: usize) -> Vec<Duratio
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let out = Bash.call(&input, &ctx).await;
+        let out = Bash
+            .call(&flower::content::Raw::of_tree(&input), &ctx)
+            .await;
         times.push(t.elapsed());
         assert!(!out.is_error, "{}", out.content);
     }

@@ -36,7 +36,9 @@ async fn calls(sandbox: SandboxPolicy, ws: &Path, n: usize) -> Vec<Duration> {
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let out = Bash.call(&input, &ctx).await;
+        let out = Bash
+            .call(&flower::content::Raw::of_tree(&input), &ctx)
+            .await;
         times.push(t.elapsed());
         assert!(!out.is_error, "{}", out.content);
     }

@@ -35,6 +35,17 @@ impl Raw {
     pub fn from_text(text: String) -> Result<Raw, serde_json::Error> {
         RawValue::from_string(text).map(Raw)
     }
+
+    /// `null`.
+    pub fn null() -> Raw {
+        Raw(RawValue::NULL.to_owned())
+    }
+
+    /// `value` serialized, for a value whose serializing cannot fail (a tree built in
+    /// code, plain structs); `null` if it somehow does.
+    pub fn of_tree<T: Serialize + ?Sized>(value: &T) -> Raw {
+        Raw::of(value).unwrap_or_else(|_| Raw::null())
+    }
 }
 
 impl PartialEq for Raw {

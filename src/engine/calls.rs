@@ -272,6 +272,8 @@ impl Engine {
         input: &Value,
         sandbox: crate::tools::sandbox::SandboxPolicy,
     ) -> ToolOutput {
+        // The tool reads its own struct from the call's JSON.
+        let input = crate::content::Raw::of_tree(input);
         let cancel = CancellationToken::new();
         let ctx = ToolContext {
             workspace: self.config.workspace.clone(),
@@ -281,7 +283,7 @@ impl Engine {
             sandbox,
             env: self.tool_env(),
         };
-        self.until_interrupted(tool.call(input, &ctx), &cancel)
+        self.until_interrupted(tool.call(&input, &ctx), &cancel)
             .await
     }
 

@@ -73,7 +73,7 @@ pub fn definition() -> ToolDef {
                       system prompt under \"Skills\". Call it when a task matches a \
                       skill's description, then follow what it says."
             .into(),
-        input_schema: json!({
+        input_schema: crate::content::Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "skill": {"type": "string", "description": "The skill's name, as listed"},
@@ -81,7 +81,7 @@ pub fn definition() -> ToolDef {
             },
             "required": ["skill"],
             "additionalProperties": false
-        }),
+        })),
     }
 }
 

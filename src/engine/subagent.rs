@@ -2,10 +2,13 @@
 
 use super::recovery::{RESUME_PROMPT, agent_id_for, retried_text};
 use super::{AgentSpec, Conversation, Engine, Event, Retried, RunError, Totals, ends_with_prompt};
+use crate::content::Raw;
 use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};
 use crate::tools::ToolOutput;
+use crate::tools::input::Field;
 use crate::transcript::{self, Chain, Messages};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +55,7 @@ pub fn task_definition(subagents: &[AgentSpec]) -> ToolDef {
     ToolDef {
         name: TASK.into(),
         description,
-        input_schema: json!({
+        input_schema: Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "description": {"type": "string", "description": "A short (3-5 word) description of the task"},
@@ -61,8 +64,17 @@ pub fn task_definition(subagents: &[AgentSpec]) -> ToolDef {
             },
             "required": ["description", "prompt"],
             "additionalProperties": false
-        }),
+        })),
     }
+}
+
+/// What a `Task` call's input holds (a field of another type counts as absent).
+#[derive(Deserialize, Default)]
+struct TaskInput {
+    #[serde(default)]
+    prompt: Field<String>,
+    #[serde(default)]
+    subagent_type: Field<String>,
 }
 
 pub fn ask_user_definition() -> ToolDef {
@@ -72,14 +84,14 @@ pub fn ask_user_definition() -> ToolDef {
                       thing at a time, concretely; offer your best guess so the user can \
                       just confirm."
             .into(),
-        input_schema: json!({
+        input_schema: Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "question": {"type": "string", "description": "The question to ask the user"}
             },
             "required": ["question"],
             "additionalProperties": false
-        }),
+        })),
     }
 }
 
@@ -99,11 +111,16 @@ impl Engine {
         input: &Value,
         totals: &mut Totals,
     ) -> ToolOutput {
-        let Some(prompt) = input.get("prompt").and_then(Value::as_str) else {
+        let task = TaskInput::deserialize(input).unwrap_or_default();
+        let Field::Given(prompt) = &task.prompt else {
             return ToolOutput::error("Task: missing required field `prompt`");
         };
+        let wanted = match &task.subagent_type {
+            Field::Given(name) => Some(name.as_str()),
+            _ => None,
+        };
         let default = general_purpose();
-        let spec = match self.subagent_spec(input, &default) {
+        let spec = match self.subagent_spec(wanted, &default) {
             Ok(spec) => spec.bound_by(parent.spec),
             Err(refused) => return refused,
         };
@@ -138,10 +155,9 @@ impl Engine {
     /// The agent a `Task` call asks for (`subagent_type`), or the default one.
     fn subagent_spec<'a>(
         &'a self,
-        input: &Value,
+        wanted: Option<&str>,
         default: &'a AgentSpec,
     ) -> Result<&'a AgentSpec, ToolOutput> {
-        let wanted = input.get("subagent_type").and_then(Value::as_str);
         let spec = match wanted {
             Some(name) => self.config.subagents.iter().find(|s| s.name == name),
             None => None,
@@ -272,7 +288,13 @@ impl Engine {
     }
 
     pub(super) async fn ask_user(&self, input: &Value) -> ToolOutput {
-        let Some(question) = input.get("question").and_then(Value::as_str) else {
+        #[derive(Deserialize, Default)]
+        struct AskUserInput {
+            #[serde(default)]
+            question: Field<String>,
+        }
+        let asked = AskUserInput::deserialize(input).unwrap_or_default();
+        let Field::Given(question) = &asked.question else {
             return ToolOutput::error("AskUser: missing required field `question`");
         };
         let Some(asker) = &self.config.asker else {

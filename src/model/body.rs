@@ -309,7 +309,7 @@ impl Serialize for Tools<'_> {
         struct Tool<'a> {
             name: &'a str,
             description: &'a str,
-            input_schema: &'a Value,
+            input_schema: &'a crate::content::Raw,
             #[serde(skip_serializing_if = "Option::is_none")]
             cache_control: Option<Value>,
         }

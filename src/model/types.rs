@@ -16,7 +16,8 @@ pub const INVALID_TOOL_INPUT: &str = "_flower_invalid_input";
 pub struct ToolDef {
     pub name: String,
     pub description: String,
-    pub input_schema: Value,
+    /// Sent as it is, never read.
+    pub input_schema: Raw,
 }
 
 /// What the engine asks of a model. `messages` are API messages

@@ -17,12 +17,14 @@
 //!
 //! When a sandboxed command fails on something the sandbox forbids, its result says so.
 
-use super::input;
+use super::input::{self, Field};
 use super::process::{self, GroupGuard};
 use super::sandbox;
 use super::{Tool, ToolContext, ToolOutput};
+use crate::content::Raw;
 use crate::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::process::Stdio;
@@ -84,6 +86,18 @@ newlines to separate commands (newlines are ok in quoted strings).
 - Commands may be checked against permission rules, which look at every command in a \
 pipeline or list; writing a file with `>` needs broader permission than running the command.";
 
+/// Bash's input.
+#[derive(Deserialize)]
+struct BashInput {
+    #[serde(default)]
+    command: Field<String>,
+    #[serde(default)]
+    timeout: Field<u64>,
+    /// Only checked: what the model says the command does.
+    #[serde(default)]
+    description: Field<String>,
+}
+
 impl Tool for Bash {
     fn info(&self) -> &'static super::names::ToolInfo {
         &super::names::BASH_INFO
@@ -93,8 +107,8 @@ impl Tool for Bash {
         DESCRIPTION.to_string()
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Raw {
+        Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "command": {
@@ -113,22 +127,23 @@ impl Tool for Bash {
             "required": ["command"],
             "additionalProperties": false,
             "$schema": "http://json-schema.org/draft-07/schema#"
-        })
+        }))
     }
 
-    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let command = match input::required_str(super::names::BASH, input, "command") {
-                Ok(c) => c,
+            const T: &str = super::names::BASH;
+            let parsed = (|| {
+                let fields: BashInput = input::parse(T, input)?;
+                let command = fields.command.required(T, "command")?;
+                let timeout = fields.timeout.optional(T, "timeout")?;
+                fields.description.optional(T, "description")?;
+                Ok::<_, ToolOutput>((command, timeout))
+            })();
+            let (command, timeout) = match parsed {
+                Ok(p) => p,
                 Err(e) => return e,
             };
-            let timeout = match input::optional_u64(super::names::BASH, input, "timeout") {
-                Ok(t) => t,
-                Err(e) => return e,
-            };
-            if let Err(e) = input::optional_str(super::names::BASH, input, "description") {
-                return e;
-            }
             if timeout == Some(0) {
                 return ToolOutput::error(
                     "Invalid input for Bash: \"timeout\" must be at least 1 millisecond.",
@@ -138,7 +153,7 @@ impl Tool for Bash {
                 return ToolOutput::error("Invalid input for Bash: \"command\" is empty.");
             }
             let timeout_ms = timeout.unwrap_or(DEFAULT_TIMEOUT_MS).min(MAX_TIMEOUT_MS);
-            run(command, timeout_ms, ctx).await
+            run(&command, timeout_ms, ctx).await
         })
     }
 }

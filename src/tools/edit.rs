@@ -1,10 +1,12 @@
 //! The `Edit` tool: exact string replacement in a file inside the workspace.
 
-use super::input::{self, numbered_line};
+use super::input::{self, Field, numbered_line};
 use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
+use crate::content::Raw;
 use crate::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use std::path::Path;
 
 pub struct Edit;
@@ -37,6 +39,19 @@ useful if you want to rename a variable for instance.
 - An empty `old_string` creates a new file containing `new_string` (the file must not exist \
 or be empty).";
 
+/// Edit's input.
+#[derive(Deserialize)]
+struct EditInput {
+    #[serde(default)]
+    file_path: Field<String>,
+    #[serde(default)]
+    old_string: Field<String>,
+    #[serde(default)]
+    new_string: Field<String>,
+    #[serde(default)]
+    replace_all: Field<bool>,
+}
+
 impl Tool for Edit {
     fn info(&self) -> &'static names::ToolInfo {
         &names::EDIT_INFO
@@ -46,8 +61,8 @@ impl Tool for Edit {
         DESCRIPTION.to_string()
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Raw {
+        Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "file_path": {
@@ -71,17 +86,21 @@ impl Tool for Edit {
             "required": ["file_path", "old_string", "new_string"],
             "additionalProperties": false,
             "$schema": "http://json-schema.org/draft-07/schema#"
-        })
+        }))
     }
 
-    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let parsed = (|| {
+                let fields: EditInput = input::parse(names::EDIT, input)?;
                 Ok::<_, ToolOutput>((
-                    input::required_str(names::EDIT, input, "file_path")?,
-                    input::required_str(names::EDIT, input, "old_string")?.to_string(),
-                    input::required_str(names::EDIT, input, "new_string")?.to_string(),
-                    input::optional_bool(names::EDIT, input, "replace_all")?.unwrap_or(false),
+                    fields.file_path.required(names::EDIT, "file_path")?,
+                    fields.old_string.required(names::EDIT, "old_string")?,
+                    fields.new_string.required(names::EDIT, "new_string")?,
+                    fields
+                        .replace_all
+                        .optional(names::EDIT, "replace_all")?
+                        .unwrap_or(false),
                 ))
             })();
             let (path, old, new, all) = match parsed {
@@ -93,7 +112,7 @@ impl Tool for Edit {
                     "No changes to make: old_string and new_string are exactly the same.",
                 );
             }
-            let resolved = match paths::resolve_for_write(ctx, path) {
+            let resolved = match paths::resolve_for_write(ctx, &path) {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e.to_string()),
             };

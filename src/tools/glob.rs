@@ -1,12 +1,14 @@
 //! The `Glob` tool: files matching a glob pattern, newest first.
 
-use super::input;
+use super::input::{self, Field};
 use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
+use crate::content::Raw;
 use crate::future::BoxFuture;
 use globset::GlobBuilder;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +26,15 @@ const DESCRIPTION: &str = "- Fast file pattern matching tool that works with any
 - You can call multiple tools in a single response. It is always better to speculatively \
 perform multiple searches in parallel if they are potentially useful.";
 
+/// Glob's input.
+#[derive(Deserialize)]
+struct GlobInput {
+    #[serde(default)]
+    pattern: Field<String>,
+    #[serde(default)]
+    path: Field<String>,
+}
+
 impl Tool for Glob {
     fn info(&self) -> &'static names::ToolInfo {
         &names::GLOB_INFO
@@ -33,8 +44,8 @@ impl Tool for Glob {
         DESCRIPTION.to_string()
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Raw {
+        Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "pattern": {
@@ -49,19 +60,24 @@ impl Tool for Glob {
             "required": ["pattern"],
             "additionalProperties": false,
             "$schema": "http://json-schema.org/draft-07/schema#"
-        })
+        }))
     }
 
-    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let pattern = match input::required_str(names::GLOB, input, "pattern") {
-                Ok(p) => p.to_string(),
+            let parsed = (|| {
+                let fields: GlobInput = input::parse(names::GLOB, input)?;
+                let pattern = fields.pattern.required(names::GLOB, "pattern")?;
+                let path = fields.path.optional(names::GLOB, "path")?;
+                Ok::<_, ToolOutput>((pattern, path))
+            })();
+            let (pattern, path) = match parsed {
+                Ok(p) => p,
                 Err(e) => return e,
             };
-            let path = match input::optional_str(names::GLOB, input, "path") {
-                Ok(p) => p.filter(|p| !p.is_empty() && *p != "undefined" && *p != "null"),
-                Err(e) => return e,
-            };
+            let path = path
+                .as_deref()
+                .filter(|p| !p.is_empty() && *p != "undefined" && *p != "null");
             let (prefix, rest) = split_pattern(&pattern);
             let base = match (prefix.is_absolute(), path) {
                 (true, _) => prefix,

@@ -4,10 +4,11 @@
 //! lines, `--` between groups. It is capped (head_limit, and a character budget that
 //! stops the search early) so a broad pattern cannot flood the context or memory.
 
-use super::input;
+use super::input::{self, Field};
 use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
+use crate::content::Raw;
 use crate::future::BoxFuture;
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{
@@ -15,7 +16,8 @@ use grep_searcher::{
 };
 use ignore::overrides::OverrideBuilder;
 use ignore::types::TypesBuilder;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use std::io;
 use std::path::Path;
 use std::time::SystemTime;
@@ -81,8 +83,8 @@ impl Tool for Grep {
         DESCRIPTION.to_string()
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Raw {
+        Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "pattern": {
@@ -138,10 +140,10 @@ impl Tool for Grep {
             "required": ["pattern"],
             "additionalProperties": false,
             "$schema": "http://json-schema.org/draft-07/schema#"
-        })
+        }))
     }
 
-    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let (opts, path) = match parse(input) {
                 Ok(o) => o,
@@ -157,13 +159,44 @@ impl Tool for Grep {
     }
 }
 
-fn parse(input: &Value) -> Result<(Options, Option<String>), ToolOutput> {
+/// Grep's input (the flag-like fields named as rg's flags).
+#[derive(Deserialize)]
+struct GrepInput {
+    #[serde(default)]
+    pattern: Field<String>,
+    #[serde(default)]
+    path: Field<String>,
+    #[serde(default)]
+    output_mode: Field<String>,
+    #[serde(default, rename = "-C")]
+    context: Field<u64>,
+    #[serde(default, rename = "-A")]
+    after: Field<u64>,
+    #[serde(default, rename = "-B")]
+    before: Field<u64>,
+    #[serde(default)]
+    glob: Field<String>,
+    #[serde(default, rename = "type")]
+    file_type: Field<String>,
+    #[serde(default, rename = "-i")]
+    case_insensitive: Field<bool>,
+    #[serde(default, rename = "-n")]
+    line_numbers: Field<bool>,
+    #[serde(default)]
+    head_limit: Field<u64>,
+    #[serde(default)]
+    multiline: Field<bool>,
+}
+
+fn parse(input: &Raw) -> Result<(Options, Option<String>), ToolOutput> {
     const T: &str = names::GREP;
-    let pattern = input::required_str(T, input, "pattern")?.to_string();
-    let path = input::optional_str(T, input, "path")?
-        .filter(|p| !p.is_empty() && *p != "undefined" && *p != "null")
-        .map(str::to_string);
-    let mode = match input::optional_str(T, input, "output_mode")? {
+    let fields: GrepInput = input::parse(T, input)?;
+    let pattern = fields.pattern.required(T, "pattern")?;
+    let path = fields
+        .path
+        .optional(T, "path")?
+        .filter(|p| !p.is_empty() && p != "undefined" && p != "null");
+    let mode = match fields.output_mode.optional(T, "output_mode")?.as_deref() {
         None | Some("files_with_matches") => Mode::Files,
         Some("content") => Mode::Content,
         Some("count") => Mode::Count,
@@ -174,30 +207,31 @@ fn parse(input: &Value) -> Result<(Options, Option<String>), ToolOutput> {
             )));
         }
     };
-    let ctx = input::optional_u64(T, input, "-C")?;
-    let num = |f: &str| -> Result<usize, ToolOutput> {
-        Ok(input::optional_u64(T, input, f)?
-            .or(ctx)
-            .unwrap_or(0)
-            .min(10_000) as usize)
+    let ctx = fields.context.optional(T, "-C")?;
+    let num = |field: Field<u64>, name: &str| -> Result<usize, ToolOutput> {
+        Ok(field.optional(T, name)?.or(ctx).unwrap_or(0).min(10_000) as usize)
     };
     let opts = Options {
         pattern,
-        glob: input::optional_str(T, input, "glob")?
-            .filter(|g| !g.trim().is_empty())
-            .map(str::to_string),
-        file_type: input::optional_str(T, input, "type")?
-            .filter(|t| !t.trim().is_empty())
-            .map(str::to_string),
+        glob: fields
+            .glob
+            .optional(T, "glob")?
+            .filter(|g| !g.trim().is_empty()),
+        file_type: fields
+            .file_type
+            .optional(T, "type")?
+            .filter(|t| !t.trim().is_empty()),
         mode,
-        case_insensitive: input::optional_bool(T, input, "-i")?.unwrap_or(false),
-        line_numbers: input::optional_bool(T, input, "-n")?.unwrap_or(true),
-        after: num("-A")?,
-        before: num("-B")?,
-        head_limit: input::optional_u64(T, input, "head_limit")?
+        case_insensitive: fields.case_insensitive.optional(T, "-i")?.unwrap_or(false),
+        line_numbers: fields.line_numbers.optional(T, "-n")?.unwrap_or(true),
+        after: num(fields.after, "-A")?,
+        before: num(fields.before, "-B")?,
+        head_limit: fields
+            .head_limit
+            .optional(T, "head_limit")?
             .filter(|n| *n > 0)
             .map(|n| n as usize),
-        multiline: input::optional_bool(T, input, "multiline")?.unwrap_or(false),
+        multiline: fields.multiline.optional(T, "multiline")?.unwrap_or(false),
     };
     Ok((opts, path))
 }

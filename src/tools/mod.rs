@@ -24,9 +24,9 @@ pub mod walk;
 pub use process::ProcessGroups;
 pub mod write;
 
+use crate::content::Raw;
 use crate::future::BoxFuture;
 use crate::model::ToolDef;
-use serde_json::Value;
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
@@ -124,9 +124,10 @@ pub trait Tool: Send + Sync {
     }
     /// Shown to the model.
     fn description(&self) -> String;
-    /// JSON Schema of the input.
-    fn input_schema(&self) -> Value;
-    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
+    /// JSON Schema of the input: sent to the model, never read.
+    fn input_schema(&self) -> Raw;
+    /// Runs a call; the tool reads `input` into its own struct ([`input::parse`]).
+    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
 
     fn definition(&self) -> ToolDef {
         ToolDef {

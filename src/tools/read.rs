@@ -6,11 +6,13 @@
 //! as cells with their outputs ([`super::notebook`]); other binary files get a
 //! one-line description (kind, size) instead of bytes.
 
-use super::input::{self, numbered_line};
+use super::input::{self, Field, numbered_line};
 use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
+use crate::content::Raw;
 use crate::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read as _};
 use std::path::Path;
@@ -49,6 +51,17 @@ ls via the Bash tool.
 read multiple potentially useful files in parallel.
 - If you read a file that exists but has empty contents you will receive a note saying so.";
 
+/// Read's input.
+#[derive(Deserialize)]
+struct ReadInput {
+    #[serde(default)]
+    file_path: Field<String>,
+    #[serde(default)]
+    offset: Field<u64>,
+    #[serde(default)]
+    limit: Field<u64>,
+}
+
 impl Tool for Read {
     fn info(&self) -> &'static names::ToolInfo {
         &names::READ_INFO
@@ -58,8 +71,8 @@ impl Tool for Read {
         DESCRIPTION.to_string()
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Raw {
+        Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "file_path": {
@@ -78,15 +91,16 @@ impl Tool for Read {
             "required": ["file_path"],
             "additionalProperties": false,
             "$schema": "http://json-schema.org/draft-07/schema#"
-        })
+        }))
     }
 
-    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let parsed = (|| {
-                let path = input::required_str(names::READ, input, "file_path")?;
-                let offset = input::optional_u64(names::READ, input, "offset")?;
-                let limit = input::optional_u64(names::READ, input, "limit")?;
+                let fields: ReadInput = input::parse(names::READ, input)?;
+                let path = fields.file_path.required(names::READ, "file_path")?;
+                let offset = fields.offset.optional(names::READ, "offset")?;
+                let limit = fields.limit.optional(names::READ, "limit")?;
                 Ok::<_, ToolOutput>((path, offset, limit))
             })();
             let (path, offset, limit) = match parsed {
@@ -96,7 +110,7 @@ impl Tool for Read {
             if limit == Some(0) {
                 return ToolOutput::error("Invalid input for Read: \"limit\" must be at least 1.");
             }
-            let resolved = match paths::resolve_for_read(ctx, path) {
+            let resolved = match paths::resolve_for_read(ctx, &path) {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e.to_string()),
             };

@@ -1,10 +1,12 @@
 //! The `Write` tool: creates or overwrites a file inside the workspace.
 
-use super::input;
+use super::input::{self, Field};
 use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
+use crate::content::Raw;
 use crate::future::BoxFuture;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use std::path::Path;
 
 pub struct Write;
@@ -28,6 +30,15 @@ documentation files if explicitly requested by the User.
 - Only use emojis if the user explicitly requests it. Avoid writing emojis to files unless \
 asked.";
 
+/// Write's input.
+#[derive(Deserialize)]
+struct WriteInput {
+    #[serde(default)]
+    file_path: Field<String>,
+    #[serde(default)]
+    content: Field<String>,
+}
+
 impl Tool for Write {
     fn info(&self) -> &'static names::ToolInfo {
         &names::WRITE_INFO
@@ -37,8 +48,8 @@ impl Tool for Write {
         DESCRIPTION.to_string()
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Raw {
+        Raw::of_tree(&json!({
             "type": "object",
             "properties": {
                 "file_path": {
@@ -53,20 +64,22 @@ impl Tool for Write {
             "required": ["file_path", "content"],
             "additionalProperties": false,
             "$schema": "http://json-schema.org/draft-07/schema#"
-        })
+        }))
     }
 
-    fn call<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let path = match input::required_str(names::WRITE, input, "file_path") {
+            let parsed = (|| {
+                let fields: WriteInput = input::parse(names::WRITE, input)?;
+                let path = fields.file_path.required(names::WRITE, "file_path")?;
+                let content = fields.content.required(names::WRITE, "content")?;
+                Ok::<_, ToolOutput>((path, content))
+            })();
+            let (path, content) = match parsed {
                 Ok(p) => p,
                 Err(e) => return e,
             };
-            let content = match input::required_str(names::WRITE, input, "content") {
-                Ok(c) => c.to_string(),
-                Err(e) => return e,
-            };
-            let resolved = match paths::resolve_for_write(ctx, path) {
+            let resolved = match paths::resolve_for_write(ctx, &path) {
                 Ok(p) => p,
                 Err(e) => return ToolOutput::error(e.to_string()),
             };

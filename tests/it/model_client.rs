@@ -44,7 +44,9 @@ fn tool(name: &str) -> ToolDef {
     ToolDef {
         name: name.into(),
         description: format!("The {name} tool."),
-        input_schema: json!({"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}),
+        input_schema: flower::content::Raw::of_tree(
+            &json!({"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}),
+        ),
     }
 }
 

@@ -218,7 +218,7 @@ fn recorded_request_helpers() {
     req.tools = vec![flower::model::ToolDef {
         name: "Read".into(),
         description: "d".into(),
-        input_schema: json!({"type": "object"}),
+        input_schema: flower::content::Raw::of_tree(&json!({"type": "object"})),
     }];
     req.messages = vec![
         json!({"role": "user", "content": "go"}),

@@ -119,7 +119,10 @@ async fn the_file_tools_refuse_every_protected_path() {
     cases.push(ws.join(".claude/settings.json").display().to_string());
     for path in &cases {
         let out = Write
-            .call(&json!({"file_path": path, "content": "{}"}), &e.ctx)
+            .call(
+                &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "{}"})),
+                &e.ctx,
+            )
             .await;
         assert!(out.is_error, "Write {path}: {}", out.content);
         assert!(out.content.contains("受保护的路径"), "{}", out.content);
@@ -130,7 +133,9 @@ async fn the_file_tools_refuse_every_protected_path() {
         );
         let out = Edit
             .call(
-                &json!({"file_path": path, "old_string": "", "new_string": "x"}),
+                &flower::content::Raw::of_tree(
+                    &json!({"file_path": path, "old_string": "", "new_string": "x"}),
+                ),
                 &e.ctx,
             )
             .await;
@@ -138,7 +143,7 @@ async fn the_file_tools_refuse_every_protected_path() {
     }
     let out = Edit
         .call(
-            &json!({"file_path": ".git/config", "old_string": "[core]", "new_string": "[core]\n\tfsmonitor = touch /tmp/x"}),
+            &flower::content::Raw::of_tree(&json!({"file_path": ".git/config", "old_string": "[core]", "new_string": "[core]\n\tfsmonitor = touch /tmp/x"})),
             &e.ctx,
         )
         .await;
@@ -169,7 +174,10 @@ async fn the_file_tools_refuse_every_protected_path() {
         ".gitignore",
     ] {
         let out = Write
-            .call(&json!({"file_path": path, "content": "ok"}), &e.ctx)
+            .call(
+                &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "ok"})),
+                &e.ctx,
+            )
             .await;
         assert!(!out.is_error, "{path}: {}", out.content);
     }
@@ -192,7 +200,10 @@ async fn a_rule_naming_a_protected_path_opts_it_out() {
         let ctx = e.ctx.clone();
         async move {
             Write
-                .call(&json!({"file_path": path, "content": "{}"}), &ctx)
+                .call(
+                    &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "{}"})),
+                    &ctx,
+                )
                 .await
         }
     };
@@ -202,7 +213,10 @@ async fn a_rule_naming_a_protected_path_opts_it_out() {
         let ctx = e.ctx.clone();
         async move {
             Write
-                .call(&json!({"file_path": path, "content": "{}"}), &ctx)
+                .call(
+                    &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "{}"})),
+                    &ctx,
+                )
                 .await
         }
     };

@@ -263,7 +263,7 @@ fn request_bodies_of_every_history_prefix_are_unchanged() {
     let tool = ToolDef {
         name: "Bash".into(),
         description: "runs".into(),
-        input_schema: json!({"type": "object"}),
+        input_schema: flower::content::Raw::of_tree(&json!({"type": "object"})),
     };
     let mut digests = Vec::new();
     for (system, tools) in [("", vec![]), ("系统", vec![tool.clone()])] {

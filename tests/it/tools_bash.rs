@@ -31,7 +31,8 @@ fn env() -> Env {
 }
 
 async fn bash(e: &Env, input: Value) -> ToolOutput {
-    Bash.call(&input, &e.ctx).await
+    Bash.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+        .await
 }
 
 /// Whether a process is gone (or a zombie waiting for its reaper).
@@ -179,7 +180,9 @@ async fn dropping_the_call_kills_the_process_group() {
             .success()
     );
     let reader = tokio::task::spawn_blocking(move || fs::read_to_string(&fifo).unwrap());
-    let input = json!({"command": "sleep 300 & echo $! > started; sleep 300"});
+    let input = flower::content::Raw::of_tree(
+        &json!({"command": "sleep 300 & echo $! > started; sleep 300"}),
+    );
     let call = Bash.call(&input, &e.ctx);
     let pid: i32 = tokio::select! {
         _ = call => panic!("the command cannot finish by itself"),

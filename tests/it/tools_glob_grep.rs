@@ -26,11 +26,13 @@ fn put(ws: &Path, rel: &str, content: &str, age_s: u64) -> PathBuf {
 }
 
 async fn glob(e: &ToolEnv, input: Value) -> ToolOutput {
-    Glob.call(&input, &e.ctx).await
+    Glob.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+        .await
 }
 
 async fn grep(e: &ToolEnv, input: Value) -> ToolOutput {
-    Grep.call(&input, &e.ctx).await
+    Grep.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+        .await
 }
 
 #[tokio::test]

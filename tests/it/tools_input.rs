@@ -28,12 +28,13 @@ fn builtin_tools_have_claude_code_names_and_schemas() {
     let required = |v: &Value| v["required"].clone();
     for t in &tools {
         let d = t.definition();
+        let schema: Value = d.input_schema.parse().unwrap();
         assert!(
             d.description.len() > 100,
             "{} has a real description",
             d.name
         );
-        assert_eq!(d.input_schema["type"], "object");
+        assert_eq!(schema["type"], "object");
         let want = match d.name.as_str() {
             "Read" => json!(["file_path"]),
             "Write" => json!(["file_path", "content"]),
@@ -42,18 +43,20 @@ fn builtin_tools_have_claude_code_names_and_schemas() {
             "Bash" => json!(["command"]),
             other => panic!("unexpected tool {other}"),
         };
-        assert_eq!(required(&d.input_schema), want, "{}", d.name);
+        assert_eq!(required(&schema), want, "{}", d.name);
         // Every required field is described.
         for f in want.as_array().unwrap() {
             let f = f.as_str().unwrap();
-            assert!(d.input_schema["properties"][f]["description"].is_string());
+            assert!(schema["properties"][f]["description"].is_string());
         }
     }
     let grep = tools
         .iter()
         .find(|t| t.name() == "Grep")
         .unwrap()
-        .input_schema();
+        .input_schema()
+        .parse::<Value>()
+        .unwrap();
     for f in [
         "-i",
         "-n",
@@ -92,7 +95,7 @@ async fn malformed_inputs_become_errors() {
             if tool.name() == "Glob" && input["pattern"] == "x" {
                 continue; // a valid Glob input: the other fields are not Glob's
             }
-            let out = tool.call(input, &ctx).await;
+            let out = tool.call(&flower::content::Raw::of_tree(input), &ctx).await;
             assert!(
                 out.is_error,
                 "{} accepted {input}: {}",
@@ -129,7 +132,7 @@ async fn fifos_are_refused_not_waited_on() {
     for tool in builtin() {
         for (name, input) in &inputs {
             if tool.name() == *name {
-                let out = tool.call(input, &ctx).await;
+                let out = tool.call(&flower::content::Raw::of_tree(input), &ctx).await;
                 assert!(out.is_error, "{name}: {}", out.content);
                 assert!(
                     out.content.contains("not a regular file"),
@@ -141,6 +144,11 @@ async fn fifos_are_refused_not_waited_on() {
     }
     // A directory walk skips it.
     let grep = builtin().into_iter().find(|t| t.name() == "Grep").unwrap();
-    let out = grep.call(&json!({"pattern": "x"}), &ctx).await;
+    let out = grep
+        .call(
+            &flower::content::Raw::of_tree(&json!({"pattern": "x"})),
+            &ctx,
+        )
+        .await;
     assert!(!out.is_error, "{}", out.content);
 }

@@ -10,7 +10,8 @@ use std::os::unix::fs::symlink;
 use support::{ToolEnv, tool_env};
 
 async fn read(e: &ToolEnv, input: Value) -> ToolOutput {
-    Read.call(&input, &e.ctx).await
+    Read.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+        .await
 }
 
 #[tokio::test]
@@ -228,9 +229,10 @@ async fn bad_input_names_the_field() {
 fn definition_follows_claude_code() {
     let d = Read.definition();
     assert_eq!(d.name, "Read");
-    assert_eq!(d.input_schema["required"], json!(["file_path"]));
-    assert!(d.input_schema["properties"]["offset"].is_object());
-    assert!(d.input_schema["properties"]["limit"].is_object());
+    let schema: serde_json::Value = d.input_schema.parse().unwrap();
+    assert_eq!(schema["required"], json!(["file_path"]));
+    assert!(schema["properties"]["offset"].is_object());
+    assert!(schema["properties"]["limit"].is_object());
     assert!(!d.description.is_empty());
 }
 

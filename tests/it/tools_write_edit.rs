@@ -15,7 +15,9 @@ async fn write_creates_parent_directories() {
     let e = tool_env();
     let out = Write
         .call(
-            &json!({"file_path": "a/b/c.txt", "content": "hello\n"}),
+            &flower::content::Raw::of_tree(
+                &json!({"file_path": "a/b/c.txt", "content": "hello\n"}),
+            ),
             &e.ctx,
         )
         .await;
@@ -27,7 +29,10 @@ async fn write_creates_parent_directories() {
     );
     let abs = e.ctx.workspace.join("a/b/c.txt");
     let out = Write
-        .call(&json!({"file_path": abs, "content": "again"}), &e.ctx)
+        .call(
+            &flower::content::Raw::of_tree(&json!({"file_path": abs, "content": "again"})),
+            &e.ctx,
+        )
         .await;
     assert!(!out.is_error, "{}", out.content);
     assert!(out.content.contains("overwritten"), "{}", out.content);
@@ -53,7 +58,10 @@ async fn writes_cannot_leave_the_workspace() {
     ];
     for path in cases {
         let out = Write
-            .call(&json!({"file_path": path, "content": "x"}), &e.ctx)
+            .call(
+                &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "x"})),
+                &e.ctx,
+            )
             .await;
         assert!(out.is_error, "{path}: {}", out.content);
         if !path.as_str().unwrap().starts_with('~') {
@@ -66,7 +74,9 @@ async fn writes_cannot_leave_the_workspace() {
         }
         let out = Edit
             .call(
-                &json!({"file_path": path, "old_string": "", "new_string": "x"}),
+                &flower::content::Raw::of_tree(
+                    &json!({"file_path": path, "old_string": "", "new_string": "x"}),
+                ),
                 &e.ctx,
             )
             .await;
@@ -86,7 +96,10 @@ async fn a_symlink_inside_the_workspace_is_followed() {
     fs::create_dir(e.ctx.workspace.join("real")).unwrap();
     symlink(e.ctx.workspace.join("real"), e.ctx.workspace.join("alias")).unwrap();
     let out = Write
-        .call(&json!({"file_path": "alias/f.txt", "content": "x"}), &e.ctx)
+        .call(
+            &flower::content::Raw::of_tree(&json!({"file_path": "alias/f.txt", "content": "x"})),
+            &e.ctx,
+        )
         .await;
     assert!(!out.is_error, "{}", out.content);
     assert_eq!(
@@ -96,7 +109,8 @@ async fn a_symlink_inside_the_workspace_is_followed() {
 }
 
 async fn edit(e: &ToolEnv, input: serde_json::Value) -> flower::tools::ToolOutput {
-    Edit.call(&input, &e.ctx).await
+    Edit.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+        .await
 }
 
 #[tokio::test]
@@ -277,7 +291,9 @@ async fn writes_are_atomic_and_keep_permissions() {
         let content = if round % 2 == 0 { "b" } else { "c" }.repeat(1 << 20);
         let out = flower::tools::write::Write
             .call(
-                &serde_json::json!({"file_path": path, "content": content}),
+                &flower::content::Raw::of_tree(
+                    &serde_json::json!({"file_path": path, "content": content}),
+                ),
                 &ctx,
             )
             .await;
@@ -296,7 +312,7 @@ async fn writes_are_atomic_and_keep_permissions() {
     let inode_before = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
     let out = flower::tools::edit::Edit
         .call(
-            &serde_json::json!({"file_path": path, "old_string": "c".repeat(1 << 20), "new_string": "#!/bin/sh\n"}),
+            &flower::content::Raw::of_tree(&serde_json::json!({"file_path": path, "old_string": "c".repeat(1 << 20), "new_string": "#!/bin/sh\n"})),
             &ctx,
         )
         .await;

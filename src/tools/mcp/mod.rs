@@ -54,7 +54,7 @@ impl McpTool {
         crate::model::ToolDef {
             name: self.name.clone(),
             description: self.description.clone(),
-            input_schema: self.input_schema.clone(),
+            input_schema: crate::content::Raw::of_tree(&self.input_schema),
         }
     }
 }
