@@ -11,7 +11,8 @@
 //!
 //! The model it plays: after each prompt it calls `Read` on `seed.txt` `tools` times
 //! (default 1), then answers `answer` (default `向日葵`). Requests numbered in `hold` are
-//! read and never answered (a test kills or cancels the run meanwhile).
+//! read and never answered (a test kills or cancels the run meanwhile). With `record`
+//! (a file path), each request's body is appended to that file, one JSON line each.
 #![allow(clippy::disallowed_macros)] // prints its URL
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -39,8 +40,17 @@ fn main() {
                 .collect()
         })
         .unwrap_or_default();
+    let record = config["record"].as_str().map(str::to_string);
     let server = FakeServer::with_handler(move |req, i| {
         let number = i + 1;
+        if let Some(path) = &record {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .expect("the record file opens");
+            let _ = writeln!(file, "{}", req.body);
+        }
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "request {number}");
         let _ = out.flush();

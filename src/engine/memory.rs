@@ -48,6 +48,9 @@ pub struct MemorySource {
     pub workspace: PathBuf,
     /// The home directory: `~/.claude/CLAUDE.md` and `@~/…` imports.
     pub home: Option<PathBuf>,
+    /// The kinds of file read where they are found (`User`, `Project`, `Local`);
+    /// `None`: all (the CLI). The Python package's `setting_sources` may leave some out.
+    pub kinds: Option<Vec<MemoryKind>>,
 }
 
 /// Why a file is in memory.
@@ -113,17 +116,24 @@ impl MemorySource {
             found: Vec::new(),
             warnings: Vec::new(),
         };
-        if let Some(home) = &self.home {
+        let reads = |kind: MemoryKind| self.kinds.as_ref().is_none_or(|k| k.contains(&kind));
+        if let Some(home) = &self.home
+            && reads(MemoryKind::User)
+        {
             reader.root(&home.join(".claude").join("CLAUDE.md"), MemoryKind::User);
         }
         for dir in project_dirs(&self.workspace) {
             let claude = dir.join("CLAUDE.md");
             let dot_claude = dir.join(".claude").join("CLAUDE.md");
             let has_claude = claude.is_file() || dot_claude.is_file();
-            reader.root(&claude, MemoryKind::Project);
-            reader.root(&dot_claude, MemoryKind::Project);
-            reader.root(&dir.join("CLAUDE.local.md"), MemoryKind::Local);
-            if !has_claude {
+            if reads(MemoryKind::Project) {
+                reader.root(&claude, MemoryKind::Project);
+                reader.root(&dot_claude, MemoryKind::Project);
+            }
+            if reads(MemoryKind::Local) {
+                reader.root(&dir.join("CLAUDE.local.md"), MemoryKind::Local);
+            }
+            if !has_claude && reads(MemoryKind::Project) {
                 reader.root(&dir.join("AGENTS.md"), MemoryKind::Project);
             }
         }

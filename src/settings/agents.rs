@@ -109,13 +109,15 @@ pub struct AgentFiles {
 /// The names flower's pipeline already uses for its default sub-agent.
 const RESERVED: [&str; 1] = [crate::engine::GENERAL_PURPOSE];
 
-/// Reads `<workspace>/.claude/agents/*.md`, then `<home>/.claude/agents/*.md`.
-pub fn load(workspace: &Path, home: Option<&Path>) -> AgentFiles {
+/// Reads `<workspace>/.claude/agents/*.md`, then `<home>/.claude/agents/*.md`, those
+/// of `scopes` (`Project`, `User`).
+pub fn load(workspace: &Path, home: Option<&Path>, scopes: &[Scope]) -> AgentFiles {
     let mut out = AgentFiles::default();
     let mut dirs = vec![(Scope::Project, workspace.join(".claude/agents"))];
     if let Some(home) = home {
         dirs.push((Scope::User, home.join(".claude/agents")));
     }
+    dirs.retain(|(scope, _)| scopes.contains(scope));
     for (scope, dir) in dirs {
         for path in markdown_files(&dir) {
             let text = match std::fs::read(&path) {

@@ -106,14 +106,37 @@ impl FileLayer {
     /// workspace's files are pinned as written ([`FileLayer::pin`]); what in them
     /// would widen the user's settings is left out ([`super::strict`]).
     pub fn load(workspace: &Path, home: Option<&Path>) -> Result<FileLayer, ConfigError> {
+        let mut layer = Self::load_from(
+            workspace,
+            home,
+            &[Scope::User, Scope::Project, Scope::Local],
+        )?;
+        layer.sources = None;
+        Ok(layer)
+    }
+
+    /// [`FileLayer::load`] of the files of `sources` only (the Agent SDK's
+    /// `setting_sources`): `User` is everything under `~/.claude` (settings, memory,
+    /// agents, skills); `Project` the workspace's `.claude/settings.json`, `.mcp.json`,
+    /// memory, agents and skills; `Local` `.claude/settings.local.json` and
+    /// `CLAUDE.local.md`.
+    pub fn load_from(
+        workspace: &Path,
+        home: Option<&Path>,
+        sources: &[Scope],
+    ) -> Result<FileLayer, ConfigError> {
         let mut layer = FileLayer {
             pin: SettingsPin {
                 version: PIN_VERSION,
                 files: Vec::new(),
             },
+            sources: Some(sources.to_vec()),
             ..FileLayer::default()
         };
         for (scope, path) in paths(workspace, home) {
+            if !sources.contains(&scope) {
+                continue;
+            }
             let Some((text, document)) = read_object(&path)? else {
                 continue;
             };
@@ -124,7 +147,11 @@ impl FileLayer {
             layer.add(scope, &path, document, workspace, home)?;
         }
         let mcp_path = workspace.join(MCP_JSON);
-        if let Some((text, document)) = read_object(&mcp_path)? {
+        let mcp_json = match sources.contains(&Scope::Project) {
+            true => read_object(&mcp_path)?,
+            false => None,
+        };
+        if let Some((text, document)) = mcp_json {
             layer.pin_file(workspace, &mcp_path, &text, &document);
             let document = layer.narrow(Scope::Project, &mcp_path, document, workspace, home);
             layer.mcp_json = Some(LoadedFile {
@@ -133,9 +160,9 @@ impl FileLayer {
                 document,
             });
         }
-        layer.agents = super::agents::load(workspace, home);
+        layer.agents = super::agents::load(workspace, home, sources);
         layer.pin.files.extend(layer.agents.pinned.iter().cloned());
-        layer.skills = super::skills::load(workspace, home);
+        layer.skills = super::skills::load(workspace, home, sources);
         layer.pin.files.extend(layer.skills.pinned.iter().cloned());
         Ok(layer)
     }

@@ -449,6 +449,17 @@ impl Settings {
                 .canonicalize()
                 .unwrap_or_else(|_| self.workspace.clone()),
             home: self.home.clone(),
+            kinds: self.files.sources.as_ref().map(|sources| {
+                use crate::engine::memory::MemoryKind;
+                sources
+                    .iter()
+                    .map(|scope| match scope {
+                        files::Scope::User => MemoryKind::User,
+                        files::Scope::Project => MemoryKind::Project,
+                        files::Scope::Local => MemoryKind::Local,
+                    })
+                    .collect()
+            }),
         }
     }
 

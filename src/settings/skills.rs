@@ -75,13 +75,15 @@ pub fn known_unused(key: &str) -> bool {
     KNOWN_UNUSED.contains(&key)
 }
 
-/// Reads `<workspace>/.claude/skills/*/SKILL.md`, then `<home>/.claude/skills/*/SKILL.md`.
-pub fn load(workspace: &Path, home: Option<&Path>) -> SkillFiles {
+/// Reads `<workspace>/.claude/skills/*/SKILL.md`, then `<home>/.claude/skills/*/SKILL.md`,
+/// those of `scopes` (`Project`, `User`).
+pub fn load(workspace: &Path, home: Option<&Path>, scopes: &[Scope]) -> SkillFiles {
     let mut out = SkillFiles::default();
     let mut roots = vec![(Scope::Project, workspace.join(".claude/skills"))];
     if let Some(home) = home {
         roots.push((Scope::User, home.join(".claude/skills")));
     }
+    roots.retain(|(scope, _)| scopes.contains(scope));
     for (scope, root) in roots {
         for dir in skill_dirs(&root) {
             let path = dir.join(SKILL_FILE);

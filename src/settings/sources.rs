@@ -200,6 +200,9 @@ pub struct FileLayer {
     /// Agent Skills (`.claude/skills/*/SKILL.md`, `~/.claude/skills/`) and the ones
     /// left out ([`super::skills`]).
     pub skills: super::skills::SkillFiles,
+    /// The sources read ([`FileLayer::load_from`]); `None`: all of them (the CLI's
+    /// [`FileLayer::load`]) or none (`FileLayer::default()`, which reads no file).
+    pub sources: Option<Vec<super::files::Scope>>,
 }
 
 /// The environment over the files: the one lookup every variable goes through.

@@ -196,6 +196,7 @@ fn files_are_read_from_the_repository_root_down_to_the_workspace() {
     let memory = MemorySource {
         workspace: root.join("repo/pkg/app"),
         home: Some(root.join("home")),
+        kinds: None,
     }
     .load();
     let files: Vec<(String, MemoryKind)> = memory
@@ -240,6 +241,7 @@ fn imports_are_depth_limited_cycles_refused_and_code_left_alone() {
     let memory = MemorySource {
         workspace: ws.clone(),
         home: None,
+        kinds: None,
     }
     .load();
     for i in 1..=MAX_IMPORT_DEPTH {
@@ -270,6 +272,7 @@ fn imports_are_depth_limited_cycles_refused_and_code_left_alone() {
     let memory = MemorySource {
         workspace: ws,
         home: None,
+        kinds: None,
     }
     .load();
     assert_eq!(memory.files.len(), 3);
@@ -291,6 +294,7 @@ fn memory_over_the_cap_is_cut_with_a_warning() {
     let memory = MemorySource {
         workspace: ws,
         home: None,
+        kinds: None,
     }
     .load();
     assert!(memory.text.len() < MAX_MEMORY_BYTES + 1000);

@@ -673,7 +673,7 @@ impl PyRuntime {
     #[new]
     // What is left out (`trim`, `ephemeral`, `keep_denials`, `resilience`) is what the
     // settings build for the CLI too: the core's defaults, not copies of them.
-    #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from(flower::settings::DEFAULT_RUN_DIR), *, trim = None, ephemeral = None, keep_denials = None, on_session = None, on_event = None, resilience = None, wait = false))]
+    #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from(flower::settings::DEFAULT_RUN_DIR), *, trim = None, ephemeral = None, keep_denials = None, on_session = None, on_event = None, resilience = None, wait = false, setting_sources = None, accept_settings = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -686,7 +686,12 @@ impl PyRuntime {
         on_event: Option<Py<PyAny>>,
         resilience: Option<PyRef<'_, PyResilience>>,
         wait: bool,
+        setting_sources: Option<Vec<String>>,
+        accept_settings: bool,
     ) -> PyResult<Self> {
+        let sources = setting_sources
+            .map(|s| valid::setting_sources(&s))
+            .transpose()?;
         let keep_denials = match keep_denials.filter(|v| !v.is_none()) {
             Some(value) => {
                 Some(valid::count("keep_denials", value, 0, " (or None for the default)")? as usize)
@@ -710,15 +715,29 @@ impl PyRuntime {
         {
             return Err(errors::held_here(&run_dir));
         }
+        // The Agent SDK's `setting_sources`: no files at all unless asked (its default),
+        // memory included; else the files of those sources, as the CLI reads them.
+        let env = Environment::from_process();
+        let files = match &sources {
+            None => FileLayer::default(),
+            Some(sources) => FileLayer::load_from(&workspace, env.home(), sources)
+                .map_err(|e| ConfigError::new_err(e.to_string()))?,
+        };
         let flags = Flags {
             workspace: Some(workspace.clone()),
             run_dir: Some(run_dir.clone()),
             wait,
+            no_memory: sources.is_none(),
+            accept_settings,
             ..Flags::default()
         };
-        let settings =
-            Settings::resolve(&flags, &Environment::from_process(), &FileLayer::default())
-                .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        let settings = Settings::resolve(&flags, &env, &files)
+            .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        // The team's sub-agents beside the default one, as `flower once` offers them.
+        let subagents = match settings.files.agents.agents.is_empty() {
+            true => Vec::new(),
+            false => settings.subagents_for(&flower::engine::general_purpose()).0,
+        };
         settings.install_prices();
         let hooks = Arc::new(Hooks {
             on_event,
@@ -740,6 +759,7 @@ impl PyRuntime {
                         if let Some(resilience) = resilience {
                             o.resilience = resilience;
                         }
+                        o.subagents = subagents;
                         o.events = Arc::new(move |event: &Event| sink_hooks.deliver(event));
                     })
             })

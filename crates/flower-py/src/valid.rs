@@ -139,3 +139,25 @@ fn repr(value: &Bound<'_, PyAny>) -> String {
         .map(|r| r.to_string())
         .unwrap_or_else(|_| "?".into())
 }
+
+/// `Runtime(setting_sources=…)`: the Agent SDK's names, each at most once.
+pub fn setting_sources(names: &[String]) -> PyResult<Vec<flower::settings::files::Scope>> {
+    use flower::settings::files::Scope;
+    let mut sources = Vec::new();
+    for name in names {
+        let scope = match name.as_str() {
+            "user" => Scope::User,
+            "project" => Scope::Project,
+            "local" => Scope::Local,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "setting_sources: {other:?} is not a source (\"user\", \"project\" or \"local\")"
+                )));
+            }
+        };
+        if !sources.contains(&scope) {
+            sources.push(scope);
+        }
+    }
+    Ok(sources)
+}

@@ -150,7 +150,13 @@ class Runtime:
     `trim`, `ephemeral`, `keep_denials`: what a resumed session is fed (left out: the
     core's defaults, as for the CLI: no trimming, ephemeral content pruned, one denial kept).
     `on_event(event)` hears turns, tool calls, handoffs, outage waits …;
-    `on_session(step, session_id)` each step's session the moment it exists."""
+    `on_session(step, session_id)` each step's session the moment it exists.
+    `setting_sources`: the Agent SDK's option, which files are read, as the CLI reads
+    them: `"user"` (`~/.claude`: settings, CLAUDE.md, agents, skills), `"project"` (the
+    workspace's `.claude/settings.json`, `.mcp.json`, CLAUDE.md/AGENTS.md, agents,
+    skills), `"local"` (`.claude/settings.local.json`, CLAUDE.local.md); left out (the
+    SDK's default), none, memory included. A workspace file changed since the run
+    pinned it raises unless `accept_settings=True`."""
 
     workspace: Path
     run_dir: Path
@@ -166,6 +172,8 @@ class Runtime:
         on_event: Callable[[Event], object] | None = None,
         resilience: Resilience | None = None,
         wait: bool = False,
+        setting_sources: list[Literal["user", "project", "local"]] | None = None,
+        accept_settings: bool = False,
     ) -> None: ...
     def has_session(self, session_id: str) -> bool:
         """Whether the session is still in the run's store."""
