@@ -10,7 +10,8 @@
 //! outlives the test run that started it.
 //!
 //! The model it plays: after each prompt it calls `Read` on `seed.txt` `tools` times
-//! (default 1), then answers `answer` (default `向日葵`). Requests numbered in `hold` are
+//! (default 1; with `"write": {"file_path": …, "content": …}` it calls `Write` with
+//! that instead), then answers `answer` (default `向日葵`). Requests numbered in `hold` are
 //! read and never answered (a test kills or cancels the run meanwhile). With `record`
 //! (a file path), each request's body is appended to that file, one JSON line each.
 #![allow(clippy::disallowed_macros)] // prints its URL
@@ -41,6 +42,10 @@ fn main() {
         })
         .unwrap_or_default();
     let record = config["record"].as_str().map(str::to_string);
+    let call = match config.get("write") {
+        Some(write) => ("Write", write.clone()),
+        None => ("Read", json!({"file_path": "seed.txt"})),
+    };
     let server = FakeServer::with_handler(move |req, i| {
         let number = i + 1;
         if let Some(path) = &record {
@@ -57,7 +62,7 @@ fn main() {
         if hold.contains(&number) {
             Reply::hang()
         } else if calls_since_prompt(req) < tools {
-            Reply::tool_use("Read", json!({"file_path": "seed.txt"}))
+            Reply::tool_use(call.0, call.1.clone())
         } else {
             Reply::text(answer.clone())
         }

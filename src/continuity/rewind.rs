@@ -45,6 +45,8 @@ pub enum RewindError {
         .files.join("、")
     )]
     OutsideChanges { files: Vec<String> },
+    #[error("这个运行的会话里没有消息 {0}")]
+    NoSuchMessage(String),
     #[error("共享数据库里的运行只能回退文件(加 --files-only)")]
     SharedRun,
     #[error(transparent)]
@@ -174,6 +176,50 @@ impl Runtime {
         };
         write_journal(checkpoints, &journal)?;
         self.complete(checkpoints, &mut journal, options)
+    }
+
+    /// The Agent SDK's `rewind_files(user_message_id)`: the files back to the last
+    /// checkpoint taken before that message was written (for a step's prompt, the one
+    /// before its attempt); the conversation stays where it is. The message is looked
+    /// up in the sessions lineage names.
+    pub fn rewind_files(
+        &self,
+        user_message_id: &str,
+        options: &RewindOptions,
+    ) -> Result<Rewound, RewindError> {
+        let checkpoints = self.checkpoints().ok_or(RewindError::NoCheckpoints)?;
+        let at = self
+            .message_time(user_message_id)?
+            .ok_or_else(|| RewindError::NoSuchMessage(user_message_id.to_string()))?;
+        let list = checkpoints.list()?;
+        // RFC 3339 in UTC with milliseconds on both sides: text order is time order.
+        let point = list
+            .iter()
+            .rfind(|c| c.time.as_str() <= at.as_str())
+            .ok_or_else(|| RewindError::NoSuchPoint(user_message_id.to_string()))?;
+        let options = RewindOptions {
+            files_only: true,
+            ..options.clone()
+        };
+        self.rewind(&point.n.to_string(), &options)
+    }
+
+    /// When the entry `uuid` of one of lineage's sessions was written.
+    fn message_time(&self, uuid: &str) -> Result<Option<String>, RewindError> {
+        let sessions: Vec<String> = self.lineage().steps().values().cloned().collect();
+        for id in sessions {
+            let key = self.session_key(&id);
+            let loaded = self.store().load_raw(&key).map_err(store_failed(&id))?;
+            for entry in loaded.unwrap_or_default() {
+                let Ok(entry) = serde_json::from_value::<Entry>(entry) else {
+                    continue;
+                };
+                if entry.uuid() == Some(uuid) {
+                    return Ok(entry.timestamp);
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Finishes a rewind a kill interrupted, if there is one (the runtime that opens

@@ -13,12 +13,14 @@
 
 mod convert;
 mod errors;
+mod rewind;
 mod store;
 mod valid;
 
 use convert::serialized;
 use errors::{ConfigError, FlowerError, LockedError, StepFailedError};
 use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
+use flower::continuity::rewind::RewindOptions;
 use flower::events::Event;
 use flower::run::{Begin, Run, RunHooks};
 use flower::settings::{Environment, FileLayer, Flags};
@@ -673,7 +675,7 @@ impl PyRuntime {
     #[new]
     // What is left out (`trim`, `ephemeral`, `keep_denials`, `resilience`) is what the
     // settings build for the CLI too: the core's defaults, not copies of them.
-    #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from(flower::settings::DEFAULT_RUN_DIR), *, trim = None, ephemeral = None, keep_denials = None, on_session = None, on_event = None, resilience = None, wait = false, setting_sources = None, accept_settings = false))]
+    #[pyo3(signature = (workspace = PathBuf::from("."), run_dir = PathBuf::from(flower::settings::DEFAULT_RUN_DIR), *, trim = None, ephemeral = None, keep_denials = None, on_session = None, on_event = None, resilience = None, wait = false, setting_sources = None, accept_settings = false, enable_file_checkpointing = true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -688,6 +690,7 @@ impl PyRuntime {
         wait: bool,
         setting_sources: Option<Vec<String>>,
         accept_settings: bool,
+        enable_file_checkpointing: bool,
     ) -> PyResult<Self> {
         let sources = setting_sources
             .map(|s| valid::setting_sources(&s))
@@ -760,6 +763,9 @@ impl PyRuntime {
                             o.resilience = resilience;
                         }
                         o.subagents = subagents;
+                        if !enable_file_checkpointing {
+                            o.checkpoints = None;
+                        }
                         o.events = Arc::new(move |event: &Event| sink_hooks.deliver(event));
                     })
             })
@@ -790,6 +796,59 @@ impl PyRuntime {
             run.runtime().processes().kill_all();
         });
         Ok(())
+    }
+
+    /// The workspace's checkpoints, oldest first: `n`, `kind`, `step`, `session_id`,
+    /// `turn`, `time`, `tree` (as `flower rewind` lists them).
+    fn checkpoints<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let run = self.open_run()?;
+        rewind::list(py, &run)
+    }
+
+    /// `flower rewind POINT`: the files and (unless `files_only`) the conversation.
+    #[pyo3(signature = (point, *, files_only = false, discard = false))]
+    fn rewind<'py>(
+        &self,
+        py: Python<'py>,
+        point: &Bound<'py, PyAny>,
+        files_only: bool,
+        discard: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (run, point) = (self.open_run()?, rewind::point_text(point)?);
+        let options = RewindOptions {
+            files_only,
+            discard,
+            ..RewindOptions::default()
+        };
+        let result = py.detach(move || run.runtime().rewind(&point, &options));
+        rewind::outcome(py, result)
+    }
+
+    /// The Agent SDK's name: the files as they were when that message was written.
+    #[pyo3(signature = (user_message_id, *, discard = false))]
+    fn rewind_files<'py>(
+        &self,
+        py: Python<'py>,
+        user_message_id: String,
+        discard: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let run = self.open_run()?;
+        let options = RewindOptions {
+            discard,
+            ..RewindOptions::default()
+        };
+        let result = py.detach(move || run.runtime().rewind_files(&user_message_id, &options));
+        rewind::outcome(py, result)
+    }
+
+    /// The key the run's sessions are stored under (the store's `project_key`).
+    #[getter]
+    fn project_key(&self) -> PyResult<String> {
+        let run = self.open_run()?;
+        let workspace = run.runtime().lineage().workspace().to_string();
+        Ok(flower::stores::project_key(std::path::Path::new(
+            &workspace,
+        )))
     }
 
     /// The wake state the run was opened with (see `wake_state`).

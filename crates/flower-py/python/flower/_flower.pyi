@@ -174,7 +174,24 @@ class Runtime:
         wait: bool = False,
         setting_sources: list[Literal["user", "project", "local"]] | None = None,
         accept_settings: bool = False,
+        enable_file_checkpointing: bool = True,
     ) -> None: ...
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The workspace's checkpoints, oldest first (`n`, `kind`, `step`, `session_id`,
+        `turn`, `time`, `tree`): one before each step attempt, one after each turn that
+        may have changed files. None when `enable_file_checkpointing=False`."""
+    def rewind(self, point: int | str, *, files_only: bool = False, discard: bool = False) -> dict[str, Any]:
+        """`flower rewind POINT`: the files and (unless `files_only`) the conversation
+        back to a checkpoint (its number, or a step attempt's name). Returns `point`,
+        `files` (paths restored) and `sessions` (step: the fork now continued, or None
+        when the step starts afresh). Raises FlowerError when the workspace changed
+        outside flower since the last checkpoint (unless `discard`)."""
+    def rewind_files(self, user_message_id: str, *, discard: bool = False) -> dict[str, Any]:
+        """The Agent SDK's name: the files back to the last checkpoint taken before
+        that message of one of the run's sessions was written; the conversation stays."""
+    @property
+    def project_key(self) -> str:
+        """The key the run's sessions are stored under (for `store.load`)."""
     def has_session(self, session_id: str) -> bool:
         """Whether the session is still in the run's store."""
     def rescue(self) -> None:
