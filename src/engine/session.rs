@@ -3,7 +3,7 @@
 
 use super::{Engine, Opened, RunError, SessionStart};
 use crate::stores::{SessionKey, SessionStore};
-use crate::transcript::{self, Kind, Loaded};
+use crate::transcript::{Content, Entry, Kind, Loaded};
 use serde_json::Value;
 
 impl Engine {
@@ -113,18 +113,25 @@ pub(super) fn ends_with_prompt(history: &[Loaded], prompt: &str) -> bool {
         .iter()
         .rev()
         .filter(|e| matches!(e.kind, Kind::User | Kind::Assistant))
-        .map(Loaded::value)
-        .find(|e| !transcript::markers::is_hook_context(e));
-    let Some(last) = last else { return false };
-    if last.get("type").and_then(Value::as_str) != Some("user") {
-        return false;
-    }
-    match last.pointer("/message/content") {
-        Some(Value::String(text)) => text == prompt,
-        Some(Value::Array(blocks)) => {
-            matches!(blocks.as_slice(), [block] if block.get("type").and_then(Value::as_str) == Some("text")
-                && block.get("text").and_then(Value::as_str) == Some(prompt))
+        .map(|e| e.json.entry())
+        .find(|e| !e.as_ref().is_some_and(is_hook_context));
+    matches!(last, Some(Some(last)) if is_the_prompt(&last, prompt))
+}
+
+/// Whether a hook wrote the entry (context for the model), so it is never a prompt.
+pub(super) fn is_hook_context(entry: &Entry) -> bool {
+    entry.is_hook_context == Some(true)
+}
+
+/// Whether `entry` is a user entry whose message is `prompt` (as a string, or as its
+/// one text block).
+pub(super) fn is_the_prompt(entry: &Entry, prompt: &str) -> bool {
+    entry.kind() == Kind::User
+        && match entry.content() {
+            Some(Content::Text(text)) => text == prompt,
+            Some(Content::Blocks(blocks)) => {
+                matches!(blocks.as_slice(), [block] if block.text() == Some(prompt))
+            }
+            None => false,
         }
-        _ => false,
-    }
 }

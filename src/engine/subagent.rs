@@ -1,13 +1,14 @@
 //! The tools that need the engine itself: `Task` (a sub-agent session) and `AskUser`.
 
 use super::recovery::{RESUME_PROMPT, agent_id_for, retried_text};
+use super::session::{is_hook_context, is_the_prompt};
 use super::{AgentSpec, Conversation, Engine, Event, Retried, RunError, Totals, ends_with_prompt};
 use crate::content::Raw;
 use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};
 use crate::tools::ToolOutput;
 use crate::tools::input::Field;
-use crate::transcript::{self, Chain, Messages};
+use crate::transcript::{self, Chain, Entry, Kind, Messages};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -184,7 +185,7 @@ impl Engine {
     ) -> Result<(Sub<'a>, bool), crate::stores::StoreError> {
         let mut agent_id = agent_id_for(tool_use_id);
         let mut key = parent.key.sub(&format!("subagents/agent-{agent_id}"))?;
-        let resume = match self.config.store.load_raw(&key) {
+        let resume = match self.config.store.load_raw_typed(&key) {
             Ok(Some(entries)) if first_prompt_is(&entries, prompt) => true,
             Ok(Some(_)) => {
                 // Another task under the same id (a client that reuses call ids): a
@@ -313,17 +314,11 @@ impl Engine {
 }
 
 /// Whether the first prompt of a stored sub-agent transcript is `prompt`.
-fn first_prompt_is(entries: &[Value], prompt: &str) -> bool {
-    let first = entries.iter().find(|e| {
-        e.get("type").and_then(Value::as_str) == Some("user")
-            && !transcript::markers::is_hook_context(e)
-    });
-    match first.and_then(|e| e.pointer("/message/content")) {
-        Some(Value::String(text)) => text == prompt,
-        Some(Value::Array(blocks)) => matches!(blocks.as_slice(),
-            [block] if block.get("text").and_then(Value::as_str) == Some(prompt)),
-        _ => false,
-    }
+fn first_prompt_is(entries: &[Entry], prompt: &str) -> bool {
+    entries
+        .iter()
+        .find(|e| e.kind() == Kind::User && !is_hook_context(e))
+        .is_some_and(|first| is_the_prompt(first, prompt))
 }
 
 /// What a sub-agent takes from the conversation that started it, copied out so that

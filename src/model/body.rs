@@ -262,7 +262,7 @@ fn body_of(request: &MessagesRequest, model: &str, counting: bool) -> Vec<u8> {
         );
     }
     if let Some(thinking) = request.thinking {
-        put(&mut out, "thinking", &thinking.to_json());
+        put(&mut out, "thinking", &thinking);
     }
     if counting {
         // The prompt only: what the model would read, not how it answers.
@@ -329,13 +329,8 @@ impl Serialize for Tools<'_> {
             })?;
         }
         for (i, tool) in self.1.iter().enumerate() {
-            let mut json = tool.to_json();
-            if self.0.len() + i + 1 == marked
-                && let Some(obj) = json.as_object_mut()
-            {
-                obj.insert("cache_control".into(), ephemeral());
-            }
-            seq.serialize_element(&json)?;
+            let mark = (self.0.len() + i + 1 == marked).then(ephemeral);
+            seq.serialize_element(&tool.wire(mark))?;
         }
         seq.end()
     }

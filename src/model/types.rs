@@ -2,7 +2,6 @@
 
 use crate::content::{Block, Raw};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 pub use super::body::History;
 
@@ -148,31 +147,39 @@ pub enum ServerToolKind {
 }
 
 impl ServerTool {
-    /// The tool's entry in the request's `tools`.
-    pub fn to_json(&self) -> Value {
-        let mut tool = serde_json::Map::new();
+    /// The tool's entry in the request's `tools`, with a cache breakpoint when
+    /// `cache_control` is given.
+    pub fn wire<'a, C: Serialize>(&'a self, cache_control: Option<C>) -> impl Serialize + 'a
+    where
+        C: 'a,
+    {
+        /// Field order as the API's examples write it.
+        #[derive(Serialize)]
+        struct Wire<'a, C> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            name: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            max_uses: Option<u32>,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            allowed_domains: &'a [String],
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            blocked_domains: &'a [String],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cache_control: Option<C>,
+        }
         let (kind, name) = match self.kind {
             ServerToolKind::WebSearch => (WEB_SEARCH_TOOL, "web_search"),
             ServerToolKind::WebFetch => (WEB_FETCH_TOOL, "web_fetch"),
         };
-        tool.insert("type".into(), kind.into());
-        tool.insert("name".into(), name.into());
-        if let Some(n) = self.max_uses {
-            tool.insert("max_uses".into(), n.into());
+        Wire {
+            kind,
+            name,
+            max_uses: self.max_uses,
+            allowed_domains: &self.allowed_domains,
+            blocked_domains: &self.blocked_domains,
+            cache_control,
         }
-        if !self.allowed_domains.is_empty() {
-            tool.insert(
-                "allowed_domains".into(),
-                self.allowed_domains.clone().into(),
-            );
-        }
-        if !self.blocked_domains.is_empty() {
-            tool.insert(
-                "blocked_domains".into(),
-                self.blocked_domains.clone().into(),
-            );
-        }
-        Value::Object(tool)
     }
 
     /// The beta header value the tool needs, if any.
@@ -193,15 +200,27 @@ pub enum Thinking {
     Adaptive,
 }
 
-impl Thinking {
-    /// The request's `thinking` field.
-    pub fn to_json(self) -> Value {
-        match self {
-            Thinking::Budget(budget) => {
-                serde_json::json!({"type": "enabled", "budget_tokens": budget})
-            }
-            Thinking::Adaptive => serde_json::json!({"type": "adaptive"}),
+/// The request's `thinking` field.
+impl Serialize for Thinking {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Wire {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            budget_tokens: Option<u32>,
         }
+        let wire = match *self {
+            Thinking::Budget(budget) => Wire {
+                kind: "enabled",
+                budget_tokens: Some(budget),
+            },
+            Thinking::Adaptive => Wire {
+                kind: "adaptive",
+                budget_tokens: None,
+            },
+        };
+        wire.serialize(serializer)
     }
 }
 
