@@ -200,3 +200,62 @@ fn a_bad_concurrency_setting_is_refused_before_any_request() {
         ],
     );
 }
+
+/// Sub-agents running at once keep their own prompt-cache prefixes warm (the fake
+/// server's cache model): each worker's second request reads from the cache at least
+/// everything its first request sent, whatever the other three sent in between.
+#[test]
+fn concurrent_sub_agents_keep_their_own_prefixes_warm() {
+    let project = Project::new();
+    std::fs::write(project.dir.join("seed.txt"), "向日葵\n".repeat(200)).unwrap();
+    let gate = Gate::new();
+    let server = {
+        let gate = gate.clone();
+        FakeServer::with_handler(move |request, _| {
+            if is_sub(request) {
+                return match request.messages().len() {
+                    1 => {
+                        Reply::tool_use("Read", json!({"file_path": "seed.txt"})).gate_before(&gate)
+                    }
+                    _ => Reply::text(format!("{} 读完了", request.first_prompt())),
+                };
+            }
+            if request.messages().len() == 1 {
+                let mut reply = Reply::text("分头读。");
+                for n in 1..=4 {
+                    reply = reply.then_tool_use_with_id(format!("task_{n}"), "Task", task(n));
+                }
+                return reply;
+            }
+            Reply::text("都读完了")
+        })
+    };
+    server.simulate_cache();
+    let run = spawn_once(&project, &server, &[]);
+    let together = gate.wait_reached_n(4, TIMEOUT);
+    gate.open();
+    let out = run.join().unwrap();
+    assert!(together, "the four workers were not at work at once");
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+
+    let requests = server.requests();
+    let workers: Vec<&Recorded> = requests.iter().filter(|r| is_sub(r)).collect();
+    assert_eq!(workers.len(), 8, "two turns each");
+    for n in 1..=4 {
+        let prompt = format!("做第 {n} 件");
+        let turns: Vec<&&Recorded> = workers
+            .iter()
+            .filter(|r| r.first_prompt() == prompt)
+            .collect();
+        assert_eq!(turns.len(), 2, "{prompt}");
+        let first = turns[0].cache.expect("cache accounted");
+        let second = turns[1].cache.expect("cache accounted");
+        assert!(
+            second.read >= first.prompt() - first.uncached,
+            "{prompt}: the second turn read {} of the {} the first cached",
+            second.read,
+            first.prompt() - first.uncached
+        );
+        assert!(second.read * 2 > second.prompt(), "{prompt}: {second:?}");
+    }
+}
