@@ -149,10 +149,7 @@ pub enum ServerToolKind {
 impl ServerTool {
     /// The tool's entry in the request's `tools`, with a cache breakpoint when
     /// `cache_control` is given.
-    pub fn wire<'a, C: Serialize>(&'a self, cache_control: Option<C>) -> impl Serialize + 'a
-    where
-        C: 'a,
-    {
+    pub fn wire<'a, C: Serialize + 'a>(&'a self, cache_control: Option<C>) -> impl Serialize + 'a {
         /// Field order as the API's examples write it.
         #[derive(Serialize)]
         struct Wire<'a, C> {
