@@ -2,6 +2,10 @@
 //! result's body is), and the small readers behind them.
 
 use super::*;
+use crate::transcript::{
+    Block as TypedBlock, Content as TypedContent, Entry, Raw, ToolResultBlock,
+};
+use serde::Deserialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Role {
@@ -9,35 +13,76 @@ pub(super) enum Role {
     Assistant,
 }
 
-pub(super) fn timestamp(entry: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
-    let text = str_field(entry, "timestamp")?;
-    chrono::DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&chrono::Utc))
-}
-
-pub(super) fn block_type(block: &Value) -> Option<&str> {
-    block.get("type")?.as_str()
-}
-
-pub(super) fn str_field<'a>(value: &'a Value, field: &str) -> Option<&'a str> {
-    value.get(field)?.as_str()
-}
-
-/// The text of a tool result's `content`: a string, or its text blocks joined.
-pub(super) fn result_text(block: &Value) -> Cow<'_, str> {
-    match block.get("content") {
-        Some(Value::String(text)) => Cow::Borrowed(text),
-        Some(Value::Array(parts)) => {
-            let texts: Vec<&str> = parts.iter().filter_map(|p| str_field(p, "text")).collect();
+/// The text of a tool result's `content`: a string, or the text of its parts joined
+/// (a part's `text` whatever its type says, as a reader of the JSON would take it).
+pub(super) fn result_text(result: &ToolResultBlock) -> Cow<'_, str> {
+    match &result.content {
+        Some(TypedContent::Text(text)) => Cow::Borrowed(text),
+        Some(TypedContent::Blocks(parts)) => {
+            let mut texts: Vec<Cow<'_, str>> = parts.iter().filter_map(part_text).collect();
             if texts.len() == 1 {
-                Cow::Borrowed(texts[0])
+                texts.swap_remove(0)
             } else {
                 Cow::Owned(texts.join("\n"))
             }
         }
-        _ => Cow::Borrowed(""),
+        None => Cow::Borrowed(""),
     }
+}
+
+/// A part of a tool result's content: its `text`, if a string.
+fn part_text(part: &TypedBlock) -> Option<Cow<'_, str>> {
+    match part {
+        TypedBlock::Text(text) => text.text.as_deref().map(Cow::Borrowed),
+        TypedBlock::Unknown(raw) => Lenient::of(raw)?.text().map(Cow::Owned),
+        _ => None,
+    }
+}
+
+/// The few fields of a block flower does not type, each as written: one of another
+/// type than expected reads as absent.
+#[derive(Default, Deserialize)]
+pub(super) struct Lenient {
+    #[serde(rename = "type")]
+    kind: Option<Raw>,
+    text: Option<Raw>,
+    tool_use_id: Option<Raw>,
+    pub(super) content: Option<Raw>,
+}
+
+impl Lenient {
+    /// `None` unless `raw` is an object.
+    pub(super) fn of(raw: &Raw) -> Option<Lenient> {
+        if !raw.get().starts_with('{') {
+            return None;
+        }
+        // A repeated field: as a reader of the JSON takes it, the last one.
+        raw.parse()
+            .ok()
+            .or_else(|| Raw::from_text(canonical(raw.get())).ok()?.parse().ok())
+    }
+
+    pub(super) fn string(field: &Option<Raw>) -> Option<String> {
+        field.as_ref()?.parse().ok()
+    }
+
+    pub(super) fn kind(&self) -> Option<String> {
+        Self::string(&self.kind)
+    }
+
+    pub(super) fn text(&self) -> Option<String> {
+        Self::string(&self.text)
+    }
+}
+
+/// JSON text as serde_json writes it (compact, a repeated key once).
+pub(super) fn canonical(json: &str) -> String {
+    if crate::model::canonical::is_canonical(json) {
+        return json.to_string();
+    }
+    // A tree only to rewrite odd text (spaces, escapes, repeated keys).
+    serde_json::from_str::<serde_json::Value>(json)
+        .map_or_else(|_| json.to_string(), |v| v.to_string())
 }
 
 /// A uuid-shaped id derived from a tool_use id (two FNV-1a hashes), so the result
@@ -134,51 +179,72 @@ pub(super) enum Block {
 }
 
 impl Block {
-    pub(super) fn read(block: &Value) -> Block {
-        match block_type(block) {
-            Some("tool_use") => Block::ToolUse {
-                id: str_field(block, "id").unwrap_or_default().to_string(),
-                snapshot: (str_field(block, "name") == Some(crate::transcript::tools::BASH))
-                    .then(|| {
-                        block
-                            .get("input")
-                            .and_then(|input| str_field(input, "command"))
-                            .and_then(snapshot_command)
-                    })
-                    .flatten(),
+    /// The facts of a typed block (what [`super::raw`] reads from the text).
+    pub(super) fn of(block: &TypedBlock) -> Block {
+        let id = |field: &Option<String>| field.clone().unwrap_or_default();
+        match block {
+            TypedBlock::ToolUse(call) => Block::ToolUse {
+                id: id(&call.id),
+                snapshot: (call.name.as_deref() == Some(crate::transcript::tools::BASH))
+                    .then(|| command_of(call.input.as_ref()?))
+                    .flatten()
+                    .and_then(|c| snapshot_command(&c)),
             },
-            Some("tool_result") => {
-                let text = result_text(block);
-                let is_error = block.get("is_error") == Some(&Value::Bool(true));
-                let body = Body::of(&text, is_error);
-                let only_text = match block.get("content") {
-                    Some(Value::String(_)) => true,
-                    Some(Value::Array(parts)) => {
-                        parts.iter().all(|p| block_type(p) == Some("text"))
+            TypedBlock::ToolResult(result) => {
+                let text = result_text(result);
+                let only_text = match &result.content {
+                    Some(TypedContent::Text(_)) => true,
+                    Some(TypedContent::Blocks(parts)) => {
+                        parts.iter().all(|p| matches!(p, TypedBlock::Text(_)))
                     }
-                    _ => false,
+                    None => false,
                 };
                 Block::ToolResult {
-                    id: str_field(block, "tool_use_id")
-                        .unwrap_or_default()
-                        .to_string(),
-                    body,
+                    id: id(&result.tool_use_id),
+                    body: Body::of(&text, result.is_error == Some(true)),
                     text_len: only_text.then_some(text.len()),
                 }
             }
-            Some("thinking" | "redacted_thinking") => Block::Thinking,
-            Some("server_tool_use") => Block::ServerToolUse {
-                id: str_field(block, "id").unwrap_or_default().to_string(),
+            TypedBlock::Thinking(_) | TypedBlock::RedactedThinking(_) => Block::Thinking,
+            TypedBlock::ServerToolUse(call) => Block::ServerToolUse { id: id(&call.id) },
+            TypedBlock::ServerToolResult(result) => Block::ServerResult {
+                id: id(&result.tool_use_id),
+                len: result
+                    .content
+                    .as_ref()
+                    .map_or(0, |c| canonical(c.get()).len()),
             },
-            Some(kind) if kind.ends_with("_tool_result") => Block::ServerResult {
-                id: str_field(block, "tool_use_id")
-                    .unwrap_or_default()
-                    .to_string(),
-                len: block.get("content").map_or(0, |c| c.to_string().len()),
+            TypedBlock::Unknown(raw) => match Lenient::of(raw) {
+                Some(fields) if fields.kind().is_some_and(|k| k.ends_with("_tool_result")) => {
+                    Block::ServerResult {
+                        id: Lenient::string(&fields.tool_use_id).unwrap_or_default(),
+                        len: fields
+                            .content
+                            .as_ref()
+                            .map_or(0, |c| canonical(c.get()).len()),
+                    }
+                }
+                _ => Block::Other,
             },
             _ => Block::Other,
         }
     }
+}
+
+/// `input.command` of a tool call, if a string.
+pub(super) fn command_of(input: &Raw) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Input {
+        command: Option<Raw>,
+    }
+    if !input.get().starts_with('{') {
+        return None;
+    }
+    let input = input
+        .parse::<Input>()
+        .ok()
+        .or_else(|| Raw::from_text(canonical(input.get())).ok()?.parse().ok())?;
+    input.command?.parse().ok()
 }
 
 /// An entry's `uuid` or `parentUuid` as pruning keeps it. Every entry has both, so a
@@ -226,7 +292,7 @@ pub(super) enum Content {
 /// more than all the rules together).
 pub(super) struct Slot {
     /// As stored (its text) until a rule changes it.
-    pub(super) entry: Json,
+    pub(super) entry: Stored,
     pub(super) role: Option<Role>,
     /// A `system` entry.
     pub(super) system: bool,
@@ -248,34 +314,48 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    pub(super) fn new(entry: Value) -> Slot {
-        let role = match str_field(&entry, "type") {
-            Some("user") => Some(Role::User),
-            Some("assistant") => Some(Role::Assistant),
+    /// The facts of a typed entry (what [`super::raw`] reads from the text), the entry
+    /// kept as `text`.
+    pub(super) fn of_entry(entry: &Entry, text: Box<str>) -> Slot {
+        let role = match entry.kind() {
+            Kind::User => Some(Role::User),
+            Kind::Assistant => Some(Role::Assistant),
             _ => None,
         };
-        let (content, blocks) = match role.and_then(|_| entry.get("message")?.get("content")) {
-            Some(Value::String(text)) if !text.trim().is_empty() => (Content::Text, Vec::new()),
-            Some(Value::Array(list)) => (Content::Blocks, list.iter().map(Block::read).collect()),
+        let (content, blocks) = match role.and(entry.content()) {
+            Some(TypedContent::Text(text)) if !text.trim().is_empty() => {
+                (Content::Text, Vec::new())
+            }
+            Some(TypedContent::Blocks(list)) => {
+                (Content::Blocks, list.iter().map(Block::of).collect())
+            }
             _ => (Content::Unusable, Vec::new()),
         };
         Slot {
             role,
-            system: str_field(&entry, "type") == Some("system"),
-            timestamp: role.and_then(|_| timestamp(&entry)),
-            uuid: str_field(&entry, "uuid").map(Id::new),
-            parent: str_field(&entry, "parentUuid").map(Id::new),
+            system: entry.kind() == Kind::System,
+            timestamp: role
+                .and(entry.timestamp.as_deref())
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.with_timezone(&chrono::Utc)),
+            uuid: entry.uuid().map(Id::new),
+            parent: entry.parent_uuid.clone().flatten().as_deref().map(Id::new),
             synthetic_error: role == Some(Role::Assistant)
-                && (is_synthetic_error(&entry) || is_refusal(&entry)),
-            continuation: role == Some(Role::User)
-                && crate::transcript::markers::is_continuation(&entry),
+                && (entry.is_synthetic_error() || entry.is_refusal()),
+            continuation: role == Some(Role::User) && entry.is_continuation == Some(true),
             content,
             blocks,
             removed: false,
             synthesized: false,
             warm: false,
-            entry: Json::Value(entry),
+            entry: Stored::Text(text),
         }
+    }
+
+    /// An entry built here (a synthesized result).
+    pub(super) fn built(entry: Entry) -> Option<Slot> {
+        let text = entry.to_json().ok()?;
+        Slot::from_text(text.into_boxed_str()).ok()
     }
 
     /// A user entry a person or the runtime wrote (text, no tool results): what a
@@ -301,23 +381,37 @@ impl Slot {
             }
     }
 
-    /// The entry, parsed from its text if need be.
-    pub(super) fn value(&self) -> Cow<'_, Value> {
-        self.entry.value()
+    /// The entry, parsed from its text if need be (`None`: not an object).
+    pub(super) fn entry(&self) -> Option<Cow<'_, Entry>> {
+        match &self.entry {
+            Stored::Text(text) => Entry::parse(text).ok().map(Cow::Owned),
+            Stored::Edited(entry) => Some(Cow::Borrowed(entry)),
+        }
     }
 
-    pub(super) fn content_array(&mut self) -> Option<&mut Vec<Value>> {
-        self.entry
-            .value_mut()
-            .get_mut("message")?
-            .get_mut("content")?
-            .as_array_mut()
+    /// The entry to change in place (parsed once, then kept so).
+    pub(super) fn entry_mut(&mut self) -> Option<&mut Entry> {
+        if let Stored::Text(text) = &self.entry {
+            self.entry = Stored::Edited(Box::new(Entry::parse(text).ok()?));
+        }
+        match &mut self.entry {
+            Stored::Edited(entry) => Some(entry),
+            Stored::Text(_) => None,
+        }
+    }
+
+    /// The content blocks, to change.
+    pub(super) fn content_blocks(&mut self) -> Option<&mut Vec<TypedBlock>> {
+        match self.entry_mut()?.message.as_mut()?.content.as_mut()? {
+            TypedContent::Blocks(blocks) => Some(blocks),
+            TypedContent::Text(_) => None,
+        }
     }
 
     pub(super) fn delete_block(&mut self, b: usize) {
         if b < self.blocks.len() {
             self.blocks.remove(b);
-            if let Some(list) = self.content_array()
+            if let Some(list) = self.content_blocks()
                 && b < list.len()
             {
                 list.remove(b);
@@ -336,10 +430,18 @@ impl Slot {
             *old = body;
             *text_len = Some(len);
         }
-        if let Some(Value::Object(block)) = self.content_array().and_then(|l| l.get_mut(b)) {
-            block.insert("content".into(), Value::from(text));
+        if let Some(TypedBlock::ToolResult(block)) =
+            self.content_blocks().and_then(|l| l.get_mut(b))
+        {
+            block.content = Some(TypedContent::Text(text));
         }
     }
+}
+
+/// An entry as pruning holds it: the text it was stored as, until a rule changes it.
+pub(super) enum Stored {
+    Text(Box<str>),
+    Edited(Box<Entry>),
 }
 
 /// Below this many entries a transcript is pruned on the calling thread.

@@ -69,8 +69,9 @@ use repair::*;
 
 use super::{SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
 use crate::transcript::markers::SYNTHETIC_MODEL;
-use crate::transcript::{Entry, Json, Kind, Loaded};
-use serde_json::{Map, Value};
+use crate::transcript::{Block as TypedBlock, Content as TypedContent, Entry, Json, Kind, Loaded};
+use serde::Deserialize;
+use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -180,19 +181,25 @@ pub fn default_trim_dir(run_dir: &Path) -> PathBuf {
 /// these, so that the chain continues from them; appending one twice is harmless,
 /// since its uuid is an idempotency key.
 pub fn is_synthesized_result(entry: &Value) -> bool {
-    let Some(uuid) = str_field(entry, "uuid") else {
+    Entry::deserialize(entry).is_ok_and(|entry| is_synthesized_entry(&entry))
+}
+
+/// [`is_synthesized_result`] of a typed entry.
+pub fn is_synthesized_entry(entry: &Entry) -> bool {
+    let Some(uuid) = entry.uuid() else {
         return false;
     };
-    let blocks = entry
-        .get("message")
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_array);
-    match blocks.map(Vec::as_slice) {
-        Some([block]) => {
-            block_type(block) == Some("tool_result")
-                && block.get("content").and_then(Value::as_str) == Some(INTERRUPTED_BODY)
-                && str_field(block, "tool_use_id").is_some_and(|id| synthetic_uuid(id) == uuid)
-        }
+    match entry.content() {
+        Some(TypedContent::Blocks(blocks)) => match blocks.as_slice() {
+            [TypedBlock::ToolResult(result)] => {
+                matches!(&result.content, Some(TypedContent::Text(body)) if body == INTERRUPTED_BODY)
+                    && result
+                        .tool_use_id
+                        .as_deref()
+                        .is_some_and(|id| synthetic_uuid(id) == uuid)
+            }
+            _ => false,
+        },
         _ => false,
     }
 }
@@ -241,7 +248,11 @@ pub struct PreparedEntry(Slot);
 /// results to [`prune_prepared`]: on a long transcript that costs a fraction of a
 /// separate pass.
 pub fn prepare(entry: Value) -> PreparedEntry {
-    PreparedEntry(Slot::new(entry))
+    // The tree's text, read as a stored entry is (serde_json writes valid JSON).
+    let text = entry.to_string().into_boxed_str();
+    PreparedEntry(
+        Slot::from_text(text).unwrap_or_else(|_| Slot::of_entry(&Entry::default(), Box::default())),
+    )
 }
 
 /// [`prepare`] for an entry's stored JSON text, without parsing it into a `Value`: the

@@ -1,9 +1,10 @@
 //! Reading an entry's facts straight from its stored text, borrowing from it: no
-//! `Value` tree is built for an entry that no rule changes. Any entry this reader
-//! does not take as it is (a repeated field, a field of an unexpected type) is parsed
-//! as a `Value` and read by [`Slot::new`], so the facts are the same either way.
+//! entry is built for one that no rule changes. Any entry this reader does not take
+//! as it is (a repeated field, a field of an unexpected type) is parsed as an [`Entry`]
+//! and read by [`Slot::of_entry`], so the facts are the same either way.
 
 use super::*;
+use crate::transcript::Raw;
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -17,17 +18,25 @@ impl Slot {
             Ok(facts) => {
                 let slot = facts.into_slot();
                 Ok(Slot {
-                    entry: Json::Text(text),
+                    entry: Stored::Text(text),
                     ..slot
                 })
             }
             // Not what this reader takes as it is, or not JSON: the parser decides.
-            Err(_) => serde_json::from_str::<Value>(&text).map(Slot::new),
+            Err(_) => match Entry::parse(&text) {
+                Ok(entry) => Ok(Slot::of_entry(&entry, text)),
+                Err(_) => {
+                    // JSON, but not an object: nothing pruning reads.
+                    serde_json::from_str::<IgnoredAny>(&text)?;
+                    Ok(Slot::of_entry(&Entry::default(), text))
+                }
+            },
         }
     }
 }
 
-/// The fields of an entry pruning reads ([`Slot::new`] reads the same from a `Value`).
+/// The fields of an entry pruning reads ([`Slot::of_entry`] reads the same from an
+/// [`Entry`]).
 /// The names are the markers' ([`crate::transcript::markers`]; a test checks them).
 #[derive(Deserialize)]
 struct EntryFacts<'a> {
@@ -77,7 +86,7 @@ impl EntryFacts<'_> {
             || message.and_then(|m| m.model.as_deref()) == Some(SYNTHETIC_MODEL)
             || message.and_then(|m| m.stop_reason.as_deref()) == Some("refusal");
         Slot {
-            entry: Json::Value(Value::Null),
+            entry: Stored::Text(Box::default()),
             role,
             system: self.kind.as_deref() == Some("system"),
             timestamp: role
@@ -193,14 +202,7 @@ impl BlockFacts<'_> {
             Some("server_tool_use") => Block::ServerToolUse { id: id(&self.id) },
             Some(kind) if kind.ends_with("_tool_result") => Block::ServerResult {
                 id: id(&self.tool_use_id),
-                len: self.content.map_or(0, |c| {
-                    let json = c.get();
-                    if crate::model::canonical::is_canonical(json) {
-                        json.len()
-                    } else {
-                        serde_json::from_str::<Value>(json).map_or(0, |v| v.to_string().len())
-                    }
-                }),
+                len: self.content.map_or(0, |c| canonical(c.get()).len()),
             },
             _ => Block::Other,
         }
@@ -216,10 +218,10 @@ fn command(input: &RawValue) -> Option<String> {
     }
     match serde_json::from_str::<Input<'_>>(input.get()) {
         Ok(input) => input.command.map(Cow::into_owned),
-        // Not an object, or odd: as a `Value`.
-        Err(_) => serde_json::from_str::<Value>(input.get())
+        // Not an object, or odd: as the typed reader takes it.
+        Err(_) => Raw::from_text(input.get().to_string())
             .ok()
-            .and_then(|v| str_field(&v, "command").map(str::to_string)),
+            .and_then(|input| command_of(&input)),
     }
 }
 
@@ -262,22 +264,23 @@ fn result(content: &RawValue) -> (Cow<'_, str>, bool) {
             };
             (text, only_text)
         }
-        // Odd parts: as a `Value`.
-        None => match serde_json::from_str::<Value>(json) {
-            Ok(value) => {
-                let block = serde_json::json!({ "content": value });
-                let text = result_text(&block).into_owned();
-                let only_text = match block.get("content") {
-                    Some(Value::String(_)) => true,
-                    Some(Value::Array(parts)) => {
-                        parts.iter().all(|p| block_type(p) == Some("text"))
-                    }
-                    _ => false,
-                };
-                (Cow::Owned(text), only_text)
-            }
-            Err(_) => (Cow::Borrowed(""), false),
-        },
+        // Odd parts: each read leniently, as the typed reader reads them.
+        None => {
+            let Ok(parts) = serde_json::from_str::<Vec<Raw>>(json) else {
+                return (Cow::Borrowed(""), false);
+            };
+            let parts: Vec<Option<Lenient>> = parts.iter().map(Lenient::of).collect();
+            let only_text = parts
+                .iter()
+                .all(|p| p.as_ref().and_then(Lenient::kind).as_deref() == Some("text"));
+            let mut texts: Vec<String> = parts.iter().flatten().filter_map(Lenient::text).collect();
+            let text = if texts.len() == 1 {
+                texts.swap_remove(0)
+            } else {
+                texts.join("\n")
+            };
+            (Cow::Owned(text), only_text)
+        }
     }
 }
 
@@ -308,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn facts_read_from_text_are_those_read_from_the_value() {
+    fn facts_read_from_text_are_those_read_from_the_entry() {
         let big = "x".repeat(100);
         let entries = [
             r#"{"type":"user","uuid":"u1","parentUuid":null,"timestamp":"2026-12-01T10:00:00.000Z","message":{"role":"user","content":"hi"}}"#.to_string(),
@@ -329,14 +332,14 @@ mod tests {
             r#"{"type":"user","isContinuation":"yes","message":{"content":"x"}}"#.to_string(),
         ];
         for text in entries {
-            let value: Value = serde_json::from_str(&text).unwrap();
+            let entry = Entry::parse(&text).unwrap();
             let from_text = Slot::from_text(text.clone().into_boxed_str()).unwrap();
             assert_eq!(
                 facts(&from_text),
-                facts(&Slot::new(value.clone())),
+                facts(&Slot::of_entry(&entry, text.clone().into())),
                 "{text}"
             );
-            assert_eq!(from_text.value().into_owned(), value);
+            assert!(matches!(&from_text.entry, Stored::Text(kept) if **kept == *text));
         }
         assert!(Slot::from_text(r#"{"type":"user""#.into()).is_err());
         assert!(Slot::from_text(r#"{"type":"user"} x"#.into()).is_err());

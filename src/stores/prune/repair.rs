@@ -2,6 +2,9 @@
 //! and the repair that makes the result valid for the Messages API.
 
 use super::*;
+use crate::transcript::{
+    Block as TypedBlock, Content as TypedContent, Entry, Message, ToolResultBlock,
+};
 
 /// The maximal runs of user (or assistant) entries: the API messages. Kept flat (one
 /// index list, spans into it): a long transcript has thousands of messages.
@@ -235,11 +238,11 @@ impl Pruner {
             let mut made = Vec::new();
             for id in ids {
                 let parent_text = parent.as_ref().map(Id::text);
-                let mut slot = Slot::new(synthesized_result(
-                    &assistant.value(),
-                    &id,
-                    parent_text.as_deref(),
-                ));
+                let assistant_entry = assistant.entry().unwrap_or_default();
+                let entry = synthesized_result(&assistant_entry, &id, parent_text.as_deref());
+                let Some(mut slot) = Slot::built(entry) else {
+                    continue;
+                };
                 slot.synthesized = true;
                 slot.warm = assistant.warm;
                 parent = slot.uuid.clone();
@@ -287,23 +290,28 @@ impl Pruner {
             Some(current)
         };
         let mut out = Vec::with_capacity(slots.len());
-        for slot in slots {
+        for mut slot in slots {
             if slot.removed {
                 continue;
             }
-            let mut entry = slot.entry;
-            if let Some(parent) = slot.parent.as_ref()
-                && (removed_links.contains_key(parent) || redirects.contains_key(parent))
+            if let Some(parent) = slot.parent.clone()
+                && (removed_links.contains_key(&parent) || redirects.contains_key(&parent))
             {
-                let linked = resolve(parent, slot.synthesized);
-                if linked.as_ref() != Some(parent)
-                    && let Some(object) = entry.value_mut().as_object_mut()
+                let linked = resolve(&parent, slot.synthesized);
+                if linked.as_ref() != Some(&parent)
+                    && let Some(entry) = slot.entry_mut()
                 {
-                    let linked =
-                        linked.map_or(Value::Null, |id| Value::from(id.text().into_owned()));
-                    object.insert("parentUuid".into(), linked);
+                    entry.parent_uuid = Some(linked.map(|id| id.text().into_owned()));
                 }
             }
+            let entry = match slot.entry {
+                Stored::Text(text) => Json::Text(text),
+                Stored::Edited(entry) => match entry.to_json() {
+                    Ok(text) => Json::Text(text.into_boxed_str()),
+                    // Strings and kept JSON text only: this does not fail.
+                    Err(_) => continue,
+                },
+            };
             let kind = match slot.role {
                 Some(Role::User) => Kind::User,
                 Some(Role::Assistant) => Kind::Assistant,
@@ -331,34 +339,30 @@ impl Pruner {
 
 /// The user entry that answers a call that never got a result.
 pub(super) fn synthesized_result(
-    assistant: &Value,
+    assistant: &Entry,
     tool_use_id: &str,
     parent: Option<&str>,
-) -> Value {
-    let mut entry = Map::new();
-    entry.insert("parentUuid".into(), parent.map_or(Value::Null, Value::from));
-    entry.insert(
-        "isSidechain".into(),
-        assistant
-            .get("isSidechain")
-            .cloned()
-            .unwrap_or(Value::Bool(false)),
-    );
-    entry.insert("type".into(), Value::from("user"));
-    let mut result = Map::new();
-    result.insert("type".into(), Value::from("tool_result"));
-    result.insert("tool_use_id".into(), Value::from(tool_use_id));
-    result.insert("content".into(), Value::from(INTERRUPTED_BODY));
-    result.insert("is_error".into(), Value::Bool(true));
-    let mut message = Map::new();
-    message.insert("role".into(), Value::from("user"));
-    message.insert("content".into(), Value::Array(vec![Value::Object(result)]));
-    entry.insert("message".into(), Value::Object(message));
-    entry.insert("uuid".into(), Value::from(synthetic_uuid(tool_use_id)));
-    for field in ["timestamp", "cwd", "sessionId"] {
-        if let Some(value) = assistant.get(field) {
-            entry.insert(field.into(), value.clone());
-        }
+) -> Entry {
+    let result = ToolResultBlock {
+        kind: Some("tool_result".into()),
+        tool_use_id: Some(tool_use_id.into()),
+        content: Some(TypedContent::Text(INTERRUPTED_BODY.into())),
+        is_error: Some(true),
+        ..ToolResultBlock::default()
+    };
+    Entry {
+        parent_uuid: Some(parent.map(str::to_string)),
+        is_sidechain: Some(assistant.is_sidechain()),
+        kind: Some("user".into()),
+        message: Some(Message {
+            role: Some("user".into()),
+            content: Some(TypedContent::Blocks(vec![TypedBlock::ToolResult(result)])),
+            ..Message::default()
+        }),
+        uuid: Some(synthetic_uuid(tool_use_id)),
+        timestamp: assistant.timestamp.clone(),
+        cwd: assistant.cwd.clone(),
+        session_id: assistant.session_id.clone(),
+        ..Entry::default()
     }
-    Value::Object(entry)
 }

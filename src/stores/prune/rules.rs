@@ -2,6 +2,8 @@
 //! snapshots, trimming) and the warm tail they leave alone.
 
 use super::*;
+use crate::transcript::{Block as TypedBlock, Content as TypedContent, Raw};
+use serde::Deserialize;
 
 impl Pruner {
     /// With the cache warm, marks the entries appended since the last cold load (see
@@ -204,34 +206,50 @@ impl Pruner {
             if text_len.is_some() {
                 return None;
             }
-            let entry = slot.value();
-            let Some(Value::Array(parts)) = entry["message"]["content"]
-                .get(b)
-                .and_then(|result| result.get("content"))
-            else {
+            let entry = slot.entry()?;
+            let Some(TypedBlock::ToolResult(result)) = entry.blocks().get(b) else {
                 return None;
             };
-            if !parts
-                .iter()
-                .any(|p| matches!(block_type(p), Some("image" | "document")))
-            {
+            let Some(TypedContent::Blocks(parts)) = &result.content else {
+                return None;
+            };
+            // An image or a PDF (Read's, an MCP tool's).
+            let attachment = |p: &TypedBlock| match p {
+                TypedBlock::Media(m) => match m.kind.as_deref() {
+                    Some("image") => Some(("image", IMAGE_POINTER_PREFIX)),
+                    Some("document") => Some(("document", DOCUMENT_POINTER_PREFIX)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if !parts.iter().any(|p| attachment(p).is_some()) {
                 return None;
             }
-            let session = str_field(&entry, "sessionId").unwrap_or("session");
+            let session = entry.session_id.as_deref().unwrap_or("session");
             let mut lines: Vec<String> = Vec::new();
             for (n, part) in parts.iter().enumerate() {
-                match block_type(part) {
-                    Some("text") => lines.extend(str_field(part, "text").map(str::to_string)),
-                    Some(kind @ ("image" | "document")) => {
-                        let prefix = if kind == "image" {
-                            IMAGE_POINTER_PREFIX
-                        } else {
-                            DOCUMENT_POINTER_PREFIX
-                        };
-                        let media = part["source"]["media_type"].as_str().unwrap_or(kind);
-                        let data = part["source"]["data"].as_str().unwrap_or_default();
+                match part {
+                    TypedBlock::Text(text) => lines.extend(text.text.clone()),
+                    TypedBlock::Media(media) if attachment(part).is_some() => {
+                        let (kind, prefix) =
+                            attachment(part).unwrap_or(("image", IMAGE_POINTER_PREFIX));
+                        #[derive(Default, Deserialize)]
+                        struct Source {
+                            media_type: Option<Raw>,
+                            data: Option<Raw>,
+                        }
+                        let source: Source = media
+                            .source
+                            .as_ref()
+                            .filter(|r| r.get().starts_with('{'))
+                            .and_then(|r| r.parse().ok())
+                            .unwrap_or_default();
+                        let media =
+                            Lenient::string(&source.media_type).unwrap_or_else(|| kind.into());
+                        let data = Lenient::string(&source.data).unwrap_or_default();
+                        let media = media.as_str();
                         lines.push(
-                            match write_image(&opts.trim_dir, session, id, n, media, data) {
+                            match write_image(&opts.trim_dir, session, id, n, media, &data) {
                                 Some((path, bytes)) => {
                                     format!("{prefix}:{media},{bytes} 字节,在 {} ]", path.display())
                                 }
@@ -251,9 +269,12 @@ impl Pruner {
             if text_len? <= opts.trim_threshold_bytes {
                 return None;
             }
-            let entry = slot.value();
-            let session = str_field(&entry, "sessionId").unwrap_or("session");
-            let text = result_text(entry["message"]["content"].get(b)?);
+            let entry = slot.entry()?;
+            let session = entry.session_id.as_deref().unwrap_or("session");
+            let TypedBlock::ToolResult(result) = entry.blocks().get(b)? else {
+                return None;
+            };
+            let text = result_text(result);
             let path = write_trimmed(&opts.trim_dir, session, id, &text).ok()?;
             let pointer = format!(
                 "{TRIM_POINTER_PREFIX}:原结果共 {} 字节,全文在 {} ,需要时用 Read 读取]",
@@ -293,10 +314,15 @@ impl Pruner {
                 else {
                     continue;
                 };
-                let entry = slot.value();
-                let content = &entry["message"]["content"];
-                let (what, text) = server_result_text(&content[call], &content[b]);
-                let session = str_field(&entry, "sessionId").unwrap_or("session");
+                let Some(entry) = slot.entry() else {
+                    continue;
+                };
+                let blocks = entry.blocks();
+                let (Some(call_block), Some(result)) = (blocks.get(call), blocks.get(b)) else {
+                    continue;
+                };
+                let (what, text) = server_result_text(call_block, result);
+                let session = entry.session_id.as_deref().unwrap_or("session");
                 if let Ok(path) = write_trimmed(&opts.trim_dir, session, id, &text) {
                     let pointer = format!(
                         "{TRIM_POINTER_PREFIX}:{what}的结果原共 {len} 字节,内容在 {} ,需要时用 Read 读取]",
@@ -309,10 +335,10 @@ impl Pruner {
         // Last first, so that the indices of earlier edits in the same entry hold.
         for (i, call, b, pointer) in edits.into_iter().rev() {
             let slot = &mut self.slots[i];
-            if let Some(list) = slot.content_array()
+            if let Some(list) = slot.content_blocks()
                 && let Some(block) = list.get_mut(b)
             {
-                *block = serde_json::json!({"type": "text", "text": pointer});
+                *block = TypedBlock::text_block(&pointer);
             }
             if let Some(block) = slot.blocks.get_mut(b) {
                 *block = Block::Other;
@@ -354,30 +380,71 @@ pub(super) fn write_trimmed(
 
 /// What a server tool call was (`web_fetch https://…`) and the text worth keeping of
 /// its result: a fetched document's text, or the search results' titles and addresses.
-fn server_result_text(call: &Value, result: &Value) -> (String, String) {
-    let name = str_field(call, "name").unwrap_or("server tool");
-    let input = call.get("input").unwrap_or(&Value::Null);
-    let target = ["url", "query"]
-        .iter()
-        .find_map(|k| str_field(input, k))
-        .unwrap_or("");
+fn server_result_text(call: &TypedBlock, result: &TypedBlock) -> (String, String) {
+    #[derive(Default, Deserialize)]
+    struct Target {
+        url: Option<Raw>,
+        query: Option<Raw>,
+    }
+    #[derive(Default, Deserialize)]
+    struct Found {
+        title: Option<Raw>,
+        url: Option<Raw>,
+    }
+    /// A fetched document: `content.source.data`.
+    #[derive(Default, Deserialize)]
+    struct Fetched {
+        content: Option<Document>,
+    }
+    #[derive(Deserialize)]
+    struct Document {
+        source: Option<Source>,
+    }
+    #[derive(Deserialize)]
+    struct Source {
+        data: Option<Raw>,
+    }
+    fn object<T: serde::de::DeserializeOwned + Default>(raw: Option<&Raw>) -> T {
+        raw.filter(|r| r.get().starts_with('{'))
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_default()
+    }
+    let (name, input) = match call {
+        TypedBlock::ServerToolUse(call) => (call.name.as_deref(), call.input.as_ref()),
+        _ => (None, None),
+    };
+    let name = name.unwrap_or("server tool");
+    let input: Target = object(input);
+    let target = Lenient::string(&input.url)
+        .or_else(|| Lenient::string(&input.query))
+        .unwrap_or_default();
     let what = format!("{name} {target} ");
-    let content = result.get("content").unwrap_or(&Value::Null);
-    let text = match content {
-        Value::Array(results) => results
+    let content = match result {
+        TypedBlock::ServerToolResult(result) => result.content.clone(),
+        TypedBlock::Unknown(raw) => Lenient::of(raw).and_then(|r| r.content),
+        _ => None,
+    };
+    let json = content.as_ref().map_or("null", Raw::get);
+    let text = match serde_json::from_str::<Vec<Raw>>(json) {
+        Ok(results) => results
             .iter()
             .map(|r| {
+                let found: Found = object(Some(r));
                 format!(
                     "{}\n{}\n",
-                    str_field(r, "title").unwrap_or(""),
-                    str_field(r, "url").unwrap_or("")
+                    Lenient::string(&found.title).unwrap_or_default(),
+                    Lenient::string(&found.url).unwrap_or_default()
                 )
             })
             .collect::<String>(),
-        other => other
-            .pointer("/content/source/data")
-            .and_then(Value::as_str)
-            .map_or_else(|| other.to_string(), str::to_string),
+        Err(_) => {
+            let fetched: Fetched = object(content.as_ref());
+            fetched
+                .content
+                .and_then(|d| d.source?.data)
+                .and_then(|data| data.parse::<String>().ok())
+                .unwrap_or_else(|| canonical(json))
+        }
     };
     (what, format!("{name} {target}\n\n{text}"))
 }
