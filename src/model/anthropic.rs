@@ -22,9 +22,9 @@
 //! Requests must run inside a tokio runtime with I/O and time enabled.
 
 use crate::future::BoxFuture;
+use crate::model::sse::ErrorBody;
 use crate::model::sse::{MessageAssembler, SseParser, snippet};
 use crate::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta};
-use serde_json::Value;
 use std::fmt;
 use std::time::Duration;
 
@@ -418,9 +418,13 @@ impl AnthropicClient {
             .body(body);
         let mut response = self.send_within(send, "the token count").await?;
         let text = self.read_body(&mut response).await;
-        serde_json::from_str::<Value>(&text)
+        #[derive(serde::Deserialize)]
+        struct Counted {
+            input_tokens: Option<u64>,
+        }
+        serde_json::from_str::<Counted>(&text)
             .ok()
-            .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
+            .and_then(|counted| counted.input_tokens)
             .ok_or_else(|| {
                 ModelError::protocol(format!("count_tokens answered {}", snippet(&text)))
             })
@@ -461,14 +465,13 @@ impl AnthropicClient {
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(Duration::from_secs_f64);
         let body = self.read_body(&mut response).await;
-        let parsed: Option<Value> = serde_json::from_str(&body).ok();
-        let error = parsed.as_ref().and_then(|v| v.get("error"));
-        let field = |k: &str| error.and_then(|e| e.get(k)).and_then(Value::as_str);
-        let kind = field("type")
-            .map(str::to_string)
-            .unwrap_or_else(|| documented_kind(status.as_u16()).to_string());
-        let message = match field("message") {
-            Some(m) => m.to_string(),
+        let error = serde_json::from_str::<ErrorBody>(&body)
+            .ok()
+            .and_then(|parsed| parsed.error);
+        let (kind, message) = error.map_or((None, None), |e| (e.kind, e.message));
+        let kind = kind.unwrap_or_else(|| documented_kind(status.as_u16()).to_string());
+        let message = match message {
+            Some(m) => m,
             None if !body.trim().is_empty() => snippet(&body),
             None => status
                 .canonical_reason()

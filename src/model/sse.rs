@@ -336,12 +336,34 @@ struct ErrorEvent {
     top: ErrorFields,
 }
 
+/// An error response's body: `{"type":"error","error":{"type":…,"message":…}}`.
 #[derive(Deserialize)]
-struct ErrorFields {
+pub(crate) struct ErrorBody {
+    /// Not an object: no error fields.
+    #[serde(default, deserialize_with = "object_or_none")]
+    pub(crate) error: Option<ErrorFields>,
+}
+
+/// An object read as `T`, or `None` for a value of any other type.
+fn object_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ErrorFields>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        Fields(ErrorFields),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::Fields(fields) => Some(fields),
+        Either::Other(_) => None,
+    })
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ErrorFields {
     #[serde(rename = "type", default, deserialize_with = "string_or_none")]
-    kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[serde(default, deserialize_with = "string_or_none")]
-    message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// A string, or `None` for a value of any other type.
