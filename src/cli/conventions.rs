@@ -14,10 +14,10 @@ use std::path::Path;
 /// Long because it is one flat listing, a section per kind of convention in the
 /// order `flower state -v` prints them; cut, the order would be spread over helpers.
 pub fn lines(settings: &Settings) -> Vec<String> {
-    let home = settings.home.as_deref();
+    let home = settings.home().as_deref();
     let mut out = Vec::new();
     let memory = settings.memory_source().load();
-    if !settings.memory {
+    if !settings.memory() {
         out.push("项目记忆:关(--no-memory 或 FLOWER_MEMORY=off)".to_string());
     } else if memory.files.is_empty() {
         out.push("项目记忆:没有(没找到 CLAUDE.md / AGENTS.md)".to_string());
@@ -37,10 +37,10 @@ pub fn lines(settings: &Settings) -> Vec<String> {
             ));
         }
     }
-    for warning in memory.warnings.iter().filter(|_| settings.memory) {
+    for warning in memory.warnings.iter().filter(|_| settings.memory()) {
         out.push(format!("  ! {warning}"));
     }
-    let files = &settings.files;
+    let files = &settings.files();
     if files.files.is_empty() {
         out.push("设置文件:没有".to_string());
     } else {
@@ -93,7 +93,7 @@ pub fn lines(settings: &Settings) -> Vec<String> {
     }
     out.extend(agent_lines(settings));
     out.extend(skill_lines(settings));
-    let mcp = &settings.mcp;
+    let mcp = &settings.mcp();
     if mcp.servers.is_empty() {
         out.push("MCP 服务器:没有".to_string());
     } else {
@@ -114,8 +114,8 @@ pub fn lines(settings: &Settings) -> Vec<String> {
 
 /// The custom sub-agents (`.claude/agents/*.md`) and the files left out.
 fn agent_lines(settings: &Settings) -> Vec<String> {
-    let home = settings.home.as_deref();
-    let files = &settings.files.agents;
+    let home = settings.home().as_deref();
+    let files = &settings.files().agents;
     let mut out = Vec::new();
     if files.agents.is_empty() {
         out.push("自定义子代理:没有".to_string());
@@ -156,8 +156,8 @@ fn agent_lines(settings: &Settings) -> Vec<String> {
 
 /// The skills (`.claude/skills/*/SKILL.md`) and the ones left out.
 fn skill_lines(settings: &Settings) -> Vec<String> {
-    let home = settings.home.as_deref();
-    let files = &settings.files.skills;
+    let home = settings.home().as_deref();
+    let files = &settings.files().skills;
     let mut out = Vec::new();
     if files.skills.is_empty() {
         out.push("技能:没有".to_string());
@@ -207,12 +207,12 @@ fn join(keys: &[&String]) -> String {
 
 /// The same as JSON.
 pub fn json(settings: &Settings) -> Value {
-    let memory: Memory = if settings.memory {
+    let memory: Memory = if settings.memory() {
         settings.memory_source().load()
     } else {
         Memory::default()
     };
-    let files = &settings.files;
+    let files = &settings.files();
     let rules = |list: &[flower::settings::files::FileRule]| -> Vec<Value> {
         list.iter()
             .map(|r| json!({"rule": r.rule, "file": path(&r.source)}))
@@ -220,7 +220,7 @@ pub fn json(settings: &Settings) -> Value {
     };
     json!({
         "memory": {
-            "enabled": settings.memory,
+            "enabled": settings.memory(),
             "files": memory.files.iter().map(|f| json!({
                 "path": path(&f.path),
                 "kind": kind_key(f.kind),
@@ -268,7 +268,7 @@ pub fn json(settings: &Settings) -> Value {
             "unused_keys": s.unused_keys,
         })).collect::<Vec<_>>(),
         "skills_ignored": files.skills.ignored,
-        "mcp_servers": settings.mcp.servers.iter().map(|s| {
+        "mcp_servers": settings.mcp().servers.iter().map(|s| {
             // As the file writes them: an expanded `${TOKEN}` is never printed.
             let (kind, target) = match &s.written {
                 flower::tools::mcp::Transport::Stdio { command, args, .. } => {

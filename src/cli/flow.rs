@@ -56,9 +56,9 @@ macro_rules! or_return {
 // settings, the prompt, the run's phases with their questions, then the rendering.
 pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&args, env)?;
-    let home = settings.home.as_deref();
+    let home = settings.home();
     let interactive = input::interactive();
-    let said = match &settings.prompt_file {
+    let said = match &settings.prompt_file() {
         Some(file) => file.read()?,
         None => args.prompt.join(" "),
     };
@@ -67,7 +67,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     // Settings files changed since the run pinned them: applied only when a person
     // says so (`--new` is a person starting afresh: it pins what is there).
     if let Some(drift) = opening.settings_drift().filter(|_| !args.new) {
-        let accepted = settings.accept_settings;
+        let accepted = settings.accept_settings();
         or_return!(
             super::accept::confirm(&drift, accepted, interactive)
                 .await
@@ -75,7 +75,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         );
         opening.accept_settings();
     }
-    let renderer = Renderer::new(true, &settings.terminal);
+    let renderer = Renderer::new(true, &settings.terminal());
     renderer.set_window(settings.run_context().window);
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
@@ -110,7 +110,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     // The judge passed last time and nothing new was said: nothing to do, nothing spent.
     if matches!(intent, Intent::Wake { utterance: None })
         && pending.is_none()
-        && !settings.again
+        && !settings.again()
         && passed(&locked)
     {
         renderer.note(PASSED_ALREADY);
@@ -243,16 +243,16 @@ fn worker_for(settings: &Settings) -> flower::AgentSpec {
 fn load_settings(args: &FlowArgs, env: &Environment) -> anyhow::Result<Settings> {
     let settings = super::config::settings(&args.flags(), env)?;
     // Without Landlock, say so once (the verbose banner says it anyway).
-    if settings.sandbox.enabled
+    if settings.sandbox().enabled
         && !args.verbose
         && matches!(
             flower::tools::sandbox::support(),
             flower::tools::sandbox::Support::Missing(_)
         )
     {
-        errln!("flower: {}", settings.sandbox.describe());
+        errln!("flower: {}", settings.sandbox().describe());
     }
-    for warning in &settings.warnings {
+    for warning in settings.warnings() {
         errln!("flower: {warning}");
     }
     Ok(settings)
@@ -281,13 +281,13 @@ async fn ask_first(interactive: bool) -> OrExit<String> {
 /// clarification cut short; nothing for a fresh run.
 fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &Locked) {
     let state = locked.wake();
-    let home = settings.home.as_deref();
+    let home = settings.home();
     if state.waking {
         renderer.line(&lines::banner(&locked.place(), state, home));
         if args.verbose {
             errln!(
                 "{}",
-                lines::sandbox_line(&settings.sandbox, &worker_for(settings), home)
+                lines::sandbox_line(&settings.sandbox(), &worker_for(settings), home)
             );
         }
     } else if !state.steps.is_empty() {
@@ -362,7 +362,7 @@ fn flower_options(
     let mut options = FlowerOptions {
         rounds: args.rounds,
         interactive,
-        judge_effort: settings.model.judge_effort,
+        judge_effort: settings.model().judge_effort,
         ..FlowerOptions::default()
     };
     match intent {

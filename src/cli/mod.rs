@@ -52,7 +52,7 @@ pub fn open_run(
 /// figures a person is shown (cost, turns, peak context, handoffs, wakes, retries).
 pub fn inspect_run(settings: &flower::settings::Settings) -> anyhow::Result<flower::inspect::Run> {
     use flower::run::{Peek, RunError};
-    let (workspace, run_dir) = (&settings.workspace, &settings.run_dir);
+    let (workspace, run_dir) = (&settings.workspace(), &settings.run_dir());
     let peek = Peek::open(settings).map_err(|error| match error {
         RunError::OpenStore(e) => anyhow::anyhow!("打不开存储:{e}"),
         RunError::ReadRun(e) => anyhow::anyhow!("{e}"),

@@ -27,13 +27,13 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     // Settings files changed since a run here pinned them: applied only when a person
     // says so (see `cli::accept`).
     if let Some(drift) = flower::run::pinned_drift(&settings) {
-        let accepted = settings.accept_settings;
+        let accepted = settings.accept_settings();
         if let Err(code) = super::accept::confirm(&drift, accepted, input::interactive()).await {
             return Ok(code);
         }
-        settings.accept_settings = true;
+        settings.accept_settings_now();
     }
-    let prompt = match &settings.prompt_file {
+    let prompt = match &settings.prompt_file() {
         Some(file) => file.read()?,
         None => args.prompt.clone().unwrap_or_default(),
     };
@@ -68,11 +68,11 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         errln!("flower: {e}");
         return Ok(ExitCode::from(super::config::EXIT_USAGE));
     }
-    let renderer = Renderer::new(false, &settings.terminal);
+    let renderer = Renderer::new(false, &settings.terminal());
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
-    let sandbox = settings.sandbox.clone();
-    for warning in &settings.warnings {
+    let sandbox = settings.sandbox().clone();
+    for warning in settings.warnings() {
         errln!("flower: {warning}");
     }
     let start = match (&args.resume, args.fork) {
@@ -112,7 +112,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     if !args.json {
         errln!(
             "{}",
-            lines::sandbox_line(&sandbox, &spec, settings.home.as_deref())
+            lines::sandbox_line(&sandbox, &spec, settings.home())
         );
     }
     let outcome = runtime.run_agent("once", &spec, &prompt, start).await;
@@ -167,7 +167,7 @@ fn print_outcome(outcome: &AgentOutcome, as_json: bool, exists: bool) -> ExitCod
 /// team has its own (`.claude/agents`); then the default first and each custom agent
 /// within what this command allows (`--allowed-tools`, `--disallowed-tools`).
 fn custom_subagents(settings: &flower::settings::Settings, spec: &AgentSpec) -> Vec<AgentSpec> {
-    if settings.files.agents.agents.is_empty() {
+    if settings.files().agents.agents.is_empty() {
         return Vec::new();
     }
     let mut role = flower::engine::general_purpose().bound_by(spec);

@@ -55,7 +55,7 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
             &state,
             &afresh,
             at.run_dir,
-            settings.home.as_deref(),
+            settings.home(),
         )?;
         writeln!(out, "需求.md:{brief}")?;
         writeln!(out, "目标:{} 条", state.checks)?;
@@ -63,7 +63,7 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
         for (step, session) in &state.steps {
             writeln!(out, "步骤 {step}:{session}")?;
         }
-        for line in lines::afresh(&afresh, settings.home.as_deref()) {
+        for line in lines::afresh(&afresh, settings.home()) {
             writeln!(out, "{line}")?;
         }
         match &running {

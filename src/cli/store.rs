@@ -51,14 +51,14 @@ impl StoreArgs {
         let settings = super::config::settings(&flags, env)?;
         let postgres = match (&self.store, &self.db) {
             (None, Some(_)) => None,
-            _ => settings.store.clone(),
+            _ => settings.store().cloned(),
         };
         Ok(match postgres {
             Some(url) => Target::Postgres(Box::new(url)),
             None => Target::Sqlite(
                 self.db
                     .clone()
-                    .unwrap_or_else(|| RunDir::new(&settings.run_dir).sessions_db()),
+                    .unwrap_or_else(|| RunDir::new(&settings.run_dir()).sessions_db()),
             ),
         })
     }

@@ -218,7 +218,7 @@ fn shared_run(
     register: bool,
 ) -> Result<Option<SharedRun>, RunError> {
     let Some(store) = store else { return Ok(None) };
-    let name = settings.run_key.as_ref();
+    let name = settings.run_key();
     let found = match register {
         true => SharedRun::open(store.clone(), workspace, name),
         false => SharedRun::find(store.clone(), workspace, name),
@@ -245,7 +245,7 @@ impl Run {
     /// nothing is created in the run directory.
     pub fn prepare(settings: &Settings) -> Result<Opening, RunError> {
         let workspace = settings
-            .workspace
+            .workspace()
             .canonicalize()
             .map_err(RunError::Workspace)?;
         let mut options = settings.runtime_options()?;
@@ -255,18 +255,18 @@ impl Run {
         let store = opened.map(|store| store as Arc<dyn SessionStore>);
         options.store = store.clone();
         options.shared_run = shared.clone();
-        options.checkpoints = Some(settings.checkpoint_max_file_bytes);
+        options.checkpoints = Some(settings.checkpoint_max_file_bytes());
         Ok(Opening {
             at: At {
                 workspace,
-                dir: RunDir::new(&settings.run_dir),
+                dir: RunDir::new(&settings.run_dir()),
                 store,
                 shared,
             },
-            wait: settings.wait,
+            wait: settings.wait(),
             options,
             pin: pinning(settings),
-            accepted: settings.accept_settings,
+            accepted: settings.accept_settings(),
         })
     }
 
@@ -316,7 +316,7 @@ pub struct Opening {
 
 /// The pin of what `settings` loaded, when they were loaded from files.
 fn pinning(settings: &Settings) -> Option<SettingsPin> {
-    let pin = &settings.files.pin;
+    let pin = &settings.files().pin;
     (pin.version != 0).then(|| pin.clone())
 }
 
@@ -503,7 +503,7 @@ pub fn open_single(
     front: impl FnOnce(&mut RuntimeOptions),
 ) -> Result<Runtime, RunError> {
     let mut options = settings.runtime_options()?;
-    let dir = RunDir::new(&settings.run_dir);
+    let dir = RunDir::new(&settings.run_dir());
     if let Some(drift) = single_drift(settings) {
         return Err(RunError::SettingsChanged(drift));
     }
@@ -523,7 +523,7 @@ pub fn open_single(
     // directory neither blocks it nor is blocked by it.
     options.run_lock = RunLocking::Unlocked;
     front(&mut options);
-    let runtime = Runtime::with_options(&settings.workspace, &dir, options)?;
+    let runtime = Runtime::with_options(&settings.workspace(), &dir, options)?;
     // Held from here to the end, so that the probe above cannot be overtaken.
     if let SessionStart::Resume(id) = start {
         runtime.claim_session(id)?;
@@ -535,7 +535,7 @@ pub fn open_single(
 /// a single session (`flower once`), unless the person accepted it: compared only
 /// where a pipeline run pinned them (a session outside any run pins nothing).
 pub fn single_drift(settings: &Settings) -> Option<Drift> {
-    if settings.accept_settings {
+    if settings.accept_settings() {
         return None;
     }
     pinned_drift(settings)
@@ -546,7 +546,7 @@ pub fn single_drift(settings: &Settings) -> Option<Drift> {
 /// show.
 pub fn pinned_drift(settings: &Settings) -> Option<Drift> {
     let now = pinning(settings)?;
-    drift_since(&RunDir::new(&settings.run_dir), &now, false)
+    drift_since(&RunDir::new(&settings.run_dir()), &now, false)
 }
 
 /// A run looked at without touching it (`flower state`): its store and, with a shared
@@ -559,16 +559,16 @@ pub struct Peek {
 impl Peek {
     pub fn open(settings: &Settings) -> Result<Peek, RunError> {
         let workspace = settings
-            .workspace
+            .workspace()
             .canonicalize()
-            .unwrap_or_else(|_| settings.workspace.clone());
+            .unwrap_or_else(|_| settings.workspace().to_path_buf());
         let opened = settings.open_store().map_err(RunError::OpenStore)?;
         check_store(opened.as_ref(), &workspace, settings)?;
         let shared = shared_run(opened.as_ref(), &workspace, settings, false)?;
         Ok(Peek {
             at: At {
                 workspace,
-                dir: RunDir::new(&settings.run_dir),
+                dir: RunDir::new(&settings.run_dir()),
                 store: opened.map(|store| store as Arc<dyn SessionStore>),
                 shared,
             },
@@ -605,7 +605,7 @@ fn check_store(
     workspace: &Path,
     settings: &Settings,
 ) -> Result<(), RunError> {
-    let dir = RunDir::new(&settings.run_dir);
+    let dir = RunDir::new(&settings.run_dir());
     let Some(mirror) = Lineage::read(&dir, workspace) else {
         return Ok(());
     };
@@ -634,7 +634,7 @@ fn check_store(
         return Ok(());
     }
     let has_run = mirror.woke > 0 || !mirror.steps.is_empty();
-    let given_name = settings.run_key.as_ref().map(|n| n.name.as_str());
+    let given_name = settings.run_key().as_ref().map(|n| n.name.as_str());
     match &mirror.store {
         None if has_run && dir.sessions_db().exists() => wrong(
             sqlite(),

@@ -136,71 +136,34 @@ pub struct Terminal {
 }
 
 /// Everything flower is configured by, resolved and validated (see the module doc).
+/// The fields are private: read through the accessors of the same name, so that a
+/// resolved value cannot be changed after the fact (the one exception: a person's
+/// late yes to changed settings files, [`Settings::accept_settings_now`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The workspace (not canonicalised; the run canonicalises it).
-    pub workspace: PathBuf,
-    /// `-r/--run-dir`, else [`DEFAULT_RUN_DIR`]; relative to the current directory,
-    /// not to the workspace.
-    pub run_dir: PathBuf,
-    pub model: ModelSettings,
-    /// Retry and offline-wait numbers (`FLOWER_MAX_ATTEMPTS` …).
-    pub resilience: Resilience,
-    /// The sandbox of Bash commands (`FLOWER_SANDBOX`, `FLOWER_NETWORK`, the flags).
-    pub sandbox: SandboxPolicy,
-    /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in the
-    /// run directory. Opened by [`Settings::open_store`].
-    pub store: Option<PostgresUrl>,
-    /// The run's name in the shared store (`--run-key`, else `FLOWER_RUN_KEY`); `None`:
-    /// the workspace's project key. Only with a PostgreSQL store.
-    pub run_key: Option<RunName>,
-    /// 换代 (`--handoff-at`, `FLOWER_HANDOFF_AT`, `FLOWER_CONTEXT_WINDOW`), checked
-    /// against the model's window.
-    pub handoff: HandoffOptions,
-    /// The model's window and handoff threshold, worked out once
-    /// ([`HandoffOptions::context_for`] the model): read through
-    /// [`Settings::run_context`]; the runtime hands off at it.
+    workspace: PathBuf,
+    run_dir: PathBuf,
+    model: ModelSettings,
+    resilience: Resilience,
+    sandbox: SandboxPolicy,
+    store: Option<PostgresUrl>,
+    run_key: Option<RunName>,
+    handoff: HandoffOptions,
     run_context: RunContext,
-    /// `--wait`: wait for another flower holding the run instead of refusing.
-    pub wait: bool,
-    /// `-f/--prompt-file`: where the prompt is read from, instead of the command line
-    /// (checked to be a readable file; read by the front end).
-    pub prompt_file: Option<PromptFile>,
-    /// `--again`: a wake with nothing to say works and judges again even when the
-    /// judge passed last time (else it says so and spends nothing).
-    pub again: bool,
-    /// `--accept-settings`: the workspace's settings files changed since the run pinned
-    /// them, and the person says to apply them (see [`pin`]). A flag only: no variable,
-    /// which a settings file could set, says yes for the person.
-    pub accept_settings: bool,
-    /// The home directory (`HOME`): `~/` in permission rules, `~` in printed paths.
-    pub home: Option<PathBuf>,
-    pub terminal: Terminal,
-    /// Worth a line on stderr, not worth stopping for (an unpriced model, a hook of
-    /// an event flower does not have).
-    pub warnings: Vec<String>,
-    /// Project memory in the system prompts (`--no-memory`, else `FLOWER_MEMORY`
-    /// `on`/`off`, else on).
-    pub memory: bool,
-    /// Files over this many bytes are left out of the workspace's checkpoints
-    /// (`FLOWER_CHECKPOINT_MAX_FILE_MB`, a positive whole number of MiB; default 10).
-    pub checkpoint_max_file_bytes: u64,
-    /// What the settings files said (the files read, their permission rules, hooks,
-    /// every key as written).
-    pub files: FileLayer,
-    /// What Bash commands, hooks and MCP servers get explicitly, on top of flower's
-    /// environment without its secrets (`sandbox.withheld_env`): the settings files'
-    /// `env` variables the environment does not set.
-    pub child_env: Vec<(String, String)>,
-    /// `FLOWER_PASS_ENV`: names or `*` patterns of variables children inherit although
-    /// they look secret (see `docs/sandbox.md`); the rest are in `sandbox.withheld_env`.
-    pub pass_env: Vec<String>,
-    /// MCP servers (`.mcp.json`, the settings files' `mcpServers`, `${VAR}` expanded)
-    /// and their timeouts (`MCP_TIMEOUT`, `MCP_TOOL_TIMEOUT`, milliseconds).
-    pub mcp: crate::tools::mcp::McpConfig,
-    /// How many of a reply's calls may run at once, and which MCP tools may run
-    /// alongside (`FLOWER_MAX_TOOL_USE_CONCURRENCY`, `FLOWER_CONCURRENT_MCP_TOOLS`).
-    pub concurrency: Concurrency,
+    wait: bool,
+    prompt_file: Option<PromptFile>,
+    again: bool,
+    accept_settings: bool,
+    home: Option<PathBuf>,
+    terminal: Terminal,
+    warnings: Vec<String>,
+    memory: bool,
+    checkpoint_max_file_bytes: u64,
+    files: FileLayer,
+    child_env: Vec<(String, String)>,
+    pass_env: Vec<String>,
+    mcp: crate::tools::mcp::McpConfig,
+    concurrency: Concurrency,
 }
 
 /// Which calls of one reply run at the same time (see `docs/concurrency.md`).
@@ -249,6 +212,137 @@ fn concurrency(vars: &Vars<'_>) -> Result<Concurrency, ConfigError> {
 }
 
 impl Settings {
+    /// The workspace (not canonicalised; the run canonicalises it).
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// `-r/--run-dir`, else [`DEFAULT_RUN_DIR`]; relative to the current directory,
+    /// not to the workspace.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    pub fn model(&self) -> &ModelSettings {
+        &self.model
+    }
+
+    /// Retry and offline-wait numbers (`FLOWER_MAX_ATTEMPTS` …).
+    pub fn resilience(&self) -> &Resilience {
+        &self.resilience
+    }
+
+    /// The sandbox of Bash commands (`FLOWER_SANDBOX`, `FLOWER_NETWORK`, the flags).
+    pub fn sandbox(&self) -> &SandboxPolicy {
+        &self.sandbox
+    }
+
+    /// Where transcripts live (`--store`, else `FLOWER_STORE`); `None`: SQLite in the
+    /// run directory. Opened by [`Settings::open_store`].
+    pub fn store(&self) -> Option<&PostgresUrl> {
+        self.store.as_ref()
+    }
+
+    /// The run's name in the shared store (`--run-key`, else `FLOWER_RUN_KEY`); `None`:
+    /// the workspace's project key. Only with a PostgreSQL store.
+    pub fn run_key(&self) -> Option<&RunName> {
+        self.run_key.as_ref()
+    }
+
+    /// 换代 (`--handoff-at`, `FLOWER_HANDOFF_AT`, `FLOWER_CONTEXT_WINDOW`), checked
+    /// against the model's window.
+    pub fn handoff(&self) -> &HandoffOptions {
+        &self.handoff
+    }
+
+    /// `--wait`: wait for another flower holding the run instead of refusing.
+    pub fn wait(&self) -> bool {
+        self.wait
+    }
+
+    /// `-f/--prompt-file`: where the prompt is read from, instead of the command line
+    /// (checked to be a readable file; read by the front end).
+    pub fn prompt_file(&self) -> Option<&PromptFile> {
+        self.prompt_file.as_ref()
+    }
+
+    /// `--again`: a wake with nothing to say works and judges again even when the
+    /// judge passed last time (else it says so and spends nothing).
+    pub fn again(&self) -> bool {
+        self.again
+    }
+
+    /// `--accept-settings`: the workspace's settings files changed since the run pinned
+    /// them, and the person says to apply them (see [`pin`]). A flag only: no variable,
+    /// which a settings file could set, says yes for the person.
+    pub fn accept_settings(&self) -> bool {
+        self.accept_settings
+    }
+
+    /// The person said yes to the changed settings files when asked (as
+    /// `--accept-settings` says it up front).
+    pub fn accept_settings_now(&mut self) {
+        self.accept_settings = true;
+    }
+
+    /// The home directory (`HOME`): `~/` in permission rules, `~` in printed paths.
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
+    }
+
+    pub fn terminal(&self) -> &Terminal {
+        &self.terminal
+    }
+
+    /// Worth a line on stderr, not worth stopping for (an unpriced model, a hook of
+    /// an event flower does not have).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Project memory in the system prompts (`--no-memory`, else `FLOWER_MEMORY`
+    /// `on`/`off`, else on).
+    pub fn memory(&self) -> bool {
+        self.memory
+    }
+
+    /// Files over this many bytes are left out of the workspace's checkpoints
+    /// (`FLOWER_CHECKPOINT_MAX_FILE_MB`, a positive whole number of MiB; default 10).
+    pub fn checkpoint_max_file_bytes(&self) -> u64 {
+        self.checkpoint_max_file_bytes
+    }
+
+    /// What the settings files said (the files read, their permission rules, hooks,
+    /// every key as written).
+    pub fn files(&self) -> &FileLayer {
+        &self.files
+    }
+
+    /// What Bash commands, hooks and MCP servers get explicitly, on top of flower's
+    /// environment without its secrets (`sandbox.withheld_env`): the settings files'
+    /// `env` variables the environment does not set.
+    pub fn child_env(&self) -> &[(String, String)] {
+        &self.child_env
+    }
+
+    /// `FLOWER_PASS_ENV`: names or `*` patterns of variables children inherit although
+    /// they look secret (see `docs/sandbox.md`); the rest are in `sandbox.withheld_env`.
+    pub fn pass_env(&self) -> &[String] {
+        &self.pass_env
+    }
+
+    /// MCP servers (`.mcp.json`, the settings files' `mcpServers`, `${VAR}` expanded)
+    /// and their timeouts (`MCP_TIMEOUT`, `MCP_TOOL_TIMEOUT`, milliseconds).
+    pub fn mcp(&self) -> &crate::tools::mcp::McpConfig {
+        &self.mcp
+    }
+
+    /// How many of a reply's calls may run at once, and which MCP tools may run
+    /// alongside (`FLOWER_MAX_TOOL_USE_CONCURRENCY`, `FLOWER_CONCURRENT_MCP_TOOLS`).
+    pub fn concurrency(&self) -> &Concurrency {
+        &self.concurrency
+    }
+
     /// The model's context window and handoff threshold (`None`: no 换代), tokens:
     /// what the runtime hands off at, the manifest records and the report draws.
     pub fn run_context(&self) -> RunContext {

@@ -673,7 +673,7 @@ fn settings_take_servers_by_precedence_and_expand_variables() {
         ..Flags::default()
     };
     let settings = Settings::load(&flags, &env).unwrap();
-    let servers = &settings.mcp.servers;
+    let servers = &settings.mcp().servers;
     let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["a", "b", "c"]);
     // A server of the user's file is not replaced by a workspace file's of the same
@@ -687,9 +687,9 @@ fn settings_take_servers_by_precedence_and_expand_variables() {
     for (file, name) in [(".mcp.json", "a"), (".claude/settings.local.json", "b")] {
         let said = format!("{} 里的 mcpServers.{name}", ws.join(file).display());
         assert!(
-            settings.warnings.iter().any(|w| w.contains(&said)),
+            settings.warnings().iter().any(|w| w.contains(&said)),
             "{said}: {:?}",
-            settings.warnings
+            settings.warnings()
         );
     }
     // Among the workspace's files the later one still replaces (`c` above), and a
@@ -699,7 +699,7 @@ fn settings_take_servers_by_precedence_and_expand_variables() {
         json!({"mcpServers": {"d": {"command": "local-d", "args": ["${ARG}", "$NOT_EXPANDED"]}}}),
     );
     let local = Settings::load(&flags, &env).unwrap();
-    assert!(local.mcp.servers.iter().any(|s| matches!(&s.transport,
+    assert!(local.mcp().servers.iter().any(|s| matches!(&s.transport,
         Transport::Stdio { command, args, .. } if command == "local-d" && args == &["x", "$NOT_EXPANDED"])));
     match &servers[2].transport {
         Transport::Http { url, headers } => {
@@ -712,7 +712,7 @@ fn settings_take_servers_by_precedence_and_expand_variables() {
         other => panic!("{other:?}"),
     }
     assert_eq!(settings.mcp_rules(), ["mcp__a", "mcp__b", "mcp__c"]);
-    assert_eq!(settings.conventions().mcp, settings.mcp);
+    assert_eq!(settings.conventions().mcp, *settings.mcp());
 }
 
 #[test]

@@ -32,9 +32,9 @@ fn the_credential_base_url_model_and_idle_timeout() {
     // No credential: the settings resolve (read-only commands need none), the client
     // does not, with the message that says what to export.
     let settings = resolve(&[]).unwrap();
-    assert_eq!(settings.model.credential, None);
+    assert_eq!(settings.model().credential, None);
     assert_eq!(
-        settings.model.client_config().unwrap_err(),
+        settings.model().client_config().unwrap_err(),
         ConfigError::MissingCredential
     );
     assert!(
@@ -44,17 +44,17 @@ fn the_credential_base_url_model_and_idle_timeout() {
     );
     assert!(settings.client().is_err());
     let blank = resolve(&[("ANTHROPIC_API_KEY", "   ")]).unwrap();
-    assert_eq!(blank.model.credential, None);
+    assert_eq!(blank.model().credential, None);
 
     let settings = resolve(&[("ANTHROPIC_API_KEY", "sk-ant-test")]).unwrap();
     assert_eq!(
-        settings.model.credential,
+        settings.model().credential,
         Some(Credential::ApiKey("sk-ant-test".into()))
     );
-    assert_eq!(settings.model.base_url, DEFAULT_BASE_URL);
-    assert_eq!(settings.model.id, DEFAULT_MODEL);
-    assert!(!settings.model.named);
-    assert_eq!(settings.model.idle_timeout, DEFAULT_IDLE_TIMEOUT);
+    assert_eq!(settings.model().base_url, DEFAULT_BASE_URL);
+    assert_eq!(settings.model().id, DEFAULT_MODEL);
+    assert!(!settings.model().named);
+    assert_eq!(settings.model().idle_timeout, DEFAULT_IDLE_TIMEOUT);
     assert_eq!(DEFAULT_IDLE_TIMEOUT, Duration::from_secs(300));
     let client = settings.client().unwrap();
     assert_eq!(client.default_model(), DEFAULT_MODEL);
@@ -66,7 +66,7 @@ fn the_credential_base_url_model_and_idle_timeout() {
     ])
     .unwrap();
     assert_eq!(
-        both.model.credential,
+        both.model().credential,
         Some(Credential::Bearer("gw-token".into()))
     );
 
@@ -78,9 +78,9 @@ fn the_credential_base_url_model_and_idle_timeout() {
         ("ANTHROPIC_MODEL", "claude-haiku-4-5"),
     ];
     let settings = resolve(&env).unwrap();
-    assert_eq!(settings.model.base_url, "http://127.0.0.1:8080/gateway");
-    assert_eq!(settings.model.id, "claude-haiku-4-5");
-    assert!(settings.model.named);
+    assert_eq!(settings.model().base_url, "http://127.0.0.1:8080/gateway");
+    assert_eq!(settings.model().id, "claude-haiku-4-5");
+    assert!(settings.model().named);
     assert_eq!(
         settings.client().unwrap().default_model(),
         "claude-haiku-4-5"
@@ -92,17 +92,17 @@ fn the_credential_base_url_model_and_idle_timeout() {
     assert_eq!(
         resolve_with(&flag("claude-opus-4-1"), &env)
             .unwrap()
-            .model
+            .model()
             .id,
         "claude-opus-4-1"
     );
     assert_eq!(
-        resolve_with(&flag("opus[1m]"), &env).unwrap().model.id,
+        resolve_with(&flag("opus[1m]"), &env).unwrap().model().id,
         "claude-opus-5-5[1m]",
         "aliases resolved, [1m] kept"
     );
     assert_eq!(
-        resolve_with(&flag(""), &env).unwrap().model.id,
+        resolve_with(&flag(""), &env).unwrap().model().id,
         "claude-haiku-4-5"
     );
     assert_eq!(
@@ -112,7 +112,7 @@ fn the_credential_base_url_model_and_idle_timeout() {
 
     let timeout = |value: &str| resolve(&[("FLOWER_STREAM_IDLE_TIMEOUT", value)]);
     assert_eq!(
-        timeout("2.5").unwrap().model.idle_timeout,
+        timeout("2.5").unwrap().model().idle_timeout,
         Duration::from_millis(2500)
     );
     // The library's old lenient reading (default on a bad value) is gone: refused.
@@ -142,7 +142,7 @@ fn flower_prices_is_merged_over_the_builtin_table() {
     .unwrap();
     let path = file.path().to_str().unwrap();
     let settings = resolve(&[("FLOWER_PRICES", path)]).unwrap();
-    let table = settings.model.prices.as_ref().expect("a table");
+    let table = settings.model().prices.as_ref().expect("a table");
     let u = Usage {
         input_tokens: 1_000_000,
         output_tokens: 1_000_000,
@@ -155,18 +155,18 @@ fn flower_prices_is_merged_over_the_builtin_table() {
     assert_eq!(table.cost_usd("claude-haiku-4-5", &u), Some(6.0));
     assert_eq!(table.cost_usd("unknown-model", &u), None);
     // Unset: the built-in table, no copy of it.
-    assert!(resolve(&[]).unwrap().model.prices.is_none());
+    assert!(resolve(&[]).unwrap().model().prices.is_none());
     // A file that cannot be read is refused by name.
     let error = resolve(&[("FLOWER_PRICES", "/nonexistent/prices.json")]).unwrap_err();
     assert_eq!(named(error), "FLOWER_PRICES");
     // The model's price is checked against the table the run will use.
     let unpriced = resolve(&[("ANTHROPIC_MODEL", "my-gateway-model")]).unwrap();
-    assert_eq!(unpriced.warnings.len(), 1, "{:?}", unpriced.warnings);
+    assert_eq!(unpriced.warnings().len(), 1, "{:?}", unpriced.warnings());
     let priced = resolve(&[
         ("ANTHROPIC_MODEL", "my-gateway-model"),
         ("FLOWER_PRICES", path),
     ]);
-    assert!(priced.unwrap().warnings.is_empty());
+    assert!(priced.unwrap().warnings().is_empty());
 }
 
 /// The table reaches the process that prices: `flower once --json` reports the cost
@@ -219,10 +219,10 @@ fn flags_win_over_variables_which_win_over_files() {
         Some(100_000),
         "50% of 200K"
     );
-    assert_eq!(from_files.resilience.max_attempts, 3);
+    assert_eq!(from_files.resilience().max_attempts, 3);
     let from_env = at(&none, &[("FLOWER_HANDOFF_AT", "70%")]);
     assert_eq!(from_env.run_context().handoff_threshold, Some(140_000));
-    assert_eq!(from_env.resilience.max_attempts, 3);
+    assert_eq!(from_env.resilience().max_attempts, 3);
     let flagged = Flags {
         handoff_at: Some("120K".into()),
         ..Flags::default()
@@ -240,9 +240,9 @@ fn flags_win_over_variables_which_win_over_files() {
         Some(120_000),
         "60% of 200K"
     );
-    assert_eq!(plain.run_dir, std::path::Path::new("runs"));
-    assert!(plain.sandbox.enabled && plain.sandbox.network);
-    assert!(plain.store.is_none() && plain.run_key.is_none());
+    assert_eq!(plain.run_dir(), std::path::Path::new("runs"));
+    assert!(plain.sandbox().enabled && plain.sandbox().network);
+    assert!(plain.store().is_none() && plain.run_key().is_none());
 }
 
 #[test]
@@ -358,12 +358,12 @@ fn the_environment_snapshot_carries_home_terminal_and_directory() {
     .with_current_dir("/work/proj");
     let settings = Settings::resolve(&Flags::default(), &env, &FileLayer::default()).unwrap();
     assert_eq!(
-        settings.home.as_deref(),
+        settings.home(),
         Some(std::path::Path::new("/home/me"))
     );
-    assert!(settings.terminal.no_color);
-    assert_eq!(settings.terminal.term.as_deref(), Some("dumb"));
-    assert_eq!(settings.workspace, std::path::Path::new("/work/proj"));
+    assert!(settings.terminal().no_color);
+    assert_eq!(settings.terminal().term.as_deref(), Some("dumb"));
+    assert_eq!(settings.workspace(), std::path::Path::new("/work/proj"));
     // A snapshot's Debug never shows a value (credentials live there).
     assert!(!format!("{env:?}").contains(FAKE_API_KEY));
     assert!(!format!("{settings:?}").contains(FAKE_API_KEY));
@@ -379,7 +379,7 @@ fn the_sandbox_learns_where_git_reads_the_users_config_from_the_settings() {
         ("GIT_CONFIG_GLOBAL", "/home/u/team.gitconfig"),
     ])
     .unwrap();
-    let git = &settings.sandbox.user_git;
+    let git = &settings.sandbox().user_git;
     assert_eq!(git.home.as_deref(), Some(std::path::Path::new("/home/u")));
     assert_eq!(
         git.xdg_config_home.as_deref(),
@@ -390,5 +390,5 @@ fn the_sandbox_learns_where_git_reads_the_users_config_from_the_settings() {
         Some(std::path::Path::new("/home/u/team.gitconfig"))
     );
     let bare = resolve(&[]).unwrap();
-    assert_eq!(bare.sandbox.user_git, Default::default());
+    assert_eq!(bare.sandbox().user_git, Default::default());
 }

@@ -442,7 +442,7 @@ fn claude_codes_escape_hatches_in_a_workspace_file_are_named_and_left_out() {
         ..Flags::default()
     };
     let settings = Settings::load(&flags, &env).unwrap();
-    let applied = &settings.files.files[1];
+    let applied = &settings.files().files[1];
     assert_eq!(
         Value::Object(applied.document.clone()),
         json!({"sandbox": {"network": {"allowedDomains": ["example.com"]}}, "model": "haiku"})
@@ -455,19 +455,19 @@ fn claude_codes_escape_hatches_in_a_workspace_file_are_named_and_left_out() {
     ] {
         let said = format!("settings.json 里的 {key}:");
         assert!(
-            settings.warnings.iter().any(|w| w.contains(&said)),
+            settings.warnings().iter().any(|w| w.contains(&said)),
             "{key}: {:?}",
-            settings.warnings
+            settings.warnings()
         );
     }
     // The user's own file applies as written; the pin keeps the workspace's as written,
     // but for a digest in place of a credential's value (here a command that makes one).
     assert_eq!(
-        settings.files.files[0].document["sandbox"]["enabled"],
+        settings.files().files[0].document["sandbox"]["enabled"],
         false
     );
-    assert_eq!(settings.files.pin.files.len(), 1);
-    let mut pinned = settings.files.pin.files[0].document.clone();
+    assert_eq!(settings.files().pin.files.len(), 1);
+    let mut pinned = settings.files().pin.files[0].document.clone();
     let masked = pinned.remove("awsAuthRefresh").unwrap();
     assert!(
         masked.as_str().unwrap().starts_with("(隐去) sha256:"),
@@ -476,5 +476,5 @@ fn claude_codes_escape_hatches_in_a_workspace_file_are_named_and_left_out() {
     let mut planted = planted;
     planted.as_object_mut().unwrap().remove("awsAuthRefresh");
     assert_eq!(Value::Object(pinned), planted);
-    assert_eq!(settings.files.pin.files[0].file, ".claude/settings.json");
+    assert_eq!(settings.files().pin.files[0].file, ".claude/settings.json");
 }
