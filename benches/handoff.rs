@@ -22,7 +22,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use flower::continuity::handoff::{DEFAULT_WINDOW, SECTIONS};
-use flower::continuity::runtime::{Runtime, RuntimeOptions};
+use flower::continuity::runtime::{FrontEnd, Runtime, RuntimeOptions};
 use flower::engine::{AgentSpec, Event};
 use flower::model::{MessagesRequest, ModelClient, ModelError, ModelReply, StreamDelta, Usage};
 use flower::{BoxFuture, Step, Workflow};
@@ -163,11 +163,15 @@ fn main() {
         })
     };
     let options = RuntimeOptions {
-        events,
         resilience: Default::default(),
         ..RuntimeOptions::new(client)
     };
-    let runtime = Runtime::with_options(&workspace, workspace.join("runs"), options).unwrap();
+    let front = FrontEnd {
+        events,
+        ..FrontEnd::default()
+    };
+    let runtime =
+        Runtime::with_front_end(&workspace, workspace.join("runs"), options, front).unwrap();
     let coordinator =
         AgentSpec::new("coordinator", "你是协调者。").allowed_tools(["Read", "Write(notes/**)"]);
     let workflow = Workflow::new(vec![Step::new("干活", coordinator, "做这件事。")]);

@@ -103,6 +103,8 @@ impl FlowArgs {
         flags.again = self.again;
         flags.handoff_at = self.handoff_at.clone();
         flags.no_memory = self.no_memory;
+        // A pipeline's resumes are trimmed unless said otherwise.
+        flags.trim = Some(!self.no_trim);
         flags
     }
 }

@@ -15,6 +15,7 @@ use super::render::Renderer;
 use crate::cli::out::errln;
 use flower::WakeState;
 use flower::continuity::notes::Said;
+use flower::continuity::runtime::FrontEnd;
 use flower::continuity::signals;
 use flower::engine::Interrupt;
 use flower::run::{Begin, Locked, Run, RunHooks};
@@ -75,7 +76,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         );
         opening.accept_settings();
     }
-    let renderer = Renderer::new(true, &settings.terminal());
+    let renderer = Renderer::new(true, settings.terminal());
     renderer.set_window(settings.run_context().window);
 
     // A fresh directory and nothing said: ask (or, with nobody to ask, say so) before
@@ -129,15 +130,16 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     let interrupt = Interrupt::new();
     let run = or_return!(
         locked
-            .start(|o| {
-                o.trim = !args.no_trim;
-                o.events = renderer.sink();
-                o.asker =
-                    interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>);
-                o.interrupt = interrupt.clone();
-                o.on_interrupt = interactive.then(after_interrupt);
-                o.subagents = subagents.clone();
-            })
+            .start(
+                subagents.clone(),
+                FrontEnd {
+                    events: renderer.sink(),
+                    asker: interactive
+                        .then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>),
+                    interrupt: interrupt.clone(),
+                    on_interrupt: interactive.then(after_interrupt),
+                },
+            )
             .map_err(lines::refused)
     );
     let runtime = run.runtime();
@@ -287,7 +289,7 @@ fn announce(renderer: &Renderer, args: &FlowArgs, settings: &Settings, locked: &
         if args.verbose {
             errln!(
                 "{}",
-                lines::sandbox_line(&settings.sandbox(), &worker_for(settings), home)
+                lines::sandbox_line(settings.sandbox(), &worker_for(settings), home)
             );
         }
     } else if !state.steps.is_empty() {

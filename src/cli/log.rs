@@ -33,8 +33,8 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
             Some(flower::inspect::InspectError::Store(store)) => {
                 let settings = super::config::settings(&args.source.flags(), env)?;
                 let run = flower::inspect::Run::open_without_store(
-                    &settings.workspace(),
-                    &settings.run_dir(),
+                    settings.workspace(),
+                    settings.run_dir(),
                 )?;
                 errln!(
                     "flower: {};下面只有 manifest.json 记下的尝试,tokens 和上下文数不全",

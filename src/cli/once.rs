@@ -7,7 +7,7 @@ use super::input::{self, TerminalAsker, after_interrupt};
 use super::lines;
 use super::render::Renderer;
 use crate::cli::out::{errln, outln};
-use flower::continuity::runtime::AgentOutcome;
+use flower::continuity::runtime::{AgentOutcome, FrontEnd};
 use flower::continuity::signals;
 use flower::engine::{AgentSpec, Interrupt, SessionStart};
 use flower::run::open_single;
@@ -68,7 +68,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         errln!("flower: {e}");
         return Ok(ExitCode::from(super::config::EXIT_USAGE));
     }
-    let renderer = Renderer::new(false, &settings.terminal());
+    let renderer = Renderer::new(false, settings.terminal());
     let interrupt = Interrupt::new();
     let interactive = input::interactive();
     let sandbox = settings.sandbox().clone();
@@ -82,18 +82,18 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     };
     // A session someone else appends to (a running pipeline's, another `once --resume`)
     // is neither continued nor forked: refused before anything is opened.
-    let opened = open_single(&settings, &start, |o| {
-        o.events = if args.json {
+    let front = FrontEnd {
+        events: if args.json {
             flower::events::discard()
         } else {
             renderer.sink()
-        };
-        o.interrupt = interrupt.clone();
-        o.on_interrupt = interactive.then(after_interrupt);
+        },
+        interrupt: interrupt.clone(),
+        on_interrupt: interactive.then(after_interrupt),
         // Who answers an `ask` rule's question (no AskUser tool is offered here).
-        o.asker = interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>);
-        o.subagents = custom_subagents(&settings, &spec);
-    });
+        asker: interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>),
+    };
+    let opened = open_single(&settings, &start, custom_subagents(&settings, &spec), front);
     let runtime = match opened {
         Ok(runtime) => runtime,
         Err(error) => return lines::refused(error),
@@ -110,10 +110,7 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     )?;
 
     if !args.json {
-        errln!(
-            "{}",
-            lines::sandbox_line(&sandbox, &spec, settings.home())
-        );
+        errln!("{}", lines::sandbox_line(&sandbox, &spec, settings.home()));
     }
     let outcome = runtime.run_agent("once", &spec, &prompt, start).await;
     renderer.finish();

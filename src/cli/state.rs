@@ -50,13 +50,7 @@ pub fn run(args: StateArgs, env: &Environment) -> anyhow::Result<ExitCode> {
             (Some(_), false) => "不完整",
             (None, _) => "没有",
         };
-        can_continue(
-            &mut out,
-            &state,
-            &afresh,
-            at.run_dir,
-            settings.home(),
-        )?;
+        can_continue(&mut out, &state, &afresh, at.run_dir, settings.home())?;
         writeln!(out, "需求.md:{brief}")?;
         writeln!(out, "目标:{} 条", state.checks)?;
         writeln!(out, "已唤醒:{} 次", state.woke)?;

@@ -58,7 +58,7 @@ impl StoreArgs {
             None => Target::Sqlite(
                 self.db
                     .clone()
-                    .unwrap_or_else(|| RunDir::new(&settings.run_dir()).sessions_db()),
+                    .unwrap_or_else(|| RunDir::new(settings.run_dir()).sessions_db()),
             ),
         })
     }

@@ -130,10 +130,6 @@ pub struct RuntimeOptions {
     pub client: Arc<dyn ModelClient>,
     /// Retry policy.
     pub resilience: Resilience,
-    pub events: EventSink,
-    pub asker: Option<Arc<dyn Asker>>,
-    pub interrupt: Interrupt,
-    pub on_interrupt: Option<InterruptPrompt>,
     /// Agents the `Task` tool can start.
     pub subagents: Vec<AgentSpec>,
     /// Where running shell commands are registered, for the signal handlers.
@@ -171,22 +167,20 @@ pub struct RuntimeOptions {
 }
 
 impl RuntimeOptions {
-    /// The library's defaults around `client`.
+    /// The library's defaults around `client` (the pruning ones are the store's,
+    /// [`PruneOptions::new`]).
     pub fn new(client: Arc<dyn ModelClient>) -> Self {
+        let prune = PruneOptions::new(PathBuf::new());
         RuntimeOptions {
-            trim: false,
-            ephemeral: true,
-            keep_denials: 1,
+            trim: prune.trim,
+            ephemeral: prune.ephemeral,
+            keep_denials: prune.keep_denials,
             cache_ttl: Some(CacheWindow::DEFAULT_TTL),
             thinking_budget: None,
             effort: None,
             web: crate::model::WebLimits::default(),
             client,
             resilience: Resilience::default(),
-            events: crate::events::discard(),
-            asker: None,
-            interrupt: Interrupt::new(),
-            on_interrupt: None,
             subagents: Vec::new(),
             processes: ProcessGroups::new(),
             sandbox: Default::default(),
@@ -200,6 +194,32 @@ impl RuntimeOptions {
             checkpoints: None,
             max_tool_concurrency: crate::engine::DEFAULT_MAX_TOOL_CONCURRENCY,
             concurrent_mcp_tools: Vec::new(),
+        }
+    }
+}
+
+/// What a front end (the CLI, the Python package, a library user) hands a runtime:
+/// its callbacks only. Every value a runtime is set up by is in [`RuntimeOptions`],
+/// which the settings build; a front end renders and answers, it does not configure.
+#[derive(Clone)]
+pub struct FrontEnd {
+    /// Where the run reports what happens (the default discards it).
+    pub events: EventSink,
+    /// Who answers AskUser and `ask` rules; `None`: nobody (such a call is refused).
+    pub asker: Option<Arc<dyn Asker>>,
+    /// The Ctrl-C of this front end: the running turn stops at it.
+    pub interrupt: Interrupt,
+    /// What to ask the person after an interrupt; `None`: the turn just ends.
+    pub on_interrupt: Option<InterruptPrompt>,
+}
+
+impl Default for FrontEnd {
+    fn default() -> Self {
+        FrontEnd {
+            events: crate::events::discard(),
+            asker: None,
+            interrupt: Interrupt::new(),
+            on_interrupt: None,
         }
     }
 }
@@ -288,14 +308,24 @@ pub struct Runtime {
 
 impl Runtime {
     /// The runtime of `workspace` with `run_dir` (relative to the current directory,
-    /// not to the workspace). Refuses, before anything is created on disk, a handoff
-    /// threshold above the model's window.
-    // Long because the parts are built in the order the run needs (the lock before the
-    // store is opened, the store before the engine), each failure its own error.
+    /// not to the workspace), no callbacks ([`FrontEnd::default`]). Refuses, before
+    /// anything is created on disk, a handoff threshold above the model's window.
     pub fn with_options(
         workspace: impl AsRef<Path>,
         run_dir: impl AsRef<Path>,
         options: RuntimeOptions,
+    ) -> Result<Self, RuntimeError> {
+        Runtime::with_front_end(workspace, run_dir, options, FrontEnd::default())
+    }
+
+    /// [`Runtime::with_options`], reporting to and asking through `front`.
+    // Long because the parts are built in the order the run needs (the lock before the
+    // store is opened, the store before the engine), each failure its own error.
+    pub fn with_front_end(
+        workspace: impl AsRef<Path>,
+        run_dir: impl AsRef<Path>,
+        options: RuntimeOptions,
+        front: FrontEnd,
     ) -> Result<Self, RuntimeError> {
         let workspace = canonical_workspace(workspace.as_ref())?;
         let client = options.client;
@@ -321,7 +351,7 @@ impl Runtime {
         let mut warnings = Vec::new();
         let watch = match options.checkpoints {
             Some(max_file_bytes) => match Checkpoints::open(&workspace, &run_dir, max_file_bytes) {
-                Ok(checkpoints) => Some(Watch::new(checkpoints, options.events.clone())),
+                Ok(checkpoints) => Some(Watch::new(checkpoints, front.events.clone())),
                 Err(e) => {
                     warnings.push(format!("检查点不可用:{}", crate::error::chain(&e)));
                     None
@@ -337,13 +367,13 @@ impl Runtime {
         let pause = crate::engine::Pause::new();
         let retrier = Arc::new(Retrier {
             resilience: options.resilience,
-            events: options.events.clone(),
+            events: front.events.clone(),
             model: client.base_url().map(resilience::endpoint_from),
             store: raw_store
                 .endpoint()
                 .map(|(host, port)| resilience::Endpoint { host, port }),
             outages: Mutex::new(Vec::new()),
-            interrupt: options.interrupt.clone(),
+            interrupt: front.interrupt.clone(),
             pause: pause.clone(),
             outage_wait: tokio::sync::Mutex::new(()),
             outages_waited: std::sync::atomic::AtomicU64::new(0),
@@ -361,8 +391,8 @@ impl Runtime {
             run_dir: run_dir.clone(),
             events: live_row(
                 match &watch {
-                    Some(watch) => watch.sink(options.events.clone()),
-                    None => options.events.clone(),
+                    Some(watch) => watch.sink(front.events.clone()),
+                    None => front.events.clone(),
                 },
                 Arc::clone(&in_flight),
             ),
@@ -371,9 +401,9 @@ impl Runtime {
             effort: options.effort,
             web: options.web,
             subagents: options.subagents,
-            asker: options.asker,
-            interrupt: options.interrupt,
-            on_interrupt: options.on_interrupt,
+            asker: front.asker,
+            interrupt: front.interrupt,
+            on_interrupt: front.on_interrupt,
             processes: options.processes,
             sandbox: options.sandbox,
             home: options.home,
@@ -418,7 +448,7 @@ impl Runtime {
             engine,
             lineage: Arc::new(Mutex::new(lineage)),
             manifest: Arc::new(Mutex::new(manifest)),
-            events: options.events,
+            events: front.events,
             on_session: Mutex::new(None),
             in_flight,
             retrier,

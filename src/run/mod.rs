@@ -14,7 +14,7 @@
 //!   .lock(begin, hooks)     run lock, database hold, busy sessions, `--new` archiving
 //!     .wake()               the wake state, computed once, under the lock
 //!     .archive()            `/new` typed at the prompt
-//!     .start(|options| …)   the runtime, with the front end's events, asker, sub-agents
+//!     .start(subagents, front)  the runtime: the role's sub-agents, the front end's callbacks
 //! ```
 //!
 //! Lost hold: with a shared database the run is held for the process's life; when the
@@ -28,10 +28,10 @@ use crate::continuity::handoff;
 use crate::continuity::lineage::Lineage;
 use crate::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use crate::continuity::notes;
-use crate::continuity::runtime::{Runtime, RuntimeError, RuntimeOptions, holder_text};
+use crate::continuity::runtime::{FrontEnd, Runtime, RuntimeError, RuntimeOptions, holder_text};
 use crate::continuity::shared::{SharedRun, SharedRunError};
 use crate::continuity::wake::{Place, WakeState};
-use crate::engine::SessionStart;
+use crate::engine::{AgentSpec, SessionStart};
 use crate::run_dir::RunDir;
 use crate::settings::pin::{Drift, Pinned, SettingsPin};
 use crate::settings::{ConfigError, Settings};
@@ -236,7 +236,7 @@ impl Run {
     pub fn open(settings: &Settings) -> Result<Run, RunError> {
         Run::prepare(settings)?
             .lock(Begin::Continue, RunHooks::default())?
-            .start(|_| {})
+            .start(Vec::new(), FrontEnd::default())
     }
 
     /// The first phase: the model client (a missing credential is refused here), the
@@ -255,11 +255,13 @@ impl Run {
         let store = opened.map(|store| store as Arc<dyn SessionStore>);
         options.store = store.clone();
         options.shared_run = shared.clone();
-        options.checkpoints = Some(settings.checkpoint_max_file_bytes());
+        options.checkpoints = settings
+            .checkpoints()
+            .then_some(settings.checkpoint_max_file_bytes());
         Ok(Opening {
             at: At {
                 workspace,
-                dir: RunDir::new(&settings.run_dir()),
+                dir: RunDir::new(settings.run_dir()),
                 store,
                 shared,
             },
@@ -467,10 +469,11 @@ impl Locked {
         Ok(into)
     }
 
-    /// Opens the runtime over the locked run: the settings' options, with what the
-    /// front end sets through `front` (events, asker, interrupt, sub-agents, trim …).
-    /// A session of the run that another process holds is [`RunError::SessionBusy`].
-    pub fn start(self, front: impl FnOnce(&mut RuntimeOptions)) -> Result<Run, RunError> {
+    /// Opens the runtime over the locked run: the settings' options, the sub-agents
+    /// `Task` may start (the front end's role's, [`Settings::subagents_for`]) and the
+    /// front end's callbacks. A session of the run that another process holds is
+    /// [`RunError::SessionBusy`].
+    pub fn start(self, subagents: Vec<AgentSpec>, front: FrontEnd) -> Result<Run, RunError> {
         let Locked {
             opening,
             run_lock,
@@ -482,8 +485,8 @@ impl Locked {
             at, mut options, ..
         } = opening;
         options.run_lock = RunLocking::Held(run_lock);
-        front(&mut options);
-        let runtime = Runtime::with_options(&at.workspace, &at.dir, options)?;
+        options.subagents = subagents;
+        let runtime = Runtime::with_front_end(&at.workspace, &at.dir, options, front)?;
         Ok(Run {
             runtime,
             wake,
@@ -500,10 +503,11 @@ impl Locked {
 pub fn open_single(
     settings: &Settings,
     start: &SessionStart,
-    front: impl FnOnce(&mut RuntimeOptions),
+    subagents: Vec<AgentSpec>,
+    front: FrontEnd,
 ) -> Result<Runtime, RunError> {
     let mut options = settings.runtime_options()?;
-    let dir = RunDir::new(&settings.run_dir());
+    let dir = RunDir::new(settings.run_dir());
     if let Some(drift) = single_drift(settings) {
         return Err(RunError::SettingsChanged(drift));
     }
@@ -522,8 +526,8 @@ pub fn open_single(
     // Only its own session, locked in `run_agent`: a running pipeline in this run
     // directory neither blocks it nor is blocked by it.
     options.run_lock = RunLocking::Unlocked;
-    front(&mut options);
-    let runtime = Runtime::with_options(&settings.workspace(), &dir, options)?;
+    options.subagents = subagents;
+    let runtime = Runtime::with_front_end(settings.workspace(), &dir, options, front)?;
     // Held from here to the end, so that the probe above cannot be overtaken.
     if let SessionStart::Resume(id) = start {
         runtime.claim_session(id)?;
@@ -546,7 +550,7 @@ pub fn single_drift(settings: &Settings) -> Option<Drift> {
 /// show.
 pub fn pinned_drift(settings: &Settings) -> Option<Drift> {
     let now = pinning(settings)?;
-    drift_since(&RunDir::new(&settings.run_dir()), &now, false)
+    drift_since(&RunDir::new(settings.run_dir()), &now, false)
 }
 
 /// A run looked at without touching it (`flower state`): its store and, with a shared
@@ -568,7 +572,7 @@ impl Peek {
         Ok(Peek {
             at: At {
                 workspace,
-                dir: RunDir::new(&settings.run_dir()),
+                dir: RunDir::new(settings.run_dir()),
                 store: opened.map(|store| store as Arc<dyn SessionStore>),
                 shared,
             },
@@ -605,7 +609,7 @@ fn check_store(
     workspace: &Path,
     settings: &Settings,
 ) -> Result<(), RunError> {
-    let dir = RunDir::new(&settings.run_dir());
+    let dir = RunDir::new(settings.run_dir());
     let Some(mirror) = Lineage::read(&dir, workspace) else {
         return Ok(());
     };

@@ -63,7 +63,7 @@ use crate::engine::memory::MemorySource;
 use crate::error::Cause;
 use crate::model::ModelClient;
 use crate::model::anthropic::AnthropicClient;
-use crate::stores::{PostgresStore, PostgresUrl, StoreError};
+use crate::stores::{PostgresStore, PostgresUrl, PruneOptions, StoreError};
 use crate::tools::sandbox::{self, SandboxPolicy, Support};
 use sources::Vars;
 use std::path::{Path, PathBuf};
@@ -159,6 +159,8 @@ pub struct Settings {
     warnings: Vec<String>,
     memory: bool,
     checkpoint_max_file_bytes: u64,
+    checkpoints: bool,
+    resume: Resume,
     files: FileLayer,
     child_env: Vec<(String, String)>,
     pass_env: Vec<String>,
@@ -312,6 +314,17 @@ impl Settings {
         self.checkpoint_max_file_bytes
     }
 
+    /// What a resumed session is fed: trimmed or not, stale snapshots marked, how
+    /// many denials kept (flags only; the store's defaults otherwise).
+    pub fn resume(&self) -> Resume {
+        self.resume
+    }
+
+    /// Whether a run checkpoints the workspace (a library user may say no).
+    pub fn checkpoints(&self) -> bool {
+        self.checkpoints
+    }
+
     /// What the settings files said (the files read, their permission rules, hooks,
     /// every key as written).
     pub fn files(&self) -> &FileLayer {
@@ -379,7 +392,11 @@ impl Settings {
     ) -> Result<Settings, ConfigError> {
         let vars = Vars { env, files };
         let model = model::resolve(flags, &vars)?;
-        let resilience = resilience(&vars)?;
+        let resilience = match &flags.resilience {
+            Some(given) => given.clone(),
+            None => resilience(&vars)?,
+        };
+        let resume = Resume::of(flags);
         let store = store::store(flags, &vars)?;
         let run_key = store::run_key(flags, &vars, store.as_ref())?;
         let sandbox = sandbox_policy(flags, &vars)?;
@@ -476,6 +493,8 @@ impl Settings {
             accept_settings: flags.accept_settings,
             memory,
             checkpoint_max_file_bytes,
+            checkpoints: flags.checkpoints.unwrap_or(true),
+            resume,
             files: files.clone(),
             child_env,
             pass_env,
@@ -499,10 +518,15 @@ impl Settings {
         Ok(Arc::new(client))
     }
 
-    /// Runtime options with these settings' client, retry policy, limits, sandbox and
-    /// handoff; the caller fills in events, prompts, sub-agents, stores and locking.
+    /// Runtime options with these settings' client, retry policy, limits, sandbox,
+    /// handoff and resume pruning; the run layer ([`crate::run`]) adds the stores, the
+    /// lock and the sub-agents, and a front end only its callbacks
+    /// ([`crate::continuity::runtime::FrontEnd`]).
     pub fn runtime_options(&self) -> Result<RuntimeOptions, ConfigError> {
         Ok(RuntimeOptions {
+            trim: self.resume.trim,
+            ephemeral: self.resume.ephemeral,
+            keep_denials: self.resume.keep_denials,
             resilience: self.resilience.clone(),
             max_tokens: self.model.max_tokens,
             sandbox: self.sandbox.clone(),
@@ -636,7 +660,29 @@ impl Settings {
     }
 }
 
-/// The workspace: `flags.workspace`, else the current directory, else `.`.
+/// What a resumed session is fed (see [`crate::stores::PruneOptions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// Old large tool results replaced by file pointers.
+    pub trim: bool,
+    /// Results of one-shot snapshot commands marked stale once run again.
+    pub ephemeral: bool,
+    /// How many denied tool calls stay.
+    pub keep_denials: usize,
+}
+
+impl Resume {
+    /// The flags over the store's defaults ([`PruneOptions::new`], one source).
+    fn of(flags: &Flags) -> Resume {
+        let defaults = PruneOptions::new(PathBuf::new());
+        Resume {
+            trim: flags.trim.unwrap_or(defaults.trim),
+            ephemeral: flags.ephemeral.unwrap_or(defaults.ephemeral),
+            keep_denials: flags.keep_denials.unwrap_or(defaults.keep_denials),
+        }
+    }
+}
+
 /// Where `-f/--prompt-file` reads the prompt from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PromptFile {
@@ -711,6 +757,7 @@ fn check_run_dir(run_dir: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The workspace: `flags.workspace`, else the current directory, else `.`.
 fn workspace_of(flags: &Flags, env: &Environment) -> PathBuf {
     flags
         .workspace

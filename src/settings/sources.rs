@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// The flags of one command line, as parsed: `None` / `false` = not given. The CLI's
 /// clap groups fill it; a library user sets what it means to say and leaves the rest.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Flags {
     /// The workspace; `None`: the current directory.
     pub workspace: Option<PathBuf>,
@@ -40,6 +40,20 @@ pub struct Flags {
     pub again: bool,
     /// `--accept-settings`: apply settings files changed since the run pinned them.
     pub accept_settings: bool,
+    /// Whether a resumed session's old large tool results are replaced by file
+    /// pointers (`flower`: on unless `--no-trim`; the library: off).
+    pub trim: Option<bool>,
+    /// Whether results of one-shot snapshot commands are marked stale once run again
+    /// (Python's `ephemeral`).
+    pub ephemeral: Option<bool>,
+    /// How many denied tool calls a resumed session still sees (Python's `keep_denials`).
+    pub keep_denials: Option<usize>,
+    /// Retry numbers given as a whole (Python's `Resilience`): wins over the
+    /// `FLOWER_MAX_ATTEMPTS` … variables, which are then not read.
+    pub resilience: Option<crate::continuity::resilience::Resilience>,
+    /// Whether the workspace is checkpointed in a run (Python's
+    /// `enable_file_checkpointing`); `None`: yes.
+    pub checkpoints: Option<bool>,
 }
 
 /// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.

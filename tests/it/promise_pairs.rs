@@ -15,7 +15,7 @@ use crate::workflow::{seed_workflow, terse};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::RunLocking;
 use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
-use flower::continuity::runtime::{RuntimeError, RuntimeOptions};
+use flower::continuity::runtime::{FrontEnd, RuntimeError, RuntimeOptions};
 use flower::engine::SessionStart;
 use flower::events::Event;
 use flower::model::anthropic::AnthropicClient;
@@ -47,7 +47,7 @@ fn runtime_with(
     server: &FakeServer,
     tweak: impl FnOnce(&mut RuntimeOptions),
 ) -> Runtime {
-    open_runtime(dir, server, tweak).expect("runtime")
+    open_runtime(dir, server, tweak, FrontEnd::default()).expect("runtime")
 }
 
 /// [`runtime_with`], the opening's error kept (a held run directory is one).
@@ -55,6 +55,7 @@ fn open_runtime(
     dir: &Path,
     server: &FakeServer,
     tweak: impl FnOnce(&mut RuntimeOptions),
+    front: FrontEnd,
 ) -> Result<Runtime, RuntimeError> {
     let client =
         AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").expect("client");
@@ -68,7 +69,7 @@ fn open_runtime(
         ..RuntimeOptions::new(Arc::new(client))
     };
     tweak(&mut options);
-    Runtime::with_options(dir, dir.join("runs"), options)
+    Runtime::with_front_end(dir, dir.join("runs"), options, front)
 }
 
 fn runtime(dir: &Path, server: &FakeServer) -> Runtime {
@@ -327,7 +328,14 @@ async fn a_sigkilled_holders_run_lock_is_free_for_the_next_runtime() {
         }
     }
     let server = FakeServer::start(vec![Reply::text("好")]);
-    let open = || open_runtime(dir.path(), &server, |o| o.run_lock = RunLocking::Take);
+    let open = || {
+        open_runtime(
+            dir.path(),
+            &server,
+            |o| o.run_lock = RunLocking::Take,
+            FrontEnd::default(),
+        )
+    };
     assert!(
         matches!(open(), Err(RuntimeError::Locked { .. })),
         "the child holds the run directory"
@@ -558,7 +566,15 @@ async fn an_outage_is_waited_out_without_spending_attempts_and_the_session_resum
         })
     };
     let (offline_tx, mut offline_rx) = tokio::sync::mpsc::unbounded_channel();
-    let rt = runtime_with(dir.path(), &server, |o| {
+    let front = FrontEnd {
+        events: Arc::new(move |e: &Event| {
+            if let Event::Offline { database, .. } = e {
+                let _ = offline_tx.send(*database);
+            }
+        }),
+        ..FrontEnd::default()
+    };
+    let tweak = |o: &mut RuntimeOptions| {
         o.resilience = Resilience {
             max_attempts: 2,
             base_delay: 0.0,
@@ -567,12 +583,8 @@ async fn an_outage_is_waited_out_without_spending_attempts_and_the_session_resum
             max_offline_wait: 30.0,
             ..Resilience::default()
         };
-        o.events = Arc::new(move |e: &Event| {
-            if let Event::Offline { database, .. } = e {
-                let _ = offline_tx.send(*database);
-            }
-        });
-    });
+    };
+    let rt = open_runtime(dir.path(), &server, tweak, front).expect("runtime");
     let spec = terse();
     let running = rt.run_step("取词", &spec, "读 seed.txt", SessionStart::New);
     let outage_then_back = async {

@@ -7,6 +7,7 @@ use crate::support::pipeline::{BRIEF, GOAL};
 use crate::support::{FAKE_API_KEY, FakeServer, Reply};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::SessionLocks;
+use flower::continuity::runtime::FrontEnd;
 use flower::run::{Begin, Peek, Run, RunError, RunHooks};
 use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
 use flower::{AgentSpec, Step, Workflow};
@@ -107,7 +108,7 @@ fn the_wake_state_is_read_under_the_lock_and_new_resets_it() {
     let into = locked.archive().unwrap().expect("archived");
     assert!(into.join("需求.md").exists() && into.join("目标.md").exists());
     assert!(!locked.wake().waking);
-    let run = locked.start(|_| {}).unwrap();
+    let run = locked.start(Vec::new(), FrontEnd::default()).unwrap();
     assert_eq!(run.wake(), &flower::WakeState::default());
     // Read-only, from outside: the running process is seen.
     let peek = Peek::open(&settings).unwrap();

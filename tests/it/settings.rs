@@ -357,10 +357,7 @@ fn the_environment_snapshot_carries_home_terminal_and_directory() {
     ])
     .with_current_dir("/work/proj");
     let settings = Settings::resolve(&Flags::default(), &env, &FileLayer::default()).unwrap();
-    assert_eq!(
-        settings.home(),
-        Some(std::path::Path::new("/home/me"))
-    );
+    assert_eq!(settings.home(), Some(std::path::Path::new("/home/me")));
     assert!(settings.terminal().no_color);
     assert_eq!(settings.terminal().term.as_deref(), Some("dumb"));
     assert_eq!(settings.workspace(), std::path::Path::new("/work/proj"));
@@ -391,4 +388,52 @@ fn the_sandbox_learns_where_git_reads_the_users_config_from_the_settings() {
     );
     let bare = resolve(&[]).unwrap();
     assert_eq!(bare.sandbox().user_git, Default::default());
+}
+
+/// #42 item 2: what a front end used to edit on the runtime's options (the Python
+/// package's `trim`, `ephemeral`, `keep_denials`, `Resilience`; the CLI's `--no-trim`)
+/// is a flag of the one resolution, and the runtime's options come out of the settings
+/// with it. A given `Resilience` wins over the variables, which are then not read.
+#[test]
+fn what_a_front_end_says_about_resumes_and_retries_is_resolved_by_the_settings() {
+    let key = [("ANTHROPIC_API_KEY", FAKE_API_KEY)];
+    let defaults = resolve(&key).unwrap().runtime_options().unwrap();
+    let store = flower::stores::PruneOptions::new("unused");
+    assert_eq!(
+        (defaults.trim, defaults.ephemeral, defaults.keep_denials),
+        (store.trim, store.ephemeral, store.keep_denials),
+        "the library's defaults are the store's"
+    );
+
+    let resilience = flower::continuity::resilience::Resilience {
+        max_attempts: 7,
+        ..Default::default()
+    };
+    let flags = Flags {
+        trim: Some(true),
+        ephemeral: Some(false),
+        keep_denials: Some(4),
+        resilience: Some(resilience.clone()),
+        ..Flags::default()
+    };
+    let vars = [
+        ("ANTHROPIC_API_KEY", FAKE_API_KEY),
+        ("FLOWER_MAX_ATTEMPTS", "not a number"),
+    ];
+    let settings = resolve_with(&flags, &vars).unwrap();
+    let resume = settings.resume();
+    assert_eq!(
+        (resume.trim, resume.ephemeral, resume.keep_denials),
+        (true, false, 4)
+    );
+    let options = settings.runtime_options().unwrap();
+    assert_eq!(
+        (options.trim, options.ephemeral, options.keep_denials),
+        (true, false, 4)
+    );
+    assert_eq!(options.resilience, resilience);
+    assert_eq!(*settings.resilience(), resilience);
+    // Without a given one, the variable is read and a bad value refused.
+    let refused = resolve_with(&Flags::default(), &vars).unwrap_err();
+    assert_eq!(named(refused), "FLOWER_MAX_ATTEMPTS");
 }

@@ -21,6 +21,7 @@ use convert::serialized;
 use errors::{ConfigError, FlowerError, LockedError, StepFailedError};
 use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
 use flower::continuity::rewind::RewindOptions;
+use flower::continuity::runtime::FrontEnd;
 use flower::events::Event;
 use flower::run::{Begin, Run, RunHooks};
 use flower::settings::{Environment, FileLayer, Flags};
@@ -726,18 +727,24 @@ impl PyRuntime {
             Some(sources) => FileLayer::load_from(&workspace, env.home(), sources)
                 .map_err(|e| ConfigError::new_err(e.to_string()))?,
         };
+        // Everything the constructor says is a flag of the one settings resolution.
         let flags = Flags {
             workspace: Some(workspace.clone()),
             run_dir: Some(run_dir.clone()),
             wait,
             no_memory: sources.is_none(),
             accept_settings,
+            trim,
+            ephemeral,
+            keep_denials,
+            resilience: resilience.map(|r| r.to_rust()),
+            checkpoints: Some(enable_file_checkpointing),
             ..Flags::default()
         };
         let settings = Settings::resolve(&flags, &env, &files)
             .map_err(|e| ConfigError::new_err(e.to_string()))?;
         // The team's sub-agents beside the default one, as `flower once` offers them.
-        let subagents = match settings.files.agents.agents.is_empty() {
+        let subagents = match settings.files().agents.agents.is_empty() {
             true => Vec::new(),
             false => settings.subagents_for(&flower::engine::general_purpose()).0,
         };
@@ -749,25 +756,18 @@ impl PyRuntime {
             step: Mutex::new(String::new()),
         });
         let sink_hooks = hooks.clone();
-        let resilience = resilience.map(|r| r.to_rust());
         // Opening may wait for the lock (`wait=True`): without the GIL.
         let run = py
             .detach(move || {
                 Run::prepare(&settings)?
                     .lock(Begin::Continue, RunHooks::default())?
-                    .start(|o| {
-                        o.trim = trim.unwrap_or(o.trim);
-                        o.ephemeral = ephemeral.unwrap_or(o.ephemeral);
-                        o.keep_denials = keep_denials.unwrap_or(o.keep_denials);
-                        if let Some(resilience) = resilience {
-                            o.resilience = resilience;
-                        }
-                        o.subagents = subagents;
-                        if !enable_file_checkpointing {
-                            o.checkpoints = None;
-                        }
-                        o.events = Arc::new(move |event: &Event| sink_hooks.deliver(event));
-                    })
+                    .start(
+                        subagents,
+                        FrontEnd {
+                            events: Arc::new(move |event: &Event| sink_hooks.deliver(event)),
+                            ..FrontEnd::default()
+                        },
+                    )
             })
             .map_err(|e| errors::run_error(e, &run_dir))?;
         Ok(PyRuntime {
