@@ -14,7 +14,7 @@ use std::path::Path;
 /// Long because it is one flat listing, a section per kind of convention in the
 /// order `flower state -v` prints them; cut, the order would be spread over helpers.
 pub fn lines(settings: &Settings) -> Vec<String> {
-    let home = settings.home().as_deref();
+    let home = settings.home();
     let mut out = Vec::new();
     let memory = settings.memory_source().load();
     if !settings.memory() {
@@ -114,7 +114,7 @@ pub fn lines(settings: &Settings) -> Vec<String> {
 
 /// The custom sub-agents (`.claude/agents/*.md`) and the files left out.
 fn agent_lines(settings: &Settings) -> Vec<String> {
-    let home = settings.home().as_deref();
+    let home = settings.home();
     let files = &settings.files().agents;
     let mut out = Vec::new();
     if files.agents.is_empty() {
@@ -156,7 +156,7 @@ fn agent_lines(settings: &Settings) -> Vec<String> {
 
 /// The skills (`.claude/skills/*/SKILL.md`) and the ones left out.
 fn skill_lines(settings: &Settings) -> Vec<String> {
-    let home = settings.home().as_deref();
+    let home = settings.home();
     let files = &settings.files().skills;
     let mut out = Vec::new();
     if files.skills.is_empty() {
