@@ -8,6 +8,7 @@ use super::format::tokens;
 use crate::cli::out::errln;
 use flower::WakeState;
 use flower::continuity::lock::Holder;
+use flower::continuity::runtime::Held;
 use flower::continuity::wake::{Afresh, Place, StoreSeen};
 use flower::engine::AgentSpec;
 use flower::run::{HoldLost, RunError, Waiting};
@@ -138,7 +139,7 @@ pub fn hold_lost(lost: &HoldLost) -> String {
 /// anything else goes up as an error (`main` prints it; a configuration error exits 2).
 pub fn refused(error: RunError) -> anyhow::Result<ExitCode> {
     let (line, code) = match error {
-        RunError::Locked { holder, .. } => {
+        RunError::Held(Held::RunDir { holder, .. }) => {
             let stop = holder
                 .as_ref()
                 .map(|h| format!(";停下它:kill {}", h.pid))
@@ -163,7 +164,7 @@ pub fn refused(error: RunError) -> anyhow::Result<ExitCode> {
             };
             (line, EXIT_LOCKED)
         }
-        RunError::SessionBusy { session_id, holder } => {
+        RunError::Held(Held::Session { session_id, holder }) => {
             (session_busy(&session_id, &holder), EXIT_LOCKED)
         }
         RunError::Foreign(e) => (e.to_string(), EXIT_USAGE),

@@ -237,7 +237,7 @@ const FORK_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
 pub enum RunLocking {
     /// Take the run lock when the runtime opens the directory, without waiting (the
     /// default): a second runtime on the same run directory gets
-    /// [`crate::continuity::runtime::RuntimeError::Locked`].
+    /// [`crate::continuity::runtime::Held::RunDir`].
     #[default]
     Take,
     /// A run lock the caller took already (before it read the run's state); it must be

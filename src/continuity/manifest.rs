@@ -37,7 +37,7 @@ mod mirror;
 use super::attempt::{AttemptKind, AttemptName};
 use super::lineage::aside_path;
 use super::shared::SharedRun;
-use crate::engine::RunError;
+use crate::engine::EngineError;
 use crate::model::classify::ErrorKind;
 use crate::stores::StoreError;
 
@@ -153,7 +153,7 @@ impl StepError {
     }
 
     /// A run's error, as its text says it and of the kind it is.
-    pub fn of_run(error: &RunError) -> Self {
+    pub fn of_run(error: &EngineError) -> Self {
         StepError::new(error.to_string(), error.kind())
     }
 

@@ -6,7 +6,7 @@
 
 use super::manifest::{Outage, StepError, StepResult};
 use super::resilience::{self, Endpoint, ErrorClass, Resilience};
-use crate::engine::{Event, EventSink, Recovery, RunError};
+use crate::engine::{Event, EventSink, Recovery, EngineError};
 use crate::future::BoxFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,7 +58,7 @@ enum Waited {
 impl Retrier {
     /// Try number `number` failed with `error`: whether (having waited) to go again.
     /// `depth` is the agent's (0 for the step's main session).
-    pub(super) async fn after(&self, error: &RunError, number: u32, depth: u32) -> Verdict {
+    pub(super) async fn after(&self, error: &EngineError, number: u32, depth: u32) -> Verdict {
         let model_error = error.model_error();
         let store_away = error.store_error().is_some_and(|e| e.is_transient());
         let class = match model_error {
@@ -188,7 +188,7 @@ impl Recovery for SubagentRecovery {
     fn retry<'a>(
         &'a self,
         agent_id: &'a str,
-        error: &'a RunError,
+        error: &'a EngineError,
         tries: u32,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {

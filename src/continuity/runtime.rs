@@ -24,7 +24,7 @@ use crate::checkpoint::Checkpoints;
 use crate::engine::Denial;
 use crate::engine::{
     AgentSpec, Asker, Conventions, Engine, EngineConfig, Event, EventSink, Interrupt,
-    InterruptPrompt, Origin, RunError, RunRequest, RunResult, SessionStart,
+    InterruptPrompt, Origin, EngineError, RunRequest, RunResult, SessionStart,
 };
 use crate::model::{ModelClient, Usage};
 use crate::run_dir::RunDir;
@@ -70,21 +70,53 @@ pub enum RuntimeError {
     Model(#[from] crate::model::ModelError),
     #[error(transparent)]
     Handoff(#[from] handoff::HandoffError),
-    /// Another runtime, in this process or another, holds the run directory. Nothing was
-    /// written.
+    /// Another runtime, in this process or another, holds the run directory or a
+    /// session this runtime would continue; or the lock failed. Nothing was written.
+    #[error(transparent)]
+    Held(#[from] Held),
+}
+
+/// What another process holds that a run needs, or the lock that failed: one type,
+/// said the same way whether the runtime ([`RuntimeError::Held`]) or the run's
+/// lifecycle (`crate::run::RunError::Held`) found it.
+#[derive(Debug, thiserror::Error)]
+pub enum Held {
+    /// Another flower, in this process or another, holds the run directory.
     #[error("另一个 flower 正在用运行目录 {path}({})", holder_text(holder))]
-    Locked {
+    RunDir {
         path: PathBuf,
         holder: Option<Holder>,
     },
-    /// Another process appends to (or forks) a session this runtime would continue.
+    /// Another process appends to (or forks) a session this run would continue.
     #[error("另一个 flower 正在用会话 {session_id}({})", holder_text(holder))]
-    SessionBusy {
+    Session {
         session_id: String,
         holder: Option<Holder>,
     },
+    /// The lock itself failed (its file could not be made or read).
     #[error(transparent)]
     Lock(LockError),
+}
+
+impl Held {
+    /// A run lock that could not be taken.
+    pub fn run_dir(error: LockError) -> Held {
+        match error {
+            LockError::Held { path, holder } => Held::RunDir { path, holder },
+            other => Held::Lock(other),
+        }
+    }
+
+    /// The lock of session `session_id` that could not be taken.
+    pub fn session(session_id: &str, error: LockError) -> Held {
+        match error {
+            LockError::Held { holder, .. } => Held::Session {
+                session_id: session_id.to_string(),
+                holder,
+            },
+            other => Held::Lock(other),
+        }
+    }
 }
 
 /// The holder as an error message names it (`pid unknown` when it did not say).
@@ -92,18 +124,6 @@ pub(crate) fn holder_text(holder: &Option<Holder>) -> String {
     holder
         .as_ref()
         .map_or_else(|| "pid 不详".into(), Holder::to_string)
-}
-
-impl RuntimeError {
-    fn of_session(session_id: &str, error: LockError) -> RuntimeError {
-        match error {
-            LockError::Held { holder, .. } => RuntimeError::SessionBusy {
-                session_id: session_id.to_string(),
-                holder,
-            },
-            other => RuntimeError::Lock(other),
-        }
-    }
 }
 
 /// How a runtime is set up: resolved values only (the settings resolution,
@@ -332,10 +352,7 @@ impl Runtime {
         let context = options.handoff.context_for(client.default_model())?;
         let run_dir = prepare_run_dir(run_dir.as_ref())?;
         // Before the store is opened or anything read: a second runtime touches nothing.
-        let run_lock = options.run_lock.resolve(&run_dir).map_err(|e| match e {
-            LockError::Held { path, holder } => RuntimeError::Locked { path, holder },
-            other => RuntimeError::Lock(other),
-        })?;
+        let run_lock = options.run_lock.resolve(&run_dir).map_err(Held::run_dir)?;
         let raw_store: Arc<dyn SessionStore> = match options.store {
             Some(store) => store,
             None => Arc::new(SqliteSessionStore::open(
@@ -433,9 +450,7 @@ impl Runtime {
             // The run's sessions are this run's while it lives: nobody resumes or forks
             // one from outside, and none is still being appended to from outside.
             for id in lineage.steps().values() {
-                sessions
-                    .claim(id)
-                    .map_err(|e| RuntimeError::of_session(id, e))?;
+                sessions.claim(id).map_err(|e| Held::session(id, e))?;
             }
         }
         let manifest = match options.shared_run {
@@ -472,7 +487,7 @@ impl Runtime {
     pub fn claim_session(&self, id: &str) -> Result<(), RuntimeError> {
         self.sessions
             .claim(id)
-            .map_err(|e| RuntimeError::of_session(id, e))
+            .map_err(|e| Held::session(id, e).into())
     }
 
     /// The workspace's checkpoints, when this runtime takes them
@@ -746,7 +761,7 @@ impl Runtime {
 
     /// Records a failed run's error and decides whether to retry; when it does, waits
     /// (out an outage, then the backoff) and points the attempt at the same session.
-    async fn retry_after(&self, run_error: &RunError, attempt: &mut Attempt) -> bool {
+    async fn retry_after(&self, run_error: &EngineError, attempt: &mut Attempt) -> bool {
         let error = run_error.to_string();
         attempt.result.errors.push(StepError::of_run(run_error));
         attempt.result.error = Some(error.clone());

@@ -13,7 +13,7 @@ use super::handoff::{self, MechanicalInput};
 use super::manifest::{StepError, StepResult};
 use super::runtime::{Attempt, Runtime, lock};
 use crate::engine::{
-    AgentSpec, Event, Origin, RunError, RunRequest, RunResult, SessionStart, Stop,
+    AgentSpec, Event, Origin, EngineError, RunRequest, RunResult, SessionStart, Stop,
 };
 use crate::model::Usage;
 use crate::model::classify::ErrorKind;
@@ -288,7 +288,7 @@ impl Runtime {
 pub(super) fn handoff_needed(run: &RunResult) -> Option<Option<String>> {
     match &run.outcome {
         Ok(Stop::ContextFull) => Some(None),
-        Err(RunError::ContextWindowFull { .. }) => Some(Some(
+        Err(EngineError::ContextWindowFull { .. }) => Some(Some(
             "模型的回复因上下文窗口已满被截断(model_context_window_exceeded)".into(),
         )),
         Err(error) if error.kind() == ErrorKind::ContextWindowFull => Some(Some(

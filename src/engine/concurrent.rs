@@ -16,7 +16,7 @@
 
 use super::permissions::Permissions;
 use super::subagent::{self, Parent};
-use super::{Call, Conversation, Engine, Event, RunError, Totals, count};
+use super::{Call, Conversation, Engine, Event, EngineError, Totals, count};
 use crate::stores::SessionStore;
 use crate::tools::ToolOutput;
 use crate::transcript;
@@ -35,7 +35,7 @@ impl Engine {
         conv: &mut Conversation<'_>,
         entry: &Value,
         deferred: bool,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         let store = &self.config.store;
         let entries = std::slice::from_ref(entry);
         if deferred {
@@ -43,7 +43,7 @@ impl Engine {
         } else {
             store.append(&conv.key, entries)
         }
-        .map_err(RunError::Transcript)?;
+        .map_err(EngineError::Transcript)?;
         if let Some(hooks) = &self.hooks {
             hooks.exports.append(&conv.key, entry);
         }
@@ -75,7 +75,7 @@ impl Engine {
         permissions: &Permissions,
         calls: Vec<Call>,
         totals: &mut Totals,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         let mut interrupted = false;
         let count = calls.len();
         let mut calls = calls.into_iter().enumerate().peekable();
@@ -107,7 +107,7 @@ impl Engine {
                 // The call stays unanswered in the store; pruning answers it neutrally
                 // when the retry resumes the session.
                 if let Some(error) = totals.subagent_error.take() {
-                    return Err(RunError::SubAgent(error));
+                    return Err(EngineError::SubAgent(error));
                 }
                 let entry = self.result_entry(conv, &id, &name, &output);
                 // The turn's last result is durable, and flushes the ones before it.
@@ -122,7 +122,7 @@ impl Engine {
         }
         if interrupted {
             if conv.stop_on_interrupt {
-                return Err(RunError::Interrupted);
+                return Err(EngineError::Interrupted);
             }
             let line = self.ask_after_interrupt().await;
             if !line.is_empty() {
@@ -144,7 +144,7 @@ impl Engine {
         permissions: &Permissions,
         group: Vec<Call>,
         totals: &mut Totals,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         // Stored as they come, sent in the order of the calls.
         let mut stored: Vec<(usize, Value)> = Vec::with_capacity(group.len());
         let mut cleared = Vec::with_capacity(group.len());
@@ -207,7 +207,7 @@ impl Engine {
                 .await;
         }
         match failed {
-            Some(error) => Err(RunError::SubAgent(error)),
+            Some(error) => Err(EngineError::SubAgent(error)),
             None => Ok(()),
         }
     }
@@ -221,7 +221,7 @@ impl Engine {
         conv: &mut Conversation<'_>,
         calls: Vec<Call>,
         totals: &mut Totals,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         if calls.is_empty() {
             return Ok(());
         }
@@ -282,7 +282,7 @@ impl Engine {
             conv.messages.push_owned(entry);
         }
         match failed {
-            Some(error) => Err(RunError::SubAgent(error)),
+            Some(error) => Err(EngineError::SubAgent(error)),
             None => Ok(()),
         }
     }

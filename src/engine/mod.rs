@@ -208,9 +208,11 @@ pub enum Stop {
     ContextFull,
 }
 
-/// Why a run could not end well. Each variant keeps its source.
+/// Why one agent session could not end well. Each variant keeps its source. (The
+/// run's own error, one layer up, is `crate::run::RunError`; the runtime's step
+/// records and retries decide on this one.)
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub enum EngineError {
     /// `max_turns` was reached.
     #[error("到了 max_turns({0})")]
     MaxTurns(u32),
@@ -277,32 +279,32 @@ fn refusal_details(details: &Option<crate::content::Raw>) -> String {
     }
 }
 
-impl RunError {
+impl EngineError {
     /// The failure in the model's language (English), for a tool result: the `Display`
     /// is the person's (Chinese).
     pub fn for_model(&self) -> String {
         match self {
-            RunError::MaxTurns(n) => format!("it reached max_turns ({n})"),
-            RunError::Model(error) => model_error_for_model(error),
-            RunError::SubAgent(error) => {
+            EngineError::MaxTurns(n) => format!("it reached max_turns ({n})"),
+            EngineError::Model(error) => model_error_for_model(error),
+            EngineError::SubAgent(error) => {
                 format!("a sub-agent failed: {}", model_error_for_model(error))
             }
-            RunError::Rules(_) => "its permission rules do not parse".into(),
-            RunError::Transcript(_) => "its transcript could not be written".into(),
-            RunError::ReadSession { id, .. } => format!("session {id} could not be read"),
-            RunError::WriteSession { id, .. } => format!("session {id} could not be written"),
-            RunError::NoSession(id) => format!("there is no session {id} in the store"),
-            RunError::NoForkSource(id) => format!("there is no session {id} to fork"),
-            RunError::WriteFork(_) => "the fork could not be written".into(),
-            RunError::Refusal(_) => "the model refused to answer (stop_reason refusal)".into(),
-            RunError::ContextWindowFull { model } => format!(
+            EngineError::Rules(_) => "its permission rules do not parse".into(),
+            EngineError::Transcript(_) => "its transcript could not be written".into(),
+            EngineError::ReadSession { id, .. } => format!("session {id} could not be read"),
+            EngineError::WriteSession { id, .. } => format!("session {id} could not be written"),
+            EngineError::NoSession(id) => format!("there is no session {id} in the store"),
+            EngineError::NoForkSource(id) => format!("there is no session {id} to fork"),
+            EngineError::WriteFork(_) => "the fork could not be written".into(),
+            EngineError::Refusal(_) => "the model refused to answer (stop_reason refusal)".into(),
+            EngineError::ContextWindowFull { model } => format!(
                 "the context window of {model} is full (stop_reason model_context_window_exceeded)"
             ),
-            RunError::PromptBlocked(why) => {
+            EngineError::PromptBlocked(why) => {
                 format!("a UserPromptSubmit hook blocked the prompt: {why}")
             }
-            RunError::HookStopped(why) => format!("a hook stopped the agent: {why}"),
-            RunError::Interrupted => "the user interrupted it (Ctrl-C)".into(),
+            EngineError::HookStopped(why) => format!("a hook stopped the agent: {why}"),
+            EngineError::Interrupted => "the user interrupted it (Ctrl-C)".into(),
         }
     }
 
@@ -311,8 +313,8 @@ impl RunError {
     pub fn kind(&self) -> crate::model::classify::ErrorKind {
         use crate::model::classify::{ErrorKind, error_kind};
         match self {
-            RunError::ContextWindowFull { .. } => ErrorKind::ContextWindowFull,
-            RunError::Model(error) | RunError::SubAgent(error) => error_kind(error),
+            EngineError::ContextWindowFull { .. } => ErrorKind::ContextWindowFull,
+            EngineError::Model(error) | EngineError::SubAgent(error) => error_kind(error),
             _ => ErrorKind::Other,
         }
     }
@@ -320,7 +322,7 @@ impl RunError {
     /// The model error behind this failure, if a model request failed.
     pub fn model_error(&self) -> Option<&ModelError> {
         match self {
-            RunError::Model(error) | RunError::SubAgent(error) => Some(error),
+            EngineError::Model(error) | EngineError::SubAgent(error) => Some(error),
             _ => None,
         }
     }
@@ -328,10 +330,10 @@ impl RunError {
     /// The store's error, when the transcript could not be read or written.
     pub fn store_error(&self) -> Option<&StoreError> {
         match self {
-            RunError::Transcript(error)
-            | RunError::WriteFork(error)
-            | RunError::ReadSession { source: error, .. }
-            | RunError::WriteSession { source: error, .. } => Some(error),
+            EngineError::Transcript(error)
+            | EngineError::WriteFork(error)
+            | EngineError::ReadSession { source: error, .. }
+            | EngineError::WriteSession { source: error, .. } => Some(error),
             _ => None,
         }
     }
@@ -351,7 +353,7 @@ pub struct RunResult {
     pub session_id: String,
     /// The final assistant text (of the last turn that had text).
     pub text: String,
-    pub outcome: Result<Stop, RunError>,
+    pub outcome: Result<Stop, EngineError>,
     /// The API's `stop_reason` of the last reply (`None` before any reply).
     pub stop_reason: Option<String>,
     pub num_turns: u32,
@@ -376,11 +378,11 @@ impl RunResult {
     }
 
     /// The error, when the run failed.
-    pub fn error(&self) -> Option<&RunError> {
+    pub fn error(&self) -> Option<&EngineError> {
         self.outcome.as_ref().err()
     }
 
-    fn failed(session_id: &str, error: RunError, started: Instant) -> Self {
+    fn failed(session_id: &str, error: EngineError, started: Instant) -> Self {
         RunResult {
             session_id: session_id.to_string(),
             text: String::new(),
@@ -527,7 +529,7 @@ impl Totals {
     fn into_result(
         self,
         session_id: &str,
-        outcome: Result<Stop, RunError>,
+        outcome: Result<Stop, EngineError>,
         started: Instant,
     ) -> RunResult {
         RunResult {
@@ -748,7 +750,7 @@ impl Engine {
         conv: &mut Conversation<'_>,
         prompt: Option<Value>,
         totals: &mut Totals,
-    ) -> Result<Stop, RunError> {
+    ) -> Result<Stop, EngineError> {
         let permissions = self.permissions_of(conv.spec)?;
         let model = conv
             .spec
@@ -798,7 +800,7 @@ impl Engine {
             if let Some(max) = conv.spec.max_turns
                 && totals.num_turns >= max
             {
-                return Err(RunError::MaxTurns(max));
+                return Err(EngineError::MaxTurns(max));
             }
             if let Some(counted) = self.counted_over_limit(conv, &mut request).await {
                 // A clean boundary (every call answered): hand off before sending a
@@ -812,7 +814,7 @@ impl Engine {
                     let marker = Value::String(transcript::INTERRUPTED_TURN.to_string());
                     let entry = conv.chain.user(marker);
                     self.record(conv, entry)?;
-                    return Err(RunError::Interrupted);
+                    return Err(EngineError::Interrupted);
                 }
                 Turn::Interrupted => {
                     self.after_interrupted_reply(conv).await?;
@@ -822,7 +824,7 @@ impl Engine {
                     let entry = conv.chain.api_error(&error.to_string());
                     // The failure is what we report; a store error on top changes nothing.
                     let _ = self.record(conv, entry);
-                    return Err(RunError::Model(error));
+                    return Err(EngineError::Model(error));
                 }
             };
             let reply = if prefill {
@@ -862,7 +864,7 @@ impl Engine {
                     let full = conv.context_limit.is_some_and(|limit| context >= limit);
                     self.answer_calls(conv, &permissions, calls, totals).await?;
                     if let Some(reason) = conv.hook_stop.take() {
-                        return Err(RunError::HookStopped(reason));
+                        return Err(EngineError::HookStopped(reason));
                     }
                     if full {
                         if conv.depth == 0 {
@@ -880,7 +882,7 @@ impl Engine {
     }
 
     /// Appends an entry to the store and to the conversation's messages.
-    fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), RunError> {
+    fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), EngineError> {
         self.record_with(conv, entry, false)
     }
 
@@ -891,14 +893,14 @@ impl Engine {
         conv: &mut Conversation<'_>,
         entry: Value,
         deferred: bool,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         self.store_entry(conv, &entry, deferred)?;
         conv.messages.push_owned(entry);
         Ok(())
     }
 
     /// Records what was waiting for the session's first entries (see [`Pending`]).
-    fn record_pending(&self, conv: &mut Conversation<'_>, item: Pending) -> Result<(), RunError> {
+    fn record_pending(&self, conv: &mut Conversation<'_>, item: Pending) -> Result<(), EngineError> {
         let entry = match item {
             Pending::Memory { text, files } => conv.chain.memory(&text, &files),
             Pending::McpTools { tools, failures } => conv.chain.mcp_tools(tools, failures),

@@ -8,7 +8,7 @@
 //! for it: the call's id is in the coordinator's transcript. A finished `Task` result
 //! also records it, as Claude Code does (`toolUseResult.agentId`).
 
-use super::RunError;
+use super::EngineError;
 use crate::future::BoxFuture;
 
 /// Sent when a retry resumes the session of an interrupted run (a step's main session or
@@ -33,13 +33,13 @@ pub trait Recovery: Send + Sync {
     fn retry<'a>(
         &'a self,
         agent_id: &'a str,
-        error: &'a RunError,
+        error: &'a EngineError,
         tries: u32,
     ) -> BoxFuture<'a, bool>;
 }
 
 /// How an error a sub-agent got past is recorded (`errors[]` of the step's row).
-pub fn retried_text(agent_id: &str, error: &RunError) -> String {
+pub fn retried_text(agent_id: &str, error: &EngineError) -> String {
     format!("sub-agent {agent_id}: {error}")
 }
 

@@ -2,7 +2,7 @@
 //! run stops, continues the same turn (`max_tokens`, `pause_turn`) or answers tool calls.
 
 use super::{
-    CUT_BY_MAX_TOKENS, Conversation, Engine, Event, RunError, Stop, Totals, WINDOW_EXCEEDED_STOP,
+    CUT_BY_MAX_TOKENS, Conversation, Engine, Event, EngineError, Stop, Totals, WINDOW_EXCEEDED_STOP,
 };
 use crate::content::{Block, text_of};
 use crate::model::ModelReply;
@@ -24,7 +24,7 @@ impl Engine {
         model: &str,
         reply: &ModelReply,
         totals: &mut Totals,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         let entry = conv.chain.assistant(reply);
         // Tool results follow a reply with calls; the last of them flushes both (see
         // `SessionStore::append_deferred`).
@@ -112,10 +112,10 @@ impl Engine {
         model: &str,
         no_calls: bool,
         continuations: &mut Continuations,
-    ) -> Result<Next, RunError> {
+    ) -> Result<Next, EngineError> {
         match reply.stop_reason.as_deref() {
             // The window is full whatever the reply holds: the caller hands off.
-            Some(WINDOW_EXCEEDED_STOP) => Err(RunError::ContextWindowFull {
+            Some(WINDOW_EXCEEDED_STOP) => Err(EngineError::ContextWindowFull {
                 model: model.to_string(),
             }),
             // A reply cut inside a tool call still gets its calls answered (the cut
@@ -136,7 +136,7 @@ impl Engine {
                 // Sent back as it is: the API resumes a paused server-tool turn.
                 Ok(Next::Continue { cut: false })
             }
-            Some("refusal") => Err(RunError::Refusal(reply.stop_details.clone())),
+            Some("refusal") => Err(EngineError::Refusal(reply.stop_details.clone())),
             None | Some("end_turn" | "stop_sequence" | "tool_use") => Ok(Next::Stop(Stop::EndTurn)),
             Some(other) => {
                 self.emit(Event::Warning {

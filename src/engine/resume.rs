@@ -2,7 +2,7 @@
 //! sub-agent worked: the call goes on in the sub-agent's own session (see
 //! [`super::recovery`]) instead of being answered as interrupted and sent out again.
 
-use super::{Call, Engine, RunError, RunResult, Totals};
+use super::{Call, Engine, EngineError, RunResult, Totals};
 use crate::stores::SessionKey;
 use crate::transcript::{self, Kind, Loaded};
 use serde_json::Value;
@@ -18,13 +18,13 @@ impl Engine {
     pub(super) fn load_resumable(
         &self,
         key: &SessionKey,
-    ) -> Result<(Vec<Loaded>, Vec<Call>), RunError> {
+    ) -> Result<(Vec<Loaded>, Vec<Call>), EngineError> {
         let store = &self.config.store;
         let id = || key.session_id.clone();
         let mut pruned = store
             .load_entries(key)
-            .map_err(|source| RunError::ReadSession { id: id(), source })?
-            .ok_or_else(|| RunError::NoSession(id()))?;
+            .map_err(|source| EngineError::ReadSession { id: id(), source })?
+            .ok_or_else(|| EngineError::NoSession(id()))?;
         let (made_up, calls) = self.continuable_calls(key, &pruned);
         if calls.is_empty() {
             self.store_synthesized(key, &pruned)?;

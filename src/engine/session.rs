@@ -1,7 +1,7 @@
 //! The session a run continues: a new one, a resumed one (what the pruning layer
 //! feeds it), or a fork. Continuing a cut `Task` call is `resume.rs`'s.
 
-use super::{Engine, Opened, RunError, SessionStart};
+use super::{Engine, Opened, EngineError, SessionStart};
 use crate::stores::{SessionKey, SessionStore};
 use crate::transcript::{Content, Entry, Kind, Loaded};
 use serde_json::Value;
@@ -10,7 +10,7 @@ impl Engine {
     /// Finds or creates the session: its id, the (pruned) history to continue from,
     /// whether it is a continuation, and the calls of its last turn to finish first
     /// (see [`Engine::load_resumable`]).
-    pub(super) fn open_session(&self, start: &SessionStart) -> Result<Opened, RunError> {
+    pub(super) fn open_session(&self, start: &SessionStart) -> Result<Opened, EngineError> {
         let project = &self.config.project_key;
         match start {
             SessionStart::New => Ok((
@@ -34,18 +34,18 @@ impl Engine {
     }
 
     /// Copies session `id` into a new session; returns the new id.
-    pub(super) fn fork(&self, id: &str) -> Result<String, RunError> {
+    pub(super) fn fork(&self, id: &str) -> Result<String, EngineError> {
         let project = &self.config.project_key;
         let source = SessionKey::main(project, id);
         let raw = self
             .config
             .store
             .load_raw(&source)
-            .map_err(|source| RunError::ReadSession {
+            .map_err(|source| EngineError::ReadSession {
                 id: id.to_string(),
                 source,
             })?
-            .ok_or_else(|| RunError::NoForkSource(id.to_string()))?;
+            .ok_or_else(|| EngineError::NoForkSource(id.to_string()))?;
         let new_id = uuid::Uuid::new_v4().to_string();
         let copied: Vec<Value> = raw
             .into_iter()
@@ -61,21 +61,21 @@ impl Engine {
         self.config
             .store
             .append(&key, &copied)
-            .map_err(RunError::WriteFork)?;
+            .map_err(EngineError::WriteFork)?;
         Ok(new_id)
     }
 
     /// Loads what a resumed session is fed. Entries the pruning layer had to add (a
     /// result for a tool call that never got one) become part of the conversation now,
     /// so they are written, and the chain continues from them.
-    pub(super) fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Loaded>, RunError> {
+    pub(super) fn load_for_resume(&self, key: &SessionKey) -> Result<Vec<Loaded>, EngineError> {
         let store = &self.config.store;
         let id = || key.session_id.clone();
         // Entries stay their stored text: the history is made from it.
         let pruned = store
             .load_entries(key)
-            .map_err(|source| RunError::ReadSession { id: id(), source })?
-            .ok_or_else(|| RunError::NoSession(id()))?;
+            .map_err(|source| EngineError::ReadSession { id: id(), source })?
+            .ok_or_else(|| EngineError::NoSession(id()))?;
         self.store_synthesized(key, &pruned)?;
         Ok(pruned)
     }
@@ -85,7 +85,7 @@ impl Engine {
         &self,
         key: &SessionKey,
         pruned: &[Loaded],
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         let store = &self.config.store;
         let id = || key.session_id.clone();
         let added: Vec<Value> = pruned
@@ -99,7 +99,7 @@ impl Engine {
         if !added.is_empty() {
             store
                 .append(key, &added)
-                .map_err(|source| RunError::WriteSession { id: id(), source })?;
+                .map_err(|source| EngineError::WriteSession { id: id(), source })?;
         }
         Ok(())
     }

@@ -21,7 +21,7 @@
 use super::hooks::{Firing, HookEvent, HookOutcome, Launch, PermissionDecision};
 use super::permissions::Permissions;
 use super::{
-    AgentSpec, Conversation, Engine, Event, Origin, Pending, RunError, SessionStart, Totals,
+    AgentSpec, Conversation, Engine, Event, Origin, Pending, EngineError, SessionStart, Totals,
 };
 use crate::stores::SessionKey;
 use crate::tools::ToolOutput;
@@ -114,7 +114,7 @@ impl Engine {
         &self,
         conv: &mut Conversation<'_>,
         outcome: &HookOutcome,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         let (content, level, extra) = outcome.record();
         let entry = conv.chain.system(
             crate::transcript::markers::HOOK_SUBTYPE,
@@ -157,7 +157,7 @@ impl Engine {
         &self,
         conv: &mut Conversation<'_>,
         prompt: &str,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         let mut fields = Map::new();
         fields.insert("prompt".into(), prompt.into());
         let Some(outcome) = self
@@ -167,8 +167,8 @@ impl Engine {
             return Ok(());
         };
         let verdict = match (outcome.stop(), outcome.block_reason()) {
-            (Some(reason), _) => Err(RunError::HookStopped(reason)),
-            (None, Some(reason)) => Err(RunError::PromptBlocked(reason)),
+            (Some(reason), _) => Err(EngineError::HookStopped(reason)),
+            (None, Some(reason)) => Err(EngineError::PromptBlocked(reason)),
             (None, None) => Ok(()),
         };
         let note = outcome.context_note().filter(|_| verdict.is_ok());
@@ -198,7 +198,7 @@ impl Engine {
         &self,
         conv: &mut Conversation<'_>,
         totals: &Totals,
-    ) -> Result<Option<String>, RunError> {
+    ) -> Result<Option<String>, EngineError> {
         if conv.internal {
             return Ok(None);
         }
@@ -218,7 +218,7 @@ impl Engine {
         };
         self.record_hooks(conv, &outcome)?;
         if let Some(reason) = outcome.stop() {
-            return Err(RunError::HookStopped(reason));
+            return Err(EngineError::HookStopped(reason));
         }
         let Some(reason) = outcome.block_reason() else {
             return Ok(None);

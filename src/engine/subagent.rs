@@ -2,7 +2,7 @@
 
 use super::recovery::{RESUME_PROMPT, agent_id_for, retried_text};
 use super::session::{is_hook_context, is_the_prompt};
-use super::{AgentSpec, Conversation, Engine, Event, Retried, RunError, Totals, ends_with_prompt};
+use super::{AgentSpec, Conversation, Engine, Event, Retried, EngineError, Totals, ends_with_prompt};
 use crate::content::Raw;
 use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};
@@ -133,7 +133,7 @@ impl Engine {
         loop {
             let error = match self.subagent_try(parent, &sub, resume, totals).await {
                 Ok(output) => return output,
-                Err(RunError::Interrupted) => {
+                Err(EngineError::Interrupted) => {
                     return ToolOutput::error(transcript::INTERRUPTED_TOOL_RESULT);
                 }
                 Err(error) => error,
@@ -217,13 +217,13 @@ impl Engine {
         sub: &Sub<'_>,
         resume: bool,
         totals: &mut Totals,
-    ) -> Result<ToolOutput, RunError> {
+    ) -> Result<ToolOutput, EngineError> {
         let fresh = || (Vec::new(), Some(Value::String(sub.prompt.to_string())));
         let (entries, next) = match resume {
             false => fresh(),
             true => match self.load_for_resume(&sub.key) {
                 // Nothing was stored before it failed: it starts as it would have.
-                Err(RunError::NoSession(_)) => fresh(),
+                Err(EngineError::NoSession(_)) => fresh(),
                 Err(error) => return Err(error),
                 Ok(entries) => {
                     // A try that failed before any answer is repeated as it was.
@@ -264,7 +264,7 @@ impl Engine {
             .extend(result.permission_denials.iter().cloned());
         match result.outcome {
             Ok(_) => Ok(ToolOutput::ok(result.text)),
-            Err(error @ RunError::MaxTurns(_)) if !result.text.is_empty() => {
+            Err(error @ EngineError::MaxTurns(_)) if !result.text.is_empty() => {
                 Ok(ToolOutput::ok(format!(
                     "{}\n\n[sub-agent stopped: {}]",
                     result.text,
@@ -278,7 +278,7 @@ impl Engine {
     /// A sub-agent failed and nobody retries it here: an error that only the network or
     /// the server can fix is handed up (the step's retry continues this sub-agent's
     /// session); a fatal one (e.g. its prompt is too long) is the caller's to handle.
-    fn subagent_failed(&self, error: RunError, totals: &mut Totals) -> ToolOutput {
+    fn subagent_failed(&self, error: EngineError, totals: &mut Totals) -> ToolOutput {
         if self.config.recovery.is_none()
             && let Some(model_error) = error.model_error()
             && classify_error(model_error) != ErrorClass::Fatal

@@ -1,7 +1,7 @@
 //! One model turn: the request over the conversation so far, streamed out as events,
 //! and what happens when a Ctrl-C interrupts it.
 
-use super::{CONTINUE_AFTER_INTERRUPT, Conversation, Engine, Event, RunError};
+use super::{CONTINUE_AFTER_INTERRUPT, Conversation, Engine, Event, EngineError};
 use crate::model::{MessagesRequest, ModelError, ModelReply, StreamDelta};
 use crate::transcript;
 use serde_json::Value;
@@ -27,7 +27,7 @@ impl Engine {
     pub(super) async fn after_interrupted_reply(
         &self,
         conv: &mut Conversation<'_>,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), EngineError> {
         let entry = conv
             .chain
             .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));

@@ -28,7 +28,7 @@ use crate::continuity::handoff;
 use crate::continuity::lineage::Lineage;
 use crate::continuity::lock::{self, Holder, LockError, Probe, RunLock, RunLocking};
 use crate::continuity::notes;
-use crate::continuity::runtime::{FrontEnd, Runtime, RuntimeError, RuntimeOptions, holder_text};
+use crate::continuity::runtime::{FrontEnd, Held, Runtime, RuntimeError, RuntimeOptions};
 use crate::continuity::shared::{SharedRun, SharedRunError};
 use crate::continuity::wake::{Place, WakeState};
 use crate::engine::{AgentSpec, SessionStart};
@@ -74,12 +74,6 @@ pub enum RunError {
         /// The flags that open it: `--store URL [--run-key NAME]`, or `--store sqlite`.
         flag: String,
     },
-    /// Another process holds the run directory (and the settings say not to wait).
-    #[error("另一个 flower 正在用运行目录 {path}({})", holder_text(holder))]
-    Locked {
-        path: PathBuf,
-        holder: Option<Holder>,
-    },
     /// Another process, on some host, holds the run in the shared database; `waited`:
     /// it was waited for, and the wait ended without the run.
     #[error(
@@ -93,17 +87,15 @@ pub enum RunError {
     },
     #[error("没能在存储里占住这个运行:{0}\n什么都没发给模型。")]
     Hold(#[source] StoreError),
-    /// Another process appends to (or forks) a session this run would continue.
-    #[error("另一个 flower 正在用会话 {session_id}({})", holder_text(holder))]
-    SessionBusy {
-        session_id: String,
-        holder: Option<Holder>,
-    },
+    /// Another process holds the run directory (and the settings say not to wait) or
+    /// a session this run would continue; or the lock failed. The runtime's own
+    /// refusal of the same kind comes out as this too (not as [`RunError::Runtime`]).
     #[error(transparent)]
-    Lock(LockError),
+    Held(Held),
     /// `/new` could not move the run's files into the archive.
     #[error(transparent)]
     Archive(io::Error),
+    /// The runtime could not be opened (its error is the source).
     #[error(transparent)]
     Runtime(RuntimeError),
     /// The workspace's settings files changed (or appeared, or went) since the run
@@ -127,10 +119,7 @@ fn settings_changed(drift: &Drift) -> String {
 impl From<RuntimeError> for RunError {
     fn from(error: RuntimeError) -> RunError {
         match error {
-            RuntimeError::SessionBusy { session_id, holder } => {
-                RunError::SessionBusy { session_id, holder }
-            }
-            RuntimeError::Locked { path, holder } => RunError::Locked { path, holder },
+            RuntimeError::Held(held) => RunError::Held(held),
             other => RunError::Runtime(other),
         }
     }
@@ -472,7 +461,7 @@ impl Locked {
     /// Opens the runtime over the locked run: the settings' options, the sub-agents
     /// `Task` may start (the front end's role's, [`Settings::subagents_for`]) and the
     /// front end's callbacks. A session of the run that another process holds is
-    /// [`RunError::SessionBusy`].
+    /// [`Held::Session`].
     pub fn start(self, subagents: Vec<AgentSpec>, front: FrontEnd) -> Result<Run, RunError> {
         let Locked {
             opening,
@@ -514,10 +503,10 @@ pub fn open_single(
     if let SessionStart::Resume(id) | SessionStart::Fork(id) = start
         && let Probe::Held(holder) = lock::probe_session(&dir, id)
     {
-        return Err(RunError::SessionBusy {
+        return Err(RunError::Held(Held::Session {
             session_id: id.clone(),
             holder,
-        });
+        }));
     }
     options.store = settings
         .open_store()
@@ -668,10 +657,9 @@ fn take_run_lock(dir: &RunDir, wait: bool, hooks: &RunHooks) -> Result<RunLock, 
             if let Some(on_wait) = &hooks.on_wait {
                 on_wait(&Waiting::RunDir { holder });
             }
-            RunLock::wait(dir).map_err(RunError::Lock)
+            RunLock::wait(dir).map_err(|e| RunError::Held(Held::Lock(e)))
         }
-        Err(LockError::Held { path, holder }) => Err(RunError::Locked { path, holder }),
-        Err(e) => Err(RunError::Lock(e)),
+        Err(e) => Err(RunError::Held(Held::run_dir(e))),
     }
 }
 
@@ -732,10 +720,10 @@ fn check_sessions_free(at: &At) -> Result<(), RunError> {
     };
     for id in steps.into_iter().flat_map(|steps| steps.into_values()) {
         if let Probe::Held(holder) = lock::probe_session(&at.dir, &id) {
-            return Err(RunError::SessionBusy {
+            return Err(RunError::Held(Held::Session {
                 session_id: id,
                 holder,
-            });
+            }));
         }
     }
     Ok(())

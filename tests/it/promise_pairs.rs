@@ -15,7 +15,7 @@ use crate::workflow::{seed_workflow, terse};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::RunLocking;
 use flower::continuity::resilience::{RESUME_PROMPT, Resilience};
-use flower::continuity::runtime::{FrontEnd, RuntimeError, RuntimeOptions};
+use flower::continuity::runtime::{FrontEnd, Held, RuntimeError, RuntimeOptions};
 use flower::engine::SessionStart;
 use flower::events::Event;
 use flower::model::anthropic::AnthropicClient;
@@ -337,7 +337,7 @@ async fn a_sigkilled_holders_run_lock_is_free_for_the_next_runtime() {
         )
     };
     assert!(
-        matches!(open(), Err(RuntimeError::Locked { .. })),
+        matches!(open(), Err(RuntimeError::Held(Held::RunDir { .. }))),
         "the child holds the run directory"
     );
     child.kill().unwrap(); // SIGKILL: no destructor, no unlock.

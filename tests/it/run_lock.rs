@@ -10,7 +10,7 @@ use crate::support::snapshot::{Snapshot, snapshot_all};
 
 use flower::continuity::lock::{LOCKS_DIR, RunLocking};
 use flower::continuity::resilience::Resilience;
-use flower::continuity::runtime::{RuntimeError, RuntimeOptions};
+use flower::continuity::runtime::{Held, RuntimeError, RuntimeOptions};
 use flower::model::anthropic::AnthropicClient;
 use flower::{AgentSpec, Runtime};
 use serde_json::Value;
@@ -420,10 +420,10 @@ async fn a_second_runtime_on_one_run_directory_is_refused() {
     let since = chrono::Local::now();
     let pid = format!("pid {}", std::process::id());
     match runtime(dir.path(), &server, RunLocking::Take) {
-        Err(error @ RuntimeError::Locked { .. }) => {
+        Err(error @ RuntimeError::Held(Held::RunDir { .. })) => {
             // What the user reads names who holds it.
             assert!(error.to_string().contains(&pid), "{error}");
-            let RuntimeError::Locked { path, holder } = error else {
+            let RuntimeError::Held(Held::RunDir { path, holder }) = error else {
                 unreachable!()
             };
             assert_eq!(
@@ -447,7 +447,7 @@ async fn a_second_runtime_on_one_run_directory_is_refused() {
     assert!(ran.result.ok, "{:?}", ran.result.error);
     let id = ran.result.session_id.clone().unwrap();
     match unlocked.claim_session(&id) {
-        Err(error @ RuntimeError::SessionBusy { .. }) => {
+        Err(error @ RuntimeError::Held(Held::Session { .. })) => {
             assert!(error.to_string().contains(&pid), "{error}");
         }
         other => panic!("the session is held: {other:?}"),

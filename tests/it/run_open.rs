@@ -7,7 +7,7 @@ use crate::support::pipeline::{BRIEF, GOAL};
 use crate::support::{FAKE_API_KEY, FakeServer, Reply};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::SessionLocks;
-use flower::continuity::runtime::FrontEnd;
+use flower::continuity::runtime::{FrontEnd, Held};
 use flower::run::{Begin, Peek, Run, RunError, RunHooks};
 use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
 use flower::{AgentSpec, Step, Workflow};
@@ -38,7 +38,7 @@ async fn a_run_opens_once_and_a_second_open_names_the_holder() {
     assert!(!run.wake().waking && run.wake().steps.is_empty());
     assert_eq!(run.dir().path(), dir.path().join("runs"));
     match Run::open(&settings) {
-        Err(RunError::Locked { holder, .. }) => {
+        Err(RunError::Held(Held::RunDir { holder, .. })) => {
             assert_eq!(holder.map(|h| h.pid), Some(std::process::id()));
         }
         other => panic!("expected Locked, got {:?}", other.err()),
@@ -72,7 +72,7 @@ fn a_session_someone_else_appends_to_is_refused_before_the_wake() {
     other.claim("busy-session").unwrap();
     let opening = Run::prepare(&settings).unwrap();
     match opening.lock(Begin::Continue, RunHooks::default()) {
-        Err(RunError::SessionBusy { session_id, holder }) => {
+        Err(RunError::Held(Held::Session { session_id, holder })) => {
             assert_eq!(session_id, "busy-session");
             assert_eq!(holder.map(|h| h.pid), Some(std::process::id()));
         }

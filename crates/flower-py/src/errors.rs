@@ -1,6 +1,7 @@
 //! The exception hierarchy, and the library's refusals in the CLI's words.
 
 use flower::continuity::lock::Holder;
+use flower::continuity::runtime::Held;
 use flower::run::RunError;
 use flower::stores::StoreError;
 use flower::stores::postgres::hostname;
@@ -40,13 +41,13 @@ create_exception!(
 pub fn run_error(error: RunError, run_dir: &Path) -> PyErr {
     let own = |holder: &Option<Holder>| holder.as_ref().is_some_and(is_this_process);
     match error {
-        RunError::Locked { holder, .. } if own(&holder) => held_here(run_dir),
-        RunError::SessionBusy { session_id, holder } if own(&holder) => {
+        RunError::Held(Held::RunDir { holder, .. }) if own(&holder) => held_here(run_dir),
+        RunError::Held(Held::Session { session_id, holder }) if own(&holder) => {
             LockedError::new_err(format!(
                 "session {session_id} is in use by another Runtime of this process; close() it first"
             ))
         }
-        RunError::Locked { holder, .. } => {
+        RunError::Held(Held::RunDir { holder, .. }) => {
             let stop = holder
                 .as_ref()
                 .map(|h| format!(";停下它:kill {}", h.pid))
@@ -70,7 +71,7 @@ pub fn run_error(error: RunError, run_dir: &Path) -> PyErr {
                 false => format!("{busy}。等它跑完再接着做:flower --wait"),
             })
         }
-        RunError::SessionBusy { session_id, holder } => {
+        RunError::Held(Held::Session { session_id, holder }) => {
             let stop = holder
                 .as_ref()
                 .map(|h| match elsewhere(h) {
