@@ -6,7 +6,7 @@
 
 use super::manifest::{Outage, StepError, StepResult};
 use super::resilience::{self, Endpoint, ErrorClass, Resilience};
-use crate::engine::{Event, EventSink, Recovery, EngineError};
+use crate::engine::{EngineError, Event, EventSink, Recovery};
 use crate::future::BoxFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

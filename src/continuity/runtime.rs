@@ -23,8 +23,8 @@ use super::succession::handoff_needed;
 use crate::checkpoint::Checkpoints;
 use crate::engine::Denial;
 use crate::engine::{
-    AgentSpec, Asker, Conventions, Engine, EngineConfig, Event, EventSink, Interrupt,
-    InterruptPrompt, Origin, EngineError, RunRequest, RunResult, SessionStart,
+    AgentSpec, Asker, Conventions, Engine, EngineConfig, EngineError, Event, EventSink, Interrupt,
+    InterruptPrompt, Origin, RunRequest, RunResult, SessionStart,
 };
 use crate::model::{ModelClient, Usage};
 use crate::run_dir::RunDir;

@@ -13,7 +13,7 @@ use super::handoff::{self, MechanicalInput};
 use super::manifest::{StepError, StepResult};
 use super::runtime::{Attempt, Runtime, lock};
 use crate::engine::{
-    AgentSpec, Event, Origin, EngineError, RunRequest, RunResult, SessionStart, Stop,
+    AgentSpec, EngineError, Event, Origin, RunRequest, RunResult, SessionStart, Stop,
 };
 use crate::model::Usage;
 use crate::model::classify::ErrorKind;

@@ -900,7 +900,11 @@ impl Engine {
     }
 
     /// Records what was waiting for the session's first entries (see [`Pending`]).
-    fn record_pending(&self, conv: &mut Conversation<'_>, item: Pending) -> Result<(), EngineError> {
+    fn record_pending(
+        &self,
+        conv: &mut Conversation<'_>,
+        item: Pending,
+    ) -> Result<(), EngineError> {
         let entry = match item {
             Pending::Memory { text, files } => conv.chain.memory(&text, &files),
             Pending::McpTools { tools, failures } => conv.chain.mcp_tools(tools, failures),

@@ -2,7 +2,7 @@
 //! run stops, continues the same turn (`max_tokens`, `pause_turn`) or answers tool calls.
 
 use super::{
-    CUT_BY_MAX_TOKENS, Conversation, Engine, Event, EngineError, Stop, Totals, WINDOW_EXCEEDED_STOP,
+    CUT_BY_MAX_TOKENS, Conversation, Engine, EngineError, Event, Stop, Totals, WINDOW_EXCEEDED_STOP,
 };
 use crate::content::{Block, text_of};
 use crate::model::ModelReply;

@@ -1,7 +1,7 @@
 //! The session a run continues: a new one, a resumed one (what the pruning layer
 //! feeds it), or a fork. Continuing a cut `Task` call is `resume.rs`'s.
 
-use super::{Engine, Opened, EngineError, SessionStart};
+use super::{Engine, EngineError, Opened, SessionStart};
 use crate::stores::{SessionKey, SessionStore};
 use crate::transcript::{Content, Entry, Kind, Loaded};
 use serde_json::Value;

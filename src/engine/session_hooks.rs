@@ -21,7 +21,7 @@
 use super::hooks::{Firing, HookEvent, HookOutcome, Launch, PermissionDecision};
 use super::permissions::Permissions;
 use super::{
-    AgentSpec, Conversation, Engine, Event, Origin, Pending, EngineError, SessionStart, Totals,
+    AgentSpec, Conversation, Engine, EngineError, Event, Origin, Pending, SessionStart, Totals,
 };
 use crate::stores::SessionKey;
 use crate::tools::ToolOutput;

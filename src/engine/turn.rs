@@ -1,7 +1,7 @@
 //! One model turn: the request over the conversation so far, streamed out as events,
 //! and what happens when a Ctrl-C interrupts it.
 
-use super::{CONTINUE_AFTER_INTERRUPT, Conversation, Engine, Event, EngineError};
+use super::{CONTINUE_AFTER_INTERRUPT, Conversation, Engine, EngineError, Event};
 use crate::model::{MessagesRequest, ModelError, ModelReply, StreamDelta};
 use crate::transcript;
 use serde_json::Value;
