@@ -16,7 +16,7 @@
 
 use super::permissions::Permissions;
 use super::subagent::{self, Parent};
-use super::{Call, Conversation, Engine, Event, EngineError, Totals, count};
+use super::{Call, Conversation, Engine, EngineError, Event, Totals, count};
 use crate::stores::SessionStore;
 use crate::tools::ToolOutput;
 use crate::transcript;

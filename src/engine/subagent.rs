@@ -2,7 +2,9 @@
 
 use super::recovery::{RESUME_PROMPT, agent_id_for, retried_text};
 use super::session::{is_hook_context, is_the_prompt};
-use super::{AgentSpec, Conversation, Engine, Event, Retried, EngineError, Totals, ends_with_prompt};
+use super::{
+    AgentSpec, Conversation, Engine, EngineError, Event, Retried, Totals, ends_with_prompt,
+};
 use crate::content::Raw;
 use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};

@@ -297,7 +297,7 @@ fn one_retry_after_pauses_every_sub_agent() {
 /// interrupted results, and no sub-agent carries on by itself.
 #[tokio::test]
 async fn ctrl_c_once_stops_every_sub_agent_and_asks_once() {
-    use flower::continuity::runtime::RuntimeOptions;
+    use flower::continuity::runtime::{FrontEnd, RuntimeOptions};
     use flower::model::anthropic::AnthropicClient;
     use flower::{AgentSpec, Runtime};
     use std::sync::atomic::AtomicUsize;
@@ -314,7 +314,8 @@ async fn ctrl_c_once_stops_every_sub_agent_and_asks_once() {
     let client = AnthropicClient::new(&server.url(), support::FAKE_API_KEY, "claude-fake").unwrap();
     let asked = Arc::new(AtomicUsize::new(0));
     let interrupt = flower::engine::Interrupt::new();
-    let options = RuntimeOptions {
+    let options = RuntimeOptions::new(Arc::new(client));
+    let front = FrontEnd {
         interrupt: interrupt.clone(),
         on_interrupt: Some({
             let asked = asked.clone();
@@ -323,9 +324,9 @@ async fn ctrl_c_once_stops_every_sub_agent_and_asks_once() {
                 Box::pin(async { Some(String::new()) })
             })
         }),
-        ..RuntimeOptions::new(Arc::new(client))
+        ..FrontEnd::default()
     };
-    let rt = Runtime::with_options(dir.path(), dir.path().join("runs"), options).unwrap();
+    let rt = Runtime::with_front_end(dir.path(), dir.path().join("runs"), options, front).unwrap();
     let presser = {
         let gate = gate.clone();
         std::thread::spawn(move || {
