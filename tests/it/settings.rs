@@ -437,3 +437,67 @@ fn what_a_front_end_says_about_resumes_and_retries_is_resolved_by_the_settings()
     let refused = resolve_with(&Flags::default(), &vars).unwrap_err();
     assert_eq!(named(refused), "FLOWER_MAX_ATTEMPTS");
 }
+
+/// The stricter wins, the other way round (mutation testing of `settings/strict.rs`,
+/// 2026-12-06, found these untested): a workspace file's value that is as strict or
+/// stricter is applied without a word, and a looser one is refused even where the
+/// user's file set the strictest (`require`).
+#[test]
+fn a_workspace_file_may_tighten_what_the_users_file_says_and_never_loosen_it() {
+    let home = tempfile::TempDir::new().unwrap();
+    let ws = tempfile::TempDir::new().unwrap();
+    let put = |path: std::path::PathBuf, value: serde_json::Value| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, value.to_string()).unwrap();
+    };
+    let user = home.path().join(".claude/settings.json");
+    let project = ws.path().join(".claude/settings.json");
+    let load = || FileLayer::load(ws.path(), Some(home.path())).unwrap();
+    let refused = |layer: &FileLayer, key: &str| layer.ignored.iter().any(|l| l.contains(key));
+
+    put(
+        user.clone(),
+        serde_json::json!({"env": {"FLOWER_SANDBOX": "require"}}),
+    );
+    put(
+        project.clone(),
+        serde_json::json!({"env": {"FLOWER_SANDBOX": "on"}}),
+    );
+    let layer = load();
+    assert!(refused(&layer, "env.FLOWER_SANDBOX"), "{:?}", layer.ignored);
+    assert_eq!(layer.vars["FLOWER_SANDBOX"], "require");
+
+    put(
+        user.clone(),
+        serde_json::json!({"env": {"FLOWER_SANDBOX": "on"}}),
+    );
+    put(
+        project.clone(),
+        serde_json::json!({"env": {"FLOWER_SANDBOX": "require", "FLOWER_NETWORK": "on"}}),
+    );
+    let layer = load();
+    assert!(layer.ignored.is_empty(), "{:?}", layer.ignored);
+    assert_eq!(layer.vars["FLOWER_SANDBOX"], "require");
+    assert_eq!(layer.vars["FLOWER_NETWORK"], "on");
+
+    // Additional directories: inside the workspace, or inside one the user's file adds.
+    let shared = tempfile::TempDir::new().unwrap();
+    std::fs::create_dir_all(ws.path().join("sub")).unwrap();
+    std::fs::create_dir_all(shared.path().join("inner")).unwrap();
+    let inner = shared.path().join("inner").canonicalize().unwrap();
+    put(
+        user,
+        serde_json::json!({"permissions": {"additionalDirectories": [shared.path()]}}),
+    );
+    put(
+        project,
+        serde_json::json!({"permissions": {"additionalDirectories": [ws.path().join("sub"), inner]}}),
+    );
+    let layer = load();
+    assert!(layer.ignored.is_empty(), "{:?}", layer.ignored);
+    let dirs = &layer.permissions.additional_directories;
+    assert!(
+        dirs.iter().any(|d| d.ends_with("sub")) && dirs.iter().any(|d| d.ends_with("inner")),
+        "{dirs:?}"
+    );
+}
