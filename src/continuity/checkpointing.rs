@@ -41,7 +41,7 @@ impl Watch {
 
     /// Before a step attempt (`row` is its manifest row name).
     pub fn before_attempt(&self, row: &str) {
-        let mut state = super::runtime::lock(&self.state);
+        let mut state = super::guard::lock(&self.state);
         *state = State {
             row: row.to_string(),
             ..State::default()
@@ -51,7 +51,7 @@ impl Watch {
 
     /// After a step attempt: the last turn's changes, if not taken yet.
     pub fn after_attempt(&self) {
-        let mut state = super::runtime::lock(&self.state);
+        let mut state = super::guard::lock(&self.state);
         if state.dirty {
             self.take(&mut state, CheckpointKind::Turn);
         }
@@ -80,16 +80,16 @@ impl Watch {
                     depth: 0,
                     ..
                 } => {
-                    let mut state = super::runtime::lock(&watch.state);
+                    let mut state = super::guard::lock(&watch.state);
                     state.session = Some(session_id.clone());
                     state.turn = 0;
                 }
-                Event::TurnDone { depth: 0, .. } => super::runtime::lock(&watch.state).turn += 1,
+                Event::TurnDone { depth: 0, .. } => super::guard::lock(&watch.state).turn += 1,
                 Event::ToolDone { name, .. } if !is_read_only(name) => {
-                    super::runtime::lock(&watch.state).dirty = true;
+                    super::guard::lock(&watch.state).dirty = true;
                 }
                 Event::Requesting { depth: 0 } => {
-                    let mut state = super::runtime::lock(&watch.state);
+                    let mut state = super::guard::lock(&watch.state);
                     if state.dirty {
                         watch.take(&mut state, CheckpointKind::Turn);
                     }

@@ -6,6 +6,7 @@
 
 pub mod attempt;
 pub mod checkpointing;
+mod guard;
 pub mod handoff;
 pub mod lineage;
 pub mod lock;

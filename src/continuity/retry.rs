@@ -87,7 +87,7 @@ impl Retrier {
             waited_s: started.elapsed().as_secs_f64(),
             database: store_away,
         });
-        super::runtime::lock(&self.outages).extend(outage);
+        super::guard::lock(&self.outages).extend(outage);
         let retry_after = model_error.and_then(|e| e.retry_after());
         // After an outage the wait was the backoff: the endpoint answers again, so
         // the retry goes out at once (while the prompt cache may still be warm).
@@ -113,7 +113,7 @@ impl Retrier {
 
     /// The outages waited out since the last call, oldest first.
     pub(super) fn take_outages(&self) -> Vec<Outage> {
-        std::mem::take(&mut *super::runtime::lock(&self.outages))
+        std::mem::take(&mut *super::guard::lock(&self.outages))
     }
 
     /// While the endpoint is unreachable, waits (probing) without spending attempts,
@@ -194,7 +194,7 @@ impl Recovery for SubagentRecovery {
         Box::pin(async move {
             match self.retrier.after(error, tries, 1).await {
                 Verdict::Retry(outage) => {
-                    let mut in_flight = super::runtime::lock(&self.in_flight);
+                    let mut in_flight = super::guard::lock(&self.in_flight);
                     if let Some(row) = in_flight.as_mut() {
                         let text = crate::engine::recovery::retried_text(agent_id, error);
                         row.errors.push(StepError::new(text, error.kind()));

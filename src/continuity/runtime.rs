@@ -12,6 +12,7 @@
 //! (`crate::settings`) and the run's lifecycle ([`super::run::Run`]) build them.
 
 use super::checkpointing::Watch;
+use super::guard::lock;
 use super::handoff::{self, HandoffOptions};
 use super::lineage::Lineage;
 use super::lock::{Holder, Lease, LockError, RunLock, RunLocking, SessionLocks};
@@ -905,13 +906,6 @@ fn absorb(result: &mut StepResult, run: &RunResult) {
     if run.num_turns > 0 {
         result.context = run.context;
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere must not take continuation down with it: use the data anyway.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn canonical_workspace(path: &Path) -> Result<PathBuf, RuntimeError> {

@@ -9,9 +9,10 @@
 //! document, generation counting) are [`super::handoff`]'s; the retry loop that calls
 //! into this is [`super::runtime`]'s.
 
+use super::guard::lock;
 use super::handoff::{self, MechanicalInput};
 use super::manifest::{StepError, StepResult};
-use super::runtime::{Attempt, Runtime, lock};
+use super::runtime::{Attempt, Runtime};
 use crate::engine::{
     AgentSpec, EngineError, Event, Origin, RunRequest, RunResult, SessionStart, Stop,
 };
