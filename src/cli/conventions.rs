@@ -137,16 +137,11 @@ fn agent_lines(settings: &Settings) -> Vec<String> {
             tilde(&agent.path, home),
             scope_name(agent.scope),
         ));
-        let (known, unknown): (Vec<&String>, Vec<&String>) = agent
-            .unused_keys
-            .iter()
-            .partition(|k| flower::settings::agents::known_unused(k));
-        if !known.is_empty() {
-            out.push(format!("    ! flower 不用的键:{}", join(&known)));
-        }
-        if !unknown.is_empty() {
-            out.push(format!("    ! 不认识的键:{}(忽略)", join(&unknown)));
-        }
+        unused_key_lines(
+            &mut out,
+            &agent.unused_keys,
+            flower::settings::agents::known_unused,
+        );
     }
     for ignored in &files.ignored {
         out.push(format!("  ! {ignored}"));
@@ -181,21 +176,28 @@ fn skill_lines(settings: &Settings) -> Vec<String> {
             },
             skill.files.len()
         ));
-        let (known, unknown): (Vec<&String>, Vec<&String>) = file
-            .unused_keys
-            .iter()
-            .partition(|k| flower::settings::skills::known_unused(k));
-        if !known.is_empty() {
-            out.push(format!("    ! flower 不用的键:{}", join(&known)));
-        }
-        if !unknown.is_empty() {
-            out.push(format!("    ! 不认识的键:{}(忽略)", join(&unknown)));
-        }
+        unused_key_lines(
+            &mut out,
+            &file.unused_keys,
+            flower::settings::skills::known_unused,
+        );
     }
     for ignored in &files.ignored {
         out.push(format!("  ! {ignored}"));
     }
     out
+}
+
+/// A file's front-matter keys flower leaves unused: those Claude Code knows apart from
+/// the ones nobody knows (listed, never fatal).
+fn unused_key_lines(out: &mut Vec<String>, keys: &[String], known: fn(&str) -> bool) {
+    let (known, unknown): (Vec<&String>, Vec<&String>) = keys.iter().partition(|k| known(k));
+    if !known.is_empty() {
+        out.push(format!("    ! flower 不用的键:{}", join(&known)));
+    }
+    if !unknown.is_empty() {
+        out.push(format!("    ! 不认识的键:{}(忽略)", join(&unknown)));
+    }
 }
 
 fn join(keys: &[&String]) -> String {
