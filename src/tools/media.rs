@@ -4,11 +4,9 @@
 //! An image is sent as it is when the API takes it without scaling it down itself
 //! (long edge at most [`MAX_IMAGE_EDGE`] pixels, at most [`MAX_IMAGE_BYTES`]); a larger
 //! one is decoded (pure Rust, the `image` crate with only these four codecs), scaled to
-//! fit and sent as PNG, or as JPEG when the PNG is still too large. A PDF goes as a
-//! document block when it is at most [`MAX_PDF_BYTES`] and [`MAX_PDF_PAGES`] pages;
-//! flower cannot split one, so a larger PDF is refused with a result that says how to
-//! get at the pages wanted. The caps bound the share of the context one Read takes;
-//! pruning moves old attachments out to files like large results.
+//! fit and sent as PNG, or as JPEG when the PNG is still too large. PDFs are
+//! [`super::pdf`]'s. The caps bound the share of the context one Read takes; pruning
+//! moves old attachments out to files like large results.
 
 use super::{Attachment, ToolOutput};
 use base64::Engine as _;
@@ -22,11 +20,6 @@ pub const MAX_IMAGE_EDGE: u32 = 1568;
 pub const MAX_IMAGE_BYTES: usize = 3_750_000;
 /// An image file larger than this is not even opened.
 pub const MAX_IMAGE_FILE_BYTES: u64 = 64 << 20;
-/// The largest PDF sent whole (the API takes 32 MB requests, base64 adds a third, and
-/// a page costs context: this keeps one Read a bounded share).
-pub const MAX_PDF_BYTES: u64 = 10 << 20;
-/// The most pages of a PDF sent in one Read.
-pub const MAX_PDF_PAGES: usize = 20;
 
 /// The image kinds the API takes, by their first bytes.
 pub fn image_media_type(head: &[u8]) -> Option<&'static str> {
@@ -135,64 +128,9 @@ fn format_of(media_type: &str) -> image::ImageFormat {
     }
 }
 
-fn attachment(media_type: &str, bytes: &[u8]) -> Attachment {
+pub(super) fn attachment(media_type: &str, bytes: &[u8]) -> Attachment {
     Attachment {
         media_type: media_type.to_string(),
         data: base64::engine::general_purpose::STANDARD.encode(bytes),
     }
-}
-
-/// `path`'s PDF as a document block, after a line saying what it is; refused when it
-/// is over the caps.
-pub fn read_pdf(path: &Path, size: u64) -> ToolOutput {
-    let shown = path.display();
-    let how = "flower's Read cannot split a PDF: extract the pages you need with Bash \
-               (pdftotext -f FIRST -l LAST file.pdf -, or qpdf --pages) and read that.";
-    if size > MAX_PDF_BYTES {
-        return ToolOutput::error(format!(
-            "{shown} is a PDF of {}, more than the {} Read sends at once. {how}",
-            super::read::human_size(size),
-            super::read::human_size(MAX_PDF_BYTES)
-        ));
-    }
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => return ToolOutput::error(format!("Cannot read {shown}: {e}")),
-    };
-    let pages = page_count(&bytes);
-    if pages.is_some_and(|n| n > MAX_PDF_PAGES) {
-        return ToolOutput::error(format!(
-            "{shown} is a PDF of {} pages, more than the {MAX_PDF_PAGES} Read sends at \
-             once. {how}",
-            pages.unwrap_or_default()
-        ));
-    }
-    let pages = pages.map_or_else(String::new, |n| format!(", {n} pages"));
-    let mut output = ToolOutput::ok(format!("PDF {shown} ({} bytes{pages}).", bytes.len()));
-    output.images.push(attachment("application/pdf", &bytes));
-    output
-}
-
-/// How many pages a PDF has, from its page objects (`/Type /Page`), when they are not
-/// inside compressed object streams; `None` when none is found.
-fn page_count(bytes: &[u8]) -> Option<usize> {
-    let mut count = 0;
-    let mut at = 0;
-    while let Some(found) = find(&bytes[at..], b"/Type") {
-        let mut i = at + found + 5;
-        while i < bytes.len() && matches!(bytes[i], b' ' | b'\r' | b'\n' | b'\t') {
-            i += 1;
-        }
-        if bytes[i..].starts_with(b"/Page")
-            && !bytes.get(i + 5).is_some_and(|c| c.is_ascii_alphanumeric())
-        {
-            count += 1;
-        }
-        at = i;
-    }
-    (count > 0).then_some(count)
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }

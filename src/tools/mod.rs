@@ -15,6 +15,7 @@ pub mod media;
 pub mod notebook;
 pub use crate::transcript::tools as names;
 pub mod paths;
+pub mod pdf;
 pub mod process;
 pub mod protected;
 pub mod read;

@@ -42,7 +42,8 @@ it's recommended to read the whole file by not providing these parameters.
 - Any lines longer than 2000 characters will be truncated.
 - Results are returned using cat -n format, with line numbers starting at 1.
 - Images (PNG, JPEG, GIF, WebP) are shown to you as images (large ones scaled down), \
-PDFs as documents (at most 20 pages and 10 MiB at once), Jupyter notebooks (.ipynb) as \
+PDFs as documents (at most 20 pages and 10 MiB at once: for a longer PDF give the \
+pages parameter, e.g. \"1-20\"), Jupyter notebooks (.ipynb) as \
 their cells with outputs (images included). Other binary files are described (kind and \
 size), not shown.
 - This tool can only read files, not directories. To list a directory, use the Glob tool or \
@@ -60,6 +61,8 @@ struct ReadInput {
     offset: Field<u64>,
     #[serde(default)]
     limit: Field<u64>,
+    #[serde(default)]
+    pages: Field<String>,
 }
 
 impl Tool for Read {
@@ -86,6 +89,10 @@ impl Tool for Read {
                 "limit": {
                     "type": "number",
                     "description": "The number of lines to read. Only provide if the file is too large to read at once."
+                },
+                "pages": {
+                    "type": "string",
+                    "description": "Page range for PDF files (e.g., \"1-5\", \"3\", \"10-20\"). Only applicable to PDF files. Maximum 20 pages per request."
                 }
             },
             "required": ["file_path"],
@@ -101,9 +108,14 @@ impl Tool for Read {
                 let path = fields.file_path.required(names::READ, "file_path")?;
                 let offset = fields.offset.optional(names::READ, "offset")?;
                 let limit = fields.limit.optional(names::READ, "limit")?;
-                Ok::<_, ToolOutput>((path, offset, limit))
+                let pages = fields.pages.optional(names::READ, "pages")?;
+                let pages = pages
+                    .map(|p| super::pdf::PageRange::parse(&p))
+                    .transpose()
+                    .map_err(ToolOutput::error)?;
+                Ok::<_, ToolOutput>((path, offset, limit, pages))
             })();
-            let (path, offset, limit) = match parsed {
+            let (path, offset, limit, pages) = match parsed {
                 Ok(p) => p,
                 Err(e) => return e,
             };
@@ -116,12 +128,20 @@ impl Tool for Read {
             };
             let first = offset.unwrap_or(1).max(1);
             let limit = limit.unwrap_or(DEFAULT_LIMIT);
-            input::blocking(names::READ, move || read_file(&resolved, first, limit)).await
+            input::blocking(names::READ, move || {
+                read_file(&resolved, first, limit, pages)
+            })
+            .await
         })
     }
 }
 
-fn read_file(path: &Path, first: u64, limit: u64) -> ToolOutput {
+fn read_file(
+    path: &Path,
+    first: u64,
+    limit: u64,
+    pages: Option<super::pdf::PageRange>,
+) -> ToolOutput {
     let shown = path.display();
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
@@ -153,11 +173,18 @@ fn read_file(path: &Path, first: u64, limit: u64) -> ToolOutput {
     if head.is_empty() {
         return ToolOutput::ok(format!("The file {shown} exists but is empty."));
     }
+    let is_pdf = head.starts_with(b"%PDF-");
+    if pages.is_some() && !is_pdf {
+        return ToolOutput::error(format!(
+            "{shown} is not a PDF: \"pages\" applies to PDF files only (use offset and \
+             limit for a text file's lines)."
+        ));
+    }
     if let Some(media_type) = super::media::image_media_type(&head) {
         return super::media::read_image(path, media_type, meta.len());
     }
-    if head.starts_with(b"%PDF-") {
-        return super::media::read_pdf(path, meta.len());
+    if is_pdf {
+        return super::pdf::read_pdf(path, meta.len(), pages);
     }
     if path.extension().is_some_and(|e| e == "ipynb") {
         return super::notebook::read_notebook(path);

@@ -1,4 +1,5 @@
-//! Issue #45 item 3: a worker's Read of a PNG, a PDF and a notebook reaches the model as
+//! Issue #45 item 3: a worker's Read of a PNG, a PDF (whole, and three pages of a long
+//! one) and a notebook reaches the model as
 //! image and document blocks in its tool results, as the official Anthropic Python
 //! SDK's types validate them (`anthropic.types.MessageParam` through pydantic); old
 //! ones are moved out to files by pruning, like large results.
@@ -73,7 +74,10 @@ fn reply(req: &Recorded) -> Reply {
         (Agent::Worker, 0) => read("shot.png"),
         (Agent::Worker, 1) => read("spec.pdf"),
         (Agent::Worker, 2) => read("sales.ipynb"),
-        (Agent::Worker, 3) => Reply::tool_use(
+        (Agent::Worker, 3) => {
+            Reply::tool_use("Read", json!({"file_path": "book.pdf", "pages": "2-4"}))
+        }
+        (Agent::Worker, 4) => Reply::tool_use(
             "Write",
             json!({"file_path": "hello.txt", "content": "hello"}),
         ),
@@ -95,6 +99,7 @@ fn a_png_a_pdf_and_a_notebook_arrive_as_the_sdks_types_validate_them() {
     std::fs::write(project.dir.join("shot.png"), png(1700, 850)).unwrap();
     std::fs::write(project.dir.join("spec.pdf"), pdf(3)).unwrap();
     std::fs::write(project.dir.join("sales.ipynb"), notebook(&png(30, 20))).unwrap();
+    std::fs::write(project.dir.join("book.pdf"), pdf(25)).unwrap();
     let server = FakeServer::with_handler(|req, _| reply(req));
     let out = project.run(&server, &["看看截图"]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
@@ -125,9 +130,17 @@ fn a_png_a_pdf_and_a_notebook_arrive_as_the_sdks_types_validate_them() {
             "text:",
             "document:application/pdf",
             "text:",
-            "image:image/png"
+            "image:image/png",
+            "text:",
+            "document:application/pdf"
         ],
         "{kinds}"
+    );
+    // Three of the 25 pages went, not the whole book.
+    assert!(
+        last.raw_body.contains("pages 2-4 of 25"),
+        "{}",
+        &last.raw_body[..2000]
     );
     // The screenshot went scaled down to the API's limits.
     assert!(

@@ -369,7 +369,66 @@ async fn pdfs_are_sent_as_documents_within_their_cap() {
     assert!(out.is_error);
     assert!(out.images.is_empty());
     assert!(out.content.contains("25 pages"), "{}", out.content);
-    assert!(out.content.contains("pdftotext"), "{}", out.content);
+    assert!(
+        out.content.contains("\"pages\" parameter"),
+        "{}",
+        out.content
+    );
+}
+
+/// The pages of a PDF that `pages` names, counted in what was sent.
+fn pages_sent(out: &flower::tools::ToolOutput) -> usize {
+    lopdf::Document::load_mem(&decoded(&out.images[0].data))
+        .unwrap()
+        .get_pages()
+        .len()
+}
+
+#[tokio::test]
+async fn a_long_pdf_is_read_in_page_ranges() {
+    let e = tool_env();
+    fs::write(e.ctx.workspace.join("book.pdf"), pdf(25)).unwrap();
+    let out = read(&e, json!({"file_path": "book.pdf", "pages": "3-7"})).await;
+    assert!(!out.is_error, "{}", out.content);
+    assert!(out.content.contains("pages 3-7 of 25"), "{}", out.content);
+    assert_eq!(out.images[0].media_type, "application/pdf");
+    assert_eq!(pages_sent(&out), 5);
+    let out = read(&e, json!({"file_path": "book.pdf", "pages": "25"})).await;
+    assert_eq!(pages_sent(&out), 1, "{}", out.content);
+    let out = read(&e, json!({"file_path": "book.pdf", "pages": "6-25"})).await;
+    assert_eq!(pages_sent(&out), 20, "{}", out.content);
+
+    for (pages, says) in [
+        ("1-21", "at most 20"),
+        ("24-26", "has 25 pages"),
+        ("0", "counted from 1"),
+        ("5-2", "such as"),
+    ] {
+        let out = read(&e, json!({"file_path": "book.pdf", "pages": pages})).await;
+        assert!(out.is_error, "{pages}: {}", out.content);
+        assert!(out.images.is_empty());
+        assert!(out.content.contains(says), "{pages}: {}", out.content);
+    }
+    // Not a PDF: the parameter is refused, not ignored.
+    fs::write(e.ctx.workspace.join("notes.txt"), "a\nb\n").unwrap();
+    let out = read(&e, json!({"file_path": "notes.txt", "pages": "1"})).await;
+    assert!(
+        out.is_error && out.content.contains("PDF files only"),
+        "{}",
+        out.content
+    );
+    // A malformed PDF with a range: an error result, no crash.
+    fs::write(
+        e.ctx.workspace.join("broken.pdf"),
+        b"%PDF-1.4\n1 0 obj <<\n",
+    )
+    .unwrap();
+    let out = read(&e, json!({"file_path": "broken.pdf", "pages": "1"})).await;
+    assert!(
+        out.is_error && out.content.contains("could not be parsed"),
+        "{}",
+        out.content
+    );
 }
 
 #[tokio::test]
