@@ -7,7 +7,8 @@
 //!   is `''` for a main transcript), so that entry rows carry a small number instead of
 //!   the key's text (in the row and in both indexes: most of a row's overhead);
 //! - `entries(id, transcript, uuid, type, stored_at, data)`: one row per transcript
-//!   entry, `data` the entry's JSON text; `id` orders a transcript's entries; a partial
+//!   entry, `data` the entry's JSON text, or since schema 3 that text deflated into a
+//!   blob when that saves enough ([`packed`]); `id` orders a transcript's entries; a partial
 //!   unique index on `(transcript, uuid)` makes `uuid` an idempotency key. `uuid` is
 //!   kept as its 16 bytes when it is a canonical UUID (lowercase, hyphenated: what
 //!   flower mints), any other text as it is ([`uuid_key`]; a blob never equals a text);
@@ -30,17 +31,19 @@ use super::summary::{SummaryData, fold_session_summary};
 use super::{Incoming, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
 use super::{json, par};
 use crate::transcript::{Entry, Loaded};
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod packed;
 mod schema;
 use schema::{Layout, migrate, schema_version, transcript_id, uuid_key};
 
 /// The schema version this build writes and the newest it can read.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a writer waits for another process's write lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -232,6 +235,8 @@ impl SqliteSessionStore {
         }
         self.writable()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
+        // Deflated before the write lock is taken: other writers do not wait for it.
+        let packed: Vec<Option<Vec<u8>>> = rows.iter().map(|row| packed::pack(&row.text)).collect();
         let mut conn = self.lock();
         let run = |conn: &mut Connection| -> rusqlite::Result<usize> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -246,7 +251,12 @@ impl SqliteSessionStore {
                 for (index, row) in rows.iter().enumerate() {
                     let uuid = row.entry.uuid().map(uuid_key);
                     let kind = row.entry.kind.as_deref();
-                    let n = insert.execute(params![transcript, uuid, kind, now, row.text])?;
+                    let data = match &packed[index] {
+                        Some(blob) => ValueRef::Blob(blob),
+                        None => ValueRef::Text(row.text.as_bytes()),
+                    };
+                    let data = rusqlite::types::ToSqlOutput::Borrowed(data);
+                    let n = insert.execute(params![transcript, uuid, kind, now, data])?;
                     if n == 1 {
                         stored.push(index);
                     }
@@ -346,8 +356,10 @@ impl SqliteSessionStore {
                 self.layout.rows_of()
             ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
+            let mut scratch = Vec::new();
             while let Some(row) = rows.next()? {
-                let Ok(entry) = serde_json::from_slice::<Value>(row.get_ref(0)?.as_bytes()?) else {
+                let bytes = packed::json_bytes(row.get_ref(0)?, &mut scratch)?;
+                let Ok(entry) = serde_json::from_slice::<Value>(bytes) else {
                     continue;
                 };
                 if let Some(usage) = crate::transcript::markers::turn_usage(&entry) {
@@ -390,8 +402,9 @@ impl SqliteSessionStore {
             ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath, kind])?;
             let mut out = Vec::new();
+            let mut scratch = Vec::new();
             while let Some(row) = rows.next()? {
-                out.push(map(row.get_ref(0)?.as_bytes()?));
+                out.push(map(packed::json_bytes(row.get_ref(0)?, &mut scratch)?));
             }
             Ok(Some((usize::try_from(total).unwrap_or(0), out)))
         })
@@ -414,8 +427,9 @@ impl SqliteSessionStore {
             ))?;
             let mut rows = stmt.query(params![key.project_key, key.session_id, subpath])?;
             let mut count = 0;
+            let mut scratch = Vec::new();
             while let Some(row) = rows.next()? {
-                each(row.get_ref(0)?.as_bytes()?);
+                each(packed::json_bytes(row.get_ref(0)?, &mut scratch)?);
                 count += 1;
             }
             Ok(count)
@@ -600,8 +614,9 @@ fn read_rows<T>(
 ) -> rusqlite::Result<Result<Vec<T>, ParseError>> {
     let mut out = Vec::new();
     let mut scratch = json::Scratch::default();
+    let mut inflated = Vec::new();
     while let Some(row) = rows.next()? {
-        match read(row.get_ref(1)?.as_bytes()?, &mut scratch) {
+        match read(packed::json_bytes(row.get_ref(1)?, &mut inflated)?, &mut scratch) {
             Ok(entry) => out.push(entry),
             Err(e) => return Ok(Err((row.get(0)?, e))),
         }
@@ -634,10 +649,11 @@ impl Batch {
         }
     }
 
-    fn push(&mut self, id: i64, data: &[u8]) {
+    fn push(&mut self, id: i64, data: ValueRef<'_>) -> rusqlite::Result<()> {
+        packed::append_json(data, &mut self.bytes)?;
         self.ids.push(id);
-        self.bytes.extend_from_slice(data);
         self.ends.push(self.bytes.len());
+        Ok(())
     }
 
     fn parse<T>(
@@ -668,7 +684,7 @@ fn parse_rows<T: Send>(
         let Some(row) = rows.next()? else {
             return Ok(batch.parse(&read));
         };
-        batch.push(row.get(0)?, row.get_ref(1)?.as_bytes()?);
+        batch.push(row.get(0)?, row.get_ref(1)?)?;
     }
     let read = &read;
     let (tx, rx) = mpsc::channel::<Batch>();
@@ -699,7 +715,7 @@ fn parse_rows<T: Send>(
                     let next = Batch::new(count, BATCH_BYTES + BATCH_BYTES / 4);
                     hand_over(std::mem::replace(&mut batch, next));
                 }
-                batch.push(row.get(0)?, row.get_ref(1)?.as_bytes()?);
+                batch.push(row.get(0)?, row.get_ref(1)?)?;
                 count += 1;
             }
             Ok(())

@@ -409,7 +409,7 @@ fn a_newer_schema_is_refused_and_left_untouched() {
             Err(StoreError::NewerSchema {
                 path,
                 found: 99,
-                known: 2,
+                known: 3,
             }) => assert_eq!(path, db),
             other => panic!("expected NewerSchema, got {other:?}"),
         }
@@ -509,7 +509,7 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
     let mut tables: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
         .unwrap()
@@ -592,6 +592,68 @@ fn a_long_transcript_loads_whole_and_in_order_and_prunes_like_prune() {
     let options = flower::stores::PruneOptions::new(dir.path().join("trimmed"));
     let fused = store.load_pruned(&key, &options).unwrap().unwrap();
     assert_eq!(fused, flower::stores::prune::prune(input, &options));
+}
+
+/// Rows whose JSON deflates well are kept as blobs (schema 3), and every reader gets
+/// each entry's JSON back byte for byte; text rows of an older file read as before.
+#[test]
+fn entry_rows_are_deflated_and_read_back_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let key = SessionKey::parse("p/long").unwrap();
+    let input = long_transcript(40);
+    let texts: Vec<String> = input
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    SqliteSessionStore::open(&db)
+        .unwrap()
+        .append(&key, &input)
+        .unwrap();
+    // A row as schema 2 wrote it (text), after the packed ones.
+    let old = json!({"type": "x", "uuid": "old", "payload": "p".repeat(2000)});
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let (blobs, blob_bytes, text_bytes): (i64, i64, i64) = conn
+            .query_row(
+                "SELECT count(*), sum(length(data)),                  (SELECT sum(length(data)) FROM entries WHERE typeof(data) = 'text')                  FROM entries WHERE typeof(data) = 'blob'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        let packed_len: usize = texts.iter().filter(|t| t.len() > 1000).map(String::len).sum();
+        assert!(blobs >= 30, "{blobs} rows packed");
+        assert!(
+            (blob_bytes as usize) < packed_len / 4,
+            "{blob_bytes} bytes for {packed_len} (text rows: {text_bytes})"
+        );
+        conn.execute(
+            "INSERT INTO entries (transcript, uuid, type, stored_at, data) \
+             VALUES (1, 'old', 'x', 0, ?1)",
+            [serde_json::to_string(&old).unwrap()],
+        )
+        .unwrap();
+        conn.execute_batch("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+            .unwrap();
+    }
+    let mut want = texts.clone();
+    want.push(serde_json::to_string(&old).unwrap());
+    let store = SqliteSessionStore::open(&db).unwrap();
+    let mut raw = Vec::new();
+    store
+        .for_each_raw(&key, |row| raw.push(String::from_utf8(row.to_vec()).unwrap()))
+        .unwrap();
+    assert!(raw == want, "raw rows differ");
+    let mut all = input.clone();
+    all.push(old);
+    assert_eq!(store.load(&key).unwrap().unwrap(), all);
+    let (_, assistants) = store.scan_type(&key, "assistant", |row| row.to_vec()).unwrap().unwrap();
+    let want_assistants: Vec<&String> = texts.iter().filter(|t| t.contains("\"assistant\"")).collect();
+    assert_eq!(assistants.len(), want_assistants.len());
+    assert!(assistants.iter().zip(want_assistants).all(|(a, b)| a == b.as_bytes()));
+    let options = flower::stores::PruneOptions::new(dir.path().join("trimmed"));
+    let fused = store.load_pruned(&key, &options).unwrap().unwrap();
+    assert_eq!(fused, flower::stores::prune::prune(all, &options));
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Append only: a shipped
 /// migration is never edited.
-const MIGRATIONS: [&str; 2] = ["
+const MIGRATIONS: [&str; 3] = ["
     CREATE TABLE meta (
         key   TEXT PRIMARY KEY,
         value TEXT NOT NULL
@@ -70,6 +70,9 @@ const MIGRATIONS: [&str; 2] = ["
     ALTER TABLE entries_2 RENAME TO entries;
     CREATE INDEX entries_by_transcript ON entries (transcript);
     CREATE UNIQUE INDEX entries_uuid ON entries (transcript, uuid) WHERE uuid IS NOT NULL;
+", "
+    -- Schema 3: entries.data may be a blob, the JSON deflated (packed.rs). No table
+    -- changes; the version keeps older builds from reading blobs as JSON.
 "];
 /// How entry rows name their key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
