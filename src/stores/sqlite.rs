@@ -616,7 +616,10 @@ fn read_rows<T>(
     let mut scratch = json::Scratch::default();
     let mut inflated = Vec::new();
     while let Some(row) = rows.next()? {
-        match read(packed::json_bytes(row.get_ref(1)?, &mut inflated)?, &mut scratch) {
+        match read(
+            packed::json_bytes(row.get_ref(1)?, &mut inflated)?,
+            &mut scratch,
+        ) {
             Ok(entry) => out.push(entry),
             Err(e) => return Ok(Err((row.get(0)?, e))),
         }

@@ -621,7 +621,11 @@ fn entry_rows_are_deflated_and_read_back_byte_for_byte() {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .unwrap();
-        let packed_len: usize = texts.iter().filter(|t| t.len() > 1000).map(String::len).sum();
+        let packed_len: usize = texts
+            .iter()
+            .filter(|t| t.len() > 1000)
+            .map(String::len)
+            .sum();
         assert!(blobs >= 30, "{blobs} rows packed");
         assert!(
             (blob_bytes as usize) < packed_len / 4,
@@ -641,16 +645,29 @@ fn entry_rows_are_deflated_and_read_back_byte_for_byte() {
     let store = SqliteSessionStore::open(&db).unwrap();
     let mut raw = Vec::new();
     store
-        .for_each_raw(&key, |row| raw.push(String::from_utf8(row.to_vec()).unwrap()))
+        .for_each_raw(&key, |row| {
+            raw.push(String::from_utf8(row.to_vec()).unwrap())
+        })
         .unwrap();
     assert!(raw == want, "raw rows differ");
     let mut all = input.clone();
     all.push(old);
     assert_eq!(store.load(&key).unwrap().unwrap(), all);
-    let (_, assistants) = store.scan_type(&key, "assistant", |row| row.to_vec()).unwrap().unwrap();
-    let want_assistants: Vec<&String> = texts.iter().filter(|t| t.contains("\"assistant\"")).collect();
+    let (_, assistants) = store
+        .scan_type(&key, "assistant", |row| row.to_vec())
+        .unwrap()
+        .unwrap();
+    let want_assistants: Vec<&String> = texts
+        .iter()
+        .filter(|t| t.contains("\"assistant\""))
+        .collect();
     assert_eq!(assistants.len(), want_assistants.len());
-    assert!(assistants.iter().zip(want_assistants).all(|(a, b)| a == b.as_bytes()));
+    assert!(
+        assistants
+            .iter()
+            .zip(want_assistants)
+            .all(|(a, b)| a == b.as_bytes())
+    );
     let options = flower::stores::PruneOptions::new(dir.path().join("trimmed"));
     let fused = store.load_pruned(&key, &options).unwrap().unwrap();
     assert_eq!(fused, flower::stores::prune::prune(all, &options));

@@ -131,7 +131,12 @@ mod tests {
             "fn main() {\\n    println!(\\\"hi\\\");\\n}\\n".repeat(40)
         );
         let blob = pack(&text).unwrap();
-        assert!(blob.len() < text.len() / 2, "{} of {}", blob.len(), text.len());
+        assert!(
+            blob.len() < text.len() / 2,
+            "{} of {}",
+            blob.len(),
+            text.len()
+        );
         let mut scratch = Vec::new();
         let back = json_bytes(ValueRef::Blob(&blob), &mut scratch).unwrap();
         assert_eq!(back, text.as_bytes());
