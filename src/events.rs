@@ -83,6 +83,16 @@ pub enum Event {
     /// Something the user should know that does not stop the run (an unknown
     /// `stop_reason`, a model without a price).
     Warning { message: String },
+    /// Engine: a background command started (Bash `run_in_background`); `depth` 0 is
+    /// the main session's. Running ones: `tools::background::Background::running`.
+    BackgroundStarted {
+        id: String,
+        command: String,
+        depth: u32,
+    },
+    /// Engine: a background command ended; `how` as its record says (`exited`,
+    /// `stopped`, `session-ended`, `interrupted`).
+    BackgroundEnded { id: String, how: String, depth: u32 },
     /// Workflow: a step (or a gate round of it) begins. `index`/`total` count the
     /// workflow's steps (0/0 for a round). `resumed`: it continues its own earlier session.
     #[serde(rename = "step")]

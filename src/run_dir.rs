@@ -17,6 +17,7 @@
 //!   transcripts/<id>.jsonl  a session as JSONL, written when its hooks need it
 //!   settings-pin.json  the workspace's settings files as the run last loaded them
 //!   checkpoints/       the workspace's checkpoints (`crate::checkpoint`)
+//!   background/<id>.json, <id>.out  a background command's record and its output
 //! ```
 
 use std::ffi::OsStr;
@@ -49,6 +50,8 @@ pub const TRANSCRIPTS_DIR: &str = "transcripts";
 pub const SETTINGS_PIN_FILE: &str = "settings-pin.json";
 /// What was said on a wake and not yet finished with (`continuity::notes::Said`).
 pub const SAID_FILE: &str = "said.json";
+/// Background commands' records and output files.
+pub const BACKGROUND_DIR: &str = "background";
 
 /// A run directory: a path (relative to the current directory unless absolute) and the
 /// paths of its files. Creating it, locking it and reading it are other modules' jobs.
@@ -129,6 +132,12 @@ impl RunDir {
     /// `said.json`.
     pub fn said(&self) -> PathBuf {
         self.path.join(SAID_FILE)
+    }
+
+    /// `background/`: each background command's record (`<id>.json`) and output
+    /// (`<id>.out`).
+    pub fn background(&self) -> PathBuf {
+        self.path.join(BACKGROUND_DIR)
     }
 }
 

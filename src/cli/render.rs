@@ -200,8 +200,11 @@ impl Renderer {
             Event::StepStarted { .. } | Event::Handoff { .. } | Event::StepSkipped { .. } => {
                 self.render_workflow(state, event)
             }
-            // Shown by the ticker: the line's wait starts now.
-            Event::Requesting { .. } => {}
+            // Shown by the ticker: the line's wait starts now; the status line lists
+            // what runs in the background.
+            Event::Requesting { .. }
+            | Event::BackgroundStarted { .. }
+            | Event::BackgroundEnded { .. } => {}
         }
     }
 

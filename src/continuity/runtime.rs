@@ -185,6 +185,8 @@ pub struct RuntimeOptions {
     pub max_tool_concurrency: usize,
     /// MCP tools that may run alongside other concurrent calls.
     pub concurrent_mcp_tools: Vec<String>,
+    /// The output kept of one background command, bytes.
+    pub background_output_cap: u64,
 }
 
 impl RuntimeOptions {
@@ -215,6 +217,7 @@ impl RuntimeOptions {
             checkpoints: None,
             max_tool_concurrency: crate::engine::DEFAULT_MAX_TOOL_CONCURRENCY,
             concurrent_mcp_tools: Vec::new(),
+            background_output_cap: crate::tools::background::DEFAULT_OUTPUT_CAP,
         }
     }
 }
@@ -430,7 +433,12 @@ impl Runtime {
             max_tool_concurrency: options.max_tool_concurrency,
             concurrent_mcp_tools: options.concurrent_mcp_tools,
             pause,
+            background_output_cap: options.background_output_cap,
         });
+        if run_lock.is_some() {
+            // What a flower killed without unwinding left running in the background.
+            engine.background().sweep_leftovers();
+        }
         let mut lineage = match options.shared_run.clone() {
             Some(shared) => {
                 Lineage::load_shared(&run_dir, &workspace, shared, |id| raw_store.has_session(id))

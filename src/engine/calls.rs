@@ -5,9 +5,12 @@ use super::permissions::{Decision, Permissions};
 use super::{
     CUT_BY_MAX_TOKENS, Call, Conversation, Denial, Engine, Event, Totals, hooks, subagent,
 };
+use crate::content::Raw;
 use crate::events::DeniedBy;
 use crate::model::ToolDef;
-use crate::tools::names::SKILL;
+use crate::tools::background::tools as background;
+use crate::tools::bash::wants_background;
+use crate::tools::names::{BASH, SKILL};
 use crate::tools::{Tool, ToolContext, ToolOutput};
 use crate::transcript;
 use serde_json::{Value, json};
@@ -84,6 +87,7 @@ impl Engine {
             .filter(|tool| offered(tool.name()))
             .map(|tool| tool.definition())
             .collect();
+        defs.extend(self.background_definitions(permissions, conv));
         if (depth == 0 || !offer.is_empty()) && offered(subagent::TASK) {
             defs.push(subagent::task_definition(&self.config.subagents));
         }
@@ -182,7 +186,14 @@ impl Engine {
             }
         };
         let asked = |denied: Option<String>| denied.map(|message| (message, DeniedBy::Person));
-        let denied = match permissions.check(name, input, &self.config.workspace) {
+        let decision = if background::is_background_tool(name)
+            && self.offers_background(permissions, conv, name)
+        {
+            Decision::Allow
+        } else {
+            permissions.check(name, input, &self.config.workspace)
+        };
+        let denied = match decision {
             Decision::Deny { message, rule } => Some((message, DeniedBy::Rule { rule })),
             Decision::Ask { why } if hook_decision != Some(hooks::PermissionDecision::Allow) => {
                 asked(self.confirm(conv.spec, name, input, &why).await)
@@ -233,6 +244,12 @@ impl Engine {
                 &self.config.conventions.skills,
                 serde_json::from_value(input.clone()),
             ),
+            (name, _) if background::is_background_tool(name) => {
+                self.background_call(name, &Raw::of_tree(input)).await
+            }
+            (BASH, _) if wants_background(&Raw::of_tree(input)) => {
+                self.start_background(parent, permissions, &Raw::of_tree(input))
+            }
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {
                     let sandbox = permissions.sandbox(&self.config.sandbox, &self.config.workspace);
@@ -273,18 +290,27 @@ impl Engine {
         sandbox: crate::tools::sandbox::SandboxPolicy,
     ) -> ToolOutput {
         // The tool reads its own struct from the call's JSON.
-        let input = crate::content::Raw::of_tree(input);
+        let input = Raw::of_tree(input);
         let cancel = CancellationToken::new();
-        let ctx = ToolContext {
+        let ctx = self.tool_context(cancel.clone(), sandbox);
+        self.until_interrupted(tool.call(&input, &ctx), &cancel)
+            .await
+    }
+
+    /// What a built-in tool (or a background command) started by this engine may use.
+    pub(super) fn tool_context(
+        &self,
+        cancel: CancellationToken,
+        sandbox: crate::tools::sandbox::SandboxPolicy,
+    ) -> ToolContext {
+        ToolContext {
             workspace: self.config.workspace.clone(),
             run_dir: self.config.run_dir.clone(),
-            cancel: cancel.clone(),
+            cancel,
             processes: self.config.processes.clone(),
             sandbox,
             env: self.tool_env(),
-        };
-        self.until_interrupted(tool.call(&input, &ctx), &cancel)
-            .await
+        }
     }
 
     /// Runs a tool call until it finishes or the user presses Ctrl-C. On an interrupt,

@@ -7,6 +7,7 @@
 //! its stream completes, each tool result when its tool finishes. A SIGKILL loses at most
 //! the reply still streaming.
 
+mod background;
 pub mod bash_rules;
 mod calls;
 mod concurrent;
@@ -142,6 +143,8 @@ pub struct EngineConfig {
     pub concurrent_mcp_tools: Vec<String>,
     /// Held by a `429` with `retry-after` or an outage: every request waits it out.
     pub pause: Pause,
+    /// The output kept of one background command, bytes (`FLOWER_BACKGROUND_OUTPUT_CAP`).
+    pub background_output_cap: u64,
 }
 
 /// How a run gets its session.
@@ -410,6 +413,8 @@ pub struct Engine {
     warned: Mutex<HashSet<String>>,
     /// The MCP servers of this process; `None` when none is configured.
     mcp: Option<Arc<crate::tools::mcp::McpHub>>,
+    /// Commands running in the background (Bash `run_in_background`).
+    background: crate::tools::background::Background,
 }
 
 /// Something recorded around the prompt when a session's run begins (in this order):
@@ -588,7 +593,13 @@ impl Engine {
                 },
             ))
         });
+        let background = crate::tools::background::Background::new(
+            crate::run_dir::RunDir::new(&config.run_dir).background(),
+            config.background_output_cap,
+            config.events.clone(),
+        );
         Engine {
+            background,
             config,
             tools: crate::tools::builtin(),
             hooks,
@@ -736,7 +747,9 @@ impl Engine {
     ) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
             let mut totals = Totals::new();
+            self.note_ended_background(conv);
             let outcome = self.converse(conv, prompt, &mut totals).await;
+            self.end_background(conv).await;
             totals.into_result(conv.chain.session_id(), outcome, started)
         })
     }

@@ -80,6 +80,8 @@ impl Engine {
 
     /// Asks the user what to say after a Ctrl-C, then clears the interrupt.
     pub(super) async fn ask_after_interrupt(&self) -> String {
+        // Ctrl-C stops what runs in the background too.
+        self.background().stop_all("interrupted").await;
         let line = match &self.config.on_interrupt {
             Some(prompt) => prompt().await.unwrap_or_default(),
             None => String::new(),

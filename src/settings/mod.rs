@@ -175,6 +175,8 @@ pub struct Concurrency {
     pub max_tools: usize,
     /// MCP tools (full names, `mcp__server__tool`) the person says only read.
     pub mcp_tools: Vec<String>,
+    /// The output kept of one background command, bytes (`FLOWER_BACKGROUND_OUTPUT_CAP`).
+    pub background_output_cap: u64,
 }
 
 /// `FLOWER_MAX_TOOL_USE_CONCURRENCY` and `FLOWER_CONCURRENT_MCP_TOOLS`.
@@ -210,7 +212,24 @@ fn concurrency(vars: &Vars<'_>) -> Result<Concurrency, ConfigError> {
     Ok(Concurrency {
         max_tools,
         mcp_tools,
+        background_output_cap: background_output_cap(vars)?,
     })
+}
+
+/// `FLOWER_BACKGROUND_OUTPUT_CAP`: bytes, at least 1024 (default 8 MiB).
+fn background_output_cap(vars: &Vars<'_>) -> Result<u64, ConfigError> {
+    use crate::tools::background::{DEFAULT_OUTPUT_CAP, MIN_OUTPUT_CAP};
+    const CAP: &str = "FLOWER_BACKGROUND_OUTPUT_CAP";
+    match vars.unblank(CAP) {
+        None => Ok(DEFAULT_OUTPUT_CAP),
+        Some(text) => match text.parse::<u64>() {
+            Ok(n) if n >= MIN_OUTPUT_CAP => Ok(n),
+            _ => Err(ConfigError::invalid(
+                CAP,
+                format!("{CAP}={text:?}:要不小于 {MIN_OUTPUT_CAP} 的整数(字节)"),
+            )),
+        },
+    }
 }
 
 impl Settings {
@@ -539,6 +558,7 @@ impl Settings {
             conventions: self.conventions(),
             max_tool_concurrency: self.concurrency.max_tools,
             concurrent_mcp_tools: self.concurrency.mcp_tools.clone(),
+            background_output_cap: self.concurrency.background_output_cap,
             ..RuntimeOptions::new(self.client()?)
         })
     }

@@ -84,7 +84,11 @@ task. Instead, always prefer using the dedicated tools for these commands:
 newlines to separate commands (newlines are ok in quoted strings).
 - Always quote file paths that contain spaces with double quotes.
 - Commands may be checked against permission rules, which look at every command in a \
-pipeline or list; writing a file with `>` needs broader permission than running the command.";
+pipeline or list; writing a file with `>` needs broader permission than running the command.
+- You can use the `run_in_background` parameter to run a command in the background (a dev \
+server, a watcher, a long test run): the call returns at once with a task ID; read its new \
+output with TaskOutput and stop it with TaskStop. It runs sandboxed like any command, without \
+a timeout, and is stopped when this session ends. Do not use `&` for this.";
 
 /// Bash's input.
 #[derive(Deserialize)]
@@ -96,6 +100,21 @@ struct BashInput {
     /// Only checked: what the model says the command does.
     #[serde(default)]
     description: Field<String>,
+    /// Started by the engine ([`super::background`]); a Bash tool called on its own
+    /// refuses it.
+    #[serde(default)]
+    run_in_background: Field<bool>,
+}
+
+/// Whether a Bash call asks to run in the background (`run_in_background: true`).
+pub fn wants_background(input: &Raw) -> bool {
+    #[derive(Deserialize)]
+    struct Flag {
+        #[serde(default)]
+        run_in_background: Field<bool>,
+    }
+    input::parse::<Flag>(super::names::BASH, input)
+        .is_ok_and(|f| matches!(f.run_in_background, Field::Given(true)))
 }
 
 impl Tool for Bash {
@@ -122,6 +141,10 @@ impl Tool for Bash {
                 "description": {
                     "type": "string",
                     "description": "Clear, concise description of what this command does in 5-10 words, in active voice. Examples:\nInput: ls\nOutput: List files in current directory\n\nInput: git status\nOutput: Show working tree status\n\nInput: npm install\nOutput: Install package dependencies\n\nInput: mkdir foo\nOutput: Create directory 'foo'"
+                },
+                "run_in_background": {
+                    "type": "boolean",
+                    "description": "Set to true to run this command in the background. Use TaskOutput to read the output later."
                 }
             },
             "required": ["command"],
@@ -138,6 +161,12 @@ impl Tool for Bash {
                 let command = fields.command.required(T, "command")?;
                 let timeout = fields.timeout.optional(T, "timeout")?;
                 fields.description.optional(T, "description")?;
+                if fields.run_in_background.optional(T, "run_in_background")? == Some(true) {
+                    return Err(ToolOutput::error(
+                        "run_in_background is not available here: run the command in the \
+                         foreground.",
+                    ));
+                }
                 Ok::<_, ToolOutput>((command, timeout))
             })();
             let (command, timeout) = match parsed {
@@ -166,20 +195,20 @@ enum End {
 
 /// A started command: the shell (or its sandbox supervisor) and the read end of its
 /// output pipe.
-struct Started {
-    child: tokio::process::Child,
-    pipe: tokio::net::unix::pipe::Receiver,
-    sandboxed: bool,
+pub(crate) struct Started {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) pipe: tokio::net::unix::pipe::Receiver,
+    pub(crate) sandboxed: bool,
     /// Every process the command starts dies with it (a PID namespace of its own).
-    contained: bool,
-    sweep: sandbox::Sweep,
+    pub(crate) contained: bool,
+    pub(crate) sweep: sandbox::Sweep,
     /// What the network proxy refused while the command ran.
-    refusals: sandbox::Refusals,
+    pub(crate) refusals: sandbox::Refusals,
 }
 
 /// Why a command did not start; the text is ready for the model.
 #[derive(Debug, thiserror::Error)]
-enum NotStarted {
+pub(crate) enum NotStarted {
     #[error("Cannot run the command: pipe: {0}")]
     Pipe(#[source] std::io::Error),
     #[error("Cannot run the command: {0}")]
@@ -194,7 +223,7 @@ enum NotStarted {
 
 /// Starts `bash -c command` in a new session, sandboxed as `ctx.sandbox` says. A
 /// second attempt is made only when the saved namespaces turned out stale.
-fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
+pub(crate) fn start(command: &str, ctx: &ToolContext) -> Result<Started, NotStarted> {
     let (reader, writer) = std::io::pipe().map_err(NotStarted::Pipe)?;
     let mut sandboxed = false;
     let mut contained = false;

@@ -5,6 +5,7 @@
 //! becomes a [`ToolOutput`] with `is_error: true`, which the model reads and handles.
 //! Tools that need the engine itself (Task, AskUser) live in `engine`.
 
+pub mod background;
 pub mod bash;
 pub mod edit;
 pub mod glob;

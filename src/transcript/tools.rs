@@ -21,6 +21,14 @@ pub const TASK: &str = "Task";
 pub const ASK_USER: &str = "AskUser";
 /// Loads an Agent Skill's instructions (the engine's, not a `tools::Tool`).
 pub const SKILL: &str = "Skill";
+/// Reads a background command's new output (`tools::background`).
+pub const TASK_OUTPUT: &str = "TaskOutput";
+/// Stops a background command.
+pub const TASK_STOP: &str = "TaskStop";
+/// Older Claude Code's name of [`TASK_OUTPUT`] (in imported transcripts).
+pub const BASH_OUTPUT: &str = "BashOutput";
+/// Older Claude Code's name of [`TASK_STOP`].
+pub const KILL_SHELL: &str = "KillShell";
 
 /// Searches the web: a server tool, run by the API (`web_search`), never by flower.
 pub const WEB_SEARCH: &str = "WebSearch";
@@ -69,8 +77,11 @@ pub const SKILL_INFO: ToolInfo = ToolInfo {
     ..info(SKILL, "skill", None, false)
 };
 
+pub const TASK_OUTPUT_INFO: ToolInfo = info(TASK_OUTPUT, "task_id", None, false);
+pub const TASK_STOP_INFO: ToolInfo = info(TASK_STOP, "task_id", None, false);
+
 /// Every tool an agent can be given, built-in and engine-level, in offer order.
-pub const ALL: [ToolInfo; 9] = [
+pub const ALL: [ToolInfo; 11] = [
     READ_INFO,
     WRITE_INFO,
     EDIT_INFO,
@@ -80,6 +91,8 @@ pub const ALL: [ToolInfo; 9] = [
     TASK_INFO,
     ASK_USER_INFO,
     SKILL_INFO,
+    TASK_OUTPUT_INFO,
+    TASK_STOP_INFO,
 ];
 
 const fn info(

@@ -1,0 +1,174 @@
+//! The run's record of a background command (`background/<id>.json` in the run
+//! directory): what runs, as which process, for which session, and how it ended. A
+//! flower killed without unwinding (SIGKILL, a reboot) leaves a record without an end;
+//! the next start reads it, kills what is still there ([`sweep_leftovers`]) and the
+//! session is told, on its next request, which commands no longer run.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The session a command belongs to: it ends with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub session_id: String,
+    /// A sub-agent's transcript under the session (`subagents/agent-…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subpath: Option<String>,
+}
+
+/// A process and its start time (clock ticks since boot, `/proc/<pid>/stat` field
+/// 22), so a recycled pid is never taken for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessId {
+    pub pid: i32,
+    pub start_ticks: u64,
+}
+
+impl ProcessId {
+    /// This process, or `None` where `/proc` cannot say.
+    pub fn of(pid: i32) -> Option<ProcessId> {
+        Some(ProcessId {
+            pid,
+            start_ticks: start_ticks(pid)?,
+        })
+    }
+
+    /// Whether that very process still exists.
+    pub fn alive(&self) -> bool {
+        self.pid > 1 && start_ticks(self.pid) == Some(self.start_ticks)
+    }
+}
+
+/// A process's start time from `/proc/<pid>/stat` (field 22, after the command name,
+/// which may hold spaces and parentheses).
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    /// `exited`, `stopped` (TaskStop), `session-ended`, `interrupted` (Ctrl-C),
+    /// `killed-on-start` (a leftover the next start killed), `gone` (a leftover that
+    /// had already died).
+    pub how: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Unix seconds.
+    pub at: u64,
+}
+
+/// One background command, as the run directory keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub id: String,
+    pub command: String,
+    pub owner: Owner,
+    /// The command's process group leader (the shell, or its sandbox supervisor):
+    /// killing the group kills the command and everything it started.
+    pub leader: ProcessId,
+    /// The flower process that started it: while that one lives, nobody else kills it.
+    pub flower: ProcessId,
+    /// Unix seconds.
+    pub started_at: u64,
+    /// Its output file.
+    pub output: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<End>,
+    /// The session was told the command no longer runs (or saw its end itself).
+    #[serde(default)]
+    pub reported: bool,
+}
+
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Record {
+    pub(super) fn path_in(dir: &Path, id: &str) -> PathBuf {
+        dir.join(format!("{id}.json"))
+    }
+
+    /// Writes the record atomically into `dir`.
+    pub(super) fn save(&self, dir: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        crate::atomic::write(&Self::path_in(dir, &self.id), &text)
+    }
+
+    pub(super) fn load(dir: &Path, id: &str) -> Option<Record> {
+        let text = std::fs::read(Self::path_in(dir, id)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+}
+
+/// Every record in `dir` (unreadable ones skipped), oldest first.
+pub fn all(dir: &Path) -> Vec<Record> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut records: Vec<Record> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+        .collect();
+    records.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
+    records
+}
+
+/// Kills the commands an earlier flower left running in `dir` (it died without
+/// unwinding) and records their end; returns the records it ended. Only for the
+/// holder of the run lock; a record whose flower still lives is left alone all the
+/// same (a second line of defence), and a leader whose start time differs is a
+/// recycled pid, never signalled.
+pub fn sweep_leftovers(dir: &Path) -> Vec<Record> {
+    let mut ended = Vec::new();
+    for mut record in all(dir) {
+        if record.end.is_some() || record.flower.alive() {
+            continue;
+        }
+        let how = if record.leader.alive() {
+            // SAFETY: killpg only sends a signal; the leader is the very process the
+            // record names (same start time), so its group is the command's.
+            unsafe {
+                libc::killpg(record.leader.pid, libc::SIGKILL);
+            }
+            "killed-on-start"
+        } else {
+            "gone"
+        };
+        record.end = Some(End {
+            how: how.to_string(),
+            exit_code: None,
+            signal: None,
+            at: now(),
+        });
+        record.reported = false;
+        if record.save(dir).is_ok() {
+            ended.push(record);
+        }
+    }
+    ended
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_changed_start_time_is_not() {
+        let me = ProcessId::of(std::process::id() as i32).unwrap();
+        assert!(me.alive());
+        let other = ProcessId {
+            start_ticks: me.start_ticks + 1,
+            ..me
+        };
+        assert!(!other.alive());
+    }
+}
