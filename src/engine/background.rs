@@ -58,9 +58,11 @@ impl Engine {
         &self.background
     }
 
-    /// Whether an agent is offered (and may call) `TaskOutput` and `TaskStop`: when it
-    /// is offered Bash and no deny rule withholds the tool itself.
-    pub(super) fn offers_background(
+    /// Whether an agent is offered `TaskOutput` and `TaskStop`: when it is offered
+    /// Bash (a pipeline agent is, whatever its rules: one tool list for every role) and
+    /// no deny rule withholds the tool itself. Calling them takes a rule that lets it
+    /// run Bash at all ([`super::calls`]).
+    fn offers_background(
         &self,
         permissions: &Permissions,
         conv: &Conversation<'_>,

@@ -187,7 +187,8 @@ impl Engine {
         };
         let asked = |denied: Option<String>| denied.map(|message| (message, DeniedBy::Person));
         let decision = if background::is_background_tool(name)
-            && self.offers_background(permissions, conv, name)
+            && permissions.offers(BASH)
+            && !permissions.withholds(name)
         {
             Decision::Allow
         } else {

@@ -7,6 +7,7 @@ mod store_support;
 mod support;
 
 mod afresh;
+mod background;
 mod child_environment;
 mod claude_code_import;
 mod cli_language;
