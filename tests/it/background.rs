@@ -39,7 +39,7 @@ fn background(command: &str) -> Reply {
 }
 
 /// The records in `runs/background/`.
-fn records(dir: &Path) -> Vec<Value> {
+pub fn records(dir: &Path) -> Vec<Value> {
     let Ok(entries) = std::fs::read_dir(dir.join("runs/background")) else {
         return Vec::new();
     };
@@ -80,7 +80,7 @@ pub fn group_alive(pgid: i64) -> bool {
     })
 }
 
-fn leader(record: &Value) -> i64 {
+pub fn leader(record: &Value) -> i64 {
     record["leader"]["pid"].as_i64().expect("a leader pid")
 }
 

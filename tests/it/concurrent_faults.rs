@@ -5,6 +5,7 @@
 //! started over, no tool call is answered twice, and the coordinator gets the three
 //! reports in the order of its calls.
 
+use crate::background;
 use crate::faults_support;
 use crate::support;
 
@@ -33,10 +34,20 @@ fn file_of(worker: &Recorded) -> &'static str {
         .unwrap_or("?")
 }
 
+/// The command worker `a` starts in the background when there is one: it marks its
+/// start and runs until killed.
+const BACKGROUND: &str = "touch bg-started; exec sleep 600";
+
 /// The pipeline of [`simple_reply`], but the coordinator sends three workers at once
-/// (`task_a`, `task_b`, `task_c`), each writing its own file.
-fn three_workers(req: &Recorded) -> Reply {
+/// (`task_a`, `task_b`, `task_c`), each writing its own file; with `background`, worker
+/// `a` first starts [`BACKGROUND`].
+fn three_workers(req: &Recorded, background: bool) -> Reply {
     match (agent_of(req), turn_of(req)) {
+        (Agent::Worker, 0) if background && file_of(req) == "a.txt" => Reply::tool_use(
+            "Bash",
+            json!({"command": BACKGROUND, "run_in_background": true}),
+        )
+        .then_tool_use("Write", json!({"file_path": "a.txt", "content": "a.txt"})),
         (Agent::Coordinator, 0) => {
             let mut reply = Reply::text("三件事分头做。");
             for file in FILES {
@@ -65,9 +76,25 @@ fn task_ids(requests: &[Recorded]) -> BTreeSet<String> {
         .collect()
 }
 
-/// SIGKILL while the workers of `held` (files) wait for their second reply, the others
-/// having finished; then a plain `flower`. Everything the module doc promises.
-fn killed_with_workers_in_flight(held: &[&'static str]) {
+/// How the run is stopped while its workers are in flight.
+#[derive(Clone, Copy)]
+struct Fault {
+    signal: i32,
+    /// Worker `a` has a command running in the background.
+    background: bool,
+}
+
+const SIGKILL: Fault = Fault {
+    signal: libc::SIGKILL,
+    background: false,
+};
+
+/// A signal while the workers of `held` (files) wait for their second reply, the others
+/// having finished; then a plain `flower`. Everything the module doc promises; with a
+/// background command, it is killed (by the signal's handler, or by the next start
+/// after a SIGKILL) and worker `a` is told so in its first request after the wake.
+// Long because it is one scenario: the fault, the wake, then what each party saw.
+fn killed_with_workers_in_flight(held: &[&'static str], fault: Fault) {
     let project = Project::resilient();
     project.freeze_notes();
     let gate = Gate::new();
@@ -76,7 +103,7 @@ fn killed_with_workers_in_flight(held: &[&'static str]) {
         let (gate, killed) = (gate.clone(), killed.clone());
         let held: Vec<&'static str> = held.to_vec();
         FakeServer::with_handler(move |req, _| {
-            let reply = three_workers(req);
+            let reply = three_workers(req, fault.background);
             if !killed.load(Ordering::SeqCst)
                 && agent_of(req) == Agent::Worker
                 && turn_of(req) == 1
@@ -108,9 +135,27 @@ fn killed_with_workers_in_flight(held: &[&'static str]) {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
+    let leader = fault.background.then(|| {
+        // The command is at work (an event on disk) before the kill.
+        let deadline = Instant::now() + PATIENCE;
+        while !project.dir.join("bg-started").exists() {
+            assert!(Instant::now() < deadline, "the background command never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let records = background::records(&project.dir);
+        assert_eq!(records.len(), 1, "{records:?}");
+        background::leader(&records[0])
+    });
     killed.store(true, Ordering::SeqCst);
-    signal(&child, libc::SIGKILL);
+    signal(&child, fault.signal);
     wait_exit(&mut child, PATIENCE);
+    if let Some(leader) = leader
+        && fault.signal == libc::SIGKILL
+    {
+        // Nothing ran in flower on a SIGKILL: the command outlived it, for the next
+        // start to find.
+        assert!(background::group_alive(leader), "gone before the wake");
+    }
     let before = server.requests().len();
     gate.open();
 
@@ -138,16 +183,29 @@ fn killed_with_workers_in_flight(held: &[&'static str]) {
         let after: Vec<&&Recorded> = reqs.iter().filter(|r| r.index >= before).collect();
         if held.contains(file) {
             let next = after.first().expect("the held worker went on");
+            let started = if fault.background && *file == "a.txt" {
+                2
+            } else {
+                1
+            };
             assert_eq!(
                 tool_use_ids(next).len(),
-                1,
-                "{file}: its Write turn is kept"
+                started,
+                "{file}: its first turn is kept"
             );
-            assert_eq!(
-                last_texts(next).last().map(String::as_str),
-                Some(RESUME_PROMPT),
-                "{file}"
-            );
+            let texts = last_texts(next);
+            assert!(texts.iter().any(|t| t == RESUME_PROMPT), "{file}: {texts:?}");
+            if fault.background && *file == "a.txt" {
+                // Told, after the resume prompt, that its command no longer runs.
+                let record = &background::records(&project.dir)[0];
+                let note = texts.last().unwrap();
+                assert!(
+                    note.contains("no longer run") && note.contains(record["id"].as_str().unwrap()),
+                    "{note}"
+                );
+            } else {
+                assert_eq!(texts.last().map(String::as_str), Some(RESUME_PROMPT), "{file}");
+            }
         } else {
             assert!(after.is_empty(), "{file}: a finished worker was run again");
         }
@@ -183,6 +241,17 @@ fn killed_with_workers_in_flight(held: &[&'static str]) {
     let mut ids: Vec<&str> = stored.iter().map(String::as_str).collect();
     ids.sort_unstable();
     assert_eq!(ids, ["task_a", "task_b", "task_c"], "each answered once");
+    if let Some(leader) = leader {
+        assert!(!background::group_alive(leader), "the background command outlived the wake");
+        let record = &background::records(&project.dir)[0];
+        let how = if fault.signal == libc::SIGKILL {
+            "killed-on-start"
+        } else {
+            "gone"
+        };
+        assert_eq!(record["end"]["how"], how, "{record}");
+        assert_eq!(record["reported"], true, "{record}");
+    }
 }
 
 /// The tool_use ids the stored entries answer, in stored order.
@@ -198,12 +267,34 @@ fn stored_results(entries: &[Value]) -> Vec<String> {
 
 #[test]
 fn sigkill_with_three_workers_in_flight_continues_each_on_wake() {
-    killed_with_workers_in_flight(&["a.txt", "b.txt", "c.txt"]);
+    killed_with_workers_in_flight(&["a.txt", "b.txt", "c.txt"], SIGKILL);
+}
+
+/// The crash test: SIGKILL with three sub-agents and a background command in
+/// flight. The wake continues all three sessions, answers no call twice, kills the
+/// command (it outlived flower) and tells the worker that started it.
+#[test]
+fn sigkill_with_three_workers_and_a_background_command_in_flight() {
+    let fault = Fault {
+        background: true,
+        ..SIGKILL
+    };
+    killed_with_workers_in_flight(&["a.txt", "b.txt", "c.txt"], fault);
+}
+
+/// The same with SIGTERM: the handler kills the command with flower; the wake reports it.
+#[test]
+fn sigterm_with_three_workers_and_a_background_command_in_flight() {
+    let fault = Fault {
+        signal: libc::SIGTERM,
+        background: true,
+    };
+    killed_with_workers_in_flight(&["a.txt", "b.txt", "c.txt"], fault);
 }
 
 #[test]
 fn sigkill_after_one_of_three_workers_finished_continues_the_other_two() {
-    killed_with_workers_in_flight(&["a.txt", "c.txt"]);
+    killed_with_workers_in_flight(&["a.txt", "c.txt"], SIGKILL);
 }
 
 /// `flower once` whose first reply sends three sub-agents (`a`, `b`, `c`) at once.

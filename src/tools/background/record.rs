@@ -33,18 +33,25 @@ impl ProcessId {
         })
     }
 
-    /// Whether that very process still exists.
+    /// Whether that very process still runs (a zombie waiting for its reaper does not).
     pub fn alive(&self) -> bool {
-        self.pid > 1 && start_ticks(self.pid) == Some(self.start_ticks)
+        self.pid > 1
+            && stat(self.pid).is_some_and(|(state, ticks)| state != 'Z' && ticks == self.start_ticks)
     }
 }
 
-/// A process's start time from `/proc/<pid>/stat` (field 22, after the command name,
-/// which may hold spaces and parentheses).
 fn start_ticks(pid: i32) -> Option<u64> {
+    stat(pid).map(|(_, ticks)| ticks)
+}
+
+/// A process's state and start time from `/proc/<pid>/stat` (fields 3 and 22, after
+/// the command name, which may hold spaces and parentheses).
+fn stat(pid: i32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.nth(18)?.parse().ok()?))
 }
 
 /// How a command ended.
