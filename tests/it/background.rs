@@ -68,16 +68,20 @@ fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
 /// Whether the command's process group still has a live member (zombies waiting for
 /// a reaper do not count).
 pub fn group_alive(pgid: i64) -> bool {
-    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
-    })
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                return false;
+            };
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+        })
 }
 
 pub fn leader(record: &Value) -> i64 {
@@ -118,7 +122,10 @@ fn start_read_and_stop() {
                     json!({"task_id": started_id(req), "block": false}),
                 )
             }
-            2 => Reply::tool_use("TaskOutput", json!({"task_id": the_record(&ws)["id"], "block": false})),
+            2 => Reply::tool_use(
+                "TaskOutput",
+                json!({"task_id": the_record(&ws)["id"], "block": false}),
+            ),
             3 => Reply::tool_use("TaskStop", json!({"task_id": the_record(&ws)["id"]})),
             _ => Reply::text("好了"),
         })
@@ -144,7 +151,10 @@ fn start_read_and_stop() {
     let again = result_text(&requests[3]);
     assert!(again.contains("(no new output)"), "{again}");
     let stopped = result_text(&requests[4]);
-    assert!(stopped.starts_with("Stopped background command"), "{stopped}");
+    assert!(
+        stopped.starts_with("Stopped background command"),
+        "{stopped}"
+    );
     let record = the_record(&ws);
     assert_eq!(record["end"]["how"], "stopped", "{record}");
     assert!(!group_alive(leader(&record)), "the command still runs");
@@ -214,7 +224,10 @@ fn a_command_still_running_when_the_session_ends_is_killed() {
     run(&server, &ws, &[]);
     let record = the_record(&ws);
     assert_eq!(record["end"]["how"], "session-ended", "{record}");
-    assert!(!group_alive(leader(&record)), "the command outlived its session");
+    assert!(
+        !group_alive(leader(&record)),
+        "the command outlived its session"
+    );
 }
 
 #[test]

@@ -139,7 +139,10 @@ fn killed_with_workers_in_flight(held: &[&'static str], fault: Fault) {
         // The command is at work (an event on disk) before the kill.
         let deadline = Instant::now() + PATIENCE;
         while !project.dir.join("bg-started").exists() {
-            assert!(Instant::now() < deadline, "the background command never started");
+            assert!(
+                Instant::now() < deadline,
+                "the background command never started"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let records = background::records(&project.dir);
@@ -194,7 +197,10 @@ fn killed_with_workers_in_flight(held: &[&'static str], fault: Fault) {
                 "{file}: its first turn is kept"
             );
             let texts = last_texts(next);
-            assert!(texts.iter().any(|t| t == RESUME_PROMPT), "{file}: {texts:?}");
+            assert!(
+                texts.iter().any(|t| t == RESUME_PROMPT),
+                "{file}: {texts:?}"
+            );
             if fault.background && *file == "a.txt" {
                 // Told, after the resume prompt, that its command no longer runs.
                 let record = &background::records(&project.dir)[0];
@@ -204,7 +210,11 @@ fn killed_with_workers_in_flight(held: &[&'static str], fault: Fault) {
                     "{note}"
                 );
             } else {
-                assert_eq!(texts.last().map(String::as_str), Some(RESUME_PROMPT), "{file}");
+                assert_eq!(
+                    texts.last().map(String::as_str),
+                    Some(RESUME_PROMPT),
+                    "{file}"
+                );
             }
         } else {
             assert!(after.is_empty(), "{file}: a finished worker was run again");
@@ -242,7 +252,10 @@ fn killed_with_workers_in_flight(held: &[&'static str], fault: Fault) {
     ids.sort_unstable();
     assert_eq!(ids, ["task_a", "task_b", "task_c"], "each answered once");
     if let Some(leader) = leader {
-        assert!(!background::group_alive(leader), "the background command outlived the wake");
+        assert!(
+            !background::group_alive(leader),
+            "the background command outlived the wake"
+        );
         let record = &background::records(&project.dir)[0];
         let how = if fault.signal == libc::SIGKILL {
             "killed-on-start"

@@ -159,13 +159,7 @@ impl Background {
 
     /// Starts `command` in the background as Bash would run it in the foreground,
     /// for `owner`; the result names its id and output file.
-    pub fn start(
-        &self,
-        command: &str,
-        ctx: &ToolContext,
-        owner: Owner,
-        depth: u32,
-    ) -> ToolOutput {
+    pub fn start(&self, command: &str, ctx: &ToolContext, owner: Owner, depth: u32) -> ToolOutput {
         let id = format!("b{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let dir = &self.0.dir;
         let out_path = dir.join(format!("{id}.out"));
@@ -191,10 +185,14 @@ impl Background {
             id: id.clone(),
             command: command.to_string(),
             owner,
-            leader: pid
-                .and_then(ProcessId::of)
-                .unwrap_or(ProcessId { pid: 0, start_ticks: 0 }),
-            flower: ProcessId::of(me).unwrap_or(ProcessId { pid: me, start_ticks: 0 }),
+            leader: pid.and_then(ProcessId::of).unwrap_or(ProcessId {
+                pid: 0,
+                start_ticks: 0,
+            }),
+            flower: ProcessId::of(me).unwrap_or(ProcessId {
+                pid: me,
+                start_ticks: 0,
+            }),
             started_at: record::now(),
             output: out_path.clone(),
             end: None,

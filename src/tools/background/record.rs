@@ -36,7 +36,8 @@ impl ProcessId {
     /// Whether that very process still runs (a zombie waiting for its reaper does not).
     pub fn alive(&self) -> bool {
         self.pid > 1
-            && stat(self.pid).is_some_and(|(state, ticks)| state != 'Z' && ticks == self.start_ticks)
+            && stat(self.pid)
+                .is_some_and(|(state, ticks)| state != 'Z' && ticks == self.start_ticks)
     }
 }
 

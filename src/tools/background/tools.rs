@@ -91,7 +91,12 @@ struct StopInput {
 }
 
 /// The id a call names under the new field or the old one.
-fn id_of(tool: &str, new: Field<String>, old: Field<String>, old_name: &str) -> Result<String, ToolOutput> {
+fn id_of(
+    tool: &str,
+    new: Field<String>,
+    old: Field<String>,
+    old_name: &str,
+) -> Result<String, ToolOutput> {
     match new.optional(tool, "task_id")? {
         Some(id) => Ok(id),
         None => old.required(tool, old_name).map_err(|_| {
@@ -116,7 +121,10 @@ impl Background {
         let fields: OutputInput = input::parse(name, input)?;
         let id = id_of(name, fields.task_id, fields.bash_id, "bash_id")?;
         // The old tool never waited.
-        let block = fields.block.optional(name, "block")?.unwrap_or(name == TASK_OUTPUT);
+        let block = fields
+            .block
+            .optional(name, "block")?
+            .unwrap_or(name == TASK_OUTPUT);
         let timeout = fields
             .timeout
             .optional(name, "timeout")?
