@@ -57,6 +57,8 @@ pub enum Event {
         context: u64,
         /// Cost of the whole run so far, when the model's price is known.
         cost_usd: Option<f64>,
+        /// The model that answered (the request's model id).
+        model: String,
         depth: u32,
     },
     /// Resilience: a request failed and will be retried.
@@ -112,6 +114,21 @@ pub enum Event {
         generation: u32,
         context: u64,
         mechanical: bool,
+    },
+    /// Runtime: a step attempt ended and its manifest row was written. `step` is the
+    /// row's name (`干活#retry1`, `干活·判定#1`, …); `attempts` the engine runs it took.
+    AttemptDone {
+        step: String,
+        ok: bool,
+        error: Option<String>,
+        attempts: u32,
+    },
+    /// Workflow: a gate's verdict on `step`, round `round` of the `rounds` this wake may run.
+    Judged {
+        step: String,
+        round: u32,
+        rounds: u32,
+        passed: bool,
     },
     /// Workflow: a step was skipped because its output is already frozen on disk.
     StepSkipped {

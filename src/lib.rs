@@ -42,6 +42,7 @@ pub mod run;
 pub mod run_dir;
 pub mod settings;
 pub mod stores;
+pub mod telemetry;
 pub mod tools;
 pub mod transcript;
 pub mod workflow;

@@ -52,6 +52,9 @@ pub const SETTINGS_PIN_FILE: &str = "settings-pin.json";
 pub const SAID_FILE: &str = "said.json";
 /// Background commands' records and output files.
 pub const BACKGROUND_DIR: &str = "background";
+/// What the OpenTelemetry export sent and dropped, every process's added up
+/// (`telemetry::Report`).
+pub const TELEMETRY_FILE: &str = "telemetry.json";
 
 /// A run directory: a path (relative to the current directory unless absolute) and the
 /// paths of its files. Creating it, locking it and reading it are other modules' jobs.
@@ -138,6 +141,11 @@ impl RunDir {
     /// (`<id>.out`).
     pub fn background(&self) -> PathBuf {
         self.path.join(BACKGROUND_DIR)
+    }
+
+    /// `telemetry.json`.
+    pub fn telemetry_file(&self) -> PathBuf {
+        self.path.join(TELEMETRY_FILE)
     }
 }
 

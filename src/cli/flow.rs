@@ -147,7 +147,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     // anything written: a run that cannot start leaves the notes as they were.
     let said = take_up_said(&renderer, &run, &mut options, pending)?;
     note_warnings(&renderer, runtime);
-    install_signals(runtime, &renderer, interrupt, interactive)?;
+    install_signals(&run, &renderer, interrupt, interactive)?;
     if !new_task {
         count_cost_before(&renderer, &settings);
     }
@@ -160,6 +160,7 @@ pub async fn run(args: FlowArgs, env: &Environment) -> anyhow::Result<ExitCode> 
     }
     renderer.finish();
     note_warnings(&renderer, runtime);
+    finish_telemetry(&run);
     exit_status(
         &renderer,
         args.rounds,
@@ -384,12 +385,14 @@ fn note_warnings(renderer: &Renderer, runtime: &flower::Runtime) {
 /// Ctrl-C and termination signals: rescue the sessions, stop the commands, end the
 /// output cleanly and say how to continue.
 fn install_signals(
-    runtime: &flower::Runtime,
+    run: &Run,
     renderer: &Arc<Renderer>,
     interrupt: Interrupt,
     interactive: bool,
 ) -> anyhow::Result<()> {
+    let runtime = run.runtime();
     let exit_renderer = renderer.clone();
+    let telemetry = run.telemetry().cloned();
     signals::install(
         Some(runtime.rescuer()),
         runtime.processes().clone(),
@@ -397,10 +400,32 @@ fn install_signals(
         interactive,
         move || {
             exit_renderer.finish();
+            if let Some(telemetry) = &telemetry {
+                say_dropped(telemetry.shutdown());
+            }
             errln!("flower: 已退出。再跑一次 flower 就接着这段对话。");
         },
     )?;
     Ok(())
+}
+
+/// The OpenTelemetry export's last flush (bounded), and what it could not deliver.
+fn finish_telemetry(run: &Run) {
+    if let Some(telemetry) = run.telemetry() {
+        say_dropped(telemetry.shutdown());
+    }
+}
+
+fn say_dropped(figures: Option<flower::telemetry::Figures>) {
+    if let Some(f) = figures.filter(|f| f.dropped() > 0) {
+        errln!(
+            "flower: 遥测:收集器没收到,丢了 {} 条(span {},事件 {},指标 {});见 flower log --json 的 telemetry",
+            f.dropped(),
+            f.spans_dropped,
+            f.logs_dropped,
+            f.metrics_dropped
+        );
+    }
 }
 
 /// The verdict line and summary of the finished pipeline, and its exit status.

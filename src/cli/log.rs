@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// 打印一个 JSON 文档(`{"attempts": […], "totals": {…}, "earlier": N}`)
+    /// 打印一个 JSON 文档(`{"attempts": […], "totals": {…}, "earlier": N}`,开过遥测的还有 `telemetry`)
     #[arg(long)]
     pub json: bool,
 
@@ -54,6 +54,12 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
             "totals": totals,
             "earlier": run.earlier.len(),
         });
+        // What the OpenTelemetry export sent and dropped, when it was ever on here.
+        if let Some(report) = flower::telemetry::Report::read(&run.run_dir)
+            && let Some(doc) = doc.as_object_mut()
+        {
+            doc.insert("telemetry".into(), serde_json::to_value(report)?);
+        }
         if args.all
             && let Some(doc) = doc.as_object_mut()
         {

@@ -205,6 +205,8 @@ impl Renderer {
             Event::Requesting { .. }
             | Event::BackgroundStarted { .. }
             | Event::BackgroundEnded { .. } => {}
+            // The manifest and the verdict line say these (for the export).
+            Event::AttemptDone { .. } | Event::Judged { .. } => {}
         }
     }
 

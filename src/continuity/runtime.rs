@@ -807,7 +807,14 @@ impl Runtime {
     }
 
     pub fn record(&self, result: &StepResult) {
-        match lock(&self.manifest).record(result) {
+        let recorded = lock(&self.manifest).record(result);
+        self.emit(Event::AttemptDone {
+            step: result.step.clone(),
+            ok: result.ok,
+            error: result.error.clone(),
+            attempts: result.attempts,
+        });
+        match recorded {
             Ok(outcome) => {
                 if let Some(aside) = outcome.moved_aside {
                     lock(&self.warnings).push(format!(

@@ -50,6 +50,7 @@ impl Engine {
             usage: reply.usage,
             context: reply.usage.context_tokens(),
             cost_usd: totals.cost_usd,
+            model: model.to_string(),
             depth: conv.depth,
         });
         Ok(())

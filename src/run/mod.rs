@@ -37,6 +37,7 @@ use crate::settings::pin::{Drift, Pinned, SettingsPin};
 use crate::settings::{ConfigError, Settings};
 use crate::stores::postgres::hostname;
 use crate::stores::{PostgresStore, SessionStore, SqliteSessionStore, StoreError};
+use crate::telemetry::Telemetry;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -175,6 +176,8 @@ pub struct Run {
     /// The database hold, for the run's life. In a mutex (never locked) only so that a
     /// `Run` is `Sync`: a front end shares it between threads (the Python package).
     _hold: std::sync::Mutex<Option<Box<dyn Send>>>,
+    /// The OpenTelemetry export, when the settings turned it on.
+    telemetry: Option<Telemetry>,
 }
 
 /// Where a run is: what [`Run`], [`Opening`], [`Locked`] and [`Peek`] all know.
@@ -247,6 +250,21 @@ impl Run {
         options.checkpoints = settings
             .checkpoints()
             .then_some(settings.checkpoint_max_file_bytes());
+        let telemetry = settings.telemetry().map(|config| {
+            let run_key = match &shared {
+                Some(run) => run.run_key().to_string(),
+                None => std::path::absolute(settings.run_dir())
+                    .unwrap_or_else(|_| settings.run_dir().to_path_buf())
+                    .to_string_lossy()
+                    .into_owned(),
+            };
+            let identity = crate::telemetry::Identity {
+                run_key,
+                host: hostname(),
+                workspace: workspace.clone(),
+            };
+            (config.clone(), identity)
+        });
         Ok(Opening {
             at: At {
                 workspace,
@@ -258,11 +276,18 @@ impl Run {
             options,
             pin: pinning(settings),
             accepted: settings.accept_settings(),
+            telemetry,
         })
     }
 
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// The OpenTelemetry export, when on: a front end calls [`Telemetry::shutdown`]
+    /// when the run ends (and on a signal, before the process dies).
+    pub fn telemetry(&self) -> Option<&Telemetry> {
+        self.telemetry.as_ref()
     }
 
     /// The wake state the run was opened with (computed once, under the lock).
@@ -303,6 +328,8 @@ pub struct Opening {
     pin: Option<SettingsPin>,
     /// The person said to apply changed settings files.
     accepted: bool,
+    /// The OpenTelemetry export to start with the runtime, and who exports.
+    telemetry: Option<(crate::telemetry::Config, crate::telemetry::Identity)>,
 }
 
 /// The pin of what `settings` loaded, when they were loaded from files.
@@ -471,16 +498,40 @@ impl Locked {
             archived: _,
         } = self;
         let Opening {
-            at, mut options, ..
+            at,
+            mut options,
+            telemetry,
+            ..
         } = opening;
         options.run_lock = RunLocking::Held(run_lock);
         options.subagents = subagents;
+        // The export sees every event the front end sees, before it does.
+        let export = match &telemetry {
+            Some((config, identity)) => match Telemetry::start(config, identity, at.dir.path()) {
+                Ok(telemetry) => Some(telemetry),
+                Err(e) => {
+                    (front.events)(&crate::events::Event::Warning {
+                        message: format!("遥测没有打开:{}", crate::error::chain(&e)),
+                    });
+                    None
+                }
+            },
+            None => None,
+        };
+        let front = match &export {
+            Some(telemetry) => FrontEnd {
+                events: telemetry.sink(front.events.clone()),
+                ..front
+            },
+            None => front,
+        };
         let runtime = Runtime::with_front_end(&at.workspace, &at.dir, options, front)?;
         Ok(Run {
             runtime,
             wake,
             at,
             _hold: std::sync::Mutex::new(hold),
+            telemetry: export,
         })
     }
 }

@@ -50,6 +50,7 @@ pub mod skills;
 pub mod sources;
 mod store;
 mod strict;
+pub mod telemetry;
 
 pub use model::{DEFAULT_THINKING_BUDGET, ModelSettings};
 pub use sources::{Environment, FileLayer, Flags, SandboxFlags};
@@ -166,6 +167,8 @@ pub struct Settings {
     pass_env: Vec<String>,
     mcp: crate::tools::mcp::McpConfig,
     concurrency: Concurrency,
+    /// The OpenTelemetry export; `None`: off (the default).
+    telemetry: Option<crate::telemetry::Config>,
 }
 
 /// Which calls of one reply run at the same time (see `docs/concurrency.md`).
@@ -266,6 +269,12 @@ impl Settings {
 
     /// The run's name in the shared store (`--run-key`, else `FLOWER_RUN_KEY`); `None`:
     /// the workspace's project key. Only with a PostgreSQL store.
+    /// The OpenTelemetry export (`CLAUDE_CODE_ENABLE_TELEMETRY` and the `OTEL_*`
+    /// variables); `None`: off.
+    pub fn telemetry(&self) -> Option<&crate::telemetry::Config> {
+        self.telemetry.as_ref()
+    }
+
     pub fn run_key(&self) -> Option<&RunName> {
         self.run_key.as_ref()
     }
@@ -491,6 +500,8 @@ impl Settings {
                 })
                 .cloned(),
         );
+        let telemetry = telemetry::resolve(env)?;
+        sandbox.withheld_env.extend(telemetry::secret_names(env));
         let run_dir = flags
             .run_dir
             .clone()
@@ -519,6 +530,7 @@ impl Settings {
             pass_env,
             mcp,
             concurrency,
+            telemetry,
             home: env.home().map(Path::to_path_buf),
             terminal: Terminal {
                 no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty()),

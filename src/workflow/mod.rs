@@ -309,7 +309,14 @@ impl Workflow {
         };
         let mut round = 1;
         loop {
-            match gate.check(rt, step, round, ctx).await {
+            let verdict = gate.check(rt, step, round, ctx).await;
+            rt.emit(Event::Judged {
+                step: step.name.clone(),
+                round,
+                rounds: gate.rounds(),
+                passed: matches!(verdict, Verdict::Pass),
+            });
+            match verdict {
                 Verdict::Pass => {
                     ctx.passed.insert(step.name.clone(), true);
                     return Ok(());

@@ -20,7 +20,9 @@ const LAYERS: &[&[&str]] = &[
     &["stores", "checkpoint"],
     &["tools"],
     &["engine"],
-    &["continuity"],
+    // `telemetry`: the OpenTelemetry export of the run's events (it names attempts as
+    // continuity does; continuity does not use it).
+    &["continuity", "telemetry"],
     // Every knob resolved once; it builds values of the layers below.
     &["settings"],
     // The run's lifecycle: takes the settings, opens the runtime.

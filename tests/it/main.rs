@@ -96,6 +96,7 @@ mod store_prune_edges;
 mod store_shared_run;
 mod store_sqlite;
 mod subagent_resilience;
+mod telemetry;
 mod terminal;
 mod test_skips;
 mod tools_bash;
