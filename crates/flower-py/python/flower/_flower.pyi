@@ -105,7 +105,7 @@ class Event(TypedDict, total=False):
     type: Literal[
         "session", "text", "thinking", "tool_call", "tool_denied", "tool_done", "turn",
         "retrying", "offline", "online", "offline_wait_interrupted", "warning", "step",
-        "handoff", "step_skipped",
+        "handoff", "step_skipped", "attempt_done", "judged",
     ]
 
 class Resilience:
