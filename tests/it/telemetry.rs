@@ -448,3 +448,101 @@ fn a_bad_telemetry_variable_is_refused_before_any_request() {
         ],
     );
 }
+
+/// A collector that takes connections and never answers.
+fn blackhole() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            held.push(stream);
+        }
+    });
+    port
+}
+
+/// `flower` (the pipeline) with telemetry to `endpoint`, killed by SIGTERM while the
+/// coordinator's first reply is held: how long it took to die after the signal.
+fn terminated_mid_step(project: &Project, endpoint: &str, env: &[(&str, &str)]) -> Duration {
+    use crate::faults_support::{PATIENCE, signal, spawn_watched, wait_exit};
+    use crate::support::Gate;
+    use crate::support::pipeline::{Agent, agent_of};
+    use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::AtomicBool;
+    let gate = Gate::new();
+    let held = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (gate, held) = (gate.clone(), held.clone());
+        FakeServer::with_handler(move |req, _| {
+            if agent_of(req) == Agent::Coordinator && !held.swap(true, Ordering::SeqCst) {
+                return simple_reply(req).gate_before(&gate);
+            }
+            simple_reply(req)
+        })
+    };
+    let mut cmd = project.command(&server, &[REQUEST]);
+    cmd.envs(telemetry_on(endpoint)).envs(env.iter().copied());
+    let (mut child, stderr) = spawn_watched(cmd);
+    assert!(gate.wait_reached(PATIENCE), "{}", stderr.all());
+    let signalled = Instant::now();
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, PATIENCE);
+    let took = signalled.elapsed();
+    gate.open();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{}", stderr.all());
+    took
+}
+
+#[test]
+fn sigterm_flushes_what_it_has_with_the_open_spans_cut_short() {
+    let receiver = Receiver::start();
+    let project = Project::new();
+    terminated_mid_step(&project, &receiver.endpoint(), &[]);
+    let spans: Vec<_> = receiver
+        .bodies("/v1/traces")
+        .iter()
+        .flat_map(|b| {
+            ExportTraceServiceRequest::decode(&b[..])
+                .unwrap()
+                .resource_spans
+        })
+        .flat_map(|rs| rs.scope_spans)
+        .flat_map(|ss| ss.spans)
+        .collect();
+    // The two finished steps' attempts, and 干活's, cut short, with the process's span.
+    let attempts: Vec<_> = spans.iter().filter(|s| s.name == "step_attempt").collect();
+    assert_eq!(attempts.len(), 3, "{spans:#?}");
+    let cut: Vec<_> = attempts
+        .iter()
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .is_some_and(|st| st.message == "cut short")
+        })
+        .collect();
+    assert_eq!(cut.len(), 1);
+    assert_eq!(attrs(&cut[0].attributes)["flower.step"], "干活");
+    assert_eq!(spans.iter().filter(|s| s.name == "flower").count(), 1);
+    let metrics: Vec<ExportMetricsServiceRequest> = receiver
+        .bodies("/v1/metrics")
+        .iter()
+        .map(|b| ExportMetricsServiceRequest::decode(&b[..]).unwrap())
+        .collect();
+    assert!(total(&points(&metrics, "flower.request.count"), |_| true) >= 3.0);
+    let report = &log_json(&project)["telemetry"];
+    assert_eq!(report["processes"], 1, "{report}");
+}
+
+#[test]
+fn a_collector_that_never_answers_does_not_hold_up_the_exit() {
+    let project = Project::new();
+    // Each export would wait a minute for its answer; the exit waits 3 s at most.
+    let took = terminated_mid_step(
+        &project,
+        &format!("http://127.0.0.1:{}", blackhole()),
+        &[("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")],
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
