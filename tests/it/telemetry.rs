@@ -546,3 +546,48 @@ fn a_collector_that_never_answers_does_not_hold_up_the_exit() {
     );
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
+
+#[test]
+fn the_collectors_credentials_stay_out_of_commands_and_json_is_spoken_on_request() {
+    use crate::support::Reply;
+    use crate::support::pipeline::{Agent, agent_or_once, turn_of};
+    let receiver = Receiver::start();
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| match (agent_or_once(req), turn_of(req)) {
+        (Agent::Worker, 0) => Reply::tool_use(
+            "Bash",
+            serde_json::json!({"command": "env > seen-env.txt && echo hello > hello.txt"}),
+        ),
+        _ => simple_reply(req),
+    });
+    let out = project
+        .command(&server, &[REQUEST])
+        .envs(telemetry_on(&receiver.endpoint()))
+        .env(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "Authorization=Bearer%20collector-secret-1234",
+        )
+        .env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let seen = project.read("seen-env.txt");
+    assert!(seen.contains("OTEL_RESOURCE_ATTRIBUTES="), "{seen}");
+    assert!(!seen.contains("collector-secret"), "{seen}");
+    assert!(!seen.contains("OTEL_EXPORTER_OTLP_HEADERS"), "{seen}");
+    // Metrics in OTLP/JSON, the other signals still protobuf.
+    let metrics = receiver.bodies("/v1/metrics");
+    assert!(!metrics.is_empty());
+    let doc: Value = serde_json::from_slice(metrics.last().unwrap()).unwrap();
+    let names: Vec<&str> = doc["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"claude_code.token.usage"), "{names:?}");
+    assert!(names.contains(&"flower.tool.call.count"), "{names:?}");
+    for body in receiver.bodies("/v1/traces") {
+        ExportTraceServiceRequest::decode(&body[..]).unwrap();
+    }
+}
