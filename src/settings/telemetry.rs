@@ -40,6 +40,17 @@ pub fn resolve(env: &Environment) -> Result<Option<Config>, ConfigError> {
             ));
         }
     }
+    // The exporter crate reads these itself and cannot compress (no gzip/zstd built
+    // in), and takes even `none` for a bad value: refused here, before anything runs.
+    for infix in ["", "TRACES_", "METRICS_", "LOGS_"] {
+        let name = format!("OTEL_EXPORTER_OTLP_{infix}COMPRESSION");
+        if let Some(value) = var(&name) {
+            return Err(ConfigError::invalid(
+                &name,
+                format!("{name}={value:?}:flower 的导出不压缩,去掉这个变量"),
+            ));
+        }
+    }
     let mut endpoints = Vec::new();
     for (exporter, infix, path) in SIGNALS {
         endpoints.push(match var(exporter) {

@@ -445,6 +445,11 @@ fn a_bad_telemetry_variable_is_refused_before_any_request() {
                 vec![on, ("OTEL_METRIC_EXPORT_INTERVAL", "0")],
                 "OTEL_METRIC_EXPORT_INTERVAL",
             ),
+            (
+                vec![],
+                vec![on, ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+                "OTEL_EXPORTER_OTLP_COMPRESSION",
+            ),
         ],
     );
 }
