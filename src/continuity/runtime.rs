@@ -435,10 +435,9 @@ impl Runtime {
             pause,
             background_output_cap: options.background_output_cap,
         });
-        if run_lock.is_some() {
-            // What a flower killed without unwinding left running in the background.
-            engine.background().sweep_leftovers();
-        }
+        // What a flower killed without unwinding left running in the background (a
+        // record whose flower still runs is another process's: left alone).
+        engine.background().sweep_leftovers();
         let mut lineage = match options.shared_run.clone() {
             Some(shared) => {
                 Lineage::load_shared(&run_dir, &workspace, shared, |id| raw_store.has_session(id))

@@ -264,3 +264,68 @@ fn ctrl_c_kills_what_runs_in_the_background() {
     let status = wait_exit(&mut child, PATIENCE);
     assert!(status.success(), "{}", stderr.all());
 }
+
+/// A SIGKILL leaves the command running (its supervisor is not flower); the next
+/// start on the run directory kills it, and the resumed session's first request says
+/// it no longer runs, after the new prompt.
+#[test]
+fn after_a_sigkill_the_next_start_kills_the_leftover_and_tells_the_session() {
+    let dir = TempDir::new().unwrap();
+    let ws = dir.path().to_path_buf();
+    let gate = Gate::new();
+    let server = {
+        let gate = gate.clone();
+        FakeServer::with_handler(move |_, n| match n {
+            0 => background("touch marker; exec sleep 600"),
+            1 => Reply::text("等着").gate_before(&gate),
+            _ => Reply::text("知道了"),
+        })
+    };
+    let cmd = Flower::new(&["once", "后台的活"])
+        .server(&server)
+        .dir(&ws)
+        .attempts(1)
+        .stdin_null()
+        .command();
+    let (mut child, _stderr) = spawn_watched(cmd);
+    assert!(gate.wait_reached(PATIENCE));
+    wait_until("the command started", || ws.join("marker").exists());
+    let record = the_record(&ws);
+    let pgid = leader(&record);
+    signal(&child, libc::SIGKILL);
+    wait_exit(&mut child, PATIENCE);
+    gate.open();
+    assert!(group_alive(pgid), "gone before the next start");
+
+    let session = record["owner"]["session_id"].as_str().unwrap();
+    let before = server.requests().len();
+    let out = flower_with_env(&server, &ws, &["once", "接着来", "--resume", session], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!group_alive(pgid), "the leftover still runs");
+    let record = the_record(&ws);
+    assert_eq!(record["end"]["how"], "killed-on-start", "{record}");
+    let first = &server.requests()[before];
+    let texts: Vec<String> = first.messages().last().unwrap()["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"].as_str().map(str::to_string))
+        .collect();
+    let id = record["id"].as_str().unwrap();
+    assert_eq!(
+        texts.first().map(String::as_str),
+        Some("接着来"),
+        "{texts:?}"
+    );
+    let note = texts.last().unwrap();
+    assert!(
+        note.contains("no longer run")
+            && note.contains(id)
+            && note.contains("killed when flower was stopped"),
+        "{note}"
+    );
+}

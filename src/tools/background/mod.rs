@@ -256,7 +256,7 @@ impl Background {
     }
 
     /// Kills what an earlier flower left running in this run directory (see
-    /// [`record::sweep_leftovers`]); only the holder of the run lock calls it.
+    /// [`record::sweep_leftovers`]); every runtime calls it when it opens.
     pub fn sweep_leftovers(&self) -> Vec<Record> {
         record::sweep_leftovers(&self.0.dir)
     }

@@ -131,10 +131,10 @@ pub fn all(dir: &Path) -> Vec<Record> {
 }
 
 /// Kills the commands an earlier flower left running in `dir` (it died without
-/// unwinding) and records their end; returns the records it ended. Only for the
-/// holder of the run lock; a record whose flower still lives is left alone all the
-/// same (a second line of defence), and a leader whose start time differs is a
-/// recycled pid, never signalled.
+/// unwinding) and records their end; returns the records it ended. A record whose
+/// flower still runs (the pipeline, a `flower once` beside it) is that process's and
+/// left alone, and a leader whose start time differs is a recycled pid, never
+/// signalled: a pid alone is never trusted.
 pub fn sweep_leftovers(dir: &Path) -> Vec<Record> {
     let mut ended = Vec::new();
     for mut record in all(dir) {
