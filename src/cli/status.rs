@@ -54,6 +54,8 @@ pub struct Status {
     /// the banner read them from the run (set by [`Status::know`]) and as this
     /// process's turns and handoffs moved them; a continued session starts from them.
     known: BTreeMap<String, (u64, u32)>,
+    /// Background commands running now (id, command), oldest first.
+    pub background: Vec<(String, String)>,
 }
 
 impl Default for Status {
@@ -82,6 +84,7 @@ impl Status {
             peak_context: 0,
             awaiting: false,
             known: BTreeMap::new(),
+            background: Vec::new(),
         }
     }
 
@@ -159,6 +162,10 @@ impl Status {
                 self.offline = None;
                 self.offline_since = None;
             }
+            Event::BackgroundStarted { id, command, .. } => {
+                self.background.push((id.clone(), command.clone()))
+            }
+            Event::BackgroundEnded { id, .. } => self.background.retain(|(own, _)| own != id),
             _ => {}
         }
     }
@@ -237,11 +244,12 @@ impl Status {
             .map(|g| format!(" · 第 {g} 代"))
             .unwrap_or_default();
         format!(
-            "{step}第 {} 轮 · 上下文 {}{window}{generation} · {} · 用时 {elapsed}{}",
+            "{step}第 {} 轮 · 上下文 {}{window}{generation} · {} · 用时 {elapsed}{}{}",
             self.turn + u32::from(self.awaiting),
             tokens(self.context),
             cost(self.cost),
-            self.waiting()
+            self.waiting(),
+            background(&self.background)
         )
     }
 
@@ -280,6 +288,23 @@ impl Status {
             handoffs
         )
     }
+}
+
+/// Characters of the newest background command shown (the line must fit a row).
+const BACKGROUND_COMMAND_CHARS: usize = 20;
+
+/// ` · 后台 2:npm run dev` (the count, then the newest command, cut): what runs in
+/// the background; nothing when nothing does.
+pub fn background(running: &[(String, String)]) -> String {
+    let Some((_, newest)) = running.last() else {
+        return String::new();
+    };
+    let line = newest.lines().next().unwrap_or_default();
+    let mut shown: String = line.chars().take(BACKGROUND_COMMAND_CHARS).collect();
+    if shown.len() < newest.len() {
+        shown.push('…');
+    }
+    format!(" · 后台 {}:{shown}", running.len())
 }
 
 /// What an outage line says is away: `数据库连不上` while the store's database cannot be

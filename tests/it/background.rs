@@ -329,3 +329,32 @@ fn after_a_sigkill_the_next_start_kills_the_leftover_and_tells_the_session() {
         "{note}"
     );
 }
+
+/// The live status line says what runs in the background while the run waits, and
+/// stops saying it once the command ended with its session.
+#[test]
+fn the_status_line_lists_what_runs_in_the_background() {
+    use crate::faults_support::{Agent, agent_of, simple_reply, turn_of};
+    use crate::terminal::{Pty, TERMINAL_ENV, exited};
+    let project = support::pipeline::Project::with("proj", TERMINAL_ENV);
+    project.freeze_notes();
+    let gate = Gate::new();
+    let server = {
+        let gate = gate.clone();
+        FakeServer::with_handler(move |req, _| match (agent_of(req), turn_of(req)) {
+            (Agent::Worker, 0) => background("exec sleep 600"),
+            (Agent::Worker, 1) => Reply::text("它在跑。").gate_before(&gate),
+            _ => simple_reply(req),
+        })
+    };
+    let mut pty = Pty::spawn(project.flower(&server, &[]));
+    // The run's notes are there: Enter goes on with them.
+    pty.expect("直接回车 = 接着做");
+    pty.line("");
+    assert!(gate.wait_reached(PATIENCE), "{}", pty.output());
+    pty.expect(" · 后台 1:exec sleep 600");
+    gate.open();
+    assert_eq!(exited(pty.wait()), Some(0), "{}", pty.output());
+    let record = the_record(&project.dir);
+    assert_eq!(record["end"]["how"], "session-ended", "{record}");
+}
