@@ -103,6 +103,15 @@ impl Engine {
         if !self.config.conventions.skills.is_empty() && offered(SKILL) {
             defs.push(super::skills::definition());
         }
+        // The web tools as client tools, where the spec offers them by name (the
+        // pipeline's agents): the same list for every role, refused by the rules.
+        use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
+        if self.client_web_tool(offer, WEB_SEARCH) && offered(WEB_SEARCH) {
+            defs.push(crate::tools::web::search_definition());
+        }
+        if self.client_web_tool(offer, WEB_FETCH) && offered(WEB_FETCH) {
+            defs.push(crate::tools::web::fetch_definition());
+        }
         defs.extend(
             conv.mcp_tools
                 .iter()
@@ -112,8 +121,13 @@ impl Engine {
         defs
     }
 
-    /// The server tools an agent's rules give it, with their limits.
-    pub(super) fn server_tools(&self, permissions: &Permissions) -> Vec<crate::model::ServerTool> {
+    /// The server tools an agent's rules give it, with their limits; none of those
+    /// offered as client tools (`offer`, see [`Engine::client_web_tool`]).
+    pub(super) fn server_tools(
+        &self,
+        permissions: &Permissions,
+        offer: &[String],
+    ) -> Vec<crate::model::ServerTool> {
         use crate::model::{ServerTool, ServerToolKind};
         use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
         let limits = self.config.web;
@@ -129,6 +143,7 @@ impl Engine {
             (WEB_FETCH, ServerToolKind::WebFetch, limits.fetch_max_uses),
         ]
         .into_iter()
+        .filter(|(name, _, _)| !self.client_web_tool(offer, name))
         .filter_map(|(name, kind, max_uses)| {
             let access = permissions.web_access(name)?;
             Some(ServerTool {
@@ -241,6 +256,9 @@ impl Engine {
                 self.run_subagent(parent, id, input, totals).await
             }
             (subagent::ASK_USER, _) => self.ask_user(input).await,
+            _ if self.client_web_tool(&parent.spec.offer, name) => {
+                self.run_web(parent, permissions, call, totals).await
+            }
             (SKILL, _) => super::skills::invoke(
                 &self.config.conventions.skills,
                 serde_json::from_value(input.clone()),

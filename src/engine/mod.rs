@@ -28,6 +28,7 @@ pub mod skills;
 pub mod spec;
 mod subagent;
 mod turn;
+mod web;
 
 pub use crate::events::{Event, EventSink};
 pub use conventions::Conventions;
@@ -789,7 +790,7 @@ impl Engine {
                 }
             }),
             effort: conv.spec.effort.or(self.config.effort),
-            server_tools: self.server_tools(&permissions),
+            server_tools: self.server_tools(&permissions, &conv.spec.offer),
         };
         // A reply cut by max_tokens is continued by sending it back as the start of
         // the assistant turn only where the API allows that: never with thinking, never

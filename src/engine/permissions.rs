@@ -21,9 +21,11 @@
 //!   matches the directory itself. `..` is not allowed inside a path rule.
 //! - `mcp__server` (or `mcp__server__*`): every tool of that MCP server
 //!   (`mcp__server__tool`), in allow, deny and ask rules alike.
-//! - `WebSearch`, `WebFetch` (server tools the API runs, [`Permissions::web_access`]):
-//!   `WebFetch(domain:docs.rs)` names a domain; such tools are offered only when an allow
-//!   rule names them, and their domain rules become the tool's domain lists.
+//! - `WebSearch`, `WebFetch` ([`Permissions::web_access`]): `WebFetch(domain:docs.rs)`
+//!   names a domain; as server tools they are offered only when an allow rule names
+//!   them, and their domain rules become the tool's domain lists; as client tools (the
+//!   pipeline's agents) a call is checked like any other, a domain rule against the
+//!   URL's host.
 //! - Any other tool (`Task`, …): the content is a wildcard matched against the input's
 //!   main string field (`Task`: `subagent_type`); for allowing, a tool with no known
 //!   field never matches a content rule; for denying, any string field may match.
@@ -491,7 +493,22 @@ impl Applicable<'_> {
     }
 
     fn check_other(&self, field: Option<&str>, input: &Value) -> Option<Why> {
+        // A client WebFetch's URL against domain rules (a WebSearch has none: its
+        // domains go to the search itself, `tools::web`).
+        #[derive(serde::Deserialize)]
+        struct Url {
+            url: String,
+        }
+        let host = <Url as serde::Deserialize>::deserialize(input)
+            .ok()
+            .and_then(|u| reqwest::Url::parse(&u.url).ok())
+            .and_then(|u| u.host_str().map(str::to_string));
         for d in &self.deny {
+            if let (Content::Domain(domain), Some(host)) = (&d.content, &host)
+                && crate::tools::web::within(host, domain)
+            {
+                return Some(Why::rule(format!("it matches the deny rule {}", d.text), d));
+            }
             if let Content::Other(pat) = &d.content {
                 let hit = match field {
                     Some(v) => wildcard(pat, v),
@@ -505,6 +522,9 @@ impl Applicable<'_> {
         let allowed = self.allow_whole
             || self.allow.iter().any(|r| match (&r.content, field) {
                 (Content::Other(pat), Some(v)) => wildcard(pat, v),
+                (Content::Domain(domain), _) => host
+                    .as_deref()
+                    .is_none_or(|h| crate::tools::web::within(h, domain)),
                 _ => false,
             });
         (!allowed).then(|| self.no_allow_rule())

@@ -280,7 +280,7 @@ impl Engine {
     /// A sub-agent failed and nobody retries it here: an error that only the network or
     /// the server can fix is handed up (the step's retry continues this sub-agent's
     /// session); a fatal one (e.g. its prompt is too long) is the caller's to handle.
-    fn subagent_failed(&self, error: EngineError, totals: &mut Totals) -> ToolOutput {
+    pub(super) fn subagent_failed(&self, error: EngineError, totals: &mut Totals) -> ToolOutput {
         if self.config.recovery.is_none()
             && let Some(model_error) = error.model_error()
             && classify_error(model_error) != ErrorClass::Fatal

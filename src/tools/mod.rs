@@ -22,6 +22,7 @@ pub mod protected;
 pub mod read;
 pub mod sandbox;
 pub mod walk;
+pub mod web;
 
 pub use process::ProcessGroups;
 pub mod write;

@@ -97,14 +97,16 @@ const JUDGE: &str = "你是判定者。你只根据工作区的实际状态判�
 - 逐条读 notes/目标.md 的判定清单,每一条都亲自去验:读文件、跑命令(可以跑测试),给出判定和证据(命令及输出、文件及行)。\n\
 - 不要修改任何文件。\n\
 - 最后一行只写结论:全部达成写 `判定:通过`,否则写 `判定:未通过`,并在前面列出没达成的条目和原因。\n\
-你能用的工具:Read、Glob、Grep,以及用来跑命令和测试的 Bash。Write、Edit、Task、AskUser 对你不开放,调用会被拒绝。";
+你能用的工具:Read、Glob、Grep,以及用来跑命令和测试的 Bash。Write、Edit、Task、AskUser、WebSearch、WebFetch 对你不开放,调用会被拒绝。";
 
 /// The built-in tools every agent of the pipeline is offered, whatever its rules: one
 /// tool list, so the prompt cache's prefix (tools, then the memory) is written once per
 /// run, not once per role. Each agent's rules refuse what it may not use, and its
-/// instructions name what it may. The web tools run at the API, where no rule can refuse
-/// a call, so they are offered only to the agents allowed them.
-pub const PIPELINE_TOOLS: [&str; 9] = [READ, WRITE, EDIT, GLOB, GREP, BASH, TASK, ASK_USER, SKILL];
+/// instructions name what it may. The web tools are client tools here (each call a side
+/// request with the API's server tool, `engine/web.rs`), so the rules refuse them too.
+pub const PIPELINE_TOOLS: [&str; 11] = [
+    READ, WRITE, EDIT, GLOB, GREP, BASH, TASK, ASK_USER, SKILL, WEB_SEARCH, WEB_FETCH,
+];
 
 /// The clarifier: reads the workspace, asks through AskUser, writes only the notes.
 pub fn clarifier() -> AgentSpec {
@@ -128,7 +130,7 @@ pub fn goal_setter() -> AgentSpec {
 }
 
 /// The coordinator: delegates through Task; its own Bash is read-only git. It and the
-/// workers may search and fetch the web (run by the API); the judge may not.
+/// workers may search and fetch the web (side requests to the API); the judge may not.
 pub fn coordinator() -> AgentSpec {
     AgentSpec::new("coordinator", COORDINATOR)
         .offer(PIPELINE_TOOLS)

@@ -107,4 +107,5 @@ mod tools_write_edit;
 mod transcript_types;
 mod trust_corpus;
 mod wake_said;
+mod web_tools;
 mod workflow;

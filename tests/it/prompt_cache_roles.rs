@@ -53,19 +53,12 @@ fn every_role_reads_the_tools_and_the_memory_that_the_first_role_wrote() {
             .find(|r| Part::of(r) == part && turn_of(r) == 0)
             .unwrap_or_else(|| panic!("{part:?} made no request"))
     };
-    // The coordinator is the first of the agents allowed the web tools (run by the
-    // API, so offered only to those allowed them): it reads the tools before them and
-    // writes the memory once more; its workers and successors read it.
-    let client_tools = first.body["tools"].to_string().len() as u64;
-    let coordinator = first_of(Part::Agent(roles::AgentKey::Coordinator));
-    assert!(
-        coordinator.cache.unwrap().read * 4 >= client_tools * 99 / 100,
-        "{:?} {client_tools}",
-        coordinator.cache
-    );
-    use roles::AgentKey::{GoalSetter, Judge, Worker};
+    // The web tools are client tools offered to every role alike (refused by the
+    // rules where a role may not use them), so the coordinator reads the memory too.
+    use roles::AgentKey::{Coordinator, GoalSetter, Judge, Worker};
     let parts = [
         Part::Agent(GoalSetter),
+        Part::Agent(Coordinator),
         Part::Agent(Worker),
         Part::Agent(Judge),
         Part::Successor(1),
@@ -82,9 +75,8 @@ fn every_role_reads_the_tools_and_the_memory_that_the_first_role_wrote() {
         );
     }
     assert_eq!(shares.judge_denied, 0, "the judge's refused calls");
-    // The goal is 96 %: missed by the memory's second write (about 1.5 points;
-    // see docs/model.md). This holds the share reached.
-    assert!(shares.share() >= 0.95, "read share {}", shares.share());
+    // The goal (96.9 % measured, deterministic).
+    assert!(shares.share() >= 0.96, "read share {}", shares.share());
 }
 
 #[test]
@@ -132,6 +124,6 @@ fn the_judge_is_offered_write_and_refused_it() {
     assert!(
         judge
             .system()
-            .contains("Write、Edit、Task、AskUser 对你不开放")
+            .contains("Write、Edit、Task、AskUser、WebSearch、WebFetch 对你不开放")
     );
 }

@@ -441,6 +441,12 @@ pub enum Block {
         kind: String,
         content: Value,
     },
+    /// Text with its citations (`citations_delta`s before the text, as the API streams
+    /// a text that cites web search results or a fetched document).
+    CitedText {
+        text: String,
+        citations: Vec<Value>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -692,6 +698,14 @@ impl Reply {
         })
     }
 
+    /// The side request of a WebSearch or WebFetch call (flower's client web tools),
+    /// answered as the API does: the server tool's call, its result, then a text
+    /// citing it. `None` for any other request. The results name the query or URL,
+    /// so a test can find them in the tool result.
+    pub fn web_side(request: &Recorded) -> Option<Reply> {
+        web_side_reply(request)
+    }
+
     /// A server tool call without its result yet (what a `pause_turn` leaves).
     pub fn then_server_tool_use(self, name: &str, input: Value) -> Reply {
         self.then_block(Block::ServerToolUse {
@@ -871,7 +885,7 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
         .blocks
         .iter()
         .map(|b| match b {
-            Block::Text(t) => t.chars().count(),
+            Block::Text(t) | Block::CitedText { text: t, .. } => t.chars().count(),
             Block::Thinking { thinking, .. } => thinking.chars().count(),
             Block::RedactedThinking(d) => d.len(),
             Block::ToolUse { input, name, .. } | Block::ServerToolUse { input, name } => {
@@ -926,6 +940,24 @@ fn render_message(m: &Message, request: &Recorded, chunk: usize) -> Vec<(String,
                     "content_block_start",
                     json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}),
                 );
+                for piece in pieces(text, chunk) {
+                    push(
+                        "content_block_delta",
+                        delta(json!({"type": "text_delta", "text": piece})),
+                    );
+                }
+            }
+            Block::CitedText { text, citations } => {
+                push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": "", "citations": []}}),
+                );
+                for citation in citations {
+                    push(
+                        "content_block_delta",
+                        delta(json!({"type": "citations_delta", "citation": citation})),
+                    );
+                }
                 for piece in pieces(text, chunk) {
                     push(
                         "content_block_delta",
@@ -1068,6 +1100,8 @@ impl Script {
 // ---------------------------------------------------------------------------------
 
 struct Shared {
+    /// Web side requests still to be answered `overloaded` ([`FakeServer::overload_side_requests`]).
+    side_faults: AtomicUsize,
     requests: Mutex<Vec<Recorded>>,
     arrived: Condvar,
     /// The number of requests, for async waiters.
@@ -1152,6 +1186,7 @@ impl FakeServer {
             cache: Mutex::new(None),
             counts: Mutex::new(Vec::new()),
             count_mode: Mutex::new(CountTokens::default()),
+            side_faults: AtomicUsize::new(0),
         });
         let (control, control_rx) = mpsc::unbounded_channel();
         let thread_shared = shared.clone();
@@ -1166,6 +1201,12 @@ impl FakeServer {
             thread: Some(thread),
             accepting: Mutex::new(true),
         }
+    }
+
+    /// The next `n` web side requests are answered `529 overloaded` (then as the API
+    /// would): a blip in a WebSearch's own request.
+    pub fn overload_side_requests(&self, n: usize) {
+        self.shared.side_faults.store(n, Ordering::SeqCst);
     }
 
     /// `http://127.0.0.1:PORT` (no trailing slash): the `ANTHROPIC_BASE_URL`.
@@ -1475,7 +1516,18 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
             // The API refuses before the model runs: the script is not consumed.
             match refuse_request(&recorded.body) {
                 Some(why) => Reply::error(400, "invalid_request_error", why),
-                None => Script::next(&shared.script, &recorded),
+                None => match web_side_reply(&recorded) {
+                    // A web tool's side request is answered as the API would, whatever
+                    // the script, after the faults a test asked for.
+                    Some(reply) => {
+                        let fault = shared
+                            .side_faults
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                        if fault { Reply::overloaded() } else { reply }
+                    }
+                    None => Script::next(&shared.script, &recorded),
+                },
             }
         } else {
             Reply::error(
@@ -1871,4 +1923,51 @@ async fn answer(stream: &mut TcpStream, reply: Reply, request: &Recorded, close:
         }
     }
     stream.write_all(b"0\r\n\r\n").await.is_ok()
+}
+
+/// See [`Reply::web_side`].
+fn web_side_reply(request: &Recorded) -> Option<Reply> {
+    use flower::tools::web::{FETCH_SYSTEM, SEARCH_SYSTEM};
+    let system = request.system();
+    let asked = request.last_user_text();
+    if system.contains(SEARCH_SYSTEM) {
+        let query = asked
+            .strip_prefix("Perform a web search for the query: ")?
+            .to_string();
+        let slug: String = query
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let url = format!("https://example.com/{slug}");
+        let title = format!("About {query}");
+        let citation = json!({"type": "web_search_result_location", "url": url, "title": title,
+            "encrypted_index": "enc", "cited_text": format!("{query} explained")});
+        return Some(
+            Reply::blocks(Vec::new())
+                .then_web_search(
+                    &query,
+                    &[(&url, &title), ("https://example.org/more", "More")],
+                )
+                .then_block(Block::CitedText {
+                    text: format!("{query} is explained at example.com."),
+                    citations: vec![citation],
+                }),
+        );
+    }
+    if system.contains(FETCH_SYSTEM) {
+        let rest = asked.strip_prefix("Fetch ")?;
+        let url = rest.split_whitespace().next()?.to_string();
+        let text = format!("The page at {url} says hello.");
+        let citation = json!({"type": "char_location", "document_index": 0,
+            "document_title": url, "start_char_index": 0, "end_char_index": 5, "cited_text": "hello"});
+        return Some(
+            Reply::blocks(Vec::new())
+                .then_web_fetch(&url, &text)
+                .then_block(Block::CitedText {
+                    text: format!("It says hello ({url})."),
+                    citations: vec![citation],
+                }),
+        );
+    }
+    None
 }
