@@ -1,35 +1,43 @@
-//! The network proxy's throughput: a 100 MB download by `curl` from a server on the
-//! host's loopback, straight (sandbox off) and from a sandboxed command through the
-//! proxy (plain-HTTP forwarding, CONNECT, SOCKS5), each as curl measures it
-//! (`%{speed_download}`), median of 7. Goal: through the proxy at ≥ 80 % of straight.
+//! The network proxy's throughput: a 100 MB download by `curl`, straight (sandbox off)
+//! and from a sandboxed command through the proxy (plain-HTTP forwarding, CONNECT,
+//! SOCKS5), each as curl measures it (`%{speed_download}`), median of 7. Goal: through
+//! the proxy at ≥ 80 % of straight.
 //!
-//! The loopback server is reached through the proxy because the rules name it
-//! (`127.0.0.1:PORT` in `allowedDomains`, as a user's file would).
+//! From two servers: one on the host's loopback (reached through the proxy because the
+//! rules name it, `127.0.0.1:PORT` in `allowedDomains`, as a user's file would), and one
+//! on "another host": a network namespace joined by a veth pair (root only; skipped
+//! with the reason otherwise), over the bare link and over the link shaped to
+//! 10 Gbit/s and 1 Gbit/s (`tc … tbf`), what a download from another machine crosses.
 //!
-//! Also printed: the CPU time each download costs, flower's process (the server's threads
-//! and, through the proxy, the proxy's thread) and the command's (curl, bash), which
-//! does not depend on how loaded the machine is; the proxy's own cost is flower's
-//! through the proxy minus flower's straight.
+//! Also printed, per download: the CPU time of flower's process (the server's threads
+//! and, through the proxy, the proxy's thread), of the proxy's thread alone, and of the
+//! command (curl, bash). Unlike the wall-clock ratio these do not depend on how loaded
+//! the machine is. The relay's ceiling is 100 MB over its thread's CPU time: what the
+//! proxy could move if it had a core to itself.
 //!
-//! `cargo bench --bench netproxy [-- NAME…]` (names: a part of a case's name)
+//! `cargo bench --bench netproxy [-- WORD…]` (only the cases whose "link: case" name
+//! contains a word; the link's straight case always runs, as the base)
 #![allow(clippy::disallowed_macros)] // figures are printed
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "shared/other_host.rs"]
+mod other_host;
+
 use flower::tools::sandbox::{self, NetworkRules, SandboxPolicy, Support};
 use flower::tools::{ProcessGroups, Tool, ToolContext, bash::Bash};
+use other_host::OtherHost;
 use serde_json::json;
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use tokio_util::sync::CancellationToken;
 
 const SIZE: usize = 100 * 1024 * 1024;
 const RUNS: usize = 7;
+const GOAL: f64 = 80.0;
 
-/// Serves `SIZE` bytes to every request.
-fn server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+/// Serves `SIZE` bytes to every request on `listener`.
+fn serve(listener: TcpListener) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
@@ -54,7 +62,6 @@ fn server() -> u16 {
             });
         }
     });
-    port
 }
 
 /// curl's download speed in MB/s for `command` (which prints `%{speed_download}`).
@@ -72,8 +79,9 @@ async fn speed(ctx: &ToolContext, command: &str) -> f64 {
     bytes_per_s / 1e6
 }
 
-/// CPU seconds used so far by this process (`RUSAGE_SELF`) and its waited-for children.
-fn cpu() -> (f64, f64) {
+/// CPU seconds used so far: this process (`RUSAGE_SELF`), the proxy's thread, and the
+/// waited-for children.
+fn cpu() -> [f64; 3] {
     let get = |who| {
         // SAFETY: getrusage fills the struct.
         let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -81,7 +89,31 @@ fn cpu() -> (f64, f64) {
         let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
         t(u.ru_utime) + t(u.ru_stime)
     };
-    (get(libc::RUSAGE_SELF), get(libc::RUSAGE_CHILDREN))
+    [
+        get(libc::RUSAGE_SELF),
+        proxy_thread_cpu(),
+        get(libc::RUSAGE_CHILDREN),
+    ]
+}
+
+/// The proxy thread's time on a CPU (`schedstat`, nanoseconds), 0 before it exists.
+fn proxy_thread_cpu() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "flower-netproxy" {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+            let ns: f64 = stat
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0.0);
+            return ns / 1e9;
+        }
+    }
+    0.0
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -100,52 +132,44 @@ fn context(ws: &Path, sandbox: SandboxPolicy) -> ToolContext {
     }
 }
 
-fn main() {
-    if let Support::Missing(why) = sandbox::support() {
-        println!("proxy throughput: skipped, this kernel has no Landlock ({why})");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().canonicalize().unwrap();
-    let port = server();
+/// One link's four cases; `None` when the filter leaves none of its proxied cases.
+fn link(rt: &tokio::runtime::Runtime, ws: &Path, link: &str, server: SocketAddr, only: &[String]) {
     let rules = NetworkRules {
         allowed: vec![vec![
             "*".parse().unwrap(),
-            format!("127.0.0.1:{port}").parse().unwrap(),
+            server.to_string().parse().unwrap(),
         ]],
         ..NetworkRules::default()
     };
     let sandboxed = context(
-        &ws,
+        ws,
         SandboxPolicy {
             net: rules,
             ..SandboxPolicy::standard()
         },
     );
-    let straight = context(&ws, SandboxPolicy::default());
-    let url = format!("http://127.0.0.1:{port}/");
+    let straight = context(ws, SandboxPolicy::default());
+    let url = format!("http://{server}/");
     let curl = |how: &str| {
         format!("curl -s --noproxy '' {how} -o /dev/null -w '%{{speed_download}}' {url}")
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let cases = [
         ("straight (sandbox off)", &straight, curl("")),
         ("proxy, plain HTTP", &sandboxed, curl("-x \"$HTTP_PROXY\"")),
         ("proxy, CONNECT", &sandboxed, curl("-p -x \"$HTTP_PROXY\"")),
         ("proxy, SOCKS5", &sandboxed, curl("-x \"$ALL_PROXY\"")),
     ];
-    let only: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    println!("100 MB download by curl, median of {RUNS} (MB/s as curl reports it;");
-    println!("CPU ms per download: flower's process, the command's):");
+    let wanted = |name: &str| {
+        let full = format!("{link}: {name}");
+        only.is_empty() || only.iter().any(|o| full.contains(o.as_str()))
+    };
+    if !cases[1..].iter().any(|(name, ..)| wanted(name)) {
+        return;
+    }
+    println!("{link}:");
     let mut base = 0.0;
     for (name, ctx, command) in cases {
-        if base != 0.0 && !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+        if base != 0.0 && !wanted(name) {
             continue;
         }
         rt.block_on(speed(ctx, &command));
@@ -154,15 +178,73 @@ fn main() {
             .map(|_| rt.block_on(speed(ctx, &command)))
             .collect();
         let after = cpu();
-        let per = |a: f64, b: f64| (a - b) * 1e3 / RUNS as f64;
-        let (own, child) = (per(after.0, before.0), per(after.1, before.1));
+        let [own, relay, child] = [0, 1, 2].map(|i| (after[i] - before[i]) * 1e3 / RUNS as f64);
         let m = median(v);
-        let ratio = if base == 0.0 {
+        let (ratio, ceiling) = if base == 0.0 {
             base = m;
-            String::new()
+            (String::new(), String::new())
         } else {
-            format!("{:>5.1} % of straight", m / base * 100.0)
+            let r = m / base * 100.0;
+            let verdict = if r >= GOAL { "met" } else { "missed" };
+            (
+                format!("{r:>5.1} % of straight (goal ≥ {GOAL:.0} %: {verdict})"),
+                format!(
+                    ", the relay {relay:.1} ms: at most {:.1} GB/s",
+                    SIZE as f64 / (relay / 1e3) / 1e9
+                ),
+            )
         };
-        println!("  {name:<24} {m:>6.0} MB/s  cpu {own:>5.1} + {child:>5.1} ms  {ratio}");
+        println!(
+            "  {name:<24} {m:>6.0} MB/s {ratio:<38} cpu {own:>5.1} ms flower + {child:>5.1} ms the command{ceiling}"
+        );
+    }
+}
+
+fn main() {
+    if let Support::Missing(why) = sandbox::support() {
+        println!("proxy throughput: skipped, this kernel has no Landlock ({why})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("100 MB download by curl, median of {RUNS} (MB/s as curl reports it);");
+    println!("CPU per download (flower's process, the command's; the proxy's thread):");
+    let local = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = local.local_addr().unwrap();
+    serve(local);
+    link(&rt, &ws, "the host's loopback", at, &only);
+    let (host, listener) = match OtherHost::new() {
+        Ok(made) => made,
+        Err(why) => {
+            println!("another host (veth): skipped, {why}");
+            return;
+        }
+    };
+    let at = SocketAddr::new(host.ip.into(), listener.local_addr().unwrap().port());
+    serve(listener);
+    for (name, rate) in [
+        ("another host, bare veth", None),
+        (
+            "another host, link shaped to 10 Gbit/s",
+            Some(("10gbit", 10_000_000_000)),
+        ),
+        (
+            "another host, link shaped to 1 Gbit/s",
+            Some(("1gbit", 1_000_000_000)),
+        ),
+    ] {
+        if let Err(why) = host.shape(rate) {
+            println!("{name}: skipped, {why}");
+            continue;
+        }
+        link(&rt, &ws, name, at, &only);
     }
 }
