@@ -236,6 +236,74 @@ fn a_public_address_is_reached_through_the_proxy_only() {
     );
 }
 
+/// An HTTP server on the host's loopback that streams every request's body back as
+/// the answer's while it still reads it: both directions at once.
+fn echo_upstream() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut b).is_ok_and(|n| n == 1) {
+                    head.push(b[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let length: u64 = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+                );
+                if conn.write_all(answer.as_bytes()).is_err() {
+                    return;
+                }
+                let mut back = conn.try_clone().unwrap();
+                let _ = std::io::copy(&mut (&conn).take(length), &mut back);
+            });
+        }
+    });
+    port
+}
+
+/// The relay bounds what it queues and splices in pieces: every byte still arrives,
+/// in order, both ways at once, through each of the proxy's three ways.
+#[test]
+fn a_large_transfer_through_the_proxy_arrives_whole_both_ways() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let p = echo_upstream();
+    user_settings(
+        &s,
+        json!({ "allowedDomains": ["*", format!("localhost:{p}")] }),
+    );
+    let commands: Vec<String> = [
+        "-x \"$HTTP_PROXY\"",
+        "-p -x \"$HTTP_PROXY\"",
+        "-x \"$ALL_PROXY\"",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, how)| {
+        format!(
+            "head -c 24000000 /dev/urandom > in{i} && curl -sS --noproxy '' {how} \
+                 -H 'Expect:' --data-binary @in{i} -o out{i} http://localhost:{p}/ \
+                 && cmp in{i} out{i} && echo \"whole $(wc -c < out{i})\""
+        )
+    })
+    .collect();
+    let out = results(&s, &commands);
+    for (c, o) in commands.iter().zip(&out) {
+        assert!(o.contains("whole 24000000"), "{c}: {o}");
+    }
+}
+
 fn python() -> bool {
     let ok = std::process::Command::new("python3")
         .args(["-c", "pass"])

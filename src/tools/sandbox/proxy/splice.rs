@@ -8,6 +8,12 @@ use tokio::net::TcpStream;
 
 /// Bytes asked of one `splice` call (and the pipe's size, where the kernel allows it).
 const CHUNK: usize = 1024 * 1024;
+/// The most data either socket holds not yet sent (`TCP_NOTSENT_LOWAT`). Without a
+/// bound the relay queues megabytes per socket, and by the time the reader copies them
+/// out they have left its caches: curl spent ~50 % more CPU per byte through the proxy
+/// than straight. At 256 KiB it spends what it does straight, for a few more `splice`
+/// calls here. Only unsent data is bounded, so a long fat link keeps its window.
+const UNSENT_MAX: libc::c_int = 256 * 1024;
 
 fn nonblocking_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
@@ -19,6 +25,21 @@ fn nonblocking_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
         let pipe = (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]));
         libc::fcntl(fds[1], libc::F_SETPIPE_SZ, CHUNK as libc::c_int);
         Ok(pipe)
+    }
+}
+
+/// Sets `TCP_NOTSENT_LOWAT` to [`UNSENT_MAX`]; best effort (only speed depends on it).
+fn bound_unsent(socket: &TcpStream) {
+    let value = UNSENT_MAX;
+    // SAFETY: setsockopt on a socket we hold, with a c_int that outlives the call.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
     }
 }
 
@@ -74,6 +95,9 @@ pub(super) async fn both_ways(
     let (Ok(up_pipe), Ok(down_pipe)) = (nonblocking_pipe(), nonblocking_pipe()) else {
         return Err((client, upstream));
     };
+    for s in [&client, &upstream] {
+        bound_unsent(s);
+    }
     let end = |r: std::io::Result<()>| {
         if r.is_err() {
             for s in [&client, &upstream] {
