@@ -75,7 +75,7 @@ fn every_role_reads_the_tools_and_the_memory_that_the_first_role_wrote() {
         );
     }
     assert_eq!(shares.judge_denied, 0, "the judge's refused calls");
-    // The goal (96.9 % measured, deterministic).
+    // The goal (96.9 % measured, deterministic; docs/performance.md).
     assert!(shares.share() >= 0.96, "read share {}", shares.share());
 }
 
