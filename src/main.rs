@@ -1,6 +1,7 @@
 //! The `flower` binary.
 
 mod cli;
+mod serve;
 
 use cli::args::{Cli, Command};
 use cli::out::errln;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         Some(Command::Report(args)) => cli::report::run(args, &env),
         Some(Command::Rewind(args)) => cli::rewind::run(args, &env),
         Some(Command::Diff(args)) => cli::rewind::diff(args, &env),
+        Some(Command::Serve(args)) => serve::run(&args, &env),
         Some(Command::Once(args)) => block_on(cli::once::run(args, &env)),
         None => block_on(cli::flow::run(cli.flow, &env)),
     };

@@ -127,6 +127,8 @@ pub enum Command {
     Rewind(RewindArgs),
     /// 从一个检查点到现在,工作区改了什么
     Diff(DiffArgs),
+    /// 一个只读的网页:这个目录下(或 --store 数据库里)的运行,实时更新
+    Serve(super::serve::ServeArgs),
 }
 
 #[derive(Debug, Args)]

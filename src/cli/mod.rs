@@ -1,5 +1,6 @@
 //! The flower command line: the default command (the workflow), `once`, `state`, `store`,
-//! and the read-only views of a run: `log`, `show`, `report`.
+//! and the read-only views of a run: `log`, `show`, `report` (and `serve`'s flags; the
+//! server is `src/serve/`).
 
 pub mod accept;
 pub mod args;
@@ -17,6 +18,7 @@ pub mod render;
 pub mod report;
 pub mod rewind;
 pub mod said;
+pub mod serve;
 pub mod show;
 pub mod state;
 pub mod status;

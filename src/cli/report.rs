@@ -354,7 +354,7 @@ fn legend(h: &mut String, items: &[(String, &str)]) {
 
 // Long because it draws one SVG in document order: the curves, the window and threshold
 // lines, the markers and the legend share one scale.
-fn context_chart(h: &mut String, sessions: &[&Session], options: &ReportOptions) {
+pub fn context_chart(h: &mut String, sessions: &[&Session], options: &ReportOptions) {
     // One curve per step: its sessions in order (a handoff's successor continues it).
     let mut steps: BTreeMap<&str, Vec<&Session>> = BTreeMap::new();
     let mut order = Vec::new();
@@ -450,7 +450,7 @@ fn context_chart(h: &mut String, sessions: &[&Session], options: &ReportOptions)
     legend(h, &items);
 }
 
-fn cost_chart(h: &mut String, sessions: &[Session]) {
+pub fn cost_chart(h: &mut String, sessions: &[Session]) {
     let mut by_step: BTreeMap<&str, Vec<(i64, f64)>> = BTreeMap::new();
     let mut order = Vec::new();
     for s in sessions {
@@ -510,7 +510,7 @@ fn cost_chart(h: &mut String, sessions: &[Session]) {
 }
 
 // Long because the rows, the time scale and the bars of one SVG are laid out together.
-fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
+pub fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
     let start = run.attempts.iter().filter_map(|a| a.started_ms).min();
     let end = run.attempts.iter().filter_map(|a| a.ended_ms).max();
     let (Some(start), Some(end)) = (start, end) else {
@@ -601,7 +601,7 @@ fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
     );
 }
 
-fn attempt_table(h: &mut String, run: &Run) {
+pub fn attempt_table(h: &mut String, run: &Run) {
     h.push_str("<table class=\"attempts\"><tr><th>开始</th><th>步骤</th><th>类型</th><th>用时</th><th>请求</th><th>结果</th><th>花费</th><th>上下文</th><th>换代</th><th>会话</th></tr>\n");
     for a in &run.attempts {
         let class = match (a.ok, a.wake) {

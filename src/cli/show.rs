@@ -5,7 +5,7 @@
 use super::format::tokens;
 use super::{open_run, print_out};
 use clap::Args;
-use flower::inspect::Run;
+use flower::inspect::{InspectError, Run};
 use flower::stores::SessionKey;
 use flower::transcript::{Block, Content, Entry, MessageUsage, Raw, markers};
 use serde_json::value::RawValue;
@@ -732,6 +732,57 @@ fn short_time(stamp: &str) -> String {
             .to_string(),
         Err(_) => String::new(),
     }
+}
+
+/// Entries `range` of a session as `flower show` prints them (`flower serve`'s pages):
+/// the entries before it go through the renderer too, so that turn numbers and tool
+/// names are those of the whole transcript, but their text is dropped. The number of
+/// entries, 0 when the session is not stored.
+pub fn transcript_page(
+    run: &Run,
+    key: &SessionKey,
+    range: std::ops::Range<usize>,
+) -> Result<(usize, String), InspectError> {
+    let mut out = String::new();
+    let mut scratch = String::new();
+    let mut r = Renderer::default();
+    let mut at = 0;
+    let mut bad = false;
+    let count = run.for_each_raw(key, |row| {
+        let sink = if range.contains(&at) {
+            &mut out
+        } else {
+            scratch.clear();
+            &mut scratch
+        };
+        // Past the page only the count is wanted.
+        if at < range.end {
+            bad = bad || r.row(sink, row).is_err();
+        }
+        at += 1;
+    })?;
+    if bad {
+        // A row that is not JSON: the usual load, whose error names it.
+        out.clear();
+        let entries = run.load(key)?.unwrap_or_default();
+        let mut r = Renderer::default();
+        for (i, entry) in entries.iter().enumerate() {
+            let sink = if range.contains(&i) {
+                &mut out
+            } else {
+                scratch.clear();
+                &mut scratch
+            };
+            r.entry(sink, entry);
+        }
+        return Ok((entries.len(), out));
+    }
+    Ok((count, out))
+}
+
+/// A tool call's input as `flower show` summarises it (`flower serve`'s current call).
+pub fn call_summary(name: &str, input: Option<&Raw>) -> String {
+    summarise(name, input)
 }
 
 /// The transcript of a session as `flower show` prints it (for the report).

@@ -254,6 +254,12 @@ impl SharedRun {
         Self::lookup(store, workspace, name, false)
     }
 
+    /// The run of a row the store listed (`flower serve`, which reads every run of a
+    /// database): nothing is looked up, registered or checked against a workspace.
+    pub fn listed(store: Arc<dyn RunStateStore>, row: RunRow) -> SharedRun {
+        SharedRun { store, row }
+    }
+
     fn lookup(
         store: Arc<dyn RunStateStore>,
         workspace: &Path,

@@ -583,6 +583,21 @@ impl Run {
         SessionKey::main(self.project_key.clone(), session_id)
     }
 
+    /// The run's main sessions in the store, the one written last first, with when
+    /// (ms since the epoch): what a live view asks to find the session at work. Empty
+    /// without a store or when it cannot be read.
+    pub fn recent_sessions(&self) -> Vec<(String, i64)> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let mut listed = store
+            .store()
+            .list_sessions(&self.project_key)
+            .unwrap_or_default();
+        listed.sort_by_key(|s| std::cmp::Reverse(s.mtime));
+        listed.into_iter().map(|s| (s.session_id, s.mtime)).collect()
+    }
+
     /// A session's stored entries; `None` when it is not in the store.
     pub fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, InspectError> {
         match &self.store {

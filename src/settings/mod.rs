@@ -46,6 +46,7 @@ pub mod files;
 pub mod model;
 pub mod network;
 pub mod pin;
+pub mod serve;
 pub mod skills;
 pub mod sources;
 mod store;
@@ -53,6 +54,7 @@ mod strict;
 pub mod telemetry;
 
 pub use model::{DEFAULT_THINKING_BUDGET, ModelSettings};
+pub use serve::ServeSettings;
 pub use sources::{Environment, FileLayer, Flags, SandboxFlags};
 
 use crate::continuity::handoff::{self, HandoffOptions, RunContext, Threshold};
@@ -151,6 +153,7 @@ pub struct Settings {
     run_key: Option<RunName>,
     handoff: HandoffOptions,
     run_context: RunContext,
+    serve: ServeSettings,
     wait: bool,
     prompt_file: Option<PromptFile>,
     again: bool,
@@ -245,6 +248,11 @@ impl Settings {
     /// not to the workspace.
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// `flower serve`'s address and token.
+    pub fn serve(&self) -> &ServeSettings {
+        &self.serve
     }
 
     pub fn model(&self) -> &ModelSettings {
@@ -468,6 +476,7 @@ impl Settings {
             },
         };
         let concurrency = concurrency(&vars)?;
+        let serve = serve::serve(flags, &vars)?;
         let lookup = |name: &str| vars.raw(name);
         let (mut mcp, mcp_warnings) = files::mcp_config(files, &lookup)?;
         warnings.extend(mcp_warnings);
@@ -517,6 +526,7 @@ impl Settings {
             run_key,
             handoff,
             run_context,
+            serve,
             wait: flags.wait,
             prompt_file: flags.prompt_file.as_deref().map(prompt_file).transpose()?,
             again: flags.again,

@@ -54,6 +54,10 @@ pub struct Flags {
     /// Whether the workspace is checkpointed in a run (Python's
     /// `enable_file_checkpointing`); `None`: yes.
     pub checkpoints: Option<bool>,
+    /// `flower serve --listen ADDR`.
+    pub listen: Option<String>,
+    /// `flower serve --token T`.
+    pub serve_token: Option<String>,
 }
 
 /// The sandbox flags; each wins over `FLOWER_SANDBOX` / `FLOWER_NETWORK`.

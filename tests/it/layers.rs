@@ -30,6 +30,10 @@ const LAYERS: &[&[&str]] = &[
     &["workflow"],
     &["inspect"],
     &["cli"],
+    // The binary's web view, which shows runs with the CLI's renderers, and `main`,
+    // which dispatches to both.
+    &["serve"],
+    &["main"],
 ];
 
 const MAX_FN_LINES: usize = 80;
@@ -60,7 +64,7 @@ fn layer_of(module: &str) -> Option<usize> {
 /// Whether the file belongs to the binary (`crate::` there is the binary crate and
 /// the library is `flower::`).
 fn in_binary(rel: &str) -> bool {
-    rel == "main.rs" || rel.starts_with("cli/")
+    rel == "main.rs" || rel.starts_with("cli/") || rel.starts_with("serve/")
 }
 
 /// The top-level module a file belongs to; `None` for `lib.rs`, which declares and
@@ -68,6 +72,12 @@ fn in_binary(rel: &str) -> bool {
 fn top_module(rel: &str) -> Option<&str> {
     if rel == "lib.rs" {
         return None;
+    }
+    if rel == "main.rs" {
+        return Some("main");
+    }
+    if rel.starts_with("serve/") {
+        return Some("serve");
     }
     if in_binary(rel) {
         return Some("cli");
@@ -245,12 +255,14 @@ fn violations(sources: &[Source]) -> Vec<String> {
             out.push(format!("src/{rel}: module {top} is on no layer"));
             continue;
         };
+        // In the binary, `flower::` is the library and `crate::` the binary's own
+        // modules (`cli`, `serve`): both are checked.
         let library = if in_binary(rel) { "flower" } else { "crate" };
         for (path, line) in &seen.paths {
             let (Some(first), Some(second)) = (path.first(), path.get(1)) else {
                 continue;
             };
-            if first == library
+            if (first == library || (in_binary(rel) && first == "crate"))
                 && let Some(target) = layer_of(second)
                 && target > layer
             {

@@ -78,6 +78,7 @@ mod sandbox_escapes;
 mod sandbox_layers;
 mod sandbox_network;
 mod sandbox_seccomp;
+mod serve;
 mod settings;
 mod settings_pin;
 mod signals;

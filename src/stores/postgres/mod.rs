@@ -56,7 +56,7 @@ mod transcripts;
 mod url;
 
 pub use lease::{LEASE_CHECK, Leased, OnLeaseLost, RunLease, hostname};
-pub use runs::{ManifestSeen, MergedManifest, RunRow};
+pub use runs::{ListedRun, ManifestSeen, MergedManifest, RunRow};
 pub use schema::SCHEMA_VERSION;
 pub use url::{PostgresUrl, UrlError};
 
@@ -157,12 +157,63 @@ impl PostgresStore {
     /// a schema written by a newer flower ([`StoreError::NewerSchema`], nothing is
     /// touched then).
     pub fn open(url: &PostgresUrl) -> Result<Self, StoreError> {
+        let store = Self::connect(url, url.blocking())?;
+        store.migrate()?;
+        store.read_schema_name()?;
+        Ok(store)
+    }
+
+    /// Connects for reading only (`flower serve`): no migration, and every transaction
+    /// of every connection is read-only on the server's side
+    /// (`default_transaction_read_only`), so a write would fail there too. A schema of
+    /// another version than this flower's is refused, nothing touched.
+    pub fn open_read_only(url: &PostgresUrl) -> Result<Self, StoreError> {
+        let mut config = url.blocking();
+        let options = match config.get_options() {
+            Some(given) => format!("{given} -c default_transaction_read_only=on"),
+            None => "-c default_transaction_read_only=on".to_string(),
+        };
+        config.options(&options);
+        let store = Self::connect(url, config)?;
+        let found = store.call(|c| {
+            let exists: Option<String> = c
+                .query_one("SELECT to_regclass('flower_meta')::text", &[])?
+                .get(0);
+            if exists.is_none() {
+                return Ok(0);
+            }
+            schema::read_version(c)
+        })?;
+        if found > SCHEMA_VERSION {
+            return Err(store.newer(found));
+        }
+        if found < SCHEMA_VERSION {
+            return Err(StoreError::Database {
+                path: PathBuf::from(url.to_string()),
+                why: format!(
+                    "表是第 {found} 版,这个 flower 读第 {SCHEMA_VERSION} 版:先用会写的 flower 命令打开一次"
+                ),
+                source: None,
+            });
+        }
+        store.read_schema_name()?;
+        Ok(store)
+    }
+
+    fn read_schema_name(&self) -> Result<(), StoreError> {
+        let schema: Option<String> =
+            self.call(|c| Ok(c.query_one("SELECT current_schema()::text", &[])?.get(0)))?;
+        let _ = self.schema.set(schema.unwrap_or_default());
+        Ok(())
+    }
+
+    fn connect(url: &PostgresUrl, config: ::postgres::Config) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::with_capacity(POOL_SIZE);
         for i in 0..POOL_SIZE {
             let rx = rx.clone();
-            let config = url.blocking();
+            let config = config.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("flower-pg-{i}"))
                 .spawn(move || {
@@ -191,10 +242,6 @@ impl PostgresStore {
             summaries: Mutex::new(std::collections::HashMap::new()),
             trips: AppendTripCounters::default(),
         };
-        store.migrate()?;
-        let schema: Option<String> =
-            store.call(|c| Ok(c.query_one("SELECT current_schema()::text", &[])?.get(0)))?;
-        let _ = store.schema.set(schema.unwrap_or_default());
         Ok(store)
     }
 

@@ -36,8 +36,44 @@ pub struct RunRow {
     pub woke: u64,
 }
 
+/// A run as `flower serve` lists it: its row, who last took it, whether a process holds
+/// its lock now (asked of the server's lock table, never by taking it) and when
+/// anything of it last changed (ms since the epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedRun {
+    pub row: RunRow,
+    pub holder: Option<String>,
+    pub held: bool,
+    pub updated_ms: i64,
+}
+
 /// A run's state in the database (schema version 2). Each call is one transaction.
 impl PostgresStore {
+    /// Every run in the database, newest change first; reads only.
+    pub fn run_list(&self) -> Result<Vec<ListedRun>, StoreError> {
+        let sql = format!(
+            "SELECT r.run_key, r.named, r.project_key, r.workspace, r.woke, r.holder, \
+             EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+               AND l.objsubid = 1 \
+               AND ((l.classid::bigint << 32) | l.objid::bigint) = {}), \
+             GREATEST(r.updated_at, COALESCE((SELECT max(g.updated_at) FROM flower_lineage g \
+               WHERE g.run_key = r.run_key), 0)) \
+             FROM flower_runs r ORDER BY 8 DESC, r.run_key",
+            super::lease::RUN_LOCK_KEY.replace("$1", "r.run_key")
+        );
+        self.call(move |c| {
+            Ok(c.query(&sql, &[])?
+                .iter()
+                .map(|r| ListedRun {
+                    row: run_row(r),
+                    holder: r.get(5),
+                    held: r.get(6),
+                    updated_ms: r.get(7),
+                })
+                .collect())
+        })
+    }
+
     /// The run's row, if it was ever registered.
     pub fn run_find(&self, run_key: &str) -> Result<Option<RunRow>, StoreError> {
         let run_key = run_key.to_string();

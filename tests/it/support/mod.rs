@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod bin;
+pub mod cdp;
 pub mod fake;
 pub mod netns;
 pub mod pipeline;
