@@ -595,7 +595,10 @@ impl Run {
             .list_sessions(&self.project_key)
             .unwrap_or_default();
         listed.sort_by_key(|s| std::cmp::Reverse(s.mtime));
-        listed.into_iter().map(|s| (s.session_id, s.mtime)).collect()
+        listed
+            .into_iter()
+            .map(|s| (s.session_id, s.mtime))
+            .collect()
     }
 
     /// A session's stored entries; `None` when it is not in the store.

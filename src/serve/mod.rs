@@ -311,14 +311,15 @@ impl App {
     fn live(&self, found: &Found) -> Live {
         let summary = self.summary(found);
         let tail = match &summary.session {
-            Some(session) => self
-                .tails
-                .get(&found.key, self.runs.fingerprint(found), || {
-                    match self.runs.open(found) {
-                        Ok(run) => live::tail(&run, session),
-                        Err(_) => Tail::default(),
-                    }
-                }),
+            Some(session) => {
+                self.tails
+                    .get(&found.key, self.runs.fingerprint(found), || {
+                        match self.runs.open(found) {
+                            Ok(run) => live::tail(&run, session),
+                            Err(_) => Tail::default(),
+                        }
+                    })
+            }
             None => Arc::new(Tail::default()),
         };
         live::live(&summary, &tail)
@@ -468,8 +469,8 @@ async fn events(State(app): State<Arc<App>>, Path(key): Path<String>) -> Respons
                     let at = shown.runs.find(&at.key).ok().flatten().unwrap_or(at);
                     shown.live(&at)
                 })
-                    .await
-                    .unwrap_or_default();
+                .await
+                .unwrap_or_default();
                 if last.as_ref() == Some(&now) {
                     continue;
                 }

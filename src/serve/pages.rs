@@ -145,7 +145,11 @@ pub fn list(rows: &[RunSummary], query: &ListQuery, source: &str) -> String {
         "<form class=\"filter\" method=\"get\" action=\"/\"><input name=\"q\" value=\"{}\" placeholder=\"筛选:运行、工作区、步骤、主机\"> \
          <label><input type=\"checkbox\" name=\"running\" value=\"1\"{}> 只看运行中的</label> <button>筛选</button></form>",
         esc(query.q.as_deref().unwrap_or("")),
-        if query.running.as_deref() == Some("1") { " checked" } else { "" },
+        if query.running.as_deref() == Some("1") {
+            " checked"
+        } else {
+            ""
+        },
     );
     h.push_str("<table id=\"runs\"><tr>");
     for (column, label) in [
@@ -210,13 +214,7 @@ fn live_script(nonce: &str) -> String {
 /// `/runs/<key>`: the live status and current call, the context curve with its
 /// handoffs, the cost curve, the timeline, the manifest's attempts, the sessions with
 /// links to their transcripts.
-pub fn run_page(
-    key: &str,
-    run: &Run,
-    sessions: &[Session],
-    live: &Live,
-    nonce: &str,
-) -> String {
+pub fn run_page(key: &str, run: &Run, sessions: &[Session], live: &Live, nonce: &str) -> String {
     let mut h = head(&format!("flower · {key}"));
     let _ = writeln!(
         h,
@@ -323,7 +321,9 @@ pub fn transcript(p: &TranscriptPage<'_>) -> String {
         enc(p.key),
         esc(p.key),
         esc(p.session_id),
-        p.sub.map(|s| format!(" · 子代理 {}", esc(s))).unwrap_or_default(),
+        p.sub
+            .map(|s| format!(" · 子代理 {}", esc(s)))
+            .unwrap_or_default(),
         p.total,
         p.page,
         pages,

@@ -70,10 +70,19 @@ mod tests {
                     postgres://me:hunter2@db/x\nAuthorization: Bearer abcdefghijklmnop\n\
                     the-serve-token-123 max_tokens: 8000 tokens=12";
         let out = s.scrub(text);
-        for secret in ["sk-ant-api03", "ghp_abc", "hunter2", "abcdefghijklmnop", "the-serve-token"] {
+        for secret in [
+            "sk-ant-api03",
+            "ghp_abc",
+            "hunter2",
+            "abcdefghijklmnop",
+            "the-serve-token",
+        ] {
             assert!(!out.contains(secret), "{secret} in {out}");
         }
-        assert!(out.contains("echo hi") && out.contains("postgres://me:"), "{out}");
+        assert!(
+            out.contains("echo hi") && out.contains("postgres://me:"),
+            "{out}"
+        );
         assert!(out.contains("max_tokens: 8000"), "{out}");
     }
 }

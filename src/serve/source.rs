@@ -247,12 +247,7 @@ impl<T> Default for Cache<T> {
 
 impl<T> Cache<T> {
     /// The value for `key` at `fingerprint`, made by `make` when there is none.
-    pub fn get(
-        &self,
-        key: &str,
-        fingerprint: Vec<u128>,
-        make: impl FnOnce() -> T,
-    ) -> Arc<T> {
+    pub fn get(&self, key: &str, fingerprint: Vec<u128>, make: impl FnOnce() -> T) -> Arc<T> {
         if let Some((at, value)) = self
             .entries
             .lock()

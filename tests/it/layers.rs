@@ -385,6 +385,21 @@ fn an_import_from_a_lower_layer_to_a_higher_one_is_found() {
     );
 }
 
+/// In the binary: the CLI's commands may not use the web view (which uses them), and
+/// only `main` dispatches to both.
+#[test]
+fn the_binarys_cli_may_not_use_serve() {
+    let found = violations(&[
+        source("cli/report.rs", "use crate::serve::run;\n"),
+        source("serve/mod.rs", "use crate::cli::show::render;\n"),
+        source("main.rs", "fn main() { crate::serve::run(); }\n"),
+    ]);
+    assert_eq!(
+        found,
+        ["src/cli/report.rs:1: cli (layer 11) uses crate::serve::run (layer 12)"]
+    );
+}
+
 #[test]
 fn an_import_cycle_inside_cli_is_found() {
     let found = violations(&[

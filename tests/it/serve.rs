@@ -5,7 +5,9 @@
 //! page; nothing written.
 
 use crate::support::cdp::{self, Browser};
-use crate::support::pipeline::{Agent, Project, REQUEST, agent_or_once, simple_reply, text, turn_of};
+use crate::support::pipeline::{
+    Agent, Project, REQUEST, agent_or_once, simple_reply, text, turn_of,
+};
 use crate::support::{FakeServer, Flower, Gate, Reply, skip};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -36,7 +38,11 @@ impl Drop for Served {
 impl Served {
     /// `flower serve ARGS` in `dir`, once it says where it listens.
     fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
-        let mut child = Flower::new(&[&["serve"], args].concat())
+        let mut args = args.to_vec();
+        if !args.contains(&"--listen") {
+            args.extend(["--listen", "127.0.0.1:0"]);
+        }
+        let mut child = Flower::new(&[&["serve"], args.as_slice()].concat())
             .dir(dir)
             .envs(env.iter().copied())
             .stdin_null()
@@ -46,10 +52,7 @@ impl Served {
             .spawn()
             .expect("spawn flower serve");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let line = lines
-            .next()
-            .expect("flower serve said nothing")
-            .unwrap();
+        let line = lines.next().expect("flower serve said nothing").unwrap();
         let base = line
             .split("http://")
             .nth(1)
@@ -72,6 +75,9 @@ impl Served {
     /// `GET path` with `headers`: status, response head, body.
     fn get(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
         let mut stream = TcpStream::connect(self.address()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
         let mut request = format!(
             "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
             self.address()
@@ -104,7 +110,11 @@ impl Served {
     fn runs_until(&self, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let deadline = Instant::now() + WAIT;
         loop {
-            let runs = self.json("/api/runs").as_array().cloned().unwrap_or_default();
+            let runs = self
+                .json("/api/runs")
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             if ready(&runs) || Instant::now() > deadline {
                 return runs;
             }
@@ -179,7 +189,13 @@ const TOOL: &str = "document.getElementById('tool').textContent";
 /// and current call change without a reload, its transcript opens, and no page shows
 /// the key it ran with. `store`: `--store URL` for the run and the server.
 // Long because it is one scenario, step by step, each waiting on the one before.
-fn follow_a_run(browser: &Path, served: &Served, project: &Project, store: Option<&str>) {
+fn follow_a_run(
+    browser: &Path,
+    served: &Served,
+    project: &Project,
+    store: Option<&str>,
+    screenshot: Option<&Path>,
+) {
     let (work, judge) = (Gate::new(), Gate::new());
     let server = gated_server(&work, &judge);
     let mut cmd = project.command(&server, &[REQUEST]);
@@ -208,6 +224,23 @@ fn follow_a_run(browser: &Path, served: &Served, project: &Project, store: Optio
     assert!(list.contains(&format!("data-key=\"{key}\"")), "{list}");
 
     let mut page = Browser::start(browser);
+    if let Some(path) = screenshot {
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            serde_json::json!({"width": 1160, "height": 420, "deviceScaleFactor": 1, "mobile": false}),
+        );
+        page.navigate(&format!("{}/", served.base));
+        let shot = page.call(
+            "Page.captureScreenshot",
+            serde_json::json!({"format": "png"}),
+        );
+        use base64::Engine as _;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap();
+        assert!(png.starts_with(b"\x89PNG"));
+        std::fs::write(path, png).unwrap();
+    }
     page.navigate(&format!("{}/runs/{}", served.base, encoded(&key)));
     let status = page.eval_until(STATUS, WAIT, |s| s.as_str().unwrap().contains("[干活]"));
     assert!(status.as_str().unwrap().contains("运行中"), "{status}");
@@ -239,7 +272,10 @@ fn follow_a_run(browser: &Path, served: &Served, project: &Project, store: Optio
     let link = page.eval("document.querySelector('a.transcript').href");
     page.navigate(link.as_str().unwrap());
     let transcript = page.eval("document.getElementById('transcript').textContent");
-    assert!(transcript.as_str().unwrap().contains("写个 hello 脚本"), "{transcript}");
+    assert!(
+        transcript.as_str().unwrap().contains("写个 hello 脚本"),
+        "{transcript}"
+    );
     drop(page);
 
     no_secret_in_any_page(served, &key, project, store);
@@ -252,12 +288,19 @@ fn no_secret_in_any_page(served: &Served, key: &str, project: &Project, store: O
         show = show.env("FLOWER_STORE", url);
     }
     let shown = show.output();
-    assert!(text(&shown.stdout).contains(PLANTED), "{}", text(&shown.stderr));
+    assert!(
+        text(&shown.stdout).contains(PLANTED),
+        "{}",
+        text(&shown.stderr)
+    );
     let mut hidden = 0;
     for path in &every_page(served, key) {
         let body = served.page(path);
         assert!(!body.contains(PLANTED), "{path} shows the key");
-        assert!(!body.contains("PLANTEDsecret"), "{path} shows part of the key");
+        assert!(
+            !body.contains("PLANTEDsecret"),
+            "{path} shows part of the key"
+        );
         hidden += body.matches("[已隐去]").count();
     }
     assert!(hidden > 0, "the key was in a transcript: some page hid it");
@@ -305,10 +348,30 @@ fn a_run_in_a_directory_is_followed_live_in_a_browser() {
     let project = Project::new();
     let served = Served::start(&project.home, &[], &[]);
     assert_eq!(served.json("/api/runs"), serde_json::json!([]));
-    follow_a_run(&browser, &served, &project, None);
+    // `.ci/serve-screenshot` (the README's picture): two finished runs beside this one.
+    let screenshot = std::env::var_os("FLOWER_SERVE_SCREENSHOT").map(std::path::PathBuf::from);
+    if screenshot.is_some() {
+        let server = FakeServer::with_handler(|req, _| simple_reply(req));
+        for name in ["api-server", "docs-site"] {
+            let dir = project.home.join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let out = Flower::new(&[REQUEST])
+                .server(&server)
+                .dir(&dir)
+                .home(&project.home)
+                .attempts(1)
+                .stdin_null()
+                .output();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        }
+    }
+    follow_a_run(&browser, &served, &project, None, screenshot.as_deref());
     // Serving wrote nothing: every page again, the run directory as it was.
     let before = files(&project.dir.join("runs"));
-    let key = served.json("/api/runs")[0]["key"].as_str().unwrap().to_string();
+    let key = served.json("/api/runs")[0]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for path in every_page(&served, &key) {
         served.page(&path);
     }
@@ -336,9 +399,12 @@ fn two_runs_from_two_processes_in_postgres_are_followed_live() {
     let served = Served::start(&project.home, &["--store", &url], &[]);
     let runs = served.runs_until(|runs| runs.len() == 1);
     assert_eq!(runs.len(), 1, "{runs:?}");
-    assert_eq!(runs[0]["workspace"], other.dir.display().to_string().as_str());
+    assert_eq!(
+        runs[0]["workspace"],
+        other.dir.display().to_string().as_str()
+    );
     assert_eq!(runs[0]["running"], false);
-    follow_a_run(&browser, &served, &project, Some(&url));
+    follow_a_run(&browser, &served, &project, Some(&url), None);
     let runs = served.json("/api/runs");
     assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
 }
@@ -353,7 +419,11 @@ fn postgres_is_opened_read_only() {
         .stdin_null()
         .output();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("第 0 版"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("第 0 版"),
+        "{}",
+        text(&out.stderr)
+    );
     let tables = {
         let url = url.clone();
         std::thread::spawn(move || {
@@ -377,17 +447,34 @@ fn off_the_loopback_a_token_is_required_and_checked_on_every_request() {
     let project = Project::new();
     for (args, env, says) in [
         (vec!["--listen", "0.0.0.0:0"], vec![], "--token"),
-        (vec!["--listen", "0.0.0.0:0", "--token", "short"], vec![], "至少 16"),
+        (
+            vec!["--listen", "0.0.0.0:0", "--token", "short"],
+            vec![],
+            "至少 16",
+        ),
         (vec!["--listen", "nowhere"], vec![], "--listen"),
-        (vec![], vec![("FLOWER_SERVE_TOKEN", "has space in it 12345")], "FLOWER_SERVE_TOKEN"),
+        (
+            vec![],
+            vec![("FLOWER_SERVE_TOKEN", "has space in it 12345")],
+            "FLOWER_SERVE_TOKEN",
+        ),
     ] {
         let out = Flower::new(&[&["serve"], args.as_slice()].concat())
             .dir(&project.dir)
             .envs(env)
             .stdin_null()
             .output();
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
-        assert!(text(&out.stderr).contains(says), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
     }
     let token = "0123456789abcdef0123";
     let mut served = Served::start(
@@ -399,7 +486,8 @@ fn off_the_loopback_a_token_is_required_and_checked_on_every_request() {
     for path in ["/", "/api/runs", "/runs/x", "/runs/x/events"] {
         let (status, _, _) = served.get(path, &[]);
         assert_eq!(status, 401, "{path}");
-        let (status, _, _) = served.get(path, &[("Authorization", "Bearer wrong-token-0123456789")]);
+        let (status, _, _) =
+            served.get(path, &[("Authorization", "Bearer wrong-token-0123456789")]);
         assert_eq!(status, 401, "{path}");
     }
     let bearer = format!("Bearer {token}");

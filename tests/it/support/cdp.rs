@@ -158,17 +158,35 @@ impl Browser {
     }
 }
 
-/// A plain `GET`, its body.
+/// A plain `GET`, its body (read to its `Content-Length`: the DevTools server keeps
+/// the connection open).
 fn http_get(address: &str, path: &str) -> String {
     let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text.split_once("\r\n\r\n").unwrap().1.to_string()
+    let mut reader = BufReader::new(stream);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).unwrap();
+    String::from_utf8(body).unwrap()
 }
 
 fn upgrade(address: &str, path: &str) -> TcpStream {
