@@ -132,7 +132,7 @@ fn context(ws: &Path, sandbox: SandboxPolicy) -> ToolContext {
     }
 }
 
-/// One link's four cases; `None` when the filter leaves none of its proxied cases.
+/// One link's four cases, printed; nothing when the filter leaves none of its proxied cases.
 fn link(rt: &tokio::runtime::Runtime, ws: &Path, link: &str, server: SocketAddr, only: &[String]) {
     let rules = NetworkRules {
         allowed: vec![vec![
