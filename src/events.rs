@@ -31,6 +31,12 @@ pub enum Event {
         name: String,
         summary: String,
         depth: u32,
+        /// The call's `tool_use` id.
+        id: String,
+        /// Made by a sub-agent: the id of the `Task` call it works for (several may run
+        /// at once; this tells whose call it is). `None` in a step's own session.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        task: Option<String>,
     },
     /// A tool call that was not run. `message` is what the model is told; `summary` the
     /// call as the person sees it (the command, the path); `by` what stopped it.
@@ -47,6 +53,10 @@ pub enum Event {
         /// A Ctrl-C stopped it (its result is the interruption marker): not a failure.
         interrupted: bool,
         depth: u32,
+        /// As in [`Event::ToolCall`].
+        id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        task: Option<String>,
     },
     /// A model turn finished.
     #[serde(rename = "turn")]

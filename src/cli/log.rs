@@ -6,7 +6,7 @@ use super::format::{cost, tokens};
 use super::{open_run, print_out};
 use crate::cli::out::errln;
 use clap::Args;
-use flower::inspect::{Attempt, AttemptKind, Run, Totals};
+use flower::inspect::{Attempt, AttemptKind, Run, SubagentSpan, Totals};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -48,11 +48,16 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
     };
     let sessions = run.sessions();
     let totals = run.totals(&sessions);
+    let subagents: Vec<SubagentSpan> = sessions
+        .iter()
+        .flat_map(|s| run.subagent_spans(&s.session_id))
+        .collect();
     let out = if args.json {
         let mut doc = serde_json::json!({
             "attempts": run.attempts,
             "totals": totals,
             "earlier": run.earlier.len(),
+            "subagents": subagents,
         });
         // What the OpenTelemetry export sent and dropped, when it was ever on here.
         if let Some(report) = flower::telemetry::Report::read(&run.run_dir)
@@ -70,7 +75,7 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
         }
         format!("{}\n", serde_json::to_string_pretty(&doc)?)
     } else {
-        text(&run, &totals, args.all)
+        text(&run, &totals, &subagents, args.all)
     };
     let printed = print_out(&out)?;
     // Shown, but not the whole run: a script must not take the totals for complete.
@@ -113,7 +118,7 @@ pub fn outcome(a: &Attempt) -> String {
     format!("出错:{short}")
 }
 
-fn text(run: &Run, t: &Totals, all: bool) -> String {
+fn text(run: &Run, t: &Totals, subagents: &[SubagentSpan], all: bool) -> String {
     let mut out = String::new();
     let shown: Vec<&Attempt> = match all {
         true => run.earlier.iter().chain(&run.attempts).collect(),
@@ -137,6 +142,9 @@ fn text(run: &Run, t: &Totals, all: bool) -> String {
             let _ = writeln!(out, "── 新任务 #{}(进程 {})──", a.task, a.run);
         }
         out.push_str(&row(a, width));
+        for span in concurrent_under(a, subagents) {
+            let _ = writeln!(out, "{}", subagent_line(span, subagents));
+        }
     }
     let _ = writeln!(out, "{}", totals_line(t));
     out
@@ -238,4 +246,63 @@ pub fn totals_line(t: &Totals) -> String {
         t.outages,
         duration(t.outage_waited_s),
     )
+}
+
+/// The sub-agents an attempt started, when some of them ran at the same time (one
+/// after another they are only counted, in the totals): those of its session that
+/// began within it.
+pub fn concurrent_under<'a>(a: &Attempt, subagents: &'a [SubagentSpan]) -> Vec<&'a SubagentSpan> {
+    let Some(session) = a.session_id.as_deref() else {
+        return Vec::new();
+    };
+    let within = |s: &SubagentSpan| {
+        s.session_id == session
+            && s.started_ms.is_some_and(|t| {
+                a.started_ms.is_none_or(|start| t >= start) && a.ended_ms.is_none_or(|end| t <= end)
+            })
+    };
+    let under: Vec<&SubagentSpan> = subagents.iter().filter(|s| within(s)).collect();
+    if under.iter().any(|s| s.concurrent()) {
+        under
+    } else {
+        Vec::new()
+    }
+}
+
+/// `    ↳ 子代理 第 1 件  01:52:41 → 01:52:44  3.0s  2 轮  同时:第 2 件、第 3 件`.
+pub fn subagent_line(span: &SubagentSpan, all: &[SubagentSpan]) -> String {
+    let agent = span
+        .agent
+        .as_deref()
+        .map(|a| format!(" ({a})"))
+        .unwrap_or_default();
+    let at = |stamp: &Option<String>| stamp.as_deref().map(clock).unwrap_or_else(|| "?".into());
+    let ended = at(&span.ended_at);
+    // The end's date only when it differs from the start's.
+    let ended = match (at(&span.started_at).split_once(' '), ended.split_once(' ')) {
+        (Some((day, _)), Some((end_day, time))) if day == end_day => time.to_string(),
+        _ => ended,
+    };
+    let mut line = format!(
+        "    ↳ 子代理 {}{agent}  {} → {ended}  {}  {} 轮",
+        span.name(),
+        at(&span.started_at),
+        span.duration_s()
+            .map(duration)
+            .unwrap_or_else(|| "?".into()),
+        span.turns,
+    );
+    if span.concurrent() {
+        let names: Vec<&str> = span
+            .overlapped
+            .iter()
+            .map(|sub| {
+                all.iter()
+                    .find(|s| s.session_id == span.session_id && s.subpath == *sub)
+                    .map_or(sub.as_str(), |s| s.name())
+            })
+            .collect();
+        let _ = write!(line, "  同时:{}", names.join("、"));
+    }
+    line
 }

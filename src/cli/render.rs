@@ -236,25 +236,41 @@ impl Renderer {
     /// Sub-agent starts and tool calls, denials and errors: one short line on stderr.
     fn render_tool(&self, state: &mut State, event: &Event) {
         match event {
-            Event::SessionStarted { agent, depth, .. } if *depth > 0 => {
+            Event::SessionStarted {
+                agent,
+                depth,
+                session_id,
+                ..
+            } if *depth > 0 => {
                 self.clear_status(state);
                 self.end_text_line(state);
+                let task = state
+                    .status
+                    .lane_of_session(session_id)
+                    .map(|i| state.status.subagents[i].id.clone());
+                let whose = whose(&state.status, task.as_deref());
                 errln!(
                     "{}",
-                    self.paint("2", &format!("{}↳ 子代理 {agent}", indent(*depth - 1)))
+                    self.paint(
+                        "2",
+                        &format!("{}{whose}↳ 子代理 {agent}", indent(*depth - 1))
+                    )
                 );
             }
             Event::ToolCall {
                 name,
                 summary,
                 depth,
+                task,
+                ..
             } => {
                 state.thinking_shown = false;
                 self.clear_status(state);
                 self.end_text_line(state);
                 errln!(
-                    "{}{} {}",
+                    "{}{}{} {}",
                     indent(*depth),
+                    whose(&state.status, task.as_deref()),
                     self.paint("36", &format!("⏺ {name}")),
                     summary
                 );
@@ -279,6 +295,8 @@ impl Renderer {
                 is_error: true,
                 interrupted,
                 depth,
+                task,
+                ..
             } => {
                 self.clear_status(state);
                 // A Ctrl-C is the person's doing, not the tool's failure.
@@ -287,7 +305,8 @@ impl Renderer {
                     (true, _) => format!("  {name} 被打断了(Ctrl-C)"),
                     (false, _) => format!("  {name} 出错"),
                 };
-                errln!("{}{}", indent(*depth), self.paint("2", &said));
+                let whose = whose(&state.status, task.as_deref());
+                errln!("{}{whose}{}", indent(*depth), self.paint("2", &said));
             }
             _ => {}
         }
@@ -505,4 +524,18 @@ fn denied_line(name: &str, summary: &str, by: &flower::events::DeniedBy) -> Stri
             }
         }
     }
+}
+
+/// `[修解析器] ` before a sub-agent's tool line while several sub-agents work, so that
+/// their interleaved lines say whose they are; nothing otherwise.
+fn whose(status: &Status, task: Option<&str>) -> String {
+    if status.subagents.len() < 2 {
+        return String::new();
+    }
+    status
+        .subagents
+        .iter()
+        .find(|lane| Some(lane.id.as_str()) == task)
+        .map(|lane| format!("[{}] ", status::fit(&lane.task, 16)))
+        .unwrap_or_default()
 }

@@ -17,7 +17,7 @@ use super::open_run;
 use crate::cli::out::errln;
 use clap::Args;
 use flower::continuity::handoff::{self, RunContext};
-use flower::inspect::{AttemptKind, MarkKind, Run, Session, Totals};
+use flower::inspect::{AttemptKind, MarkKind, Run, Session, SubagentSpan, Totals};
 use flower::run_dir::RunDir;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -202,7 +202,7 @@ pub fn render(run: &Run, link: &str, files: &mut Vec<(String, String)>) -> Strin
     h.push_str("<h2>累计花费</h2>\n");
     cost_chart(&mut h, &sessions);
     h.push_str("<h2>时间线</h2>\n");
-    timeline(&mut h, run, &sessions);
+    timeline(&mut h, run, &sessions, &subagent_spans(run, &sessions));
     h.push_str("<h2>每次尝试</h2>\n");
     attempt_table(&mut h, run);
     h.push_str("<h2>会话</h2>\n");
@@ -510,7 +510,7 @@ pub fn cost_chart(h: &mut String, sessions: &[Session]) {
 }
 
 // Long because the rows, the time scale and the bars of one SVG are laid out together.
-pub fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
+pub fn timeline(h: &mut String, run: &Run, sessions: &[Session], subagents: &[SubagentSpan]) {
     let start = run.attempts.iter().filter_map(|a| a.started_ms).min();
     let end = run.attempts.iter().filter_map(|a| a.ended_ms).max();
     let (Some(start), Some(end)) = (start, end) else {
@@ -534,6 +534,16 @@ pub fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
         .filter(|m| m.kind == MarkKind::Outage)
         .filter_map(|m| m.at_ms.map(|at| (at, m.waited_s, m.text.as_str())))
         .collect();
+    // A lane per sub-agent running at the same time as others (those one after
+    // another share one), under the steps.
+    let timed: Vec<&SubagentSpan> = subagents
+        .iter()
+        .filter(|s| s.started_ms.is_some() && s.ended_ms.is_some())
+        .collect();
+    let first_lane = rows.len();
+    if let Some(lanes) = timed.iter().map(|s| s.lane + 1).max() {
+        rows.extend((1..=lanes).map(|n| format!("子代理 {n}")));
+    }
     if !outages.is_empty() {
         rows.push("断网".into());
     }
@@ -545,7 +555,7 @@ pub fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
     let _ = writeln!(
         h,
         "<svg class=\"chart\" data-chart=\"timeline\" data-bars=\"{}\" viewBox=\"0 0 {WIDTH} {height}\" width=\"{WIDTH}\" height=\"{height}\" xmlns=\"http://www.w3.org/2000/svg\">",
-        run.attempts.len() + outages.len()
+        run.attempts.len() + outages.len() + timed.len()
     );
     for (i, row) in rows.iter().enumerate() {
         let _ = writeln!(
@@ -577,6 +587,21 @@ pub fn timeline(h: &mut String, run: &Run, sessions: &[Session]) {
             esc(&clock(&a.started_at)),
             duration(a.duration_s),
             esc(&outcome(a))
+        );
+    }
+    for span in &timed {
+        let (Some(s0), Some(s1)) = (span.started_ms, span.ended_ms) else {
+            continue;
+        };
+        let (x0, x1) = (x(s0), x(s1).max(x(s0) + 2.0));
+        let _ = writeln!(
+            h,
+            "<rect class=\"bar\" data-kind=\"subagent\" data-lane=\"{}\" data-overlapped=\"{}\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"16\" fill=\"#9e9ac8\" stroke=\"#fff\"><title>{}</title></rect>",
+            span.lane,
+            span.overlapped.len(),
+            TOP + row_h * (first_lane + span.lane) as f64 + 3.0,
+            x1 - x0,
+            esc(&subagent_title(span)),
         );
     }
     let row = rows.len().saturating_sub(1);
@@ -710,4 +735,27 @@ fn handoffs(a: &flower::inspect::Attempt) -> String {
 
 fn short_id(id: &str) -> String {
     id.chars().take(8).collect()
+}
+
+/// A sub-agent bar's tooltip: `第 1 件 · 01:52:41 · 3.0s · 2 轮 · 同时 2 个`.
+fn subagent_title(span: &SubagentSpan) -> String {
+    let mut title = format!(
+        "{} · {} · {} · {} 轮",
+        span.name(),
+        span.started_at.as_deref().map(clock).unwrap_or_default(),
+        span.duration_s().map(duration).unwrap_or_default(),
+        span.turns
+    );
+    if span.concurrent() {
+        title.push_str(&format!(" · 同时 {} 个", span.overlapped.len()));
+    }
+    title
+}
+
+/// The sub-agents of the sessions, for the timeline's lanes.
+pub fn subagent_spans(run: &Run, sessions: &[Session]) -> Vec<SubagentSpan> {
+    sessions
+        .iter()
+        .flat_map(|s| run.subagent_spans(&s.session_id))
+        .collect()
 }

@@ -59,11 +59,13 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
             )
         })
     };
-    let subs = if args.subagents {
-        run.subagents(&key)
+    // In the order they started; which ran at the same time is marked.
+    let spans = if args.subagents {
+        run.subagent_spans(&id)
     } else {
         Vec::new()
     };
+    let subs: Vec<String> = spans.iter().map(|s| s.subpath.clone()).collect();
     let mut out = String::new();
     if args.json {
         let entries = load(&key)?;
@@ -77,6 +79,7 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
             "pruned": args.pruned,
             "entries": entries,
             "subagents": subagents,
+            "subagent_spans": spans,
         });
         out = serde_json::to_string_pretty(&doc)?;
         out.push('\n');
@@ -109,9 +112,14 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
         step.map(|s| format!(" · 步骤 {s}")).unwrap_or_default(),
     );
     out.push_str(&body);
-    for sub in &subs {
-        let (count, body) = transcript(&key.sub(sub)?)?;
-        let _ = writeln!(out, "\n════ 子代理 {sub} · {count} 条记录 ════");
+    for span in &spans {
+        let (count, body) = transcript(&key.sub(&span.subpath)?)?;
+        let _ = writeln!(
+            out,
+            "\n════ 子代理 {} · {count} 条记录{} ════",
+            span.subpath,
+            subagent_heading(span, &spans)
+        );
         out.push_str(&body);
     }
     if !args.subagents {
@@ -810,3 +818,32 @@ mod lite;
 
 #[cfg(test)]
 mod tests;
+
+/// What the heading of a sub-agent's transcript says besides its name: its task, its
+/// time, and the sub-agents it ran alongside (` · 第 1 件 · 01:52:41 → 01:52:44 · 同时:
+/// agent-task_2、agent-task_3`).
+fn subagent_heading(
+    span: &flower::inspect::SubagentSpan,
+    all: &[flower::inspect::SubagentSpan],
+) -> String {
+    let mut text = String::new();
+    if let Some(task) = &span.description {
+        let _ = write!(text, " · {task}");
+    }
+    if let (Some(start), Some(end)) = (&span.started_at, &span.ended_at) {
+        let _ = write!(text, " · {} → {}", short_time(start), short_time(end));
+    }
+    if span.concurrent() {
+        let names: Vec<&str> = span
+            .overlapped
+            .iter()
+            .map(|sub| {
+                all.iter()
+                    .find(|s| s.subpath == *sub)
+                    .map_or(sub.as_str(), |s| s.name())
+            })
+            .collect();
+        let _ = write!(text, " · 同时:{}", names.join("、"));
+    }
+    text
+}

@@ -2,9 +2,11 @@
 //! the one summary line printed when the pipeline ends. Drawing (where and when) is the
 //! renderer's job (`render.rs`); this only knows what to say.
 
+use super::format::display_width;
 use super::format::duration;
 use super::format::{cost, tokens};
-use flower::engine::Event;
+use flower::engine::recovery::agent_id_for;
+use flower::engine::{Event, GENERAL_PURPOSE};
 use flower::tools::names::TASK;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -43,8 +45,9 @@ pub struct Status {
     /// The model request in flight (the main session's or a sub-agent's): when it was
     /// sent and how many characters of its reply have streamed back.
     pub request: Option<(Instant, usize)>,
-    /// What the sub-agent at work was asked to do (its Task's description).
-    pub subagent: Option<String>,
+    /// The sub-agents at work, in the order they started: several run at once when a
+    /// reply dispatches several `Task` calls.
+    pub subagents: Vec<Lane>,
     pub turns: u64,
     pub peak_context: u64,
     /// The step's own session is waiting for a reply: the turn shown is the one
@@ -79,7 +82,7 @@ impl Status {
             offline: None,
             offline_since: None,
             request: None,
-            subagent: None,
+            subagents: Vec::new(),
             turns: 0,
             peak_context: 0,
             awaiting: false,
@@ -182,25 +185,78 @@ impl Status {
             Event::TurnDone { .. } | Event::Retrying { .. } | Event::Offline { .. } => {
                 self.request = None
             }
+            Event::StepStarted { .. } => {
+                self.request = None;
+                self.subagents.clear();
+            }
+            _ => self.observe_lanes(event),
+        }
+    }
+
+    /// Which sub-agents are at work, and what each is doing.
+    fn observe_lanes(&mut self, event: &Event) {
+        match event {
             Event::ToolCall {
                 name,
                 summary,
                 depth: 0,
-            } if name == TASK => self.subagent = Some(summary.clone()),
-            Event::ToolDone { name, depth: 0, .. } if name == TASK => self.subagent = None,
-            Event::StepStarted { .. } => {
-                self.request = None;
-                self.subagent = None;
+                id,
+                ..
+            } if name == TASK => self.subagents.push(Lane {
+                id: id.clone(),
+                task: summary.clone(),
+                role: None,
+                tool: None,
+            }),
+            Event::ToolDone {
+                name, depth: 0, id, ..
+            } if name == TASK => self.subagents.retain(|lane| lane.id != *id),
+            Event::SessionStarted {
+                agent,
+                session_id,
+                depth: 1,
+                ..
+            } => {
+                if let Some(i) = self.lane_of_session(session_id) {
+                    self.subagents[i].role = (agent != GENERAL_PURPOSE).then(|| agent.clone());
+                }
+            }
+            Event::ToolCall {
+                name,
+                task: Some(task),
+                ..
+            } => {
+                if let Some(lane) = self.subagents.iter_mut().find(|l| l.id == *task) {
+                    lane.tool = Some(name.clone());
+                }
+            }
+            Event::ToolDone {
+                task: Some(task), ..
+            } => {
+                if let Some(lane) = self.subagents.iter_mut().find(|l| l.id == *task) {
+                    lane.tool = None;
+                }
             }
             _ => {}
         }
     }
 
+    /// The lane of the sub-agent whose session is `session_id` (`<parent>/<agent id>`).
+    pub fn lane_of_session(&self, session_id: &str) -> Option<usize> {
+        let own = session_id.rsplit('/').next().unwrap_or_default();
+        self.subagents.iter().position(|lane| {
+            let id = agent_id_for(&lane.id);
+            own == id || own.starts_with(&format!("{id}-"))
+        })
+    }
+
     /// The live parts of the line while waiting: the request's wait and what has
-    /// streamed back (≈ 4 characters a token), the sub-agent's task.
+    /// streamed back (≈ 4 characters a token), the sub-agents' tasks. While several
+    /// sub-agents work, a request's wait is one of theirs: each lane says instead what
+    /// its sub-agent does.
     fn waiting(&self) -> String {
         let mut parts = String::new();
-        if let Some((since, streamed)) = self.request {
+        if let Some((since, streamed)) = self.request.filter(|_| self.subagents.len() < 2) {
             parts.push_str(&format!(" · 等回复 {}s", since.elapsed().as_secs()));
             if streamed > 0 {
                 parts.push_str(&format!(
@@ -209,9 +265,7 @@ impl Status {
                 ));
             }
         }
-        if let Some(task) = &self.subagent {
-            parts.push_str(&format!(" · 子代理在做:{task}"));
-        }
+        parts.push_str(&lanes(&self.subagents));
         parts
     }
 
@@ -324,4 +378,73 @@ fn base_of(step: &str) -> String {
         (_, flower::inspect::AttemptKind::Judge(_)) => step.to_owned(),
         (base, _) => base,
     }
+}
+
+/// A sub-agent at work, as the status line shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lane {
+    /// Its `Task` call's id.
+    pub id: String,
+    /// What it was asked to do (the call's description).
+    pub task: String,
+    /// Its agent's name, unless it is the default one.
+    pub role: Option<String>,
+    /// The tool it runs now; `None` while it waits on the model.
+    pub tool: Option<String>,
+}
+
+/// Lanes shown by name; more are counted.
+const LANES_SHOWN: usize = 3;
+/// Columns of a lane's task shown (the line must fit one terminal row, or its
+/// redraw leaves copies behind).
+const LANE_TASK_COLUMNS: usize = 16;
+
+/// The sub-agents' part of the status line: ` · 子代理在做:修解析器(Read)` for one,
+/// ` · 3 个子代理在做:修解析器(Read) | 写测试 | 查文档(Bash)` for several (a lane
+/// without a tool waits on the model), past [`LANES_SHOWN`] ` | 另 2 个`.
+pub fn lanes(lanes: &[Lane]) -> String {
+    let shown: Vec<String> = lanes.iter().take(LANES_SHOWN).map(lane).collect();
+    if shown.is_empty() {
+        return String::new();
+    }
+    let mut text = match lanes.len() {
+        1 => " · 子代理在做:".to_string(),
+        n => format!(" · {n} 个子代理在做:"),
+    };
+    text.push_str(&shown.join(" | "));
+    if lanes.len() > LANES_SHOWN {
+        text.push_str(&format!(" | 另 {} 个", lanes.len() - LANES_SHOWN));
+    }
+    text
+}
+
+fn lane(lane: &Lane) -> String {
+    let mut text = fit(&lane.task, LANE_TASK_COLUMNS);
+    if let Some(role) = &lane.role {
+        text = format!("{}:{text}", fit(role, LANE_TASK_COLUMNS));
+    }
+    if let Some(tool) = &lane.tool {
+        text.push_str(&format!("({tool})"));
+    }
+    text
+}
+
+/// `text` cut to `columns` display columns, with `…` when cut.
+pub fn fit(text: &str, columns: usize) -> String {
+    if display_width(text) <= columns {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let mut width = 0;
+    for c in text.chars() {
+        let wide = display_width(c.encode_utf8(&mut [0; 4]));
+        // One column is kept for the `…`.
+        if width + wide + 1 > columns {
+            break;
+        }
+        width += wide;
+        out.push(c);
+    }
+    out.push('…');
+    out
 }

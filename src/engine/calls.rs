@@ -170,7 +170,7 @@ impl Engine {
         let parent = subagent::Parent::of(conv);
         let output = self.execute(&parent, permissions, call, totals).await;
         let (id, name, input) = call;
-        self.emit_done(name, &output, conv.depth);
+        self.emit_done(conv.task.as_deref(), id, name, &output, conv.depth);
         self.post_tool_use(conv, permissions, id, name, input, &output)
             .await;
         output
@@ -234,6 +234,8 @@ impl Engine {
             name: name.to_string(),
             summary: summarize_input(name, input),
             depth,
+            id: id.to_string(),
+            task: conv.task.clone(),
         });
         None
     }
@@ -279,13 +281,22 @@ impl Engine {
         }
     }
 
-    /// Tells the front end a call finished.
-    pub(super) fn emit_done(&self, name: &str, output: &ToolOutput, depth: u32) {
+    /// Tells the front end call `id` finished (made by the sub-agent of `task`, if any).
+    pub(super) fn emit_done(
+        &self,
+        task: Option<&str>,
+        id: &str,
+        name: &str,
+        output: &ToolOutput,
+        depth: u32,
+    ) {
         self.emit(Event::ToolDone {
             name: name.to_string(),
             is_error: output.is_error,
             interrupted: output.is_interrupted(),
             depth,
+            id: id.to_string(),
+            task: task.map(str::to_owned),
         });
     }
 

@@ -164,6 +164,7 @@ impl Engine {
             ..Parent::of(conv)
         };
         let depth = conv.depth;
+        let task = conv.task.clone();
         let runs: Vec<_> = cleared
             .iter()
             .copied()
@@ -183,7 +184,7 @@ impl Engine {
         let mut finished = Vec::with_capacity(cleared.len());
         while let Some((i, output, mut own)) = running.next().await {
             let (id, name, _) = &group[i];
-            self.emit_done(name, &output, depth);
+            self.emit_done(task.as_deref(), id, name, &output, depth);
             let error = own.subagent_error.take();
             totals.absorb(own);
             if let Some(error) = error {
@@ -238,6 +239,8 @@ impl Engine {
                     name: name.clone(),
                     summary: super::summarize_input(name, input),
                     depth,
+                    id: id.clone(),
+                    task: conv.task.clone(),
                 });
                 tasks.push(i);
             } else {
@@ -271,7 +274,7 @@ impl Engine {
                 failed.get_or_insert(error);
                 continue;
             }
-            self.emit_done(name, &output, depth);
+            self.emit_done(conv.task.as_deref(), id, name, &output, depth);
             let entry = self.result_entry(conv, id, name, &output);
             self.store_entry(conv, &entry, false)?;
             stored.push((i, entry));

@@ -461,6 +461,8 @@ struct Conversation<'a> {
     /// A sub-agent running alongside others: a Ctrl-C stops it (its caller asks the
     /// person once) instead of asking on its own.
     stop_on_interrupt: bool,
+    /// A sub-agent's: the id of the `Task` call it works for (its events name it).
+    task: Option<String>,
 }
 
 impl<'a> Conversation<'a> {
@@ -484,6 +486,7 @@ impl<'a> Conversation<'a> {
             internal: false,
             measure: count::Measure::default(),
             stop_on_interrupt: false,
+            task: None,
         }
     }
 }

@@ -30,7 +30,7 @@ impl Engine {
         // `SessionStore::append_deferred`).
         let deferred = reply.content.iter().any(|b| b.as_tool_use().is_some());
         self.record_with(conv, entry, deferred)?;
-        self.report_server_tools(&reply.content, conv.depth);
+        self.report_server_tools(&reply.content, conv.depth, conv.task.as_deref());
         conv.measure.measured(reply.usage.context_tokens());
         totals.num_turns += 1;
         totals.usage.add(&reply.usage);
@@ -57,7 +57,7 @@ impl Engine {
     }
 
     /// Reports the server tool calls a reply carries (the API ran them) as tool calls.
-    fn report_server_tools(&self, content: &[Block], depth: u32) {
+    fn report_server_tools(&self, content: &[Block], depth: u32, task: Option<&str>) {
         /// What a call's summary shows of its input.
         #[derive(Deserialize)]
         struct Subject {
@@ -87,6 +87,8 @@ impl Engine {
                 name: name.to_string(),
                 summary,
                 depth,
+                id: call.id.clone().unwrap_or_default(),
+                task: task.map(str::to_owned),
             });
             let failed = content[i + 1..]
                 .iter()
@@ -102,6 +104,8 @@ impl Engine {
                 is_error: failed,
                 interrupted: false,
                 depth,
+                id: call.id.clone().unwrap_or_default(),
+                task: task.map(str::to_owned),
             });
         }
     }

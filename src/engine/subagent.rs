@@ -204,6 +204,7 @@ impl Engine {
         let sub = Sub {
             spec,
             prompt,
+            task: tool_use_id.to_owned(),
             agent_id,
             key,
             session_id,
@@ -255,6 +256,7 @@ impl Engine {
             memory: parent.memory.clone(),
             mcp_tools: parent.mcp_tools.clone(),
             stop_on_interrupt: parent.together,
+            task: Some(sub.task.clone()),
             messages: Messages::from_loaded(entries),
             ..Conversation::new(sub.spec, sub.key.clone(), chain)
         };
@@ -357,6 +359,8 @@ impl<'a> Parent<'a> {
 struct Sub<'a> {
     spec: &'a AgentSpec,
     prompt: &'a str,
+    /// The `Task` call's id, as its events name it.
+    task: String,
     agent_id: String,
     key: crate::stores::SessionKey,
     /// `<parent session>/<agent id>`, as the events name it.

@@ -10,8 +10,10 @@
 //! an [`InspectError`] or kept as a marked gap, never a panic.
 
 mod series;
+mod subagents;
 pub use series::session_of;
 use series::{AssistantFacts, series};
+pub use subagents::SubagentSpan;
 
 use crate::continuity::attempt::AttemptName;
 use crate::continuity::lineage::LineageFile;

@@ -242,7 +242,12 @@ pub fn run_page(key: &str, run: &Run, sessions: &[Session], live: &Live, nonce: 
     h.push_str("<h2>累计花费</h2>\n");
     report::cost_chart(&mut h, sessions);
     h.push_str("<h2>时间线</h2>\n");
-    report::timeline(&mut h, run, sessions);
+    report::timeline(
+        &mut h,
+        run,
+        sessions,
+        &report::subagent_spans(run, sessions),
+    );
     h.push_str("<h2>每次尝试(运行清单)</h2>\n");
     report::attempt_table(&mut h, run);
     sessions_table(&mut h, key, sessions);

@@ -15,6 +15,7 @@ mod cli_small;
 mod closed_pipe;
 mod concurrent_calls;
 mod concurrent_faults;
+mod concurrent_views;
 mod config;
 mod continuation_crash;
 mod continuation_example;
