@@ -170,6 +170,9 @@ fn one_run(
     arrivals.calls_took()
 }
 
+/// A case: what it is, how many calls, the environment it runs with.
+type Case<'a> = (&'a str, usize, &'a [(&'a str, &'a str)]);
+
 fn task(n: usize) -> (&'static str, serde_json::Value) {
     (
         "Task",
@@ -179,7 +182,7 @@ fn task(n: usize) -> (&'static str, serde_json::Value) {
 
 /// Part 1: four workers at once against one.
 fn workers(flower: &str) {
-    let cases: [(&str, usize, &[(&str, &str)]); 3] = [
+    let cases: [Case; 3] = [
         ("one worker", 1, &[]),
         ("four workers in one reply", 4, &[]),
         (
@@ -221,7 +224,7 @@ fn reads(flower: &str) {
         READ_DELAY.as_millis()
     );
     let read = |n: usize| ("Read", json!({"file_path": format!("slow{n}.txt")}));
-    let cases: [(&str, usize, &[(&str, &str)]); 3] = [
+    let cases: [Case; 3] = [
         ("one read", 1, &[]),
         (
             "twenty reads in one reply (FLOWER_MAX_TOOL_USE_CONCURRENCY=20)",

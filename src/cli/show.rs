@@ -42,6 +42,8 @@ pub struct ShowArgs {
     pub source: super::flags::RunSource,
 }
 
+// Long because the JSON and the text view share one run's loaders (raw, pruned) and
+// its sub-agents' order.
 pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Result<ExitCode> {
     let run = open_run(&args.source, env)?;
     let (id, step) = run.resolve(args.target.as_deref())?;
@@ -65,12 +67,11 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
     } else {
         Vec::new()
     };
-    let subs: Vec<String> = spans.iter().map(|s| s.subpath.clone()).collect();
     let mut out = String::new();
     if args.json {
         let entries = load(&key)?;
         let mut subagents = serde_json::Map::new();
-        for sub in &subs {
+        for sub in spans.iter().map(|s| &s.subpath) {
             subagents.insert(sub.clone(), serde_json::to_value(load(&key.sub(sub)?)?)?);
         }
         let doc = serde_json::json!({

@@ -63,6 +63,7 @@ mod permissions_proptest;
 mod promise_pairs;
 mod promises;
 mod prompt_cache;
+mod prompt_cache_concurrent;
 mod prompt_cache_interrupt;
 mod prompt_cache_roles;
 mod protected_paths;
