@@ -138,8 +138,8 @@ EVENT_FIELDS = {
     "session": ["type", "agent", "session_id", "resumed", "depth"],
     "requesting": ["type", "depth"],
     "text": ["type", "text", "depth"],
-    "tool_call": ["type", "name", "summary", "depth"],
-    "tool_done": ["type", "name", "is_error", "interrupted", "depth"],
+    "tool_call": ["type", "name", "summary", "depth", "id"],
+    "tool_done": ["type", "name", "is_error", "interrupted", "depth", "id"],
     "turn": ["type", "turn", "usage", "context", "cost_usd", "depth"],
 }
 
