@@ -207,6 +207,7 @@ impl Recorder {
                 is_error,
                 interrupted,
                 depth,
+                ..
             } => self.tool_done(name, *is_error, *interrupted, *depth),
             Event::ToolDenied { name, by, .. } => self.denied(name, by),
             Event::Retrying {
