@@ -494,10 +494,6 @@ impl<'a> Conversation<'a> {
 /// A tool call of a reply: its id, tool name and input.
 type Call = (String, String, Value);
 
-/// An opened session: its id, the history to continue from, whether it is a
-/// continuation, and the calls of its last turn still to finish.
-type Opened = (String, Vec<Loaded>, bool, Vec<Call>);
-
 /// Running totals of a run.
 struct Totals {
     num_turns: u32,

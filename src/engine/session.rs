@@ -1,10 +1,14 @@
 //! The session a run continues: a new one, a resumed one (what the pruning layer
 //! feeds it), or a fork. Continuing a cut `Task` call is `resume.rs`'s.
 
-use super::{Engine, EngineError, Opened, SessionStart};
+use super::{Call, Engine, EngineError, SessionStart};
 use crate::stores::{SessionKey, SessionStore};
 use crate::transcript::{Content, Entry, Kind, Loaded};
 use serde_json::Value;
+
+/// An opened session: its id, the history to continue from, whether it is a
+/// continuation, and the calls of its last turn still to finish.
+pub(super) type Opened = (String, Vec<Loaded>, bool, Vec<Call>);
 
 impl Engine {
     /// Finds or creates the session: its id, the (pruned) history to continue from,
