@@ -71,12 +71,16 @@ fn turn_events() -> Vec<Event> {
         name: "Read".into(),
         summary: "src/main.rs".into(),
         depth: 0,
+        id: "toolu_1".into(),
+        task: None,
     });
     events.push(Event::ToolDone {
         name: "Read".into(),
         is_error: false,
         interrupted: false,
         depth: 0,
+        id: "toolu_1".into(),
+        task: None,
     });
     events
 }
