@@ -16,6 +16,7 @@
 //!   journal.json    a restore in progress (restore.rs)
 //! ```
 
+mod feed;
 pub mod git;
 mod restore;
 mod snapshot;
@@ -102,6 +103,15 @@ pub struct ChangeSummary {
     pub lines_removed: u64,
 }
 
+/// How a snapshot found what changed (for tests and the bench's figures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Every kept file's `lstat` (else only the paths the change feed reported).
+    pub full_walk: bool,
+    /// The paths looked at: the files kept (a full walk) or those reported.
+    pub looked_at: usize,
+}
+
 /// The checkpoints of one workspace, kept under one run directory.
 #[derive(Debug)]
 pub struct Checkpoints {
@@ -172,7 +182,12 @@ impl Checkpoints {
     /// The workspace's tree now, its changed files' contents written to the store.
     /// Unchanged files cost an `lstat` each (the index's stat data); no `git` runs.
     pub fn snapshot(&self) -> Result<String, CheckpointError> {
-        self.snapshots.take(self.max_file_bytes, true)
+        self.snapshots.take(self.max_file_bytes, false)
+    }
+
+    /// How the last snapshot of this process found its changes.
+    pub fn last_scan(&self) -> Scan {
+        self.snapshots.last_scan()
     }
 
     /// Takes a checkpoint and appends it to the list. A turn checkpoint whose tree is
@@ -184,10 +199,11 @@ impl Checkpoints {
         session_id: Option<&str>,
         turn: u32,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
-        // A turn's leaves the index to be written later (it is the hot path).
+        // A turn's looks at what the change feed reports and leaves the index to be
+        // written later (it is the hot path); the others walk the whole workspace.
         let tree = self
             .snapshots
-            .take(self.max_file_bytes, kind != CheckpointKind::Turn)?;
+            .take(self.max_file_bytes, kind == CheckpointKind::Turn)?;
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_none() {
             *last = self.list()?.pop().map(|c| (c.n, c.tree));

@@ -12,12 +12,16 @@
 //!   entries did not change keeps its tree id from the last snapshot in this process.
 
 use super::CheckpointError;
+use super::feed::{Feed, Watcher};
 use gix_index::entry::{Flags, Mode, Stat, stat::Time};
 use gix_object::bstr::{BStr, BString, ByteSlice as _};
 use gix_object::tree::{Entry as TreeEntry, EntryKind};
 use gix_object::{Kind, Write as _, WriteTo as _};
 use gix_odb::loose;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use ignore::Match;
+use ignore::gitignore::Gitignore;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -54,6 +58,15 @@ struct Cache {
     racy_from: Option<SystemTime>,
     /// The last snapshot's tree of each directory ("" the root), in this process only.
     trees: HashMap<BString, gix_hash::ObjectId>,
+    /// Files with more than one hard link: every turn's snapshot `lstat`s them.
+    linked: BTreeSet<BString>,
+    /// Each directory's `.gitignore` (by the directory's path), for a new file the
+    /// feed reports; cleared by every full walk.
+    ignores: HashMap<BString, Gitignore>,
+    /// The change feed, once a full walk set it up; `feed_tried`: none to be had.
+    feed: Option<Feed>,
+    feed_tried: bool,
+    last_scan: super::Scan,
 }
 
 /// The writer of snapshots: the object store, the index, what the walk leaves out.
@@ -109,72 +122,47 @@ impl Snapshots {
     }
 
     /// The workspace's tree now; changed files' blobs and changed trees are written.
-    /// `persist`: write the index now (else once enough changed, or when dropped: a
+    /// `turn`: a turn's snapshot, which looks only at the paths the change feed reports
+    /// when it can, and writes the index later (once enough changed, or when dropped: a
     /// kill in between costs the next process a read of those files, nothing else).
-    pub(super) fn take(
-        &self,
-        max_file_bytes: u64,
-        persist: bool,
-    ) -> Result<String, CheckpointError> {
+    pub(super) fn take(&self, max_file_bytes: u64, turn: bool) -> Result<String, CheckpointError> {
         let started = SystemTime::now();
         let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let cache = match guard.as_mut() {
             Some(cache) => cache,
             None => guard.insert(self.load()),
         };
-        let racy_from = cache.racy_from;
         // Taken out until the snapshot succeeds: a failure part-way leaves no tree that
-        // the next snapshot would trust wrongly.
+        // the next snapshot would trust wrongly (nor a feed: its events are drained).
         let mut trees = std::mem::take(&mut cache.trees);
         cache.generation += 1;
-        let generation = cache.generation;
         let mut dirty: HashSet<BString> = HashSet::new();
-        for found in self.walk() {
-            let (full, meta) = found?;
-            let Some(path) = full
-                .strip_prefix(&self.workspace)
-                .ok()
-                .map(|p| BStr::new(p.as_os_str().as_bytes()))
-            else {
-                continue;
-            };
-            let mode = match mode_of(&meta) {
-                Some(mode) if !(meta.is_file() && meta.len() > max_file_bytes) => mode,
-                _ => continue,
-            };
-            let stat = stat_of(&meta);
-            if let Some(cached) = cache.files.get_mut(path)
-                && cached.stat == stat
-                && cached.mode == mode
-                && racy_from.is_some_and(|from| mtime_of(&meta) < from)
-            {
-                cached.seen = generation;
-                continue;
-            }
-            let Some(id) = self.write_blob(path, mode)? else {
-                continue; // gone since the walk saw it
-            };
-            let cached = Cached {
-                stat,
-                mode,
-                id,
-                seen: generation,
-            };
-            let before = cache.files.insert(path.to_owned(), cached);
-            cache.unsaved += 1;
-            if before.is_none_or(|b| b.id != id || b.mode != mode) {
-                mark_dirty(&mut dirty, path);
-            }
+        let drained = cache.feed.as_mut().map(Feed::drain).unwrap_or_default();
+        let from_feed =
+            turn && !drained.full_walk && cache.feed.as_ref().is_some_and(Feed::trusted);
+        let mut scanned = Ok(false);
+        if from_feed {
+            scanned = self.scan_changes(cache, &drained.paths, max_file_bytes, &mut dirty);
         }
-        let before = cache.files.len();
-        cache.files.retain(|path, cached| {
-            let kept = cached.seen == generation;
-            if !kept {
-                mark_dirty(&mut dirty, path.as_ref());
+        cache.last_scan = super::Scan {
+            full_walk: false,
+            looked_at: drained.paths.len() + cache.linked.len(),
+        };
+        if let Ok(false) = scanned {
+            cache.last_scan = super::Scan {
+                full_walk: true,
+                looked_at: 0,
+            };
+            scanned = self
+                .scan_all(cache, &drained.paths, max_file_bytes, &mut dirty)
+                .map(|()| true);
+        }
+        if let Err(e) = scanned {
+            if let Some(feed) = cache.feed.as_mut() {
+                feed.distrust();
             }
-            kept
-        });
-        cache.unsaved += before - cache.files.len();
+            return Err(e);
+        }
         // In git's order already (the map's byte order): no sort.
         let entries: Vec<(&BString, Mode, gix_hash::ObjectId)> = cache
             .files
@@ -182,12 +170,198 @@ impl Snapshots {
             .map(|(path, cached)| (path, cached.mode, cached.id))
             .collect();
         let root = self.write_tree(&entries, BStr::new(b""), &dirty, &mut trees)?;
+        if cache.last_scan.full_walk {
+            cache.last_scan.looked_at = entries.len();
+        }
         cache.trees = trees;
         cache.racy_from = started.checked_sub(RACY_MARGIN);
-        if cache.unsaved > 0 && (persist || cache.unsaved >= SAVE_AFTER) {
+        if cache.unsaved > 0 && (!turn || cache.unsaved >= SAVE_AFTER) {
             self.save(cache)?;
         }
         Ok(root.to_string())
+    }
+
+    /// The full walk: every kept file's `lstat` against the index (a path in `forced`
+    /// is read whatever its stat data says: the feed said it changed). It sets the
+    /// change feed's watches as it goes.
+    fn scan_all(
+        &self,
+        cache: &mut Cache,
+        forced: &BTreeSet<BString>,
+        max_file_bytes: u64,
+        dirty: &mut HashSet<BString>,
+    ) -> Result<(), CheckpointError> {
+        if !cache.feed_tried {
+            cache.feed_tried = true;
+            let run_dir = self
+                .run_dir
+                .strip_prefix(&self.workspace)
+                .ok()
+                .map(|p| BString::from(p.as_os_str().as_bytes()));
+            cache.feed = Feed::new(run_dir);
+        }
+        let watcher = cache.feed.as_mut().map(|f| f.start_walk(&self.workspace));
+        if let Some(watcher) = &watcher {
+            watcher.watch(&self.workspace);
+        }
+        cache.ignores.clear();
+        cache.linked.clear();
+        let mut walked = Ok(());
+        for found in self.walk(watcher) {
+            let (full, meta) = match found {
+                Ok(found) => found,
+                Err(e) => {
+                    walked = Err(e);
+                    break;
+                }
+            };
+            let Some(path) = full
+                .strip_prefix(&self.workspace)
+                .ok()
+                .map(|p| BStr::new(p.as_os_str().as_bytes()))
+            else {
+                continue;
+            };
+            let force = forced.contains(path);
+            if let Err(e) = self.update(cache, path, &meta, max_file_bytes, force, dirty) {
+                walked = Err(e);
+                break;
+            }
+        }
+        if let Some(feed) = cache.feed.as_mut() {
+            feed.finish_walk(walked.is_ok());
+        }
+        walked?;
+        let generation = cache.generation;
+        let before = cache.files.len();
+        cache.files.retain(|path, cached| {
+            let kept = cached.seen == generation;
+            if !kept {
+                mark_dirty(dirty, path.as_ref());
+            }
+            kept
+        });
+        cache.unsaved += before - cache.files.len();
+        Ok(())
+    }
+
+    /// A turn's snapshot from the change feed: only the reported paths, and the files
+    /// with other hard links (a write through another link is reported for that
+    /// link's directory only). `Ok(false)`: a directory stands where a file was, so
+    /// walk everything instead.
+    fn scan_changes(
+        &self,
+        cache: &mut Cache,
+        paths: &BTreeSet<BString>,
+        max_file_bytes: u64,
+        dirty: &mut HashSet<BString>,
+    ) -> Result<bool, CheckpointError> {
+        let linked: Vec<BString> = cache.linked.iter().cloned().collect();
+        for path in paths.iter().chain(linked.iter()) {
+            let full = self.workspace.join(OsStr::from_bytes(path));
+            let meta = match full.symlink_metadata() {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    forget(cache, path.as_ref(), dirty);
+                    continue;
+                }
+                Err(source) => return Err(CheckpointError::Io { path: full, source }),
+            };
+            if meta.is_dir() {
+                return Ok(false);
+            }
+            if !cache.files.contains_key(path) && !self.kept(cache, path.as_ref()) {
+                continue;
+            }
+            self.update(cache, path.as_ref(), &meta, max_file_bytes, false, dirty)?;
+        }
+        Ok(true)
+    }
+
+    /// Brings `path`'s entry up to date from its `lstat`: unchanged stat data (not
+    /// racily clean, not `force`d) stands for unchanged content; otherwise the file is
+    /// read and its blob written.
+    fn update(
+        &self,
+        cache: &mut Cache,
+        path: &BStr,
+        meta: &std::fs::Metadata,
+        max_file_bytes: u64,
+        force: bool,
+        dirty: &mut HashSet<BString>,
+    ) -> Result<(), CheckpointError> {
+        let mode = match mode_of(meta) {
+            Some(mode) if !(meta.is_file() && meta.len() > max_file_bytes) => mode,
+            _ => {
+                forget(cache, path, dirty);
+                return Ok(());
+            }
+        };
+        if meta.nlink() > 1 && !meta.is_dir() {
+            cache.linked.insert(path.to_owned());
+        } else if !cache.linked.is_empty() {
+            cache.linked.remove(path);
+        }
+        let stat = stat_of(meta);
+        let generation = cache.generation;
+        let racy_from = cache.racy_from;
+        if !force
+            && let Some(cached) = cache.files.get_mut(path)
+            && cached.stat == stat
+            && cached.mode == mode
+            && racy_from.is_some_and(|from| mtime_of(meta) < from)
+        {
+            cached.seen = generation;
+            return Ok(());
+        }
+        let Some(id) = self.write_blob(path, mode)? else {
+            forget(cache, path, dirty); // gone since its `lstat`
+            return Ok(());
+        };
+        let cached = Cached {
+            stat,
+            mode,
+            id,
+            seen: generation,
+        };
+        let before = cache.files.insert(path.to_owned(), cached);
+        cache.unsaved += 1;
+        if before.is_none_or(|b| b.id != id || b.mode != mode) {
+            mark_dirty(dirty, path);
+        }
+        Ok(())
+    }
+
+    /// Whether the walk would keep the new file at `path`, whose directory it entered:
+    /// the `.gitignore` files of that directory and of those above it, the nearest
+    /// that matches deciding (the `ignore` crate's rule for its walk).
+    fn kept(&self, cache: &mut Cache, path: &BStr) -> bool {
+        let full = self.workspace.join(OsStr::from_bytes(path));
+        let mut dir: &[u8] = path;
+        loop {
+            dir = match dir.rfind_byte(b'/') {
+                Some(slash) => &dir[..slash],
+                None => &[],
+            };
+            let matcher = cache.ignores.entry(BString::from(dir)).or_insert_with(|| {
+                let base = self.workspace.join(OsStr::from_bytes(dir));
+                Gitignore::new(base.join(".gitignore")).0
+            });
+            match matcher.matched(&full, false) {
+                Match::Ignore(_) => return false,
+                Match::Whitelist(_) => return true,
+                Match::None => {}
+            }
+            if dir.is_empty() {
+                return true;
+            }
+        }
+    }
+
+    /// How the last snapshot found its changes.
+    pub(super) fn last_scan(&self) -> super::Scan {
+        let guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map(|c| c.last_scan).unwrap_or_default()
     }
 
     /// The index as the last snapshot left it; an index that does not read (an older
@@ -258,7 +432,10 @@ impl Snapshots {
 
     /// Every file and symbolic link the checkpoints keep: its path (relative, `/`) and
     /// `lstat`.
-    fn walk(&self) -> impl Iterator<Item = Result<(PathBuf, std::fs::Metadata), CheckpointError>> {
+    fn walk(
+        &self,
+        watcher: Option<Watcher>,
+    ) -> impl Iterator<Item = Result<(PathBuf, std::fs::Metadata), CheckpointError>> {
         let run_dir = self.run_dir.clone();
         let root = self.workspace.clone();
         let walker = ignore::WalkBuilder::new(&self.workspace)
@@ -274,9 +451,17 @@ impl Snapshots {
                 }
                 let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
                 let name = entry.file_name().as_bytes();
-                !(name.eq_ignore_ascii_case(b".git")
+                let kept = !(name.eq_ignore_ascii_case(b".git")
                     || path == run_dir
-                    || is_dir && path.join(".git").symlink_metadata().is_ok())
+                    || is_dir && path.join(".git").symlink_metadata().is_ok());
+                // Watched before the walk reads it: a change after the read is reported.
+                if kept
+                    && is_dir
+                    && let Some(watcher) = &watcher
+                {
+                    watcher.watch(path);
+                }
+                kept
             })
             .build();
         walker.filter_map(move |entry| {
@@ -302,7 +487,7 @@ impl Snapshots {
         path: &BStr,
         mode: Mode,
     ) -> Result<Option<gix_hash::ObjectId>, CheckpointError> {
-        let full = self.workspace.join(std::ffi::OsStr::from_bytes(path));
+        let full = self.workspace.join(OsStr::from_bytes(path));
         let read = if mode == Mode::SYMLINK {
             std::fs::read_link(&full).map(|t| t.as_os_str().as_bytes().to_vec())
         } else {
@@ -380,6 +565,15 @@ impl Snapshots {
         let id = self.write_object(Kind::Tree, &bytes)?;
         trees.insert(dir.to_owned(), id);
         Ok(id)
+    }
+}
+
+/// Drops `path`'s entry (gone, no longer a file, over the size cap).
+fn forget(cache: &mut Cache, path: &BStr, dirty: &mut HashSet<BString>) {
+    cache.linked.remove(path);
+    if cache.files.remove(path).is_some() {
+        cache.unsaved += 1;
+        mark_dirty(dirty, path);
     }
 }
 

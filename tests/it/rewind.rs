@@ -416,6 +416,8 @@ fn git_tree(ws: &Path, scratch: &Path) -> String {
         assert!(init.success());
         std::fs::write(git_dir.join("info/exclude"), "/runs/\n").unwrap();
     }
+    // A fresh index each time: git keeps a tracked file that became ignored.
+    let _ = std::fs::remove_file(scratch.join("index"));
     git(&["add", "-A"]);
     git(&["write-tree"])
 }
@@ -493,4 +495,104 @@ fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
         patch.contains("+also changed") && patch.contains("+changed"),
         "{patch}"
     );
+}
+
+/// Issue #44's speed: a turn's checkpoint looks only at what the change feed (inotify)
+/// reported. Every kind of change a turn makes must still be in its tree: the tree is
+/// compared with git's own after each, and with a full walk's.
+#[test]
+fn turn_checkpoints_from_the_change_feed_are_the_trees_git_writes() {
+    use flower::checkpoint::{CheckpointKind, Checkpoints, DEFAULT_MAX_FILE_BYTES};
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = tempfile::tempdir().unwrap();
+    let ws = home.path().join("ws");
+    let write = |rel: &str, body: &str| {
+        let path = ws.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    };
+    for d in 0..5 {
+        for f in 0..20 {
+            write(&format!("d{d}/f{f}.txt"), &format!("{d} {f}\n"));
+        }
+    }
+    write(".gitignore", "*.log\nbuild/\n");
+    write("d1/.gitignore", "*.tmp\n!keep.log\n");
+    write("exec.sh", "#!/bin/sh\n");
+    let outside = home.path().join("outside.txt");
+    std::fs::write(&outside, "linked 1\n").unwrap();
+
+    let runs = ws.join("runs");
+    let scratch = home.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let checkpoints = Checkpoints::open(&ws, &runs, DEFAULT_MAX_FILE_BYTES).unwrap();
+    let first = checkpoints
+        .record(CheckpointKind::Attempt, "干活", None, 0)
+        .unwrap()
+        .unwrap();
+    assert!(checkpoints.last_scan().full_walk);
+    assert_eq!(first.tree, git_tree(&ws, &scratch));
+
+    let mut turn = 0;
+    // After each change: the turn's tree is git's; `feed`: found from the feed alone.
+    let mut check = |what: &str, feed: bool| {
+        turn += 1;
+        let taken = checkpoints
+            .record(CheckpointKind::Turn, "干活", Some("s"), turn)
+            .unwrap();
+        let scan = checkpoints.last_scan();
+        let tree = taken.map(|c| c.tree);
+        let want = git_tree(&ws, &scratch);
+        assert_eq!(scan.full_walk, !feed, "{what}: {scan:?}");
+        if feed {
+            assert!(scan.looked_at < 10, "{what}: {scan:?}");
+        }
+        let full = checkpoints.snapshot().unwrap();
+        assert_eq!(full, want, "{what}: a full walk");
+        if let Some(tree) = tree {
+            assert_eq!(tree, want, "{what}");
+        }
+    };
+    let edit = |rel: &str| {
+        let path = ws.join(rel);
+        let mut body = std::fs::read_to_string(&path).unwrap();
+        body.push_str("more\n");
+        std::fs::write(&path, body).unwrap();
+    };
+    edit("d0/f1.txt");
+    edit("d3/f19.txt");
+    check("files edited in place", true);
+    let sed = std::process::Command::new("sed")
+        .args(["-i", "s/2/two/", "d2/f2.txt"])
+        .current_dir(&ws)
+        .status()
+        .unwrap();
+    assert!(sed.success());
+    check("sed -i (a new file renamed over)", true);
+    write("d4/new.txt", "new\n");
+    write("d4/x.log", "ignored\n");
+    write("d1/y.tmp", "ignored below\n");
+    write("d1/keep.log", "kept below\n");
+    std::fs::remove_file(ws.join("d0/f0.txt")).unwrap();
+    std::fs::set_permissions(ws.join("exec.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("d0/f1.txt", ws.join("link")).unwrap();
+    check("new, ignored, removed, chmod, symlink", true);
+    // The same size again at once: the racily clean rule still reads it.
+    write("d4/new.txt", "NEW\n");
+    check("the same size again", true);
+    write("n/m/k/deep.txt", "nested\n");
+    check("a new nested directory: a full walk", false);
+    write("n/m/k/deep.txt", "nested, edited\n");
+    check("an edit in the new directory", true);
+    std::fs::rename(ws.join("d2"), ws.join("moved")).unwrap();
+    check("a directory renamed: a full walk", false);
+    edit("moved/f3.txt");
+    check("an edit in the renamed directory", true);
+    write(".gitignore", "*.log\nbuild/\nd3/\n");
+    check("a .gitignore changed: a full walk", false);
+    std::fs::hard_link(&outside, ws.join("d4/hard.txt")).unwrap();
+    check("a hard link to a file outside", true);
+    std::fs::write(&outside, "linked 2, longer\n").unwrap();
+    check("written through the link outside", true);
+    check("nothing changed", true);
 }
