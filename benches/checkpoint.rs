@@ -94,7 +94,12 @@ fn main() {
     for round in 0..rounds() {
         let started = Instant::now();
         checkpoints
-            .record(CheckpointKind::Turn, "干活", None, (rounds() + round) as u32)
+            .record(
+                CheckpointKind::Turn,
+                "干活",
+                None,
+                (rounds() + round) as u32,
+            )
             .unwrap();
         unchanged.push(started.elapsed().as_secs_f64() * 1e3);
     }
@@ -118,7 +123,9 @@ fn main() {
          5 blobs, the trees on their paths)",
         g / 1e3
     );
-    println!("nothing changed: a turn's checkpoint median {u:.2} ms, p95 {up:.2} ms (goal ≤ 10 ms)");
+    println!(
+        "nothing changed: a turn's checkpoint median {u:.2} ms, p95 {up:.2} ms (goal ≤ 10 ms)"
+    );
     println!(
         "a full walk (an attempt's checkpoint, a rewind's): median {w:.2} ms, p95 {wp:.2} ms \
          (no goal: once per step attempt)"

@@ -4,7 +4,8 @@
 //!
 //! The objects are git's (content-addressed, deduplicated, incremental through an index
 //! whose stat data makes an unchanged file cost one `lstat`), kept in a git directory of
-//! flower's own under `runs/checkpoints/` (a protected path no agent writes), written by
+//! flower's own under `runs/checkpoints/` (a protected path no agent writes), written
+//! in-process (`snapshot`; a turn's from the inotify change feed, `feed`) and read by
 //! the `git` binary's plumbing ([`git`]). What is kept follows the workspace's
 //! `.gitignore` files; `runs/`, `.git/` and files over the size cap are never kept.
 //!
@@ -71,6 +72,9 @@ pub enum CheckpointKind {
     Turn,
     /// The workspace as a rewind found it, kept so that the rewind can be undone.
     Rewind,
+    /// After a background command ended (Bash `run_in_background`; `command` its id):
+    /// its writes after the turn that started it.
+    Background,
 }
 
 /// One line of `list.jsonl`.
@@ -87,6 +91,9 @@ pub struct Checkpoint {
     /// Turns of that session in this attempt so far.
     #[serde(default)]
     pub turn: u32,
+    /// The background command whose end it follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     /// RFC 3339 with milliseconds, UTC: the conversation is cut here on a rewind.
     pub time: String,
     /// The workspace's tree (git object id).
@@ -199,16 +206,29 @@ impl Checkpoints {
         session_id: Option<&str>,
         turn: u32,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
+        self.record_after(kind, step, session_id, turn, None)
+    }
+
+    /// [`Checkpoints::record`], naming the background command whose end it follows
+    /// (a `Background` checkpoint, which like a turn's is not listed when nothing
+    /// changed).
+    pub fn record_after(
+        &self,
+        kind: CheckpointKind,
+        step: &str,
+        session_id: Option<&str>,
+        turn: u32,
+        command: Option<&str>,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        let changes_only = matches!(kind, CheckpointKind::Turn | CheckpointKind::Background);
         // A turn's looks at what the change feed reports and leaves the index to be
         // written later (it is the hot path); the others walk the whole workspace.
-        let tree = self
-            .snapshots
-            .take(self.max_file_bytes, kind == CheckpointKind::Turn)?;
+        let tree = self.snapshots.take(self.max_file_bytes, changes_only)?;
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_none() {
             *last = self.list()?.pop().map(|c| (c.n, c.tree));
         }
-        if kind == CheckpointKind::Turn && last.as_ref().is_some_and(|(_, t)| *t == tree) {
+        if changes_only && last.as_ref().is_some_and(|(_, t)| *t == tree) {
             return Ok(None);
         }
         let checkpoint = Checkpoint {
@@ -217,6 +237,7 @@ impl Checkpoints {
             step: step.to_string(),
             session_id: session_id.map(str::to_string),
             turn,
+            command: command.map(str::to_string),
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             tree,
         };

@@ -115,6 +115,11 @@ fn label(checkpoint: &Checkpoint) -> String {
         CheckpointKind::Attempt => format!("{} 开始前", checkpoint.step),
         CheckpointKind::Turn => format!("{} 第 {} 轮后", checkpoint.step, checkpoint.turn),
         CheckpointKind::Rewind => checkpoint.step.clone(),
+        CheckpointKind::Background => format!(
+            "{} 后台命令 {} 结束后",
+            checkpoint.step,
+            checkpoint.command.as_deref().unwrap_or("?")
+        ),
     }
 }
 

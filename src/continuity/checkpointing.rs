@@ -2,7 +2,9 @@
 //! attempt, one after each turn of a main session that ran a tool which may change
 //! files (Write, Edit, Bash, a sub-agent's tools, an MCP tool: anything but the
 //! read-only tools), taken when that session sends its next request, or when the
-//! attempt ends. A checkpoint that fails is a warning; the run goes on.
+//! attempt ends; and one when a background command ends (its writes after the turn
+//! that started it; its start is that turn's checkpoint). A checkpoint that fails is
+//! a warning; the run goes on.
 
 use crate::checkpoint::{CheckpointKind, Checkpoints};
 use crate::events::{Event, EventSink};
@@ -58,10 +60,18 @@ impl Watch {
     }
 
     fn take(&self, state: &mut State, kind: CheckpointKind) {
+        self.take_after(state, kind, None);
+    }
+
+    fn take_after(&self, state: &mut State, kind: CheckpointKind, command: Option<&str>) {
         state.dirty = false;
-        let taken = self
-            .checkpoints
-            .record(kind, &state.row, state.session.as_deref(), state.turn);
+        let taken = self.checkpoints.record_after(
+            kind,
+            &state.row,
+            state.session.as_deref(),
+            state.turn,
+            command,
+        );
         if let Err(e) = taken {
             (self.events)(&Event::Warning {
                 message: crate::error::chain(&e),
@@ -87,6 +97,11 @@ impl Watch {
                 Event::TurnDone { depth: 0, .. } => super::guard::lock(&watch.state).turn += 1,
                 Event::ToolDone { name, .. } if !is_read_only(name) => {
                     super::guard::lock(&watch.state).dirty = true;
+                }
+                // A sub-agent's too: its commands ran for the main session's Task.
+                Event::BackgroundEnded { id, .. } => {
+                    let mut state = super::guard::lock(&watch.state);
+                    watch.take_after(&mut state, CheckpointKind::Background, Some(id));
                 }
                 Event::Requesting { depth: 0 } => {
                     let mut state = super::guard::lock(&watch.state);

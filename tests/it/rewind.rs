@@ -596,3 +596,65 @@ fn turn_checkpoints_from_the_change_feed_are_the_trees_git_writes() {
     check("written through the link outside", true);
     check("nothing changed", true);
 }
+
+/// A background command's writes after the turn that started it are a checkpoint of
+/// their own, taken when it ends (#44's "a background command's lifetime"), and
+/// `flower rewind` takes them back.
+#[test]
+fn a_file_a_background_command_wrote_is_restorable_by_rewind() {
+    let project = project();
+    let ws = project.dir.clone();
+    let list = ws.join("runs/checkpoints/list.jsonl");
+    let workspace = ws.clone();
+    let wait_for = |what: &str, ready: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready() {
+            assert!(Instant::now() < deadline, "never happened: {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let server = FakeServer::with_handler(move |req, _| match (agent_or_once(req), turn_of(req)) {
+        (Agent::Coordinator, 0) => Reply::tool_use(
+            "Task",
+            json!({"description": "后台", "prompt": "在后台生成 made.txt"}),
+        ),
+        // The command writes only once this turn's checkpoint is taken (`go` appears).
+        (Agent::Worker, 0) => Reply::tool_use(
+            "Bash",
+            json!({
+                "command": "while [ ! -e go ]; do sleep 0.02; done; printf 'from the background\\n' > made.txt",
+                "run_in_background": true,
+                "description": "后台生成",
+            }),
+        ),
+        (Agent::Worker, 1) => {
+            std::fs::write(workspace.join("go"), "").unwrap();
+            wait_for("a checkpoint at the command's end", &|| {
+                std::fs::read_to_string(&list).is_ok_and(|l| l.contains("\"background\""))
+            });
+            Reply::text("生成好了。")
+        }
+        (Agent::Judge, _) => Reply::text("都在。\n判定:通过"),
+        _ => reply(req),
+    });
+    ok(&project.run(&server, &[REQUEST]));
+    assert_eq!(project.read("made.txt"), "from the background\n");
+
+    let listing = ok(&project.run(&server, &["rewind"]));
+    let line = listing
+        .lines()
+        .find(|l| l.contains("后台命令") && l.contains("结束后"))
+        .unwrap_or_else(|| panic!("{listing}"));
+    // made.txt, and the go file the test wrote for it.
+    assert!(
+        line.contains("干活") && line.contains("新增 2"),
+        "{listing}"
+    );
+    let n = point(&listing, "后台命令");
+
+    // Back to before the step: made.txt is gone; then to the command's end: it is back.
+    ok(&project.run(&server, &["rewind", "干活"]));
+    assert!(!ws.join("made.txt").exists());
+    ok(&project.run(&server, &["rewind", &n, "--files-only"]));
+    assert_eq!(project.read("made.txt"), "from the background\n");
+}
