@@ -79,8 +79,11 @@ pub fn run(args: &ServeArgs, env: &Environment) -> anyhow::Result<ExitCode> {
         settings: serve,
         source: shown,
     });
+    // Few reading threads, let go of soon: each keeps memory of its own while it lives.
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(4)
+        .thread_keep_alive(Duration::from_secs(2))
         .build()?
         .block_on(listen(app))
 }

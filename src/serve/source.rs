@@ -16,8 +16,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How deep below the served directory run directories are looked for.
 const MAX_DEPTH: usize = 6;
-/// How long a directory walk (or the database's run list) is reused.
-const FOUND_FOR: Duration = Duration::from_secs(3);
+/// How long a directory walk is reused: a new run shows within this; a tree of a
+/// thousand workspaces is not walked on every look.
+const WALKED_FOR: Duration = Duration::from_secs(10);
+/// How long the database's run list (one query, with who holds each run) is reused.
+const LISTED_FOR: Duration = Duration::from_secs(2);
 
 /// What is served.
 pub enum Source {
@@ -49,7 +52,8 @@ pub struct Holding {
     pub host: Option<String>,
 }
 
-/// The runs of a [`Source`], found at most every [`FOUND_FOR`].
+/// The runs of a [`Source`], walked at most every [`WALKED_FOR`] (listed every
+/// [`LISTED_FOR`]).
 pub struct Runs {
     source: Source,
     found: Mutex<Option<(Instant, Arc<Vec<Found>>)>>,
@@ -69,8 +73,12 @@ impl Runs {
     /// The runs, newest walk or listing (an error reading the database: none, said).
     pub fn found(&self) -> Result<Arc<Vec<Found>>, String> {
         let mut cached = self.found.lock().unwrap_or_else(PoisonError::into_inner);
+        let reuse_for = match &self.source {
+            Source::Tree { .. } => WALKED_FOR,
+            Source::Store { .. } => LISTED_FOR,
+        };
         if let Some((at, found)) = cached.as_ref()
-            && at.elapsed() < FOUND_FOR
+            && at.elapsed() < reuse_for
         {
             return Ok(found.clone());
         }
