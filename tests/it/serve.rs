@@ -265,8 +265,10 @@ fn follow_a_run(
         page.eval("performance.getEntriesByType('navigation').length"),
         1
     );
+    // The page came with the first status; the judge's and the end's came as events
+    // (the stream's first event may already be the judge's).
     let updates = page.eval("Number(document.documentElement.getAttribute('data-updates'))");
-    assert!(updates.as_u64().unwrap() >= 3, "{updates}");
+    assert!(updates.as_u64().unwrap() >= 2, "{updates}");
 
     // The transcript opens from the page, rendered as `flower show` renders it.
     let link = page.eval("document.querySelector('a.transcript').href");
