@@ -3,6 +3,7 @@
 //! no pipe can be made.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
@@ -18,6 +19,32 @@ const CHUNK: usize = 1024 * 1024;
 /// than straight. At 256 KiB it spends what it does straight, for a few more `splice`
 /// calls here. Only unsent data is bounded, so a long fat link keeps its window.
 const UNSENT_MAX: libc::c_int = 256 * 1024;
+/// How many download pipes may be grown to [`CHUNK`] at once: 16 MiB of the user's
+/// 64 MiB pipe budget, so a command that opens many connections at once (a package
+/// manager's parallel fetches) cannot spend the budget of every other program the user
+/// runs; the connections past it relay through default pipes, slower but whole.
+const LARGE_PIPES_MAX: usize = 16;
+static LARGE_PIPES: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the [`LARGE_PIPES_MAX`] grown pipes, given back when dropped.
+struct LargePipe;
+
+impl LargePipe {
+    fn take() -> Option<Self> {
+        LARGE_PIPES
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < LARGE_PIPES_MAX).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| LargePipe)
+    }
+}
+
+impl Drop for LargePipe {
+    fn drop(&mut self) {
+        LARGE_PIPES.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 fn nonblocking_pipe(large: bool) -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
@@ -98,7 +125,9 @@ pub(super) async fn both_ways(
     client: TcpStream,
     upstream: TcpStream,
 ) -> Result<(), (TcpStream, TcpStream)> {
-    let (Ok(up_pipe), Ok(down_pipe)) = (nonblocking_pipe(false), nonblocking_pipe(true)) else {
+    let large = LargePipe::take();
+    let (Ok(up_pipe), Ok(down_pipe)) = (nonblocking_pipe(false), nonblocking_pipe(large.is_some()))
+    else {
         return Err((client, upstream));
     };
     for s in [&client, &upstream] {
