@@ -7,8 +7,8 @@
 //!   is `''` for a main transcript), so that entry rows carry a small number instead of
 //!   the key's text (in the row and in both indexes: most of a row's overhead);
 //! - `entries(id, transcript, uuid, type, stored_at, data)`: one row per transcript
-//!   entry, `data` the entry's JSON text, or since schema 3 that text deflated into a
-//!   blob when that saves enough ([`packed`]); `id` orders a transcript's entries; a partial
+//!   entry, `data` the entry's JSON text, or since schema 3 that text compressed into
+//!   a blob when that saves enough ([`packed`]); `id` orders a transcript's entries; a partial
 //!   unique index on `(transcript, uuid)` makes `uuid` an idempotency key. `uuid` is
 //!   kept as its 16 bytes when it is a canonical UUID (lowercase, hyphenated: what
 //!   flower mints), any other text as it is ([`uuid_key`]; a blob never equals a text);

@@ -236,7 +236,7 @@ fn an_upgrade_killed_half_way_is_redone() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sessions.db");
     let key = SessionKey::parse("p/long").unwrap();
-    // Random text, so that rows stay large when deflated (schema 3).
+    // Random text, so that rows stay large when compressed (schema 3).
     let noise: String = (0..64_000).map(|_| fastrand::alphanumeric()).collect();
     let batch = |b: usize| -> Vec<Value> {
         (0..500)

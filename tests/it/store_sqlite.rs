@@ -594,10 +594,10 @@ fn a_long_transcript_loads_whole_and_in_order_and_prunes_like_prune() {
     assert_eq!(fused, flower::stores::prune::prune(input, &options));
 }
 
-/// Rows whose JSON deflates well are kept as blobs (schema 3), and every reader gets
+/// Rows whose JSON compresses well are kept as blobs (schema 3), and every reader gets
 /// each entry's JSON back byte for byte; text rows of an older file read as before.
 #[test]
-fn entry_rows_are_deflated_and_read_back_byte_for_byte() {
+fn entry_rows_are_compressed_and_read_back_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let key = SessionKey::parse("p/long").unwrap();
