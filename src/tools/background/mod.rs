@@ -176,7 +176,10 @@ impl Background {
         };
         let started = match bash::start(command, ctx) {
             Ok(started) => started,
-            Err(e) => return ToolOutput::error(e.to_string()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&out_path);
+                return ToolOutput::error(e.to_string());
+            }
         };
         let pid = started.child.id().and_then(|id| i32::try_from(id).ok());
         let guard = GroupGuard::new(pid, &ctx.processes);
@@ -226,12 +229,7 @@ impl Background {
             started,
             guard,
         ));
-        ToolOutput::ok(format!(
-            "Command running in background with ID: {id}. Output is being written to: {}\n\
-             Read its new output with TaskOutput (task_id \"{id}\"), stop it with TaskStop. \
-             It is stopped when this session ends.",
-            out_path.display()
-        ))
+        ToolOutput::ok(started_text(&id, &out_path))
     }
 
     /// Stops every running command of `owner` (its session ended: `why`) and waits
@@ -280,6 +278,16 @@ impl Background {
         }
         told
     }
+}
+
+/// What the model reads when a command started.
+fn started_text(id: &str, output: &std::path::Path) -> String {
+    format!(
+        "Command running in background with ID: {id}. Output is being written to: {}\n\
+         Read its new output with TaskOutput (task_id \"{id}\"), stop it with TaskStop. It \
+         is stopped when this session ends.",
+        output.display()
+    )
 }
 
 async fn stop_and_wait(commands: &[Arc<Command>], why: &'static str) {
