@@ -214,6 +214,14 @@ fn bench_entry(session: &str, cwd: &str, k: usize, parent: Option<&str>, side: b
     })
 }
 
+/// JSON objects as the typed entries a store appends (every field kept as written).
+fn typed(values: &[Value]) -> Vec<flower::transcript::Entry> {
+    values
+        .iter()
+        .map(|v| serde::Deserialize::deserialize(v).expect("an object"))
+        .collect()
+}
+
 fn fxhash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
@@ -252,13 +260,13 @@ fn wake_workspace() -> PathBuf {
             })
             .collect();
         for batch in mains.chunks(BATCH) {
-            store.append(&key, batch).expect("append");
+            store.append(&key, &typed(batch)).expect("append");
         }
         let sub = key.sub("subagents/agent-a1b2c3").expect("subkey");
         let subs: Vec<Value> = (0..SUBAGENT_ENTRIES)
             .map(|k| bench_entry(&id, &cwd, 100_000 + k, None, true))
             .collect();
-        store.append(&sub, &subs).expect("append sub");
+        store.append(&sub, &typed(&subs)).expect("append sub");
     }
     drop(store);
     std::fs::write(dir.join("notes/需求.md"), BENCH_BRIEF).expect("brief");
@@ -344,7 +352,7 @@ pub fn bench_wake_state() {
     let entries: Vec<Value> = (0..200)
         .map(|k| bench_entry("bench-live-writer", &cwd, k, None, false))
         .collect();
-    writer.append(&live, &entries).expect("live append");
+    writer.append(&live, &typed(&entries)).expect("live append");
     let wal = std::fs::metadata(run_dir.join("sessions.db-wal")).map_or(0, |m| m.len());
     time_wake_state(
         &format!("a writer open, {:.1} MB in its WAL", wal as f64 / 1e6),

@@ -19,6 +19,8 @@
 mod support;
 
 use flower::engine::count::{Measure, content_bytes};
+use flower::transcript::Entry;
+use serde::Deserialize;
 use flower::model::anthropic::AnthropicClient;
 use flower::model::{MessagesRequest, ModelClient};
 use serde_json::{Value, json};
@@ -55,7 +57,11 @@ fn session() -> Vec<Value> {
 }
 
 fn main() {
-    let entries = session();
+    let values = session();
+    let entries: Vec<Entry> = values
+        .iter()
+        .map(|v| Entry::deserialize(v).unwrap())
+        .collect();
 
     // 1. Bookkeeping.
     let rounds = 20;
@@ -83,7 +89,7 @@ fn main() {
     for entry in &entries {
         let bytes = content_bytes(entry);
         prompt_bytes += bytes;
-        if entry["type"] == "assistant" {
+        if entry.kind.as_deref() == Some("assistant") {
             measure.measured(prompt_bytes / 4);
             continue;
         }
@@ -108,7 +114,7 @@ fn main() {
         model: "claude-sonnet-5-5".into(),
         max_tokens: 16_384,
         system: "You are a careful engineer.".into(),
-        messages: entries
+        messages: values
             .iter()
             .map(|e| e["message"].clone())
             .collect::<Vec<Value>>()

@@ -203,14 +203,14 @@ fn postgres(base: &str, n: usize) -> (u64, u64) {
             )
             .expect("prepare");
         for entry in &entries {
-            let data = entry.to_string();
+            let data = entry.to_json().unwrap();
             old.execute(
                 &insert,
                 &[
                     &key.project_key,
                     &key.session_id,
-                    &entry["uuid"].as_str(),
-                    &entry["type"].as_str(),
+                    &entry.uuid.as_deref(),
+                    &entry.kind.as_deref(),
                     &1_796_000_000_000_i64,
                     &data,
                 ],
@@ -287,7 +287,7 @@ fn appended(n: usize) -> (u64, u64, u64) {
     let id = uuid::Uuid::new_v4().to_string();
     let key = SessionKey::main(project_key(&root), &id);
     let entries = session(&root, &id, n);
-    let json: u64 = entries.iter().map(|e| e.to_string().len() as u64).sum();
+    let json: u64 = entries.iter().map(|e| e.to_json().unwrap().len() as u64).sum();
 
     let db = root.join("runs/sessions.db");
     {
@@ -328,10 +328,10 @@ fn appended(n: usize) -> (u64, u64, u64) {
                 rusqlite::params![
                     key.project_key,
                     key.session_id,
-                    entry["uuid"].as_str(),
-                    entry["type"].as_str(),
+                    entry.uuid.as_deref(),
+                    entry.kind.as_deref(),
                     1_796_000_000_000_i64,
-                    entry.to_string()
+                    entry.to_json().unwrap()
                 ],
             )
             .expect("insert");
@@ -343,9 +343,9 @@ fn appended(n: usize) -> (u64, u64, u64) {
 
 /// The entries of an `n`-turn session: a prompt, `n` Read calls with their results,
 /// a final text.
-fn session(root: &Path, id: &str, n: usize) -> Vec<serde_json::Value> {
+fn session(root: &Path, id: &str, n: usize) -> Vec<flower::transcript::Entry> {
     let mut chain = Chain::new(id, root);
-    let mut entries = vec![chain.user(json!("Read notes.txt again and again."))];
+    let mut entries = vec![chain.user_text("Read notes.txt again and again.")];
     let text: String = FILE_TEXT
         .lines()
         .enumerate()

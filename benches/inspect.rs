@@ -179,9 +179,9 @@ fn build(turns: usize, name: &str) -> PathBuf {
         "aaaaaaaa-0000-4000-8000-000000000002",
     );
     let half = turns / 2;
-    store.append(&key(a), &session(a, half, 0)).unwrap();
+    store.append(&key(a), &typed(&session(a, half, 0))).unwrap();
     store
-        .append(&key(b), &session(b, turns - half, half as i64 * 6))
+        .append(&key(b), &typed(&session(b, turns - half, half as i64 * 6)))
         .unwrap();
     let stamp = |s: i64| {
         chrono::DateTime::from_timestamp(1_780_000_000 + s, 0)
@@ -211,4 +211,12 @@ fn build(turns: usize, name: &str) -> PathBuf {
     let store = SqliteSessionStore::open(&run_dir.join("sessions.db")).unwrap();
     drop(store);
     dir
+}
+
+/// JSON objects as the typed entries a store appends (every field kept as written).
+fn typed(values: &[Value]) -> Vec<flower::transcript::Entry> {
+    values
+        .iter()
+        .map(|v| serde::Deserialize::deserialize(v).expect("an object"))
+        .collect()
 }

@@ -36,7 +36,7 @@ use child::{Usage, flower_cmd, measure, measure_child, mib, ms};
 use flower::model::MessagesRequest;
 use flower::model::anthropic::request_body;
 use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore, project_key};
-use flower::transcript::{Chain, Messages};
+use flower::transcript::{Chain, Entry, Messages};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -116,9 +116,9 @@ fn main() -> std::process::ExitCode {
 
 /// The entries of an `n`-turn session: a prompt, `n` Read calls with their results,
 /// a final text.
-fn session(id: &str, n: usize) -> Vec<Value> {
+fn session(id: &str, n: usize) -> Vec<Entry> {
     let mut chain = Chain::new(id, Path::new("/bench/work"));
-    let mut entries = vec![chain.user(json!("Read notes.txt again and again."))];
+    let mut entries = vec![chain.user_text("Read notes.txt again and again.")];
     for i in 0..n {
         let reply = flower::model::ModelReply {
             id: format!("msg_{i:06}"),
@@ -149,7 +149,10 @@ fn session(id: &str, n: usize) -> Vec<Value> {
 /// Part 1: the body of the next request, built in process.
 fn body_build(n: usize) {
     let entries = session("bench", n);
-    let messages = Messages::from_owned(entries);
+    let mut messages = Messages::default();
+    for entry in entries {
+        messages.push_entry(entry);
+    }
     let request = MessagesRequest {
         system_shared: String::new(),
         model: "claude-sonnet-4-5".into(),
@@ -301,7 +304,7 @@ impl Subject {
         let id = uuid::Uuid::new_v4().to_string();
         let key = SessionKey::main(project_key(&root), &id);
         let entries = session(&id, n);
-        let stored: usize = entries.iter().map(|e| e.to_string().len()).sum();
+        let stored: usize = entries.iter().map(|e| e.to_json().unwrap().len()).sum();
         let store_url = pg.map(support::postgres::schema_in);
         match &store_url {
             None => {

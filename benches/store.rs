@@ -37,6 +37,14 @@ fn timed<T>(f: impl FnOnce() -> T) -> (Duration, T) {
 }
 
 /// A ~1 KB assistant entry, what the engine appends once per turn.
+/// JSON objects as the typed entries a store appends (every field kept as written).
+fn typed(values: &[Value]) -> Vec<flower::transcript::Entry> {
+    values
+        .iter()
+        .map(|v| serde::Deserialize::deserialize(v).unwrap())
+        .collect()
+}
+
 fn small_entry(i: usize) -> Value {
     json!({
         "type": "assistant", "uuid": format!("small-{i}"), "parentUuid": format!("small-{}", i.wrapping_sub(1)),
@@ -117,8 +125,8 @@ fn bench_appends(dir: &std::path::Path, level: Synchronous, label: &str) {
     // Batched: 100 batches of 100 entries (one turn's worth of streaming is smaller; an
     // import or a sub-agent flush looks like this).
     let key = SessionKey::main("proj", "batched");
-    let batches: Vec<Vec<Value>> = (0..100)
-        .map(|b| (0..100).map(|i| small_entry(b * 100 + i)).collect())
+    let batches: Vec<Vec<_>> = (0..100)
+        .map(|b| typed(&(0..100).map(|i| small_entry(b * 100 + i)).collect::<Vec<_>>()))
         .collect();
     let (took, ()) = timed(|| {
         for batch in &batches {
@@ -134,7 +142,7 @@ fn bench_appends(dir: &std::path::Path, level: Synchronous, label: &str) {
 
     // Single-entry appends to a main transcript (the summary is folded each time).
     let key = SessionKey::main("proj", "single");
-    let entries: Vec<Value> = (0..2000).map(|i| small_entry(100_000 + i)).collect();
+    let entries = typed(&(0..2000).map(|i| small_entry(100_000 + i)).collect::<Vec<_>>());
     let samples: Vec<Duration> = entries
         .iter()
         .map(|e| timed(|| store.append(&key, std::slice::from_ref(e)).unwrap()).0)
@@ -204,7 +212,8 @@ fn main() {
     let key = SessionKey::main("proj", "long");
     let session = long_session(5000);
     let bytes: usize = session.iter().map(|e| e.to_string().len()).sum();
-    let (took, ()) = timed(|| store.append(&key, &session).unwrap());
+    let typed_session = typed(&session);
+    let (took, ()) = timed(|| store.append(&key, &typed_session).unwrap());
     println!(
         "  stored {} entries, {:.1} MB of JSON, in one batch: {:.0} ms",
         session.len(),
@@ -282,7 +291,7 @@ fn main() {
     );
 
     println!("list_sessions:");
-    let entries: Vec<Value> = (0..3).map(small_entry).collect();
+    let entries = typed(&(0..3).map(small_entry).collect::<Vec<_>>());
     for s in 0..1000 {
         store
             .append(

@@ -76,7 +76,7 @@ fn measure(store: &dyn SessionStore, dir: &Path, pg: Option<&dyn SessionStore>) 
     let key = SessionKey::main("bench", "single");
     let mut samples = Vec::new();
     for i in 0..500 {
-        let e = entry(i, 800);
+        let e = support::typed_one(&entry(i, 800));
         let start = Instant::now();
         store.append(&key, std::slice::from_ref(&e)).unwrap();
         samples.push(start.elapsed());
@@ -85,8 +85,8 @@ fn measure(store: &dyn SessionStore, dir: &Path, pg: Option<&dyn SessionStore>) 
     let append_p99 = percentile(&mut samples, 0.99);
 
     let key = SessionKey::main("bench", "batched");
-    let batches: Vec<Vec<Value>> = (0..20)
-        .map(|b| (0..100).map(|i| entry(b * 100 + i, 800)).collect())
+    let batches: Vec<Vec<_>> = (0..20)
+        .map(|b| support::typed(&(0..100).map(|i| entry(b * 100 + i, 800)).collect::<Vec<_>>()))
         .collect();
     let start = Instant::now();
     for batch in &batches {
@@ -95,7 +95,7 @@ fn measure(store: &dyn SessionStore, dir: &Path, pg: Option<&dyn SessionStore>) 
     let batch_per_s = 2000.0 / start.elapsed().as_secs_f64();
 
     let key = SessionKey::main("bench", "long");
-    for chunk in long_session().chunks(500) {
+    for chunk in support::typed(&long_session()).chunks(500) {
         store.append(&key, chunk).unwrap();
     }
     let options = PruneOptions::new(dir.join("trimmed"));
@@ -121,7 +121,7 @@ fn measure(store: &dyn SessionStore, dir: &Path, pg: Option<&dyn SessionStore>) 
         store
             .append(
                 &SessionKey::main(project_key(&workspace), &id),
-                &[entry(0, 10)],
+                &support::typed(&[entry(0, 10)]),
             )
             .unwrap();
         lineage.remember(step, &id);
@@ -133,7 +133,7 @@ fn measure(store: &dyn SessionStore, dir: &Path, pg: Option<&dyn SessionStore>) 
         for step in ["确认需求", "设定目标", "干活"] {
             db.append(
                 &SessionKey::main(project_key(&workspace), format!("s-{step}")),
-                &[entry(0, 10)],
+                &support::typed(&[entry(0, 10)]),
             )
             .unwrap();
         }

@@ -280,7 +280,7 @@ trait Counting: SessionStore {
 
 impl Counting for SqliteSessionStore {
     fn append_entries(&self, key: &SessionKey, entries: Vec<Entry>) -> Result<usize, StoreError> {
-        SqliteSessionStore::append_entries(self, key, entries)
+        SqliteSessionStore::append_counted(self, key, &entries)
     }
     fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
         SqliteSessionStore::delete_counted(self, key)
@@ -289,7 +289,7 @@ impl Counting for SqliteSessionStore {
 
 impl Counting for PostgresStore {
     fn append_entries(&self, key: &SessionKey, entries: Vec<Entry>) -> Result<usize, StoreError> {
-        PostgresStore::append_entries(self, key, entries)
+        PostgresStore::append_counted(self, key, &entries)
     }
     fn delete_counted(&self, key: &SessionKey) -> Result<usize, StoreError> {
         PostgresStore::delete_counted(self, key)

@@ -362,19 +362,15 @@ impl Runtime {
         let held = store.load_raw(&fork_key).map_err(store_failed(fork))?;
         let held = held.map_or(0, |entries| entries.len());
         let from_key = self.session_key(&cut.from);
-        let from = store.load_raw(&from_key).map_err(store_failed(&cut.from))?;
-        let copied: Vec<Value> = from
+        let from = store
+            .load_raw_typed(&from_key)
+            .map_err(store_failed(&cut.from))?;
+        let copied: Vec<Entry> = from
             .unwrap_or_default()
             .into_iter()
             .take(cut.keep)
             .skip(held)
-            .map(|mut entry| {
-                if let Some(obj) = entry.as_object_mut() {
-                    obj.insert("sessionId".into(), fork.to_string().into());
-                    obj.insert("forkedFrom".into(), cut.from.clone().into());
-                }
-                entry
-            })
+            .map(|entry| entry.forked(fork, &cut.from))
             .collect();
         if !copied.is_empty() {
             store

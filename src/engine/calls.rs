@@ -12,7 +12,7 @@ use crate::tools::background::tools as background;
 use crate::tools::bash::wants_background;
 use crate::tools::names::{BASH, SKILL};
 use crate::tools::{Tool, ToolContext, ToolOutput};
-use crate::transcript;
+use crate::transcript::{self, Entry, Raw};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -42,21 +42,16 @@ impl Engine {
         id: &str,
         name: &str,
         output: &ToolOutput,
-    ) -> Value {
+    ) -> Entry {
         let mut entry = conv
             .chain
-            .tool_result_value(id, output.content_value(), output.is_error);
-        if name == subagent::TASK
-            && conv.depth == 0
-            && let Some(object) = entry.as_object_mut()
-        {
-            object.insert(
-                "toolUseResult".into(),
-                json!({
-                    "agentId": super::recovery::agent_id_for(id),
-                    "status": if output.is_error { "failed" } else { "completed" },
-                }),
-            );
+            .tool_result_content(id, output.content(), output.is_error);
+        if name == subagent::TASK && conv.depth == 0 {
+            let result = json!({
+                "agentId": super::recovery::agent_id_for(id),
+                "status": if output.is_error { "failed" } else { "completed" },
+            });
+            entry.rest.insert("toolUseResult", Raw::of_tree(&result));
         }
         entry
     }

@@ -21,7 +21,7 @@ use crate::stores::SessionStore;
 use crate::tools::ToolOutput;
 use crate::transcript;
 use futures_util::StreamExt;
-use serde_json::Value;
+use crate::transcript::Entry;
 
 /// The default of `FLOWER_MAX_TOOL_USE_CONCURRENCY`: Claude Code's
 /// (`CLAUDE_CODE_MAX_TOOL_USE_CONCURRENCY`, 10).
@@ -33,7 +33,7 @@ impl Engine {
     pub(super) fn store_entry(
         &self,
         conv: &mut Conversation<'_>,
-        entry: &Value,
+        entry: &Entry,
         deferred: bool,
     ) -> Result<(), EngineError> {
         let store = &self.config.store;
@@ -126,7 +126,7 @@ impl Engine {
             }
             let line = self.ask_after_interrupt().await;
             if !line.is_empty() {
-                let entry = conv.chain.user(Value::String(line));
+                let entry = conv.chain.user_text(&line);
                 self.record(conv, entry)?;
             }
         }
@@ -146,7 +146,7 @@ impl Engine {
         totals: &mut Totals,
     ) -> Result<(), EngineError> {
         // Stored as they come, sent in the order of the calls.
-        let mut stored: Vec<(usize, Value)> = Vec::with_capacity(group.len());
+        let mut stored: Vec<(usize, Entry)> = Vec::with_capacity(group.len());
         let mut cleared = Vec::with_capacity(group.len());
         for (i, call) in group.iter().enumerate() {
             match self.check_call(conv, permissions, call, totals).await {
@@ -199,7 +199,7 @@ impl Engine {
         drop(running);
         stored.sort_by_key(|(i, _)| *i);
         for (_, entry) in stored {
-            conv.messages.push_owned(entry);
+            conv.messages.push_entry(entry);
         }
         finished.sort_by_key(|(i, _)| *i);
         for (i, output) in finished {
@@ -231,7 +231,7 @@ impl Engine {
             ..Parent::of(conv)
         };
         let depth = conv.depth;
-        let mut stored: Vec<(usize, Value)> = Vec::with_capacity(calls.len());
+        let mut stored: Vec<(usize, Entry)> = Vec::with_capacity(calls.len());
         let mut tasks = Vec::new();
         for (i, (id, name, input)) in calls.iter().enumerate() {
             if name == subagent::TASK && depth == 0 {
@@ -282,7 +282,7 @@ impl Engine {
         drop(running);
         stored.sort_by_key(|(i, _)| *i);
         for (_, entry) in stored {
-            conv.messages.push_owned(entry);
+            conv.messages.push_entry(entry);
         }
         match failed {
             Some(error) => Err(EngineError::SubAgent(error)),

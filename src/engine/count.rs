@@ -8,7 +8,7 @@
 
 use super::{Conversation, Engine};
 use crate::model::MessagesRequest;
-use serde_json::Value;
+use crate::transcript::{Block, Content, Entry, Raw, RawObject};
 
 /// What was added since the last measured turn is counted when it is more than this
 /// share of that turn's context…
@@ -48,21 +48,121 @@ impl Measure {
     }
 }
 
-/// Bytes of the text an entry adds to the prompt (its message's strings): cheap, no
-/// serialization, and what grows a conversation (tool results, prompts).
-pub fn content_bytes(entry: &Value) -> u64 {
-    fn strings(value: &Value) -> u64 {
-        match value {
-            Value::String(s) => s.len() as u64,
-            Value::Array(items) => items.iter().map(strings).sum(),
-            Value::Object(map) => map.values().map(strings).sum(),
-            _ => 0,
-        }
+/// Bytes of the text an entry adds to the prompt (its message's strings, keys not
+/// counted): what grows a conversation (tool results, prompts).
+pub fn content_bytes(entry: &Entry) -> u64 {
+    entry.content().map_or(0, content_of)
+}
+
+/// A content's strings: the typed fields' lengths, what is carried as written read by
+/// [`StringBytes`] (no serialization of the text a turn adds).
+fn content_of(content: &Content) -> u64 {
+    match content {
+        Content::Text(text) => text.len() as u64,
+        Content::Blocks(blocks) => blocks.iter().map(block_bytes).sum(),
     }
-    entry
-        .get("message")
-        .and_then(|m| m.get("content"))
-        .map_or(0, strings)
+}
+
+fn block_bytes(block: &Block) -> u64 {
+    fn text(text: &Option<String>) -> u64 {
+        text.as_ref().map_or(0, |t| t.len() as u64)
+    }
+    fn raw(raw: &Option<Raw>) -> u64 {
+        raw.as_ref().map_or(0, string_bytes)
+    }
+    fn rest(rest: &RawObject) -> u64 {
+        rest.iter().map(|(_, value)| string_bytes(value)).sum()
+    }
+    match block {
+        Block::Text(b) => {
+            text(&b.kind) + text(&b.text) + raw(&b.citations) + raw(&b.cache_control) + rest(&b.rest)
+        }
+        Block::Thinking(b) => {
+            text(&b.kind) + text(&b.thinking) + text(&b.signature) + rest(&b.rest)
+        }
+        Block::RedactedThinking(b) => text(&b.kind) + text(&b.data) + rest(&b.rest),
+        Block::ToolUse(b) | Block::ServerToolUse(b) => {
+            text(&b.kind)
+                + text(&b.id)
+                + text(&b.name)
+                + raw(&b.input)
+                + raw(&b.cache_control)
+                + rest(&b.rest)
+        }
+        Block::ToolResult(b) => {
+            text(&b.kind)
+                + text(&b.tool_use_id)
+                + b.content.as_ref().map_or(0, content_of)
+                + raw(&b.cache_control)
+                + rest(&b.rest)
+        }
+        Block::ServerToolResult(b) => {
+            text(&b.kind) + text(&b.tool_use_id) + raw(&b.content) + rest(&b.rest)
+        }
+        Block::Media(b) => {
+            text(&b.kind)
+                + raw(&b.source)
+                + text(&b.title)
+                + text(&b.context)
+                + raw(&b.citations)
+                + raw(&b.cache_control)
+                + rest(&b.rest)
+        }
+        Block::Unknown(b) => string_bytes(b),
+    }
+}
+
+/// The bytes of the strings in JSON text (object keys not counted).
+fn string_bytes(raw: &Raw) -> u64 {
+    serde_json::from_str::<StringBytes>(raw.get()).map_or(0, |n| n.0)
+}
+
+/// Reads JSON counting the bytes of its strings (object keys skipped).
+struct StringBytes(u64);
+
+impl<'de> serde::Deserialize<'de> for StringBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Count;
+        impl<'de> serde::de::Visitor<'de> for Count {
+            type Value = StringBytes;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<StringBytes, E> {
+                Ok(StringBytes(s.len() as u64))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<StringBytes, E> {
+                Ok(StringBytes(0))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<StringBytes, E> {
+                Ok(StringBytes(0))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<StringBytes, E> {
+                Ok(StringBytes(0))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<StringBytes, E> {
+                Ok(StringBytes(0))
+            }
+            fn visit_unit<E>(self) -> Result<StringBytes, E> {
+                Ok(StringBytes(0))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<StringBytes, A::Error> {
+                let mut n = 0;
+                while let Some(item) = seq.next_element::<StringBytes>()? {
+                    n += item.0;
+                }
+                Ok(StringBytes(n))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<StringBytes, A::Error> {
+                let mut n = 0;
+                while let Some((serde::de::IgnoredAny, item)) = map.next_entry::<serde::de::IgnoredAny, StringBytes>()? {
+                    n += item.0;
+                }
+                Ok(StringBytes(n))
+            }
+        }
+        deserializer.deserialize_any(Count)
+    }
 }
 
 impl Engine {

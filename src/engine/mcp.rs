@@ -13,6 +13,7 @@ use super::permissions::Permissions;
 use super::{AgentSpec, Engine, Event, Pending};
 use crate::tools::ToolOutput;
 use crate::tools::mcp::{McpServer, McpTool};
+use crate::transcript::Raw;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -58,15 +59,15 @@ impl Engine {
         for line in &listing.skipped {
             self.warn_once(line);
         }
-        let tools = serde_json::to_value(&listing.tools).unwrap_or_else(|_| json!([]));
         let failures: Vec<Value> = listing
             .failures
             .iter()
             .map(|(server, why)| json!({"server": server, "error": why}))
             .collect();
         let pin = Pending::McpTools {
-            tools,
-            failures: Value::Array(failures),
+            tools: Raw::of(&listing.tools).unwrap_or_else(|_| Raw::of_tree(&[(); 0])),
+            count: listing.tools.len(),
+            failures: Raw::of_tree(&failures),
         };
         (Arc::from(listing.tools), Some(pin))
     }

@@ -49,7 +49,7 @@ use crate::future::BoxFuture;
 use crate::model::{MessagesRequest, ModelClient, ModelError, Thinking, Usage};
 use crate::stores::{PruningSessionStore, SessionKey, StoreError};
 use crate::tools::{ProcessGroups, Tool};
-use crate::transcript::{self, Chain, Loaded, Messages};
+use crate::transcript::{self, Chain, Entry, Loaded, Messages, Raw};
 use permissions::Permissions;
 use serde::Serialize;
 use serde_json::Value;
@@ -422,7 +422,11 @@ pub struct Engine {
 /// the memory pin, what `SessionStart` and `UserPromptSubmit` hooks did and added.
 enum Pending {
     Memory { text: String, files: Vec<String> },
-    McpTools { tools: Value, failures: Value },
+    McpTools {
+        tools: Raw,
+        count: usize,
+        failures: Raw,
+    },
     Hook(hooks::HookOutcome),
     Context(String),
 }
@@ -703,7 +707,6 @@ impl Engine {
                 return result;
             }
         }
-        let prompt = prompt.map(Value::String);
         let mut result = self.drive_from(&mut conversation, prompt, started).await;
         result.resumed = resumed;
         result.add_carried(carried);
@@ -742,7 +745,7 @@ impl Engine {
     fn drive_from<'a>(
         &'a self,
         conv: &'a mut Conversation<'_>,
-        prompt: Option<Value>,
+        prompt: Option<String>,
         started: Instant,
     ) -> BoxFuture<'a, RunResult> {
         Box::pin(async move {
@@ -761,7 +764,7 @@ impl Engine {
     async fn converse(
         &self,
         conv: &mut Conversation<'_>,
-        prompt: Option<Value>,
+        prompt: Option<String>,
         totals: &mut Totals,
     ) -> Result<Stop, EngineError> {
         let permissions = self.permissions_of(conv.spec)?;
@@ -799,7 +802,7 @@ impl Engine {
             self.record_pending(conv, item)?;
         }
         if let Some(prompt) = prompt {
-            let entry = conv.chain.user(prompt);
+            let entry = conv.chain.user_text(&prompt);
             self.record(conv, entry)?;
         }
         for item in std::mem::take(&mut conv.after_prompt) {
@@ -824,8 +827,7 @@ impl Engine {
             let reply = match self.take_turn(conv, &mut request).await {
                 Turn::Reply(reply) => reply,
                 Turn::Interrupted if conv.stop_on_interrupt => {
-                    let marker = Value::String(transcript::INTERRUPTED_TURN.to_string());
-                    let entry = conv.chain.user(marker);
+                    let entry = conv.chain.user_text(transcript::INTERRUPTED_TURN);
                     self.record(conv, entry)?;
                     return Err(EngineError::Interrupted);
                 }
@@ -886,7 +888,7 @@ impl Engine {
                         }
                         // Sub-agents do not hand off: asked once to wrap up, then on their own.
                         conv.context_limit = None;
-                        let entry = conv.chain.user(Value::String(SUBAGENT_FINISH_NOW.into()));
+                        let entry = conv.chain.user_text(SUBAGENT_FINISH_NOW);
                         self.record(conv, entry)?;
                     }
                 }
@@ -895,7 +897,7 @@ impl Engine {
     }
 
     /// Appends an entry to the store and to the conversation's messages.
-    fn record(&self, conv: &mut Conversation<'_>, entry: Value) -> Result<(), EngineError> {
+    fn record(&self, conv: &mut Conversation<'_>, entry: Entry) -> Result<(), EngineError> {
         self.record_with(conv, entry, false)
     }
 
@@ -904,11 +906,11 @@ impl Engine {
     fn record_with(
         &self,
         conv: &mut Conversation<'_>,
-        entry: Value,
+        entry: Entry,
         deferred: bool,
     ) -> Result<(), EngineError> {
         self.store_entry(conv, &entry, deferred)?;
-        conv.messages.push_owned(entry);
+        conv.messages.push_entry(entry);
         Ok(())
     }
 
@@ -920,7 +922,11 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let entry = match item {
             Pending::Memory { text, files } => conv.chain.memory(&text, &files),
-            Pending::McpTools { tools, failures } => conv.chain.mcp_tools(tools, failures),
+            Pending::McpTools {
+                tools,
+                count,
+                failures,
+            } => conv.chain.mcp_tools(tools, count, failures),
             Pending::Hook(outcome) => return self.record_hooks(conv, &outcome),
             Pending::Context(text) => conv.chain.hook_context(&text),
         };

@@ -4,7 +4,6 @@
 use super::{Call, Engine, EngineError, SessionStart};
 use crate::stores::{SessionKey, SessionStore};
 use crate::transcript::{Content, Entry, Kind, Loaded};
-use serde_json::Value;
 
 /// An opened session: its id, the history to continue from, whether it is a
 /// continuation, and the calls of its last turn still to finish.
@@ -44,22 +43,16 @@ impl Engine {
         let raw = self
             .config
             .store
-            .load_raw(&source)
+            .load_raw_typed(&source)
             .map_err(|source| EngineError::ReadSession {
                 id: id.to_string(),
                 source,
             })?
             .ok_or_else(|| EngineError::NoForkSource(id.to_string()))?;
         let new_id = uuid::Uuid::new_v4().to_string();
-        let copied: Vec<Value> = raw
+        let copied: Vec<Entry> = raw
             .into_iter()
-            .map(|mut entry| {
-                if let Some(obj) = entry.as_object_mut() {
-                    obj.insert("sessionId".into(), new_id.clone().into());
-                    obj.insert("forkedFrom".into(), id.into());
-                }
-                entry
-            })
+            .map(|entry| entry.forked(&new_id, id))
             .collect();
         let key = SessionKey::main(project, &new_id);
         self.config
@@ -92,12 +85,11 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let store = &self.config.store;
         let id = || key.session_id.clone();
-        let added: Vec<Value> = pruned
+        let added: Vec<Entry> = pruned
             .iter()
             .filter(|e| e.maybe_synthesized)
-            .map(Loaded::value)
-            .filter(|e| crate::stores::prune::is_synthesized_result(e))
-            .map(std::borrow::Cow::into_owned)
+            .filter_map(|e| e.json.entry())
+            .filter(crate::stores::prune::is_synthesized_entry)
             .collect();
         // Their uuids are idempotency keys: appending one that is already stored is a no-op.
         if !added.is_empty() {

@@ -115,12 +115,12 @@ impl Engine {
         conv: &mut Conversation<'_>,
         outcome: &HookOutcome,
     ) -> Result<(), EngineError> {
-        let (content, level, extra) = outcome.record();
+        let (content, level, fields) = outcome.record();
         let entry = conv.chain.system(
             crate::transcript::markers::HOOK_SUBTYPE,
             &content,
             level,
-            extra,
+            fields,
         );
         self.record(conv, entry)
     }

@@ -221,7 +221,7 @@ impl Engine {
         resume: bool,
         totals: &mut Totals,
     ) -> Result<ToolOutput, EngineError> {
-        let fresh = || (Vec::new(), Some(Value::String(sub.prompt.to_string())));
+        let fresh = || (Vec::new(), Some(sub.prompt.to_string()));
         let (entries, next) = match resume {
             false => fresh(),
             true => match self.load_for_resume(&sub.key) {
@@ -232,7 +232,7 @@ impl Engine {
                     // A try that failed before any answer is repeated as it was.
                     let unanswered = ends_with_prompt(&entries, RESUME_PROMPT)
                         || ends_with_prompt(&entries, sub.prompt);
-                    let next = (!unanswered).then(|| Value::String(RESUME_PROMPT.to_string()));
+                    let next = (!unanswered).then(|| RESUME_PROMPT.to_string());
                     (entries, next)
                 }
             },

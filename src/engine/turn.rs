@@ -4,7 +4,6 @@
 use super::{CONTINUE_AFTER_INTERRUPT, Conversation, Engine, EngineError, Event};
 use crate::model::{MessagesRequest, ModelError, ModelReply, StreamDelta};
 use crate::transcript;
-use serde_json::Value;
 
 impl Engine {
     /// One model request over the conversation so far.
@@ -28,9 +27,7 @@ impl Engine {
         &self,
         conv: &mut Conversation<'_>,
     ) -> Result<(), EngineError> {
-        let entry = conv
-            .chain
-            .user(Value::String(transcript::INTERRUPTED_TURN.to_string()));
+        let entry = conv.chain.user_text(transcript::INTERRUPTED_TURN);
         self.record(conv, entry)?;
         let line = self.ask_after_interrupt().await;
         let text = if line.is_empty() {
@@ -38,7 +35,7 @@ impl Engine {
         } else {
             line
         };
-        let entry = conv.chain.user(Value::String(text));
+        let entry = conv.chain.user_text(&text);
         self.record(conv, entry)
     }
 

@@ -102,40 +102,18 @@ pub enum StoreError {
 }
 
 /// An entry of an append, as a store keeps it: its JSON text (what is stored, the
-/// bytes every reader gets back) and the entry read from that text (what the store
-/// reads of it: uuid, type, the summary's fields).
-pub(crate) struct Incoming {
+/// bytes every reader gets back) and the entry itself (what the store reads of it:
+/// uuid, type, the summary's fields).
+pub(crate) struct Incoming<'a> {
     pub(crate) text: String,
-    pub(crate) entry: crate::transcript::Entry,
+    pub(crate) entry: &'a Entry,
 }
 
-/// The entries of an append as [`Incoming`]s, in order. `Value` because the protocol
-/// hands the store opaque JSON objects ([`SessionStore::append`]); this is where they
-/// become text and, read back, typed entries.
-pub(crate) fn incoming(entries: &[Value]) -> Result<Vec<Incoming>, StoreError> {
+/// The entries of an append as [`Incoming`]s, in order: each serialized once (an
+/// entry read from a line is that line again), never parsed back.
+pub(crate) fn incoming(entries: &[Entry]) -> Result<Vec<Incoming<'_>>, StoreError> {
     entries
         .iter()
-        .enumerate()
-        .map(|(index, value)| {
-            if !value.is_object() {
-                return Err(StoreError::NotAnObject { index });
-            }
-            let text = serde_json::to_string(value)
-                .map_err(|source| StoreError::Encode { index, source })?;
-            let entry = crate::transcript::Entry::parse(&text)
-                .map_err(|source| StoreError::Encode { index, source })?;
-            Ok(Incoming { text, entry })
-        })
-        .collect()
-}
-
-/// Typed entries as [`Incoming`]s: each stored as [`Entry::to_json`](crate::transcript::Entry::to_json)
-/// writes it (an entry read from a line is that line again).
-pub(crate) fn incoming_entries(
-    entries: Vec<crate::transcript::Entry>,
-) -> Result<Vec<Incoming>, StoreError> {
-    entries
-        .into_iter()
         .enumerate()
         .map(|(index, entry)| {
             let text = entry
@@ -171,17 +149,17 @@ pub enum SessionHold {
 /// `flower <pid> <since, RFC 3339> <host>`.
 pub const HOLDER_TAG: &str = "flower";
 
-/// The session-store protocol. Entries are opaque JSON objects; `load` returns them
-/// deep-equal and in append order. An entry's `uuid` is an idempotency key within a key.
+/// The session-store protocol. Entries are JSON objects (typed [`Entry`]s that keep
+/// every field as written); `load` returns them deep-equal and in append order. An entry's `uuid` is an idempotency key within a key.
 pub trait SessionStore: Send + Sync {
     /// Appends a batch atomically: it lands whole or not at all. `[]` is a no-op.
-    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError>;
+    fn append(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError>;
     /// [`append`](Self::append), for a batch that another append follows shortly (a
     /// reply whose tool results come next): the store may acknowledge it once it is
     /// committed (it survives this process being killed, and every reader sees it)
     /// but before it is flushed to stable storage, which the next `append` then does
     /// for both. The default is `append`.
-    fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+    fn append_deferred(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError> {
         self.append(key, entries)
     }
     /// `None` for a key never written.

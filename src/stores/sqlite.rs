@@ -213,23 +213,14 @@ impl SqliteSessionStore {
 
     /// [`SessionStore::append`], returning how many entries were stored (entries whose
     /// `uuid` is already stored under the key are skipped).
-    pub fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
+    /// Each entry is stored as it serializes, so an entry read from a Claude Code line
+    /// is stored as that line.
+    pub fn append_counted(&self, key: &SessionKey, entries: &[Entry]) -> Result<usize, StoreError> {
         key.validate()?;
         self.append_rows(key, super::incoming(entries)?)
     }
 
-    /// [`append_counted`](Self::append_counted) of typed entries: each is stored as it
-    /// serializes, so an entry read from a Claude Code line is stored as that line.
-    pub fn append_entries(
-        &self,
-        key: &SessionKey,
-        entries: Vec<Entry>,
-    ) -> Result<usize, StoreError> {
-        key.validate()?;
-        self.append_rows(key, super::incoming_entries(entries)?)
-    }
-
-    fn append_rows(&self, key: &SessionKey, rows: Vec<Incoming>) -> Result<usize, StoreError> {
+    fn append_rows(&self, key: &SessionKey, rows: Vec<Incoming<'_>>) -> Result<usize, StoreError> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -275,7 +266,7 @@ impl SqliteSessionStore {
                     Some((mtime, text)) => (mtime, SummaryData::parse(&text)),
                     None => (0, None),
                 };
-                let data = fold_session_summary(prev_data, stored.iter().map(|&i| &rows[i].entry));
+                let data = fold_session_summary(prev_data, stored.iter().map(|&i| rows[i].entry));
                 // Storage time, never older than before (the clock may step back).
                 let mtime = now.max(prev_mtime);
                 tx.prepare_cached(
@@ -510,7 +501,7 @@ impl SessionStore for SqliteSessionStore {
         SqliteSessionStore::last_assistant_usage(self, key)
     }
 
-    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+    fn append(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError> {
         self.append_counted(key, entries).map(|_| ())
     }
 

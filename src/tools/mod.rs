@@ -90,23 +90,37 @@ impl ToolOutput {
 
     /// The `content` of its `tool_result` block: the text, or with attachments the
     /// text block followed by image and document blocks (as Claude Code stores them).
-    pub fn content_value(&self) -> serde_json::Value {
+    pub fn content(&self) -> crate::content::Content {
+        use crate::content::{Block, Content, MediaBlock};
         if self.images.is_empty() {
-            return serde_json::Value::String(self.content.clone());
+            return Content::Text(self.content.clone());
         }
-        let mut blocks = vec![serde_json::json!({"type": "text", "text": self.content})];
+        #[derive(serde::Serialize)]
+        struct Source<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            media_type: &'a str,
+            data: &'a str,
+        }
+        let mut blocks = vec![Block::text_block(&self.content)];
         for image in &self.images {
             let kind = if image.media_type.starts_with("image/") {
                 "image"
             } else {
                 "document"
             };
-            blocks.push(serde_json::json!({
-                "type": kind,
-                "source": {"type": "base64", "media_type": image.media_type, "data": image.data},
+            let source = Source {
+                kind: "base64",
+                media_type: &image.media_type,
+                data: &image.data,
+            };
+            blocks.push(Block::Media(MediaBlock {
+                kind: Some(kind.into()),
+                source: Some(Raw::of_tree(&source)),
+                ..MediaBlock::default()
             }));
         }
-        serde_json::Value::Array(blocks)
+        Content::Blocks(blocks)
     }
 
     pub fn error(content: impl Into<String>) -> Self {

@@ -118,6 +118,15 @@ impl Entry {
         serde_json::to_string(self)
     }
 
+    /// The entry as copied into a fork of its session: `sessionId` the fork's, and
+    /// `forkedFrom` the session it was copied from (each set in its place if the entry
+    /// has it, at the end otherwise).
+    pub fn forked(mut self, session_id: &str, from: &str) -> Entry {
+        self.session_id = Some(session_id.to_string());
+        self.rest.insert("forkedFrom", Raw::of_tree(from));
+        self
+    }
+
     /// Which of the kinds flower tells apart it is.
     pub fn kind(&self) -> Kind {
         Kind::of(self.kind.as_deref())

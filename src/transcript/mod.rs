@@ -9,7 +9,7 @@
 //! of its own.
 
 use crate::model::History;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::path::Path;
 
@@ -74,165 +74,179 @@ impl Chain {
     }
 
     /// A user entry with the given content (a string or blocks).
-    pub fn user(&mut self, content: Value) -> Value {
-        self.entry(
-            "user",
-            json!({"role": "user", "content": content}),
-            Map::new(),
-        )
+    pub fn user(&mut self, content: Content) -> Entry {
+        let message = Message {
+            role: Some("user".into()),
+            content: Some(content),
+            ..Message::default()
+        };
+        self.entry("user", message, Entry::default())
+    }
+
+    /// A user entry saying `text` (a string content).
+    pub fn user_text(&mut self, text: &str) -> Entry {
+        self.user(Content::Text(text.to_string()))
     }
 
     /// A user entry holding one tool result.
-    pub fn tool_result(&mut self, tool_use_id: &str, content: &str, is_error: bool) -> Value {
-        self.tool_result_value(tool_use_id, Value::from(content), is_error)
+    pub fn tool_result(&mut self, tool_use_id: &str, content: &str, is_error: bool) -> Entry {
+        self.tool_result_content(tool_use_id, Content::Text(content.to_string()), is_error)
     }
 
     /// A user entry holding one tool result whose `content` is a string or blocks
     /// (text and images).
-    pub fn tool_result_value(
+    pub fn tool_result_content(
         &mut self,
         tool_use_id: &str,
-        content: Value,
+        content: Content,
         is_error: bool,
-    ) -> Value {
-        let block = json!({
-            "type": "tool_result",
-            "tool_use_id": tool_use_id,
-            "content": content,
-            "is_error": is_error,
+    ) -> Entry {
+        let block = Block::ToolResult(ToolResultBlock {
+            kind: Some("tool_result".into()),
+            tool_use_id: Some(tool_use_id.into()),
+            content: Some(content),
+            is_error: Some(is_error),
+            ..ToolResultBlock::default()
         });
-        self.user(Value::Array(vec![block]))
+        self.user(Content::Blocks(vec![block]))
     }
 
     /// A user entry holding text a hook added (context for the model, a Stop hook's
     /// reason to go on), marked so that it is never taken for a prompt.
-    pub fn hook_context(&mut self, text: &str) -> Value {
-        let mut extra = Map::new();
-        extra.insert(markers::HOOK_CONTEXT_FLAG.into(), Value::Bool(true));
-        self.entry(
-            "user",
-            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
-            extra,
-        )
+    pub fn hook_context(&mut self, text: &str) -> Entry {
+        let flags = Entry {
+            is_hook_context: Some(true),
+            ..Entry::default()
+        };
+        self.entry("user", text_message(text), flags)
     }
 
     /// A user entry asking the model to go on with its reply cut by `max_tokens`,
     /// marked ([`markers::CONTINUATION_FLAG`]) so that it is never taken for a prompt.
-    pub fn continuation(&mut self, text: &str) -> Value {
-        let mut extra = Map::new();
-        extra.insert(markers::CONTINUATION_FLAG.into(), Value::Bool(true));
-        self.entry(
-            "user",
-            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
-            extra,
-        )
+    pub fn continuation(&mut self, text: &str) -> Entry {
+        let flags = Entry {
+            is_continuation: Some(true),
+            ..Entry::default()
+        };
+        self.entry("user", text_message(text), flags)
     }
 
-    /// A `system` entry (Claude Code's shape: `subtype`, `content`, `level`) with more
-    /// fields in `extra`. Never sent to the model ([`Messages`] skips it); a link of the
-    /// chain like any other.
-    pub fn system(
-        &mut self,
-        subtype: &str,
-        content: &str,
-        level: &str,
-        extra: Map<String, Value>,
-    ) -> Value {
-        let mut entry = self.header("system");
-        entry.insert("subtype".into(), subtype.into());
-        entry.insert("content".into(), content.into());
-        entry.insert("level".into(), level.into());
-        entry.extend(extra);
-        Value::Object(entry)
+    /// A `system` entry (Claude Code's shape: `subtype`, `content`, `level`) with the
+    /// fields set in `fields` (the subtype's own: hook runs, memory files, …). Never
+    /// sent to the model ([`Messages`] skips it); a link of the chain like any other.
+    pub fn system(&mut self, subtype: &str, content: &str, level: &str, fields: Entry) -> Entry {
+        let mut entry = self.header("system", fields);
+        entry.subtype = Some(subtype.into());
+        entry.content = Some(content.into());
+        entry.level = Some(level.into());
+        entry
     }
 
     /// The entry pinning the memory text a session was started with; `files` are the
     /// memory files it was read from.
-    pub fn memory(&mut self, text: &str, files: &[String]) -> Value {
-        let mut extra = Map::new();
-        extra.insert("memoryFiles".into(), json!(files));
-        self.system(markers::MEMORY_SUBTYPE, text, "info", extra)
+    pub fn memory(&mut self, text: &str, files: &[String]) -> Entry {
+        let fields = Entry {
+            memory_files: Some(files.to_vec()),
+            ..Entry::default()
+        };
+        self.system(markers::MEMORY_SUBTYPE, text, "info", fields)
     }
 
-    /// The entry pinning the MCP tools a session was started with (`tools`: each
-    /// [`crate::tools::mcp::McpTool`] as JSON), and the servers that failed to list
-    /// theirs then.
-    pub fn mcp_tools(&mut self, tools: Value, failures: Value) -> Value {
-        let count = tools.as_array().map_or(0, Vec::len);
-        let mut extra = Map::new();
-        extra.insert("mcpTools".into(), tools);
-        extra.insert("mcpFailures".into(), failures);
+    /// The entry pinning the MCP tools a session was started with (`tools`: a list of
+    /// [`crate::tools::mcp::McpTool`] as JSON, `count` of them), and the servers that
+    /// failed to list theirs then.
+    pub fn mcp_tools(&mut self, tools: Raw, count: usize, failures: Raw) -> Entry {
+        let fields = Entry {
+            mcp_tools: Some(tools),
+            mcp_failures: Some(failures),
+            ..Entry::default()
+        };
         self.system(
             markers::MCP_TOOLS_SUBTYPE,
             &format!("{count} MCP tools offered to this session"),
             "info",
-            extra,
+            fields,
         )
     }
 
     /// An assistant entry for a finished model reply.
-    pub fn assistant(&mut self, reply: &crate::model::ModelReply) -> Value {
-        let mut message = json!({
-            "id": reply.id,
-            "type": "message",
-            "role": "assistant",
-            "model": reply.model,
-            "content": reply.content,
-            "stop_reason": reply.stop_reason,
-            "usage": reply.usage,
-        });
-        if let (Some(details), Some(obj)) = (&reply.stop_details, message.as_object_mut())
-            && let Ok(details) = details.parse()
-        {
-            obj.insert("stop_details".into(), details);
-        }
-        self.entry("assistant", message, Map::new())
+    pub fn assistant(&mut self, reply: &crate::model::ModelReply) -> Entry {
+        let message = Message {
+            id: Some(reply.id.clone()),
+            kind: Some("message".into()),
+            role: Some("assistant".into()),
+            model: Some(reply.model.clone()),
+            content: Some(Content::Blocks(reply.content.clone())),
+            stop_reason: Some(reply.stop_reason.clone()),
+            usage: Some(message_usage(&reply.usage)),
+            stop_details: reply.stop_details.clone(),
+            ..Message::default()
+        };
+        self.entry("assistant", message, Entry::default())
     }
 
     /// The synthetic assistant entry Claude Code writes when a request failed. It stays
     /// in the database; the pruning layer keeps it out of what is fed back.
-    pub fn api_error(&mut self, text: &str) -> Value {
-        let message = json!({
-            "id": format!("msg_synthetic_{}", uuid::Uuid::new_v4().simple()),
-            "type": "message",
-            "role": "assistant",
-            "model": markers::SYNTHETIC_MODEL,
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "stop_sequence",
-            "usage": crate::model::Usage::default(),
-        });
-        let mut extra = Map::new();
-        extra.insert(markers::API_ERROR_FLAG.into(), Value::Bool(true));
-        self.entry("assistant", message, extra)
+    pub fn api_error(&mut self, text: &str) -> Entry {
+        let message = Message {
+            id: Some(format!(
+                "msg_synthetic_{}",
+                uuid::Uuid::new_v4().simple()
+            )),
+            kind: Some("message".into()),
+            role: Some("assistant".into()),
+            model: Some(markers::SYNTHETIC_MODEL.into()),
+            content: Some(Content::Blocks(vec![Block::text_block(text)])),
+            stop_reason: Some(Some("stop_sequence".into())),
+            usage: Some(message_usage(&crate::model::Usage::default())),
+            ..Message::default()
+        };
+        let flags = Entry {
+            is_api_error_message: Some(true),
+            ..Entry::default()
+        };
+        self.entry("assistant", message, flags)
     }
 
-    fn entry(&mut self, kind: &str, message: Value, extra: Map<String, Value>) -> Value {
-        let mut entry = self.header(kind);
-        entry.extend(extra);
-        entry.insert("message".into(), message);
-        Value::Object(entry)
+    fn entry(&mut self, kind: &str, message: Message, fields: Entry) -> Entry {
+        let mut entry = self.header(kind, fields);
+        entry.message = Some(message);
+        entry
     }
 
-    /// The fields every entry starts with; the new entry becomes the leaf.
-    fn header(&mut self, kind: &str) -> Map<String, Value> {
+    /// The fields every entry starts with, set on `fields`; the new entry becomes the
+    /// leaf. Written in the declaration order of [`Entry`]'s fields: the header first.
+    fn header(&mut self, kind: &str, fields: Entry) -> Entry {
         let uuid = uuid::Uuid::new_v4().to_string();
-        let mut entry = Map::new();
-        entry.insert("type".into(), kind.into());
-        entry.insert("uuid".into(), uuid.clone().into());
-        entry.insert(
-            "parentUuid".into(),
-            self.leaf.clone().map_or(Value::Null, Value::String),
-        );
-        entry.insert("sessionId".into(), self.session_id.clone().into());
-        entry.insert("timestamp".into(), now_timestamp().into());
-        entry.insert("cwd".into(), self.cwd.clone().into());
-        entry.insert("isSidechain".into(), self.sidechain.into());
-        if let Some(agent) = &self.agent_id {
-            entry.insert("agentId".into(), agent.clone().into());
-        }
+        let entry = Entry {
+            kind: Some(kind.into()),
+            uuid: Some(uuid.clone()),
+            parent_uuid: Some(self.leaf.clone()),
+            session_id: Some(self.session_id.clone()),
+            timestamp: Some(now_timestamp()),
+            cwd: Some(self.cwd.clone()),
+            is_sidechain: Some(self.sidechain),
+            agent_id: self.agent_id.clone(),
+            ..fields
+        };
         self.leaf = Some(uuid);
         entry
     }
+}
+
+/// A user message of one text block.
+fn text_message(text: &str) -> Message {
+    Message {
+        role: Some("user".into()),
+        content: Some(Content::Blocks(vec![Block::text_block(text)])),
+        ..Message::default()
+    }
+}
+
+/// A reply's usage as an entry stores it: its fields as [`crate::model::Usage`] writes
+/// them.
+fn message_usage(usage: &crate::model::Usage) -> MessageUsage {
+    Raw::of_tree(usage).parse().unwrap_or_default()
 }
 
 /// `2026-12-02T10:58:16.123Z`, as Claude Code writes timestamps.
@@ -352,6 +366,31 @@ impl Messages {
             _ => return,
         };
         let role = role.to_string();
+        self.add(&role, blocks);
+    }
+
+    /// Adds an entry flower minted ([`Chain`]); entries that are not user or
+    /// assistant messages are skipped.
+    pub fn push_entry(&mut self, entry: Entry) {
+        if !matches!(entry.kind(), Kind::User | Kind::Assistant) {
+            return;
+        }
+        let Some(Message {
+            role: Some(role),
+            content: Some(content),
+            ..
+        }) = entry.message
+        else {
+            return;
+        };
+        let blocks = match content {
+            Content::Text(text) => vec![json!({"type": "text", "text": text})],
+            // Blocks (and the `Raw`s in them) serialize as JSON: cannot fail.
+            Content::Blocks(blocks) => match serde_json::to_value(blocks) {
+                Ok(Value::Array(blocks)) => blocks,
+                _ => return,
+            },
+        };
         self.add(&role, blocks);
     }
 

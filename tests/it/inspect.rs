@@ -127,7 +127,7 @@ pub fn build_run(turns_per_session: usize) -> Built {
     store
         .append(
             &key(A1),
-            &transcript(
+            &crate::support::typed(&transcript(
                 A1,
                 T0,
                 n,
@@ -135,17 +135,17 @@ pub fn build_run(turns_per_session: usize) -> Built {
                     (0, "error sending request: connection refused"),
                     (1, "overloaded_error: Overloaded"),
                 ],
-            ),
+            )),
         )
         .unwrap();
     store
-        .append(&key(A2), &transcript(A2, T0 + span, n, &[]))
+        .append(&key(A2), &crate::support::typed(&transcript(A2, T0 + span, n, &[])))
         .unwrap();
     store
-        .append(&key(J1), &transcript(J1, T0 + 2 * span, 1, &[]))
+        .append(&key(J1), &crate::support::typed(&transcript(J1, T0 + 2 * span, 1, &[])))
         .unwrap();
     store
-        .append(&key(B1), &transcript(B1, T0 + 3 * span, n, &[]))
+        .append(&key(B1), &crate::support::typed(&transcript(B1, T0 + 3 * span, n, &[])))
         .unwrap();
     let row = |step: &str, id: &str, from: i64, to: i64, ok: bool| StepResult {
         step: step.into(),
@@ -219,7 +219,7 @@ fn log_show_and_report_write_nothing_even_over_a_live_wal() {
     writer
         .append(
             &SessionKey::main(project_key(dir), "dddddddd-0000-4000-8000-000000000001"),
-            &late,
+            &crate::support::typed(&late),
         )
         .unwrap();
     assert!(dir.join("runs/sessions.db-wal").exists());
@@ -393,11 +393,11 @@ fn bad_input_gets_a_clear_message_and_nothing_is_written() {
     store
         .append(
             &SessionKey::main(project_key(dir), B1),
-            &[
+            &crate::support::typed(&[
                 json!({"type": "file-history-snapshot", "uuid": "odd-1"}),
                 json!({"type": "assistant", "uuid": "odd-2", "message": {"role": "assistant",
                      "content": [{"type": "hologram"}]}}),
-            ],
+            ]),
         )
         .unwrap();
     drop(store);
@@ -423,7 +423,7 @@ fn bad_input_gets_a_clear_message_and_nothing_is_written() {
     store
         .append(
             &SessionKey::main(project_key(dir), B1),
-            &[absurd(1), absurd(2)],
+            &crate::support::typed(&[absurd(1), absurd(2)]),
         )
         .unwrap();
     drop(store);

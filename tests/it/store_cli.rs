@@ -328,7 +328,7 @@ fn existing_db(dir: &Path) -> std::path::PathBuf {
     let db = dir.join("runs/sessions.db");
     let store = SqliteSessionStore::open(&db).unwrap();
     store
-        .append(&SessionKey::main("p", "s"), &transcript())
+        .append(&SessionKey::main("p", "s"), &crate::support::typed(&transcript()))
         .unwrap();
     db
 }

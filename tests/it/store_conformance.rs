@@ -93,7 +93,7 @@ fn c01_append_then_load_returns_the_same_entries_in_order() {
             e(json!({"uuid": "b", "n": 1, "nested": {"z": [1, 2, {"k": null}], "a": "ü"}})),
             e(json!({"uuid": "a", "n": 2})),
         ];
-        s.append(&key(), &entries).unwrap();
+        s.append(&key(), &crate::support::typed(&entries)).unwrap();
         assert_eq!(s.load(&key()).unwrap(), Some(entries), "{name}");
     }
 }
@@ -107,7 +107,7 @@ fn c02_unknown_key_and_unknown_subpath_load_as_none() {
             None,
             "{name}"
         );
-        s.append(&key(), &[e(json!({"uuid": "x"}))]).unwrap();
+        s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "x"}))])).unwrap();
         assert_eq!(s.load(&sub("nope")).unwrap(), None, "{name}");
     }
 }
@@ -116,17 +116,17 @@ fn c02_unknown_key_and_unknown_subpath_load_as_none() {
 fn c03_several_appends_keep_call_order() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
-        s.append(&key(), &[e(json!({"uuid": "z", "n": 1}))])
+        s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "z", "n": 1}))]))
             .unwrap();
         s.append(
             &key(),
-            &[
+            &crate::support::typed(&[
                 e(json!({"uuid": "a", "n": 2})),
                 e(json!({"uuid": "m", "n": 3})),
-            ],
+            ]),
         )
         .unwrap();
-        s.append(&key(), &[e(json!({"uuid": "b", "n": 4}))])
+        s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "b", "n": 4}))]))
             .unwrap();
         let ns: Vec<i64> = s
             .load(&key())
@@ -143,15 +143,15 @@ fn c03_several_appends_keep_call_order() {
 fn c04_append_of_nothing_is_a_no_op() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
-        s.append(&key(), &[]).unwrap();
+        s.append(&key(), &crate::support::typed(&[])).unwrap();
         assert_eq!(
             s.load(&key()).unwrap(),
             None,
             "{name}: [] must not create the key"
         );
         assert!(s.list_sessions("proj").unwrap().is_empty(), "{name}");
-        s.append(&key(), &[e(json!({"uuid": "a"}))]).unwrap();
-        s.append(&key(), &[]).unwrap();
+        s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "a"}))])).unwrap();
+        s.append(&key(), &crate::support::typed(&[])).unwrap();
         assert_eq!(s.load(&key()).unwrap().unwrap().len(), 1, "{name}");
     }
 }
@@ -160,8 +160,8 @@ fn c04_append_of_nothing_is_a_no_op() {
 fn c05_subpath_keys_are_stored_apart_from_the_main_transcript() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
-        s.append(&key(), &[e(json!({"uuid": "m"}))]).unwrap();
-        s.append(&sub("subagents/agent-1"), &[e(json!({"uuid": "s"}))])
+        s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "m"}))])).unwrap();
+        s.append(&sub("subagents/agent-1"), &crate::support::typed(&[e(json!({"uuid": "s"}))]))
             .unwrap();
         assert_eq!(
             s.load(&key()).unwrap(),
@@ -182,8 +182,8 @@ fn c06_project_keys_are_isolated() {
         let (_d, s) = fresh();
         let a = SessionKey::main("A", "s1");
         let b = SessionKey::main("B", "s1");
-        s.append(&a, &[e(json!({"from": "A"}))]).unwrap();
-        s.append(&b, &[e(json!({"from": "B"}))]).unwrap();
+        s.append(&a, &crate::support::typed(&[e(json!({"from": "A"}))])).unwrap();
+        s.append(&b, &crate::support::typed(&[e(json!({"from": "B"}))])).unwrap();
         assert_eq!(
             s.load(&a).unwrap(),
             Some(vec![e(json!({"from": "A"}))]),
@@ -203,11 +203,11 @@ fn c06_project_keys_are_isolated() {
 fn c07_list_sessions_reports_a_projects_sessions_with_mtime_in_ms() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
-        s.append(&SessionKey::main("proj", "a"), &[e(json!({"n": 1}))])
+        s.append(&SessionKey::main("proj", "a"), &crate::support::typed(&[e(json!({"n": 1}))]))
             .unwrap();
-        s.append(&SessionKey::main("proj", "b"), &[e(json!({"n": 1}))])
+        s.append(&SessionKey::main("proj", "b"), &crate::support::typed(&[e(json!({"n": 1}))]))
             .unwrap();
-        s.append(&SessionKey::main("other", "c"), &[e(json!({"n": 1}))])
+        s.append(&SessionKey::main("other", "c"), &crate::support::typed(&[e(json!({"n": 1}))]))
             .unwrap();
         let sessions = s.list_sessions("proj").unwrap();
         let mut ids: Vec<&str> = sessions.iter().map(|x| x.session_id.as_str()).collect();
@@ -231,17 +231,17 @@ fn c08_list_sessions_excludes_subpaths() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let main = SessionKey::main("proj", "main");
-        s.append(&main, &[e(json!({"n": 1}))]).unwrap();
+        s.append(&main, &crate::support::typed(&[e(json!({"n": 1}))])).unwrap();
         s.append(
             &main.sub("subagents/agent-1").unwrap(),
-            &[e(json!({"n": 1}))],
+            &crate::support::typed(&[e(json!({"n": 1}))]),
         )
         .unwrap();
         // A session that only has a subkey has no main transcript to list.
         let orphan = SessionKey::main("proj", "only-sub");
         s.append(
             &orphan.sub("subagents/agent-1").unwrap(),
-            &[e(json!({"n": 1}))],
+            &crate::support::typed(&[e(json!({"n": 1}))]),
         )
         .unwrap();
         let ids: Vec<String> = s
@@ -260,7 +260,7 @@ fn c09_delete_main_then_load_is_none_and_unknown_deletes_are_fine() {
         let (_d, s) = fresh();
         s.delete(&SessionKey::main("proj", "never-written"))
             .unwrap();
-        s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
+        s.append(&key(), &crate::support::typed(&[e(json!({"n": 1}))])).unwrap();
         s.delete(&key()).unwrap();
         assert_eq!(s.load(&key()).unwrap(), None, "{name}");
     }
@@ -279,7 +279,7 @@ fn c10_deleting_a_main_key_cascades_to_its_subkeys_only() {
             other.clone(),
             other_proj.clone(),
         ] {
-            s.append(&k, &[e(json!({"n": 1}))]).unwrap();
+            s.append(&k, &crate::support::typed(&[e(json!({"n": 1}))])).unwrap();
         }
         s.delete(&key()).unwrap();
         assert_eq!(s.load(&key()).unwrap(), None, "{name}");
@@ -303,7 +303,7 @@ fn c11_deleting_a_subpath_removes_only_that_subkey() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
         for k in [key(), sub("subagents/agent-1"), sub("subagents/agent-2")] {
-            s.append(&k, &[e(json!({"n": 1}))]).unwrap();
+            s.append(&k, &crate::support::typed(&[e(json!({"n": 1}))])).unwrap();
         }
         s.delete(&sub("subagents/agent-1")).unwrap();
         assert_eq!(s.load(&sub("subagents/agent-1")).unwrap(), None, "{name}");
@@ -329,15 +329,15 @@ fn c11_deleting_a_subpath_removes_only_that_subkey() {
 fn c12_list_subkeys_returns_that_sessions_subpaths() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
-        s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
-        s.append(&sub("subagents/agent-1"), &[e(json!({"n": 1}))])
+        s.append(&key(), &crate::support::typed(&[e(json!({"n": 1}))])).unwrap();
+        s.append(&sub("subagents/agent-1"), &crate::support::typed(&[e(json!({"n": 1}))]))
             .unwrap();
-        s.append(&sub("subagents/agent-2"), &[e(json!({"n": 1}))])
+        s.append(&sub("subagents/agent-2"), &crate::support::typed(&[e(json!({"n": 1}))]))
             .unwrap();
         let x = SessionKey::main("proj", "other-sess")
             .sub("subagents/agent-x")
             .unwrap();
-        s.append(&x, &[e(json!({"n": 1}))]).unwrap();
+        s.append(&x, &crate::support::typed(&[e(json!({"n": 1}))])).unwrap();
         let mut subkeys = s.list_subkeys(&key()).unwrap();
         subkeys.sort();
         assert_eq!(
@@ -352,7 +352,7 @@ fn c12_list_subkeys_returns_that_sessions_subpaths() {
 fn c13_list_subkeys_excludes_the_main_transcript_and_is_empty_for_unknown() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
-        s.append(&key(), &[e(json!({"n": 1}))]).unwrap();
+        s.append(&key(), &crate::support::typed(&[e(json!({"n": 1}))])).unwrap();
         assert!(s.list_subkeys(&key()).unwrap().is_empty(), "{name}");
         assert!(
             s.list_subkeys(&SessionKey::main("proj", "never-appended"))
@@ -370,22 +370,22 @@ fn c14_summaries_are_maintained_by_append_and_removed_by_delete() {
         let k = SessionKey::main("proj", "summ-sess");
         s.append(
             &k,
-            &[
+            &crate::support::typed(&[
                 e(json!({"timestamp": "2024-01-01T00:00:00.000Z", "customTitle": "first"})),
                 e(json!({"timestamp": "2024-01-01T00:00:01.000Z"})),
-            ],
+            ]),
         )
         .unwrap();
         s.append(
             &k,
-            &[e(
+            &crate::support::typed(&[e(
                 json!({"timestamp": "2024-01-01T00:00:02.000Z", "customTitle": "second"}),
-            )],
+            )]),
         )
         .unwrap();
         s.append(
             &SessionKey::main("other", "elsewhere"),
-            &[e(json!({"timestamp": "2024-01-01T00:00:00.000Z"}))],
+            &crate::support::typed(&[e(json!({"timestamp": "2024-01-01T00:00:00.000Z"}))]),
         )
         .unwrap();
         let summaries = s.list_session_summaries("proj").unwrap();
@@ -407,9 +407,9 @@ fn c14_summaries_are_maintained_by_append_and_removed_by_delete() {
 
         s.append(
             &k.sub("subagents/agent-1").unwrap(),
-            &[e(
+            &crate::support::typed(&[e(
                 json!({"timestamp": "2024-01-01T00:00:09.000Z", "customTitle": "subagent"}),
-            )],
+            )]),
         )
         .unwrap();
         let after = s.list_session_summaries("proj").unwrap();
@@ -437,7 +437,7 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
     let s = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
     let first = e(json!({"uuid": "u1", "v": 1}));
     assert_eq!(
-        s.append_counted(&key(), &[first.clone(), e(json!({"v": "no uuid"}))])
+        s.append_counted(&key(), &crate::support::typed(&[first.clone(), e(json!({"v": "no uuid"}))]))
             .unwrap(),
         2
     );
@@ -445,11 +445,11 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
     let n = s
         .append_counted(
             &key(),
-            &[
+            &crate::support::typed(&[
                 e(json!({"uuid": "u1", "v": 2})),
                 e(json!({"v": "no uuid"})),
                 e(json!({"uuid": "u2"})),
-            ],
+            ]),
         )
         .unwrap();
     assert_eq!(n, 2);
@@ -458,13 +458,13 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
     assert_eq!(loaded[0], first);
     // The same uuid under another key is another entry.
     assert_eq!(
-        s.append_counted(&sub("subagents/a"), std::slice::from_ref(&first))
+        s.append_counted(&sub("subagents/a"), &crate::support::typed(std::slice::from_ref(&first)))
             .unwrap(),
         1
     );
     // A batch of only duplicates changes nothing, not even the session's mtime.
     let before = s.list_sessions("proj").unwrap();
-    assert_eq!(s.append_counted(&key(), &[first]).unwrap(), 0);
+    assert_eq!(s.append_counted(&key(), &crate::support::typed(&[first])).unwrap(), 0);
     assert_eq!(s.list_sessions("proj").unwrap(), before);
 }
 
@@ -482,7 +482,7 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
         };
         s.append(
             &key(),
-            &[
+            &crate::support::typed(&[
                 json!({"type": "user", "uuid": "u1", "message": {"role": "user", "content": "hi"}}),
                 turn("a1", json!({"input_tokens": 7})),
                 json!({"type": "assistant", "uuid": "a2", "isApiErrorMessage": true,
@@ -490,7 +490,7 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
                                    "usage": {"input_tokens": 0}}}),
                 json!({"type": "assistant", "uuid": "a3",
                        "message": {"role": "assistant", "model": "m", "content": []}}),
-            ],
+            ]),
         )
         .unwrap();
         assert_eq!(
@@ -498,7 +498,7 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
             Some(json!({"input_tokens": 7})),
             "{name}"
         );
-        s.append(&key(), &[turn("a4", json!({"input_tokens": 9}))])
+        s.append(&key(), &crate::support::typed(&[turn("a4", json!({"input_tokens": 9}))]))
             .unwrap();
         assert_eq!(
             s.last_assistant_usage(&key()).unwrap(),
@@ -514,7 +514,7 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
                                    "usage": {"input_tokens": 0}}})
             })
             .collect();
-        s.append(&key(), &storm).unwrap();
+        s.append(&key(), &crate::support::typed(&storm)).unwrap();
         assert_eq!(
             s.last_assistant_usage(&key()).unwrap(),
             Some(json!({"input_tokens": 9})),
@@ -523,7 +523,7 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
         // A subagent's transcript is its own.
         let sub = key().sub("subagents/a").unwrap();
         assert_eq!(s.last_assistant_usage(&sub).unwrap(), None, "{name}");
-        s.append(&sub, &[turn("s1", json!({"input_tokens": 3}))])
+        s.append(&sub, &crate::support::typed(&[turn("s1", json!({"input_tokens": 3}))]))
             .unwrap();
         assert_eq!(
             s.last_assistant_usage(&sub).unwrap(),
@@ -547,14 +547,14 @@ fn has_session_sees_main_transcripts_in_any_project() {
             &SessionKey::main("p", "sub-only")
                 .sub("subagents/a")
                 .unwrap(),
-            &[e(json!({}))],
+            &crate::support::typed(&[e(json!({}))]),
         )
         .unwrap();
         assert!(
             !s.has_session("sub-only").unwrap(),
             "{name}: a subkey alone is not a session"
         );
-        s.append(&SessionKey::main("elsewhere", "sess"), &[e(json!({}))])
+        s.append(&SessionKey::main("elsewhere", "sess"), &crate::support::typed(&[e(json!({}))]))
             .unwrap();
         assert!(s.has_session("sess").unwrap(), "{name}");
         s.delete(&SessionKey::main("elsewhere", "sess")).unwrap();
@@ -567,7 +567,7 @@ fn an_entry_that_is_not_an_object_fails_the_whole_batch() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let err = s
-            .append(&key(), &[e(json!({"uuid": "ok"})), json!([1, 2])])
+            .append(&key(), &crate::support::typed(&[e(json!({"uuid": "ok"})), json!([1, 2])]))
             .unwrap_err();
         assert!(
             matches!(err, StoreError::NotAnObject { index: 1 }),
@@ -586,22 +586,22 @@ fn a_stored_uuid_is_an_idempotency_key_through_the_trait() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
         let first = e(json!({"uuid": "u1", "v": 1}));
-        s.append(&key(), &[first.clone(), e(json!({"v": "no uuid"}))])
+        s.append(&key(), &crate::support::typed(&[first.clone(), e(json!({"v": "no uuid"}))]))
             .unwrap();
         s.append(
             &key(),
-            &[
+            &crate::support::typed(&[
                 e(json!({"uuid": "u1", "v": 2})),
                 e(json!({"v": "no uuid"})),
                 e(json!({"uuid": "u2"})),
-            ],
+            ]),
         )
         .unwrap();
         let loaded = s.load(&key()).unwrap().unwrap();
         assert_eq!(loaded.len(), 4, "{name}");
         assert_eq!(loaded[0], first, "{name}");
         assert_eq!(loaded[3], e(json!({"uuid": "u2"})), "{name}");
-        s.append(&sub("subagents/a"), std::slice::from_ref(&first))
+        s.append(&sub("subagents/a"), &crate::support::typed(std::slice::from_ref(&first)))
             .unwrap();
         assert_eq!(
             s.load(&sub("subagents/a")).unwrap().unwrap(),
@@ -609,7 +609,7 @@ fn a_stored_uuid_is_an_idempotency_key_through_the_trait() {
             "{name}"
         );
         let before = s.list_sessions("proj").unwrap();
-        s.append(&key(), &[first]).unwrap();
+        s.append(&key(), &crate::support::typed(&[first])).unwrap();
         assert_eq!(s.list_sessions("proj").unwrap(), before, "{name}");
     }
 }
@@ -621,7 +621,7 @@ fn summary_fields_follow_the_sdk_names_and_rules() {
     let long = "长".repeat(250);
     s.append(
         &key(),
-        &[
+        &crate::support::typed(&[
             json!({"type": "system", "timestamp": "not a time", "cwd": ""}),
             json!({"type": "user", "isSidechain": false, "timestamp": "2024-05-01T10:00:00.500Z", "cwd": "/w",
                    "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]}}),
@@ -630,16 +630,16 @@ fn summary_fields_follow_the_sdk_names_and_rules() {
             json!({"type": "user", "cwd": "/later", "gitBranch": "main",
                    "message": {"content": [{"type": "text", "text": format!("  {long}\nmore")}]}}),
             json!({"type": "tag", "tag": "keep"}),
-        ],
+        ]),
     )
     .unwrap();
     s.append(
         &key(),
-        &[
+        &crate::support::typed(&[
             json!({"type": "user", "message": {"content": "second prompt"}, "lastPrompt": "lp", "gitBranch": "dev"}),
             json!({"type": "summary", "summary": "what happened"}),
             json!({"type": "ai-title", "aiTitle": "Ai"}),
-        ],
+        ]),
     )
     .unwrap();
     let data = &s.list_session_summaries("proj").unwrap()[0].data;
@@ -654,7 +654,7 @@ fn summary_fields_follow_the_sdk_names_and_rules() {
     assert_eq!(data["summary_hint"], "what happened");
     assert_eq!(data["ai_title"], "Ai");
     assert_eq!(data["tag"], "keep");
-    s.append(&key(), &[json!({"type": "tag", "tag": ""})])
+    s.append(&key(), &crate::support::typed(&[json!({"type": "tag", "tag": ""})]))
         .unwrap();
     assert!(
         s.list_session_summaries("proj").unwrap()[0]
@@ -730,7 +730,7 @@ fn nothing_is_written_under_a_bad_key() {
         subpath: Some("../escape".into()),
     };
     assert!(matches!(
-        s.append(&bad, &[json!({"n": 1})]),
+        s.append(&bad, &crate::support::typed(&[json!({"n": 1})])),
         Err(StoreError::BadKey { .. })
     ));
     assert!(

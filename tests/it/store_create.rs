@@ -34,7 +34,7 @@ fn a_new_store_leaves_nothing_but_itself() {
         assert!(!name.contains(".new-"), "left behind: {name}");
     }
     let key = SessionKey::parse("p/s").unwrap();
-    store.append(&key, &[entry("a"), entry("b")]).unwrap();
+    store.append(&key, &crate::support::typed(&[entry("a"), entry("b")])).unwrap();
     drop(store);
     assert_eq!(names(dir.path()), ["sessions.db"]);
     let store = SqliteSessionStore::open(&db).unwrap();
@@ -87,7 +87,7 @@ fn racing_creators_share_one_store() {
                     let store = SqliteSessionStore::open(&db).expect("open");
                     let key = SessionKey::parse(&format!("p/s{i}")).unwrap();
                     store
-                        .append(&key, &[entry(&format!("e{i}"))])
+                        .append(&key, &crate::support::typed(&[entry(&format!("e{i}"))]))
                         .expect("append");
                 })
             })
@@ -129,7 +129,7 @@ fn an_existing_file_is_never_replaced() {
     std::fs::write(&db, "").unwrap();
     let store = SqliteSessionStore::open(&db).unwrap();
     let key = SessionKey::parse("p/s").unwrap();
-    store.append(&key, &[entry("a")]).unwrap();
+    store.append(&key, &crate::support::typed(&[entry("a")])).unwrap();
     drop(store);
     assert_eq!(names(dir.path()), ["sessions.db"]);
 }
@@ -142,7 +142,7 @@ fn a_symlink_to_a_missing_file_is_followed_as_before() {
     std::os::unix::fs::symlink(&target, &db).unwrap();
     let store = SqliteSessionStore::open(&db).unwrap();
     let key = SessionKey::parse("p/s").unwrap();
-    store.append(&key, &[entry("a")]).unwrap();
+    store.append(&key, &crate::support::typed(&[entry("a")])).unwrap();
     drop(store);
     assert!(
         std::fs::symlink_metadata(&db)

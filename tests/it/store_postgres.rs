@@ -129,7 +129,7 @@ fn reopening_a_current_schema_keeps_the_data() {
     let key = SessionKey::main("p", "s");
     PostgresStore::open(&url)
         .unwrap()
-        .append(&key, &[json!({"type": "x", "uuid": "a"})])
+        .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "a"})]))
         .unwrap();
     let again = PostgresStore::open(&url).unwrap();
     assert_eq!(again.load(&key).unwrap().unwrap().len(), 1);
@@ -154,8 +154,8 @@ fn eight_concurrent_writers_lose_nothing_and_never_interleave() {
                     let batch: Vec<Value> = (0..5)
                         .map(|i| json!({"type": "x", "uuid": format!("{w}-{b}-{i}"), "w": w, "b": b}))
                         .collect();
-                    store.append(&own, &batch).unwrap();
-                    store.append(&shared, &batch).unwrap();
+                    store.append(&own, &crate::support::typed(&batch)).unwrap();
+                    store.append(&shared, &crate::support::typed(&batch)).unwrap();
                 }
             })
         })
@@ -304,7 +304,7 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
     let key = SessionKey::main("p", "s");
     for i in 0..10 {
         store
-            .append(&key, &[json!({"type": "x", "uuid": format!("u{i}")})])
+            .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": format!("u{i}")})]))
             .unwrap();
     }
     pg::execute(
@@ -321,7 +321,7 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
     let loaded = retrying(&mut failures, || store.load(&key));
     assert_eq!(loaded.unwrap().len(), 10);
     retrying(&mut failures, || {
-        store.append(&key, &[json!({"type": "x", "uuid": "after"})])
+        store.append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "after"})]))
     });
     let loaded = retrying(&mut failures, || store.load(&key));
     assert_eq!(loaded.unwrap().len(), 11);
@@ -419,7 +419,7 @@ fn a_corrupt_row_is_named_and_the_store_keeps_answering() {
     let entries: Vec<_> = (0..50)
         .map(|i| json!({"type": "x", "uuid": format!("u{i}")}))
         .collect();
-    store.append(&key, &entries).unwrap();
+    store.append(&key, &crate::support::typed(&entries)).unwrap();
     pg::execute(
         &url,
         "UPDATE flower_entries SET data = '{not json' WHERE id = \
@@ -434,7 +434,7 @@ fn a_corrupt_row_is_named_and_the_store_keeps_answering() {
         // Every pooled connection still answers the next call in step.
         assert!(store.has_session("s").unwrap());
         let other = SessionKey::main("p", "t");
-        store.append(&other, &entries[..1]).unwrap();
+        store.append(&other, &crate::support::typed(&entries[..1])).unwrap();
         assert_eq!(store.load(&other).unwrap().unwrap().len(), 1);
     }
 }

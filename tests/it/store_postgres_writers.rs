@@ -79,14 +79,14 @@ proptest! {
         for call in calls {
             match call {
                 Call::Append(w, batch) => {
-                    let stored = writers[w].append_counted(&key, &batch).unwrap();
-                    prop_assert_eq!(stored, sqlite.append_counted(&key, &batch).unwrap());
+                    let stored = writers[w].append_counted(&key, &crate::support::typed(&batch)).unwrap();
+                    prop_assert_eq!(stored, sqlite.append_counted(&key, &crate::support::typed(&batch)).unwrap());
                     batches.push(batch);
                 }
                 Call::Replay(w, k) if !batches.is_empty() => {
                     let batch = batches[k % batches.len()].clone();
-                    let stored = writers[w].append_counted(&key, &batch).unwrap();
-                    prop_assert_eq!(stored, sqlite.append_counted(&key, &batch).unwrap());
+                    let stored = writers[w].append_counted(&key, &crate::support::typed(&batch)).unwrap();
+                    prop_assert_eq!(stored, sqlite.append_counted(&key, &crate::support::typed(&batch)).unwrap());
                 }
                 Call::Replay(..) => {}
                 Call::Delete(w) => {
@@ -122,7 +122,7 @@ fn the_summary_time_is_the_latest_appends_between_writers() {
         // Writer 0 twice, then writer 1: each writer appends after itself and after
         // the other.
         writers[i % 3 / 2]
-            .append(&key, &[json!({"type": "x", "uuid": format!("u{i}")})])
+            .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": format!("u{i}")})]))
             .unwrap();
         let mtime = writers[0].list_session_summaries("p").unwrap()[0].mtime;
         assert!(
@@ -147,7 +147,7 @@ fn appends_take_one_round_trip_after_the_first() {
     let key = SessionKey::main("p", "s");
     let line = |i: usize| [json!({"type": "x", "uuid": format!("u{i}")})];
     for i in 0..5 {
-        a.append(&key, &line(i)).unwrap();
+        a.append(&key, &crate::support::typed(&line(i))).unwrap();
     }
     let trips = a.append_trips();
     assert_eq!((trips.one_trip, trips.read_first), (4, 1), "{trips:?}");
@@ -156,19 +156,19 @@ fn appends_take_one_round_trip_after_the_first() {
         subpath: Some("subagents/agent-1".into()),
         ..key.clone()
     };
-    a.append(&sub, &line(10)).unwrap();
-    a.append(&sub, &line(11)).unwrap();
+    a.append(&sub, &crate::support::typed(&line(10))).unwrap();
+    a.append(&sub, &crate::support::typed(&line(11))).unwrap();
     assert_eq!(a.append_trips().one_trip, 6, "{:?}", a.append_trips());
 
-    b.append(&key, &line(20)).unwrap();
-    a.append(&key, &line(21)).unwrap();
+    b.append(&key, &crate::support::typed(&line(20))).unwrap();
+    a.append(&key, &crate::support::typed(&line(21))).unwrap();
     assert_eq!(
         a.append_trips().read_first,
         2,
         "after another writer's append the summary is read first: {:?}",
         a.append_trips()
     );
-    a.append(&key, &line(22)).unwrap();
+    a.append(&key, &crate::support::typed(&line(22))).unwrap();
     assert_eq!(a.append_trips().one_trip, 7, "{:?}", a.append_trips());
 }
 

@@ -683,7 +683,7 @@ fn the_pruning_store_feeds_pruned_entries_and_keeps_the_stored_ones() {
     let store = PruningSessionStore::new(inner.clone(), options());
     let key = SessionKey::main("p", "s");
     let input = denial_transcript();
-    store.append(&key, &input).unwrap();
+    store.append(&key, &crate::support::typed(&input)).unwrap();
     let fed = store.load(&key).unwrap().unwrap();
     assert_eq!(fed, prune(input.clone(), &options()));
     assert_ne!(fed, input);
@@ -946,8 +946,8 @@ proptest! {
         let dir = tempfile::TempDir::new().unwrap();
         let store = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
         let key = SessionKey::main("p", "s");
-        store.append(&key, &entries).unwrap();
-        store.append(&key, &entries).unwrap();
+        store.append(&key, &crate::support::typed(&entries)).unwrap();
+        store.append(&key, &crate::support::typed(&entries)).unwrap();
         let stored = store.load(&key).unwrap().unwrap();
         prop_assert_eq!(&stored, &entries);
         let store = PruningSessionStore::new(Arc::new(store), options());

@@ -88,7 +88,7 @@ fn child_process_entry_point() {
                 let entries: Vec<Value> = (0..batch)
                     .map(|j| entry(&format!("{}-{i}-{j}", args[2])))
                     .collect();
-                store.append(&key, &entries).unwrap();
+                store.append(&key, &crate::support::typed(&entries)).unwrap();
                 say(&format!("acked {i}"));
             }
         }
@@ -99,7 +99,7 @@ fn child_process_entry_point() {
             wait_for_parent();
             for i in 0..n {
                 store
-                    .append(&key, &[entry(&format!("{}-{i}", args[2]))])
+                    .append(&key, &crate::support::typed(&[entry(&format!("{}-{i}", args[2]))]))
                     .unwrap();
             }
             say("done");
@@ -107,7 +107,7 @@ fn child_process_entry_point() {
         // Appends a transcript, acknowledges, then holds the store open until killed.
         "append-and-hold" => {
             let entries = transcript();
-            store.append(&key, &entries).unwrap();
+            store.append(&key, &crate::support::typed(&entries)).unwrap();
             say("acked");
             wait_for_parent();
         }
@@ -236,7 +236,7 @@ fn read_everything(db: &Path) -> SqliteSessionStore {
         Some(json!({"input_tokens": 10, "output_tokens": 5}))
     );
     assert!(matches!(
-        store.append(&key, &[json!({})]),
+        store.append(&key, &crate::support::typed(&[json!({})])),
         Err(StoreError::Database { .. })
     ));
     assert!(matches!(
@@ -251,7 +251,7 @@ fn closed_store(dir: &Path) -> PathBuf {
     let db = dir.join("sessions.db");
     let store = SqliteSessionStore::open(&db).unwrap();
     store
-        .append(&SessionKey::parse("p/s").unwrap(), &transcript())
+        .append(&SessionKey::parse("p/s").unwrap(), &crate::support::typed(&transcript()))
         .unwrap();
     db
 }
@@ -360,13 +360,13 @@ fn last_assistant_usage_skips_synthetic_errors_and_entries_without_usage() {
     store
         .append(
             &key,
-            &[
+            &crate::support::typed(&[
                 user_text("u1", None, "hi"),
                 first,
                 no_usage,
                 store_support::api_error("e1", Some("a2")),
                 user_text("u2", Some("e1"), "again"),
-            ],
+            ]),
         )
         .unwrap();
     assert_eq!(
@@ -385,7 +385,7 @@ fn write_db_with(db: &Path, sql: &str) {
     {
         let store = SqliteSessionStore::open(db).unwrap();
         store
-            .append(&SessionKey::parse("p/s").unwrap(), &transcript())
+            .append(&SessionKey::parse("p/s").unwrap(), &crate::support::typed(&transcript()))
             .unwrap();
     }
     let conn = rusqlite::Connection::open(db).unwrap();
@@ -523,7 +523,7 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
     drop(conn);
     let store = SqliteSessionStore::open(&db).unwrap();
     store
-        .append(&SessionKey::parse("p/s").unwrap(), &transcript())
+        .append(&SessionKey::parse("p/s").unwrap(), &crate::support::typed(&transcript()))
         .unwrap();
     drop(store);
     let store = SqliteSessionStore::open(&db).unwrap();
@@ -587,7 +587,7 @@ fn a_long_transcript_loads_whole_and_in_order_and_prunes_like_prune() {
     let key = SessionKey::parse("p/long").unwrap();
     let input = long_transcript(1500);
     assert!(serde_json::to_string(&input).unwrap().len() > 3_000_000);
-    store.append(&key, &input).unwrap();
+    store.append(&key, &crate::support::typed(&input)).unwrap();
     assert_eq!(store.load(&key).unwrap().unwrap(), input);
     let options = flower::stores::PruneOptions::new(dir.path().join("trimmed"));
     let fused = store.load_pruned(&key, &options).unwrap().unwrap();
@@ -680,7 +680,7 @@ fn a_row_that_is_not_json_is_reported_by_row() {
     let key = SessionKey::parse("p/long").unwrap();
     {
         let store = SqliteSessionStore::open(&db).unwrap();
-        store.append(&key, &long_transcript(600)).unwrap();
+        store.append(&key, &crate::support::typed(&long_transcript(600))).unwrap();
     }
     rusqlite::Connection::open(&db)
         .unwrap()
@@ -707,14 +707,14 @@ fn a_database_renamed_while_open_is_not_written_to_again() {
     let path = dir.path().join("sessions.db");
     let key = SessionKey::main("p", "s");
     let store = SqliteSessionStore::open(&path).unwrap();
-    store.append(&key, &[entry("before")]).unwrap();
+    store.append(&key, &crate::support::typed(&[entry("before")])).unwrap();
     let moved = dir.path().join("moved.db");
     std::fs::rename(&path, &moved).unwrap();
-    let refused = store.append(&key, &[entry("after")]).unwrap_err();
+    let refused = store.append(&key, &crate::support::typed(&[entry("after")])).unwrap_err();
     assert!(refused.to_string().contains("被挪走或换掉了"), "{refused}");
     // A new file at the old name is not written by the old store either.
     let fresh = SqliteSessionStore::open(&path).unwrap();
-    assert!(store.append(&key, &[entry("after")]).is_err());
+    assert!(store.append(&key, &crate::support::typed(&[entry("after")])).is_err());
     assert_eq!(fresh.load(&key).unwrap(), None);
     drop(store);
     drop(fresh);

@@ -339,8 +339,8 @@ async fn images_are_sent_as_images_and_large_ones_scaled_down() {
     assert_eq!(out.images.len(), 1);
     assert_eq!(out.images[0].media_type, "image/png");
     assert_eq!(decoded(&out.images[0].data), small, "sent as it is");
-    let blocks = out.content_value();
-    assert_eq!(blocks[1]["type"], "image", "{blocks}");
+    let content = out.content();
+    assert_eq!(content.blocks()[1].kind(), Some("image"), "{content:?}");
 
     fs::write(e.ctx.workspace.join("big.png"), png(2000, 500)).unwrap();
     let out = read(&e, json!({"file_path": "big.png"})).await;
@@ -362,7 +362,7 @@ async fn pdfs_are_sent_as_documents_within_their_cap() {
     assert!(!out.is_error, "{}", out.content);
     assert!(out.content.contains("2 pages"), "{}", out.content);
     assert_eq!(out.images[0].media_type, "application/pdf");
-    assert_eq!(out.content_value()[1]["type"], "document");
+    assert_eq!(out.content().blocks()[1].kind(), Some("document"));
 
     fs::write(e.ctx.workspace.join("book.pdf"), pdf(25)).unwrap();
     let out = read(&e, json!({"file_path": "book.pdf"})).await;

@@ -68,23 +68,112 @@ fn the_types_read_what_a_claude_code_transcript_holds() {
 #[test]
 fn what_flower_writes_goes_back_out_byte_for_byte() {
     let mut chain = Chain::new("s1", Path::new("/w"));
+    let blocks = |v: serde_json::Value| serde_json::from_value::<Content>(v).unwrap();
     let mut lines = vec![
-        chain.user(json!("写个脚本")),
-        chain.user(json!([{"type": "text", "text": "a"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}])),
+        chain.user_text("写个脚本"),
+        chain.user(blocks(json!([{"type": "text", "text": "a"}, {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}]))),
         chain.tool_result("toolu_1", "out\n\u{1}", true),
-        chain.tool_result_value("toolu_2", json!([{"type": "text", "text": "x"}]), false),
+        chain.tool_result_content("toolu_2", blocks(json!([{"type": "text", "text": "x"}])), false),
         chain.hook_context("hook said"),
         chain.continuation("go on"),
         chain.memory("m", &["CLAUDE.md".to_string()]),
-        chain.mcp_tools(json!([{"name": "mcp__s__t"}]), json!([])),
+        chain.mcp_tools(flower::transcript::Raw::of(&json!([{"name": "mcp__s__t"}])).unwrap(), 1, flower::transcript::Raw::of(&json!([])).unwrap()),
         chain.api_error("API Error: 529"),
     ];
     let mut side = Chain::sidechain("s1", Path::new("/w"), "agent-1");
-    lines.push(side.user(json!("sub")));
-    for value in lines {
-        let line = serde_json::to_string(&value).unwrap();
+    lines.push(side.user_text("sub"));
+    for entry in lines {
+        let line = entry.to_json().unwrap();
         assert_eq!(round_trip(&line), line);
     }
+}
+
+/// The lines flower writes, spelled out: the fields in the order flower has always
+/// written them (the header, the flags, then the message), so that a transcript
+/// written by this flower is the bytes an older one wrote.
+#[test]
+fn what_flower_writes_is_the_format_it_always_wrote() {
+    let mut chain = Chain::new("s1", Path::new("/w"));
+    let first = chain.user_text("写个脚本");
+    let header = |e: &Entry, kind: &str| {
+        let mut m = serde_json::Map::new();
+        m.insert("type".into(), json!(kind));
+        m.insert("uuid".into(), json!(e.uuid()));
+        m.insert("parentUuid".into(), json!(e.parent_uuid.clone().flatten()));
+        m.insert("sessionId".into(), json!("s1"));
+        m.insert("timestamp".into(), json!(e.timestamp));
+        m.insert("cwd".into(), json!("/w"));
+        m.insert("isSidechain".into(), json!(false));
+        m
+    };
+    let same = |e: &Entry, expected: serde_json::Map<String, serde_json::Value>| {
+        assert_eq!(
+            e.to_json().unwrap(),
+            serde_json::to_string(&expected).unwrap()
+        );
+    };
+    let mut want = header(&first, "user");
+    want.insert("message".into(), json!({"role": "user", "content": "写个脚本"}));
+    same(&first, want);
+
+    let result = chain.tool_result("toolu_1", "out", true);
+    let mut want = header(&result, "user");
+    want.insert("message".into(), json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "out", "is_error": true}]}));
+    same(&result, want);
+
+    let context = chain.hook_context("hook said");
+    let mut want = header(&context, "user");
+    want.insert("isHookContext".into(), json!(true));
+    want.insert("message".into(), json!({"role": "user", "content": [{"type": "text", "text": "hook said"}]}));
+    same(&context, want);
+
+    let memory = chain.memory("m", &["CLAUDE.md".to_string()]);
+    let mut want = header(&memory, "system");
+    want.insert("subtype".into(), json!("memory"));
+    want.insert("content".into(), json!("m"));
+    want.insert("level".into(), json!("info"));
+    want.insert("memoryFiles".into(), json!(["CLAUDE.md"]));
+    same(&memory, want);
+
+    let failed = chain.api_error("API Error: 529");
+    let mut want = header(&failed, "assistant");
+    want.insert("isApiErrorMessage".into(), json!(true));
+    let id = failed.message.as_ref().unwrap().id.clone();
+    want.insert("message".into(), json!({
+        "id": id, "type": "message", "role": "assistant", "model": "<synthetic>",
+        "content": [{"type": "text", "text": "API Error: 529"}],
+        "stop_reason": "stop_sequence",
+        "usage": {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+    }));
+    same(&failed, want);
+
+    let reply = flower::model::ModelReply {
+        id: "msg_1".into(),
+        model: "claude-sonnet-4-5".into(),
+        content: vec![Block::text_block("done")],
+        stop_reason: None,
+        stop_details: Some(flower::transcript::Raw::of(&json!({"category": "x"})).unwrap()),
+        usage: flower::model::Usage { input_tokens: 3, ..Default::default() },
+    };
+    let answer = chain.assistant(&reply);
+    let mut want = header(&answer, "assistant");
+    want.insert("message".into(), json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "done"}],
+        "stop_reason": null,
+        "usage": {"input_tokens": 3, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        "stop_details": {"category": "x"},
+    }));
+    same(&answer, want);
+    assert_eq!(answer.parent_uuid, Some(failed.uuid.clone()));
+
+    let mut side = Chain::sidechain("s1", Path::new("/w"), "agent-1");
+    let sub = side.user_text("sub");
+    let mut want = header(&sub, "user");
+    want.insert("isSidechain".into(), json!(true));
+    want.insert("agentId".into(), json!("agent-1"));
+    want.insert("message".into(), json!({"role": "user", "content": "sub"}));
+    same(&sub, want);
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! files live in the run directory (`runs/transcripts/<session_id>.jsonl`).
 
 use crate::stores::{PruningSessionStore, SessionKey};
-use serde_json::Value;
+use crate::transcript::Entry;
 use std::collections::HashSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ impl Exports {
     }
 
     /// Appends a stored entry of a main session whose file is live.
-    pub fn append(&self, key: &SessionKey, entry: &Value) {
+    pub fn append(&self, key: &SessionKey, entry: &Entry) {
         if key.subpath.is_some() || !self.live().contains(&key.session_id) {
             return;
         }
@@ -76,9 +76,9 @@ impl Exports {
     }
 }
 
-fn append_line(path: &Path, entry: &Value) -> std::io::Result<()> {
+fn append_line(path: &Path, entry: &Entry) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
-    let mut line = entry.to_string();
+    let mut line = entry.to_json().map_err(std::io::Error::other)?;
     line.push('\n');
     file.write_all(line.as_bytes())
 }

@@ -210,7 +210,7 @@ impl HookOutcome {
 
     /// The `system` entry's content, level and fields that record this outcome in the
     /// transcript (see [`crate::transcript::Chain::system`]).
-    pub fn record(&self) -> (String, &'static str, Map<String, Value>) {
+    pub fn record(&self) -> (String, &'static str, crate::transcript::Entry) {
         let failed = self
             .runs
             .iter()
@@ -245,15 +245,15 @@ impl HookOutcome {
                 })
             })
             .collect();
-        let mut extra = Map::new();
-        extra.insert("hookEvent".into(), self.event.name().into());
-        if !self.subject.is_empty() {
-            extra.insert("hookSubject".into(), self.subject.clone().into());
-        }
-        extra.insert("hookRuns".into(), Value::Array(runs));
-        // What happened, for a reader that words it itself (`flower show`).
-        extra.insert("hookOutcome".into(), outcome.into());
-        (summary, level, extra)
+        let fields = crate::transcript::Entry {
+            hook_event: Some(self.event.name().into()),
+            hook_subject: (!self.subject.is_empty()).then(|| self.subject.clone()),
+            hook_runs: Some(crate::transcript::Raw::of_tree(&runs)),
+            // What happened, for a reader that words it itself (`flower show`).
+            hook_outcome: Some(outcome.into()),
+            ..crate::transcript::Entry::default()
+        };
+        (summary, level, fields)
     }
 }
 

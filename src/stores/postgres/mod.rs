@@ -416,11 +416,11 @@ impl Drop for PostgresStore {
 }
 
 impl SessionStore for PostgresStore {
-    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+    fn append(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError> {
         self.append_counted(key, entries).map(|_| ())
     }
 
-    fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+    fn append_deferred(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError> {
         self.append_with(key, super::incoming(entries)?, false)
             .map(|_| ())
     }

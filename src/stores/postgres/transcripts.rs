@@ -4,19 +4,10 @@
 use super::*;
 
 impl PostgresStore {
-    /// [`SessionStore::append`], returning how many entries were stored.
-    pub fn append_counted(&self, key: &SessionKey, entries: &[Value]) -> Result<usize, StoreError> {
+    /// [`SessionStore::append`], returning how many entries were stored; each is
+    /// stored as it serializes.
+    pub fn append_counted(&self, key: &SessionKey, entries: &[Entry]) -> Result<usize, StoreError> {
         self.append_with(key, super::super::incoming(entries)?, true)
-    }
-
-    /// [`append_counted`](Self::append_counted) of typed entries, each stored as it
-    /// serializes.
-    pub fn append_entries(
-        &self,
-        key: &SessionKey,
-        entries: Vec<Entry>,
-    ) -> Result<usize, StoreError> {
-        self.append_with(key, super::super::incoming_entries(entries)?, true)
     }
 
     /// An append; `durable: false` is [`SessionStore::append_deferred`]: the commit
@@ -32,7 +23,7 @@ impl PostgresStore {
     pub(super) fn append_with(
         &self,
         key: &SessionKey,
-        rows: Vec<Incoming>,
+        rows: Vec<Incoming<'_>>,
         durable: bool,
     ) -> Result<usize, StoreError> {
         key.validate()?;
@@ -70,7 +61,7 @@ impl PostgresStore {
             .remove(&session);
         let batch = match kept {
             Some(prev) if batch.uuids_distinct() => {
-                let data = fold_session_summary(Some(prev.data), rows.iter().map(|r| &r.entry));
+                let data = fold_session_summary(Some(prev.data), rows.iter().map(|r| r.entry));
                 let written = WrittenSummary {
                     mtime: now.max(prev.mtime),
                     text: data.to_json(),
@@ -99,7 +90,7 @@ impl PostgresStore {
             }
             _ => batch,
         };
-        let entries = rows.into_iter().map(|r| r.entry).collect();
+        let entries = rows.iter().map(|r| r.entry.clone()).collect();
         let (count, written) = self.append_reading_summary(key, entries, batch, &begin, now)?;
         if let Some(written) = written {
             self.keep_summary(session, written);
@@ -250,7 +241,7 @@ struct Batch {
 }
 
 impl Batch {
-    fn of(rows: &[Incoming]) -> Batch {
+    fn of(rows: &[Incoming<'_>]) -> Batch {
         Batch {
             uuids: rows.iter().map(|r| r.entry.uuid.clone()).collect(),
             kinds: rows.iter().map(|r| r.entry.kind.clone()).collect(),

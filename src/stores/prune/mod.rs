@@ -333,11 +333,11 @@ impl std::fmt::Debug for PruningSessionStore {
 }
 
 impl SessionStore for PruningSessionStore {
-    fn append(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+    fn append(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError> {
         self.inner.append(key, entries)
     }
 
-    fn append_deferred(&self, key: &SessionKey, entries: &[Value]) -> Result<(), StoreError> {
+    fn append_deferred(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError> {
         self.inner.append_deferred(key, entries)
     }
 

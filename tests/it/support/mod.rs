@@ -22,6 +22,24 @@ pub use fake::{
 };
 pub use workspace::{ToolEnv, tool_env};
 
+/// JSON objects as the typed entries a store appends (every field kept as written).
+pub fn typed(values: &[serde_json::Value]) -> Vec<flower::transcript::Entry> {
+    values.iter().map(typed_one).collect()
+}
+
+/// [`typed`] of one object.
+pub fn typed_one(value: &serde_json::Value) -> flower::transcript::Entry {
+    serde::Deserialize::deserialize(value).expect("an entry is a JSON object")
+}
+
+/// Typed entries as the JSON objects they are (to compare with what was appended).
+pub fn untyped(entries: &[flower::transcript::Entry]) -> Vec<serde_json::Value> {
+    entries
+        .iter()
+        .map(|e| serde_json::from_str(&e.to_json().expect("serializes")).expect("JSON"))
+        .collect()
+}
+
 /// The process group of a command a test's Bash call runs in `dir`, found from outside:
 /// a process whose working directory is `dir` and whose name is `comm`, and its group.
 /// `echo $$` inside the sandbox says 1 (the command is its PID namespace's init), which
