@@ -19,10 +19,10 @@
 mod support;
 
 use flower::engine::count::{Measure, content_bytes};
-use flower::transcript::Entry;
-use serde::Deserialize;
 use flower::model::anthropic::AnthropicClient;
 use flower::model::{MessagesRequest, ModelClient};
+use flower::transcript::Entry;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use support::{FAKE_API_KEY, FakeServer};

@@ -287,7 +287,10 @@ fn appended(n: usize) -> (u64, u64, u64) {
     let id = uuid::Uuid::new_v4().to_string();
     let key = SessionKey::main(project_key(&root), &id);
     let entries = session(&root, &id, n);
-    let json: u64 = entries.iter().map(|e| e.to_json().unwrap().len() as u64).sum();
+    let json: u64 = entries
+        .iter()
+        .map(|e| e.to_json().unwrap().len() as u64)
+        .sum();
 
     let db = root.join("runs/sessions.db");
     {

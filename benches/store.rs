@@ -126,7 +126,13 @@ fn bench_appends(dir: &std::path::Path, level: Synchronous, label: &str) {
     // import or a sub-agent flush looks like this).
     let key = SessionKey::main("proj", "batched");
     let batches: Vec<Vec<_>> = (0..100)
-        .map(|b| typed(&(0..100).map(|i| small_entry(b * 100 + i)).collect::<Vec<_>>()))
+        .map(|b| {
+            typed(
+                &(0..100)
+                    .map(|i| small_entry(b * 100 + i))
+                    .collect::<Vec<_>>(),
+            )
+        })
         .collect();
     let (took, ()) = timed(|| {
         for batch in &batches {
@@ -142,7 +148,11 @@ fn bench_appends(dir: &std::path::Path, level: Synchronous, label: &str) {
 
     // Single-entry appends to a main transcript (the summary is folded each time).
     let key = SessionKey::main("proj", "single");
-    let entries = typed(&(0..2000).map(|i| small_entry(100_000 + i)).collect::<Vec<_>>());
+    let entries = typed(
+        &(0..2000)
+            .map(|i| small_entry(100_000 + i))
+            .collect::<Vec<_>>(),
+    );
     let samples: Vec<Duration> = entries
         .iter()
         .map(|e| timed(|| store.append(&key, std::slice::from_ref(e)).unwrap()).0)

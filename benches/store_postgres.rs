@@ -86,7 +86,13 @@ fn measure(store: &dyn SessionStore, dir: &Path, pg: Option<&dyn SessionStore>) 
 
     let key = SessionKey::main("bench", "batched");
     let batches: Vec<Vec<_>> = (0..20)
-        .map(|b| support::typed(&(0..100).map(|i| entry(b * 100 + i, 800)).collect::<Vec<_>>()))
+        .map(|b| {
+            support::typed(
+                &(0..100)
+                    .map(|i| entry(b * 100 + i, 800))
+                    .collect::<Vec<_>>(),
+            )
+        })
         .collect();
     let start = Instant::now();
     for batch in &batches {

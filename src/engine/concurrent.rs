@@ -20,8 +20,8 @@ use super::{Call, Conversation, Engine, EngineError, Event, Totals, count};
 use crate::stores::SessionStore;
 use crate::tools::ToolOutput;
 use crate::transcript;
-use futures_util::StreamExt;
 use crate::transcript::Entry;
+use futures_util::StreamExt;
 
 /// The default of `FLOWER_MAX_TOOL_USE_CONCURRENCY`: Claude Code's
 /// (`CLAUDE_CODE_MAX_TOOL_USE_CONCURRENCY`, 10).

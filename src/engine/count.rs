@@ -75,7 +75,11 @@ fn block_bytes(block: &Block) -> u64 {
     }
     match block {
         Block::Text(b) => {
-            text(&b.kind) + text(&b.text) + raw(&b.citations) + raw(&b.cache_control) + rest(&b.rest)
+            text(&b.kind)
+                + text(&b.text)
+                + raw(&b.citations)
+                + raw(&b.cache_control)
+                + rest(&b.rest)
         }
         Block::Thinking(b) => {
             text(&b.kind) + text(&b.thinking) + text(&b.signature) + rest(&b.rest)
@@ -146,16 +150,24 @@ impl<'de> serde::Deserialize<'de> for StringBytes {
             fn visit_unit<E>(self) -> Result<StringBytes, E> {
                 Ok(StringBytes(0))
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<StringBytes, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<StringBytes, A::Error> {
                 let mut n = 0;
                 while let Some(item) = seq.next_element::<StringBytes>()? {
                     n += item.0;
                 }
                 Ok(StringBytes(n))
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<StringBytes, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<StringBytes, A::Error> {
                 let mut n = 0;
-                while let Some((serde::de::IgnoredAny, item)) = map.next_entry::<serde::de::IgnoredAny, StringBytes>()? {
+                while let Some((serde::de::IgnoredAny, item)) =
+                    map.next_entry::<serde::de::IgnoredAny, StringBytes>()?
+                {
                     n += item.0;
                 }
                 Ok(StringBytes(n))

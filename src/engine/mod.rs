@@ -421,7 +421,10 @@ pub struct Engine {
 /// Something recorded around the prompt when a session's run begins (in this order):
 /// the memory pin, what `SessionStart` and `UserPromptSubmit` hooks did and added.
 enum Pending {
-    Memory { text: String, files: Vec<String> },
+    Memory {
+        text: String,
+        files: Vec<String>,
+    },
     McpTools {
         tools: Raw,
         count: usize,

@@ -189,10 +189,7 @@ impl Chain {
     /// in the database; the pruning layer keeps it out of what is fed back.
     pub fn api_error(&mut self, text: &str) -> Entry {
         let message = Message {
-            id: Some(format!(
-                "msg_synthetic_{}",
-                uuid::Uuid::new_v4().simple()
-            )),
+            id: Some(format!("msg_synthetic_{}", uuid::Uuid::new_v4().simple())),
             kind: Some("message".into()),
             role: Some("assistant".into()),
             model: Some(markers::SYNTHETIC_MODEL.into()),

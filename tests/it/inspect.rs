@@ -139,13 +139,22 @@ pub fn build_run(turns_per_session: usize) -> Built {
         )
         .unwrap();
     store
-        .append(&key(A2), &crate::support::typed(&transcript(A2, T0 + span, n, &[])))
+        .append(
+            &key(A2),
+            &crate::support::typed(&transcript(A2, T0 + span, n, &[])),
+        )
         .unwrap();
     store
-        .append(&key(J1), &crate::support::typed(&transcript(J1, T0 + 2 * span, 1, &[])))
+        .append(
+            &key(J1),
+            &crate::support::typed(&transcript(J1, T0 + 2 * span, 1, &[])),
+        )
         .unwrap();
     store
-        .append(&key(B1), &crate::support::typed(&transcript(B1, T0 + 3 * span, n, &[])))
+        .append(
+            &key(B1),
+            &crate::support::typed(&transcript(B1, T0 + 3 * span, n, &[])),
+        )
         .unwrap();
     let row = |step: &str, id: &str, from: i64, to: i64, ok: bool| StepResult {
         step: step.into(),

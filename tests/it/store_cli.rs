@@ -328,7 +328,10 @@ fn existing_db(dir: &Path) -> std::path::PathBuf {
     let db = dir.join("runs/sessions.db");
     let store = SqliteSessionStore::open(&db).unwrap();
     store
-        .append(&SessionKey::main("p", "s"), &crate::support::typed(&transcript()))
+        .append(
+            &SessionKey::main("p", "s"),
+            &crate::support::typed(&transcript()),
+        )
         .unwrap();
     db
 }

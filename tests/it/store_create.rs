@@ -34,7 +34,9 @@ fn a_new_store_leaves_nothing_but_itself() {
         assert!(!name.contains(".new-"), "left behind: {name}");
     }
     let key = SessionKey::parse("p/s").unwrap();
-    store.append(&key, &crate::support::typed(&[entry("a"), entry("b")])).unwrap();
+    store
+        .append(&key, &crate::support::typed(&[entry("a"), entry("b")]))
+        .unwrap();
     drop(store);
     assert_eq!(names(dir.path()), ["sessions.db"]);
     let store = SqliteSessionStore::open(&db).unwrap();
@@ -129,7 +131,9 @@ fn an_existing_file_is_never_replaced() {
     std::fs::write(&db, "").unwrap();
     let store = SqliteSessionStore::open(&db).unwrap();
     let key = SessionKey::parse("p/s").unwrap();
-    store.append(&key, &crate::support::typed(&[entry("a")])).unwrap();
+    store
+        .append(&key, &crate::support::typed(&[entry("a")]))
+        .unwrap();
     drop(store);
     assert_eq!(names(dir.path()), ["sessions.db"]);
 }
@@ -142,7 +146,9 @@ fn a_symlink_to_a_missing_file_is_followed_as_before() {
     std::os::unix::fs::symlink(&target, &db).unwrap();
     let store = SqliteSessionStore::open(&db).unwrap();
     let key = SessionKey::parse("p/s").unwrap();
-    store.append(&key, &crate::support::typed(&[entry("a")])).unwrap();
+    store
+        .append(&key, &crate::support::typed(&[entry("a")]))
+        .unwrap();
     drop(store);
     assert!(
         std::fs::symlink_metadata(&db)

@@ -81,7 +81,10 @@ fn a_postgres_store_shows_its_url_without_the_password() {
     // A store that opened is one that works.
     let key = SessionKey::main("p", "s");
     store
-        .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "u"})]))
+        .append(
+            &key,
+            &crate::support::typed(&[json!({"type": "x", "uuid": "u"})]),
+        )
         .unwrap();
     assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
 }
@@ -95,10 +98,15 @@ fn store_with_a_transcript(dir: &std::path::Path) -> (SqliteSessionStore, Sessio
         json!({"type": "assistant", "uuid": "a1", "n": 2}),
         json!({"type": "assistant", "uuid": "a2", "n": 3}),
     ];
-    store.append(&key, &crate::support::typed(&entries)).unwrap();
+    store
+        .append(&key, &crate::support::typed(&entries))
+        .unwrap();
     let sub = SessionKey::parse("p/s/subagents/agent-x").unwrap();
     store
-        .append(&sub, &crate::support::typed(&[json!({"type": "assistant", "uuid": "b1", "n": 9})]))
+        .append(
+            &sub,
+            &crate::support::typed(&[json!({"type": "assistant", "uuid": "b1", "n": 9})]),
+        )
         .unwrap();
     (store, key)
 }
@@ -161,7 +169,10 @@ fn a_read_only_store_refuses_writes_and_says_why() {
         .unwrap()
         .unwrap();
     for refused in [
-        reader.append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "new"})])),
+        reader.append(
+            &key,
+            &crate::support::typed(&[json!({"type": "x", "uuid": "new"})]),
+        ),
         reader.delete(&key),
     ] {
         let shown = refused.unwrap_err().to_string();
@@ -636,7 +647,10 @@ fn opening_an_empty_database_waits_out_a_writer_that_holds_it() {
     let store = SqliteSessionStore::open(&db).unwrap();
     let key = SessionKey::main("p", "s");
     store
-        .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "u"})]))
+        .append(
+            &key,
+            &crate::support::typed(&[json!({"type": "x", "uuid": "u"})]),
+        )
         .unwrap();
     assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
 }
@@ -784,7 +798,10 @@ fn a_refused_write_is_an_error_not_an_outage() {
         return;
     };
     let key = SessionKey::main("p", "s");
-    match store.append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "a\u{0}b"})])) {
+    match store.append(
+        &key,
+        &crate::support::typed(&[json!({"type": "x", "uuid": "a\u{0}b"})]),
+    ) {
         Err(error @ flower::stores::StoreError::Database { .. }) => {
             assert!(!error.is_transient(), "{error}")
         }
@@ -796,7 +813,10 @@ fn a_refused_write_is_an_error_not_an_outage() {
     for i in 0..rounds {
         let uuid = format!("u{i}");
         store
-            .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": uuid})]))
+            .append(
+                &key,
+                &crate::support::typed(&[json!({"type": "x", "uuid": uuid})]),
+            )
             .unwrap();
     }
     assert_eq!(store.load(&key).unwrap().unwrap().len(), rounds);
@@ -908,15 +928,22 @@ fn a_statement_whose_connection_the_server_ends_is_an_outage() {
         PostgresStore::open(&format!("{url}&application_name={name}").parse().unwrap()).unwrap();
     let key = SessionKey::main("p", "s");
     store
-        .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "u1"})]))
+        .append(
+            &key,
+            &crate::support::typed(&[json!({"type": "x", "uuid": "u1"})]),
+        )
         .unwrap();
     // The session's summary row locked: the next append waits on it.
     let mut sql = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let mut row = sql.transaction().unwrap();
     row.batch_execute("SELECT * FROM flower_summaries FOR UPDATE")
         .unwrap();
-    let waiting =
-        std::thread::spawn(move || store.append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "u2"})])));
+    let waiting = std::thread::spawn(move || {
+        store.append(
+            &key,
+            &crate::support::typed(&[json!({"type": "x", "uuid": "u2"})]),
+        )
+    });
     let mut watcher = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {

@@ -83,13 +83,19 @@ fn fill(store: &dyn SessionStore) {
             store
                 .append(
                     key,
-                    &crate::support::typed(&[user_text(&u, None, &format!("prompt {round}")), usage]),
+                    &crate::support::typed(&[
+                        user_text(&u, None, &format!("prompt {round}")),
+                        usage,
+                    ]),
                 )
                 .unwrap();
         }
         // An entry without a uuid is stored as it comes.
         store
-            .append(&keys[0], &crate::support::typed(&[json!({"type": "custom-title", "title": round})]))
+            .append(
+                &keys[0],
+                &crate::support::typed(&[json!({"type": "custom-title", "title": round})]),
+            )
             .unwrap();
     }
 }
@@ -168,7 +174,12 @@ fn a_schema_1_file_reads_the_same_read_only_and_after_its_upgrade() {
     let store = SqliteSessionStore::open(&db).unwrap();
     let [main, sub, other, _] = keys();
     let again = store.load(&main).unwrap().unwrap();
-    assert_eq!(store.append_counted(&main, &crate::support::typed(&again)).unwrap(), 5);
+    assert_eq!(
+        store
+            .append_counted(&main, &crate::support::typed(&again))
+            .unwrap(),
+        5
+    );
     let fresh = user_text(
         "00000000-0000-4000-8000-ffffffffffff",
         Some("a-0-4"),
@@ -191,7 +202,12 @@ fn a_schema_1_file_reads_the_same_read_only_and_after_its_upgrade() {
             .unwrap(),
         1
     );
-    assert_eq!(store.append_counted(&main, &crate::support::typed(&[upper, fresh])).unwrap(), 0);
+    assert_eq!(
+        store
+            .append_counted(&main, &crate::support::typed(&[upper, fresh]))
+            .unwrap(),
+        0
+    );
     assert_eq!(store.delete_counted(&sub).unwrap(), 10);
     assert_eq!(store.list_subkeys(&main).unwrap(), Vec::<String>::new());
     assert_eq!(store.delete_counted(&other).unwrap(), 10);
@@ -250,10 +266,15 @@ fn an_upgrade_killed_half_way_is_redone() {
     {
         let store = SqliteSessionStore::open(&db).unwrap();
         for b in 0..40 {
-            store.append(&key, &crate::support::typed(&batch(b))).unwrap();
+            store
+                .append(&key, &crate::support::typed(&batch(b)))
+                .unwrap();
         }
         store
-            .append(&SessionKey::parse("p/short").unwrap(), &crate::support::typed(&batch(99)))
+            .append(
+                &SessionKey::parse("p/short").unwrap(),
+                &crate::support::typed(&batch(99)),
+            )
             .unwrap();
     }
     to_schema_1(&db);
@@ -376,7 +397,12 @@ fn a_postgres_version_2_store_is_upgraded_once_by_stores_opening_it_at_once() {
     let store = PostgresStore::open(&parsed).unwrap();
     let [main, sub, other, _] = keys();
     let again = store.load(&main).unwrap().unwrap();
-    assert_eq!(store.append_counted(&main, &crate::support::typed(&again)).unwrap(), 5);
+    assert_eq!(
+        store
+            .append_counted(&main, &crate::support::typed(&again))
+            .unwrap(),
+        5
+    );
     let fresh = user_text(
         "00000000-0000-4000-8000-ffffffffffff",
         Some("a-0-4"),
@@ -396,7 +422,9 @@ fn a_postgres_version_2_store_is_upgraded_once_by_stores_opening_it_at_once() {
     assert_eq!(store.delete_counted(&other).unwrap(), 10);
     assert_eq!(store.load(&other).unwrap(), None);
     // Appended again after its delete, a key starts afresh.
-    store.append(&sub, &crate::support::typed(&again[..2])).unwrap();
+    store
+        .append(&sub, &crate::support::typed(&again[..2]))
+        .unwrap();
     assert_eq!(store.load(&sub).unwrap().unwrap(), again[..2].to_vec());
     assert_eq!(
         store.list_subkeys(&main).unwrap(),

@@ -129,7 +129,10 @@ fn reopening_a_current_schema_keeps_the_data() {
     let key = SessionKey::main("p", "s");
     PostgresStore::open(&url)
         .unwrap()
-        .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "a"})]))
+        .append(
+            &key,
+            &crate::support::typed(&[json!({"type": "x", "uuid": "a"})]),
+        )
         .unwrap();
     let again = PostgresStore::open(&url).unwrap();
     assert_eq!(again.load(&key).unwrap().unwrap().len(), 1);
@@ -304,7 +307,10 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
     let key = SessionKey::main("p", "s");
     for i in 0..10 {
         store
-            .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": format!("u{i}")})]))
+            .append(
+                &key,
+                &crate::support::typed(&[json!({"type": "x", "uuid": format!("u{i}")})]),
+            )
             .unwrap();
     }
     pg::execute(
@@ -321,7 +327,10 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
     let loaded = retrying(&mut failures, || store.load(&key));
     assert_eq!(loaded.unwrap().len(), 10);
     retrying(&mut failures, || {
-        store.append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": "after"})]))
+        store.append(
+            &key,
+            &crate::support::typed(&[json!({"type": "x", "uuid": "after"})]),
+        )
     });
     let loaded = retrying(&mut failures, || store.load(&key));
     assert_eq!(loaded.unwrap().len(), 11);
@@ -419,7 +428,9 @@ fn a_corrupt_row_is_named_and_the_store_keeps_answering() {
     let entries: Vec<_> = (0..50)
         .map(|i| json!({"type": "x", "uuid": format!("u{i}")}))
         .collect();
-    store.append(&key, &crate::support::typed(&entries)).unwrap();
+    store
+        .append(&key, &crate::support::typed(&entries))
+        .unwrap();
     pg::execute(
         &url,
         "UPDATE flower_entries SET data = '{not json' WHERE id = \
@@ -434,7 +445,9 @@ fn a_corrupt_row_is_named_and_the_store_keeps_answering() {
         // Every pooled connection still answers the next call in step.
         assert!(store.has_session("s").unwrap());
         let other = SessionKey::main("p", "t");
-        store.append(&other, &crate::support::typed(&entries[..1])).unwrap();
+        store
+            .append(&other, &crate::support::typed(&entries[..1]))
+            .unwrap();
         assert_eq!(store.load(&other).unwrap().unwrap().len(), 1);
     }
 }

@@ -122,7 +122,10 @@ fn the_summary_time_is_the_latest_appends_between_writers() {
         // Writer 0 twice, then writer 1: each writer appends after itself and after
         // the other.
         writers[i % 3 / 2]
-            .append(&key, &crate::support::typed(&[json!({"type": "x", "uuid": format!("u{i}")})]))
+            .append(
+                &key,
+                &crate::support::typed(&[json!({"type": "x", "uuid": format!("u{i}")})]),
+            )
             .unwrap();
         let mtime = writers[0].list_session_summaries("p").unwrap()[0].mtime;
         assert!(

@@ -189,7 +189,10 @@ fn the_pruning_store_passes_every_other_call_to_the_stored_transcript() {
     let input = two_denials();
     store.append(&key, &crate::support::typed(&input)).unwrap();
     store
-        .append(&sub, &crate::support::typed(&[user_text("x0", None, "sub task")]))
+        .append(
+            &sub,
+            &crate::support::typed(&[user_text("x0", None, "sub task")]),
+        )
         .unwrap();
 
     let sessions = store.list_sessions("p").unwrap();
@@ -204,7 +207,9 @@ fn the_pruning_store_passes_every_other_call_to_the_stored_transcript() {
     // Usage is a fact of what was stored.
     let mut reply = assistant("a4", Some("a3"), vec![text("ok")]);
     reply["message"]["usage"] = json!({"input_tokens": 7, "output_tokens": 3});
-    store.append(&key, &crate::support::typed(&[reply])).unwrap();
+    store
+        .append(&key, &crate::support::typed(&[reply]))
+        .unwrap();
     let usage = store.last_assistant_usage(&key).unwrap().unwrap();
     assert_eq!(usage["input_tokens"], 7);
 

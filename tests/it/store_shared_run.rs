@@ -604,7 +604,10 @@ fn a_version_1_database_is_migrated_and_keeps_its_transcripts() {
     {
         let store = open(&url);
         store
-            .append(&key, &crate::support::typed(&[serde_json::json!({"type": "user", "uuid": "u1"})]))
+            .append(
+                &key,
+                &crate::support::typed(&[serde_json::json!({"type": "user", "uuid": "u1"})]),
+            )
             .unwrap();
     }
     // Back to what version 1 had.

@@ -88,7 +88,9 @@ fn child_process_entry_point() {
                 let entries: Vec<Value> = (0..batch)
                     .map(|j| entry(&format!("{}-{i}-{j}", args[2])))
                     .collect();
-                store.append(&key, &crate::support::typed(&entries)).unwrap();
+                store
+                    .append(&key, &crate::support::typed(&entries))
+                    .unwrap();
                 say(&format!("acked {i}"));
             }
         }
@@ -99,7 +101,10 @@ fn child_process_entry_point() {
             wait_for_parent();
             for i in 0..n {
                 store
-                    .append(&key, &crate::support::typed(&[entry(&format!("{}-{i}", args[2]))]))
+                    .append(
+                        &key,
+                        &crate::support::typed(&[entry(&format!("{}-{i}", args[2]))]),
+                    )
                     .unwrap();
             }
             say("done");
@@ -107,7 +112,9 @@ fn child_process_entry_point() {
         // Appends a transcript, acknowledges, then holds the store open until killed.
         "append-and-hold" => {
             let entries = transcript();
-            store.append(&key, &crate::support::typed(&entries)).unwrap();
+            store
+                .append(&key, &crate::support::typed(&entries))
+                .unwrap();
             say("acked");
             wait_for_parent();
         }
@@ -251,7 +258,10 @@ fn closed_store(dir: &Path) -> PathBuf {
     let db = dir.join("sessions.db");
     let store = SqliteSessionStore::open(&db).unwrap();
     store
-        .append(&SessionKey::parse("p/s").unwrap(), &crate::support::typed(&transcript()))
+        .append(
+            &SessionKey::parse("p/s").unwrap(),
+            &crate::support::typed(&transcript()),
+        )
         .unwrap();
     db
 }
@@ -385,7 +395,10 @@ fn write_db_with(db: &Path, sql: &str) {
     {
         let store = SqliteSessionStore::open(db).unwrap();
         store
-            .append(&SessionKey::parse("p/s").unwrap(), &crate::support::typed(&transcript()))
+            .append(
+                &SessionKey::parse("p/s").unwrap(),
+                &crate::support::typed(&transcript()),
+            )
             .unwrap();
     }
     let conn = rusqlite::Connection::open(db).unwrap();
@@ -523,7 +536,10 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
     drop(conn);
     let store = SqliteSessionStore::open(&db).unwrap();
     store
-        .append(&SessionKey::parse("p/s").unwrap(), &crate::support::typed(&transcript()))
+        .append(
+            &SessionKey::parse("p/s").unwrap(),
+            &crate::support::typed(&transcript()),
+        )
         .unwrap();
     drop(store);
     let store = SqliteSessionStore::open(&db).unwrap();
@@ -680,7 +696,9 @@ fn a_row_that_is_not_json_is_reported_by_row() {
     let key = SessionKey::parse("p/long").unwrap();
     {
         let store = SqliteSessionStore::open(&db).unwrap();
-        store.append(&key, &crate::support::typed(&long_transcript(600))).unwrap();
+        store
+            .append(&key, &crate::support::typed(&long_transcript(600)))
+            .unwrap();
     }
     rusqlite::Connection::open(&db)
         .unwrap()
@@ -707,14 +725,22 @@ fn a_database_renamed_while_open_is_not_written_to_again() {
     let path = dir.path().join("sessions.db");
     let key = SessionKey::main("p", "s");
     let store = SqliteSessionStore::open(&path).unwrap();
-    store.append(&key, &crate::support::typed(&[entry("before")])).unwrap();
+    store
+        .append(&key, &crate::support::typed(&[entry("before")]))
+        .unwrap();
     let moved = dir.path().join("moved.db");
     std::fs::rename(&path, &moved).unwrap();
-    let refused = store.append(&key, &crate::support::typed(&[entry("after")])).unwrap_err();
+    let refused = store
+        .append(&key, &crate::support::typed(&[entry("after")]))
+        .unwrap_err();
     assert!(refused.to_string().contains("被挪走或换掉了"), "{refused}");
     // A new file at the old name is not written by the old store either.
     let fresh = SqliteSessionStore::open(&path).unwrap();
-    assert!(store.append(&key, &crate::support::typed(&[entry("after")])).is_err());
+    assert!(
+        store
+            .append(&key, &crate::support::typed(&[entry("after")]))
+            .is_err()
+    );
     assert_eq!(fresh.load(&key).unwrap(), None);
     drop(store);
     drop(fresh);

@@ -113,7 +113,10 @@ fn what_flower_writes_is_the_format_it_always_wrote() {
         );
     };
     let mut want = header(&first, "user");
-    want.insert("message".into(), json!({"role": "user", "content": "写个脚本"}));
+    want.insert(
+        "message".into(),
+        json!({"role": "user", "content": "写个脚本"}),
+    );
     same(&first, want);
 
     let result = chain.tool_result("toolu_1", "out", true);
@@ -124,7 +127,10 @@ fn what_flower_writes_is_the_format_it_always_wrote() {
     let context = chain.hook_context("hook said");
     let mut want = header(&context, "user");
     want.insert("isHookContext".into(), json!(true));
-    want.insert("message".into(), json!({"role": "user", "content": [{"type": "text", "text": "hook said"}]}));
+    want.insert(
+        "message".into(),
+        json!({"role": "user", "content": [{"type": "text", "text": "hook said"}]}),
+    );
     same(&context, want);
 
     let memory = chain.memory("m", &["CLAUDE.md".to_string()]);
@@ -153,7 +159,10 @@ fn what_flower_writes_is_the_format_it_always_wrote() {
         content: vec![Block::text_block("done")],
         stop_reason: None,
         stop_details: Some(flower::transcript::Raw::of(&json!({"category": "x"})).unwrap()),
-        usage: flower::model::Usage { input_tokens: 3, ..Default::default() },
+        usage: flower::model::Usage {
+            input_tokens: 3,
+            ..Default::default()
+        },
     };
     let answer = chain.assistant(&reply);
     let mut want = header(&answer, "assistant");
