@@ -9,6 +9,7 @@ use flower::stores::prune::PruneOptions;
 use flower::stores::{
     PostgresStore, PostgresUrl, PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore,
 };
+use flower::transcript::Entry;
 use pyo3::exceptions::{PyKeyError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -60,6 +61,23 @@ fn key_of(key: &Bound<'_, PyAny>) -> PyResult<SessionKey> {
     Ok(key)
 }
 
+/// The SDK's entries (JSON objects) as the typed entries a store appends: each field
+/// kept as written. Anything but an object is refused, as the protocol says.
+fn typed(entries: &[Value]) -> Result<Vec<Entry>, flower::stores::StoreError> {
+    use serde::Deserialize;
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, value)| {
+            if !value.is_object() {
+                return Err(flower::stores::StoreError::NotAnObject { index });
+            }
+            Entry::deserialize(value)
+                .map_err(|source| flower::stores::StoreError::Encode { index, source })
+        })
+        .collect()
+}
+
 fn base(store: Arc<dyn SessionStore>) -> PyClassInitializer<PySessionStore> {
     PyClassInitializer::from(PySessionStore { store })
 }
@@ -98,7 +116,11 @@ impl PySessionStore {
             _ => return Err(PyTypeError::new_err("entries is a list")),
         };
         let store = self.store.clone();
-        blocking(py, move || store.append(&key, &entries), |py, ()| none(py))
+        blocking(
+            py,
+            move || store.append(&key, &typed(&entries)?),
+            |py, ()| none(py),
+        )
     }
 
     /// The entries of a key, in append order; `None` for a key never written. Through
