@@ -12,7 +12,7 @@ use crate::tools::background::tools as background;
 use crate::tools::bash::wants_background;
 use crate::tools::names::{BASH, SKILL};
 use crate::tools::{Tool, ToolContext, ToolOutput};
-use crate::transcript::{self, Entry, Raw};
+use crate::transcript::{self, Entry};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

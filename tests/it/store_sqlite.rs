@@ -624,7 +624,7 @@ fn entry_rows_are_compressed_and_read_back_byte_for_byte() {
         .collect();
     SqliteSessionStore::open(&db)
         .unwrap()
-        .append(&key, &input)
+        .append(&key, &crate::support::typed(&input))
         .unwrap();
     // A row as schema 2 wrote it (text), after the packed ones.
     let old = json!({"type": "x", "uuid": "old", "payload": "p".repeat(2000)});
