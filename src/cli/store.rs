@@ -513,7 +513,7 @@ fn import(
     // Lines with a uuid are deduplicated by the store; the others (summary, titles) are
     // skipped when already stored verbatim, so importing a file twice stores it once.
     let existing: HashSet<String> = store
-        .load_typed(&key)
+        .load(&key)
         .map_err(|e| describe(e, db))?
         .unwrap_or_default()
         .iter()

@@ -28,7 +28,6 @@ use crate::checkpoint::{
 use crate::stores::{SessionKey, SessionStore, StoreError, project_key};
 use crate::transcript::Entry;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The `error` of the manifest row a rewind writes.
@@ -211,9 +210,6 @@ impl Runtime {
             let key = self.session_key(&id);
             let loaded = self.store().load_raw(&key).map_err(store_failed(&id))?;
             for entry in loaded.unwrap_or_default() {
-                let Ok(entry) = serde_json::from_value::<Entry>(entry) else {
-                    continue;
-                };
                 if entry.uuid() == Some(uuid) {
                     return Ok(entry.timestamp);
                 }
@@ -331,9 +327,8 @@ impl Runtime {
                 .iter()
                 .take_while(|entry| {
                     // RFC 3339 in UTC with milliseconds on both sides: text order is time order.
-                    let typed = serde_json::from_value::<Entry>(Value::clone(entry)).ok();
-                    let at = typed.and_then(|entry| entry.timestamp);
-                    at.is_none_or(|at| at.as_str() <= target.time.as_str())
+                    let at = entry.timestamp.as_deref();
+                    at.is_none_or(|at| at <= target.time.as_str())
                 })
                 .count();
             if keep == entries.len() {
@@ -362,9 +357,7 @@ impl Runtime {
         let held = store.load_raw(&fork_key).map_err(store_failed(fork))?;
         let held = held.map_or(0, |entries| entries.len());
         let from_key = self.session_key(&cut.from);
-        let from = store
-            .load_raw_typed(&from_key)
-            .map_err(store_failed(&cut.from))?;
+        let from = store.load_raw(&from_key).map_err(store_failed(&cut.from))?;
         let copied: Vec<Entry> = from
             .unwrap_or_default()
             .into_iter()

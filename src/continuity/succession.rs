@@ -174,7 +174,7 @@ impl Runtime {
         let key = crate::stores::SessionKey::main(&config.project_key, old);
         let entries = config
             .store
-            .load_raw_typed(&key)
+            .load_raw(&key)
             .ok()
             .flatten()
             .unwrap_or_default();
@@ -278,7 +278,7 @@ impl Runtime {
             .unwrap_or_default()
             .into_iter()
             .filter_map(|sub| key.sub(&sub).ok())
-            .filter_map(|sub| store.load_raw_typed(&sub).ok().flatten())
+            .filter_map(|sub| store.load_raw(&sub).ok().flatten())
             .collect()
     }
 }

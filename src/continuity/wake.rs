@@ -234,8 +234,7 @@ pub fn session_context(workspace: &Path, run_dir: &Path, session_id: &str) -> Op
 /// The context size (tokens) of the last turn of the session `key` in any store (see
 /// [`SessionStore::last_assistant_usage`]). `None` when it cannot be read.
 pub fn context_in(store: &dyn SessionStore, key: &SessionKey) -> Option<u64> {
-    let usage = store.last_assistant_usage(key).ok()??;
-    let usage: crate::model::Usage = serde_json::from_value(usage).ok()?;
+    let usage = store.last_assistant_usage(key).ok()??.to_model();
     Some(usage.context_tokens()).filter(|&tokens| tokens > 0)
 }
 

@@ -66,7 +66,6 @@ impl Engine {
             .collect();
         let pin = Pending::McpTools {
             tools: Raw::of(&listing.tools).unwrap_or_else(|_| Raw::of_tree(&[(); 0])),
-            count: listing.tools.len(),
             failures: Raw::of_tree(&failures),
         };
         (Arc::from(listing.tools), Some(pin))

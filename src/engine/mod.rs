@@ -421,15 +421,8 @@ pub struct Engine {
 /// Something recorded around the prompt when a session's run begins (in this order):
 /// the memory pin, what `SessionStart` and `UserPromptSubmit` hooks did and added.
 enum Pending {
-    Memory {
-        text: String,
-        files: Vec<String>,
-    },
-    McpTools {
-        tools: Raw,
-        count: usize,
-        failures: Raw,
-    },
+    Memory { text: String, files: Vec<String> },
+    McpTools { tools: Raw, failures: Raw },
     Hook(hooks::HookOutcome),
     Context(String),
 }
@@ -925,11 +918,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let entry = match item {
             Pending::Memory { text, files } => conv.chain.memory(&text, &files),
-            Pending::McpTools {
-                tools,
-                count,
-                failures,
-            } => conv.chain.mcp_tools(tools, count, failures),
+            Pending::McpTools { tools, failures } => conv.chain.mcp_tools(tools, failures),
             Pending::Hook(outcome) => return self.record_hooks(conv, &outcome),
             Pending::Context(text) => conv.chain.hook_context(&text),
         };

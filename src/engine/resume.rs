@@ -45,7 +45,10 @@ impl Engine {
     fn continuable_calls(&self, key: &SessionKey, pruned: &[Loaded]) -> (Vec<usize>, Vec<Call>) {
         let none = || (Vec::new(), Vec::new());
         let synthesized = |e: &Loaded| {
-            e.maybe_synthesized && crate::stores::prune::is_synthesized_result(&e.value())
+            e.maybe_synthesized
+                && e.json
+                    .entry()
+                    .is_some_and(|e| crate::stores::prune::is_synthesized_entry(&e))
         };
         let Some(turn_at) = pruned.iter().rposition(|e| e.kind == Kind::Assistant) else {
             return none();

@@ -43,7 +43,7 @@ impl Engine {
         let raw = self
             .config
             .store
-            .load_raw_typed(&source)
+            .load_raw(&source)
             .map_err(|source| EngineError::ReadSession {
                 id: id.to_string(),
                 source,

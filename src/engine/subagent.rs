@@ -187,7 +187,7 @@ impl Engine {
     ) -> Result<(Sub<'a>, bool), crate::stores::StoreError> {
         let mut agent_id = agent_id_for(tool_use_id);
         let mut key = parent.key.sub(&format!("subagents/agent-{agent_id}"))?;
-        let resume = match self.config.store.load_raw_typed(&key) {
+        let resume = match self.config.store.load_raw(&key) {
             Ok(Some(entries)) if first_prompt_is(&entries, prompt) => true,
             Ok(Some(_)) => {
                 // Another task under the same id (a client that reuses call ids): a

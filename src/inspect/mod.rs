@@ -24,7 +24,7 @@ use crate::stores::prune::{self, PruneOptions};
 use crate::stores::summary::iso_to_epoch_ms;
 use crate::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError, project_key};
 use crate::transcript::{Block, Content, Entry};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -396,7 +396,7 @@ enum RunStore {
 
 impl RunStore {
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
-        self.store().load_typed(key)
+        self.store().load(key)
     }
 
     fn for_each_raw(
@@ -409,7 +409,7 @@ impl RunStore {
             RunStore::Other(store) => {
                 let entries = store.load(key)?.unwrap_or_default();
                 for entry in &entries {
-                    each(&serde_json::to_vec(entry).unwrap_or_default());
+                    each(entry.to_json().unwrap_or_default().as_bytes());
                 }
                 Ok(entries.len())
             }
@@ -425,17 +425,10 @@ impl RunStore {
         match self {
             RunStore::Sqlite(store) => store.scan_type(key, kind, map),
             RunStore::Other(store) => Ok(store.load(key)?.map(|entries| {
-                #[derive(Deserialize)]
-                struct Kind {
-                    #[serde(rename = "type")]
-                    kind: Option<String>,
-                }
                 let picked = entries
                     .iter()
-                    .filter(|e| {
-                        Kind::deserialize(*e).is_ok_and(|k| k.kind.as_deref() == Some(kind))
-                    })
-                    .map(|e| map(&serde_json::to_vec(e).unwrap_or_default()))
+                    .filter(|e| e.kind.as_deref() == Some(kind))
+                    .map(|e| map(e.to_json().unwrap_or_default().as_bytes()))
                     .collect();
                 (entries.len(), picked)
             })),

@@ -6,7 +6,6 @@
 //! store and cleans what `load` feeds back to the model, never what is stored.
 
 mod entry_uuid;
-mod json;
 pub mod key;
 mod par;
 pub mod postgres;
@@ -19,7 +18,7 @@ pub use key::{KeyError, SessionKey, project_key};
 pub use prune::{CacheWindow, PruneOptions, PruningSessionStore};
 pub use sqlite::SqliteSessionStore;
 
-use crate::transcript::{Entry, Loaded};
+use crate::transcript::{Entry, Loaded, MessageUsage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -162,18 +161,9 @@ pub trait SessionStore: Send + Sync {
     fn append_deferred(&self, key: &SessionKey, entries: &[Entry]) -> Result<(), StoreError> {
         self.append(key, entries)
     }
-    /// `None` for a key never written.
-    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError>;
-    /// [`load`](Self::load), each entry typed. The default reads `load`'s trees; a
-    /// store that keeps entries as text parses each straight into its [`Entry`].
-    fn load_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
-        Ok(self.load(key)?.map(|values| {
-            values
-                .iter()
-                .filter_map(|v| Entry::deserialize(v).ok())
-                .collect()
-        }))
-    }
+    /// `None` for a key never written. Each entry is parsed from its stored text
+    /// straight into its [`Entry`] (no `Value` tree), every field kept as written.
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError>;
     /// Main sessions of a project (never subpaths), with mtime in epoch ms.
     fn list_sessions(&self, project_key: &str) -> Result<Vec<SessionInfo>, StoreError>;
     fn list_session_summaries(&self, project_key: &str) -> Result<Vec<SessionSummary>, StoreError>;
@@ -185,15 +175,12 @@ pub trait SessionStore: Send + Sync {
     fn has_session(&self, session_id: &str) -> Result<bool, StoreError>;
 
     /// The `usage` of the key's last assistant turn that has one (synthetic API errors
-    /// skipped, [`crate::transcript::markers::turn_usage`]): the context size of the
+    /// skipped, [`Entry::turn_usage`]): the context size of the
     /// session's last turn. The default loads the transcript; a store may read less.
-    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
-        Ok(self.load(key)?.and_then(|entries| {
-            entries
-                .iter()
-                .rev()
-                .find_map(|e| crate::transcript::markers::turn_usage(e).cloned())
-        }))
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<MessageUsage>, StoreError> {
+        Ok(self
+            .load(key)?
+            .and_then(|entries| entries.iter().rev().find_map(|e| e.turn_usage().cloned())))
     }
 
     /// Holds session `session_id` for this process beyond this machine, until the
@@ -220,10 +207,10 @@ pub trait SessionStore: Send + Sync {
         &self,
         key: &SessionKey,
         options: &PruneOptions,
-    ) -> Result<Option<Vec<Value>>, StoreError> {
+    ) -> Result<Option<Vec<Entry>>, StoreError> {
         Ok(self
             .load_resume(key, options)?
-            .map(|entries| entries.into_iter().map(Loaded::into_value).collect()))
+            .map(|entries| entries.iter().filter_map(|e| e.json.entry()).collect()))
     }
 
     /// [`load_pruned`](Self::load_pruned), each entry a [`Loaded`]. A store that reads
@@ -235,8 +222,9 @@ pub trait SessionStore: Send + Sync {
         key: &SessionKey,
         options: &PruneOptions,
     ) -> Result<Option<Vec<Loaded>>, StoreError> {
-        Ok(self
-            .load(key)?
-            .map(|entries| prune::prune_values(entries, options)))
+        Ok(self.load(key)?.map(|entries| {
+            let prepared = entries.into_iter().map(prune::prepare_entry).collect();
+            prune::prune_prepared(prepared, options)
+        }))
     }
 }

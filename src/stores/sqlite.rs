@@ -26,14 +26,13 @@
 //! Writers take the write lock up front (`BEGIN IMMEDIATE`) and wait up to
 //! [`BUSY_TIMEOUT`] for each other.
 
+use super::par;
 use super::prune::{self, PruneOptions};
 use super::summary::{SummaryData, fold_session_summary};
 use super::{Incoming, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError};
-use super::{json, par};
-use crate::transcript::{Entry, Loaded};
+use crate::transcript::{Entry, Loaded, MessageUsage};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -337,11 +336,14 @@ impl SqliteSessionStore {
     /// not a synthetic API error: the context size of the session's last turn, for the
     /// wake banner. Reads rows newest first and stops at the first match, so it costs
     /// one or two rows however long the session is.
-    pub fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+    pub fn last_assistant_usage(
+        &self,
+        key: &SessionKey,
+    ) -> Result<Option<MessageUsage>, StoreError> {
         key.validate()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
         let conn = self.lock();
-        let run = || -> rusqlite::Result<Option<Value>> {
+        let run = || -> rusqlite::Result<Option<MessageUsage>> {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT data FROM entries WHERE {} AND type = 'assistant' ORDER BY id DESC",
                 self.layout.rows_of()
@@ -350,10 +352,10 @@ impl SqliteSessionStore {
             let mut scratch = Vec::new();
             while let Some(row) = rows.next()? {
                 let bytes = packed::json_bytes(row.get_ref(0)?, &mut scratch)?;
-                let Ok(entry) = serde_json::from_slice::<Value>(bytes) else {
+                let Ok(entry) = serde_json::from_slice::<Entry>(bytes) else {
                     continue;
                 };
-                if let Some(usage) = crate::transcript::markers::turn_usage(&entry) {
+                if let Some(usage) = entry.turn_usage() {
                     return Ok(Some(usage.clone()));
                 }
             }
@@ -432,7 +434,7 @@ impl SqliteSessionStore {
         &self,
         key: &SessionKey,
         order: ReadOrder,
-        read: impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T> + Sync,
+        read: impl Fn(&[u8]) -> serde_json::Result<T> + Sync,
     ) -> Result<Option<Vec<T>>, StoreError> {
         key.validate()?;
         let subpath = key.subpath.as_deref().unwrap_or("");
@@ -497,7 +499,7 @@ impl SqliteSessionStore {
 }
 
 impl SessionStore for SqliteSessionStore {
-    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<MessageUsage>, StoreError> {
         SqliteSessionStore::last_assistant_usage(self, key)
     }
 
@@ -505,12 +507,8 @@ impl SessionStore for SqliteSessionStore {
         self.append_counted(key, entries).map(|_| ())
     }
 
-    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        self.load_mapped(key, ReadOrder::Parallel, json::parse)
-    }
-
-    fn load_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
-        self.load_mapped(key, ReadOrder::Parallel, |bytes, _| {
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
+        self.load_mapped(key, ReadOrder::Parallel, |bytes| {
             serde_json::from_slice::<Entry>(bytes)
         })
     }
@@ -522,15 +520,13 @@ impl SessionStore for SqliteSessionStore {
     ) -> Result<Option<Vec<Loaded>>, StoreError> {
         // Each entry's facts are read from its text as it is read; no tree is built.
         Ok(self
-            .load_mapped(
-                key,
-                ReadOrder::InOrder,
-                |bytes, scratch| match std::str::from_utf8(bytes) {
+            .load_mapped(key, ReadOrder::InOrder, |bytes| {
+                match std::str::from_utf8(bytes) {
                     Ok(text) => prune::prepare_text(text.into()),
                     // Not UTF-8, so not JSON: the parser says where.
-                    Err(_) => json::parse(bytes, scratch).map(prune::prepare),
-                },
-            )?
+                    Err(_) => serde_json::from_slice::<Entry>(bytes).map(prune::prepare_entry),
+                }
+            })?
             .map(|prepared| prune::prune_prepared(prepared, options)))
     }
 
@@ -586,7 +582,7 @@ impl SessionStore for SqliteSessionStore {
 /// How [`SqliteSessionStore::load_mapped`] reads a transcript's rows.
 #[derive(Clone, Copy)]
 enum ReadOrder {
-    /// Batches of rows parsed on threads ([`parse_rows`]): for building a `Value`
+    /// Batches of rows parsed on threads ([`parse_rows`]): for building an `Entry`
     /// tree per entry, which costs several times reading the row.
     Parallel,
     /// Each row read into its result as SQLite steps to it, on this thread
@@ -601,16 +597,12 @@ enum ReadOrder {
 /// thread.
 fn read_rows<T>(
     rows: &mut rusqlite::Rows<'_>,
-    read: impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T>,
+    read: impl Fn(&[u8]) -> serde_json::Result<T>,
 ) -> rusqlite::Result<Result<Vec<T>, ParseError>> {
     let mut out = Vec::new();
-    let mut scratch = json::Scratch::default();
     let mut inflated = Vec::new();
     while let Some(row) = rows.next()? {
-        match read(
-            packed::json_bytes(row.get_ref(1)?, &mut inflated)?,
-            &mut scratch,
-        ) {
+        match read(packed::json_bytes(row.get_ref(1)?, &mut inflated)?) {
             Ok(entry) => out.push(entry),
             Err(e) => return Ok(Err((row.get(0)?, e))),
         }
@@ -652,13 +644,12 @@ impl Batch {
 
     fn parse<T>(
         &self,
-        read: &impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T>,
+        read: &impl Fn(&[u8]) -> serde_json::Result<T>,
     ) -> Result<Vec<T>, ParseError> {
         let mut start = 0;
         let mut out = Vec::with_capacity(self.ends.len());
-        let mut scratch = json::Scratch::default();
         for (&end, &id) in self.ends.iter().zip(&self.ids) {
-            out.push(read(&self.bytes[start..end], &mut scratch).map_err(|e| (id, e))?);
+            out.push(read(&self.bytes[start..end]).map_err(|e| (id, e))?);
             start = end;
         }
         Ok(out)
@@ -670,7 +661,7 @@ impl Batch {
 /// reading; the calling thread joins the parsing when the rows are read.
 fn parse_rows<T: Send>(
     rows: &mut rusqlite::Rows<'_>,
-    read: impl Fn(&[u8], &mut json::Scratch) -> serde_json::Result<T> + Sync,
+    read: impl Fn(&[u8]) -> serde_json::Result<T> + Sync,
 ) -> rusqlite::Result<Result<Vec<T>, ParseError>> {
     // Most transcripts fit in one batch: grow it as needed.
     let mut batch = Batch::new(0, 0);

@@ -158,8 +158,8 @@ impl Entry {
         })
     }
 
-    /// Whether it is an assistant reply that ended in `stop_reason: refusal`
-    /// ([`markers::is_refusal`]).
+    /// Whether it is an assistant reply that ended in `stop_reason: refusal`: it is kept
+    /// in the database but never fed back (replaying it only invites another refusal).
     pub fn is_refusal(&self) -> bool {
         self.message
             .as_ref()
@@ -169,14 +169,16 @@ impl Entry {
     }
 
     /// Whether it is a synthetic API-error message a harness wrote
-    /// ([`markers::is_synthetic_error`]).
+    /// ([`markers::API_ERROR_FLAG`], or the model [`markers::SYNTHETIC_MODEL`]).
     pub fn is_synthetic_error(&self) -> bool {
         self.is_api_error_message == Some(true)
             || self.message.as_ref().and_then(|m| m.model.as_deref())
                 == Some(markers::SYNTHETIC_MODEL)
     }
 
-    /// The usage of an assistant turn the model really sent ([`markers::turn_usage`]).
+    /// The usage of an assistant turn the model really sent: `None` for other entries,
+    /// synthetic API errors and assistant entries without one. What the context size
+    /// of a session's last turn is read from.
     pub fn turn_usage(&self) -> Option<&MessageUsage> {
         if self.kind() != Kind::Assistant || self.is_synthetic_error() {
             return None;

@@ -3,59 +3,25 @@
 //! is about 5 × its text; the text goes into the request history as it is
 //! ([`super::Messages::from_loaded`]).
 
-use serde_json::Value;
-use std::borrow::Cow;
-
-/// An entry's JSON: the text it was stored as, or a value (an entry built or changed
-/// in memory).
+/// An entry's JSON: the text it was stored as (valid JSON of an object: whoever builds
+/// one has parsed it, or serialized an entry).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Json {
-    /// Valid JSON of an object (whoever builds one has parsed it).
-    Text(Box<str>),
-    Value(Value),
-}
+pub struct Json(Box<str>);
 
 impl Json {
-    /// The entry as a `Value`, parsed from its text if need be.
-    pub fn value(&self) -> Cow<'_, Value> {
-        match self {
-            Json::Value(value) => Cow::Borrowed(value),
-            Json::Text(text) => Cow::Owned(parse(text)),
-        }
+    pub fn new(text: Box<str>) -> Json {
+        Json(text)
     }
 
-    pub fn into_value(self) -> Value {
-        match self {
-            Json::Value(value) => value,
-            Json::Text(text) => parse(&text),
-        }
+    /// The text.
+    pub fn text(&self) -> &str {
+        &self.0
     }
 
     /// The entry, typed (`None` if it is not an object).
     pub fn entry(&self) -> Option<super::Entry> {
-        use serde::Deserialize;
-        match self {
-            Json::Text(text) => super::Entry::parse(text).ok(),
-            Json::Value(value) => super::Entry::deserialize(value).ok(),
-        }
+        super::Entry::parse(&self.0).ok()
     }
-
-    /// The entry as a `Value` to change in place (parsed once, then kept so).
-    pub fn value_mut(&mut self) -> &mut Value {
-        if let Json::Text(text) = self {
-            *self = Json::Value(parse(text));
-        }
-        match self {
-            Json::Value(value) => value,
-            // Made a value just above.
-            Json::Text(_) => unreachable!(),
-        }
-    }
-}
-
-/// Text a store has already parsed once cannot fail; `Null` if it somehow does.
-fn parse(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 /// What kind of entry it is (its `type`), as far as finding entries needs.
@@ -89,36 +55,18 @@ pub struct Loaded {
     pub maybe_synthesized: bool,
 }
 
-impl Loaded {
-    /// An entry built in memory.
-    pub fn from_value(value: Value) -> Loaded {
-        let kind = Kind::of(value.get("type").and_then(Value::as_str));
-        Loaded {
-            json: Json::Value(value),
-            kind,
-            maybe_synthesized: true,
-        }
-    }
-
-    pub fn value(&self) -> Cow<'_, Value> {
-        self.json.value()
-    }
-
-    pub fn into_value(self) -> Value {
-        self.json.into_value()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::transcript::Messages;
 
+    use serde_json::Value;
+
     fn loaded(text: &str) -> Loaded {
         let value: Value = serde_json::from_str(text).unwrap();
         Loaded {
             kind: Kind::of(value.get("type").and_then(Value::as_str)),
-            json: Json::Text(text.into()),
+            json: Json::new(text.into()),
             maybe_synthesized: true,
         }
     }
@@ -145,21 +93,12 @@ mod tests {
             r#"{"type":"assistant","message":{"role":"assistant","content":"tail"}}"#,
         ];
         for n in 0..=entries.len() {
-            let values: Vec<Value> = entries[..n]
-                .iter()
-                .map(|e| serde_json::from_str(e).unwrap())
-                .collect();
-            let expected = Messages::from_owned(values.clone());
+            let mut expected = Messages::default();
+            for entry in &entries[..n] {
+                expected.push_entry(crate::transcript::Entry::parse(entry).unwrap());
+            }
             let from_text = Messages::from_loaded(entries[..n].iter().map(|e| loaded(e)));
             assert_eq!(from_text.history(), expected.history(), "first {n}");
-            let mixed = Messages::from_loaded(values.into_iter().enumerate().map(|(i, v)| {
-                if i % 2 == 0 {
-                    Loaded::from_value(v)
-                } else {
-                    loaded(entries[i])
-                }
-            }));
-            assert_eq!(mixed.history(), expected.history(), "mixed, first {n}");
         }
     }
 }

@@ -1,8 +1,6 @@
 //! The marker strings of the transcript format, and how to recognise them. Written by
 //! the engine, read by pruning and the stores: spelled once, here.
 
-use serde_json::Value;
-
 /// The text a tool result gets when the user interrupted the tool (Claude Code's
 /// wording, which the pruning layer recognises).
 pub const INTERRUPTED_TOOL_RESULT: &str = "[Request interrupted by user for tool use]";
@@ -52,16 +50,6 @@ pub const HOOK_CONTEXT_FLAG: &str = "isHookContext";
 /// the user said. Unanswered, it is dropped on resume (the resume's prompt follows).
 pub const CONTINUATION_FLAG: &str = "isContinuation";
 
-/// Whether an entry is a continuation request ([`CONTINUATION_FLAG`]).
-pub fn is_continuation(entry: &Value) -> bool {
-    entry.get(CONTINUATION_FLAG) == Some(&Value::Bool(true))
-}
-
-/// Whether an entry is a user entry a hook added ([`HOOK_CONTEXT_FLAG`]).
-pub fn is_hook_context(entry: &Value) -> bool {
-    entry.get(HOOK_CONTEXT_FLAG) == Some(&Value::Bool(true))
-}
-
 /// Whether a tool result's text is a permission denial: flower's ("Permission to use
 /// …") or Claude Code's ("… requested permissions to use …", "… needs approval …",
 /// "… has been denied …"). Only results with `is_error: true` count as denials.
@@ -76,34 +64,4 @@ pub fn is_denial_text(text: &str) -> bool {
 /// (`[Request interrupted by user for tool use]` and its kin).
 pub fn is_interruption_text(text: &str) -> bool {
     text.trim_start().starts_with(INTERRUPTION_PREFIX)
-}
-
-/// Whether an entry is an assistant reply that ended in `stop_reason: refusal`: it is
-/// kept in the database but never fed back (replaying it only invites another refusal).
-pub fn is_refusal(entry: &Value) -> bool {
-    entry
-        .get("message")
-        .and_then(|m| m.get("stop_reason"))
-        .and_then(Value::as_str)
-        == Some("refusal")
-}
-
-/// Whether an entry is a synthetic API-error message written by a harness.
-/// The `usage` object of an assistant turn the model really sent: `None` for other
-/// entries, synthetic API errors and assistant entries without one. What the context
-/// size of a session's last turn is read from.
-pub fn turn_usage(entry: &Value) -> Option<&Value> {
-    if entry.get("type").and_then(Value::as_str) != Some("assistant") || is_synthetic_error(entry) {
-        return None;
-    }
-    entry.get("message")?.get("usage").filter(|u| u.is_object())
-}
-
-pub fn is_synthetic_error(entry: &Value) -> bool {
-    entry.get(API_ERROR_FLAG) == Some(&Value::Bool(true))
-        || entry
-            .get("message")
-            .and_then(|m| m.get("model"))
-            .and_then(Value::as_str)
-            == Some(SYNTHETIC_MODEL)
 }

@@ -153,9 +153,12 @@ impl Chain {
     }
 
     /// The entry pinning the MCP tools a session was started with (`tools`: a list of
-    /// [`crate::tools::mcp::McpTool`] as JSON, `count` of them), and the servers that
-    /// failed to list theirs then.
-    pub fn mcp_tools(&mut self, tools: Raw, count: usize, failures: Raw) -> Entry {
+    /// [`crate::tools::mcp::McpTool`] as JSON), and the servers that failed to list
+    /// theirs then.
+    pub fn mcp_tools(&mut self, tools: Raw, failures: Raw) -> Entry {
+        let count = tools
+            .parse::<Vec<serde::de::IgnoredAny>>()
+            .map_or(0, |list| list.len());
         let fields = Entry {
             mcp_tools: Some(tools),
             mcp_failures: Some(failures),
@@ -253,31 +256,26 @@ pub fn now_timestamp() -> String {
         .to_string()
 }
 
-/// The uuid of an entry, if it has one.
-pub fn uuid_of(entry: &Value) -> Option<&str> {
-    entry.get("uuid").and_then(Value::as_str)
-}
-
 /// The uuid a resumed main session continues from: that of the last entry that has a
 /// uuid and is not on a side chain. A Claude Code transcript ends with lines that have
 /// none (`last-prompt`, titles, `file-history-snapshot`), and may hold old sub-agent
 /// entries (`isSidechain: true`); continuing from either would break the chain that
 /// Claude Code walks back from the leaf. Entries of other types with a uuid
 /// (`attachment`, `system`) are links of that chain, so they can be the leaf.
-pub fn resume_leaf(entries: &[Value]) -> Option<&str> {
+pub fn resume_leaf(entries: &[Entry]) -> Option<&str> {
     entries
         .iter()
         .rev()
-        .filter(|e| e.get("isSidechain") != Some(&Value::Bool(true)))
-        .find_map(uuid_of)
+        .filter(|e| !e.is_sidechain())
+        .find_map(Entry::uuid)
 }
 
 /// [`resume_leaf`] of a loaded transcript (entries parsed from the newest back, until
 /// one has the leaf).
 pub fn resume_leaf_loaded(entries: &[Loaded]) -> Option<String> {
     entries.iter().rev().find_map(|e| {
-        let value = e.value();
-        resume_leaf(std::slice::from_ref(&value)).map(str::to_string)
+        let entry = e.json.entry()?;
+        resume_leaf(std::slice::from_ref(&entry)).map(str::to_string)
     })
 }
 
@@ -322,25 +320,7 @@ pub struct Messages {
 }
 
 impl Messages {
-    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a Value>) -> Self {
-        let mut messages = Messages::default();
-        for entry in entries {
-            messages.push(entry);
-        }
-        messages
-    }
-
-    /// [`Messages::from_entries`], moving each entry's content instead of copying it
-    /// (a resume holds the history once, not twice).
-    pub fn from_owned(entries: impl IntoIterator<Item = Value>) -> Self {
-        let mut messages = Messages::default();
-        for entry in entries {
-            messages.push_owned(entry);
-        }
-        messages
-    }
-
-    /// [`Messages::from_owned`] for a loaded transcript: the content of an entry kept
+    /// The messages of a loaded transcript: the content of an entry kept
     /// as its stored text goes into the history as that text (when it is what
     /// serializing it gives, [`crate::model::canonical::is_canonical`]), never built
     /// as a tree; each entry is dropped once its message is sealed.
@@ -352,22 +332,9 @@ impl Messages {
         gather.finish()
     }
 
-    /// Adds one entry; entries that are not user or assistant messages are skipped.
-    pub fn push(&mut self, entry: &Value) {
-        let Some((role, content)) = sendable(entry) else {
-            return;
-        };
-        let blocks = match content {
-            Value::String(text) => vec![json!({"type": "text", "text": text})],
-            Value::Array(blocks) => blocks.clone(),
-            _ => return,
-        };
-        let role = role.to_string();
-        self.add(&role, blocks);
-    }
-
-    /// Adds an entry flower minted ([`Chain`]); entries that are not user or
-    /// assistant messages are skipped.
+    /// Adds an entry (one [`Chain`] minted, or one read back); entries that are not
+    /// user or assistant messages are skipped. Its content goes in as serializing it
+    /// as a `Value` gives it.
     pub fn push_entry(&mut self, entry: Entry) {
         if !matches!(entry.kind(), Kind::User | Kind::Assistant) {
             return;
@@ -387,24 +354,6 @@ impl Messages {
                 Ok(Value::Array(blocks)) => blocks,
                 _ => return,
             },
-        };
-        self.add(&role, blocks);
-    }
-
-    /// [`Messages::push`], taking the entry's content blocks out of it.
-    pub fn push_owned(&mut self, mut entry: Value) {
-        let Some((role, _)) = sendable(&entry) else {
-            return;
-        };
-        let role = role.to_string();
-        let content = entry
-            .get_mut("message")
-            .and_then(|m| m.get_mut("content"))
-            .map(Value::take);
-        let blocks = match content {
-            Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
-            Some(Value::Array(blocks)) => blocks,
-            _ => return,
         };
         self.add(&role, blocks);
     }
@@ -445,7 +394,12 @@ impl Messages {
         if let Some(last) = self.history.last()
             && last.get("role").and_then(Value::as_str) == Some("assistant")
             && let Some(Value::Array(content)) = last.get("content")
-            && is_thinking_only(content)
+            && content.iter().all(|block| {
+                matches!(
+                    block.get("type").and_then(Value::as_str),
+                    Some("thinking" | "redacted_thinking")
+                )
+            })
         {
             self.history.drop_last();
         }
@@ -456,11 +410,6 @@ impl Messages {
     /// The messages, serialized.
     pub fn history(&self) -> &History {
         &self.history
-    }
-
-    /// The messages as `Value`s (a copy).
-    pub fn to_vec(&self) -> Vec<Value> {
-        self.history.to_values()
     }
 
     /// Moves the messages out (leaving none), e.g. into a request, without copying
@@ -541,8 +490,8 @@ impl Gather {
         // a block of that type spells the word.
         let thinking_only = role == "assistant"
             && self.text.contains("thinking")
-            && serde_json::from_str::<Vec<Value>>(&format!("[{}]", self.text))
-                .is_ok_and(|blocks| is_thinking_only(&blocks));
+            && serde_json::from_str::<Vec<Block>>(&format!("[{}]", self.text))
+                .is_ok_and(|blocks| crate::content::is_thinking_only(&blocks));
         if !thinking_only {
             // Serializing a string cannot fail.
             let role_json = serde_json::to_string(&role).unwrap_or_default();
@@ -558,7 +507,9 @@ impl Gather {
 
     fn finish(mut self) -> Messages {
         for entry in std::mem::take(&mut self.entries) {
-            self.messages.push_owned(entry.into_value());
+            if let Some(entry) = entry.json.entry() {
+                self.messages.push_entry(entry);
+            }
         }
         self.messages
     }
@@ -569,8 +520,7 @@ impl Gather {
 /// entry's text when that is exact, serialized from the parsed entry otherwise.
 fn sendable_json(json: &Json) -> Option<(Cow<'_, str>, Vec<Cow<'_, str>>)> {
     use crate::model::canonical::is_canonical;
-    if let Json::Text(text) = json
-        && let Ok(view) = serde_json::from_str::<EntryView<'_>>(text)
+    if let Ok(view) = serde_json::from_str::<EntryView<'_>>(json.text())
         && matches!(view.kind.as_deref(), Some("user" | "assistant"))
     {
         let message = view.message?;
@@ -593,19 +543,26 @@ fn sendable_json(json: &Json) -> Option<(Cow<'_, str>, Vec<Cow<'_, str>>)> {
             return Some((role, blocks));
         }
     }
-    // Anything else as `Messages::push` reads it.
-    let value = json.value();
-    let (role, content) = sendable(&value)?;
-    let blocks = match content {
-        Value::String(text) => vec![json!({"type": "text", "text": text})],
-        Value::Array(blocks) => blocks.clone(),
-        _ => return None,
+    // Anything else as `Messages::push_entry` reads it: each block as serializing it
+    // as a `Value` gives it.
+    let entry = json.entry()?;
+    if !matches!(entry.kind(), Kind::User | Kind::Assistant) {
+        return None;
+    }
+    let message = entry.message?;
+    let role = message.role?;
+    let blocks = match message.content? {
+        Content::Text(text) => vec![json!({"type": "text", "text": text})],
+        Content::Blocks(blocks) => match serde_json::to_value(blocks) {
+            Ok(Value::Array(blocks)) => blocks,
+            _ => return None,
+        },
     };
     let blocks = blocks
         .iter()
         .map(|b| Cow::Owned(serde_json::to_string(b).unwrap_or_default()))
         .collect();
-    Some((Cow::Owned(role.to_string()), blocks))
+    Some((Cow::Owned(role), blocks))
 }
 
 /// The fields of an entry [`sendable_json`] reads, borrowed from its text. A repeated
@@ -624,58 +581,4 @@ struct MessageView<'a> {
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     content: Option<&'a serde_json::value::RawValue>,
-}
-
-/// The role and content of a user or assistant entry's message.
-fn sendable(entry: &Value) -> Option<(&str, &Value)> {
-    let kind = entry.get("type").and_then(Value::as_str);
-    if !matches!(kind, Some("user" | "assistant")) {
-        return None;
-    }
-    let message = entry.get("message")?;
-    let role = message.get("role").and_then(Value::as_str)?;
-    Some((role, message.get("content")?))
-}
-
-/// Whether an assistant message's content is thinking blocks and nothing else (a
-/// reply cut by max_tokens while the model was thinking).
-pub fn is_thinking_only(content: &[Value]) -> bool {
-    content.iter().all(|block| {
-        matches!(
-            block.get("type").and_then(Value::as_str),
-            Some("thinking" | "redacted_thinking")
-        )
-    })
-}
-
-/// The `tool_use` blocks of an assistant message's content.
-pub fn tool_uses(content: &[Value]) -> Vec<(String, String, Value)> {
-    content
-        .iter()
-        .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_use"))
-        .map(|block| {
-            let text = |key: &str| {
-                block
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
-            (text("id"), text("name"), input)
-        })
-        .collect()
-}
-
-/// The concatenated text blocks of an assistant message's content.
-pub fn text_of(content: &[Value]) -> String {
-    let mut text = String::new();
-    for block in content {
-        if block.get("type").and_then(Value::as_str) == Some("text")
-            && let Some(part) = block.get("text").and_then(Value::as_str)
-        {
-            text.push_str(part);
-        }
-    }
-    text
 }

@@ -221,6 +221,7 @@ fn the_resume_leaf_is_the_last_main_chain_entry_with_a_uuid() {
         json!({"type": "last-prompt", "lastPrompt": "hi", "leafUuid": "a1"}),
         json!({"type": "file-history-snapshot", "messageId": "u1"}),
     ];
+    let entries = crate::support::typed(&entries);
     assert_eq!(resume_leaf(&entries), Some("a1"));
     assert_eq!(resume_leaf(&entries[3..]), None);
     assert_eq!(resume_leaf(&[]), None);

@@ -4,6 +4,7 @@
 //! The fake model plays every agent, routed by the system prompt.
 
 use crate::support;
+use crate::support::LoadJson;
 
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
@@ -185,7 +186,10 @@ fn a_complete_run_then_two_wakes() {
         subkeys.iter().all(|k| k.starts_with("subagents/agent-")),
         "{subkeys:?}"
     );
-    let sub = store.load(&key.sub(&subkeys[0]).unwrap()).unwrap().unwrap();
+    let sub = store
+        .load_json(&key.sub(&subkeys[0]).unwrap())
+        .unwrap()
+        .unwrap();
     assert!(sub.iter().all(|e| e["isSidechain"] == true));
     assert!(Value::Array(sub).to_string().contains("hello.txt"));
     drop(store);

@@ -7,10 +7,11 @@ use crate::flow::Script;
 use crate::store_support::{api_error, assistant, bash, text, tool_result, user_blocks, user_text};
 use crate::support;
 
+use crate::support::prune_json as prune;
 use flower::continuity::resilience::{ErrorClass, Resilience, classify, classify_error};
 use flower::engine::permissions::{Decision, Permissions};
 use flower::model::ModelError;
-use flower::stores::prune::{PruneOptions, prune};
+use flower::stores::prune::PruneOptions;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::path::Path;

@@ -5,8 +5,9 @@
 use crate::support;
 use crate::support::Flower;
 
+use crate::support::prune_json as prune;
 use flower::continuity::resilience::RESUME_PROMPT;
-use flower::stores::prune::{CacheWindow, INTERRUPTED_BODY, PruneOptions, STALE_BODY, prune};
+use flower::stores::prune::{CacheWindow, INTERRUPTED_BODY, PruneOptions, STALE_BODY};
 use serde_json::{Value, json};
 use std::process::Output;
 use support::{FakeServer, Recorded, Reply};

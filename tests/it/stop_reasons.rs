@@ -3,9 +3,10 @@
 //! `once::a_tool_call_with_broken_json_input_gets_an_error_result`.)
 
 use crate::support;
+use crate::support::LoadJson;
 
 use crate::support::Flower;
-use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
+use flower::stores::{SessionKey, SqliteSessionStore, project_key};
 use serde_json::{Value, json};
 use std::process::Output;
 use support::pipeline::flower_in as flower;
@@ -202,7 +203,7 @@ fn a_reply_of_thinking_only_cut_by_max_tokens_is_not_sent_back() {
             let workspace = dir.path().canonicalize().unwrap();
             let key = SessionKey::main(project_key(&workspace), id);
             let store = SqliteSessionStore::open(&dir.path().join("runs/sessions.db")).unwrap();
-            let stored = serde_json::to_string(&store.load(&key).unwrap()).unwrap();
+            let stored = serde_json::to_string(&store.load_json(&key).unwrap()).unwrap();
             assert!(stored.contains("想了很久"), "{case}: {stored}");
             let args = ["once", "再来", "--json", "--model", model, "--thinking"];
             let out = flower(

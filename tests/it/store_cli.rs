@@ -2,6 +2,7 @@
 //! on stderr naming the problem and the file, non-zero exit, nothing written).
 
 use crate::store_support;
+use crate::support::LoadJson;
 
 use crate::support::Flower;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
@@ -368,7 +369,10 @@ fn malformed_stdin_and_non_objects_write_nothing() {
     assert_eq!(snapshot(runs), before, "nothing may be written");
     let store = SqliteSessionStore::open_read_only(&db).unwrap().unwrap();
     assert_eq!(
-        store.load(&SessionKey::main("p", "s")).unwrap().unwrap(),
+        store
+            .load_json(&SessionKey::main("p", "s"))
+            .unwrap()
+            .unwrap(),
         transcript()
     );
 }

@@ -7,6 +7,7 @@
 //! and the pruning store wrapping each (entries of type "x" are not chain entries, so
 //! pruning passes them through).
 
+use crate::support::LoadJson;
 use crate::support::postgres as pg;
 use flower::stores::prune::PruneOptions;
 use flower::stores::{
@@ -94,7 +95,7 @@ fn c01_append_then_load_returns_the_same_entries_in_order() {
             e(json!({"uuid": "a", "n": 2})),
         ];
         s.append(&key(), &crate::support::typed(&entries)).unwrap();
-        assert_eq!(s.load(&key()).unwrap(), Some(entries), "{name}");
+        assert_eq!(s.load_json(&key()).unwrap(), Some(entries), "{name}");
     }
 }
 
@@ -103,13 +104,13 @@ fn c02_unknown_key_and_unknown_subpath_load_as_none() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
         assert_eq!(
-            s.load(&SessionKey::main("proj", "nope")).unwrap(),
+            s.load_json(&SessionKey::main("proj", "nope")).unwrap(),
             None,
             "{name}"
         );
         s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "x"}))]))
             .unwrap();
-        assert_eq!(s.load(&sub("nope")).unwrap(), None, "{name}");
+        assert_eq!(s.load_json(&sub("nope")).unwrap(), None, "{name}");
     }
 }
 
@@ -136,7 +137,7 @@ fn c03_several_appends_keep_call_order() {
         )
         .unwrap();
         let ns: Vec<i64> = s
-            .load(&key())
+            .load_json(&key())
             .unwrap()
             .unwrap()
             .iter()
@@ -152,7 +153,7 @@ fn c04_append_of_nothing_is_a_no_op() {
         let (_d, s) = fresh();
         s.append(&key(), &crate::support::typed(&[])).unwrap();
         assert_eq!(
-            s.load(&key()).unwrap(),
+            s.load_json(&key()).unwrap(),
             None,
             "{name}: [] must not create the key"
         );
@@ -160,7 +161,7 @@ fn c04_append_of_nothing_is_a_no_op() {
         s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "a"}))]))
             .unwrap();
         s.append(&key(), &crate::support::typed(&[])).unwrap();
-        assert_eq!(s.load(&key()).unwrap().unwrap().len(), 1, "{name}");
+        assert_eq!(s.load_json(&key()).unwrap().unwrap().len(), 1, "{name}");
     }
 }
 
@@ -176,12 +177,12 @@ fn c05_subpath_keys_are_stored_apart_from_the_main_transcript() {
         )
         .unwrap();
         assert_eq!(
-            s.load(&key()).unwrap(),
+            s.load_json(&key()).unwrap(),
             Some(vec![e(json!({"uuid": "m"}))]),
             "{name}"
         );
         assert_eq!(
-            s.load(&sub("subagents/agent-1")).unwrap(),
+            s.load_json(&sub("subagents/agent-1")).unwrap(),
             Some(vec![e(json!({"uuid": "s"}))]),
             "{name}"
         );
@@ -199,12 +200,12 @@ fn c06_project_keys_are_isolated() {
         s.append(&b, &crate::support::typed(&[e(json!({"from": "B"}))]))
             .unwrap();
         assert_eq!(
-            s.load(&a).unwrap(),
+            s.load_json(&a).unwrap(),
             Some(vec![e(json!({"from": "A"}))]),
             "{name}"
         );
         assert_eq!(
-            s.load(&b).unwrap(),
+            s.load_json(&b).unwrap(),
             Some(vec![e(json!({"from": "B"}))]),
             "{name}"
         );
@@ -287,7 +288,7 @@ fn c09_delete_main_then_load_is_none_and_unknown_deletes_are_fine() {
         s.append(&key(), &crate::support::typed(&[e(json!({"n": 1}))]))
             .unwrap();
         s.delete(&key()).unwrap();
-        assert_eq!(s.load(&key()).unwrap(), None, "{name}");
+        assert_eq!(s.load_json(&key()).unwrap(), None, "{name}");
     }
 }
 
@@ -308,11 +309,23 @@ fn c10_deleting_a_main_key_cascades_to_its_subkeys_only() {
                 .unwrap();
         }
         s.delete(&key()).unwrap();
-        assert_eq!(s.load(&key()).unwrap(), None, "{name}");
-        assert_eq!(s.load(&sub("subagents/agent-1")).unwrap(), None, "{name}");
-        assert_eq!(s.load(&sub("subagents/agent-2")).unwrap(), None, "{name}");
-        assert_eq!(s.load(&other).unwrap().unwrap().len(), 1, "{name}");
-        assert_eq!(s.load(&other_proj).unwrap().unwrap().len(), 1, "{name}");
+        assert_eq!(s.load_json(&key()).unwrap(), None, "{name}");
+        assert_eq!(
+            s.load_json(&sub("subagents/agent-1")).unwrap(),
+            None,
+            "{name}"
+        );
+        assert_eq!(
+            s.load_json(&sub("subagents/agent-2")).unwrap(),
+            None,
+            "{name}"
+        );
+        assert_eq!(s.load_json(&other).unwrap().unwrap().len(), 1, "{name}");
+        assert_eq!(
+            s.load_json(&other_proj).unwrap().unwrap().len(),
+            1,
+            "{name}"
+        );
         assert!(s.list_subkeys(&key()).unwrap().is_empty(), "{name}");
         assert!(
             !s.list_sessions("proj")
@@ -333,13 +346,20 @@ fn c11_deleting_a_subpath_removes_only_that_subkey() {
                 .unwrap();
         }
         s.delete(&sub("subagents/agent-1")).unwrap();
-        assert_eq!(s.load(&sub("subagents/agent-1")).unwrap(), None, "{name}");
         assert_eq!(
-            s.load(&sub("subagents/agent-2")).unwrap().unwrap().len(),
+            s.load_json(&sub("subagents/agent-1")).unwrap(),
+            None,
+            "{name}"
+        );
+        assert_eq!(
+            s.load_json(&sub("subagents/agent-2"))
+                .unwrap()
+                .unwrap()
+                .len(),
             1,
             "{name}"
         );
-        assert_eq!(s.load(&key()).unwrap().unwrap().len(), 1, "{name}");
+        assert_eq!(s.load_json(&key()).unwrap().unwrap().len(), 1, "{name}");
         assert_eq!(
             s.list_subkeys(&key()).unwrap(),
             ["subagents/agent-2"],
@@ -492,7 +512,7 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
         )
         .unwrap();
     assert_eq!(n, 2);
-    let loaded = s.load(&key()).unwrap().unwrap();
+    let loaded = s.load_json(&key()).unwrap().unwrap();
     assert_eq!(loaded.len(), 4);
     assert_eq!(loaded[0], first);
     // The same uuid under another key is another entry.
@@ -521,7 +541,7 @@ fn a_stored_uuid_is_an_idempotency_key_per_key() {
 fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
     for (name, fresh) in stores() {
         let (_d, s) = fresh();
-        assert_eq!(s.last_assistant_usage(&key()).unwrap(), None, "{name}");
+        assert_eq!(s.last_usage_json(&key()).unwrap(), None, "{name}");
         let turn = |uuid: &str, usage: Value| {
             json!({"type": "assistant", "uuid": uuid,
                    "message": {"role": "assistant", "model": "m", "content": [], "usage": usage}})
@@ -540,7 +560,7 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
         )
         .unwrap();
         assert_eq!(
-            s.last_assistant_usage(&key()).unwrap(),
+            s.last_usage_json(&key()).unwrap(),
             Some(json!({"input_tokens": 7})),
             "{name}"
         );
@@ -550,7 +570,7 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
         )
         .unwrap();
         assert_eq!(
-            s.last_assistant_usage(&key()).unwrap(),
+            s.last_usage_json(&key()).unwrap(),
             Some(json!({"input_tokens": 9})),
             "{name}"
         );
@@ -565,25 +585,25 @@ fn last_assistant_usage_is_the_last_real_turns_on_every_backend() {
             .collect();
         s.append(&key(), &crate::support::typed(&storm)).unwrap();
         assert_eq!(
-            s.last_assistant_usage(&key()).unwrap(),
+            s.last_usage_json(&key()).unwrap(),
             Some(json!({"input_tokens": 9})),
             "{name}"
         );
         // A subagent's transcript is its own.
         let sub = key().sub("subagents/a").unwrap();
-        assert_eq!(s.last_assistant_usage(&sub).unwrap(), None, "{name}");
+        assert_eq!(s.last_usage_json(&sub).unwrap(), None, "{name}");
         s.append(
             &sub,
             &crate::support::typed(&[turn("s1", json!({"input_tokens": 3}))]),
         )
         .unwrap();
         assert_eq!(
-            s.last_assistant_usage(&sub).unwrap(),
+            s.last_usage_json(&sub).unwrap(),
             Some(json!({"input_tokens": 3})),
             "{name}"
         );
         assert_eq!(
-            s.last_assistant_usage(&key()).unwrap(),
+            s.last_usage_json(&key()).unwrap(),
             Some(json!({"input_tokens": 9})),
             "{name}"
         );
@@ -628,7 +648,7 @@ fn json_that_is_not_an_object_is_no_entry() {
         s.append(&key(), &crate::support::typed(&[e(json!({"uuid": "ok"}))]))
             .unwrap();
         assert_eq!(
-            s.load(&key()).unwrap().map(|l| l.len()),
+            s.load_json(&key()).unwrap().map(|l| l.len()),
             Some(1),
             "{name}: an object lands"
         );
@@ -654,7 +674,7 @@ fn a_stored_uuid_is_an_idempotency_key_through_the_trait() {
             ]),
         )
         .unwrap();
-        let loaded = s.load(&key()).unwrap().unwrap();
+        let loaded = s.load_json(&key()).unwrap().unwrap();
         assert_eq!(loaded.len(), 4, "{name}");
         assert_eq!(loaded[0], first, "{name}");
         assert_eq!(loaded[3], e(json!({"uuid": "u2"})), "{name}");
@@ -664,7 +684,7 @@ fn a_stored_uuid_is_an_idempotency_key_through_the_trait() {
         )
         .unwrap();
         assert_eq!(
-            s.load(&sub("subagents/a")).unwrap().unwrap(),
+            s.load_json(&sub("subagents/a")).unwrap().unwrap(),
             vec![first.clone()],
             "{name}"
         );

@@ -5,6 +5,7 @@
 //! (Concurrent creation by separate processes is in `store_sqlite.rs`.)
 
 use crate::support::Flower;
+use crate::support::LoadJson;
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -40,7 +41,7 @@ fn a_new_store_leaves_nothing_but_itself() {
     drop(store);
     assert_eq!(names(dir.path()), ["sessions.db"]);
     let store = SqliteSessionStore::open(&db).unwrap();
-    assert_eq!(store.load(&key).unwrap().unwrap().len(), 2);
+    assert_eq!(store.load_json(&key).unwrap().unwrap().len(), 2);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use crate::lineage_edges::Refusing;
 use crate::store_shared_run::address;
+use crate::support::LoadJson;
 use crate::support::postgres as pg;
 use flower::stores::{PostgresStore, PostgresUrl, SessionKey, SessionStore, SqliteSessionStore};
 use serde_json::json;
@@ -86,7 +87,7 @@ fn a_postgres_store_shows_its_url_without_the_password() {
             &crate::support::typed(&[json!({"type": "x", "uuid": "u"})]),
         )
         .unwrap();
-    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+    assert_eq!(store.load_json(&key).unwrap().unwrap().len(), 1);
 }
 
 /// Three entries of a main transcript and one of a sub-agent's, for the raw readers.
@@ -178,7 +179,7 @@ fn a_read_only_store_refuses_writes_and_says_why() {
         let shown = refused.unwrap_err().to_string();
         assert!(shown.contains("是只读打开的,不能写"), "{shown}");
     }
-    assert_eq!(reader.load(&key).unwrap().unwrap().len(), 3);
+    assert_eq!(reader.load_json(&key).unwrap().unwrap().len(), 3);
 }
 
 /// An empty path is SQLite's private temporary database, which cannot be in WAL mode
@@ -223,7 +224,7 @@ fn processes_opening_an_empty_database_at_once_all_get_the_store() {
         }
         let store = SqliteSessionStore::open(&db).unwrap();
         let key = SessionKey::main("p", "s");
-        assert_eq!(store.load(&key).unwrap().unwrap().len(), OPENERS);
+        assert_eq!(store.load_json(&key).unwrap().unwrap().len(), OPENERS);
     }
 }
 
@@ -304,7 +305,7 @@ fn full_disk_child() {
         }
         assert!(acknowledged < 1_000, "the tmpfs never filled up");
     };
-    let loaded = store.load(&key).unwrap().map_or(0, |l| l.len());
+    let loaded = store.load_json(&key).unwrap().map_or(0, |l| l.len());
     let same = if loaded == acknowledged {
         "acknowledged and loaded alike"
     } else {
@@ -652,7 +653,7 @@ fn opening_an_empty_database_waits_out_a_writer_that_holds_it() {
             &crate::support::typed(&[json!({"type": "x", "uuid": "u"})]),
         )
         .unwrap();
-    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+    assert_eq!(store.load_json(&key).unwrap().unwrap().len(), 1);
 }
 
 /// A second `flower` may start while the first is still letting go of the run (a
@@ -819,7 +820,7 @@ fn a_refused_write_is_an_error_not_an_outage() {
             )
             .unwrap();
     }
-    assert_eq!(store.load(&key).unwrap().unwrap().len(), rounds);
+    assert_eq!(store.load_json(&key).unwrap().unwrap().len(), rounds);
 }
 
 /// A server with no connection to spare (`too many connections`, 53300) is an outage

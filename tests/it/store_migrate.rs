@@ -8,6 +8,7 @@
 //! SQL into schema 1's tables and indexes (migration 1's own text).
 
 use crate::store_support;
+use crate::support::LoadJson;
 use crate::support::postgres as pg;
 
 use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore};
@@ -126,8 +127,8 @@ fn read_back(store: &dyn SessionStore) -> Value {
     for key in keys() {
         out.push(json!({
             "key": key.to_string(),
-            "load": store.load(&key).unwrap(),
-            "usage": store.last_assistant_usage(&key).unwrap(),
+            "load": store.load_json(&key).unwrap(),
+            "usage": store.last_usage_json(&key).unwrap(),
             "subkeys": store.list_subkeys(&key).unwrap(),
         }));
     }
@@ -173,7 +174,7 @@ fn a_schema_1_file_reads_the_same_read_only_and_after_its_upgrade() {
     // Still idempotent by uuid, new entries come after the old ones, deletes work.
     let store = SqliteSessionStore::open(&db).unwrap();
     let [main, sub, other, _] = keys();
-    let again = store.load(&main).unwrap().unwrap();
+    let again = store.load_json(&main).unwrap().unwrap();
     assert_eq!(
         store
             .append_counted(&main, &crate::support::typed(&again))
@@ -191,7 +192,7 @@ fn a_schema_1_file_reads_the_same_read_only_and_after_its_upgrade() {
             .unwrap(),
         1
     );
-    let loaded = store.load(&main).unwrap().unwrap();
+    let loaded = store.load_json(&main).unwrap().unwrap();
     assert_eq!(loaded.len(), 3 * 5 + 5 + 1);
     assert_eq!(loaded.last(), Some(&fresh));
     // Another spelling of the same UUID is another uuid, as before.
@@ -211,8 +212,8 @@ fn a_schema_1_file_reads_the_same_read_only_and_after_its_upgrade() {
     assert_eq!(store.delete_counted(&sub).unwrap(), 10);
     assert_eq!(store.list_subkeys(&main).unwrap(), Vec::<String>::new());
     assert_eq!(store.delete_counted(&other).unwrap(), 10);
-    assert_eq!(store.load(&other).unwrap(), None);
-    assert_eq!(store.load(&main).unwrap().unwrap().len(), 22);
+    assert_eq!(store.load_json(&other).unwrap(), None);
+    assert_eq!(store.load_json(&main).unwrap().unwrap().len(), 22);
 }
 
 /// The upgrade is one transaction: when it fails part way, the file is left as it was.
@@ -319,12 +320,14 @@ fn an_upgrade_killed_half_way_is_redone() {
     // Reopened: upgraded whole.
     let store = SqliteSessionStore::open(&db).unwrap();
     assert_eq!(schema_version(&db), "3");
-    let loaded = store.load(&key).unwrap().unwrap();
+    let loaded = store.load_json(&key).unwrap().unwrap();
     assert_eq!(loaded.len(), 40 * 500);
     let want: Vec<Value> = (0..40).flat_map(batch).collect();
     assert!(loaded == want, "the long session changed");
     assert_eq!(
-        store.load(&SessionKey::parse("p/short").unwrap()).unwrap(),
+        store
+            .load_json(&SessionKey::parse("p/short").unwrap())
+            .unwrap(),
         Some(batch(99))
     );
 }
@@ -396,7 +399,7 @@ fn a_postgres_version_2_store_is_upgraded_once_by_stores_opening_it_at_once() {
     assert_eq!(postgres_version(&url), "3");
     let store = PostgresStore::open(&parsed).unwrap();
     let [main, sub, other, _] = keys();
-    let again = store.load(&main).unwrap().unwrap();
+    let again = store.load_json(&main).unwrap().unwrap();
     assert_eq!(
         store
             .append_counted(&main, &crate::support::typed(&again))
@@ -414,18 +417,18 @@ fn a_postgres_version_2_store_is_upgraded_once_by_stores_opening_it_at_once() {
             .unwrap(),
         1
     );
-    let loaded = store.load(&main).unwrap().unwrap();
+    let loaded = store.load_json(&main).unwrap().unwrap();
     assert_eq!(loaded.len(), 21);
     assert_eq!(loaded.last(), Some(&fresh));
     assert_eq!(store.delete_counted(&sub).unwrap(), 10);
     assert_eq!(store.list_subkeys(&main).unwrap(), Vec::<String>::new());
     assert_eq!(store.delete_counted(&other).unwrap(), 10);
-    assert_eq!(store.load(&other).unwrap(), None);
+    assert_eq!(store.load_json(&other).unwrap(), None);
     // Appended again after its delete, a key starts afresh.
     store
         .append(&sub, &crate::support::typed(&again[..2]))
         .unwrap();
-    assert_eq!(store.load(&sub).unwrap().unwrap(), again[..2].to_vec());
+    assert_eq!(store.load_json(&sub).unwrap().unwrap(), again[..2].to_vec());
     assert_eq!(
         store.list_subkeys(&main).unwrap(),
         vec!["subagents/agent-a".to_string()]

@@ -13,6 +13,7 @@
 
 use crate::store_shared_run::address;
 use crate::support::Flower;
+use crate::support::LoadJson;
 use crate::support::netns::DroppingLink;
 use crate::support::pipeline::plain;
 use crate::support::postgres as pg;
@@ -233,7 +234,7 @@ fn a_store_call_in_flight_on_a_dropping_network(
     let sessions = store.list_sessions(&project).unwrap();
     assert_eq!(sessions.len(), 1, "{said}");
     let key = SessionKey::main(project, &sessions[0].session_id);
-    let all = Value::Array(store.load(&key).unwrap().unwrap().to_vec()).to_string();
+    let all = Value::Array(store.load_json(&key).unwrap().unwrap().to_vec()).to_string();
     assert!(
         all.contains("干点活") && all.contains("接着做完了"),
         "{all}"

@@ -4,6 +4,7 @@
 
 use crate::store_conformance::postgres_store;
 use crate::support::Flower;
+use crate::support::LoadJson;
 use crate::support::pipeline::flower_in;
 use crate::support::postgres as pg;
 use crate::support::{FakeServer, Reply};
@@ -135,7 +136,7 @@ fn reopening_a_current_schema_keeps_the_data() {
         )
         .unwrap();
     let again = PostgresStore::open(&url).unwrap();
-    assert_eq!(again.load(&key).unwrap().unwrap().len(), 1);
+    assert_eq!(again.load_json(&key).unwrap().unwrap().len(), 1);
 }
 
 /// 8 writers at once, each appending batches to its own session and to one shared
@@ -168,12 +169,12 @@ fn eight_concurrent_writers_lose_nothing_and_never_interleave() {
     }
     for w in 0..8 {
         let own = store
-            .load(&SessionKey::main("p", format!("w{w}")))
+            .load_json(&SessionKey::main("p", format!("w{w}")))
             .unwrap()
             .unwrap();
         assert_eq!(own.len(), 100);
     }
-    let all = store.load(&shared).unwrap().unwrap();
+    let all = store.load_json(&shared).unwrap().unwrap();
     assert_eq!(all.len(), 8 * 20 * 5);
     for batch in all.chunks(5) {
         let first = (&batch[0]["w"], &batch[0]["b"]);
@@ -324,7 +325,7 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
     // once, in whichever call it serves; then it reconnects. So over all the calls that
     // follow, at most CONNECTIONS fail, each with an error naming the database.
     let mut failures = 0;
-    let loaded = retrying(&mut failures, || store.load(&key));
+    let loaded = retrying(&mut failures, || store.load_json(&key));
     assert_eq!(loaded.unwrap().len(), 10);
     retrying(&mut failures, || {
         store.append(
@@ -332,7 +333,7 @@ fn a_dropped_connection_loses_no_acknowledged_append_and_reconnects() {
             &crate::support::typed(&[json!({"type": "x", "uuid": "after"})]),
         )
     });
-    let loaded = retrying(&mut failures, || store.load(&key));
+    let loaded = retrying(&mut failures, || store.load_json(&key));
     assert_eq!(loaded.unwrap().len(), 11);
 }
 
@@ -414,7 +415,10 @@ fn the_store_command_reads_and_writes_a_postgres_store() {
     assert!(!dir.path().join("runs").exists(), "no SQLite file made");
     // What the database holds is what the library sees.
     let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
-    assert_eq!(store.load(&SessionKey::main("-p", "s1")).unwrap(), None);
+    assert_eq!(
+        store.load_json(&SessionKey::main("-p", "s1")).unwrap(),
+        None
+    );
 }
 
 /// A row whose text is not JSON (written by hand, or a bad disk): loading and resuming
@@ -438,7 +442,7 @@ fn a_corrupt_row_is_named_and_the_store_keeps_answering() {
     );
     let options = flower::stores::prune::PruneOptions::new(std::env::temp_dir());
     for _ in 0..2 * flower::stores::postgres::POOL_SIZE {
-        let e = store.load(&key).unwrap_err().to_string();
+        let e = store.load_json(&key).unwrap_err().to_string();
         assert!(e.contains("行记录不是合法的 JSON"), "{e}");
         let e = store.load_resume(&key, &options).unwrap_err().to_string();
         assert!(e.contains("行记录不是合法的 JSON"), "{e}");
@@ -448,6 +452,6 @@ fn a_corrupt_row_is_named_and_the_store_keeps_answering() {
         store
             .append(&other, &crate::support::typed(&entries[..1]))
             .unwrap();
-        assert_eq!(store.load(&other).unwrap().unwrap().len(), 1);
+        assert_eq!(store.load_json(&other).unwrap().unwrap().len(), 1);
     }
 }

@@ -5,6 +5,7 @@
 //! the transcript and the summary are what the SQLite store (which reads the summary
 //! inside its transaction) makes of the same calls.
 
+use crate::support::LoadJson;
 use crate::support::postgres as pg;
 use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore};
 use proptest::prelude::*;
@@ -94,7 +95,7 @@ proptest! {
                     sqlite.delete(&key).unwrap();
                 }
             }
-            prop_assert_eq!(writers[0].load(&key).unwrap(), sqlite.load(&key).unwrap());
+            prop_assert_eq!(writers[0].load_json(&key).unwrap(), sqlite.load_json(&key).unwrap());
             prop_assert_eq!(summaries(&writers[1]), summaries(&sqlite));
         }
     }

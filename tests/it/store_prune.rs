@@ -5,10 +5,13 @@
 //! `parentUuid` chain, a conversation the Messages API accepts, and idempotence.
 
 use crate::store_support;
+use crate::support::LoadJson;
 
+use crate::support::is_synthesized_json as is_synthesized_result;
+use crate::support::prune_json as prune;
 use flower::stores::prune::{
     IMAGE_POINTER_PREFIX, INTERRUPTED_BODY, PruneOptions, STALE_BODY, TRIM_POINTER_PREFIX,
-    is_denial_text, is_interruption_text, is_synthesized_result, prune, snapshot_command,
+    is_denial_text, is_interruption_text, snapshot_command,
 };
 use flower::stores::{PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore};
 use proptest::prelude::*;
@@ -684,16 +687,24 @@ fn the_pruning_store_feeds_pruned_entries_and_keeps_the_stored_ones() {
     let key = SessionKey::main("p", "s");
     let input = denial_transcript();
     store.append(&key, &crate::support::typed(&input)).unwrap();
-    let fed = store.load(&key).unwrap().unwrap();
+    let fed = store.load_json(&key).unwrap().unwrap();
     assert_eq!(fed, prune(input.clone(), &options()));
     assert_ne!(fed, input);
-    assert_eq!(store.load_raw(&key).unwrap().unwrap(), input);
     assert_eq!(
-        inner.load(&key).unwrap().unwrap(),
+        crate::support::load_raw_json(&store, &key)
+            .unwrap()
+            .unwrap(),
+        input
+    );
+    assert_eq!(
+        inner.load_json(&key).unwrap().unwrap(),
         input,
         "the database is never modified"
     );
-    assert_eq!(store.load(&SessionKey::main("p", "none")).unwrap(), None);
+    assert_eq!(
+        store.load_json(&SessionKey::main("p", "none")).unwrap(),
+        None
+    );
     assert!(store.has_session("s").unwrap());
 }
 
@@ -948,10 +959,10 @@ proptest! {
         let key = SessionKey::main("p", "s");
         store.append(&key, &crate::support::typed(&entries)).unwrap();
         store.append(&key, &crate::support::typed(&entries)).unwrap();
-        let stored = store.load(&key).unwrap().unwrap();
+        let stored = store.load_json(&key).unwrap().unwrap();
         prop_assert_eq!(&stored, &entries);
         let store = PruningSessionStore::new(Arc::new(store), options());
-        let resumed = store.load(&key).unwrap().unwrap();
+        let resumed = store.load_json(&key).unwrap().unwrap();
         prop_assert_eq!(uuids(&resumed), [first.as_str(), reply, next]);
         prop_assert_eq!(&find(&resumed, next)["parentUuid"], &json!(reply));
     }

@@ -4,11 +4,14 @@
 //! pruning store passing every call but `load` to the stored transcript.
 
 use crate::store_support::{assistant, bash, text, tool_result, user_blocks, user_text};
+use crate::support::LoadJson;
 
+use crate::support::is_synthesized_json as is_synthesized_result;
+use crate::support::prune_json as prune;
 use chrono::{DateTime, Utc};
 use flower::stores::prune::{
     CacheWindow, DEFAULT_TRIM_THRESHOLD_BYTES, INTERRUPTED_BODY, PruneOptions, TRIM_POINTER_PREFIX,
-    default_trim_dir, is_synthesized_result, prune,
+    default_trim_dir,
 };
 use flower::stores::{PruningSessionStore, SessionKey, SessionStore, SqliteSessionStore};
 use serde_json::{Value, json};
@@ -210,17 +213,19 @@ fn the_pruning_store_passes_every_other_call_to_the_stored_transcript() {
     store
         .append(&key, &crate::support::typed(&[reply]))
         .unwrap();
-    let usage = store.last_assistant_usage(&key).unwrap().unwrap();
+    let usage = store.last_usage_json(&key).unwrap().unwrap();
     assert_eq!(usage["input_tokens"], 7);
 
     // load_pruned prunes with the options given, not the store's.
     let mut keep_all = PruneOptions::new(dir.path());
     keep_all.keep_denials = 10;
-    let loaded = store.load_pruned(&key, &keep_all).unwrap().unwrap();
-    let raw = store.load_raw(&key).unwrap().unwrap();
+    let loaded = store.load_pruned_json(&key, &keep_all).unwrap().unwrap();
+    let raw = crate::support::load_raw_json(&store, &key)
+        .unwrap()
+        .unwrap();
     assert_eq!(loaded, prune(raw.clone(), &keep_all));
     assert_eq!(loaded.len(), raw.len(), "every denial kept");
-    assert!(store.load(&key).unwrap().unwrap().len() < raw.len());
+    assert!(store.load_json(&key).unwrap().unwrap().len() < raw.len());
 
     let debug = format!("{store:?}");
     assert!(
@@ -230,7 +235,7 @@ fn the_pruning_store_passes_every_other_call_to_the_stored_transcript() {
 
     store.delete(&key).unwrap();
     assert!(!store.has_session("s").unwrap());
-    assert_eq!(inner.load(&key).unwrap(), None);
+    assert_eq!(inner.load_json(&key).unwrap(), None);
 }
 
 /// The uuid of the result synthesized for a call that never got one (pruned alone).

@@ -10,6 +10,7 @@
 
 use crate::flow::{Script, held_first};
 use crate::support::Flower;
+use crate::support::LoadJson;
 use crate::support::pipeline::{
     Agent, ONE_ATTEMPT, Project, Refused, agent_of, plain, refused_before_any_request, text,
     turn_of,
@@ -105,7 +106,7 @@ fn two_hosts_with_one_run_key_continue_the_same_work_session() {
         .to_string();
     let store = open(&url);
     let a_key = SessionKey::main(project_key(&host_a.dir), &id);
-    let before = store.load(&a_key).unwrap().unwrap().len();
+    let before = store.load_json(&a_key).unwrap().unwrap().len();
 
     // Host B: the workspace's files, not A's run directory.
     copy_tree(&host_a.dir, &host_b.dir, "runs");
@@ -133,9 +134,9 @@ fn two_hosts_with_one_run_key_continue_the_same_work_session() {
     assert_eq!(host_b.read("hello.txt"), "hello");
     assert!(!host_b.dir.join("runs/sessions.db").exists());
     // B appended to A's transcript, under A's project key.
-    assert!(store.load(&a_key).unwrap().unwrap().len() > before);
+    assert!(store.load_json(&a_key).unwrap().unwrap().len() > before);
     let b_key = SessionKey::main(project_key(&host_b.dir), &id);
-    assert_eq!(store.load(&b_key).unwrap(), None);
+    assert_eq!(store.load_json(&b_key).unwrap(), None);
     // The run's manifest is one: B's mirror lists A's rows before its own.
     let steps: Vec<String> = host_b
         .manifest()
@@ -587,7 +588,7 @@ fn a_database_outage_mid_run_is_waited_out_and_the_session_resumed() {
         project_key(&dir.path().canonicalize().unwrap()),
         &sessions[0].session_id,
     );
-    let entries = store.load(&key).unwrap().unwrap().to_vec();
+    let entries = store.load_json(&key).unwrap().unwrap().to_vec();
     let all = Value::Array(entries).to_string();
     assert!(
         all.contains("干点活") && all.contains("接着做完了"),
@@ -620,7 +621,7 @@ fn a_version_1_database_is_migrated_and_keeps_its_transcripts() {
         ),
     );
     let store = open(&url);
-    assert_eq!(store.load(&key).unwrap().unwrap().len(), 1);
+    assert_eq!(store.load_json(&key).unwrap().unwrap().len(), 1);
     let dir = TempDir::new().unwrap();
     let run = SharedRun::open(store.clone(), dir.path(), None)
         .unwrap()

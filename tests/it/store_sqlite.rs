@@ -5,6 +5,7 @@
 //! set; [`child_process_entry_point`] then plays that role instead of testing.
 
 use crate::store_support;
+use crate::support::LoadJson;
 
 use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, StoreError};
 use serde_json::{Value, json};
@@ -141,7 +142,7 @@ fn an_acknowledged_append_survives_sigkill_and_batches_land_whole() {
 
     let store = SqliteSessionStore::open(&db).unwrap();
     let loaded = store
-        .load(&SessionKey::parse("p/s").unwrap())
+        .load_json(&SessionKey::parse("p/s").unwrap())
         .unwrap()
         .unwrap();
     assert!(
@@ -185,7 +186,12 @@ fn concurrent_processes_lose_no_entry() {
     }
 
     let store = SqliteSessionStore::open(&db).unwrap();
-    let load = |k: &str| store.load(&SessionKey::parse(k).unwrap()).unwrap().unwrap();
+    let load = |k: &str| {
+        store
+            .load_json(&SessionKey::parse(k).unwrap())
+            .unwrap()
+            .unwrap()
+    };
     let uuids = |entries: &[Value], prefix: &str| -> Vec<String> {
         entries
             .iter()
@@ -230,7 +236,7 @@ fn read_everything(db: &Path) -> SqliteSessionStore {
         .unwrap()
         .expect("the store exists");
     let key = SessionKey::parse("p/s").unwrap();
-    assert_eq!(store.load(&key).unwrap().unwrap(), transcript());
+    assert_eq!(store.load_json(&key).unwrap().unwrap(), transcript());
     assert!(store.has_session("s").unwrap());
     assert_eq!(store.list_sessions("p").unwrap().len(), 1);
     assert_eq!(
@@ -239,7 +245,7 @@ fn read_everything(db: &Path) -> SqliteSessionStore {
     );
     assert!(store.list_subkeys(&key).unwrap().is_empty());
     assert_eq!(
-        store.last_assistant_usage(&key).unwrap(),
+        store.last_usage_json(&key).unwrap(),
         Some(json!({"input_tokens": 10, "output_tokens": 5}))
     );
     assert!(matches!(
@@ -336,7 +342,7 @@ fn a_wal_without_its_index_is_refused_read_only_and_recovered_read_write() {
     let store = SqliteSessionStore::open(&db).unwrap();
     assert_eq!(
         store
-            .load(&SessionKey::parse("p/s").unwrap())
+            .load_json(&SessionKey::parse("p/s").unwrap())
             .unwrap()
             .unwrap(),
         transcript()
@@ -362,7 +368,7 @@ fn last_assistant_usage_skips_synthetic_errors_and_entries_without_usage() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteSessionStore::open(&dir.path().join("s.db")).unwrap();
     let key = SessionKey::parse("p/s").unwrap();
-    assert_eq!(store.last_assistant_usage(&key).unwrap(), None);
+    assert_eq!(store.last_usage_json(&key).unwrap(), None);
     let mut first = assistant("a1", Some("u1"), vec![text("one")]);
     first["message"]["usage"] = json!({"input_tokens": 1000, "cache_read_input_tokens": 5});
     let mut no_usage = assistant("a2", Some("a1"), vec![text("two")]);
@@ -380,12 +386,12 @@ fn last_assistant_usage_skips_synthetic_errors_and_entries_without_usage() {
         )
         .unwrap();
     assert_eq!(
-        store.last_assistant_usage(&key).unwrap(),
+        store.last_usage_json(&key).unwrap(),
         Some(json!({"input_tokens": 1000, "cache_read_input_tokens": 5}))
     );
     assert_eq!(
         store
-            .last_assistant_usage(&key.sub("subagents/a").unwrap())
+            .last_usage_json(&key.sub("subagents/a").unwrap())
             .unwrap(),
         None
     );
@@ -545,7 +551,7 @@ fn open_creates_the_parent_directory_and_a_versioned_wal_database() {
     let store = SqliteSessionStore::open(&db).unwrap();
     assert_eq!(
         store
-            .load(&SessionKey::parse("p/s").unwrap())
+            .load_json(&SessionKey::parse("p/s").unwrap())
             .unwrap()
             .unwrap()
             .len(),
@@ -604,10 +610,10 @@ fn a_long_transcript_loads_whole_and_in_order_and_prunes_like_prune() {
     let input = long_transcript(1500);
     assert!(serde_json::to_string(&input).unwrap().len() > 3_000_000);
     store.append(&key, &crate::support::typed(&input)).unwrap();
-    assert_eq!(store.load(&key).unwrap().unwrap(), input);
+    assert_eq!(store.load_json(&key).unwrap().unwrap(), input);
     let options = flower::stores::PruneOptions::new(dir.path().join("trimmed"));
-    let fused = store.load_pruned(&key, &options).unwrap().unwrap();
-    assert_eq!(fused, flower::stores::prune::prune(input, &options));
+    let fused = store.load_pruned_json(&key, &options).unwrap().unwrap();
+    assert_eq!(fused, crate::support::prune_json(input, &options));
 }
 
 /// Rows whose JSON compresses well are kept as blobs (schema 3), and every reader gets
@@ -668,7 +674,7 @@ fn entry_rows_are_compressed_and_read_back_byte_for_byte() {
     assert!(raw == want, "raw rows differ");
     let mut all = input.clone();
     all.push(old);
-    assert_eq!(store.load(&key).unwrap().unwrap(), all);
+    assert_eq!(store.load_json(&key).unwrap().unwrap(), all);
     let (_, assistants) = store
         .scan_type(&key, "assistant", |row| row.to_vec())
         .unwrap()
@@ -685,8 +691,8 @@ fn entry_rows_are_compressed_and_read_back_byte_for_byte() {
             .all(|(a, b)| a == b.as_bytes())
     );
     let options = flower::stores::PruneOptions::new(dir.path().join("trimmed"));
-    let fused = store.load_pruned(&key, &options).unwrap().unwrap();
-    assert_eq!(fused, flower::stores::prune::prune(all, &options));
+    let fused = store.load_pruned_json(&key, &options).unwrap().unwrap();
+    assert_eq!(fused, crate::support::prune_json(all, &options));
 }
 
 #[test]
@@ -706,9 +712,9 @@ fn a_row_that_is_not_json_is_reported_by_row() {
         .unwrap();
     let store = SqliteSessionStore::open(&db).unwrap();
     for result in [
-        store.load(&key).map(|_| ()),
+        store.load_json(&key).map(|_| ()),
         store
-            .load_pruned(&key, &flower::stores::PruneOptions::new(dir.path()))
+            .load_pruned_json(&key, &flower::stores::PruneOptions::new(dir.path()))
             .map(|_| ()),
     ] {
         let err = result.unwrap_err().to_string();
@@ -741,9 +747,12 @@ fn a_database_renamed_while_open_is_not_written_to_again() {
             .append(&key, &crate::support::typed(&[entry("after")]))
             .is_err()
     );
-    assert_eq!(fresh.load(&key).unwrap(), None);
+    assert_eq!(fresh.load_json(&key).unwrap(), None);
     drop(store);
     drop(fresh);
     let kept = SqliteSessionStore::open(&moved).unwrap();
-    assert_eq!(kept.load(&key).unwrap().unwrap(), vec![entry("before")]);
+    assert_eq!(
+        kept.load_json(&key).unwrap().unwrap(),
+        vec![entry("before")]
+    );
 }

@@ -11,8 +11,9 @@
 //! sleeps alone.
 
 use crate::support;
+use crate::support::LoadJson;
 
-use flower::stores::{SessionKey, SessionStore, SqliteSessionStore, project_key};
+use flower::stores::{SessionKey, SqliteSessionStore, project_key};
 use flower::workflow::flower::{CLARIFY_RESUME, WORK_RESUME};
 use rexpect::process::{PtyProcess, Signal, WaitStatus};
 use serde_json::{Value, json};
@@ -436,7 +437,7 @@ impl Project {
     fn transcript(&self, step: &str) -> Vec<Value> {
         let store = SqliteSessionStore::open(&self.dir.join("runs/sessions.db")).unwrap();
         let key = SessionKey::main(project_key(&self.dir), self.session(step));
-        store.load(&key).unwrap().unwrap()
+        store.load_json(&key).unwrap().unwrap()
     }
 }
 

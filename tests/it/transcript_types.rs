@@ -77,7 +77,7 @@ fn what_flower_writes_goes_back_out_byte_for_byte() {
         chain.hook_context("hook said"),
         chain.continuation("go on"),
         chain.memory("m", &["CLAUDE.md".to_string()]),
-        chain.mcp_tools(flower::transcript::Raw::of(&json!([{"name": "mcp__s__t"}])).unwrap(), 1, flower::transcript::Raw::of(&json!([])).unwrap()),
+        chain.mcp_tools(flower::transcript::Raw::of(&json!([{"name": "mcp__s__t"}])).unwrap(), flower::transcript::Raw::of(&json!([])).unwrap()),
         chain.api_error("API Error: 529"),
     ];
     let mut side = Chain::sidechain("s1", Path::new("/w"), "agent-1");

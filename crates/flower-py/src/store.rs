@@ -133,7 +133,8 @@ impl PySessionStore {
             move || store.load(&key),
             |py, entries| match entries {
                 None => none(py),
-                Some(entries) => Ok(to_py(py, &Value::Array(entries))?.unbind()),
+                // Each entry as the JSON object it is, fields in their order.
+                Some(entries) => Ok(serialized(py, &entries)?.unbind()),
             },
         )
     }

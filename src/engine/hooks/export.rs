@@ -46,7 +46,7 @@ impl Exports {
         let entries = store.load_raw(key).ok().flatten().unwrap_or_default();
         let mut text = String::new();
         for entry in &entries {
-            text.push_str(&entry.to_string());
+            text.push_str(&entry.to_json().unwrap_or_default());
             text.push('\n');
         }
         let written = std::fs::create_dir_all(&self.dir)

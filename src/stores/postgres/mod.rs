@@ -72,10 +72,9 @@ use super::{
     DriverError, HOLDER_TAG, Incoming, SessionHold, SessionInfo, SessionKey, SessionStore,
     SessionSummary, StoreError,
 };
-use crate::transcript::{Entry, Loaded};
+use crate::transcript::{Entry, Loaded, MessageUsage};
 use ::postgres::types::Type;
 use ::postgres::{Client, NoTls};
-use serde_json::Value;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -425,11 +424,7 @@ impl SessionStore for PostgresStore {
             .map(|_| ())
     }
 
-    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
-        self.load_texts(key, |text| serde_json::from_str(&text))
-    }
-
-    fn load_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
         self.load_texts(key, |text| Entry::parse(&text))
     }
 
@@ -445,10 +440,10 @@ impl SessionStore for PostgresStore {
     }
 
     /// One statement: the newest assistant row whose usage counts
-    /// ([`crate::transcript::markers::turn_usage`]'s rules, in SQL), read backwards
+    /// ([`crate::transcript::Entry::turn_usage`]'s rules, in SQL), read backwards
     /// along the key's index. `json`, not `jsonb`: the usage comes back as it was
     /// written, key order and all.
-    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<MessageUsage>, StoreError> {
         use crate::transcript::markers::{API_ERROR_FLAG, SYNTHETIC_MODEL};
         key.validate()?;
         let key = key.clone();

@@ -301,7 +301,7 @@ pub(super) struct Slot {
     pub(super) uuid: Option<Id>,
     pub(super) parent: Option<Id>,
     pub(super) synthetic_error: bool,
-    /// A continuation request ([`crate::transcript::markers::is_continuation`]).
+    /// A continuation request ([`crate::transcript::markers::CONTINUATION_FLAG`]).
     pub(super) continuation: bool,
     pub(super) content: Content,
     /// Parallel to the content array (empty unless `content` is `Blocks`).

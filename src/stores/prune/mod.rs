@@ -69,9 +69,9 @@ use repair::*;
 
 use super::{SessionHold, SessionInfo, SessionKey, SessionStore, SessionSummary, StoreError, par};
 use crate::transcript::markers::SYNTHETIC_MODEL;
-use crate::transcript::{Block as TypedBlock, Content as TypedContent, Entry, Json, Kind, Loaded};
-use serde::Deserialize;
-use serde_json::Value;
+use crate::transcript::{
+    Block as TypedBlock, Content as TypedContent, Entry, Json, Kind, Loaded, MessageUsage,
+};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -79,7 +79,6 @@ use std::sync::Arc;
 
 pub use crate::transcript::markers::{
     INTERRUPTED_BODY, STALE_BODY, TRIM_POINTER_PREFIX, is_denial_text, is_interruption_text,
-    is_refusal, is_synthetic_error,
 };
 
 /// How the line standing for an image moved out of an old tool result starts.
@@ -180,11 +179,6 @@ pub fn default_trim_dir(run_dir: &Path) -> PathBuf {
 /// (its uuid is derived from the call's id). A caller resuming a session can append
 /// these, so that the chain continues from them; appending one twice is harmless,
 /// since its uuid is an idempotency key.
-pub fn is_synthesized_result(entry: &Value) -> bool {
-    Entry::deserialize(entry).is_ok_and(|entry| is_synthesized_entry(&entry))
-}
-
-/// [`is_synthesized_result`] of a typed entry.
 pub fn is_synthesized_entry(entry: &Entry) -> bool {
     let Some(uuid) = entry.uuid() else {
         return false;
@@ -226,43 +220,34 @@ pub fn snapshot_command(command: &str) -> Option<String> {
 /// Prunes a transcript (see the module documentation). Pure but for `trim`, which
 /// writes each trimmed result to a file under `opts.trim_dir` once; a result whose file
 /// cannot be written is left whole.
-pub fn prune(entries: Vec<Value>, opts: &PruneOptions) -> Vec<Value> {
-    prune_values(entries, opts)
-        .into_iter()
-        .map(Loaded::into_value)
+pub fn prune(entries: Vec<Entry>, opts: &PruneOptions) -> Vec<Entry> {
+    // Reading the facts is a cold pass over every entry: the one part of pruning
+    // worth spreading across cores.
+    let prepared = par::map(entries, PARALLEL_MIN_ENTRIES, prepare_entry);
+    prune_prepared(prepared, opts)
+        .iter()
+        .filter_map(|e| e.json.entry())
         .collect()
 }
 
-/// [`prune`], each entry as a [`Loaded`].
-pub fn prune_values(entries: Vec<Value>, opts: &PruneOptions) -> Vec<Loaded> {
-    // Reading the facts is a cold pass over every entry: the one part of pruning
-    // worth spreading across cores.
-    prune_prepared(par::map(entries, PARALLEL_MIN_ENTRIES, prepare), opts)
-}
-
-/// An entry with the facts pruning needs read out of it (see [`prepare`]).
+/// An entry with the facts pruning needs read out of it (see [`prepare_entry`]).
 pub struct PreparedEntry(Slot);
 
-/// Reads the facts pruning needs from an entry. A store that parses entries itself
-/// calls this right after parsing each one (while it is in cache) and hands the
-/// results to [`prune_prepared`]: on a long transcript that costs a fraction of a
-/// separate pass.
-pub fn prepare(entry: Value) -> PreparedEntry {
-    // The tree's text, read as a stored entry is (serde_json writes valid JSON).
-    let text = entry.to_string().into_boxed_str();
-    PreparedEntry(
-        Slot::from_text(text).unwrap_or_else(|_| Slot::of_entry(&Entry::default(), Box::default())),
-    )
+/// Reads the facts pruning needs from a typed entry (a store's default `load_resume`),
+/// kept as the text it serializes to.
+pub fn prepare_entry(entry: Entry) -> PreparedEntry {
+    let text = entry.to_json().unwrap_or_default().into_boxed_str();
+    PreparedEntry(Slot::of_entry(&entry, text))
 }
 
-/// [`prepare`] for an entry's stored JSON text, without parsing it into a `Value`: the
+/// Reads the facts pruning needs from an entry's stored JSON text, borrowing from it: the
 /// text is kept, and is what [`prune_prepared`] gives back for an entry no rule
 /// changes. An error if the text is not valid JSON.
 pub fn prepare_text(text: Box<str>) -> Result<PreparedEntry, serde_json::Error> {
     Slot::from_text(text).map(PreparedEntry)
 }
 
-/// [`prune`] of entries read with [`prepare`] or [`prepare_text`].
+/// [`prune`] of entries read with [`prepare_entry`] or [`prepare_text`].
 pub fn prune_prepared(entries: Vec<PreparedEntry>, opts: &PruneOptions) -> Vec<Loaded> {
     let mut p = Pruner::new(entries.into_iter().map(|e| e.0).collect());
     if let Some(window) = &opts.cache {
@@ -299,13 +284,8 @@ impl PruningSessionStore {
     }
 
     /// The stored transcript, unpruned.
-    pub fn load_raw(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
+    pub fn load_raw(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
         self.inner.load(key)
-    }
-
-    /// [`load_raw`](Self::load_raw), each entry typed.
-    pub fn load_raw_typed(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
-        self.inner.load_typed(key)
     }
 
     /// What `load` returns, each entry kept as its stored text unless pruning changed
@@ -341,12 +321,12 @@ impl SessionStore for PruningSessionStore {
         self.inner.append_deferred(key, entries)
     }
 
-    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Value>>, StoreError> {
+    fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
         self.inner.load_pruned(key, &self.options)
     }
 
     /// What was stored, not the pruned view: the usage is a fact of the transcript.
-    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<Value>, StoreError> {
+    fn last_assistant_usage(&self, key: &SessionKey) -> Result<Option<MessageUsage>, StoreError> {
         self.inner.last_assistant_usage(key)
     }
 
@@ -355,7 +335,7 @@ impl SessionStore for PruningSessionStore {
         &self,
         key: &SessionKey,
         options: &PruneOptions,
-    ) -> Result<Option<Vec<Value>>, StoreError> {
+    ) -> Result<Option<Vec<Entry>>, StoreError> {
         self.inner.load_pruned(key, options)
     }
 

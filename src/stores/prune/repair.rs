@@ -305,9 +305,9 @@ impl Pruner {
                 }
             }
             let entry = match slot.entry {
-                Stored::Text(text) => Json::Text(text),
+                Stored::Text(text) => Json::new(text),
                 Stored::Edited(entry) => match entry.to_json() {
-                    Ok(text) => Json::Text(text.into_boxed_str()),
+                    Ok(text) => Json::new(text.into_boxed_str()),
                     // Strings and kept JSON text only: this does not fail.
                     Err(_) => continue,
                 },

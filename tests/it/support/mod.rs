@@ -32,6 +32,73 @@ pub fn typed_one(value: &serde_json::Value) -> flower::transcript::Entry {
     serde::Deserialize::deserialize(value).expect("an entry is a JSON object")
 }
 
+/// A store's reads as JSON objects, for tests that compare them with the JSON they
+/// appended (deep equality, as the SDK's protocol states it).
+pub trait LoadJson {
+    fn load_json(
+        &self,
+        key: &flower::stores::SessionKey,
+    ) -> Result<Option<Vec<serde_json::Value>>, flower::stores::StoreError>;
+    fn load_pruned_json(
+        &self,
+        key: &flower::stores::SessionKey,
+        options: &flower::stores::PruneOptions,
+    ) -> Result<Option<Vec<serde_json::Value>>, flower::stores::StoreError>;
+    fn last_usage_json(
+        &self,
+        key: &flower::stores::SessionKey,
+    ) -> Result<Option<serde_json::Value>, flower::stores::StoreError>;
+}
+
+impl<S: flower::stores::SessionStore + ?Sized> LoadJson for S {
+    fn load_json(
+        &self,
+        key: &flower::stores::SessionKey,
+    ) -> Result<Option<Vec<serde_json::Value>>, flower::stores::StoreError> {
+        Ok(self.load(key)?.map(|entries| untyped(&entries)))
+    }
+    fn load_pruned_json(
+        &self,
+        key: &flower::stores::SessionKey,
+        options: &flower::stores::PruneOptions,
+    ) -> Result<Option<Vec<serde_json::Value>>, flower::stores::StoreError> {
+        Ok(self
+            .load_pruned(key, options)?
+            .map(|entries| untyped(&entries)))
+    }
+    fn last_usage_json(
+        &self,
+        key: &flower::stores::SessionKey,
+    ) -> Result<Option<serde_json::Value>, flower::stores::StoreError> {
+        Ok(self
+            .last_assistant_usage(key)?
+            .map(|usage| serde_json::to_value(usage).expect("usage is JSON")))
+    }
+}
+
+/// [`LoadJson::load_json`] of what a pruning store wraps (its `load_raw`).
+pub fn load_raw_json(
+    store: &flower::stores::PruningSessionStore,
+    key: &flower::stores::SessionKey,
+) -> Result<Option<Vec<serde_json::Value>>, flower::stores::StoreError> {
+    store.inner().load_json(key)
+}
+
+/// [`flower::stores::prune::prune`] of JSON objects, as JSON objects.
+pub fn prune_json(
+    entries: Vec<serde_json::Value>,
+    opts: &flower::stores::PruneOptions,
+) -> Vec<serde_json::Value> {
+    untyped(&flower::stores::prune::prune(typed(&entries), opts))
+}
+
+/// Whether a JSON object is a result pruning synthesized
+/// ([`flower::stores::prune::is_synthesized_entry`]).
+pub fn is_synthesized_json(entry: &serde_json::Value) -> bool {
+    serde::Deserialize::deserialize(entry)
+        .is_ok_and(|e: flower::transcript::Entry| flower::stores::prune::is_synthesized_entry(&e))
+}
+
 /// Typed entries as the JSON objects they are (to compare with what was appended).
 pub fn untyped(entries: &[flower::transcript::Entry]) -> Vec<serde_json::Value> {
     entries
