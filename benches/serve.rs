@@ -243,7 +243,7 @@ fn build(dir: &Path, turns: usize, i: usize) {
     store
         .append(
             &SessionKey::main(project_key(dir), &id),
-            &session(&id, turns),
+            &typed(&session(&id, turns)),
         )
         .unwrap();
     drop(store);
@@ -269,4 +269,12 @@ fn build(dir: &Path, turns: usize, i: usize) {
         .unwrap();
     let mut lineage = Lineage::empty(&run_dir, dir);
     lineage.remember("干活", &id);
+}
+
+/// JSON objects as the typed entries a store appends (every field kept as written).
+fn typed(values: &[Value]) -> Vec<flower::transcript::Entry> {
+    values
+        .iter()
+        .map(|v| serde::Deserialize::deserialize(v).expect("an object"))
+        .collect()
 }

@@ -111,7 +111,7 @@ impl Engine {
             return;
         };
         let mut chain = Chain::sidechain(&parent.session_id, &self.config.workspace, agent_id);
-        let prompt = chain.user(serde_json::Value::String(side.prompt.clone()));
+        let prompt = chain.user_text(&side.prompt);
         let answer = chain.assistant(reply);
         // The result goes back to the model whatever happens here; a store that cannot
         // write fails the run's own next append, which says why.
