@@ -544,6 +544,11 @@ pub fn timeline(h: &mut String, run: &Run, sessions: &[Session], subagents: &[Su
     if let Some(lanes) = timed.iter().map(|s| s.lane + 1).max() {
         rows.extend((1..=lanes).map(|n| format!("子代理 {n}")));
     }
+    let commands = background_spans(run);
+    let first_command = rows.len();
+    if let Some(lanes) = commands.iter().map(|c| c.0 + 1).max() {
+        rows.extend((1..=lanes).map(|n| format!("后台 {n}")));
+    }
     if !outages.is_empty() {
         rows.push("断网".into());
     }
@@ -555,7 +560,7 @@ pub fn timeline(h: &mut String, run: &Run, sessions: &[Session], subagents: &[Su
     let _ = writeln!(
         h,
         "<svg class=\"chart\" data-chart=\"timeline\" data-bars=\"{}\" viewBox=\"0 0 {WIDTH} {height}\" width=\"{WIDTH}\" height=\"{height}\" xmlns=\"http://www.w3.org/2000/svg\">",
-        run.attempts.len() + outages.len() + timed.len()
+        run.attempts.len() + outages.len() + timed.len() + commands.len()
     );
     for (i, row) in rows.iter().enumerate() {
         let _ = writeln!(
@@ -602,6 +607,18 @@ pub fn timeline(h: &mut String, run: &Run, sessions: &[Session], subagents: &[Su
             TOP + row_h * (first_lane + span.lane) as f64 + 3.0,
             x1 - x0,
             esc(&subagent_title(span)),
+        );
+    }
+    for (lane, s0, s1, record) in &commands {
+        let (x0, x1) = (x(*s0), x(*s1).max(x(*s0) + 2.0));
+        let how = record.end.as_ref().map_or("还在跑", |e| e.how.as_str());
+        let _ = writeln!(
+            h,
+            "<rect class=\"bar\" data-kind=\"background\" data-lane=\"{lane}\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"16\" fill=\"#74c476\" stroke=\"#fff\"><title>{} · {} · {how}</title></rect>",
+            TOP + row_h * (first_command + lane) as f64 + 3.0,
+            x1 - x0,
+            esc(&record.id),
+            esc(&record.command),
         );
     }
     let row = rows.len().saturating_sub(1);
@@ -757,5 +774,30 @@ pub fn subagent_spans(run: &Run, sessions: &[Session]) -> Vec<SubagentSpan> {
     sessions
         .iter()
         .flat_map(|s| run.subagent_spans(&s.session_id))
+        .collect()
+}
+
+/// The run's background commands (their records in the run directory), each with its
+/// lane (one after another share one), start and end in epoch ms (still running: now).
+fn background_spans(run: &Run) -> Vec<(usize, i64, i64, flower::tools::background::Record)> {
+    let dir = RunDir::new(&run.run_dir).background();
+    let mut records = flower::tools::background::record::all(&dir);
+    records.sort_by_key(|r| r.started_at);
+    let now = flower::tools::background::record::now();
+    let mut free_at: Vec<u64> = Vec::new();
+    records
+        .into_iter()
+        .map(|record| {
+            let (start, end) = (record.started_at, record.end.as_ref().map_or(now, |e| e.at));
+            let lane = match free_at.iter().position(|free| *free < start) {
+                Some(lane) => lane,
+                None => {
+                    free_at.push(end);
+                    free_at.len() - 1
+                }
+            };
+            free_at[lane] = end;
+            (lane, start as i64 * 1000, end as i64 * 1000, record)
+        })
         .collect()
 }

@@ -258,3 +258,24 @@ fn report(project: &Project) -> String {
     flower_out(project, &["report", "-o", path.to_str().unwrap()]);
     std::fs::read_to_string(path).unwrap()
 }
+
+/// A background command a worker started gets a lane in the report's timeline, with
+/// how it ended (with the worker's session).
+#[test]
+fn the_report_gives_a_background_command_a_lane() {
+    let project = Project::new();
+    let server = FakeServer::with_handler(|req, _| match (agent_of(req), turn_of(req)) {
+        (Agent::Worker, 0) => Reply::tool_use(
+            "Bash",
+            json!({"command": "sleep 600", "run_in_background": true}),
+        ),
+        (Agent::Worker, _) => Reply::text("开过了"),
+        _ => simple_reply(req),
+    });
+    let out = project.run(&server, &["写个 hello 脚本"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = report(&project);
+    assert_eq!(html.matches("data-kind=\"background\"").count(), 1, "{html}");
+    assert!(html.contains(">后台 1</text>"));
+    assert!(html.contains(" · sleep 600 · session-ended</title>"), "{html}");
+}
