@@ -19,6 +19,7 @@
 
 mod feed;
 pub mod git;
+mod objects;
 mod restore;
 mod snapshot;
 
@@ -271,11 +272,7 @@ impl Checkpoints {
 
     /// The paths that differ from `from` to `to` (trees), with the "after" blobs.
     pub fn changes(&self, from: &str, to: &str) -> Result<Vec<Change>, CheckpointError> {
-        let out = self.git.run(
-            ["diff-tree", "-r", "-z", "--no-renames", "--raw", from, to],
-            None,
-        )?;
-        Ok(git::parse_raw(&out))
+        objects::changes(&self.objects(), from, to)
     }
 
     /// What changed from `from` to `to`: files by kind, and lines.
@@ -318,6 +315,15 @@ impl Checkpoints {
             ],
             None,
         )
+    }
+
+    fn objects(&self) -> gix_odb::loose::Store {
+        gix_odb::loose::Store::at(self.git.git_dir.join("objects"), gix_hash::Kind::Sha1)
+    }
+
+    /// A blob's content, read in-process (a restore spawns no `git`).
+    fn blob(&self, id: &str) -> Result<Vec<u8>, CheckpointError> {
+        objects::read(&self.objects(), id, gix_object::Kind::Blob)
     }
 
     /// Takes the workspace back to `tree`: see [`restore`].

@@ -5,7 +5,7 @@
 //! checkpoints opens them first), replaying the journal: each change is idempotent
 //! (write this blob, remove this path), so the workspace ends in the state after.
 
-use super::git::{Change, read_blobs};
+use super::git::Change;
 use super::{CheckpointError, Checkpoints};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::PermissionsExt as _;
@@ -89,7 +89,10 @@ fn apply(
         journal.changes.iter().partition(|c| c.status == 'D');
     let writes: Vec<&Change> = writes.into_iter().filter(|c| c.mode != "160000").collect();
     let ids: Vec<&str> = writes.iter().map(|c| c.blob.as_str()).collect();
-    let blobs = read_blobs(&checkpoints.git, &ids)?;
+    let blobs = ids
+        .iter()
+        .map(|id| checkpoints.blob(id))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut done = 0;
     for change in deletions {
         let full = workspace.join(&change.path);
