@@ -103,7 +103,7 @@ fn telemetry() -> (Telemetry, tempfile::TempDir) {
         workspace: dir.path().to_path_buf(),
     };
     (
-        Telemetry::start(&config(), &identity, dir.path()).unwrap(),
+        Telemetry::start(&config(), &identity, dir.path(), false).unwrap(),
         dir,
     )
 }

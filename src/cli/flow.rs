@@ -416,7 +416,7 @@ fn finish_telemetry(run: &Run) {
     }
 }
 
-fn say_dropped(figures: Option<flower::telemetry::Figures>) {
+pub(super) fn say_dropped(figures: Option<flower::telemetry::Figures>) {
     if let Some(f) = figures.filter(|f| f.dropped() > 0) {
         errln!(
             "flower: 遥测:收集器没收到,丢了 {} 条(span {},事件 {},指标 {});见 flower log --json 的 telemetry",

@@ -94,26 +94,30 @@ pub async fn run(args: OnceArgs, env: &Environment) -> anyhow::Result<ExitCode> 
         asker: interactive.then(|| Arc::new(TerminalAsker) as Arc<dyn flower::engine::Asker>),
     };
     let opened = open_single(&settings, &start, custom_subagents(&settings, &spec), front);
-    let runtime = match opened {
-        Ok(runtime) => runtime,
+    let (runtime, telemetry) = match opened {
+        Ok(opened) => opened,
         Err(error) => return lines::refused(error),
     };
     for warning in runtime.take_warnings() {
         errln!("flower: {warning}");
     }
-    signals::install(
-        None,
-        runtime.processes().clone(),
-        interrupt,
-        interactive,
-        || {},
-    )?;
+    signals::install(None, runtime.processes().clone(), interrupt, interactive, {
+        let telemetry = telemetry.clone();
+        move || {
+            if let Some(telemetry) = &telemetry {
+                super::flow::say_dropped(telemetry.shutdown());
+            }
+        }
+    })?;
 
     if !args.json {
         errln!("{}", lines::sandbox_line(&sandbox, &spec, settings.home()));
     }
     let outcome = runtime.run_agent("once", &spec, &prompt, start).await;
     renderer.finish();
+    if let Some(telemetry) = &telemetry {
+        super::flow::say_dropped(telemetry.shutdown());
+    }
     // A session that never came to be (`--resume` of an unknown id) gets no footer.
     let exists = outcome.result.session_id.as_deref().is_some_and(|id| {
         use flower::stores::SessionStore as _;

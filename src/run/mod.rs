@@ -250,21 +250,7 @@ impl Run {
         options.checkpoints = settings
             .checkpoints()
             .then_some(settings.checkpoint_max_file_bytes());
-        let telemetry = settings.telemetry().map(|config| {
-            let run_key = match &shared {
-                Some(run) => run.run_key().to_string(),
-                None => std::path::absolute(settings.run_dir())
-                    .unwrap_or_else(|_| settings.run_dir().to_path_buf())
-                    .to_string_lossy()
-                    .into_owned(),
-            };
-            let identity = crate::telemetry::Identity {
-                run_key,
-                host: hostname(),
-                workspace: workspace.clone(),
-            };
-            (config.clone(), identity)
-        });
+        let telemetry = telemetry_of(settings, shared.as_ref(), &workspace);
         Ok(Opening {
             at: At {
                 workspace,
@@ -330,6 +316,63 @@ pub struct Opening {
     accepted: bool,
     /// The OpenTelemetry export to start with the runtime, and who exports.
     telemetry: Option<(crate::telemetry::Config, crate::telemetry::Identity)>,
+}
+
+/// The OpenTelemetry export to start, when the settings turn it on, and who exports:
+/// the run's key in a shared store, else the run directory.
+fn telemetry_of(
+    settings: &Settings,
+    shared: Option<&SharedRun>,
+    workspace: &Path,
+) -> Option<(crate::telemetry::Config, crate::telemetry::Identity)> {
+    settings.telemetry().map(|config| {
+        let run_key = match shared {
+            Some(run) => run.run_key().to_string(),
+            None => std::path::absolute(settings.run_dir())
+                .unwrap_or_else(|_| settings.run_dir().to_path_buf())
+                .to_string_lossy()
+                .into_owned(),
+        };
+        let identity = crate::telemetry::Identity {
+            run_key,
+            host: hostname(),
+            workspace: workspace.to_path_buf(),
+        };
+        (config.clone(), identity)
+    })
+}
+
+/// Starts the export and puts its sink in front of the front end's, so that it sees
+/// every event the front end sees, before it does. An export that cannot be built is a
+/// warning, not a failed run.
+fn start_export(
+    telemetry: Option<&(crate::telemetry::Config, crate::telemetry::Identity)>,
+    run_dir: &Path,
+    single: bool,
+    front: FrontEnd,
+) -> (Option<Telemetry>, FrontEnd) {
+    let export = match telemetry {
+        Some((config, identity)) => match Telemetry::start(config, identity, run_dir, single) {
+            Ok(telemetry) => Some(telemetry),
+            Err(e) => {
+                (front.events)(&crate::events::Event::Warning {
+                    message: format!("遥测没有打开:{}", crate::error::chain(&e)),
+                });
+                None
+            }
+        },
+        None => None,
+    };
+    match &export {
+        Some(telemetry) => {
+            let front = FrontEnd {
+                events: telemetry.sink(front.events.clone()),
+                ..front
+            };
+            (export, front)
+        }
+        None => (export, front),
+    }
 }
 
 /// The pin of what `settings` loaded, when they were loaded from files.
@@ -505,26 +548,7 @@ impl Locked {
         } = opening;
         options.run_lock = RunLocking::Held(run_lock);
         options.subagents = subagents;
-        // The export sees every event the front end sees, before it does.
-        let export = match &telemetry {
-            Some((config, identity)) => match Telemetry::start(config, identity, at.dir.path()) {
-                Ok(telemetry) => Some(telemetry),
-                Err(e) => {
-                    (front.events)(&crate::events::Event::Warning {
-                        message: format!("遥测没有打开:{}", crate::error::chain(&e)),
-                    });
-                    None
-                }
-            },
-            None => None,
-        };
-        let front = match &export {
-            Some(telemetry) => FrontEnd {
-                events: telemetry.sink(front.events.clone()),
-                ..front
-            },
-            None => front,
-        };
+        let (export, front) = start_export(telemetry.as_ref(), at.dir.path(), false, front);
         let runtime = Runtime::with_front_end(&at.workspace, &at.dir, options, front)?;
         Ok(Run {
             runtime,
@@ -539,13 +563,14 @@ impl Locked {
 /// The runtime of one session outside any workflow (`flower once`): no run lock, no
 /// lineage, no manifest. A session to continue or fork (`start`) that another process
 /// holds is refused before the store is opened, and a continued one stays claimed for
-/// the runtime's life.
+/// the runtime's life. With it the OpenTelemetry export, when on: the caller calls
+/// [`Telemetry::shutdown`] at the end (and on a signal).
 pub fn open_single(
     settings: &Settings,
     start: &SessionStart,
     subagents: Vec<AgentSpec>,
     front: FrontEnd,
-) -> Result<Runtime, RunError> {
+) -> Result<(Runtime, Option<Telemetry>), RunError> {
     let mut options = settings.runtime_options()?;
     let dir = RunDir::new(settings.run_dir());
     if let Some(drift) = single_drift(settings) {
@@ -567,12 +592,18 @@ pub fn open_single(
     // directory neither blocks it nor is blocked by it.
     options.run_lock = RunLocking::Unlocked;
     options.subagents = subagents;
+    let workspace = settings
+        .workspace()
+        .canonicalize()
+        .unwrap_or_else(|_| settings.workspace().to_path_buf());
+    let telemetry = telemetry_of(settings, None, &workspace);
+    let (export, front) = start_export(telemetry.as_ref(), dir.path(), true, front);
     let runtime = Runtime::with_front_end(settings.workspace(), &dir, options, front)?;
     // Held from here to the end, so that the probe above cannot be overtaken.
     if let SessionStart::Resume(id) = start {
         runtime.claim_session(id)?;
     }
-    Ok(runtime)
+    Ok((runtime, export))
 }
 
 /// What changed in the workspace's settings files since the run directory's pin, for

@@ -112,11 +112,13 @@ struct Inner {
 
 impl Telemetry {
     /// Builds the exporters and providers (no connection is made until the first
-    /// export) and opens the process's root span.
+    /// export) and opens the process's root span. `single`: one session outside any
+    /// workflow (`flower once`), whose turns hang under the root, with no step attempt.
     pub fn start(
         config: &Config,
         identity: &Identity,
         run_dir: &Path,
+        single: bool,
     ) -> Result<Telemetry, TelemetryError> {
         // reqwest 0.13 is built without a TLS provider of its own: ring, as elsewhere
         // (already installed when MCP came first; then this changes nothing).
@@ -142,7 +144,10 @@ impl Telemetry {
             )?),
             None => None,
         };
-        let recorder = Recorder::new(traces.as_ref(), metrics.as_ref(), logs.as_ref());
+        let mut recorder = Recorder::new(traces.as_ref(), metrics.as_ref(), logs.as_ref());
+        if single {
+            recorder.single();
+        }
         Ok(Telemetry {
             inner: Arc::new(Inner {
                 traces,

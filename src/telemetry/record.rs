@@ -123,6 +123,8 @@ pub struct Recorder {
     /// The outage being waited out: waited so far, whether it is the database.
     outage: Option<(f64, bool)>,
     woke_counted: bool,
+    /// `flower once`: no step attempts; the turns hang under the root.
+    single: bool,
 }
 
 impl Recorder {
@@ -149,7 +151,14 @@ impl Recorder {
             tools: Vec::new(),
             outage: None,
             woke_counted: false,
+            single: false,
         }
+    }
+
+    /// One session outside any workflow (`flower once`): its step is `once`.
+    pub fn single(&mut self) {
+        self.single = true;
+        self.step = "once".to_string();
     }
 
     /// Records nothing.
@@ -254,6 +263,9 @@ impl Recorder {
 
     /// The step attempt's span, opened by the first event of the attempt.
     fn ensure_attempt(&mut self) -> Context {
+        if self.single {
+            return self.root.clone();
+        }
         if let Some(cx) = &self.attempt {
             return cx.clone();
         }

@@ -596,3 +596,65 @@ fn the_collectors_credentials_stay_out_of_commands_and_json_is_spoken_on_request
         ExportTraceServiceRequest::decode(&body[..]).unwrap();
     }
 }
+
+/// `flower once` exports like a pipeline run, with the same switch: its turns hang under
+/// the process's span (it has no step attempts) and its points say `flower.step=once`.
+#[test]
+fn flower_once_exports_too() {
+    let receiver = Receiver::start();
+    let dir = tempfile::TempDir::new().unwrap();
+    let server = FakeServer::start(vec![crate::support::Reply::text("好了").usage(120, 7)]);
+    let out = crate::support::Flower::new(&["once", "说好了"])
+        .server(&server)
+        .dir(dir.path())
+        .envs(telemetry_on(&receiver.endpoint()))
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let metrics: Vec<ExportMetricsServiceRequest> = receiver
+        .bodies("/v1/metrics")
+        .iter()
+        .map(|b| ExportMetricsServiceRequest::decode(&b[..]).unwrap())
+        .collect();
+    let tokens = points(&metrics, "claude_code.token.usage");
+    assert_eq!(
+        total(&tokens, |a| a["type"] == "input"),
+        120.0,
+        "{tokens:?}"
+    );
+    assert!(tokens.iter().all(|(a, _)| a["flower.step"] == "once"));
+    assert!(tokens.iter().all(|(a, _)| !a["session.id"].is_empty()));
+
+    let spans: Vec<_> = receiver
+        .bodies("/v1/traces")
+        .iter()
+        .flat_map(|b| {
+            ExportTraceServiceRequest::decode(&b[..])
+                .unwrap()
+                .resource_spans
+        })
+        .flat_map(|rs| rs.scope_spans)
+        .flat_map(|ss| ss.spans)
+        .collect();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["flower", "turn"], "{names:?}");
+    let root = spans.iter().find(|s| s.name == "flower").unwrap();
+    let turn = spans.iter().find(|s| s.name == "turn").unwrap();
+    assert_eq!(turn.parent_span_id, root.span_id);
+
+    let api = receiver
+        .bodies("/v1/logs")
+        .iter()
+        .flat_map(|b| {
+            ExportLogsServiceRequest::decode(&b[..])
+                .unwrap()
+                .resource_logs
+        })
+        .flat_map(|rl| rl.scope_logs)
+        .flat_map(|sl| sl.log_records)
+        .filter(|r| r.event_name == "claude_code.api_request")
+        .count();
+    assert_eq!(api, 1);
+}
