@@ -7,6 +7,7 @@ use super::{open_run, print_out};
 use crate::cli::out::errln;
 use clap::Args;
 use flower::inspect::{Attempt, AttemptKind, Run, SubagentSpan, Totals};
+use flower::tools::background::Record;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -52,12 +53,21 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
         .iter()
         .flat_map(|s| run.subagent_spans(&s.session_id))
         .collect();
+    let shown_sessions: Vec<&str> = match args.all {
+        true => run.earlier.iter().chain(&run.attempts).collect::<Vec<_>>(),
+        false => run.attempts.iter().collect(),
+    }
+    .into_iter()
+    .filter_map(|a| a.session_id.as_deref())
+    .collect();
+    let commands = background_of(&run, |session| shown_sessions.contains(&session));
     let out = if args.json {
         let mut doc = serde_json::json!({
             "attempts": run.attempts,
             "totals": totals,
             "earlier": run.earlier.len(),
             "subagents": subagents,
+            "background": commands,
         });
         // What the OpenTelemetry export sent and dropped, when it was ever on here.
         if let Some(report) = flower::telemetry::Report::read(&run.run_dir)
@@ -75,7 +85,7 @@ pub fn run(args: LogArgs, env: &flower::settings::Environment) -> anyhow::Result
         }
         format!("{}\n", serde_json::to_string_pretty(&doc)?)
     } else {
-        text(&run, &totals, &subagents, args.all)
+        text(&run, &totals, &subagents, &commands, args.all)
     };
     let printed = print_out(&out)?;
     // Shown, but not the whole run: a script must not take the totals for complete.
@@ -118,7 +128,13 @@ pub fn outcome(a: &Attempt) -> String {
     format!("出错:{short}")
 }
 
-fn text(run: &Run, t: &Totals, subagents: &[SubagentSpan], all: bool) -> String {
+fn text(
+    run: &Run,
+    t: &Totals,
+    subagents: &[SubagentSpan],
+    commands: &[Record],
+    all: bool,
+) -> String {
     let mut out = String::new();
     let shown: Vec<&Attempt> = match all {
         true => run.earlier.iter().chain(&run.attempts).collect(),
@@ -144,6 +160,13 @@ fn text(run: &Run, t: &Totals, subagents: &[SubagentSpan], all: bool) -> String 
         out.push_str(&row(a, width));
         for span in concurrent_under(a, subagents) {
             let _ = writeln!(out, "{}", subagent_line(span, subagents));
+        }
+        for command in commands
+            .iter()
+            .filter(|c| Some(c.owner.session_id.as_str()) == a.session_id.as_deref())
+            .filter(|c| began_within(a, c))
+        {
+            let _ = writeln!(out, "{}", background_line(command));
         }
     }
     let _ = writeln!(out, "{}", totals_line(t));
@@ -305,4 +328,71 @@ pub fn subagent_line(span: &SubagentSpan, all: &[SubagentSpan]) -> String {
         let _ = write!(line, "  同时:{}", names.join("、"));
     }
     line
+}
+
+/// The run's background commands (their records in the run directory) whose session
+/// `wanted` names, oldest first.
+pub fn background_of(run: &Run, wanted: impl Fn(&str) -> bool) -> Vec<Record> {
+    let dir = flower::run_dir::RunDir::new(&run.run_dir).background();
+    flower::tools::background::record::all(&dir)
+        .into_iter()
+        .filter(|r| wanted(&r.owner.session_id))
+        .collect()
+}
+
+/// Whether `command` was started during attempt `a` (an attempt without times takes
+/// every command of its session).
+fn began_within(a: &Attempt, command: &Record) -> bool {
+    let at = command.started_at as i64 * 1000;
+    // Whole seconds: a command started in the attempt's first second counts.
+    a.started_ms.is_none_or(|start| at >= start - start % 1000)
+        && a.ended_ms.is_none_or(|end| at <= end)
+}
+
+/// `    ↳ 后台 b1f3  sleep 600  01:52:41 → 01:52:44  3.0s  session-ended`: a background
+/// command, its times and how it ended (`还在跑` while it runs).
+pub fn background_line(command: &Record) -> String {
+    let clock_of = |secs: u64| {
+        chrono::DateTime::from_timestamp(secs as i64, 0).map_or_else(
+            || "?".to_string(),
+            |t| {
+                t.with_timezone(&chrono::Local)
+                    .format("%H:%M:%S")
+                    .to_string()
+            },
+        )
+    };
+    let mut shown: String = command.command.chars().take(40).collect();
+    if shown.len() < command.command.len() {
+        shown.push('…');
+    }
+    let shown = shown.replace('\n', " ");
+    let (until, how) = match &command.end {
+        Some(end) => {
+            let mut how = end.how.clone();
+            if let Some(code) = end.exit_code {
+                let _ = write!(how, " {code}");
+            }
+            (
+                format!(
+                    "{}  {}",
+                    clock_of(end.at),
+                    duration(end.at.saturating_sub(command.started_at) as f64)
+                ),
+                how,
+            )
+        }
+        None => ("…".to_string(), "还在跑".to_string()),
+    };
+    let whose = command
+        .owner
+        .subpath
+        .as_deref()
+        .map(|sub| format!("({sub})"))
+        .unwrap_or_default();
+    format!(
+        "    ↳ 后台 {}{whose}  {shown}  {} → {until}  {how}",
+        command.id,
+        clock_of(command.started_at)
+    )
 }

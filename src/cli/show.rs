@@ -67,6 +67,12 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
     } else {
         Vec::new()
     };
+    // The background commands the session (or its sub-agents) started, with sub-agents.
+    let commands = if args.subagents {
+        super::log::background_of(&run, |session| session == id)
+    } else {
+        Vec::new()
+    };
     let mut out = String::new();
     if args.json {
         let entries = load(&key)?;
@@ -81,6 +87,7 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
             "entries": entries,
             "subagents": subagents,
             "subagent_spans": spans,
+            "background": commands,
         });
         out = serde_json::to_string_pretty(&doc)?;
         out.push('\n');
@@ -122,6 +129,13 @@ pub fn run(args: ShowArgs, env: &flower::settings::Environment) -> anyhow::Resul
             subagent_heading(span, &spans)
         );
         out.push_str(&body);
+    }
+    if !commands.is_empty() {
+        let _ = writeln!(out, "\n════ 后台命令 · {} 个 ════", commands.len());
+        for command in &commands {
+            let _ = writeln!(out, "{}", super::log::background_line(command));
+            let _ = writeln!(out, "      输出:{}", command.output.display());
+        }
     }
     if !args.subagents {
         let n = run.subagents(&key).len();

@@ -837,7 +837,8 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
 /// once when waiting could deadlock).
 fn timed_error(path: &Path, e: rusqlite::Error, started: Instant) -> StoreError {
     if is_busy(&e) {
-        let waited = started.elapsed();
+        // Past the whole wait a loaded machine adds its own delay: say the wait given.
+        let waited = started.elapsed().min(BUSY_TIMEOUT);
         let detail = e.to_string();
         let why = if waited >= Duration::from_secs(1) {
             format!("等了 {} 秒,还被另一个进程锁着({detail})", waited.as_secs())

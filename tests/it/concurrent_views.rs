@@ -275,7 +275,42 @@ fn the_report_gives_a_background_command_a_lane() {
     let out = project.run(&server, &["写个 hello 脚本"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let html = report(&project);
-    assert_eq!(html.matches("data-kind=\"background\"").count(), 1, "{html}");
+    assert_eq!(
+        html.matches("data-kind=\"background\"").count(),
+        1,
+        "{html}"
+    );
     assert!(html.contains(">后台 1</text>"));
-    assert!(html.contains(" · sleep 600 · session-ended</title>"), "{html}");
+    assert!(
+        html.contains(" · sleep 600 · session-ended</title>"),
+        "{html}"
+    );
+
+    // `log` lists it under the attempt that started it, `log --json` and `show
+    // --subagents` too: every view of the run shows the same command.
+    let log = flower_out(&project, &["log"]);
+    let line = log
+        .lines()
+        .find(|l| l.contains("↳ 后台 "))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no background line in log: {log}"));
+    assert!(
+        line.contains("sleep 600") && line.contains("session-ended"),
+        "{line}"
+    );
+    let json: Value = serde_json::from_str(&flower_out(&project, &["log", "--json"])).unwrap();
+    let commands = json["background"].as_array().unwrap();
+    assert_eq!(commands.len(), 1, "{json}");
+    assert_eq!(commands[0]["command"], "sleep 600");
+    let id = commands[0]["id"].as_str().unwrap();
+    assert!(line.contains(id), "{line}");
+    let show = flower_out(&project, &["show", "干活", "--subagents"]);
+    assert!(show.contains("════ 后台命令 · 1 个 ════"), "{show}");
+    assert!(show.contains(&format!("↳ 后台 {id}")), "{show}");
+    let show_json: Value = serde_json::from_str(&flower_out(
+        &project,
+        &["show", "干活", "--subagents", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(show_json["background"][0]["id"], id);
 }
