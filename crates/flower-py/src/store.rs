@@ -3,7 +3,7 @@
 //! call runs on a blocking thread of the extension's tokio runtime; the event loop and
 //! the GIL are free meanwhile.
 
-use crate::convert::{from_py, serialized, to_py};
+use crate::convert::{from_py, serialized};
 use crate::errors::{FlowerError, store_error};
 use flower::stores::prune::PruneOptions;
 use flower::stores::{
