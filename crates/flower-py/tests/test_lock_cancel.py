@@ -140,7 +140,7 @@ EVENT_FIELDS = {
     "text": ["type", "text", "depth"],
     "tool_call": ["type", "name", "summary", "depth", "id"],
     "tool_done": ["type", "name", "is_error", "interrupted", "depth", "id"],
-    "turn": ["type", "turn", "usage", "context", "cost_usd", "depth"],
+    "turn": ["type", "turn", "usage", "context", "cost_usd", "model", "depth"],
 }
 
 
