@@ -141,6 +141,7 @@ EVENT_FIELDS = {
     "tool_call": ["type", "name", "summary", "depth", "id"],
     "tool_done": ["type", "name", "is_error", "interrupted", "depth", "id"],
     "turn": ["type", "turn", "usage", "context", "cost_usd", "model", "depth"],
+    "attempt_done": ["type", "step", "ok", "error", "attempts"],
 }
 
 
