@@ -92,6 +92,8 @@ impl Instruments {
 }
 
 struct OpenTool {
+    /// The call's `tool_use` id: its end is matched by it.
+    id: String,
     name: String,
     depth: u32,
     cx: Context,
@@ -210,14 +212,17 @@ impl Recorder {
                 depth,
                 ..
             } => self.turn_done(*turn, usage, *context, model, *depth),
-            Event::ToolCall { name, depth, .. } => self.tool_call(name, *depth),
+            Event::ToolCall {
+                name, depth, id, ..
+            } => self.tool_call(name, *depth, id),
             Event::ToolDone {
                 name,
                 is_error,
                 interrupted,
                 depth,
+                id,
                 ..
-            } => self.tool_done(name, *is_error, *interrupted, *depth),
+            } => self.tool_done(name, *is_error, *interrupted, *depth, id),
             Event::ToolDenied { name, by, .. } => self.denied(name, by),
             Event::Retrying {
                 attempt,
@@ -373,7 +378,7 @@ impl Recorder {
         }
     }
 
-    fn tool_call(&mut self, name: &str, depth: u32) {
+    fn tool_call(&mut self, name: &str, depth: u32, id: &str) {
         let parent = match self.last_turn.iter().find(|(d, _)| *d == depth) {
             Some((_, cx)) => cx.clone(),
             None => self.ensure_attempt(),
@@ -382,6 +387,7 @@ impl Recorder {
         cx.span()
             .set_attribute(KeyValue::new("tool_name", name.to_string()));
         self.tools.push(OpenTool {
+            id: id.to_string(),
             name: name.to_string(),
             depth,
             cx,
@@ -390,7 +396,7 @@ impl Recorder {
         self.decision(name, "accept", "config");
     }
 
-    fn tool_done(&mut self, name: &str, is_error: bool, interrupted: bool, depth: u32) {
+    fn tool_done(&mut self, name: &str, is_error: bool, interrupted: bool, depth: u32, id: &str) {
         let success = !is_error && !interrupted;
         self.count(
             |i| &i.tool_calls,
@@ -400,10 +406,16 @@ impl Recorder {
                 KeyValue::new("success", success),
             ],
         );
+        // By the call's id; by name and depth only for an event without one.
         let open = self
             .tools
             .iter()
-            .position(|t| t.depth == depth && t.name == name)
+            .position(|t| t.id == id)
+            .or_else(|| {
+                self.tools
+                    .iter()
+                    .position(|t| id.is_empty() && t.depth == depth && t.name == name)
+            })
             .map(|i| self.tools.remove(i));
         let duration_ms = open
             .as_ref()
