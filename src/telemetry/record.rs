@@ -184,6 +184,7 @@ impl Recorder {
         }
     }
 
+    // Long because: one arm per event the export reads, each only unpacking its fields.
     pub fn record(&mut self, event: &Event) {
         match event {
             Event::SessionStarted {
