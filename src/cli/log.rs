@@ -316,15 +316,7 @@ pub fn subagent_line(span: &SubagentSpan, all: &[SubagentSpan]) -> String {
         span.turns,
     );
     if span.concurrent() {
-        let names: Vec<&str> = span
-            .overlapped
-            .iter()
-            .map(|sub| {
-                all.iter()
-                    .find(|s| s.session_id == span.session_id && s.subpath == *sub)
-                    .map_or(sub.as_str(), |s| s.name())
-            })
-            .collect();
+        let names = overlapped_names(span, all);
         let _ = write!(line, "  同时:{}", names.join("、"));
     }
     line
@@ -395,4 +387,16 @@ pub fn background_line(command: &Record) -> String {
         command.id,
         clock_of(command.started_at)
     )
+}
+
+/// The names of the sub-agents `span` ran alongside (their subpaths where `all` lacks them).
+pub fn overlapped_names<'a>(span: &'a SubagentSpan, all: &'a [SubagentSpan]) -> Vec<&'a str> {
+    span.overlapped
+        .iter()
+        .map(|sub| {
+            all.iter()
+                .find(|s| s.session_id == span.session_id && s.subpath == *sub)
+                .map_or(sub.as_str(), |s| s.name())
+        })
+        .collect()
 }

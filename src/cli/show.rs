@@ -849,15 +849,7 @@ fn subagent_heading(
         let _ = write!(text, " · {} → {}", short_time(start), short_time(end));
     }
     if span.concurrent() {
-        let names: Vec<&str> = span
-            .overlapped
-            .iter()
-            .map(|sub| {
-                all.iter()
-                    .find(|s| s.subpath == *sub)
-                    .map_or(sub.as_str(), |s| s.name())
-            })
-            .collect();
+        let names = super::log::overlapped_names(span, all);
         let _ = write!(text, " · 同时:{}", names.join("、"));
     }
     text

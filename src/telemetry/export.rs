@@ -188,6 +188,21 @@ fn build_error(
     move |source| TelemetryError::Build { signal, source }
 }
 
+/// What every signal's exporter is given: the endpoint, its protocol and headers, the
+/// timeout, and no retries (a failed export is dropped and counted, never retried).
+fn over_http<B: WithExportConfig + WithHttpConfig>(
+    builder: B,
+    endpoint: &Endpoint,
+    config: &Config,
+) -> B {
+    builder
+        .with_endpoint(endpoint.url.clone())
+        .with_protocol(protocol(endpoint))
+        .with_headers(headers(endpoint))
+        .with_timeout(config.timeout)
+        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+}
+
 /// Spans: a batch processor (bounded queue, its own thread) in front of the exporter.
 pub fn tracer_provider(
     endpoint: &Endpoint,
@@ -195,15 +210,13 @@ pub fn tracer_provider(
     resource: &Resource,
     counted: &Counted,
 ) -> Result<SdkTracerProvider, TelemetryError> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_endpoint(endpoint.url.clone())
-        .with_protocol(protocol(endpoint))
-        .with_headers(headers(endpoint))
-        .with_timeout(config.timeout)
-        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-        .build()
-        .map_err(build_error("traces"))?;
+    let exporter = over_http(
+        opentelemetry_otlp::SpanExporter::builder().with_http(),
+        endpoint,
+        config,
+    )
+    .build()
+    .map_err(build_error("traces"))?;
     let batch = opentelemetry_sdk::trace::BatchConfigBuilder::default()
         .with_max_queue_size(QUEUE)
         .with_scheduled_delay(config.logs_interval)
@@ -224,15 +237,13 @@ pub fn meter_provider(
     resource: &Resource,
     counted: &Counted,
 ) -> Result<SdkMeterProvider, TelemetryError> {
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_http()
-        .with_endpoint(endpoint.url.clone())
-        .with_protocol(protocol(endpoint))
-        .with_headers(headers(endpoint))
-        .with_timeout(config.timeout)
-        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-        .build()
-        .map_err(build_error("metrics"))?;
+    let exporter = over_http(
+        opentelemetry_otlp::MetricExporter::builder().with_http(),
+        endpoint,
+        config,
+    )
+    .build()
+    .map_err(build_error("metrics"))?;
     let reader = PeriodicReader::builder(counted.around(exporter))
         .with_interval(config.metric_interval)
         .build();
@@ -249,15 +260,13 @@ pub fn logger_provider(
     resource: &Resource,
     counted: &Counted,
 ) -> Result<SdkLoggerProvider, TelemetryError> {
-    let exporter = opentelemetry_otlp::LogExporter::builder()
-        .with_http()
-        .with_endpoint(endpoint.url.clone())
-        .with_protocol(protocol(endpoint))
-        .with_headers(headers(endpoint))
-        .with_timeout(config.timeout)
-        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-        .build()
-        .map_err(build_error("logs"))?;
+    let exporter = over_http(
+        opentelemetry_otlp::LogExporter::builder().with_http(),
+        endpoint,
+        config,
+    )
+    .build()
+    .map_err(build_error("logs"))?;
     let batch = opentelemetry_sdk::logs::BatchConfigBuilder::default()
         .with_max_queue_size(QUEUE)
         .with_scheduled_delay(config.logs_interval)
