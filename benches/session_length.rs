@@ -260,6 +260,7 @@ fn beside_claude_code(flower: &str, lengths: &[usize]) {
         let prompt = format!("Read notes.txt {n} times, then say done.");
         let (home, dir) = fresh();
         let server = peer::read_session(dir.join("notes.txt"), n);
+        server.forget_bodies();
         let mut cmd = flower_cmd(
             flower,
             &server,
@@ -270,14 +271,18 @@ fn beside_claude_code(flower: &str, lengths: &[usize]) {
         let ours = measure(cmd, &dir).0;
         let (home, dir) = fresh();
         let server = peer::read_session(dir.join("notes.txt"), n);
+        server.forget_bodies();
         let cmd = peer::claude_command(&claude, &server, home.path(), &dir, &prompt);
         let theirs = measure(cmd, &dir).0;
         let per = |u: &Usage| u.cpu.as_secs_f64() * 1e3 / turns as f64;
         let ratio = per(&ours) / per(&theirs);
+        let system = |u: &Usage| u.system.as_secs_f64() * 1e3 / turns as f64;
         println!(
-            "  {turns:>5} turns: flower {:.2} ms CPU per turn, Claude Code {:.2} ms ({} requests): {ratio:.4} x; goal <= 0.02: {}",
+            "  {turns:>5} turns: flower {:.2} ms CPU per turn ({:.2} system), Claude Code {:.2} ms ({:.2} system; {} requests): {ratio:.4} x; goal <= 0.02: {}",
             per(&ours),
+            system(&ours),
             per(&theirs),
+            system(&theirs),
             server.request_count(),
             verdict(ratio <= 0.02)
         );
@@ -419,6 +424,7 @@ fn median(samples: Vec<Usage>) -> Usage {
     Usage {
         wall: Duration::from_nanos(middle(samples.iter().map(|u| nanos(u.wall)).collect())),
         cpu: Duration::from_nanos(middle(samples.iter().map(|u| nanos(u.cpu)).collect())),
+        system: Duration::from_nanos(middle(samples.iter().map(|u| nanos(u.system)).collect())),
         max_rss: middle(samples.iter().map(|u| u.max_rss).collect()),
         private: middle(samples.iter().map(|u| u.private).collect()),
     }

@@ -13,6 +13,8 @@ pub struct Usage {
     pub max_rss: u64,
     /// User + system CPU time.
     pub cpu: Duration,
+    /// The system part of `cpu`.
+    pub system: Duration,
     /// Private (anonymous) memory at `exit_group`, bytes: `Anonymous:` of
     /// `/proc/PID/smaps_rollup`, read while the process is stopped on its way out
     /// (ptrace's exit event): heap, stacks, pages written by relocations; not the
@@ -73,13 +75,14 @@ pub fn measure(cmd: Command, dir: &Path) -> (Usage, String) {
         .split_whitespace()
         .map(|n| n.parse().expect("helper figure"))
         .collect();
-    let [wall_ns, max_rss_kib, cpu_ns, private_kib] = figures[..] else {
+    let [wall_ns, max_rss_kib, cpu_ns, private_kib, system_ns] = figures[..] else {
         panic!("helper printed {figures:?}");
     };
     let usage = Usage {
         wall: Duration::from_nanos(wall_ns),
         max_rss: max_rss_kib * 1024,
         cpu: Duration::from_nanos(cpu_ns),
+        system: Duration::from_nanos(system_ns),
         private: private_kib * 1024,
     };
     (usage, stdout)
@@ -97,7 +100,7 @@ fn anonymous_kib(pid: libc::pid_t) -> u64 {
 /// The `--measure-child STDOUT STDERR -- PROGRAM ARGS…` mode: runs the program with
 /// its output in those files (traced: it stops at its exit, where its private memory
 /// is read), reaps it with `wait4`, and prints `wall_ns max_rss_kib cpu_ns
-/// private_kib`; exits non-zero when the program failed.
+/// private_kib system_ns`; exits non-zero when the program failed.
 pub fn measure_child(args: &[String]) -> std::process::ExitCode {
     let [stdout_path, stderr_path, dashes, program, rest @ ..] = args else {
         eprintln!("usage: --measure-child STDOUT STDERR -- PROGRAM [ARGS…]");
@@ -165,11 +168,12 @@ pub fn measure_child(args: &[String]) -> std::process::ExitCode {
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     // Linux reports ru_maxrss in KiB.
     println!(
-        "{} {} {} {}",
+        "{} {} {} {} {}",
         wall.as_nanos(),
         rusage.ru_maxrss,
         ns(rusage.ru_utime) + ns(rusage.ru_stime),
-        private_kib
+        private_kib,
+        ns(rusage.ru_stime)
     );
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
         std::process::ExitCode::SUCCESS

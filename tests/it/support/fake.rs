@@ -54,7 +54,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -1102,6 +1102,8 @@ impl Script {
 struct Shared {
     /// Web side requests still to be answered `overloaded` ([`FakeServer::overload_side_requests`]).
     side_faults: AtomicUsize,
+    /// Set by [`FakeServer::forget_bodies`].
+    forget_bodies: AtomicBool,
     requests: Mutex<Vec<Recorded>>,
     arrived: Condvar,
     /// The number of requests, for async waiters.
@@ -1187,6 +1189,7 @@ impl FakeServer {
             counts: Mutex::new(Vec::new()),
             count_mode: Mutex::new(CountTokens::default()),
             side_faults: AtomicUsize::new(0),
+            forget_bodies: AtomicBool::new(false),
         });
         let (control, control_rx) = mpsc::unbounded_channel();
         let thread_shared = shared.clone();
@@ -1207,6 +1210,13 @@ impl FakeServer {
     /// would): a blip in a WebSearch's own request.
     pub fn overload_side_requests(&self, n: usize) {
         self.shared.side_faults.store(n, Ordering::SeqCst);
+    }
+
+    /// Keep each request's headers but not its body once answered: a long session's
+    /// bodies grow with its history, so keeping 3,000 of them costs gigabytes. The
+    /// handler still sees the whole request.
+    pub fn forget_bodies(&self) {
+        self.shared.forget_bodies.store(true, Ordering::SeqCst);
     }
 
     /// `http://127.0.0.1:PORT` (no trailing slash): the `ANTHROPIC_BASE_URL`.
@@ -1506,7 +1516,15 @@ async fn serve_connection(shared: Arc<Shared>, mut stream: TcpStream, connection
             {
                 recorded.cache = Some(model.account(recorded.index, &recorded.body));
             }
-            requests.push(recorded.clone());
+            if shared.forget_bodies.load(Ordering::SeqCst) {
+                requests.push(Recorded {
+                    body: Value::Null,
+                    raw_body: String::new(),
+                    ..recorded.clone()
+                });
+            } else {
+                requests.push(recorded.clone());
+            }
             shared.count.send_replace(requests.len());
             shared.arrived.notify_all();
             recorded
