@@ -3,8 +3,10 @@
 //! ([`Block::Unknown`]). Below the model layer: a reply streams in as these blocks,
 //! the transcript stores them, a request sends them back.
 
+pub mod input;
 pub mod object;
 
+pub use input::ToolInput;
 pub(crate) use object::object;
 pub use object::{Order, Raw, RawObject};
 use serde::de::{SeqAccess, Visitor};

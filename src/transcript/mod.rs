@@ -21,7 +21,7 @@ pub mod tools;
 
 pub use crate::content::{
     Block, Content, MediaBlock, Order, Raw, RawObject, RedactedThinkingBlock,
-    ServerToolResultBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock,
+    ServerToolResultBlock, TextBlock, ThinkingBlock, ToolInput, ToolResultBlock, ToolUseBlock,
 };
 pub use entry::{Entry, Message, MessageUsage, System};
 pub use loaded::{Json, Kind, Loaded};

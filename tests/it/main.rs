@@ -102,6 +102,7 @@ mod subagent_resilience;
 mod telemetry;
 mod terminal;
 mod test_skips;
+mod tool_input_type;
 mod tools_bash;
 mod tools_glob_grep;
 mod tools_input;
