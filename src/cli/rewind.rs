@@ -4,29 +4,26 @@ use super::args::{DiffArgs, RewindArgs};
 use super::config;
 use super::lines;
 use flower::Run;
-use flower::checkpoint::{Checkpoint, CheckpointKind, Checkpoints, RestoreHook, git::EMPTY_TREE};
+use flower::checkpoint::{Checkpoint, CheckpointKind, Checkpoints, git::EMPTY_TREE};
 use flower::continuity::rewind::{RewindError, RewindOptions, resolve};
-use flower::settings::{Environment, Flags};
+use flower::settings::test_hooks::RewindPause;
+use flower::settings::{Environment, Flags, Settings};
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-/// The crash tests' hook: `N:MARKER` pauses a restore after N files, `fork:MARKER` the
-/// conversation part after the first fork's entries, writing MARKER.
-const PAUSE_VARIABLE: &str = "FLOWER_TEST_REWIND_PAUSE";
-
 /// Opens the run (its lock taken, an interrupted restore finished) and its checkpoints.
-fn open(flags: &Flags, env: &Environment) -> anyhow::Result<Result<Run, ExitCode>> {
+fn open(flags: &Flags, env: &Environment) -> anyhow::Result<Result<(Run, Settings), ExitCode>> {
     let settings = config::settings(flags, env)?;
     match Run::open(&settings) {
-        Ok(run) => Ok(Ok(run)),
+        Ok(run) => Ok(Ok((run, settings))),
         Err(e) => lines::refused(e).map(Err),
     }
 }
 
 pub fn run(args: RewindArgs, env: &Environment) -> anyhow::Result<ExitCode> {
-    let run = match open(&args.flags(), env)? {
-        Ok(run) => run,
+    let (run, settings) = match open(&args.flags(), env)? {
+        Ok(opened) => opened,
         Err(code) => return Ok(code),
     };
     let runtime = run.runtime();
@@ -43,14 +40,18 @@ pub fn run(args: RewindArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     if !args.yes && std::io::stdin().is_terminal() && !confirmed(target)? {
         return Ok(ExitCode::FAILURE);
     }
-    let pause = env.var(PAUSE_VARIABLE);
+    let pause = settings.rewind_pause();
     let options = RewindOptions {
         files_only: args.files_only,
         discard: args.discard,
-        hook: pause.and_then(pause_hook),
-        fork_pause: pause
-            .and_then(|value| value.strip_prefix("fork:"))
-            .map(Into::into),
+        hook: match pause {
+            Some(RewindPause::Files(hook)) => Some(hook.clone()),
+            _ => None,
+        },
+        fork_pause: match pause {
+            Some(RewindPause::Fork { marker }) => Some(marker.clone()),
+            _ => None,
+        },
     };
     let rewound = runtime.rewind(&point, &options)?;
     let mut out = format!(
@@ -72,8 +73,8 @@ pub fn run(args: RewindArgs, env: &Environment) -> anyhow::Result<ExitCode> {
 }
 
 pub fn diff(args: DiffArgs, env: &Environment) -> anyhow::Result<ExitCode> {
-    let run = match open(&args.flags(), env)? {
-        Ok(run) => run,
+    let (run, _) = match open(&args.flags(), env)? {
+        Ok(opened) => opened,
         Err(code) => return Ok(code),
     };
     let Some(checkpoints) = run.runtime().checkpoints() else {
@@ -86,14 +87,6 @@ pub fn diff(args: DiffArgs, env: &Environment) -> anyhow::Result<ExitCode> {
     let now = checkpoints.snapshot()?;
     let patch = checkpoints.patch(&target.tree, &now)?;
     super::print_out(&String::from_utf8_lossy(&patch))
-}
-
-fn pause_hook(value: &str) -> Option<RestoreHook> {
-    let (count, marker) = value.split_once(':')?;
-    Some(RestoreHook {
-        after_files: count.parse().ok()?,
-        marker: marker.into(),
-    })
 }
 
 fn confirmed(target: &Checkpoint) -> anyhow::Result<bool> {

@@ -52,6 +52,7 @@ pub mod sources;
 mod store;
 mod strict;
 pub mod telemetry;
+pub mod test_hooks;
 
 pub use model::{DEFAULT_THINKING_BUDGET, ModelSettings};
 pub use serve::ServeSettings;
@@ -172,6 +173,8 @@ pub struct Settings {
     concurrency: Concurrency,
     /// The OpenTelemetry export; `None`: off (the default).
     telemetry: Option<crate::telemetry::Config>,
+    /// `FLOWER_TEST_REWIND_PAUSE`: crash tests only.
+    rewind_pause: Option<test_hooks::RewindPause>,
 }
 
 /// Which calls of one reply run at the same time (see `docs/concurrency.md`).
@@ -253,6 +256,11 @@ impl Settings {
     /// `flower serve`'s address and token.
     pub fn serve(&self) -> &ServeSettings {
         &self.serve
+    }
+
+    /// Where `flower rewind` pauses for a crash test (`FLOWER_TEST_REWIND_PAUSE`).
+    pub fn rewind_pause(&self) -> Option<&test_hooks::RewindPause> {
+        self.rewind_pause.as_ref()
     }
 
     pub fn model(&self) -> &ModelSettings {
@@ -541,6 +549,7 @@ impl Settings {
             mcp,
             concurrency,
             telemetry,
+            rewind_pause: test_hooks::rewind_pause(env)?,
             home: env.home().map(Path::to_path_buf),
             terminal: Terminal {
                 no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty()),

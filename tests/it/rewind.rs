@@ -254,6 +254,33 @@ fn a_rewind_killed_mid_restore_is_finished_by_the_next_flower() {
     assert_eq!(rows.last().unwrap()["error"], "rewound");
 }
 
+#[test]
+fn the_rewind_pause_is_a_validated_setting_of_the_process_environment_only() {
+    let project = project();
+    let server = FakeServer::with_handler(|req, _| reply(req));
+    ok(&project.run(&server, &[REQUEST]));
+    let requests = server.request_count();
+    // A bad value is exit 2 naming the variable, before anything is restored.
+    let before = tree(&project.dir);
+    let out = project
+        .command(&server, &["rewind", "确认需求"])
+        .env("FLOWER_TEST_REWIND_PAUSE", "soon")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("FLOWER_TEST_REWIND_PAUSE"));
+    assert_eq!(tree(&project.dir), before);
+    // A settings file (which an agent may write) cannot make a rewind hang.
+    let marker = project.home.join("paused");
+    let user = project.home.join(".claude/settings.json");
+    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
+    let env = json!({"env": {"FLOWER_TEST_REWIND_PAUSE": format!("1:{}", marker.display())}});
+    std::fs::write(&user, env.to_string()).unwrap();
+    ok(&project.run(&server, &["rewind", "确认需求"]));
+    assert!(!marker.exists());
+    assert_eq!(server.request_count(), requests);
+}
+
 /// Spawns `flower rewind POINT` with the test pause `pause` (`N:` or `fork:`), waits
 /// for its marker and kills it.
 fn kill_paused_rewind(project: &Project, server: &FakeServer, point: &str, pause: &str) {
