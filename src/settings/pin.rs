@@ -43,21 +43,79 @@ pub struct PinnedFile {
     /// SHA-256 of the file's bytes, lower-case hex.
     pub sha256: String,
     /// The file's top-level object, as written (before anything was ignored), except
-    /// that a secret's value is replaced by a digest of it ([`masked`]): the pin tells
+    /// that a secret's value is replaced by a digest of it
+    /// ([`PinnedFile::new`]): the pin tells
     /// a changed secret without keeping it.
     pub document: Map<String, Value>,
 }
 
 impl PinnedFile {
     /// `file` (relative to the workspace) with `bytes` and its parsed `document`.
+    // `Value`: the document as written, every key, read by flower or not, is compared.
     pub fn new(file: &str, bytes: &[u8], document: Map<String, Value>) -> PinnedFile {
         use sha2::Digest as _;
         let digest = sha2::Sha256::digest(bytes);
-        PinnedFile {
+        let mut pinned = PinnedFile {
             file: file.to_string(),
             sha256: hex(&digest),
-            document: masked("", document),
+            document,
+        };
+        pinned.mask_secrets();
+        pinned
+    }
+
+    /// Replaces each secret value of the document (see [`secret`]; an array is one
+    /// value, as in [`Drift`]) by [`MASKED`] and the first 16 hex digits of its SHA-256.
+    fn mask_secrets(&mut self) {
+        use sha2::Digest as _;
+        let mut objects = vec![(String::new(), &mut self.document)];
+        while let Some((prefix, object)) = objects.pop() {
+            for (name, value) in object.iter_mut() {
+                let key = dotted(&prefix, name);
+                match value {
+                    Value::Object(inner) => objects.push((key, inner)),
+                    other => {
+                        let text = other.to_string();
+                        if secret(&key, &text) {
+                            let digest = sha2::Sha256::digest(text.as_bytes());
+                            *other = Value::String(format!("{MASKED}{}", &hex(&digest)[..16]));
+                        }
+                    }
+                }
+            }
         }
+    }
+
+    /// The document's values by dotted key (objects are opened, arrays kept whole).
+    fn flattened(&self) -> BTreeMap<String, Leaf<'_>> {
+        let mut out = BTreeMap::new();
+        let mut objects = vec![(String::new(), &self.document)];
+        while let Some((prefix, object)) = objects.pop() {
+            for (name, value) in object {
+                let key = dotted(&prefix, name);
+                match value {
+                    Value::Object(inner) if !inner.is_empty() => objects.push((key, inner)),
+                    other => {
+                        out.insert(key, Leaf(other));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One value of a flattened document. `Value`: compared as JSON is (the order of keys
+/// inside an array's objects is no change), shown as its text.
+#[derive(PartialEq)]
+struct Leaf<'a>(&'a Value);
+
+/// `name` under `prefix` (`env` and `FLOWER_NETWORK`: `env.FLOWER_NETWORK`).
+fn dotted(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
     }
 }
 
@@ -67,31 +125,6 @@ fn hex(bytes: &[u8]) -> String {
 
 /// What a masked value starts with.
 const MASKED: &str = "(隐去) sha256:";
-
-/// `document` with each secret value (see [`secret`]; an array is one value, as in
-/// [`Drift`]) replaced by [`MASKED`] and the first 16 hex digits of its SHA-256.
-fn masked(prefix: &str, document: Map<String, Value>) -> Map<String, Value> {
-    use sha2::Digest as _;
-    document
-        .into_iter()
-        .map(|(name, value)| {
-            let key = if prefix.is_empty() {
-                name.clone()
-            } else {
-                format!("{prefix}.{name}")
-            };
-            let value = match value {
-                Value::Object(inner) => Value::Object(masked(&key, inner)),
-                other if secret(&key, &other) => {
-                    let digest = sha2::Sha256::digest(other.to_string().as_bytes());
-                    Value::String(format!("{MASKED}{}", &hex(&digest)[..16]))
-                }
-                other => other,
-            };
-            (name, value)
-        })
-        .collect()
-}
 
 /// What the run directory holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +156,11 @@ impl SettingsPin {
         crate::atomic::write(&dir.settings_pin(), &bytes)
     }
 
+    /// The pinned file named `name` (relative to the workspace).
+    fn file(&self, name: &str) -> Option<&PinnedFile> {
+        self.files.iter().find(|f| f.file == name)
+    }
+
     /// What changed from this pin to `now`; `None` when no file says anything
     /// different (a file only reformatted is no change).
     pub fn drift(&self, now: &SettingsPin) -> Option<Drift> {
@@ -132,16 +170,10 @@ impl SettingsPin {
                 names.push(&file.file);
             }
         }
-        let find = |pin: &'_ SettingsPin, name: &str| {
-            pin.files
-                .iter()
-                .find(|f| f.file == name)
-                .map(|f| f.document.clone())
-        };
         let mut files = Vec::new();
         for name in names {
-            let (before, after) = (find(self, name), find(now, name));
-            if before == after {
+            let (before, after) = (self.file(name), now.file(name));
+            if before.map(|f| &f.document) == after.map(|f| &f.document) {
                 continue;
             }
             let kind = match (&before, &after) {
@@ -149,7 +181,10 @@ impl SettingsPin {
                 (_, None) => ChangeKind::Removed,
                 _ => ChangeKind::Changed,
             };
-            let keys = key_changes(&before.unwrap_or_default(), &after.unwrap_or_default());
+            let keys = key_changes(
+                &before.map(PinnedFile::flattened).unwrap_or_default(),
+                &after.map(PinnedFile::flattened).unwrap_or_default(),
+            );
             files.push(FileChange {
                 file: name.to_string(),
                 kind,
@@ -216,12 +251,11 @@ impl Drift {
     }
 }
 
-/// The keys of two documents that differ, flattened to dotted paths (objects are
-/// opened, arrays compared whole).
-fn key_changes(before: &Map<String, Value>, after: &Map<String, Value>) -> Vec<KeyChange> {
-    let (mut old, mut new) = (BTreeMap::new(), BTreeMap::new());
-    flatten("", before, &mut old);
-    flatten("", after, &mut new);
+/// The keys of two flattened documents ([`PinnedFile::flattened`]) that differ.
+fn key_changes(
+    old: &BTreeMap<String, Leaf<'_>>,
+    new: &BTreeMap<String, Leaf<'_>>,
+) -> Vec<KeyChange> {
     let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
     keys.sort();
     keys.dedup();
@@ -233,22 +267,6 @@ fn key_changes(before: &Map<String, Value>, after: &Map<String, Value>) -> Vec<K
             after: new.get(key).map(|v| shown(key, v)),
         })
         .collect()
-}
-
-fn flatten(prefix: &str, map: &Map<String, Value>, out: &mut BTreeMap<String, Value>) {
-    for (name, value) in map {
-        let key = if prefix.is_empty() {
-            name.clone()
-        } else {
-            format!("{prefix}.{name}")
-        };
-        match value {
-            Value::Object(inner) if !inner.is_empty() => flatten(&key, inner, out),
-            other => {
-                out.insert(key, other.clone());
-            }
-        }
-    }
 }
 
 /// Words of a name that say its value is a secret (`ANTHROPIC_AUTH_TOKEN`,
@@ -299,18 +317,18 @@ fn secret_name(key: &str) -> bool {
     words.iter().any(|w| SECRET_WORDS.contains(&w.as_str()))
 }
 
-/// Whether the value at `key` is a secret: by its name, or by what it says (a
-/// `token=`, a `Bearer `, a URL with credentials).
-fn secret(key: &str, value: &Value) -> bool {
-    let lower = value.to_string().to_lowercase();
+/// Whether the value at `key` (its JSON text) is a secret: by its name, or by what it
+/// says (a `token=`, a `Bearer `, a URL with credentials).
+fn secret(key: &str, json: &str) -> bool {
+    let lower = json.to_lowercase();
     let url_credentials = lower.contains("://") && lower.contains('@');
     secret_name(key) || SECRET_TEXT.iter().any(|s| lower.contains(s)) || url_credentials
 }
 
 /// A value as a person is shown it: JSON, shortened; a secret's masked.
-fn shown(key: &str, value: &Value) -> String {
-    let text = value.to_string();
-    if secret(key, value) || text.contains(MASKED) {
+fn shown(key: &str, value: &Leaf<'_>) -> String {
+    let text = value.0.to_string();
+    if secret(key, &text) || text.contains(MASKED) {
         return "(隐去)".to_string();
     }
     const MAX: usize = 120;
