@@ -390,11 +390,19 @@ impl Renderer {
                 let name = call.name.as_deref().unwrap_or("?");
                 let id = call.id.as_deref().unwrap_or("");
                 self.tools.insert(id.to_owned(), name.to_owned());
-                tool_call(out, name, &summarise(name, call.input.as_ref()));
+                tool_call(
+                    out,
+                    name,
+                    &summarise(name, call.input.as_ref().map(|input| input.raw())),
+                );
             }
             Block::ServerToolUse(call) => {
                 let name = server_tool_name(call.name.as_deref().unwrap_or("?"));
-                server_tool_call(out, name, &summarise(name, call.input.as_ref()));
+                server_tool_call(
+                    out,
+                    name,
+                    &summarise(name, call.input.as_ref().map(|input| input.raw())),
+                );
             }
             Block::ServerToolResult(result) => {
                 let results = result

@@ -106,7 +106,7 @@ impl Block {
     }
 
     /// A `tool_use` block: a call of one of flower's tools.
-    pub fn tool_use(id: &str, name: &str, input: Raw) -> Block {
+    pub fn tool_use(id: &str, name: &str, input: ToolInput) -> Block {
         Block::ToolUse(ToolUseBlock {
             kind: Some("tool_use".into()),
             id: Some(id.into()),
@@ -248,7 +248,7 @@ object! {
         id: String = "id",
         name: String = "name",
         /// The call's input: read by the tool that runs it, carried as written.
-        input: Raw = "input",
+        input: ToolInput = "input",
         cache_control: Raw = "cache_control",
     }
 }

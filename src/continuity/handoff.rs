@@ -427,7 +427,7 @@ fn path_of(call: &ToolUseBlock) -> Option<String> {
         path: Option<Raw>,
     }
     let input = call.input.as_ref()?;
-    if !input.get().starts_with('{') {
+    if !input.text().starts_with('{') {
         return None;
     }
     let input = input.parse::<Input>().ok()?;

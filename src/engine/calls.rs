@@ -12,16 +12,14 @@ use crate::tools::background::tools as background;
 use crate::tools::bash::wants_background;
 use crate::tools::names::{BASH, SKILL};
 use crate::tools::{Tool, ToolContext, ToolOutput};
-use crate::transcript::{self, Entry};
-use serde_json::{Value, json};
+use crate::transcript::{self, Entry, ToolInput};
+use serde_json::json;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The result for a call whose input was cut off or was not JSON: nothing is run.
-fn invalid_input(name: &str, input: &Value) -> Option<ToolOutput> {
-    let why = input
-        .get(crate::model::types::INVALID_TOOL_INPUT)
-        .and_then(Value::as_str)?;
+fn invalid_input(name: &str, input: &ToolInput) -> Option<ToolOutput> {
+    let why = input.str_field(crate::model::types::INVALID_TOOL_INPUT)?;
     let what = if why.starts_with(CUT_BY_MAX_TOKENS) {
         "was cut off"
     } else {
@@ -258,13 +256,16 @@ impl Engine {
             }
             (SKILL, _) => super::skills::invoke(
                 &self.config.conventions.skills,
-                serde_json::from_value(input.clone()),
+                // Through a tree, so that an error reads as it always has (no position).
+                input
+                    .parse::<serde_json::Value>()
+                    .and_then(serde_json::from_value),
             ),
             (name, _) if background::is_background_tool(name) => {
-                self.background_call(name, &Raw::of_tree(input)).await
+                self.background_call(name, input.raw()).await
             }
-            (BASH, _) if wants_background(&Raw::of_tree(input)) => {
-                self.start_background(parent, permissions, &Raw::of_tree(input))
+            (BASH, _) if wants_background(input.raw()) => {
+                self.start_background(parent, permissions, input.raw())
             }
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {
@@ -297,7 +298,7 @@ impl Engine {
 
     /// Tells the front end a call was not run: the call as the person sees it and what
     /// stopped it.
-    fn emit_denied(&self, name: &str, input: &Value, message: &str, by: DeniedBy, depth: u32) {
+    fn emit_denied(&self, name: &str, input: &ToolInput, message: &str, by: DeniedBy, depth: u32) {
         self.emit(Event::ToolDenied {
             name: name.to_string(),
             message: message.to_string(),
@@ -311,14 +312,13 @@ impl Engine {
     pub(super) async fn run_tool(
         &self,
         tool: &dyn Tool,
-        input: &Value,
+        input: &ToolInput,
         sandbox: crate::tools::sandbox::SandboxPolicy,
     ) -> ToolOutput {
         // The tool reads its own struct from the call's JSON.
-        let input = Raw::of_tree(input);
         let cancel = CancellationToken::new();
         let ctx = self.tool_context(cancel.clone(), sandbox);
-        self.until_interrupted(tool.call(&input, &ctx), &cancel)
+        self.until_interrupted(tool.call(input.raw(), &ctx), &cancel)
             .await
     }
 
@@ -361,13 +361,11 @@ impl Engine {
 }
 
 /// A short, one-line description of a tool call for progress output.
-pub fn summarize_input(name: &str, input: &Value) -> String {
+pub fn summarize_input(name: &str, input: &ToolInput) -> String {
     let field = crate::tools::names::info_of(name).map_or("", |t| t.summary_field);
     let text = input
-        .get(field)
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| json!(input).to_string());
+        .str_field(field)
+        .unwrap_or_else(|| input.text().to_string());
     let line = text.lines().next().unwrap_or_default();
     let mut short: String = line.chars().take(100).collect();
     if short.len() < line.len() || text.lines().nth(1).is_some() {

@@ -89,7 +89,9 @@ fn block_bytes(block: &Block) -> u64 {
             text(&b.kind)
                 + text(&b.id)
                 + text(&b.name)
-                + raw(&b.input)
+                + b.input
+                    .as_ref()
+                    .map_or(0, |input| string_bytes(input.raw()))
                 + raw(&b.cache_control)
                 + rest(&b.rest)
         }

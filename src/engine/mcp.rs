@@ -13,7 +13,7 @@ use super::permissions::Permissions;
 use super::{AgentSpec, Engine, Event, Pending};
 use crate::tools::ToolOutput;
 use crate::tools::mcp::{McpServer, McpTool};
-use crate::transcript::Raw;
+use crate::transcript::{Raw, ToolInput};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -83,7 +83,7 @@ impl Engine {
     pub(super) async fn call_mcp(
         &self,
         tool: &McpTool,
-        input: &Value,
+        input: &ToolInput,
         call_id: &str,
     ) -> ToolOutput {
         let Some(hub) = &self.mcp else {
@@ -93,7 +93,9 @@ impl Engine {
             ));
         };
         let cancel = CancellationToken::new();
-        let call = hub.call(&tool.server, &tool.tool, input, call_id, &cancel);
+        // The MCP client takes the arguments as a tree: read here, at the edge.
+        let arguments = input.parse().unwrap_or(Value::Null);
+        let call = hub.call(&tool.server, &tool.tool, &arguments, call_id, &cancel);
         let call = async {
             let outcome = call.await;
             if let Some(notice) = &outcome.notice {

@@ -49,10 +49,9 @@ use crate::future::BoxFuture;
 use crate::model::{MessagesRequest, ModelClient, ModelError, Thinking, Usage};
 use crate::stores::{PruningSessionStore, SessionKey, StoreError};
 use crate::tools::{ProcessGroups, Tool};
-use crate::transcript::{self, Chain, Entry, Loaded, Messages, Raw};
+use crate::transcript::{self, Chain, Entry, Loaded, Messages, Raw, ToolInput};
 use permissions::Permissions;
 use serde::Serialize;
-use serde_json::Value;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -348,7 +347,7 @@ impl EngineError {
 pub struct Denial {
     pub tool_name: String,
     pub tool_use_id: String,
-    pub tool_input: Value,
+    pub tool_input: ToolInput,
 }
 
 /// The outcome of one run.
@@ -492,7 +491,7 @@ impl<'a> Conversation<'a> {
 }
 
 /// A tool call of a reply: its id, tool name and input.
-type Call = (String, String, Value);
+type Call = (String, String, ToolInput);
 
 /// Running totals of a run.
 struct Totals {

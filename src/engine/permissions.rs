@@ -75,9 +75,9 @@ use super::bash_rules::{self, DenyView, NotPlain, Part};
 use crate::tools::paths;
 use crate::tools::protected;
 use crate::tools::sandbox::SandboxPolicy;
+use crate::transcript::ToolInput;
 use crate::transcript::tools as names;
 use globset::GlobMatcher;
-use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -356,7 +356,7 @@ impl Permissions {
     }
 
     /// Checks one call. `workspace` resolves relative paths for path rules.
-    pub fn check(&self, tool: &str, input: &Value, workspace: &Path) -> Decision {
+    pub fn check(&self, tool: &str, input: &ToolInput, workspace: &Path) -> Decision {
         let subject = Subject::of(tool, input, workspace);
         if let Some(rule) = self
             .deny
@@ -406,7 +406,7 @@ impl Permissions {
     }
 
     /// [`Decision::Ask`] when an ask rule matches the call, else [`Decision::Allow`].
-    fn ask_about(&self, tool: &str, input: &Value, workspace: &Path) -> Decision {
+    fn ask_about(&self, tool: &str, input: &ToolInput, workspace: &Path) -> Decision {
         if self.ask.is_empty() {
             return Decision::Allow;
         }
@@ -492,16 +492,12 @@ impl Applicable<'_> {
         (!allowed).then(|| self.no_allow_rule())
     }
 
-    fn check_other(&self, field: Option<&str>, input: &Value) -> Option<Why> {
+    fn check_other(&self, field: Option<&str>, input: &ToolInput) -> Option<Why> {
         // A client WebFetch's URL against domain rules (a WebSearch has none: its
         // domains go to the search itself, `tools::web`).
-        #[derive(serde::Deserialize)]
-        struct Url {
-            url: String,
-        }
-        let host = <Url as serde::Deserialize>::deserialize(input)
-            .ok()
-            .and_then(|u| reqwest::Url::parse(&u.url).ok())
+        let host = input
+            .str_field("url")
+            .and_then(|url| reqwest::Url::parse(&url).ok())
             .and_then(|u| u.host_str().map(str::to_string));
         for d in &self.deny {
             if let (Content::Domain(domain), Some(host)) = (&d.content, &host)
@@ -512,7 +508,8 @@ impl Applicable<'_> {
             if let Content::Other(pat) = &d.content {
                 let hit = match field {
                     Some(v) => wildcard(pat, v),
-                    None => string_values(input).iter().any(|v| wildcard(pat, v)),
+                    // Every string of the call, a repeated key's earlier values too.
+                    None => input.string_values().iter().any(|v| wildcard(pat, v)),
                 };
                 if hit {
                     return Some(Why::rule(format!("it matches the deny rule {}", d.text), d));
@@ -649,27 +646,21 @@ enum Target {
 }
 
 impl Subject {
-    fn of(tool: &str, input: &Value, workspace: &Path) -> Self {
+    fn of(tool: &str, input: &ToolInput, workspace: &Path) -> Self {
         let ws = paths::root(workspace);
         let (described, target) = if tool == names::BASH {
-            match input.get("command").and_then(Value::as_str) {
-                Some(c) => (
-                    format!(" with command {}", quote(c)),
-                    Target::Command(c.into()),
-                ),
+            match input.str_field("command") {
+                Some(c) => (format!(" with command {}", quote(&c)), Target::Command(c)),
                 None => (String::new(), Target::Missing),
             }
         } else if let Some(field) = path_field(tool) {
-            let raw = match input.get(field) {
+            let given = input.str_field(field);
+            let raw = match given.as_deref() {
                 // Glob and Grep search the workspace when `path` is absent (or one of
                 // the placeholders the model sometimes sends instead of omitting it).
-                Some(Value::String(s))
-                    if field == "path" && matches!(s.as_str(), "" | "undefined" | "null") =>
-                {
-                    Some(".")
-                }
-                None | Some(Value::Null) if field == "path" => Some("."),
-                Some(Value::String(s)) if !s.is_empty() => Some(s.as_str()),
+                Some("" | "undefined" | "null") if field == "path" => Some("."),
+                None if field == "path" && input.lacks(field) => Some("."),
+                Some(s) if !s.is_empty() => Some(s),
                 _ => None,
             };
             match raw {
@@ -677,9 +668,9 @@ impl Subject {
                 Some(raw) => {
                     let mut p = PathBuf::from(raw);
                     if tool == names::GLOB
-                        && let Some(pat) = input.get("pattern").and_then(Value::as_str)
+                        && let Some(pat) = input.str_field("pattern")
                     {
-                        p = glob_base(&p, pat);
+                        p = glob_base(&p, &pat);
                     }
                     let lexical = paths::lexical(&ws, &p);
                     let resolved = paths::resolve(&ws, &p).ok();
@@ -695,9 +686,7 @@ impl Subject {
         } else {
             let field = names::info_of(tool)
                 .and_then(|t| t.rule_field)
-                .and_then(|f| input.get(f))
-                .and_then(Value::as_str)
-                .map(str::to_string);
+                .and_then(|f| input.str_field(f));
             let d = field
                 .as_ref()
                 .map(|f| format!(" with {}", quote(f)))
@@ -790,17 +779,6 @@ fn list<'a>(rules: impl Iterator<Item = &'a Rule>) -> String {
         "none".into()
     } else {
         v.join(", ")
-    }
-}
-
-fn string_values(v: &Value) -> Vec<String> {
-    match v {
-        Value::Object(m) => m
-            .values()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect(),
-        _ => Vec::new(),
     }
 }
 

@@ -4,10 +4,9 @@
 use super::{
     CUT_BY_MAX_TOKENS, Conversation, Engine, EngineError, Event, Stop, Totals, WINDOW_EXCEEDED_STOP,
 };
-use crate::content::{Block, text_of};
+use crate::content::{Block, ToolInput, text_of};
 use crate::model::ModelReply;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 /// How many times in a row a reply cut by `max_tokens` is continued (each
 /// continuation is its own stored turn) before the run ends with what it has.
@@ -78,7 +77,7 @@ impl Engine {
             let Some(name) = crate::transcript::tools::server_tool_rule_name(api_name) else {
                 continue;
             };
-            let input = call.input.as_ref().map_or("null", |raw| raw.get());
+            let input = call.input.as_ref().map_or("null", ToolInput::text);
             let subject = serde_json::from_str::<Subject>(input).ok();
             let summary = subject
                 .and_then(|s| s.query.or(s.url))
@@ -196,38 +195,29 @@ pub(super) fn trim_for_continuation(mut reply: ModelReply) -> ModelReply {
 /// The calls of a reply to answer; a call cut by `max_tokens` (the last block of a
 /// reply that stopped there) gets the marker input instead of what arrived of it, so
 /// that it is answered with an error and never run, even when that part parses.
-pub(super) fn cut_last_call(
-    reply: &ModelReply,
-    mut calls: Vec<(String, String, Value)>,
-) -> Vec<(String, String, Value)> {
+pub(super) fn cut_last_call(reply: &ModelReply, mut calls: Vec<super::Call>) -> Vec<super::Call> {
     let cut = reply.stop_reason.as_deref() == Some("max_tokens")
         && matches!(reply.content.last(), Some(Block::ToolUse(_)));
     if cut && let Some((_, _, input)) = calls.last_mut() {
         // What the stream made of the cut input (a parse error), kept after the cause.
-        let why = match input
-            .get(crate::model::types::INVALID_TOOL_INPUT)
-            .and_then(Value::as_str)
-        {
+        let why = match input.str_field(crate::model::types::INVALID_TOOL_INPUT) {
             Some(parse) => format!("{CUT_BY_MAX_TOKENS}: {parse}"),
             None => CUT_BY_MAX_TOKENS.to_string(),
         };
-        *input = json!({ crate::model::types::INVALID_TOOL_INPUT: why });
+        let marker = [(crate::model::types::INVALID_TOOL_INPUT, why)];
+        *input = ToolInput::of(&std::collections::BTreeMap::from(marker))
+            .unwrap_or_else(|_| ToolInput::empty());
     }
     calls
 }
 
-/// The tool calls of a reply: id, name and input (`{}` when it has none). The input
-/// is a `Value` for the tools' sake until they read typed inputs.
-pub(super) fn calls_of(content: &[Block]) -> Vec<(String, String, Value)> {
+/// The tool calls of a reply: id, name and input (`{}` when it has none).
+pub(super) fn calls_of(content: &[Block]) -> Vec<super::Call> {
     content
         .iter()
         .filter_map(Block::as_tool_use)
         .map(|call| {
-            let input = call
-                .input
-                .as_ref()
-                .and_then(|raw| raw.parse().ok())
-                .unwrap_or_else(|| json!({}));
+            let input = call.input.clone().unwrap_or_default();
             (
                 call.id.clone().unwrap_or_default(),
                 call.name.clone().unwrap_or_default(),

@@ -5,7 +5,6 @@
 use super::{Call, Engine, EngineError, RunResult, Totals};
 use crate::stores::SessionKey;
 use crate::transcript::{self, Kind, Loaded};
-use serde_json::Value;
 
 impl Engine {
     /// [`Engine::load_for_resume`] for a main session whose last turn's calls never got
@@ -71,11 +70,7 @@ impl Engine {
             .tool_uses()
             .filter(|u| u.id.as_deref().is_some_and(|id| unanswered.contains(&id)))
             .map(|u| {
-                let input = u
-                    .input
-                    .as_ref()
-                    .and_then(|raw| raw.parse::<Value>().ok())
-                    .unwrap_or_else(|| serde_json::json!({}));
+                let input = u.input.clone().unwrap_or_default();
                 (
                     u.id.clone().unwrap_or_default(),
                     u.name.clone().unwrap_or_default(),

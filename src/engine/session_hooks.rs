@@ -26,6 +26,7 @@ use super::{
 use crate::stores::SessionKey;
 use crate::tools::ToolOutput;
 use crate::tools::sandbox::SandboxPolicy;
+use crate::transcript::ToolInput;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
@@ -243,7 +244,7 @@ impl Engine {
         permissions: &Permissions,
         id: &str,
         name: &str,
-        input: &Value,
+        input: &ToolInput,
     ) -> Result<Option<PermissionDecision>, (ToolOutput, String)> {
         let fields = tool_fields(id, name, input);
         let Some(outcome) = self
@@ -279,7 +280,7 @@ impl Engine {
         permissions: &Permissions,
         id: &str,
         name: &str,
-        input: &Value,
+        input: &ToolInput,
         output: &ToolOutput,
     ) {
         if output.is_error {
@@ -317,7 +318,7 @@ impl Engine {
         &self,
         spec: &AgentSpec,
         name: &str,
-        input: &Value,
+        input: &ToolInput,
         why: &str,
     ) -> Option<String> {
         let denied = |reason: &str| {
@@ -400,10 +401,11 @@ impl Engine {
 }
 
 /// The fields of a tool event.
-fn tool_fields(id: &str, name: &str, input: &Value) -> Map<String, Value> {
+fn tool_fields(id: &str, name: &str, input: &ToolInput) -> Map<String, Value> {
     let mut fields = Map::new();
     fields.insert("tool_name".into(), name.into());
-    fields.insert("tool_input".into(), input.clone());
+    // The hook's stdin is built as a tree (`hooks::Firing`): the input joins it here.
+    fields.insert("tool_input".into(), input.parse().unwrap_or(Value::Null));
     fields.insert("tool_use_id".into(), id.into());
     fields
 }

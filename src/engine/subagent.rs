@@ -10,9 +10,9 @@ use crate::model::ToolDef;
 use crate::model::classify::{ErrorClass, classify_error};
 use crate::tools::ToolOutput;
 use crate::tools::input::Field;
-use crate::transcript::{self, Chain, Entry, Kind, Messages};
+use crate::transcript::{self, Chain, Entry, Kind, Messages, ToolInput};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -111,10 +111,10 @@ impl Engine {
         &self,
         parent: &Parent<'_>,
         tool_use_id: &str,
-        input: &Value,
+        input: &ToolInput,
         totals: &mut Totals,
     ) -> ToolOutput {
-        let task = TaskInput::deserialize(input).unwrap_or_default();
+        let task: TaskInput = input.parse().unwrap_or_default();
         let Field::Given(prompt) = &task.prompt else {
             return ToolOutput::error("Task: missing required field `prompt`");
         };
@@ -292,13 +292,13 @@ impl Engine {
         ToolOutput::error(format!("sub-agent failed: {}", error.for_model()))
     }
 
-    pub(super) async fn ask_user(&self, input: &Value) -> ToolOutput {
+    pub(super) async fn ask_user(&self, input: &ToolInput) -> ToolOutput {
         #[derive(Deserialize, Default)]
         struct AskUserInput {
             #[serde(default)]
             question: Field<String>,
         }
-        let asked = AskUserInput::deserialize(input).unwrap_or_default();
+        let asked: AskUserInput = input.parse().unwrap_or_default();
         let Field::Given(question) = &asked.question else {
             return ToolOutput::error("AskUser: missing required field `question`");
         };

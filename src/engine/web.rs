@@ -8,7 +8,6 @@
 use super::recovery::{Retried, agent_id_for, retried_text};
 use super::turn::Turn;
 use super::{Call, Engine, EngineError, Totals, subagent};
-use crate::content::Raw;
 use crate::model::{History, MessagesRequest, ModelReply};
 use crate::stores::SessionStore;
 use crate::tools::ToolOutput;
@@ -44,7 +43,7 @@ impl Engine {
             allowed: access.allowed_domains,
             blocked: access.blocked_domains,
         };
-        let side = match SideRequest::of(name, &Raw::of_tree(input), &rules) {
+        let side = match SideRequest::of(name, input.raw(), &rules) {
             Ok(side) => side,
             Err(message) => return ToolOutput::error(message),
         };

@@ -10,7 +10,7 @@
 //!   `content_block_*`, `message_delta`, `message_stop`, `ping`, `error`) into a
 //!   [`ModelReply`], reporting progress through [`StreamDelta`]s as it goes.
 
-use crate::content::{Block, Order, Raw, TextBlock, ThinkingBlock, ToolUseBlock};
+use crate::content::{Block, Order, Raw, TextBlock, ThinkingBlock, ToolInput, ToolUseBlock};
 use crate::error::Cause;
 use crate::model::{ModelError, ModelReply, StreamDelta, Usage};
 use serde::Deserialize;
@@ -247,7 +247,7 @@ impl Streaming {
                         Err(e) => invalid_input(&e.to_string(), &json),
                     }
                 };
-                block.input = Some(input.map_err(serialize)?);
+                block.input = Some(ToolInput::from_raw(input.map_err(serialize)?));
                 // Canonical key order (type, id, name, input), whatever the server sent.
                 block.order = Order::default();
                 match block.kind.as_deref() {

@@ -66,7 +66,10 @@ pub fn tail(run: &Run, session_id: &str) -> Tail {
                     .tool_uses()
                     .map(|call| {
                         let name = call.name.as_deref().unwrap_or("?");
-                        format!("{name}: {}", call_summary(name, call.input.as_ref()))
+                        format!(
+                            "{name}: {}",
+                            call_summary(name, call.input.as_ref().map(|input| input.raw()))
+                        )
                     })
                     .collect();
             }

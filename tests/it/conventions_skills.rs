@@ -5,6 +5,7 @@
 //! lists them and what was ignored; the workspace's are pinned like settings files.
 
 use crate::support;
+use crate::support::tool_input;
 
 use serde_json::json;
 use std::path::Path;
@@ -249,8 +250,8 @@ fn skill_rules_name_one_skill() {
     use flower::engine::permissions::{Decision, Permissions};
     let rules = Permissions::new(&["Skill(hello-check)".to_string()], &[]).unwrap();
     let ws = Path::new("/w");
-    let allowed = rules.check("Skill", &json!({"skill": "hello-check"}), ws);
+    let allowed = rules.check("Skill", &tool_input(&json!({"skill": "hello-check"})), ws);
     assert!(matches!(allowed, Decision::Allow), "{allowed:?}");
-    let other = rules.check("Skill", &json!({"skill": "deploy"}), ws);
+    let other = rules.check("Skill", &tool_input(&json!({"skill": "deploy"})), ws);
     assert!(matches!(other, Decision::Deny { .. }), "{other:?}");
 }

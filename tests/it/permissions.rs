@@ -1,6 +1,7 @@
 //! The permission matcher, through its public API. Table-driven: every row is one
 //! call and the decision it must get.
 
+use crate::support::tool_input;
 use flower::engine::permissions::{DENIAL_PREFIX, Decision, Permissions};
 use serde_json::json;
 use std::path::Path;
@@ -16,7 +17,7 @@ fn perms(allow: &[&str], deny: &[&str]) -> Permissions {
 fn bash(p: &Permissions, cmd: &str) -> Decision {
     p.check(
         "Bash",
-        &json!({ "command": cmd }),
+        &tool_input(&json!({ "command": cmd })),
         Path::new("/nonexistent-ws"),
     )
 }
@@ -531,9 +532,11 @@ fn denial_messages_name_tool_command_and_rules() {
 
     // A tool no rule names.
     let p = perms(&["Read", "Glob"], &[]);
-    let Decision::Deny { message, .. } =
-        p.check("Write", &json!({"file_path": "a"}), Path::new("/w"))
-    else {
+    let Decision::Deny { message, .. } = p.check(
+        "Write",
+        &tool_input(&json!({"file_path": "a"})),
+        Path::new("/w"),
+    ) else {
         panic!("must be denied")
     };
     assert!(message.starts_with("Permission to use Write"), "{message}");
@@ -652,37 +655,41 @@ fn other_tools_match_their_main_field() {
     let p = perms(&["Task(review*)"], &["Task(reviewer-admin)"]);
     assert!(allowed(&p.check(
         "Task",
-        &json!({"subagent_type": "reviewer"}),
+        &tool_input(&json!({"subagent_type": "reviewer"})),
         ws
     )));
     assert!(!allowed(&p.check(
         "Task",
-        &json!({"subagent_type": "writer"}),
+        &tool_input(&json!({"subagent_type": "writer"})),
         ws
     )));
     assert!(!allowed(&p.check(
         "Task",
-        &json!({"subagent_type": "reviewer-admin"}),
+        &tool_input(&json!({"subagent_type": "reviewer-admin"})),
         ws
     )));
-    assert!(!allowed(&p.check("Task", &json!({"prompt": "x"}), ws)));
+    assert!(!allowed(&p.check(
+        "Task",
+        &tool_input(&json!({"prompt": "x"})),
+        ws
+    )));
     // An unknown tool: a content allow rule cannot match, a content deny rule looks
     // at every string field.
     let p = perms(&["Fetch(https://ok/*)"], &[]);
     assert!(!allowed(&p.check(
         "Fetch",
-        &json!({"url": "https://ok/a"}),
+        &tool_input(&json!({"url": "https://ok/a"})),
         ws
     )));
     let p = perms(&[], &["Fetch(*evil*)"]);
     assert!(!allowed(&p.check(
         "Fetch",
-        &json!({"url": "https://evil/a"}),
+        &tool_input(&json!({"url": "https://evil/a"})),
         ws
     )));
     assert!(allowed(&p.check(
         "Fetch",
-        &json!({"url": "https://good/a"}),
+        &tool_input(&json!({"url": "https://good/a"})),
         ws
     )));
 }
@@ -691,11 +698,15 @@ fn other_tools_match_their_main_field() {
 fn a_call_missing_its_field_is_left_to_the_tool() {
     let ws = Path::new("/w");
     let p = perms(&["Bash(git status:*)", "Read(src/**)"], &[]);
-    assert!(allowed(&p.check("Bash", &json!({}), ws)));
-    assert!(allowed(&p.check("Bash", &json!({"command": 12}), ws)));
-    assert!(allowed(&p.check("Read", &json!({}), ws)));
+    assert!(allowed(&p.check("Bash", &tool_input(&json!({})), ws)));
+    assert!(allowed(&p.check(
+        "Bash",
+        &tool_input(&json!({"command": 12})),
+        ws
+    )));
+    assert!(allowed(&p.check("Read", &tool_input(&json!({})), ws)));
     // … but only for a tool that is allowed at all.
-    assert!(!allowed(&p.check("Write", &json!({}), ws)));
+    assert!(!allowed(&p.check("Write", &tool_input(&json!({})), ws)));
 }
 
 /// A tool such as AskUser is offered only when an allow rule names it, never through an

@@ -3,6 +3,7 @@
 //! bash ran nothing the rules do not allow. This checks the splitter against bash
 //! itself, not against our own idea of bash.
 
+use crate::support::tool_input;
 use flower::engine::permissions::{Decision, Permissions};
 use proptest::prelude::*;
 use serde_json::json;
@@ -72,7 +73,11 @@ fn run(sb: &Sandbox, cmd: &str) -> Vec<String> {
 
 fn allowed(p: &Permissions, cmd: &str) -> bool {
     matches!(
-        p.check("Bash", &json!({ "command": cmd }), Path::new("/ws")),
+        p.check(
+            "Bash",
+            &tool_input(&json!({ "command": cmd })),
+            Path::new("/ws")
+        ),
         Decision::Allow
     )
 }

@@ -6,6 +6,7 @@
 //! every command as a tool call of one turn.
 
 use crate::support;
+use crate::support::tool_input;
 
 use serde_json::{Value, json};
 use std::path::Path;
@@ -124,8 +125,11 @@ fn over_denial_report() {
     for (cmd, allow) in HARMLESS {
         let rules: Vec<String> = allow.iter().map(|r| r.to_string()).collect();
         let p = Permissions::new(&rules, &[]).unwrap();
-        if let Decision::Deny { .. } = p.check("Bash", &json!({ "command": cmd }), Path::new("/ws"))
-        {
+        if let Decision::Deny { .. } = p.check(
+            "Bash",
+            &tool_input(&json!({ "command": cmd })),
+            Path::new("/ws"),
+        ) {
             refused.push(*cmd);
         }
     }

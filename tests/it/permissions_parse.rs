@@ -1,6 +1,7 @@
 //! The bash parse behind the rules (`engine::bash_rules`): the plain subset, the deny
 //! view, and the bounds on bad input.
 
+use crate::support::tool_input;
 use flower::engine::bash_rules::{MAX_COMMAND_BYTES, NotPlain, deny_view, plain_parts};
 use flower::engine::permissions::{Decision, Permissions};
 use serde_json::json;
@@ -19,7 +20,7 @@ pub(crate) fn check(allow: &[&str], deny: &[&str], cmd: &str) -> Decision {
     let s = |v: &[&str]| v.iter().map(|r| r.to_string()).collect::<Vec<_>>();
     Permissions::new(&s(allow), &s(deny)).unwrap().check(
         "Bash",
-        &json!({ "command": cmd }),
+        &tool_input(&json!({ "command": cmd })),
         Path::new("/ws"),
     )
 }

@@ -1,6 +1,7 @@
 //! Path rules (Read/Write/Edit/Glob/Grep) against a real directory tree with
 //! symlinks: paths are resolved before matching, so `..` and links cannot slip out.
 
+use crate::support::tool_input;
 use flower::engine::permissions::{Decision, Permissions};
 use serde_json::{Value, json};
 use std::fs;
@@ -55,7 +56,7 @@ fn table(t: &Tree, allow: &[&str], deny: &[&str], rows: &[(&str, Value, bool)]) 
     let p = Permissions::new(&rules(allow), &rules(deny)).unwrap();
     let mut failures = Vec::new();
     for (tool, input, want) in rows {
-        let d = p.check(tool, input, &t.ws);
+        let d = p.check(tool, &tool_input(input), &t.ws);
         if matches!(d, Decision::Allow) != *want {
             failures.push(format!(
                 "{tool} {input}: expected allowed={want}, got {d:?}"
@@ -284,7 +285,9 @@ fn single_star_does_not_cross_directories() {
 fn path_denials_name_the_path_and_rule() {
     let t = tree();
     let p = Permissions::new(&rules(&["Read(src/**)"]), &rules(&["Read(src/deep/**)"])).unwrap();
-    let Decision::Deny { message, .. } = p.check("Read", &fp("src/../secret.txt"), &t.ws) else {
+    let Decision::Deny { message, .. } =
+        p.check("Read", &tool_input(&fp("src/../secret.txt")), &t.ws)
+    else {
         panic!("must be denied")
     };
     assert!(
@@ -299,7 +302,9 @@ fn path_denials_name_the_path_and_rule() {
         message.contains("no allow rule matches (allowed: Read(src/**))"),
         "{message}"
     );
-    let Decision::Deny { message, .. } = p.check("Read", &fp("src/deep/x/y.rs"), &t.ws) else {
+    let Decision::Deny { message, .. } =
+        p.check("Read", &tool_input(&fp("src/deep/x/y.rs")), &t.ws)
+    else {
         panic!("must be denied")
     };
     assert!(message.contains("deny rule Read(src/deep/**)"), "{message}");

@@ -1,5 +1,6 @@
 //! Properties of the Bash matcher over generated commands.
 
+use crate::support::tool_input;
 use flower::engine::bash_rules::deny_view;
 use flower::engine::permissions::{Decision, Permissions};
 use proptest::prelude::*;
@@ -16,7 +17,11 @@ fn perms() -> Permissions {
 
 fn allowed(p: &Permissions, cmd: &str) -> bool {
     matches!(
-        p.check("Bash", &json!({ "command": cmd }), Path::new("/ws")),
+        p.check(
+            "Bash",
+            &tool_input(&json!({ "command": cmd })),
+            Path::new("/ws")
+        ),
         Decision::Allow
     )
 }
@@ -177,7 +182,7 @@ proptest! {
         let p = perms();
         let _ = allowed(&p, &s);
         let deny = Permissions::new(&[], &["Bash(rm:*)".to_string()]).unwrap();
-        let _ = deny.check("Bash", &json!({ "command": s }), Path::new("/ws"));
+        let _ = deny.check("Bash", &tool_input(&json!({ "command": s })), Path::new("/ws"));
     }
 
     /// With a deny rule on `rm`, a command running `rm` somewhere is never allowed.
@@ -189,7 +194,7 @@ proptest! {
         let deny = Permissions::new(&[], &["Bash(rm:*)".to_string()]).unwrap();
         let close = match sep { " $(" => ")", " `" => "`", _ => "" };
         let cmd = format!("{before}{sep}rm -rf x{close}");
-        let d = deny.check("Bash", &json!({ "command": cmd }), Path::new("/ws"));
+        let d = deny.check("Bash", &tool_input(&json!({ "command": cmd })), Path::new("/ws"));
         // Either the text before swallowed `rm` into a quote or comment (then bash
         // would not run it either, or the splitter refuses), or the call is denied.
         if matches!(d, Decision::Allow) {

@@ -6,6 +6,7 @@ use crate::faults_support::tool_use_ids;
 use crate::flow::Script;
 use crate::store_support::{api_error, assistant, bash, text, tool_result, user_blocks, user_text};
 use crate::support;
+use crate::support::tool_input;
 
 use crate::support::prune_json as prune;
 use flower::continuity::resilience::{ErrorClass, Resilience, classify, classify_error};
@@ -57,7 +58,7 @@ fn perms(allow: &[&str], deny: &[&str]) -> Permissions {
 }
 
 fn allowed(p: &Permissions, tool: &str, input: Value, ws: &Path) -> bool {
-    matches!(p.check(tool, &input, ws), Decision::Allow)
+    matches!(p.check(tool, &tool_input(&input), ws), Decision::Allow)
 }
 
 // ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 //! is); the judge's are refused by its rules and send nothing.
 
 use crate::support;
+use crate::support::tool_input;
 
 use serde_json::{Value, json};
 use support::pipeline::{
@@ -170,7 +171,7 @@ fn a_client_web_fetch_is_checked_against_domain_rules_by_its_host() {
     let fetch = |url: &str| {
         p.check(
             "WebFetch",
-            &json!({"url": url, "prompt": "p"}),
+            &tool_input(&json!({"url": url, "prompt": "p"})),
             std::path::Path::new("/nonexistent-ws"),
         )
     };
@@ -190,7 +191,7 @@ fn a_client_web_fetch_is_checked_against_domain_rules_by_its_host() {
     ));
     let search = p.check(
         "WebSearch",
-        &json!({"query": "serde"}),
+        &tool_input(&json!({"query": "serde"})),
         std::path::Path::new("/nonexistent-ws"),
     );
     assert!(matches!(search, Decision::Allow));

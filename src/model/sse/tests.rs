@@ -113,7 +113,8 @@ fn expected_reply() -> ModelReply {
             Block::tool_use(
                 "toolu_01",
                 "Read",
-                Raw::of(&json!({"file_path": "/tmp/é.txt", "limit": 5})).unwrap(),
+                crate::content::ToolInput::of(&json!({"file_path": "/tmp/é.txt", "limit": 5}))
+                    .unwrap(),
             ),
         ],
         stop_reason: Some("tool_use".into()),

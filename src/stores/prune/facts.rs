@@ -186,7 +186,7 @@ impl Block {
             TypedBlock::ToolUse(call) => Block::ToolUse {
                 id: id(&call.id),
                 snapshot: (call.name.as_deref() == Some(crate::transcript::tools::BASH))
-                    .then(|| command_of(call.input.as_ref()?))
+                    .then(|| command_of(call.input.as_ref()?.raw()))
                     .flatten()
                     .and_then(|c| snapshot_command(&c)),
             },

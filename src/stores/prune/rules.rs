@@ -410,7 +410,10 @@ fn server_result_text(call: &TypedBlock, result: &TypedBlock) -> (String, String
             .unwrap_or_default()
     }
     let (name, input) = match call {
-        TypedBlock::ServerToolUse(call) => (call.name.as_deref(), call.input.as_ref()),
+        TypedBlock::ServerToolUse(call) => (
+            call.name.as_deref(),
+            call.input.as_ref().map(|input| input.raw()),
+        ),
         _ => (None, None),
     };
     let name = name.unwrap_or("server tool");

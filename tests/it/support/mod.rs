@@ -22,6 +22,11 @@ pub use fake::{
 };
 pub use workspace::{ToolEnv, tool_env};
 
+/// A tool call's input, as the model would send `value`.
+pub fn tool_input(value: &serde_json::Value) -> flower::transcript::ToolInput {
+    flower::transcript::ToolInput::of(value).unwrap()
+}
+
 /// JSON objects as the typed entries a store appends (every field kept as written).
 pub fn typed(values: &[serde_json::Value]) -> Vec<flower::transcript::Entry> {
     values.iter().map(typed_one).collect()
