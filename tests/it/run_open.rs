@@ -130,3 +130,104 @@ fn a_missing_credential_is_refused_before_anything_is_created() {
     assert!(!dir.path().join("runs").exists());
     assert_eq!(server.connections(), 0);
 }
+
+/// Settings read from `dir`'s files (a project `.claude/settings.json` is written first),
+/// with an empty home: what the CLI resolves, pin included.
+fn settings_from_files(dir: &Path, home: &Path, server: &FakeServer) -> Settings {
+    let claude = dir.join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::fs::write(
+        claude.join("settings.json"),
+        r#"{"env": {"FLOWER_MAX_TOKENS": "1234"}}"#,
+    )
+    .unwrap();
+    let vars = vec![
+        ("ANTHROPIC_BASE_URL".to_string(), server.url()),
+        ("ANTHROPIC_API_KEY".to_string(), FAKE_API_KEY.to_string()),
+        ("HOME".to_string(), home.display().to_string()),
+    ];
+    let flags = Flags {
+        workspace: Some(dir.to_path_buf()),
+        run_dir: Some(dir.join("runs")),
+        ..Flags::default()
+    };
+    let files = FileLayer::load(dir, Some(home)).unwrap();
+    Settings::resolve(&flags, &Environment::from_vars(vars), &files).unwrap()
+}
+
+/// A run with a history and no pin (it began before pinning, or the pin was deleted)
+/// counts every settings file as new, whichever sign of history it has alone: a
+/// complete brief, or a lineage whose sessions are gone. A fresh run compares nothing
+/// and pins what is there.
+#[test]
+fn a_run_with_any_history_and_no_pin_counts_every_settings_file_as_new() {
+    let server = FakeServer::start(vec![]);
+    let home = tempfile::tempdir().unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let settings = settings_from_files(fresh.path(), home.path(), &server);
+    let opening = Run::prepare(&settings).unwrap();
+    assert!(opening.settings_drift().is_none(), "a fresh run");
+    opening.lock(Begin::Continue, RunHooks::default()).unwrap();
+    assert!(fresh.path().join("runs/settings-pin.json").exists());
+
+    let briefed = tempfile::tempdir().unwrap();
+    let notes = briefed.path().join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("需求.md"), BRIEF).unwrap();
+    let lineaged = tempfile::tempdir().unwrap();
+    let runs = lineaged.path().join("runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    let workspace = lineaged.path().canonicalize().unwrap();
+    Lineage::empty(&runs, &workspace).remember("干活", "gone-session");
+    for (dir, history) in [(&briefed, "a complete brief"), (&lineaged, "a lineage")] {
+        let settings = settings_from_files(dir.path(), home.path(), &server);
+        let opening = Run::prepare(&settings).unwrap();
+        let drift = opening.settings_drift().expect(history);
+        assert!(
+            drift
+                .lines()
+                .iter()
+                .any(|l| l.contains(".claude/settings.json")),
+            "{history}: {:?}",
+            drift.lines()
+        );
+        match opening.lock(Begin::Continue, RunHooks::default()) {
+            Err(RunError::SettingsChanged(_)) => {}
+            other => panic!("{history}: expected SettingsChanged, got {:?}", other.err()),
+        }
+        assert!(
+            !dir.path().join("runs/settings-pin.json").exists(),
+            "{history}"
+        );
+    }
+    assert_eq!(server.connections(), 0);
+}
+
+/// `--new` twice in one second: the second archive is numbered on (`<stamp>-2`, then
+/// `-3`), never written into the first.
+#[test]
+fn archives_made_in_one_second_are_numbered_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(vec![]);
+    let settings = settings(dir.path(), &server, true);
+    let notes = dir.path().join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("需求.md"), BRIEF).unwrap();
+    // Every second of the next minute already has an archive and its `-2`.
+    let archive = notes.join("archive");
+    let now = chrono::Local::now();
+    for s in -2..60 {
+        let stamp = (now + chrono::Duration::seconds(s)).format("%Y%m%d-%H%M%S");
+        std::fs::create_dir_all(archive.join(stamp.to_string())).unwrap();
+        std::fs::create_dir_all(archive.join(format!("{stamp}-2"))).unwrap();
+    }
+    let locked = Run::prepare(&settings)
+        .unwrap()
+        .lock(Begin::New, RunHooks::default())
+        .unwrap();
+    let into = locked.archived().expect("archived");
+    let name = into.file_name().unwrap().to_string_lossy().into_owned();
+    let stamp = name.strip_suffix("-3").expect(&name);
+    assert!(archive.join(stamp).is_dir(), "{name}");
+    assert!(into.join("需求.md").exists());
+}
