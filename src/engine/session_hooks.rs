@@ -18,7 +18,9 @@
 //! tool result of the turn, so the API's alternation of user and assistant messages
 //! holds and no text comes between tool results.
 
-use super::hooks::{Firing, HookEvent, HookOutcome, Launch, PermissionDecision};
+use super::hooks::{
+    EventFields, Firing, Handoff, HookEvent, HookOutcome, Launch, PermissionDecision,
+};
 use super::permissions::Permissions;
 use super::{
     AgentSpec, Conversation, Engine, EngineError, Event, Origin, Pending, SessionStart, Totals,
@@ -27,7 +29,6 @@ use crate::stores::SessionKey;
 use crate::tools::ToolOutput;
 use crate::tools::sandbox::SandboxPolicy;
 use crate::transcript::ToolInput;
-use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 /// How many times Stop (or SubagentStop) hooks may send one run back to work before
@@ -67,7 +68,7 @@ impl Engine {
         permissions: Option<&Permissions>,
         event: HookEvent,
         subject: &str,
-        fields: Map<String, Value>,
+        fields: EventFields,
     ) -> Option<HookOutcome> {
         let hooks = self.hooks.as_ref()?;
         if !hooks.wants(event, subject) {
@@ -103,7 +104,7 @@ impl Engine {
         conv: &Conversation<'_>,
         event: HookEvent,
         subject: &str,
-        fields: Map<String, Value>,
+        fields: EventFields,
     ) -> Option<HookOutcome> {
         let permissions = self.permissions_of(conv.spec).ok();
         self.fire(conv, permissions.as_ref(), event, subject, fields)
@@ -138,9 +139,10 @@ impl Engine {
             (SessionStart::New, _) => "startup",
             _ => "resume",
         };
-        let mut fields = Map::new();
-        fields.insert("source".into(), source.into());
-        fields.insert("agent_type".into(), conv.spec.name.clone().into());
+        let fields = EventFields::SessionStart {
+            source,
+            agent_type: conv.spec.name.clone(),
+        };
         let Some(outcome) = self
             .fire_as_agent(conv, HookEvent::SessionStart, source, fields)
             .await
@@ -159,8 +161,9 @@ impl Engine {
         conv: &mut Conversation<'_>,
         prompt: &str,
     ) -> Result<(), EngineError> {
-        let mut fields = Map::new();
-        fields.insert("prompt".into(), prompt.into());
+        let fields = EventFields::UserPromptSubmit {
+            prompt: prompt.to_string(),
+        };
         let Some(outcome) = self
             .fire_as_agent(conv, HookEvent::UserPromptSubmit, "", fields)
             .await
@@ -183,8 +186,7 @@ impl Engine {
         if conv.chain.leaf().is_none() {
             return;
         }
-        let mut fields = Map::new();
-        fields.insert("reason".into(), "other".into());
+        let fields = EventFields::SessionEnd { reason: "other" };
         if let Some(outcome) = self
             .fire_as_agent(conv, HookEvent::SessionEnd, "", fields)
             .await
@@ -208,12 +210,11 @@ impl Engine {
         } else {
             HookEvent::SubagentStop
         };
-        let mut fields = Map::new();
-        fields.insert("stop_hook_active".into(), (conv.stop_blocks > 0).into());
-        fields.insert("last_assistant_message".into(), totals.text.clone().into());
-        if conv.depth > 0 {
-            fields.insert("agent_type".into(), conv.spec.name.clone().into());
-        }
+        let fields = EventFields::Stop {
+            stop_hook_active: conv.stop_blocks > 0,
+            last_assistant_message: totals.text.clone(),
+            agent_type: (conv.depth > 0).then(|| conv.spec.name.clone()),
+        };
         let Some(outcome) = self.fire_as_agent(conv, event, "", fields).await else {
             return Ok(None);
         };
@@ -246,7 +247,11 @@ impl Engine {
         name: &str,
         input: &ToolInput,
     ) -> Result<Option<PermissionDecision>, (ToolOutput, String)> {
-        let fields = tool_fields(id, name, input);
+        let fields = EventFields::PreToolUse {
+            tool_name: name.to_string(),
+            tool_input: input.clone(),
+            tool_use_id: id.to_string(),
+        };
         let Some(outcome) = self
             .fire(conv, Some(permissions), HookEvent::PreToolUse, name, fields)
             .await
@@ -286,8 +291,12 @@ impl Engine {
         if output.is_error {
             return;
         }
-        let mut fields = tool_fields(id, name, input);
-        fields.insert("tool_response".into(), output.content.clone().into());
+        let fields = EventFields::PostToolUse {
+            tool_name: name.to_string(),
+            tool_input: input.clone(),
+            tool_use_id: id.to_string(),
+            tool_response: output.content.clone(),
+        };
         let Some(outcome) = self
             .fire(
                 conv,
@@ -384,13 +393,15 @@ impl Engine {
         let chain =
             crate::transcript::Chain::new(session_id, &self.config.workspace).with_leaf(leaf);
         let mut conv = Conversation::new(spec, key, chain);
-        let mut fields = Map::new();
-        fields.insert("trigger".into(), "auto".into());
-        fields.insert("custom_instructions".into(), "".into());
-        fields.insert(
-            "handoff".into(),
-            json!({"step": step, "generation": generation + 1, "reason": reason}),
-        );
+        let fields = EventFields::PreCompact {
+            trigger: "auto",
+            custom_instructions: String::new(),
+            handoff: Handoff {
+                step: step.to_string(),
+                generation: generation + 1,
+                reason: reason.map(str::to_string),
+            },
+        };
         if let Some(outcome) = self
             .fire_as_agent(&conv, HookEvent::PreCompact, "auto", fields)
             .await
@@ -398,14 +409,4 @@ impl Engine {
             let _ = self.record_hooks(&mut conv, &outcome);
         }
     }
-}
-
-/// The fields of a tool event.
-fn tool_fields(id: &str, name: &str, input: &ToolInput) -> Map<String, Value> {
-    let mut fields = Map::new();
-    fields.insert("tool_name".into(), name.into());
-    // The hook's stdin is built as a tree (`hooks::Firing`): the input joins it here.
-    fields.insert("tool_input".into(), input.parse().unwrap_or(Value::Null));
-    fields.insert("tool_use_id".into(), id.into());
-    fields
 }

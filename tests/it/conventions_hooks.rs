@@ -141,6 +141,31 @@ fn pre_tool_use_exit_2_blocks_the_call_and_the_model_reads_stderr() {
     assert_eq!(first["tool_name"], "Write");
     assert_eq!(first["tool_input"]["file_path"], "forbidden.txt");
     assert!(first["tool_use_id"].as_str().unwrap().starts_with("toolu_"));
+    // Claude Code's order, and the call's input as the model wrote it.
+    let keys: Vec<&str> = first
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "session_id",
+            "transcript_path",
+            "cwd",
+            "permission_mode",
+            "hook_event_name",
+            "tool_name",
+            "tool_input",
+            "tool_use_id"
+        ]
+    );
+    let line = project.read("PreToolUse.jsonl");
+    assert!(
+        line.contains(r#""tool_input":{"file_path":"forbidden.txt","content":"x"},"tool_use_id""#),
+        "{line}"
+    );
     // transcript_path is a JSONL file of the session as stored, current when read.
     let transcript = Path::new(seen[1]["transcript_path"].as_str().unwrap());
     let lines: Vec<Value> = std::fs::read_to_string(transcript)
@@ -336,6 +361,9 @@ fn stop_and_subagent_stop_hooks_send_the_agent_back_once() {
     let subs = inputs(&project, "SubagentStop");
     assert_eq!(subs.len(), 2);
     assert_eq!(subs[0]["hook_event_name"], "SubagentStop");
+    // The sub-agent's stop names its agent; the main agent's has no such field.
+    assert!(subs[0]["agent_type"].is_string(), "{:?}", subs[0]);
+    assert!(stops[0].get("agent_type").is_none(), "{:?}", stops[0]);
 }
 
 #[test]

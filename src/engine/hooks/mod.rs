@@ -16,14 +16,15 @@ pub mod config;
 pub mod export;
 pub mod files;
 pub mod outcome;
+pub mod payload;
 
 pub use command::{Ended, HookRun, Launch};
 pub use config::{
     DEFAULT_TIMEOUT, HookCommand, HookConfigError, HookEvent, HookGroup, HookSet, Matcher,
 };
 pub use outcome::{HookOutcome, PermissionDecision};
+pub use payload::{EventFields, Handoff};
 
-use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -46,7 +47,7 @@ pub struct Firing<'a> {
     pub session_id: &'a str,
     pub transcript_path: &'a Path,
     /// The event's own fields (`tool_name`, `tool_input`, `prompt`, …).
-    pub fields: Map<String, Value>,
+    pub fields: EventFields,
     /// How the hook's process runs (the sandbox of the agent whose event it is).
     pub launch: Launch,
 }
@@ -93,25 +94,15 @@ impl Hooks {
         if commands.is_empty() {
             return None;
         }
-        let mut input = Map::new();
-        input.insert("session_id".into(), firing.session_id.into());
-        input.insert(
-            "transcript_path".into(),
-            firing.transcript_path.to_string_lossy().into_owned().into(),
-        );
-        input.insert(
-            "cwd".into(),
-            firing
-                .launch
-                .workspace
-                .to_string_lossy()
-                .into_owned()
-                .into(),
-        );
-        input.insert("permission_mode".into(), "default".into());
-        input.insert("hook_event_name".into(), firing.event.name().into());
-        input.extend(firing.fields);
-        let input = Value::Object(input).to_string().into_bytes();
+        let input = payload::Stdin {
+            session_id: firing.session_id,
+            transcript_path: firing.transcript_path.to_string_lossy().into_owned(),
+            cwd: firing.launch.workspace.to_string_lossy().into_owned(),
+            permission_mode: "default",
+            hook_event_name: firing.event.name(),
+            fields: &firing.fields,
+        }
+        .to_bytes();
         let input = Arc::new(input);
         let handles: Vec<_> = commands
             .into_iter()
