@@ -66,7 +66,7 @@ fn checks() {
         let mut times = Vec::new();
         for _ in 0..20 {
             for c in &commands {
-                let input = json!({ "command": c });
+                let input = flower::transcript::ToolInput::of(&json!({ "command": c })).unwrap();
                 let t = Instant::now();
                 std::hint::black_box(p.check("Bash", &input, Path::new("/ws")));
                 times.push(t.elapsed());
