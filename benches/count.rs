@@ -116,9 +116,8 @@ fn main() {
         system: "You are a careful engineer.".into(),
         messages: values
             .iter()
-            .map(|e| e["message"].clone())
-            .collect::<Vec<Value>>()
-            .into(),
+            .map(|e| serde_json::from_str(&e["message"].to_string()).unwrap())
+            .collect(),
         ..MessagesRequest::default()
     };
     // The client's own share of a count: building the body of the whole prompt.

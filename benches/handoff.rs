@@ -62,7 +62,10 @@ fn text_of(message: &Value) -> String {
 
 impl Scripted {
     fn reply(&self, request: &MessagesRequest) -> ModelReply {
-        let messages = &request.messages.to_values();
+        let messages = &serde_json::from_str::<Vec<Value>>(
+            &serde_json::to_string(&request.messages.to_messages()).unwrap(),
+        )
+        .unwrap();
         let turn = messages.iter().filter(|m| m["role"] == "assistant").count() as u64;
         let first = messages.first().map(text_of).unwrap_or_default();
         let asked = messages

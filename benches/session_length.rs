@@ -37,7 +37,7 @@ use flower::model::MessagesRequest;
 use flower::model::anthropic::request_body;
 use flower::stores::{PostgresStore, SessionKey, SessionStore, SqliteSessionStore, project_key};
 use flower::transcript::{Chain, Entry, Messages};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::{FakeServer, Reply};
@@ -172,7 +172,7 @@ fn body_build(n: usize) {
     }
     let per = start.elapsed() / rounds as u32;
     // For scale, what the old path did on every request: serialize every message.
-    let values: Vec<Value> = request.messages.to_values();
+    let values = request.messages.to_messages();
     let start = Instant::now();
     for _ in 0..rounds {
         std::hint::black_box(serde_json::to_vec(&values).map(|v| v.len()).unwrap_or(0));

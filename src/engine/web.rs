@@ -13,7 +13,6 @@ use crate::stores::SessionStore;
 use crate::tools::ToolOutput;
 use crate::tools::web::{Domains, SideRequest};
 use crate::transcript::{self, Chain};
-use serde_json::json;
 
 impl Engine {
     /// Whether `name` is a web tool this agent is offered as a client tool (its spec
@@ -48,7 +47,7 @@ impl Engine {
             Err(message) => return ToolOutput::error(message),
         };
         let mut messages = History::new();
-        messages.push(json!({"role": "user", "content": side.prompt}));
+        messages.push(crate::model::RequestMessage::user_text(&side.prompt));
         let request = MessagesRequest {
             model: parent
                 .spec

@@ -1,13 +1,15 @@
 //! The request body, built by concatenation: the history is kept as each message's
 //! serialized JSON ([`History`]), so a turn costs the same at turn 10 and at turn
 //! 10,000 (re-serializing every message on every request was most of a long session's
-//! CPU). The bytes are exactly those of serializing the messages as `Value`s, cache
-//! marks placed by the rules of [`request_body`](super::anthropic::request_body).
+//! CPU). The messages are typed ([`RequestMessage`]) until they are written; the bytes
+//! are those of [`canonical_json`], cache marks placed by the rules of
+//! [`request_body`](super::anthropic::request_body) ([`super::marks`]).
 
 use super::MessagesRequest;
+use super::marks::{self, EPHEMERAL, Ephemeral};
+use super::message::{RequestMessage, Role, canonical_json};
 use serde::Serialize;
 use serde::ser::SerializeSeq;
-use serde_json::{Value, json};
 use std::borrow::Cow;
 
 /// The API allows at most this many `cache_control` breakpoints per request.
@@ -17,11 +19,10 @@ pub const MAX_CACHE_BREAKPOINTS: usize = 4;
 /// breakpoint.
 pub const CACHE_LOOKBACK_BLOCKS: usize = 20;
 
-/// The messages of a conversation (`{"role": …, "content": …}`), append-only (but for
-/// the newest, which [`History::drop_last`] may take back). Every
-/// message but the newest is sealed: kept only as its JSON text and the few facts the
-/// cache marks need. The newest stays a `Value`, since the next entry of the same role
-/// joins it ([`History::last_mut`]).
+/// The messages of a conversation, append-only (but for the newest, which
+/// [`History::drop_last`] may take back). Every message but the newest is sealed:
+/// kept only as its JSON text and the few facts the cache marks need. The newest stays
+/// typed, since the next entry of the same role joins it ([`History::last_mut`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct History {
     sealed: Vec<Sealed>,
@@ -29,7 +30,7 @@ pub struct History {
     /// copies the messages it sends unchanged as one slice, so a turn's own work does
     /// not grow with the number of messages (#46 item 2).
     text: String,
-    open: Option<Value>,
+    open: Option<RequestMessage>,
     /// Indices of the sealed messages that carry cache marks of their own (rare: an
     /// imported transcript), ascending.
     marked: Vec<usize>,
@@ -53,18 +54,22 @@ impl History {
     }
 
     /// Appends a message; the one before it is sealed.
-    pub fn push(&mut self, message: Value) {
+    pub fn push(&mut self, message: RequestMessage) {
         if let Some(previous) = self.open.replace(message) {
             self.seal(previous);
         }
     }
 
-    fn seal(&mut self, message: Value) {
-        // Serializing a `Value` into a String cannot fail.
-        let json = serde_json::to_string(&message).unwrap_or_default();
-        let marks = count_breakpoints(&message, false);
-        let assistant = role(&message) == Some("assistant");
-        self.append_sealed(&json, assistant, blocks(&message), marks);
+    fn seal(&mut self, message: RequestMessage) {
+        let json = canonical_json(&message);
+        // A mark is a key of that name: a text without one has none.
+        let marks = if json.contains("\"cache_control\"") {
+            marks::count(&message, false)
+        } else {
+            0
+        };
+        let assistant = message.role == Role::Assistant;
+        self.append_sealed(&json, assistant, message.block_count(), marks);
     }
 
     fn append_sealed(&mut self, json: &str, assistant: bool, blocks: usize, marks: usize) {
@@ -104,17 +109,16 @@ impl History {
         }
     }
 
-    /// Appends a message already serialized: `json` must be exactly what serializing
-    /// it as a `Value` gives (`{"role":…,"content":[…]}`, see
+    /// Appends a message already serialized: `json` must be exactly what
+    /// [`canonical_json`] gives for it (`{"role":…,"content":[…]}`, see
     /// [`super::canonical::is_canonical`]), with `blocks` content blocks. It is sealed
     /// at once, and so is the message before it.
     pub fn push_sealed(&mut self, json: String, assistant: bool, blocks: usize) {
         if let Some(previous) = self.open.take() {
             self.seal(previous);
         }
-        // A mark is a key of that name: a text without one has none.
         let marks = if json.contains("\"cache_control\"") {
-            serde_json::from_str::<Value>(&json).map_or(0, |m| count_breakpoints(&m, false))
+            serde_json::from_str::<RequestMessage>(&json).map_or(0, |m| marks::count(&m, false))
         } else {
             0
         };
@@ -128,12 +132,12 @@ impl History {
     }
 
     /// The newest message, to add blocks to.
-    pub fn last_mut(&mut self) -> Option<&mut Value> {
+    pub fn last_mut(&mut self) -> Option<&mut RequestMessage> {
         self.open.as_mut()
     }
 
     /// The newest message.
-    pub fn last(&self) -> Option<&Value> {
+    pub fn last(&self) -> Option<&RequestMessage> {
         self.open.as_ref()
     }
 
@@ -145,8 +149,8 @@ impl History {
         self.len() == 0
     }
 
-    /// Message `i` as a `Value` (sealed ones are parsed again).
-    pub fn get(&self, i: usize) -> Option<Cow<'_, Value>> {
+    /// Message `i` (sealed ones are parsed again).
+    pub fn get(&self, i: usize) -> Option<Cow<'_, RequestMessage>> {
         match self.sealed_json(i) {
             Some(json) => serde_json::from_str(json).ok().map(Cow::Owned),
             None if i == self.sealed.len() => self.open.as_ref().map(Cow::Borrowed),
@@ -154,8 +158,8 @@ impl History {
         }
     }
 
-    /// Every message as a `Value` (a copy).
-    pub fn to_values(&self) -> Vec<Value> {
+    /// Every message (a copy).
+    pub fn to_messages(&self) -> Vec<RequestMessage> {
         (0..self.len())
             .filter_map(|i| self.get(i).map(Cow::into_owned))
             .collect()
@@ -169,20 +173,20 @@ impl History {
     fn is_assistant(&self, i: usize) -> bool {
         match self.sealed.get(i) {
             Some(s) => s.assistant,
-            None => self.open.as_ref().and_then(role) == Some("assistant"),
+            None => self.open.as_ref().map(|m| m.role) == Some(Role::Assistant),
         }
     }
 
     fn blocks(&self, i: usize) -> usize {
         match self.sealed.get(i) {
             Some(s) => s.blocks,
-            None => self.open.as_ref().map_or(1, blocks),
+            None => self.open.as_ref().map_or(1, RequestMessage::block_count),
         }
     }
 }
 
-impl From<Vec<Value>> for History {
-    fn from(messages: Vec<Value>) -> Self {
+impl FromIterator<RequestMessage> for History {
+    fn from_iter<I: IntoIterator<Item = RequestMessage>>(messages: I) -> Self {
         let mut history = History::new();
         for message in messages {
             history.push(message);
@@ -191,15 +195,10 @@ impl From<Vec<Value>> for History {
     }
 }
 
-fn role(message: &Value) -> Option<&str> {
-    message.get("role").and_then(Value::as_str)
-}
-
-fn blocks(message: &Value) -> usize {
-    message
-        .get("content")
-        .and_then(Value::as_array)
-        .map_or(1, Vec::len)
+impl From<Vec<RequestMessage>> for History {
+    fn from(messages: Vec<RequestMessage>) -> Self {
+        messages.into_iter().collect()
+    }
 }
 
 /// The body of `request` sent to `model` (see
@@ -239,14 +238,11 @@ fn body_of(request: &MessagesRequest, model: &str, counting: bool) -> Vec<u8> {
     if has_system {
         let mut system = Vec::with_capacity(2);
         if !request.system_shared.is_empty() {
-            system.push(json!({"type": "text", "text": request.system_shared, "cache_control": ephemeral()}));
+            system.push(SystemBlock::new(&request.system_shared, true));
         }
         if !request.system.is_empty() {
-            system.push(if request.system_shared.is_empty() {
-                json!({"type": "text", "text": request.system, "cache_control": ephemeral()})
-            } else {
-                json!({"type": "text", "text": request.system})
-            });
+            let marked = request.system_shared.is_empty();
+            system.push(SystemBlock::new(&request.system, marked));
         }
         put(&mut out, "system", &system);
     }
@@ -270,11 +266,12 @@ fn body_of(request: &MessagesRequest, model: &str, counting: bool) -> Vec<u8> {
         return out;
     }
     if let Some(effort) = request.effort {
-        put(
-            &mut out,
-            "output_config",
-            &json!({"effort": effort.as_str()}),
-        );
+        #[derive(Serialize)]
+        struct OutputConfig {
+            effort: &'static str,
+        }
+        let effort = effort.as_str();
+        put(&mut out, "output_config", &OutputConfig { effort });
     }
     put(&mut out, "stream", &true);
     out.push(b'}');
@@ -294,8 +291,24 @@ mod erased {
     }
 }
 
-fn ephemeral() -> Value {
-    json!({"type": "ephemeral"})
+/// A text block of the system prompt, with a cache mark or not.
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+}
+
+impl<'a> SystemBlock<'a> {
+    fn new(text: &'a str, marked: bool) -> Self {
+        SystemBlock {
+            kind: "text",
+            text,
+            cache_control: marked.then_some(EPHEMERAL),
+        }
+    }
 }
 
 /// The tools, borrowed, then the server tools. The breakpoint is on the last tool
@@ -311,7 +324,7 @@ impl Serialize for Tools<'_> {
             description: &'a str,
             input_schema: &'a crate::content::Raw,
             #[serde(skip_serializing_if = "Option::is_none")]
-            cache_control: Option<Value>,
+            cache_control: Option<Ephemeral>,
         }
         let total = self.0.len() + self.1.len();
         let marked = if self.0.is_empty() {
@@ -325,11 +338,11 @@ impl Serialize for Tools<'_> {
                 name: &tool.name,
                 description: &tool.description,
                 input_schema: &tool.input_schema,
-                cache_control: (i + 1 == marked).then(ephemeral),
+                cache_control: (i + 1 == marked).then_some(EPHEMERAL),
             })?;
         }
         for (i, tool) in self.1.iter().enumerate() {
-            let mark = (self.0.len() + i + 1 == marked).then(ephemeral);
+            let mark = (self.0.len() + i + 1 == marked).then_some(EPHEMERAL);
             seq.serialize_element(&tool.wire(mark))?;
         }
         seq.end()
@@ -357,15 +370,15 @@ fn previous_turn_end(history: &History) -> Option<usize> {
 // that writes the bytes, so that sealed messages are copied untouched.
 fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
     let n = history.len();
-    let value = |i: usize| history.get(i);
+    let message = |i: usize| history.get(i);
     let previous = previous_turn_end(history)
-        .filter(|&i| budget >= 2 && value(i).and_then(|m| with_breakpoint(m.as_ref())).is_some());
+        .filter(|&i| budget >= 2 && message(i).and_then(|m| marks::with_mark(&m)).is_some());
     let budget = budget - usize::from(previous.is_some());
     // The messages sent changed, by index, ascending.
-    let mut changed: Vec<(usize, Value)> = Vec::new();
+    let mut changed: Vec<(usize, RequestMessage)> = Vec::new();
     let last = n.checked_sub(1);
     let mut used = 0;
-    if let Some(marked) = history.last().and_then(with_breakpoint)
+    if let Some(marked) = history.last().and_then(marks::with_mark)
         && let Some(last) = last
     {
         changed.push((last, marked));
@@ -374,8 +387,8 @@ fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
     // Breakpoints the caller put in the history: drop the oldest past the budget.
     // The newest message's block marked above is counted once, by `used`.
     let newest = match changed.first() {
-        Some((_, marked)) => count_breakpoints(marked, true),
-        None => history.last().map_or(0, |m| count_breakpoints(m, false)),
+        Some((_, marked)) => marks::count(marked, true),
+        None => history.last().map_or(0, |m| marks::count(m, false)),
     };
     let existing: usize = history
         .marked
@@ -390,11 +403,11 @@ fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
             break;
         }
         let skip_last = Some(i) == last && used == 1;
-        let message = match changed.iter_mut().find(|(at, _)| *at == i) {
-            Some((_, message)) => message,
+        let edited = match changed.iter_mut().find(|(at, _)| *at == i) {
+            Some((_, edited)) => edited,
             None => {
-                let Some(original) = value(i) else { continue };
-                if count_breakpoints(&original, skip_last) == 0 {
+                let Some(original) = message(i) else { continue };
+                if marks::count(&original, skip_last) == 0 {
                     continue;
                 }
                 changed.push((i, original.into_owned()));
@@ -402,22 +415,22 @@ fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
                 &mut changed[at].1
             }
         };
-        if count_breakpoints(message, skip_last) == 0 {
+        if marks::count(edited, skip_last) == 0 {
             continue;
         }
-        excess -= strip_breakpoints(message, excess, skip_last);
+        excess -= marks::strip(edited, excess, skip_last);
     }
     if let Some(i) = previous {
         let current = match changed.iter().find(|(at, _)| *at == i) {
-            Some((_, m)) => Some(with_breakpoint(m)),
-            None => value(i).map(|m| with_breakpoint(&m)),
+            Some((_, m)) => Some(marks::with_mark(m)),
+            None => message(i).map(|m| marks::with_mark(&m)),
         };
         if let Some(Some(mut marked)) = current {
             // Its own old marks were counted against the budget above; one more block
             // marked on top of them stays within four only if none was there, so any
             // other mark in it goes.
-            let keep = breakpoint_blocks(&marked).len().saturating_sub(1);
-            strip_breakpoints(&mut marked, keep, true);
+            let keep = marks::places(&marked).len().saturating_sub(1);
+            marks::strip(&mut marked, keep, true);
             match changed.iter_mut().find(|(at, _)| *at == i) {
                 Some((_, m)) => *m = marked,
                 None => changed.push((i, marked)),
@@ -442,7 +455,7 @@ fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
             out.extend_from_slice(run.as_bytes());
         }
         comma(out);
-        let _ = serde_json::to_writer(&mut *out, message);
+        out.extend_from_slice(canonical_json(message).as_bytes());
         next = i + 1;
     }
     let run = history.sealed_run(next, sealed);
@@ -454,121 +467,7 @@ fn write_messages(out: &mut Vec<u8>, history: &History, budget: usize) {
         && let Some(open) = &history.open
     {
         comma(out);
-        let _ = serde_json::to_writer(&mut *out, open);
+        out.extend_from_slice(canonical_json(open).as_bytes());
     }
     out.push(b']');
-}
-
-/// A copy of `message` with a breakpoint on its last cacheable content block, or
-/// `None` when it has none.
-fn with_breakpoint(message: &Value) -> Option<Value> {
-    let mut message = message.clone();
-    let obj = message.as_object_mut()?;
-    match obj.get_mut("content")? {
-        Value::String(text) if !text.is_empty() => {
-            let text = std::mem::take(text);
-            obj.insert(
-                "content".into(),
-                json!([{"type": "text", "text": text, "cache_control": ephemeral()}]),
-            );
-        }
-        Value::Array(blocks) => {
-            let block = blocks.iter_mut().rev().find(|b| cacheable(b))?;
-            block
-                .as_object_mut()?
-                .insert("cache_control".into(), ephemeral());
-        }
-        _ => return None,
-    }
-    Some(message)
-}
-
-fn cacheable(block: &Value) -> bool {
-    match block.get("type").and_then(Value::as_str) {
-        Some("thinking" | "redacted_thinking") | None => false,
-        Some("text") => block
-            .get("text")
-            .and_then(Value::as_str)
-            .is_some_and(|t| !t.is_empty()),
-        Some(_) => block.is_object(),
-    }
-}
-
-/// The blocks of a message that carry a breakpoint, including blocks nested in a
-/// `tool_result`, in document order.
-fn breakpoint_blocks(message: &Value) -> Vec<(usize, Option<usize>)> {
-    let mut found = Vec::new();
-    let Some(blocks) = message.get("content").and_then(Value::as_array) else {
-        return found;
-    };
-    for (i, block) in blocks.iter().enumerate() {
-        if let Some(inner) = block.get("content").and_then(Value::as_array) {
-            for (j, nested) in inner.iter().enumerate() {
-                if nested.get("cache_control").is_some() {
-                    found.push((i, Some(j)));
-                }
-            }
-        }
-        if block.get("cache_control").is_some() {
-            found.push((i, None));
-        }
-    }
-    found
-}
-
-/// The breakpoints a message carries; `skip_last` leaves its last one (the newest
-/// message's own mark) out of the count. Counts what [`breakpoint_blocks`] lists.
-fn count_breakpoints(message: &Value, skip_last: bool) -> usize {
-    fn field<'v>(value: &'v Value, name: &str) -> Option<&'v Value> {
-        let object = value.as_object()?;
-        object.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
-    }
-    let Some(Value::Array(blocks)) = field(message, "content") else {
-        return 0;
-    };
-    let mut n = 0;
-    for block in blocks.iter().filter_map(Value::as_object) {
-        for (key, value) in block {
-            match (key.as_str(), value) {
-                ("cache_control", _) => n += 1,
-                ("content", Value::Array(inner)) => {
-                    n += inner
-                        .iter()
-                        .filter(|b| field(b, "cache_control").is_some())
-                        .count();
-                }
-                _ => {}
-            }
-        }
-    }
-    if skip_last { n.saturating_sub(1) } else { n }
-}
-
-/// Removes up to `max` breakpoints from `message`, oldest first; returns how many.
-fn strip_breakpoints(message: &mut Value, max: usize, skip_last: bool) -> usize {
-    let mut found = breakpoint_blocks(message);
-    if skip_last {
-        found.pop();
-    }
-    found.truncate(max);
-    let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for (i, nested) in found {
-        let target = match nested {
-            None => blocks.get_mut(i),
-            Some(j) => blocks
-                .get_mut(i)
-                .and_then(|b| b.get_mut("content"))
-                .and_then(Value::as_array_mut)
-                .and_then(|inner| inner.get_mut(j)),
-        };
-        if let Some(Value::Object(block)) = target
-            && block.shift_remove("cache_control").is_some()
-        {
-            removed += 1;
-        }
-    }
-    removed
 }

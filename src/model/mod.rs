@@ -6,12 +6,15 @@ pub mod body;
 pub mod canonical;
 pub mod classify;
 pub mod error;
+mod marks;
+pub mod message;
 pub mod models;
 pub mod prices;
 pub mod sse;
 pub mod types;
 
 pub use error::ModelError;
+pub use message::{RequestMessage, Role};
 pub use types::{
     Effort, History, MessagesRequest, ModelReply, ServerTool, ServerToolKind, ServerToolUsage,
     StreamDelta, Thinking, ToolDef, Usage, WebLimits,

@@ -8,8 +8,7 @@
 //! engine writes entries, the stores and pruning read them, and neither spells a marker
 //! of its own.
 
-use crate::model::History;
-use serde_json::{Value, json};
+use crate::model::{History, RequestMessage, Role};
 use std::borrow::Cow;
 use std::path::Path;
 
@@ -333,8 +332,8 @@ impl Messages {
     }
 
     /// Adds an entry (one [`Chain`] minted, or one read back); entries that are not
-    /// user or assistant messages are skipped. Its content goes in as serializing it
-    /// as a `Value` gives it.
+    /// user or assistant messages are skipped. A string content goes in as one text
+    /// block.
     pub fn push_entry(&mut self, entry: Entry) {
         if !matches!(entry.kind(), Kind::User | Kind::Assistant) {
             return;
@@ -347,31 +346,29 @@ impl Messages {
         else {
             return;
         };
-        let blocks = match content {
-            Content::Text(text) => vec![json!({"type": "text", "text": text})],
-            // Blocks (and the `Raw`s in them) serialize as JSON: cannot fail.
-            Content::Blocks(blocks) => match serde_json::to_value(blocks) {
-                Ok(Value::Array(blocks)) => blocks,
-                _ => return,
-            },
+        let Some(role) = Role::parse(&role) else {
+            return;
         };
-        self.add(&role, blocks);
+        let blocks = match content {
+            Content::Text(text) => vec![Block::text_block(&text)],
+            Content::Blocks(blocks) => blocks,
+        };
+        self.add(role, blocks);
     }
 
-    fn add(&mut self, role: &str, mut blocks: Vec<Value>) {
+    fn add(&mut self, role: Role, mut blocks: Vec<Block>) {
         if blocks.is_empty() {
             return;
         }
-        let assistant = role == "assistant";
-        let call_id = |b: &Value| order::BlockIds::of(b).and_then(order::BlockIds::call_id);
-        let result_id = |b: &Value| {
-            order::BlockIds::of(b)
-                .and_then(order::BlockIds::result_id)
-                .map(std::borrow::Cow::into_owned)
+        let assistant = role == Role::Assistant;
+        let call_id = |b: &Block| b.as_tool_use().and_then(|call| call.id.clone());
+        let result_id = |b: &Block| match b {
+            Block::ToolResult(result) => result.tool_use_id.clone(),
+            _ => None,
         };
         if let Some(last) = self.history.last_mut()
-            && last.get("role").and_then(Value::as_str) == Some(role)
-            && let Some(Value::Array(content)) = last.get_mut("content")
+            && last.role == role
+            && let Content::Blocks(content) = &mut last.content
         {
             if assistant {
                 self.calls.extend(blocks.iter().filter_map(call_id));
@@ -392,19 +389,13 @@ impl Messages {
         // last block is thinking. The user turns around it then go as two in a row,
         // which the API takes as one.
         if let Some(last) = self.history.last()
-            && last.get("role").and_then(Value::as_str) == Some("assistant")
-            && let Some(Value::Array(content)) = last.get("content")
-            && content.iter().all(|block| {
-                matches!(
-                    block.get("type").and_then(Value::as_str),
-                    Some("thinking" | "redacted_thinking")
-                )
-            })
+            && last.role == Role::Assistant
+            && let Content::Blocks(content) = &last.content
+            && crate::content::is_thinking_only(content)
         {
             self.history.drop_last();
         }
-        self.history
-            .push(json!({"role": role, "content": Value::Array(blocks)}));
+        self.history.push(RequestMessage::blocks(role, blocks));
     }
 
     /// The messages, serialized.
@@ -432,14 +423,14 @@ impl Messages {
 #[derive(Default)]
 struct Gather {
     messages: Messages,
-    role: Option<String>,
+    role: Option<Role>,
     /// The blocks' JSON, comma-separated.
     text: String,
     /// Where each block is in `text`.
     parts: Vec<(usize, usize)>,
     blocks: usize,
-    /// The entries it is made of, until it is sealed: the newest message stays a
-    /// `Value` (the next entry of its role joins it), built from them.
+    /// The entries it is made of, until it is sealed: the newest message stays typed
+    /// (the next entry of its role joins it), built from them.
     entries: Vec<Loaded>,
 }
 
@@ -451,13 +442,17 @@ impl Gather {
         let Some((role, blocks)) = sendable_json(&entry.json) else {
             return;
         };
+        // A role the API does not take is skipped (`Messages::push_entry` too).
+        let Some(role) = Role::parse(&role) else {
+            return;
+        };
         if blocks.is_empty() {
             return;
         }
-        let assistant = role == "assistant";
-        if self.role.as_deref() != Some(role.as_ref()) {
+        let assistant = role == Role::Assistant;
+        if self.role != Some(role) {
             self.seal();
-            self.role = Some(role.into_owned());
+            self.role = Some(role);
             if assistant {
                 self.messages.calls.clear();
             }
@@ -479,7 +474,7 @@ impl Gather {
 
     fn seal(&mut self) {
         let Some(role) = self.role.take() else { return };
-        if role == "user"
+        if role == Role::User
             && let Some(ordered) =
                 order::order_result_texts(&self.text, &self.parts, &self.messages.calls)
         {
@@ -488,17 +483,17 @@ impl Gather {
         self.parts.clear();
         // A reply of thinking only is not sent when a message follows (`Messages::add`);
         // a block of that type spells the word.
-        let thinking_only = role == "assistant"
+        let thinking_only = role == Role::Assistant
             && self.text.contains("thinking")
             && serde_json::from_str::<Vec<Block>>(&format!("[{}]", self.text))
                 .is_ok_and(|blocks| crate::content::is_thinking_only(&blocks));
         if !thinking_only {
-            // Serializing a string cannot fail.
+            // Serializing a role cannot fail.
             let role_json = serde_json::to_string(&role).unwrap_or_default();
             let json = format!(r#"{{"role":{role_json},"content":[{}]}}"#, self.text);
             self.messages
                 .history
-                .push_sealed(json, role == "assistant", self.blocks);
+                .push_sealed(json, role == Role::Assistant, self.blocks);
         }
         self.text.clear();
         self.blocks = 0;
@@ -552,15 +547,12 @@ fn sendable_json(json: &Json) -> Option<(Cow<'_, str>, Vec<Cow<'_, str>>)> {
     let message = entry.message?;
     let role = message.role?;
     let blocks = match message.content? {
-        Content::Text(text) => vec![json!({"type": "text", "text": text})],
-        Content::Blocks(blocks) => match serde_json::to_value(blocks) {
-            Ok(Value::Array(blocks)) => blocks,
-            _ => return None,
-        },
+        Content::Text(text) => vec![Block::text_block(&text)],
+        Content::Blocks(blocks) => blocks,
     };
     let blocks = blocks
         .iter()
-        .map(|b| Cow::Owned(serde_json::to_string(b).unwrap_or_default()))
+        .map(|b| Cow::Owned(crate::model::message::canonical_json(b)))
         .collect();
     Some((Cow::Owned(role), blocks))
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 /// The fields of a content block this module reads, borrowed from its JSON.
 #[derive(Deserialize)]
-pub(super) struct BlockIds<'a> {
+struct BlockIds<'a> {
     #[serde(rename = "type", borrow, default)]
     kind: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -22,13 +22,8 @@ fn ids_of(block: &str) -> Option<BlockIds<'_>> {
 }
 
 impl<'a> BlockIds<'a> {
-    /// A block's ids, from any of its forms (`&Value`, a JSON reader).
-    pub(super) fn of<D: serde::Deserializer<'a>>(block: D) -> Option<Self> {
-        BlockIds::deserialize(block).ok()
-    }
-
     /// The call id of a `tool_use` block.
-    pub(super) fn call_id(self) -> Option<String> {
+    fn call_id(self) -> Option<String> {
         (self.kind.as_deref() == Some("tool_use"))
             .then_some(self.id)
             .flatten()
@@ -36,7 +31,7 @@ impl<'a> BlockIds<'a> {
     }
 
     /// The call id a `tool_result` block answers.
-    pub(super) fn result_id(self) -> Option<std::borrow::Cow<'a, str>> {
+    fn result_id(self) -> Option<std::borrow::Cow<'a, str>> {
         (self.kind.as_deref() == Some("tool_result"))
             .then_some(self.tool_use_id)
             .flatten()
@@ -67,8 +62,8 @@ fn rank(calls: &[String], id: Option<&str>) -> usize {
 
 /// Puts the leading results among `items` (those `result_id` names a call for) in
 /// the order of `calls` (stable; what follows them, e.g. a hook's text, stays after).
-pub(super) fn order_results<T: Default>(
-    items: &mut [T],
+pub(super) fn order_results<T>(
+    items: &mut Vec<T>,
     calls: &[String],
     result_id: impl Fn(&T) -> Option<String>,
 ) {
@@ -86,10 +81,10 @@ pub(super) fn order_results<T: Default>(
     }
     let mut order: Vec<usize> = (0..leading).collect();
     order.sort_by_key(|&i| key(i));
-    let mut taken: Vec<T> = items[..leading].iter_mut().map(std::mem::take).collect();
-    for (n, from) in order.into_iter().enumerate() {
-        items[n] = std::mem::take(&mut taken[from]);
-    }
+    let rest = items.split_off(leading);
+    let mut taken: Vec<Option<T>> = items.drain(..).map(Some).collect();
+    items.extend(order.into_iter().filter_map(|from| taken[from].take()));
+    items.extend(rest);
 }
 
 /// [`order_results`] for blocks held as JSON text (`text`, comma-separated, each block

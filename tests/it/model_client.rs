@@ -56,8 +56,9 @@ fn request() -> MessagesRequest {
         model: "claude-sonnet-4-5".into(),
         max_tokens: 2048,
         system: "You are a careful engineer.".into(),
-        messages: vec![json!({"role": "user", "content": "Read seed.txt and tell me the word."})]
-            .into(),
+        messages: support::history(vec![
+            json!({"role": "user", "content": "Read seed.txt and tell me the word."}),
+        ]),
         tools: vec![tool("Read"), tool("Glob")],
         thinking: None,
         ..MessagesRequest::default()
@@ -297,7 +298,7 @@ fn breakpoints(body: &Value) -> Vec<String> {
 #[test]
 fn cache_breakpoints_on_last_tool_system_and_newest_message() {
     let mut req = request();
-    req.messages = vec![
+    req.messages = support::history(vec![
         json!({"role": "user", "content": "first"}),
         json!({"role": "assistant", "content": [
             {"type": "thinking", "thinking": "hm", "signature": "sig"},
@@ -307,8 +308,7 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
             {"type": "tool_result", "tool_use_id": "t1", "content": "data"},
             {"type": "text", "text": "and now?"}
         ]}),
-    ]
-    .into();
+    ]);
     let before = req.clone();
     let bytes = request_body(&req);
     assert_eq!(req, before, "the caller's request must not change");
@@ -318,11 +318,12 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
         ["/system/0", "/messages/2/content/1", "/tools/1"]
     );
     // The history before the newest message is sent as it was.
-    assert_eq!(body["messages"][0], *req.messages.get(0).unwrap());
-    assert_eq!(body["messages"][1], *req.messages.get(1).unwrap());
+    let sent = support::history_json(&req.messages);
+    assert_eq!(body["messages"][0], sent[0]);
+    assert_eq!(body["messages"][1], sent[1]);
 
     // A string content becomes one text block that carries the breakpoint.
-    req.messages = vec![json!({"role": "user", "content": "hello"})].into();
+    req.messages = support::history(vec![json!({"role": "user", "content": "hello"})]);
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(
         body["messages"][0]["content"],
@@ -330,12 +331,11 @@ fn cache_breakpoints_on_last_tool_system_and_newest_message() {
     );
 
     // Thinking blocks and empty text cannot carry a breakpoint: the last block that can.
-    req.messages = vec![json!({"role": "assistant", "content": [
+    req.messages = support::history(vec![json!({"role": "assistant", "content": [
         {"type": "text", "text": "visible"},
         {"type": "text", "text": ""},
         {"type": "thinking", "thinking": "t", "signature": "s"}
-    ]})]
-    .into();
+    ]})]);
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(
         breakpoints(&body),
@@ -348,7 +348,7 @@ fn breakpoints_already_in_the_history_are_capped_at_four_oldest_dropped() {
     let marked =
         |text: &str| json!({"type": "text", "text": text, "cache_control": {"type": "ephemeral"}});
     let mut req = request();
-    req.messages = vec![
+    req.messages = support::history(vec![
         json!({"role": "user", "content": [marked("m0")]}),
         json!({"role": "assistant", "content": [marked("m1")]}),
         json!({"role": "user", "content": [
@@ -356,8 +356,7 @@ fn breakpoints_already_in_the_history_are_capped_at_four_oldest_dropped() {
         ]}),
         json!({"role": "assistant", "content": [marked("m3")]}),
         json!({"role": "user", "content": [marked("m4")]}),
-    ]
-    .into();
+    ]);
     let before = req.clone();
     let body: Value = serde_json::from_slice(&request_body(&req)).unwrap();
     assert_eq!(req, before);
@@ -392,14 +391,14 @@ fn breakpoints_already_in_the_history_are_capped_at_four_oldest_dropped() {
 #[test]
 fn request_body_is_deterministic() {
     let mut req = request();
-    let mut messages = req.messages.to_values();
+    let mut messages = support::history_json(&req.messages);
     messages.push(json!({"role": "assistant", "content": [
         {"type": "tool_use", "id": "t1", "name": "Read", "input": {"z": 1, "a": [1.5, 2e10, "x"], "m": {"k": null}}}
     ]}));
     messages.push(json!({"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
     ]}));
-    req.messages = messages.clone().into();
+    req.messages = support::history(messages.clone());
     let first = request_body(&req);
     // A copy that went through a JSON round trip (as a transcript loaded from the
     // store does) gives the same bytes.
@@ -408,7 +407,7 @@ fn request_body_is_deterministic() {
         .map(|m| serde_json::from_str(&m.to_string()).unwrap())
         .collect();
     let again = MessagesRequest {
-        messages: reloaded.into(),
+        messages: support::history(reloaded),
         ..req.clone()
     };
     assert_eq!(first, request_body(&again));

@@ -20,7 +20,7 @@ fn request(system: &str, user: &str) -> MessagesRequest {
         model: "claude-haiku-4-5".into(),
         max_tokens: 100,
         system: system.into(),
-        messages: vec![json!({"role": "user", "content": user})].into(),
+        messages: crate::support::history(vec![json!({"role": "user", "content": user})]),
         tools: Vec::new(),
         thinking: None,
         ..MessagesRequest::default()
@@ -220,14 +220,14 @@ fn recorded_request_helpers() {
         description: "d".into(),
         input_schema: flower::content::Raw::of_tree(&json!({"type": "object"})),
     }];
-    req.messages = vec![
+    req.messages = crate::support::history(vec![
         json!({"role": "user", "content": "go"}),
         json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]}),
         json!({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "t1", "content": "1\tbanana"},
             {"type": "text", "text": "what is it?"}
         ]}),
-    ].into();
+    ]);
     ask(&server, &req).unwrap();
     let recorded = &server.requests()[0];
     assert_eq!(recorded.system(), "sys prompt");

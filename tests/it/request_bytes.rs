@@ -273,7 +273,7 @@ fn request_bodies_of_every_history_prefix_are_unchanged() {
                 model: "claude-sonnet-4-5".into(),
                 max_tokens: 1000,
                 system: system.into(),
-                messages: history[..n].to_vec().into(),
+                messages: crate::support::history(history[..n].to_vec()),
                 tools: tools.clone(),
                 thinking: (n % 3 == 0).then_some(Thinking::Budget(1024)),
                 ..MessagesRequest::default()

@@ -27,6 +27,19 @@ pub fn tool_input(value: &serde_json::Value) -> flower::transcript::ToolInput {
     flower::transcript::ToolInput::of(value).unwrap()
 }
 
+/// Request messages given as JSON (`{"role": …, "content": …}`), as a history.
+pub fn history(values: Vec<serde_json::Value>) -> flower::model::History {
+    values
+        .iter()
+        .map(|v| serde_json::from_str(&v.to_string()).expect("a request message"))
+        .collect()
+}
+
+/// A history's messages as JSON.
+pub fn history_json(history: &flower::model::History) -> Vec<serde_json::Value> {
+    serde_json::from_str(&serde_json::to_string(&history.to_messages()).unwrap()).unwrap()
+}
+
 /// JSON objects as the typed entries a store appends (every field kept as written).
 pub fn typed(values: &[serde_json::Value]) -> Vec<flower::transcript::Entry> {
     values.iter().map(typed_one).collect()
