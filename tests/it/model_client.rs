@@ -388,6 +388,52 @@ fn breakpoints_already_in_the_history_are_capped_at_four_oldest_dropped() {
     );
 }
 
+/// The history holds typed messages: values carried as written (a tool's input) go
+/// out as serializing their parsed value writes them (the bytes a resumed session
+/// sends, so the prompt cache holds), and blocks of a type flower does not know carry
+/// and lose cache marks like the others.
+#[test]
+fn typed_history_writes_kept_values_canonically_and_marks_unknown_blocks() {
+    let parse = |text: &str| serde_json::from_str::<flower::model::RequestMessage>(text).unwrap();
+    let mark = r#""cache_control":{"type":"ephemeral"}"#;
+    let mut req = request();
+    req.system.clear();
+    req.tools.clear();
+    req.messages = vec![
+        parse(&format!(r#"{{"role":"user","content":[{{"type":"search_result","title":"a",{mark}}}]}}"#)),
+        parse(r#"{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"b": 1, "a": "\u00e9\/", "f": 1.50}}]}"#),
+        parse(&format!(r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t1","content":[{{"type":"text","text":"n",{mark}}}]}}]}}"#)),
+        parse(&format!(r#"{{"role":"assistant","content":[{{"type":"text","text":"m3",{mark}}}]}}"#)),
+        parse(&format!(r#"{{"role":"user","content":[{{"type":"text","text":"m4",{mark}}}]}}"#)),
+        parse(r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"},{"type":"future_block","x": 2}]}"#),
+    ]
+    .into();
+    let bytes = request_body(&req);
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(
+        text.contains(r#""input":{"b":1,"a":"é/","f":1.5}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"{"role":"user","content":[{"type":"search_result","title":"a"}]}"#),
+        "the oldest mark goes past the budget of four: {text}"
+    );
+    assert!(
+        text.contains(r#"{"type":"future_block","x":2,"cache_control":{"type":"ephemeral"}}"#),
+        "{text}"
+    );
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        breakpoints(&body),
+        [
+            "/messages/2/content/0/content/0",
+            "/messages/3/content/0",
+            "/messages/4/content/0",
+            "/messages/5/content/1"
+        ]
+    );
+}
+
 #[test]
 fn request_body_is_deterministic() {
     let mut req = request();
