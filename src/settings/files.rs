@@ -17,14 +17,17 @@
 //! has seen.
 //!
 //! Keys flower reads: `permissions.allow`, `permissions.deny`, `permissions.ask`,
-//! `permissions.additionalDirectories`, `env`, `model`, `effortLevel`, `hooks`. Every other key is
-//! kept as written ([`LoadedFile::document`]), for whoever reads it (the MCP servers'
-//! `mcpServers`, `enabledMcpjsonServers` …) and for `flower state -v`; a key flower
-//! does not know is not an error (a file written for a newer Claude Code still loads).
+//! `permissions.additionalDirectories`, `env`, `model`, `effortLevel`, `hooks`,
+//! `mcpServers`, `sandbox.network`. Each file is parsed once into a
+//! [`SettingsFile`] (its keys typed, every other key kept as written in
+//! [`SettingsFile::extra`]); [`LoadedFile::document`] is the same object as JSON, for
+//! `flower state -v`. A key flower does not know is not an error (a file written for a
+//! newer Claude Code still loads).
 //! A known key with a value flower cannot use is a [`ConfigError`] naming the file and
 //! the key, and the binary exits 2 before anything is sent.
 
 use super::ConfigError;
+use super::document::{Loose, PermissionsSection, SettingsFile};
 use super::pin::{PIN_VERSION, PinnedFile, SettingsPin};
 use super::sources::FileLayer;
 use super::strict;
@@ -55,10 +58,13 @@ impl Scope {
 pub struct LoadedFile {
     pub scope: Scope,
     pub path: PathBuf,
-    /// The file's top-level object as applied: every key, known or not, as written,
-    /// except what a workspace file may not widen ([`super::strict`]); the file as
-    /// written is in the pin ([`FileLayer::pin`]).
+    /// The file's top-level object as applied: every key, known or not, as written
+    /// (known keys first), except what a workspace file may not widen
+    /// ([`super::strict`]); the file as written is in the pin ([`FileLayer::pin`]).
+    /// `Value`: the applied [`LoadedFile::settings`] as JSON, for whoever shows it.
     pub document: Map<String, Value>,
+    /// The same, typed: what flower reads.
+    pub settings: SettingsFile,
 }
 
 /// A permission rule and the file it came from.
@@ -137,28 +143,25 @@ impl FileLayer {
             if !sources.contains(&scope) {
                 continue;
             }
-            let Some((text, document)) = read_object(&path)? else {
+            let Some(read) = read_object(&path)? else {
                 continue;
             };
             if scope != Scope::User {
-                layer.pin_file(workspace, &path, &text, &document);
+                layer.pin_file(workspace, &path, &read);
             }
-            let document = layer.narrow(scope, &path, document, workspace, home);
-            layer.add(scope, &path, document, workspace, home)?;
+            let settings = layer.narrow(scope, &path, read.typed(&path)?, workspace, home);
+            layer.add(scope, &path, settings, workspace, home)?;
         }
         let mcp_path = workspace.join(MCP_JSON);
         let mcp_json = match sources.contains(&Scope::Project) {
             true => read_object(&mcp_path)?,
             false => None,
         };
-        if let Some((text, document)) = mcp_json {
-            layer.pin_file(workspace, &mcp_path, &text, &document);
-            let document = layer.narrow(Scope::Project, &mcp_path, document, workspace, home);
-            layer.mcp_json = Some(LoadedFile {
-                scope: Scope::Project,
-                path: mcp_path,
-                document,
-            });
+        if let Some(read) = mcp_json {
+            layer.pin_file(workspace, &mcp_path, &read);
+            let settings = read.typed(&mcp_path)?;
+            let settings = layer.narrow(Scope::Project, &mcp_path, settings, workspace, home);
+            layer.mcp_json = Some(LoadedFile::new(Scope::Project, &mcp_path, settings));
         }
         layer.agents = super::agents::load(workspace, home, sources);
         layer.pin.files.extend(layer.agents.pinned.iter().cloned());
@@ -168,102 +171,88 @@ impl FileLayer {
     }
 
     /// Records a workspace file as written in [`FileLayer::pin`].
-    fn pin_file(
-        &mut self,
-        workspace: &Path,
-        path: &Path,
-        text: &str,
-        document: &Map<String, Value>,
-    ) {
+    fn pin_file(&mut self, workspace: &Path, path: &Path, read: &ReadFile) {
         let name = path.strip_prefix(workspace).unwrap_or(path);
         self.pin.files.push(PinnedFile::new(
             &name.to_string_lossy(),
-            text.as_bytes(),
-            document.clone(),
+            read.text.as_bytes(),
+            read.document.clone(),
         ));
     }
 
-    /// `document` without what would widen the user's settings ([`super::strict`]).
+    /// `settings` without what would widen the user's settings ([`super::strict`]).
     fn narrow(
         &mut self,
         scope: Scope,
         path: &Path,
-        document: Map<String, Value>,
+        settings: SettingsFile,
         workspace: &Path,
         home: Option<&Path>,
-    ) -> Map<String, Value> {
+    ) -> SettingsFile {
         let mut ignored = Vec::new();
         let before = strict::Before {
             layer: self,
             workspace,
             home,
         };
-        let document = strict::narrow(scope, path, document, &before, &mut ignored);
+        let settings = strict::narrow(scope, path, settings, &before, &mut ignored);
         self.ignored.extend(ignored);
-        document
+        settings
     }
 
-    /// Merges one file's document over what is there (files come in precedence order).
+    /// Merges one file's settings over what is there (files come in precedence order).
     fn add(
         &mut self,
         scope: Scope,
         path: &Path,
-        document: Map<String, Value>,
+        settings: SettingsFile,
         workspace: &Path,
         home: Option<&Path>,
     ) -> Result<(), ConfigError> {
-        if let Some(env) = document.get("env") {
-            let Value::Object(env) = env else {
-                return Err(invalid(path, "env", "要一个值都是字符串的对象".into()));
-            };
-            for (name, value) in env {
-                let value = match value {
-                    Value::String(s) => s.clone(),
-                    // Claude Code's schema says strings; numbers and booleans are meant.
-                    Value::Number(n) => n.to_string(),
-                    Value::Bool(b) => b.to_string(),
-                    _ => {
+        match &settings.env {
+            None => {}
+            Some(Loose::Valid(env)) => {
+                for (name, value) in &env.0 {
+                    let Some(value) = value.text() else {
                         return Err(invalid(path, &format!("env.{name}"), "要一个字符串".into()));
-                    }
-                };
-                self.vars.insert(name.clone(), value);
+                    };
+                    self.vars.insert(name.clone(), value);
+                }
             }
+            Some(_) => return Err(invalid(path, "env", "要一个值都是字符串的对象".into())),
         }
-        match document.get("model") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(model)) if !model.trim().is_empty() => {
-                self.model = Some(model.trim().to_string());
-            }
-            Some(_) => {
-                return Err(invalid(path, "model", "要一个模型 id 或别名".into()));
-            }
+        let model = text(
+            path,
+            settings.model.as_ref(),
+            "model",
+            "要一个模型 id 或别名",
+        )?;
+        if let Some(model) = model {
+            self.model = Some(model);
         }
-        match document.get("effortLevel") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(level)) if !level.trim().is_empty() => {
-                self.effort = Some(level.trim().to_string());
+        let why = "要 low、medium、high、xhigh 或 max";
+        if let Some(level) = text(path, settings.effort_level.as_ref(), "effortLevel", why)? {
+            self.effort = Some(level);
+        }
+        match &settings.permissions {
+            None => {}
+            Some(Loose::Valid(permissions)) => {
+                self.add_permissions(scope, path, permissions, workspace, home)?;
             }
             Some(_) => {
                 return Err(invalid(
                     path,
-                    "effortLevel",
-                    "要 low、medium、high、xhigh 或 max".into(),
+                    "permissions",
+                    "要一个对象(allow、deny、ask、additionalDirectories)".into(),
                 ));
             }
         }
-        if let Some(permissions) = document.get("permissions") {
-            self.add_permissions(scope, path, permissions, workspace, home)?;
-        }
-        if let Some(hooks) = document.get("hooks") {
+        if let Some(hooks) = &settings.hooks {
             self.hooks
                 .add_from(hooks, path)
                 .map_err(|e| invalid(path, &e.key, e.message))?;
         }
-        self.files.push(LoadedFile {
-            scope,
-            path: path.to_path_buf(),
-            document,
-        });
+        self.files.push(LoadedFile::new(scope, path, settings));
         Ok(())
     }
 
@@ -271,23 +260,16 @@ impl FileLayer {
         &mut self,
         scope: Scope,
         path: &Path,
-        permissions: &Value,
+        permissions: &PermissionsSection,
         workspace: &Path,
         home: Option<&Path>,
     ) -> Result<(), ConfigError> {
-        let Value::Object(permissions) = permissions else {
-            return Err(invalid(
-                path,
-                "permissions",
-                "要一个对象(allow、deny、ask、additionalDirectories)".into(),
-            ));
-        };
-        for (key, list) in [
-            ("allow", &mut self.permissions.allow),
-            ("deny", &mut self.permissions.deny),
-            ("ask", &mut self.permissions.ask),
+        for (key, said, list) in [
+            ("allow", &permissions.allow, &mut self.permissions.allow),
+            ("deny", &permissions.deny, &mut self.permissions.deny),
+            ("ask", &permissions.ask, &mut self.permissions.ask),
         ] {
-            for (i, rule) in strings(path, permissions.get(key), &format!("permissions.{key}"))?
+            for (i, rule) in strings(path, said.as_ref(), &format!("permissions.{key}"))?
                 .into_iter()
                 .enumerate()
             {
@@ -304,10 +286,8 @@ impl FileLayer {
             }
         }
         let key = "permissions.additionalDirectories";
-        for (i, dir) in strings(path, permissions.get("additionalDirectories"), key)?
-            .into_iter()
-            .enumerate()
-        {
+        let dirs = permissions.additional_directories.as_ref();
+        for (i, dir) in strings(path, dirs, key)?.into_iter().enumerate() {
             let Some(resolved) = strict::resolve_dir(&dir, workspace, home) else {
                 return Err(invalid(
                     path,
@@ -329,28 +309,45 @@ impl FileLayer {
         }
         Ok(())
     }
-
-    /// The documents' values of a top-level key, in precedence order (user first),
-    /// with the file each came from: what the MCP servers' reader uses for
-    /// `mcpServers`.
-    pub fn values_of<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> impl Iterator<Item = (&'a LoadedFile, &'a Value)> {
-        self.files
-            .iter()
-            .filter_map(move |file| file.document.get(key).map(|value| (file, value)))
-    }
 }
 
 /// The project's MCP servers file, at the workspace root.
 pub const MCP_JSON: &str = ".mcp.json";
 
-/// A settings file's text and its top-level object.
-type Read = (String, Map<String, Value>);
+/// A settings file as read.
+struct ReadFile {
+    text: String,
+    /// `Value`: the top-level object as written, every key, for the pin.
+    document: Map<String, Value>,
+}
+
+impl ReadFile {
+    /// The object, typed.
+    fn typed(self, path: &Path) -> Result<SettingsFile, ConfigError> {
+        // Not expected to fail: every known key takes any value ([`Loose`]).
+        serde_json::from_value(Value::Object(self.document))
+            .map_err(|e| invalid(path, "", format!("读不出来({e})")))
+    }
+}
+
+impl LoadedFile {
+    fn new(scope: Scope, path: &Path, settings: SettingsFile) -> LoadedFile {
+        let document = match serde_json::to_value(&settings) {
+            Ok(Value::Object(document)) => document,
+            // Not expected: a struct of string-keyed maps is an object.
+            _ => Map::new(),
+        };
+        LoadedFile {
+            scope,
+            path: path.to_path_buf(),
+            document,
+            settings,
+        }
+    }
+}
 
 /// A JSON object file, its text and its object; `None` when there is no such file.
-fn read_object(path: &Path) -> Result<Option<Read>, ConfigError> {
+fn read_object(path: &Path) -> Result<Option<ReadFile>, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -359,35 +356,20 @@ fn read_object(path: &Path) -> Result<Option<Read>, ConfigError> {
         Err(e) => return Err(invalid(path, "", format!("读不出来({e})"))),
     };
     match serde_json::from_str::<Value>(&text) {
-        Ok(Value::Object(map)) => Ok(Some((text, map))),
+        Ok(Value::Object(document)) => Ok(Some(ReadFile { text, document })),
         Ok(_) => Err(invalid(path, "", "要一个 JSON 对象".into())),
         Err(e) => Err(invalid(path, "", format!("不是合法的 JSON({e})"))),
     }
 }
 
 impl FileLayer {
-    /// Every `mcpServers` value, lowest precedence first: the user's settings file,
-    /// `.mcp.json`, the project's settings file, the local one (a server of the same
-    /// name in a later one replaces the earlier).
-    pub fn mcp_servers(&self) -> Vec<(&LoadedFile, &Value)> {
-        fn of(file: &LoadedFile) -> Option<(&LoadedFile, &Value)> {
-            file.document.get("mcpServers").map(|v| (file, v))
-        }
-        let mut out: Vec<(&LoadedFile, &Value)> = Vec::new();
-        out.extend(
-            self.files
-                .iter()
-                .filter(|f| f.scope == Scope::User)
-                .filter_map(of),
-        );
-        out.extend(self.mcp_json.iter().filter_map(of));
-        out.extend(
-            self.files
-                .iter()
-                .filter(|f| f.scope != Scope::User)
-                .filter_map(of),
-        );
-        out
+    /// The files, lowest precedence first, in the order their `mcpServers` apply: the
+    /// user's settings file, `.mcp.json`, the project's settings file, the local one
+    /// (a server of the same name in a later one replaces the earlier).
+    fn mcp_order(&self) -> impl Iterator<Item = &LoadedFile> {
+        let user = self.files.iter().filter(|f| f.scope == Scope::User);
+        let workspace = self.files.iter().filter(|f| f.scope != Scope::User);
+        user.chain(self.mcp_json.iter()).chain(workspace)
     }
 }
 
@@ -399,7 +381,10 @@ pub fn mcp_config(
 ) -> Result<(crate::tools::mcp::McpConfig, Vec<String>), ConfigError> {
     let mut config = crate::tools::mcp::McpConfig::default();
     let mut warnings = Vec::new();
-    for (file, value) in layer.mcp_servers() {
+    for file in layer.mcp_order() {
+        let Some(value) = &file.settings.mcp_servers else {
+            continue;
+        };
         let parsed = crate::tools::mcp::config::parse(value, &file.path, lookup)
             .map_err(|e| invalid(&file.path, &e.key, e.message))?;
         warnings.extend(parsed.ignored);
@@ -409,18 +394,37 @@ pub fn mcp_config(
 }
 
 /// A list of strings at `key` (absent: empty).
-fn strings(path: &Path, value: Option<&Value>, key: &str) -> Result<Vec<String>, ConfigError> {
+fn strings(
+    path: &Path,
+    value: Option<&Loose<Vec<Loose<String>>>>,
+    key: &str,
+) -> Result<Vec<String>, ConfigError> {
     match value {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
+        None | Some(Loose::Null) => Ok(Vec::new()),
+        Some(Loose::Valid(items)) => items
             .iter()
             .enumerate()
             .map(|(i, item)| match item {
-                Value::String(s) => Ok(s.clone()),
+                Loose::Valid(s) => Ok(s.clone()),
                 _ => Err(invalid(path, &format!("{key}[{i}]"), "要一个字符串".into())),
             })
             .collect(),
-        Some(_) => Err(invalid(path, key, "要一个字符串数组".into())),
+        Some(Loose::Invalid(_)) => Err(invalid(path, key, "要一个字符串数组".into())),
+    }
+}
+
+/// A name at `key` (`model`, `effortLevel`), trimmed; absent or `null`: `None`; blank
+/// or not a string: the error `why`.
+fn text(
+    path: &Path,
+    value: Option<&Loose<String>>,
+    key: &str,
+    why: &str,
+) -> Result<Option<String>, ConfigError> {
+    match value {
+        None | Some(Loose::Null) => Ok(None),
+        Some(Loose::Valid(name)) if !name.trim().is_empty() => Ok(Some(name.trim().to_string())),
+        Some(_) => Err(invalid(path, key, why.into())),
     }
 }
 

@@ -42,6 +42,7 @@
 
 pub mod agents;
 pub mod child_env;
+pub mod document;
 pub mod files;
 pub mod model;
 pub mod network;

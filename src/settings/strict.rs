@@ -23,9 +23,10 @@
 //! workspace's MCP servers are not filtered: they are the project's conventions, and
 //! the pin ([`super::pin`]) makes sure none is obeyed that no person has seen.
 
+use super::document::{Loose, SandboxSection, SettingsFile};
 use super::files::Scope;
 use super::sources::FileLayer;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// Variables whose value says where the key goes or what it is: a workspace file may
@@ -36,29 +37,6 @@ const IDENTITY_VARS: &[&str] = &[
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_CUSTOM_HEADERS",
     "FLOWER_STORE",
-];
-
-/// Top-level keys a workspace file never sets: each hands out a credential or approves
-/// servers, and flower reads none of them (the key comes from the person's environment
-/// or the user's `env`; `.mcp.json`'s servers are approved by the pin).
-const NEVER_TOP: &[&str] = &[
-    "apiKeyHelper",
-    "awsAuthRefresh",
-    "awsCredentialExport",
-    "otelHeadersHelper",
-    "enabledMcpjsonServers",
-];
-
-/// `sandbox.*` keys a workspace file never sets, with the value that would be harmless
-/// (`None`: none is). flower reads none of them: its sandbox is `FLOWER_SANDBOX` and
-/// the flags; `sandbox.network` has its own reader, which applies the stricter-wins
-/// rule itself (allowed lists intersect, denied lists add up, booleans only narrow).
-const NEVER_SANDBOX: &[(&str, Option<Value>)] = &[
-    ("enabled", Some(Value::Bool(true))),
-    ("allowUnsandboxedCommands", Some(Value::Bool(false))),
-    ("excludedCommands", None),
-    ("enableWeakerNestedSandbox", Some(Value::Bool(false))),
-    ("autoAllowBashIfSandboxed", Some(Value::Bool(false))),
 ];
 
 /// How a person widens the sandbox on purpose.
@@ -76,17 +54,17 @@ pub(super) struct Before<'a> {
     pub home: Option<&'a Path>,
 }
 
-/// `document` of a `scope` file at `path` without what would widen the run; the lines
+/// `settings` of a `scope` file at `path` without what would widen the run; the lines
 /// saying what was left out go to `ignored`. The user's file is returned as it is.
 pub(super) fn narrow(
     scope: Scope,
     path: &Path,
-    mut document: Map<String, Value>,
+    mut settings: SettingsFile,
     before: &Before<'_>,
     ignored: &mut Vec<String>,
-) -> Map<String, Value> {
+) -> SettingsFile {
     if scope == Scope::User {
-        return document;
+        return settings;
     }
     let mut ignore = |key: String, how: String| {
         ignored.push(format!(
@@ -94,26 +72,22 @@ pub(super) fn narrow(
             path.display()
         ));
     };
-    if let Some(Value::Object(env)) = document.get_mut("env") {
-        env.retain(|name, value| {
-            let value = match value {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            match var_verdict(name, &value, before.layer) {
+    if let Some(Loose::Valid(env)) = &mut settings.env {
+        env.0.retain(
+            |(name, value)| match var_verdict(name, &value.written(), before.layer) {
                 Ok(()) => true,
                 Err(how) => {
                     ignore(format!("env.{name}"), how);
                     false
                 }
-            }
-        });
+            },
+        );
     }
-    if let Some(Value::Object(permissions)) = document.get_mut("permissions")
-        && let Some(Value::Array(dirs)) = permissions.get_mut("additionalDirectories")
+    if let Some(Loose::Valid(permissions)) = &mut settings.permissions
+        && let Some(Loose::Valid(dirs)) = &mut permissions.additional_directories
     {
         dirs.retain(|dir| {
-            let Value::String(dir) = dir else { return true };
+            let Loose::Valid(dir) = dir else { return true };
             if dir_allowed(dir, before) {
                 return true;
             }
@@ -126,19 +100,11 @@ pub(super) fn narrow(
             false
         });
     }
-    if let Some(Value::Object(sandbox)) = document.get_mut("sandbox") {
-        drop_keys(sandbox, NEVER_SANDBOX, "sandbox", &mut ignore);
+    if let Some(Loose::Valid(sandbox)) = &mut settings.sandbox {
+        drop_escape_hatches(sandbox, &mut ignore);
     }
-    if document.get("enableAllProjectMcpServers") == Some(&Value::Bool(true)) {
-        document.remove("enableAllProjectMcpServers");
-        ignore("enableAllProjectMcpServers".into(), CREDENTIAL_HOW.into());
-    }
-    for key in NEVER_TOP {
-        if document.remove(*key).is_some() {
-            ignore((*key).to_string(), CREDENTIAL_HOW.into());
-        }
-    }
-    if let Some(Value::Object(servers)) = document.get_mut("mcpServers") {
+    drop_credentials(&mut settings, &mut ignore);
+    if let Some(Value::Object(servers)) = &mut settings.mcp_servers {
         let users = user_servers(before.layer);
         servers.retain(|name, _| {
             if !users.contains(name) {
@@ -151,25 +117,69 @@ pub(super) fn narrow(
             false
         });
     }
-    document
+    settings
 }
 
-/// Takes out of `object` each of `keys` whose value is not the harmless one.
-fn drop_keys(
-    object: &mut Map<String, Value>,
-    keys: &[(&str, Option<Value>)],
-    prefix: &str,
-    ignore: &mut impl FnMut(String, String),
-) {
-    for (key, harmless) in keys {
-        let Some(value) = object.get(*key) else {
+/// Takes out the `sandbox.*` keys a workspace file never sets, unless one holds the
+/// value that is harmless (`None`: none is). flower reads none of them: its sandbox is
+/// `FLOWER_SANDBOX` and the flags; `sandbox.network` has its own reader, which applies
+/// the stricter-wins rule itself (allowed lists intersect, denied lists add up,
+/// booleans only narrow).
+fn drop_escape_hatches(sandbox: &mut SandboxSection, ignore: &mut impl FnMut(String, String)) {
+    let hatches = [
+        ("enabled", &mut sandbox.enabled, Some(true)),
+        (
+            "allowUnsandboxedCommands",
+            &mut sandbox.allow_unsandboxed_commands,
+            Some(false),
+        ),
+        ("excludedCommands", &mut sandbox.excluded_commands, None),
+        (
+            "enableWeakerNestedSandbox",
+            &mut sandbox.enable_weaker_nested_sandbox,
+            Some(false),
+        ),
+        (
+            "autoAllowBashIfSandboxed",
+            &mut sandbox.auto_allow_bash_if_sandboxed,
+            Some(false),
+        ),
+    ];
+    for (key, value, harmless) in hatches {
+        let Some(said) = value else {
             continue;
         };
-        if harmless.as_ref() == Some(value) {
+        if harmless.is_some_and(|harmless| *said == Value::Bool(harmless)) {
             continue;
         }
-        object.remove(*key);
-        ignore(format!("{prefix}.{key}"), SANDBOX_HOW.into());
+        *value = None;
+        ignore(format!("sandbox.{key}"), SANDBOX_HOW.into());
+    }
+}
+
+/// Takes out the top-level keys a workspace file never sets: each hands out a
+/// credential or approves servers, and flower reads none of them (the key comes from
+/// the person's environment or the user's `env`; `.mcp.json`'s servers are approved by
+/// the pin). `enableAllProjectMcpServers` is harmless unless `true`.
+fn drop_credentials(settings: &mut SettingsFile, ignore: &mut impl FnMut(String, String)) {
+    if settings.enable_all_project_mcp_servers == Some(Value::Bool(true)) {
+        settings.enable_all_project_mcp_servers = None;
+        ignore("enableAllProjectMcpServers".into(), CREDENTIAL_HOW.into());
+    }
+    let never = [
+        ("apiKeyHelper", &mut settings.api_key_helper),
+        ("awsAuthRefresh", &mut settings.aws_auth_refresh),
+        ("awsCredentialExport", &mut settings.aws_credential_export),
+        ("otelHeadersHelper", &mut settings.otel_headers_helper),
+        (
+            "enabledMcpjsonServers",
+            &mut settings.enabled_mcpjson_servers,
+        ),
+    ];
+    for (key, value) in never {
+        if value.take().is_some() {
+            ignore(key.to_string(), CREDENTIAL_HOW.into());
+        }
     }
 }
 
@@ -259,7 +269,7 @@ fn user_servers(layer: &FileLayer) -> Vec<String> {
         .files
         .iter()
         .filter(|f| f.scope == Scope::User)
-        .filter_map(|f| f.document.get("mcpServers"))
+        .filter_map(|f| f.settings.mcp_servers.as_ref())
         .filter_map(Value::as_object)
         .flat_map(|servers| servers.keys().cloned())
         .collect()
