@@ -461,7 +461,7 @@ impl Settings {
         let mut sandbox = sandbox;
         sandbox.additional_dirs = files.permissions.additional_directories.clone();
         sandbox.net = network::rules(files, env.home())?;
-        let memory = match vars.get("FLOWER_MEMORY").as_deref() {
+        let memory = match vars.trimmed("FLOWER_MEMORY").as_deref() {
             _ if flags.no_memory => false,
             None | Some("on") => true,
             Some("off") => false,
@@ -493,7 +493,7 @@ impl Settings {
             ("MCP_TIMEOUT", &mut mcp.startup_timeout),
             ("MCP_TOOL_TIMEOUT", &mut mcp.tool_timeout),
         ] {
-            if let Some(value) = vars.get(name) {
+            if let Some(value) = vars.trimmed(name) {
                 match value.parse::<u64>() {
                     Ok(ms) if ms > 0 => *slot = std::time::Duration::from_millis(ms),
                     _ => {
@@ -843,7 +843,7 @@ fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, Confi
         xdg_config_home: vars.env.var("XDG_CONFIG_HOME").map(PathBuf::from),
         global: vars.env.var("GIT_CONFIG_GLOBAL").map(PathBuf::from),
     };
-    match vars.get("FLOWER_SANDBOX").as_deref() {
+    match vars.trimmed("FLOWER_SANDBOX").as_deref() {
         None | Some("on") => {}
         Some("off") => policy.enabled = false,
         Some("require") => policy.required = true,
@@ -854,7 +854,7 @@ fn sandbox_policy(flags: &Flags, vars: &Vars<'_>) -> Result<SandboxPolicy, Confi
             ));
         }
     }
-    match vars.get("FLOWER_NETWORK").as_deref() {
+    match vars.trimmed("FLOWER_NETWORK").as_deref() {
         None | Some("on") => {}
         Some("off") => policy.network = false,
         Some(other) => {

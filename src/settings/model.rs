@@ -122,22 +122,22 @@ impl ModelSettings {
 pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, ConfigError> {
     let usage = |setting: &str, message: String| ConfigError::invalid(setting, message);
     let credential = match (
-        vars.get("ANTHROPIC_AUTH_TOKEN"),
-        vars.get("ANTHROPIC_API_KEY"),
+        vars.trimmed("ANTHROPIC_AUTH_TOKEN"),
+        vars.trimmed("ANTHROPIC_API_KEY"),
     ) {
         (Some(token), _) => Some(Credential::Bearer(token)),
         (None, Some(key)) => Some(Credential::ApiKey(key)),
         (None, None) => None,
     };
     let base_url = vars
-        .get("ANTHROPIC_BASE_URL")
+        .trimmed("ANTHROPIC_BASE_URL")
         .unwrap_or_else(|| DEFAULT_BASE_URL.into());
     let base_url = anthropic::check_base_url(&base_url)
         .map_err(|e| ConfigError::invalid_because("ANTHROPIC_BASE_URL", e.to_string(), e))?;
     let flag_model = flags.model.as_deref().filter(|m| !m.trim().is_empty());
     // `--model`, else `ANTHROPIC_MODEL` (the environment's, else a settings file's
     // `env`), else the settings files' `model`.
-    let (setting, named_model) = match (flag_model, vars.get("ANTHROPIC_MODEL")) {
+    let (setting, named_model) = match (flag_model, vars.trimmed("ANTHROPIC_MODEL")) {
         (Some(model), _) => ("--model", Some(model.to_string())),
         (None, Some(model)) => ("ANTHROPIC_MODEL", Some(model)),
         (None, None) => ("model (settings file)", vars.files.model.clone()),
@@ -271,7 +271,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         }
     };
 
-    let idle_timeout = match vars.get("FLOWER_STREAM_IDLE_TIMEOUT") {
+    let idle_timeout = match vars.trimmed("FLOWER_STREAM_IDLE_TIMEOUT") {
         None => DEFAULT_IDLE_TIMEOUT,
         Some(raw) => match raw.parse::<f64>() {
             Ok(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
@@ -315,7 +315,7 @@ pub(super) fn resolve(flags: &Flags, vars: &Vars<'_>) -> Result<ModelSettings, C
         fetch_max_uses: max_uses("FLOWER_WEB_FETCH_MAX_USES")?,
     };
 
-    let prices = match vars.get("FLOWER_PRICES") {
+    let prices = match vars.trimmed("FLOWER_PRICES") {
         None => None,
         Some(path) => {
             let path = PathBuf::from(path);

@@ -201,8 +201,8 @@ pub struct FileLayer {
     /// `hooks` of every file, merged.
     pub hooks: crate::engine::hooks::HookSet,
     /// The files that were read, in precedence order (user, project, local), each
-    /// with its whole document: keys flower itself does not read (`mcpServers` …) are
-    /// there for whoever does ([`FileLayer::values_of`]).
+    /// typed and with its whole document: keys flower itself does not read are kept
+    /// ([`super::document::SettingsFile::extra`]).
     pub files: Vec<super::files::LoadedFile>,
     /// `.mcp.json` at the workspace root (the project's MCP servers), when there is one.
     pub mcp_json: Option<super::files::LoadedFile>,
@@ -244,7 +244,7 @@ impl Vars<'_> {
     }
 
     /// A variable, trimmed; empty counts as unset.
-    pub fn get(&self, name: &str) -> Option<String> {
+    pub fn trimmed(&self, name: &str) -> Option<String> {
         self.raw(name)
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())

@@ -15,7 +15,7 @@ pub(super) fn store(flags: &Flags, vars: &Vars<'_>) -> Result<Option<PostgresUrl
             ConfigError::invalid_because("--store", message, why)
         });
     }
-    match vars.get("FLOWER_STORE") {
+    match vars.trimmed("FLOWER_STORE") {
         None => Ok(None),
         Some(raw) => parse_store(&raw).map_err(|why| {
             let message = format!("FLOWER_STORE={}:{why}", shown_store(&raw));
@@ -34,7 +34,7 @@ pub(super) fn run_key(
     let name = match &flags.run_key {
         Some(raw) => Some(run_name(raw, true)?),
         None => vars
-            .get("FLOWER_RUN_KEY")
+            .trimmed("FLOWER_RUN_KEY")
             .map(|raw| run_name(&raw, false))
             .transpose()?,
     };

@@ -83,6 +83,7 @@ mod sandbox_seccomp;
 mod serve;
 mod settings;
 mod settings_pin;
+mod settings_typed;
 mod signals;
 mod stop_reasons;
 mod store_cli;
