@@ -66,6 +66,7 @@ mod prompt_cache;
 mod prompt_cache_concurrent;
 mod prompt_cache_interrupt;
 mod prompt_cache_roles;
+mod protected_edges;
 mod protected_paths;
 mod read_media;
 mod refusals;
