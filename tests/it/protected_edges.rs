@@ -5,7 +5,9 @@
 //! read-only or swept, the sweep itself, and the second line that puts a changed file
 //! back when no mount could keep it read-only.
 
-use flower::tools::protected::{Absent, Kept, Kind, Refusal, candidates, check_write, for_commands};
+use flower::tools::protected::{
+    Absent, Kept, Kind, Refusal, candidates, check_write, for_commands,
+};
 use flower::tools::sandbox::SandboxPolicy;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt as _, symlink};
@@ -61,21 +63,36 @@ fn each_refusal_names_what_the_path_is_and_the_rule_that_opts_it_out() {
     fs::create_dir_all(t.ws.join(".git/hooks")).unwrap();
     symlink(".mcp.json", t.ws.join("innocent")).unwrap();
     let cases: [(&str, &str, &str, &str); 6] = [
-        (".mcp.json", ".mcp.json", "Edit(.mcp.json)", "MCP 服务器配置"),
+        (
+            ".mcp.json",
+            ".mcp.json",
+            "Edit(.mcp.json)",
+            "MCP 服务器配置",
+        ),
         (
             ".vscode/tasks.json",
             ".vscode",
             "Edit(.vscode/**)",
             "VS Code 的工作区配置",
         ),
-        (".git/config", ".git/config", "Edit(.git/config)", "git 配置"),
+        (
+            ".git/config",
+            ".git/config",
+            "Edit(.git/config)",
+            "git 配置",
+        ),
         (
             ".git/hooks/pre-commit",
             ".git/hooks",
             "Edit(.git/hooks/**)",
             "git 钩子",
         ),
-        ("runs/sessions.db", "runs", "Edit(runs/**)", "本次运行的记录"),
+        (
+            "runs/sessions.db",
+            "runs",
+            "Edit(runs/**)",
+            "本次运行的记录",
+        ),
         (".zshrc", ".zshrc", "Edit(.zshrc)", "shell 的启动文件"),
     ];
     for (path, protected, rule, what) in cases {
@@ -87,8 +104,14 @@ fn each_refusal_names_what_the_path_is_and_the_rule_that_opts_it_out() {
         );
         let text = r.to_string();
         assert!(text.contains(what), "{path}: {text}");
-        assert!(text.contains(&format!("--allowed-tools '{rule}'")), "{text}");
-        assert!(!text.contains("解析为"), "{path} is spelled directly: {text}");
+        assert!(
+            text.contains(&format!("--allowed-tools '{rule}'")),
+            "{text}"
+        );
+        assert!(
+            !text.contains("解析为"),
+            "{path} is spelled directly: {text}"
+        );
     }
     let r = refusal(&policy, &t, "innocent");
     assert_eq!(r.protected, ".mcp.json");
@@ -158,7 +181,10 @@ fn the_files_gits_finder_names_are_refused_while_git_is_protected() {
     let policy = SandboxPolicy::standard();
     let r = refusal(&policy, &t, "githooks/pre-commit");
     assert_eq!(r.rule, "Edit(githooks/**)");
-    assert!(r.to_string().contains("git 读取并据以执行程序的文件"), "{r}");
+    assert!(
+        r.to_string().contains("git 读取并据以执行程序的文件"),
+        "{r}"
+    );
     let unprotected = SandboxPolicy {
         protect_git: false,
         ..SandboxPolicy::standard()
@@ -232,7 +258,11 @@ fn the_sweep_removes_what_a_command_made_and_says_what_it_was() {
     let settings = t.ws.join(".claude/settings.json");
     let absent = Absent::new(&t.ws, settings.clone(), "设置");
     fs::create_dir_all(t.ws.join(".claude")).unwrap();
-    assert_eq!(absent.sweep(), None, "only its directory: nothing to remove");
+    assert_eq!(
+        absent.sweep(),
+        None,
+        "only its directory: nothing to remove"
+    );
     fs::write(&settings, "{}").unwrap();
     let note = absent.sweep().expect("a note");
     assert!(
@@ -307,14 +337,31 @@ fn a_changed_protected_file_is_put_back_whole_up_to_256_kib() {
     fs::write(t.ws.join("a-dir/new"), "x").unwrap();
 
     let notes = kept.check();
-    let restored = |p: &Path| format!("flower 把受保护的 {} 恢复成了命令运行前的内容:命令改动了它。", p.display());
-    let expected: Vec<String> = [0, 1, 2, 4, 5].iter().map(|&i| restored(&files[i].0)).collect();
+    let restored = |p: &Path| {
+        format!(
+            "flower 把受保护的 {} 恢复成了命令运行前的内容:命令改动了它。",
+            p.display()
+        )
+    };
+    let expected: Vec<String> = [0, 1, 2, 4, 5]
+        .iter()
+        .map(|&i| restored(&files[i].0))
+        .collect();
     assert_eq!(notes, expected);
     for i in [0, 1, 2, 4, 5] {
-        assert_eq!(fs::read(&files[i].0).unwrap(), files[i].1, "{:?}", files[i].0);
+        assert_eq!(
+            fs::read(&files[i].0).unwrap(),
+            files[i].1,
+            "{:?}",
+            files[i].0
+        );
     }
     assert_eq!(mode(&files[0].0), 0o640, "its mode is put back too");
-    assert_eq!(fs::read(&files[3].0).unwrap(), b"planted", "over 256 KiB: bound only");
+    assert_eq!(
+        fs::read(&files[3].0).unwrap(),
+        b"planted",
+        "over 256 KiB: bound only"
+    );
     assert!(t.ws.join("a-dir/new").exists(), "a directory is not kept");
     assert!(kept.check().is_empty(), "put back: nothing left to do");
 
