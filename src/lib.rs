@@ -12,6 +12,7 @@
 //! - [`future`]: the boxed future of the async traits; [`run_dir`]: the run directory
 //!   and its file names; [`atomic`]: the one temp-file-and-rename writer; [`error`]:
 //!   an error printed with its causes; [`events`]: what a run reports to its front end;
+//!   [`lenient`]: configuration JSON read into serde types that mark a mistyped value;
 //! - [`transcript`]: the transcript entry format, its marker strings, tool names;
 //! - [`model`]: talking to a model (the Anthropic Messages API over SSE), model names,
 //!   prices, error classes;
@@ -37,6 +38,7 @@ pub mod error;
 pub mod events;
 pub mod future;
 pub mod inspect;
+pub mod lenient;
 pub mod model;
 pub mod run;
 pub mod run_dir;

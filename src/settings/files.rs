@@ -248,8 +248,12 @@ impl FileLayer {
             }
         }
         if let Some(hooks) = &settings.hooks {
+            // Reads any JSON (the section marks what is mistyped): the check is add_from's.
+            let section: crate::engine::hooks::HooksSection =
+                serde::Deserialize::deserialize(hooks)
+                    .map_err(|e| invalid(path, "hooks", e.to_string()))?;
             self.hooks
-                .add_from(hooks, path)
+                .add_from(&section, path)
                 .map_err(|e| invalid(path, &e.key, e.message))?;
         }
         self.files.push(LoadedFile::new(scope, path, settings));
@@ -385,7 +389,11 @@ pub fn mcp_config(
         let Some(value) = &file.settings.mcp_servers else {
             continue;
         };
-        let parsed = crate::tools::mcp::config::parse(value, &file.path, lookup)
+        // Reads any JSON (the section marks what is mistyped): the check is parse's.
+        let section: crate::tools::mcp::config::McpServersSection =
+            serde::Deserialize::deserialize(value)
+                .map_err(|e| invalid(&file.path, "mcpServers", e.to_string()))?;
+        let parsed = crate::tools::mcp::config::parse(&section, &file.path, lookup)
             .map_err(|e| invalid(&file.path, &e.key, e.message))?;
         warnings.extend(parsed.ignored);
         config.add(parsed.servers);

@@ -14,7 +14,7 @@ use syn::visit::Visit;
 const LAYERS: &[&[&str]] = &[
     // `content`: the content blocks and the lossless JSON objects they are built of
     // (what a reply streams in as, the transcript stores and a request sends back).
-    &["future", "run_dir", "atomic", "error", "content"],
+    &["future", "run_dir", "atomic", "error", "content", "lenient"],
     &["model"],
     &["transcript", "events"],
     &["stores", "checkpoint"],

@@ -21,7 +21,8 @@
 //! settings file written for a newer Claude Code still loads. A malformed entry of a
 //! known event is an error naming the file and the key.
 
-use serde_json::Value;
+use crate::lenient::{Entries, Slot, UnknownKeys};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -157,6 +158,40 @@ impl Matcher {
     }
 }
 
+/// The `hooks` section of a settings file as written: events by name, each a list of
+/// matcher groups; [`HookSet::add_from`] checks it (any JSON reads as a section, so
+/// that the error names the key).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct HooksSection(pub Slot<Entries<Slot<Vec<Slot<GroupEntry>>>>>);
+
+/// `{"matcher": "Write|Edit", "hooks": [...]}` as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct GroupEntry {
+    #[serde(default)]
+    pub matcher: Slot<String>,
+    #[serde(default)]
+    pub hooks: Slot<Vec<Slot<HookEntry>>>,
+    /// Keys Claude Code may add; not read.
+    #[serde(flatten)]
+    pub unknown: UnknownKeys,
+}
+
+/// `{"type": "command", "command": "fmt.sh", "timeout": 30}` as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct HookEntry {
+    #[serde(default, rename = "type")]
+    pub kind: Slot<String>,
+    #[serde(default)]
+    pub command: Slot<String>,
+    /// Seconds.
+    #[serde(default)]
+    pub timeout: Slot<f64>,
+    /// Keys of other hook types (`prompt`, `url`, …) and newer ones; not read.
+    #[serde(flatten)]
+    pub unknown: UnknownKeys,
+}
+
 /// One command hook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookCommand {
@@ -228,16 +263,16 @@ impl HookSet {
         out
     }
 
-    /// Adds the `hooks` value of the settings file `file` after what is there.
-    pub fn add_from(&mut self, value: &Value, file: &Path) -> Result<(), HookConfigError> {
+    /// Adds the `hooks` section of the settings file `file` after what is there.
+    pub fn add_from(&mut self, section: &HooksSection, file: &Path) -> Result<(), HookConfigError> {
         let bad = |key: String, message: String| HookConfigError { key, message };
-        let Value::Object(events) = value else {
+        let Some(events) = section.0.get() else {
             return Err(bad(
                 "hooks".into(),
                 "要一个按事件分的对象(\"PreToolUse\": [...])".into(),
             ));
         };
-        for (name, groups) in events {
+        for (name, groups) in events.iter() {
             let Some(event) = HookEvent::from_name(name) else {
                 self.ignored.push(format!(
                     "{}: hooks.{name}:flower 没有这个事件,忽略",
@@ -245,7 +280,7 @@ impl HookSet {
                 ));
                 continue;
             };
-            let Value::Array(groups) = groups else {
+            let Some(groups) = groups.get() else {
                 return Err(bad(
                     format!("hooks.{name}"),
                     "要一个 {\"matcher\": …, \"hooks\": [...]} 的数组".into(),
@@ -261,11 +296,11 @@ impl HookSet {
         Ok(())
     }
 
-    // Long because it checks every key of a hook group in the order Claude Code documents
-    // them, each with the error naming its key.
+    /// One matcher group, checked in the order Claude Code documents its keys, each
+    /// error naming its key.
     fn group(
         &mut self,
-        group: &Value,
+        group: &Slot<GroupEntry>,
         key: &str,
         file: &Path,
     ) -> Result<Option<HookGroup>, HookConfigError> {
@@ -273,21 +308,21 @@ impl HookSet {
             key,
             message: message.to_string(),
         };
-        let Value::Object(group) = group else {
+        let Some(group) = group.get() else {
             return Err(bad(
                 key.into(),
                 "要一个对象 {\"matcher\": …, \"hooks\": [...]}",
             ));
         };
-        let matcher = match group.get("matcher") {
-            None | Some(Value::Null) => Matcher::All,
-            Some(Value::String(text)) => Matcher::parse(text).map_err(|e| HookConfigError {
+        let matcher = match &group.matcher {
+            Slot::Absent | Slot::Null => Matcher::All,
+            Slot::Is(text) => Matcher::parse(text).map_err(|e| HookConfigError {
                 key: format!("{key}.matcher"),
                 message: format!("不是合法的正则表达式({e})"),
             })?,
-            Some(_) => return Err(bad(format!("{key}.matcher"), "要一个字符串")),
+            Slot::Wrong => return Err(bad(format!("{key}.matcher"), "要一个字符串")),
         };
-        let Some(Value::Array(hooks)) = group.get("hooks") else {
+        let Some(hooks) = group.hooks.get() else {
             return Err(bad(
                 format!("{key}.hooks"),
                 "要一个 {\"type\": \"command\", \"command\": …} 的数组",
@@ -296,56 +331,60 @@ impl HookSet {
         let mut commands = Vec::new();
         for (j, hook) in hooks.iter().enumerate() {
             let key = format!("{key}.hooks[{j}]");
-            let Value::Object(hook) = hook else {
-                return Err(bad(
-                    key,
-                    "要一个对象 {\"type\": \"command\", \"command\": …}",
-                ));
-            };
-            match hook.get("type").and_then(Value::as_str) {
-                Some("command") => {}
-                Some(other) => {
-                    self.ignored.push(format!(
-                        "{}: {key}:flower 不支持 {other:?} 类型的钩子,忽略",
-                        file.display()
-                    ));
-                    continue;
-                }
-                None => return Err(bad(format!("{key}.type"), "要 \"command\"")),
+            if let Some(command) = self.command(hook, &key, file)? {
+                commands.push(command);
             }
-            let command = match hook.get("command") {
-                Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
-                _ => {
-                    return Err(bad(format!("{key}.command"), "要一条非空的 shell 命令"));
-                }
-            };
-            let timeout = match hook.get("timeout") {
-                None | Some(Value::Null) => DEFAULT_TIMEOUT,
-                Some(Value::Number(n)) => match n.as_f64() {
-                    Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => {
-                        Duration::from_secs_f64(s)
-                    }
-                    _ => {
-                        return Err(bad(
-                            format!("{key}.timeout"),
-                            "要一个秒数,大于 0(最多 86400)",
-                        ));
-                    }
-                },
-                Some(_) => {
-                    return Err(bad(
-                        format!("{key}.timeout"),
-                        "要一个秒数,大于 0(最多 86400)",
-                    ));
-                }
-            };
-            commands.push(HookCommand {
-                command,
-                timeout,
-                source: file.to_path_buf(),
-            });
         }
         Ok((!commands.is_empty()).then_some(HookGroup { matcher, commands }))
+    }
+
+    /// One hook of a group; `None` for a type flower does not run (noted in `ignored`).
+    fn command(
+        &mut self,
+        hook: &Slot<HookEntry>,
+        key: &str,
+        file: &Path,
+    ) -> Result<Option<HookCommand>, HookConfigError> {
+        let bad = |key: String, message: &str| HookConfigError {
+            key,
+            message: message.to_string(),
+        };
+        let Some(hook) = hook.get() else {
+            return Err(bad(
+                key.into(),
+                "要一个对象 {\"type\": \"command\", \"command\": …}",
+            ));
+        };
+        match hook.kind.get().map(String::as_str) {
+            Some("command") => {}
+            Some(other) => {
+                self.ignored.push(format!(
+                    "{}: {key}:flower 不支持 {other:?} 类型的钩子,忽略",
+                    file.display()
+                ));
+                return Ok(None);
+            }
+            None => return Err(bad(format!("{key}.type"), "要 \"command\"")),
+        }
+        let command = match hook.command.get() {
+            Some(c) if !c.trim().is_empty() => c.clone(),
+            _ => return Err(bad(format!("{key}.command"), "要一条非空的 shell 命令")),
+        };
+        let timeout = match hook.timeout {
+            Slot::Absent | Slot::Null => DEFAULT_TIMEOUT,
+            Slot::Is(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
+            Slot::Is(_) | Slot::Wrong => {
+                return Err(bad(
+                    format!("{key}.timeout"),
+                    "要一个秒数,大于 0(最多 86400)",
+                ));
+            }
+        };
+        Ok(Some(HookCommand {
+            command,
+            timeout,
+            source: file.to_path_buf(),
+        }))
     }
 
     /// One line per configured command, for `flower state -v`:

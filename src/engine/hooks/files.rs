@@ -144,6 +144,7 @@ mod tests {
             {"type": "command", "command": "ls . src $(cat scripts) > \"$CLAUDE_PROJECT_DIR/lib.sh\""},
             {"type": "command", "command": "tee out/log.txt >> out/other.log; python3 -u tools/new.py"},
         ]}]});
+        let hooks = serde_json::from_value(hooks).unwrap();
         set.add_from(&hooks, Path::new("s.json")).unwrap();
         let got = named_files(&set, std::slice::from_ref(&ws));
         let want: Vec<PathBuf> = [

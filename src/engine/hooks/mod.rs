@@ -20,9 +20,10 @@ pub mod payload;
 
 pub use command::{Ended, HookRun, Launch};
 pub use config::{
-    DEFAULT_TIMEOUT, HookCommand, HookConfigError, HookEvent, HookGroup, HookSet, Matcher,
+    DEFAULT_TIMEOUT, GroupEntry, HookCommand, HookConfigError, HookEntry, HookEvent, HookGroup,
+    HookSet, HooksSection, Matcher,
 };
-pub use outcome::{HookOutcome, PermissionDecision};
+pub use outcome::{HookAnswer, HookOutcome, HookSpecificOutput, PermissionDecision};
 pub use payload::{EventFields, Handoff};
 
 use std::path::Path;

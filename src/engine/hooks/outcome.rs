@@ -12,7 +12,8 @@
 
 use super::command::{Ended, HookRun};
 use super::config::HookEvent;
-use serde_json::{Map, Value, json};
+use crate::lenient::{Slot, UnknownKeys};
+use serde::{Deserialize, Serialize};
 
 /// What PreToolUse hooks decided about the permission check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +36,7 @@ pub struct HookOutcome {
 
 impl HookOutcome {
     /// The answers (JSON objects on stdout) of the hooks that exited 0.
-    fn answers(&self) -> impl Iterator<Item = Map<String, Value>> + '_ {
+    fn answers(&self) -> impl Iterator<Item = HookAnswer> + '_ {
         self.runs.iter().filter_map(answer)
     }
 
@@ -58,21 +59,21 @@ impl HookOutcome {
             }
         }
         for answer in self.answers() {
-            let reason = |keys: &[&str]| {
-                keys.iter()
-                    .find_map(|k| answer_str(&answer, k))
-                    .unwrap_or("a hook blocked it (no reason given)")
+            let reason = |first: Option<&String>| {
+                first
+                    .or(answer.reason.get())
+                    .map_or("a hook blocked it (no reason given)", String::as_str)
                     .to_string()
             };
-            if answer.get("decision").and_then(Value::as_str) == Some("block") {
-                reasons.push(reason(&["reason"]));
+            if answer.decision() == Some("block") {
+                reasons.push(reason(None));
             } else if self.event == HookEvent::PreToolUse
-                && specific(&answer, "permissionDecision") == Some("deny")
+                && answer.permission_decision() == Some("deny")
             {
-                reasons.push(reason(&[
-                    "hookSpecificOutput.permissionDecisionReason",
-                    "reason",
-                ]));
+                let specific = answer.specific();
+                reasons.push(reason(
+                    specific.and_then(|s| s.permission_decision_reason.get()),
+                ));
             }
         }
         (!reasons.is_empty()).then(|| reasons.join("\n"))
@@ -83,12 +84,13 @@ impl HookOutcome {
     pub fn permission(&self) -> Option<PermissionDecision> {
         let mut decision = None;
         for answer in self.answers() {
-            let said = specific(&answer, "permissionDecision")
-                .or_else(|| answer.get("decision").and_then(Value::as_str));
+            let said = answer.permission_decision().or_else(|| answer.decision());
             match said {
                 Some("ask") => {
-                    let why = answer_str(&answer, "hookSpecificOutput.permissionDecisionReason")
-                        .unwrap_or("a hook asks for confirmation");
+                    let why = answer
+                        .specific()
+                        .and_then(|s| s.permission_decision_reason.get())
+                        .map_or("a hook asks for confirmation", String::as_str);
                     return Some(PermissionDecision::Ask(why.to_string()));
                 }
                 Some("allow" | "approve") => decision = Some(PermissionDecision::Allow),
@@ -112,7 +114,8 @@ impl HookOutcome {
             }
             match answer(run) {
                 Some(answer) => {
-                    if let Some(context) = specific(&answer, "additionalContext")
+                    if let Some(context) =
+                        answer.specific().and_then(|s| s.additional_context.get())
                         && !context.trim().is_empty()
                     {
                         out.push(context.trim().to_string());
@@ -143,11 +146,11 @@ impl HookOutcome {
     /// `continue: false`: the agent must stop; the `stopReason` (or a default).
     pub fn stop(&self) -> Option<String> {
         self.answers()
-            .find(|a| a.get("continue") == Some(&Value::Bool(false)))
+            .find(|a| a.proceed == Slot::Is(false))
             .map(|a| {
-                a.get("stopReason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("a hook said not to continue")
+                a.stop_reason
+                    .get()
+                    .map_or("a hook said not to continue", String::as_str)
                     .to_string()
             })
     }
@@ -192,7 +195,7 @@ impl HookOutcome {
             }
         }
         for answer in self.answers() {
-            if let Some(message) = answer.get("systemMessage").and_then(Value::as_str) {
+            if let Some(message) = answer.system_message.get() {
                 lines.push(format!("{label} hook:{message}"));
             }
         }
@@ -225,26 +228,7 @@ impl HookOutcome {
             (None, true) => (format!("{} hook failed", self.label()), "warning", "failed"),
             (None, false) => (format!("{} hook ran", self.label()), "info", "ran"),
         };
-        let runs: Vec<Value> = self
-            .runs
-            .iter()
-            .map(|run| {
-                let (outcome, code) = match &run.ended {
-                    Ended::Exit(code) => ("exit", json!(code)),
-                    Ended::Signal(signal) => ("signal", json!(signal)),
-                    Ended::TimedOut(_) => ("timeout", Value::Null),
-                    Ended::Failed(why) => ("failed", json!(why)),
-                };
-                json!({
-                    "command": run.command,
-                    "outcome": outcome,
-                    "code": code,
-                    "durationMs": run.duration.as_millis() as u64,
-                    "stdout": run.stdout,
-                    "stderr": run.stderr,
-                })
-            })
-            .collect();
+        let runs: Vec<RecordedRun> = self.runs.iter().map(RecordedRun::of).collect();
         let fields = crate::transcript::Entry {
             hook_event: Some(self.event.name().into()),
             hook_subject: (!self.subject.is_empty()).then(|| self.subject.clone()),
@@ -271,33 +255,129 @@ impl HookEvent {
     }
 }
 
-/// The JSON object a hook that exited 0 printed, if it printed one.
-fn answer(run: &HookRun) -> Option<Map<String, Value>> {
+/// The JSON object a hook prints on stdout when it exits 0, as Claude Code documents
+/// it. A field of another type than documented is as if absent.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookAnswer {
+    /// `false`: the agent stops.
+    #[serde(default, rename = "continue")]
+    pub proceed: Slot<bool>,
+    #[serde(default)]
+    pub stop_reason: Slot<String>,
+    /// `block` (and, for PreToolUse, the legacy `approve`).
+    #[serde(default)]
+    pub decision: Slot<String>,
+    #[serde(default)]
+    pub reason: Slot<String>,
+    /// Shown to the person.
+    #[serde(default)]
+    pub system_message: Slot<String>,
+    /// Read, not acted on: flower never shows a hook's stdout in the first place.
+    #[serde(default)]
+    pub suppress_output: Slot<bool>,
+    #[serde(default)]
+    pub hook_specific_output: Slot<HookSpecificOutput>,
+    /// Keys flower does not read.
+    #[serde(flatten)]
+    pub unknown: UnknownKeys,
+}
+
+/// An answer's `hookSpecificOutput`. `updatedInput` is not supported (one of the
+/// unknown keys).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookSpecificOutput {
+    /// Not read: the event is the one that ran the hook.
+    #[serde(default)]
+    pub hook_event_name: Slot<String>,
+    /// PreToolUse: `allow`, `deny` or `ask`.
+    #[serde(default)]
+    pub permission_decision: Slot<String>,
+    #[serde(default)]
+    pub permission_decision_reason: Slot<String>,
+    /// Text for the model.
+    #[serde(default)]
+    pub additional_context: Slot<String>,
+    #[serde(flatten)]
+    pub unknown: UnknownKeys,
+}
+
+impl HookAnswer {
+    /// Reads a hook's stdout: a JSON object, or `None` (plain text, or not an object).
+    pub fn parse(stdout: &str) -> Option<HookAnswer> {
+        let text = stdout.trim();
+        if !text.starts_with('{') {
+            return None;
+        }
+        // Value first: a key written twice is the last one, as before (a derived
+        // struct would refuse the whole answer).
+        let tree = serde_json::from_str::<serde_json::Value>(text).ok()?;
+        HookAnswer::deserialize(&tree).ok()
+    }
+
+    fn decision(&self) -> Option<&str> {
+        self.decision.get().map(String::as_str)
+    }
+
+    fn specific(&self) -> Option<&HookSpecificOutput> {
+        self.hook_specific_output.get()
+    }
+
+    fn permission_decision(&self) -> Option<&str> {
+        self.specific()?
+            .permission_decision
+            .get()
+            .map(String::as_str)
+    }
+}
+
+/// The answer of a hook that exited 0, if it printed one.
+fn answer(run: &HookRun) -> Option<HookAnswer> {
     if run.exit_code() != Some(0) {
         return None;
     }
-    let text = run.stdout.trim();
-    if !text.starts_with('{') {
-        return None;
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Some(map),
-        _ => None,
-    }
+    HookAnswer::parse(&run.stdout)
 }
 
-fn specific<'a>(answer: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    answer
-        .get("hookSpecificOutput")
-        .and_then(|h| h.get(key))
-        .and_then(Value::as_str)
+/// One hook run as the transcript's `system` entry records it (`hookRuns`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordedRun<'a> {
+    command: &'a str,
+    /// `exit`, `signal`, `timeout` or `failed`.
+    outcome: &'static str,
+    code: RecordedCode<'a>,
+    duration_ms: u64,
+    stdout: &'a str,
+    stderr: &'a str,
 }
 
-/// A string at a dotted path of the answer (`hookSpecificOutput.x` or a top-level key).
-fn answer_str<'a>(answer: &'a Map<String, Value>, path: &str) -> Option<&'a str> {
-    match path.split_once('.') {
-        Some((outer, inner)) => answer.get(outer)?.get(inner)?.as_str(),
-        None => answer.get(path)?.as_str(),
+/// The exit status, the signal, nothing (a timeout) or why it could not run.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum RecordedCode<'a> {
+    Number(i32),
+    Nothing,
+    Why(&'a str),
+}
+
+impl<'a> RecordedRun<'a> {
+    fn of(run: &'a HookRun) -> RecordedRun<'a> {
+        let (outcome, code) = match &run.ended {
+            Ended::Exit(code) => ("exit", RecordedCode::Number(*code)),
+            Ended::Signal(signal) => ("signal", RecordedCode::Number(*signal)),
+            Ended::TimedOut(_) => ("timeout", RecordedCode::Nothing),
+            Ended::Failed(why) => ("failed", RecordedCode::Why(why)),
+        };
+        RecordedRun {
+            command: &run.command,
+            outcome,
+            code,
+            duration_ms: run.duration.as_millis() as u64,
+            stdout: &run.stdout,
+            stderr: &run.stderr,
+        }
     }
 }
 

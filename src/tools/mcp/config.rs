@@ -13,7 +13,8 @@
 //! default is an error naming the key, as in Claude Code). Parsing is pure: the caller
 //! gives the lookup and names the file.
 
-use serde_json::{Map, Value};
+use crate::lenient::{Entries, Slot, UnknownKeys};
+use serde::Deserialize;
 use std::time::Duration;
 
 /// How long a server has to start and answer `initialize` (`MCP_TIMEOUT`, ms).
@@ -147,99 +148,92 @@ pub struct Parsed {
     pub ignored: Vec<String>,
 }
 
-/// Parses an `mcpServers` object from `source`; `lookup` gives a variable's value for
+/// An `mcpServers` object as written: servers by name, in the file's order;
+/// [`parse`] checks it (any JSON reads as a section, so that the error names the key).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct McpServersSection(pub Slot<Entries<Slot<ServerEntry>>>);
+
+/// One server's entry as written: `command`, `args`, `env` (stdio) or `type`, `url`,
+/// `headers` (http).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ServerEntry {
+    #[serde(default, rename = "type")]
+    pub kind: Slot<String>,
+    #[serde(default)]
+    pub command: Slot<String>,
+    #[serde(default)]
+    pub args: Slot<Vec<Slot<String>>>,
+    #[serde(default)]
+    pub env: Slot<Entries<Slot<Scalar>>>,
+    #[serde(default)]
+    pub url: Slot<String>,
+    #[serde(default)]
+    pub headers: Slot<Entries<Slot<Scalar>>>,
+    /// Keys flower does not read (`timeout`, `disabled`, …).
+    #[serde(flatten)]
+    pub unknown: UnknownKeys,
+}
+
+/// A value of `env` or `headers`: a string (`${VAR}` expanded), or a number or a
+/// boolean taken as its text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar {
+    Text(String),
+    Number(serde_json::Number),
+    Flag(bool),
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Value: one JSON value of any type, sorted into the three kinds taken.
+        match serde_json::Value::deserialize(deserializer)? {
+            serde_json::Value::String(text) => Ok(Scalar::Text(text)),
+            serde_json::Value::Number(n) => Ok(Scalar::Number(n)),
+            serde_json::Value::Bool(b) => Ok(Scalar::Flag(b)),
+            _ => Err(serde::de::Error::custom("not a string, number or boolean")),
+        }
+    }
+}
+
+/// Parses an `mcpServers` section from `source`; `lookup` gives a variable's value for
 /// `${VAR}`.
-/// Long because it is one pass over a server entry's keys, each checked and named
-/// in its error where it is read.
 pub fn parse(
-    value: &Value,
+    section: &McpServersSection,
     source: &std::path::Path,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Parsed, KeyError> {
-    let Value::Object(servers) = value else {
+    let Some(servers) = section.0.get() else {
         return Err(bad("mcpServers", "要一个按名字列出服务器的对象"));
     };
     let mut parsed = Parsed::default();
-    for (name, server) in servers {
+    for (name, server) in servers.iter() {
         let key = format!("mcpServers.{name}");
         if name.trim().is_empty() {
             return Err(bad(key, "服务器要有名字"));
         }
-        let Value::Object(fields) = server else {
+        let Some(fields) = server.get() else {
             return Err(bad(
                 key,
                 "要一个对象(command、args、env;或 type、url、headers)",
             ));
         };
-        let kind = match fields.get("type") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(kind)) => Some(kind.as_str()),
-            Some(_) => return Err(bad(format!("{key}.type"), "要 \"stdio\" 或 \"http\"")),
+        let kind = match &fields.kind {
+            Slot::Absent | Slot::Null => None,
+            Slot::Is(kind) => Some(kind.as_str()),
+            Slot::Wrong => return Err(bad(format!("{key}.type"), "要 \"stdio\" 或 \"http\"")),
         };
+        // A `url` key (even `null`) without a `command` key makes an HTTP server.
         let kind = kind.unwrap_or(
-            if fields.contains_key("url") && !fields.contains_key("command") {
+            if fields.url != Slot::Absent && fields.command == Slot::Absent {
                 "http"
             } else {
                 "stdio"
             },
         );
         let (transport, written) = match kind {
-            "stdio" => {
-                let written_command = match fields.get("command") {
-                    Some(Value::String(c)) if !c.trim().is_empty() => c,
-                    _ => return Err(bad(format!("{key}.command"), "要写要运行的命令")),
-                };
-                let command = expand(written_command, lookup)
-                    .map_err(|e| bad(format!("{key}.command"), e.to_string()))?;
-                let args = strings(fields.get("args"), &format!("{key}.args"), lookup)?;
-                // Every item a string: `strings` refused anything else.
-                let written_args = fields
-                    .get("args")
-                    .and_then(Value::as_array)
-                    .map(|items| {
-                        items
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let env = pairs(fields.get("env"), &format!("{key}.env"), lookup)?;
-                let written = Transport::Stdio {
-                    command: written_command.clone(),
-                    args: written_args,
-                    env: Vec::new(),
-                };
-                (Transport::Stdio { command, args, env }, written)
-            }
-            "http" | "streamable-http" | "streamableHttp" => {
-                let Some(Value::String(written_url)) = fields.get("url") else {
-                    return Err(bad(format!("{key}.url"), "要写服务器的 URL"));
-                };
-                let url = expand(written_url, lookup)
-                    .map_err(|e| bad(format!("{key}.url"), e.to_string()))?;
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(bad(
-                        format!("{key}.url"),
-                        // As written: what `${VAR}` gave may be a secret.
-                        format!("{written_url:?} 不是 http:// 或 https:// 开头的 URL"),
-                    ));
-                }
-                let headers = pairs(fields.get("headers"), &format!("{key}.headers"), lookup)?;
-                for (header, value) in &headers {
-                    if !valid_header(header, value) {
-                        return Err(bad(
-                            format!("{key}.headers.{header}"),
-                            "不是合法的 HTTP 头名和值",
-                        ));
-                    }
-                }
-                let written = Transport::Http {
-                    url: written_url.clone(),
-                    headers: Vec::new(),
-                };
-                (Transport::Http { url, headers }, written)
-            }
+            "stdio" => stdio(fields, &key, lookup)?,
+            "http" | "streamable-http" | "streamableHttp" => http(fields, &key, lookup)?,
             "sse" => {
                 parsed.ignored.push(format!(
                     "{}: {key}:不支持老的 SSE 传输(改用 \"type\": \"http\");忽略这个服务器",
@@ -255,7 +249,7 @@ pub fn parse(
             }
         };
         parsed.servers.push(McpServer {
-            name: name.clone(),
+            name: name.to_string(),
             source: source.to_path_buf(),
             transport,
             written,
@@ -264,56 +258,110 @@ pub fn parse(
     Ok(parsed)
 }
 
+/// A stdio server's transport, expanded, and as written.
+fn stdio(
+    fields: &ServerEntry,
+    key: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Transport, Transport), KeyError> {
+    let written_command = match fields.command.get() {
+        Some(c) if !c.trim().is_empty() => c,
+        _ => return Err(bad(format!("{key}.command"), "要写要运行的命令")),
+    };
+    let command = expand(written_command, lookup)
+        .map_err(|e| bad(format!("{key}.command"), e.to_string()))?;
+    let args = strings(&fields.args, &format!("{key}.args"), lookup)?;
+    // Every item a string: `strings` refused anything else.
+    let written_args = fields
+        .args
+        .get()
+        .map(|items| items.iter().filter_map(Slot::get).cloned().collect())
+        .unwrap_or_default();
+    let env = pairs(&fields.env, &format!("{key}.env"), lookup)?;
+    let written = Transport::Stdio {
+        command: written_command.clone(),
+        args: written_args,
+        env: Vec::new(),
+    };
+    Ok((Transport::Stdio { command, args, env }, written))
+}
+
+/// An HTTP server's transport, expanded and checked, and as written.
+fn http(
+    fields: &ServerEntry,
+    key: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Transport, Transport), KeyError> {
+    let Some(written_url) = fields.url.get() else {
+        return Err(bad(format!("{key}.url"), "要写服务器的 URL"));
+    };
+    let url = expand(written_url, lookup).map_err(|e| bad(format!("{key}.url"), e.to_string()))?;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(bad(
+            format!("{key}.url"),
+            // As written: what `${VAR}` gave may be a secret.
+            format!("{written_url:?} 不是 http:// 或 https:// 开头的 URL"),
+        ));
+    }
+    let headers = pairs(&fields.headers, &format!("{key}.headers"), lookup)?;
+    for (header, value) in &headers {
+        if !valid_header(header, value) {
+            return Err(bad(
+                format!("{key}.headers.{header}"),
+                "不是合法的 HTTP 头名和值",
+            ));
+        }
+    }
+    let written = Transport::Http {
+        url: written_url.clone(),
+        headers: Vec::new(),
+    };
+    Ok((Transport::Http { url, headers }, written))
+}
+
 /// A list of strings (absent: empty), each expanded.
 fn strings(
-    value: Option<&Value>,
+    value: &Slot<Vec<Slot<String>>>,
     key: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<String>, KeyError> {
     match value {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
+        Slot::Absent | Slot::Null => Ok(Vec::new()),
+        Slot::Is(items) => items
             .iter()
             .enumerate()
             .map(|(i, item)| match item {
-                Value::String(s) => {
+                Slot::Is(s) => {
                     expand(s, lookup).map_err(|e| bad(format!("{key}[{i}]"), e.to_string()))
                 }
                 _ => Err(bad(format!("{key}[{i}]"), "要一个字符串")),
             })
             .collect(),
-        Some(_) => Err(bad(key, "要一个字符串数组")),
+        Slot::Wrong => Err(bad(key, "要一个字符串数组")),
     }
 }
 
 /// An object of strings (absent: empty), each value expanded.
 fn pairs(
-    value: Option<&Value>,
+    value: &Slot<Entries<Slot<Scalar>>>,
     key: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<(String, String)>, KeyError> {
-    match value {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Object(map)) => map_pairs(map, key, lookup),
-        Some(_) => Err(bad(key, "要一个值都是字符串的对象")),
-    }
-}
-
-fn map_pairs(
-    map: &Map<String, Value>,
-    key: &str,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<(String, String)>, KeyError> {
+    let map = match value {
+        Slot::Absent | Slot::Null => return Ok(Vec::new()),
+        Slot::Is(map) => map,
+        Slot::Wrong => return Err(bad(key, "要一个值都是字符串的对象")),
+    };
     map.iter()
         .map(|(name, value)| {
             let at = format!("{key}.{name}");
             match value {
-                Value::String(s) => Ok((
-                    name.clone(),
+                Slot::Is(Scalar::Text(s)) => Ok((
+                    name.to_string(),
                     expand(s, lookup).map_err(|e| bad(&at, e.to_string()))?,
                 )),
-                Value::Number(n) => Ok((name.clone(), n.to_string())),
-                Value::Bool(b) => Ok((name.clone(), b.to_string())),
+                Slot::Is(Scalar::Number(n)) => Ok((name.to_string(), n.to_string())),
+                Slot::Is(Scalar::Flag(b)) => Ok((name.to_string(), b.to_string())),
                 _ => Err(bad(at, "要一个字符串")),
             }
         })

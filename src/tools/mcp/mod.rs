@@ -300,12 +300,9 @@ impl McpHub {
                         if listing.tools.iter().any(|t| t.name == name) {
                             continue;
                         }
-                        let mut schema = Value::Object((*tool.input_schema).clone());
-                        if schema.get("type").is_none()
-                            && let Some(object) = schema.as_object_mut()
-                        {
-                            object.insert("type".into(), "object".into());
-                        }
+                        let mut schema = (*tool.input_schema).clone();
+                        schema.entry("type").or_insert_with(|| "object".into());
+                        let schema = Value::Object(schema);
                         listing.tools.push(McpTool {
                             name,
                             server: server.config.name.clone(),

@@ -1,0 +1,150 @@
+//! Configuration JSON read leniently into serde types: every value typed where it has
+//! the expected shape and marked where it has not, so that the reader words the error
+//! for its own key (`hooks.PreToolUse[0].matcher: 要一个字符串`) instead of serde's
+//! English message, and warns about or ignores what it may ignore. Used for the
+//! sections of Claude Code's settings files that flower reads (hooks, MCP servers) and
+//! for a hook's answer.
+
+use serde::de::{self, Deserialize, DeserializeOwned, Deserializer, IgnoredAny, MapAccess};
+use std::fmt;
+
+/// One value of a JSON object, as written.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Slot<T> {
+    /// The key is not there (`#[serde(default)]` gives this).
+    #[default]
+    Absent,
+    /// `null`: for most keys the same as absent, but a key that is there at all can
+    /// mean something (an MCP server with a `url` key is an HTTP one).
+    Null,
+    /// A value of the expected type.
+    Is(T),
+    /// A value of another type.
+    Wrong,
+}
+
+impl<T> Slot<T> {
+    /// The value, when it has the expected type.
+    pub fn get(&self) -> Option<&T> {
+        match self {
+            Slot::Is(value) => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Absent or `null`.
+    pub fn is_unset(&self) -> bool {
+        matches!(self, Slot::Absent | Slot::Null)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Slot<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Value: the slot's JSON is read once as a tree, then tried as `T`; a failure
+        // is the reader's to word, so the tree is all that is needed to tell.
+        let value = serde_json::Value::deserialize(deserializer)?;
+        if value.is_null() {
+            return Ok(Slot::Null);
+        }
+        Ok(serde_json::from_value(value).map_or(Slot::Wrong, Slot::Is))
+    }
+}
+
+/// A JSON object's entries in the file's order; a key written twice keeps the place of
+/// its first and the value of its last (as `serde_json::Map` does with
+/// `preserve_order`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entries<T>(pub Vec<(String, T)>);
+
+impl<T> Default for Entries<T> {
+    fn default() -> Self {
+        Entries(Vec::new())
+    }
+}
+
+impl<T> Entries<T> {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &T)> {
+        self.0.iter().map(|(key, value)| (key.as_str(), value))
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entries<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> de::Visitor<'de> for Visit<T> {
+            type Value = Entries<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries<T>, A::Error> {
+                let mut entries: Vec<(String, T)> = Vec::new();
+                while let Some((key, value)) = map.next_entry::<String, T>()? {
+                    match entries.iter_mut().find(|(k, _)| *k == key) {
+                        Some(slot) => slot.1 = value,
+                        None => entries.push((key, value)),
+                    }
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+/// The keys of an object that its type does not name, kept by name (their values are
+/// not read). As a `#[serde(flatten)]` field it also makes the type read from a JSON
+/// object only: a derived struct alone would take an array of its fields too.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnknownKeys(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for UnknownKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let entries = Entries::<IgnoredAny>::deserialize(deserializer)?;
+        Ok(UnknownKeys(
+            entries.0.into_iter().map(|(key, _)| key).collect(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, Default, PartialEq, serde::Deserialize)]
+    struct Group {
+        #[serde(default)]
+        name: Slot<String>,
+        #[serde(default)]
+        items: Slot<Vec<Slot<u32>>>,
+        #[serde(flatten)]
+        unknown: UnknownKeys,
+    }
+
+    #[test]
+    fn each_value_is_typed_or_marked_and_only_objects_make_a_struct() {
+        let read = |v: serde_json::Value| Slot::<Group>::deserialize(&v).unwrap();
+        let group = read(json!({"name": "a", "items": [1, "x", null], "extra": {}}));
+        let Slot::Is(group) = group else {
+            panic!("{group:?}")
+        };
+        assert_eq!(group.name, Slot::Is("a".to_string()));
+        assert_eq!(
+            group.items,
+            Slot::Is(vec![Slot::Is(1), Slot::Wrong, Slot::Null])
+        );
+        assert_eq!(group.unknown, UnknownKeys(vec!["extra".into()]));
+        let Slot::Is(empty) = read(json!({"name": 3})) else {
+            panic!()
+        };
+        assert_eq!((empty.name, empty.items), (Slot::Wrong, Slot::Absent));
+        assert_eq!(read(json!(["a", [1]])), Slot::Wrong);
+        assert_eq!(read(json!(null)), Slot::Null);
+    }
+
+    #[test]
+    fn entries_keep_the_file_order_and_the_last_of_a_repeated_key() {
+        let entries: Entries<u32> = serde_json::from_str(r#"{"b": 1, "a": 2, "b": 3}"#).unwrap();
+        assert_eq!(entries.0, [("b".to_string(), 3), ("a".to_string(), 2)]);
+    }
+}
