@@ -17,6 +17,7 @@ mod concurrent_calls;
 mod concurrent_faults;
 mod concurrent_views;
 mod config;
+mod config_sections;
 mod continuation_crash;
 mod continuation_example;
 mod conventions_agents;
