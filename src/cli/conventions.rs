@@ -208,6 +208,7 @@ fn join(keys: &[&String]) -> String {
 }
 
 /// The same as JSON.
+// Value: an output document built with `json!`, which `flower state -v` nests in its own.
 pub fn json(settings: &Settings) -> Value {
     let memory: Memory = if settings.memory() {
         settings.memory_source().load()
