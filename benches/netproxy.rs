@@ -68,7 +68,7 @@ fn serve(listener: TcpListener) {
 async fn speed(ctx: &ToolContext, command: &str) -> f64 {
     let out = Bash
         .call(
-            &flower::content::Raw::of_tree(&json!({ "command": command })),
+            &flower::content::ToolInput::of_tree(&json!({ "command": command })),
             ctx,
         )
         .await;

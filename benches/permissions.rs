@@ -97,7 +97,7 @@ async fn spawn_times(sandbox: SandboxPolicy, ws: &Path, n: usize) -> Vec<Duratio
     for _ in 0..n {
         let t = Instant::now();
         let out = Bash
-            .call(&flower::content::Raw::of_tree(&input), &ctx)
+            .call(&flower::content::ToolInput::of_tree(&input), &ctx)
             .await;
         times.push(t.elapsed());
         assert!(!out.is_error, "{}", out.content);

@@ -33,6 +33,12 @@ impl ToolInput {
         Raw::of(value).map(ToolInput)
     }
 
+    /// `value` serialized, for a value whose serializing cannot fail (a tree built in
+    /// code); `null` if it somehow does.
+    pub fn of_tree<T: Serialize + ?Sized>(value: &T) -> ToolInput {
+        ToolInput(Raw::of_tree(value))
+    }
+
     /// The JSON, as written.
     pub fn raw(&self) -> &Raw {
         &self.0

@@ -6,7 +6,7 @@
 use super::permissions::Permissions;
 use super::subagent::Parent;
 use super::{Conversation, Engine, Pending};
-use crate::content::Raw;
+use crate::content::ToolInput;
 use crate::model::ToolDef;
 use crate::stores::SessionKey;
 use crate::tools::ToolOutput;
@@ -95,7 +95,7 @@ impl Engine {
         &self,
         parent: &Parent<'_>,
         permissions: &Permissions,
-        input: &Raw,
+        input: &ToolInput,
     ) -> ToolOutput {
         #[derive(serde::Deserialize)]
         struct Command {
@@ -117,7 +117,7 @@ impl Engine {
 
     /// A call of `TaskOutput` or `TaskStop` (or their older names); a Ctrl-C ends a
     /// wait.
-    pub(super) async fn background_call(&self, name: &str, input: &Raw) -> ToolOutput {
+    pub(super) async fn background_call(&self, name: &str, input: &ToolInput) -> ToolOutput {
         let call = self.background.call(name, input);
         self.until_interrupted(call, &CancellationToken::new())
             .await

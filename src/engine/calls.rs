@@ -262,10 +262,10 @@ impl Engine {
                     .and_then(serde_json::from_value),
             ),
             (name, _) if background::is_background_tool(name) => {
-                self.background_call(name, input.raw()).await
+                self.background_call(name, input).await
             }
-            (BASH, _) if wants_background(input.raw()) => {
-                self.start_background(parent, permissions, input.raw())
+            (BASH, _) if wants_background(input) => {
+                self.start_background(parent, permissions, input)
             }
             _ => match self.tools.iter().find(|tool| tool.name() == name) {
                 Some(tool) => {
@@ -318,7 +318,7 @@ impl Engine {
         // The tool reads its own struct from the call's JSON.
         let cancel = CancellationToken::new();
         let ctx = self.tool_context(cancel.clone(), sandbox);
-        self.until_interrupted(tool.call(input.raw(), &ctx), &cancel)
+        self.until_interrupted(tool.call(input, &ctx), &cancel)
             .await
     }
 

@@ -42,7 +42,7 @@ impl Engine {
             allowed: access.allowed_domains,
             blocked: access.blocked_domains,
         };
-        let side = match SideRequest::of(name, input.raw(), &rules) {
+        let side = match SideRequest::of(name, input, &rules) {
             Ok(side) => side,
             Err(message) => return ToolOutput::error(message),
         };

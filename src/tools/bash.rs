@@ -21,7 +21,7 @@ use super::input::{self, Field};
 use super::process::{self, GroupGuard};
 use super::sandbox;
 use super::{Tool, ToolContext, ToolOutput};
-use crate::content::Raw;
+use crate::content::{Raw, ToolInput};
 use crate::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -107,7 +107,7 @@ struct BashInput {
 }
 
 /// Whether a Bash call asks to run in the background (`run_in_background: true`).
-pub fn wants_background(input: &Raw) -> bool {
+pub fn wants_background(input: &ToolInput) -> bool {
     #[derive(Deserialize)]
     struct Flag {
         #[serde(default)]
@@ -153,7 +153,7 @@ impl Tool for Bash {
         }))
     }
 
-    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a ToolInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             const T: &str = super::names::BASH;
             let parsed = (|| {

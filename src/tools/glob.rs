@@ -4,7 +4,7 @@ use super::input::{self, Field};
 use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
-use crate::content::Raw;
+use crate::content::{Raw, ToolInput};
 use crate::future::BoxFuture;
 use globset::GlobBuilder;
 use serde::Deserialize;
@@ -63,7 +63,7 @@ impl Tool for Glob {
         }))
     }
 
-    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a ToolInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let parsed = (|| {
                 let fields: GlobInput = input::parse(names::GLOB, input)?;

@@ -8,7 +8,7 @@ use super::input::{self, Field};
 use super::names;
 use super::walk::{Newest, walker};
 use super::{Tool, ToolContext, ToolOutput, paths};
-use crate::content::Raw;
+use crate::content::{Raw, ToolInput};
 use crate::future::BoxFuture;
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{
@@ -143,7 +143,7 @@ impl Tool for Grep {
         }))
     }
 
-    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a ToolInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let (opts, path) = match parse(input) {
                 Ok(o) => o,
@@ -188,7 +188,7 @@ struct GrepInput {
     multiline: Field<bool>,
 }
 
-fn parse(input: &Raw) -> Result<(Options, Option<String>), ToolOutput> {
+fn parse(input: &ToolInput) -> Result<(Options, Option<String>), ToolOutput> {
     const T: &str = names::GREP;
     let fields: GrepInput = input::parse(T, input)?;
     let pattern = fields.pattern.required(T, "pattern")?;

@@ -5,15 +5,15 @@
 //! [`ToolOutput`] error that names the field, for the model to correct.
 
 use super::ToolOutput;
-use crate::content::Raw;
+use crate::content::ToolInput;
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
 /// The input of a call read as `T` (a tool's struct of [`Field`]s), or an error naming
 /// the tool.
-pub fn parse<T: DeserializeOwned>(tool: &str, input: &Raw) -> Result<T, ToolOutput> {
-    let text = input.get();
+pub fn parse<T: DeserializeOwned>(tool: &str, input: &ToolInput) -> Result<T, ToolOutput> {
+    let text = input.text();
     let kind = kind_of(text);
     if kind != OBJECT {
         return Err(ToolOutput::error(format!(

@@ -27,7 +27,7 @@ pub mod web;
 pub use process::ProcessGroups;
 pub mod write;
 
-use crate::content::Raw;
+use crate::content::{Raw, ToolInput};
 use crate::future::BoxFuture;
 use crate::model::ToolDef;
 use std::path::PathBuf;
@@ -144,7 +144,7 @@ pub trait Tool: Send + Sync {
     /// JSON Schema of the input: sent to the model, never read.
     fn input_schema(&self) -> Raw;
     /// Runs a call; the tool reads `input` into its own struct ([`input::parse`]).
-    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
+    fn call<'a>(&'a self, input: &'a ToolInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
 
     fn definition(&self) -> ToolDef {
         ToolDef {

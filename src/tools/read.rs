@@ -9,7 +9,7 @@
 use super::input::{self, Field, numbered_line};
 use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
-use crate::content::Raw;
+use crate::content::{Raw, ToolInput};
 use crate::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -101,7 +101,7 @@ impl Tool for Read {
         }))
     }
 
-    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a ToolInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let parsed = (|| {
                 let fields: ReadInput = input::parse(names::READ, input)?;

@@ -9,7 +9,7 @@
 //! cache's prefix (tools, then the memory) was written twice per run. This file builds
 //! the side request and reads its reply; the engine sends it (`engine/web.rs`).
 
-use crate::content::{Block, Raw};
+use crate::content::{Block, Raw, ToolInput};
 use crate::model::{ServerTool, ServerToolKind, ToolDef};
 use crate::transcript::tools::{WEB_FETCH, WEB_SEARCH};
 use serde::Deserialize;
@@ -104,7 +104,7 @@ struct FetchInput {
 impl SideRequest {
     /// The side request of a `WebSearch` or `WebFetch` call, within the domains the
     /// agent's rules give it; `Err` is the message of an error result.
-    pub fn of(name: &str, input: &Raw, rules: &Domains) -> Result<SideRequest, String> {
+    pub fn of(name: &str, input: &ToolInput, rules: &Domains) -> Result<SideRequest, String> {
         match name {
             WEB_SEARCH => Self::search(input, rules),
             WEB_FETCH => Self::fetch(input, rules),
@@ -112,8 +112,8 @@ impl SideRequest {
         }
     }
 
-    fn search(input: &Raw, rules: &Domains) -> Result<SideRequest, String> {
-        let input: SearchInput = serde_json::from_str(input.get())
+    fn search(input: &ToolInput, rules: &Domains) -> Result<SideRequest, String> {
+        let input: SearchInput = serde_json::from_str(input.text())
             .map_err(|e| format!("WebSearch: the input does not fit the schema ({e})"))?;
         if input.query.trim().chars().count() < 2 {
             return Err("WebSearch: the query must have at least 2 characters".into());
@@ -165,8 +165,8 @@ impl SideRequest {
         })
     }
 
-    fn fetch(input: &Raw, rules: &Domains) -> Result<SideRequest, String> {
-        let input: FetchInput = serde_json::from_str(input.get())
+    fn fetch(input: &ToolInput, rules: &Domains) -> Result<SideRequest, String> {
+        let input: FetchInput = serde_json::from_str(input.text())
             .map_err(|e| format!("WebFetch: the input does not fit the schema ({e})"))?;
         let url = reqwest::Url::parse(input.url.trim())
             .map_err(|e| format!("WebFetch: {:?} is not a URL ({e})", input.url))?;

@@ -3,7 +3,7 @@
 use super::input::{self, Field};
 use super::names;
 use super::{Tool, ToolContext, ToolOutput, paths};
-use crate::content::Raw;
+use crate::content::{Raw, ToolInput};
 use crate::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -67,7 +67,7 @@ impl Tool for Write {
         }))
     }
 
-    fn call<'a>(&'a self, input: &'a Raw, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+    fn call<'a>(&'a self, input: &'a ToolInput, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
             let parsed = (|| {
                 let fields: WriteInput = input::parse(names::WRITE, input)?;

@@ -120,7 +120,7 @@ async fn the_file_tools_refuse_every_protected_path() {
     for path in &cases {
         let out = Write
             .call(
-                &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "{}"})),
+                &flower::content::ToolInput::of_tree(&json!({"file_path": path, "content": "{}"})),
                 &e.ctx,
             )
             .await;
@@ -133,7 +133,7 @@ async fn the_file_tools_refuse_every_protected_path() {
         );
         let out = Edit
             .call(
-                &flower::content::Raw::of_tree(
+                &flower::content::ToolInput::of_tree(
                     &json!({"file_path": path, "old_string": "", "new_string": "x"}),
                 ),
                 &e.ctx,
@@ -143,7 +143,7 @@ async fn the_file_tools_refuse_every_protected_path() {
     }
     let out = Edit
         .call(
-            &flower::content::Raw::of_tree(&json!({"file_path": ".git/config", "old_string": "[core]", "new_string": "[core]\n\tfsmonitor = touch /tmp/x"})),
+            &flower::content::ToolInput::of_tree(&json!({"file_path": ".git/config", "old_string": "[core]", "new_string": "[core]\n\tfsmonitor = touch /tmp/x"})),
             &e.ctx,
         )
         .await;
@@ -175,7 +175,7 @@ async fn the_file_tools_refuse_every_protected_path() {
     ] {
         let out = Write
             .call(
-                &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "ok"})),
+                &flower::content::ToolInput::of_tree(&json!({"file_path": path, "content": "ok"})),
                 &e.ctx,
             )
             .await;
@@ -201,7 +201,9 @@ async fn a_rule_naming_a_protected_path_opts_it_out() {
         async move {
             Write
                 .call(
-                    &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "{}"})),
+                    &flower::content::ToolInput::of_tree(
+                        &json!({"file_path": path, "content": "{}"}),
+                    ),
                     &ctx,
                 )
                 .await
@@ -214,7 +216,9 @@ async fn a_rule_naming_a_protected_path_opts_it_out() {
         async move {
             Write
                 .call(
-                    &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "{}"})),
+                    &flower::content::ToolInput::of_tree(
+                        &json!({"file_path": path, "content": "{}"}),
+                    ),
                     &ctx,
                 )
                 .await

@@ -31,7 +31,7 @@ fn env() -> Env {
 }
 
 async fn bash(e: &Env, input: Value) -> ToolOutput {
-    Bash.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+    Bash.call(&flower::content::ToolInput::of_tree(&input), &e.ctx)
         .await
 }
 
@@ -180,7 +180,7 @@ async fn dropping_the_call_kills_the_process_group() {
             .success()
     );
     let reader = tokio::task::spawn_blocking(move || fs::read_to_string(&fifo).unwrap());
-    let input = flower::content::Raw::of_tree(
+    let input = flower::content::ToolInput::of_tree(
         &json!({"command": "sleep 300 & echo $! > started; sleep 300"}),
     );
     let call = Bash.call(&input, &e.ctx);

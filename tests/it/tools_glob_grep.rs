@@ -26,12 +26,12 @@ fn put(ws: &Path, rel: &str, content: &str, age_s: u64) -> PathBuf {
 }
 
 async fn glob(e: &ToolEnv, input: Value) -> ToolOutput {
-    Glob.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+    Glob.call(&flower::content::ToolInput::of_tree(&input), &e.ctx)
         .await
 }
 
 async fn grep(e: &ToolEnv, input: Value) -> ToolOutput {
-    Grep.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+    Grep.call(&flower::content::ToolInput::of_tree(&input), &e.ctx)
         .await
 }
 

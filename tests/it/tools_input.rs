@@ -95,7 +95,9 @@ async fn malformed_inputs_become_errors() {
             if tool.name() == "Glob" && input["pattern"] == "x" {
                 continue; // a valid Glob input: the other fields are not Glob's
             }
-            let out = tool.call(&flower::content::Raw::of_tree(input), &ctx).await;
+            let out = tool
+                .call(&flower::content::ToolInput::of_tree(input), &ctx)
+                .await;
             assert!(
                 out.is_error,
                 "{} accepted {input}: {}",
@@ -132,7 +134,9 @@ async fn fifos_are_refused_not_waited_on() {
     for tool in builtin() {
         for (name, input) in &inputs {
             if tool.name() == *name {
-                let out = tool.call(&flower::content::Raw::of_tree(input), &ctx).await;
+                let out = tool
+                    .call(&flower::content::ToolInput::of_tree(input), &ctx)
+                    .await;
                 assert!(out.is_error, "{name}: {}", out.content);
                 assert!(
                     out.content.contains("not a regular file"),
@@ -146,7 +150,7 @@ async fn fifos_are_refused_not_waited_on() {
     let grep = builtin().into_iter().find(|t| t.name() == "Grep").unwrap();
     let out = grep
         .call(
-            &flower::content::Raw::of_tree(&json!({"pattern": "x"})),
+            &flower::content::ToolInput::of_tree(&json!({"pattern": "x"})),
             &ctx,
         )
         .await;

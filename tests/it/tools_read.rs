@@ -10,7 +10,7 @@ use std::os::unix::fs::symlink;
 use support::{ToolEnv, tool_env};
 
 async fn read(e: &ToolEnv, input: Value) -> ToolOutput {
-    Read.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+    Read.call(&flower::content::ToolInput::of_tree(&input), &e.ctx)
         .await
 }
 

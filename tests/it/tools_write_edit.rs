@@ -15,7 +15,7 @@ async fn write_creates_parent_directories() {
     let e = tool_env();
     let out = Write
         .call(
-            &flower::content::Raw::of_tree(
+            &flower::content::ToolInput::of_tree(
                 &json!({"file_path": "a/b/c.txt", "content": "hello\n"}),
             ),
             &e.ctx,
@@ -30,7 +30,7 @@ async fn write_creates_parent_directories() {
     let abs = e.ctx.workspace.join("a/b/c.txt");
     let out = Write
         .call(
-            &flower::content::Raw::of_tree(&json!({"file_path": abs, "content": "again"})),
+            &flower::content::ToolInput::of_tree(&json!({"file_path": abs, "content": "again"})),
             &e.ctx,
         )
         .await;
@@ -59,7 +59,7 @@ async fn writes_cannot_leave_the_workspace() {
     for path in cases {
         let out = Write
             .call(
-                &flower::content::Raw::of_tree(&json!({"file_path": path, "content": "x"})),
+                &flower::content::ToolInput::of_tree(&json!({"file_path": path, "content": "x"})),
                 &e.ctx,
             )
             .await;
@@ -74,7 +74,7 @@ async fn writes_cannot_leave_the_workspace() {
         }
         let out = Edit
             .call(
-                &flower::content::Raw::of_tree(
+                &flower::content::ToolInput::of_tree(
                     &json!({"file_path": path, "old_string": "", "new_string": "x"}),
                 ),
                 &e.ctx,
@@ -97,7 +97,9 @@ async fn a_symlink_inside_the_workspace_is_followed() {
     symlink(e.ctx.workspace.join("real"), e.ctx.workspace.join("alias")).unwrap();
     let out = Write
         .call(
-            &flower::content::Raw::of_tree(&json!({"file_path": "alias/f.txt", "content": "x"})),
+            &flower::content::ToolInput::of_tree(
+                &json!({"file_path": "alias/f.txt", "content": "x"}),
+            ),
             &e.ctx,
         )
         .await;
@@ -109,7 +111,7 @@ async fn a_symlink_inside_the_workspace_is_followed() {
 }
 
 async fn edit(e: &ToolEnv, input: serde_json::Value) -> flower::tools::ToolOutput {
-    Edit.call(&flower::content::Raw::of_tree(&input), &e.ctx)
+    Edit.call(&flower::content::ToolInput::of_tree(&input), &e.ctx)
         .await
 }
 
@@ -291,7 +293,7 @@ async fn writes_are_atomic_and_keep_permissions() {
         let content = if round % 2 == 0 { "b" } else { "c" }.repeat(1 << 20);
         let out = flower::tools::write::Write
             .call(
-                &flower::content::Raw::of_tree(
+                &flower::content::ToolInput::of_tree(
                     &serde_json::json!({"file_path": path, "content": content}),
                 ),
                 &ctx,
@@ -312,7 +314,7 @@ async fn writes_are_atomic_and_keep_permissions() {
     let inode_before = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
     let out = flower::tools::edit::Edit
         .call(
-            &flower::content::Raw::of_tree(&serde_json::json!({"file_path": path, "old_string": "c".repeat(1 << 20), "new_string": "#!/bin/sh\n"})),
+            &flower::content::ToolInput::of_tree(&serde_json::json!({"file_path": path, "old_string": "c".repeat(1 << 20), "new_string": "#!/bin/sh\n"})),
             &ctx,
         )
         .await;

@@ -3,7 +3,7 @@
 //! names and fields are accepted too, never offered.
 
 use super::Background;
-use crate::content::Raw;
+use crate::content::{Raw, ToolInput};
 use crate::model::ToolDef;
 use crate::tools::ToolOutput;
 use crate::tools::input::{self, Field};
@@ -109,7 +109,7 @@ fn id_of(
 
 impl Background {
     /// Runs a call of `TaskOutput`, `TaskStop` or their older names.
-    pub async fn call(&self, name: &str, input: &Raw) -> ToolOutput {
+    pub async fn call(&self, name: &str, input: &ToolInput) -> ToolOutput {
         let result = match name {
             TASK_OUTPUT | BASH_OUTPUT => self.call_output(name, input).await,
             _ => self.call_stop(name, input).await,
@@ -117,7 +117,7 @@ impl Background {
         result.unwrap_or_else(|refused| refused)
     }
 
-    async fn call_output(&self, name: &str, input: &Raw) -> Result<ToolOutput, ToolOutput> {
+    async fn call_output(&self, name: &str, input: &ToolInput) -> Result<ToolOutput, ToolOutput> {
         let fields: OutputInput = input::parse(name, input)?;
         let id = id_of(name, fields.task_id, fields.bash_id, "bash_id")?;
         // The old tool never waited.
@@ -133,7 +133,7 @@ impl Background {
         Ok(self.read(&id, block, Duration::from_millis(timeout)).await)
     }
 
-    async fn call_stop(&self, name: &str, input: &Raw) -> Result<ToolOutput, ToolOutput> {
+    async fn call_stop(&self, name: &str, input: &ToolInput) -> Result<ToolOutput, ToolOutput> {
         let fields: StopInput = input::parse(name, input)?;
         let id = id_of(name, fields.task_id, fields.shell_id, "shell_id")?;
         Ok(self.stop(&id).await)
