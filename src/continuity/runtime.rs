@@ -436,8 +436,8 @@ impl Runtime {
             background_output_cap: options.background_output_cap,
         });
         // What a flower killed without unwinding left running in the background (a
-        // record whose flower still runs is another process's: left alone).
-        engine.background().sweep_leftovers();
+        // record whose flower still runs, or may, is another process's: left alone).
+        warnings.extend(engine.background().sweep_leftovers().warning());
         let mut lineage = match options.shared_run.clone() {
             Some(shared) => {
                 Lineage::load_shared(&run_dir, &workspace, shared, |id| raw_store.has_session(id))

@@ -358,3 +358,55 @@ fn the_status_line_lists_what_runs_in_the_background() {
     let record = the_record(&project.dir);
     assert_eq!(record["end"]["how"], "session-ended", "{record}");
 }
+
+/// A record written where `/proc` could not give its flower's start time holds 0: the
+/// next start cannot tell whether that flower still runs, so it leaves the command
+/// running and says so, instead of taking a live flower for gone.
+#[test]
+fn a_record_without_its_flowers_start_time_is_left_alone_with_a_warning() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = TempDir::new().unwrap();
+    let ws = dir.path().to_path_buf();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("600")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id() as i64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let records_dir = ws.join("runs/background");
+    std::fs::create_dir_all(&records_dir).unwrap();
+    let record = json!({
+        "id": "bg-unjudged",
+        "command": "sleep 600",
+        "owner": {"session_id": "00000000-0000-4000-8000-000000000001"},
+        "leader": {"pid": pid, "start_ticks": ticks},
+        // A live flower (this test) whose start time was not read.
+        "flower": {"pid": std::process::id(), "start_ticks": 0},
+        "started_at": 1,
+        "output": records_dir.join("bg-unjudged.out"),
+    });
+    std::fs::write(records_dir.join("bg-unjudged.json"), record.to_string()).unwrap();
+    let server = FakeServer::with_handler(|_, _| Reply::text("好了"));
+    let out = run(&server, &ws, &[]);
+    let alive = group_alive(pid);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(
+        alive,
+        "the command of a flower that may still run was killed"
+    );
+    assert!(the_record(&ws).get("end").is_none(), "{}", the_record(&ws));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("bg-unjudged").count(), 1, "{stderr}");
+    assert!(stderr.contains("没有结束它们"), "{stderr}");
+}

@@ -255,7 +255,7 @@ impl Background {
 
     /// Kills what an earlier flower left running in this run directory (see
     /// [`record::sweep_leftovers`]); every runtime calls it when it opens.
-    pub fn sweep_leftovers(&self) -> Vec<Record> {
+    pub fn sweep_leftovers(&self) -> record::Sweep {
         record::sweep_leftovers(&self.0.dir)
     }
 

@@ -130,15 +130,43 @@ pub fn all(dir: &Path) -> Vec<Record> {
     records
 }
 
+/// What a start's sweep did: the records it ended, and the ones it could not judge.
+#[derive(Debug, Default)]
+pub struct Sweep {
+    pub ended: Vec<Record>,
+    /// Records without their flower's start time (`/proc` could not say when it was
+    /// written): whether that flower still runs cannot be told, so they are left.
+    pub unjudged: Vec<Record>,
+}
+
+impl Sweep {
+    /// One line for the person about the records left alone, if any.
+    pub fn warning(&self) -> Option<String> {
+        if self.unjudged.is_empty() {
+            return None;
+        }
+        let ids: Vec<&str> = self.unjudged.iter().map(|r| r.id.as_str()).collect();
+        Some(format!(
+            "后台命令 {} 的记录里没有启动它的 flower 的启动时间,看不出那个 flower 是否还在运行:没有结束它们(不需要了就自己结束)",
+            ids.join("、")
+        ))
+    }
+}
+
 /// Kills the commands an earlier flower left running in `dir` (it died without
-/// unwinding) and records their end; returns the records it ended. A record whose
-/// flower still runs (the pipeline, a `flower once` beside it) is that process's and
-/// left alone, and a leader whose start time differs is a recycled pid, never
-/// signalled: a pid alone is never trusted.
-pub fn sweep_leftovers(dir: &Path) -> Vec<Record> {
-    let mut ended = Vec::new();
+/// unwinding) and records their end. A record whose flower still runs (the pipeline,
+/// a `flower once` beside it) is that process's and left alone, and a leader whose
+/// start time differs is a recycled pid, never signalled: a pid alone is never
+/// trusted. Nor is a start time of 0 (unknown when written): such a record is left
+/// alone too, since its flower may be running.
+pub fn sweep_leftovers(dir: &Path) -> Sweep {
+    let mut sweep = Sweep::default();
     for mut record in all(dir) {
         if record.end.is_some() || record.flower.alive() {
+            continue;
+        }
+        if record.flower.start_ticks == 0 {
+            sweep.unjudged.push(record);
             continue;
         }
         let how = if record.leader.alive() {
@@ -159,10 +187,10 @@ pub fn sweep_leftovers(dir: &Path) -> Vec<Record> {
         });
         record.reported = false;
         if record.save(dir).is_ok() {
-            ended.push(record);
+            sweep.ended.push(record);
         }
     }
-    ended
+    sweep
 }
 
 #[cfg(test)]
