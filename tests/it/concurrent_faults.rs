@@ -159,6 +159,16 @@ fn killed_with_workers_in_flight(held: &[&'static str], fault: Fault) {
         // start to find.
         assert!(background::group_alive(leader), "gone before the wake");
     }
+    if let Some(leader) = leader
+        && fault.signal != libc::SIGKILL
+    {
+        // The handler ended it with flower: it is gone before any next start.
+        let deadline = Instant::now() + PATIENCE;
+        while background::group_alive(leader) {
+            assert!(Instant::now() < deadline, "the command outlived flower");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let before = server.requests().len();
     gate.open();
 
@@ -300,6 +310,17 @@ fn sigkill_with_three_workers_and_a_background_command_in_flight() {
 fn sigterm_with_three_workers_and_a_background_command_in_flight() {
     let fault = Fault {
         signal: libc::SIGTERM,
+        background: true,
+    };
+    killed_with_workers_in_flight(&["a.txt", "b.txt", "c.txt"], fault);
+}
+
+/// SIGHUP (the terminal closed) goes through the same handler as SIGTERM; its own test,
+/// so that a change to one signal's handling cannot pass unseen.
+#[test]
+fn sighup_with_three_workers_and_a_background_command_in_flight() {
+    let fault = Fault {
+        signal: libc::SIGHUP,
         background: true,
     };
     killed_with_workers_in_flight(&["a.txt", "b.txt", "c.txt"], fault);
