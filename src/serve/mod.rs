@@ -301,7 +301,9 @@ impl App {
                     }
                 }
             });
-        RunSummary::clone(&made).held(self.runs.holding(found))
+        let mut summary = RunSummary::clone(&made).held(self.runs.holding(found));
+        summary.inside = found.inside.clone();
+        summary
     }
 
     /// Every run's summary.

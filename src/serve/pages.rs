@@ -132,8 +132,10 @@ impl ListQuery {
 }
 
 /// `/`: the runs, sortable by each column, filterable.
-pub fn list(rows: &[RunSummary], query: &ListQuery, source: &str) -> String {
+pub fn list(all: &[RunSummary], query: &ListQuery, source: &str) -> String {
     let mut h = head("flower · 运行");
+    let (nested, rows): (Vec<&RunSummary>, Vec<&RunSummary>) =
+        all.iter().partition(|r| r.inside.is_some());
     let _ = writeln!(
         h,
         "<h1>flower 运行</h1><p>{} · {} 个运行</p>",
@@ -193,8 +195,40 @@ pub fn list(rows: &[RunSummary], query: &ListQuery, source: &str) -> String {
             },
         );
     }
-    h.push_str("</table>\n</body></html>\n");
+    h.push_str("</table>\n");
+    nested_list(&mut h, &nested);
+    h.push_str("</body></html>\n");
     h
+}
+
+/// The run directories found inside another run's workspace, apart from the table:
+/// an agent of that run can write one, so it is not shown as the person's run.
+fn nested_list(h: &mut String, nested: &[&RunSummary]) {
+    if nested.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        h,
+        "<h2>别的运行的工作区里的运行目录({} 个)</h2>\
+         <p>它们在另一个运行的工作区里,可能是那个运行里的 agent 写出来的,不一定是你跑的。</p>\
+         <table id=\"nested\"><tr><th>运行目录</th><th>在哪个运行的工作区里</th><th>步骤</th><th>最近活动</th></tr>",
+        nested.len()
+    );
+    for r in nested {
+        let parent = r.inside.as_deref().unwrap_or("");
+        let _ = writeln!(
+            h,
+            "<tr class=\"nested\" data-key=\"{}\"><td><a href=\"/runs/{}\">{}</a></td><td><a href=\"/runs/{}\">{}</a></td><td>{}</td><td>{}</td></tr>",
+            esc(&r.key),
+            enc(&r.key),
+            esc(&r.key),
+            enc(parent),
+            esc(parent),
+            esc(r.step.as_deref().unwrap_or("-")),
+            when(r.last_activity_ms),
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 /// The run page's script: the status and tool elements follow the run's event stream

@@ -40,6 +40,9 @@ pub struct Found {
     pub run_dir: PathBuf,
     /// In a shared store: its row there, with who holds it.
     pub listed: Option<ListedRun>,
+    /// The key of the run in whose workspace this run directory lies: an agent of
+    /// that run can write such a directory, so it is never listed as the person's own.
+    pub inside: Option<String>,
 }
 
 /// Who holds a run now, asked without taking anything.
@@ -93,6 +96,7 @@ impl Runs {
                     workspace: PathBuf::from(&listed.row.workspace),
                     run_dir: PathBuf::from(&listed.row.workspace).join("runs"),
                     listed: Some(listed),
+                    inside: None,
                 })
                 .collect(),
         });
@@ -205,7 +209,27 @@ fn walk(root: &Path) -> Vec<Found> {
         }
     }
     found.sort_by(|a, b| a.key.cmp(&b.key));
+    mark_nested(&mut found);
     found
+}
+
+/// Marks each run directory that lies inside another run's workspace with that run's
+/// key (the closest one). The workspace here is the run directory's parent, never the
+/// one its lineage names: a lineage is a file the nested run's writer chose.
+fn mark_nested(found: &mut [Found]) {
+    let parent = |f: &Found| f.run_dir.parent().map(Path::to_path_buf);
+    let workspaces: Vec<(String, PathBuf)> = found
+        .iter()
+        .filter_map(|f| Some((f.key.clone(), parent(f)?)))
+        .collect();
+    for f in found.iter_mut() {
+        let Some(own) = parent(f) else { continue };
+        f.inside = workspaces
+            .iter()
+            .filter(|(_, ws)| own != *ws && own.starts_with(ws))
+            .max_by_key(|(_, ws)| ws.components().count())
+            .map(|(key, _)| key.clone());
+    }
 }
 
 /// The lineage's own record of its workspace: the run's transcripts are keyed by it.
@@ -234,6 +258,7 @@ fn found_at(root: &Path, run_dir: &Path) -> Found {
         workspace,
         run_dir: run_dir.to_path_buf(),
         listed: None,
+        inside: None,
     }
 }
 

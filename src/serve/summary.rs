@@ -42,6 +42,10 @@ pub struct RunSummary {
     pub attempts: usize,
     /// The session written last.
     pub session: Option<String>,
+    /// The run in whose workspace this run directory lies (an agent of that run may
+    /// have written it): listed apart from the person's runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inside: Option<String>,
 }
 
 impl RunSummary {
@@ -121,6 +125,7 @@ impl RunSummary {
             last_ok: last.map(|a| a.ok),
             attempts: run.attempts.len(),
             session: newest.map(|(id, _)| id.clone()),
+            inside: None,
         }
     }
 

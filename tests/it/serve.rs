@@ -528,3 +528,37 @@ fn without_a_token_only_requests_to_this_machine_are_answered() {
     assert_eq!(status, 200);
     assert!(head.contains("content-security-policy"), "{head}");
 }
+
+/// A run directory inside another run's workspace (an agent of that run can write
+/// one) is listed apart, naming the run it lies in, never among the person's runs.
+#[test]
+fn a_run_directory_inside_another_runs_workspace_is_listed_apart() {
+    let root = tempfile::TempDir::new().unwrap();
+    for run_dir in ["proj/runs", "proj/sub/runs", "other/runs"] {
+        let dir = root.path().join(run_dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("manifest.json"), "[]").unwrap();
+    }
+    let served = Served::start(root.path(), &[], &[]);
+    let runs = served.json("/api/runs");
+    let inside = |key: &str| {
+        let run = runs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == key)
+            .unwrap_or_else(|| panic!("{key} not listed: {runs}"));
+        run.get("inside").cloned()
+    };
+    assert_eq!(inside("proj~runs"), None);
+    assert_eq!(inside("other~runs"), None);
+    assert_eq!(inside("proj~sub~runs"), Some(Value::from("proj~runs")));
+    let page = served.page("/");
+    let (table, apart) = page
+        .split_once("<table id=\"nested\">")
+        .expect("no list apart");
+    assert!(table.contains("2 个运行"), "{table}");
+    assert!(!table.contains("proj~sub~runs"), "{table}");
+    assert!(apart.contains("data-key=\"proj~sub~runs\""), "{apart}");
+    assert!(table.contains("data-key=\"proj~runs\"") && table.contains("data-key=\"other~runs\""));
+}
