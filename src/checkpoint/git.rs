@@ -158,30 +158,6 @@ pub struct Change {
     pub blob: String,
 }
 
-/// Parses `git diff-tree -r -z --no-renames --raw` output.
-pub fn parse_raw(out: &[u8]) -> Vec<Change> {
-    let mut changes = Vec::new();
-    let mut fields = out.split(|b| *b == 0);
-    while let Some(head) = fields.next() {
-        if head.is_empty() {
-            continue;
-        }
-        let Some(path) = fields.next() else { break };
-        let head = String::from_utf8_lossy(head);
-        let parts: Vec<&str> = head.trim_start_matches(':').split(' ').collect();
-        if parts.len() < 5 {
-            continue;
-        }
-        changes.push(Change {
-            status: parts[4].chars().next().unwrap_or('M'),
-            path: String::from_utf8_lossy(path).into_owned(),
-            mode: parts[1].to_string(),
-            blob: parts[3].to_string(),
-        });
-    }
-    changes
-}
-
 /// Lines added and removed over a `diff-tree --numstat -z` output (binary files: 0).
 pub fn sum_numstat(out: &[u8]) -> (u64, u64) {
     let mut added = 0;
@@ -196,41 +172,4 @@ pub fn sum_numstat(out: &[u8]) -> (u64, u64) {
         removed += r.trim().parse::<u64>().unwrap_or(0);
     }
     (added, removed)
-}
-
-/// Reads blobs through one `cat-file --batch`: the content of each id, in order.
-pub fn read_blobs(git: &Git, ids: &[&str]) -> Result<Vec<Vec<u8>>, CheckpointError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut input = Vec::new();
-    for id in ids {
-        input.extend_from_slice(id.as_bytes());
-        input.push(b'\n');
-    }
-    let out = git.run(["cat-file", "--batch"], Some(&input))?;
-    let mut blobs = Vec::with_capacity(ids.len());
-    let mut rest: &[u8] = &out;
-    for id in ids {
-        let bad = || CheckpointError::GitFailed {
-            what: "cat-file".into(),
-            stderr: format!("对象 {id} 读不出来"),
-        };
-        let newline = rest.iter().position(|b| *b == b'\n').ok_or_else(bad)?;
-        let header = String::from_utf8_lossy(&rest[..newline]).into_owned();
-        let size: usize = header
-            .rsplit(' ')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .filter(|_| header.contains(" blob "))
-            .ok_or_else(bad)?;
-        let start = newline + 1;
-        let end = start + size;
-        if rest.len() < end + 1 {
-            return Err(bad());
-        }
-        blobs.push(rest[start..end].to_vec());
-        rest = &rest[end + 1..];
-    }
-    Ok(blobs)
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`. Append only: a shipped
-/// migration is never edited.
+/// migration's statements are never edited (its comments may be corrected).
 const MIGRATIONS: [&str; 3] = ["
     CREATE TABLE meta (
         key   TEXT PRIMARY KEY,
@@ -71,8 +71,9 @@ const MIGRATIONS: [&str; 3] = ["
     CREATE INDEX entries_by_transcript ON entries (transcript);
     CREATE UNIQUE INDEX entries_uuid ON entries (transcript, uuid) WHERE uuid IS NOT NULL;
 ", "
-    -- Schema 3: entries.data may be a blob, the JSON deflated (packed.rs). No table
-    -- changes; the version keeps older builds from reading blobs as JSON.
+    -- Schema 3: entries.data may be a blob, the JSON compressed (packed.rs: LZ4, or
+    -- deflate in rows written before LZ4). No table changes; the version keeps older
+    -- builds from reading blobs as JSON.
 "];
 /// How entry rows name their key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
