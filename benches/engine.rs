@@ -40,6 +40,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "shared/child.rs"]
+#[allow(dead_code)] // `Usage::system` is printed by session_length only
 mod child;
 #[path = "shared/roles.rs"]
 mod roles;
