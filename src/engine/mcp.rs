@@ -93,9 +93,7 @@ impl Engine {
             ));
         };
         let cancel = CancellationToken::new();
-        // The MCP client takes the arguments as a tree: read here, at the edge.
-        let arguments = input.parse().unwrap_or(Value::Null);
-        let call = hub.call(&tool.server, &tool.tool, &arguments, call_id, &cancel);
+        let call = hub.call(&tool.server, &tool.tool, input, call_id, &cancel);
         let call = async {
             let outcome = call.await;
             if let Some(notice) = &outcome.notice {

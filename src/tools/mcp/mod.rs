@@ -18,6 +18,7 @@ pub mod content;
 
 pub use config::{McpConfig, McpServer, TOOL_PREFIX, Transport};
 
+use crate::content::ToolInput;
 use crate::tools::process::GroupGuard;
 use crate::tools::sandbox::{self, SandboxPolicy};
 use crate::tools::{ProcessGroups, ToolOutput};
@@ -46,6 +47,7 @@ pub struct McpTool {
     /// The tool's own name on the server.
     pub tool: String,
     pub description: String,
+    /// Value: the server's JSON Schema, passed on to the model unread.
     pub input_schema: Value,
 }
 
@@ -358,7 +360,7 @@ impl McpHub {
         &self,
         server: &str,
         tool: &str,
-        input: &Value,
+        input: &ToolInput,
         call_id: &str,
         cancel: &CancellationToken,
     ) -> CallOutcome {
@@ -389,8 +391,10 @@ impl McpHub {
                 };
             }
         };
-        let arguments = match input {
-            Value::Object(map) => Some(map.clone()),
+        // Value: rmcp takes the arguments as a tree; an input that does not parse is
+        // sent as none, as `null` is.
+        let arguments = match input.parse::<Value>().unwrap_or(Value::Null) {
+            Value::Object(map) => Some(map),
             Value::Null => None,
             _ => {
                 return CallOutcome {
