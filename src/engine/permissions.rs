@@ -339,7 +339,16 @@ impl Permissions {
         let named = |p: &Path| writers().any(|t| self.names_path(t.name, p, workspace));
         let mut protect = base.protect.clone();
         let mut git_granted = false;
-        for target in protected::candidates(base, workspace, base.protect.record.as_deref()) {
+        // Only a writer's path rule can name a protected path: without one, the probing
+        // (a few dozen paths built for every call, #46) cannot change anything.
+        let may_name = self.allow.iter().any(|r| {
+            matches!(r.content, Content::Path(_)) && writers().any(|t| covers(&r.tool, t.name))
+        });
+        let candidates = match may_name {
+            true => protected::candidates(base, workspace, base.protect.record.as_deref()),
+            false => Vec::new(),
+        };
+        for target in candidates {
             if target.probes().iter().any(|p| named(p)) {
                 git_granted |= matches!(target.kind, protected::Kind::Listed(e) if e.git);
                 if !protect.allowed.contains(&target.path) {

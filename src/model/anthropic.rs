@@ -157,7 +157,9 @@ pub fn parse_betas(list: &str) -> Vec<String> {
 pub struct AnthropicClient {
     http: reqwest::Client,
     base_url: String,
-    endpoint: String,
+    /// Parsed once: parsing it for every request (IDNA and all) was a measurable part
+    /// of a turn's own work (#46).
+    endpoint: reqwest::Url,
     credential: Credential,
     headers: Vec<(String, String)>,
     betas: Vec<String>,
@@ -214,9 +216,12 @@ impl AnthropicClient {
                 let why = format!("HTTP 客户端建不起来({})", crate::error::chain(&e));
                 ModelError::config_because(why, e)
             })?;
+        let endpoint = reqwest::Url::parse(&format!("{base_url}/v1/messages")).map_err(|e| {
+            ModelError::config_because(format!("ANTHROPIC_BASE_URL {base_url:?} 不是 URL({e})"), e)
+        })?;
         Ok(AnthropicClient {
             http,
-            endpoint: format!("{base_url}/v1/messages"),
+            endpoint,
             base_url,
             credential,
             headers: config.headers,
@@ -328,7 +333,7 @@ impl AnthropicClient {
         let betas = self.betas_for(request, model);
         let send = self
             .http
-            .post(&self.endpoint)
+            .post(self.endpoint.clone())
             .headers(self.headers_for(&betas))
             .body(body);
         let mut response = self.send_within(send, "the response").await?;

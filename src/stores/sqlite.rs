@@ -109,6 +109,8 @@ impl SqliteSessionStore {
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(path, e))?;
+        // Every statement of the append path stays prepared (rusqlite keeps 16 by default).
+        conn.set_prepared_statement_cache_capacity(32);
         if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
             return Err(database(path, "打不开来写:文件是只读的"));
         }
@@ -229,7 +231,7 @@ impl SqliteSessionStore {
         let packed: Vec<Option<Vec<u8>>> = rows.iter().map(|row| packed::pack(&row.text)).collect();
         let mut conn = self.lock();
         let run = |conn: &mut Connection| -> rusqlite::Result<usize> {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = Immediate::begin(conn)?;
             let now = now_ms();
             let mut stored = Vec::new();
             {
@@ -830,6 +832,39 @@ fn set_wal(conn: &Connection, path: &Path) -> Result<(), StoreError> {
 fn identity(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// A write transaction (`BEGIN IMMEDIATE`) begun and committed through cached
+/// statements: rusqlite's `Transaction` runs both through `execute_batch`, which parses
+/// the text again each time (two appends a turn, #46). Rolled back when dropped
+/// uncommitted, as rusqlite's is (an error, a panic).
+struct Immediate<'c>(&'c Connection);
+
+impl<'c> Immediate<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Immediate(conn))
+    }
+
+    fn commit(self) -> rusqlite::Result<()> {
+        self.0.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Immediate<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.0
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
 }
 
 /// [`sql_error`] for a write begun at `started`: a lock that is still held says how

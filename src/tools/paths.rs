@@ -15,9 +15,10 @@
 //! agent's own workspace, not against an adversary racing them.
 
 use super::ToolContext;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{LazyLock, Mutex};
 
 /// Symlinks followed while resolving one path before giving up (Linux uses 40 too).
 const MAX_SYMLINKS: usize = 40;
@@ -110,9 +111,48 @@ fn components(p: &Path) -> VecDeque<OsString> {
 
 /// The canonical form of a root directory (workspace, run dir); as given if it cannot
 /// be resolved.
+///
+/// Remembered per process: every tool call asked for the workspace's and the run
+/// directory's form several times (the permission check, the write policy, the
+/// confinement), a `statx` per path component each, about 30 a turn (#46). A
+/// remembered form is used only while `dir` still leads to the directory it named
+/// (one `stat`, following links: same device and inode); otherwise `dir` is resolved
+/// again. What that leaves out: the directory itself renamed while `dir` is re-pointed
+/// at it, which needs writing outside every root; paths then resolve outside the
+/// remembered form and are refused, so a stale entry can only refuse, never let out.
 pub fn root(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return resolve_root(dir);
+    };
+    let identity = (meta.dev(), meta.ino());
+    let mut known = ROOTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((seen, resolved)) = known.get(dir)
+        && *seen == identity
+    {
+        return resolved.clone();
+    }
+    let resolved = resolve_root(dir);
+    // A long-lived process (the Python package) may see many workspaces: bounded.
+    if known.len() >= MAX_REMEMBERED_ROOTS {
+        known.clear();
+    }
+    known.insert(dir.to_path_buf(), (identity, resolved.clone()));
+    resolved
+}
+
+fn resolve_root(dir: &Path) -> PathBuf {
     resolve(Path::new("/"), dir).unwrap_or_else(|_| dir.to_path_buf())
 }
+
+/// Directories whose [`root`] a process remembers before it starts over.
+const MAX_REMEMBERED_ROOTS: usize = 64;
+
+/// [`root`]'s memory: a directory as given, the device and inode it led to, its form.
+type Remembered = HashMap<PathBuf, ((u64, u64), PathBuf)>;
+static ROOTS: LazyLock<Mutex<Remembered>> = LazyLock::new(Mutex::default);
 
 /// Why a tool may not use a path. The text is ready for the model.
 #[derive(Debug, thiserror::Error)]

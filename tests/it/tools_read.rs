@@ -170,6 +170,36 @@ async fn directories_and_missing_files_are_errors() {
     assert!(out.content.contains("nope.txt"), "{}", out.content);
 }
 
+/// The workspace's resolved form is remembered between calls (#46), but only while the
+/// given path still leads to the same directory: a workspace given through a link
+/// that is re-pointed is the new directory from then on, and the old one is outside.
+#[tokio::test]
+async fn a_workspace_link_re_pointed_confines_to_its_new_target() {
+    let mut e = tool_env();
+    let (first, second) = (e.root.join("first"), e.root.join("second"));
+    for (dir, text) in [(&first, "one"), (&second, "two")] {
+        fs::create_dir(dir).unwrap();
+        fs::write(dir.join("f.txt"), text).unwrap();
+    }
+    let link = e.root.join("ws-link");
+    symlink(&first, &link).unwrap();
+    e.ctx.workspace = link.clone();
+    let out = read(&e, json!({"file_path": "f.txt"})).await;
+    assert!(out.content.contains("one"), "{}", out.content);
+
+    fs::remove_file(&link).unwrap();
+    symlink(&second, &link).unwrap();
+    let out = read(&e, json!({"file_path": "f.txt"})).await;
+    assert!(out.content.contains("two"), "{}", out.content);
+    let out = read(&e, json!({"file_path": first.join("f.txt")})).await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(
+        out.content.contains("outside the workspace"),
+        "{}",
+        out.content
+    );
+}
+
 #[tokio::test]
 async fn reads_are_confined_to_workspace_and_run_dir() {
     let e = tool_env();
