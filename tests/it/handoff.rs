@@ -347,6 +347,8 @@ fn hands_off_mechanically_when_the_window_is_hit(window_hit: fn() -> Reply, erro
     );
     let doc = project.read(DOC);
     assert!(doc.contains(MECHANICAL_MARK));
+    // It says why, in the words of the way the window was hit.
+    assert!(doc.contains(error), "{doc}");
     // The files its sub-agents touched are listed too (the worker wrote hello.txt).
     assert!(doc.contains("- hello.txt(Write)"), "{doc}");
     assert_successor_is_second_generation(&server);
