@@ -191,6 +191,27 @@ fn child(mode: &str) {
             })
             .0
         }
+        // For callgrind (docs/performance.md): the 5,000-turn session stored in one
+        // batch, or 200 single-entry appends after it; "…-generate" builds the same
+        // entries and stores nothing, the baseline to subtract.
+        "store" | "store-generate" => {
+            let entries = typed(&long_session(5000));
+            if mode == "store" {
+                store.append(&key, &entries).unwrap();
+            }
+            Duration::ZERO
+        }
+        "single" | "single-generate" => {
+            let small: Vec<Value> = (0..200).map(|i| small_entry(100_000 + i)).collect();
+            let entries = typed(&small);
+            let key = SessionKey::main("proj", "single");
+            if mode == "single" {
+                for e in &entries {
+                    store.append(&key, std::slice::from_ref(e)).unwrap();
+                }
+            }
+            Duration::ZERO
+        }
         "raw" => timed(|| std::mem::forget(store.load(&key).unwrap())).0,
         _ => timed(|| std::mem::forget(store.load_pruned(&key, &options).unwrap())).0,
     };
