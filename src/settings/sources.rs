@@ -48,8 +48,9 @@ pub struct Flags {
     pub ephemeral: Option<bool>,
     /// How many denied tool calls a resumed session still sees (Python's `keep_denials`).
     pub keep_denials: Option<usize>,
-    /// Retry numbers given as a whole (Python's `Resilience`): wins over the
-    /// `FLOWER_MAX_ATTEMPTS` … variables, which are then not read.
+    /// Retry numbers given as a whole: win over the `FLOWER_MAX_ATTEMPTS` …
+    /// variables, which are then not read (Python lays its given numbers over a first
+    /// resolution's, so the variables still win over its defaults).
     pub resilience: Option<crate::continuity::resilience::Resilience>,
     /// Whether the workspace is checkpointed in a run (Python's
     /// `enable_file_checkpointing`); `None`: yes.

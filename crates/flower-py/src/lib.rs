@@ -585,17 +585,21 @@ fn event_dict<'py>(py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyAny>
 }
 
 /// Retry and offline-wait numbers; `Resilience.resume_prompt` is what a retry that
-/// continues its session says.
-#[pyclass(module = "flower", name = "Resilience", get_all, set_all)]
-#[derive(Clone)]
+/// continues its session says. Each number is kept only when given (to the constructor
+/// or set later): a `Runtime` lays the given ones over what its settings resolved
+/// (`FLOWER_MAX_ATTEMPTS` …, else the core's default), so a variable wins over a
+/// default and an explicit number over a variable. Read, a number not given is the
+/// core's default.
+#[pyclass(module = "flower", name = "Resilience")]
+#[derive(Clone, Default)]
 struct PyResilience {
-    max_attempts: u32,
-    base_delay: f64,
-    max_delay: f64,
-    probe_timeout: f64,
-    probe_interval: f64,
-    max_offline_wait: f64,
-    retry_unknown: bool,
+    max_attempts: Option<u32>,
+    base_delay: Option<f64>,
+    max_delay: Option<f64>,
+    probe_timeout: Option<f64>,
+    probe_interval: Option<f64>,
+    max_offline_wait: Option<f64>,
+    retry_unknown: Option<bool>,
 }
 
 #[pymethods]
@@ -604,7 +608,8 @@ impl PyResilience {
     #[pyo3(name = "resume_prompt")]
     const RESUME_PROMPT: &'static str = RESUME_PROMPT;
 
-    /// What is left out is the core's default (`Resilience::default()`), not a copy.
+    /// What is left out is not given: the settings' value (a variable's, else the
+    /// core's default, `Resilience::default()`, not a copy).
     #[new]
     #[pyo3(signature = (*, max_attempts = None, base_delay = None, max_delay = None, probe_timeout = None, probe_interval = None, max_offline_wait = None, retry_unknown = None))]
     #[allow(clippy::too_many_arguments)]
@@ -617,33 +622,104 @@ impl PyResilience {
         max_offline_wait: Option<f64>,
         retry_unknown: Option<bool>,
     ) -> PyResult<Self> {
-        let core = Resilience::default();
-        let max_attempts = match max_attempts.filter(|v| !v.is_none()) {
-            Some(value) => valid::count("max_attempts", value, 1, " (or None for the default)")?,
-            None => core.max_attempts,
-        };
+        let max_attempts = max_attempts
+            .filter(|v| !v.is_none())
+            .map(|value| valid::count("max_attempts", value, 1, " (or None for the default)"))
+            .transpose()?;
         Ok(PyResilience {
             max_attempts,
-            base_delay: base_delay.unwrap_or(core.base_delay),
-            max_delay: max_delay.unwrap_or(core.max_delay),
-            probe_timeout: probe_timeout.unwrap_or(core.probe_timeout),
-            probe_interval: probe_interval.unwrap_or(core.probe_interval),
-            max_offline_wait: max_offline_wait.unwrap_or(core.max_offline_wait),
-            retry_unknown: retry_unknown.unwrap_or(core.retry_unknown),
+            base_delay,
+            max_delay,
+            probe_timeout,
+            probe_interval,
+            max_offline_wait,
+            retry_unknown,
         })
+    }
+
+    #[getter]
+    fn max_attempts(&self) -> u32 {
+        self.over(&Resilience::default()).max_attempts
+    }
+    #[setter]
+    fn set_max_attempts(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.max_attempts = Some(valid::count("max_attempts", value, 1, "")?);
+        Ok(())
+    }
+    #[getter]
+    fn base_delay(&self) -> f64 {
+        self.over(&Resilience::default()).base_delay
+    }
+    #[setter]
+    fn set_base_delay(&mut self, value: f64) {
+        self.base_delay = Some(value);
+    }
+    #[getter]
+    fn max_delay(&self) -> f64 {
+        self.over(&Resilience::default()).max_delay
+    }
+    #[setter]
+    fn set_max_delay(&mut self, value: f64) {
+        self.max_delay = Some(value);
+    }
+    #[getter]
+    fn probe_timeout(&self) -> f64 {
+        self.over(&Resilience::default()).probe_timeout
+    }
+    #[setter]
+    fn set_probe_timeout(&mut self, value: f64) {
+        self.probe_timeout = Some(value);
+    }
+    #[getter]
+    fn probe_interval(&self) -> f64 {
+        self.over(&Resilience::default()).probe_interval
+    }
+    #[setter]
+    fn set_probe_interval(&mut self, value: f64) {
+        self.probe_interval = Some(value);
+    }
+    #[getter]
+    fn max_offline_wait(&self) -> f64 {
+        self.over(&Resilience::default()).max_offline_wait
+    }
+    #[setter]
+    fn set_max_offline_wait(&mut self, value: f64) {
+        self.max_offline_wait = Some(value);
+    }
+    #[getter]
+    fn retry_unknown(&self) -> bool {
+        self.over(&Resilience::default()).retry_unknown
+    }
+    #[setter]
+    fn set_retry_unknown(&mut self, value: bool) {
+        self.retry_unknown = Some(value);
     }
 }
 
 impl PyResilience {
-    fn to_rust(&self) -> Resilience {
+    /// The numbers given laid over `base` (what the settings resolved).
+    fn over(&self, base: &Resilience) -> Resilience {
         Resilience {
-            max_attempts: self.max_attempts,
-            base_delay: self.base_delay,
-            max_delay: self.max_delay,
-            probe_timeout: self.probe_timeout,
-            probe_interval: self.probe_interval,
-            max_offline_wait: self.max_offline_wait,
-            retry_unknown: self.retry_unknown,
+            max_attempts: self.max_attempts.unwrap_or(base.max_attempts),
+            base_delay: self.base_delay.unwrap_or(base.base_delay),
+            max_delay: self.max_delay.unwrap_or(base.max_delay),
+            probe_timeout: self.probe_timeout.unwrap_or(base.probe_timeout),
+            probe_interval: self.probe_interval.unwrap_or(base.probe_interval),
+            max_offline_wait: self.max_offline_wait.unwrap_or(base.max_offline_wait),
+            retry_unknown: self.retry_unknown.unwrap_or(base.retry_unknown),
+        }
+    }
+
+    /// Every number given: what a runtime used, as read back.
+    fn given_all(r: &Resilience) -> PyResilience {
+        PyResilience {
+            max_attempts: Some(r.max_attempts),
+            base_delay: Some(r.base_delay),
+            max_delay: Some(r.max_delay),
+            probe_timeout: Some(r.probe_timeout),
+            probe_interval: Some(r.probe_interval),
+            max_offline_wait: Some(r.max_offline_wait),
+            retry_unknown: Some(r.retry_unknown),
         }
     }
 }
@@ -661,6 +737,10 @@ struct PyRuntime {
     workspace: PathBuf,
     #[pyo3(get)]
     run_dir: PathBuf,
+    /// The retry numbers this runtime uses (given, else the variables', else the
+    /// defaults).
+    #[pyo3(get)]
+    resilience: PyResilience,
 }
 
 impl PyRuntime {
@@ -728,7 +808,7 @@ impl PyRuntime {
                 .map_err(|e| ConfigError::new_err(e.to_string()))?,
         };
         // Everything the constructor says is a flag of the one settings resolution.
-        let flags = Flags {
+        let mut flags = Flags {
             workspace: Some(workspace.clone()),
             run_dir: Some(run_dir.clone()),
             wait,
@@ -737,12 +817,19 @@ impl PyRuntime {
             trim,
             ephemeral,
             keep_denials,
-            resilience: resilience.map(|r| r.to_rust()),
             checkpoints: Some(enable_file_checkpointing),
             ..Flags::default()
         };
-        let settings = Settings::resolve(&flags, &env, &files)
+        let mut settings = Settings::resolve(&flags, &env, &files)
             .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        // The numbers given win over the variables, which win over the defaults: laid
+        // over what the settings resolved, then resolved again with them.
+        if let Some(given) = resilience {
+            flags.resilience = Some(given.over(settings.resilience()));
+            settings = Settings::resolve(&flags, &env, &files)
+                .map_err(|e| ConfigError::new_err(e.to_string()))?;
+        }
+        let used = PyResilience::given_all(settings.resilience());
         // The team's sub-agents beside the default one, as `flower once` offers them.
         let subagents = match settings.files().agents.agents.is_empty() {
             true => Vec::new(),
@@ -775,6 +862,7 @@ impl PyRuntime {
             hooks,
             workspace,
             run_dir,
+            resilience: used,
         })
     }
 

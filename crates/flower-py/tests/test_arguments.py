@@ -119,6 +119,26 @@ def test_resilience_defaults_are_the_cores():
     assert (given.max_attempts, given.retry_unknown, given.max_delay) == (2, False, 120.0)
 
 
+def test_a_retry_variable_wins_over_a_default_and_a_given_number_over_the_variable(
+    project, fake, monkeypatch
+):
+    monkeypatch.setenv("FLOWER_MAX_ATTEMPTS", "3")
+    monkeypatch.setenv("FLOWER_BASE_DELAY", "0.5")
+    with Runtime() as rt:
+        assert (rt.resilience.max_attempts, rt.resilience.base_delay) == (3, 0.5)
+    # Given numbers win; those left out stay the variables' (or the defaults).
+    given = flower.Resilience(max_attempts=2)
+    given.max_delay = 7.0
+    with Runtime(resilience=given) as rt:
+        used = rt.resilience
+        assert (used.max_attempts, used.base_delay, used.max_delay) == (2, 0.5, 7.0)
+        assert used.probe_interval == flower.Resilience().probe_interval
+    # A bad variable is refused as for the CLI, even with a Resilience given.
+    monkeypatch.setenv("FLOWER_MAX_ATTEMPTS", "many")
+    with pytest.raises(ConfigError, match="FLOWER_MAX_ATTEMPTS"):
+        Runtime(resilience=flower.Resilience(base_delay=1.0))
+
+
 def test_counts_below_their_minimum_are_value_errors_naming_the_value(project, fake):
     with pytest.raises(ValueError, match=r"keep_denials must be at least 0.*-1"):
         Runtime(keep_denials=-1)

@@ -109,7 +109,7 @@ class Event(TypedDict, total=False):
     ]
 
 class Resilience:
-    """Retry and offline-wait numbers (the defaults of FLOWER_MAX_ATTEMPTS …)."""
+    """Retry and offline-wait numbers, over the FLOWER_MAX_ATTEMPTS … variables."""
 
     resume_prompt: ClassVar[str]
     max_attempts: int
@@ -130,9 +130,11 @@ class Resilience:
         max_offline_wait: float | None = None,
         retry_unknown: bool | None = None,
     ) -> None:
-        """What is left out (None) is the core's default: 6 attempts, 4 s doubling to
-        120 s, probes of 5 s every 15 s, offline waits up to an hour, unknown errors
-        retried."""
+        """Only the numbers given (here or by setting an attribute later) are kept: a
+        Runtime lays them over its settings, so they win over the FLOWER_* variables,
+        which win over the defaults. Read, a number not given is the core's default:
+        6 attempts, 4 s doubling to 120 s, probes of 5 s every 15 s, offline waits up
+        to an hour, unknown errors retried."""
 
 class WakeState(TypedDict):
     waking: bool
@@ -160,6 +162,9 @@ class Runtime:
 
     workspace: Path
     run_dir: Path
+    resilience: Resilience
+    """The retry numbers this runtime uses: each one given in `resilience=`, else the
+    FLOWER_* variable's, else the core's default."""
     def __init__(
         self,
         workspace: StrPath = ".",
