@@ -7,6 +7,7 @@ pub mod input;
 pub mod object;
 
 pub use input::ToolInput;
+use object::Fields;
 pub(crate) use object::object;
 pub use object::{Order, Raw, RawObject};
 use serde::de::{SeqAccess, Visitor};
@@ -191,23 +192,25 @@ impl<'de> Deserialize<'de> for Block {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         // Read as text first: a block of an unknown type is kept as exactly that.
         let raw = Raw::deserialize(deserializer)?;
-        let Ok(fields) = raw.parse::<RawObject>() else {
+        let Ok(fields) = Fields::of(raw.get().as_bytes()) else {
             return Ok(Block::Unknown(raw));
         };
-        let kind = fields.get(TAG).and_then(|t| t.parse::<String>().ok());
+        let kind = fields
+            .get(TAG)
+            .and_then(|t| serde_json::from_str::<String>(t.get()).ok());
         Ok(match kind.as_deref() {
-            Some("text") => Block::Text(TextBlock::from_fields(fields)),
-            Some("thinking") => Block::Thinking(ThinkingBlock::from_fields(fields)),
+            Some("text") => Block::Text(TextBlock::from_borrowed(fields)),
+            Some("thinking") => Block::Thinking(ThinkingBlock::from_borrowed(fields)),
             Some("redacted_thinking") => {
-                Block::RedactedThinking(RedactedThinkingBlock::from_fields(fields))
+                Block::RedactedThinking(RedactedThinkingBlock::from_borrowed(fields))
             }
-            Some("tool_use") => Block::ToolUse(ToolUseBlock::from_fields(fields)),
-            Some("tool_result") => Block::ToolResult(ToolResultBlock::from_fields(fields)),
-            Some("server_tool_use") => Block::ServerToolUse(ToolUseBlock::from_fields(fields)),
+            Some("tool_use") => Block::ToolUse(ToolUseBlock::from_borrowed(fields)),
+            Some("tool_result") => Block::ToolResult(ToolResultBlock::from_borrowed(fields)),
+            Some("server_tool_use") => Block::ServerToolUse(ToolUseBlock::from_borrowed(fields)),
             Some("web_search_tool_result" | "web_fetch_tool_result") => {
-                Block::ServerToolResult(ServerToolResultBlock::from_fields(fields))
+                Block::ServerToolResult(ServerToolResultBlock::from_borrowed(fields))
             }
-            Some("image" | "document") => Block::Media(MediaBlock::from_fields(fields)),
+            Some("image" | "document") => Block::Media(MediaBlock::from_borrowed(fields)),
             _ => Block::Unknown(raw),
         })
     }

@@ -8,6 +8,7 @@ use serde::de::{DeserializeOwned, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::fmt;
 
 /// A JSON value flower carries without reading it, kept as the text it came as.
@@ -34,6 +35,12 @@ impl Raw {
     /// JSON text (checked).
     pub fn from_text(text: String) -> Result<Raw, serde_json::Error> {
         RawValue::from_string(text).map(Raw)
+    }
+
+    /// A copy of `raw`'s text (already checked: it was read as JSON).
+    #[doc(hidden)]
+    pub fn copied(raw: &RawValue) -> Raw {
+        Raw(raw.to_owned())
     }
 
     /// `null`.
@@ -168,11 +175,137 @@ impl Order {
     }
 }
 
+/// An object's fields borrowed from its text: each key (copied only when it holds an
+/// escape) and each value as its text, not copied. What the typed objects are read
+/// from, so that a nested object's bytes are not copied at every level it is in.
+#[doc(hidden)]
+pub struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Fields<'a> {
+    /// The fields of `text`, a JSON object.
+    pub fn of(text: &'a [u8]) -> Result<Fields<'a>, serde_json::Error> {
+        serde_json::from_slice(text)
+    }
+
+    /// The field called `key`: the last, if it is repeated.
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn into_fields(self) -> std::vec::IntoIter<(Cow<'a, str>, &'a RawValue)> {
+        self.0.into_iter()
+    }
+}
+
+impl RawObject {
+    /// Its fields, borrowed.
+    #[doc(hidden)]
+    pub fn borrowed(&self) -> Fields<'_> {
+        Fields(
+            self.0
+                .iter()
+                .map(|(k, v)| (Cow::Borrowed(k.as_str()), &*v.0))
+                .collect(),
+        )
+    }
+}
+
+/// A key borrowed from the text when it can be (it has no escape).
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Text<'a> {
+            type Value = Key<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'a>, E> {
+                Ok(Key(Cow::Borrowed(key)))
+            }
+            fn visit_str<E>(self, key: &str) -> Result<Key<'a>, E> {
+                Ok(Key(Cow::Owned(key.to_string())))
+            }
+            fn visit_string<E>(self, key: String) -> Result<Key<'a>, E> {
+                Ok(Key(Cow::Owned(key)))
+            }
+        }
+        deserializer.deserialize_str(Text(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Object<'a> {
+            type Value = Fields<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'a>, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    fields.push((key, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(Fields(fields))
+            }
+        }
+        deserializer.deserialize_map(Object(std::marker::PhantomData))
+    }
+}
+
+/// A declared field's type, read from the value's text: an [`object!`] type reads its
+/// fields borrowed from it ([`Fields`]), a kept value is one copy, the others are
+/// serde's.
+#[doc(hidden)]
+pub trait Typed: Sized {
+    fn read(raw: &RawValue) -> Result<Self, serde_json::Error>;
+}
+
+macro_rules! typed_by_serde {
+    ($($ty:ty),*) => {
+        $(impl Typed for $ty {
+            fn read(raw: &RawValue) -> Result<Self, serde_json::Error> {
+                serde_json::from_str(raw.get())
+            }
+        })*
+    };
+}
+typed_by_serde!(
+    String,
+    Option<String>,
+    bool,
+    u64,
+    Vec<String>,
+    super::Content
+);
+
+impl Typed for Raw {
+    fn read(raw: &RawValue) -> Result<Self, serde_json::Error> {
+        Ok(Raw::copied(raw))
+    }
+}
+
+impl Typed for super::ToolInput {
+    fn read(raw: &RawValue) -> Result<Self, serde_json::Error> {
+        Ok(super::ToolInput::from_raw(Raw::copied(raw)))
+    }
+}
+
 /// Which fields of an object are a declared key (`keys`) repeated later in it: read
 /// from the last one only. Empty when no declared key repeats (the usual case: no
 /// allocation).
 #[doc(hidden)]
-pub fn superseded(fields: &RawObject, keys: &[&str]) -> Vec<bool> {
+pub fn superseded(fields: &Fields<'_>, keys: &[&str]) -> Vec<bool> {
     let declared = |key: &str| keys.iter().position(|k| *k == key);
     let mut seen: u64 = 0;
     let mut repeats = false;
@@ -222,9 +355,18 @@ macro_rules! object {
         }
 
         impl $name {
-            #[allow(unused_assignments)]
+            /// Read from the JSON text of an object, its fields borrowed from it.
+            pub fn from_json(text: &[u8]) -> Result<Self, serde_json::Error> {
+                $crate::content::object::Fields::of(text).map(Self::from_borrowed)
+            }
+
             fn from_fields(fields: $crate::content::object::RawObject) -> Self {
-                use $crate::content::object::Slot;
+                Self::from_borrowed(fields.borrowed())
+            }
+
+            #[allow(unused_assignments)]
+            fn from_borrowed(fields: $crate::content::object::Fields<'_>) -> Self {
+                use $crate::content::object::{Raw, Slot, Typed};
                 const KEYS: &[&str] = &[$($key),*];
                 let superseded = $crate::content::object::superseded(&fields, KEYS);
                 let mut out = Self::default();
@@ -235,7 +377,7 @@ macro_rules! object {
                         if !typed
                             && key == $key
                             && !superseded.get(index).copied().unwrap_or(false)
-                            && let Ok(value) = raw.parse::<$ty>()
+                            && let Ok(value) = <$ty as Typed>::read(raw)
                         {
                             out.$field = Some(value);
                             out.order.push(Slot::Typed(number));
@@ -245,10 +387,16 @@ macro_rules! object {
                     )*
                     if !typed {
                         out.order.push(Slot::Kept(out.rest.len() as u32));
-                        out.rest.push(key, raw);
+                        out.rest.push(key.into_owned(), Raw::copied(raw));
                     }
                 }
                 out
+            }
+        }
+
+        impl $crate::content::object::Typed for $name {
+            fn read(raw: &serde_json::value::RawValue) -> Result<Self, serde_json::Error> {
+                Self::from_json(raw.get().as_bytes())
             }
         }
 

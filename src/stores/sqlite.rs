@@ -354,7 +354,7 @@ impl SqliteSessionStore {
             let mut scratch = Vec::new();
             while let Some(row) = rows.next()? {
                 let bytes = packed::json_bytes(row.get_ref(0)?, &mut scratch)?;
-                let Ok(entry) = serde_json::from_slice::<Entry>(bytes) else {
+                let Ok(entry) = Entry::from_json(bytes) else {
                     continue;
                 };
                 if let Some(usage) = entry.turn_usage() {
@@ -510,9 +510,7 @@ impl SessionStore for SqliteSessionStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
-        self.load_mapped(key, ReadOrder::Parallel, |bytes| {
-            serde_json::from_slice::<Entry>(bytes)
-        })
+        self.load_mapped(key, ReadOrder::Parallel, |bytes| Entry::from_json(bytes))
     }
 
     fn load_resume(
@@ -526,7 +524,7 @@ impl SessionStore for SqliteSessionStore {
                 match std::str::from_utf8(bytes) {
                     Ok(text) => prune::prepare_text(text.into()),
                     // Not UTF-8, so not JSON: the parser says where.
-                    Err(_) => serde_json::from_slice::<Entry>(bytes).map(prune::prepare_entry),
+                    Err(_) => Entry::from_json(bytes).map(prune::prepare_entry),
                 }
             })?
             .map(|prepared| prune::prune_prepared(prepared, options)))

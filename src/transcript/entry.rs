@@ -110,7 +110,7 @@ pub enum System<'a> {
 impl Entry {
     /// Reads one line (or stored row).
     pub fn parse(json: &str) -> Result<Entry, serde_json::Error> {
-        serde_json::from_str(json)
+        Entry::from_json(json.as_bytes())
     }
 
     /// The entry as one line of JSON (no newline).
