@@ -510,7 +510,7 @@ impl SessionStore for SqliteSessionStore {
     }
 
     fn load(&self, key: &SessionKey) -> Result<Option<Vec<Entry>>, StoreError> {
-        self.load_mapped(key, ReadOrder::Parallel, |bytes| Entry::from_json(bytes))
+        self.load_mapped(key, ReadOrder::Parallel, Entry::from_json)
     }
 
     fn load_resume(

@@ -208,6 +208,29 @@ fn an_entry_built_in_memory_is_written_in_flowers_field_order() {
 }
 
 #[test]
+fn keys_written_with_escapes_read_as_the_keys_they_spell() {
+    // A key is borrowed from the line unless it holds an escape: both read alike, at
+    // every level (entry, message, block), and a kept one keeps its key.
+    let line = r#"{"ty\u0070e":"user","uuid":"u1","message":{"r\u006fle":"user","content":[{"type":"tool_result","tool_u\u0073e_id":"t1","content":"ok"}]},"a\"b":1}"#;
+    let entry = Entry::parse(line).unwrap();
+    assert_eq!(entry.kind.as_deref(), Some("user"));
+    let message = entry.message.as_ref().unwrap();
+    assert_eq!(message.role.as_deref(), Some("user"));
+    match entry.blocks() {
+        [Block::ToolResult(result)] => {
+            assert_eq!(result.tool_use_id.as_deref(), Some("t1"));
+            assert_eq!(result.text(), "ok");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(entry.rest.get("a\"b").map(|v| v.get()), Some("1"));
+    assert_eq!(
+        entry.to_json().unwrap(),
+        r#"{"type":"user","uuid":"u1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]},"a\"b":1}"#
+    );
+}
+
+#[test]
 fn a_value_not_of_the_type_flower_reads_is_kept_as_written() {
     // A lone surrogate (JavaScript's JSON.stringify writes one; Rust's strings cannot
     // hold it), a number written as a float, a repeated key, an unknown block type.
