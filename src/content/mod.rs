@@ -192,7 +192,7 @@ impl<'de> Deserialize<'de> for Block {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         // Read as text first: a block of an unknown type is kept as exactly that.
         let raw = Raw::deserialize(deserializer)?;
-        let Ok(fields) = Fields::of(raw.get().as_bytes()) else {
+        let Ok(fields) = Fields::of_str(raw.get()) else {
             return Ok(Block::Unknown(raw));
         };
         let kind = fields
