@@ -55,11 +55,7 @@ fn main() -> std::process::ExitCode {
     if args.first().map(String::as_str) == Some("--measure-child") {
         return measure_child(&args[1..]);
     }
-    let bin = std::env::var("FLOWER_BENCH_BIN").ok();
-    let flower = bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_flower"));
-    if !flower.contains("/release/") && bin.is_none() {
-        println!("warning: {flower} is not a release build; run `cargo bench`");
-    }
+    let flower = &child::flower_under_test();
     let wanted: Vec<&str> = args
         .iter()
         .filter(|a| !a.starts_with("--"))

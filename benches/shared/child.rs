@@ -208,3 +208,17 @@ pub fn ms(d: Duration) -> f64 {
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
+
+/// The flower binary a bench measures: `FLOWER_BENCH_BIN=/path/to/flower` for another
+/// build (e.g. before a change), else the one cargo built, with a warning when that is
+/// not a release build.
+pub fn flower_under_test() -> String {
+    if let Ok(bin) = std::env::var("FLOWER_BENCH_BIN") {
+        return bin;
+    }
+    let built = env!("CARGO_BIN_EXE_flower");
+    if !built.contains("/release/") {
+        println!("warning: {built} is not a release build; run `cargo bench`");
+    }
+    built.to_string()
+}

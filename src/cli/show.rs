@@ -184,7 +184,7 @@ impl Renderer {
         if self.raw(out, row).is_ok() {
             return Ok(());
         }
-        let entry = serde_json::from_slice::<Entry>(row).map_err(|_| ())?;
+        let entry = Entry::from_json(row).map_err(|_| ())?;
         self.entry(out, &entry);
         Ok(())
     }

@@ -90,7 +90,7 @@ impl AssistantFacts {
     /// error or does not fit the light shape (then parsed whole, as [`Self::of`]).
     pub(super) fn of_json(text: &[u8]) -> Option<AssistantFacts> {
         let whole = || {
-            serde_json::from_slice::<Entry>(text)
+            Entry::from_json(text)
                 .ok()
                 .and_then(|e| AssistantFacts::of(&e))
         };

@@ -148,7 +148,7 @@ impl Run {
             if !contains(raw, needle.as_bytes()) {
                 return;
             }
-            let Ok(entry) = serde_json::from_slice::<Entry>(raw) else {
+            let Ok(entry) = Entry::from_json(raw) else {
                 return;
             };
             for block in entry.blocks() {

@@ -59,7 +59,7 @@ pub fn tail(run: &Run, session_id: &str) -> Tail {
         turns,
         ..Tail::default()
     };
-    if let Ok(entry) = serde_json::from_slice::<Entry>(&last) {
+    if let Ok(entry) = Entry::from_json(&last) {
         match entry.kind.as_deref() {
             Some("assistant") => {
                 tail.calls = entry
