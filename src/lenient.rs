@@ -1,17 +1,21 @@
 //! Configuration JSON read leniently into serde types: every value typed where it has
 //! the expected shape and marked where it has not, so that the reader words the error
 //! for its own key (`hooks.PreToolUse[0].matcher: 要一个字符串`) instead of serde's
-//! English message, and warns about or ignores what it may ignore. Used for the
-//! sections of Claude Code's settings files that flower reads (hooks, MCP servers) and
-//! for a hook's answer.
+//! English message, and warns about or ignores what it may ignore. Used for Claude
+//! Code's settings files (`settings::document`, the hooks and MCP servers sections) and
+//! for a hook's answer. A value of the wrong shape is kept as written, so a settings
+//! file serializes back to what it said.
 
 use serde::de::{self, Deserialize, DeserializeOwned, Deserializer, IgnoredAny, MapAccess};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
 use std::fmt;
 
 /// One value of a JSON object, as written.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Slot<T> {
-    /// The key is not there (`#[serde(default)]` gives this).
+    /// The key is not there (`#[serde(default)]` gives this; a field that can be absent
+    /// is written with `skip_serializing_if = "Slot::is_absent"`).
     #[default]
     Absent,
     /// `null`: for most keys the same as absent, but a key that is there at all can
@@ -19,10 +23,10 @@ pub enum Slot<T> {
     Null,
     /// A value of the expected type.
     Is(T),
-    /// A value of another type.
-    Wrong,
+    /// `Value`: a value of another type, kept as written (for the reader's error, and
+    /// so that it serializes back unchanged).
+    Wrong(Value),
 }
-
 impl<T> Slot<T> {
     /// The value, when it has the expected type.
     pub fn get(&self) -> Option<&T> {
@@ -36,24 +40,43 @@ impl<T> Slot<T> {
     pub fn is_unset(&self) -> bool {
         matches!(self, Slot::Absent | Slot::Null)
     }
+
+    /// The key is not there.
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Slot::Absent)
+    }
 }
 
 impl<'de, T: DeserializeOwned> Deserialize<'de> for Slot<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         // Value: the slot's JSON is read once as a tree, then tried as `T`; a failure
         // is the reader's to word, so the tree is all that is needed to tell.
-        let value = serde_json::Value::deserialize(deserializer)?;
+        let value = Value::deserialize(deserializer)?;
         if value.is_null() {
             return Ok(Slot::Null);
         }
-        Ok(serde_json::from_value(value).map_or(Slot::Wrong, Slot::Is))
+        Ok(match T::deserialize(&value) {
+            Ok(typed) => Slot::Is(typed),
+            Err(_) => Slot::Wrong(value),
+        })
+    }
+}
+
+/// As written: `null` for [`Slot::Null`] (and for [`Slot::Absent`], which a field skips).
+impl<T: Serialize> Serialize for Slot<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Slot::Absent | Slot::Null => serializer.serialize_unit(),
+            Slot::Is(value) => value.serialize(serializer),
+            Slot::Wrong(value) => value.serialize(serializer),
+        }
     }
 }
 
 /// A JSON object's entries in the file's order; a key written twice keeps the place of
 /// its first and the value of its last (as `serde_json::Map` does with
 /// `preserve_order`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entries<T>(pub Vec<(String, T)>);
 
 impl<T> Default for Entries<T> {
@@ -88,6 +111,12 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entries<T> {
             }
         }
         deserializer.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+impl<T: Serialize> Serialize for Entries<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
     }
 }
 
@@ -131,14 +160,17 @@ mod tests {
         assert_eq!(group.name, Slot::Is("a".to_string()));
         assert_eq!(
             group.items,
-            Slot::Is(vec![Slot::Is(1), Slot::Wrong, Slot::Null])
+            Slot::Is(vec![Slot::Is(1), Slot::Wrong(json!("x")), Slot::Null])
         );
         assert_eq!(group.unknown, UnknownKeys(vec!["extra".into()]));
         let Slot::Is(empty) = read(json!({"name": 3})) else {
             panic!()
         };
-        assert_eq!((empty.name, empty.items), (Slot::Wrong, Slot::Absent));
-        assert_eq!(read(json!(["a", [1]])), Slot::Wrong);
+        assert_eq!(
+            (empty.name, empty.items),
+            (Slot::Wrong(json!(3)), Slot::Absent)
+        );
+        assert_eq!(read(json!(["a", [1]])), Slot::Wrong(json!(["a", [1]])));
         assert_eq!(read(json!(null)), Slot::Null);
     }
 
@@ -146,5 +178,28 @@ mod tests {
     fn entries_keep_the_file_order_and_the_last_of_a_repeated_key() {
         let entries: Entries<u32> = serde_json::from_str(r#"{"b": 1, "a": 2, "b": 3}"#).unwrap();
         assert_eq!(entries.0, [("b".to_string(), 3), ("a".to_string(), 2)]);
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+    struct Kept {
+        #[serde(default, skip_serializing_if = "Slot::is_absent")]
+        name: Slot<String>,
+        #[serde(default, skip_serializing_if = "Slot::is_absent")]
+        vars: Slot<Entries<Slot<u32>>>,
+        #[serde(default, skip_serializing_if = "Slot::is_absent")]
+        list: Slot<Vec<Slot<String>>>,
+    }
+
+    #[test]
+    fn what_was_read_serializes_back_as_written_wrong_values_included() {
+        for written in [
+            r#"{"name":null,"vars":{"b":1,"a":"x","c":null},"list":["a",2]}"#,
+            r#"{"name":["n"],"vars":[1],"list":{"a":1}}"#,
+            r#"{"vars":{}}"#,
+            "{}",
+        ] {
+            let kept: Kept = serde_json::from_str(written).unwrap();
+            assert_eq!(serde_json::to_string(&kept).unwrap(), written);
+        }
     }
 }

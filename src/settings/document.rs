@@ -2,44 +2,28 @@
 //! (and those a workspace file may not set, [`super::strict`]) as fields, every other
 //! key kept as written in [`SettingsFile::extra`].
 //!
-//! A known key holds a [`Loose`] value: what the key must hold, `null`, or anything
+//! A known key holds a [`Slot`]: absent, `null`, what the key must hold, or anything
 //! else kept as written. So the parse itself never fails on a value of the wrong kind;
 //! the file's reader ([`super::files`]) refuses it, naming the file and the key, and the
-//! object round-trips to what was written (but for the order of its keys).
+//! object round-trips to what was written (but for the order of its keys). An object
+//! whose entries are read in the file's order is an [`Entries`].
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use crate::lenient::{Entries, Slot};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Number, Value};
-use std::fmt;
-use std::marker::PhantomData;
 
 /// Claude Code's settings file (and `.mcp.json`), as flower reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SettingsFile {
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub env: Option<Loose<Ordered<EnvValue>>>,
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub model: Option<Loose<String>>,
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub effort_level: Option<Loose<String>>,
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub permissions: Option<Loose<PermissionsSection>>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub env: Slot<Entries<EnvValue>>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub model: Slot<String>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub effort_level: Slot<String>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub permissions: Slot<PermissionsSection>,
     /// `Value`: handed as written to the hooks' reader (`engine::hooks`), which types it.
     #[serde(
         default,
@@ -54,12 +38,8 @@ pub struct SettingsFile {
         skip_serializing_if = "Option::is_none"
     )]
     pub mcp_servers: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub sandbox: Option<Loose<SandboxSection>>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub sandbox: Slot<SandboxSection>,
     /// Claude Code's keys that approve servers or hand out a credential: flower reads
     /// none, a workspace file's are left out ([`super::strict`]). `Value`: only whether
     /// one is there (or `true`) counts.
@@ -109,30 +89,14 @@ pub struct SettingsFile {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionsSection {
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub allow: Option<Loose<Vec<Loose<String>>>>,
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub deny: Option<Loose<Vec<Loose<String>>>>,
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ask: Option<Loose<Vec<Loose<String>>>>,
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub additional_directories: Option<Loose<Vec<Loose<String>>>>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub allow: Slot<Vec<Slot<String>>>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub deny: Slot<Vec<Slot<String>>>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub ask: Slot<Vec<Slot<String>>>,
+    #[serde(default, skip_serializing_if = "Slot::is_absent")]
+    pub additional_directories: Slot<Vec<Slot<String>>>,
     /// `Value`: keys flower does not read (`defaultMode` …), as written.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -180,16 +144,6 @@ pub struct SandboxSection {
     pub extra: Map<String, Value>,
 }
 
-/// The value of a key flower reads.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Loose<T> {
-    Null,
-    Valid(T),
-    /// `Value`: a value of another kind, kept as written for the reader's error.
-    Invalid(Value),
-}
-
 /// A variable of `env`: Claude Code's schema says strings; numbers and booleans are
 /// meant as their text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -221,40 +175,6 @@ impl EnvValue {
             EnvValue::Bool(b) => b.to_string(),
             EnvValue::Other(v) => v.to_string(),
         }
-    }
-}
-
-/// An object's entries in the order the file has them (so that the first bad one is
-/// the one reported, and the lines about them come in the file's order).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ordered<T>(pub Vec<(String, T)>);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Ordered<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Entries<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Entries<T> {
-            type Value = Ordered<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut entries = Vec::new();
-                while let Some(entry) = map.next_entry::<String, T>()? {
-                    entries.push(entry);
-                }
-                Ok(Ordered(entries))
-            }
-        }
-        deserializer.deserialize_map(Entries(PhantomData))
-    }
-}
-
-impl<T: Serialize> Serialize for Ordered<T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(name, value)| (name, value)))
     }
 }
 

@@ -27,11 +27,12 @@
 //! the key, and the binary exits 2 before anything is sent.
 
 use super::ConfigError;
-use super::document::{Loose, PermissionsSection, SettingsFile};
+use super::document::{PermissionsSection, SettingsFile};
 use super::pin::{PIN_VERSION, PinnedFile, SettingsPin};
 use super::sources::FileLayer;
 use super::strict;
 use crate::engine::permissions::Permissions;
+use crate::lenient::Slot;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
@@ -210,8 +211,8 @@ impl FileLayer {
         home: Option<&Path>,
     ) -> Result<(), ConfigError> {
         match &settings.env {
-            None => {}
-            Some(Loose::Valid(env)) => {
+            Slot::Absent => {}
+            Slot::Is(env) => {
                 for (name, value) in &env.0 {
                     let Some(value) = value.text() else {
                         return Err(invalid(path, &format!("env.{name}"), "要一个字符串".into()));
@@ -219,27 +220,24 @@ impl FileLayer {
                     self.vars.insert(name.clone(), value);
                 }
             }
-            Some(_) => return Err(invalid(path, "env", "要一个值都是字符串的对象".into())),
+            Slot::Null | Slot::Wrong(_) => {
+                return Err(invalid(path, "env", "要一个值都是字符串的对象".into()));
+            }
         }
-        let model = text(
-            path,
-            settings.model.as_ref(),
-            "model",
-            "要一个模型 id 或别名",
-        )?;
+        let model = text(path, &settings.model, "model", "要一个模型 id 或别名")?;
         if let Some(model) = model {
             self.model = Some(model);
         }
         let why = "要 low、medium、high、xhigh 或 max";
-        if let Some(level) = text(path, settings.effort_level.as_ref(), "effortLevel", why)? {
+        if let Some(level) = text(path, &settings.effort_level, "effortLevel", why)? {
             self.effort = Some(level);
         }
         match &settings.permissions {
-            None => {}
-            Some(Loose::Valid(permissions)) => {
+            Slot::Absent => {}
+            Slot::Is(permissions) => {
                 self.add_permissions(scope, path, permissions, workspace, home)?;
             }
-            Some(_) => {
+            Slot::Null | Slot::Wrong(_) => {
                 return Err(invalid(
                     path,
                     "permissions",
@@ -273,7 +271,7 @@ impl FileLayer {
             ("deny", &permissions.deny, &mut self.permissions.deny),
             ("ask", &permissions.ask, &mut self.permissions.ask),
         ] {
-            for (i, rule) in strings(path, said.as_ref(), &format!("permissions.{key}"))?
+            for (i, rule) in strings(path, said, &format!("permissions.{key}"))?
                 .into_iter()
                 .enumerate()
             {
@@ -290,7 +288,7 @@ impl FileLayer {
             }
         }
         let key = "permissions.additionalDirectories";
-        let dirs = permissions.additional_directories.as_ref();
+        let dirs = &permissions.additional_directories;
         for (i, dir) in strings(path, dirs, key)?.into_iter().enumerate() {
             let Some(resolved) = strict::resolve_dir(&dir, workspace, home) else {
                 return Err(invalid(
@@ -328,7 +326,7 @@ struct ReadFile {
 impl ReadFile {
     /// The object, typed.
     fn typed(self, path: &Path) -> Result<SettingsFile, ConfigError> {
-        // Not expected to fail: every known key takes any value ([`Loose`]).
+        // Not expected to fail: every known key takes any value ([`Slot`]).
         serde_json::from_value(Value::Object(self.document))
             .map_err(|e| invalid(path, "", format!("读不出来({e})")))
     }
@@ -404,20 +402,20 @@ pub fn mcp_config(
 /// A list of strings at `key` (absent: empty).
 fn strings(
     path: &Path,
-    value: Option<&Loose<Vec<Loose<String>>>>,
+    value: &Slot<Vec<Slot<String>>>,
     key: &str,
 ) -> Result<Vec<String>, ConfigError> {
     match value {
-        None | Some(Loose::Null) => Ok(Vec::new()),
-        Some(Loose::Valid(items)) => items
+        Slot::Absent | Slot::Null => Ok(Vec::new()),
+        Slot::Is(items) => items
             .iter()
             .enumerate()
             .map(|(i, item)| match item {
-                Loose::Valid(s) => Ok(s.clone()),
+                Slot::Is(s) => Ok(s.clone()),
                 _ => Err(invalid(path, &format!("{key}[{i}]"), "要一个字符串".into())),
             })
             .collect(),
-        Some(Loose::Invalid(_)) => Err(invalid(path, key, "要一个字符串数组".into())),
+        Slot::Wrong(_) => Err(invalid(path, key, "要一个字符串数组".into())),
     }
 }
 
@@ -425,14 +423,14 @@ fn strings(
 /// or not a string: the error `why`.
 fn text(
     path: &Path,
-    value: Option<&Loose<String>>,
+    value: &Slot<String>,
     key: &str,
     why: &str,
 ) -> Result<Option<String>, ConfigError> {
     match value {
-        None | Some(Loose::Null) => Ok(None),
-        Some(Loose::Valid(name)) if !name.trim().is_empty() => Ok(Some(name.trim().to_string())),
-        Some(_) => Err(invalid(path, key, why.into())),
+        Slot::Absent | Slot::Null => Ok(None),
+        Slot::Is(name) if !name.trim().is_empty() => Ok(Some(name.trim().to_string())),
+        Slot::Is(_) | Slot::Wrong(_) => Err(invalid(path, key, why.into())),
     }
 }
 

@@ -23,9 +23,10 @@
 //! workspace's MCP servers are not filtered: they are the project's conventions, and
 //! the pin ([`super::pin`]) makes sure none is obeyed that no person has seen.
 
-use super::document::{Loose, SandboxSection, SettingsFile};
+use super::document::{SandboxSection, SettingsFile};
 use super::files::Scope;
 use super::sources::FileLayer;
+use crate::lenient::Slot;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -72,7 +73,7 @@ pub(super) fn narrow(
             path.display()
         ));
     };
-    if let Some(Loose::Valid(env)) = &mut settings.env {
+    if let Slot::Is(env) = &mut settings.env {
         env.0.retain(
             |(name, value)| match var_verdict(name, &value.written(), before.layer) {
                 Ok(()) => true,
@@ -83,11 +84,11 @@ pub(super) fn narrow(
             },
         );
     }
-    if let Some(Loose::Valid(permissions)) = &mut settings.permissions
-        && let Some(Loose::Valid(dirs)) = &mut permissions.additional_directories
+    if let Slot::Is(permissions) = &mut settings.permissions
+        && let Slot::Is(dirs) = &mut permissions.additional_directories
     {
         dirs.retain(|dir| {
-            let Loose::Valid(dir) = dir else { return true };
+            let Slot::Is(dir) = dir else { return true };
             if dir_allowed(dir, before) {
                 return true;
             }
@@ -100,7 +101,7 @@ pub(super) fn narrow(
             false
         });
     }
-    if let Some(Loose::Valid(sandbox)) = &mut settings.sandbox {
+    if let Slot::Is(sandbox) = &mut settings.sandbox {
         drop_escape_hatches(sandbox, &mut ignore);
     }
     drop_credentials(&mut settings, &mut ignore);

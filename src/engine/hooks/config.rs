@@ -320,7 +320,7 @@ impl HookSet {
                 key: format!("{key}.matcher"),
                 message: format!("不是合法的正则表达式({e})"),
             })?,
-            Slot::Wrong => return Err(bad(format!("{key}.matcher"), "要一个字符串")),
+            Slot::Wrong(_) => return Err(bad(format!("{key}.matcher"), "要一个字符串")),
         };
         let Some(hooks) = group.hooks.get() else {
             return Err(bad(
@@ -373,7 +373,7 @@ impl HookSet {
         let timeout = match hook.timeout {
             Slot::Absent | Slot::Null => DEFAULT_TIMEOUT,
             Slot::Is(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
-            Slot::Is(_) | Slot::Wrong => {
+            Slot::Is(_) | Slot::Wrong(_) => {
                 return Err(bad(
                     format!("{key}.timeout"),
                     "要一个秒数,大于 0(最多 86400)",

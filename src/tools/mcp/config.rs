@@ -221,7 +221,7 @@ pub fn parse(
         let kind = match &fields.kind {
             Slot::Absent | Slot::Null => None,
             Slot::Is(kind) => Some(kind.as_str()),
-            Slot::Wrong => return Err(bad(format!("{key}.type"), "要 \"stdio\" 或 \"http\"")),
+            Slot::Wrong(_) => return Err(bad(format!("{key}.type"), "要 \"stdio\" 或 \"http\"")),
         };
         // A `url` key (even `null`) without a `command` key makes an HTTP server.
         let kind = kind.unwrap_or(
@@ -337,7 +337,7 @@ fn strings(
                 _ => Err(bad(format!("{key}[{i}]"), "要一个字符串")),
             })
             .collect(),
-        Slot::Wrong => Err(bad(key, "要一个字符串数组")),
+        Slot::Wrong(_) => Err(bad(key, "要一个字符串数组")),
     }
 }
 
@@ -350,7 +350,7 @@ fn pairs(
     let map = match value {
         Slot::Absent | Slot::Null => return Ok(Vec::new()),
         Slot::Is(map) => map,
-        Slot::Wrong => return Err(bad(key, "要一个值都是字符串的对象")),
+        Slot::Wrong(_) => return Err(bad(key, "要一个值都是字符串的对象")),
     };
     map.iter()
         .map(|(name, value)| {
