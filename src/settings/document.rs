@@ -138,8 +138,15 @@ pub struct SandboxSection {
         skip_serializing_if = "Option::is_none"
     )]
     pub auto_allow_bash_if_sandboxed: Option<Value>,
-    /// `Value`: `network` (read by [`super::network`] from the applied document) and
-    /// every other key, as written.
+    /// `Value`: handed as written to the network policy's reader ([`super::network`]),
+    /// which types it and words its error.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network: Option<Value>,
+    /// `Value`: every other key, as written.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

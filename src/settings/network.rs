@@ -17,16 +17,13 @@
 use super::ConfigError;
 use super::files::{LoadedFile, Scope};
 use super::sources::FileLayer;
+use crate::lenient::Slot;
 use crate::tools::sandbox::proxy::{HostPattern, NetworkRules};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-/// The part of a settings file this reads; every other key is ignored.
-#[derive(Deserialize)]
-struct Document {
-    sandbox: Option<Sandbox>,
-}
-
+/// `sandbox` as this reads it when it is not an object (as serde reads a struct: an
+/// array is taken as its fields in order, anything else refused in serde's words).
 #[derive(Deserialize)]
 struct Sandbox {
     network: Option<Network>,
@@ -86,19 +83,26 @@ pub fn rules(files: &FileLayer, home: Option<&Path>) -> Result<NetworkRules, Con
     Ok(rules)
 }
 
-/// `sandbox.network` of one file, when it has one.
+/// `sandbox.network` of one file, when it has one: the typed document's section, read
+/// by serde's derive (whose words the error quotes, first bad key in the file's order).
 fn section(file: &LoadedFile) -> Result<Option<Network>, ConfigError> {
-    let document = serde_json::Value::Object(file.document.clone());
-    match serde_json::from_value::<Document>(document) {
-        Ok(d) => Ok(d.sandbox.and_then(|s| s.network)),
-        Err(e) => Err(invalid(
+    let read = match &file.settings.sandbox {
+        Slot::Absent | Slot::Null => return Ok(None),
+        Slot::Is(sandbox) => match &sandbox.network {
+            None => return Ok(None),
+            Some(network) => Option::<Network>::deserialize(network),
+        },
+        Slot::Wrong(sandbox) => Sandbox::deserialize(sandbox).map(|s| s.network),
+    };
+    read.map_err(|e| {
+        invalid(
             &file.path,
             "sandbox.network",
             &format!(
                 "要 allowedDomains、deniedDomains、allowUnixSockets(字符串数组)和 allowAllUnixSockets、allowLocalBinding(true 或 false)({e})"
             ),
-        )),
-    }
+        )
+    })
 }
 
 fn patterns(

@@ -132,3 +132,40 @@ fn a_workspace_files_widening_entries_are_named_in_the_files_order() {
     // The pin keeps the file as written.
     assert_eq!(Value::Object(layer.pin.files[0].document.clone()), project);
 }
+
+#[test]
+fn sandbox_network_is_refused_in_the_same_words_first_bad_key_in_the_files_order() {
+    let cases = [
+        (
+            r#"{"sandbox": {"network": {"deniedDomains": 3, "allowedDomains": "x"}}}"#,
+            "invalid type: integer `3`, expected a sequence",
+        ),
+        (
+            r#"{"sandbox": {"network": {"allowUnixSockets": ["/a", 1]}}}"#,
+            "invalid type: integer `1`, expected a string",
+        ),
+        (
+            r#"{"sandbox": {"network": "x"}}"#,
+            r#"invalid type: string "x", expected struct Network"#,
+        ),
+        (
+            r#"{"sandbox": 3}"#,
+            "invalid type: integer `3`, expected struct Sandbox",
+        ),
+    ];
+    for (text, why) in cases {
+        let (dir, layer) = load(text, None);
+        let error = flower::settings::network::rules(&layer.unwrap(), None)
+            .expect_err(text)
+            .to_string();
+        let file = dir.path().join("home/.claude/settings.json");
+        assert_eq!(
+            error,
+            format!(
+                "设置文件 {}: sandbox.network:要 allowedDomains、deniedDomains、allowUnixSockets(字符串数组)和 allowAllUnixSockets、allowLocalBinding(true 或 false)({why})",
+                file.display()
+            ),
+            "{text}"
+        );
+    }
+}
