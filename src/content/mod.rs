@@ -10,7 +10,7 @@ pub use input::ToolInput;
 use object::Fields;
 pub(crate) use object::object;
 pub use object::{Order, Raw, RawObject};
-use serde::de::{SeqAccess, Visitor};
+use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -213,6 +213,85 @@ impl<'de> Deserialize<'de> for Block {
             Some("image" | "document") => Block::Media(MediaBlock::from_borrowed(fields)),
             _ => Block::Unknown(raw),
         })
+    }
+}
+
+impl object::Typed for Content {
+    fn read(raw: &serde_json::value::RawValue) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(raw.get())
+    }
+
+    fn read_one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> Visitor<'de> for Either {
+            type Value = Content;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a list of blocks")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
+                Ok(Content::Text(text.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
+                Ok(Content::Text(text))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+                while let Some(block) = seq.next_element_seed(object::OnePass::<Block>::new())? {
+                    blocks.push(block);
+                }
+                Ok(Content::Blocks(blocks))
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
+}
+
+impl object::Typed for Block {
+    fn read(raw: &serde_json::value::RawValue) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(raw.get())
+    }
+
+    /// One pass only for a block whose `type` comes first (as the API, Claude Code and
+    /// flower write them) and is one flower knows: the others are read from their text.
+    fn read_one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Known;
+        impl<'de> Visitor<'de> for Known {
+            type Value = Block;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a block")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Block, A::Error> {
+                match map.next_key::<object::Key<'de>>()? {
+                    Some(object::Key(key)) if key == TAG => {}
+                    _ => return Err(object::not_one_pass()),
+                }
+                let kind: String = map.next_value()?;
+                // Every block type declares `type` first: field 0.
+                macro_rules! rest {
+                    ($block:ident) => {{
+                        let mut block = $block::default();
+                        block.order.push(object::Slot::Typed(0));
+                        let mut block = $block::fields_one_pass(block, 1, &mut map)?;
+                        block.kind = Some(kind);
+                        block
+                    }};
+                }
+                Ok(match kind.as_str() {
+                    "text" => Block::Text(rest!(TextBlock)),
+                    "thinking" => Block::Thinking(rest!(ThinkingBlock)),
+                    "redacted_thinking" => Block::RedactedThinking(rest!(RedactedThinkingBlock)),
+                    "tool_use" => Block::ToolUse(rest!(ToolUseBlock)),
+                    "tool_result" => Block::ToolResult(rest!(ToolResultBlock)),
+                    "server_tool_use" => Block::ServerToolUse(rest!(ToolUseBlock)),
+                    "web_search_tool_result" | "web_fetch_tool_result" => {
+                        Block::ServerToolResult(rest!(ServerToolResultBlock))
+                    }
+                    "image" | "document" => Block::Media(rest!(MediaBlock)),
+                    _ => return Err(object::not_one_pass()),
+                })
+            }
+        }
+        deserializer.deserialize_map(Known)
     }
 }
 

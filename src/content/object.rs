@@ -229,7 +229,8 @@ impl RawObject {
 }
 
 /// A key borrowed from the text when it can be (it has no escape).
-struct Key<'a>(Cow<'a, str>);
+#[doc(hidden)]
+pub struct Key<'a>(pub Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -273,12 +274,19 @@ impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
     }
 }
 
-/// A declared field's type, read from the value's text: an [`object!`] type reads its
-/// fields borrowed from it ([`Fields`]), a kept value is one copy, the others are
-/// serde's.
+/// A declared field's type. Read two ways that give the same value:
+/// - `read_one_pass`, straight from the parser, each byte scanned once: an [`object!`]
+///   type descends into its fields. It fails (any error) where the value is not what
+///   that read takes as it is: a declared field of another type, a declared key
+///   repeated, a block whose `type` is not its first field or not one flower knows.
+///   The caller then reads the whole text the other way.
+/// - `read`, from the value's text: an [`object!`] type reads its fields borrowed from
+///   it ([`Fields`]), so a value of the wrong type is kept as written; every level
+///   below scans its part of the text again.
 #[doc(hidden)]
 pub trait Typed: Sized {
     fn read(raw: &RawValue) -> Result<Self, serde_json::Error>;
+    fn read_one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error>;
 }
 
 macro_rules! typed_by_serde {
@@ -287,21 +295,20 @@ macro_rules! typed_by_serde {
             fn read(raw: &RawValue) -> Result<Self, serde_json::Error> {
                 serde_json::from_str(raw.get())
             }
+            fn read_one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                <$ty as Deserialize>::deserialize(deserializer)
+            }
         })*
     };
 }
-typed_by_serde!(
-    String,
-    Option<String>,
-    bool,
-    u64,
-    Vec<String>,
-    super::Content
-);
+typed_by_serde!(String, Option<String>, bool, u64, Vec<String>);
 
 impl Typed for Raw {
     fn read(raw: &RawValue) -> Result<Self, serde_json::Error> {
         Ok(Raw::copied(raw))
+    }
+    fn read_one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Raw::deserialize(deserializer)
     }
 }
 
@@ -309,6 +316,48 @@ impl Typed for super::ToolInput {
     fn read(raw: &RawValue) -> Result<Self, serde_json::Error> {
         Ok(super::ToolInput::from_raw(Raw::copied(raw)))
     }
+    fn read_one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Raw::deserialize(deserializer).map(super::ToolInput::from_raw)
+    }
+}
+
+/// [`Typed::read_one_pass`] as a seed, for `next_value_seed` and `next_element_seed`.
+#[doc(hidden)]
+pub struct OnePass<T>(std::marker::PhantomData<T>);
+
+impl<T> OnePass<T> {
+    pub fn new() -> OnePass<T> {
+        OnePass(std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for OnePass<T> {
+    fn default() -> OnePass<T> {
+        OnePass::new()
+    }
+}
+
+impl<'de, T: Typed> serde::de::DeserializeSeed<'de> for OnePass<T> {
+    type Value = T;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
+        T::read_one_pass(deserializer)
+    }
+}
+
+/// The error that sends a value back to be read from its text (never shown: the
+/// text read decides what the value is, or what is wrong with it).
+#[doc(hidden)]
+pub fn not_one_pass<E: serde::de::Error>() -> E {
+    E::custom("read from the text instead")
+}
+
+/// `text` read in one pass ([`Typed::read_one_pass`]), to its end.
+#[doc(hidden)]
+pub fn one_pass<T: Typed>(text: &str) -> Result<T, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let value = T::read_one_pass(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
 }
 
 /// Which fields of an object are a declared key (`keys`) repeated later in it: read
@@ -365,9 +414,63 @@ macro_rules! object {
         }
 
         impl $name {
-            /// Read from the JSON text of an object, its fields borrowed from it.
+            /// Read from the JSON text of an object: in one pass where it can be,
+            /// else from its fields' text (the same value either way).
             pub fn from_json(text: &[u8]) -> Result<Self, serde_json::Error> {
-                $crate::content::object::Fields::of(text).map(Self::from_borrowed)
+                match std::str::from_utf8(text) {
+                    Ok(text) => Self::from_json_str(text),
+                    // Not UTF-8: the byte reader says where.
+                    Err(_) => $crate::content::object::Fields::of(text).map(Self::from_borrowed),
+                }
+            }
+
+            /// [`from_json`](Self::from_json) of text already checked as UTF-8.
+            pub fn from_json_str(text: &str) -> Result<Self, serde_json::Error> {
+                $crate::content::object::one_pass::<Self>(text)
+                    .or_else(|_| Self::read_by_text(text))
+            }
+
+            /// Read from its fields' text, each level scanning its part again: the
+            /// way a value the one-pass read does not take is read. Public for the
+            /// tests that hold the two reads to the same value.
+            #[doc(hidden)]
+            pub fn read_by_text(text: &str) -> Result<Self, serde_json::Error> {
+                $crate::content::object::Fields::of_str(text).map(Self::from_borrowed)
+            }
+
+            /// Reads the rest of an object's fields in one pass into `out`, whose
+            /// declared fields numbered in `seen` were read already (a block's
+            /// `type`, read to know which block it is).
+            #[doc(hidden)]
+            #[allow(unused_assignments)]
+            pub fn fields_one_pass<'de, A: serde::de::MapAccess<'de>>(
+                mut out: Self,
+                mut seen: u64,
+                map: &mut A,
+            ) -> Result<Self, A::Error> {
+                use $crate::content::object::{Key, OnePass, Raw, Slot, not_one_pass};
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    let mut number: u8 = 0;
+                    let mut typed = false;
+                    $(
+                        if !typed && key == $key {
+                            // A repeated declared key: the text read keeps the earlier.
+                            if seen & (1 << number) != 0 {
+                                return Err(not_one_pass());
+                            }
+                            out.$field = Some(map.next_value_seed(OnePass::<$ty>::new())?);
+                            out.order.push(Slot::Typed(number));
+                            seen |= 1 << number;
+                            typed = true;
+                        }
+                        number += 1;
+                    )*
+                    if !typed {
+                        out.order.push(Slot::Kept(out.rest.len() as u32));
+                        out.rest.push(key.into_owned(), map.next_value::<Raw>()?);
+                    }
+                }
+                Ok(out)
             }
 
             fn from_fields(fields: $crate::content::object::RawObject) -> Self {
@@ -407,6 +510,25 @@ macro_rules! object {
         impl $crate::content::object::Typed for $name {
             fn read(raw: &serde_json::value::RawValue) -> Result<Self, serde_json::Error> {
                 $crate::content::object::Fields::of_str(raw.get()).map(Self::from_borrowed)
+            }
+
+            fn read_one_pass<'de, D: serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> Result<Self, D::Error> {
+                struct Object;
+                impl<'de> serde::de::Visitor<'de> for Object {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a JSON object")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> Result<$name, A::Error> {
+                        $name::fields_one_pass($name::default(), 0, &mut map)
+                    }
+                }
+                deserializer.deserialize_map(Object)
             }
         }
 

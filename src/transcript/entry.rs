@@ -110,7 +110,7 @@ pub enum System<'a> {
 impl Entry {
     /// Reads one line (or stored row).
     pub fn parse(json: &str) -> Result<Entry, serde_json::Error> {
-        crate::content::object::Fields::of_str(json).map(Entry::from_borrowed)
+        Entry::from_json_str(json)
     }
 
     /// The entry as one line of JSON (no newline).
