@@ -115,11 +115,11 @@ fn components(p: &Path) -> VecDeque<OsString> {
 /// Remembered per process: every tool call asked for the workspace's and the run
 /// directory's form several times (the permission check, the write policy, the
 /// confinement), a `statx` per path component each, about 30 a turn (#46). A
-/// remembered form is used only while `dir` still leads to the directory it named
-/// (one `stat`, following links: same device and inode); otherwise `dir` is resolved
-/// again. What that leaves out: the directory itself renamed while `dir` is re-pointed
-/// at it, which needs writing outside every root; paths then resolve outside the
-/// remembered form and are refused, so a stale entry can only refuse, never let out.
+/// remembered form is used only while both `dir` and the form still lead to the
+/// directory it named (two `stat`s, following links: same device and inode);
+/// otherwise `dir` is resolved again. So a directory renamed while `dir` is re-pointed
+/// at it (the link leads to the same inode, the old form no longer does), or another
+/// directory made at the old form's place, is noticed.
 pub fn root(dir: &Path) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(dir) else {
@@ -129,8 +129,11 @@ pub fn root(dir: &Path) -> PathBuf {
     let mut known = ROOTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let leads_here =
+        |path: &Path| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == identity);
     if let Some((seen, resolved)) = known.get(dir)
         && *seen == identity
+        && leads_here(resolved)
     {
         return resolved.clone();
     }

@@ -200,6 +200,39 @@ async fn a_workspace_link_re_pointed_confines_to_its_new_target() {
     );
 }
 
+/// The remembered root (src/tools/paths.rs, `root`) when the workspace directory is
+/// renamed and its link re-pointed at it: the link leads to the same inode, so only
+/// checking the remembered form too notices. The workspace is where it now is, and a
+/// directory made at its old place is outside it.
+#[tokio::test]
+async fn a_workspace_renamed_under_its_re_pointed_link_is_where_it_now_is() {
+    let mut e = tool_env();
+    let (first, moved) = (e.root.join("first"), e.root.join("moved"));
+    fs::create_dir(&first).unwrap();
+    fs::write(first.join("f.txt"), "one").unwrap();
+    let link = e.root.join("ws-link");
+    symlink(&first, &link).unwrap();
+    e.ctx.workspace = link.clone();
+    let out = read(&e, json!({"file_path": "f.txt"})).await;
+    assert!(out.content.contains("one"), "{}", out.content);
+
+    fs::rename(&first, &moved).unwrap();
+    fs::remove_file(&link).unwrap();
+    symlink(&moved, &link).unwrap();
+    fs::create_dir(&first).unwrap();
+    fs::write(first.join("f.txt"), "planted").unwrap();
+    let out = read(&e, json!({"file_path": "f.txt"})).await;
+    assert!(!out.is_error, "{}", out.content);
+    assert!(out.content.contains("one"), "{}", out.content);
+    let out = read(&e, json!({"file_path": first.join("f.txt")})).await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(
+        out.content.contains("outside the workspace"),
+        "{}",
+        out.content
+    );
+}
+
 #[tokio::test]
 async fn reads_are_confined_to_workspace_and_run_dir() {
     let e = tool_env();
