@@ -53,27 +53,40 @@ impl Serialize for Content {
 
 impl<'de> Deserialize<'de> for Content {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Either;
-        impl<'de> Visitor<'de> for Either {
-            type Value = Content;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or a list of blocks")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
-                Ok(Content::Text(text.to_string()))
-            }
-            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
-                Ok(Content::Text(text))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
-                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(1));
-                while let Some(block) = seq.next_element::<Block>()? {
-                    blocks.push(block);
-                }
-                Ok(Content::Blocks(blocks))
+        deserializer.deserialize_any(ContentVisitor { one_pass: false })
+    }
+}
+
+/// Reads a content: a string, or blocks, each read by `Block`'s `Deserialize` (from
+/// its text) or in one pass ([`object::Typed::read_one_pass`]).
+struct ContentVisitor {
+    one_pass: bool,
+}
+
+impl<'de> Visitor<'de> for ContentVisitor {
+    type Value = Content;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string or a list of blocks")
+    }
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
+        Ok(Content::Text(text.to_string()))
+    }
+    fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
+        Ok(Content::Text(text))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+        let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+        loop {
+            let block = if self.one_pass {
+                seq.next_element_seed(object::OnePass::<Block>::new())?
+            } else {
+                seq.next_element::<Block>()?
+            };
+            match block {
+                Some(block) => blocks.push(block),
+                None => return Ok(Content::Blocks(blocks)),
             }
         }
-        deserializer.deserialize_any(Either)
     }
 }
 
@@ -222,27 +235,7 @@ impl object::Typed for Content {
     }
 
     fn read_one_pass<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Either;
-        impl<'de> Visitor<'de> for Either {
-            type Value = Content;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or a list of blocks")
-            }
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Content, E> {
-                Ok(Content::Text(text.to_string()))
-            }
-            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Content, E> {
-                Ok(Content::Text(text))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
-                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(1));
-                while let Some(block) = seq.next_element_seed(object::OnePass::<Block>::new())? {
-                    blocks.push(block);
-                }
-                Ok(Content::Blocks(blocks))
-            }
-        }
-        deserializer.deserialize_any(Either)
+        deserializer.deserialize_any(ContentVisitor { one_pass: true })
     }
 }
 

@@ -7,6 +7,7 @@ use flower::tools::{Tool, ToolOutput};
 use serde_json::{Value, json};
 use std::fs;
 use std::os::unix::fs::symlink;
+use std::path::PathBuf;
 use support::{ToolEnv, tool_env};
 
 async fn read(e: &ToolEnv, input: Value) -> ToolOutput {
@@ -173,25 +174,8 @@ async fn directories_and_missing_files_are_errors() {
 /// The workspace's resolved form is remembered between calls (#46), but only while the
 /// given path still leads to the same directory: a workspace given through a link
 /// that is re-pointed is the new directory from then on, and the old one is outside.
-#[tokio::test]
-async fn a_workspace_link_re_pointed_confines_to_its_new_target() {
-    let mut e = tool_env();
-    let (first, second) = (e.root.join("first"), e.root.join("second"));
-    for (dir, text) in [(&first, "one"), (&second, "two")] {
-        fs::create_dir(dir).unwrap();
-        fs::write(dir.join("f.txt"), text).unwrap();
-    }
-    let link = e.root.join("ws-link");
-    symlink(&first, &link).unwrap();
-    e.ctx.workspace = link.clone();
-    let out = read(&e, json!({"file_path": "f.txt"})).await;
-    assert!(out.content.contains("one"), "{}", out.content);
-
-    fs::remove_file(&link).unwrap();
-    symlink(&second, &link).unwrap();
-    let out = read(&e, json!({"file_path": "f.txt"})).await;
-    assert!(out.content.contains("two"), "{}", out.content);
-    let out = read(&e, json!({"file_path": first.join("f.txt")})).await;
+async fn refused_as_outside(e: &ToolEnv, path: &std::path::Path) {
+    let out = read(e, json!({ "file_path": path })).await;
     assert!(out.is_error, "{}", out.content);
     assert!(
         out.content.contains("outside the workspace"),
@@ -200,14 +184,11 @@ async fn a_workspace_link_re_pointed_confines_to_its_new_target() {
     );
 }
 
-/// The remembered root (src/tools/paths.rs, `root`) when the workspace directory is
-/// renamed and its link re-pointed at it: the link leads to the same inode, so only
-/// checking the remembered form too notices. The workspace is where it now is, and a
-/// directory made at its old place is outside it.
-#[tokio::test]
-async fn a_workspace_renamed_under_its_re_pointed_link_is_where_it_now_is() {
+/// A workspace given as a link to `first/` (holding `f.txt`: "one"), read once so its
+/// root is remembered: the environment, `first` and the link.
+async fn workspace_behind_link() -> (ToolEnv, PathBuf, PathBuf) {
     let mut e = tool_env();
-    let (first, moved) = (e.root.join("first"), e.root.join("moved"));
+    let first = e.root.join("first");
     fs::create_dir(&first).unwrap();
     fs::write(first.join("f.txt"), "one").unwrap();
     let link = e.root.join("ws-link");
@@ -215,6 +196,31 @@ async fn a_workspace_renamed_under_its_re_pointed_link_is_where_it_now_is() {
     e.ctx.workspace = link.clone();
     let out = read(&e, json!({"file_path": "f.txt"})).await;
     assert!(out.content.contains("one"), "{}", out.content);
+    (e, first, link)
+}
+
+#[tokio::test]
+async fn a_workspace_link_re_pointed_confines_to_its_new_target() {
+    let (e, first, link) = workspace_behind_link().await;
+    let second = e.root.join("second");
+    fs::create_dir(&second).unwrap();
+    fs::write(second.join("f.txt"), "two").unwrap();
+
+    fs::remove_file(&link).unwrap();
+    symlink(&second, &link).unwrap();
+    let out = read(&e, json!({"file_path": "f.txt"})).await;
+    assert!(out.content.contains("two"), "{}", out.content);
+    refused_as_outside(&e, &first.join("f.txt")).await;
+}
+
+/// The remembered root (src/tools/paths.rs, `root`) when the workspace directory is
+/// renamed and its link re-pointed at it: the link leads to the same inode, so only
+/// checking the remembered form too notices. The workspace is where it now is, and a
+/// directory made at its old place is outside it.
+#[tokio::test]
+async fn a_workspace_renamed_under_its_re_pointed_link_is_where_it_now_is() {
+    let (e, first, link) = workspace_behind_link().await;
+    let moved = e.root.join("moved");
 
     fs::rename(&first, &moved).unwrap();
     fs::remove_file(&link).unwrap();
@@ -224,13 +230,7 @@ async fn a_workspace_renamed_under_its_re_pointed_link_is_where_it_now_is() {
     let out = read(&e, json!({"file_path": "f.txt"})).await;
     assert!(!out.is_error, "{}", out.content);
     assert!(out.content.contains("one"), "{}", out.content);
-    let out = read(&e, json!({"file_path": first.join("f.txt")})).await;
-    assert!(out.is_error, "{}", out.content);
-    assert!(
-        out.content.contains("outside the workspace"),
-        "{}",
-        out.content
-    );
+    refused_as_outside(&e, &first.join("f.txt")).await;
 }
 
 #[tokio::test]
