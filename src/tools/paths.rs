@@ -116,7 +116,8 @@ fn components(p: &Path) -> VecDeque<OsString> {
 /// directory's form several times (the permission check, the write policy, the
 /// confinement), a `statx` per path component each, about 30 a turn (#46). A
 /// remembered form is used only while both `dir` and the form still lead to the
-/// directory it named (two `stat`s, following links: same device and inode);
+/// directory it named (a `stat` each, following links: same device and inode; one
+/// when they are the same path);
 /// otherwise `dir` is resolved again. So a directory renamed while `dir` is re-pointed
 /// at it (the link leads to the same inode, the old form no longer does), or another
 /// directory made at the old form's place, is noticed.
@@ -133,7 +134,8 @@ pub fn root(dir: &Path) -> PathBuf {
         |path: &Path| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == identity);
     if let Some((seen, resolved)) = known.get(dir)
         && *seen == identity
-        && leads_here(resolved)
+        // The same path (no link on the way): the `stat` above answered for both.
+        && (resolved == dir || leads_here(resolved))
     {
         return resolved.clone();
     }
