@@ -85,6 +85,7 @@ mod sandbox_seccomp;
 mod serve;
 mod settings;
 mod settings_pin;
+mod settings_pin_edges;
 mod settings_typed;
 mod signals;
 mod stop_reasons;
