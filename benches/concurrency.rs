@@ -34,7 +34,7 @@
 mod child;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
-use child::{flower_cmd, measure_child, ms};
+use child::{flower_cmd, ms};
 
 use serde_json::json;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -51,22 +51,16 @@ const READ_DELAY: Duration = Duration::from_millis(300);
 const RUNS: usize = 5;
 
 fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--measure-child") {
-        return measure_child(&args[1..]);
-    }
+    let parts = match child::bench_or_helper() {
+        Ok(parts) => parts,
+        Err(helper_exit) => return helper_exit,
+    };
     let flower = &child::flower_under_test();
-    let wanted: Vec<&str> = args
-        .iter()
-        .filter(|a| !a.starts_with("--"))
-        .map(String::as_str)
-        .collect();
-    let run = |part: &str| wanted.is_empty() || wanted.contains(&part);
     println!("concurrency: {flower}, median of {RUNS} runs each");
-    if run("workers") {
+    if parts.wants("workers") {
         workers(flower);
     }
-    if run("reads") {
+    if parts.wants("reads") {
         reads(flower);
     }
     std::process::ExitCode::SUCCESS
@@ -176,6 +170,31 @@ fn task(n: usize) -> (&'static str, serde_json::Value) {
     )
 }
 
+/// Times a part's cases: one call, many at once, the many otherwise (for scale). Prints
+/// each case's median of [`RUNS`] runs of `time_calls(calls, env)`, then the many at once
+/// against one with its verdict (`goal`: the ratio not to exceed), and the scale case
+/// against one.
+fn compare(
+    cases: [Case; 3],
+    (many, goal, scale): (&str, f64, &str),
+    time_calls: impl Fn(usize, &[(&str, &str)]) -> Duration,
+) {
+    let took: Vec<Duration> = cases
+        .iter()
+        .map(|&(what, n, env)| {
+            let median = median((0..RUNS).map(|_| time_calls(n, env)).collect());
+            println!("  {what}: {:.0} ms", ms(median));
+            median
+        })
+        .collect();
+    let ratio = took[1].as_secs_f64() / took[0].as_secs_f64();
+    println!(
+        "  {many} at once / one: {ratio:.2}x; goal <= {goal}x: {} ({scale}: {:.2}x)",
+        verdict(ratio <= goal),
+        took[2].as_secs_f64() / took[0].as_secs_f64()
+    );
+}
+
 /// Part 1: four workers at once against one.
 fn workers(flower: &str) {
     let cases: [Case; 3] = [
@@ -192,21 +211,9 @@ fn workers(flower: &str) {
         "workers: the fake API answers each worker after {} ms",
         WORKER_DELAY.as_millis()
     );
-    let mut took = Vec::new();
-    for (what, n, env) in cases {
-        let runs: Vec<Duration> = (0..RUNS)
-            .map(|_| one_run(flower, (1..=n).map(task).collect(), env, |_| None))
-            .collect();
-        let median = median(runs);
-        println!("  {what}: {:.0} ms", ms(median));
-        took.push(median);
-    }
-    let ratio = took[1].as_secs_f64() / took[0].as_secs_f64();
-    println!(
-        "  four at once / one: {ratio:.2}x; goal <= 1.3x: {} (one after another: {:.2}x)",
-        verdict(ratio <= 1.3),
-        took[2].as_secs_f64() / took[0].as_secs_f64()
-    );
+    compare(cases, ("four", 1.3, "one after another"), |n, env| {
+        one_run(flower, (1..=n).map(task).collect(), env, |_| None)
+    });
 }
 
 /// Part 2: twenty slow reads at once against one.
@@ -229,25 +236,11 @@ fn reads(flower: &str) {
         ),
         ("twenty reads, the default limit (10)", 20, &[]),
     ];
-    let mut took = Vec::new();
-    for (what, n, env) in cases {
-        let runs: Vec<Duration> = (0..RUNS)
-            .map(|_| {
-                one_run(flower, (0..n).map(read).collect(), env, |dir| {
-                    Some(Leases::hold(dir, n))
-                })
-            })
-            .collect();
-        let median = median(runs);
-        println!("  {what}: {:.0} ms", ms(median));
-        took.push(median);
-    }
-    let ratio = took[1].as_secs_f64() / took[0].as_secs_f64();
-    println!(
-        "  twenty at once / one: {ratio:.2}x; goal <= 1.2x: {} (default limit: {:.2}x)",
-        verdict(ratio <= 1.2),
-        took[2].as_secs_f64() / took[0].as_secs_f64()
-    );
+    compare(cases, ("twenty", 1.2, "default limit"), |n, env| {
+        one_run(flower, (0..n).map(read).collect(), env, |dir| {
+            Some(Leases::hold(dir, n))
+        })
+    });
 }
 
 /// Files whose opens the bench holds for [`READ_DELAY`] each, by a write lease, and

@@ -46,7 +46,7 @@ mod child;
 mod roles;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
-use child::{Usage, flower_cmd, measure, measure_child, mib, ms};
+use child::{Usage, flower_cmd, measure, mib, ms};
 
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -65,33 +65,27 @@ const SESSION_RUNS: usize = 5;
 const RESUME_RUNS: usize = 10;
 
 fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--measure-child") {
-        return measure_child(&args[1..]);
-    }
-    let flower = &child::flower_under_test();
     // `cargo bench --bench engine -- one` runs only the one-turn part (`session`: the
     // long session, `resume`: the long session and its resume, `cache`: the prompt
     // cache across faults).
-    let wanted: Vec<&str> = args
-        .iter()
-        .filter(|a| !a.starts_with("--"))
-        .map(String::as_str)
-        .collect();
-    let run = |part: &str| wanted.is_empty() || wanted.contains(&part);
+    let parts = match child::bench_or_helper() {
+        Ok(parts) => parts,
+        Err(helper_exit) => return helper_exit,
+    };
+    let flower = &child::flower_under_test();
     println!("engine: {flower}, against the fake server answering at once");
-    if run("one") {
+    if parts.wants("one") {
         one_turn(flower);
     }
-    if run("cache") {
+    if parts.wants("cache") {
         cache_share(flower);
     }
-    if run("roles") {
+    if parts.wants("roles") {
         roles::cache_across_roles(flower);
     }
-    if run("session") || run("resume") {
+    if parts.wants("session") || parts.wants("resume") {
         let session = long_session(flower);
-        if run("resume") {
+        if parts.wants("resume") {
             resume(flower, &session);
         }
     }

@@ -23,6 +23,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "shared/child.rs"]
+#[allow(dead_code)] // `Parts::wants` is for the benches run by part
 mod child;
 #[path = "shared/instructions.rs"]
 mod instructions;
@@ -31,7 +32,7 @@ mod instructions;
 mod peer;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
-use child::{Usage, flower_cmd, measure, measure_child, mib, ms};
+use child::{Usage, flower_cmd, measure, mib, ms};
 
 use flower::model::MessagesRequest;
 use flower::model::anthropic::request_body;
@@ -51,10 +52,11 @@ const RUNS: usize = 5;
 const FILE_TEXT: &str = "a small file\nof three lines\nto read again and again\n";
 
 fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--measure-child") {
-        return measure_child(&args[1..]);
-    }
+    let parts = match child::bench_or_helper() {
+        Ok(parts) => parts,
+        Err(helper_exit) => return helper_exit,
+    };
+    let args = parts.named();
     let flower = &child::flower_under_test();
     let mut lengths: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     if lengths.is_empty() && !args.iter().any(|a| a == "instructions" || a == "peer") {

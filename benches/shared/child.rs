@@ -209,6 +209,34 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// The parts of a bench named on its command line (`cargo bench --bench NAME -- PART…`).
+pub struct Parts(Vec<String>);
+
+impl Parts {
+    /// Whether `part` is to run: it was named, or none was.
+    pub fn wants(&self, part: &str) -> bool {
+        self.0.is_empty() || self.0.iter().any(|p| p == part)
+    }
+
+    /// What was named, in order (for a bench that reads more than part names).
+    pub fn named(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// How a bench executable was started: as the `--measure-child` helper of [`measure`]
+/// (`Err`, its exit code: the bench ends with it), or as the bench (`Ok`, the parts asked
+/// for; arguments starting `--` are cargo's, not parts).
+pub fn bench_or_helper() -> Result<Parts, std::process::ExitCode> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--measure-child") {
+        return Err(measure_child(&args[1..]));
+    }
+    Ok(Parts(
+        args.into_iter().filter(|a| !a.starts_with("--")).collect(),
+    ))
+}
+
 /// The flower binary a bench measures: `FLOWER_BENCH_BIN=/path/to/flower` for another
 /// build (e.g. before a change), else the one cargo built, with a warning when that is
 /// not a release build.

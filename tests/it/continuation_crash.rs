@@ -77,12 +77,7 @@ fn probe(project: &Project) -> Value {
     assert_same(&before, &snapshot(&project.dir), "flower state --json");
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let state: Value = serde_json::from_slice(&out.stdout).expect("state is JSON");
-    let keys: BTreeSet<&str> = state
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
+    let keys: BTreeSet<&str> = support::object_keys(&state).into_iter().collect();
     assert_eq!(
         keys,
         BTreeSet::from(["waking", "brief", "goal", "checks", "woke", "steps"]),

@@ -142,14 +142,8 @@ fn pre_tool_use_exit_2_blocks_the_call_and_the_model_reads_stderr() {
     assert_eq!(first["tool_input"]["file_path"], "forbidden.txt");
     assert!(first["tool_use_id"].as_str().unwrap().starts_with("toolu_"));
     // Claude Code's order, and the call's input as the model wrote it.
-    let keys: Vec<&str> = first
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
     assert_eq!(
-        keys,
+        support::object_keys(first),
         [
             "session_id",
             "transcript_path",

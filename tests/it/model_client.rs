@@ -235,14 +235,8 @@ async fn sends_the_documented_headers_and_body() {
     assert_eq!(body["stream"], json!(true));
     assert_eq!(body["model"], json!("claude-sonnet-4-5"));
     assert_eq!(body["max_tokens"], json!(2048));
-    let keys: Vec<&str> = body
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
     assert_eq!(
-        keys,
+        support::object_keys(body),
         [
             "model",
             "max_tokens",

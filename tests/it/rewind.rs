@@ -7,9 +7,10 @@ use crate::support::pipeline::{
     Agent, BRIEF, GOAL, Project, REQUEST, agent_or_once, text, turn_of,
 };
 use crate::support::{FakeServer, Recorded, Reply};
+use flower::checkpoint::{Checkpoint, CheckpointKind, Checkpoints, DEFAULT_MAX_FILE_BYTES};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The coordinator sends two workers: the first writes new.txt and edits keep.txt, the
@@ -449,17 +450,54 @@ fn git_tree(ws: &Path, scratch: &Path) -> String {
     git(&["write-tree"])
 }
 
-#[test]
-fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
-    use flower::checkpoint::{CheckpointKind, Checkpoints, DEFAULT_MAX_FILE_BYTES};
-    use std::os::unix::fs::PermissionsExt as _;
-    let home = tempfile::tempdir().unwrap();
-    let ws = home.path().join("ws");
-    let write = |rel: &str, body: &str| {
-        let path = ws.join(rel);
+/// A workspace `ws` in a temporary home whose checkpoints are compared with the trees
+/// git writes of it (its git directory and index kept in `scratch`, beside `ws`).
+struct BesideGit {
+    home: tempfile::TempDir,
+    ws: PathBuf,
+    scratch: PathBuf,
+}
+
+impl BesideGit {
+    fn new() -> BesideGit {
+        let home = tempfile::tempdir().unwrap();
+        let ws = home.path().join("ws");
+        let scratch = home.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        BesideGit { home, ws, scratch }
+    }
+
+    /// Writes `ws/rel`, its directories made.
+    fn write(&self, rel: &str, body: &str) {
+        let path = self.ws.join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, body).unwrap();
-    };
+    }
+
+    fn git_tree(&self) -> String {
+        git_tree(&self.ws, &self.scratch)
+    }
+
+    /// `ws`'s checkpoints, as a process opens them (`runs/` inside `ws`).
+    fn open(&self) -> Checkpoints {
+        Checkpoints::open(&self.ws, &self.ws.join("runs"), DEFAULT_MAX_FILE_BYTES).unwrap()
+    }
+}
+
+/// The attempt's checkpoint, the first of a step.
+fn attempt(checkpoints: &Checkpoints) -> Checkpoint {
+    checkpoints
+        .record(CheckpointKind::Attempt, "干活", None, 0)
+        .unwrap()
+        .unwrap()
+}
+
+#[test]
+fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let beside = BesideGit::new();
+    let ws = &beside.ws;
+    let write = |rel: &str, body: &str| beside.write(rel, body);
     // Names whose order differs between a directory walk and git's trees.
     for rel in [
         "a.txt",
@@ -483,15 +521,9 @@ fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
     write("sub/z.txt", "kept\n");
     write("runs/sessions.db", "never kept\n");
 
-    let runs = ws.join("runs");
-    let scratch = home.path().join("scratch");
-    std::fs::create_dir_all(&scratch).unwrap();
-    let checkpoints = Checkpoints::open(&ws, &runs, DEFAULT_MAX_FILE_BYTES).unwrap();
-    let first = checkpoints
-        .record(CheckpointKind::Attempt, "干活", None, 0)
-        .unwrap()
-        .unwrap();
-    assert_eq!(first.tree, git_tree(&ws, &scratch));
+    let checkpoints = beside.open();
+    let first = attempt(&checkpoints);
+    assert_eq!(first.tree, beside.git_tree());
 
     // Changed, removed, a mode changed, a new directory, a new ignored file: the trees
     // on their paths written again, the others reused.
@@ -502,7 +534,7 @@ fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
     write("q/t.log", "ignored\n");
     let second = checkpoints.snapshot().unwrap();
     assert_ne!(second, first.tree);
-    assert_eq!(second, git_tree(&ws, &scratch));
+    assert_eq!(second, beside.git_tree());
     let turn = |n| {
         checkpoints
             .record(CheckpointKind::Turn, "干活", Some("s"), n)
@@ -514,9 +546,9 @@ fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
     // Another process (the index read back): the same tree, and git reads its objects.
     drop(checkpoints);
     write("a.txt", "also changed\n");
-    let checkpoints = Checkpoints::open(&ws, &runs, DEFAULT_MAX_FILE_BYTES).unwrap();
+    let checkpoints = beside.open();
     let third = checkpoints.snapshot().unwrap();
-    assert_eq!(third, git_tree(&ws, &scratch));
+    assert_eq!(third, beside.git_tree());
     let patch = String::from_utf8(checkpoints.patch(&first.tree, &third).unwrap()).unwrap();
     assert!(
         patch.contains("+also changed") && patch.contains("+changed"),
@@ -529,15 +561,10 @@ fn a_snapshot_written_in_process_is_the_tree_git_itself_writes() {
 /// compared with git's own after each, and with a full walk's.
 #[test]
 fn turn_checkpoints_from_the_change_feed_are_the_trees_git_writes() {
-    use flower::checkpoint::{CheckpointKind, Checkpoints, DEFAULT_MAX_FILE_BYTES};
     use std::os::unix::fs::PermissionsExt as _;
-    let home = tempfile::tempdir().unwrap();
-    let ws = home.path().join("ws");
-    let write = |rel: &str, body: &str| {
-        let path = ws.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, body).unwrap();
-    };
+    let beside = BesideGit::new();
+    let ws = &beside.ws;
+    let write = |rel: &str, body: &str| beside.write(rel, body);
     for d in 0..5 {
         for f in 0..20 {
             write(&format!("d{d}/f{f}.txt"), &format!("{d} {f}\n"));
@@ -546,19 +573,13 @@ fn turn_checkpoints_from_the_change_feed_are_the_trees_git_writes() {
     write(".gitignore", "*.log\nbuild/\n");
     write("d1/.gitignore", "*.tmp\n!keep.log\n");
     write("exec.sh", "#!/bin/sh\n");
-    let outside = home.path().join("outside.txt");
+    let outside = beside.home.path().join("outside.txt");
     std::fs::write(&outside, "linked 1\n").unwrap();
 
-    let runs = ws.join("runs");
-    let scratch = home.path().join("scratch");
-    std::fs::create_dir_all(&scratch).unwrap();
-    let checkpoints = Checkpoints::open(&ws, &runs, DEFAULT_MAX_FILE_BYTES).unwrap();
-    let first = checkpoints
-        .record(CheckpointKind::Attempt, "干活", None, 0)
-        .unwrap()
-        .unwrap();
+    let checkpoints = beside.open();
+    let first = attempt(&checkpoints);
     assert!(checkpoints.last_scan().full_walk);
-    assert_eq!(first.tree, git_tree(&ws, &scratch));
+    assert_eq!(first.tree, beside.git_tree());
 
     let mut turn = 0;
     // After each change: the turn's tree is git's; `feed`: found from the feed alone.
@@ -569,7 +590,7 @@ fn turn_checkpoints_from_the_change_feed_are_the_trees_git_writes() {
             .unwrap();
         let scan = checkpoints.last_scan();
         let tree = taken.map(|c| c.tree);
-        let want = git_tree(&ws, &scratch);
+        let want = beside.git_tree();
         assert_eq!(scan.full_walk, !feed, "{what}: {scan:?}");
         if feed {
             assert!(scan.looked_at < 10, "{what}: {scan:?}");

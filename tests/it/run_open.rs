@@ -11,7 +11,7 @@ use flower::continuity::runtime::{FrontEnd, Held};
 use flower::run::{Begin, Peek, Run, RunError, RunHooks};
 use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
 use flower::{AgentSpec, Step, Workflow};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn settings(dir: &Path, server: &FakeServer, key: bool) -> Settings {
     let mut vars = vec![
@@ -27,6 +27,14 @@ fn settings(dir: &Path, server: &FakeServer, key: bool) -> Settings {
         ..Flags::default()
     };
     Settings::resolve(&flags, &Environment::from_vars(vars), &FileLayer::default()).unwrap()
+}
+
+/// Writes a complete brief, `notes/需求.md`, in `dir`; returns the notes directory.
+fn write_brief(dir: &Path) -> PathBuf {
+    let notes = dir.join("notes");
+    std::fs::create_dir_all(&notes).unwrap();
+    std::fs::write(notes.join("需求.md"), BRIEF).unwrap();
+    notes
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -94,9 +102,7 @@ fn the_wake_state_is_read_under_the_lock_and_new_resets_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = FakeServer::start(vec![]);
     let settings = settings(dir.path(), &server, true);
-    let notes = dir.path().join("notes");
-    std::fs::create_dir_all(&notes).unwrap();
-    std::fs::write(notes.join("需求.md"), BRIEF).unwrap();
+    let notes = write_brief(dir.path());
     std::fs::write(notes.join("目标.md"), GOAL).unwrap();
     let opening = Run::prepare(&settings).unwrap();
     // Nothing exists before the lock: the probe only reads.
@@ -171,9 +177,7 @@ fn a_run_with_any_history_and_no_pin_counts_every_settings_file_as_new() {
     assert!(fresh.path().join("runs/settings-pin.json").exists());
 
     let briefed = tempfile::tempdir().unwrap();
-    let notes = briefed.path().join("notes");
-    std::fs::create_dir_all(&notes).unwrap();
-    std::fs::write(notes.join("需求.md"), BRIEF).unwrap();
+    write_brief(briefed.path());
     let lineaged = tempfile::tempdir().unwrap();
     let runs = lineaged.path().join("runs");
     std::fs::create_dir_all(&runs).unwrap();
@@ -210,9 +214,7 @@ fn archives_made_in_one_second_are_numbered_on() {
     let dir = tempfile::tempdir().unwrap();
     let server = FakeServer::start(vec![]);
     let settings = settings(dir.path(), &server, true);
-    let notes = dir.path().join("notes");
-    std::fs::create_dir_all(&notes).unwrap();
-    std::fs::write(notes.join("需求.md"), BRIEF).unwrap();
+    let notes = write_brief(dir.path());
     // Every second of the next minute already has an archive and its `-2`.
     let archive = notes.join("archive");
     let now = chrono::Local::now();

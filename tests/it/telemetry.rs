@@ -9,12 +9,15 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,6 +65,42 @@ impl Receiver {
             .iter()
             .filter(|(p, _)| p == path)
             .map(|(_, b)| b.clone())
+            .collect()
+    }
+
+    /// Every metrics export, decoded.
+    fn metrics(&self) -> Vec<ExportMetricsServiceRequest> {
+        self.bodies("/v1/metrics")
+            .iter()
+            .map(|b| ExportMetricsServiceRequest::decode(&b[..]).unwrap())
+            .collect()
+    }
+
+    /// Every span of every trace export, in the order received.
+    fn spans(&self) -> Vec<Span> {
+        self.bodies("/v1/traces")
+            .iter()
+            .flat_map(|b| {
+                ExportTraceServiceRequest::decode(&b[..])
+                    .unwrap()
+                    .resource_spans
+            })
+            .flat_map(|rs| rs.scope_spans)
+            .flat_map(|ss| ss.spans)
+            .collect()
+    }
+
+    /// Every log record (event) of every logs export, in the order received.
+    fn log_records(&self) -> Vec<LogRecord> {
+        self.bodies("/v1/logs")
+            .iter()
+            .flat_map(|b| {
+                ExportLogsServiceRequest::decode(&b[..])
+                    .unwrap()
+                    .resource_logs
+            })
+            .flat_map(|rl| rl.scope_logs)
+            .flat_map(|sl| sl.log_records)
             .collect()
     }
 }
@@ -181,25 +220,26 @@ fn telemetry_on(receiver_endpoint: &str) -> Vec<(String, String)> {
     ]
 }
 
+/// The pipeline in `project`, every agent answered at once, exporting to `endpoint`.
+fn pipeline_run(project: &Project, endpoint: &str) -> Output {
+    let server = FakeServer::with_handler(|req, _| simple_reply(req));
+    project
+        .command(&server, &[REQUEST])
+        .envs(telemetry_on(endpoint))
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_pipeline_run_exports_what_flower_log_says() {
     let receiver = Receiver::start();
     let project = Project::new();
-    let server = FakeServer::with_handler(|req, _| simple_reply(req));
-    let out = project
-        .command(&server, &[REQUEST])
-        .envs(telemetry_on(&receiver.endpoint()))
-        .output()
-        .unwrap();
+    let out = pipeline_run(&project, &receiver.endpoint());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let log = log_json(&project);
     let totals = &log["totals"];
 
-    let metrics: Vec<ExportMetricsServiceRequest> = receiver
-        .bodies("/v1/metrics")
-        .iter()
-        .map(|b| ExportMetricsServiceRequest::decode(&b[..]).unwrap())
-        .collect();
+    let metrics = receiver.metrics();
     assert!(!metrics.is_empty(), "no metrics exported");
     // The resource: service, host, run key, and OTEL_RESOURCE_ATTRIBUTES.
     let resource = attrs(
@@ -269,17 +309,7 @@ fn a_pipeline_run_exports_what_flower_log_says() {
     assert_eq!(total(&verdicts, |a| a["flower.step"] == "干活"), 1.0);
 
     // Spans: one per step attempt, per request (turn), per tool call, parent to child.
-    let spans: Vec<_> = receiver
-        .bodies("/v1/traces")
-        .iter()
-        .flat_map(|b| {
-            ExportTraceServiceRequest::decode(&b[..])
-                .unwrap()
-                .resource_spans
-        })
-        .flat_map(|rs| rs.scope_spans)
-        .flat_map(|ss| ss.spans)
-        .collect();
+    let spans = receiver.spans();
     let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
     let attempts = log["attempts"].as_array().unwrap();
     assert_eq!(named("step_attempt").len(), attempts.len());
@@ -315,17 +345,7 @@ fn a_pipeline_run_exports_what_flower_log_says() {
     assert_eq!(trace_ids.len(), 1, "one trace per process");
 
     // Events: Claude Code's api_request, one per request, with the request's figures.
-    let records: Vec<_> = receiver
-        .bodies("/v1/logs")
-        .iter()
-        .flat_map(|b| {
-            ExportLogsServiceRequest::decode(&b[..])
-                .unwrap()
-                .resource_logs
-        })
-        .flat_map(|rl| rl.scope_logs)
-        .flat_map(|sl| sl.log_records)
-        .collect();
+    let records = receiver.log_records();
     let api: Vec<_> = records
         .iter()
         .filter(|r| r.event_name == "claude_code.api_request")
@@ -365,13 +385,8 @@ fn a_collector_that_is_down_costs_a_count_not_time() {
         .unwrap()
         .port();
     let project = Project::new();
-    let server = FakeServer::with_handler(|req, _| simple_reply(req));
     let started = Instant::now();
-    let out = project
-        .command(&server, &[REQUEST])
-        .envs(telemetry_on(&format!("http://127.0.0.1:{port}")))
-        .output()
-        .unwrap();
+    let out = pipeline_run(&project, &format!("http://127.0.0.1:{port}"));
     let took = started.elapsed();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -505,17 +520,7 @@ fn sigterm_flushes_what_it_has_with_the_open_spans_cut_short() {
     let receiver = Receiver::start();
     let project = Project::new();
     terminated_mid_step(&project, &receiver.endpoint(), &[]);
-    let spans: Vec<_> = receiver
-        .bodies("/v1/traces")
-        .iter()
-        .flat_map(|b| {
-            ExportTraceServiceRequest::decode(&b[..])
-                .unwrap()
-                .resource_spans
-        })
-        .flat_map(|rs| rs.scope_spans)
-        .flat_map(|ss| ss.spans)
-        .collect();
+    let spans = receiver.spans();
     // The two finished steps' attempts, and 干活's, cut short, with the process's span.
     let attempts: Vec<_> = spans.iter().filter(|s| s.name == "step_attempt").collect();
     assert_eq!(attempts.len(), 3, "{spans:#?}");
@@ -530,11 +535,7 @@ fn sigterm_flushes_what_it_has_with_the_open_spans_cut_short() {
     assert_eq!(cut.len(), 1);
     assert_eq!(attrs(&cut[0].attributes)["flower.step"], "干活");
     assert_eq!(spans.iter().filter(|s| s.name == "flower").count(), 1);
-    let metrics: Vec<ExportMetricsServiceRequest> = receiver
-        .bodies("/v1/metrics")
-        .iter()
-        .map(|b| ExportMetricsServiceRequest::decode(&b[..]).unwrap())
-        .collect();
+    let metrics = receiver.metrics();
     assert!(total(&points(&metrics, "flower.request.count"), |_| true) >= 3.0);
     let report = &log_json(&project)["telemetry"];
     assert_eq!(report["processes"], 1, "{report}");
@@ -611,11 +612,7 @@ fn flower_once_exports_too() {
         .output();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
-    let metrics: Vec<ExportMetricsServiceRequest> = receiver
-        .bodies("/v1/metrics")
-        .iter()
-        .map(|b| ExportMetricsServiceRequest::decode(&b[..]).unwrap())
-        .collect();
+    let metrics = receiver.metrics();
     let tokens = points(&metrics, "claude_code.token.usage");
     assert_eq!(
         total(&tokens, |a| a["type"] == "input"),
@@ -625,17 +622,7 @@ fn flower_once_exports_too() {
     assert!(tokens.iter().all(|(a, _)| a["flower.step"] == "once"));
     assert!(tokens.iter().all(|(a, _)| !a["session.id"].is_empty()));
 
-    let spans: Vec<_> = receiver
-        .bodies("/v1/traces")
-        .iter()
-        .flat_map(|b| {
-            ExportTraceServiceRequest::decode(&b[..])
-                .unwrap()
-                .resource_spans
-        })
-        .flat_map(|rs| rs.scope_spans)
-        .flat_map(|ss| ss.spans)
-        .collect();
+    let spans = receiver.spans();
     let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     let mut sorted = names.clone();
     sorted.sort();
@@ -645,15 +632,8 @@ fn flower_once_exports_too() {
     assert_eq!(turn.parent_span_id, root.span_id);
 
     let api = receiver
-        .bodies("/v1/logs")
+        .log_records()
         .iter()
-        .flat_map(|b| {
-            ExportLogsServiceRequest::decode(&b[..])
-                .unwrap()
-                .resource_logs
-        })
-        .flat_map(|rl| rl.scope_logs)
-        .flat_map(|sl| sl.log_records)
         .filter(|r| r.event_name == "claude_code.api_request")
         .count();
     assert_eq!(api, 1);

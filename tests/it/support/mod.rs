@@ -27,6 +27,17 @@ pub fn tool_input(value: &serde_json::Value) -> flower::transcript::ToolInput {
     flower::transcript::ToolInput::of(value).unwrap()
 }
 
+/// A JSON object's keys in its order (as written: serde_json keeps the order), for the
+/// tests that hold a document to its fields.
+pub fn object_keys(value: &serde_json::Value) -> Vec<&str> {
+    value
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
 /// Request messages given as JSON (`{"role": …, "content": …}`), as a history.
 pub fn history(values: Vec<serde_json::Value>) -> flower::model::History {
     values
