@@ -612,7 +612,7 @@ fn turn_checkpoints_from_the_change_feed_are_the_trees_git_writes() {
     check("files edited in place", true);
     let sed = std::process::Command::new("sed")
         .args(["-i", "s/2/two/", "d2/f2.txt"])
-        .current_dir(&ws)
+        .current_dir(ws)
         .status()
         .unwrap();
     assert!(sed.success());
