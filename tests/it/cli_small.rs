@@ -112,6 +112,36 @@ fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
     gate.open();
 }
 
+/// In the holder's own run directory (its run lock file there) a second `flower` on the
+/// same shared run is refused by the run lock, naming the local holder: the database is
+/// asked first only where there is no run lock file yet.
+#[test]
+fn a_second_flower_in_the_holders_directory_is_refused_by_the_run_lock() {
+    let Some(url) = pg::fresh_url() else { return };
+    let project = Project::new();
+    let script = Script::new(0);
+    let (server, gate) = held_first(
+        &script,
+        |req| agent_of(req) == Agent::Coordinator && turn_of(req) == 0,
+        "never delivered",
+    );
+    let mut first = project.spawn(&server, &["--store", &url, REQUEST]);
+    assert!(
+        gate.wait_reached(Duration::from_secs(60)),
+        "no 干活 request"
+    );
+    let out = project.run(&server, &["--store", &url, "再加一句"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!("另一个 flower 正在这里运行(pid {},", first.id())),
+        "{stderr}"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    gate.open();
+}
+
 #[test]
 fn an_error_is_said_once_and_in_chinese() {
     let (project, server) = finished_run();

@@ -233,3 +233,31 @@ fn archives_made_in_one_second_are_numbered_on() {
     assert!(archive.join(stamp).is_dir(), "{name}");
     assert!(into.join("需求.md").exists());
 }
+
+/// `--new` archives whatever of the last run is there, a lineage alone too, and with
+/// nothing there archives nothing (no empty archive, `archived()` says so).
+#[test]
+fn new_archives_a_lineage_alone_and_nothing_when_there_is_nothing() {
+    let server = FakeServer::start(vec![]);
+    let fresh = tempfile::tempdir().unwrap();
+    let locked = Run::prepare(&settings(fresh.path(), &server, true))
+        .unwrap()
+        .lock(Begin::New, RunHooks::default())
+        .unwrap();
+    assert_eq!(locked.archived(), None);
+    assert!(!fresh.path().join("notes/archive").exists());
+
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().canonicalize().unwrap();
+    let runs = workspace.join("runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    let lineage = serde_json::json!({ "workspace": workspace, "woke": 1, "steps": {} });
+    std::fs::write(runs.join("lineage.json"), lineage.to_string()).unwrap();
+    let locked = Run::prepare(&settings(dir.path(), &server, true))
+        .unwrap()
+        .lock(Begin::New, RunHooks::default())
+        .unwrap();
+    let into = locked.archived().expect("the lineage alone is archived");
+    assert!(into.join("lineage.json").exists(), "{}", into.display());
+    assert_eq!(server.connections(), 0);
+}
