@@ -123,141 +123,86 @@ fn a_sessions_db_run_with_a_postgres_store_is_refused_and_the_database_untouched
     );
 }
 
-/// What `check_store` tells apart, through `flower state` (which reads and writes
-/// nothing), with a `lineage.json` written by hand and a PostgreSQL store given that
-/// does not know the run: a lineage without a store is a `sessions.db` run only when it
-/// has a run (a step or a wake) and the file is there; a lineage naming a store is
-/// refused under another database or another run key, and taken under its own.
+/// `flower state --store URL ARGS` in a new project whose `runs/lineage.json` is
+/// `lineage` (with the workspace filled in), beside a `runs/sessions.db` when
+/// `sessions_db`: `None` when it showed the run, else the refusal. Asserts that nothing
+/// was written either way.
+fn state_over(
+    url: &str,
+    lineage: serde_json::Value,
+    sessions_db: bool,
+    args: &[&str],
+) -> Option<String> {
+    let project = Project::new();
+    let server = FakeServer::start(vec![]);
+    let runs = project.dir.join("runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    let mut lineage = lineage;
+    lineage["workspace"] = project.dir.to_str().unwrap().into();
+    std::fs::write(runs.join("lineage.json"), lineage.to_string()).unwrap();
+    if sessions_db {
+        std::fs::write(runs.join("sessions.db"), b"").unwrap();
+    }
+    let before = files(&project.dir);
+    let mut all = vec!["state", "--store", url];
+    all.extend(args);
+    let out = project.run(&server, &all);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        files(&project.dir),
+        before,
+        "{lineage}: state wrote something"
+    );
+    assert_eq!(server.request_count(), 0, "{lineage}: something was sent");
+    match out.status.code() {
+        Some(0) => {
+            assert!(!stderr.contains("这个运行存在"), "{lineage}: {stderr}");
+            None
+        }
+        Some(2) if stderr.contains("这个运行存在") => Some(stderr),
+        code => panic!("{lineage}: exit {code:?}: {stderr}"),
+    }
+}
+
+/// What `check_store` tells apart, through `flower state` (which writes nothing) with a
+/// PostgreSQL store that does not know the run: a lineage without a store is a
+/// `sessions.db` run only when it has a run (a step or a wake) and the file is there; a
+/// lineage naming a store is refused under another database or another run key (the
+/// refusal names the flags that open it), and taken under its own.
 #[test]
 fn which_mirrors_a_postgres_store_refuses_and_which_it_takes() {
+    use serde_json::json;
     let Some(url) = pg::fresh_url() else { return };
     let shown = url.parse::<PostgresUrl>().unwrap().to_string();
-    let elsewhere = "postgres://flower@db.example:5432/other";
-    let server = FakeServer::with_handler(|req, _| simple_reply(req));
-    let step = serde_json::json!({ "干活": "00000000-0000-4000-8000-000000000001" });
-    let no_steps = serde_json::json!({});
+    let step = json!({ "干活": "00000000-0000-4000-8000-000000000001" });
+    let refused = |lineage, sessions_db, args: &[&str], flag: &str| {
+        let said = state_over(&url, lineage, sessions_db, args).expect("refused");
+        assert!(said.contains(flag), "{said}");
+    };
+    let taken =
+        |lineage, sessions_db| assert_eq!(state_over(&url, lineage, sessions_db, &[]), None);
+
+    taken(json!({ "woke": 0, "steps": {} }), true);
+    refused(
+        json!({ "woke": 1, "steps": {} }),
+        true,
+        &[],
+        "改用 --store sqlite",
+    );
+    refused(
+        json!({ "woke": 0, "steps": step }),
+        true,
+        &[],
+        "改用 --store sqlite",
+    );
+    taken(json!({ "woke": 1, "steps": step }), false);
+
+    taken(json!({ "woke": 1, "steps": step, "store": shown }), false);
+    let other = "postgres://flower@db.example:5432/other";
+    let lineage = json!({ "woke": 1, "steps": step, "store": other });
+    refused(lineage, false, &[], &format!("改用 --store {other}"));
+    let named = json!({ "woke": 1, "steps": step, "store": shown, "run_key": "a" });
     let again = format!("改用 --store {shown} --run-key a");
-    // (what, woke, steps, store, run key, sessions.db there, extra args, refused with)
-    let cases: [(
-        &str,
-        u64,
-        &serde_json::Value,
-        Option<&str>,
-        Option<&str>,
-        bool,
-        &[&str],
-        Option<&str>,
-    ); 8] = [
-        ("nothing run yet", 0, &no_steps, None, None, true, &[], None),
-        (
-            "a wake only",
-            1,
-            &no_steps,
-            None,
-            None,
-            true,
-            &[],
-            Some("改用 --store sqlite"),
-        ),
-        (
-            "a step",
-            0,
-            &step,
-            None,
-            None,
-            true,
-            &[],
-            Some("改用 --store sqlite"),
-        ),
-        (
-            "a step, sessions.db gone",
-            1,
-            &step,
-            None,
-            None,
-            false,
-            &[],
-            None,
-        ),
-        (
-            "its own store",
-            1,
-            &step,
-            Some(&shown),
-            None,
-            false,
-            &[],
-            None,
-        ),
-        (
-            "another database",
-            1,
-            &step,
-            Some(elsewhere),
-            None,
-            false,
-            &[],
-            Some("改用 --store postgres://flower@db.example:5432/other"),
-        ),
-        (
-            "another run key",
-            1,
-            &step,
-            Some(&shown),
-            Some("a"),
-            false,
-            &["--run-key", "b"],
-            Some(&again),
-        ),
-        (
-            "its own run key",
-            1,
-            &step,
-            Some(&shown),
-            Some("a"),
-            false,
-            &["--run-key", "a"],
-            None,
-        ),
-    ];
-    for (what, woke, steps, store, run_key, db, extra, refused) in cases {
-        let project = Project::new();
-        let runs = project.dir.join("runs");
-        std::fs::create_dir_all(&runs).unwrap();
-        let mut lineage = serde_json::json!({
-            "workspace": project.dir.to_str().unwrap(),
-            "woke": woke,
-            "steps": steps,
-        });
-        if let Some(store) = store {
-            lineage["store"] = store.into();
-        }
-        if let Some(run_key) = run_key {
-            lineage["run_key"] = run_key.into();
-        }
-        std::fs::write(runs.join("lineage.json"), lineage.to_string()).unwrap();
-        if db {
-            std::fs::write(runs.join("sessions.db"), b"").unwrap();
-        }
-        let before = files(&project.dir);
-        let mut args = vec!["state", "--store", url.as_str()];
-        args.extend(extra);
-        let out = project.run(&server, &args);
-        let stderr = text(&out.stderr);
-        match refused {
-            Some(flag) => {
-                assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
-                assert!(
-                    stderr.contains("这个运行存在") && stderr.contains(flag),
-                    "{what}: {stderr}"
-                );
-            }
-            None => {
-                assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
-                assert!(!stderr.contains("这个运行存在"), "{what}: {stderr}");
-            }
-        }
-        assert_eq!(files(&project.dir), before, "{what}: state wrote something");
-    }
-    assert_eq!(server.request_count(), 0, "nothing was sent");
+    refused(named.clone(), false, &["--run-key", "b"], &again);
+    assert_eq!(state_over(&url, named, false, &["--run-key", "a"]), None);
 }
