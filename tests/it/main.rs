@@ -35,6 +35,7 @@ mod figures;
 mod figures_agree;
 mod flow;
 mod handoff;
+mod hooks_config_edges;
 mod inspect;
 mod interrupt_plain;
 mod layers;
