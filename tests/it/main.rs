@@ -43,6 +43,7 @@ mod lineage;
 mod lineage_edges;
 mod manifest;
 mod manifest_mirror;
+mod mcp_config_edges;
 mod model_client;
 mod model_count_tokens;
 mod model_fake_server;
