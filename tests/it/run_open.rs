@@ -8,10 +8,14 @@ use crate::support::{FAKE_API_KEY, FakeServer, Reply};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::SessionLocks;
 use flower::continuity::runtime::{FrontEnd, Held};
-use flower::run::{Begin, Peek, Run, RunError, RunHooks};
+use flower::engine::SessionStart;
+use flower::run::{Begin, Peek, Run, RunError, RunHooks, Waiting};
 use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
+use flower::stores::PostgresStore;
+use flower::stores::postgres::Leased;
 use flower::{AgentSpec, Step, Workflow};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn settings(dir: &Path, server: &FakeServer, key: bool) -> Settings {
     let mut vars = vec![
@@ -260,4 +264,111 @@ fn new_archives_a_lineage_alone_and_nothing_when_there_is_nothing() {
     let into = locked.archived().expect("the lineage alone is archived");
     assert!(into.join("lineage.json").exists(), "{}", into.display());
     assert_eq!(server.connections(), 0);
+}
+
+/// A session outside the pipeline (`flower::run::open_single`, what `flower once`
+/// opens) over a run directory whose pin the settings files no longer match is refused
+/// with the changes, and opens once they are accepted; the drift is still shown then.
+#[tokio::test(flavor = "current_thread")]
+async fn a_single_session_over_changed_settings_files_is_refused_until_accepted() {
+    let server = FakeServer::start(vec![]);
+    let home = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = settings_from_files(dir.path(), home.path(), &server);
+    drop(
+        Run::prepare(&settings)
+            .unwrap()
+            .lock(Begin::Continue, RunHooks::default())
+            .unwrap(),
+    );
+    std::fs::write(
+        dir.path().join(".claude/settings.local.json"),
+        r#"{"env": {"FLOWER_MAX_TOKENS": "999"}}"#,
+    )
+    .unwrap();
+    let mut settings = settings_from_files(dir.path(), home.path(), &server);
+    let open = |settings: &Settings| {
+        flower::run::open_single(
+            settings,
+            &SessionStart::New,
+            Vec::new(),
+            FrontEnd::default(),
+        )
+    };
+    match open(&settings) {
+        Err(RunError::SettingsChanged(drift)) => assert!(
+            drift
+                .lines()
+                .iter()
+                .any(|l| l.contains("settings.local.json")),
+            "{:?}",
+            drift.lines()
+        ),
+        other => panic!("expected SettingsChanged, got {:?}", other.err()),
+    }
+    settings.accept_settings_now();
+    assert!(open(&settings).is_ok());
+    assert!(flower::run::single_drift(&settings).is_none());
+    assert!(
+        flower::run::pinned_drift(&settings).is_some(),
+        "shown, accepted or not"
+    );
+    assert_eq!(server.connections(), 0);
+}
+
+/// With `wait`, a run another host holds in the shared database is waited for (the
+/// front end is told first, naming the run) and opened as soon as the holder lets go.
+#[test]
+fn with_wait_a_run_held_in_the_database_opens_once_its_holder_lets_go() {
+    let Some(url) = crate::support::postgres::fresh_url() else {
+        return;
+    };
+    let server = FakeServer::start(vec![]);
+    let dir = tempfile::tempdir().unwrap();
+    let vars = vec![
+        ("ANTHROPIC_BASE_URL".to_string(), server.url()),
+        ("ANTHROPIC_API_KEY".to_string(), FAKE_API_KEY.to_string()),
+    ];
+    let flags = Flags {
+        workspace: Some(dir.path().to_path_buf()),
+        run_dir: Some(dir.path().join("runs")),
+        store: Some(url.clone()),
+        run_key: Some("k".into()),
+        wait: true,
+        ..Flags::default()
+    };
+    let settings =
+        Settings::resolve(&flags, &Environment::from_vars(vars), &FileLayer::default()).unwrap();
+    let opening = Run::prepare(&settings).unwrap();
+    // Another host holds run k until the waiter has said that it waits.
+    let (held_tx, held) = std::sync::mpsc::channel();
+    let (told_tx, told) = std::sync::mpsc::channel::<Waiting>();
+    let holder = std::thread::spawn(move || {
+        let store = PostgresStore::open(&url.parse().unwrap()).unwrap();
+        let lease = store
+            .lease_run("k", "host b pid 1", Some(Duration::ZERO), Box::new(|_| {}))
+            .unwrap();
+        assert!(matches!(lease, Leased::Held(_)), "k was free");
+        held_tx.send(()).unwrap();
+        let waiting = told.recv_timeout(Duration::from_secs(60));
+        drop(lease);
+        waiting
+    });
+    held.recv_timeout(Duration::from_secs(60)).unwrap();
+    let hooks = RunHooks {
+        on_wait: Some(Box::new(move |waiting: &Waiting| {
+            let _ = told_tx.send(waiting.clone());
+        })),
+        on_hold_lost: None,
+    };
+    let locked = opening.lock(Begin::Continue, hooks);
+    let waiting = holder.join().unwrap().expect("told before waiting");
+    assert_eq!(
+        waiting,
+        Waiting::SharedRun {
+            run_key: "k".into(),
+            holder: Some("host b pid 1".into()),
+        }
+    );
+    assert!(locked.is_ok(), "{:?}", locked.err());
 }
