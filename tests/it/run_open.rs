@@ -8,6 +8,7 @@ use crate::support::{FAKE_API_KEY, FakeServer, Reply};
 use flower::continuity::lineage::Lineage;
 use flower::continuity::lock::SessionLocks;
 use flower::continuity::runtime::{FrontEnd, Held};
+use flower::continuity::shared::SharedRun;
 use flower::engine::SessionStart;
 use flower::run::{Begin, Peek, Run, RunError, RunHooks, Waiting};
 use flower::settings::{ConfigError, Environment, FileLayer, Flags, Settings};
@@ -340,6 +341,7 @@ fn with_wait_a_run_held_in_the_database_opens_once_its_holder_lets_go() {
     let settings =
         Settings::resolve(&flags, &Environment::from_vars(vars), &FileLayer::default()).unwrap();
     let opening = Run::prepare(&settings).unwrap();
+    assert_eq!(opening.shared().map(SharedRun::run_key), Some("k"));
     // Another host holds run k until the waiter has said that it waits.
     let (held_tx, held) = std::sync::mpsc::channel();
     let (told_tx, told) = std::sync::mpsc::channel::<Waiting>();
@@ -370,5 +372,9 @@ fn with_wait_a_run_held_in_the_database_opens_once_its_holder_lets_go() {
             holder: Some("host b pid 1".into()),
         }
     );
-    assert!(locked.is_ok(), "{:?}", locked.err());
+    let run = match locked {
+        Ok(locked) => locked.start(Vec::new(), FrontEnd::default()).unwrap(),
+        Err(e) => panic!("not opened: {e:?}"),
+    };
+    assert_eq!(run.shared().map(SharedRun::run_key), Some("k"));
 }
