@@ -9,10 +9,10 @@ use crate::support::pipeline::{
     Agent, Project, REQUEST, agent_of, finished_run, simple_reply, text, turn_of,
 };
 use crate::support::postgres as pg;
-use crate::support::{FakeServer, Reply};
+use crate::support::{FakeServer, Gate, Reply};
 use serde_json::Value;
 use std::io::Write;
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 /// 5 MB: far beyond what one command-line argument may be (128 KB on Linux).
@@ -85,9 +85,9 @@ fn a_wake_with_nothing_to_say_after_a_passed_judge_spends_nothing_and_says_what_
     assert!(server.request_count() > requests);
 }
 
-#[test]
-fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
-    let Some(url) = pg::fresh_url() else { return };
+/// A `flower` on a run shared through the PostgreSQL store at `url`, held at its first
+/// 干活 request.
+fn holding_a_shared_run(url: &str) -> (Project, FakeServer, Gate, Child) {
     let project = Project::new();
     let script = Script::new(0);
     let (server, gate) = held_first(
@@ -95,11 +95,24 @@ fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
         |req| agent_of(req) == Agent::Coordinator && turn_of(req) == 0,
         "never delivered",
     );
-    let mut first = project.spawn(&server, &["--store", &url, REQUEST]);
+    let first = project.spawn(&server, &["--store", url, REQUEST]);
     assert!(
         gate.wait_reached(Duration::from_secs(60)),
         "no 干活 request"
     );
+    (project, server, gate, first)
+}
+
+fn let_go(mut first: Child, gate: Gate) {
+    first.kill().unwrap();
+    first.wait().unwrap();
+    gate.open();
+}
+
+#[test]
+fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
+    let Some(url) = pg::fresh_url() else { return };
+    let (project, server, gate, mut first) = holding_a_shared_run(&url);
     // Another run directory of the same workspace: the same run in the database, no
     // run lock file of its own yet (as on another host).
     let out = project.run(&server, &["-r", "runs2", "--store", &url, "再加一句"]);
@@ -107,9 +120,7 @@ fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("另一个 flower 正在跑运行"), "{stderr}");
     assert!(!project.dir.join("runs2").exists(), "runs2 was created");
-    first.kill().unwrap();
-    first.wait().unwrap();
-    gate.open();
+    let_go(first, gate);
 }
 
 /// In the holder's own run directory (its run lock file there) a second `flower` on the
@@ -118,18 +129,7 @@ fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
 #[test]
 fn a_second_flower_in_the_holders_directory_is_refused_by_the_run_lock() {
     let Some(url) = pg::fresh_url() else { return };
-    let project = Project::new();
-    let script = Script::new(0);
-    let (server, gate) = held_first(
-        &script,
-        |req| agent_of(req) == Agent::Coordinator && turn_of(req) == 0,
-        "never delivered",
-    );
-    let mut first = project.spawn(&server, &["--store", &url, REQUEST]);
-    assert!(
-        gate.wait_reached(Duration::from_secs(60)),
-        "no 干活 request"
-    );
+    let (project, server, gate, mut first) = holding_a_shared_run(&url);
     let out = project.run(&server, &["--store", &url, "再加一句"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
@@ -137,9 +137,7 @@ fn a_second_flower_in_the_holders_directory_is_refused_by_the_run_lock() {
         stderr.contains(&format!("另一个 flower 正在这里运行(pid {},", first.id())),
         "{stderr}"
     );
-    first.kill().unwrap();
-    first.wait().unwrap();
-    gate.open();
+    let_go(first, gate);
 }
 
 #[test]
