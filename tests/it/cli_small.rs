@@ -112,7 +112,7 @@ fn let_go(mut first: Child, gate: Gate) {
 #[test]
 fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
     let Some(url) = pg::fresh_url() else { return };
-    let (project, server, gate, mut first) = holding_a_shared_run(&url);
+    let (project, server, gate, first) = holding_a_shared_run(&url);
     // Another run directory of the same workspace: the same run in the database, no
     // run lock file of its own yet (as on another host).
     let out = project.run(&server, &["-r", "runs2", "--store", &url, "再加一句"]);
@@ -129,7 +129,7 @@ fn a_second_flower_refused_by_the_database_writes_no_run_lock() {
 #[test]
 fn a_second_flower_in_the_holders_directory_is_refused_by_the_run_lock() {
     let Some(url) = pg::fresh_url() else { return };
-    let (project, server, gate, mut first) = holding_a_shared_run(&url);
+    let (project, server, gate, first) = holding_a_shared_run(&url);
     let out = project.run(&server, &["--store", &url, "再加一句"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
