@@ -225,6 +225,15 @@ pub struct HookConfigError {
     pub message: String,
 }
 
+impl HookConfigError {
+    fn at(key: impl Into<String>, message: impl Into<String>) -> HookConfigError {
+        HookConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
 impl HookSet {
     pub fn is_empty(&self) -> bool {
         self.groups.values().all(Vec::is_empty)
@@ -265,11 +274,10 @@ impl HookSet {
 
     /// Adds the `hooks` section of the settings file `file` after what is there.
     pub fn add_from(&mut self, section: &HooksSection, file: &Path) -> Result<(), HookConfigError> {
-        let bad = |key: String, message: String| HookConfigError { key, message };
         let Some(events) = section.0.get() else {
-            return Err(bad(
-                "hooks".into(),
-                "要一个按事件分的对象(\"PreToolUse\": [...])".into(),
+            return Err(HookConfigError::at(
+                "hooks",
+                "要一个按事件分的对象(\"PreToolUse\": [...])",
             ));
         };
         for (name, groups) in events.iter() {
@@ -281,9 +289,9 @@ impl HookSet {
                 continue;
             };
             let Some(groups) = groups.get() else {
-                return Err(bad(
+                return Err(HookConfigError::at(
                     format!("hooks.{name}"),
-                    "要一个 {\"matcher\": …, \"hooks\": [...]} 的数组".into(),
+                    "要一个 {\"matcher\": …, \"hooks\": [...]} 的数组",
                 ));
             };
             for (i, group) in groups.iter().enumerate() {
@@ -304,26 +312,29 @@ impl HookSet {
         key: &str,
         file: &Path,
     ) -> Result<Option<HookGroup>, HookConfigError> {
-        let bad = |key: String, message: &str| HookConfigError {
-            key,
-            message: message.to_string(),
-        };
         let Some(group) = group.get() else {
-            return Err(bad(
-                key.into(),
+            return Err(HookConfigError::at(
+                key,
                 "要一个对象 {\"matcher\": …, \"hooks\": [...]}",
             ));
         };
         let matcher = match &group.matcher {
             Slot::Absent | Slot::Null => Matcher::All,
-            Slot::Is(text) => Matcher::parse(text).map_err(|e| HookConfigError {
-                key: format!("{key}.matcher"),
-                message: format!("不是合法的正则表达式({e})"),
+            Slot::Is(text) => Matcher::parse(text).map_err(|e| {
+                HookConfigError::at(
+                    format!("{key}.matcher"),
+                    format!("不是合法的正则表达式({e})"),
+                )
             })?,
-            Slot::Wrong(_) => return Err(bad(format!("{key}.matcher"), "要一个字符串")),
+            Slot::Wrong(_) => {
+                return Err(HookConfigError::at(
+                    format!("{key}.matcher"),
+                    "要一个字符串",
+                ));
+            }
         };
         let Some(hooks) = group.hooks.get() else {
-            return Err(bad(
+            return Err(HookConfigError::at(
                 format!("{key}.hooks"),
                 "要一个 {\"type\": \"command\", \"command\": …} 的数组",
             ));
@@ -345,13 +356,9 @@ impl HookSet {
         key: &str,
         file: &Path,
     ) -> Result<Option<HookCommand>, HookConfigError> {
-        let bad = |key: String, message: &str| HookConfigError {
-            key,
-            message: message.to_string(),
-        };
         let Some(hook) = hook.get() else {
-            return Err(bad(
-                key.into(),
+            return Err(HookConfigError::at(
+                key,
                 "要一个对象 {\"type\": \"command\", \"command\": …}",
             ));
         };
@@ -364,17 +371,22 @@ impl HookSet {
                 ));
                 return Ok(None);
             }
-            None => return Err(bad(format!("{key}.type"), "要 \"command\"")),
+            None => return Err(HookConfigError::at(format!("{key}.type"), "要 \"command\"")),
         }
         let command = match hook.command.get() {
             Some(c) if !c.trim().is_empty() => c.clone(),
-            _ => return Err(bad(format!("{key}.command"), "要一条非空的 shell 命令")),
+            _ => {
+                return Err(HookConfigError::at(
+                    format!("{key}.command"),
+                    "要一条非空的 shell 命令",
+                ));
+            }
         };
         let timeout = match hook.timeout {
             Slot::Absent | Slot::Null => DEFAULT_TIMEOUT,
             Slot::Is(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
             Slot::Is(_) | Slot::Wrong(_) => {
-                return Err(bad(
+                return Err(HookConfigError::at(
                     format!("{key}.timeout"),
                     "要一个秒数,大于 0(最多 86400)",
                 ));

@@ -258,25 +258,19 @@ impl HookEvent {
 /// The JSON object a hook prints on stdout when it exits 0, as Claude Code documents
 /// it. A field of another type than documented is as if absent.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct HookAnswer {
     /// `false`: the agent stops.
-    #[serde(default, rename = "continue")]
+    #[serde(rename = "continue")]
     pub proceed: Slot<bool>,
-    #[serde(default)]
     pub stop_reason: Slot<String>,
     /// `block` (and, for PreToolUse, the legacy `approve`).
-    #[serde(default)]
     pub decision: Slot<String>,
-    #[serde(default)]
     pub reason: Slot<String>,
     /// Shown to the person.
-    #[serde(default)]
     pub system_message: Slot<String>,
     /// Read, not acted on: flower never shows a hook's stdout in the first place.
-    #[serde(default)]
     pub suppress_output: Slot<bool>,
-    #[serde(default)]
     pub hook_specific_output: Slot<HookSpecificOutput>,
     /// Keys flower does not read.
     #[serde(flatten)]
@@ -286,18 +280,14 @@ pub struct HookAnswer {
 /// An answer's `hookSpecificOutput`. `updatedInput` is not supported (one of the
 /// unknown keys).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct HookSpecificOutput {
     /// Not read: the event is the one that ran the hook.
-    #[serde(default)]
     pub hook_event_name: Slot<String>,
     /// PreToolUse: `allow`, `deny` or `ask`.
-    #[serde(default)]
     pub permission_decision: Slot<String>,
-    #[serde(default)]
     pub permission_decision_reason: Slot<String>,
     /// Text for the model.
-    #[serde(default)]
     pub additional_context: Slot<String>,
     #[serde(flatten)]
     pub unknown: UnknownKeys,
