@@ -5,7 +5,8 @@
 //!   terminal could push input into it (the kernel allows that to the terminal's
 //!   owner); and for `TIOCLINUX` (only a virtual console answers it, so the errno is
 //!   the rule's);
-//! - the capability bounding set dropped (an `exec` as uid 0 would gain it back);
+//! - the capability bounding set dropped (an `exec` as uid 0 would gain it back), and
+//!   the securebits that keep such an `exec` from regaining any, locked;
 //! - a linked worktree's `commondir` in `.git/worktrees/*/` read-only (else git in that
 //!   worktree, outside the workspace, reads the config a command points it at);
 //! - a de-initialised submodule's `.git/modules/<name>/config` read-only (no checkout
@@ -81,6 +82,25 @@ fn a_command_holds_no_capability_not_even_in_its_bounding_set() {
             .unwrap_or_else(|| panic!("{set} missing: {out}"));
         assert!(line.ends_with("0000000000000000"), "{line}");
     }
+}
+
+/// The securebits are set and locked: neither an `exec` as uid 0 nor a setuid-root
+/// program regains capabilities, and no ambient capability can be raised, even were
+/// a capability left in some set (the second line behind the empty bounding set).
+#[test]
+fn a_command_runs_with_its_securebits_set_and_locked() {
+    if !landlock_or_skip() || !python() {
+        return;
+    }
+    let s = setup();
+    // PR_GET_SECUREBITS is 27.
+    let out = one(
+        &s,
+        "python3 -c 'import ctypes; print(ctypes.CDLL(None).prctl(27, 0, 0, 0, 0))'",
+    );
+    // NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE (1, 4, 64), each with its lock
+    // (2, 8, 128); not KEEP_CAPS.
+    assert_eq!(out.trim(), "207", "{out}");
 }
 
 fn git(s: &Setup, dir: &Path, args: &[&str]) {

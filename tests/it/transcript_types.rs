@@ -265,6 +265,25 @@ fn a_value_not_of_the_type_flower_reads_is_kept_as_written() {
     );
 }
 
+/// A content that is neither a string nor a list is no `Content`, and the error says
+/// what one is (the entry keeps such a value as written, above).
+#[test]
+fn a_content_of_another_type_is_refused_saying_what_a_content_is() {
+    for bad in ["5", "{}", "true", "null"] {
+        let e = serde_json::from_str::<Content>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("expected a string or a list of blocks"),
+            "{bad}: {e}"
+        );
+    }
+    assert_eq!(
+        serde_json::from_str::<Content>(r#""hi""#).unwrap(),
+        Content::Text("hi".into())
+    );
+}
+
 // ---- the property test ----
 
 fn text() -> BoxedStrategy<String> {

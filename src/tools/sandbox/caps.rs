@@ -6,8 +6,8 @@
 //! the bounding set (so an `exec` as uid 0 gains nothing back), the ambient set, and the
 //! effective, permitted and inheritable sets; `SECBIT_NOROOT` and kin are locked on.
 
-/// The highest capability number the kernel may know; the kernel rejects higher ones
-/// with `EINVAL`, which ends the loop.
+/// The highest capability number the kernel may know (it rejects the numbers past its
+/// own last with `EINVAL`).
 const CAP_MAX: libc::c_ulong = 63;
 
 #[repr(C)]
@@ -33,13 +33,11 @@ pub(super) fn drop_all() -> std::io::Result<()> {
     unsafe {
         // Without CAP_SETPCAP (an unprivileged user without a user namespace) the
         // bounding set cannot shrink, but then an exec cannot gain capabilities either
-        // (no_new_privs is set), so a refusal here is not an error.
+        // (no_new_privs is set), so a refusal here is not an error; nor is `EINVAL` for
+        // a number past the kernel's last. Every number is tried (64 calls, a few µs):
+        // no early stop that a stale errno could trigger.
         for cap in 0..=CAP_MAX {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
-            {
-                break;
-            }
+            let _ = libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
         }
         let bits = libc::SECBIT_NOROOT
             | libc::SECBIT_NOROOT_LOCKED
