@@ -255,3 +255,58 @@ fn a_program_the_git_config_names_cannot_be_rewritten() {
     }
     assert!(!git_status_runs(&s, &s.ws, &marker), "{out}");
 }
+
+/// A tmpfs mounted at `dir` for the test's length (detached when dropped).
+struct Tmpfs(std::ffi::CString);
+
+impl Tmpfs {
+    fn at(dir: &Path) -> Tmpfs {
+        use std::os::unix::ffi::OsStrExt as _;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mount on NUL-terminated strings.
+        let r = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                path.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        Tmpfs(path)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // SAFETY: umount2 on a NUL-terminated string.
+        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// A file system mounted inside the workspace (a tmpfs `target/`, a bound data set) is
+/// as writable as the workspace, and a write lands in it: each writable root is cloned
+/// with what is mounted beneath it before the machine is made read-only.
+#[test]
+fn a_mount_inside_the_workspace_is_written_like_the_workspace() {
+    if !landlock_or_skip() {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        crate::support::skip::skip(
+            crate::support::skip::ROOT,
+            "it needs root (to mount a tmpfs)",
+        );
+        return;
+    }
+    let s = setup();
+    let inner = s.ws.join("mnt");
+    fs::create_dir(&inner).unwrap();
+    let _mounted = Tmpfs::at(&inner);
+    let out = one(&s, "echo hi > mnt/f && cat mnt/f");
+    assert_eq!(out.trim(), "hi");
+    // Seen on the tmpfs, not on the directory beneath it.
+    assert_eq!(fs::read_to_string(inner.join("f")).unwrap(), "hi\n");
+}

@@ -284,6 +284,29 @@ fn a_content_of_another_type_is_refused_saying_what_a_content_is() {
     );
 }
 
+/// The constructors write the blocks the API reads, and the reader reads them back.
+#[test]
+fn a_block_built_by_its_constructor_is_the_block_the_api_writes() {
+    let input = flower::content::ToolInput::of(&json!({"file_path": "/tmp/é.txt"})).unwrap();
+    let call = Block::tool_use("toolu_01", "Read", input);
+    let written = serde_json::to_string(&call).unwrap();
+    assert_eq!(
+        written,
+        r#"{"type":"tool_use","id":"toolu_01","name":"Read","input":{"file_path":"/tmp/é.txt"}}"#
+    );
+    let read: Block = serde_json::from_str(&written).unwrap();
+    let read = read.as_tool_use().unwrap();
+    assert_eq!(
+        (read.id.as_deref(), read.name.as_deref()),
+        (Some("toolu_01"), Some("Read"))
+    );
+    let text = Block::text_block("hé");
+    assert_eq!(
+        serde_json::to_string(&text).unwrap(),
+        r#"{"type":"text","text":"hé"}"#
+    );
+}
+
 // ---- the property test ----
 
 fn text() -> BoxedStrategy<String> {

@@ -21,6 +21,7 @@
 //! before fork.
 
 use std::ffi::CString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
@@ -80,59 +81,63 @@ impl View<'_> {
 
     /// Steps 2 to 4: everything read-only but the writable roots.
     fn read_only_machine(&self) -> std::io::Result<()> {
-        let mut clones = [-1 as libc::c_int; MAX_ROOTS];
-        let result = self.clone_roots(&mut clones).and_then(|()| {
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            // SAFETY: mount_setattr reads `attr` (of the size given) and the path.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_mount_setattr,
-                    libc::AT_FDCWD,
-                    c"/".as_ptr(),
-                    AT_RECURSIVE,
-                    &raw const attr,
-                    std::mem::size_of::<MountAttr>(),
-                )
-            };
-            if r != 0 {
-                return Err(last_error());
-            }
-            for (fd, root) in clones.iter().zip(self.writable) {
-                // SAFETY: move_mount of a detached tree fd onto a path string.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_move_mount,
-                        *fd,
-                        c"".as_ptr(),
-                        libc::AT_FDCWD,
-                        root.as_ptr(),
-                        MOVE_MOUNT_F_EMPTY_PATH,
-                    )
-                };
-                if r != 0 {
-                    return Err(last_error());
-                }
-            }
-            Ok(())
-        });
-        for fd in clones.iter().filter(|fd| **fd >= 0) {
-            // SAFETY: closes fds this function opened.
-            unsafe { libc::close(*fd) };
-        }
-        match result {
+        // The clones, each closed when dropped (on every path out).
+        let mut clones: [Option<OwnedFd>; MAX_ROOTS] = [const { None }; MAX_ROOTS];
+        match self
+            .clone_roots(&mut clones)
+            .and_then(|()| self.read_only_but(&clones))
+        {
+            // A kernel without `open_tree` (5.2) or `mount_setattr` (5.12): Landlock
+            // alone keeps the machine read-only.
             Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(()),
             other => other,
         }
     }
 
-    fn clone_roots(&self, clones: &mut [libc::c_int; MAX_ROOTS]) -> std::io::Result<()> {
+    /// Steps 3 and 4: everything read-only, then the clones attached back.
+    fn read_only_but(&self, clones: &[Option<OwnedFd>; MAX_ROOTS]) -> std::io::Result<()> {
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        // SAFETY: mount_setattr reads `attr` (of the size given) and the path.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                libc::AT_FDCWD,
+                c"/".as_ptr(),
+                AT_RECURSIVE,
+                &raw const attr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        };
+        if r != 0 {
+            return Err(last_error());
+        }
+        for (fd, root) in clones.iter().flatten().zip(self.writable) {
+            // SAFETY: move_mount of a detached tree fd onto a path string.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    fd.as_raw_fd(),
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    root.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                )
+            };
+            if r != 0 {
+                return Err(last_error());
+            }
+        }
+        Ok(())
+    }
+
+    fn clone_roots(&self, clones: &mut [Option<OwnedFd>; MAX_ROOTS]) -> std::io::Result<()> {
         for (slot, root) in clones.iter_mut().zip(self.writable) {
-            // SAFETY: open_tree on a path string; the fd is closed by the caller.
+            // SAFETY: open_tree on a path string; the fd it returns is owned by `slot`.
             let fd = unsafe {
                 libc::syscall(
                     libc::SYS_open_tree,
@@ -144,7 +149,8 @@ impl View<'_> {
             if fd < 0 {
                 return Err(last_error());
             }
-            *slot = fd as libc::c_int;
+            // SAFETY: a descriptor open_tree just opened, owned by nothing else.
+            *slot = Some(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
         }
         Ok(())
     }
