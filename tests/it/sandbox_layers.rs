@@ -310,3 +310,20 @@ fn a_mount_inside_the_workspace_is_written_like_the_workspace() {
     // Seen on the tmpfs, not on the directory beneath it.
     assert_eq!(fs::read_to_string(inner.join("f")).unwrap(), "hi\n");
 }
+
+/// A sandboxed command's exit status is what flower reports: the PID namespace's
+/// supervisor exits as its init (the shell) did.
+#[test]
+fn a_commands_exit_status_comes_through_the_pid_namespace() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let commands = ["echo fine", "exit 3", "sh -c 'exit 7'; exit $?"].map(String::from);
+    let (out, results) = run_commands(&s, &commands, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let texts: Vec<String> = results.iter().map(content).collect();
+    assert!(!texts[0].contains("Exit code"), "{}", texts[0]);
+    assert!(texts[1].contains("Exit code: 3"), "{}", texts[1]);
+    assert!(texts[2].contains("Exit code: 7"), "{}", texts[2]);
+}

@@ -307,6 +307,34 @@ fn a_block_built_by_its_constructor_is_the_block_the_api_writes() {
     );
 }
 
+/// Every block names its `type`, one flower does not know included; a block without
+/// one (or not an object) names none.
+#[test]
+fn a_block_names_its_type_known_or_not() {
+    let line = r#"{"type":"assistant","message":{"content":[{"type":"mcp_tool_use","id":"x"},{"type":"text","text":"t"},7,{"text":"no type"},{"type":5}]}}"#;
+    let entry = Entry::parse(line).unwrap();
+    let names: Vec<Option<String>> = entry.blocks().iter().map(Block::type_name).collect();
+    assert_eq!(
+        names,
+        [Some("mcp_tool_use".to_string()), Some("text".into()), None, None, None]
+    );
+    let kinds: Vec<Option<&str>> = entry.blocks().iter().map(Block::kind).collect();
+    assert_eq!(kinds, [None, Some("text"), None, None, None]);
+}
+
+/// Thinking, plain or redacted, is told from the rest (a reply cut while the model was
+/// thinking holds nothing else).
+#[test]
+fn thinking_plain_or_redacted_is_told_from_the_rest() {
+    let line = r#"{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"redacted_thinking","data":"d"},{"type":"text","text":"x"}]}}"#;
+    let entry = Entry::parse(line).unwrap();
+    let blocks = entry.blocks();
+    let thinking: Vec<bool> = blocks.iter().map(Block::is_thinking).collect();
+    assert_eq!(thinking, [true, true, false]);
+    assert!(flower::content::is_thinking_only(&blocks[..2]));
+    assert!(!flower::content::is_thinking_only(blocks));
+}
+
 // ---- the property test ----
 
 fn text() -> BoxedStrategy<String> {
