@@ -321,7 +321,11 @@ fn a_commands_exit_status_comes_through_the_pid_namespace() {
     let s = setup();
     let commands = ["echo fine", "exit 3", "sh -c 'exit 7'; exit $?"].map(String::from);
     let (out, results) = run_commands(&s, &commands, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let texts: Vec<String> = results.iter().map(content).collect();
     assert!(!texts[0].contains("Exit code"), "{}", texts[0]);
     assert!(texts[1].contains("Exit code: 3"), "{}", texts[1]);
