@@ -669,6 +669,7 @@ fn a_block_whose_type_is_not_first_is_not_read_in_one_pass() {
     for later in [
         r#"{"name":"text","type":"tool_use","id":"x"}"#,
         r#"{"id":"thinking","type":"text","text":"t"}"#,
+        r#"{"name":"text","id":"x"}"#,
     ] {
         assert!(one_pass::<Block>(later).is_err(), "{later}");
         let read: Block = serde_json::from_str(later).unwrap();
