@@ -658,6 +658,24 @@ proptest! {
 
 }
 
+/// Every block type flower knows, as the API writes it (`type` first), is read in one
+/// pass, and reads as what the text read reads.
+#[test]
+fn every_block_type_as_the_api_writes_it_is_read_in_one_pass() {
+    let lines = [
+        r#"{"type":"assistant","message":{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"redacted_thinking","data":"d"},{"type":"text","text":"x","citations":[]},{"type":"tool_use","id":"toolu_1","name":"Read","input":{}},{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"q"}},{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]},{"type":"web_fetch_tool_result","tool_use_id":"srvtoolu_2","content":{}}]}}"#,
+        r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}},{"type":"document","source":{"type":"text","media_type":"text/plain","data":"d"}}]}}"#,
+    ];
+    for line in lines {
+        let entry = one_pass(line);
+        assert_eq!(entry, Entry::read_by_text(line).unwrap());
+        assert!(
+            entry.blocks().iter().all(|b| !matches!(b, Block::Unknown(_))),
+            "{line}"
+        );
+    }
+}
+
 /// The one pass takes a block only by a `type` written first: a block whose first
 /// field merely holds a type's name is handed back to the read from text, which reads
 /// its real `type`.
