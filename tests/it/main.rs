@@ -39,6 +39,7 @@ mod hooks_config_edges;
 mod inspect;
 mod interrupt_plain;
 mod layers;
+mod lenient;
 mod lineage;
 mod lineage_edges;
 mod manifest;

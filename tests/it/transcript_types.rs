@@ -670,7 +670,10 @@ fn every_block_type_as_the_api_writes_it_is_read_in_one_pass() {
         let entry = one_pass(line);
         assert_eq!(entry, Entry::read_by_text(line).unwrap());
         assert!(
-            entry.blocks().iter().all(|b| !matches!(b, Block::Unknown(_))),
+            entry
+                .blocks()
+                .iter()
+                .all(|b| !matches!(b, Block::Unknown(_))),
             "{line}"
         );
     }
