@@ -261,6 +261,10 @@ struct Tmpfs(std::ffi::CString);
 
 impl Tmpfs {
     fn at(dir: &Path) -> Tmpfs {
+        Tmpfs::with_flags(dir, 0)
+    }
+
+    fn with_flags(dir: &Path, flags: libc::c_ulong) -> Tmpfs {
         use std::os::unix::ffi::OsStrExt as _;
         let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
         // SAFETY: mount on NUL-terminated strings.
@@ -269,7 +273,7 @@ impl Tmpfs {
                 c"tmpfs".as_ptr(),
                 path.as_ptr(),
                 c"tmpfs".as_ptr(),
-                0,
+                flags,
                 std::ptr::null(),
             )
         };
@@ -285,20 +289,24 @@ impl Drop for Tmpfs {
     }
 }
 
+fn root_or_skip() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        crate::support::skip::skip(
+            crate::support::skip::ROOT,
+            "it needs root (to mount a tmpfs)",
+        );
+    }
+    root
+}
+
 /// A file system mounted inside the workspace (a tmpfs `target/`, a bound data set) is
 /// as writable as the workspace, and a write lands in it: each writable root is cloned
 /// with what is mounted beneath it before the machine is made read-only.
 #[test]
 fn a_mount_inside_the_workspace_is_written_like_the_workspace() {
-    if !landlock_or_skip() {
-        return;
-    }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        crate::support::skip::skip(
-            crate::support::skip::ROOT,
-            "it needs root (to mount a tmpfs)",
-        );
+    if !landlock_or_skip() || !root_or_skip() {
         return;
     }
     let s = setup();
@@ -330,4 +338,49 @@ fn a_commands_exit_status_comes_through_the_pid_namespace() {
     assert!(!texts[0].contains("Exit code"), "{}", texts[0]);
     assert!(texts[1].contains("Exit code: 3"), "{}", texts[1]);
     assert!(texts[2].contains("Exit code: 7"), "{}", texts[2]);
+}
+
+/// A workspace on a `nosuid,nodev,noexec` mount: its git config is still kept read-only
+/// by a mount. The sandbox's user namespace may not drop those flags, so the read-only
+/// remount must keep them (else the kernel refuses it, the namespaces cannot be made,
+/// and the command runs with the "no user namespace" fallback).
+#[test]
+fn a_protected_file_on_a_nosuid_mount_is_kept_read_only_by_a_mount() {
+    if !landlock_or_skip() || !root_or_skip() {
+        return;
+    }
+    let s = setup();
+    let _mounted = Tmpfs::with_flags(&s.ws, libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC);
+    fs::create_dir_all(s.ws.join(".git/hooks")).unwrap();
+    fs::write(s.ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+    fs::write(s.ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let (out, results) = run_commands(&s, &["echo '[x]' >> .git/config".to_string()], &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = content(&results[0]);
+    assert!(text.contains("Read-only file system"), "{text}");
+    assert!(!text.contains("no user namespace"), "{text}");
+    assert_eq!(
+        fs::read_to_string(s.ws.join(".git/config")).unwrap(),
+        "[core]\n\tbare = false\n"
+    );
+}
+
+/// The command's own `/proc` is mounted read-only, `nosuid`, `nodev` and `noexec`.
+#[test]
+fn the_commands_proc_is_read_only_nosuid_nodev_noexec() {
+    if !landlock_or_skip() || !python() {
+        return;
+    }
+    let s = setup();
+    let out = one(
+        &s,
+        "python3 -c 'import os; print(os.statvfs(\"/proc\").f_flag & 15)'; echo x > /proc/self/comm",
+    );
+    // ST_RDONLY 1, ST_NOSUID 2, ST_NODEV 4, ST_NOEXEC 8.
+    assert!(out.starts_with("15"), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
 }
