@@ -384,3 +384,57 @@ fn the_commands_proc_is_read_only_nosuid_nodev_noexec() {
     assert!(out.starts_with("15"), "{out}");
     assert!(out.contains("Read-only file system"), "{out}");
 }
+
+/// A file the user's git configuration includes, missing where no command could write
+/// it (not beneath a writable root), is left missing: flower makes a missing include
+/// (to keep it read-only) only where a command could otherwise plant it.
+#[test]
+fn a_missing_git_include_no_command_could_write_is_not_created() {
+    use crate::support::{FakeServer, Flower, Reply};
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    // The scratch directory is no writable root (only the workspace and the temp
+    // directories are).
+    let included = s.root.join("outside/included");
+    let inside = s.ws.join("made/included");
+    fs::write(
+        s.home.join(".gitconfig"),
+        format!(
+            "[include]\n\tpath = {}\n\tpath = {}\n",
+            included.display(),
+            inside.display()
+        ),
+    )
+    .unwrap();
+    let server = FakeServer::start(vec![
+        Reply::blocks(vec![])
+            .then_tool_use("Bash", serde_json::json!({"command": "true"}))
+            .stop_reason("tool_use"),
+        Reply::text("done"),
+    ]);
+    let out = Flower::bin()
+        .server(&server)
+        .command()
+        .current_dir(&s.ws)
+        .env("HOME", &s.home)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .env_remove("FLOWER_SANDBOX")
+        .env_remove("FLOWER_NETWORK")
+        .args(["once", "run them"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !s.root.join("outside").exists(),
+        "{} was made",
+        included.display()
+    );
+    // Beneath a writable root (the workspace), the same include is made, empty.
+    assert_eq!(fs::read_to_string(&inside).unwrap(), "");
+}
