@@ -350,6 +350,24 @@ fn thinking_plain_or_redacted_is_told_from_the_rest() {
     assert!(!flower::content::is_thinking_only(blocks));
 }
 
+/// A carried value (`Raw`) is the text it came as: read, compared, shown and made.
+#[test]
+fn a_carried_value_is_the_text_it_came_as() {
+    use flower::transcript::Raw;
+    let raw = Raw::from_text(r#"{"b":1, "a":[true]}"#.to_string()).unwrap();
+    assert_eq!(raw.get(), r#"{"b":1, "a":[true]}"#);
+    assert_eq!(format!("{raw:?}"), r#"{"b":1, "a":[true]}"#);
+    assert_eq!(raw.parse::<Value>().unwrap(), json!({"a": [true], "b": 1}));
+    assert!(Raw::from_text("{".to_string()).is_err());
+    // Equal by their text, not by their meaning.
+    let spaced = Raw::from_text(r#"{"b":1,"a":[true]}"#.to_string()).unwrap();
+    assert_ne!(raw, spaced);
+    assert_eq!(raw, raw.clone());
+    assert_eq!(Raw::of(&json!({"k": "v"})).unwrap().get(), r#"{"k":"v"}"#);
+    assert_eq!(Raw::of_tree(&[1, 2]).get(), "[1,2]");
+    assert_eq!(Raw::null().get(), "null");
+}
+
 // ---- the property test ----
 
 fn text() -> BoxedStrategy<String> {
