@@ -79,9 +79,10 @@ impl RawObject {
         self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
-    /// Sets `key`: in its place if it is there, at the end otherwise.
+    /// Sets `key`: in its place if it is there (the last of a repeated key, the one
+    /// [`RawObject::get`] reads), at the end otherwise.
     pub fn insert(&mut self, key: &str, value: Raw) {
-        match self.0.iter_mut().find(|(k, _)| k == key) {
+        match self.0.iter_mut().rev().find(|(k, _)| k == key) {
             Some((_, old)) => *old = value,
             None => self.0.push((key.to_string(), value)),
         }

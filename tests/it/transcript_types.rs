@@ -368,6 +368,49 @@ fn a_carried_value_is_the_text_it_came_as() {
     assert_eq!(Raw::null().get(), "null");
 }
 
+/// An object carried as written (`RawObject`): its fields in order, repeated keys
+/// kept, the last one read; a key set again stays in its place.
+#[test]
+fn an_object_carried_as_written_keeps_its_fields_in_order() {
+    use flower::content::RawObject;
+    use flower::transcript::Raw;
+    let text = r#"{"b":1,"a":{"x":2},"b":3}"#;
+    let mut object: RawObject = serde_json::from_str(text).unwrap();
+    assert_eq!(serde_json::to_string(&object).unwrap(), text);
+    assert_eq!((object.len(), object.is_empty()), (3, false));
+    assert_eq!(object.get("b").map(Raw::get), Some("3"));
+    assert_eq!(object.get("a").map(Raw::get), Some(r#"{"x":2}"#));
+    assert!(object.get("c").is_none());
+    let keys: Vec<&str> = object.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["b", "a", "b"]);
+    assert_eq!(
+        object.at(1).map(|(k, v)| (k, v.get())),
+        Some(("a", r#"{"x":2}"#))
+    );
+    assert!(object.at(3).is_none());
+    object.insert("a", Raw::null());
+    object.insert("c", Raw::of_tree(&true));
+    // A repeated key: the one read is the one set.
+    object.insert("b", Raw::of_tree(&4));
+    assert_eq!(object.get("b").map(Raw::get), Some("4"));
+    assert_eq!(
+        serde_json::to_string(&object).unwrap(),
+        r#"{"b":1,"a":null,"b":4,"c":true}"#
+    );
+    object.push("d".into(), Raw::null());
+    let fields: Vec<(String, String)> = object
+        .into_fields()
+        .map(|(k, v)| (k, v.get().to_string()))
+        .collect();
+    assert_eq!(fields.len(), 5);
+    assert_eq!(fields[4], ("d".to_string(), "null".to_string()));
+    assert!(RawObject::default().is_empty());
+    let e = serde_json::from_str::<RawObject>("[1]")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected a JSON object"), "{e}");
+}
+
 // ---- the property test ----
 
 fn text() -> BoxedStrategy<String> {
