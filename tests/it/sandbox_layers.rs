@@ -385,9 +385,9 @@ fn the_commands_proc_is_read_only_nosuid_nodev_noexec() {
     assert!(out.contains("Read-only file system"), "{out}");
 }
 
-/// A file the user's git configuration includes, missing where no command could write
-/// it (not beneath a writable root), is left missing: flower makes a missing include
-/// (to keep it read-only) only where a command could otherwise plant it.
+/// A file the user's git configuration includes, or its hooks directory, missing where
+/// no command could write it (not beneath a writable root), is left missing: flower
+/// makes a missing one (to keep it read-only) only where a command could plant it.
 #[test]
 fn a_missing_git_include_no_command_could_write_is_not_created() {
     use crate::support::{FakeServer, Flower, Reply};
@@ -402,9 +402,10 @@ fn a_missing_git_include_no_command_could_write_is_not_created() {
     fs::write(
         s.home.join(".gitconfig"),
         format!(
-            "[include]\n\tpath = {}\n\tpath = {}\n",
+            "[include]\n\tpath = {}\n\tpath = {}\n[core]\n\thooksPath = {}\n",
             included.display(),
-            inside.display()
+            inside.display(),
+            s.root.join("outside/hooks").display()
         ),
     )
     .unwrap();
