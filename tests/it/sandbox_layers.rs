@@ -439,3 +439,40 @@ fn a_missing_git_include_no_command_could_write_is_not_created() {
     // Beneath a writable root (the workspace), the same include is made, empty.
     assert_eq!(fs::read_to_string(&inside).unwrap(), "");
 }
+
+/// The submodules `.gitmodules` names: one not checked out keeps its empty directory
+/// read-only (no `.git` can be planted there for git to follow on the user's next
+/// `git submodule update`), and one checked out keeps its `.git` file read-only (it
+/// cannot be pointed at another repository's config and hooks).
+#[test]
+fn a_submodules_checkout_cannot_be_pointed_elsewhere() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    fs::write(
+        s.ws.join(".gitmodules"),
+        "[submodule \"empty\"]\n\tpath = empty\n\turl = ../e\n\
+         [submodule \"out\"]\n\tpath = lib/out\n\turl = ../o\n",
+    )
+    .unwrap();
+    fs::create_dir(s.ws.join("empty")).unwrap();
+    let module = s.ws.join(".git/modules/out");
+    fs::create_dir_all(module.join("hooks")).unwrap();
+    fs::write(module.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::write(module.join("config"), "[core]\n").unwrap();
+    fs::create_dir_all(s.ws.join("lib/out")).unwrap();
+    let dotgit = "gitdir: ../../.git/modules/out\n";
+    fs::write(s.ws.join("lib/out/.git"), dotgit).unwrap();
+    let out = one(
+        &s,
+        "echo 'gitdir: /elsewhere' > empty/.git; mkdir empty/.git; \
+         echo 'gitdir: /elsewhere' > lib/out/.git; true",
+    );
+    assert!(!s.ws.join("empty/.git").exists(), "{out}");
+    assert_eq!(
+        fs::read_to_string(s.ws.join("lib/out/.git")).unwrap(),
+        dotgit,
+        "{out}"
+    );
+}
