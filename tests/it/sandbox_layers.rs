@@ -476,3 +476,24 @@ fn a_submodules_checkout_cannot_be_pointed_elsewhere() {
         "{out}"
     );
 }
+
+/// Only an include's path and `core.hooksPath` name a file or directory flower makes
+/// (empty, to keep it read-only): another key of those sections, or a `path` key of
+/// another section (`difftool.<tool>.path`), makes nothing in the workspace.
+#[test]
+fn only_includes_and_the_hooks_path_make_files_to_protect() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    fs::write(
+        s.ws.join(".git/config"),
+        "[core]\n\tbare = false\n\teditor = vi\n[difftool \"x\"]\n\tpath = tools/mymeld\n\
+         [include]\n\tmissing = yes\n",
+    )
+    .unwrap();
+    one(&s, "true");
+    for stray in ["false", "vi", "tools", "yes"] {
+        assert!(!s.ws.join(stray).exists(), "{stray} was made");
+    }
+}
