@@ -493,7 +493,11 @@ fn only_includes_and_the_hooks_path_make_files_to_protect() {
     )
     .unwrap();
     one(&s, "true");
-    for stray in ["false", "vi", "tools", "yes"] {
-        assert!(!s.ws.join(stray).exists(), "{stray} was made");
+    // A hooks path is taken from the work tree, an include's from the config's
+    // directory.
+    for dir in [s.ws.clone(), s.ws.join(".git")] {
+        for stray in ["false", "vi", "tools", "yes"] {
+            assert!(!dir.join(stray).exists(), "{stray} was made in {}", dir.display());
+        }
     }
 }
