@@ -452,11 +452,15 @@ fn a_submodules_checkout_cannot_be_pointed_elsewhere() {
     let s = setup();
     fs::write(
         s.ws.join(".gitmodules"),
-        "[submodule \"empty\"]\n\tpath = empty\n\turl = ../e\n\
-         [submodule \"out\"]\n\tpath = lib/out\n\turl = ../o\n",
+        "[submodule \"empty\"]\n\tpath = empty\n\turl = data\n\
+         [submodule \"out\"]\n\tpath = lib/out\n\turl = ../o\n\
+         [submodule \"odd\"]\n\tpath = x/../data\n",
     )
     .unwrap();
     fs::create_dir(s.ws.join("empty")).unwrap();
+    // What only looks like a submodule's checkout: a `url`, a path that is not plain.
+    fs::create_dir_all(s.ws.join("data")).unwrap();
+    fs::create_dir_all(s.ws.join("x")).unwrap();
     let module = s.ws.join(".git/modules/out");
     fs::create_dir_all(module.join("hooks")).unwrap();
     fs::write(module.join("HEAD"), "ref: refs/heads/main\n").unwrap();
@@ -467,9 +471,14 @@ fn a_submodules_checkout_cannot_be_pointed_elsewhere() {
     let out = one(
         &s,
         "echo 'gitdir: /elsewhere' > empty/.git; mkdir empty/.git; \
-         echo 'gitdir: /elsewhere' > lib/out/.git; true",
+         echo 'gitdir: /elsewhere' > lib/out/.git; touch data/kept; true",
     );
     assert!(!s.ws.join("empty/.git").exists(), "{out}");
+    assert!(s.ws.join("data/kept").exists(), "{out}");
+    // The checkout is no git directory: nothing is made in it to protect.
+    for stray in ["config", "hooks"] {
+        assert!(!s.ws.join("lib/out").join(stray).exists(), "{stray}: {out}");
+    }
     assert_eq!(
         fs::read_to_string(s.ws.join("lib/out/.git")).unwrap(),
         dotgit,
@@ -489,10 +498,14 @@ fn only_includes_and_the_hooks_path_make_files_to_protect() {
     fs::write(
         s.ws.join(".git/config"),
         "[core]\n\tbare = false\n\teditor = vi\n[difftool \"x\"]\n\tpath = tools/mymeld\n\
-         [include]\n\tmissing = yes\n",
+         [include]\n\tmissing = yes\n[user]\n\tname = notes.txt\n",
     )
     .unwrap();
-    one(&s, "true");
+    // A value that names a workspace file under a key that runs no program leaves
+    // that file writable.
+    fs::write(s.ws.join("notes.txt"), "").unwrap();
+    let out = one(&s, "echo kept >> notes.txt");
+    assert_eq!(fs::read_to_string(s.ws.join("notes.txt")).unwrap(), "kept\n", "{out}");
     // A hooks path is taken from the work tree, an include's from the config's
     // directory.
     for dir in [s.ws.clone(), s.ws.join(".git")] {
