@@ -498,7 +498,7 @@ fn only_includes_and_the_hooks_path_make_files_to_protect() {
     fs::write(
         s.ws.join(".git/config"),
         "[core]\n\tbare = false\n\teditor = vi\n[difftool \"x\"]\n\tpath = tools/mymeld\n\
-         [include]\n\tmissing = yes\n[user]\n\tname = notes.txt\n",
+         [include]\n\tmissing = yes\n[user]\n\tname = ./notes.txt\n",
     )
     .unwrap();
     // A value that names a workspace file under a key that runs no program leaves
