@@ -411,6 +411,15 @@ fn an_object_carried_as_written_keeps_its_fields_in_order() {
     assert!(e.contains("expected a JSON object"), "{e}");
 }
 
+/// A line that is no JSON object is refused, saying so.
+#[test]
+fn a_line_that_is_no_object_is_refused_saying_so() {
+    for line in ["[1]", "5", r#""text""#] {
+        let e = Entry::parse(line).unwrap_err().to_string();
+        assert!(e.contains("expected a JSON object"), "{line}: {e}");
+    }
+}
+
 // ---- the property test ----
 
 fn text() -> BoxedStrategy<String> {
