@@ -498,18 +498,20 @@ fn only_includes_and_the_hooks_path_make_files_to_protect() {
     fs::write(
         s.ws.join(".git/config"),
         "[core]\n\tbare = false\n\teditor = vi\n[difftool \"x\"]\n\tpath = tools/mymeld\n\
-         [include]\n\tmissing = yes\n[user]\n\tname = ./notes.txt\n",
+         [include]\n\tmissing = yes\n\t# path = commented\n[user]\n\tname = ./notes.txt\n\
+         [alias]\n\tst = status\n[diff.x]\n\tname = ./notes.txt\n",
     )
     .unwrap();
     // A value that names a workspace file under a key that runs no program leaves
-    // that file writable.
+    // that file writable (`[diff.x]` is git's older spelling of `[diff "x"]`, not more
+    // of `[alias]`); a comment is no key.
     fs::write(s.ws.join("notes.txt"), "").unwrap();
     let out = one(&s, "echo kept >> notes.txt");
     assert_eq!(fs::read_to_string(s.ws.join("notes.txt")).unwrap(), "kept\n", "{out}");
     // A hooks path is taken from the work tree, an include's from the config's
     // directory.
     for dir in [s.ws.clone(), s.ws.join(".git")] {
-        for stray in ["false", "vi", "tools", "yes"] {
+        for stray in ["false", "vi", "tools", "yes", "commented"] {
             assert!(!dir.join(stray).exists(), "{stray} was made in {}", dir.display());
         }
     }
