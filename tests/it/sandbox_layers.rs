@@ -507,12 +507,20 @@ fn only_includes_and_the_hooks_path_make_files_to_protect() {
     // of `[alias]`); a comment is no key.
     fs::write(s.ws.join("notes.txt"), "").unwrap();
     let out = one(&s, "echo kept >> notes.txt");
-    assert_eq!(fs::read_to_string(s.ws.join("notes.txt")).unwrap(), "kept\n", "{out}");
+    assert_eq!(
+        fs::read_to_string(s.ws.join("notes.txt")).unwrap(),
+        "kept\n",
+        "{out}"
+    );
     // A hooks path is taken from the work tree, an include's from the config's
     // directory.
     for dir in [s.ws.clone(), s.ws.join(".git")] {
         for stray in ["false", "vi", "tools", "yes", "commented"] {
-            assert!(!dir.join(stray).exists(), "{stray} was made in {}", dir.display());
+            assert!(
+                !dir.join(stray).exists(),
+                "{stray} was made in {}",
+                dir.display()
+            );
         }
     }
 }

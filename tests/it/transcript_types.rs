@@ -405,6 +405,12 @@ fn an_object_carried_as_written_keeps_its_fields_in_order() {
     assert_eq!(fields.len(), 5);
     assert_eq!(fields[4], ("d".to_string(), "null".to_string()));
     assert!(RawObject::default().is_empty());
+    // The same object borrowed from its text.
+    use flower::content::object::Fields;
+    let borrowed = Fields::of_str(text).unwrap();
+    assert_eq!((borrowed.len(), borrowed.is_empty()), (3, false));
+    assert_eq!(borrowed.get("b").map(|v| v.get()), Some("3"));
+    assert!(Fields::of_str("{}").unwrap().is_empty());
     let e = serde_json::from_str::<RawObject>("[1]")
         .unwrap_err()
         .to_string();
