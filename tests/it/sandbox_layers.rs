@@ -524,3 +524,33 @@ fn only_includes_and_the_hooks_path_make_files_to_protect() {
         }
     }
 }
+
+/// Git's config syntax read as git reads it, for the includes it names: a quoted
+/// subsection after blanks, a quoted value with a blank and a `;`, an inline comment,
+/// CRLF line ends, a carriage return inside a value. Each include named is made
+/// (empty, beneath the workspace) under exactly the name git would read.
+#[test]
+fn a_git_config_is_read_as_git_reads_it() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let git = s.ws.join(".git");
+    let names = |dir: &Path| -> std::collections::BTreeSet<String> {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    fs::write(
+        git.join("config"),
+        "[core]\n\tbare = false\n\
+         [includeIf \t \"gitdir:/\"]\r\n\tpath = \"inc one;x.cfg\" ; a comment\r\n\
+         [include]\n\tpath = plain.cfg\r\n\tpath = a\rb.cfg\n",
+    )
+    .unwrap();
+    let before = names(&git);
+    one(&s, "true");
+    let made: Vec<String> = names(&git).difference(&before).cloned().collect();
+    assert_eq!(made, ["a\rb.cfg", "inc one;x.cfg", "plain.cfg"]);
+}
