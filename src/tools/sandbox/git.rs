@@ -34,11 +34,11 @@ const MAX_INCLUDE_DEPTH: usize = 10;
 /// Directories under `modules/` looked at, at most.
 const MAX_MODULE_DIRS: usize = 500;
 
-/// The paths to keep read-only (the directories that lead to them are pinned by the
-/// caller, [`super::namespaces`]).
+/// The paths to keep read-only and the directories to pin.
 #[derive(Debug, Default)]
 pub(super) struct Protected {
     pub read_only: Vec<PathBuf>,
+    pub pinned: Vec<PathBuf>,
     /// Files that must not appear (a new `commondir` would send git to another
     /// repository's config); git needs its directory writable, so they are removed
     /// after the command instead ([`super::Prepared::sweep`]).
@@ -96,6 +96,12 @@ impl Finder<'_> {
         }
     }
 
+    fn pin(&mut self, p: PathBuf) {
+        if p.is_dir() && !self.out.pinned.contains(&p) {
+            self.out.pinned.push(p);
+        }
+    }
+
     /// A file git would read if it existed: created empty (where a command could
     /// create it) and kept read-only.
     fn file(&mut self, p: PathBuf) {
@@ -147,6 +153,7 @@ impl Finder<'_> {
 
     /// A git directory: its files, its common directory, modules and worktrees.
     fn gitdir(&mut self, gitdir: &Path, top: &Path) {
+        self.pin(gitdir.to_path_buf());
         self.file(gitdir.join("config"));
         self.hooks_dir(gitdir.join("hooks"));
         self.read_only(gitdir.join("config.worktree"));
@@ -162,6 +169,7 @@ impl Finder<'_> {
             self.read_only(commondir);
             let common = gitdir.join(text.trim_end_matches(['\n', '\r']));
             if common.is_dir() {
+                self.pin(common.clone());
                 self.file(common.join("config"));
                 self.hooks_dir(common.join("hooks"));
                 self.config(&common.join("config"), top, 0);
@@ -194,6 +202,7 @@ impl Finder<'_> {
                 continue;
             }
             if p.join("HEAD").is_file() {
+                self.pin(p.clone());
                 if p.join("commondir").symlink_metadata().is_err() {
                     self.out.absent.push(p.join("commondir"));
                     self.out.named.push(p.join("commondir"));

@@ -96,6 +96,7 @@ impl Plan {
         let inside_root = |p: &Path| roots.iter().any(|r| p.starts_with(r));
         let workspace_mounted = !policy.workspace_writable && inside_root(workspace);
         let mut read_only: Vec<PathBuf> = Vec::new();
+        let mut pinned: Vec<PathBuf> = Vec::new();
         let mut absent: Vec<Absent> = Vec::new();
         if workspace_mounted {
             read_only.push(workspace.to_path_buf());
@@ -106,9 +107,9 @@ impl Plan {
         if policy.protect_git {
             let git = git::protected(workspace, roots, &policy.user_git);
             read_only.extend(git.read_only.into_iter().filter(needed));
+            pinned.extend(git.pinned.into_iter().filter(needed));
             absent.extend(git.absent.into_iter().filter(needed).map(|p| {
-                // Its git directory is pinned (it leads to the git directory's
-                // `config`): only `commondir` itself is new.
+                // Its git directory is pinned: only `commondir` itself is new.
                 let dir = p.parent().unwrap_or(Path::new("/")).to_path_buf();
                 Absent::new(&dir, p, COMMONDIR)
             }));
@@ -117,14 +118,13 @@ impl Plan {
         let control = protected::for_commands(policy, workspace);
         read_only.extend(control.read_only.into_iter().filter(needed));
         absent.extend(control.absent.into_iter().filter(|a| needed(&a.path)));
-        // The directories that lead to a read-only path (a git directory to its
-        // `config` and `hooks`) are pinned, so that none can be renamed away.
         let targets: Vec<PathBuf> = read_only
             .iter()
+            .chain(&pinned)
             .cloned()
             .chain([workspace.to_path_buf()])
             .collect();
-        let mut pinned = leading_dirs(&targets, roots);
+        pinned.extend(leading_dirs(&targets, roots));
         let depth = |p: &PathBuf| p.components().count();
         pinned.sort_by_key(depth);
         pinned.dedup();
