@@ -390,7 +390,6 @@ fn the_commands_proc_is_read_only_nosuid_nodev_noexec() {
 /// makes a missing one (to keep it read-only) only where a command could plant it.
 #[test]
 fn a_missing_git_include_no_command_could_write_is_not_created() {
-    use crate::support::{FakeServer, Flower, Reply};
     if !landlock_or_skip() {
         return;
     }
@@ -409,28 +408,7 @@ fn a_missing_git_include_no_command_could_write_is_not_created() {
         ),
     )
     .unwrap();
-    let server = FakeServer::start(vec![
-        Reply::blocks(vec![])
-            .then_tool_use("Bash", serde_json::json!({"command": "true"}))
-            .stop_reason("tool_use"),
-        Reply::text("done"),
-    ]);
-    let out = Flower::bin()
-        .server(&server)
-        .command()
-        .current_dir(&s.ws)
-        .env("HOME", &s.home)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .env_remove("FLOWER_SANDBOX")
-        .env_remove("FLOWER_NETWORK")
-        .args(["once", "run them"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    one(&s, "true");
     assert!(
         !s.root.join("outside").exists(),
         "{} was made",
