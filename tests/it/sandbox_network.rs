@@ -46,7 +46,7 @@ fn upstream() -> Upstream {
 }
 
 /// Writes `network` as `sandbox.network` of the settings file at `path`.
-fn settings(path: &std::path::Path, network: Value) {
+pub(crate) fn settings(path: &std::path::Path, network: Value) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(
         path,
@@ -55,11 +55,11 @@ fn settings(path: &std::path::Path, network: Value) {
     .unwrap();
 }
 
-fn user_settings(s: &Setup, network: Value) {
+pub(crate) fn user_settings(s: &Setup, network: Value) {
     settings(&s.home.join(".claude/settings.json"), network);
 }
 
-fn results(s: &Setup, commands: &[String]) -> Vec<String> {
+pub(crate) fn results(s: &Setup, commands: &[String]) -> Vec<String> {
     let (out, results) = run_commands(s, commands, &[]);
     assert!(
         out.status.success(),
@@ -304,7 +304,7 @@ fn a_large_transfer_through_the_proxy_arrives_whole_both_ways() {
     }
 }
 
-fn python() -> bool {
+pub(crate) fn python() -> bool {
     let ok = std::process::Command::new("python3")
         .args(["-c", "pass"])
         .status()
@@ -416,4 +416,151 @@ fn host_patterns_match_as_claude_code_writes_them() {
     ] {
         assert!(bad.parse::<HostPattern>().is_err(), "{bad}");
     }
+}
+
+/// The merged policy through the library: every allowed list must match, any denied
+/// entry refuses, and a local address needs an explicit entry in every list.
+#[test]
+fn network_rules_refuse_and_explain_as_documented() {
+    use flower::tools::sandbox::proxy::{HostPattern, NetworkRules, Refusal};
+    use std::net::IpAddr;
+    let p = |s: &str| s.parse::<HostPattern>().unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let rules = NetworkRules {
+        allowed: vec![
+            vec![p("*")],
+            vec![p("*.example.com"), p("db.internal:5432")],
+        ],
+        denied: vec![p("bad.example.com")],
+        ..NetworkRules::default()
+    };
+    assert_eq!(rules.check_name("a.example.com", 443), Ok(()));
+    assert_eq!(
+        rules.check_name("bad.example.com", 443),
+        Err(Refusal::Denied {
+            host: "bad.example.com".into(),
+            entry: "bad.example.com".into()
+        })
+    );
+    // The first list (`*`) matches; the second does not.
+    assert_eq!(
+        rules.check_name("example.org", 443),
+        Err(Refusal::NotAllowed {
+            host: "example.org".into()
+        })
+    );
+    // Only the second list names `db.internal` explicitly: the first is `*`.
+    assert!(!rules.names_explicitly("db.internal", 5432));
+    let both = NetworkRules {
+        allowed: vec![vec![p("db.internal")], vec![p("db.internal:5432")]],
+        ..NetworkRules::default()
+    };
+    assert!(both.names_explicitly("db.internal", 5432));
+    assert!(!both.names_explicitly("db.internal", 5433));
+    assert!(!NetworkRules::default().names_explicitly("example.com", 443));
+
+    let none = |_: &IpAddr| false;
+    let public = [ip("198.51.100.7"), ip("2606:4700::1111")];
+    // Public addresses pass; a local one among them is dropped; only local: refused,
+    // naming the first; the host's own addresses count as local.
+    assert_eq!(
+        rules.check_addresses("a.example.com", 443, &public, &none),
+        Ok(public.to_vec())
+    );
+    assert_eq!(
+        rules.check_addresses("a.example.com", 443, &[ip("10.0.0.1"), public[0]], &none),
+        Ok(vec![public[0]])
+    );
+    assert_eq!(
+        rules.check_addresses("a.example.com", 443, &[ip("10.0.0.1"), ip("::1")], &none),
+        Err(Refusal::Local {
+            host: "a.example.com".into(),
+            addr: ip("10.0.0.1")
+        })
+    );
+    let own = |a: &IpAddr| *a == public[0];
+    assert_eq!(
+        rules.check_addresses("a.example.com", 443, &public[..1], &own),
+        Err(Refusal::Local {
+            host: "a.example.com".into(),
+            addr: public[0]
+        })
+    );
+    assert_eq!(
+        rules.check_addresses("a.example.com", 443, &[], &none),
+        Ok(vec![])
+    );
+    // Named in every list: local addresses too.
+    assert_eq!(
+        both.check_addresses("db.internal", 5432, &[ip("10.0.0.1")], &own),
+        Ok(vec![ip("10.0.0.1")])
+    );
+
+    assert_eq!(
+        Refusal::NotAllowed {
+            host: "example.org".into()
+        }
+        .explain(8080),
+        "flower 的网络代理拒绝了 example.org:8080:它不在 sandbox.network.allowedDomains 里。\
+         要放行,在每个写了 sandbox.network.allowedDomains 的设置文件里加上 \"example.org\"。"
+    );
+}
+
+/// Patterns print as they are written (the settings and the refusals quote them), and
+/// a host is compared in the form patterns are stored.
+#[test]
+fn host_patterns_print_and_hosts_normalize() {
+    use flower::tools::sandbox::proxy::HostPattern;
+    use flower::tools::sandbox::proxy::rules::normalize;
+    for (written, shown) in [
+        ("*", "*"),
+        ("*:8080", "*:8080"),
+        ("Example.com.", "example.com"),
+        ("*.example.com:443", "*.example.com:443"),
+        ("10.0.0.1:22", "10.0.0.1:22"),
+        ("[::1]:5432", "[::1]:5432"),
+        ("[::1]", "::1"),
+        ("::1", "::1"),
+        ("db_1.internal", "db_1.internal"),
+    ] {
+        assert_eq!(written.parse::<HostPattern>().unwrap().to_string(), shown);
+    }
+    assert_eq!(normalize(" [::1] "), "::1");
+    assert_eq!(normalize("Example.COM."), "example.com");
+    let p = |s: &str| s.parse::<HostPattern>().unwrap();
+    assert!(p("*:8080").matches("anything", 8080));
+    assert!(!p("*:8080").matches("anything", 80));
+    assert!(p("10.0.0.1").matches("10.0.0.1", 1));
+    assert!(!p("10.0.0.1").matches("10.0.0.2", 1));
+    assert!(!p("10.0.0.1").matches("host", 1));
+    assert!(!p("*.example.com").matches(".example.com", 1));
+    assert!(p("*.example.com").is_explicit());
+    for bad in [
+        "",
+        "[::1]x",
+        "example.com:",
+        "example.com:http",
+        &format!("{}.com", "a".repeat(64)),
+        &format!("{}.com", ["a"; 127].join(".")),
+        "ex!ample.com",
+    ] {
+        assert!(bad.parse::<HostPattern>().is_err(), "{bad}");
+    }
+    for good in [
+        &format!("{}.com", "a".repeat(63)),
+        &format!("{}.com", ["a"; 125].join(".")),
+        "-a.com",
+    ] {
+        assert!(good.parse::<HostPattern>().is_ok(), "{good}");
+    }
+    let err = "exa mple.com"
+        .parse::<HostPattern>()
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("\"exa mple.com\":要一个域名"), "{err}");
+    let err = "example.com:0"
+        .parse::<HostPattern>()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(err, "\"example.com:0\":端口 \"0\" 要 1 到 65535");
 }
