@@ -564,3 +564,46 @@ fn host_patterns_print_and_hosts_normalize() {
         .to_string();
     assert_eq!(err, "\"example.com:0\":端口 \"0\" 要 1 到 65535");
 }
+
+/// An address of one of the host's own interfaces is the host, however public its
+/// range: a service listening there is refused like one on loopback.
+#[test]
+fn the_hosts_own_public_addresses_are_local() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let Some(link) = DroppingLink::public() else {
+        return;
+    };
+    let s = setup();
+    let mut at = vec![std::net::IpAddr::V4(link.host_ip())];
+    at.extend(link.host_ipv6().map(std::net::IpAddr::V6));
+    let mut seen = Vec::new();
+    let mut commands = Vec::new();
+    for ip in at {
+        let listener = TcpListener::bind((ip, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = count.clone();
+        std::thread::spawn(move || {
+            for _ in listener.incoming() {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        seen.push(count);
+        let host = match ip {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        };
+        commands.push(format!(
+            "curl -sS -m 5 http://{host}:{port}/; echo \"exit=$?\""
+        ));
+    }
+    let out = results(&s, &commands);
+    for (c, o) in commands.iter().zip(&out) {
+        assert!(o.contains("本机或内网地址"), "{c}: {o}");
+    }
+    for count in seen {
+        assert_eq!(count.load(Ordering::SeqCst), 0);
+    }
+}

@@ -314,6 +314,34 @@ impl DroppingLink {
             .sum()
     }
 
+    /// The host side's address (the namespace side's, less one).
+    pub fn host_ip(&self) -> Ipv4Addr {
+        let [a, b, c, d] = self.ns_ip.octets();
+        Ipv4Addr::new(a, b, c, d - 1)
+    }
+
+    /// Gives the host side an IPv6 address of the documentation range (which flower's
+    /// proxy counts as public) and returns it; `None` where IPv6 is off.
+    pub fn host_ipv6(&self) -> Option<std::net::Ipv6Addr> {
+        let host_if = self.host_if.as_deref()?;
+        let [_, _, c, d] = self.ns_ip.octets();
+        let ip = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0xf1, 0, 0, 0, u16::from(c), u16::from(d));
+        run(
+            "ip",
+            &[
+                "-6",
+                "addr",
+                "add",
+                &format!("{ip}/128"),
+                "dev",
+                host_if,
+                "nodad",
+            ],
+        )
+        .ok()?;
+        Some(ip)
+    }
+
     /// Packets pass again.
     pub fn restore(&self) {
         run(
