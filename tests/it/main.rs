@@ -84,7 +84,7 @@ mod sandbox;
 mod sandbox_escapes;
 mod sandbox_layers;
 mod sandbox_network;
-mod sandbox_proxy_wire;
+mod sandbox_network_wire;
 mod sandbox_seccomp;
 mod serve;
 mod settings;
