@@ -394,6 +394,42 @@ fn a_kernel_without_landlock_falls_back_or_refuses() {
     }
 }
 
+/// The Landlock probe reports the version the kernel answers (or why there is none),
+/// and the support it implies: before ABI 5, device ioctls go unchecked.
+#[test]
+fn the_landlock_probe_reports_what_the_kernel_answers() {
+    use flower::tools::sandbox::NoLandlock;
+    // SAFETY: with a null attribute, size 0 and the VERSION flag the call only answers
+    // the ABI version or an error; it creates nothing.
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    let probed = sandbox::landlock_abi();
+    match &probed {
+        Ok(abi) => assert_eq!(i64::from(*abi), raw),
+        Err(e) => {
+            assert!(raw < 0, "{e}");
+            match errno {
+                Some(libc::ENOSYS) => assert!(matches!(e, NoLandlock::NotBuilt)),
+                Some(libc::EOPNOTSUPP) => assert!(matches!(e, NoLandlock::Disabled)),
+                _ => assert!(matches!(e, NoLandlock::Probe(_))),
+            }
+        }
+    }
+    let expected = match probed {
+        Ok(abi) if abi < 5 => Support::Partial(format!("Landlock ABI {abi}")),
+        Ok(_) => Support::Full,
+        Err(e) => Support::Missing(e.to_string()),
+    };
+    assert_eq!(sandbox::support(), expected);
+}
+
 /// A typo in a rule fails before any model request, with the rule named.
 #[test]
 fn a_malformed_rule_fails_before_any_request() {
