@@ -14,6 +14,7 @@
 //! - and, new with them, a program the repository's config names by a workspace path.
 
 use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
+use serde_json::Value;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -531,4 +532,112 @@ fn a_git_config_is_read_as_git_reads_it() {
     one(&s, "true");
     let made: Vec<String> = names(&git).difference(&before).cloned().collect();
     assert_eq!(made, ["a\rb.cfg", "inc one;x.cfg", "plain.cfg"]);
+}
+
+/// `flower once` in `s.ws` with every command as a Bash call, on a machine without
+/// user namespaces: flower (and so every process it starts) gets `EPERM` from
+/// `unshare`, as under a container's seccomp profile.
+fn without_user_namespaces(s: &Setup, commands: &[&str], extra: &[&str]) -> Vec<Value> {
+    use crate::support::{FakeServer, Flower, Reply};
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+    use std::os::unix::process::CommandExt as _;
+    let filter = SeccompFilter::new(
+        [(libc::SYS_unshare, vec![])].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        std::env::consts::ARCH.try_into().unwrap(),
+    )
+    .unwrap();
+    let program: BpfProgram = filter.try_into().unwrap();
+    let mut reply = Reply::blocks(vec![]);
+    for c in commands {
+        reply = reply.then_tool_use("Bash", serde_json::json!({ "command": c }));
+    }
+    let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
+    let mut cmd = Flower::bin().server(&server).command();
+    cmd.current_dir(&s.ws)
+        .env("HOME", &s.home)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .env_remove("FLOWER_SANDBOX")
+        .env_remove("FLOWER_NETWORK")
+        .args(["once", "run them"])
+        .args(extra);
+    // SAFETY: two prctl calls on a program built before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fprog = libc::sock_fprog {
+                len: program.len() as u16,
+                filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    requests[1].tool_results()
+}
+
+/// Without user namespaces a command runs with Landlock and seccomp only, and is told
+/// so; a protected file it changed is put back after it. Where that would break a
+/// promise the user made (no network, or network rules), it does not run at all.
+#[test]
+fn without_user_namespaces_a_command_is_warned_or_refused() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let config = fs::read_to_string(s.ws.join(".git/config")).unwrap();
+    let results = without_user_namespaces(
+        &s,
+        &["echo '[x]' >> .git/config && echo \"changed proxy=${HTTP_PROXY:-none}\""],
+        &[],
+    );
+    let text = content(&results[0]);
+    assert!(text.contains("changed proxy=none"), "{text}");
+    assert!(
+        text.contains("flower: warning: no user namespace, so this command sees the machine"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "flower 把受保护的 {} 恢复成了命令运行前的内容",
+            s.ws.join(".git/config").display()
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        fs::read_to_string(s.ws.join(".git/config")).unwrap(),
+        config
+    );
+
+    // No network promised, or rules for it: refused, nothing run.
+    let refused = |extra: &[&str]| {
+        let results = without_user_namespaces(&s, &["touch ran"], extra);
+        assert_eq!(results[0]["is_error"], Value::Bool(true), "{extra:?}");
+        let text = content(&results[0]);
+        assert!(
+            text.contains("Operation not permitted"),
+            "{extra:?}: {text}"
+        );
+        assert!(!s.ws.join("ran").exists(), "{extra:?}");
+    };
+    refused(&["--no-network"]);
+    let settings = s.home.join(".claude/settings.json");
+    fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    fs::write(
+        &settings,
+        r#"{"sandbox": {"network": {"allowedDomains": ["example.com"]}}}"#,
+    )
+    .unwrap();
+    refused(&[]);
 }
