@@ -156,9 +156,13 @@ http("connect-bad-port", b"CONNECT localhost:http HTTP/1.1\r\n\r\n")
 http("connect-closed", pf("CONNECT localhost:{C} HTTP/1.1\r\n\r\n"))
 http("connect-tunnel", pf("CONNECT localhost:{P} HTTP/1.1\r\n\r\n") + GET)
 
+# One byte alone first, so that the proxy's reads (4 KiB each) never add up to 64 KiB
+# exactly: the limit must hold past it, not only at it.
 s = connect()
+s.sendall(b"G")
+time.sleep(0.3)
 try:
-    s.sendall(pf("GET http://localhost:{P}/ HTTP/1.1\r\nX-Long: ") + b"a" * 70000)
+    s.sendall(pf("ET http://localhost:{P}/ HTTP/1.1\r\nX-Long: ") + b"a" * 70000)
 except OSError:
     pass
 show("head-too-long", rest(s))
