@@ -391,6 +391,11 @@ fn a_kernel_without_landlock_falls_back_or_refuses() {
     if landlock_or_skip() {
         let p = sandbox::prepare(&policy, &s.ws).unwrap().unwrap();
         assert!(p.landlocked());
+        // Its debug form says which layers it holds.
+        let shown = format!("{p:?}");
+        assert!(shown.starts_with("Prepared { landlock: true, seccomp: "), "{shown}");
+        let namespaces = format!("namespaces: {} }}", p.contains_processes());
+        assert!(shown.ends_with(&namespaces), "{shown}");
     }
 }
 
