@@ -416,7 +416,9 @@ fn local_addresses_are_told_from_public_ones() {
         "fe7f::1",
         "fbff::1",
         "::1.2.3.4",
+        // Not a form that carries an IPv4 address: judged as IPv6.
         "1::ffff:7f00:1",
+        "::1:7f00:1",
         "64:ff9b:1::7f00:1",
         "2002:808:808::",
     ] {
