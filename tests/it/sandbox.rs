@@ -393,7 +393,10 @@ fn a_kernel_without_landlock_falls_back_or_refuses() {
         assert!(p.landlocked());
         // Its debug form says which layers it holds.
         let shown = format!("{p:?}");
-        assert!(shown.starts_with("Prepared { landlock: true, seccomp: "), "{shown}");
+        assert!(
+            shown.starts_with("Prepared { landlock: true, seccomp: "),
+            "{shown}"
+        );
         let namespaces = format!("namespaces: {} }}", p.contains_processes());
         assert!(shown.ends_with(&namespaces), "{shown}");
     }

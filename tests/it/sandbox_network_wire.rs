@@ -395,3 +395,191 @@ fn the_refusal_log_keeps_the_last_256() {
     assert_eq!(lines[5], "(还有 251 条网络拒绝没有列出。)");
     assert_eq!(notes(&out[1]), Vec::<&str>::new(), "{}", out[1]);
 }
+
+/// Holds 20 tunnels open, twice, each batch until the test says `go`.
+const HOLDER: &str = r#"
+import os, socket, sys, time
+PROXY = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+P = int(sys.argv[1])
+
+def wait_for(name):
+    while not os.path.exists(name):
+        time.sleep(0.02)
+
+for batch in (1, 2):
+    if batch == 2:
+        wait_for("next")
+    held = []
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", PROXY), timeout=20)
+        s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % P)
+        got = b""
+        while not got.endswith(b"\r\n\r\n"):
+            got += s.recv(1)
+        held.append(s)
+    open("held%d" % batch, "w").close()
+    wait_for("go%d" % batch)
+    for s in held:
+        s.close()
+print("done")
+"#;
+
+/// The pipes and sockets a process holds, seen from outside it (`pidfd_getfd`).
+struct Held {
+    /// Each pipe once: its size and whether its descriptors are non-blocking and
+    /// close-on-exec.
+    pipes: BTreeMap<String, (i32, bool)>,
+    /// `TCP_NOTSENT_LOWAT` of each TCP socket.
+    unsent_max: Vec<i32>,
+}
+
+fn held_by(pid: u32) -> Held {
+    // SAFETY: pidfd_open and pidfd_getfd hand back descriptors this test owns; fcntl
+    // and getsockopt read them.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as i32;
+        assert!(pidfd >= 0, "{}", std::io::Error::last_os_error());
+        let mut held = Held {
+            pipes: BTreeMap::new(),
+            unsent_max: Vec::new(),
+        };
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+        {
+            let Ok(entry) = entry else { continue };
+            let Ok(target) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            let target = target.to_string_lossy().into_owned();
+            let Ok(n) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd, n, 0) as i32;
+            if fd < 0 {
+                continue;
+            }
+            if target.starts_with("pipe:") {
+                let size = libc::fcntl(fd, libc::F_GETPIPE_SZ);
+                let flags = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{n}"))
+                    .ok()
+                    .and_then(|info| {
+                        let f = info.lines().find_map(|l| l.strip_prefix("flags:"))?;
+                        i64::from_str_radix(f.trim(), 8).ok()
+                    })
+                    .unwrap_or(0);
+                let nonblocking_cloexec = flags & i64::from(libc::O_NONBLOCK) != 0
+                    && flags & i64::from(libc::O_CLOEXEC) != 0;
+                let seen = held.pipes.entry(target).or_insert((size, true));
+                seen.1 &= nonblocking_cloexec;
+            } else if target.starts_with("socket:") {
+                let mut value: libc::c_int = 0;
+                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                if libc::getsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NOTSENT_LOWAT,
+                    (&raw mut value).cast(),
+                    &mut len,
+                ) == 0
+                {
+                    held.unsent_max.push(value);
+                }
+            }
+            libc::close(fd);
+        }
+        libc::close(pidfd);
+        held
+    }
+}
+
+/// Waits for `path` to appear while flower runs (the command's signal).
+fn wait_for_file(path: &std::path::Path, flower: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        assert!(flower.try_wait().unwrap().is_none(), "flower ended first");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The relay's pipes: at most 16 grown to 1 MiB at once (the user's pipe budget is
+/// shared with every other program), given back when their connection ends; each
+/// non-blocking and close-on-exec; and each relayed socket's unsent data bounded at
+/// 256 KiB. Read from outside flower, while a command holds 20 tunnels open.
+#[test]
+fn the_relay_grows_at_most_16_pipes_and_bounds_unsent_data() {
+    if !landlock_or_skip() || !python() {
+        return;
+    }
+    use crate::support::{FakeServer, Flower, Reply};
+    let s = setup();
+    user_settings(&s, json!({ "allowedDomains": ["*", "localhost"] }));
+    // An upstream that holds each connection until its client ends it.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut conn, &mut std::io::sink());
+            });
+        }
+    });
+    std::fs::write(s.ws.join("holder.py"), HOLDER).unwrap();
+    let server = FakeServer::start(vec![
+        Reply::blocks(vec![])
+            .then_tool_use(
+                "Bash",
+                json!({ "command": format!("python3 holder.py {p}") }),
+            )
+            .stop_reason("tool_use"),
+        Reply::text("done"),
+    ]);
+    let mut flower = Flower::bin()
+        .server(&server)
+        .command()
+        .current_dir(&s.ws)
+        .env("HOME", &s.home)
+        .env("FLOWER_MAX_ATTEMPTS", "1")
+        .env_remove("FLOWER_SANDBOX")
+        .env_remove("FLOWER_NETWORK")
+        .args(["once", "run them"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    const LARGE: i32 = 1024 * 1024;
+    let large = |h: &Held| h.pipes.values().filter(|(size, _)| *size == LARGE).count();
+    for batch in 1..=2 {
+        wait_for_file(&s.ws.join(format!("held{batch}")), &mut flower);
+        let held = held_by(flower.id());
+        assert_eq!(large(&held), 16, "batch {batch}: {:?}", held.pipes);
+        // 20 tunnels: a pipe each way, the 4 beyond the 16 at the default size.
+        let relay = held
+            .pipes
+            .values()
+            .filter(|(size, _)| *size >= 65536)
+            .count();
+        assert!(relay >= 40, "batch {batch}: {:?}", held.pipes);
+        let mut grown = held.pipes.values().filter(|(size, _)| *size == LARGE);
+        assert!(grown.all(|(_, flags)| *flags), "{:?}", held.pipes);
+        let bounded = held.unsent_max.iter().filter(|v| **v == 256 * 1024).count();
+        assert!(bounded >= 40, "batch {batch}: {:?}", held.unsent_max);
+        std::fs::write(s.ws.join(format!("go{batch}")), "").unwrap();
+        if batch == 1 {
+            // The tunnels end; their grown pipes go back before the next batch.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while large(&held_by(flower.id())) > 0 {
+                assert!(std::time::Instant::now() < deadline, "the pipes stayed");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            std::fs::write(s.ws.join("next"), "").unwrap();
+        }
+    }
+    assert!(flower.wait().unwrap().success());
+}
