@@ -14,7 +14,7 @@
 //! - and, new with them, a program the repository's config names by a workspace path.
 
 use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -537,7 +537,7 @@ fn a_git_config_is_read_as_git_reads_it() {
 /// `flower once` in `s.ws` with every command as a Bash call, on a machine without
 /// user namespaces: flower (and so every process it starts) gets `EPERM` from
 /// `unshare`, as under a container's seccomp profile.
-fn without_user_namespaces(s: &Setup, commands: &[&str], extra: &[&str]) -> Vec<Value> {
+fn without_user_namespaces(s: &Setup, commands: &[Value], extra: &[&str]) -> Vec<Value> {
     use crate::support::{FakeServer, Flower, Reply};
     use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
     use std::os::unix::process::CommandExt as _;
@@ -550,8 +550,8 @@ fn without_user_namespaces(s: &Setup, commands: &[&str], extra: &[&str]) -> Vec<
     .unwrap();
     let program: BpfProgram = filter.try_into().unwrap();
     let mut reply = Reply::blocks(vec![]);
-    for c in commands {
-        reply = reply.then_tool_use("Bash", serde_json::json!({ "command": c }));
+    for input in commands {
+        reply = reply.then_tool_use("Bash", input.clone());
     }
     let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
     let mut cmd = Flower::bin().server(&server).command();
@@ -599,8 +599,19 @@ fn without_user_namespaces_a_command_is_warned_or_refused() {
     let config = fs::read_to_string(s.ws.join(".git/config")).unwrap();
     let results = without_user_namespaces(
         &s,
-        &["echo '[x]' >> .git/config && echo \"changed proxy=${HTTP_PROXY:-none}\""],
+        &[
+            json!({ "command": "echo '[x]' >> .git/config && echo \"changed proxy=${HTTP_PROXY:-none}\"" }),
+            json!({ "command": "sleep 30", "timeout": 300 }),
+        ],
         &[],
+    );
+    // Without a PID namespace only the command's process group is killed, and the
+    // result says so.
+    let timed_out = content(&results[1]);
+    assert!(
+        timed_out
+            .contains("its process group was killed (processes that left the group may still run)"),
+        "{timed_out}"
     );
     let text = content(&results[0]);
     assert!(text.contains("changed proxy=none"), "{text}");
@@ -622,7 +633,7 @@ fn without_user_namespaces_a_command_is_warned_or_refused() {
 
     // No network promised, or rules for it: refused, nothing run.
     let refused = |extra: &[&str]| {
-        let results = without_user_namespaces(&s, &["touch ran"], extra);
+        let results = without_user_namespaces(&s, &[json!({ "command": "touch ran" })], extra);
         assert_eq!(results[0]["is_error"], Value::Bool(true), "{extra:?}");
         let text = content(&results[0]);
         assert!(
@@ -640,4 +651,32 @@ fn without_user_namespaces_a_command_is_warned_or_refused() {
     )
     .unwrap();
     refused(&[]);
+
+    // A read-only workspace inside a writable root (the temp dir): only a mount keeps it
+    // read-only, so without one the command is refused.
+    let dir = tempfile::Builder::new()
+        .prefix("flower-ro-")
+        .tempdir_in(std::env::temp_dir())
+        .unwrap();
+    let t = Setup {
+        ws: dir.path().canonicalize().unwrap().join("ws"),
+        home: s.home.clone(),
+        root: dir.path().canonicalize().unwrap(),
+        _dir: dir,
+    };
+    fs::create_dir_all(&t.ws).unwrap();
+    fs::remove_file(&settings).unwrap();
+    let results = without_user_namespaces(
+        &t,
+        &[json!({ "command": "touch ran" })],
+        &["--allowed-tools", "Read", "Glob", "Grep", "Bash"],
+    );
+    assert_eq!(
+        results[0]["is_error"],
+        Value::Bool(true),
+        "{}",
+        content(&results[0])
+    );
+    assert!(content(&results[0]).contains("Operation not permitted"));
+    assert!(!t.ws.join("ran").exists());
 }
