@@ -143,6 +143,11 @@ http("http-query", pf("GET http://localhost:{P}?q=1 HTTP/1.1\r\n\r\n"))
 http("http-bare", pf("GET http://localhost:{P} HTTP/1.1\r\n\r\n"))
 http("http-body", pf("POST http://localhost:{P}/up HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"))
 http("http-split", pf("GET http://localhost:{P}/split HTTP/1.1\r\nX-A: 1\r\n\r"), b"\n")
+s = connect()
+PAD = b"X-Pad: " + b"a" * 60000 + b"\r\n"
+s.sendall(pf("GET http://localhost:{P}/long HTTP/1.1\r\n") + PAD + b"\r\n")
+got = rest(s)
+show("http-long-head", got[:got.index(b"\r\n")] + (b" padded" if PAD in got else b" cut"))
 http("http-v6-local", pf("GET http://[::1]:{P}/ HTTP/1.1\r\n\r\n"))
 http("http-default-port", b"GET http://localhost/ HTTP/1.1\r\n\r\n")
 http("http-no-host", b"GET http:///x HTTP/1.1\r\n\r\n")
@@ -185,7 +190,7 @@ fn exchanges(s: &Setup, upstream: u16, closed: u16) -> BTreeMap<String, String> 
             );
         }
     }
-    assert_eq!(map.len(), 30, "{:?}\n{}", map.keys(), out[0]);
+    assert_eq!(map.len(), 31, "{:?}\n{}", map.keys(), out[0]);
     map
 }
 
@@ -296,6 +301,8 @@ fn the_proxy_speaks_socks5_and_http_as_their_rfcs_say() {
             at(name)
         );
     }
+    // A head under 64 KiB, however long, goes through whole.
+    assert_eq!(at("http-long-head"), "HTTP/1.1 200 OK padded");
     assert!(
         at("http-body").ends_with("Content-Length: 5\r\nConnection: close\r\n\r\nhello<eof>"),
         "{:?}",
