@@ -680,3 +680,75 @@ fn without_user_namespaces_a_command_is_warned_or_refused() {
     assert!(content(&results[0]).contains("Operation not permitted"));
     assert!(!t.ws.join("ran").exists());
 }
+
+/// The network namespace a command prepared with `prepared` runs in (its id; the mount
+/// namespace is its own, made for its fresh `/proc`).
+fn network_namespace_of(prepared: flower::tools::sandbox::Prepared, ws: &Path) -> String {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let out = runtime.block_on(async {
+        let mut cmd = tokio::process::Command::new("readlink");
+        cmd.arg("/proc/self/ns/net").current_dir(ws);
+        flower::tools::sandbox::confine(&mut cmd, Some(prepared));
+        cmd.output().await.unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The namespaces are made once per plan and reused by every command of it, while
+/// another plan's live beside them; once a plan's paths are the same but an inode
+/// changed (`.git` made anew), its old namespaces are let go: no descriptor of them
+/// stays open.
+#[test]
+fn namespaces_are_reused_per_plan_and_let_go_when_stale() {
+    use flower::tools::sandbox::{self, SandboxPolicy};
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let writable = SandboxPolicy::standard();
+    let read_only = SandboxPolicy {
+        workspace_writable: false,
+        ..SandboxPolicy::standard()
+    };
+    let run = |policy: &SandboxPolicy| {
+        let prepared = sandbox::prepare(policy, &s.ws).unwrap().unwrap();
+        assert!(prepared.contains_processes(), "no user namespaces here");
+        network_namespace_of(prepared, &s.ws)
+    };
+    let first = run(&writable);
+    let other = run(&read_only);
+    assert_ne!(first, other);
+    assert_eq!(
+        run(&writable),
+        first,
+        "the plan's namespaces were made again"
+    );
+    assert_eq!(run(&read_only), other);
+
+    // `.git` made anew: the same paths, another inode.
+    fs::rename(s.ws.join(".git"), s.root.join("old-git")).unwrap();
+    fs::create_dir_all(s.ws.join(".git/hooks")).unwrap();
+    fs::write(s.ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+    fs::write(s.ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let fresh = run(&writable);
+    assert_ne!(fresh, first);
+    let open: Vec<String> = fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !open.contains(&first),
+        "the stale namespaces are still held"
+    );
+    assert!(open.contains(&fresh), "{open:?}");
+    assert!(open.contains(&other), "{open:?}");
+}
