@@ -752,3 +752,46 @@ fn namespaces_are_reused_per_plan_and_let_go_when_stale() {
     assert!(open.contains(&fresh), "{open:?}");
     assert!(open.contains(&other), "{open:?}");
 }
+
+/// A command prepared, then `.git` made anew before it starts (another process racing
+/// it): joining the namespaces finds a path of the plan changed and the spawn fails
+/// as stale, rather than running the command in a view of the old `.git`. The next
+/// preparation makes them anew.
+#[test]
+fn a_plan_gone_stale_before_its_command_starts_is_refused_as_stale() {
+    use flower::tools::sandbox::{self, SandboxPolicy};
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let policy = SandboxPolicy::standard();
+    let prepared = sandbox::prepare(&policy, &s.ws).unwrap().unwrap();
+    assert!(prepared.contains_processes(), "no user namespaces here");
+    fs::rename(s.ws.join(".git"), s.root.join("old-git")).unwrap();
+    fs::create_dir_all(s.ws.join(".git/hooks")).unwrap();
+    fs::write(s.ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+    fs::write(s.ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let spawn = |prepared| {
+        runtime.block_on(async {
+            let mut cmd = tokio::process::Command::new("touch");
+            cmd.arg("ran").current_dir(&s.ws);
+            sandbox::confine(&mut cmd, Some(prepared));
+            match cmd.spawn() {
+                Ok(mut child) => child.wait().await.map(|_| ()),
+                Err(e) => Err(e),
+            }
+        })
+    };
+    let err = spawn(prepared).unwrap_err();
+    assert!(sandbox::is_stale(&err), "{err}");
+    assert!(!s.ws.join("ran").exists());
+    assert!(!sandbox::is_stale(&std::io::Error::from_raw_os_error(
+        libc::EPERM
+    )));
+    spawn(sandbox::prepare(&policy, &s.ws).unwrap().unwrap()).unwrap();
+    assert!(s.ws.join("ran").exists());
+}
