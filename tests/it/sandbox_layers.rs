@@ -795,3 +795,31 @@ fn a_plan_gone_stale_before_its_command_starts_is_refused_as_stale() {
     spawn(sandbox::prepare(&policy, &s.ws).unwrap().unwrap()).unwrap();
     assert!(s.ws.join("ran").exists());
 }
+
+/// The command runs as flower's own user and group, mapped one to one into the
+/// sandbox's user namespace (never as the overflow id), with `setgroups` denied there.
+#[test]
+fn a_command_runs_as_flowers_own_user_with_setgroups_denied() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let s = setup();
+    let text = one(
+        &s,
+        "id -u; id -g; cat /proc/self/setgroups; cat /proc/self/uid_map",
+    );
+    // SAFETY: geteuid and getegid only read.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [uid.to_string(), gid.to_string(), "deny".to_string()],
+        "{text}"
+    );
+    let map: Vec<&str> = lines[3].split_whitespace().collect();
+    assert_eq!(
+        map,
+        [uid.to_string(), uid.to_string(), "1".to_string()],
+        "{text}"
+    );
+}
