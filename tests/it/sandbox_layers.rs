@@ -732,6 +732,21 @@ fn namespaces_are_reused_per_plan_and_let_go_when_stale() {
         "the plan's namespaces were made again"
     );
     assert_eq!(run(&read_only), other);
+    // Another writable root: only the roots differ (the same pins, read-only paths and
+    // files to sweep).
+    fs::create_dir_all(s.root.join("extra")).unwrap();
+    let wider = SandboxPolicy {
+        additional_dirs: vec![s.root.join("extra")],
+        ..SandboxPolicy::standard()
+    };
+    let third = run(&wider);
+    assert_ne!(third, first);
+    assert_eq!(
+        run(&writable),
+        first,
+        "made again after a plan with other roots"
+    );
+    assert_eq!(run(&wider), third);
 
     // `.git` made anew: the same paths, another inode.
     fs::rename(s.ws.join(".git"), s.root.join("old-git")).unwrap();
