@@ -747,6 +747,22 @@ fn namespaces_are_reused_per_plan_and_let_go_when_stale() {
         "made again after a plan with other roots"
     );
     assert_eq!(run(&wider), third);
+    // One more read-only path (a config include), the same roots, pins and files to
+    // sweep; then the config as it was: the first plan again, still cached.
+    let config = fs::read_to_string(s.ws.join(".git/config")).unwrap();
+    fs::write(s.ws.join("inc.cfg"), "[user]\n\tname = t\n").unwrap();
+    let include = format!(
+        "{config}[include]\n\tpath = {}\n",
+        s.ws.join("inc.cfg").display()
+    );
+    fs::write(s.ws.join(".git/config"), include).unwrap();
+    assert_ne!(run(&writable), first);
+    fs::write(s.ws.join(".git/config"), &config).unwrap();
+    assert_eq!(
+        run(&writable),
+        first,
+        "made again after a plan with other mounts"
+    );
 
     // `.git` made anew: the same paths, another inode.
     fs::rename(s.ws.join(".git"), s.root.join("old-git")).unwrap();
