@@ -11,7 +11,7 @@ use flower::tools::sandbox::{self, SandboxError, SandboxPolicy, Support};
 use serde_json::{Value, json};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use support::{FakeServer, Reply};
 
 /// A scratch directory outside the system temp directories (which the sandbox lets
@@ -85,12 +85,22 @@ pub(crate) fn setup() -> Setup {
 /// Runs `flower once` in `s.ws`: one turn with every command as a Bash call, then a
 /// closing text. Returns the output and the tool results in call order.
 pub(crate) fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (Output, Vec<Value>) {
-    let mut reply = Reply::blocks(vec![]);
-    for c in commands {
-        reply = reply.then_tool_use("Bash", json!({ "command": c }));
-    }
-    let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
-    let out = once_in(s, &server, extra);
+    let inputs: Vec<Value> = commands.iter().map(|c| json!({ "command": c })).collect();
+    run_calls(s, &inputs, extra, |_| {})
+}
+
+/// [`run_commands`] with each Bash call's whole input, and `adjust` applied to flower's
+/// command before it runs.
+pub(crate) fn run_calls(
+    s: &Setup,
+    inputs: &[Value],
+    extra: &[&str],
+    adjust: impl FnOnce(&mut Command),
+) -> (Output, Vec<Value>) {
+    let server = bash_calls(inputs);
+    let mut cmd = once_command(s, &server, extra);
+    adjust(&mut cmd);
+    let out = cmd.output().unwrap();
     let requests = server.requests();
     let results = requests
         .get(1)
@@ -99,9 +109,24 @@ pub(crate) fn run_commands(s: &Setup, commands: &[String], extra: &[&str]) -> (O
     (out, results)
 }
 
+/// A fake server whose first reply makes one Bash call per input, all in one turn, and
+/// whose second closes with a text.
+pub(crate) fn bash_calls(inputs: &[Value]) -> FakeServer {
+    let mut reply = Reply::blocks(vec![]);
+    for input in inputs {
+        reply = reply.then_tool_use("Bash", input.clone());
+    }
+    FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")])
+}
+
 /// `flower once "run them"` in the workspace, against `server`, with the sandbox's
 /// defaults and `s.home` as HOME.
 pub(crate) fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output {
+    once_command(s, server, extra).output().unwrap()
+}
+
+/// The command [`once_in`] runs, to be run another way.
+pub(crate) fn once_command(s: &Setup, server: &FakeServer, extra: &[&str]) -> Command {
     let mut cmd = Flower::bin().server(server).command();
     cmd.current_dir(&s.ws)
         .env("HOME", &s.home)
@@ -109,9 +134,8 @@ pub(crate) fn once_in(s: &Setup, server: &FakeServer, extra: &[&str]) -> Output 
         .env_remove("FLOWER_SANDBOX")
         .env_remove("FLOWER_NETWORK")
         .args(["once", "run them"])
-        .args(extra)
-        .output()
-        .unwrap()
+        .args(extra);
+    cmd
 }
 
 pub(crate) fn content(v: &Value) -> String {
@@ -248,6 +272,12 @@ fn a_read_only_workspace_inside_the_temp_dir_stays_read_only() {
     if !landlock_or_skip() {
         return;
     }
+    read_only_workspace_holds(&setup_in_temp(), false);
+}
+
+/// `root/ws` and `root/home` inside the system temp dir (a root commands may write),
+/// without a `.git`.
+pub(crate) fn setup_in_temp() -> Setup {
     let dir = tempfile::Builder::new()
         .prefix("flower-ro-")
         .tempdir_in(std::env::temp_dir())
@@ -261,7 +291,7 @@ fn a_read_only_workspace_inside_the_temp_dir_stays_read_only() {
     };
     fs::create_dir_all(&s.ws).unwrap();
     fs::create_dir_all(&s.home).unwrap();
-    read_only_workspace_holds(&s, false);
+    s
 }
 
 /// Runs writes and a read as an agent with Read/Glob/Grep/Bash only; asserts that no
@@ -484,12 +514,7 @@ fn a_git_dir_made_anew_is_protected_in_the_next_command() {
         .gate_before(&gate),
         Reply::text("done"),
     ]);
-    let mut cmd = Flower::bin().server(&server).command();
-    let child = cmd
-        .current_dir(&s.ws)
-        .env("HOME", &s.home)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .args(["once", "run them"])
+    let child = once_command(&s, &server, &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -5,7 +5,6 @@
 //! reason when it is absent.
 
 use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
-use crate::support::Flower;
 use crate::support::{FakeServer, Reply};
 use serde_json::{Value, json};
 use std::fs;
@@ -116,14 +115,9 @@ fn a_command_cannot_push_input_into_the_users_terminal() {
         ),
         Reply::text("done"),
     ]);
-    let mut cmd = Flower::bin().server(&server).command();
-    let tty = slave_path.clone();
-    let tty = std::ffi::CString::new(tty.as_os_str().as_encoded_bytes()).unwrap();
-    cmd.current_dir(&s.ws)
-        .env("HOME", &s.home)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .args(["once", "run it"])
-        .stdin(Stdio::null());
+    let mut cmd = crate::sandbox::once_command(&s, &server, &[]);
+    let tty = std::ffi::CString::new(slave_path.as_os_str().as_encoded_bytes()).unwrap();
+    cmd.stdin(Stdio::null());
     // SAFETY: setsid, open and ioctl only; makes the pty flower's controlling terminal.
     unsafe {
         use std::os::unix::process::CommandExt as _;

@@ -13,7 +13,8 @@
 //!   leads to it; `git submodule update --init` and `git status` read it later);
 //! - and, new with them, a program the repository's config names by a workspace path.
 
-use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
+use crate::sandbox::{Setup, content, landlock_or_skip, run_calls, run_commands, setup};
+use crate::sandbox_network::python;
 use serde_json::{Value, json};
 use std::fs;
 use std::path::Path;
@@ -27,17 +28,6 @@ fn one(s: &Setup, command: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     content(&results[0])
-}
-
-fn python() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "pass"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        crate::support::skip::skip(crate::support::skip::PYTHON, "it needs python3");
-    }
-    ok
 }
 
 /// A pty of the command's own, made its controlling terminal: `TIOCSTI` is the kernel's
@@ -538,7 +528,6 @@ fn a_git_config_is_read_as_git_reads_it() {
 /// user namespaces: flower (and so every process it starts) gets `EPERM` from
 /// `unshare`, as under a container's seccomp profile.
 fn without_user_namespaces(s: &Setup, commands: &[Value], extra: &[&str]) -> Vec<Value> {
-    use crate::support::{FakeServer, Flower, Reply};
     use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
     use std::os::unix::process::CommandExt as _;
     let filter = SeccompFilter::new(
@@ -549,42 +538,29 @@ fn without_user_namespaces(s: &Setup, commands: &[Value], extra: &[&str]) -> Vec
     )
     .unwrap();
     let program: BpfProgram = filter.try_into().unwrap();
-    let mut reply = Reply::blocks(vec![]);
-    for input in commands {
-        reply = reply.then_tool_use("Bash", input.clone());
-    }
-    let server = FakeServer::start(vec![reply.stop_reason("tool_use"), Reply::text("done")]);
-    let mut cmd = Flower::bin().server(&server).command();
-    cmd.current_dir(&s.ws)
-        .env("HOME", &s.home)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .env_remove("FLOWER_SANDBOX")
-        .env_remove("FLOWER_NETWORK")
-        .args(["once", "run them"])
-        .args(extra);
-    // SAFETY: two prctl calls on a program built before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fprog = libc::sock_fprog {
-                len: program.len() as u16,
-                filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let out = cmd.output().unwrap();
+    let (out, results) = run_calls(s, commands, extra, |cmd| {
+        // SAFETY: two prctl calls on a program built before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fprog = libc::sock_fprog {
+                    len: program.len() as u16,
+                    filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+                };
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                    || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let requests = server.requests();
-    requests[1].tool_results()
+    results
 }
 
 /// Without user namespaces a command runs with Landlock and seccomp only, and is told
@@ -654,18 +630,7 @@ fn without_user_namespaces_a_command_is_warned_or_refused() {
 
     // A read-only workspace inside a writable root (the temp dir): only a mount keeps it
     // read-only, so without one the command is refused.
-    let dir = tempfile::Builder::new()
-        .prefix("flower-ro-")
-        .tempdir_in(std::env::temp_dir())
-        .unwrap();
-    let t = Setup {
-        ws: dir.path().canonicalize().unwrap().join("ws"),
-        home: s.home.clone(),
-        root: dir.path().canonicalize().unwrap(),
-        _dir: dir,
-    };
-    fs::create_dir_all(&t.ws).unwrap();
-    fs::remove_file(&settings).unwrap();
+    let t = crate::sandbox::setup_in_temp();
     let results = without_user_namespaces(
         &t,
         &[json!({ "command": "touch ran" })],
@@ -681,19 +646,28 @@ fn without_user_namespaces_a_command_is_warned_or_refused() {
     assert!(!t.ws.join("ran").exists());
 }
 
-/// The network namespace a command prepared with `prepared` runs in (its id; the mount
-/// namespace is its own, made for its fresh `/proc`).
-fn network_namespace_of(prepared: flower::tools::sandbox::Prepared, ws: &Path) -> String {
+/// Runs `argv` in `ws` confined by `prepared`, through the library (`confine`).
+fn run_confined(
+    prepared: flower::tools::sandbox::Prepared,
+    ws: &Path,
+    argv: &[&str],
+) -> std::io::Result<std::process::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let out = runtime.block_on(async {
-        let mut cmd = tokio::process::Command::new("readlink");
-        cmd.arg("/proc/self/ns/net").current_dir(ws);
+    runtime.block_on(async {
+        let mut cmd = tokio::process::Command::new(argv[0]);
+        cmd.args(&argv[1..]).current_dir(ws);
         flower::tools::sandbox::confine(&mut cmd, Some(prepared));
-        cmd.output().await.unwrap()
-    });
+        cmd.output().await
+    })
+}
+
+/// The network namespace a command prepared with `prepared` runs in (its id; the mount
+/// namespace is its own, made for its fresh `/proc`).
+fn network_namespace_of(prepared: flower::tools::sandbox::Prepared, ws: &Path) -> String {
+    let out = run_confined(prepared, ws, &["readlink", "/proc/self/ns/net"]).unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -802,21 +776,7 @@ fn a_plan_gone_stale_before_its_command_starts_is_refused_as_stale() {
     fs::create_dir_all(s.ws.join(".git/hooks")).unwrap();
     fs::write(s.ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
     fs::write(s.ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let spawn = |prepared| {
-        runtime.block_on(async {
-            let mut cmd = tokio::process::Command::new("touch");
-            cmd.arg("ran").current_dir(&s.ws);
-            sandbox::confine(&mut cmd, Some(prepared));
-            match cmd.spawn() {
-                Ok(mut child) => child.wait().await.map(|_| ()),
-                Err(e) => Err(e),
-            }
-        })
-    };
+    let spawn = |prepared| run_confined(prepared, &s.ws, &["touch", "ran"]).map(|_| ());
     let err = spawn(prepared).unwrap_err();
     assert!(sandbox::is_stale(&err), "{err}");
     assert!(!s.ws.join("ran").exists());

@@ -11,7 +11,7 @@ use crate::sandbox::{Setup, content, landlock_or_skip, run_commands, setup};
 use crate::support::netns::DroppingLink;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -22,27 +22,51 @@ struct Upstream {
 }
 
 fn upstream() -> Upstream {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(AtomicUsize::new(0));
     let count = seen.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            count.fetch_add(1, Ordering::SeqCst);
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut b).is_ok_and(|n| n == 1) {
-                    head.push(b[0]);
-                }
-                let _ = conn.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n",
-                );
-            });
-        }
+    let port = serve_loopback(move |mut conn| {
+        count.fetch_add(1, Ordering::SeqCst);
+        read_head(&mut conn);
+        let _ = conn
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n");
     });
     Upstream { port, seen }
+}
+
+/// Listens on the host's loopback and hands each connection to `handle` on a thread of
+/// its own; the port.
+pub(crate) fn serve_loopback(handle: impl Fn(TcpStream) + Clone + Send + 'static) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let handle = handle.clone();
+            std::thread::spawn(move || handle(conn));
+        }
+    });
+    port
+}
+
+/// An HTTP request's head, read byte by byte through its blank line (or what came
+/// before the connection ended).
+pub(crate) fn read_head(conn: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && conn.read(&mut b).is_ok_and(|n| n == 1) {
+        head.push(b[0]);
+    }
+    head
+}
+
+/// The `Content-Length` a request head names (0 when none).
+pub(crate) fn content_length(head: &[u8]) -> usize {
+    String::from_utf8_lossy(head)
+        .to_ascii_lowercase()
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Writes `network` as `sandbox.network` of the settings file at `path`.
@@ -239,35 +263,16 @@ fn a_public_address_is_reached_through_the_proxy_only() {
 /// An HTTP server on the host's loopback that streams every request's body back as
 /// the answer's while it still reads it: both directions at once.
 fn echo_upstream() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut b).is_ok_and(|n| n == 1) {
-                    head.push(b[0]);
-                }
-                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                let length: u64 = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
-                );
-                if conn.write_all(answer.as_bytes()).is_err() {
-                    return;
-                }
-                let mut back = conn.try_clone().unwrap();
-                let _ = std::io::copy(&mut (&conn).take(length), &mut back);
-            });
+    serve_loopback(|mut conn| {
+        let length = content_length(&read_head(&mut conn));
+        let answer =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n");
+        if conn.write_all(answer.as_bytes()).is_err() {
+            return;
         }
-    });
-    port
+        let mut back = conn.try_clone().unwrap();
+        let _ = std::io::copy(&mut (&conn).take(length as u64), &mut back);
+    })
 }
 
 /// The relay bounds what it queues and splices in pieces: every byte still arrives,

@@ -5,8 +5,10 @@
 //! notes the Bash tool adds to a command's result: at most five, each host once, only
 //! the command's own, from a log of bounded length.
 
-use crate::sandbox::{Setup, landlock_or_skip, setup};
-use crate::sandbox_network::{python, results, user_settings};
+use crate::sandbox::{Setup, bash_calls, landlock_or_skip, once_command, setup};
+use crate::sandbox_network::{
+    content_length, python, read_head, results, serve_loopback, user_settings,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -15,38 +17,20 @@ use std::net::TcpListener;
 /// An HTTP server on the host's loopback whose answer's body is the request it read:
 /// the head, then `Content-Length` bytes of body.
 fn mirror_upstream() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let mut b = [0u8; 1];
-                while !got.ends_with(b"\r\n\r\n") && conn.read(&mut b).is_ok_and(|n| n == 1) {
-                    got.push(b[0]);
-                }
-                let length: usize = String::from_utf8_lossy(&got)
-                    .to_ascii_lowercase()
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                let mut body = vec![0u8; length];
-                if conn.read_exact(&mut body).is_err() {
-                    return;
-                }
-                got.extend_from_slice(&body);
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    got.len()
-                );
-                let _ = conn.write_all(head.as_bytes());
-                let _ = conn.write_all(&got);
-            });
+    serve_loopback(|mut conn| {
+        let mut got = read_head(&mut conn);
+        let mut body = vec![0u8; content_length(&got)];
+        if conn.read_exact(&mut body).is_err() {
+            return;
         }
-    });
-    port
+        got.extend_from_slice(&body);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            got.len()
+        );
+        let _ = conn.write_all(head.as_bytes());
+        let _ = conn.write_all(&got);
+    })
 }
 
 /// A port on the host's loopback nothing listens on.
@@ -523,39 +507,15 @@ fn the_relay_grows_at_most_16_pipes_and_bounds_unsent_data() {
     if !landlock_or_skip() || !python() {
         return;
     }
-    use crate::support::{FakeServer, Flower, Reply};
     let s = setup();
     user_settings(&s, json!({ "allowedDomains": ["*", "localhost"] }));
     // An upstream that holds each connection until its client ends it.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let p = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut conn, &mut std::io::sink());
-            });
-        }
+    let p = serve_loopback(|mut conn| {
+        let _ = std::io::copy(&mut conn, &mut std::io::sink());
     });
     std::fs::write(s.ws.join("holder.py"), HOLDER).unwrap();
-    let server = FakeServer::start(vec![
-        Reply::blocks(vec![])
-            .then_tool_use(
-                "Bash",
-                json!({ "command": format!("python3 holder.py {p}") }),
-            )
-            .stop_reason("tool_use"),
-        Reply::text("done"),
-    ]);
-    let mut flower = Flower::bin()
-        .server(&server)
-        .command()
-        .current_dir(&s.ws)
-        .env("HOME", &s.home)
-        .env("FLOWER_MAX_ATTEMPTS", "1")
-        .env_remove("FLOWER_SANDBOX")
-        .env_remove("FLOWER_NETWORK")
-        .args(["once", "run them"])
+    let server = bash_calls(&[json!({ "command": format!("python3 holder.py {p}") })]);
+    let mut flower = once_command(&s, &server, &[])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
